@@ -1,0 +1,19 @@
+//! Target claim sets. A target hands the legalizer its `TargetCaps` as data: which MIR op kinds it
+//! implements natively, for which dtypes. The optimizer never names a target.
+
+use crate::DType;
+use std::collections::BTreeMap;
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct TargetCaps {
+    /// Target name as given to `--target`.
+    pub name: String,
+    /// Op kind (text-form name, e.g. `matmul`) → dtypes the target implements natively.
+    pub native: BTreeMap<&'static str, Vec<DType>>,
+}
+
+impl TargetCaps {
+    pub fn claims(&self, kind: &str, dtype: DType) -> bool {
+        self.native.get(kind).is_some_and(|d| d.contains(&dtype))
+    }
+}

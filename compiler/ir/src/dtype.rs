@@ -1,0 +1,117 @@
+//! Element types. Quantized block types (GGUF-style) have a block size and a byte size per block.
+
+use std::fmt;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DType {
+    F32,
+    F16,
+    BF16,
+    F64,
+    I8,
+    U8,
+    I16,
+    U16,
+    I32,
+    U32,
+    I64,
+    U64,
+    Bool,
+    /// GGUF Q8_0: blocks of 32 values, one f16 scale + 32 i8 (34 bytes).
+    Q8_0,
+    /// GGUF Q4_0: blocks of 32 values, one f16 scale + 16 bytes of nibbles (18 bytes).
+    Q4_0,
+}
+
+pub const ALL_DTYPES: [DType; 15] = [
+    DType::F32,
+    DType::F16,
+    DType::BF16,
+    DType::F64,
+    DType::I8,
+    DType::U8,
+    DType::I16,
+    DType::U16,
+    DType::I32,
+    DType::U32,
+    DType::I64,
+    DType::U64,
+    DType::Bool,
+    DType::Q8_0,
+    DType::Q4_0,
+];
+
+impl DType {
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "f32",
+            DType::F16 => "f16",
+            DType::BF16 => "bf16",
+            DType::F64 => "f64",
+            DType::I8 => "i8",
+            DType::U8 => "u8",
+            DType::I16 => "i16",
+            DType::U16 => "u16",
+            DType::I32 => "i32",
+            DType::U32 => "u32",
+            DType::I64 => "i64",
+            DType::U64 => "u64",
+            DType::Bool => "bool",
+            DType::Q8_0 => "q8_0",
+            DType::Q4_0 => "q4_0",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<DType> {
+        ALL_DTYPES.iter().copied().find(|d| d.name() == s)
+    }
+
+    /// (values per block, bytes per block). Plain types have blocks of one value.
+    pub fn block(self) -> (usize, usize) {
+        match self {
+            DType::F32 | DType::I32 | DType::U32 => (1, 4),
+            DType::F16 | DType::BF16 | DType::I16 | DType::U16 => (1, 2),
+            DType::F64 | DType::I64 | DType::U64 => (1, 8),
+            DType::I8 | DType::U8 | DType::Bool => (1, 1),
+            DType::Q8_0 => (32, 34),
+            DType::Q4_0 => (32, 18),
+        }
+    }
+
+    /// Bytes per element for plain types; `None` for block-quantized types.
+    pub fn size(self) -> Option<usize> {
+        let (n, b) = self.block();
+        (n == 1).then_some(b)
+    }
+
+    /// Bytes needed for `elems` values, or `None` on overflow or a partial block.
+    pub fn bytes_for(self, elems: usize) -> Option<usize> {
+        let (n, b) = self.block();
+        if elems % n != 0 {
+            return None;
+        }
+        (elems / n).checked_mul(b)
+    }
+
+    pub fn is_float(self) -> bool {
+        matches!(self, DType::F32 | DType::F16 | DType::BF16 | DType::F64)
+    }
+    pub fn is_int(self) -> bool {
+        matches!(
+            self,
+            DType::I8 | DType::U8 | DType::I16 | DType::U16 | DType::I32 | DType::U32 | DType::I64 | DType::U64
+        )
+    }
+    pub fn is_signed_int(self) -> bool {
+        matches!(self, DType::I8 | DType::I16 | DType::I32 | DType::I64)
+    }
+    pub fn is_quantized_block(self) -> bool {
+        matches!(self, DType::Q8_0 | DType::Q4_0)
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}

@@ -1,0 +1,731 @@
+//! MIR: the primitive tensor op set. Fusion, autodiff, quantization and legalization read and write it;
+//! the reference interpreter executes it. Semantics follow numpy / ONNX where they name the same thing;
+//! each variant documents its inputs.
+
+use crate::attr::{dims_attr, usizes_attr, Attr, Attrs};
+use crate::shape::broadcast;
+use crate::{DType, Dim, OpSet, Shape, TensorType};
+
+macro_rules! name_enum {
+    ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $v:ident = $s:literal),* $(,)? }) => {
+        $(#[$m])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum $name { $($(#[$vm])* $v),* }
+        impl $name {
+            pub const ALL: &'static [$name] = &[$($name::$v),*];
+            pub fn name(self) -> &'static str { match self { $($name::$v => $s),* } }
+            pub fn parse(s: &str) -> Option<$name> { match s { $($s => Some($name::$v),)* _ => None } }
+        }
+    };
+}
+
+name_enum!(
+    /// Elementwise unary ops. Output dtype = input dtype, except the `is_*` tests (bool).
+    UnaryOp {
+        Neg = "neg", Abs = "abs", Exp = "exp", Log = "log", Sqrt = "sqrt", Recip = "recip",
+        Sin = "sin", Cos = "cos", Tan = "tan", Asin = "asin", Acos = "acos", Atan = "atan",
+        Sinh = "sinh", Cosh = "cosh", Tanh = "tanh", Asinh = "asinh", Acosh = "acosh", Atanh = "atanh",
+        Sigmoid = "sigmoid", Erf = "erf", Relu = "relu", Floor = "floor", Ceil = "ceil",
+        /// Round half to even.
+        Round = "round",
+        Sign = "sign",
+        /// Logical not (bool).
+        Not = "not",
+        /// Bitwise not (ints).
+        BitNot = "bit_not",
+        IsNan = "is_nan", IsInf = "is_inf", IsPosInf = "is_pos_inf", IsNegInf = "is_neg_inf",
+    }
+);
+
+impl UnaryOp {
+    pub fn out_dtype(self, x: DType) -> DType {
+        match self {
+            UnaryOp::IsNan | UnaryOp::IsInf | UnaryOp::IsPosInf | UnaryOp::IsNegInf => DType::Bool,
+            _ => x,
+        }
+    }
+}
+
+name_enum!(
+    /// Elementwise binary ops with numpy broadcasting. Both inputs have the same dtype, except `pow`
+    /// (exponent may differ) and the shifts. Comparisons and logical ops output bool.
+    BinaryOp {
+        Add = "add", Sub = "sub", Mul = "mul",
+        /// Integer division truncates toward zero.
+        Div = "div",
+        Pow = "pow", Max = "max", Min = "min",
+        /// Floored modulo (sign of the divisor), as Python's `%`.
+        Mod = "mod",
+        /// Truncated modulo (sign of the dividend), as C's `fmod`.
+        FMod = "fmod",
+        Eq = "eq", Lt = "lt", Le = "le", Gt = "gt", Ge = "ge",
+        And = "and", Or = "or", Xor = "xor",
+        BitAnd = "bit_and", BitOr = "bit_or", BitXor = "bit_xor", Shl = "shl", Shr = "shr",
+    }
+);
+
+impl BinaryOp {
+    pub fn is_compare(self) -> bool {
+        matches!(self, BinaryOp::Eq | BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge)
+    }
+    pub fn is_logical(self) -> bool {
+        matches!(self, BinaryOp::And | BinaryOp::Or | BinaryOp::Xor)
+    }
+}
+
+name_enum!(
+    /// Reductions. Sum, Prod and Mean accumulate in f64 in the interpreter.
+    ReduceOp { Sum = "sum", Prod = "prod", Max = "max", Min = "min", Mean = "mean" }
+);
+name_enum!(ArgOp { ArgMax = "argmax", ArgMin = "argmin" });
+name_enum!(
+    /// Pad modes (ONNX Pad).
+    PadMode { Constant = "constant", Reflect = "reflect", Edge = "edge", Wrap = "wrap" }
+);
+name_enum!(
+    /// Reduction applied by scatter ops where indices collide (`none` = last write wins).
+    ScatterRed { None = "none", Add = "add", Mul = "mul", Max = "max", Min = "min" }
+);
+name_enum!(PoolKind { Max = "max", Avg = "avg" });
+
+/// Primitive ops. Axis attributes are non-negative (the importer normalizes ONNX's negative axes).
+#[derive(Clone, Debug, PartialEq)]
+pub enum MirOp {
+    /// (x)
+    Unary(UnaryOp),
+    /// (a, b), broadcast.
+    Binary(BinaryOp),
+    /// (cond: bool, a, b), broadcast; picks `a` where cond.
+    Where,
+    /// (x) → x converted to `to`. Float→int truncates toward zero; int→narrower int wraps; x != 0 → bool.
+    Cast { to: DType },
+    /// (a, b): numpy matmul — 1-D operands are promoted and the added dim removed; leading dims broadcast.
+    MatMul,
+    /// (x): reduce over `axes` (sorted, unique; empty = identity).
+    Reduce { op: ReduceOp, axes: Vec<usize>, keepdims: bool },
+    /// (x) → i64 index of the max/min along `axis`; ties pick the first unless `select_last`.
+    ArgReduce { op: ArgOp, axis: usize, keepdims: bool, select_last: bool },
+    /// (x) → same elements, new shape (element counts must match).
+    Reshape { shape: Vec<Dim> },
+    /// (x) → dims permuted: out dim i = in dim perm[i].
+    Transpose { perm: Vec<usize> },
+    /// (x) → broadcast to exactly `shape` (numpy broadcast_to).
+    Expand { shape: Vec<Dim> },
+    /// (x) → strided slice with ONNX semantics per listed axis: negative start/end count from the end,
+    /// then clamp; steps non-zero (negative walks backwards).
+    Slice { axes: Vec<usize>, starts: Vec<i64>, ends: Vec<i64>, steps: Vec<i64> },
+    /// (x0, x1, …) joined along `axis`.
+    Concat { axis: usize },
+    /// (data, indices: int) → numpy take along `axis`; negative indices count from the end.
+    Gather { axis: usize },
+    /// (data, indices) → ONNX GatherElements.
+    GatherElements { axis: usize },
+    /// (data, indices) → ONNX GatherND.
+    GatherNd { batch_dims: usize },
+    /// (data, indices, updates) → ONNX ScatterElements.
+    ScatterElements { axis: usize, reduction: ScatterRed },
+    /// (data, indices, updates) → ONNX ScatterND.
+    ScatterNd { reduction: ScatterRed },
+    /// (x) → padded: `pads` = [begin_0..begin_r, end_0..end_r], negative entries crop; `value` fills
+    /// in constant mode.
+    Pad { pads: Vec<i64>, mode: PadMode, value: f64 },
+    /// (x[N,C,spatial…], w[M,C/groups,k…], bias[M]?) → N-d convolution (cross-correlation).
+    /// `pads` = [begin…, end…] over spatial dims.
+    Conv { strides: Vec<usize>, pads: Vec<usize>, dilations: Vec<usize>, groups: usize },
+    /// (x[N,C,spatial…], w[C,M/groups,k…], bias[M]?) → transposed convolution; `pads` as Conv,
+    /// `output_padding` added to the end of each spatial dim.
+    ConvTranspose { strides: Vec<usize>, pads: Vec<usize>, dilations: Vec<usize>, groups: usize, output_padding: Vec<usize> },
+    /// (x[N,C,spatial…]) → max/avg pool; `pads` = [begin…, end…]; `ceil_mode` rounds the output size up;
+    /// avg divides by the full window when `count_include_pad`, else by the in-bounds count.
+    Pool { kind: PoolKind, kernel: Vec<usize>, strides: Vec<usize>, pads: Vec<usize>, dilations: Vec<usize>, ceil_mode: bool, count_include_pad: bool },
+    /// (x) → cumulative sum along `axis`.
+    CumSum { axis: usize, exclusive: bool, reverse: bool },
+    /// (x) → (values, i64 indices) of the `k` largest (or smallest) along `axis`; ties pick the lower index.
+    TopK { axis: usize, k: usize, largest: bool },
+}
+
+fn same_dtype(op: &str, a: &TensorType, b: &TensorType) -> Result<(), String> {
+    if a.dtype != b.dtype {
+        return Err(format!("{op}: operand dtypes differ ({} vs {})", a.dtype, b.dtype));
+    }
+    Ok(())
+}
+
+fn check_axis(axis: usize, rank: usize) -> Result<(), String> {
+    if axis >= rank {
+        return Err(format!("axis {axis} out of range for rank {rank}"));
+    }
+    Ok(())
+}
+
+fn fixed(d: &Dim, what: &str) -> Result<u64, String> {
+    d.fixed().ok_or_else(|| format!("{what} needs a fixed dim, got symbolic '{d}' (fix it with --dim {d}=N)"))
+}
+
+/// Output size of a convolution window: floor((in + pads - dil*(k-1) - 1)/stride) + 1.
+pub fn window_out(input: u64, k: usize, stride: usize, pad_total: usize, dil: usize, _ceil: bool) -> Result<u64, String> {
+    pool_out(input, k, stride, pad_total, 0, dil, false)
+}
+
+/// Slice bounds for one axis with ONNX semantics: returns (start, count) after normalization and clamping.
+pub fn slice_range(dim: i64, start: i64, end: i64, step: i64) -> (i64, i64) {
+    let norm = |x: i64| if x < 0 { x.saturating_add(dim) } else { x };
+    let (mut s, mut e) = (norm(start), norm(end));
+    if step > 0 {
+        s = s.clamp(0, dim);
+        e = e.clamp(0, dim);
+        let n = if e > s { (e - s + step - 1) / step } else { 0 };
+        (s, n)
+    } else {
+        s = s.clamp(-1, dim - 1);
+        e = e.clamp(-1, dim - 1);
+        let n = if s > e { (s - e + (-step) - 1) / (-step) } else { 0 };
+        (s, n)
+    }
+}
+
+impl OpSet for MirOp {
+    fn kind(&self) -> &'static str {
+        match self {
+            MirOp::Unary(u) => u.name(),
+            MirOp::Binary(b) => b.name(),
+            MirOp::Where => "where",
+            MirOp::Cast { .. } => "cast",
+            MirOp::MatMul => "matmul",
+            MirOp::Reduce { op, .. } => match op {
+                ReduceOp::Sum => "reduce_sum",
+                ReduceOp::Prod => "reduce_prod",
+                ReduceOp::Max => "reduce_max",
+                ReduceOp::Min => "reduce_min",
+                ReduceOp::Mean => "reduce_mean",
+            },
+            MirOp::ArgReduce { op, .. } => op.name(),
+            MirOp::Reshape { .. } => "reshape",
+            MirOp::Transpose { .. } => "transpose",
+            MirOp::Expand { .. } => "expand",
+            MirOp::Slice { .. } => "slice",
+            MirOp::Concat { .. } => "concat",
+            MirOp::Gather { .. } => "gather",
+            MirOp::GatherElements { .. } => "gather_elements",
+            MirOp::GatherNd { .. } => "gather_nd",
+            MirOp::ScatterElements { .. } => "scatter_elements",
+            MirOp::ScatterNd { .. } => "scatter_nd",
+            MirOp::Pad { .. } => "pad",
+            MirOp::Conv { .. } => "conv",
+            MirOp::ConvTranspose { .. } => "conv_transpose",
+            MirOp::Pool { kind: PoolKind::Max, .. } => "max_pool",
+            MirOp::Pool { kind: PoolKind::Avg, .. } => "avg_pool",
+            MirOp::CumSum { .. } => "cumsum",
+            MirOp::TopK { .. } => "topk",
+        }
+    }
+
+    fn arity(&self) -> (usize, usize) {
+        match self {
+            MirOp::Binary(_) | MirOp::MatMul | MirOp::Gather { .. } | MirOp::GatherElements { .. } | MirOp::GatherNd { .. } => (2, 2),
+            MirOp::Where | MirOp::ScatterElements { .. } | MirOp::ScatterNd { .. } => (3, 3),
+            MirOp::Concat { .. } => (1, usize::MAX),
+            MirOp::Conv { .. } | MirOp::ConvTranspose { .. } => (2, 3),
+            _ => (1, 1),
+        }
+    }
+
+    fn infer(&self, ins: &[&TensorType]) -> Result<Vec<TensorType>, String> {
+        let x = ins[0];
+        let one = |dtype: DType, shape: Shape| Ok(vec![TensorType::new(dtype, shape)]);
+        match self {
+            MirOp::Unary(u) => {
+                match u {
+                    UnaryOp::Not if x.dtype != DType::Bool => return Err(format!("not: needs bool, got {}", x.dtype)),
+                    UnaryOp::BitNot if !x.dtype.is_int() => return Err(format!("bit_not: needs an integer dtype, got {}", x.dtype)),
+                    UnaryOp::Not | UnaryOp::BitNot | UnaryOp::Abs | UnaryOp::Neg | UnaryOp::Sign | UnaryOp::Relu => {}
+                    _ if !x.dtype.is_float() && !matches!(u, UnaryOp::IsNan | UnaryOp::IsInf | UnaryOp::IsPosInf | UnaryOp::IsNegInf | UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round) => {
+                        return Err(format!("{}: needs a float dtype, got {}", u.name(), x.dtype))
+                    }
+                    _ => {}
+                }
+                if x.dtype.is_quantized_block() {
+                    return Err(format!("{}: block-quantized input", u.name()));
+                }
+                one(u.out_dtype(x.dtype), x.shape.clone())
+            }
+            MirOp::Binary(b) => {
+                let y = ins[1];
+                if !matches!(b, BinaryOp::Pow) {
+                    same_dtype(b.name(), x, y)?;
+                }
+                if b.is_logical() && x.dtype != DType::Bool {
+                    return Err(format!("{}: needs bool operands, got {}", b.name(), x.dtype));
+                }
+                let s = broadcast(&x.shape, &y.shape)?;
+                let dt = if b.is_compare() || b.is_logical() { DType::Bool } else { x.dtype };
+                one(dt, s)
+            }
+            MirOp::Where => {
+                if x.dtype != DType::Bool {
+                    return Err(format!("where: condition must be bool, got {}", x.dtype));
+                }
+                same_dtype("where", ins[1], ins[2])?;
+                let s = broadcast(&broadcast(&x.shape, &ins[1].shape)?, &ins[2].shape)?;
+                one(ins[1].dtype, s)
+            }
+            MirOp::Cast { to } => {
+                if to.is_quantized_block() || x.dtype.is_quantized_block() {
+                    return Err("cast: block-quantized types are converted by dequantize ops, not cast".into());
+                }
+                one(*to, x.shape.clone())
+            }
+            MirOp::MatMul => {
+                let y = ins[1];
+                same_dtype("matmul", x, y)?;
+                if x.shape.rank() == 0 || y.shape.rank() == 0 {
+                    return Err("matmul: operands must have rank >= 1".into());
+                }
+                let mut a = x.shape.0.clone();
+                let mut b = y.shape.0.clone();
+                let (a1, b1) = (a.len() == 1, b.len() == 1);
+                if a1 {
+                    a.insert(0, Dim::Fixed(1));
+                }
+                if b1 {
+                    b.push(Dim::Fixed(1));
+                }
+                let (m, k) = (a[a.len() - 2].clone(), a[a.len() - 1].clone());
+                let (k2, n) = (b[b.len() - 2].clone(), b[b.len() - 1].clone());
+                if k != k2 {
+                    return Err(format!("matmul: inner dims differ ({} has {k}, {} has {k2})", x.shape, y.shape));
+                }
+                let batch = broadcast(&Shape(a[..a.len() - 2].to_vec()), &Shape(b[..b.len() - 2].to_vec()))?;
+                let mut out = batch.0;
+                if !a1 {
+                    out.push(m);
+                }
+                if !b1 {
+                    out.push(n);
+                }
+                one(x.dtype, Shape(out))
+            }
+            MirOp::Reduce { op, axes, keepdims } => {
+                let r = x.shape.rank();
+                let mut prev = None;
+                for &a in axes {
+                    check_axis(a, r)?;
+                    if prev.is_some_and(|p| p >= a) {
+                        return Err(format!("reduce: axes {axes:?} must be sorted and unique"));
+                    }
+                    prev = Some(a);
+                }
+                if matches!(op, ReduceOp::Sum | ReduceOp::Prod | ReduceOp::Mean) && x.dtype == DType::Bool {
+                    return Err(format!("reduce_{}: bool input", op.name()));
+                }
+                let mut out = Vec::new();
+                for (i, d) in x.shape.0.iter().enumerate() {
+                    if axes.contains(&i) {
+                        if *keepdims {
+                            out.push(Dim::Fixed(1));
+                        }
+                    } else {
+                        out.push(d.clone());
+                    }
+                }
+                one(x.dtype, Shape(out))
+            }
+            MirOp::ArgReduce { axis, keepdims, .. } => {
+                check_axis(*axis, x.shape.rank())?;
+                let mut out = x.shape.0.clone();
+                if *keepdims {
+                    out[*axis] = Dim::Fixed(1);
+                } else {
+                    out.remove(*axis);
+                }
+                one(DType::I64, Shape(out))
+            }
+            MirOp::Reshape { shape } => {
+                let target = Shape(shape.clone());
+                if let (Some(a), Some(b)) = (x.shape.numel(), target.numel()) {
+                    if a != b {
+                        return Err(format!("reshape: {} has {a} elements, target {target} has {b}", x.shape));
+                    }
+                } else {
+                    // Symbolic: the product of fixed dims must agree once shared symbols cancel.
+                    let mut sa = x.shape.symbols();
+                    let mut sb = target.symbols();
+                    sa.sort();
+                    sb.sort();
+                    let fa: u64 = x.shape.0.iter().filter_map(Dim::fixed).product();
+                    let fb: u64 = target.0.iter().filter_map(Dim::fixed).product();
+                    if sa != sb || fa != fb {
+                        return Err(format!("reshape: cannot prove {} and {target} have the same element count", x.shape));
+                    }
+                }
+                one(x.dtype, target)
+            }
+            MirOp::Transpose { perm } => {
+                let r = x.shape.rank();
+                let mut seen = vec![false; r];
+                if perm.len() != r || perm.iter().any(|&p| p >= r || std::mem::replace(&mut seen[p], true)) {
+                    return Err(format!("transpose: perm {perm:?} is not a permutation of rank {r}"));
+                }
+                one(x.dtype, Shape(perm.iter().map(|&p| x.shape.0[p].clone()).collect()))
+            }
+            MirOp::Expand { shape } => {
+                let target = Shape(shape.clone());
+                let b = broadcast(&x.shape, &target)?;
+                if b != target {
+                    return Err(format!("expand: {} does not broadcast to exactly {target}", x.shape));
+                }
+                one(x.dtype, target)
+            }
+            MirOp::Slice { axes, starts, ends, steps } => {
+                let n = axes.len();
+                if starts.len() != n || ends.len() != n || steps.len() != n {
+                    return Err("slice: axes/starts/ends/steps lengths differ".into());
+                }
+                let mut out = x.shape.0.clone();
+                for i in 0..n {
+                    check_axis(axes[i], x.shape.rank())?;
+                    if steps[i] == 0 {
+                        return Err("slice: step 0".into());
+                    }
+                    let d = &x.shape.0[axes[i]];
+                    match d {
+                        Dim::Fixed(dv) => {
+                            let (_, cnt) = slice_range(*dv as i64, starts[i], ends[i], steps[i]);
+                            out[axes[i]] = Dim::Fixed(cnt as u64);
+                        }
+                        Dim::Sym(_) => {
+                            if !(starts[i] == 0 && steps[i] == 1 && ends[i] >= i64::MAX / 2) {
+                                fixed(d, "slice of a symbolic dim")?;
+                            }
+                        }
+                    }
+                }
+                one(x.dtype, Shape(out))
+            }
+            MirOp::Concat { axis } => {
+                let r = x.shape.rank();
+                check_axis(*axis, r)?;
+                let mut total = 0u64;
+                let mut sym = None;
+                for t in ins {
+                    same_dtype("concat", x, t)?;
+                    if t.shape.rank() != r {
+                        return Err(format!("concat: rank mismatch ({} vs {})", x.shape, t.shape));
+                    }
+                    for i in 0..r {
+                        if i != *axis && t.shape.0[i] != x.shape.0[i] {
+                            return Err(format!("concat: shapes {} and {} differ off axis {axis}", x.shape, t.shape));
+                        }
+                    }
+                    match &t.shape.0[*axis] {
+                        Dim::Fixed(n) => total += n,
+                        d => sym = Some(d.clone()),
+                    }
+                }
+                let mut out = x.shape.0.clone();
+                out[*axis] = match sym {
+                    Some(d) if ins.len() == 1 => d,
+                    Some(d) => return Err(format!("concat along symbolic dim '{d}' (fix it with --dim {d}=N)")),
+                    None => Dim::Fixed(total),
+                };
+                one(x.dtype, Shape(out))
+            }
+            MirOp::Gather { axis } => {
+                let idx = ins[1];
+                check_axis(*axis, x.shape.rank())?;
+                if !idx.dtype.is_int() {
+                    return Err(format!("gather: indices must be integers, got {}", idx.dtype));
+                }
+                let mut out = x.shape.0[..*axis].to_vec();
+                out.extend(idx.shape.0.iter().cloned());
+                out.extend(x.shape.0[axis + 1..].iter().cloned());
+                one(x.dtype, Shape(out))
+            }
+            MirOp::GatherElements { axis } => {
+                let idx = ins[1];
+                check_axis(*axis, x.shape.rank())?;
+                if idx.shape.rank() != x.shape.rank() || !idx.dtype.is_int() {
+                    return Err("gather_elements: indices must be integers of the data's rank".into());
+                }
+                one(x.dtype, idx.shape.clone())
+            }
+            MirOp::GatherNd { batch_dims } => {
+                let idx = ins[1];
+                let (r, q) = (x.shape.rank(), idx.shape.rank());
+                if q == 0 || !idx.dtype.is_int() {
+                    return Err("gather_nd: indices must be integers of rank >= 1".into());
+                }
+                let last = fixed(&idx.shape.0[q - 1], "gather_nd index depth")? as usize;
+                if *batch_dims >= q || batch_dims + last > r {
+                    return Err(format!("gather_nd: index depth {last} with batch_dims {batch_dims} exceeds data rank {r}"));
+                }
+                let mut out = idx.shape.0[..q - 1].to_vec();
+                out.extend(x.shape.0[batch_dims + last..].iter().cloned());
+                one(x.dtype, Shape(out))
+            }
+            MirOp::ScatterElements { axis, .. } => {
+                check_axis(*axis, x.shape.rank())?;
+                same_dtype("scatter_elements", x, ins[2])?;
+                if ins[1].shape != ins[2].shape || !ins[1].dtype.is_int() {
+                    return Err("scatter_elements: indices (integers) and updates must have the same shape".into());
+                }
+                one(x.dtype, x.shape.clone())
+            }
+            MirOp::ScatterNd { .. } => {
+                same_dtype("scatter_nd", x, ins[2])?;
+                if !ins[1].dtype.is_int() {
+                    return Err("scatter_nd: indices must be integers".into());
+                }
+                one(x.dtype, x.shape.clone())
+            }
+            MirOp::Pad { pads, .. } => {
+                let r = x.shape.rank();
+                if pads.len() != 2 * r {
+                    return Err(format!("pad: {} pads for rank {r}", pads.len()));
+                }
+                let mut out = Vec::with_capacity(r);
+                for i in 0..r {
+                    if pads[i] == 0 && pads[i + r] == 0 {
+                        out.push(x.shape.0[i].clone());
+                        continue;
+                    }
+                    let d = fixed(&x.shape.0[i], "pad")? as i64 + pads[i] + pads[i + r];
+                    if d < 0 {
+                        return Err(format!("pad: negative size on axis {i}"));
+                    }
+                    out.push(Dim::Fixed(d as u64));
+                }
+                one(x.dtype, Shape(out))
+            }
+            MirOp::Conv { strides, pads, dilations, groups } | MirOp::ConvTranspose { strides, pads, dilations, groups, .. } => {
+                let w = ins[1];
+                same_dtype(self.kind(), x, w)?;
+                let r = x.shape.rank();
+                if r < 3 || w.shape.rank() != r {
+                    return Err(format!("{}: input {} and weight {} must both be [N,C,spatial...]", self.kind(), x.shape, w.shape));
+                }
+                let sp = r - 2;
+                if strides.len() != sp || dilations.len() != sp || pads.len() != 2 * sp || *groups == 0 {
+                    return Err(format!("{}: strides/dilations need {sp} entries, pads {}", self.kind(), 2 * sp));
+                }
+                let c = fixed(&x.shape.0[1], "conv channels")?;
+                let wd: Vec<u64> = w.shape.0.iter().map(|d| fixed(d, "conv weight")).collect::<Result<_, _>>()?;
+                let g = *groups as u64;
+                let transpose = matches!(self, MirOp::ConvTranspose { .. });
+                let m = if transpose {
+                    if wd[0] != c || c % g != 0 {
+                        return Err(format!("conv_transpose: weight {} does not match {c} input channels", w.shape));
+                    }
+                    wd[1] * g
+                } else {
+                    if wd[1] * g != c || wd[0] % g != 0 {
+                        return Err(format!("conv: weight {} with {g} groups does not match {c} input channels", w.shape));
+                    }
+                    wd[0]
+                };
+                if ins.len() == 3 && (ins[2].shape.as_fixed() != Some(vec![m as usize]) || ins[2].dtype != x.dtype) {
+                    return Err(format!("{}: bias must be {}[{m}], got {}", self.kind(), x.dtype, ins[2]));
+                }
+                let mut out = vec![x.shape.0[0].clone(), Dim::Fixed(m)];
+                for i in 0..sp {
+                    let inp = fixed(&x.shape.0[i + 2], "conv spatial")?;
+                    let k = wd[i + 2] as usize;
+                    if transpose {
+                        let op = match self {
+                            MirOp::ConvTranspose { output_padding, .. } => output_padding.get(i).copied().unwrap_or(0) as i64,
+                            _ => 0,
+                        };
+                        let o = (strides[i] as i64) * (inp as i64 - 1) + op + ((k as i64 - 1) * dilations[i] as i64 + 1)
+                            - pads[i] as i64
+                            - pads[i + sp] as i64;
+                        if o <= 0 {
+                            return Err("conv_transpose: empty output".into());
+                        }
+                        out.push(Dim::Fixed(o as u64));
+                    } else {
+                        out.push(Dim::Fixed(window_out(inp, k, strides[i], pads[i] + pads[i + sp], dilations[i], false)?));
+                    }
+                }
+                one(x.dtype, Shape(out))
+            }
+            MirOp::Pool { kernel, strides, pads, dilations, ceil_mode, .. } => {
+                let r = x.shape.rank();
+                let sp = kernel.len();
+                if r != sp + 2 || strides.len() != sp || dilations.len() != sp || pads.len() != 2 * sp {
+                    return Err(format!("pool: kernel rank {sp} does not fit input {}", x.shape));
+                }
+                let mut out = x.shape.0[..2].to_vec();
+                for i in 0..sp {
+                    let inp = fixed(&x.shape.0[i + 2], "pool spatial")?;
+                    out.push(Dim::Fixed(pool_out(inp, kernel[i], strides[i], pads[i], pads[i + sp], dilations[i], *ceil_mode)?));
+                }
+                one(x.dtype, Shape(out))
+            }
+            MirOp::CumSum { axis, .. } => {
+                check_axis(*axis, x.shape.rank())?;
+                one(x.dtype, x.shape.clone())
+            }
+            MirOp::TopK { axis, k, .. } => {
+                check_axis(*axis, x.shape.rank())?;
+                let d = fixed(&x.shape.0[*axis], "topk axis")?;
+                if *k as u64 > d {
+                    return Err(format!("topk: k={k} exceeds axis size {d}"));
+                }
+                let mut s = x.shape.0.clone();
+                s[*axis] = Dim::Fixed(*k as u64);
+                Ok(vec![TensorType::new(x.dtype, Shape(s.clone())), TensorType::new(DType::I64, Shape(s))])
+            }
+        }
+    }
+
+    fn attrs(&self) -> Vec<(&'static str, Attr)> {
+        match self {
+            MirOp::Unary(_) | MirOp::Binary(_) | MirOp::Where | MirOp::MatMul => vec![],
+            MirOp::Cast { to } => vec![("to", Attr::DType(*to))],
+            MirOp::Reduce { axes, keepdims, .. } => vec![("axes", usizes_attr(axes)), ("keepdims", Attr::Bool(*keepdims))],
+            MirOp::ArgReduce { axis, keepdims, select_last, .. } => vec![
+                ("axis", Attr::Int(*axis as i64)),
+                ("keepdims", Attr::Bool(*keepdims)),
+                ("select_last", Attr::Bool(*select_last)),
+            ],
+            MirOp::Reshape { shape } => vec![("shape", dims_attr(shape))],
+            MirOp::Transpose { perm } => vec![("perm", usizes_attr(perm))],
+            MirOp::Expand { shape } => vec![("shape", dims_attr(shape))],
+            MirOp::Slice { axes, starts, ends, steps } => vec![
+                ("axes", usizes_attr(axes)),
+                ("starts", Attr::Ints(starts.clone())),
+                ("ends", Attr::Ints(ends.clone())),
+                ("steps", Attr::Ints(steps.clone())),
+            ],
+            MirOp::Concat { axis } | MirOp::Gather { axis } | MirOp::GatherElements { axis } => vec![("axis", Attr::Int(*axis as i64))],
+            MirOp::GatherNd { batch_dims } => vec![("batch_dims", Attr::Int(*batch_dims as i64))],
+            MirOp::ScatterElements { axis, reduction } => {
+                vec![("axis", Attr::Int(*axis as i64)), ("reduction", Attr::Str(reduction.name().into()))]
+            }
+            MirOp::ScatterNd { reduction } => vec![("reduction", Attr::Str(reduction.name().into()))],
+            MirOp::Pad { pads, mode, value } => {
+                vec![("pads", Attr::Ints(pads.clone())), ("mode", Attr::Str(mode.name().into())), ("value", Attr::Float(*value))]
+            }
+            MirOp::Conv { strides, pads, dilations, groups } => vec![
+                ("strides", usizes_attr(strides)),
+                ("pads", usizes_attr(pads)),
+                ("dilations", usizes_attr(dilations)),
+                ("groups", Attr::Int(*groups as i64)),
+            ],
+            MirOp::ConvTranspose { strides, pads, dilations, groups, output_padding } => vec![
+                ("strides", usizes_attr(strides)),
+                ("pads", usizes_attr(pads)),
+                ("dilations", usizes_attr(dilations)),
+                ("groups", Attr::Int(*groups as i64)),
+                ("output_padding", usizes_attr(output_padding)),
+            ],
+            MirOp::Pool { kernel, strides, pads, dilations, ceil_mode, count_include_pad, .. } => vec![
+                ("kernel", usizes_attr(kernel)),
+                ("strides", usizes_attr(strides)),
+                ("pads", usizes_attr(pads)),
+                ("dilations", usizes_attr(dilations)),
+                ("ceil_mode", Attr::Bool(*ceil_mode)),
+                ("count_include_pad", Attr::Bool(*count_include_pad)),
+            ],
+            MirOp::CumSum { axis, exclusive, reverse } => vec![
+                ("axis", Attr::Int(*axis as i64)),
+                ("exclusive", Attr::Bool(*exclusive)),
+                ("reverse", Attr::Bool(*reverse)),
+            ],
+            MirOp::TopK { axis, k, largest } => {
+                vec![("axis", Attr::Int(*axis as i64)), ("k", Attr::Int(*k as i64)), ("largest", Attr::Bool(*largest))]
+            }
+        }
+    }
+
+    fn from_parts(kind: &str, attrs: &[(String, Attr)]) -> Result<Self, String> {
+        let a = Attrs(attrs);
+        if let Some(u) = UnaryOp::parse(kind) {
+            return Ok(MirOp::Unary(u));
+        }
+        if let Some(b) = BinaryOp::parse(kind) {
+            return Ok(MirOp::Binary(b));
+        }
+        let red = |s: String| ScatterRed::parse(&s).ok_or_else(|| format!("unknown reduction '{s}'"));
+        Ok(match kind {
+            "where" => MirOp::Where,
+            "matmul" => MirOp::MatMul,
+            "cast" => MirOp::Cast { to: a.dtype("to")? },
+            k if k.starts_with("reduce_") => MirOp::Reduce {
+                op: ReduceOp::parse(&k[7..]).ok_or_else(|| format!("unknown reduction '{k}'"))?,
+                axes: a.usizes("axes")?,
+                keepdims: a.bool("keepdims")?,
+            },
+            "argmax" | "argmin" => MirOp::ArgReduce {
+                op: ArgOp::parse(kind).unwrap(),
+                axis: a.usize("axis")?,
+                keepdims: a.bool("keepdims")?,
+                select_last: a.bool("select_last")?,
+            },
+            "reshape" => MirOp::Reshape { shape: a.dims("shape")? },
+            "transpose" => MirOp::Transpose { perm: a.usizes("perm")? },
+            "expand" => MirOp::Expand { shape: a.dims("shape")? },
+            "slice" => MirOp::Slice { axes: a.usizes("axes")?, starts: a.ints("starts")?, ends: a.ints("ends")?, steps: a.ints("steps")? },
+            "concat" => MirOp::Concat { axis: a.usize("axis")? },
+            "gather" => MirOp::Gather { axis: a.usize("axis")? },
+            "gather_elements" => MirOp::GatherElements { axis: a.usize("axis")? },
+            "gather_nd" => MirOp::GatherNd { batch_dims: a.usize("batch_dims")? },
+            "scatter_elements" => MirOp::ScatterElements { axis: a.usize("axis")?, reduction: red(a.str("reduction")?)? },
+            "scatter_nd" => MirOp::ScatterNd { reduction: red(a.str("reduction")?)? },
+            "pad" => MirOp::Pad {
+                pads: a.ints("pads")?,
+                mode: PadMode::parse(&a.str("mode")?).ok_or("unknown pad mode")?,
+                value: a.float("value")?,
+            },
+            "conv" => MirOp::Conv { strides: a.usizes("strides")?, pads: a.usizes("pads")?, dilations: a.usizes("dilations")?, groups: a.usize("groups")? },
+            "conv_transpose" => MirOp::ConvTranspose {
+                strides: a.usizes("strides")?,
+                pads: a.usizes("pads")?,
+                dilations: a.usizes("dilations")?,
+                groups: a.usize("groups")?,
+                output_padding: a.usizes("output_padding")?,
+            },
+            "max_pool" | "avg_pool" => MirOp::Pool {
+                kind: if kind == "max_pool" { PoolKind::Max } else { PoolKind::Avg },
+                kernel: a.usizes("kernel")?,
+                strides: a.usizes("strides")?,
+                pads: a.usizes("pads")?,
+                dilations: a.usizes("dilations")?,
+                ceil_mode: a.bool("ceil_mode")?,
+                count_include_pad: a.bool("count_include_pad")?,
+            },
+            "cumsum" => MirOp::CumSum { axis: a.usize("axis")?, exclusive: a.bool("exclusive")?, reverse: a.bool("reverse")? },
+            "topk" => MirOp::TopK { axis: a.usize("axis")?, k: a.usize("k")?, largest: a.bool("largest")? },
+            _ => return Err(format!("unknown MIR op '{kind}'")),
+        })
+    }
+}
+
+/// Pool output size along one axis (ONNX MaxPool/AveragePool, including ceil mode's rule that the last
+/// window must start inside the input or the left padding).
+pub fn pool_out(input: u64, k: usize, stride: usize, pad_begin: usize, pad_end: usize, dil: usize, ceil: bool) -> Result<u64, String> {
+    let eff = (dil as u64) * (k as u64 - 1) + 1;
+    let padded = input + pad_begin as u64 + pad_end as u64;
+    if padded < eff || stride == 0 {
+        return Err(format!("pool window {eff} larger than padded input {padded}"));
+    }
+    let span = padded - eff;
+    let s = stride as u64;
+    let mut out = if ceil { span.div_ceil(s) + 1 } else { span / s + 1 };
+    if ceil && (out - 1) * s >= input + pad_begin as u64 {
+        out -= 1;
+    }
+    Ok(out)
+}
+
+/// All MIR op kinds, for claim sets and coverage tables.
+pub fn all_mir_kinds() -> Vec<&'static str> {
+    let mut v: Vec<&'static str> = UnaryOp::ALL.iter().map(|u| u.name()).collect();
+    v.extend(BinaryOp::ALL.iter().map(|b| b.name()));
+    v.extend([
+        "where", "cast", "matmul", "reduce_sum", "reduce_prod", "reduce_max", "reduce_min", "reduce_mean", "argmax", "argmin",
+        "reshape", "transpose", "expand", "slice", "concat", "gather", "gather_elements", "gather_nd", "scatter_elements",
+        "scatter_nd", "pad", "conv", "conv_transpose", "max_pool", "avg_pool", "cumsum", "topk",
+    ]);
+    v
+}
