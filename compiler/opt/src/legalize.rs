@@ -1,0 +1,96 @@
+//! Legalization: the dispatch contract. Every MIR node resolves against a target's claim set to
+//!
+//! - **native**: the target claims the op kind for the node's dtype;
+//! - **common-IR**: a registered lowering ([`COMMON_IR`]) expresses it with primitives the target claims;
+//! - **rewritten**: a structural rewrite gives the same semantics (fused regions unfuse; none are
+//!   registered yet beyond the common-IR table);
+//! - **unsupported**: none of the above. The compile fails and the report lists every such node.
+//!
+//! The dtype a claim is checked against is the node's first input's dtype (for `cast`, the claim must
+//! cover the source dtype; the destination is in the note).
+
+use rlx_ir::{DType, Mir, OpSet, TargetCaps};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Resolution {
+    Native,
+    CommonIr,
+    Rewritten,
+    Unsupported,
+}
+
+impl Resolution {
+    pub fn name(self) -> &'static str {
+        match self {
+            Resolution::Native => "native",
+            Resolution::CommonIr => "common-IR",
+            Resolution::Rewritten => "rewritten",
+            Resolution::Unsupported => "unsupported",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct DispatchEntry {
+    /// The source node name.
+    pub node: String,
+    /// MIR op kind.
+    pub op: String,
+    pub dtype: DType,
+    pub input_shapes: Vec<String>,
+    pub resolution: Resolution,
+    /// How it resolved, or what would make it legal.
+    pub note: String,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct DispatchReport {
+    pub target: String,
+    pub entries: Vec<DispatchEntry>,
+}
+
+impl DispatchReport {
+    pub fn unsupported(&self) -> impl Iterator<Item = &DispatchEntry> {
+        self.entries.iter().filter(|e| e.resolution == Resolution::Unsupported)
+    }
+    pub fn count(&self, r: Resolution) -> usize {
+        self.entries.iter().filter(|e| e.resolution == r).count()
+    }
+    pub fn is_legal(&self) -> bool {
+        self.unsupported().next().is_none()
+    }
+}
+
+/// Registered common-IR lowerings: op kind → the primitive kinds (same dtype) it expands to.
+pub const COMMON_IR: &[(&str, &[&str])] = &[
+    ("reduce_mean", &["reduce_sum", "div"]),
+    ("sigmoid", &["neg", "exp", "add", "recip"]),
+    ("relu", &["max"]),
+    ("recip", &["div"]),
+    ("sub", &["neg", "add"]),
+    ("tanh", &["exp", "sub", "add", "div"]),
+];
+
+/// Resolves every node of `g` against `caps`. Never fails: an illegal graph gives a report with
+/// unsupported entries.
+pub fn report(g: &Mir, caps: &TargetCaps) -> DispatchReport {
+    let mut entries = Vec::with_capacity(g.nodes.len());
+    for n in &g.nodes {
+        let kind = n.op.kind();
+        let dtype = n.inputs.first().map(|&i| g.ty(i).dtype).unwrap_or(DType::F32);
+        let input_shapes = n.inputs.iter().map(|&i| g.ty(i).to_string()).collect();
+        let (resolution, note) = if caps.claims(kind, dtype) {
+            (Resolution::Native, String::new())
+        } else if let Some((_, prims)) = COMMON_IR.iter().find(|(k, prims)| *k == kind && prims.iter().all(|p| caps.claims(p, dtype))) {
+            (Resolution::CommonIr, format!("via {}", prims.join(" + ")))
+        } else {
+            let what = match COMMON_IR.iter().find(|(k, _)| *k == kind) {
+                Some((_, prims)) => format!("claim {kind}/{dtype}, or {} for {dtype}", prims.join(" + ")),
+                None => format!("claim {kind}/{dtype}"),
+            };
+            (Resolution::Unsupported, format!("target '{}' does not implement {kind} for {dtype}; legal if the target would {what}", caps.name))
+        };
+        entries.push(DispatchEntry { node: n.name.clone(), op: kind.to_string(), dtype, input_shapes, resolution, note });
+    }
+    DispatchReport { target: caps.name.clone(), entries }
+}
