@@ -7,6 +7,8 @@ pub mod caps;
 pub mod dtype;
 pub mod graph;
 pub mod hir;
+pub mod lir;
+pub mod loops;
 pub mod mir;
 pub mod shape;
 pub mod tensor;

@@ -10,3 +10,7 @@ pub mod lower;
 
 pub use legalize::{report, DispatchEntry, DispatchReport, Resolution};
 pub use lower::lower;
+pub mod fold;
+pub use fold::{dce, fold, Evaluator};
+pub mod plan;
+pub use plan::{plan, PlanOptions};

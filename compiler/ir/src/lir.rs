@@ -1,0 +1,97 @@
+//! LIR: MIR after memory planning. Every materialized tensor is a [`Buffer`] at a byte offset from one
+//! of four bases (the arena, the weights blob, an input, an output); views (reshape, leading-axis
+//! slice) alias their root at an offset; constants live in one weights blob; the program is an ordered
+//! list of kernel [`Launch`]es, each a loop-form kernel plus the buffers bound to its parameters.
+//! Targets consume LIR only.
+
+use crate::loops::Kernel;
+use crate::{DType, NodeId, TensorType};
+use std::fmt::{self, Write};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Base {
+    /// The caller-provided scratch arena (`NAME_ARENA_BYTES`).
+    Arena,
+    /// The weights blob (embedded in the artifact or loaded by the caller).
+    Weights,
+    /// The i-th graph input, as passed by the caller.
+    Input(u32),
+    /// The i-th graph output, as passed by the caller.
+    Output(u32),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Buffer {
+    pub base: Base,
+    /// Byte offset from the base.
+    pub offset: usize,
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+    /// Why it exists (the MIR value's name or node), for reports.
+    pub label: String,
+}
+
+impl Buffer {
+    pub fn elems(&self) -> usize {
+        self.shape.iter().product()
+    }
+    pub fn bytes(&self) -> usize {
+        self.dtype.bytes_for(self.elems()).unwrap_or(0)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Launch {
+    /// The MIR nodes this kernel computes (a fused region), in order.
+    pub nodes: Vec<NodeId>,
+    pub kernel: Kernel,
+    /// One buffer index per kernel parameter.
+    pub bindings: Vec<u32>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Port {
+    pub name: String,
+    pub ty: TensorType,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Lir {
+    pub inputs: Vec<Port>,
+    pub outputs: Vec<Port>,
+    pub buffers: Vec<Buffer>,
+    pub launches: Vec<Launch>,
+    /// Peak arena bytes: the scratch memory the caller reserves.
+    pub arena_bytes: usize,
+    /// All constants, each at an aligned offset.
+    pub weights: Vec<u8>,
+    /// Alignment of every arena and weights offset, in bytes.
+    pub align: usize,
+}
+
+impl fmt::Display for Lir {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut out = String::new();
+        let _ = writeln!(out, "lir {{ arena_bytes={}, weights_bytes={}, align={} }}", self.arena_bytes, self.weights.len(), self.align);
+        for (i, p) in self.inputs.iter().enumerate() {
+            let _ = writeln!(out, "input {i} {:?}: {}", p.name, p.ty);
+        }
+        for (i, p) in self.outputs.iter().enumerate() {
+            let _ = writeln!(out, "output {i} {:?}: {}", p.name, p.ty);
+        }
+        for (i, b) in self.buffers.iter().enumerate() {
+            let base = match b.base {
+                Base::Arena => "arena".to_string(),
+                Base::Weights => "weights".to_string(),
+                Base::Input(k) => format!("input{k}"),
+                Base::Output(k) => format!("output{k}"),
+            };
+            let _ = writeln!(out, "buf {i} = {base}+{} : {}{:?} {:?}", b.offset, b.dtype, b.shape, b.label);
+        }
+        for l in &self.launches {
+            let binds: Vec<String> = l.bindings.iter().map(|b| format!("buf{b}")).collect();
+            let _ = writeln!(out, "launch {:?} ({})", l.kernel.name, binds.join(", "));
+        }
+        f.write_str(&out)
+    }
+}

@@ -1,0 +1,303 @@
+//! The kernel loop form: what every LIR kernel is lowered to once, and what every target writer
+//! translates (LLVM IR, CLIF, naga IR, C, a Verilog datapath). Loops with static extents, index
+//! arithmetic, loads and stores into kernel buffers, scalar arithmetic with MIR's elementwise
+//! semantics, mutable scalars for reductions. Tiling, vectorization and parallel splitting are
+//! transformations of this form (they set [`LoopKind`] or restructure loops); a writer never needs to
+//! know which MIR op a kernel came from.
+
+use crate::mir::{BinaryOp, UnaryOp};
+use crate::DType;
+use std::fmt::{self, Write};
+
+/// A scalar variable: a loop index (type `i64`) or a declared mutable scalar.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Var(pub u32);
+
+/// Integer (index) arithmetic on i64.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum IOp {
+    Add,
+    Sub,
+    Mul,
+    /// Truncating division (operands are non-negative where the lowering emits it).
+    Div,
+    /// Remainder (non-negative operands).
+    Rem,
+    Min,
+    Max,
+    /// Comparisons give 0/1.
+    Lt,
+    Le,
+    Eq,
+    And,
+}
+
+impl IOp {
+    pub fn name(self) -> &'static str {
+        match self {
+            IOp::Add => "+",
+            IOp::Sub => "-",
+            IOp::Mul => "*",
+            IOp::Div => "/",
+            IOp::Rem => "%",
+            IOp::Min => "min",
+            IOp::Max => "max",
+            IOp::Lt => "<",
+            IOp::Le => "<=",
+            IOp::Eq => "==",
+            IOp::And => "&&",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Expr {
+    /// An i64 index constant.
+    Int(i64),
+    /// A typed scalar constant (any plain dtype; ints and bool carry their value as f64 exactly).
+    Lit(f64, DType),
+    /// A loop index (i64) or declared scalar (its declared dtype).
+    Var(Var),
+    /// `buf[index]` (element index, not bytes), typed by the buffer's dtype.
+    Load { buf: u32, index: Box<Expr> },
+    /// Index arithmetic (i64 → i64).
+    I(IOp, Box<Expr>, Box<Expr>),
+    /// MIR elementwise unary op on a scalar of `dtype`.
+    Un(UnaryOp, DType, Box<Expr>),
+    /// MIR elementwise binary op on scalars of `dtype` (result bool for comparisons/logic).
+    Bin(BinaryOp, DType, Box<Expr>, Box<Expr>),
+    /// `cond ? a : b` where cond is an index expression (non-zero = true) or a bool scalar.
+    Select(Box<Expr>, Box<Expr>, Box<Expr>),
+    /// Scalar conversion with MIR `cast` semantics.
+    Cast { from: DType, to: DType, x: Box<Expr> },
+    /// An index expression converted from a scalar of `from` (for data-dependent indices: gather).
+    ToIndex { from: DType, x: Box<Expr> },
+}
+
+impl Expr {
+    pub fn int(i: i64) -> Expr {
+        Expr::Int(i)
+    }
+    pub fn var(v: Var) -> Expr {
+        Expr::Var(v)
+    }
+    pub fn i(op: IOp, a: Expr, b: Expr) -> Expr {
+        // Light simplification keeps printed kernels readable and index math cheap.
+        match (op, &a, &b) {
+            (IOp::Add, Expr::Int(0), _) => b,
+            (IOp::Add | IOp::Sub, _, Expr::Int(0)) => a,
+            (IOp::Mul, Expr::Int(1), _) => b,
+            (IOp::Mul, _, Expr::Int(1)) | (IOp::Div, _, Expr::Int(1)) => a,
+            (IOp::Mul, Expr::Int(0), _) | (IOp::Mul, _, Expr::Int(0)) => Expr::Int(0),
+            (_, Expr::Int(x), Expr::Int(y)) => match op {
+                IOp::Add => Expr::Int(x + y),
+                IOp::Sub => Expr::Int(x - y),
+                IOp::Mul => Expr::Int(x * y),
+                IOp::Div if *y != 0 => Expr::Int(x / y),
+                IOp::Rem if *y != 0 => Expr::Int(x % y),
+                IOp::Min => Expr::Int(*x.min(y)),
+                IOp::Max => Expr::Int(*x.max(y)),
+                _ => Expr::I(op, Box::new(a), Box::new(b)),
+            },
+            _ => Expr::I(op, Box::new(a), Box::new(b)),
+        }
+    }
+    pub fn add(a: Expr, b: Expr) -> Expr {
+        Expr::i(IOp::Add, a, b)
+    }
+    pub fn mul(a: Expr, b: Expr) -> Expr {
+        Expr::i(IOp::Mul, a, b)
+    }
+    pub fn load(buf: u32, index: Expr) -> Expr {
+        Expr::Load { buf, index: Box::new(index) }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LoopKind {
+    Serial,
+    /// Iterations are independent and may run on different threads.
+    Parallel,
+    /// Iterations are independent and may be vectorized with this many lanes.
+    Vector(u32),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Stmt {
+    /// `for var in 0..extent { body }`
+    For { var: Var, extent: i64, kind: LoopKind, body: Vec<Stmt> },
+    /// Declares a mutable scalar with an initial value.
+    Decl { var: Var, dtype: DType, init: Expr },
+    /// Assigns a declared scalar.
+    Assign { var: Var, value: Expr },
+    /// `buf[index] = value`.
+    Store { buf: u32, index: Expr, value: Expr },
+    /// Executes `body` only when the index expression `cond` is non-zero.
+    If { cond: Expr, body: Vec<Stmt> },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    Read,
+    Write,
+    ReadWrite,
+}
+
+/// One buffer a kernel touches: dtype and element count; the LIR binding says where it lives.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Param {
+    pub dtype: DType,
+    pub elems: usize,
+    pub access: Access,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Kernel {
+    pub name: String,
+    pub params: Vec<Param>,
+    pub body: Vec<Stmt>,
+    /// Number of `Var`s used (loop indices and scalars), for writers that preallocate slots.
+    pub vars: u32,
+}
+
+impl Kernel {
+    /// Dtype of a declared scalar `v`, if `v` is one (loop indices are i64 and not listed).
+    pub fn decl_dtype(&self, v: Var) -> Option<DType> {
+        fn walk(s: &[Stmt], v: Var) -> Option<DType> {
+            for st in s {
+                match st {
+                    Stmt::Decl { var, dtype, .. } if *var == v => return Some(*dtype),
+                    Stmt::For { body, .. } | Stmt::If { body, .. } => {
+                        if let Some(d) = walk(body, v) {
+                            return Some(d);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            None
+        }
+        walk(&self.body, v)
+    }
+}
+
+fn fmt_expr(e: &Expr, out: &mut String) {
+    match e {
+        Expr::Int(i) => {
+            let _ = write!(out, "{i}");
+        }
+        Expr::Lit(x, d) => {
+            let _ = write!(out, "{x:?}:{d}");
+        }
+        Expr::Var(v) => {
+            let _ = write!(out, "v{}", v.0);
+        }
+        Expr::Load { buf, index } => {
+            let _ = write!(out, "b{buf}[");
+            fmt_expr(index, out);
+            out.push(']');
+        }
+        Expr::I(op, a, b) => {
+            out.push('(');
+            fmt_expr(a, out);
+            let _ = write!(out, " {} ", op.name());
+            fmt_expr(b, out);
+            out.push(')');
+        }
+        Expr::Un(op, d, a) => {
+            let _ = write!(out, "{}.{d}(", op.name());
+            fmt_expr(a, out);
+            out.push(')');
+        }
+        Expr::Bin(op, d, a, b) => {
+            let _ = write!(out, "{}.{d}(", op.name());
+            fmt_expr(a, out);
+            out.push_str(", ");
+            fmt_expr(b, out);
+            out.push(')');
+        }
+        Expr::Select(c, a, b) => {
+            out.push_str("select(");
+            fmt_expr(c, out);
+            out.push_str(", ");
+            fmt_expr(a, out);
+            out.push_str(", ");
+            fmt_expr(b, out);
+            out.push(')');
+        }
+        Expr::Cast { from, to, x } => {
+            let _ = write!(out, "cast.{from}.{to}(");
+            fmt_expr(x, out);
+            out.push(')');
+        }
+        Expr::ToIndex { from, x } => {
+            let _ = write!(out, "index.{from}(");
+            fmt_expr(x, out);
+            out.push(')');
+        }
+    }
+}
+
+fn fmt_stmts(s: &[Stmt], depth: usize, out: &mut String) {
+    let pad = "  ".repeat(depth);
+    for st in s {
+        match st {
+            Stmt::For { var, extent, kind, body } => {
+                let k = match kind {
+                    LoopKind::Serial => String::new(),
+                    LoopKind::Parallel => " parallel".into(),
+                    LoopKind::Vector(n) => format!(" vector({n})"),
+                };
+                let _ = writeln!(out, "{pad}for v{} in 0..{extent}{k} {{", var.0);
+                fmt_stmts(body, depth + 1, out);
+                let _ = writeln!(out, "{pad}}}");
+            }
+            Stmt::Decl { var, dtype, init } => {
+                let _ = write!(out, "{pad}var v{}: {dtype} = ", var.0);
+                fmt_expr(init, out);
+                out.push('\n');
+            }
+            Stmt::Assign { var, value } => {
+                let _ = write!(out, "{pad}v{} = ", var.0);
+                fmt_expr(value, out);
+                out.push('\n');
+            }
+            Stmt::Store { buf, index, value } => {
+                let _ = write!(out, "{pad}b{buf}[");
+                fmt_expr(index, out);
+                out.push_str("] = ");
+                fmt_expr(value, out);
+                out.push('\n');
+            }
+            Stmt::If { cond, body } => {
+                let _ = write!(out, "{pad}if ");
+                fmt_expr(cond, out);
+                out.push_str(" {\n");
+                fmt_stmts(body, depth + 1, out);
+                let _ = writeln!(out, "{pad}}}");
+            }
+        }
+    }
+}
+
+impl fmt::Display for Kernel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut out = String::new();
+        let _ = write!(out, "kernel {:?}(", self.name);
+        for (i, p) in self.params.iter().enumerate() {
+            if i > 0 {
+                out.push_str(", ");
+            }
+            let acc = match p.access {
+                Access::Read => "in",
+                Access::Write => "out",
+                Access::ReadWrite => "inout",
+            };
+            let _ = write!(out, "b{i}: {}[{}] {acc}", p.dtype, p.elems);
+        }
+        out.push_str(") {\n");
+        fmt_stmts(&self.body, 1, &mut out);
+        out.push_str("}\n");
+        f.write_str(&out)
+    }
+}
