@@ -1,1 +1,7 @@
-//! (being written)
+//! rlx-models: builders that turn weight-only checkpoints (a `config.json` plus `model.safetensors`)
+//! into HIR graphs. Each builder names its nodes after the source framework's module paths
+//! (`encoder.layer.3.attention.self`), so every later diagnostic points back at the model.
+
+pub mod bert;
+
+pub use bert::{bert_from_dir, bert_hir, BertConfig};

@@ -1,0 +1,202 @@
+//! Hostile inputs: the ONNX importer must return an error (never panic, never allocate from a
+//! declared size it has not checked) and the error must say where the problem is.
+
+use prost::Message;
+use rlx_import::proto::tensor_proto::{DataLocation, DataType};
+use rlx_import::proto::tensor_shape_proto::{dimension, Dimension};
+use rlx_import::proto::*;
+use rlx_import::{load_onnx, load_onnx_bytes, tensor_from_proto, ImportOptions};
+
+fn vi(name: &str, dims: &[i64]) -> ValueInfoProto {
+    ValueInfoProto {
+        name: name.into(),
+        r#type: Some(TypeProto {
+            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+                elem_type: DataType::Float as i32,
+                shape: Some(TensorShapeProto {
+                    dim: dims.iter().map(|&d| Dimension { value: Some(dimension::Value::DimValue(d)), denotation: String::new() }).collect(),
+                }),
+            })),
+            denotation: String::new(),
+        }),
+        ..Default::default()
+    }
+}
+
+fn node(name: &str, op: &str, ins: &[&str], outs: &[&str]) -> NodeProto {
+    NodeProto {
+        name: name.into(),
+        op_type: op.into(),
+        input: ins.iter().map(|s| s.to_string()).collect(),
+        output: outs.iter().map(|s| s.to_string()).collect(),
+        ..Default::default()
+    }
+}
+
+fn model(nodes: Vec<NodeProto>, inputs: Vec<ValueInfoProto>, outputs: Vec<ValueInfoProto>, inits: Vec<TensorProto>) -> Vec<u8> {
+    ModelProto {
+        ir_version: 9,
+        opset_import: vec![OperatorSetIdProto { domain: String::new(), version: 17 }],
+        graph: Some(GraphProto { node: nodes, input: inputs, output: outputs, initializer: inits, name: "g".into(), ..Default::default() }),
+        ..Default::default()
+    }
+    .encode_to_vec()
+}
+
+fn err(bytes: &[u8]) -> String {
+    match load_onnx_bytes(bytes, None, &ImportOptions::default()) {
+        Ok(_) => panic!("expected an import error"),
+        Err(e) => e.to_string(),
+    }
+}
+
+fn relu_model() -> Vec<u8> {
+    model(vec![node("r", "Relu", &["x"], &["y"])], vec![vi("x", &[2, 3])], vec![vi("y", &[2, 3])], vec![])
+}
+
+#[test]
+fn a_valid_model_imports() {
+    let g = load_onnx_bytes(&relu_model(), None, &ImportOptions::default()).expect("import");
+    assert_eq!(g.nodes.len(), 1);
+    assert_eq!(g.value(g.outputs[0]).name.as_deref(), Some("y"));
+}
+
+#[test]
+fn truncated_bytes() {
+    let b = relu_model();
+    for cut in [1, b.len() / 3, b.len() / 2, b.len() - 1] {
+        let e = err(&b[..cut]);
+        assert!(e.contains("not a valid ONNX protobuf"), "cut {cut}: {e}");
+    }
+}
+
+#[test]
+fn random_garbage() {
+    let mut x: u64 = 0x9e3779b97f4a7c15;
+    for len in [0usize, 1, 7, 64, 1000, 4096] {
+        let bytes: Vec<u8> = (0..len)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        let e = err(&bytes);
+        assert!(!e.is_empty());
+    }
+    assert!(err(&[]).contains("not a valid ONNX protobuf"));
+}
+
+fn init(name: &str, dims: &[i64], raw: Vec<u8>) -> TensorProto {
+    TensorProto { name: name.into(), dims: dims.to_vec(), data_type: DataType::Float as i32, raw_data: raw, ..Default::default() }
+}
+
+fn add_model(w: TensorProto) -> Vec<u8> {
+    model(vec![node("add0", "Add", &["x", "W"], &["y"])], vec![vi("x", &[2, 2])], vec![vi("y", &[2, 2])], vec![w])
+}
+
+#[test]
+fn raw_data_shorter_than_dims() {
+    let e = err(&add_model(init("W", &[2, 2], vec![0; 12])));
+    assert!(e.contains("initializer 'W'") && e.contains("raw_data has 12 bytes"), "{e}");
+}
+
+#[test]
+fn huge_dims_do_not_allocate() {
+    let e = err(&add_model(init("W", &[1 << 40, 1 << 40], vec![0; 16])));
+    assert!(e.contains("initializer 'W'") && e.contains("overflow"), "{e}");
+    // Large but representable: must be rejected by comparing with the bytes present, not by allocating.
+    let e = err(&add_model(init("W", &[1 << 20, 1 << 20], vec![])));
+    assert!(e.contains("initializer 'W'"), "{e}");
+    let t = TensorProto { dims: vec![1 << 30, 1 << 10], data_type: DataType::Float as i32, float_data: vec![1.0], ..Default::default() };
+    assert!(tensor_from_proto(&t, None).unwrap_err().contains("need"));
+}
+
+#[test]
+fn negative_dim() {
+    let e = err(&add_model(init("W", &[2, -2], vec![0; 16])));
+    assert!(e.contains("initializer 'W'") && e.contains("negative dim -2"), "{e}");
+}
+
+#[test]
+fn node_cycle() {
+    let b = model(
+        vec![node("first", "Add", &["x", "b"], &["a"]), node("second", "Relu", &["a"], &["b"])],
+        vec![vi("x", &[2])],
+        vec![vi("b", &[2])],
+        vec![],
+    );
+    let e = err(&b);
+    assert!(e.contains("node 'first'") && e.contains("'b'") && e.contains("cycle"), "{e}");
+}
+
+#[test]
+fn missing_initializer() {
+    let b = model(vec![node("mm", "MatMul", &["x", "weights"], &["y"])], vec![vi("x", &[2, 3])], vec![vi("y", &[2, 4])], vec![]);
+    let e = err(&b);
+    assert!(e.contains("node 'mm'") && e.contains("'weights'") && e.contains("not defined"), "{e}");
+}
+
+#[test]
+fn shape_mismatch_names_the_node() {
+    let b = model(
+        vec![node("the_matmul", "MatMul", &["a", "b"], &["y"])],
+        vec![vi("a", &[2, 3]), vi("b", &[4, 5])],
+        vec![vi("y", &[2, 5])],
+        vec![],
+    );
+    let e = err(&b);
+    assert!(e.contains("node 'the_matmul'") && e.contains("MatMul") && e.contains("inner dims"), "{e}");
+}
+
+#[test]
+fn every_unsupported_op_is_listed() {
+    let b = model(
+        vec![
+            node("n1", "FancyOp", &["x"], &["a"]),
+            node("n2", "Relu", &["a"], &["b"]),
+            node("n3", "OtherWeirdOp", &["x"], &["c"]),
+        ],
+        vec![vi("x", &[2])],
+        vec![vi("b", &[2]), vi("c", &[2])],
+        vec![],
+    );
+    let e = err(&b);
+    assert!(e.contains("node 'n1'") && e.contains("FancyOp"), "{e}");
+    assert!(e.contains("node 'n3'") && e.contains("OtherWeirdOp"), "{e}");
+    assert!(e.contains("opset 17"), "{e}");
+    assert_eq!(e.lines().count(), 2, "the Relu fed by the unsupported op is not reported: {e}");
+}
+
+#[test]
+fn external_data_cannot_escape_the_folder() {
+    let dir = std::env::temp_dir().join(format!("rlx-bad-input-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ext = |loc: &str| {
+        let mut t = init("W", &[2, 2], vec![]);
+        t.data_location = DataLocation::External as i32;
+        t.external_data = vec![
+            StringStringEntryProto { key: "location".into(), value: loc.into() },
+            StringStringEntryProto { key: "offset".into(), value: "0".into() },
+            StringStringEntryProto { key: "length".into(), value: "16".into() },
+        ];
+        t
+    };
+    for (loc, want) in [("../secret.bin", "escapes"), ("/etc/passwd", "absolute"), ("a/../../x.bin", "escapes")] {
+        let p = dir.join("m.onnx");
+        std::fs::write(&p, add_model(ext(loc))).unwrap();
+        let e = load_onnx(&p, &ImportOptions::default()).unwrap_err().to_string();
+        assert!(e.contains("initializer 'W'") && e.contains(want), "{loc}: {e}");
+    }
+    // In the folder but too short: the range lies beyond the end of the file.
+    std::fs::write(dir.join("w.bin"), [0u8; 8]).unwrap();
+    let p = dir.join("m.onnx");
+    std::fs::write(&p, add_model(ext("w.bin"))).unwrap();
+    let e = load_onnx(&p, &ImportOptions::default()).unwrap_err().to_string();
+    assert!(e.contains("initializer 'W'") && e.contains("beyond the end"), "{e}");
+    // And a good one loads.
+    std::fs::write(dir.join("w.bin"), [0u8; 16]).unwrap();
+    assert!(load_onnx(&p, &ImportOptions::default()).is_ok());
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,7 @@
+//! rlxc as a library: the pieces of the CLI that tests and other tools reuse.
+//!
+//! - [`npy`]: NumPy `.npy` reader and writer (inputs and outputs of `rlxc run`).
+//! - [`conformance`]: the ONNX op conformance suite behind `rlxc conformance`.
+
+pub mod conformance;
+pub mod npy;
