@@ -1,0 +1,675 @@
+//! Loop form → LLVM IR text. One internal function per kernel, one exported entry `NAME_run` that
+//! checks its arguments and calls the kernels in schedule order. Scalars live in allocas that LLVM's
+//! SROA/mem2reg promote; loops are plain counted loops that LLVM's vectorizer sees through.
+
+use rlx_ir::lir::{Base, Lir};
+use rlx_ir::loops::{Expr, IOp, Kernel, LoopKind, Stmt, Var};
+use rlx_ir::{BinaryOp, DType, UnaryOp};
+use std::collections::{BTreeSet, HashMap};
+use std::fmt::Write;
+
+/// Error codes returned by `NAME_run` (also written into the C header).
+pub const ERROR_CODES: &[(i32, &str, &str)] = &[
+    (0, "OK", "success"),
+    (1, "NULL_ARENA", "arena is NULL but the model needs scratch memory"),
+    (2, "NULL_INPUTS", "the inputs array is NULL"),
+    (3, "NULL_OUTPUTS", "the outputs array is NULL"),
+    (4, "NULL_INPUT", "an input pointer is NULL"),
+    (5, "NULL_OUTPUT", "an output pointer is NULL"),
+    (6, "MISALIGNED_ARENA", "arena is not 16-byte aligned"),
+    (7, "NULL_WEIGHTS", "external weights were not set (NAME_set_weights)"),
+];
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Ty {
+    Index,
+    S(DType),
+}
+
+fn llty(d: DType) -> &'static str {
+    match d {
+        DType::F32 => "float",
+        DType::F64 => "double",
+        DType::I8 | DType::U8 => "i8",
+        DType::I16 | DType::U16 => "i16",
+        DType::I32 | DType::U32 => "i32",
+        DType::I64 | DType::U64 => "i64",
+        DType::Bool => "i1",
+        DType::F16 | DType::BF16 | DType::Q8_0 | DType::Q4_0 => unreachable!("dtype {d} is not claimed by the LLVM target"),
+    }
+}
+
+/// Storage type in memory (bool is a byte).
+fn memty(d: DType) -> &'static str {
+    if d == DType::Bool {
+        "i8"
+    } else {
+        llty(d)
+    }
+}
+
+fn is_unsigned(d: DType) -> bool {
+    matches!(d, DType::U8 | DType::U16 | DType::U32 | DType::U64 | DType::Bool)
+}
+
+fn bits(d: DType) -> u32 {
+    match d {
+        DType::I8 | DType::U8 => 8,
+        DType::I16 | DType::U16 => 16,
+        DType::I32 | DType::U32 => 32,
+        DType::I64 | DType::U64 => 64,
+        DType::Bool => 1,
+        _ => 0,
+    }
+}
+
+fn float_lit(v: f64, d: DType) -> String {
+    // LLVM accepts the 64-bit hex form for both float and double (the value must be exact in float).
+    let x = if d == DType::F32 { v as f32 as f64 } else { v };
+    format!("0x{:016X}", x.to_bits())
+}
+
+fn lit(v: f64, d: DType) -> String {
+    match d {
+        DType::F32 | DType::F64 => float_lit(v, d),
+        DType::Bool => if v != 0.0 { "true" } else { "false" }.into(),
+        DType::U64 => format!("{}", v as u64 as i64),
+        _ => {
+            let b = bits(d);
+            let i = v as i64;
+            // Wrap into the type's range, printed signed.
+            let w = if b == 64 { i } else { (i << (64 - b)) >> (64 - b) };
+            format!("{w}")
+        }
+    }
+}
+
+pub struct Writer<'a> {
+    out: String,
+    tmp: usize,
+    label: usize,
+    decls: &'a mut BTreeSet<String>,
+    vars: HashMap<Var, (Ty, String)>,
+    params: Vec<(DType, String)>,
+    allocas: String,
+    /// The next `For` iterates `%start..%end` (the kernel's parallel split) instead of `0..extent`.
+    split_next: bool,
+}
+
+impl<'a> Writer<'a> {
+    fn t(&mut self) -> String {
+        self.tmp += 1;
+        format!("%t{}", self.tmp)
+    }
+    fn l(&mut self, p: &str) -> String {
+        self.label += 1;
+        format!("{p}{}", self.label)
+    }
+    fn line(&mut self, s: &str) {
+        self.out.push_str("  ");
+        self.out.push_str(s);
+        self.out.push('\n');
+    }
+    fn op(&mut self, s: String) -> String {
+        let t = self.t();
+        self.line(&format!("{t} = {s}"));
+        t
+    }
+    fn call_math(&mut self, name: &str, d: DType, args: &[&str]) -> String {
+        let ty = llty(d);
+        let sig: Vec<&str> = args.iter().map(|_| ty).collect();
+        self.decls.insert(format!("declare {ty} @{name}({})", sig.join(", ")));
+        let a: Vec<String> = args.iter().map(|x| format!("{ty} {x}")).collect();
+        self.op(format!("call {ty} @{name}({})", a.join(", ")))
+    }
+    fn intr(&mut self, base: &str, d: DType, args: &[&str]) -> String {
+        let suffix = match d {
+            DType::F32 => "f32".to_string(),
+            DType::F64 => "f64".to_string(),
+            _ => format!("i{}", bits(d)),
+        };
+        let name = format!("llvm.{base}.{suffix}");
+        self.call_math(&name, d, args)
+    }
+    fn libm(&mut self, base: &str, d: DType, args: &[&str]) -> String {
+        let name = if d == DType::F32 { format!("{base}f") } else { base.to_string() };
+        self.call_math(&name, d, args)
+    }
+
+    fn ty_of(&self, e: &Expr) -> Ty {
+        match e {
+            Expr::Int(_) | Expr::I(..) | Expr::ToIndex { .. } => Ty::Index,
+            Expr::Lit(_, d) => Ty::S(*d),
+            Expr::Var(v) => self.vars[v].0,
+            Expr::Load { buf, .. } => Ty::S(self.params[*buf as usize].0),
+            Expr::Un(u, d, _) => Ty::S(u.out_dtype(*d)),
+            Expr::Bin(b, d, _, _) => Ty::S(if b.is_compare() || b.is_logical() { DType::Bool } else { *d }),
+            Expr::Select(_, a, _) => self.ty_of(a),
+            Expr::Cast { to, .. } => Ty::S(*to),
+        }
+    }
+
+    /// Emits `e` as an i1 condition.
+    fn cond(&mut self, e: &Expr) -> String {
+        let v = self.expr(e);
+        match self.ty_of(e) {
+            Ty::Index => self.op(format!("icmp ne i64 {v}, 0")),
+            Ty::S(DType::Bool) => v,
+            Ty::S(d) if d.is_float() => self.op(format!("fcmp une {} {v}, 0.0", llty(d))),
+            Ty::S(d) => self.op(format!("icmp ne {} {v}, 0", llty(d))),
+        }
+    }
+
+    fn expr(&mut self, e: &Expr) -> String {
+        match e {
+            Expr::Int(i) => format!("{i}"),
+            Expr::Lit(v, d) => lit(*v, *d),
+            Expr::Var(v) => {
+                let (ty, slot) = self.vars[v].clone();
+                let t = match ty {
+                    Ty::Index => "i64",
+                    Ty::S(d) => llty(d),
+                };
+                self.op(format!("load {t}, ptr {slot}"))
+            }
+            Expr::Load { buf, index } => {
+                let i = self.expr(index);
+                let (d, p) = self.params[*buf as usize].clone();
+                let mt = memty(d);
+                let ptr = self.op(format!("getelementptr inbounds {mt}, ptr {p}, i64 {i}"));
+                let v = self.op(format!("load {mt}, ptr {ptr}"));
+                if d == DType::Bool {
+                    self.op(format!("icmp ne i8 {v}, 0"))
+                } else {
+                    v
+                }
+            }
+            Expr::I(op, a, b) => {
+                let (x, y) = (self.expr(a), self.expr(b));
+                match op {
+                    IOp::Add => self.op(format!("add nsw i64 {x}, {y}")),
+                    IOp::Sub => self.op(format!("sub nsw i64 {x}, {y}")),
+                    IOp::Mul => self.op(format!("mul nsw i64 {x}, {y}")),
+                    IOp::Div => self.op(format!("sdiv i64 {x}, {y}")),
+                    IOp::Rem => self.op(format!("srem i64 {x}, {y}")),
+                    IOp::Min => self.call_math("llvm.smin.i64", DType::I64, &[&x, &y]),
+                    IOp::Max => self.call_math("llvm.smax.i64", DType::I64, &[&x, &y]),
+                    IOp::Lt | IOp::Le | IOp::Eq => {
+                        let c = match op {
+                            IOp::Lt => "slt",
+                            IOp::Le => "sle",
+                            _ => "eq",
+                        };
+                        let b = self.op(format!("icmp {c} i64 {x}, {y}"));
+                        self.op(format!("zext i1 {b} to i64"))
+                    }
+                    IOp::And => {
+                        let p = self.op(format!("icmp ne i64 {x}, 0"));
+                        let q = self.op(format!("icmp ne i64 {y}, 0"));
+                        let r = self.op(format!("and i1 {p}, {q}"));
+                        self.op(format!("zext i1 {r} to i64"))
+                    }
+                }
+            }
+            Expr::Select(c, a, b) => {
+                let cv = self.cond(c);
+                let (x, y) = (self.expr(a), self.expr(b));
+                let t = match self.ty_of(a) {
+                    Ty::Index => "i64",
+                    Ty::S(d) => llty(d),
+                };
+                self.op(format!("select i1 {cv}, {t} {x}, {t} {y}"))
+            }
+            Expr::Cast { from, to, x } => {
+                let v = self.expr(x);
+                self.cast(&v, *from, *to)
+            }
+            Expr::ToIndex { from, x } => {
+                let v = self.expr(x);
+                match from {
+                    d if d.is_float() => self.op(format!("fptosi {} {v} to i64", llty(*d))),
+                    DType::I64 | DType::U64 => v,
+                    d if is_unsigned(*d) => self.op(format!("zext {} {v} to i64", llty(*d))),
+                    d => self.op(format!("sext {} {v} to i64", llty(*d))),
+                }
+            }
+            Expr::Un(u, d, x) => {
+                let v = self.expr(x);
+                self.unary(*u, *d, &v)
+            }
+            Expr::Bin(b, d, x, y) => {
+                let (p, q) = (self.expr(x), self.expr(y));
+                self.binary(*b, *d, &p, &q)
+            }
+        }
+    }
+
+    fn cast(&mut self, v: &str, from: DType, to: DType) -> String {
+        if from == to {
+            return v.to_string();
+        }
+        let (ft, tt) = (llty(from), llty(to));
+        if to == DType::Bool {
+            return if from.is_float() { self.op(format!("fcmp une {ft} {v}, 0.0")) } else { self.op(format!("icmp ne {ft} {v}, 0")) };
+        }
+        match (from.is_float(), to.is_float()) {
+            (true, true) => {
+                if from == DType::F32 {
+                    self.op(format!("fpext float {v} to double"))
+                } else {
+                    self.op(format!("fptrunc double {v} to float"))
+                }
+            }
+            (true, false) => {
+                let name = format!("llvm.fpto{}i.sat.i{}.{}", if is_unsigned(to) { "u" } else { "s" }, bits(to), if from == DType::F32 { "f32" } else { "f64" });
+                self.decls.insert(format!("declare {tt} @{name}({ft})"));
+                self.op(format!("call {tt} @{name}({ft} {v})"))
+            }
+            (false, true) => self.op(format!("{}itofp {ft} {v} to {tt}", if is_unsigned(from) { "u" } else { "s" })),
+            (false, false) => {
+                let (bf, bt) = (bits(from), bits(to));
+                if bf == bt {
+                    v.to_string()
+                } else if bf > bt {
+                    self.op(format!("trunc {ft} {v} to {tt}"))
+                } else if is_unsigned(from) {
+                    self.op(format!("zext {ft} {v} to {tt}"))
+                } else {
+                    self.op(format!("sext {ft} {v} to {tt}"))
+                }
+            }
+        }
+    }
+
+    fn unary(&mut self, u: UnaryOp, d: DType, v: &str) -> String {
+        let t = llty(d);
+        if d.is_float() {
+            let one = float_lit(1.0, d);
+            let zero = float_lit(0.0, d);
+            return match u {
+                UnaryOp::Neg => self.op(format!("fneg {t} {v}")),
+                UnaryOp::Abs => self.intr("fabs", d, &[v]),
+                UnaryOp::Exp => self.intr("exp", d, &[v]),
+                UnaryOp::Log => self.intr("log", d, &[v]),
+                UnaryOp::Sqrt => self.intr("sqrt", d, &[v]),
+                UnaryOp::Recip => self.op(format!("fdiv {t} {one}, {v}")),
+                UnaryOp::Sin => self.intr("sin", d, &[v]),
+                UnaryOp::Cos => self.intr("cos", d, &[v]),
+                UnaryOp::Tan => self.libm("tan", d, &[v]),
+                UnaryOp::Asin => self.libm("asin", d, &[v]),
+                UnaryOp::Acos => self.libm("acos", d, &[v]),
+                UnaryOp::Atan => self.libm("atan", d, &[v]),
+                UnaryOp::Sinh => self.libm("sinh", d, &[v]),
+                UnaryOp::Cosh => self.libm("cosh", d, &[v]),
+                UnaryOp::Tanh => self.libm("tanh", d, &[v]),
+                UnaryOp::Asinh => self.libm("asinh", d, &[v]),
+                UnaryOp::Acosh => self.libm("acosh", d, &[v]),
+                UnaryOp::Atanh => self.libm("atanh", d, &[v]),
+                UnaryOp::Erf => self.libm("erf", d, &[v]),
+                UnaryOp::Sigmoid => {
+                    let n = self.op(format!("fneg {t} {v}"));
+                    let e = self.intr("exp", d, &[&n]);
+                    let s = self.op(format!("fadd {t} {one}, {e}"));
+                    self.op(format!("fdiv {t} {one}, {s}"))
+                }
+                UnaryOp::Relu => {
+                    let c = self.op(format!("fcmp ogt {t} {v}, {zero}"));
+                    self.op(format!("select i1 {c}, {t} {v}, {t} {zero}"))
+                }
+                UnaryOp::Floor => self.intr("floor", d, &[v]),
+                UnaryOp::Ceil => self.intr("ceil", d, &[v]),
+                UnaryOp::Round => self.intr("roundeven", d, &[v]),
+                UnaryOp::Sign => {
+                    let gt = self.op(format!("fcmp ogt {t} {v}, {zero}"));
+                    let lt = self.op(format!("fcmp olt {t} {v}, {zero}"));
+                    let m = float_lit(-1.0, d);
+                    let a = self.op(format!("select i1 {lt}, {t} {m}, {t} {v}"));
+                    self.op(format!("select i1 {gt}, {t} {one}, {t} {a}"))
+                }
+                UnaryOp::IsNan => self.op(format!("fcmp uno {t} {v}, {v}")),
+                UnaryOp::IsInf => {
+                    let a = self.intr("fabs", d, &[v]);
+                    self.op(format!("fcmp oeq {t} {a}, 0x7FF0000000000000"))
+                }
+                UnaryOp::IsPosInf => self.op(format!("fcmp oeq {t} {v}, 0x7FF0000000000000")),
+                UnaryOp::IsNegInf => self.op(format!("fcmp oeq {t} {v}, 0xFFF0000000000000")),
+                UnaryOp::Not | UnaryOp::BitNot => unreachable!("rejected by inference"),
+            };
+        }
+        match u {
+            UnaryOp::Not => self.op(format!("xor i1 {v}, true")),
+            UnaryOp::BitNot => self.op(format!("xor {t} {v}, -1")),
+            UnaryOp::Neg => self.op(format!("sub {t} 0, {v}")),
+            UnaryOp::Abs if !is_unsigned(d) => {
+                let n = self.op(format!("sub {t} 0, {v}"));
+                let c = self.op(format!("icmp slt {t} {v}, 0"));
+                self.op(format!("select i1 {c}, {t} {n}, {t} {v}"))
+            }
+            UnaryOp::Relu if !is_unsigned(d) => {
+                let c = self.op(format!("icmp sgt {t} {v}, 0"));
+                self.op(format!("select i1 {c}, {t} {v}, {t} 0"))
+            }
+            UnaryOp::Sign => {
+                if is_unsigned(d) {
+                    let c = self.op(format!("icmp ne {t} {v}, 0"));
+                    self.op(format!("zext i1 {c} to {t}"))
+                } else {
+                    let gt = self.op(format!("icmp sgt {t} {v}, 0"));
+                    let lt = self.op(format!("icmp slt {t} {v}, 0"));
+                    let g = self.op(format!("zext i1 {gt} to {t}"));
+                    let l = self.op(format!("zext i1 {lt} to {t}"));
+                    self.op(format!("sub {t} {g}, {l}"))
+                }
+            }
+            UnaryOp::IsNan | UnaryOp::IsInf | UnaryOp::IsPosInf | UnaryOp::IsNegInf => "false".into(),
+            // Abs/Relu of unsigned, rounding of integers: identity.
+            _ => v.to_string(),
+        }
+    }
+
+    fn binary(&mut self, b: BinaryOp, d: DType, x: &str, y: &str) -> String {
+        let t = llty(d);
+        if d.is_float() {
+            let fl = "reassoc contract";
+            return match b {
+                BinaryOp::Add => self.op(format!("fadd {fl} {t} {x}, {y}")),
+                BinaryOp::Sub => self.op(format!("fsub {t} {x}, {y}")),
+                BinaryOp::Mul => self.op(format!("fmul {fl} {t} {x}, {y}")),
+                BinaryOp::Div => self.op(format!("fdiv {t} {x}, {y}")),
+                BinaryOp::Pow => self.intr("pow", d, &[x, y]),
+                BinaryOp::Max => self.intr("maximum", d, &[x, y]),
+                BinaryOp::Min => self.intr("minimum", d, &[x, y]),
+                BinaryOp::FMod => self.op(format!("frem {t} {x}, {y}")),
+                BinaryOp::Mod => {
+                    let r = self.op(format!("frem {t} {x}, {y}"));
+                    let nz = self.op(format!("fcmp one {t} {r}, 0.0"));
+                    let rn = self.op(format!("fcmp olt {t} {r}, 0.0"));
+                    let yn = self.op(format!("fcmp olt {t} {y}, 0.0"));
+                    let diff = self.op(format!("xor i1 {rn}, {yn}"));
+                    let fix = self.op(format!("and i1 {nz}, {diff}"));
+                    let s = self.op(format!("fadd {t} {r}, {y}"));
+                    self.op(format!("select i1 {fix}, {t} {s}, {t} {r}"))
+                }
+                BinaryOp::Eq => self.op(format!("fcmp oeq {t} {x}, {y}")),
+                BinaryOp::Lt => self.op(format!("fcmp olt {t} {x}, {y}")),
+                BinaryOp::Le => self.op(format!("fcmp ole {t} {x}, {y}")),
+                BinaryOp::Gt => self.op(format!("fcmp ogt {t} {x}, {y}")),
+                BinaryOp::Ge => self.op(format!("fcmp oge {t} {x}, {y}")),
+                _ => unreachable!("{} on floats is rejected by inference", b.name()),
+            };
+        }
+        let u = is_unsigned(d);
+        let safe_div = |w: &mut Self| -> String {
+            let z = w.op(format!("icmp eq {t} {y}, 0"));
+            w.op(format!("select i1 {z}, {t} 1, {t} {y}"))
+        };
+        match b {
+            BinaryOp::Add => self.op(format!("add {t} {x}, {y}")),
+            BinaryOp::Sub => self.op(format!("sub {t} {x}, {y}")),
+            BinaryOp::Mul => self.op(format!("mul {t} {x}, {y}")),
+            BinaryOp::Div => {
+                let s = safe_div(self);
+                self.op(format!("{}div {t} {x}, {s}", if u { "u" } else { "s" }))
+            }
+            BinaryOp::FMod => {
+                let s = safe_div(self);
+                self.op(format!("{}rem {t} {x}, {s}", if u { "u" } else { "s" }))
+            }
+            BinaryOp::Mod => {
+                let s = safe_div(self);
+                if u {
+                    return self.op(format!("urem {t} {x}, {s}"));
+                }
+                let r = self.op(format!("srem {t} {x}, {s}"));
+                let nz = self.op(format!("icmp ne {t} {r}, 0"));
+                let xr = self.op(format!("xor {t} {r}, {s}"));
+                let neg = self.op(format!("icmp slt {t} {xr}, 0"));
+                let fix = self.op(format!("and i1 {nz}, {neg}"));
+                let a = self.op(format!("add {t} {r}, {s}"));
+                self.op(format!("select i1 {fix}, {t} {a}, {t} {r}"))
+            }
+            BinaryOp::Pow => {
+                let conv = if u { "uitofp" } else { "sitofp" };
+                let a = self.op(format!("{conv} {t} {x} to double"));
+                let c = self.op(format!("{conv} {t} {y} to double"));
+                let p = self.intr("pow", DType::F64, &[&a, &c]);
+                let name = format!("llvm.fpto{}i.sat.i{}.f64", if u { "u" } else { "s" }, bits(d));
+                self.decls.insert(format!("declare {t} @{name}(double)"));
+                self.op(format!("call {t} @{name}(double {p})"))
+            }
+            BinaryOp::Max => self.intr(if u { "umax" } else { "smax" }, d, &[x, y]),
+            BinaryOp::Min => self.intr(if u { "umin" } else { "smin" }, d, &[x, y]),
+            BinaryOp::Eq => self.op(format!("icmp eq {t} {x}, {y}")),
+            BinaryOp::Lt => self.op(format!("icmp {} {t} {x}, {y}", if u { "ult" } else { "slt" })),
+            BinaryOp::Le => self.op(format!("icmp {} {t} {x}, {y}", if u { "ule" } else { "sle" })),
+            BinaryOp::Gt => self.op(format!("icmp {} {t} {x}, {y}", if u { "ugt" } else { "sgt" })),
+            BinaryOp::Ge => self.op(format!("icmp {} {t} {x}, {y}", if u { "uge" } else { "sge" })),
+            BinaryOp::And | BinaryOp::BitAnd => self.op(format!("and {t} {x}, {y}")),
+            BinaryOp::Or | BinaryOp::BitOr => self.op(format!("or {t} {x}, {y}")),
+            BinaryOp::Xor | BinaryOp::BitXor => self.op(format!("xor {t} {x}, {y}")),
+            BinaryOp::Shl | BinaryOp::Shr => {
+                let w = bits(d);
+                let big = self.op(format!("icmp uge {t} {y}, {w}"));
+                let s = self.op(format!("{} {t} {x}, {y}", if b == BinaryOp::Shl { "shl" } else if u { "lshr" } else { "ashr" }));
+                self.op(format!("select i1 {big}, {t} 0, {t} {s}"))
+            }
+        }
+    }
+
+    fn stmts(&mut self, s: &[Stmt]) {
+        for st in s {
+            match st {
+                Stmt::For { var, extent, body, .. } => {
+                    let slot = format!("%v{}", var.0);
+                    self.allocas.push_str(&format!("  {slot} = alloca i64\n"));
+                    self.vars.insert(*var, (Ty::Index, slot.clone()));
+                    let (cond, bodyl, end) = (self.l("cond"), self.l("body"), self.l("end"));
+                    let (lo, hi) = if std::mem::take(&mut self.split_next) { ("%start".to_string(), "%end".to_string()) } else { ("0".to_string(), extent.to_string()) };
+                    self.line(&format!("store i64 {lo}, ptr {slot}"));
+                    self.line(&format!("br label %{cond}"));
+                    self.out.push_str(&format!("{cond}:\n"));
+                    let i = self.op(format!("load i64, ptr {slot}"));
+                    let c = self.op(format!("icmp slt i64 {i}, {hi}"));
+                    self.line(&format!("br i1 {c}, label %{bodyl}, label %{end}"));
+                    self.out.push_str(&format!("{bodyl}:\n"));
+                    self.stmts(body);
+                    let i2 = self.op(format!("load i64, ptr {slot}"));
+                    let n = self.op(format!("add nsw i64 {i2}, 1"));
+                    self.line(&format!("store i64 {n}, ptr {slot}"));
+                    self.line(&format!("br label %{cond}"));
+                    self.out.push_str(&format!("{end}:\n"));
+                }
+                Stmt::Decl { var, dtype, init } => {
+                    let slot = format!("%v{}", var.0);
+                    self.allocas.push_str(&format!("  {slot} = alloca {}\n", llty(*dtype)));
+                    let v = self.expr(init);
+                    self.vars.insert(*var, (Ty::S(*dtype), slot.clone()));
+                    self.line(&format!("store {} {v}, ptr {slot}", llty(*dtype)));
+                }
+                Stmt::Assign { var, value } => {
+                    let v = self.expr(value);
+                    let (ty, slot) = self.vars[var].clone();
+                    let t = match ty {
+                        Ty::Index => "i64",
+                        Ty::S(d) => llty(d),
+                    };
+                    self.line(&format!("store {t} {v}, ptr {slot}"));
+                }
+                Stmt::Store { buf, index, value } => {
+                    let i = self.expr(index);
+                    let v = self.expr(value);
+                    let (d, p) = self.params[*buf as usize].clone();
+                    let mt = memty(d);
+                    let ptr = self.op(format!("getelementptr inbounds {mt}, ptr {p}, i64 {i}"));
+                    let sv = if d == DType::Bool { self.op(format!("zext i1 {v} to i8")) } else { v };
+                    self.line(&format!("store {mt} {sv}, ptr {ptr}"));
+                }
+                Stmt::If { cond, body } => {
+                    let c = self.cond(cond);
+                    let (then, end) = (self.l("then"), self.l("endif"));
+                    self.line(&format!("br i1 {c}, label %{then}, label %{end}"));
+                    self.out.push_str(&format!("{then}:\n"));
+                    self.stmts(body);
+                    self.line(&format!("br label %{end}"));
+                    self.out.push_str(&format!("{end}:\n"));
+                }
+            }
+        }
+    }
+}
+
+/// How a kernel is launched: its body runs over `[start, end)` of its outermost loop.
+pub struct Split {
+    /// Iterations of the outermost loop (1 when the kernel is not split).
+    pub extent: i64,
+    /// Chunk size for the runtime's `rlx_rt_parallel_for`; `None` = call the body once, inline.
+    pub grain: Option<i64>,
+}
+
+/// Work (innermost iterations) of a statement list.
+fn work(s: &[Stmt]) -> i64 {
+    s.iter()
+        .map(|st| match st {
+            Stmt::For { extent, body, .. } => extent.saturating_mul(work(body).max(1)),
+            Stmt::If { body, .. } => work(body),
+            _ => 1,
+        })
+        .fold(0i64, |a, b| a.saturating_add(b))
+}
+
+/// Kernels with at least this much work run on the runtime's thread pool.
+pub const PARALLEL_MIN_WORK: i64 = 1 << 16;
+/// Target work per chunk.
+pub const CHUNK_WORK: i64 = 1 << 14;
+
+pub fn split_of(k: &Kernel) -> Split {
+    match k.body.as_slice() {
+        [Stmt::For { extent, kind: LoopKind::Parallel, body, .. }] => {
+            let total = work(&k.body);
+            let per = work(body).max(1);
+            if total >= PARALLEL_MIN_WORK && *extent >= 2 {
+                Split { extent: *extent, grain: Some((CHUNK_WORK / per).max(1)) }
+            } else {
+                Split { extent: *extent, grain: None }
+            }
+        }
+        _ => Split { extent: 1, grain: None },
+    }
+}
+
+fn kernel_fn(k: &Kernel, fname: &str, decls: &mut BTreeSet<String>) -> String {
+    let params: Vec<(DType, String)> = k.params.iter().enumerate().map(|(i, p)| (p.dtype, format!("%p{i}"))).collect();
+    let split = matches!(k.body.as_slice(), [Stmt::For { kind: LoopKind::Parallel, .. }]);
+    let mut w = Writer { out: String::new(), tmp: 0, label: 0, decls, vars: HashMap::new(), params, allocas: String::new(), split_next: split };
+    w.stmts(&k.body);
+    let mut loads = String::new();
+    for i in 0..k.params.len() {
+        let _ = writeln!(loads, "  %p{i}.slot = getelementptr inbounds ptr, ptr %ctx, i64 {i}\n  %p{i} = load ptr, ptr %p{i}.slot, align 8");
+    }
+    format!(
+        "; kernel {:?}\ndefine internal void @{fname}(ptr noalias nocapture readonly %ctx, i64 %start, i64 %end) #0 {{\nentry:\n{}{}  br label %start.bb\nstart.bb:\n{}  ret void\n}}\n\n",
+        k.name, w.allocas, loads, w.out
+    )
+}
+
+/// The whole module as LLVM IR text. `weights_len` > 0 declares `@NAME_weights`, whose initializer the
+/// caller attaches (embedded weights), or a pointer set at run time (external weights).
+pub fn module_text(lir: &Lir, name: &str, triple: &str, cpu: &str, features: &str, external_weights: bool) -> String {
+    let mut decls = BTreeSet::new();
+    let mut body = String::new();
+    for (i, l) in lir.launches.iter().enumerate() {
+        body.push_str(&kernel_fn(&l.kernel, &format!("{name}_k{i}"), &mut decls));
+    }
+    let mut m = String::new();
+    let _ = writeln!(m, "; rlxc {} — model {name}", env!("CARGO_PKG_VERSION"));
+    let _ = writeln!(m, "target triple = \"{triple}\"\n");
+    let wl = lir.weights.len();
+    if wl > 0 {
+        if external_weights {
+            let _ = writeln!(m, "@{name}_weights_ptr = internal global ptr null, align 8");
+            let _ = writeln!(m, "define void @{name}_set_weights(ptr %w) #0 {{\n  store ptr %w, ptr @{name}_weights_ptr, align 8\n  ret void\n}}\n");
+        } else {
+            let _ = writeln!(m, "@{name}_weights = internal constant [{wl} x i8] zeroinitializer, align {}\n", lir.align.max(16));
+        }
+    }
+    // Entry point.
+    let _ = writeln!(m, "define i32 @{name}_run(ptr %arena, ptr %inputs, ptr %outputs) #0 {{\nentry:");
+    let mut e = String::new();
+    let mut t = 0;
+    let fail = |e: &mut String, cond: String, code: i32, t: &mut usize| {
+        *t += 1;
+        let _ = writeln!(e, "  %c{t} = {cond}\n  br i1 %c{t}, label %fail{code}, label %ok{t}\nok{t}:", t = *t);
+    };
+    if lir.arena_bytes > 0 {
+        fail(&mut e, "icmp eq ptr %arena, null".into(), 1, &mut t);
+        t += 1;
+        let _ = writeln!(e, "  %ai{t} = ptrtoint ptr %arena to i64\n  %am{t} = and i64 %ai{t}, 15");
+        fail(&mut e, format!("icmp ne i64 %am{t}, 0"), 6, &mut t);
+    }
+    if !lir.inputs.is_empty() {
+        fail(&mut e, "icmp eq ptr %inputs, null".into(), 2, &mut t);
+    }
+    fail(&mut e, "icmp eq ptr %outputs, null".into(), 3, &mut t);
+    for i in 0..lir.inputs.len() {
+        let _ = writeln!(e, "  %inp{i}.p = getelementptr inbounds ptr, ptr %inputs, i64 {i}\n  %in{i} = load ptr, ptr %inp{i}.p, align 8");
+        fail(&mut e, format!("icmp eq ptr %in{i}, null"), 4, &mut t);
+    }
+    for i in 0..lir.outputs.len() {
+        let _ = writeln!(e, "  %outp{i}.p = getelementptr inbounds ptr, ptr %outputs, i64 {i}\n  %out{i} = load ptr, ptr %outp{i}.p, align 8");
+        fail(&mut e, format!("icmp eq ptr %out{i}, null"), 5, &mut t);
+    }
+    if wl > 0 {
+        if external_weights {
+            let _ = writeln!(e, "  %wbase = load ptr, ptr @{name}_weights_ptr, align 8");
+            fail(&mut e, "icmp eq ptr %wbase, null".into(), 7, &mut t);
+        } else {
+            let _ = writeln!(e, "  %wbase = getelementptr inbounds i8, ptr @{name}_weights, i64 0");
+        }
+    }
+    let mut uses_runtime = false;
+    for (li, l) in lir.launches.iter().enumerate() {
+        let mut args = Vec::new();
+        for (pi, &b) in l.bindings.iter().enumerate() {
+            let buf = &lir.buffers[b as usize];
+            let base = match buf.base {
+                Base::Arena => "%arena".to_string(),
+                Base::Weights => "%wbase".to_string(),
+                Base::Input(k) => format!("%in{k}"),
+                Base::Output(k) => format!("%out{k}"),
+            };
+            let _ = writeln!(e, "  %a{li}.{pi} = getelementptr inbounds i8, ptr {base}, i64 {}", buf.offset);
+            args.push(pi);
+        }
+        let np = l.bindings.len().max(1);
+        let _ = writeln!(e, "  %ctx{li} = alloca [{np} x ptr], align 8");
+        for pi in 0..l.bindings.len() {
+            let _ = writeln!(e, "  %ctx{li}.{pi} = getelementptr inbounds ptr, ptr %ctx{li}, i64 {pi}\n  store ptr %a{li}.{pi}, ptr %ctx{li}.{pi}, align 8");
+        }
+        let sp = split_of(&l.kernel);
+        match sp.grain {
+            Some(grain) => {
+                let _ = writeln!(e, "  call void @rlx_rt_parallel_for(ptr @{name}_k{li}, ptr %ctx{li}, i64 {}, i64 {grain})", sp.extent);
+                uses_runtime = true;
+            }
+            None => {
+                let _ = writeln!(e, "  call void @{name}_k{li}(ptr %ctx{li}, i64 0, i64 {})", sp.extent);
+            }
+        }
+    }
+    let _ = writeln!(e, "  ret i32 0");
+    for (code, _, _) in ERROR_CODES.iter().skip(1) {
+        let _ = writeln!(e, "fail{code}:\n  ret i32 {code}");
+    }
+    m.push_str(&e);
+    m.push_str("}\n\n");
+    m.push_str(&body);
+    if uses_runtime {
+        decls.insert("declare void @rlx_rt_parallel_for(ptr, ptr, i64, i64)".to_string());
+    }
+    for d in &decls {
+        m.push_str(d);
+        m.push('\n');
+    }
+    let _ = writeln!(m, "\nattributes #0 = {{ nounwind \"target-cpu\"=\"{cpu}\" \"target-features\"=\"{features}\" }}");
+    m
+}
