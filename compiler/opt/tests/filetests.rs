@@ -2,7 +2,7 @@
 //! header lines), an input graph in the text form, a line `----`, and the expected output.
 //! `BLESS=1 cargo test -p rlx-opt --test filetests` rewrites the expectations for review in git.
 //!
-//! Passes: `lower` (HIR in, MIR text out), `verify-hir` / `verify-mir` (problems, one per line),
+//! Passes: `lower` (HIR in, MIR text out), `plan` (MIR in; LIR buffers, launches and loop-form kernels out), `verify-hir` / `verify-mir` (problems, one per line),
 //! `legalize` (MIR in; header `caps KIND:DTYPE …`; dispatch report out), `roundtrip-hir` /
 //! `roundtrip-mir` (parse then print).
 
@@ -28,6 +28,19 @@ fn run_pass(header: &[String], input: &str) -> Result<String, String> {
         "verify-mir" => {
             let g = text::parse::<MirOp>(input).map_err(perr)?;
             rlx_ir::verify::verify(&g).iter().map(|p| format!("{p}\n")).collect::<String>() + "(end)\n"
+        }
+        "plan" => {
+            let g = text::parse::<MirOp>(input).map_err(perr)?;
+            match rlx_opt::plan(&g, &rlx_opt::PlanOptions::default()) {
+                Ok(l) => {
+                    let mut s = l.to_string();
+                    for la in &l.launches {
+                        s.push_str(&la.kernel.to_string());
+                    }
+                    s
+                }
+                Err(ps) => ps.iter().map(|p| format!("error: {p}\n")).collect(),
+            }
         }
         "roundtrip-hir" => text::print(&text::parse::<HirOp>(input).map_err(perr)?),
         "roundtrip-mir" => text::print(&text::parse::<MirOp>(input).map_err(perr)?),
