@@ -25,7 +25,7 @@ pub fn lowerable_kinds() -> Vec<&'static str> {
     v.extend(rlx_ir::BinaryOp::ALL.iter().map(|b| b.name()));
     v.extend([
         "where", "cast", "matmul", "reduce_sum", "reduce_prod", "reduce_max", "reduce_min", "reduce_mean", "argmax", "argmin",
-        "reshape", "transpose", "expand", "slice", "concat", "gather", "gather_elements", "pad", "conv", "max_pool", "avg_pool",
+        "reshape", "transpose", "expand", "slice", "concat", "gather", "gather_elements", "gather_nd", "pad", "conv", "max_pool", "avg_pool",
     ]);
     v
 }
@@ -69,6 +69,7 @@ fn is_inlinable(op: &MirOp) -> bool {
             | MirOp::Concat { .. }
             | MirOp::Gather { .. }
             | MirOp::GatherElements { .. }
+            | MirOp::GatherNd { .. }
     )
 }
 
@@ -482,6 +483,26 @@ impl<'g> Planner<'g> {
                 let norm = Expr::Select(Box::new(Expr::i(IOp::Lt, gi.clone(), Expr::Int(0))), Box::new(Expr::add(gi.clone(), Expr::Int(d))), Box::new(gi));
                 let mut in_idx = idx.to_vec();
                 in_idx[a] = clamp(norm, 0, d - 1);
+                self.elem(kb, ins[0], &in_idx)
+            }
+            MirOp::GatherNd { batch_dims } => {
+                // out = indices.shape[..q-1] ++ data.shape[b+depth..]; index tuple at indices[idx[..q-1], j].
+                let b = *batch_dims;
+                let sd = self.shape(ins[0]);
+                let si = self.shape(ins[1]);
+                let q = si.len();
+                let depth = si[q - 1];
+                let mut in_idx: Vec<Expr> = idx[..b].to_vec();
+                for j in 0..depth {
+                    let mut ii: Vec<Expr> = idx[..q - 1].to_vec();
+                    ii.push(Expr::Int(j as i64));
+                    let raw = self.elem(kb, ins[1], &ii);
+                    let gi = Expr::ToIndex { from: self.dt(ins[1]), x: Box::new(raw) };
+                    let d = sd[b + j] as i64;
+                    let norm = Expr::Select(Box::new(Expr::i(IOp::Lt, gi.clone(), Expr::Int(0))), Box::new(Expr::add(gi.clone(), Expr::Int(d))), Box::new(gi));
+                    in_idx.push(clamp(norm, 0, d - 1));
+                }
+                in_idx.extend(idx[q - 1..].iter().cloned());
                 self.elem(kb, ins[0], &in_idx)
             }
             other => unreachable!("node_expr on non-inlinable {}", other.kind()),

@@ -38,7 +38,7 @@ pub fn main(a: &CheckArgs) -> Result<(), Failure> {
     if a.json {
         print_json(&to_json(&a.model, a.target, &report));
     } else {
-        print_table(&report);
+        print_report(&report);
     }
     let bad: Vec<String> = report
         .unsupported()
@@ -60,7 +60,7 @@ fn summary(r: &DispatchReport) -> String {
     format!("{n} node{}: {}", if n == 1 { "" } else { "s" }, counts.join(", "))
 }
 
-fn print_table(r: &DispatchReport) {
+pub fn print_report(r: &DispatchReport) {
     let head = ["node", "op", "dtype", "input shapes", "resolution", "note"];
     let rows: Vec<[String; 6]> = r
         .entries

@@ -156,6 +156,7 @@ pub fn main(a: &RunArgs) -> Result<(), Failure> {
     let outs = match a.target {
         Target::Interp => phase("running (interp)", || rlx_interp::run(&mir, &ordered))
             .map_err(|e| Failure::model(format!("running '{}' failed: {e}", src.path().display())))?,
+        t => phase("compiling and running", || rlxc::native::run_compiled(&mir, &ordered, t))?,
     };
     let d_run = t_run.elapsed();
 

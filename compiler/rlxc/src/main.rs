@@ -4,14 +4,14 @@
 //! is wrong (bad flags, `--dim`/`--input` syntax, unknown target, inputs that do not match the model).
 
 mod cmd_check;
+mod cmd_compile;
 mod cmd_inspect;
 mod cmd_run;
 
-use clap::{Parser, Subcommand, ValueEnum};
-use rlx_ir::{Hir, Mir, TargetCaps};
-use std::collections::BTreeMap;
-use std::io::IsTerminal;
-use std::path::{Path, PathBuf};
+pub use rlxc::cli::*;
+
+
+use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -37,205 +37,14 @@ enum Cmd {
     /// Run a model on .npy inputs with the reference interpreter and write .npy outputs
     #[command(long_about = cmd_run::LONG_ABOUT)]
     Run(cmd_run::RunArgs),
+    /// Compile a model ahead of time into an object, C header, Rust binding and manifest
+    #[command(long_about = cmd_compile::LONG_ABOUT)]
+    Compile(cmd_compile::CompileArgs),
     /// Report how every op of a model resolves on a target, without compiling
     #[command(long_about = cmd_check::LONG_ABOUT)]
     Check(cmd_check::CheckArgs),
     /// Run the ONNX op conformance suite
     Conformance(rlxc::conformance::ConformanceArgs),
-}
-
-/// Targets this build of rlxc knows.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Target {
-    /// The reference interpreter (MIR, all dtypes; the numerical oracle)
-    Interp,
-}
-
-impl Target {
-    pub fn name(self) -> &'static str {
-        match self {
-            Target::Interp => "interp",
-        }
-    }
-    pub fn caps(self) -> TargetCaps {
-        match self {
-            Target::Interp => rlx_interp::caps(),
-        }
-    }
-}
-
-/// A command's failure: the exit code and the message for stderr (empty when already printed).
-#[derive(Debug)]
-pub struct Failure {
-    pub code: u8,
-    pub msg: String,
-}
-
-impl Failure {
-    /// Exit 2: the command line or its inputs are wrong.
-    pub fn usage(msg: impl Into<String>) -> Failure {
-        Failure { code: 2, msg: msg.into() }
-    }
-    /// Exit 1: the model is invalid or unsupported, or running it failed.
-    pub fn model(msg: impl Into<String>) -> Failure {
-        Failure { code: 1, msg: msg.into() }
-    }
-}
-
-/// `NAME=N` for `--dim`.
-pub fn parse_dim(s: &str) -> Result<(String, u64), String> {
-    let (name, n) = s.split_once('=').ok_or_else(|| format!("expected NAME=N (e.g. batch=1), got '{s}'"))?;
-    let name = name.trim();
-    if name.is_empty() {
-        return Err(format!("expected NAME=N (e.g. batch=1), got '{s}': the name is empty"));
-    }
-    let n = n.trim().parse::<u64>().map_err(|_| format!("expected NAME=N (e.g. batch=1), got '{s}': '{n}' is not a non-negative integer"))?;
-    Ok((name.to_string(), n))
-}
-
-/// Collects `--dim` pairs; the same name twice with different sizes is a usage error.
-pub fn dims_map(dims: &[(String, u64)]) -> Result<BTreeMap<String, u64>, Failure> {
-    let mut m = BTreeMap::new();
-    for (k, v) in dims {
-        if let Some(old) = m.insert(k.clone(), *v) {
-            if old != *v {
-                return Err(Failure::usage(format!("--dim {k} is given twice, as {old} and {v}")));
-            }
-        }
-    }
-    Ok(m)
-}
-
-/// What kind of model a path names.
-#[derive(Clone, Debug)]
-pub enum ModelSource {
-    Onnx(PathBuf),
-    /// A folder with config.json + model.safetensors.
-    SafetensorsDir(PathBuf),
-}
-
-impl ModelSource {
-    pub fn from_path(p: &Path) -> Result<ModelSource, Failure> {
-        let meta = std::fs::metadata(p).map_err(|e| Failure::model(format!("cannot read model '{}': {e}", p.display())))?;
-        let is_st_dir = |d: &Path| d.join("config.json").is_file() && d.join("model.safetensors").is_file();
-        if meta.is_dir() {
-            if is_st_dir(p) {
-                return Ok(ModelSource::SafetensorsDir(p.to_path_buf()));
-            }
-            return Err(Failure::model(format!(
-                "'{}' is a folder but not a safetensors model (it needs config.json and model.safetensors)",
-                p.display()
-            )));
-        }
-        let ext = p.extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_lowercase();
-        match ext.as_str() {
-            "safetensors" => {
-                let dir = p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-                if is_st_dir(dir) && p.file_name().is_some_and(|f| f == "model.safetensors") {
-                    Ok(ModelSource::SafetensorsDir(dir.to_path_buf()))
-                } else {
-                    Err(Failure::model(format!(
-                        "'{}': a safetensors file alone has no architecture; pass the folder holding config.json and model.safetensors",
-                        p.display()
-                    )))
-                }
-            }
-            "gguf" => Err(Failure::model(format!("'{}': GGUF models are not supported by this version of rlxc", p.display()))),
-            _ => Ok(ModelSource::Onnx(p.to_path_buf())),
-        }
-    }
-
-    pub fn path(&self) -> &Path {
-        match self {
-            ModelSource::Onnx(p) | ModelSource::SafetensorsDir(p) => p,
-        }
-    }
-
-    /// Imports the model. `dims` fixes symbolic dims by name.
-    pub fn import(&self, dims: &BTreeMap<String, u64>) -> Result<Hir, Failure> {
-        match self {
-            ModelSource::Onnx(p) => {
-                let opts = rlx_import::ImportOptions { dims: dims.clone(), bind: BTreeMap::new() };
-                phase("importing", || rlx_import::load_onnx(p, &opts))
-                    .map_err(|e| Failure::model(problem_list(&format!("cannot import '{}'", p.display()), &e.problems)))
-            }
-            ModelSource::SafetensorsDir(d) => {
-                let mut hir = phase("building", || rlx_models::bert_from_dir(d))
-                    .map_err(|e| Failure::model(format!("cannot build a model from '{}': {e}", d.display())))?;
-                if !dims.is_empty() {
-                    bind_graph_dims(&mut hir, dims);
-                    let probs = rlx_ir::verify::verify(&hir);
-                    if !probs.is_empty() {
-                        return Err(Failure::model(problem_list(&format!("'{}' with the given --dim values is invalid", d.display()), &probs)));
-                    }
-                }
-                Ok(hir)
-            }
-        }
-    }
-}
-
-/// Substitutes fixed sizes for symbolic dims in every value type of `g`.
-fn bind_graph_dims(g: &mut Hir, dims: &BTreeMap<String, u64>) {
-    for v in &mut g.values {
-        v.ty.shape = v.ty.shape.bind(dims);
-    }
-}
-
-/// "HEAD (N problems):" followed by one indented line per problem.
-pub fn problem_list<P: std::fmt::Display>(head: &str, probs: &[P]) -> String {
-    let mut s = match probs.len() {
-        1 => format!("{head}:"),
-        n => format!("{head} ({n} problems):"),
-    };
-    for p in probs {
-        s.push_str("\n  ");
-        s.push_str(&p.to_string().replace('\n', "\n    "));
-    }
-    s
-}
-
-/// Lowers HIR to MIR, reporting every problem.
-pub fn lower(hir: &Hir, what: &Path) -> Result<Mir, Failure> {
-    phase("lowering", || rlx_opt::lower(hir))
-        .map_err(|probs| Failure::model(problem_list(&format!("cannot lower '{}' to MIR", what.display()), &probs)))
-}
-
-/// Runs `f`; when stderr is a terminal and `f` takes more than a second, shows a spinner meanwhile.
-pub fn phase<T>(msg: &str, f: impl FnOnce() -> T) -> T {
-    use std::sync::mpsc::{channel, RecvTimeoutError};
-    use std::time::Duration;
-    if !std::io::stderr().is_terminal() {
-        return f();
-    }
-    let (tx, rx) = channel::<()>();
-    let msg = msg.to_string();
-    let start = std::time::Instant::now();
-    let spinner = std::thread::spawn(move || {
-        if rx.recv_timeout(Duration::from_secs(1)) != Err(RecvTimeoutError::Timeout) {
-            return;
-        }
-        let pb = indicatif::ProgressBar::new_spinner().with_elapsed(start.elapsed());
-        if let Ok(style) = indicatif::ProgressStyle::with_template("{spinner} {msg} ({elapsed})") {
-            pb.set_style(style);
-        }
-        pb.set_message(msg);
-        pb.enable_steady_tick(Duration::from_millis(100));
-        let _ = rx.recv();
-        pb.finish_and_clear();
-    });
-    let r = f();
-    drop(tx);
-    let _ = spinner.join();
-    r
-}
-
-/// Writes a pretty JSON value to stdout.
-pub fn print_json(v: &serde_json::Value) {
-    match serde_json::to_string_pretty(v) {
-        Ok(s) => println!("{s}"),
-        Err(e) => eprintln!("error: cannot format JSON: {e}"),
-    }
 }
 
 fn main() -> ExitCode {
@@ -244,6 +53,7 @@ fn main() -> ExitCode {
         Cmd::Inspect(a) => cmd_inspect::main(a),
         Cmd::Run(a) => cmd_run::main(a),
         Cmd::Check(a) => cmd_check::main(a),
+        Cmd::Compile(a) => cmd_compile::main(a),
         Cmd::Conformance(a) => {
             let code = rlxc::conformance::main(a);
             return ExitCode::from(u8::try_from(code).unwrap_or(1));

@@ -1,5 +1,5 @@
 //! rlx-target-llvm: the LLVM back end. Translates LIR's loop-form kernels into LLVM IR
-//! ([`ir::module_text`]), optimizes with LLVM's O3 pipeline for the chosen CPU, and emits an object
+//! ([`ir::module_text`]), optimizes with LLVM's O2 pipeline for the chosen CPU, and emits an object
 //! file: internal kernel functions, an exported `NAME_run` entry, and the weights blob as an internal
 //! constant (or, with external weights, a pointer set by `NAME_set_weights`).
 //!
@@ -90,7 +90,7 @@ pub const KINDS: &[&str] = &[
     "atanh", "sigmoid", "erf", "relu", "floor", "ceil", "round", "sign", "not", "bit_not", "is_nan", "is_inf", "is_pos_inf",
     "is_neg_inf", "add", "sub", "mul", "div", "pow", "max", "min", "mod", "fmod", "eq", "lt", "le", "gt", "ge", "and", "or", "xor",
     "bit_and", "bit_or", "bit_xor", "shl", "shr", "where", "cast", "matmul", "reduce_sum", "reduce_prod", "reduce_max", "reduce_min",
-    "reduce_mean", "argmax", "argmin", "reshape", "transpose", "expand", "slice", "concat", "gather", "gather_elements", "pad",
+    "reduce_mean", "argmax", "argmin", "reshape", "transpose", "expand", "slice", "concat", "gather", "gather_elements", "gather_nd", "pad",
     "conv", "max_pool", "avg_pool",
 ];
 
@@ -128,7 +128,7 @@ pub fn compile(lir: &Lir, opts: &CompileOptions) -> Result<Vec<u8>, String> {
     let triple = TargetTriple::create(opts.target.triple());
     let target = Target::from_triple(&triple).map_err(|e| format!("LLVM has no target {}: {}", opts.target.triple(), e.to_string()))?;
     let tm = target
-        .create_target_machine(&triple, &opts.target.cpu, &opts.target.features, OptimizationLevel::Aggressive, RelocMode::PIC, CodeModel::Default)
+        .create_target_machine(&triple, &opts.target.cpu, &opts.target.features, OptimizationLevel::Default, RelocMode::PIC, CodeModel::Default)
         .ok_or_else(|| format!("LLVM rejected cpu '{}' with features '{}'", opts.target.cpu, opts.target.features))?;
     module.set_triple(&triple);
     module.set_data_layout(&tm.get_target_data().get_data_layout());
@@ -141,7 +141,7 @@ pub fn compile(lir: &Lir, opts: &CompileOptions) -> Result<Vec<u8>, String> {
     }
     module.verify().map_err(|e| format!("internal error: LLVM module does not verify: {}", e.to_string()))?;
     module
-        .run_passes("default<O3>", &tm, PassBuilderOptions::create())
+        .run_passes("default<O2>", &tm, PassBuilderOptions::create())
         .map_err(|e| format!("internal error: LLVM optimization failed: {}", e.to_string()))?;
     let obj = tm.write_to_memory_buffer(&module, FileType::Object).map_err(|e| format!("LLVM code generation failed: {}", e.to_string()))?;
     Ok(obj.as_slice().to_vec())

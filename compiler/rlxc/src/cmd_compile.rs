@@ -1,0 +1,119 @@
+//! `rlxc compile`: the artifact contract — `NAME.o`, `NAME.h`, `NAME.rs`, `NAME.json`, and the
+//! runtime static library named by the link line. The pipeline itself is `rlxc::pipeline`.
+
+use crate::{dims_map, problem_list, Failure, ModelSource, Target};
+use rlxc::artifact;
+use rlxc::pipeline::{compile_mir, cpu_target, default_name, write_artifacts, Timings};
+use std::path::PathBuf;
+use std::time::Instant;
+
+pub const LONG_ABOUT: &str = "Compile a model ahead of time into a linkable object for a CPU target.\n\n\
+Writes into DIR: NAME.o (kernels, the NAME_run entry point and, by default, the weights), NAME.h (C API: \
+NAME_ARENA_BYTES, NAME_NUM_INPUTS/OUTPUTS, error codes, NAME_run), NAME.rs (a safe Rust wrapper over rlx-rt), \
+NAME.json (manifest: ports, arena and weights bytes, target, dispatch report, sha256 of the object, link line), \
+librlx_rt.a (runtime-min: the thread pool the object calls for parallel kernels), and with --weights external \
+NAME.weights.bin.\n\n\
+Symbolic dims must be fixed: --dim NAME=N (repeatable), --batch N for the batch dim.\n\
+The same model and flags always give the same bytes.";
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Weights {
+    /// Embedded in NAME.o as a constant
+    Embedded,
+    /// Written to NAME.weights.bin; the caller passes them to NAME_set_weights before NAME_run
+    External,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct CompileArgs {
+    /// The model: an .onnx file or a safetensors folder (config.json + model.safetensors)
+    pub model: PathBuf,
+    /// Target: host (this machine's CPU and features), x86_64 (x86-64-v3: AVX2+FMA unless --cpu), aarch64 (NEON)
+    #[arg(long, value_enum, default_value_t = Target::Host)]
+    pub target: Target,
+    /// Output folder (created if missing)
+    #[arg(short = 'o', long = "out")]
+    pub out: PathBuf,
+    /// Artifact name and C symbol prefix (default: the model file's stem)
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Fix a symbolic dim: NAME=N (repeatable)
+    #[arg(long = "dim", value_name = "NAME=N", value_parser = crate::parse_dim)]
+    pub dims: Vec<(String, u64)>,
+    /// Short for --dim batch=N (and any other dim whose name starts with "batch")
+    #[arg(long)]
+    pub batch: Option<u64>,
+    /// Where the weights go
+    #[arg(long, value_enum, default_value_t = Weights::Embedded)]
+    pub weights: Weights,
+    /// LLVM CPU name (e.g. x86-64-v3, znver3, cortex-a72); default depends on --target
+    #[arg(long)]
+    pub cpu: Option<String>,
+    /// Print the dispatch report (every node: native / common-IR / rewritten / unsupported)
+    #[arg(long)]
+    pub report: bool,
+    /// Print the time of each compile phase
+    #[arg(long)]
+    pub timings: bool,
+    /// Also write NAME.ll (LLVM IR before optimization) and NAME.lir (the planned program and kernels)
+    #[arg(long)]
+    pub emit_ir: bool,
+}
+
+pub fn main(a: &CompileArgs) -> Result<(), Failure> {
+    let src = ModelSource::from_path(&a.model)?;
+    let mut dims = dims_map(&a.dims)?;
+    let mut tm = Timings::default();
+    let total = Instant::now();
+    let cpu = cpu_target(a.target, a.cpu.as_deref())?;
+    if let Some(b) = a.batch {
+        // --batch applies to every symbolic dim whose name starts with "batch" (batch, batch_size…).
+        let syms = crate::model_symbols(&src)?;
+        let mut hit = false;
+        for s in syms.iter().filter(|s| s.to_ascii_lowercase().starts_with("batch")) {
+            dims.entry(s.clone()).or_insert(b);
+            hit = true;
+        }
+        if !hit {
+            dims.entry("batch".into()).or_insert(b);
+        }
+    }
+    let hir = tm.time("import", || src.import(&dims))?;
+    let mut free: Vec<String> = hir.input_symbols();
+    free.retain(|s| !dims.contains_key(s));
+    if !free.is_empty() {
+        return Err(Failure::model(format!(
+            "symbolic dims must be fixed for a compiled artifact: {} (add {})",
+            free.join(", "),
+            free.iter().map(|s| format!("--dim {s}=N")).collect::<Vec<_>>().join(" ")
+        )));
+    }
+    let mir = tm.time("lower", || rlx_opt::lower(&hir)).map_err(|p| Failure::model(problem_list("cannot lower the model to MIR", &p)))?;
+    let name = a.name.clone().map(|n| artifact::sanitize_ident(&n)).unwrap_or_else(|| default_name(&a.model));
+    let external = a.weights == Weights::External;
+    let c = compile_mir(&mir, a.target, cpu, &name, external, a.emit_ir, &mut tm)?;
+    let files = tm.time("write", || write_artifacts(&a.out, &name, &a.model, &c, external))?;
+    if a.report {
+        crate::cmd_check::print_report(&c.report);
+    }
+    println!(
+        "compiled {} for {} ({}): {} kernels, arena {} bytes, weights {} bytes, in {:.2?}",
+        a.model.display(),
+        c.target.triple(),
+        c.target.cpu,
+        c.lir.launches.len(),
+        c.lir.arena_bytes,
+        c.lir.weights.len(),
+        total.elapsed()
+    );
+    for f in files {
+        println!("  {}", f.display());
+    }
+    if a.timings {
+        for (n, d) in &tm.0 {
+            println!("  {n:<16} {:>9.3} ms", d.as_secs_f64() * 1e3);
+        }
+        println!("  {:<16} {:>9.3} ms", "total", total.elapsed().as_secs_f64() * 1e3);
+    }
+    Ok(())
+}
