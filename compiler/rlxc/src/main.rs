@@ -1,10 +1,11 @@
-//! The `rlxc` command line: inspect · run · check · conformance.
+//! The `rlxc` command line: inspect · run · check · compile · coverage · conformance.
 //!
 //! Exit codes: 0 success; 1 the model is invalid or unsupported (or a run fails); 2 the command line
 //! is wrong (bad flags, `--dim`/`--input` syntax, unknown target, inputs that do not match the model).
 
 mod cmd_check;
 mod cmd_compile;
+mod cmd_coverage;
 mod cmd_inspect;
 mod cmd_run;
 
@@ -43,6 +44,8 @@ enum Cmd {
     /// Report how every op of a model resolves on a target, without compiling
     #[command(long_about = cmd_check::LONG_ABOUT)]
     Check(cmd_check::CheckArgs),
+    /// Print (or write, or check) the op-coverage table generated from the targets' claim sets
+    Coverage(cmd_coverage::CoverageArgs),
     /// Run the ONNX op conformance suite
     Conformance(rlxc::conformance::ConformanceArgs),
 }
@@ -54,6 +57,7 @@ fn main() -> ExitCode {
         Cmd::Run(a) => cmd_run::main(a),
         Cmd::Check(a) => cmd_check::main(a),
         Cmd::Compile(a) => cmd_compile::main(a),
+        Cmd::Coverage(a) => cmd_coverage::main(a),
         Cmd::Conformance(a) => {
             let code = rlxc::conformance::main(a);
             return ExitCode::from(u8::try_from(code).unwrap_or(1));
