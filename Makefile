@@ -46,6 +46,7 @@ build:
 
 test: build
 	cargo test --release --workspace
+	$(RLXC) coverage --check docs/op-coverage.md
 	$(MAKE) conformance-check
 
 conformance-data: $(VENV_STAMP)

