@@ -61,8 +61,9 @@ conformance-check: conformance-data
 demo:
 	@echo "make demo: arrives with native code (issue 3)"
 
-bench:
-	@echo "make bench: arrives with native code (issue 3)"
+# Benchmarks (never part of make test): rlxc's artifacts vs ONNX Runtime, side by side, 1 and 2 threads.
+bench: build
+	$(PY) tests/bench/bench.py --rlxc $(RLXC) --out docs/benchmarks.md
 
 clean:
 	cargo clean
