@@ -6,7 +6,8 @@ SHELL := bash
 
 # System packages the build and tests need. Later issues append here.
 APT_PACKAGES := llvm-19-dev libpolly-19-dev libzstd-dev libz3-dev libxml2-dev \
-                gcc-aarch64-linux-gnu qemu-user protobuf-compiler
+                gcc-aarch64-linux-gnu qemu-user protobuf-compiler \
+                gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 VENV := .venv
@@ -15,6 +16,10 @@ VENV_STAMP := build/venv.stamp
 RLXC := ./target/release/rlxc
 NODE_CASES := build/onnx-node
 RATCHET := tests/conformance/ratchet.txt
+RATCHET_X86_64 := tests/conformance/ratchet-x86_64.txt
+RATCHET_AARCH64 := tests/conformance/ratchet-aarch64.txt
+AARCH64_SUBSET := tests/conformance/aarch64-subset.txt
+AARCH64_TRIPLE := aarch64-unknown-linux-gnu
 
 export RLX_PY := $(CURDIR)/$(PY)
 
@@ -22,6 +27,7 @@ export RLX_PY := $(CURDIR)/$(PY)
 
 setup: apt venv build
 
+# qemu-system-arm replaces the machine's qemu-utils: apt puts it back right after, so qemu-img stays.
 apt:
 	@missing=""; \
 	for p in $(APT_PACKAGES); do \
@@ -31,6 +37,9 @@ apt:
 	  echo "apt: installing$$missing"; \
 	  $(SUDO) apt-get update; \
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing; \
+	fi; \
+	if ! dpkg -s qemu-utils 2>/dev/null | grep -q '^Status: install ok installed'; then \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends qemu-utils; \
 	fi
 
 venv: $(VENV_STAMP)
@@ -43,6 +52,8 @@ $(VENV_STAMP): requirements.txt requirements-models.txt
 
 build:
 	cargo build --release --workspace --all-targets
+	rustup target list --installed | grep -qx $(AARCH64_TRIPLE) || rustup target add $(AARCH64_TRIPLE)
+	cargo build --release -p rlx-rt-capi --target $(AARCH64_TRIPLE)
 
 test: build
 	cargo test --release --workspace
@@ -53,13 +64,20 @@ conformance-data: $(VENV_STAMP)
 	$(PY) tests/conformance/gen_node_cases.py --out $(NODE_CASES)
 
 conformance: conformance-data
-	$(RLXC) conformance $(NODE_CASES) --write docs/conformance.md
+	$(RLXC) conformance $(NODE_CASES) --target x86_64 --target aarch64 --write docs/conformance.md
 
+# Interpreter + full x86_64 column; the aarch64 column on a subset (qemu-aarch64).
 conformance-check: conformance-data
-	$(RLXC) conformance $(NODE_CASES) --ratchet $(RATCHET)
+	$(RLXC) conformance $(NODE_CASES) --target x86_64 --ratchet $(RATCHET) --ratchet x86_64=$(RATCHET_X86_64)
+	$(RLXC) conformance $(NODE_CASES) --target aarch64 --list $(AARCH64_SUBSET) --ratchet aarch64=$(RATCHET_AARCH64)
 
-demo:
-	@echo "make demo: arrives with native code (issue 3)"
+# A LeNet-style CNN (seeded weights) compiled for this machine and run from a small C program.
+demo: build $(VENV_STAMP)
+	$(PY) tests/native/make_cnn.py --out build/demo
+	$(RLXC) compile build/demo/cnn.onnx --target host -o build/demo
+	cc -O2 -std=c11 -Wall -I build/demo tests/native/demo.c build/demo/cnn.o build/demo/librlx_rt.a \
+	  -lpthread -ldl -lm -lrt -lutil -o build/demo/demo
+	build/demo/demo
 
 # Benchmarks (never part of make test): rlxc's artifacts vs ONNX Runtime, side by side, 1 and 2 threads.
 bench: build

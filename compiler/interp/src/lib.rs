@@ -10,6 +10,7 @@ mod elementwise;
 mod index;
 mod linalg;
 mod movement;
+mod quant;
 mod reduce;
 mod tensor;
 
@@ -213,5 +214,8 @@ fn exec(op: &MirOp, ins: &[&T], syms: &BTreeMap<String, u64>) -> Result<Vec<T>, 
         }
         MirOp::CumSum { axis, exclusive, reverse } => one(reduce::cumsum(ins[0], *axis, *exclusive, *reverse)),
         MirOp::TopK { axis, k, largest } => reduce::topk(ins[0], *axis, *k, *largest),
+        MirOp::Quantize { axis } => one(quant::quantize(ins[0], ins[1], ins[2], *axis, false)),
+        MirOp::FakeQuantize { axis } => one(quant::quantize(ins[0], ins[1], ins[2], *axis, true)),
+        MirOp::Dequantize { axis } => one(quant::dequantize(ins[0], ins[1], ins[2], *axis)),
     }
 }

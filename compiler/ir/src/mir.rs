@@ -142,6 +142,16 @@ pub enum MirOp {
     CumSum { axis: usize, exclusive: bool, reverse: bool },
     /// (x) → (values, i64 indices) of the `k` largest (or smallest) along `axis`; ties pick the lower index.
     TopK { axis: usize, k: usize, largest: bool },
+    /// (x: float, scale: float scalar or [C], zero_point: int scalar or [C]) → zero_point's dtype:
+    /// saturate(round_half_to_even(x / scale) + zero_point), the division in x's dtype (ONNX
+    /// QuantizeLinear). A [C] scale/zero_point is per channel along `axis` (C = x.shape[axis]).
+    Quantize { axis: usize },
+    /// (q: int, scale: float scalar or [C], zero_point: q's dtype, same shape as scale) → scale's dtype:
+    /// (q - zero_point) * scale (ONNX DequantizeLinear); per channel along `axis` as `quantize`.
+    Dequantize { axis: usize },
+    /// (x: float, scale, zero_point: int) → x's dtype: dequantize(quantize(x)) with the same scale and
+    /// zero point (quantization-aware simulation; the zero point's dtype sets the saturation range).
+    FakeQuantize { axis: usize },
 }
 
 fn same_dtype(op: &str, a: &TensorType, b: &TensorType) -> Result<(), String> {
@@ -217,6 +227,9 @@ impl OpSet for MirOp {
             MirOp::Pool { kind: PoolKind::Avg, .. } => "avg_pool",
             MirOp::CumSum { .. } => "cumsum",
             MirOp::TopK { .. } => "topk",
+            MirOp::Quantize { .. } => "quantize",
+            MirOp::Dequantize { .. } => "dequantize",
+            MirOp::FakeQuantize { .. } => "fake_quantize",
         }
     }
 
@@ -224,6 +237,7 @@ impl OpSet for MirOp {
         match self {
             MirOp::Binary(_) | MirOp::MatMul | MirOp::Gather { .. } | MirOp::GatherElements { .. } | MirOp::GatherNd { .. } => (2, 2),
             MirOp::Where | MirOp::ScatterElements { .. } | MirOp::ScatterNd { .. } => (3, 3),
+            MirOp::Quantize { .. } | MirOp::Dequantize { .. } | MirOp::FakeQuantize { .. } => (3, 3),
             MirOp::Concat { .. } => (1, usize::MAX),
             MirOp::Conv { .. } | MirOp::ConvTranspose { .. } => (2, 3),
             _ => (1, 1),
@@ -575,6 +589,32 @@ impl OpSet for MirOp {
                 s[*axis] = Dim::Fixed(*k as u64);
                 Ok(vec![TensorType::new(x.dtype, Shape(s.clone())), TensorType::new(DType::I64, Shape(s))])
             }
+            MirOp::Quantize { axis } | MirOp::Dequantize { axis } | MirOp::FakeQuantize { axis } => {
+                let (scale, zp) = (ins[1], ins[2]);
+                let k = self.kind();
+                let deq = matches!(self, MirOp::Dequantize { .. });
+                if !scale.dtype.is_float() || !zp.dtype.is_int() || (deq && x.dtype != zp.dtype) || (!deq && !x.dtype.is_float()) {
+                    return Err(format!("{k}: needs {} x, float scale and an integer zero point of the same shape (got {x}, {scale}, {zp})", if deq { "an integer" } else { "a float" }));
+                }
+                if scale.shape != zp.shape {
+                    return Err(format!("{k}: scale {} and zero point {} shapes differ", scale.shape, zp.shape));
+                }
+                match scale.shape.numel() {
+                    Some(1) => {}
+                    _ => {
+                        check_axis(*axis, x.shape.rank())?;
+                        if scale.shape.rank() != 1 || scale.shape.0[0] != x.shape.0[*axis] {
+                            return Err(format!("{k}: per-channel scale {} must be [{}] (axis {axis} of {})", scale.shape, x.shape.0[*axis], x.shape));
+                        }
+                    }
+                }
+                let dt = match self {
+                    MirOp::Quantize { .. } => zp.dtype,
+                    MirOp::Dequantize { .. } => scale.dtype,
+                    _ => x.dtype,
+                };
+                one(dt, x.shape.clone())
+            }
         }
     }
 
@@ -635,6 +675,7 @@ impl OpSet for MirOp {
             MirOp::TopK { axis, k, largest } => {
                 vec![("axis", Attr::Int(*axis as i64)), ("k", Attr::Int(*k as i64)), ("largest", Attr::Bool(*largest))]
             }
+            MirOp::Quantize { axis } | MirOp::Dequantize { axis } | MirOp::FakeQuantize { axis } => vec![("axis", Attr::Int(*axis as i64))],
         }
     }
 
@@ -696,6 +737,9 @@ impl OpSet for MirOp {
             },
             "cumsum" => MirOp::CumSum { axis: a.usize("axis")?, exclusive: a.bool("exclusive")?, reverse: a.bool("reverse")? },
             "topk" => MirOp::TopK { axis: a.usize("axis")?, k: a.usize("k")?, largest: a.bool("largest")? },
+            "quantize" => MirOp::Quantize { axis: a.usize("axis")? },
+            "dequantize" => MirOp::Dequantize { axis: a.usize("axis")? },
+            "fake_quantize" => MirOp::FakeQuantize { axis: a.usize("axis")? },
             _ => return Err(format!("unknown MIR op '{kind}'")),
         })
     }
@@ -725,7 +769,8 @@ pub fn all_mir_kinds() -> Vec<&'static str> {
     v.extend([
         "where", "cast", "matmul", "reduce_sum", "reduce_prod", "reduce_max", "reduce_min", "reduce_mean", "argmax", "argmin",
         "reshape", "transpose", "expand", "slice", "concat", "gather", "gather_elements", "gather_nd", "scatter_elements",
-        "scatter_nd", "pad", "conv", "conv_transpose", "max_pool", "avg_pool", "cumsum", "topk",
+        "scatter_nd", "pad", "conv", "conv_transpose", "max_pool", "avg_pool", "cumsum", "topk", "quantize", "dequantize",
+        "fake_quantize",
     ]);
     v
 }

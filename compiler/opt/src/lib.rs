@@ -14,3 +14,5 @@ pub mod fold;
 pub use fold::{dce, fold, Evaluator};
 pub mod plan;
 pub use plan::{plan, PlanOptions};
+pub mod quantize;
+pub use quantize::{quantize, QParams, QuantOptions, Quantized};

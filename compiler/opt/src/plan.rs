@@ -25,7 +25,7 @@ pub fn lowerable_kinds() -> Vec<&'static str> {
     v.extend(rlx_ir::BinaryOp::ALL.iter().map(|b| b.name()));
     v.extend([
         "where", "cast", "matmul", "reduce_sum", "reduce_prod", "reduce_max", "reduce_min", "reduce_mean", "argmax", "argmin",
-        "reshape", "transpose", "expand", "slice", "concat", "gather", "gather_elements", "gather_nd", "pad", "conv", "max_pool", "avg_pool",
+        "reshape", "transpose", "expand", "slice", "concat", "gather", "gather_elements", "gather_nd", "pad", "conv", "max_pool", "avg_pool", "cumsum",
     ]);
     v
 }
@@ -132,17 +132,27 @@ pub fn fuse(g: &Mir) -> Fusion {
         if is_inlinable(&node.op) {
             let chain_anchor = anchor_of.get(&v).copied();
             if let Some(a) = chain_anchor {
-                // Continue an epilogue chain only through same-shape elementwise consumers.
-                if is_elementwise(&cn.op) && same_shape && !anchor_of.contains_key(&cv) {
+                // Continue an epilogue chain only through same-shape elementwise consumers (not into
+                // a widening cast that feeds an anchor: the chain would store the wider type; the cast
+                // is inlined into the anchor's loads instead).
+                let widens = matches!(cn.op, MirOp::Cast { to } if to.size() > g.ty(v).dtype.size())
+                    && consumers[cv.index()].len() == 1
+                    && !is_inlinable(&g.node(consumers[cv.index()][0]).op);
+                if is_elementwise(&cn.op) && same_shape && !anchor_of.contains_key(&cv) && !widens {
                     role[n.index()] = Role::Inlined;
                     anchor_of.insert(cv, a);
                 }
                 continue;
             }
-            let cheap = is_data_movement(&node.op) || numel(g, v) >= numel(g, cv);
-            let consumer_ok = is_inlinable(&cn.op) || matches!(cn.op, MirOp::MatMul | MirOp::Reduce { .. } | MirOp::ArgReduce { .. });
+            // A cast is cheaper to redo at each load than to materialize in a wider type (int8
+            // operands widened to i32 stay int8 in memory).
+            let widen = matches!(node.op, MirOp::Cast { .. });
+            let cheap = is_data_movement(&node.op) || widen || numel(g, v) >= numel(g, cv);
+            let consumer_ok = is_inlinable(&cn.op)
+                || matches!(cn.op, MirOp::MatMul | MirOp::Reduce { .. } | MirOp::ArgReduce { .. })
+                || (widen && matches!(cn.op, MirOp::Conv { .. } | MirOp::Pool { .. }));
             let into_anchor = !is_inlinable(&cn.op);
-            if consumer_ok && cheap && (!into_anchor || is_data_movement(&node.op)) && !(anchor_of.contains_key(&cv) && !is_inlinable(&cn.op)) {
+            if consumer_ok && cheap && (!into_anchor || is_data_movement(&node.op) || widen) && !(anchor_of.contains_key(&cv) && !is_inlinable(&cn.op)) {
                 role[n.index()] = Role::Inlined;
             }
         } else if takes_epilogue(&node.op) && is_elementwise(&cn.op) && same_shape && !anchor_of.contains_key(&cv) {
@@ -159,11 +169,14 @@ pub fn fuse(g: &Mir) -> Fusion {
 pub struct PlanOptions {
     /// Alignment of arena and weights offsets in bytes.
     pub align: usize,
+    /// Columns per GEMM panel = lanes of the micro-kernel's vector accumulators: the target's f32
+    /// vector width × 2 (AVX2 and NEON: 16; AVX-512: 32).
+    pub gemm_nr: usize,
 }
 
 impl Default for PlanOptions {
     fn default() -> Self {
-        PlanOptions { align: 64 }
+        PlanOptions { align: 64, gemm_nr: GEMM_NR }
     }
 }
 
@@ -211,7 +224,35 @@ struct Planner<'g> {
     root_of: Vec<(u32, usize)>,
     weights: Vec<u8>,
     transposed_weight: HashMap<ValueId, u32>,
+    /// Float matmul weights packed in panels of `GEMM_NR` columns: [N/NR (rounded up), K, NR].
+    packed_weight: HashMap<ValueId, u32>,
     align: usize,
+    nr: usize,
+}
+
+/// Columns per packed weight panel = lanes of the GEMM micro-kernel's vector accumulators.
+pub const GEMM_NR: usize = 16;
+/// Rows per GEMM micro-kernel tile (6 rows × 16 lanes = 12 AVX2 accumulators).
+pub const GEMM_MR: usize = 6;
+
+/// Row-major multi-index of a flat row number over `dims`.
+fn unflatten(row: &Expr, dims: &[usize]) -> Vec<Expr> {
+    let st = strides(dims);
+    dims.iter()
+        .enumerate()
+        .map(|(i, &d)| {
+            if d == 1 {
+                return Expr::Int(0);
+            }
+            let q = Expr::i(IOp::Div, row.clone(), Expr::Int(st[i]));
+            // The outermost index needs no remainder: rows are in range.
+            if i == 0 {
+                q
+            } else {
+                Expr::i(IOp::Rem, q, Expr::Int(d as i64))
+            }
+        })
+        .collect()
 }
 
 /// Per-kernel lowering state.
@@ -291,11 +332,14 @@ fn int_max(d: DType) -> f64 {
 /// Builds nested loops over `shape`, returning the statement list and the index expressions; `inner`
 /// receives the indices and returns the innermost body.
 fn nest(kb: &mut KB, shape: &[usize], kind_outer: LoopKind, inner: &mut dyn FnMut(&mut KB, &[Expr]) -> Vec<Stmt>) -> Vec<Stmt> {
-    let vars: Vec<Var> = shape.iter().map(|_| kb.var()).collect();
-    let idx: Vec<Expr> = vars.iter().map(|&v| Expr::Var(v)).collect();
+    // Size-1 dims get no loop (index 0), so the outermost real loop is the one that is split.
+    let vars: Vec<Option<Var>> = shape.iter().map(|&d| (d != 1).then(|| kb.var())).collect();
+    let idx: Vec<Expr> = vars.iter().map(|v| v.map_or(Expr::Int(0), Expr::Var)).collect();
     let mut body = inner(kb, &idx);
-    for (i, &v) in vars.iter().enumerate().rev() {
-        let kind = if i == 0 { kind_outer } else { LoopKind::Serial };
+    let first = vars.iter().position(Option::is_some);
+    for (i, v) in vars.iter().enumerate().rev() {
+        let Some(v) = *v else { continue };
+        let kind = if Some(i) == first { kind_outer } else { LoopKind::Serial };
         body = vec![Stmt::For { var: v, extent: shape[i] as i64, kind, body }];
     }
     body
@@ -526,6 +570,12 @@ impl<'g> Planner<'g> {
                 let v = self.node_expr(kb, r, idx);
                 vec![Stmt::Store { buf: op, index: linear(idx, &out_shape), value: v }]
             }),
+            Some(a) if self.is_gemm(a) => {
+                if a != r {
+                    nodes.insert(0, a);
+                }
+                self.gemm_body(&mut kb, a, r, op, &out_shape)
+            }
             Some(a) => {
                 if a != r {
                     nodes.insert(0, a);
@@ -547,6 +597,119 @@ impl<'g> Planner<'g> {
             _ => root.name.clone(),
         };
         (Kernel { name, params: kb.params, body, vars: kb.vars }, kb.bindings, nodes)
+    }
+
+    /// A matmul with a packed float weight on the right and a matrix (or batch of them) on the left.
+    fn is_gemm(&self, a: NodeId) -> bool {
+        let n = self.g.node(a);
+        if n.op != MirOp::MatMul {
+            return false;
+        }
+        let (x, w) = (n.inputs[0], n.inputs[1]);
+        if !self.dt(x).is_float() || self.shape(x).len() < 2 {
+            return false;
+        }
+        if self.packed_weight.contains_key(&w) {
+            return true;
+        }
+        // A materialized right operand (rows of B contiguous along N) with at least one full panel.
+        let sb = self.shape(w);
+        if sb.len() < 2 || sb[sb.len() - 1] < self.nr || self.transposed_weight.contains_key(&w) {
+            return false;
+        }
+        if self.buf_of[w.index()].is_some() {
+            return true;
+        }
+        // An inlined transpose that keeps the last dim last (attention's V heads) streams along N too.
+        match self.g.producer(w).map(|p| (p, &self.g.node(p).op)) {
+            Some((p, MirOp::Transpose { perm })) => {
+                self.fusion.role[p.index()] == Role::Inlined && perm.last() == Some(&(perm.len() - 1)) && self.buf_of[self.g.node(p).inputs[0].index()].is_some()
+            }
+            _ => false,
+        }
+    }
+
+    /// The GEMM micro-kernel: rows in tiles of GEMM_MR (one parallel loop over tiles; the last tile's
+    /// extra rows repeat the last row, writing identical values), columns in packed panels of GEMM_NR
+    /// held in vector accumulators across K, the epilogue applied to each accumulator before its store.
+    /// Columns past the last full panel use the per-element path.
+    fn gemm_body(&mut self, kb: &mut KB, a: NodeId, r: NodeId, op: u32, out_shape: &[usize]) -> Vec<Stmt> {
+        let anode = self.g.node(a).clone();
+        let av = anode.outputs[0];
+        let (x, w) = (anode.inputs[0], anode.inputs[1]);
+        let sa = self.shape(x);
+        let kdim = sa[sa.len() - 1];
+        let rows_shape = out_shape[..out_shape.len() - 1].to_vec();
+        let rows: usize = rows_shape.iter().product();
+        let n = out_shape[out_shape.len() - 1];
+        let (nr, mr) = (self.nr, GEMM_MR.min(rows.max(1)));
+        let full = n / nr;
+        let tail = n % nr;
+        let packed = self.packed_weight.get(&w).copied();
+        let pp = packed.map(|pb| kb.param(pb, &self.buffers[pb as usize].clone(), Access::Read));
+        let sb = self.shape(w);
+        let odt = self.dt(av);
+        let t = kb.var();
+        // Row i of tile t, clamped to the last row.
+        let row = |i: usize| clamp(Expr::add(Expr::mul(Expr::Var(t), Expr::Int(mr as i64)), Expr::Int(i as i64)), 0, rows as i64 - 1);
+        let mut tile_body = Vec::new();
+        if full > 0 {
+            let p = kb.var();
+            let jv = kb.var();
+            let kv = kb.var();
+            let accs: Vec<Var> = (0..mr).map(|_| kb.var()).collect();
+            let mut inner = Vec::new();
+            for (i, &acc) in accs.iter().enumerate() {
+                let mut ai = unflatten(&row(i), &sa[..sa.len() - 1]);
+                ai.push(Expr::Var(kv));
+                let xa = self.elem(kb, x, &ai);
+                let bv = match pp {
+                    // packed[(p*K + k)*NR + jv]
+                    Some(pp) => Expr::load(
+                        pp,
+                        Expr::add(Expr::mul(Expr::add(Expr::mul(Expr::Var(p), Expr::Int(kdim as i64)), Expr::Var(kv)), Expr::Int(nr as i64)), Expr::Var(jv)),
+                    ),
+                    None => {
+                        // B[batch…, k, n] with B's batch dims broadcast against the output's.
+                        let batch = unflatten(&row(i), &rows_shape);
+                        let mut bi = bidx(&batch[..batch.len() - 1], &sb[..sb.len() - 2]);
+                        bi.push(Expr::Var(kv));
+                        bi.push(Expr::add(Expr::mul(Expr::Var(p), Expr::Int(nr as i64)), Expr::Var(jv)));
+                        self.elem(kb, w, &bi)
+                    }
+                };
+                let prod = Expr::Bin(BinaryOp::Mul, odt, Box::new(xa), Box::new(bv));
+                inner.push(Stmt::Assign { var: acc, value: Expr::Bin(BinaryOp::Add, odt, Box::new(Expr::Var(acc)), Box::new(prod)) });
+            }
+            let mut vbody: Vec<Stmt> = accs.iter().map(|&acc| Stmt::Decl { var: acc, dtype: odt, init: lit(0.0, odt) }).collect();
+            vbody.push(Stmt::For { var: kv, extent: kdim as i64, kind: LoopKind::Serial, body: inner });
+            for (i, &acc) in accs.iter().enumerate() {
+                let col = Expr::add(Expr::mul(Expr::Var(p), Expr::Int(nr as i64)), Expr::Var(jv));
+                let mut idx = unflatten(&row(i), &rows_shape);
+                idx.push(col);
+                kb.subst.insert(av, Expr::Var(acc));
+                let v = if a == r { Expr::Var(acc) } else { self.node_expr(kb, r, &idx) };
+                kb.subst.remove(&av);
+                vbody.push(Stmt::Store { buf: op, index: linear(&idx, out_shape), value: v });
+            }
+            let vl = Stmt::For { var: jv, extent: nr as i64, kind: LoopKind::Vector(nr as u32), body: vbody };
+            tile_body.push(Stmt::For { var: p, extent: full as i64, kind: LoopKind::Serial, body: vec![vl] });
+        }
+        if tail > 0 {
+            let i = kb.var();
+            let jt = kb.var();
+            let rowi = clamp(Expr::add(Expr::mul(Expr::Var(t), Expr::Int(mr as i64)), Expr::Var(i)), 0, rows as i64 - 1);
+            let mut idx = unflatten(&rowi, &rows_shape);
+            idx.push(Expr::add(Expr::Int((full * nr) as i64), Expr::Var(jt)));
+            let (mut pre, acc) = self.anchor_body(kb, &anode, &idx);
+            kb.subst.insert(av, acc);
+            let v = if a == r { kb.subst[&av].clone() } else { self.node_expr(kb, r, &idx) };
+            kb.subst.remove(&av);
+            pre.push(Stmt::Store { buf: op, index: linear(&idx, out_shape), value: v });
+            let inner = Stmt::For { var: jt, extent: tail as i64, kind: LoopKind::Serial, body: pre };
+            tile_body.push(Stmt::For { var: i, extent: mr as i64, kind: LoopKind::Serial, body: vec![inner] });
+        }
+        vec![Stmt::For { var: t, extent: rows.div_ceil(mr) as i64, kind: LoopKind::Parallel, body: tile_body }]
     }
 
     /// Statements computing an anchor's value at output index `idx`, and the expression of that value.
@@ -575,7 +738,19 @@ impl<'g> Planner<'g> {
                     bi.push(idx[idx.len() - 1].clone());
                 }
                 let av = self.elem(kb, ins[0], &ai);
+                let packed = self.packed_weight.get(&ins[1]).copied();
                 let bv = match self.transposed_weight.get(&ins[1]).copied() {
+                    _ if packed.is_some() => {
+                        let pb = packed.unwrap();
+                        let (n, kx) = (bi[1].clone(), bi[0].clone());
+                        let nr = self.nr as i64;
+                        let idx = Expr::add(
+                            Expr::mul(Expr::add(Expr::mul(Expr::i(IOp::Div, n.clone(), Expr::Int(nr)), Expr::Int(k as i64)), kx), Expr::Int(nr)),
+                            Expr::i(IOp::Rem, n, Expr::Int(nr)),
+                        );
+                        let p = kb.param(pb, &self.buffers[pb as usize].clone(), Access::Read);
+                        Expr::load(p, idx)
+                    }
                     Some(tb) => {
                         // Weight stored as [N, K]: element (k, n) is at n*K + k.
                         let shape = self.buffers[tb as usize].shape.clone();
@@ -796,6 +971,26 @@ impl<'g> Planner<'g> {
                 };
                 (stmts, val)
             }
+            MirOp::CumSum { axis, exclusive, reverse } => {
+                // out[i] = Σ x[j] over j ≤ i (j < i when exclusive; j ≥ i / j > i when reversed).
+                // Quadratic in the axis length, which is fine for the position-id and small-scan
+                // uses seen in models; a linear scan needs a stateful loop the per-element form lacks.
+                let s = self.shape(ins[0]);
+                let a = *axis;
+                let acc = kb.var();
+                let j = kb.var();
+                let mut xi = idx.to_vec();
+                xi[a] = Expr::Var(j);
+                let x = self.elem(kb, ins[0], &xi);
+                let (lo, hi) = if *reverse { (idx[a].clone(), Expr::Var(j)) } else { (Expr::Var(j), idx[a].clone()) };
+                let cond = if *exclusive { Expr::i(IOp::Lt, lo, hi) } else { Expr::i(IOp::Le, lo, hi) };
+                let upd = Stmt::Assign { var: acc, value: Expr::Bin(BinaryOp::Add, odt, Box::new(Expr::Var(acc)), Box::new(x)) };
+                let stmts = vec![
+                    Stmt::Decl { var: acc, dtype: odt, init: lit(0.0, odt) },
+                    Stmt::For { var: j, extent: s[a] as i64, kind: LoopKind::Serial, body: vec![Stmt::If { cond, body: vec![upd] }] },
+                ];
+                (stmts, Expr::Var(acc))
+            }
             other => unreachable!("anchor_body on {}", other.kind()),
         }
     }
@@ -832,7 +1027,9 @@ pub fn plan(g: &Mir, opts: &PlanOptions) -> Result<Lir, Vec<Problem>> {
         root_of: Vec::new(),
         weights: Vec::new(),
         transposed_weight: HashMap::new(),
+        packed_weight: HashMap::new(),
         align: opts.align,
+        nr: opts.gemm_nr.max(1),
     };
     let label = |v: ValueId| -> String {
         match (&g.value(v).name, g.producer(v)) {
@@ -870,7 +1067,25 @@ pub fn plan(g: &Mir, opts: &PlanOptions) -> Result<Lir, Vec<Problem>> {
         let users_all_matmul_rhs = weight_rhs[k]
             && g.nodes.iter().all(|n| !n.inputs.contains(&vid) || (n.op == MirOp::MatMul && n.inputs[1] == vid && n.inputs[0] != vid))
             && !g.outputs.contains(&vid);
-        if users_all_matmul_rhs {
+        if users_all_matmul_rhs && c.dtype.is_float() && c.shape[1] >= p.nr {
+            let nr = p.nr;
+            // Panels of nr columns: packed[p][k][j] = w[k][p*NR + j], zero past the last column.
+            let (kk, nn) = (c.shape[0], c.shape[1]);
+            let es = c.dtype.size().unwrap_or(1);
+            let np = nn.div_ceil(nr);
+            let src = c.data.bytes();
+            let mut t = vec![0u8; np * kk * nr * es];
+            for r in 0..kk {
+                for col in 0..nn {
+                    let s = (r * nn + col) * es;
+                    let d = (((col / nr) * kk + r) * nr + col % nr) * es;
+                    t[d..d + es].copy_from_slice(&src[s..s + es]);
+                }
+            }
+            let tc = ConstData { dtype: c.dtype, shape: vec![np, kk, nr], data: rlx_ir::Blob::from_vec(t) };
+            let b = p.add_weight(format!("{} (packed {}-column panels)", label(vid), nr), &tc);
+            p.packed_weight.insert(vid, b);
+        } else if users_all_matmul_rhs {
             let (kk, nn) = (c.shape[0], c.shape[1]);
             let es = c.dtype.size().unwrap_or(1);
             let src = c.data.bytes();

@@ -19,6 +19,24 @@ pub enum Target {
     X86_64,
     /// AArch64 Linux (LLVM; NEON)
     Aarch64,
+    /// Cortex-M0+ firmware sources (C99, int8 with --calibrate)
+    #[value(name = "cortex-m0plus")]
+    CortexM0plus,
+    /// Cortex-M3 firmware sources
+    #[value(name = "cortex-m3")]
+    CortexM3,
+    /// Cortex-M4 firmware sources (FPU, DSP)
+    #[value(name = "cortex-m4")]
+    CortexM4,
+    /// Cortex-M7 firmware sources
+    #[value(name = "cortex-m7")]
+    CortexM7,
+    /// Cortex-M33 firmware sources
+    #[value(name = "cortex-m33")]
+    CortexM33,
+    /// Cortex-M55 firmware sources
+    #[value(name = "cortex-m55")]
+    CortexM55,
 }
 
 impl Target {
@@ -28,11 +46,31 @@ impl Target {
             Target::Host => "host",
             Target::X86_64 => "x86_64",
             Target::Aarch64 => "aarch64",
+            Target::CortexM0plus => "cortex-m0plus",
+            Target::CortexM3 => "cortex-m3",
+            Target::CortexM4 => "cortex-m4",
+            Target::CortexM7 => "cortex-m7",
+            Target::CortexM33 => "cortex-m33",
+            Target::CortexM55 => "cortex-m55",
         }
+    }
+    /// The Cortex-M core of an MCU target (these compile to C sources through `rlx-target-mcu`).
+    pub fn mcu_core(self) -> Option<rlx_target_mcu::Core> {
+        use rlx_target_mcu::Core;
+        Some(match self {
+            Target::CortexM0plus => Core::M0Plus,
+            Target::CortexM3 => Core::M3,
+            Target::CortexM4 => Core::M4,
+            Target::CortexM7 => Core::M7,
+            Target::CortexM33 => Core::M33,
+            Target::CortexM55 => Core::M55,
+            _ => return None,
+        })
     }
     pub fn caps(self) -> TargetCaps {
         match self {
             Target::Interp => rlx_interp::caps(),
+            t if t.mcu_core().is_some() => rlx_target_mcu::caps(t.name()),
             t => rlx_target_llvm::caps(t.name()),
         }
     }

@@ -3,7 +3,7 @@
 
 use crate::{dims_map, problem_list, Failure, ModelSource, Target};
 use rlxc::artifact;
-use rlxc::pipeline::{compile_mir, cpu_target, default_name, write_artifacts, Timings};
+use rlxc::pipeline::{calibration_samples, compile_mcu, compile_mir, cpu_target, default_name, write_artifacts, write_mcu_artifacts, Budgets, Timings};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -14,7 +14,18 @@ NAME.json (manifest: ports, arena and weights bytes, target, dispatch report, sh
 librlx_rt.a (runtime-min: the thread pool the object calls for parallel kernels), and with --weights external \
 NAME.weights.bin.\n\n\
 Symbolic dims must be fixed: --dim NAME=N (repeatable), --batch N for the batch dim.\n\
+MCU targets (--target cortex-m0plus|m3|m4|m7|m33|m55) write C99 sources instead: NAME.c (const weights, a \
+static arena, one function per kernel, NAME_run), NAME.h (NAME_ARENA_BYTES, NAME_WEIGHTS_BYTES, port sizes and, \
+with --calibrate, each port's scale and zero point) and NAME.json. With --calibrate data.npy ([N, ...input shape] \
+float32) the model is quantized to int8 (int8 inputs and outputs); --ram-budget / --flash-budget fail the compile, \
+naming the largest buffers, when the arena / the weights do not fit.\n\n\
 The same model and flags always give the same bytes.";
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Emit {
+    /// C99 sources (NAME.c, NAME.h)
+    C,
+}
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Weights {
@@ -58,6 +69,18 @@ pub struct CompileArgs {
     /// Also write NAME.ll (LLVM IR before optimization) and NAME.lir (the planned program and kernels)
     #[arg(long)]
     pub emit_ir: bool,
+    /// MCU targets: the source language written
+    #[arg(long, value_enum, default_value_t = Emit::C)]
+    pub emit: Emit,
+    /// MCU targets: quantize to int8 with these calibration inputs (.npy, float32, [N, ...input shape])
+    #[arg(long, value_name = "NPY")]
+    pub calibrate: Option<PathBuf>,
+    /// MCU targets: fail when the static arena needs more than BYTES of RAM
+    #[arg(long, value_name = "BYTES")]
+    pub ram_budget: Option<usize>,
+    /// MCU targets: fail when the const weights need more than BYTES of flash
+    #[arg(long, value_name = "BYTES")]
+    pub flash_budget: Option<usize>,
 }
 
 pub fn main(a: &CompileArgs) -> Result<(), Failure> {
@@ -65,7 +88,11 @@ pub fn main(a: &CompileArgs) -> Result<(), Failure> {
     let mut dims = dims_map(&a.dims)?;
     let mut tm = Timings::default();
     let total = Instant::now();
-    let cpu = cpu_target(a.target, a.cpu.as_deref())?;
+    let mcu = a.target.mcu_core().is_some();
+    if !mcu && (a.calibrate.is_some() || a.ram_budget.is_some() || a.flash_budget.is_some()) {
+        return Err(Failure::usage("--calibrate, --ram-budget and --flash-budget apply to MCU targets (--target cortex-m*)"));
+    }
+    let cpu = if mcu { None } else { Some(cpu_target(a.target, a.cpu.as_deref())?) };
     if let Some(b) = a.batch {
         // --batch applies to every symbolic dim whose name starts with "batch" (batch, batch_size…).
         let syms = crate::model_symbols(&src)?;
@@ -90,6 +117,39 @@ pub fn main(a: &CompileArgs) -> Result<(), Failure> {
     }
     let mir = tm.time("lower", || rlx_opt::lower(&hir)).map_err(|p| Failure::model(problem_list("cannot lower the model to MIR", &p)))?;
     let name = a.name.clone().map(|n| artifact::sanitize_ident(&n)).unwrap_or_else(|| default_name(&a.model));
+    if mcu {
+        let calib = match &a.calibrate {
+            Some(p) => {
+                let data = rlxc::npy::read(p).map_err(|e| Failure::usage(format!("{}: {e}", p.display())))?;
+                if mir.inputs.len() != 1 {
+                    return Err(Failure::usage(format!("--calibrate takes one .npy: the model has {} inputs", mir.inputs.len())));
+                }
+                Some(calibration_samples(&data, mir.ty(mir.inputs[0])).map_err(|e| Failure::usage(format!("{}: {e}", p.display())))?)
+            }
+            None => None,
+        };
+        let budgets = Budgets { ram: a.ram_budget, flash: a.flash_budget };
+        let c = compile_mcu(&mir, a.target, &name, calib.as_deref(), budgets, &mut tm)?;
+        let files = tm.time("write", || write_mcu_artifacts(&a.out, &name, &a.model, &c))?;
+        if a.report {
+            crate::cmd_check::print_report(&c.report);
+        }
+        println!(
+            "compiled {} for {}{}: {} kernels, arena (RAM) {} bytes, weights (flash) {} bytes, in {:.2?}",
+            a.model.display(),
+            c.core.name(),
+            if c.quant.is_some() { " (int8)" } else { "" },
+            c.lir.launches.len(),
+            c.sources.arena_bytes,
+            c.sources.weights_bytes,
+            total.elapsed()
+        );
+        for f in files {
+            println!("  {}", f.display());
+        }
+        return Ok(());
+    }
+    let cpu = cpu.expect("CPU targets have a CPU");
     let external = a.weights == Weights::External;
     let c = compile_mir(&mir, a.target, cpu, &name, external, a.emit_ir, &mut tm)?;
     let files = tm.time("write", || write_artifacts(&a.out, &name, &a.model, &c, external))?;

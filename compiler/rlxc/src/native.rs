@@ -22,7 +22,10 @@ pub fn run_compiled(mir: &Mir, inputs: &[ConstData], t: Target) -> Result<Vec<Co
     let cpu = cpu_target(t, None)?;
     let mut tm = Timings::default();
     let c = compile_mir(mir, t, cpu.clone(), "rlxmodel", false, false, &mut tm)?;
-    let dir = std::env::temp_dir().join(format!("rlxc-run-{}", std::process::id()));
+    // Unique per call (process id + counter): concurrent calls in one process must not share files.
+    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("rlxc-run-{}-{n}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| Failure::model(format!("cannot create {}: {e}", dir.display())))?;
     let obj = dir.join("rlxmodel.o");
     let so = dir.join("rlxmodel.so");
@@ -36,8 +39,16 @@ pub fn run_compiled(mir: &Mir, inputs: &[ConstData], t: Target) -> Result<Vec<Co
         .arg(&rt)
         .args(["-lpthread", "-ldl", "-lm", "-lrt", "-lutil"])
         .output()
-        .map_err(|e| Failure::model(format!("cannot run the C compiler `cc` to link the model: {e}")))?;
+        .map_err(|e| Failure::model(format!("cannot run the C compiler `cc` to link the model: {e}")));
+    let out = match out {
+        Ok(o) => o,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&dir);
+            return Err(e);
+        }
+    };
     if !out.status.success() {
+        let _ = std::fs::remove_dir_all(&dir);
         return Err(Failure::model(format!("linking the compiled model failed:\n{}", String::from_utf8_lossy(&out.stderr))));
     }
     let result = call(&so, &c.lir, inputs);

@@ -17,6 +17,7 @@ pub fn cpu_target(t: Target, cpu: Option<&str>) -> Result<CpuTarget, Failure> {
         Target::X86_64 => CpuTarget { arch: Arch::X86_64, cpu: "x86-64-v3".into(), features: String::new() },
         Target::Aarch64 => CpuTarget::baseline(Arch::Aarch64),
         Target::Interp => return Err(Failure::usage("--target interp has no compiled form; use `rlxc run --target interp`")),
+        t => return Err(Failure::usage(format!("--target {} writes firmware sources, not a CPU object", t.name()))),
     };
     if let Some(cpu) = cpu {
         c.cpu = cpu.to_string();
@@ -57,6 +58,14 @@ pub struct Compiled {
     pub llvm_ir: Option<String>,
 }
 
+/// Planning parameters for a CPU: GEMM panels are two vectors wide (AVX-512: 32 f32 lanes; AVX2 and
+/// NEON: 16).
+pub fn plan_options(cpu: &CpuTarget) -> rlx_opt::PlanOptions {
+    let avx512 = cpu.features.split(',').any(|f| f == "+avx512f")
+        || ["skylake-avx512", "icelake-server", "sapphirerapids", "znver4", "znver5", "x86-64-v4"].contains(&cpu.cpu.as_str());
+    rlx_opt::PlanOptions { gemm_nr: if avx512 { 32 } else { 16 }, ..Default::default() }
+}
+
 /// MIR → object for a CPU target. Fails listing every unsupported node.
 pub fn compile_mir(mir: &Mir, t: Target, cpu: CpuTarget, name: &str, external: bool, emit_ir: bool, tm: &mut Timings) -> Result<Compiled, Failure> {
     let folded = tm.time("fold", || rlx_opt::dce(&rlx_opt::fold(mir, &eval_op)));
@@ -70,7 +79,7 @@ pub fn compile_mir(mir: &Mir, t: Target, cpu: CpuTarget, name: &str, external: b
         return Err(Failure::model(problem_list(&format!("{} node(s) are unsupported on target {}", lines.len(), caps.name), &lines)));
     }
     let lir = tm
-        .time("plan", || rlx_opt::plan(&folded, &rlx_opt::PlanOptions::default()))
+        .time("plan", || rlx_opt::plan(&folded, &plan_options(&cpu)))
         .map_err(|p| Failure::model(problem_list("cannot plan the model", &p)))?;
     let opts = rlx_target_llvm::CompileOptions { name: name.to_string(), target: cpu.clone(), external_weights: external };
     let llvm_ir = emit_ir.then(|| rlx_target_llvm::emit_ir(&lir, &opts));
@@ -111,13 +120,6 @@ fn sha256_hex(b: &[u8]) -> String {
     sha2::Sha256::digest(b).iter().map(|x| format!("{x:02x}")).collect()
 }
 
-/// Writes `path` atomically (temp file + rename) so a failed compile never leaves half an artifact.
-fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Failure> {
-    let tmp = path.with_extension(format!("{}.tmp", path.extension().and_then(|e| e.to_str()).unwrap_or("")));
-    std::fs::write(&tmp, bytes).map_err(|e| Failure::model(format!("cannot write {}: {e}", tmp.display())))?;
-    std::fs::rename(&tmp, path).map_err(|e| Failure::model(format!("cannot write {}: {e}", path.display())))
-}
-
 pub fn default_name(model: &Path) -> String {
     let stem = if model.is_dir() { model.file_name() } else { model.file_stem() };
     artifact::sanitize_ident(&stem.map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into()))
@@ -125,7 +127,7 @@ pub fn default_name(model: &Path) -> String {
 
 /// The manifest and the files, for a compiled model.
 pub fn write_artifacts(dir: &Path, name: &str, model: &Path, c: &Compiled, external: bool) -> Result<Vec<PathBuf>, Failure> {
-    std::fs::create_dir_all(dir).map_err(|e| Failure::usage(format!("cannot create {}: {e}", dir.display())))?;
+    std::fs::create_dir_all(dir).map_err(|e| Failure::model(format!("cannot create the output folder {}: {e}", dir.display())))?;
     let rt = runtime_lib(c.target.triple()).map_err(Failure::model)?;
     let rt_bytes = std::fs::read(&rt).map_err(|e| Failure::model(format!("cannot read {}: {e}", rt.display())))?;
     let link_line = format!("cc app.c {name}.o librlx_rt.a -lpthread -ldl -lm -lrt -lutil");
@@ -201,10 +203,186 @@ pub fn write_artifacts(dir: &Path, name: &str, model: &Path, c: &Compiled, exter
     }
     let json = serde_json::to_string_pretty(&manifest).map_err(|e| Failure::model(e.to_string()))? + "\n";
     files.push((dir.join(format!("{name}.json")), json.into_bytes()));
-    // Write everything to temp names first, then rename: all or nothing.
-    for (p, b) in &files {
-        write_atomic(p, b)?;
+    // Write everything to temp names first, then rename: all or nothing. On any failure every temp
+    // file is removed and no final name is touched (renames only start once all temps exist).
+    let tmp_of = |p: &Path| p.with_file_name(format!(".{}.rlxc-tmp", p.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default()));
+    let cleanup = |upto: usize| {
+        for (p, _) in &files[..upto] {
+            let _ = std::fs::remove_file(tmp_of(p));
+        }
+    };
+    for (i, (p, b)) in files.iter().enumerate() {
+        if let Err(e) = std::fs::write(tmp_of(p), b) {
+            cleanup(i + 1);
+            return Err(Failure::model(format!("cannot write {}: {e}", p.display())));
+        }
+    }
+    for (i, (p, _)) in files.iter().enumerate() {
+        if let Err(e) = std::fs::rename(tmp_of(p), p) {
+            cleanup(files.len());
+            // Files renamed before the failure are complete but the set is not: remove them too.
+            for (q, _) in &files[..i] {
+                let _ = std::fs::remove_file(q);
+            }
+            return Err(Failure::model(format!("cannot write {}: {e}", p.display())));
+        }
     }
     Ok(files.into_iter().map(|(p, _)| p).collect())
 }
 
+
+/// Memory limits for an MCU compile (bytes).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Budgets {
+    pub ram: Option<usize>,
+    pub flash: Option<usize>,
+}
+
+/// Everything an MCU compile produced, before it is written.
+pub struct McuCompiled {
+    pub lir: Lir,
+    pub report: DispatchReport,
+    pub sources: rlx_target_mcu::Sources,
+    pub core: rlx_target_mcu::Core,
+    /// Port parameters when the model was quantized.
+    pub quant: Option<(Vec<rlx_opt::QParams>, Vec<rlx_opt::QParams>)>,
+}
+
+/// Runs a whole graph with the reference interpreter (calibration's runner).
+pub fn run_interp(g: &Mir, ins: &[ConstData]) -> Result<Vec<ConstData>, String> {
+    rlx_interp::run(g, ins).map_err(|e| e.to_string())
+}
+
+/// Splits a calibration array `[N, ...input shape]` (or one sample of the input shape) into samples.
+pub fn calibration_samples(data: &ConstData, input: &TensorType) -> Result<Vec<Vec<ConstData>>, String> {
+    let shape = input.shape.as_fixed().ok_or("the input shape must be fixed")?;
+    if data.dtype != rlx_ir::DType::F32 {
+        return Err(format!("calibration data must be float32, got {}", data.dtype));
+    }
+    let per: usize = shape.iter().product();
+    let n = if data.shape == shape { 1 } else { data.shape.first().copied().unwrap_or(0) };
+    if n == 0 || data.numel() != n * per {
+        return Err(format!("calibration data {:?} is neither {shape:?} nor [N, {}]", data.shape, shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")));
+    }
+    let b = data.data.bytes();
+    Ok((0..n)
+        .map(|i| vec![ConstData { dtype: data.dtype, shape: shape.clone(), data: rlx_ir::Blob::from_vec(b[i * per * 4..(i + 1) * per * 4].to_vec()) }])
+        .collect())
+}
+
+/// Quantizes a folded f32 MIR with calibration samples (the interpreter runs the calibration).
+pub fn quantize_mir(mir: &Mir, calib: &[Vec<ConstData>]) -> Result<rlx_opt::Quantized, Failure> {
+    let folded = rlx_opt::dce(&rlx_opt::fold(mir, &eval_op));
+    rlx_opt::quantize(&folded, calib, &run_interp, &rlx_opt::QuantOptions::default())
+        .map_err(|p| Failure::model(problem_list("cannot quantize the model", &p)))
+}
+
+/// MIR → C sources for a Cortex-M core: fold → quantize (with calibration data) → legalize → plan →
+/// budgets → write C. Fails listing every unsupported node, or the largest buffers over a budget.
+pub fn compile_mcu(mir: &Mir, t: Target, name: &str, calib: Option<&[Vec<ConstData>]>, budgets: Budgets, tm: &mut Timings) -> Result<McuCompiled, Failure> {
+    let core = t.mcu_core().ok_or_else(|| Failure::usage(format!("{} is not an MCU target", t.name())))?;
+    let (mir, quant) = match calib {
+        Some(c) => {
+            let q = tm.time("quantize", || quantize_mir(mir, c))?;
+            (q.mir, Some((q.inputs, q.outputs)))
+        }
+        None => (tm.time("fold", || rlx_opt::dce(&rlx_opt::fold(mir, &eval_op))), None),
+    };
+    let caps = t.caps();
+    let report = tm.time("legalize", || rlx_opt::report(&mir, &caps));
+    if !report.is_legal() {
+        let lines: Vec<String> = report
+            .unsupported()
+            .map(|e| format!("node '{}': {} {} on {} — {}", e.node, e.op, e.dtype, e.input_shapes.join(", "), e.note))
+            .collect();
+        return Err(Failure::model(problem_list(&format!("{} node(s) are unsupported on target {}", lines.len(), caps.name), &lines)));
+    }
+    let lir = tm
+        .time("plan", || rlx_opt::plan(&mir, &rlx_opt::PlanOptions { align: 8, ..Default::default() }))
+        .map_err(|p| Failure::model(problem_list("cannot plan the model", &p)))?;
+    let pq = |q: &rlx_opt::QParams| Some(rlx_target_mcu::PortQuant { scale: q.scale, zero_point: q.zero_point });
+    let opts = rlx_target_mcu::Options {
+        name: name.to_string(),
+        core,
+        inputs: quant.as_ref().map(|q| q.0.iter().map(pq).collect()).unwrap_or_default(),
+        outputs: quant.as_ref().map(|q| q.1.iter().map(pq).collect()).unwrap_or_default(),
+        rlxc_version: env!("CARGO_PKG_VERSION").to_string(),
+    };
+    let sources = tm.time("codegen (C)", || rlx_target_mcu::emit_c(&lir, &opts)).map_err(Failure::model)?;
+    check_budgets(&lir, &sources, budgets)?;
+    Ok(McuCompiled { lir, report, sources, core, quant })
+}
+
+/// Fails when the arena (RAM) or the weights (flash) exceed a budget, naming the largest buffers.
+fn check_budgets(lir: &Lir, s: &rlx_target_mcu::Sources, b: Budgets) -> Result<(), Failure> {
+    use rlx_ir::lir::Base;
+    let mut problems = Vec::new();
+    for (what, used, budget, base) in [("RAM (arena)", s.arena_bytes, b.ram, Base::Arena), ("flash (weights)", s.weights_bytes, b.flash, Base::Weights)] {
+        let Some(budget) = budget else { continue };
+        if used <= budget {
+            continue;
+        }
+        let mut bufs: Vec<_> = lir.buffers.iter().filter(|x| x.base == base).collect();
+        bufs.sort_by(|x, y| y.bytes().cmp(&x.bytes()).then(x.offset.cmp(&y.offset)));
+        bufs.dedup_by(|x, y| x.offset == y.offset && x.bytes() == y.bytes());
+        let largest: Vec<String> = bufs.iter().take(5).map(|x| format!("{} bytes: '{}' {}{:?}", x.bytes(), x.label, x.dtype, x.shape)).collect();
+        problems.push(format!("{what}: needs {used} bytes, budget {budget} (over by {}); largest buffers: {}", used - budget, largest.join("; ")));
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(Failure::model(problem_list("the plan does not fit the memory budget", &problems)))
+    }
+}
+
+/// Writes `NAME.c`, `NAME.h` and the manifest `NAME.json` of an MCU compile.
+pub fn write_mcu_artifacts(dir: &Path, name: &str, model: &Path, c: &McuCompiled) -> Result<Vec<PathBuf>, Failure> {
+    std::fs::create_dir_all(dir).map_err(|e| Failure::usage(format!("cannot create {}: {e}", dir.display())))?;
+    let port = |p: &rlx_ir::lir::Port, q: Option<&rlx_opt::QParams>| {
+        let mut v = serde_json::json!({"name": p.name, "dtype": p.ty.dtype.name(), "shape": p.ty.shape.as_fixed().unwrap_or_default()});
+        if let Some(q) = q {
+            v["scale"] = serde_json::json!(q.scale);
+            v["zero_point"] = serde_json::json!(q.zero_point);
+        }
+        v
+    };
+    let ins: Vec<_> = c.lir.inputs.iter().enumerate().map(|(i, p)| port(p, c.quant.as_ref().map(|q| &q.0[i]))).collect();
+    let outs: Vec<_> = c.lir.outputs.iter().enumerate().map(|(i, p)| port(p, c.quant.as_ref().map(|q| &q.1[i]))).collect();
+    let manifest = serde_json::json!({
+        "name": name,
+        "rlxc_version": env!("CARGO_PKG_VERSION"),
+        "model": model.file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default(),
+        "target": {"core": c.core.name(), "gcc_flags": c.core.gcc_flags()},
+        "quantized": c.quant.is_some(),
+        "inputs": ins,
+        "outputs": outs,
+        "arena_bytes": c.sources.arena_bytes,
+        "weights_bytes": c.sources.weights_bytes,
+        "kernels": c.lir.launches.len(),
+        "sources": {"c": {"file": format!("{name}.c"), "sha256": sha256_hex(c.sources.c.as_bytes())}, "h": {"file": format!("{name}.h"), "sha256": sha256_hex(c.sources.h.as_bytes())}},
+        "dispatch": {
+            "native": c.report.count(rlx_opt::Resolution::Native),
+            "common_ir": c.report.count(rlx_opt::Resolution::CommonIr),
+            "rewritten": c.report.count(rlx_opt::Resolution::Rewritten),
+            "unsupported": c.report.count(rlx_opt::Resolution::Unsupported),
+        },
+    });
+    let json = serde_json::to_string_pretty(&manifest).map_err(|e| Failure::model(e.to_string()))? + "\n";
+    let files = [
+        (dir.join(format!("{name}.c")), c.sources.c.clone().into_bytes()),
+        (dir.join(format!("{name}.h")), c.sources.h.clone().into_bytes()),
+        (dir.join(format!("{name}.json")), json.into_bytes()),
+    ];
+    // All or nothing: every temp file first, then the renames.
+    let tmp = |p: &Path| p.with_file_name(format!(".{}.rlxc-tmp", p.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default()));
+    for (p, b) in &files {
+        if let Err(e) = std::fs::write(tmp(p), b) {
+            files.iter().for_each(|(p, _)| drop(std::fs::remove_file(tmp(p))));
+            return Err(Failure::model(format!("cannot write {}: {e}", p.display())));
+        }
+    }
+    for (p, _) in &files {
+        std::fs::rename(tmp(p), p).map_err(|e| Failure::model(format!("cannot write {}: {e}", p.display())))?;
+    }
+    Ok(files.into_iter().map(|(p, _)| p).collect())
+}

@@ -8,6 +8,9 @@ use rlx_ir::{BinaryOp, DType, UnaryOp};
 use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write;
 
+mod math;
+mod vector;
+
 /// Error codes returned by `NAME_run` (also written into the C header).
 pub const ERROR_CODES: &[(i32, &str, &str)] = &[
     (0, "OK", "success"),
@@ -35,7 +38,11 @@ fn llty(d: DType) -> &'static str {
         DType::I32 | DType::U32 => "i32",
         DType::I64 | DType::U64 => "i64",
         DType::Bool => "i1",
-        DType::F16 | DType::BF16 | DType::Q8_0 | DType::Q4_0 => unreachable!("dtype {d} is not claimed by the LLVM target"),
+        // f16/bf16 arithmetic is not claimed; these appear only as the source or destination of a
+        // cast (which legalization resolves by its input dtype), so they need storage and conversion.
+        DType::F16 => "half",
+        DType::BF16 => "bfloat",
+        DType::Q8_0 | DType::Q4_0 => unreachable!("dtype {d} is not claimed by the LLVM target"),
     }
 }
 
@@ -94,6 +101,11 @@ pub struct Writer<'a> {
     allocas: String,
     /// The next `For` iterates `%start..%end` (the kernel's parallel split) instead of `0..extent`.
     split_next: bool,
+    /// Inside a vector loop: its index and lane count (see `vector.rs`).
+    vec_var: Option<Var>,
+    lanes: u32,
+    /// Scalars declared inside the vector loop, held as vectors.
+    vvars: HashMap<Var, (Ty, String)>,
 }
 
 impl<'a> Writer<'a> {
@@ -248,16 +260,50 @@ impl<'a> Writer<'a> {
         if from == to {
             return v.to_string();
         }
+        let half = |d: DType| matches!(d, DType::F16 | DType::BF16);
+        if (half(from) && !to.is_float()) || (half(to) && !from.is_float()) {
+            // Integer <-> f16/bf16 goes through f32.
+            let f = self.cast(v, from, DType::F32);
+            return self.cast(&f, DType::F32, to);
+        }
         let (ft, tt) = (llty(from), llty(to));
         if to == DType::Bool {
             return if from.is_float() { self.op(format!("fcmp une {ft} {v}, 0.0")) } else { self.op(format!("icmp ne {ft} {v}, 0")) };
         }
         match (from.is_float(), to.is_float()) {
             (true, true) => {
-                if from == DType::F32 {
-                    self.op(format!("fpext float {v} to double"))
+                let width = |d: DType| match d {
+                    DType::F64 => 64,
+                    DType::F32 => 32,
+                    _ => 16,
+                };
+                if to == DType::BF16 {
+                    // Round to nearest even by hand (no libcall needed): via f32, as the interpreter.
+                    let f = self.cast(v, from, DType::F32);
+                    let b = self.op(format!("bitcast float {f} to i32"));
+                    let lsb = self.op(format!("lshr i32 {b}, 16"));
+                    let lsb = self.op(format!("and i32 {lsb}, 1"));
+                    let bias = self.op(format!("add i32 {lsb}, 32767"));
+                    let r = self.op(format!("add i32 {b}, {bias}"));
+                    let r = self.op(format!("lshr i32 {r}, 16"));
+                    let nan = self.op(format!("fcmp uno float {f}, 0.0"));
+                    let r = self.op(format!("select i1 {nan}, i32 32704, i32 {r}"));
+                    let h = self.op(format!("trunc i32 {r} to i16"));
+                    self.op(format!("bitcast i16 {h} to bfloat"))
+                } else if from == DType::BF16 {
+                    let h = self.op(format!("bitcast bfloat {v} to i16"));
+                    let w = self.op(format!("zext i16 {h} to i32"));
+                    let w = self.op(format!("shl i32 {w}, 16"));
+                    let f = self.op(format!("bitcast i32 {w} to float"));
+                    self.cast(&f, DType::F32, to)
+                } else if to == DType::F16 && from == DType::F64 {
+                    // Via f32 like the interpreter (f32 storage), and no f64 -> f16 libcall.
+                    let f = self.cast(v, from, DType::F32);
+                    self.cast(&f, DType::F32, to)
+                } else if width(to) > width(from) {
+                    self.op(format!("fpext {ft} {v} to {tt}"))
                 } else {
-                    self.op(format!("fptrunc double {v} to float"))
+                    self.op(format!("fptrunc {ft} {v} to {tt}"))
                 }
             }
             (true, false) => {
@@ -289,6 +335,7 @@ impl<'a> Writer<'a> {
             return match u {
                 UnaryOp::Neg => self.op(format!("fneg {t} {v}")),
                 UnaryOp::Abs => self.intr("fabs", d, &[v]),
+                UnaryOp::Exp if d == DType::F32 => self.fast_exp(v, 1),
                 UnaryOp::Exp => self.intr("exp", d, &[v]),
                 UnaryOp::Log => self.intr("log", d, &[v]),
                 UnaryOp::Sqrt => self.intr("sqrt", d, &[v]),
@@ -305,10 +352,11 @@ impl<'a> Writer<'a> {
                 UnaryOp::Asinh => self.libm("asinh", d, &[v]),
                 UnaryOp::Acosh => self.libm("acosh", d, &[v]),
                 UnaryOp::Atanh => self.libm("atanh", d, &[v]),
+                UnaryOp::Erf if d == DType::F32 => self.fast_erf(v, 1),
                 UnaryOp::Erf => self.libm("erf", d, &[v]),
                 UnaryOp::Sigmoid => {
                     let n = self.op(format!("fneg {t} {v}"));
-                    let e = self.intr("exp", d, &[&n]);
+                    let e = if d == DType::F32 { self.fast_exp(&n, 1) } else { self.intr("exp", d, &[&n]) };
                     let s = self.op(format!("fadd {t} {one}, {e}"));
                     self.op(format!("fdiv {t} {one}, {s}"))
                 }
@@ -451,7 +499,10 @@ impl<'a> Writer<'a> {
                 let w = bits(d);
                 let big = self.op(format!("icmp uge {t} {y}, {w}"));
                 let s = self.op(format!("{} {t} {x}, {y}", if b == BinaryOp::Shl { "shl" } else if u { "lshr" } else { "ashr" }));
-                self.op(format!("select i1 {big}, {t} 0, {t} {s}"))
+                // A shift by >= the width (or a negative one, unsigned-huge) gives 0, except a signed
+                // right shift, which fills with the sign bit (-1 for negative x), as the interpreter.
+                let fill = if b == BinaryOp::Shr && !u { self.op(format!("ashr {t} {x}, {}", w - 1)) } else { "0".to_string() };
+                self.op(format!("select i1 {big}, {t} {fill}, {t} {s}"))
             }
         }
     }
@@ -459,6 +510,11 @@ impl<'a> Writer<'a> {
     fn stmts(&mut self, s: &[Stmt]) {
         for st in s {
             match st {
+                Stmt::For { var, extent, kind: LoopKind::Vector(n), body }
+                    if *n > 1 && *extent % *n as i64 == 0 && !self.split_next && vector::vectorizable(body, *var, &mut Vec::new()) =>
+                {
+                    self.vector_loop(*var, *extent, *n, body);
+                }
                 Stmt::For { var, extent, body, .. } => {
                     let slot = format!("%v{}", var.0);
                     self.allocas.push_str(&format!("  {slot} = alloca i64\n"));
@@ -560,7 +616,7 @@ pub fn split_of(k: &Kernel) -> Split {
 fn kernel_fn(k: &Kernel, fname: &str, decls: &mut BTreeSet<String>) -> String {
     let params: Vec<(DType, String)> = k.params.iter().enumerate().map(|(i, p)| (p.dtype, format!("%p{i}"))).collect();
     let split = matches!(k.body.as_slice(), [Stmt::For { kind: LoopKind::Parallel, .. }]);
-    let mut w = Writer { out: String::new(), tmp: 0, label: 0, decls, vars: HashMap::new(), params, allocas: String::new(), split_next: split };
+    let mut w = Writer { out: String::new(), tmp: 0, label: 0, decls, vars: HashMap::new(), params, allocas: String::new(), split_next: split, vec_var: None, lanes: 1, vvars: HashMap::new() };
     w.stmts(&k.body);
     let mut loads = String::new();
     for i in 0..k.params.len() {
@@ -633,6 +689,8 @@ pub fn module_text(lir: &Lir, name: &str, triple: &str, cpu: &str, features: &st
             let buf = &lir.buffers[b as usize];
             let base = match buf.base {
                 Base::Arena => "%arena".to_string(),
+                // No weights: only zero-byte constants live here, never dereferenced.
+                Base::Weights if wl == 0 => "null".to_string(),
                 Base::Weights => "%wbase".to_string(),
                 Base::Input(k) => format!("%in{k}"),
                 Base::Output(k) => format!("%out{k}"),

@@ -14,12 +14,12 @@ const OPS: &[&str] = &[
     "Abs", "Acos", "Attention", "NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss", "LpNormalization", "Acosh", "Add", "And", "ArgMax", "ArgMin", "Asin", "Asinh", "Atan", "Atanh", "AveragePool",
     "BatchNormalization", "BitShift", "BitwiseAnd", "BitwiseNot", "BitwiseOr", "BitwiseXor", "Cast", "CastLike", "Ceil",
     "Celu", "Clip", "Concat", "Constant", "ConstantOfShape", "Conv", "ConvTranspose", "Cos", "Cosh", "CumSum",
-    "DepthToSpace", "Div", "Dropout", "Einsum", "Elu", "Equal", "Erf", "Exp", "Expand", "EyeLike", "Flatten", "Floor",
+    "DepthToSpace", "DequantizeLinear", "Div", "Dropout", "Einsum", "Elu", "Equal", "Erf", "Exp", "Expand", "EyeLike", "Flatten", "Floor",
     "Gather", "GatherElements", "GatherND", "Gelu", "Gemm", "GlobalAveragePool", "GlobalMaxPool", "Greater",
     "GreaterOrEqual", "GroupNormalization", "HardSigmoid", "HardSwish", "Hardmax", "Identity", "InstanceNormalization",
     "IsInf", "IsNaN", "LRN", "LayerNormalization", "LeakyRelu", "Less", "LessOrEqual", "Log", "LogSoftmax", "LpPool",
     "MatMul", "Max", "MaxPool", "Mean", "MeanVarianceNormalization", "Min", "Mish", "Mod", "Mul", "Neg", "Not",
-    "OneHot", "Or", "PRelu", "Pad", "Pow", "RMSNormalization", "Range", "Reciprocal", "ReduceL1", "ReduceL2",
+    "OneHot", "Or", "PRelu", "Pad", "Pow", "QuantizeLinear", "RMSNormalization", "Range", "Reciprocal", "ReduceL1", "ReduceL2",
     "ReduceLogSum", "ReduceLogSumExp", "ReduceMax", "ReduceMean", "ReduceMin", "ReduceProd", "ReduceSum",
     "ReduceSumSquare", "Relu", "Reshape", "Round", "Scatter", "ScatterElements", "ScatterND", "Selu", "Shape", "Shrink",
     "Sigmoid", "Sign", "Sin", "Sinh", "Size", "Slice", "Softmax", "Softplus", "Softsign", "SpaceToDepth", "Split",
@@ -1080,6 +1080,34 @@ pub(crate) fn convert(cx: &mut Ctx, n: &NodeProto, ins: &[Option<ValueId>]) -> R
             let ax = cx.const_ints(req(1)?, "CumSum axis")?;
             let axis = norm_axis(*ax.first().ok_or("empty axis")?, cx.rank(x))?;
             one(cx.prim(MirOp::CumSum { axis, exclusive: a.i("exclusive", 0) != 0, reverse: a.i("reverse", 0) != 0 }, &[x])?)
+        }
+        "QuantizeLinear" | "DequantizeLinear" => {
+            // Per-tensor or per-axis (blocked quantization, opset 21's block_size, is not supported).
+            let x = req(0)?;
+            let scale = req(1)?;
+            if a.i("block_size", 0) != 0 {
+                return Err(format!("{op}: blocked quantization (block_size) is not supported"));
+            }
+            let sshape = cx.ty(scale).shape.as_fixed().ok_or_else(|| format!("{op}: scale must have a fixed shape"))?;
+            let zp = match inp(2) {
+                Some(z) => z,
+                None => {
+                    let dt = if op == "QuantizeLinear" {
+                        match a.i("output_dtype", 0) {
+                            0 => DType::U8,
+                            t => dtype_from_onnx(t as i32)?,
+                        }
+                    } else {
+                        cx.dtype(x)
+                    };
+                    let n: usize = sshape.iter().product();
+                    let bytes = vec![0u8; dt.bytes_for(n).ok_or("bad zero point dtype")?];
+                    cx.konst(ConstData { dtype: dt, shape: sshape.clone(), data: rlx_ir::Blob::from_vec(bytes) })
+                }
+            };
+            let axis = if sshape.iter().product::<usize>() == 1 { 0 } else { norm_axis(a.i("axis", 1), cx.rank(x))? };
+            let mop = if op == "QuantizeLinear" { MirOp::Quantize { axis } } else { MirOp::Dequantize { axis } };
+            one(cx.prim(mop, &[x, scale, zp])?)
         }
         "TopK" => {
             let x = req(0)?;

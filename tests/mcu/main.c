@@ -1,0 +1,53 @@
+/* Firmware test driver: runs an rlxc-compiled int8 model over every image in `images.bin`
+ * (INPUT_0_ELEMS int8 values each, already quantized with the header's scale and zero point), read
+ * over semihosting, and writes the int8 outputs to `outputs.bin` in the same order. Prints the number
+ * of images and a histogram of predicted classes. Exit code 0 on success.
+ *
+ * Build (MODEL is the artifact name): arm-none-eabi-gcc -mcpu=cortex-m4 -mthumb -mfloat-abi=hard
+ *   -mfpu=fpv4-sp-d16 -O2 --specs=rdimon.specs -DMODEL=mlp -DMODEL_H='"mlp.h"' -I DIR
+ *   main.c startup.c DIR/mlp.c -Wl,--section-start=.vectors=0x0 -o fw.elf */
+#include <stdint.h>
+#include <stdio.h>
+#include MODEL_H
+
+#define CAT_(a, b) a##b
+#define CAT(a, b) CAT_(a, b)
+#define RUN CAT(MODEL, _run)
+#define IN_ELEMS CAT(MODEL, _INPUT_0_ELEMS)
+#define OUT_ELEMS CAT(MODEL, _OUTPUT_0_ELEMS)
+
+static int8_t in[IN_ELEMS];
+static int8_t out[OUT_ELEMS];
+
+int main(void) {
+    FILE *fi = fopen("images.bin", "rb");
+    FILE *fo = fopen("outputs.bin", "wb");
+    if (!fi || !fo) {
+        printf("cannot open images.bin / outputs.bin\n");
+        return 3;
+    }
+    int n = 0, hist[OUT_ELEMS] = {0};
+    while (fread(in, 1, IN_ELEMS, fi) == IN_ELEMS) {
+        int rc = RUN(in, out);
+        if (rc != 0) {
+            printf("run failed: %d\n", rc);
+            return 2;
+        }
+        if (fwrite(out, 1, OUT_ELEMS, fo) != OUT_ELEMS) {
+            printf("write failed\n");
+            return 4;
+        }
+        int best = 0;
+        for (int j = 1; j < OUT_ELEMS; j++) {
+            if (out[j] > out[best]) best = j;
+        }
+        hist[best]++;
+        n++;
+    }
+    fclose(fi);
+    fclose(fo);
+    printf("images %d predictions", n);
+    for (int j = 0; j < OUT_ELEMS; j++) printf(" %d", hist[j]);
+    printf("\n");
+    return 0;
+}
