@@ -7,7 +7,9 @@ SHELL := bash
 # System packages the build and tests need. Later issues append here.
 APT_PACKAGES := llvm-19-dev libpolly-19-dev libzstd-dev libz3-dev libxml2-dev \
                 gcc-aarch64-linux-gnu qemu-user protobuf-compiler \
-                gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm
+                gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm \
+                spirv-tools glslang-tools mesa-vulkan-drivers libvulkan1 vulkan-tools \
+                iverilog verilator yosys
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 VENV := .venv
@@ -18,12 +20,16 @@ NODE_CASES := build/onnx-node
 RATCHET := tests/conformance/ratchet.txt
 RATCHET_X86_64 := tests/conformance/ratchet-x86_64.txt
 RATCHET_AARCH64 := tests/conformance/ratchet-aarch64.txt
+RATCHET_CRANELIFT := tests/conformance/ratchet-cranelift.txt
+RATCHET_AARCH64_CRANELIFT := tests/conformance/ratchet-aarch64-cranelift.txt
+# rlxc built without LLVM (Cranelift only), in its own target dir so the main binary keeps both back ends.
+NOLLVM_DIR := target/nollvm
 AARCH64_SUBSET := tests/conformance/aarch64-subset.txt
 AARCH64_TRIPLE := aarch64-unknown-linux-gnu
 
 export RLX_PY := $(CURDIR)/$(PY)
 
-.PHONY: setup apt venv build test conformance-data conformance conformance-check demo bench clean
+.PHONY: setup apt venv build test conformance-data conformance conformance-check nollvm-check demo bench bench-backends verilog-report clean
 
 setup: apt venv build
 
@@ -53,35 +59,58 @@ $(VENV_STAMP): requirements.txt requirements-models.txt
 build:
 	cargo build --release --workspace --all-targets
 	rustup target list --installed | grep -qx $(AARCH64_TRIPLE) || rustup target add $(AARCH64_TRIPLE)
+	rustup target list --installed | grep -qx thumbv7em-none-eabihf || rustup target add thumbv7em-none-eabihf
 	cargo build --release -p rlx-rt-capi --target $(AARCH64_TRIPLE)
 
 test: build
-	cargo test --release --workspace
+	RLX_REQUIRE_VULKAN=1 cargo test --release --workspace
 	$(RLXC) coverage --check docs/op-coverage.md
 	$(MAKE) conformance-check
+	$(MAKE) nollvm-check
+
+# An rlxc without the llvm feature compiles, links and runs a model (tests/nollvm/smoke.sh).
+nollvm-check: $(VENV_STAMP)
+	cargo build --release -p rlxc -p rlx-rt-capi --no-default-features --features rlxc/cranelift --target-dir $(NOLLVM_DIR)
+	tests/nollvm/smoke.sh $(NOLLVM_DIR)/release/rlxc $(PY)
 
 conformance-data: $(VENV_STAMP)
 	$(PY) tests/conformance/gen_node_cases.py --out $(NODE_CASES)
 
 conformance: conformance-data
-	$(RLXC) conformance $(NODE_CASES) --target x86_64 --target aarch64 --write docs/conformance.md
+	$(RLXC) conformance $(NODE_CASES) --target x86_64 --target aarch64 --target x86_64-cranelift --write docs/conformance.md
 
-# Interpreter + full x86_64 column; the aarch64 column on a subset (qemu-aarch64).
+# Interpreter + full x86_64 columns (LLVM and Cranelift); the aarch64 columns on a subset (qemu-aarch64).
 conformance-check: conformance-data
-	$(RLXC) conformance $(NODE_CASES) --target x86_64 --ratchet $(RATCHET) --ratchet x86_64=$(RATCHET_X86_64)
-	$(RLXC) conformance $(NODE_CASES) --target aarch64 --list $(AARCH64_SUBSET) --ratchet aarch64=$(RATCHET_AARCH64)
+	$(RLXC) conformance $(NODE_CASES) --target x86_64 --target x86_64-cranelift --ratchet $(RATCHET) \
+	  --ratchet x86_64=$(RATCHET_X86_64) --ratchet x86_64-cranelift=$(RATCHET_CRANELIFT)
+	$(RLXC) conformance $(NODE_CASES) --target aarch64 --target aarch64-cranelift --list $(AARCH64_SUBSET) \
+	  --ratchet aarch64=$(RATCHET_AARCH64) --ratchet aarch64-cranelift=$(RATCHET_AARCH64_CRANELIFT)
 
 # A LeNet-style CNN (seeded weights) compiled for this machine and run from a small C program.
+# A CNN trained on MNIST with numpy (cached in build/demo after the first run), compiled for this
+# machine, linked into a tiny C program that classifies the 1,000 held-out digits.
 demo: build $(VENV_STAMP)
-	$(PY) tests/native/make_cnn.py --out build/demo
-	$(RLXC) compile build/demo/cnn.onnx --target host -o build/demo
-	cc -O2 -std=c11 -Wall -I build/demo tests/native/demo.c build/demo/cnn.o build/demo/librlx_rt.a \
+	@[ -f build/demo/cnn.onnx ] || { echo "training a small CNN on 4,000 MNIST digits (numpy; first run only)"; \
+	  $(PY) tests/mcu/train_mnist.py --out build/demo >/dev/null; }
+	$(PY) -c "import numpy as np; np.load('build/demo/test_x.npy').astype('<f4').tofile('build/demo/test_x.f32'); np.load('build/demo/test_y.npy').astype('<i8').tofile('build/demo/test_y.i64')"
+	$(RLXC) compile build/demo/cnn.onnx --target host --name mnist -o build/demo
+	cc -O2 -std=c11 -Wall -I build/demo tests/native/demo.c build/demo/mnist.o build/demo/librlx_rt.a \
 	  -lpthread -ldl -lm -lrt -lutil -o build/demo/demo
-	build/demo/demo
+	build/demo/demo build/demo/test_x.f32 build/demo/test_y.i64
 
 # Benchmarks (never part of make test): rlxc's artifacts vs ONNX Runtime, side by side, 1 and 2 threads.
 bench: build
+	$(PY) -m pip install -q -r requirements-bench.txt
 	$(PY) tests/bench/bench.py --rlxc $(RLXC) --out docs/benchmarks.md
+
+# Cranelift vs LLVM objects: compile time and run time side by side (MiniLM batch 1 seq 128, the MLP).
+bench-backends: build $(VENV_STAMP)
+	$(PY) tests/bench/backends.py --rlxc $(RLXC) --out docs/benchmarks.md
+
+# Verilog area/cycles table for docs/targets.md (Yosys generic, iCE40, Xilinx; Icarus simulation). Not in make test.
+verilog-report: build
+	cargo test --release -p rlxc --test verilog
+	FULL=1 tests/verilog/report.sh 1 8 32
 
 clean:
 	cargo clean

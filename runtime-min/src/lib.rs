@@ -12,7 +12,7 @@
 //!   persistent thread pool (see `pool.rs`).
 //!
 //! Invariants: `#![no_std]`, no allocation (the `std` pool allocates its workers once, on first
-//! use), no dependencies, no panics on caller input.
+//! use), no dependencies (feature `vulkan` adds ash and the executor in `vulkan.rs`), no panics on caller input.
 
 #![no_std]
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -22,6 +22,10 @@ extern crate std;
 
 #[cfg(feature = "std")]
 mod pool;
+
+/// The Vulkan executor for shader artifacts (feature `vulkan`; uses std and allocates at setup).
+#[cfg(feature = "vulkan")]
+pub mod vulkan;
 
 use core::ffi::c_void;
 use core::fmt;

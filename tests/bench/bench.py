@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
+SECTION = "## rlxc vs ONNX Runtime and IREE (CPU)"
 
 
 def minilm_path() -> Path:
@@ -78,6 +79,44 @@ def compile_rlxc(rlxc: str, model: Path, dims: dict, out: Path) -> tuple[Path, f
     return so, dt
 
 
+def iree_available() -> bool:
+    try:
+        import iree.runtime  # noqa: F401
+        import iree.compiler  # noqa: F401
+    except ImportError:
+        return False
+    return shutil.which("iree-import-onnx", path=str(Path(sys.executable).parent)) is not None
+
+
+def compile_iree(model: Path, dims: dict, out: Path) -> tuple[Path | None, float, str]:
+    """ONNX → static-shape copy → iree-import-onnx → iree-compile (llvm-cpu, host CPU). Returns the
+    .vmfb, the iree-compile wall time, and a note on failure."""
+    import onnx
+    bindir = Path(sys.executable).parent
+    m = onnx.load(str(model))
+    for inp in m.graph.input:
+        for d in inp.type.tensor_type.shape.dim:
+            if d.HasField("dim_param") and d.dim_param in dims:
+                v = dims[d.dim_param]
+                d.Clear()
+                d.dim_value = v
+    static = out / "static.onnx"
+    onnx.save(m, str(static))
+    mlir = out / "model.mlir"
+    r = subprocess.run([str(bindir / "iree-import-onnx"), str(static), "-o", str(mlir)], capture_output=True, text=True)
+    if r.returncode != 0:
+        return None, 0.0, "iree-import-onnx failed: " + r.stderr.strip().splitlines()[-1][:200]
+    vmfb = out / "model.vmfb"
+    args = [str(bindir / "iree-compile"), str(mlir), "--iree-hal-target-device=local",
+            "--iree-hal-local-target-device-backends=llvm-cpu", "--iree-llvmcpu-target-cpu=host", "-o", str(vmfb)]
+    t = time.perf_counter()
+    r = subprocess.run(args, capture_output=True, text=True)
+    dt = time.perf_counter() - t
+    if r.returncode != 0:
+        return None, 0.0, "iree-compile failed: " + (r.stderr.strip().splitlines() or ["?"])[-1][:200]
+    return vmfb, dt, ""
+
+
 def worker(cfg: dict) -> dict:
     """Runs in a subprocess with the thread count fixed by the environment."""
     import onnxruntime as ort
@@ -107,16 +146,40 @@ def worker(cfg: dict) -> dict:
     def run_ort():
         sess.run(None, feed)
 
+    run_iree = None
+    iree_err = ""
+    if cfg.get("vmfb"):
+        try:
+            import iree.runtime as ireert
+            import onnx
+            ireert.flags.parse_flags(f"--task_topology_max_group_count={threads}")
+            config = ireert.Config("local-task")
+            ctx = ireert.SystemContext(config=config)
+            ctx.add_vm_module(ireert.VmModule.mmap(config.vm_instance, cfg["vmfb"]))
+            # iree-import-onnx names the entry function after the ONNX graph.
+            fn = ctx.modules.module[onnx.load(cfg["model"], load_external_data=False).graph.name]
+            args = [feeds[n] for n in names]
+
+            def run_iree():
+                fn(*args)
+            run_iree()
+        except Exception as e:  # a peer failing must not stop the benchmark
+            run_iree, iree_err = None, f"IREE run failed: {e}"[:200]
+
     for _ in range(3):
         run_rlxc()
         run_ort()
+        if run_iree:
+            run_iree()
     ref = sess.run(None, feed)[0]
     maxdiff = float(np.abs(ref - outs_np[0]).max())
-    ta, tb = [], []
+    ta, tb, tc = [], [], []
     deadline = time.perf_counter() + cfg["budget_s"]
     for i in range(cfg["reps"]):
         t = time.perf_counter(); run_rlxc(); ta.append(time.perf_counter() - t)
         t = time.perf_counter(); run_ort(); tb.append(time.perf_counter() - t)
+        if run_iree:
+            t = time.perf_counter(); run_iree(); tc.append(time.perf_counter() - t)
         if time.perf_counter() > deadline and i >= 4:
             break
     # sgemm peak in the same process and thread count (numpy → OpenBLAS).
@@ -130,7 +193,8 @@ def worker(cfg: dict) -> dict:
     peak = 2.0 * n ** 3 / np.median(ts) / 1e9
     ra, rb = float(np.median(ta)), float(np.median(tb))
     return {"rlxc_ms": ra * 1e3, "ort_ms": rb * 1e3, "ratio": ra / rb, "gflops": cfg["flops"] / ra / 1e9,
-            "peak": peak, "maxdiff": maxdiff, "reps": len(ta)}
+            "peak": peak, "maxdiff": maxdiff, "reps": len(ta),
+            "iree_ms": float(np.median(tc)) * 1e3 if tc else None, "iree_err": iree_err}
 
 
 def main() -> int:
@@ -141,6 +205,7 @@ def main() -> int:
     ap.add_argument("--budget-s", type=float, default=20.0, help="time limit per configuration (after 5 reps)")
     ap.add_argument("--quick", action="store_true", help="MiniLM batch 1 and the MLP only")
     ap.add_argument("--out", default=None, help="write a markdown report here")
+    ap.add_argument("--no-iree", action="store_true", help="skip IREE even when it is installed")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.worker:
@@ -157,6 +222,9 @@ def main() -> int:
         for title, model, dims, batch in cases:
             d = work / f"{model.stem}_b{batch}"
             so, ctime = compile_rlxc(a.rlxc, model, dims, d)
+            vmfb, itime, inote = (None, 0.0, "skipped (--no-iree)" if a.no_iree else "not installed (pip install -r requirements-bench.txt)")
+            if not a.no_iree and iree_available():
+                vmfb, itime, inote = compile_iree(model, dims, d)
             inputs = {}
             if "sequence" in dims:
                 subprocess.run([sys.executable, str(ROOT / "tests/reference/make_inputs.py"), "--seq", str(dims["sequence"]),
@@ -172,30 +240,49 @@ def main() -> int:
                 env.pop("OPENBLAS_CORETYPE", None)
                 env.pop("OPENBLAS_L2_SIZE", None)
                 cfg = {"threads": t, "so": str(so), "manifest": str(d / "m.json"), "model": str(model), "inputs": inputs,
-                       "reps": a.reps, "budget_s": a.budget_s, "flops": flops}
+                       "reps": a.reps, "budget_s": a.budget_s, "flops": flops, "vmfb": str(vmfb) if vmfb else None}
                 r = subprocess.run([sys.executable, __file__, "--worker", json.dumps(cfg)], env=env, check=True,
                                    capture_output=True, text=True)
                 res = json.loads(r.stdout.strip().splitlines()[-1])
-                res.update(model=title, batch=batch, threads=t, compile_s=ctime)
+                res.update(model=title, batch=batch, threads=t, compile_s=ctime, iree_compile_s=itime if vmfb else None,
+                           iree_note=res.get("iree_err") or inote)
                 rows.append(res)
                 print(f"{title:32s} batch {batch:3d} threads {t}: rlxc {res['rlxc_ms']:9.3f} ms  ORT {res['ort_ms']:9.3f} ms  "
                       f"ratio {res['ratio']:6.2f}  {res['gflops']:6.1f} GFLOP/s ({100*res['gflops']/res['peak']:4.0f}% of sgemm "
-                      f"{res['peak']:.0f})  max|diff| {res['maxdiff']:.1e}  compile {ctime:.2f} s", flush=True)
+                      f"{res['peak']:.0f})  max|diff| {res['maxdiff']:.1e}  compile {ctime:.2f} s"
+                      + (f"  | IREE {res['iree_ms']:.3f} ms, iree-compile {itime:.2f} s" if res.get("iree_ms") else f"  | IREE: {inote}"), flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if a.out:
-        lines = ["# Benchmarks", "",
+        lines = [SECTION, "",
                  "Measured by `make bench` (`tests/bench/bench.py`): rlxc's compiled artifact (`--target host`, loaded as a shared",
                  "object) and ONNX Runtime on the same ONNX file and inputs, interleaved in one process per row, same thread",
                  "count (RLX_NUM_THREADS = ORT intra-op threads). p50 latencies; ratio = rlxc/ORT (below 1 = rlxc faster);",
                  "GFLOP/s against the sgemm peak numpy/OpenBLAS reached in the same process. Machine: shared 2-vCPU VM, so",
                  "compare ratios, not absolute times.", "",
-                 "| model | batch | threads | rlxc p50 ms | ORT p50 ms | rlxc/ORT | rlxc GFLOP/s | sgemm peak | max abs diff vs ORT | rlxc compile s |",
-                 "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+                 "| model | batch | threads | rlxc p50 ms | ORT p50 ms | rlxc/ORT | rlxc GFLOP/s | sgemm peak | max abs diff vs ORT | IREE p50 ms | rlxc compile s | iree-compile s |",
+                 "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for r in rows:
+            iree = f"{r['iree_ms']:.3f}" if r.get("iree_ms") else "—"
+            ic = f"{r['iree_compile_s']:.2f}" if r.get("iree_compile_s") else "—"
             lines.append(f"| {r['model']} | {r['batch']} | {r['threads']} | {r['rlxc_ms']:.3f} | {r['ort_ms']:.3f} | {r['ratio']:.2f} | "
-                         f"{r['gflops']:.1f} | {r['peak']:.0f} | {r['maxdiff']:.1e} | {r['compile_s']:.2f} |")
-        Path(a.out).write_text("\n".join(lines) + "\n")
+                         f"{r['gflops']:.1f} | {r['peak']:.0f} | {r['maxdiff']:.1e} | {iree} | {r['compile_s']:.2f} | {ic} |")
+        notes = sorted({r["iree_note"] for r in rows if r.get("iree_note")})
+        if notes:
+            lines += ["", "IREE: " + "; ".join(notes)]
+        # Replace only this script's section; other sections (e.g. Cranelift vs LLVM) are kept.
+        section = "\n".join(lines) + "\n"
+        p = Path(a.out)
+        text = p.read_text() if p.exists() else "# Benchmarks\n\n"
+        if SECTION in text:
+            head, rest = text.split(SECTION, 1)
+            nxt = rest.find("\n## ")
+            tail = rest[nxt + 1:] if nxt >= 0 else ""
+            text = head + section + ("\n" + tail if tail else "")
+        else:
+            first = text.find("\n## ")
+            text = (text + "\n" + section) if first < 0 else (text[:first + 1] + section + "\n" + text[first + 1:])
+        p.write_text(text)
         print(f"wrote {a.out}")
     return 0
 

@@ -1,57 +1,60 @@
-/* demo.c: `make demo`. Feeds a drawn "1" to the LeNet-style CNN from make_cnn.py (compiled by
- * rlxc into cnn.o / cnn.h) and prints the 10 class probabilities and the argmax.
- * The weights are seeded random (untrained), so the predicted class is arbitrary but reproducible.
+/* make demo: a CNN trained on MNIST (tests/mcu/train_mnist.py, numpy, 4,000 images), compiled by
+ * rlxc for this machine (build/demo/mnist.o + mnist.h), classifies the 1,000 held-out digits.
  *
- *     cc -I DIR tests/native/demo.c DIR/cnn.o DIR/librlx_rt.a -lpthread -ldl -lm -lrt -lutil
+ *     demo test_x.f32 test_y.i64      (raw little-endian: [1000,784] float in [0,1]; [1000] int64)
  */
-#define _POSIX_C_SOURCE 200112L
+#define _POSIX_C_SOURCE 199309L
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
+#include "mnist.h"
 
-#include "cnn.h"
-
-/* A 28x28 "1" in [0, 1]: a vertical stroke, a flag at the top and a foot. */
-static void draw_one(float img[28][28]) {
-    for (int y = 0; y < 28; y++)
-        for (int x = 0; x < 28; x++) img[y][x] = 0.0f;
-    for (int y = 4; y < 24; y++) {
-        img[y][13] = 1.0f;
-        img[y][14] = 1.0f;
-        img[y][12] = 0.5f;
-        img[y][15] = 0.5f;
-    }
-    for (int i = 0; i < 4; i++) img[5 + i][12 - i] = 1.0f; /* flag */
-    for (int x = 10; x < 18; x++) img[24][x] = 1.0f;      /* foot */
+static void *slurp(const char *path, size_t want) {
+    FILE *f = fopen(path, "rb");
+    if (!f) { perror(path); exit(1); }
+    void *buf = malloc(want);
+    if (!buf || fread(buf, 1, want, f) != want) { fprintf(stderr, "%s: expected %zu bytes\n", path, want); exit(1); }
+    fclose(f);
+    return buf;
 }
 
-int main(void) {
-    static float image[28][28];
-    float probs[cnn_OUTPUT_0_ELEMS];
-    _Static_assert(sizeof image == cnn_INPUT_0_BYTES, "cnn input is f32[1,1,28,28]");
-    _Static_assert(sizeof probs == cnn_OUTPUT_0_BYTES, "cnn output is f32[1,10]");
-    draw_one(image);
-
-    for (int y = 2; y < 27; y += 2) { /* every other row */
-        for (int x = 6; x < 22; x++) putchar(image[y][x] >= 1.0f ? '#' : image[y][x] > 0.0f ? '+' : '.');
+static void show(const float *img) {
+    for (int r = 2; r < 26; r += 2) {
+        for (int c = 2; c < 26; c++) {
+            float v = (img[r * 28 + c] + img[(r + 1) * 28 + c]) / 2;
+            putchar(v > 0.6f ? '#' : v > 0.25f ? '+' : '.');
+        }
         putchar('\n');
     }
+}
 
-    void *arena = NULL;
-    if (posix_memalign(&arena, cnn_ARENA_ALIGN, cnn_ARENA_BYTES) != 0) return 1;
-    const void *inputs[cnn_NUM_INPUTS] = {image};
-    void *outputs[cnn_NUM_OUTPUTS] = {probs};
-    int rc = cnn_run(arena, inputs, outputs);
-    free(arena);
-    if (rc != cnn_OK) {
-        fprintf(stderr, "cnn_run failed with code %d\n", rc);
-        return 1;
+int main(int argc, char **argv) {
+    if (argc != 3) { fprintf(stderr, "usage: %s test_x.f32 test_y.i64\n", argv[0]); return 2; }
+    enum { N = 1000, PIXELS = mnist_INPUT_0_ELEMS };
+    float *x = slurp(argv[1], sizeof(float) * N * PIXELS);
+    int64_t *y = slurp(argv[2], sizeof(int64_t) * N);
+    static _Alignas(16) unsigned char arena[mnist_ARENA_BYTES + 1];
+    float logits[mnist_OUTPUT_0_ELEMS];
+    int correct = 0;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int i = 0; i < N; i++) {
+        const void *ins[] = { x + (size_t)i * PIXELS };
+        void *outs[] = { logits };
+        int rc = mnist_run(arena, ins, outs);
+        if (rc != mnist_OK) { fprintf(stderr, "mnist_run returned %d\n", rc); return 1; }
+        int best = 0;
+        for (int k = 1; k < mnist_OUTPUT_0_ELEMS; k++) if (logits[k] > logits[best]) best = k;
+        correct += best == y[i];
+        if (i < 3) {
+            show(x + (size_t)i * PIXELS);
+            printf("image %d: predicted %d, label %lld\n\n", i, best, (long long)y[i]);
+        }
     }
-
-    int best = 0;
-    for (int k = 0; k < cnn_OUTPUT_0_ELEMS; k++) {
-        printf("class %d: %.4f\n", k, probs[k]);
-        if (probs[k] > probs[best]) best = k;
-    }
-    printf("argmax: %d (p = %.4f; untrained seeded weights: the class is arbitrary)\n", best, probs[best]);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double us = ((t1.tv_sec - t0.tv_sec) * 1e9 + (t1.tv_nsec - t0.tv_nsec)) / 1e3 / N;
+    printf("accuracy on %d held-out MNIST digits: %.1f%% (%d correct), %.1f us per image, arena %d bytes\n",
+           N, 100.0 * correct / N, correct, us, (int)mnist_ARENA_BYTES);
     return 0;
 }

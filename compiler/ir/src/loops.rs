@@ -160,6 +160,57 @@ pub struct Kernel {
     pub vars: u32,
 }
 
+/// MIR op kinds the shared kernel lowering (`rlx-opt`'s plan) produces loop form for: the claim set of a
+/// writer that translates every loop-form construct (the LLVM and Cranelift writers).
+pub const LOWERED_KINDS: &[&str] = &[
+    "neg", "abs", "exp", "log", "sqrt", "recip", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh",
+    "atanh", "sigmoid", "erf", "relu", "floor", "ceil", "round", "sign", "not", "bit_not", "is_nan", "is_inf", "is_pos_inf",
+    "is_neg_inf", "add", "sub", "mul", "div", "pow", "max", "min", "mod", "fmod", "eq", "lt", "le", "gt", "ge", "and", "or", "xor",
+    "bit_and", "bit_or", "bit_xor", "shl", "shr", "where", "cast", "matmul", "reduce_sum", "reduce_prod", "reduce_max", "reduce_min",
+    "reduce_mean", "argmax", "argmin", "reshape", "transpose", "expand", "slice", "concat", "gather", "gather_elements", "gather_nd", "pad",
+    "conv", "max_pool", "avg_pool", "cumsum",
+];
+
+/// How a kernel is launched: its body runs over `[start, end)` of its outermost loop.
+pub struct Split {
+    /// Iterations of the outermost loop (1 when the kernel is not split).
+    pub extent: i64,
+    /// Chunk size for the runtime's `rlx_rt_parallel_for`; `None` = call the body once, inline.
+    pub grain: Option<i64>,
+}
+
+/// Work (innermost iterations) of a statement list.
+pub fn work(s: &[Stmt]) -> i64 {
+    s.iter()
+        .map(|st| match st {
+            Stmt::For { extent, body, .. } => extent.saturating_mul(work(body).max(1)),
+            Stmt::If { body, .. } => work(body),
+            _ => 1,
+        })
+        .fold(0i64, |a, b| a.saturating_add(b))
+}
+
+/// Kernels with at least this much work run on the runtime's thread pool (every CPU writer splits
+/// the same kernels the same way: [`split_of`]).
+pub const PARALLEL_MIN_WORK: i64 = 1 << 16;
+/// Target work per chunk.
+pub const CHUNK_WORK: i64 = 1 << 14;
+
+pub fn split_of(k: &Kernel) -> Split {
+    match k.body.as_slice() {
+        [Stmt::For { extent, kind: LoopKind::Parallel, body, .. }] => {
+            let total = work(&k.body);
+            let per = work(body).max(1);
+            if total >= PARALLEL_MIN_WORK && *extent >= 2 {
+                Split { extent: *extent, grain: Some((CHUNK_WORK / per).max(1)) }
+            } else {
+                Split { extent: *extent, grain: None }
+            }
+        }
+        _ => Split { extent: 1, grain: None },
+    }
+}
+
 impl Kernel {
     /// Dtype of a declared scalar `v`, if `v` is one (loop indices are i64 and not listed).
     pub fn decl_dtype(&self, v: Var) -> Option<DType> {

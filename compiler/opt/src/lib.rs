@@ -14,5 +14,7 @@ pub mod fold;
 pub use fold::{dce, fold, Evaluator};
 pub mod plan;
 pub use plan::{plan, PlanOptions};
+pub mod order;
+pub use order::{plan_min_arena, OrderReport};
 pub mod quantize;
 pub use quantize::{quantize, QParams, QuantOptions, Quantized};

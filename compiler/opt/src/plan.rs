@@ -161,6 +161,50 @@ pub fn fuse(g: &Mir) -> Fusion {
             anchor_of.insert(cv, n);
         }
     }
+    // Diamonds: an elementwise value with several uses, all of which end up in the same kernel (GELU's
+    // `x·0.5·(1 + erf(x/√2))` uses x twice), is recomputed inside that kernel instead of materialized;
+    // if it carries an anchor's epilogue, the anchor moves to that kernel's root.
+    // dest[n] = the root whose kernel computes node n.
+    let mut dest: Vec<Option<NodeId>> = vec![None; g.nodes.len()];
+    let ids: Vec<NodeId> = g.node_ids().collect();
+    for &n in ids.iter().rev() {
+        let node = g.node(n);
+        dest[n.index()] = match role[n.index()] {
+            Role::Root => Some(n),
+            Role::View => None,
+            Role::Inlined | Role::Anchor => consumers[node.outputs[0].index()].first().and_then(|c| dest[c.index()]),
+        };
+    }
+    for n in g.node_ids() {
+        let node = g.node(n);
+        if role[n.index()] != Role::Root || node.outputs.len() != 1 || !is_elementwise(&node.op) {
+            continue;
+        }
+        let v = node.outputs[0];
+        let cs = &consumers[v.index()];
+        if is_out[v.index()] || cs.len() < 2 {
+            continue;
+        }
+        let same_shape = cs.iter().all(|c| {
+            let cn = g.node(*c);
+            is_elementwise(&cn.op) && cn.outputs.len() == 1 && g.ty(cn.outputs[0]).shape == g.ty(v).shape
+        });
+        let d = dest[cs[0].index()];
+        if !same_shape || d.is_none() || cs.iter().any(|c| dest[c.index()] != d) {
+            continue;
+        }
+        let d = d.unwrap();
+        let dv = g.node(d).outputs[0];
+        if let Some(&a) = anchor_of.get(&v) {
+            // The accumulator stands for the anchor's value at the root's own index: shapes must match.
+            if anchor_of.contains_key(&dv) || g.ty(dv).shape != g.ty(v).shape {
+                continue;
+            }
+            anchor_of.insert(dv, a);
+        }
+        role[n.index()] = Role::Inlined;
+        dest[n.index()] = Some(d);
+    }
     Fusion { role, anchor_of }
 }
 
@@ -642,19 +686,42 @@ impl<'g> Planner<'g> {
         let rows_shape = out_shape[..out_shape.len() - 1].to_vec();
         let rows: usize = rows_shape.iter().product();
         let n = out_shape[out_shape.len() - 1];
-        let (nr, mr) = (self.nr, GEMM_MR.min(rows.max(1)));
+        let packed = self.packed_weight.get(&w).copied();
+        // Panel width: the packed weight's own (it may be widened for few rows), else the target's.
+        let nr = packed.map_or(self.nr, |pb| self.buffers[pb as usize].shape[2]);
+        let mr = GEMM_MR.min(rows.max(1));
         let full = n / nr;
         let tail = n % nr;
-        let packed = self.packed_weight.get(&w).copied();
         let pp = packed.map(|pb| kb.param(pb, &self.buffers[pb as usize].clone(), Access::Read));
         let sb = self.shape(w);
         let odt = self.dt(av);
-        let t = kb.var();
-        // Row i of tile t, clamped to the last row.
-        let row = |i: usize| clamp(Expr::add(Expr::mul(Expr::Var(t), Expr::Int(mr as i64)), Expr::Int(i as i64)), 0, rows as i64 - 1);
-        let mut tile_body = Vec::new();
+        // Cache blocking: row tiles are grouped in blocks whose slice of A (rows × K) fits in ~256 KB;
+        // inside a block every panel of B is swept over all the block's tiles while it is hot. With one
+        // block (small M) the panels are the parallel dimension; otherwise the blocks are.
+        let tiles = rows.div_ceil(mr);
+        let es = odt.size().unwrap_or(4);
+        let mut rb_tiles = ((256 * 1024) / (kdim * es).max(1) / mr).max(1);
+        let nblocks = tiles.div_ceil(rb_tiles);
+        if nblocks == 1 {
+            rb_tiles = tiles;
+        }
+        let blk = kb.var();
+        let tl = kb.var();
+        let blk_e = if nblocks > 1 { Expr::Var(blk) } else { Expr::Int(0) };
+        let gtile = Expr::add(Expr::mul(blk_e, Expr::Int(rb_tiles as i64)), Expr::Var(tl));
+        let guard = |body: Vec<Stmt>| -> Vec<Stmt> {
+            if nblocks * rb_tiles > tiles {
+                vec![Stmt::If { cond: Expr::i(IOp::Lt, gtile.clone(), Expr::Int(tiles as i64)), body }]
+            } else {
+                body
+            }
+        };
+        // Row i of the current tile, clamped to the last row (the last tile may be partial: its extra
+        // rows repeat the last row and write identical values).
+        let row = |i: usize| clamp(Expr::add(Expr::mul(gtile.clone(), Expr::Int(mr as i64)), Expr::Int(i as i64)), 0, rows as i64 - 1);
+        let p = kb.var();
+        let mut panels = Vec::new();
         if full > 0 {
-            let p = kb.var();
             let jv = kb.var();
             let kv = kb.var();
             let accs: Vec<Var> = (0..mr).map(|_| kb.var()).collect();
@@ -693,12 +760,24 @@ impl<'g> Planner<'g> {
                 vbody.push(Stmt::Store { buf: op, index: linear(&idx, out_shape), value: v });
             }
             let vl = Stmt::For { var: jv, extent: nr as i64, kind: LoopKind::Vector(nr as u32), body: vbody };
-            tile_body.push(Stmt::For { var: p, extent: full as i64, kind: LoopKind::Serial, body: vec![vl] });
+            panels = vec![Stmt::For { var: tl, extent: rb_tiles as i64, kind: LoopKind::Serial, body: guard(vec![vl]) }];
         }
+        let mut tail_body = Vec::new();
         if tail > 0 {
+            // Its own tile loop variable (every loop has a distinct variable).
+            let tl2 = kb.var();
+            let blk_e = if nblocks > 1 { Expr::Var(blk) } else { Expr::Int(0) };
+            let gtile2 = Expr::add(Expr::mul(blk_e, Expr::Int(rb_tiles as i64)), Expr::Var(tl2));
+            let guard2 = |body: Vec<Stmt>| -> Vec<Stmt> {
+                if nblocks * rb_tiles > tiles {
+                    vec![Stmt::If { cond: Expr::i(IOp::Lt, gtile2.clone(), Expr::Int(tiles as i64)), body }]
+                } else {
+                    body
+                }
+            };
             let i = kb.var();
             let jt = kb.var();
-            let rowi = clamp(Expr::add(Expr::mul(Expr::Var(t), Expr::Int(mr as i64)), Expr::Var(i)), 0, rows as i64 - 1);
+            let rowi = clamp(Expr::add(Expr::mul(gtile2.clone(), Expr::Int(mr as i64)), Expr::Var(i)), 0, rows as i64 - 1);
             let mut idx = unflatten(&rowi, &rows_shape);
             idx.push(Expr::add(Expr::Int((full * nr) as i64), Expr::Var(jt)));
             let (mut pre, acc) = self.anchor_body(kb, &anode, &idx);
@@ -707,9 +786,31 @@ impl<'g> Planner<'g> {
             kb.subst.remove(&av);
             pre.push(Stmt::Store { buf: op, index: linear(&idx, out_shape), value: v });
             let inner = Stmt::For { var: jt, extent: tail as i64, kind: LoopKind::Serial, body: pre };
-            tile_body.push(Stmt::For { var: i, extent: mr as i64, kind: LoopKind::Serial, body: vec![inner] });
+            let rows_loop = Stmt::For { var: i, extent: mr as i64, kind: LoopKind::Serial, body: vec![inner] };
+            tail_body = vec![Stmt::For { var: tl2, extent: rb_tiles as i64, kind: LoopKind::Serial, body: guard2(vec![rows_loop]) }];
         }
-        vec![Stmt::For { var: t, extent: rows.div_ceil(mr) as i64, kind: LoopKind::Parallel, body: tile_body }]
+        if nblocks > 1 {
+            let mut body = Vec::new();
+            if full > 0 {
+                body.push(Stmt::For { var: p, extent: full as i64, kind: LoopKind::Serial, body: panels });
+            }
+            body.extend(tail_body);
+            return vec![Stmt::For { var: blk, extent: nblocks as i64, kind: LoopKind::Parallel, body }];
+        }
+        // One block: split over panels; the tail columns are the last "panel".
+        let np = full + (tail > 0) as usize;
+        let mut body = Vec::new();
+        if full > 0 {
+            if tail > 0 {
+                body.push(Stmt::If { cond: Expr::i(IOp::Lt, Expr::Var(p), Expr::Int(full as i64)), body: panels });
+            } else {
+                body.extend(panels);
+            }
+        }
+        if tail > 0 {
+            body.push(Stmt::If { cond: Expr::i(IOp::Le, Expr::Int(full as i64), Expr::Var(p)), body: tail_body });
+        }
+        vec![Stmt::For { var: p, extent: np as i64, kind: LoopKind::Parallel, body }]
     }
 
     /// Statements computing an anchor's value at output index `idx`, and the expression of that value.
@@ -743,7 +844,7 @@ impl<'g> Planner<'g> {
                     _ if packed.is_some() => {
                         let pb = packed.unwrap();
                         let (n, kx) = (bi[1].clone(), bi[0].clone());
-                        let nr = self.nr as i64;
+                        let nr = self.buffers[pb as usize].shape[2] as i64;
                         let idx = Expr::add(
                             Expr::mul(Expr::add(Expr::mul(Expr::i(IOp::Div, n.clone(), Expr::Int(nr)), Expr::Int(k as i64)), kx), Expr::Int(nr)),
                             Expr::i(IOp::Rem, n, Expr::Int(nr)),
@@ -1068,7 +1169,24 @@ pub fn plan(g: &Mir, opts: &PlanOptions) -> Result<Lir, Vec<Problem>> {
             && g.nodes.iter().all(|n| !n.inputs.contains(&vid) || (n.op == MirOp::MatMul && n.inputs[1] == vid && n.inputs[0] != vid))
             && !g.outputs.contains(&vid);
         if users_all_matmul_rhs && c.dtype.is_float() && c.shape[1] >= p.nr {
-            let nr = p.nr;
+            // Few rows (matrix-vector products) leave the micro-kernel with too few accumulators to
+            // hide FMA latency; widen the panel instead (up to 4 vectors of lanes per row).
+            let rows = g
+                .nodes
+                .iter()
+                .filter(|n| n.op == MirOp::MatMul && n.inputs[1] == vid)
+                .map(|n| {
+                    let s = g.ty(n.inputs[0]).shape.as_fixed().unwrap_or_default();
+                    s[..s.len().saturating_sub(1)].iter().product::<usize>()
+                })
+                .max()
+                .unwrap_or(0);
+            let mut nr = p.nr;
+            if rows <= 2 {
+                while nr * 2 <= c.shape[1] && nr < p.nr * 4 {
+                    nr *= 2;
+                }
+            }
             // Panels of nr columns: packed[p][k][j] = w[k][p*NR + j], zero past the last column.
             let (kk, nn) = (c.shape[0], c.shape[1]);
             let es = c.dtype.size().unwrap_or(1);

@@ -2,7 +2,7 @@
 //! header lines), an input graph in the text form, a line `----`, and the expected output.
 //! `BLESS=1 cargo test -p rlx-opt --test filetests` rewrites the expectations for review in git.
 //!
-//! Passes: `lower` (HIR in, MIR text out), `plan` (MIR in; LIR buffers, launches and loop-form kernels out), `verify-hir` / `verify-mir` (problems, one per line),
+//! Passes: `lower` (HIR in, MIR text out), `fold` (constant folding + DCE), `plan` (MIR in; LIR buffers, launches and loop-form kernels out), `verify-hir` / `verify-mir` (problems, one per line),
 //! `legalize` (MIR in; header `caps KIND:DTYPE …`; dispatch report out), `roundtrip-hir` /
 //! `roundtrip-mir` (parse then print).
 
@@ -28,6 +28,17 @@ fn run_pass(header: &[String], input: &str) -> Result<String, String> {
         "verify-mir" => {
             let g = text::parse::<MirOp>(input).map_err(perr)?;
             rlx_ir::verify::verify(&g).iter().map(|p| format!("{p}\n")).collect::<String>() + "(end)\n"
+        }
+        "fold" => {
+            // Constant folding (evaluated by the reference interpreter) followed by DCE.
+            let g = text::parse::<MirOp>(input).map_err(perr)?;
+            let eval = |op: &MirOp, ins: &[rlx_ir::ConstData]| -> Result<Vec<rlx_ir::ConstData>, String> {
+                let mut m = rlx_ir::Mir::new();
+                let vs: Vec<_> = ins.iter().map(|c| m.add_input("", rlx_ir::TensorType::fixed(c.dtype, &c.shape))).collect();
+                m.outputs = m.add_node("fold", op.clone(), &vs)?;
+                rlx_interp::run(&m, ins).map_err(|e| e.to_string())
+            };
+            text::print(&rlx_opt::dce(&rlx_opt::fold(&g, &eval)))
         }
         "plan" => {
             let g = text::parse::<MirOp>(input).map_err(perr)?;

@@ -37,6 +37,20 @@ pub enum Target {
     /// Cortex-M55 firmware sources
     #[value(name = "cortex-m55")]
     CortexM55,
+    /// Synthesizable Verilog-2005 datapath + testbench (int8; needs --calibrate)
+    Verilog,
+    /// Vulkan: SPIR-V compute (NAME.spv) + schedule + weights, run by runtime-min's Vulkan executor
+    Vulkan,
+    /// SPIR-V compute module (the same artifact as --target vulkan)
+    Spirv,
+    /// WebGPU: WGSL compute source (NAME.wgsl) + schedule + weights
+    Webgpu,
+    /// Metal: MSL compute source (NAME.metal) + schedule + weights
+    Metal,
+    /// DirectX: HLSL compute source (NAME.hlsl) + schedule + weights
+    Directx,
+    /// OpenGL: GLSL 4.30 compute sources (NAME.kI.comp) + schedule + weights
+    Opengl,
 }
 
 impl Target {
@@ -52,7 +66,26 @@ impl Target {
             Target::CortexM7 => "cortex-m7",
             Target::CortexM33 => "cortex-m33",
             Target::CortexM55 => "cortex-m55",
+            Target::Verilog => "verilog",
+            Target::Vulkan => "vulkan",
+            Target::Spirv => "spirv",
+            Target::Webgpu => "webgpu",
+            Target::Metal => "metal",
+            Target::Directx => "directx",
+            Target::Opengl => "opengl",
         }
+    }
+    /// The shader language of a GPU target (these compile through `rlx-target-shader`).
+    pub fn shader_lang(self) -> Option<rlx_target_shader::Lang> {
+        use rlx_target_shader::Lang;
+        Some(match self {
+            Target::Vulkan | Target::Spirv => Lang::Spirv,
+            Target::Webgpu => Lang::Wgsl,
+            Target::Metal => Lang::Msl,
+            Target::Directx => Lang::Hlsl,
+            Target::Opengl => Lang::Glsl,
+            _ => return None,
+        })
     }
     /// The Cortex-M core of an MCU target (these compile to C sources through `rlx-target-mcu`).
     pub fn mcu_core(self) -> Option<rlx_target_mcu::Core> {
@@ -71,9 +104,68 @@ impl Target {
         match self {
             Target::Interp => rlx_interp::caps(),
             t if t.mcu_core().is_some() => rlx_target_mcu::caps(t.name()),
-            t => rlx_target_llvm::caps(t.name()),
+            t if t.shader_lang().is_some() => rlx_target_shader::caps(t.name(), t.shader_lang().expect("shader target")),
+            Target::Verilog => rlx_target_verilog::caps("verilog"),
+            t => cpu_caps(t.name()),
         }
     }
+}
+
+/// `rlxc --version`: the version and the native back ends built in.
+#[cfg(all(feature = "llvm", feature = "cranelift"))]
+pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (back ends: llvm, cranelift)");
+#[cfg(all(feature = "llvm", not(feature = "cranelift")))]
+pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (back ends: llvm)");
+#[cfg(all(not(feature = "llvm"), feature = "cranelift"))]
+pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (back ends: cranelift)");
+#[cfg(not(any(feature = "llvm", feature = "cranelift")))]
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Native code generators built into this rlxc (cargo features `llvm` and `cranelift`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Backend {
+    /// LLVM 19 (inkwell): O2, vector loops, inline f32 exp/erf — the faster code
+    #[cfg(feature = "llvm")]
+    Llvm,
+    /// Cranelift (pure Rust, no LLVM needed): much faster code generation, slower code (f32x4 only)
+    #[cfg(feature = "cranelift")]
+    Cranelift,
+}
+
+impl Backend {
+    pub fn name(self) -> &'static str {
+        match self {
+            #[cfg(feature = "llvm")]
+            Backend::Llvm => "llvm",
+            #[cfg(feature = "cranelift")]
+            Backend::Cranelift => "cranelift",
+        }
+    }
+    /// Every back end this build has, default first.
+    pub fn built_in() -> Vec<Backend> {
+        vec![
+            #[cfg(feature = "llvm")]
+            Backend::Llvm,
+            #[cfg(feature = "cranelift")]
+            Backend::Cranelift,
+        ]
+    }
+}
+
+impl Default for Backend {
+    /// LLVM when built in, else Cranelift.
+    fn default() -> Backend {
+        Backend::built_in()[0]
+    }
+}
+
+/// The claim set of the CPU targets (host, x86_64, aarch64). Both native back ends claim the same
+/// set: every op kind the shared kernel lowering produces loop form for (`rlx_ir::loops::LOWERED_KINDS`).
+pub fn cpu_caps(name: &str) -> TargetCaps {
+    #[cfg(feature = "llvm")]
+    return rlx_target_llvm::caps(name);
+    #[cfg(not(feature = "llvm"))]
+    return rlx_target_cranelift::caps(name);
 }
 
 /// A command's failure: the exit code and the message for stderr (empty when already printed).

@@ -3,7 +3,7 @@
 
 use crate::{dims_map, problem_list, Failure, ModelSource, Target};
 use rlxc::artifact;
-use rlxc::pipeline::{calibration_samples, compile_mcu, compile_mir, cpu_target, default_name, write_artifacts, write_mcu_artifacts, Budgets, Timings};
+use rlxc::pipeline::{calibration_samples, compile_mcu, compile_mir, compile_verilog, cpu_target, default_name, write_artifacts, write_mcu_artifacts, write_verilog_artifacts, Budgets, Timings};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -16,15 +16,26 @@ NAME.weights.bin.\n\n\
 Symbolic dims must be fixed: --dim NAME=N (repeatable), --batch N for the batch dim.\n\
 MCU targets (--target cortex-m0plus|m3|m4|m7|m33|m55) write C99 sources instead: NAME.c (const weights, a \
 static arena, one function per kernel, NAME_run), NAME.h (NAME_ARENA_BYTES, NAME_WEIGHTS_BYTES, port sizes and, \
-with --calibrate, each port's scale and zero point) and NAME.json. With --calibrate data.npy ([N, ...input shape] \
+with --calibrate, each port's scale and zero point) and NAME.json; with --emit rust, one no_std NAME.rs instead of \
+NAME.c/NAME.h (static weights and arena, `pub fn run(&[T; N], &mut [T; M]) -> Result<(), Error>`, the same constants). \
+The arena is planned for several operator orders and the smallest kept. With --calibrate data.npy ([N, ...input shape] \
 float32) the model is quantized to int8 (int8 inputs and outputs); --ram-budget / --flash-budget fail the compile, \
 naming the largest buffers, when the arena / the weights do not fit.\n\n\
+--target verilog --calibrate data.npy [--macs-per-cycle N] writes a synthesizable Verilog-2005 design of the int8 \
+network: NAME.v (layer-sequential datapath, N int8 MACs per cycle, valid/ready byte streams; ports documented in its \
+header), NAME_weights.mem and NAME_qparams.mem (ROM images), NAME_tb.v (self-checking testbench) with \
+NAME_tb_in.mem / NAME_tb_expected.mem (the calibration samples and the interpreter's int8 outputs) and NAME.json.\n\n\
+GPU targets (--target vulkan|spirv|webgpu|metal|directx|opengl) write compute shaders through naga instead: \
+NAME.spv (SPIR-V, entry points k0, k1, …) or NAME.wgsl / NAME.metal / NAME.hlsl / NAME.kI.comp, NAME.schedule.bin \
+(buffers and dispatches in order, read by runtime-min's Vulkan executor), NAME.weights.bin and NAME.json.\n\n\
 The same model and flags always give the same bytes.";
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Emit {
     /// C99 sources (NAME.c, NAME.h)
     C,
+    /// no_std Rust source (NAME.rs): static weights, static arena, `pub fn run`
+    Rust,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,6 +71,10 @@ pub struct CompileArgs {
     /// LLVM CPU name (e.g. x86-64-v3, znver3, cortex-a72); default depends on --target
     #[arg(long)]
     pub cpu: Option<String>,
+    /// Native code generator for host/x86_64/aarch64: llvm (default when built in) or cranelift
+    /// (no LLVM needed, faster compiles, slower code). The artifacts are the same contract.
+    #[arg(long, value_enum)]
+    pub backend: Option<rlxc::cli::Backend>,
     /// Print the dispatch report (every node: native / common-IR / rewritten / unsupported)
     #[arg(long)]
     pub report: bool,
@@ -72,7 +87,7 @@ pub struct CompileArgs {
     /// MCU targets: the source language written
     #[arg(long, value_enum, default_value_t = Emit::C)]
     pub emit: Emit,
-    /// MCU targets: quantize to int8 with these calibration inputs (.npy, float32, [N, ...input shape])
+    /// MCU and verilog targets: quantize to int8 with these calibration inputs (.npy, float32, [N, ...input shape])
     #[arg(long, value_name = "NPY")]
     pub calibrate: Option<PathBuf>,
     /// MCU targets: fail when the static arena needs more than BYTES of RAM
@@ -81,6 +96,9 @@ pub struct CompileArgs {
     /// MCU targets: fail when the const weights need more than BYTES of flash
     #[arg(long, value_name = "BYTES")]
     pub flash_budget: Option<usize>,
+    /// --target verilog: int8 multipliers in the MAC array (output channels computed per cycle)
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub macs_per_cycle: usize,
 }
 
 pub fn main(a: &CompileArgs) -> Result<(), Failure> {
@@ -89,10 +107,27 @@ pub fn main(a: &CompileArgs) -> Result<(), Failure> {
     let mut tm = Timings::default();
     let total = Instant::now();
     let mcu = a.target.mcu_core().is_some();
-    if !mcu && (a.calibrate.is_some() || a.ram_budget.is_some() || a.flash_budget.is_some()) {
+    let verilog = a.target == Target::Verilog;
+    if verilog && a.calibrate.is_none() {
+        return Err(Failure::usage("--target verilog builds an int8 datapath: pass --calibrate data.npy"));
+    }
+    if !verilog && a.macs_per_cycle != 1 {
+        return Err(Failure::usage("--macs-per-cycle applies to --target verilog"));
+    }
+    if verilog && (a.ram_budget.is_some() || a.flash_budget.is_some()) {
+        return Err(Failure::usage("--ram-budget and --flash-budget apply to MCU targets (--target cortex-m*)"));
+    }
+    if !mcu && a.emit == Emit::Rust {
+        return Err(Failure::usage("--emit rust applies to MCU targets (--target cortex-m*); CPU targets always write a Rust binding NAME.rs"));
+    }
+    if !mcu && !verilog && (a.calibrate.is_some() || a.ram_budget.is_some() || a.flash_budget.is_some()) {
         return Err(Failure::usage("--calibrate, --ram-budget and --flash-budget apply to MCU targets (--target cortex-m*)"));
     }
-    let cpu = if mcu { None } else { Some(cpu_target(a.target, a.cpu.as_deref())?) };
+    let cpu = if mcu || verilog || a.target.shader_lang().is_some() { None } else { Some(cpu_target(a.target, a.cpu.as_deref())?) };
+    let cpu = cpu.map(|mut c| {
+        c.backend = a.backend.unwrap_or_default();
+        c
+    });
     if let Some(b) = a.batch {
         // --batch applies to every symbolic dim whose name starts with "batch" (batch, batch_size…).
         let syms = crate::model_symbols(&src)?;
@@ -117,6 +152,52 @@ pub fn main(a: &CompileArgs) -> Result<(), Failure> {
     }
     let mir = tm.time("lower", || rlx_opt::lower(&hir)).map_err(|p| Failure::model(problem_list("cannot lower the model to MIR", &p)))?;
     let name = a.name.clone().map(|n| artifact::sanitize_ident(&n)).unwrap_or_else(|| default_name(&a.model));
+    if a.target.shader_lang().is_some() {
+        let c = rlxc::shader::compile_shader(&mir, a.target, &mut tm)?;
+        let files = tm.time("write", || rlxc::shader::write_shader_artifacts(&a.out, &name, &a.model, a.target, &c))?;
+        if a.report {
+            crate::cmd_check::print_report(&c.report);
+        }
+        println!(
+            "compiled {} for {}: {} kernels ({} dispatches), arena {} bytes, weights {} bytes, in {:.2?}",
+            a.model.display(),
+            a.target.name(),
+            c.lir.launches.len(),
+            c.program.dispatches.len(),
+            c.lir.arena_bytes,
+            c.lir.weights.len(),
+            total.elapsed()
+        );
+        for f in files {
+            println!("  {}", f.display());
+        }
+        return Ok(());
+    }
+    if verilog {
+        let p = a.calibrate.as_ref().expect("checked above");
+        let data = rlxc::npy::read(p).map_err(|e| Failure::usage(format!("{}: {e}", p.display())))?;
+        if mir.inputs.len() != 1 {
+            return Err(Failure::usage(format!("--calibrate takes one .npy: the model has {} inputs", mir.inputs.len())));
+        }
+        let calib = calibration_samples(&data, mir.ty(mir.inputs[0])).map_err(|e| Failure::usage(format!("{}: {e}", p.display())))?;
+        let c = compile_verilog(&mir, &name, &calib, a.macs_per_cycle, &mut tm)?;
+        let files = tm.time("write", || write_verilog_artifacts(&a.out, &name, &a.model, &c))?;
+        if a.report {
+            crate::cmd_check::print_report(&c.report);
+        }
+        println!(
+            "compiled {} for verilog (int8): {} layer(s), {} MAC(s) per cycle, {} cycles per inference, in {:.2?}",
+            a.model.display(),
+            c.design.layers.len(),
+            c.macs_per_cycle,
+            c.design.cycles,
+            total.elapsed()
+        );
+        for f in files {
+            println!("  {}", f.display());
+        }
+        return Ok(());
+    }
     if mcu {
         let calib = match &a.calibrate {
             Some(p) => {
@@ -129,7 +210,7 @@ pub fn main(a: &CompileArgs) -> Result<(), Failure> {
             None => None,
         };
         let budgets = Budgets { ram: a.ram_budget, flash: a.flash_budget };
-        let c = compile_mcu(&mir, a.target, &name, calib.as_deref(), budgets, &mut tm)?;
+        let c = compile_mcu(&mir, a.target, &name, calib.as_deref(), budgets, a.emit == Emit::Rust, &mut tm)?;
         let files = tm.time("write", || write_mcu_artifacts(&a.out, &name, &a.model, &c))?;
         if a.report {
             crate::cmd_check::print_report(&c.report);

@@ -28,6 +28,9 @@ pub struct RunArgs {
     /// Where to run the model
     #[arg(long, value_enum, default_value_t = Target::Interp)]
     pub target: Target,
+    /// Native code generator for --target host: llvm (default when built in) or cranelift
+    #[arg(long, value_enum)]
+    pub backend: Option<rlxc::cli::Backend>,
     /// Fix a symbolic dim by name, e.g. --dim batch=1 (repeatable; normally bound from the inputs)
     #[arg(long = "dim", value_name = "NAME=N", value_parser = crate::parse_dim)]
     pub dims: Vec<(String, u64)>,
@@ -156,7 +159,8 @@ pub fn main(a: &RunArgs) -> Result<(), Failure> {
     let outs = match a.target {
         Target::Interp => phase("running (interp)", || rlx_interp::run(&mir, &ordered))
             .map_err(|e| Failure::model(format!("running '{}' failed: {e}", src.path().display())))?,
-        t => phase("compiling and running", || rlxc::native::run_compiled(&mir, &ordered, t))?,
+        t if t.shader_lang().is_some() => phase("compiling and running (Vulkan)", || rlxc::shader::run_vulkan(&mir, &ordered, t))?,
+        t => phase("compiling and running", || rlxc::native::run_compiled_with(&mir, &ordered, t, a.backend.unwrap_or_default()))?,
     };
     let d_run = t_run.elapsed();
 

@@ -10,7 +10,7 @@
 //! an error code, a timeout), unsupported (legalization names the op/dtype) or compile error (a bug).
 //! Outputs are compared with the same tolerance as on the interpreter.
 
-use crate::cli::Target;
+use crate::cli::{Backend, Target as CliTarget};
 use crate::pipeline::{compile_mir, cpu_target, runtime_lib, Timings};
 use rlx_import::{ImportOptions, OnnxSummary};
 use rlx_ir::{Blob, ConstData, DType, Dim, Mir};
@@ -41,7 +41,62 @@ pub struct ConformanceArgs {
     /// Also compile and run each case that passes on the interpreter for this target
     /// (x86_64, aarch64 under qemu-aarch64; repeatable). interp is always run.
     #[arg(long = "target", value_enum)]
-    pub targets: Vec<Target>,
+    pub targets: Vec<Column>,
+}
+
+/// A conformance column: the interpreter, or a compiled target with a back end. Compiled columns
+/// exist for the back ends built in: `x86_64` / `aarch64` (LLVM), `x86_64-cranelift` /
+/// `aarch64-cranelift` (Cranelift).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Column {
+    Interp,
+    #[cfg(feature = "llvm")]
+    #[value(name = "x86_64")]
+    X86_64,
+    #[cfg(feature = "llvm")]
+    Aarch64,
+    #[cfg(feature = "cranelift")]
+    #[value(name = "x86_64-cranelift")]
+    X86_64Cranelift,
+    #[cfg(feature = "cranelift")]
+    #[value(name = "aarch64-cranelift")]
+    Aarch64Cranelift,
+}
+
+impl Column {
+    pub fn name(self) -> &'static str {
+        match self {
+            Column::Interp => "interp",
+            #[cfg(feature = "llvm")]
+            Column::X86_64 => "x86_64",
+            #[cfg(feature = "llvm")]
+            Column::Aarch64 => "aarch64",
+            #[cfg(feature = "cranelift")]
+            Column::X86_64Cranelift => "x86_64-cranelift",
+            #[cfg(feature = "cranelift")]
+            Column::Aarch64Cranelift => "aarch64-cranelift",
+        }
+    }
+    /// The CPU target and back end of a compiled column.
+    fn compiled(self) -> Option<(CliTarget, Backend)> {
+        match self {
+            Column::Interp => None,
+            #[cfg(feature = "llvm")]
+            Column::X86_64 => Some((CliTarget::X86_64, Backend::Llvm)),
+            #[cfg(feature = "llvm")]
+            Column::Aarch64 => Some((CliTarget::Aarch64, Backend::Llvm)),
+            #[cfg(feature = "cranelift")]
+            Column::X86_64Cranelift => Some((CliTarget::X86_64, Backend::Cranelift)),
+            #[cfg(feature = "cranelift")]
+            Column::Aarch64Cranelift => Some((CliTarget::Aarch64, Backend::Cranelift)),
+        }
+    }
+    fn caps(self) -> rlx_ir::TargetCaps {
+        match self.compiled() {
+            Some((t, _)) => t.caps(),
+            None => rlx_interp::caps(),
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -65,7 +120,7 @@ pub enum TargetOutcome {
 
 #[derive(Clone, Debug)]
 pub struct TargetRun {
-    pub target: Target,
+    pub target: Column,
     pub outcome: TargetOutcome,
     pub reason: String,
 }
@@ -256,8 +311,8 @@ fn run_case(dir: &Path) -> CaseRun {
 /// How to build and run cases for one compiled target: the harness object, the runtime library,
 /// the linker and (aarch64) the emulator.
 pub struct TargetEnv {
-    pub target: Target,
-    cpu: rlx_target_llvm::CpuTarget,
+    pub target: Column,
+    cpu: crate::pipeline::CpuTarget,
     linker: &'static str,
     link_args: &'static [&'static str],
     runner: Option<&'static str>,
@@ -272,15 +327,19 @@ static CASE_DIRS: AtomicU64 = AtomicU64::new(0);
 
 impl TargetEnv {
     /// Checks the tools and compiles the harness once, under `work`.
-    pub fn prepare(target: Target, work: &Path) -> Result<TargetEnv, String> {
-        let (linker, link_args, runner, timeout): (&'static str, &'static [&'static str], Option<&'static str>, u64) = match target {
-            Target::X86_64 => ("cc", &[], None, 60),
-            Target::Aarch64 => ("aarch64-linux-gnu-gcc", &["-static"], Some("qemu-aarch64"), 120),
-            t => return Err(format!("--target {} has no conformance column (use x86_64 or aarch64)", t.name())),
+    pub fn prepare(target: Column, work: &Path) -> Result<TargetEnv, String> {
+        let Some((cli, backend)) = target.compiled() else {
+            return Err(format!("--target {} has no compiled conformance column", target.name()));
         };
-        let cpu = cpu_target(target, None).map_err(|f| f.msg)?;
-        if target == Target::X86_64 {
-            let host = rlx_target_llvm::CpuTarget::host()?;
+        let (linker, link_args, runner, timeout): (&'static str, &'static [&'static str], Option<&'static str>, u64) = match cli {
+            CliTarget::X86_64 => ("cc", &[], None, 60),
+            CliTarget::Aarch64 => ("aarch64-linux-gnu-gcc", &["-static"], Some("qemu-aarch64"), 120),
+            t => return Err(format!("--target {} has no conformance column", t.name())),
+        };
+        let mut cpu = cpu_target(cli, None).map_err(|f| f.msg)?;
+        cpu.backend = backend;
+        if cli == CliTarget::X86_64 {
+            let host = crate::pipeline::CpuTarget::host()?;
             if host.triple() != cpu.triple() {
                 return Err(format!("--target x86_64 runs the compiled cases here, but this machine is {}", host.triple()));
             }
@@ -321,7 +380,7 @@ impl TargetEnv {
             return (TargetOutcome::Unsupported, format!("unsupported: {}", what.join(", ")));
         }
         let mut tm = Timings::default();
-        let c = match compile_mir(&l.mir, self.target, self.cpu.clone(), "rlxmodel", false, false, &mut tm) {
+        let c = match compile_mir(&l.mir, self.target.compiled().map_or(CliTarget::Host, |c| c.0), self.cpu.clone(), "rlxmodel", false, false, &mut tm) {
             Ok(c) => c,
             Err(f) => return (TargetOutcome::CompileError, format!("compile: {}", f.msg)),
         };
@@ -528,8 +587,8 @@ fn one_line(s: &str) -> String {
 }
 
 /// The compiled targets that appear in the results, in the order they were run.
-fn targets_in(res: &[CaseResult]) -> Vec<Target> {
-    let mut ts: Vec<Target> = Vec::new();
+fn targets_in(res: &[CaseResult]) -> Vec<Column> {
+    let mut ts: Vec<Column> = Vec::new();
     for r in res {
         for t in &r.targets {
             if !ts.contains(&t.target) {
@@ -541,7 +600,7 @@ fn targets_in(res: &[CaseResult]) -> Vec<Target> {
 }
 
 /// Counts per outcome for one target: [passed, failed, unsupported, compile error].
-fn target_counts<'a>(res: impl IntoIterator<Item = &'a CaseResult>, t: Target) -> [usize; 4] {
+fn target_counts<'a>(res: impl IntoIterator<Item = &'a CaseResult>, t: Column) -> [usize; 4] {
     let mut c = [0; 4];
     for r in res {
         for x in r.targets.iter().filter(|x| x.target == t) {
@@ -553,7 +612,7 @@ fn target_counts<'a>(res: impl IntoIterator<Item = &'a CaseResult>, t: Target) -
 
 /// `TARGET node cases: P passed of M compiled (of N)`: M counts the cases that pass on the interpreter
 /// and legalize for the target (passed + failed + compile errors), N all cases.
-fn target_total_line(res: &[CaseResult], t: Target) -> String {
+fn target_total_line(res: &[CaseResult], t: Column) -> String {
     let c = target_counts(res, t);
     format!("{} node cases: {} passed of {} compiled (of {})", t.name(), c[0], c[0] + c[1] + c[3], res.len())
 }
@@ -593,9 +652,9 @@ pub fn report_markdown(res: &[CaseResult]) -> String {
     s.push_str("Interpreter: reference interpreter; rtol 1e-3, atol 1e-7 (the ONNX backend defaults; NaN matches NaN).\n");
     if !ts.is_empty() {
         s.push_str(
-            "Compiled targets: every case that passes on the interpreter is compiled from the same lowered MIR (LLVM), \
+            "Compiled targets: every case that passes on the interpreter is compiled from the same lowered MIR (LLVM; `-cranelift` columns: Cranelift), \
              linked with `tests/conformance/harness.c` and `librlx_rt.a`, and run in a child process \
-             (x86_64: x86-64-v3 on this machine; aarch64: generic+neon, a static executable under `qemu-aarch64`). \
+             (x86_64 and x86_64-cranelift: x86-64-v3 on this machine; aarch64 and aarch64-cranelift: generic+neon, a static executable under `qemu-aarch64`). \
              Same tolerance as the interpreter (rtol 1e-3, atol 1e-7): every compiled case passes at it \
              despite FMA contraction (x86-64-v3) and storage-type accumulation in the kernels. \
              \"compiled\" counts the cases that legalize for the target (passed + failed + compile errors).\n",
@@ -672,19 +731,19 @@ fn read_list(p: &Path) -> Result<Vec<String>, String> {
 pub fn main(args: &ConformanceArgs) -> i32 {
     let t0 = Instant::now();
     // Ratchets first: a bad flag should fail before minutes of work.
-    let mut ratchets: Vec<(Target, PathBuf)> = Vec::new();
+    let mut ratchets: Vec<(Column, PathBuf)> = Vec::new();
     for r in &args.ratchet {
         let (t, path) = match r.split_once('=') {
-            Some((t, p)) => match <Target as clap::ValueEnum>::from_str(t, true) {
-                Ok(t) if t != Target::Host => (t, PathBuf::from(p)),
+            Some((t, p)) => match <Column as clap::ValueEnum>::from_str(t, true) {
+                Ok(t) => (t, PathBuf::from(p)),
                 _ => {
-                    eprintln!("error: --ratchet {r}: '{t}' is not interp, x86_64 or aarch64");
+                    eprintln!("error: --ratchet {r}: '{t}' is not interp, x86_64, aarch64, x86_64-cranelift or aarch64-cranelift");
                     return 1;
                 }
             },
-            None => (Target::Interp, PathBuf::from(r)),
+            None => (Column::Interp, PathBuf::from(r)),
         };
-        if t != Target::Interp && !args.targets.contains(&t) {
+        if t != Column::Interp && !args.targets.contains(&t) {
             eprintln!("error: --ratchet {r} needs --target {}", t.name());
             return 1;
         }
@@ -697,9 +756,9 @@ pub fn main(args: &ConformanceArgs) -> i32 {
             return 1;
         }
     };
-    let mut wanted: Vec<Target> = Vec::new();
+    let mut wanted: Vec<Column> = Vec::new();
     for &t in &args.targets {
-        if t != Target::Interp && !wanted.contains(&t) {
+        if t != Column::Interp && !wanted.contains(&t) {
             wanted.push(t);
         }
     }
@@ -767,8 +826,8 @@ pub fn main(args: &ConformanceArgs) -> i32 {
                 return 1;
             }
         };
-        let got = if *t == Target::Interp { passed } else { target_counts(&res, *t)[0] };
-        let label = if *t == Target::Interp { String::new() } else { format!("{} ", t.name()) };
+        let got = if *t == Column::Interp { passed } else { target_counts(&res, *t)[0] };
+        let label = if *t == Column::Interp { String::new() } else { format!("{} ", t.name()) };
         if got < min {
             eprintln!("ratchet: {got} {label}cases pass, fewer than the {min} required by {}", path.display());
             code = 1;

@@ -3,9 +3,13 @@
 //! - [`npy`]: NumPy `.npy` reader and writer (inputs and outputs of `rlxc run`).
 //! - [`conformance`]: the ONNX op conformance suite behind `rlxc conformance`.
 
+#[cfg(not(any(feature = "llvm", feature = "cranelift")))]
+compile_error!("rlxc needs at least one native back end: cargo feature `llvm` or `cranelift`");
+
 pub mod artifact;
 pub mod cli;
 pub mod conformance;
 pub mod native;
 pub mod npy;
 pub mod pipeline;
+pub mod shader;

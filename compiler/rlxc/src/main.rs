@@ -18,7 +18,7 @@ use std::process::ExitCode;
 #[derive(Parser)]
 #[command(
     name = "rlxc",
-    version,
+    version = VERSION,
     about = "rlxc: an ahead-of-time compiler for ML models (ONNX, safetensors)",
     long_about = "rlxc: an ahead-of-time compiler for ML models.\n\n\
         MODEL is an ONNX file (.onnx) or a safetensors model folder (config.json + model.safetensors).\n\n\

@@ -2,13 +2,18 @@
 //! load it, and call `NAME_run` with the given inputs.
 
 use crate::cli::{Failure, Target};
-use crate::pipeline::{compile_mir, cpu_target, runtime_lib, Timings};
+use crate::pipeline::{compile_mir, cpu_target, runtime_lib, Backend, CpuTarget, Timings};
 use rlx_ir::{Blob, ConstData, Mir};
 use std::process::Command;
 
 pub fn run_compiled(mir: &Mir, inputs: &[ConstData], t: Target) -> Result<Vec<ConstData>, Failure> {
+    run_compiled_with(mir, inputs, t, Backend::default())
+}
+
+/// [`run_compiled`] with a chosen back end.
+pub fn run_compiled_with(mir: &Mir, inputs: &[ConstData], t: Target, backend: Backend) -> Result<Vec<ConstData>, Failure> {
     if t != Target::Host {
-        let host = rlx_target_llvm::CpuTarget::host().map_err(Failure::usage)?;
+        let host = CpuTarget::host().map_err(Failure::usage)?;
         let want = cpu_target(t, None)?;
         if want.triple() != host.triple() {
             return Err(Failure::usage(format!(
@@ -19,7 +24,8 @@ pub fn run_compiled(mir: &Mir, inputs: &[ConstData], t: Target) -> Result<Vec<Co
             )));
         }
     }
-    let cpu = cpu_target(t, None)?;
+    let mut cpu = cpu_target(t, None)?;
+    cpu.backend = backend;
     let mut tm = Timings::default();
     let c = compile_mir(mir, t, cpu.clone(), "rlxmodel", false, false, &mut tm)?;
     // Unique per call (process id + counter): concurrent calls in one process must not share files.

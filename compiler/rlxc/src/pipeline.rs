@@ -6,15 +6,73 @@ use crate::cli::{phase, problem_list, Failure, Target};
 use rlx_ir::lir::Lir;
 use rlx_ir::{ConstData, Mir, MirOp, TensorType};
 use rlx_opt::DispatchReport;
-use rlx_target_llvm::{Arch, CpuTarget};
+pub use crate::cli::Backend;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-/// The CPU a target name means.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arch {
+    X86_64,
+    Aarch64,
+}
+
+/// What to generate code for, and with which back end.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CpuTarget {
+    pub arch: Arch,
+    /// CPU name (`x86-64-v3`, `znver3`, `cortex-a72`, …; LLVM names). Cranelift uses only the
+    /// distinction host / x86-64-v3 / x86-64 baseline / aarch64.
+    pub cpu: String,
+    /// Feature string (`+avx2,+fma`; the host's, detected).
+    pub features: String,
+    pub backend: Backend,
+}
+
+impl CpuTarget {
+    pub fn triple(&self) -> &'static str {
+        match self.arch {
+            Arch::X86_64 => "x86_64-unknown-linux-gnu",
+            Arch::Aarch64 => "aarch64-unknown-linux-gnu",
+        }
+    }
+    /// The machine this runs on, with all its features.
+    pub fn host() -> Result<CpuTarget, String> {
+        #[cfg(feature = "llvm")]
+        {
+            let h = rlx_target_llvm::CpuTarget::host()?;
+            let arch = match h.arch {
+                rlx_target_llvm::Arch::X86_64 => Arch::X86_64,
+                rlx_target_llvm::Arch::Aarch64 => Arch::Aarch64,
+            };
+            Ok(CpuTarget { arch, cpu: h.cpu, features: h.features, backend: Backend::default() })
+        }
+        #[cfg(not(feature = "llvm"))]
+        {
+            let arch = match std::env::consts::ARCH {
+                "x86_64" => Arch::X86_64,
+                "aarch64" => Arch::Aarch64,
+                a => return Err(format!("host architecture {a} is not supported")),
+            };
+            #[cfg(target_arch = "x86_64")]
+            let features = if std::arch::is_x86_feature_detected!("avx512f") { "+avx512f" } else { "" }.to_string();
+            #[cfg(not(target_arch = "x86_64"))]
+            let features = String::new();
+            Ok(CpuTarget { arch, cpu: "native".into(), features, backend: Backend::default() })
+        }
+    }
+    fn baseline(arch: Arch) -> CpuTarget {
+        match arch {
+            Arch::X86_64 => CpuTarget { arch, cpu: "x86-64".into(), features: String::new(), backend: Backend::default() },
+            Arch::Aarch64 => CpuTarget { arch, cpu: "generic".into(), features: "+neon".into(), backend: Backend::default() },
+        }
+    }
+}
+
+/// The CPU a target name means (with the default back end; set `backend` to choose another).
 pub fn cpu_target(t: Target, cpu: Option<&str>) -> Result<CpuTarget, Failure> {
     let mut c = match t {
         Target::Host => CpuTarget::host().map_err(Failure::usage)?,
-        Target::X86_64 => CpuTarget { arch: Arch::X86_64, cpu: "x86-64-v3".into(), features: String::new() },
+        Target::X86_64 => CpuTarget { arch: Arch::X86_64, cpu: "x86-64-v3".into(), features: String::new(), backend: Backend::default() },
         Target::Aarch64 => CpuTarget::baseline(Arch::Aarch64),
         Target::Interp => return Err(Failure::usage("--target interp has no compiled form; use `rlxc run --target interp`")),
         t => return Err(Failure::usage(format!("--target {} writes firmware sources, not a CPU object", t.name()))),
@@ -81,16 +139,46 @@ pub fn compile_mir(mir: &Mir, t: Target, cpu: CpuTarget, name: &str, external: b
     let lir = tm
         .time("plan", || rlx_opt::plan(&folded, &plan_options(&cpu)))
         .map_err(|p| Failure::model(problem_list("cannot plan the model", &p)))?;
-    let opts = rlx_target_llvm::CompileOptions { name: name.to_string(), target: cpu.clone(), external_weights: external };
-    let llvm_ir = emit_ir.then(|| rlx_target_llvm::emit_ir(&lir, &opts));
-    let object = tm.time("codegen (LLVM)", || rlx_target_llvm::compile(&lir, &opts)).map_err(Failure::model)?;
+    let (object, llvm_ir) = codegen(&lir, &cpu, name, external, emit_ir, tm)?;
     Ok(Compiled { lir, report, object, target: cpu, llvm_ir })
+}
+
+/// LIR → object with the chosen back end; with `emit_ir` also its IR text (LLVM IR or CLIF).
+fn codegen(lir: &Lir, cpu: &CpuTarget, name: &str, external: bool, emit_ir: bool, tm: &mut Timings) -> Result<(Vec<u8>, Option<String>), Failure> {
+    match cpu.backend {
+        #[cfg(feature = "llvm")]
+        Backend::Llvm => {
+            let arch = match cpu.arch {
+                Arch::X86_64 => rlx_target_llvm::Arch::X86_64,
+                Arch::Aarch64 => rlx_target_llvm::Arch::Aarch64,
+            };
+            let target = rlx_target_llvm::CpuTarget { arch, cpu: cpu.cpu.clone(), features: cpu.features.clone() };
+            let opts = rlx_target_llvm::CompileOptions { name: name.to_string(), target, external_weights: external };
+            let ir = emit_ir.then(|| rlx_target_llvm::emit_ir(lir, &opts));
+            let object = tm.time("codegen (LLVM)", || rlx_target_llvm::compile(lir, &opts)).map_err(Failure::model)?;
+            Ok((object, ir))
+        }
+        #[cfg(feature = "cranelift")]
+        Backend::Cranelift => {
+            use rlx_target_cranelift::Isa;
+            let isa = match cpu.arch {
+                Arch::Aarch64 => Isa::Aarch64,
+                _ if cpu.cpu == "native" || !cpu.features.is_empty() => Isa::Host,
+                _ if cpu.cpu == "x86-64" => Isa::X86_64,
+                _ => Isa::X86_64V3,
+            };
+            let opts = rlx_target_cranelift::CompileOptions { name: name.to_string(), isa, external_weights: external };
+            let ir = if emit_ir { Some(rlx_target_cranelift::emit_ir(lir, &opts).map_err(Failure::model)?) } else { None };
+            let object = tm.time("codegen (Cranelift)", || rlx_target_cranelift::compile(lir, &opts)).map_err(Failure::model)?;
+            Ok((object, ir))
+        }
+    }
 }
 
 /// Finds `librlx_rt.a` for a target triple: `$RLX_RT_DIR/<triple>/librlx_rt.a`, then the cargo layout
 /// beside this executable (`target/release/` for the host, `target/<triple>/release/` for others).
 pub fn runtime_lib(triple: &str) -> Result<PathBuf, String> {
-    let host = rlx_target_llvm::CpuTarget::host().map(|c| c.triple().to_string()).unwrap_or_default();
+    let host = CpuTarget::host().map(|c| c.triple().to_string()).unwrap_or_default();
     let mut tried = Vec::new();
     if let Some(d) = std::env::var_os("RLX_RT_DIR") {
         tried.push(PathBuf::from(d).join(triple).join("librlx_rt.a"));
@@ -163,7 +251,7 @@ pub fn write_artifacts(dir: &Path, name: &str, model: &Path, c: &Compiled, exter
         "name": name,
         "rlxc_version": info.rlxc_version,
         "model": info.model_file,
-        "target": {"triple": info.triple, "cpu": info.cpu, "features": info.features},
+        "target": {"triple": info.triple, "cpu": info.cpu, "features": info.features, "backend": c.target.backend.name()},
         "inputs": ports(&info.inputs),
         "outputs": ports(&info.outputs),
         "arena_bytes": info.arena_bytes,
@@ -193,7 +281,8 @@ pub fn write_artifacts(dir: &Path, name: &str, model: &Path, c: &Compiled, exter
         files.push((dir.join(format!("{name}.weights.bin")), c.lir.weights.clone()));
     }
     if let Some(ir) = &c.llvm_ir {
-        files.push((dir.join(format!("{name}.ll")), ir.clone().into_bytes()));
+        let ext = if c.target.backend.name() == "cranelift" { "clif" } else { "ll" };
+        files.push((dir.join(format!("{name}.{ext}")), ir.clone().into_bytes()));
         let mut lir_text = c.lir.to_string();
         for l in &c.lir.launches {
             lir_text.push('\n');
@@ -246,6 +335,10 @@ pub struct McuCompiled {
     pub core: rlx_target_mcu::Core,
     /// Port parameters when the model was quantized.
     pub quant: Option<(Vec<rlx_opt::QParams>, Vec<rlx_opt::QParams>)>,
+    /// `--emit rust`: the no_std Rust source (then NAME.rs is written instead of NAME.c / NAME.h).
+    pub rust: Option<rlx_target_mcu::RustSource>,
+    /// Arena bytes of each operator order the planner tried, and the one kept.
+    pub order: rlx_opt::OrderReport,
 }
 
 /// Runs a whole graph with the reference interpreter (calibration's runner).
@@ -279,7 +372,8 @@ pub fn quantize_mir(mir: &Mir, calib: &[Vec<ConstData>]) -> Result<rlx_opt::Quan
 
 /// MIR → C sources for a Cortex-M core: fold → quantize (with calibration data) → legalize → plan →
 /// budgets → write C. Fails listing every unsupported node, or the largest buffers over a budget.
-pub fn compile_mcu(mir: &Mir, t: Target, name: &str, calib: Option<&[Vec<ConstData>]>, budgets: Budgets, tm: &mut Timings) -> Result<McuCompiled, Failure> {
+/// With `rust`, the program is also written as no_std Rust (`--emit rust`).
+pub fn compile_mcu(mir: &Mir, t: Target, name: &str, calib: Option<&[Vec<ConstData>]>, budgets: Budgets, rust: bool, tm: &mut Timings) -> Result<McuCompiled, Failure> {
     let core = t.mcu_core().ok_or_else(|| Failure::usage(format!("{} is not an MCU target", t.name())))?;
     let (mir, quant) = match calib {
         Some(c) => {
@@ -297,8 +391,9 @@ pub fn compile_mcu(mir: &Mir, t: Target, name: &str, calib: Option<&[Vec<ConstDa
             .collect();
         return Err(Failure::model(problem_list(&format!("{} node(s) are unsupported on target {}", lines.len(), caps.name), &lines)));
     }
-    let lir = tm
-        .time("plan", || rlx_opt::plan(&mir, &rlx_opt::PlanOptions { align: 8, ..Default::default() }))
+    // Several operator orders; the plan with the smallest arena is kept (rlx_opt::order).
+    let (lir, order) = tm
+        .time("plan", || rlx_opt::plan_min_arena(&mir, &rlx_opt::PlanOptions { align: 8, ..Default::default() }))
         .map_err(|p| Failure::model(problem_list("cannot plan the model", &p)))?;
     let pq = |q: &rlx_opt::QParams| Some(rlx_target_mcu::PortQuant { scale: q.scale, zero_point: q.zero_point });
     let opts = rlx_target_mcu::Options {
@@ -310,7 +405,11 @@ pub fn compile_mcu(mir: &Mir, t: Target, name: &str, calib: Option<&[Vec<ConstDa
     };
     let sources = tm.time("codegen (C)", || rlx_target_mcu::emit_c(&lir, &opts)).map_err(Failure::model)?;
     check_budgets(&lir, &sources, budgets)?;
-    Ok(McuCompiled { lir, report, sources, core, quant })
+    let rust = match rust {
+        true => Some(tm.time("codegen (Rust)", || rlx_target_mcu::emit_rust(&lir, &opts)).map_err(Failure::model)?),
+        false => None,
+    };
+    Ok(McuCompiled { lir, report, sources, core, quant, rust, order })
 }
 
 /// Fails when the arena (RAM) or the weights (flash) exceed a budget, naming the largest buffers.
@@ -359,7 +458,14 @@ pub fn write_mcu_artifacts(dir: &Path, name: &str, model: &Path, c: &McuCompiled
         "arena_bytes": c.sources.arena_bytes,
         "weights_bytes": c.sources.weights_bytes,
         "kernels": c.lir.launches.len(),
-        "sources": {"c": {"file": format!("{name}.c"), "sha256": sha256_hex(c.sources.c.as_bytes())}, "h": {"file": format!("{name}.h"), "sha256": sha256_hex(c.sources.h.as_bytes())}},
+        "arena_by_order": {
+            "tried": c.order.tried.iter().map(|(n, b)| serde_json::json!({"order": n, "arena_bytes": b})).collect::<Vec<_>>(),
+            "chosen": c.order.chosen_name(),
+        },
+        "sources": match &c.rust {
+            Some(r) => serde_json::json!({"rs": {"file": format!("{name}.rs"), "sha256": sha256_hex(r.rs.as_bytes()), "proven_accesses": r.proven_accesses, "checked_accesses": r.checked_accesses}}),
+            None => serde_json::json!({"c": {"file": format!("{name}.c"), "sha256": sha256_hex(c.sources.c.as_bytes())}, "h": {"file": format!("{name}.h"), "sha256": sha256_hex(c.sources.h.as_bytes())}}),
+        },
         "dispatch": {
             "native": c.report.count(rlx_opt::Resolution::Native),
             "common_ir": c.report.count(rlx_opt::Resolution::CommonIr),
@@ -368,11 +474,122 @@ pub fn write_mcu_artifacts(dir: &Path, name: &str, model: &Path, c: &McuCompiled
         },
     });
     let json = serde_json::to_string_pretty(&manifest).map_err(|e| Failure::model(e.to_string()))? + "\n";
-    let files = [
-        (dir.join(format!("{name}.c")), c.sources.c.clone().into_bytes()),
-        (dir.join(format!("{name}.h")), c.sources.h.clone().into_bytes()),
-        (dir.join(format!("{name}.json")), json.into_bytes()),
+    let files = match &c.rust {
+        Some(r) => vec![(dir.join(format!("{name}.rs")), r.rs.clone().into_bytes()), (dir.join(format!("{name}.json")), json.into_bytes())],
+        None => vec![
+            (dir.join(format!("{name}.c")), c.sources.c.clone().into_bytes()),
+            (dir.join(format!("{name}.h")), c.sources.h.clone().into_bytes()),
+            (dir.join(format!("{name}.json")), json.into_bytes()),
+        ],
+    };
+    // All or nothing: every temp file first, then the renames.
+    let tmp = |p: &Path| p.with_file_name(format!(".{}.rlxc-tmp", p.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default()));
+    for (p, b) in &files {
+        if let Err(e) = std::fs::write(tmp(p), b) {
+            files.iter().for_each(|(p, _)| drop(std::fs::remove_file(tmp(p))));
+            return Err(Failure::model(format!("cannot write {}: {e}", p.display())));
+        }
+    }
+    for (p, _) in &files {
+        std::fs::rename(tmp(p), p).map_err(|e| Failure::model(format!("cannot write {}: {e}", p.display())))?;
+    }
+    Ok(files.into_iter().map(|(p, _)| p).collect())
+}
+
+/// Everything a Verilog compile produced, before it is written.
+pub struct VerilogCompiled {
+    pub report: DispatchReport,
+    pub design: rlx_target_verilog::Design,
+    pub macs_per_cycle: usize,
+    pub input: rlx_opt::QParams,
+    pub output: rlx_opt::QParams,
+    /// Testbench vectors from the calibration samples: int8 inputs and the interpreter's int8 outputs.
+    pub tb_in: Vec<u8>,
+    pub tb_expected: Vec<u8>,
+}
+
+/// MIR → Verilog: fold → quantize (the same pass and runner as the MCU path, so the integer program
+/// is the one the interpreter and the firmware run) → legalize → the Verilog writer. The calibration
+/// samples, quantized and run through the interpreter on the integer MIR, become the testbench's
+/// default vectors.
+pub fn compile_verilog(mir: &Mir, name: &str, calib: &[Vec<ConstData>], macs_per_cycle: usize, tm: &mut Timings) -> Result<VerilogCompiled, Failure> {
+    let q = tm.time("quantize", || quantize_mir(mir, calib))?;
+    let caps = Target::Verilog.caps();
+    let report = tm.time("legalize", || rlx_opt::report(&q.mir, &caps));
+    if !report.is_legal() {
+        let lines: Vec<String> = report
+            .unsupported()
+            .map(|e| format!("node '{}': {} {} on {} — {}", e.node, e.op, e.dtype, e.input_shapes.join(", "), e.note))
+            .collect();
+        return Err(Failure::model(problem_list(&format!("{} node(s) are unsupported on target {}", lines.len(), caps.name), &lines)));
+    }
+    let (qi, qo) = (q.inputs[0], q.outputs[0]);
+    let pq = |q: rlx_opt::QParams| rlx_target_verilog::PortQuant { scale: q.scale, zero_point: q.zero_point };
+    let opts = rlx_target_verilog::Options { name: name.to_string(), macs_per_cycle, input: pq(qi), output: pq(qo), rlxc_version: env!("CARGO_PKG_VERSION").to_string() };
+    let design = tm.time("codegen (Verilog)", || rlx_target_verilog::emit(&q.mir, &opts)).map_err(Failure::model)?;
+    let (mut tb_in, mut tb_expected) = (Vec::new(), Vec::new());
+    tm.time("testbench vectors", || -> Result<(), Failure> {
+        let scale = ConstData::from_f32(vec![], &[qi.scale]);
+        let zp = ConstData::scalar(rlx_ir::DType::I8, qi.zero_point as f64);
+        for s in calib {
+            let x = eval_op(&MirOp::Quantize { axis: 0 }, &[s[0].clone(), scale.clone(), zp.clone()]).map_err(Failure::model)?.remove(0);
+            let y = run_interp(&q.mir, std::slice::from_ref(&x)).map_err(Failure::model)?.remove(0);
+            tb_in.extend_from_slice(x.data.bytes());
+            tb_expected.extend_from_slice(y.data.bytes());
+        }
+        Ok(())
+    })?;
+    Ok(VerilogCompiled { report, design, macs_per_cycle, input: qi, output: qo, tb_in, tb_expected })
+}
+
+/// int8 bytes as a `$readmemh` file: two hex digits a line.
+pub fn mem_hex(bytes: &[u8]) -> String {
+    let mut s = String::with_capacity(bytes.len() * 3);
+    for b in bytes {
+        s.push_str(&format!("{b:02x}\n"));
+    }
+    s
+}
+
+/// Writes `NAME.v`, `NAME_tb.v`, the ROM images, the testbench vectors and the manifest `NAME.json`.
+pub fn write_verilog_artifacts(dir: &Path, name: &str, model: &Path, c: &VerilogCompiled) -> Result<Vec<PathBuf>, Failure> {
+    std::fs::create_dir_all(dir).map_err(|e| Failure::usage(format!("cannot create {}: {e}", dir.display())))?;
+    let d = &c.design;
+    let mut files: Vec<(PathBuf, Vec<u8>)> = vec![
+        (dir.join(format!("{name}.v")), d.verilog.clone().into_bytes()),
+        (dir.join(format!("{name}_tb.v")), d.testbench.clone().into_bytes()),
+        (dir.join(format!("{name}_weights.mem")), d.weights_mem.clone().into_bytes()),
+        (dir.join(format!("{name}_qparams.mem")), d.qparams_mem.clone().into_bytes()),
+        (dir.join(format!("{name}_tb_in.mem")), mem_hex(&c.tb_in).into_bytes()),
+        (dir.join(format!("{name}_tb_expected.mem")), mem_hex(&c.tb_expected).into_bytes()),
     ];
+    let sources: serde_json::Map<String, serde_json::Value> = files
+        .iter()
+        .map(|(p, b)| (p.file_name().unwrap().to_string_lossy().into_owned(), serde_json::json!(sha256_hex(b))))
+        .collect();
+    let port = |n: usize, q: &rlx_opt::QParams| serde_json::json!({"dtype": "i8", "elems": n, "scale": q.scale, "zero_point": q.zero_point});
+    let manifest = serde_json::json!({
+        "name": name,
+        "rlxc_version": env!("CARGO_PKG_VERSION"),
+        "model": model.file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default(),
+        "target": "verilog",
+        "macs_per_cycle": c.macs_per_cycle,
+        "cycles_per_inference": d.cycles,
+        "layers": d.layers.iter().map(|l| serde_json::json!({"node": l.node, "in": l.k, "out": l.n})).collect::<Vec<_>>(),
+        "input": port(d.in_elems, &c.input),
+        "output": port(d.out_elems, &c.output),
+        "memories": {"activation_ram_bytes": d.act_bytes, "weight_rom_bits": d.weight_rom_bits, "qparam_rom_bits": d.qparam_rom_bits},
+        "testbench_vectors": c.tb_in.len() / d.in_elems.max(1),
+        "sha256": sources,
+        "dispatch": {
+            "native": c.report.count(rlx_opt::Resolution::Native),
+            "common_ir": c.report.count(rlx_opt::Resolution::CommonIr),
+            "rewritten": c.report.count(rlx_opt::Resolution::Rewritten),
+            "unsupported": c.report.count(rlx_opt::Resolution::Unsupported),
+        },
+    });
+    let json = serde_json::to_string_pretty(&manifest).map_err(|e| Failure::model(e.to_string()))? + "\n";
+    files.push((dir.join(format!("{name}.json")), json.into_bytes()));
     // All or nothing: every temp file first, then the renames.
     let tmp = |p: &Path| p.with_file_name(format!(".{}.rlxc-tmp", p.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default()));
     for (p, b) in &files {

@@ -5,7 +5,10 @@
 //! arm-none-eabi-gcc and run over the 1,000 test images in `qemu-system-arm -M mps2-an386`
 //! (semihosting file I/O). Checks: the firmware's int8 outputs equal the host interpreter's on the
 //! same quantized MIR, bit for bit, on all 1,000 images; int8 accuracy is within 1 point of f32;
-//! rlxc's code in the MLP image (kernels, excluding weights) is under 8 KB. Also: the budget flags,
+//! rlxc's code in the MLP image (kernels, excluding weights) is under 8 KB. The same for `--emit rust`:
+//! NAME.rs is included by the no_std firmware crate `tests/mcu/rust-fw` (thumbv7em-none-eabihf, its
+//! own vector table and semihosting, no crates; it links only if no panic path is left), run in the
+//! same qemu over the same images, bit for bit against the interpreter. Also: the budget flags,
 //! and the quantize / dequantize ops. Figures go to build/mcu-test/summary.txt.
 //!
 //! Needs the venv (`$RLX_PY` or `.venv/bin/python`, with mlxtend), arm-none-eabi-gcc with newlib and
@@ -106,6 +109,9 @@ fn section_size(obj: &Path, name: &str) -> u64 {
 }
 
 struct Figures {
+    rust: RustFigures,
+    /// Arena of the given operator order (the planner keeps the smallest of several orders).
+    arena_given: u64,
     f32_acc: f64,
     int8_acc: f64,
     text: u64,
@@ -240,6 +246,8 @@ fn firmware(model: &str) -> Figures {
         "{model}: {diff} int8 outputs differ between the firmware and the interpreter"
     );
 
+    let rust = rust_firmware(model, &calib, &out, &images, &host);
+
     let k = host.len() / n;
     let correct = (0..n)
         .filter(|&i| {
@@ -259,7 +267,13 @@ fn firmware(model: &str) -> Figures {
     let f32_acc = meta[format!("{model}_f32_accuracy")].as_f64().unwrap();
     let int8_acc = correct as f64 / n as f64;
     let (text, data, bss) = size(&elf);
+    let tried = manifest["arena_by_order"]["tried"].as_array().unwrap();
+    assert!(tried.len() >= 2, "{tried:?}");
+    let arena_given = tried[0]["arena_bytes"].as_u64().unwrap();
+    assert!(tried.iter().all(|t| t["arena_bytes"].as_u64().unwrap() >= manifest["arena_bytes"].as_u64().unwrap()));
     Figures {
+        rust,
+        arena_given,
         f32_acc,
         int8_acc,
         text,
@@ -271,16 +285,119 @@ fn firmware(model: &str) -> Figures {
     }
 }
 
+/// Sizes of the `--emit rust` firmware (`arm-none-eabi-size` of the ELF, and the kernels' code).
+struct RustFigures {
+    text: u64,
+    data: u64,
+    bss: u64,
+    kernels: u64,
+    proven: u64,
+    checked: u64,
+}
+
+/// `--emit rust`: the same model as no_std Rust, built into `tests/mcu/rust-fw` (its own startup,
+/// semihosting and linker script; the image links only if no panic path survives) for
+/// thumbv7em-none-eabihf and run over the same images in qemu; outputs must equal the host's.
+fn rust_firmware(model: &str, calib: &Path, out: &Path, images: &[u8], host: &[u8]) -> RustFigures {
+    let rdir = out.join("rust");
+    ok(rlxc()
+        .arg("compile")
+        .arg(data().join(format!("{model}.onnx")))
+        .args(["--target", "cortex-m4", "--emit", "rust", "--calibrate"])
+        .arg(calib)
+        .arg("-o")
+        .arg(&rdir));
+    let rs = rdir.join(format!("{model}.rs"));
+    assert!(!rdir.join(format!("{model}.c")).exists());
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(rdir.join(format!("{model}.json"))).unwrap()).unwrap();
+    let src = std::fs::read_to_string(&rs).unwrap();
+    let c_manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join(format!("{model}.json"))).unwrap()).unwrap();
+    for key in ["arena_bytes", "weights_bytes"] {
+        assert_eq!(manifest[key], c_manifest[key], "{key}");
+    }
+    assert!(src.contains(&format!("pub const ARENA_BYTES: usize = {};", manifest["arena_bytes"])), "{src}");
+    assert!(src.contains(&format!("pub const INPUT_0_ZERO_POINT: i32 = {};", manifest["inputs"][0]["zero_point"])));
+    assert!(src.contains("pub fn run(in0: &[i8; INPUT_0_ELEMS], out0: &mut [i8; OUTPUT_0_ELEMS]) -> Result<(), Error>"));
+    // Deterministic bytes.
+    let again = out.join("rust-again");
+    ok(rlxc()
+        .arg("compile")
+        .arg(data().join(format!("{model}.onnx")))
+        .args(["--target", "cortex-m4", "--emit", "rust", "--calibrate"])
+        .arg(calib)
+        .arg("-o")
+        .arg(&again));
+    assert_eq!(std::fs::read(again.join(format!("{model}.rs"))).unwrap(), src.as_bytes());
+
+    let fw = repo().join("tests/mcu/rust-fw");
+    let target_dir = repo().join("build/mcu-test").join(format!("rust-target-{model}"));
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    ok(Command::new(cargo)
+        .args(["build", "--release", "--offline", "--locked", "--target", "thumbv7em-none-eabihf"])
+        .env("RLX_MODEL_RS", &rs)
+        .env("CARGO_TARGET_DIR", &target_dir)
+        .env_remove("RUSTFLAGS")
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
+        .current_dir(&fw));
+    let elf = rdir.join("fw.elf");
+    std::fs::copy(target_dir.join("thumbv7em-none-eabihf/release/fw"), &elf).unwrap();
+    std::fs::write(rdir.join("images.bin"), images).unwrap();
+    let o = Command::new("timeout")
+        .args(["120", "qemu-system-arm", "-M", "mps2-an386", "-nographic", "-semihosting", "-kernel"])
+        .arg(&elf)
+        .current_dir(&rdir)
+        .output()
+        .expect("qemu-system-arm (run `make setup`)");
+    let console = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success() && console.contains("images 1000"), "rust firmware ({}): {console}", o.status);
+    let fw_out = std::fs::read(rdir.join("outputs.bin")).unwrap();
+    assert_eq!(fw_out.len(), host.len());
+    let diff = fw_out.iter().zip(host).filter(|(a, b)| a != b).count();
+    assert_eq!(diff, 0, "{model}: {diff} int8 outputs of the Rust firmware differ from the interpreter");
+    let (text, data, bss) = size(&elf);
+    // The kernels keep their symbols (`#[inline(never)]`); `run` is inlined into the driver.
+    let syms = ok(Command::new("arm-none-eabi-nm").args(["-C", "-S"]).arg(&elf));
+    let kernels = syms
+        .lines()
+        .filter(|l| l.contains("model::imp::k"))
+        .filter_map(|l| u64::from_str_radix(l.split_whitespace().nth(1)?, 16).ok())
+        .sum();
+    RustFigures {
+        text,
+        data,
+        bss,
+        kernels,
+        proven: manifest["sources"]["rs"]["proven_accesses"].as_u64().unwrap(),
+        checked: manifest["sources"]["rs"]["checked_accesses"].as_u64().unwrap(),
+    }
+}
+
 #[test]
 fn mnist_firmware_in_qemu_matches_the_interpreter() {
     let mut summary = String::from(
-        "model  f32_acc  int8_acc  text  data  bss  rlxc_code(.text of NAME.o)  weights  arena\n",
+        "model  f32_acc  int8_acc  text  data  bss  rlxc_code(.text of NAME.o)  weights  arena(given order)  | rust: text  data  bss  kernels  accesses(proven/checked)\n",
     );
     for model in ["mlp", "cnn"] {
         let f = firmware(model);
         let line = format!(
-            "{model}  {:.3}  {:.3}  {}  {}  {}  {}  {}  {}\n",
-            f.f32_acc, f.int8_acc, f.text, f.data, f.bss, f.model_code, f.weights, f.arena
+            "{model}  {:.3}  {:.3}  {}  {}  {}  {}  {}  {}({})  | rust: {}  {}  {}  {}  {}/{}\n",
+            f.f32_acc,
+            f.int8_acc,
+            f.text,
+            f.data,
+            f.bss,
+            f.model_code,
+            f.weights,
+            f.arena,
+            f.arena_given,
+            f.rust.text,
+            f.rust.data,
+            f.rust.bss,
+            f.rust.kernels,
+            f.rust.proven,
+            f.rust.checked
         );
         eprint!("{line}");
         summary.push_str(&line);
@@ -301,6 +418,7 @@ fn mnist_firmware_in_qemu_matches_the_interpreter() {
                 "MLP kernels take {} bytes of code",
                 f.model_code
             );
+            assert!(f.rust.kernels > 0 && f.rust.kernels < 8192, "MLP Rust kernels take {} bytes of code", f.rust.kernels);
         }
     }
     std::fs::write(repo().join("build/mcu-test/summary.txt"), summary).unwrap();
@@ -342,6 +460,15 @@ fn budgets_fail_the_compile_naming_the_largest_buffers() {
         .arg(d.join("calib_mlp.npy"))
         .args(["--ram-budget", "1024", "--flash-budget", "65536", "-o"])
         .arg(&out));
+    // --emit rust belongs to MCU targets.
+    let o = rlxc()
+        .arg("compile")
+        .arg(d.join("mlp.onnx"))
+        .args(["--emit", "rust", "-o"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
     // Budget flags belong to MCU targets.
     let o = rlxc()
         .arg("compile")
@@ -454,4 +581,133 @@ fn fixed_point_multipliers_follow_the_tflite_convention() {
     assert_eq!(p.zero_point, -128);
     assert!((p.scale - 1.0 / 255.0).abs() < 1e-9);
     assert_eq!(rlx_opt::quantize::act_params(-2.0, 1.0, true).zero_point, 0);
+}
+
+fn rust_type(d: DType) -> &'static str {
+    match d {
+        DType::F32 => "f32",
+        DType::I8 => "i8",
+        DType::U8 | DType::Bool => "u8",
+        DType::I16 => "i16",
+        DType::U16 => "u16",
+        DType::I32 => "i32",
+        DType::U32 => "u32",
+        DType::I64 => "i64",
+        d => panic!("no test driver type for {d}"),
+    }
+}
+
+/// `--emit rust` beyond int8 MNIST: ONNX node cases (float conv with padding — the checked-access
+/// path —, pools, bool logic, shifts, integer conv from ConvInteger, argmax) and the float MLP are
+/// compiled for cortex-m4 as no_std Rust, built for the host with a small std driver and run on
+/// deterministic inputs; outputs must match the reference interpreter (ints exactly, floats 1e-4).
+#[test]
+fn rust_emission_matches_the_interpreter_on_node_cases() {
+    let cases: Vec<PathBuf> = [
+        "test_conv_with_strides_padding",
+        "test_conv_with_strides_and_asymmetric_padding",
+        "test_maxpool_2d_pads",
+        "test_averagepool_2d_pads_count_include_pad",
+        "test_convinteger_with_padding",
+        "test_matmulinteger",
+        "test_where_example",
+        "test_and_bcast3v1d",
+        "test_bitshift_right_uint8",
+        "test_argmax_default_axis_example",
+        "test_relu",
+    ]
+    .iter()
+    .map(|c| repo().join("build/onnx-node").join(c).join("model.onnx"))
+    .chain(std::iter::once(data().join("mlp.onnx")))
+    .collect();
+    // The node cases come from the ONNX wheel (what `make conformance-data` writes; `make test` runs
+    // the cargo tests first, so a fresh checkout generates them here).
+    let missing = cases.iter().any(|c| !c.exists());
+    if missing {
+        ok(Command::new(python())
+            .arg(repo().join("tests/conformance/gen_node_cases.py"))
+            .arg("--out")
+            .arg(repo().join("build/onnx-node")));
+    }
+    let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
+    let root = repo().join("build/mcu-test/rust-host");
+    let _ = std::fs::remove_dir_all(&root);
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    for model in &cases {
+        assert!(model.exists(), "{} missing after generating the node cases", model.display());
+        let case = model.parent().unwrap().file_name().unwrap().to_string_lossy().into_owned();
+        let case = if case == "data" { "mlp_f32".to_string() } else { case };
+        let dir = root.join(&case);
+        ok(rlxc()
+            .arg("compile")
+            .arg(model)
+            .args(["--target", "cortex-m4", "--emit", "rust", "--name", "m", "-o"])
+            .arg(&dir));
+        let src = rlxc::cli::ModelSource::from_path(model).unwrap();
+        let mir = rlx_opt::lower(&src.import(&BTreeMap::new()).unwrap()).unwrap();
+        // Deterministic inputs: floats in [-2, 2), ints in [0, 8), bools alternating.
+        let mut ins = Vec::new();
+        let mut in_bytes = Vec::new();
+        for &v in &mir.inputs {
+            let t = mir.ty(v);
+            let shape = t.shape.as_fixed().unwrap();
+            let n: usize = shape.iter().product();
+            let vals: Vec<f64> = (0..n)
+                .map(|_| {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    let u = (seed >> 11) as f64 / (1u64 << 53) as f64;
+                    match t.dtype {
+                        DType::F32 => ((u * 4.0 - 2.0) * 256.0).round() / 256.0,
+                        DType::Bool => (u < 0.5) as u8 as f64,
+                        _ => (u * 8.0).floor(),
+                    }
+                })
+                .collect();
+            let c = ConstData::from_f64s(t.dtype, shape.clone(), &vals);
+            in_bytes.extend_from_slice(c.data.bytes());
+            ins.push(c);
+        }
+        let want = rlx_interp::run(&mir, &ins).unwrap_or_else(|e| panic!("{case}: {e}"));
+        std::fs::write(dir.join("in.bin"), &in_bytes).unwrap();
+        let mut main = String::from("#[allow(dead_code)]\nmod m {\n    include!(\"m.rs\");\n}\n\nfn main() {\n    let d = std::fs::read(\"in.bin\").unwrap();\n    let mut off = 0usize;\n");
+        let mut args = Vec::new();
+        for (i, &v) in mir.inputs.iter().enumerate() {
+            let t = rust_type(mir.ty(v).dtype);
+            main.push_str(&format!("    let mut in{i} = [0 as {t}; m::INPUT_{i}_ELEMS];\n    for x in in{i}.iter_mut() {{\n        let s = std::mem::size_of::<{t}>();\n        *x = {t}::from_le_bytes(d[off..off + s].try_into().unwrap());\n        off += s;\n    }}\n"));
+            args.push(format!("&in{i}"));
+        }
+        for (i, &v) in mir.outputs.iter().enumerate() {
+            let t = rust_type(mir.ty(v).dtype);
+            main.push_str(&format!("    let mut out{i} = [0 as {t}; m::OUTPUT_{i}_ELEMS];\n"));
+            args.push(format!("&mut out{i}"));
+        }
+        main.push_str(&format!("    let _ = off;\n    m::run({}).unwrap();\n    let mut o: Vec<u8> = Vec::new();\n", args.join(", ")));
+        for i in 0..mir.outputs.len() {
+            main.push_str(&format!("    for x in out{i} {{\n        o.extend_from_slice(&x.to_le_bytes());\n    }}\n"));
+        }
+        main.push_str("    std::fs::write(\"out.bin\", o).unwrap();\n}\n");
+        std::fs::write(dir.join("main.rs"), main).unwrap();
+        ok(Command::new(&rustc)
+            .args(["--edition", "2021", "-O", "-D", "warnings", "-o", "drv", "main.rs"])
+            .current_dir(&dir));
+        ok(Command::new(dir.join("drv")).current_dir(&dir));
+        let got = std::fs::read(dir.join("out.bin")).unwrap();
+        let mut off = 0;
+        for (oi, w) in want.iter().enumerate() {
+            let b = w.data.bytes();
+            let g = &got[off..off + b.len()];
+            off += b.len();
+            if w.dtype.is_float() {
+                let gv = ConstData { dtype: w.dtype, shape: w.shape.clone(), data: Blob::from_vec(g.to_vec()) }.to_f64_vec();
+                for (k, (x, y)) in gv.iter().zip(w.to_f64_vec()).enumerate() {
+                    assert!((x - y).abs() <= 1e-4 * (1.0 + y.abs()), "{case} output {oi}[{k}]: rust {x}, interpreter {y}");
+                }
+            } else {
+                assert_eq!(g, b, "{case} output {oi}");
+            }
+        }
+        assert_eq!(off, got.len(), "{case}");
+    }
 }

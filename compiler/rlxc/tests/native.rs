@@ -85,12 +85,18 @@ enum Model {
     Cnn,
     MiniLmInt8,
     MiniLmSafetensors,
+    /// The 784-128-10 MLP of `tests/bench/bench.py` (batch 1).
+    Mlp,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Target {
     X86_64,
     Aarch64,
+    /// `--target x86_64 --backend cranelift`
+    X86_64Cranelift,
+    /// `--target aarch64 --backend cranelift`
+    Aarch64Cranelift,
 }
 
 impl Target {
@@ -98,7 +104,21 @@ impl Target {
         match self {
             Target::X86_64 => "x86_64",
             Target::Aarch64 => "aarch64",
+            Target::X86_64Cranelift => "x86_64-cranelift",
+            Target::Aarch64Cranelift => "aarch64-cranelift",
         }
+    }
+    /// The `--target` and `--backend` of `rlxc compile`.
+    fn flags(self) -> [&'static str; 4] {
+        match self {
+            Target::X86_64 => ["--target", "x86_64", "--backend", "llvm"],
+            Target::Aarch64 => ["--target", "aarch64", "--backend", "llvm"],
+            Target::X86_64Cranelift => ["--target", "x86_64", "--backend", "cranelift"],
+            Target::Aarch64Cranelift => ["--target", "aarch64", "--backend", "cranelift"],
+        }
+    }
+    fn is_x86(self) -> bool {
+        matches!(self, Target::X86_64 | Target::X86_64Cranelift)
     }
 }
 
@@ -117,7 +137,7 @@ impl Model {
     }
 
     fn prepared(self) -> &'static Prepared {
-        static P: [OnceLock<Prepared>; 3] = [OnceLock::new(), OnceLock::new(), OnceLock::new()];
+        static P: [OnceLock<Prepared>; 4] = [const { OnceLock::new() }; 4];
         P[self.index()].get_or_init(|| self.prepare())
     }
 
@@ -127,12 +147,20 @@ impl Model {
             Model::Cnn => "cnn",
             Model::MiniLmInt8 => "minilm_int8",
             Model::MiniLmSafetensors => "minilm_st",
+            Model::Mlp => "mlp",
         };
         let dir = scratch(&format!("{name}/data"));
         let (model, dims, inputs): (PathBuf, Vec<&str>, Vec<&str>) = match self {
             Model::Cnn => {
                 py(&["tests/native/make_cnn.py", "--out", s(&dir)]);
                 (dir.join("cnn.onnx"), vec![], vec!["image"])
+            }
+            Model::Mlp => {
+                let code = "import sys, numpy as np; from pathlib import Path; sys.path.insert(0, 'tests/bench'); import bench; \
+                            d = Path(sys.argv[1]); bench.make_mlp(d / 'mlp.onnx'); \
+                            np.save(d / 'x.npy', np.random.RandomState(1).rand(1, 784).astype(np.float32))";
+                py(&["-c", code, s(&dir)]);
+                (dir.join("mlp.onnx"), vec!["batch=1"], vec!["x"])
             }
             Model::MiniLmInt8 | Model::MiniLmSafetensors => {
                 py(&["tests/reference/make_inputs.py", "--seq", "128", "--batch", "1", "--out", s(&dir)]);
@@ -170,8 +198,8 @@ struct Built {
 
 /// `rlxc compile MODEL --target T -o DIR --name NAME --dim …`, once per (model, target) per run.
 fn built(m: Model, t: Target) -> &'static Built {
-    static B: [OnceLock<Built>; 6] = [const { OnceLock::new() }; 6];
-    B[m.index() * 2 + t as usize].get_or_init(|| {
+    static B: [OnceLock<Built>; 16] = [const { OnceLock::new() }; 16];
+    B[m.index() * 4 + t as usize].get_or_init(|| {
         let p = m.prepared();
         let dir = scratch(&format!("{}/{}", p.name, t.name()));
         compile(p, t, &dir);
@@ -183,7 +211,7 @@ fn built(m: Model, t: Target) -> &'static Built {
 fn compile(p: &Prepared, t: Target, dir: &Path) {
     let start = Instant::now();
     let mut c = rlxc();
-    c.arg("compile").arg(&p.model).args(["--target", t.name(), "--name", p.name]).arg("-o").arg(dir);
+    c.arg("compile").arg(&p.model).args(t.flags()).args(["--name", p.name]).arg("-o").arg(dir);
     for d in &p.dims {
         c.args(["--dim", d]);
     }
@@ -248,13 +276,12 @@ impl Built {
     fn run_app(&self, p: &Prepared, exe: &Path, t: Target, run: &Path, label: &str) {
         let ins = self.raw_inputs(p, run);
         let outs: Vec<PathBuf> = self.ports("outputs").iter().map(|(n, _, _)| run.join(format!("out_{n}.bin"))).collect();
-        let mut c = match t {
-            Target::X86_64 => Command::new(exe),
-            Target::Aarch64 => {
-                let mut c = Command::new("qemu-aarch64");
-                c.arg(exe);
-                c
-            }
+        let mut c = if t.is_x86() {
+            Command::new(exe)
+        } else {
+            let mut c = Command::new("qemu-aarch64");
+            c.arg(exe);
+            c
         };
         c.args(&ins).args(&outs);
         let start = Instant::now();
@@ -270,13 +297,10 @@ impl Built {
 
 /// Builds tests/native/app.c against the artifact: natively for x86_64, statically for aarch64.
 fn build_c_app(b: &Built, t: Target, exe: &Path) {
-    let cc = match t {
-        Target::X86_64 => "cc",
-        Target::Aarch64 => "aarch64-linux-gnu-gcc",
-    };
+    let cc = if t.is_x86() { "cc" } else { "aarch64-linux-gnu-gcc" };
     let mut c = Command::new(cc);
     c.args(["-O2", "-std=c11", "-Wall", "-Wextra", "-Werror"]);
-    if t == Target::Aarch64 {
+    if !t.is_x86() {
         c.arg("-static");
     }
     c.arg(format!("-DMODEL={}", b.name))
@@ -324,7 +348,7 @@ fn check_model(m: Model, t: Target) {
     b.run_app(p, &c_exe, t, &run, &label);
     b.compare(p, &run, &label);
 
-    if t == Target::X86_64 {
+    if t.is_x86() {
         let rs_exe = run.join("rust-app");
         build_rust_app(b, &rs_exe);
         for (n, _, _) in b.ports("outputs") {
@@ -369,6 +393,51 @@ fn native_minilm_safetensors_x86_64_c_and_rust_match_interp() {
 #[test]
 fn native_minilm_safetensors_aarch64_c_under_qemu_matches_interp() {
     check_model(Model::MiniLmSafetensors, Target::Aarch64);
+}
+
+// The Cranelift back end: same artifacts, same programs, same tolerance.
+
+#[test]
+fn cranelift_cnn_x86_64_c_and_rust_match_interp() {
+    check_model(Model::Cnn, Target::X86_64Cranelift);
+}
+
+#[test]
+fn cranelift_cnn_aarch64_c_under_qemu_matches_interp() {
+    check_model(Model::Cnn, Target::Aarch64Cranelift);
+}
+
+#[test]
+fn cranelift_minilm_int8_x86_64_c_and_rust_match_interp() {
+    check_model(Model::MiniLmInt8, Target::X86_64Cranelift);
+}
+
+#[test]
+fn cranelift_mlp_x86_64_c_and_rust_match_interp() {
+    check_model(Model::Mlp, Target::X86_64Cranelift);
+}
+
+#[test]
+fn native_mlp_x86_64_c_and_rust_match_interp() {
+    check_model(Model::Mlp, Target::X86_64);
+}
+
+/// Two Cranelift compiles give byte-identical artifacts; the manifest names the back end.
+#[test]
+fn cranelift_compile_is_deterministic_cnn_and_minilm_int8() {
+    for m in [Model::Cnn, Model::MiniLmInt8] {
+        let p = m.prepared();
+        let first = built(m, Target::X86_64Cranelift);
+        assert_eq!(first.manifest["target"]["backend"], "cranelift", "[{}] manifest backend", p.name);
+        let again = scratch(&format!("{}/x86_64-cranelift-again", p.name));
+        compile(p, Target::X86_64Cranelift, &again);
+        for ext in ["o", "h", "rs", "json"] {
+            let f = format!("{}.{ext}", p.name);
+            let (a, b) = (std::fs::read(first.dir.join(&f)).unwrap(), std::fs::read(again.join(&f)).unwrap());
+            assert!(a == b, "[{}] cranelift {f} differs between two compiles ({} vs {} bytes)", p.name, a.len(), b.len());
+        }
+        println!("[{}] two cranelift compiles: .o .h .rs .json byte-identical", p.name);
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

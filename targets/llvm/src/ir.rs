@@ -574,44 +574,7 @@ impl<'a> Writer<'a> {
     }
 }
 
-/// How a kernel is launched: its body runs over `[start, end)` of its outermost loop.
-pub struct Split {
-    /// Iterations of the outermost loop (1 when the kernel is not split).
-    pub extent: i64,
-    /// Chunk size for the runtime's `rlx_rt_parallel_for`; `None` = call the body once, inline.
-    pub grain: Option<i64>,
-}
-
-/// Work (innermost iterations) of a statement list.
-fn work(s: &[Stmt]) -> i64 {
-    s.iter()
-        .map(|st| match st {
-            Stmt::For { extent, body, .. } => extent.saturating_mul(work(body).max(1)),
-            Stmt::If { body, .. } => work(body),
-            _ => 1,
-        })
-        .fold(0i64, |a, b| a.saturating_add(b))
-}
-
-/// Kernels with at least this much work run on the runtime's thread pool.
-pub const PARALLEL_MIN_WORK: i64 = 1 << 16;
-/// Target work per chunk.
-pub const CHUNK_WORK: i64 = 1 << 14;
-
-pub fn split_of(k: &Kernel) -> Split {
-    match k.body.as_slice() {
-        [Stmt::For { extent, kind: LoopKind::Parallel, body, .. }] => {
-            let total = work(&k.body);
-            let per = work(body).max(1);
-            if total >= PARALLEL_MIN_WORK && *extent >= 2 {
-                Split { extent: *extent, grain: Some((CHUNK_WORK / per).max(1)) }
-            } else {
-                Split { extent: *extent, grain: None }
-            }
-        }
-        _ => Split { extent: 1, grain: None },
-    }
-}
+pub use rlx_ir::loops::{split_of, Split, CHUNK_WORK, PARALLEL_MIN_WORK};
 
 fn kernel_fn(k: &Kernel, fname: &str, decls: &mut BTreeSet<String>) -> String {
     let params: Vec<(DType, String)> = k.params.iter().enumerate().map(|(i, p)| (p.dtype, format!("%p{i}"))).collect();

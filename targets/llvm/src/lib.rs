@@ -84,15 +84,9 @@ pub const DTYPES: &[DType] = &[
     DType::Bool,
 ];
 
-/// MIR op kinds this target claims: every kind the shared kernel lowering produces loop form for.
-pub const KINDS: &[&str] = &[
-    "neg", "abs", "exp", "log", "sqrt", "recip", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh",
-    "atanh", "sigmoid", "erf", "relu", "floor", "ceil", "round", "sign", "not", "bit_not", "is_nan", "is_inf", "is_pos_inf",
-    "is_neg_inf", "add", "sub", "mul", "div", "pow", "max", "min", "mod", "fmod", "eq", "lt", "le", "gt", "ge", "and", "or", "xor",
-    "bit_and", "bit_or", "bit_xor", "shl", "shr", "where", "cast", "matmul", "reduce_sum", "reduce_prod", "reduce_max", "reduce_min",
-    "reduce_mean", "argmax", "argmin", "reshape", "transpose", "expand", "slice", "concat", "gather", "gather_elements", "gather_nd", "pad",
-    "conv", "max_pool", "avg_pool", "cumsum",
-];
+/// MIR op kinds this target claims: every kind the shared kernel lowering produces loop form for
+/// (the same list as every CPU writer: [`rlx_ir::loops::LOWERED_KINDS`]).
+pub const KINDS: &[&str] = rlx_ir::loops::LOWERED_KINDS;
 
 /// The claim set for `--target NAME`.
 pub fn caps(name: &str) -> TargetCaps {

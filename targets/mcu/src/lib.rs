@@ -8,6 +8,11 @@
 //! libc beyond `<stdint.h>` (and `<math.h>` when a float kernel needs it). The header states the
 //! arena and weight bytes and, for quantized models, each port's scale and zero point.
 //! `NAME_run` is not reentrant (the arena is a static).
+//!
+//! [`emit_rust`] (module `rust`) translates the same program into one `#![no_std]` Rust file (`NAME.rs`).
+
+mod rust;
+pub use rust::{emit_rust, RustSource};
 
 use rlx_ir::caps::TargetCaps;
 use rlx_ir::lir::{Base, Lir};
@@ -196,7 +201,7 @@ fn utype(d: DType) -> &'static str {
     }
 }
 
-fn int_range(d: DType) -> (i64, i64) {
+pub(crate) fn int_range(d: DType) -> (i64, i64) {
     match d {
         DType::I8 => (-128, 127),
         DType::U8 => (0, 255),
@@ -506,7 +511,7 @@ fn c_comment(s: &str) -> String {
 }
 
 /// One `const` array per maximal run of overlapping weights buffers: (offset, bytes, dtype).
-fn weight_arrays(lir: &Lir) -> Result<Vec<(usize, usize, DType)>, String> {
+pub(crate) fn weight_arrays(lir: &Lir) -> Result<Vec<(usize, usize, DType)>, String> {
     let mut ws: Vec<(usize, usize, DType)> = lir
         .buffers
         .iter()

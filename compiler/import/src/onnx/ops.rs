@@ -13,13 +13,13 @@ type R = Result<Vec<ValueId>, String>;
 const OPS: &[&str] = &[
     "Abs", "Acos", "Attention", "NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss", "LpNormalization", "Acosh", "Add", "And", "ArgMax", "ArgMin", "Asin", "Asinh", "Atan", "Atanh", "AveragePool",
     "BatchNormalization", "BitShift", "BitwiseAnd", "BitwiseNot", "BitwiseOr", "BitwiseXor", "Cast", "CastLike", "Ceil",
-    "Celu", "Clip", "Concat", "Constant", "ConstantOfShape", "Conv", "ConvTranspose", "Cos", "Cosh", "CumSum",
+    "Celu", "Clip", "Concat", "Constant", "ConstantOfShape", "Conv", "ConvInteger", "ConvTranspose", "Cos", "Cosh", "CumSum",
     "DepthToSpace", "DequantizeLinear", "Div", "Dropout", "Einsum", "Elu", "Equal", "Erf", "Exp", "Expand", "EyeLike", "Flatten", "Floor",
     "Gather", "GatherElements", "GatherND", "Gelu", "Gemm", "GlobalAveragePool", "GlobalMaxPool", "Greater",
     "GreaterOrEqual", "GroupNormalization", "HardSigmoid", "HardSwish", "Hardmax", "Identity", "InstanceNormalization",
     "IsInf", "IsNaN", "LRN", "LayerNormalization", "LeakyRelu", "Less", "LessOrEqual", "Log", "LogSoftmax", "LpPool",
-    "MatMul", "Max", "MaxPool", "Mean", "MeanVarianceNormalization", "Min", "Mish", "Mod", "Mul", "Neg", "Not",
-    "OneHot", "Or", "PRelu", "Pad", "Pow", "QuantizeLinear", "RMSNormalization", "Range", "Reciprocal", "ReduceL1", "ReduceL2",
+    "MatMul", "MatMulInteger", "Max", "MaxPool", "Mean", "MeanVarianceNormalization", "Min", "Mish", "Mod", "Mul", "Neg", "Not",
+    "OneHot", "Or", "PRelu", "Pad", "Pow", "QLinearConv", "QLinearMatMul", "QuantizeLinear", "RMSNormalization", "Range", "Reciprocal", "ReduceL1", "ReduceL2",
     "ReduceLogSum", "ReduceLogSumExp", "ReduceMax", "ReduceMean", "ReduceMin", "ReduceProd", "ReduceSum",
     "ReduceSumSquare", "Relu", "Reshape", "Round", "Scatter", "ScatterElements", "ScatterND", "Selu", "Shape", "Shrink",
     "Sigmoid", "Sign", "Sin", "Sinh", "Size", "Slice", "Softmax", "Softplus", "Softsign", "SpaceToDepth", "Split",
@@ -1108,6 +1108,85 @@ pub(crate) fn convert(cx: &mut Ctx, n: &NodeProto, ins: &[Option<ValueId>]) -> R
             let axis = if sshape.iter().product::<usize>() == 1 { 0 } else { norm_axis(a.i("axis", 1), cx.rank(x))? };
             let mop = if op == "QuantizeLinear" { MirOp::Quantize { axis } } else { MirOp::Dequantize { axis } };
             one(cx.prim(mop, &[x, scale, zp])?)
+        }
+        "MatMulInteger" | "QLinearMatMul" | "ConvInteger" | "QLinearConv" => {
+            // Integer cores on the quantized primitives: operands widened to int32 minus their zero
+            // points (per-tensor; per-row for MatMul's A, per-column for B, per-output-channel for
+            // Conv's W), an int32 matmul / conv (+ int32 bias), and for the QLinear forms the
+            // requantization `quantize(f32(acc) · (s_a·s_b / s_y), 1, y_zp)` — round half to even,
+            // saturate (the ONNX reference).
+            let qlinear = op.starts_with("QLinear");
+            let conv = op.ends_with("Conv") || op == "ConvInteger";
+            // Input positions: [a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp, bias] for QLinear*,
+            // [a, b, a_zp, b_zp] for *Integer.
+            let (ia, ib, iaz, ibz) = if qlinear { (0, 3, 2, 5) } else { (0, 1, 2, 3) };
+            let (a0, b0) = (req(ia)?, req(ib)?);
+            let rb = cx.rank(b0);
+            let mut av = cx.cast(a0, DType::I32)?;
+            if let Some(z) = inp(iaz) {
+                let z = cx.cast(z, DType::I32)?;
+                let per_row = !conv && cx.rank(z) == 1 && cx.dims(z)[0] != Dim::Fixed(1);
+                let z = if per_row { cx.unsqueeze(z, &[1])? } else { z };
+                av = cx.bin(BinaryOp::Sub, av, z)?;
+            }
+            let mut bv = cx.cast(b0, DType::I32)?;
+            if let Some(z) = inp(ibz) {
+                let z = cx.cast(z, DType::I32)?;
+                let per_chan = conv && cx.rank(z) == 1 && cx.dims(z)[0] != Dim::Fixed(1);
+                let z = if per_chan { cx.chan(z, rb + 1)? } else { z };
+                bv = cx.bin(BinaryOp::Sub, bv, z)?;
+            }
+            let acc = if conv {
+                let xd = cx.fixed_dims(a0, op)?;
+                let wd = cx.fixed_dims(b0, &format!("{op} weight"))?;
+                if xd.len() < 3 || wd.len() != xd.len() {
+                    return Err(format!("input {:?} and weight {:?} must be [N,C,spatial…]", xd, wd));
+                }
+                let sp = xd.len() - 2;
+                let strides = usizes(a.ints("strides"), sp, 1, "strides")?;
+                let dil = usizes(a.ints("dilations"), sp, 1, "dilations")?;
+                let groups = a.i("group", 1).max(1) as usize;
+                let pads = auto_pads(&a, &xd[2..], &wd[2..], &strides, &dil)?;
+                let mut cins = vec![av, bv];
+                if qlinear {
+                    if let Some(bias) = inp(8) {
+                        cins.push(cx.cast(bias, DType::I32)?);
+                    }
+                }
+                cx.prim(MirOp::Conv { strides, pads, dilations: dil, groups }, &cins)?
+            } else {
+                cx.prim(MirOp::MatMul, &[av, bv])?
+            };
+            if !qlinear {
+                return one(acc);
+            }
+            let rank_out = cx.rank(acc);
+            let scale = |cx: &mut Ctx, i: usize, per_row: bool| -> Result<ValueId, String> {
+                let s = cx.cast(req(i)?, DType::F32)?;
+                if cx.rank(s) == 1 && cx.dims(s)[0] != Dim::Fixed(1) {
+                    if conv {
+                        return cx.chan(s, rank_out);
+                    }
+                    if per_row {
+                        return cx.unsqueeze(s, &[1]);
+                    }
+                }
+                Ok(s)
+            };
+            let sa = scale(cx, 1, true)?;
+            let sb = scale(cx, 4, false)?;
+            let sy = scale(cx, 6, false)?;
+            let m = cx.bin(BinaryOp::Mul, sa, sb)?;
+            let m = cx.bin(BinaryOp::Div, m, sy)?;
+            let f = cx.cast(acc, DType::F32)?;
+            let d = cx.bin(BinaryOp::Mul, f, m)?;
+            let yz = req(7)?;
+            if dim_prod(&cx.dims(yz)) != Some(Dim::Fixed(1)) {
+                return Err(format!("{op}: only a per-tensor y_zero_point is supported"));
+            }
+            let yz = cx.reshape(yz, vec![])?;
+            let unit = cx.scalar(DType::F32, 1.0);
+            one(cx.prim(MirOp::Quantize { axis: 0 }, &[d, unit, yz])?)
         }
         "TopK" => {
             let x = req(0)?;

@@ -1,0 +1,139 @@
+//! The shader targets (`vulkan`, `spirv`, `webgpu`, `metal`, `directx`, `opengl`): fold → legalize
+//! (the shader claim set) → plan → `rlx-target-shader` (LIR → naga module, validated) → one writer;
+//! the artifact files; and `rlxc run --target vulkan` through runtime-min's Vulkan executor.
+
+use crate::cli::{problem_list, Failure, Target};
+use crate::pipeline::{eval_op, Timings};
+use rlx_ir::lir::Lir;
+use rlx_ir::{Blob, ConstData, Mir};
+use rlx_opt::DispatchReport;
+use std::path::{Path, PathBuf};
+
+/// Everything a shader compile produced, before it is written.
+pub struct ShaderCompiled {
+    pub lir: Lir,
+    pub report: DispatchReport,
+    pub program: rlx_target_shader::Program,
+    pub lang: rlx_target_shader::Lang,
+    /// `(suffix, bytes)`: `NAME.{suffix}`.
+    pub files: Vec<(String, Vec<u8>)>,
+}
+
+/// MIR → shader sources / SPIR-V for a GPU target. Fails listing every unsupported node.
+pub fn compile_shader(mir: &Mir, t: Target, tm: &mut Timings) -> Result<ShaderCompiled, Failure> {
+    let lang = t.shader_lang().ok_or_else(|| Failure::usage(format!("--target {} is not a shader target", t.name())))?;
+    let folded = tm.time("fold", || rlx_opt::dce(&rlx_opt::fold(mir, &eval_op)));
+    let caps = t.caps();
+    let report = tm.time("legalize", || rlx_opt::report(&folded, &caps));
+    if !report.is_legal() {
+        let lines: Vec<String> = report
+            .unsupported()
+            .map(|e| format!("node '{}': {} {} on {} — {}", e.node, e.op, e.dtype, e.input_shapes.join(", "), e.note))
+            .collect();
+        return Err(Failure::model(problem_list(&format!("{} node(s) are unsupported on target {}", lines.len(), caps.name), &lines)));
+    }
+    let lir = tm.time("plan", || rlx_opt::plan(&folded, &rlx_opt::PlanOptions::default())).map_err(|p| Failure::model(problem_list("cannot plan the model", &p)))?;
+    let program = tm.time("codegen (naga)", || rlx_target_shader::translate(&lir, lang)).map_err(|e| Failure::model(format!("target {}: {e}", t.name())))?;
+    let files = tm.time("write (naga)", || rlx_target_shader::emit(&program, lang)).map_err(|e| Failure::model(format!("target {}: {e}", t.name())))?;
+    Ok(ShaderCompiled { lir, report, program, lang, files })
+}
+
+fn sha256_hex(b: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(b).iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// Writes the shader files, `NAME.schedule.bin`, `NAME.weights.bin` and the manifest `NAME.json`,
+/// all or nothing.
+pub fn write_shader_artifacts(dir: &Path, name: &str, model: &Path, t: Target, c: &ShaderCompiled) -> Result<Vec<PathBuf>, Failure> {
+    std::fs::create_dir_all(dir).map_err(|e| Failure::usage(format!("cannot create {}: {e}", dir.display())))?;
+    let port = |p: &rlx_ir::lir::Port| serde_json::json!({"name": p.name, "dtype": p.ty.dtype.name(), "shape": p.ty.shape.as_fixed().unwrap_or_default()});
+    let sched = c.program.schedule_bytes();
+    let mut files: Vec<(PathBuf, Vec<u8>)> = c.files.iter().map(|(suf, b)| (dir.join(format!("{name}.{suf}")), b.clone())).collect();
+    let shader_files: Vec<serde_json::Value> = c.files.iter().map(|(suf, b)| serde_json::json!({"file": format!("{name}.{suf}"), "sha256": sha256_hex(b)})).collect();
+    let bases: Vec<serde_json::Value> = c
+        .program
+        .bases
+        .iter()
+        .enumerate()
+        .map(|(i, b)| {
+            let what = match b.base {
+                rlx_ir::lir::Base::Arena => "arena".to_string(),
+                rlx_ir::lir::Base::Weights => "weights".to_string(),
+                rlx_ir::lir::Base::Input(k) => format!("input {k}"),
+                rlx_ir::lir::Base::Output(k) => format!("output {k}"),
+            };
+            serde_json::json!({"binding": i, "buffer": what, "bytes": b.bytes})
+        })
+        .collect();
+    let dispatches: Vec<serde_json::Value> = c
+        .program
+        .dispatches
+        .iter()
+        .map(|d| serde_json::json!({"entry": format!("k{}", d.entry), "kernel": d.name, "workgroups": d.groups, "bindings": d.uses}))
+        .collect();
+    let manifest = serde_json::json!({
+        "name": name,
+        "rlxc_version": env!("CARGO_PKG_VERSION"),
+        "model": model.file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default(),
+        "target": {"name": t.name(), "language": format!("{:?}", c.lang), "workgroup_size": [rlx_target_shader::WORKGROUP_SIZE, 1, 1]},
+        "inputs": c.lir.inputs.iter().map(port).collect::<Vec<_>>(),
+        "outputs": c.lir.outputs.iter().map(port).collect::<Vec<_>>(),
+        "arena_bytes": c.lir.arena_bytes,
+        "weights_bytes": c.lir.weights.len(),
+        "kernels": c.lir.launches.len(),
+        "shaders": shader_files,
+        "schedule": {"file": format!("{name}.schedule.bin"), "sha256": sha256_hex(&sched), "descriptor_set": 0, "bindings": bases, "dispatches": dispatches},
+        "weights_file": {"file": format!("{name}.weights.bin"), "sha256": sha256_hex(&c.lir.weights)},
+        "dispatch": {
+            "native": c.report.count(rlx_opt::Resolution::Native),
+            "common_ir": c.report.count(rlx_opt::Resolution::CommonIr),
+            "rewritten": c.report.count(rlx_opt::Resolution::Rewritten),
+            "unsupported": c.report.count(rlx_opt::Resolution::Unsupported),
+        },
+    });
+    files.push((dir.join(format!("{name}.schedule.bin")), sched));
+    files.push((dir.join(format!("{name}.weights.bin")), c.lir.weights.clone()));
+    let json = serde_json::to_string_pretty(&manifest).map_err(|e| Failure::model(e.to_string()))? + "\n";
+    files.push((dir.join(format!("{name}.json")), json.into_bytes()));
+    // All or nothing: every temp file first, then the renames.
+    let tmp = |p: &Path| p.with_file_name(format!(".{}.rlxc-tmp", p.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default()));
+    for (p, b) in &files {
+        if let Err(e) = std::fs::write(tmp(p), b) {
+            files.iter().for_each(|(p, _)| drop(std::fs::remove_file(tmp(p))));
+            return Err(Failure::model(format!("cannot write {}: {e}", p.display())));
+        }
+    }
+    for (p, _) in &files {
+        std::fs::rename(tmp(p), p).map_err(|e| Failure::model(format!("cannot write {}: {e}", p.display())))?;
+    }
+    Ok(files.into_iter().map(|(p, _)| p).collect())
+}
+
+/// `rlxc run --target vulkan`: compile to SPIR-V + schedule in memory and run them through
+/// runtime-min's Vulkan executor (the same bytes `rlxc compile --target vulkan` writes).
+pub fn run_vulkan(mir: &Mir, inputs: &[ConstData], t: Target) -> Result<Vec<ConstData>, Failure> {
+    if !matches!(t, Target::Vulkan | Target::Spirv) {
+        return Err(Failure::usage(format!("target {} cannot be run by rlxc (only vulkan/spirv, through runtime-min's Vulkan executor); use `rlxc compile --target {}`", t.name(), t.name())));
+    }
+    let mut tm = Timings::default();
+    let c = compile_shader(mir, t, &mut tm)?;
+    let spv = &c.files[0].1;
+    let mut ex = rlx_rt::vulkan::Executor::new(spv, &c.program.schedule_bytes(), &c.lir.weights).map_err(|e| Failure::model(format!("Vulkan: {e}")))?;
+    for (v, p) in inputs.iter().zip(&c.lir.inputs) {
+        let want = p.ty.shape.as_fixed().unwrap_or_default();
+        if v.dtype != p.ty.dtype || v.shape != want {
+            return Err(Failure::usage(format!("input '{}' is {}{:?}, the compiled model takes {}", p.name, v.dtype, v.shape, p.ty)));
+        }
+    }
+    let ins: Vec<&[u8]> = inputs.iter().map(|c| c.data.bytes()).collect();
+    let mut outs: Vec<Vec<u8>> = c.lir.outputs.iter().map(|p| vec![0u8; p.ty.dtype.bytes_for(p.ty.shape.numel().unwrap_or(0)).unwrap_or(0)]).collect();
+    let mut out_refs: Vec<&mut [u8]> = outs.iter_mut().map(|v| v.as_mut_slice()).collect();
+    ex.run(&ins, &mut out_refs).map_err(|e| Failure::model(format!("Vulkan ({}): {e}", ex.device_name())))?;
+    let mut res = Vec::new();
+    for (p, bytes) in c.lir.outputs.iter().zip(outs) {
+        let shape = p.ty.shape.as_fixed().unwrap_or_default();
+        res.push(ConstData::new(p.ty.dtype, shape, Blob::from_vec(bytes)).map_err(Failure::model)?);
+    }
+    Ok(res)
+}

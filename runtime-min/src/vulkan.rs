@@ -1,0 +1,457 @@
+//! The Vulkan executor (feature `vulkan`) for shader artifacts written by `rlxc compile --target
+//! vulkan`: `NAME.spv` (one SPIR-V module, entry points `k0`, `k1`, …), `NAME.schedule.bin` and
+//! `NAME.weights.bin`.
+//!
+//! The Vulkan loader (`libvulkan.so.1`) is opened at run time (ash's `loaded` feature): building needs
+//! no SDK, and a machine without Vulkan gets [`VkError`] from [`Executor::new`], not a link error.
+//!
+//! Setup (once, in `new`): instance, the first physical device with a compute queue (or the one
+//! `RLX_VULKAN_DEVICE=i` names), one host-visible storage buffer per schedule base (arena, weights,
+//! each input, each output; the weights are copied in once), one descriptor set (bindings i and n + i
+//! = base i)
+//! shared by every pipeline, one compute pipeline per entry point, and one command buffer recording
+//! every dispatch in order with a compute→compute memory barrier after each. `run` copies the inputs
+//! in, submits that same command buffer, waits on a fence, and copies the outputs out.
+//!
+//! Unlike the rest of runtime-min this module allocates (at setup) and uses `std`.
+
+use ash::vk;
+use std::format;
+use std::string::String;
+use std::vec::Vec;
+
+/// The schedule file's magic (`RLXS`) and the version this executor reads.
+pub const SCHEDULE_MAGIC: u32 = u32::from_le_bytes(*b"RLXS");
+pub const SCHEDULE_VERSION: u32 = 1;
+
+/// What went wrong, in words (no Vulkan loader, no device, a malformed schedule, a Vulkan error).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VkError(pub String);
+
+impl core::fmt::Display for VkError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for VkError {}
+
+fn vkerr(what: &str) -> impl Fn(vk::Result) -> VkError + '_ {
+    move |r| VkError(format!("{what}: {r}"))
+}
+
+/// A storage buffer the schedule binds: which base it is and its exact size in bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BaseKind {
+    Arena,
+    Weights,
+    Input(u32),
+    Output(u32),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Schedule {
+    pub bases: Vec<(BaseKind, u64)>,
+    /// (entry point index: `k{entry}`, workgroup counts).
+    pub dispatches: Vec<(u32, [u32; 3])>,
+}
+
+impl Schedule {
+    /// Parses `NAME.schedule.bin` (format in docs/targets.md). Never panics on malformed bytes.
+    pub fn parse(b: &[u8]) -> Result<Schedule, VkError> {
+        let bad = |m: &str| VkError(format!("malformed schedule: {m}"));
+        if b.len() % 4 != 0 {
+            return Err(bad("length is not a multiple of 4"));
+        }
+        let w: Vec<u32> = b.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+        let mut i = 0usize;
+        let mut next = |what: &str| -> Result<u32, VkError> {
+            let v = *w.get(i).ok_or_else(|| bad(&format!("truncated at {what}")))?;
+            i += 1;
+            Ok(v)
+        };
+        if next("magic")? != SCHEDULE_MAGIC {
+            return Err(bad("bad magic (not an rlxc schedule)"));
+        }
+        let ver = next("version")?;
+        if ver != SCHEDULE_VERSION {
+            return Err(bad(&format!("version {ver}, this runtime reads {SCHEDULE_VERSION}")));
+        }
+        let nb = next("base count")? as usize;
+        if nb > w.len() {
+            return Err(bad("base count exceeds the file"));
+        }
+        let mut bases = Vec::with_capacity(nb);
+        for _ in 0..nb {
+            let kind = next("base kind")?;
+            let idx = next("base index")?;
+            let lo = next("base size")? as u64;
+            let hi = next("base size")? as u64;
+            let k = match kind {
+                0 => BaseKind::Arena,
+                1 => BaseKind::Weights,
+                2 => BaseKind::Input(idx),
+                3 => BaseKind::Output(idx),
+                _ => return Err(bad(&format!("unknown base kind {kind}"))),
+            };
+            bases.push((k, lo | (hi << 32)));
+        }
+        let nd = next("dispatch count")? as usize;
+        if nd > w.len() {
+            return Err(bad("dispatch count exceeds the file"));
+        }
+        let mut dispatches = Vec::with_capacity(nd);
+        for _ in 0..nd {
+            let e = next("entry")?;
+            let g = [next("groups")?, next("groups")?, next("groups")?];
+            if g.contains(&0) {
+                return Err(bad("a dispatch has zero workgroups"));
+            }
+            dispatches.push((e, g));
+        }
+        if i != w.len() {
+            return Err(bad("trailing bytes"));
+        }
+        Ok(Schedule { bases, dispatches })
+    }
+
+    fn count(&self, f: impl Fn(BaseKind) -> bool) -> usize {
+        self.bases.iter().filter(|(k, _)| f(*k)).count()
+    }
+}
+
+struct Buf {
+    buffer: vk::Buffer,
+    memory: vk::DeviceMemory,
+    ptr: *mut u8,
+    bytes: u64,
+}
+
+/// A loaded artifact on one Vulkan device, ready to run any number of times.
+pub struct Executor {
+    _entry: ash::Entry,
+    instance: ash::Instance,
+    device: ash::Device,
+    queue: vk::Queue,
+    bufs: Vec<Buf>,
+    kinds: Vec<BaseKind>,
+    shader: vk::ShaderModule,
+    dsl: vk::DescriptorSetLayout,
+    layout: vk::PipelineLayout,
+    pipelines: Vec<vk::Pipeline>,
+    pool: vk::DescriptorPool,
+    cmd_pool: vk::CommandPool,
+    cmd: vk::CommandBuffer,
+    fence: vk::Fence,
+    device_name: String,
+    n_inputs: usize,
+    n_outputs: usize,
+}
+
+impl Executor {
+    /// Loads `DIR/NAME.spv`, `DIR/NAME.schedule.bin` and `DIR/NAME.weights.bin` (absent = no weights).
+    pub fn load(dir: &std::path::Path, name: &str) -> Result<Executor, VkError> {
+        let read = |f: String| std::fs::read(dir.join(&f)).map_err(|e| VkError(format!("cannot read {}: {e}", dir.join(&f).display())));
+        let spv = read(format!("{name}.spv"))?;
+        let sched = read(format!("{name}.schedule.bin"))?;
+        let wpath = dir.join(format!("{name}.weights.bin"));
+        let weights = if wpath.exists() { read(format!("{name}.weights.bin"))? } else { Vec::new() };
+        Executor::new(&spv, &sched, &weights)
+    }
+
+    /// Sets up the device, buffers, pipelines and the command buffer.
+    pub fn new(spirv: &[u8], schedule: &[u8], weights: &[u8]) -> Result<Executor, VkError> {
+        let sched = Schedule::parse(schedule)?;
+        if spirv.len() % 4 != 0 || spirv.len() < 20 {
+            return Err(VkError("the SPIR-V module's length is not a positive multiple of 4".into()));
+        }
+        let words: Vec<u32> = spirv.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+        if words[0] != 0x0723_0203 {
+            return Err(VkError("not a SPIR-V module (bad magic)".into()));
+        }
+        for (k, bytes) in &sched.bases {
+            if *k == BaseKind::Weights && *bytes != weights.len() as u64 {
+                return Err(VkError(format!("the schedule wants {bytes} bytes of weights, {} were given", weights.len())));
+            }
+        }
+        // SAFETY: loading the system's Vulkan loader runs its initialization; nothing else is shared.
+        let entry = unsafe { ash::Entry::load() }.map_err(|e| VkError(format!("no Vulkan loader (libvulkan.so.1): {e}")))?;
+        let app = vk::ApplicationInfo::default().application_name(c"rlx-rt").api_version(vk::make_api_version(0, 1, 1, 0));
+        let ici = vk::InstanceCreateInfo::default().application_info(&app);
+        // SAFETY: valid create info; the instance is destroyed in Drop (or below on failure).
+        let instance = unsafe { entry.create_instance(&ici, None) }.map_err(vkerr("vkCreateInstance"))?;
+        // From here on, a failure destroys what was created (the instance, or the partial executor).
+        Self::setup(entry, instance, &sched, &words, weights)
+    }
+
+    fn setup(entry: ash::Entry, instance: ash::Instance, sched: &Schedule, words: &[u32], weights: &[u8]) -> Result<Executor, VkError> {
+        // SAFETY (whole function): every Vulkan call gets handles created above from the same
+        // instance/device and create infos that live across the call.
+        unsafe {
+            let fail = |instance: &ash::Instance, e: VkError| {
+                instance.destroy_instance(None);
+                e
+            };
+            let pds = instance.enumerate_physical_devices().map_err(|e| fail(&instance, vkerr("vkEnumeratePhysicalDevices")(e)))?;
+            let want: Option<usize> = std::env::var("RLX_VULKAN_DEVICE").ok().and_then(|s| s.parse().ok());
+            let mut pick = None;
+            for (i, &pd) in pds.iter().enumerate() {
+                if want.is_some_and(|w| w != i) {
+                    continue;
+                }
+                let qf = instance.get_physical_device_queue_family_properties(pd);
+                if let Some(q) = qf.iter().position(|f| f.queue_flags.contains(vk::QueueFlags::COMPUTE)) {
+                    pick = Some((pd, q as u32));
+                    break;
+                }
+            }
+            let Some((pd, qfi)) = pick else {
+                return Err(fail(&instance, VkError(format!("no Vulkan device with a compute queue ({} device(s) found)", pds.len()))));
+            };
+            let props = instance.get_physical_device_properties(pd);
+            let device_name = props.device_name_as_c_str().map(|c| c.to_string_lossy().into_owned()).unwrap_or_default();
+            // A module with OpCapability Int64 (i64 tensors) needs the device's shaderInt64.
+            let needs_int64 = words.windows(2).skip(5).any(|w| w[0] == (2 << 16 | 17) && w[1] == 11);
+            let have = instance.get_physical_device_features(pd);
+            if needs_int64 && have.shader_int64 == vk::FALSE {
+                return Err(fail(&instance, VkError(format!("the model computes in 64-bit integers and device '{device_name}' has no shaderInt64"))));
+            }
+            let features = vk::PhysicalDeviceFeatures::default().shader_int64(needs_int64);
+            let prio = [1.0f32];
+            let qci = [vk::DeviceQueueCreateInfo::default().queue_family_index(qfi).queue_priorities(&prio)];
+            let dci = vk::DeviceCreateInfo::default().queue_create_infos(&qci).enabled_features(&features);
+            let device = instance.create_device(pd, &dci, None).map_err(|e| fail(&instance, vkerr("vkCreateDevice")(e)))?;
+            let queue = device.get_device_queue(qfi, 0);
+            let mem = instance.get_physical_device_memory_properties(pd);
+            let mut x = Executor {
+                _entry: entry,
+                instance,
+                device,
+                queue,
+                bufs: Vec::new(),
+                kinds: sched.bases.iter().map(|b| b.0).collect(),
+                shader: vk::ShaderModule::null(),
+                dsl: vk::DescriptorSetLayout::null(),
+                layout: vk::PipelineLayout::null(),
+                pipelines: Vec::new(),
+                pool: vk::DescriptorPool::null(),
+                cmd_pool: vk::CommandPool::null(),
+                cmd: vk::CommandBuffer::null(),
+                fence: vk::Fence::null(),
+                device_name,
+                n_inputs: sched.count(|k| matches!(k, BaseKind::Input(_))),
+                n_outputs: sched.count(|k| matches!(k, BaseKind::Output(_))),
+            };
+            // (x's Drop destroys whatever was created if a step below fails.)
+            let d = x.device.clone();
+            for (kind, bytes) in &sched.bases {
+                let size = bytes.div_ceil(4).max(1) * 4;
+                let bci = vk::BufferCreateInfo::default().size(size).usage(vk::BufferUsageFlags::STORAGE_BUFFER).sharing_mode(vk::SharingMode::EXCLUSIVE);
+                let buffer = d.create_buffer(&bci, None).map_err(vkerr("vkCreateBuffer"))?;
+                let req = d.get_buffer_memory_requirements(buffer);
+                let flags = vk::MemoryPropertyFlags::HOST_VISIBLE | vk::MemoryPropertyFlags::HOST_COHERENT;
+                let Some(mt) = (0..mem.memory_type_count).find(|&i| req.memory_type_bits & (1 << i) != 0 && mem.memory_types[i as usize].property_flags.contains(flags)) else {
+                    d.destroy_buffer(buffer, None);
+                    return Err(VkError("no host-visible, coherent memory type for a storage buffer".into()));
+                };
+                let memory = match d.allocate_memory(&vk::MemoryAllocateInfo::default().allocation_size(req.size).memory_type_index(mt), None) {
+                    Ok(m) => m,
+                    Err(e) => {
+                        d.destroy_buffer(buffer, None);
+                        return Err(vkerr("vkAllocateMemory")(e));
+                    }
+                };
+                x.bufs.push(Buf { buffer, memory, ptr: core::ptr::null_mut(), bytes: *bytes });
+                d.bind_buffer_memory(buffer, memory, 0).map_err(vkerr("vkBindBufferMemory"))?;
+                let p = d.map_memory(memory, 0, vk::WHOLE_SIZE, vk::MemoryMapFlags::empty()).map_err(vkerr("vkMapMemory"))?;
+                x.bufs.last_mut().expect("pushed").ptr = p as *mut u8;
+                if *kind == BaseKind::Weights && !weights.is_empty() {
+                    core::ptr::copy_nonoverlapping(weights.as_ptr(), p as *mut u8, weights.len());
+                }
+            }
+            x.shader = d.create_shader_module(&vk::ShaderModuleCreateInfo::default().code(words), None).map_err(vkerr("vkCreateShaderModule"))?;
+            // Binding i and binding n + i are both buffer i (the second is the atomic view that
+            // byte-wide stores use).
+            let nb = sched.bases.len();
+            let binds: Vec<vk::DescriptorSetLayoutBinding> = (0..2 * nb)
+                .map(|i| vk::DescriptorSetLayoutBinding::default().binding(i as u32).descriptor_type(vk::DescriptorType::STORAGE_BUFFER).descriptor_count(1).stage_flags(vk::ShaderStageFlags::COMPUTE))
+                .collect();
+            x.dsl = d.create_descriptor_set_layout(&vk::DescriptorSetLayoutCreateInfo::default().bindings(&binds), None).map_err(vkerr("vkCreateDescriptorSetLayout"))?;
+            let dsls = [x.dsl];
+            x.layout = d.create_pipeline_layout(&vk::PipelineLayoutCreateInfo::default().set_layouts(&dsls), None).map_err(vkerr("vkCreatePipelineLayout"))?;
+            // One pipeline per distinct entry point, in first-use order.
+            let mut entries: Vec<u32> = Vec::new();
+            for (e, _) in &sched.dispatches {
+                if !entries.contains(e) {
+                    entries.push(*e);
+                }
+            }
+            for e in &entries {
+                let name = std::ffi::CString::new(format!("k{e}")).expect("no NUL");
+                let stage = vk::PipelineShaderStageCreateInfo::default().stage(vk::ShaderStageFlags::COMPUTE).module(x.shader).name(&name);
+                let ci = [vk::ComputePipelineCreateInfo::default().stage(stage).layout(x.layout)];
+                let p = d.create_compute_pipelines(vk::PipelineCache::null(), &ci, None).map_err(|(_, r)| vkerr("vkCreateComputePipelines")(r))?;
+                x.pipelines.extend(p);
+            }
+            let sizes = [vk::DescriptorPoolSize { ty: vk::DescriptorType::STORAGE_BUFFER, descriptor_count: (2 * nb).max(1) as u32 }];
+            x.pool = d.create_descriptor_pool(&vk::DescriptorPoolCreateInfo::default().max_sets(1).pool_sizes(&sizes), None).map_err(vkerr("vkCreateDescriptorPool"))?;
+            let set = d.allocate_descriptor_sets(&vk::DescriptorSetAllocateInfo::default().descriptor_pool(x.pool).set_layouts(&dsls)).map_err(vkerr("vkAllocateDescriptorSets"))?[0];
+            let infos: Vec<[vk::DescriptorBufferInfo; 1]> = x.bufs.iter().map(|b| [vk::DescriptorBufferInfo { buffer: b.buffer, offset: 0, range: vk::WHOLE_SIZE }]).collect();
+            let writes: Vec<vk::WriteDescriptorSet> = (0..2 * nb)
+                .map(|j| vk::WriteDescriptorSet::default().dst_set(set).dst_binding(j as u32).descriptor_type(vk::DescriptorType::STORAGE_BUFFER).buffer_info(&infos[j % nb]))
+                .collect();
+            d.update_descriptor_sets(&writes, &[]);
+            x.cmd_pool = d.create_command_pool(&vk::CommandPoolCreateInfo::default().queue_family_index(qfi), None).map_err(vkerr("vkCreateCommandPool"))?;
+            x.cmd = d
+                .allocate_command_buffers(&vk::CommandBufferAllocateInfo::default().command_pool(x.cmd_pool).level(vk::CommandBufferLevel::PRIMARY).command_buffer_count(1))
+                .map_err(vkerr("vkAllocateCommandBuffers"))?[0];
+            x.fence = d.create_fence(&vk::FenceCreateInfo::default(), None).map_err(vkerr("vkCreateFence"))?;
+            // Record once: every dispatch in order, a barrier after each, a barrier to the host at the end.
+            let cb = x.cmd;
+            d.begin_command_buffer(cb, &vk::CommandBufferBeginInfo::default()).map_err(vkerr("vkBeginCommandBuffer"))?;
+            d.cmd_bind_descriptor_sets(cb, vk::PipelineBindPoint::COMPUTE, x.layout, 0, &[set], &[]);
+            let between = [vk::MemoryBarrier::default().src_access_mask(vk::AccessFlags::SHADER_WRITE).dst_access_mask(vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE)];
+            for (e, g) in &sched.dispatches {
+                let pi = entries.iter().position(|x| x == e).expect("collected above");
+                d.cmd_bind_pipeline(cb, vk::PipelineBindPoint::COMPUTE, x.pipelines[pi]);
+                d.cmd_dispatch(cb, g[0], g[1], g[2]);
+                d.cmd_pipeline_barrier(cb, vk::PipelineStageFlags::COMPUTE_SHADER, vk::PipelineStageFlags::COMPUTE_SHADER, vk::DependencyFlags::empty(), &between, &[], &[]);
+            }
+            let to_host = [vk::MemoryBarrier::default().src_access_mask(vk::AccessFlags::SHADER_WRITE).dst_access_mask(vk::AccessFlags::HOST_READ)];
+            d.cmd_pipeline_barrier(cb, vk::PipelineStageFlags::COMPUTE_SHADER, vk::PipelineStageFlags::HOST, vk::DependencyFlags::empty(), &to_host, &[], &[]);
+            d.end_command_buffer(cb).map_err(vkerr("vkEndCommandBuffer"))?;
+            Ok(x)
+        }
+    }
+
+    /// The device's name (e.g. `llvmpipe (LLVM 15.0.6, 256 bits)` for lavapipe).
+    pub fn device_name(&self) -> &str {
+        &self.device_name
+    }
+
+    /// Runs the schedule once: `inputs[i]` and `outputs[i]` must be exactly the ports' byte sizes,
+    /// in manifest order.
+    pub fn run(&mut self, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> Result<(), VkError> {
+        if inputs.len() != self.n_inputs || outputs.len() != self.n_outputs {
+            return Err(VkError(format!("the model takes {} inputs and {} outputs; {} and {} were given", self.n_inputs, self.n_outputs, inputs.len(), outputs.len())));
+        }
+        for (b, k) in self.bufs.iter().zip(&self.kinds) {
+            if let BaseKind::Input(i) = *k {
+                let src = inputs.get(i as usize).ok_or_else(|| VkError(format!("input {i} is missing")))?;
+                if src.len() as u64 != b.bytes {
+                    return Err(VkError(format!("input {i} is {} bytes, the model takes {}", src.len(), b.bytes)));
+                }
+                // SAFETY: the mapping is at least `b.bytes` long and not aliased by `src`.
+                unsafe { core::ptr::copy_nonoverlapping(src.as_ptr(), b.ptr, src.len()) };
+            }
+            if let BaseKind::Output(i) = *k {
+                let n = outputs.get(i as usize).map(|o| o.len()).unwrap_or(0);
+                if n as u64 != b.bytes {
+                    return Err(VkError(format!("output {i} is {n} bytes, the model writes {}", b.bytes)));
+                }
+            }
+        }
+        let cbs = [self.cmd];
+        let submit = [vk::SubmitInfo::default().command_buffers(&cbs)];
+        // SAFETY: the command buffer was recorded in `new` and is not pending (we wait below).
+        unsafe {
+            self.device.queue_submit(self.queue, &submit, self.fence).map_err(vkerr("vkQueueSubmit"))?;
+            self.device.wait_for_fences(&[self.fence], true, u64::MAX).map_err(vkerr("vkWaitForFences"))?;
+            self.device.reset_fences(&[self.fence]).map_err(vkerr("vkResetFences"))?;
+        }
+        for (b, k) in self.bufs.iter().zip(&self.kinds) {
+            if let BaseKind::Output(i) = *k {
+                let dst = &mut outputs[i as usize];
+                // SAFETY: the mapping holds `b.bytes` == dst.len() bytes written by the device, made
+                // visible to the host by the final barrier and the fence.
+                unsafe { core::ptr::copy_nonoverlapping(b.ptr, dst.as_mut_ptr(), dst.len()) };
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Executor {
+    fn drop(&mut self) {
+        // SAFETY: all handles were created from this device/instance; the device is idle after the
+        // wait, and null handles are ignored by the destroy calls.
+        unsafe {
+            let d = &self.device;
+            let _ = d.device_wait_idle();
+            d.destroy_fence(self.fence, None);
+            d.destroy_command_pool(self.cmd_pool, None);
+            d.destroy_descriptor_pool(self.pool, None);
+            for p in &self.pipelines {
+                d.destroy_pipeline(*p, None);
+            }
+            d.destroy_pipeline_layout(self.layout, None);
+            d.destroy_descriptor_set_layout(self.dsl, None);
+            d.destroy_shader_module(self.shader, None);
+            for b in &self.bufs {
+                d.destroy_buffer(b.buffer, None);
+                d.free_memory(b.memory, None);
+            }
+            d.destroy_device(None);
+            self.instance.destroy_instance(None);
+        }
+    }
+}
+
+/// Just the check: whether a Vulkan loader and a device with a compute queue are present, and the
+/// device's name (tests skip with this reason when there is none).
+pub fn probe() -> Result<String, VkError> {
+    // SAFETY: as in `Executor::new`.
+    unsafe {
+        let entry = ash::Entry::load().map_err(|e| VkError(format!("no Vulkan loader (libvulkan.so.1): {e}")))?;
+        let app = vk::ApplicationInfo::default().api_version(vk::make_api_version(0, 1, 1, 0));
+        let instance = entry.create_instance(&vk::InstanceCreateInfo::default().application_info(&app), None).map_err(vkerr("vkCreateInstance"))?;
+        let pds = instance.enumerate_physical_devices().unwrap_or_default();
+        let mut name = None;
+        for pd in pds {
+            if instance.get_physical_device_queue_family_properties(pd).iter().any(|f| f.queue_flags.contains(vk::QueueFlags::COMPUTE)) {
+                name = Some(instance.get_physical_device_properties(pd).device_name_as_c_str().map(|c| c.to_string_lossy().into_owned()).unwrap_or_default());
+                break;
+            }
+        }
+        instance.destroy_instance(None);
+        name.ok_or_else(|| VkError("no Vulkan device with a compute queue".into()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::vec;
+
+    fn words(w: &[u32]) -> Vec<u8> {
+        w.iter().flat_map(|x| x.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn schedule_parses_and_rejects_malformed_bytes() {
+        let good = words(&[SCHEDULE_MAGIC, 1, 2, 0, 0, 64, 0, 2, 0, 16, 0, 1, 0, 1, 1, 1]);
+        let s = Schedule::parse(&good).unwrap();
+        assert_eq!(s.bases, vec![(BaseKind::Arena, 64), (BaseKind::Input(0), 16)]);
+        assert_eq!(s.dispatches, vec![(0, [1, 1, 1])]);
+        for n in 0..good.len() {
+            assert!(Schedule::parse(&good[..n]).is_err(), "truncated at {n}");
+        }
+        let mut bad = good.clone();
+        bad[0] ^= 1;
+        assert!(Schedule::parse(&bad).is_err());
+        assert!(Schedule::parse(&words(&[SCHEDULE_MAGIC, 2, 0, 0])).is_err());
+        assert!(Schedule::parse(&words(&[SCHEDULE_MAGIC, 1, 1, 9, 0, 4, 0, 0])).is_err());
+        assert!(Schedule::parse(&words(&[SCHEDULE_MAGIC, 1, 0, 1, 0, 0, 1, 1])).is_err());
+        assert!(Schedule::parse(&words(&[SCHEDULE_MAGIC, 1, u32::MAX])).is_err());
+        let mut trailing = good.clone();
+        trailing.extend([0, 0, 0, 0]);
+        assert!(Schedule::parse(&trailing).is_err());
+    }
+
+    #[test]
+    fn executor_rejects_bad_modules_before_touching_vulkan() {
+        let sched = words(&[SCHEDULE_MAGIC, 1, 0, 0]);
+        assert!(Executor::new(&[1, 2, 3], &sched, &[]).is_err());
+        assert!(Executor::new(&[0; 20], &sched, &[]).is_err());
+    }
+}

@@ -1,0 +1,348 @@
+//! rlx-target-shader: the shader back end. LIR loop-form kernels become compute entry points of one
+//! `naga::Module`; naga validates it and its writers emit SPIR-V (Vulkan), WGSL (WebGPU), MSL (Metal),
+//! HLSL (DirectX) and GLSL compute (OpenGL).
+//!
+//! The translation (`wgsl.rs`) writes the loop form as WGSL text and hands it to naga's WGSL front
+//! end, the same way the LLVM writer writes LLVM IR text and has LLVM parse it: the text is small,
+//! printable, and naga's front end builds and type-checks the `naga::Module` that every writer reads.
+//!
+//! The mapping (the simplest correct one; tiling with workgroup memory is not done yet):
+//! - one storage buffer per distinct LIR base (arena, weights, each input, each output), declared
+//!   `array<u32, N>` at `@group(0) @binding(i)` where `i` is the base's index in [`Program::bases`];
+//!   every kernel parameter is an element offset into its base's buffer (4-byte dtypes bitcast on
+//!   load and store; i64 as two words; bool is a byte: read by shifting, written through an atomic
+//!   view of the same buffer at `@binding(n_bases + i)`, `atomicAnd` + `atomicOr` on its word);
+//! - a kernel's outermost `parallel` loop, together with nested loops whose iterations are provably
+//!   independent, is flattened into the global invocation index (workgroup size 64, bounds-checked;
+//!   more than 65,535 workgroups spill into the y dimension); inner loops stay loops; a kernel with no
+//!   parallel outer loop runs on one invocation;
+//! - index arithmetic is i32 (buffers of 2^31 elements or more are rejected with an error).
+//!
+//! It depends on rlx-ir only and hands the legalizer its claim set as data ([`caps`]).
+
+mod wgsl;
+
+use rlx_ir::lir::{Base, Lir};
+use rlx_ir::{DType, TargetCaps};
+use std::collections::BTreeMap;
+
+pub use wgsl::WORKGROUP_SIZE;
+
+/// The languages the shader targets write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lang {
+    /// SPIR-V 1.0 for Vulkan (`--target vulkan`, `--target spirv`): `NAME.spv`, one module, one entry
+    /// point per kernel (`k0`, `k1`, …).
+    Spirv,
+    /// WGSL (`--target webgpu`): `NAME.wgsl`.
+    Wgsl,
+    /// Metal Shading Language 2.1 (`--target metal`): `NAME.metal`, buffer `[[buffer(i)]]` = binding i.
+    Msl,
+    /// HLSL shader model 5.1 (`--target directx`): `NAME.hlsl`, `register(u_i)`/`(t_i)` = binding i.
+    Hlsl,
+    /// GLSL 4.30 compute (`--target opengl`): `NAME.kI.comp`, one file per kernel (GLSL has one entry
+    /// point per shader).
+    Glsl,
+}
+
+/// Dtypes every shader target claims. f64 is not claimed (Vulkan's extended instructions have no
+/// 64-bit exp/log/…), nor are 8/16-bit integers and f16/bf16 (sub-word stores need atomics or
+/// extensions): `rlxc check` reports them.
+pub const DTYPES: &[DType] = &[DType::F32, DType::I32, DType::U32, DType::Bool];
+
+/// The dtypes a language claims: SPIR-V adds i64 (SPIR-V `Int64`; the device needs `shaderInt64`,
+/// which runtime-min's executor checks). WGSL has no i64; MSL, HLSL (SM 6.0) and GLSL
+/// (`GL_ARB_gpu_shader_int64`) could, but are not claimed until something checks them.
+pub fn dtypes(lang: Lang) -> Vec<DType> {
+    let mut v = DTYPES.to_vec();
+    if lang == Lang::Spirv {
+        v.push(DType::I64);
+    }
+    v
+}
+
+/// MIR op kinds claimed: every kind the shared kernel lowering produces loop form for, except the
+/// ones whose kernels need data the shader writer does not yet handle.
+pub const KINDS: &[&str] = &[
+    "neg", "abs", "exp", "log", "sqrt", "recip", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh",
+    "atanh", "sigmoid", "erf", "relu", "floor", "ceil", "round", "sign", "not", "bit_not", "is_nan", "is_inf", "is_pos_inf",
+    "is_neg_inf", "add", "sub", "mul", "div", "pow", "max", "min", "mod", "fmod", "eq", "lt", "le", "gt", "ge", "and", "or", "xor",
+    "bit_and", "bit_or", "bit_xor", "shl", "shr", "where", "cast", "matmul", "reduce_sum", "reduce_prod", "reduce_max", "reduce_min",
+    "reduce_mean", "argmax", "argmin", "reshape", "transpose", "expand", "slice", "concat", "gather", "gather_elements", "gather_nd", "pad",
+    "conv", "max_pool", "avg_pool", "cumsum",
+];
+
+/// Kinds that only move data (loads and stores, no arithmetic): these, and `cast`, are also claimed
+/// for i8/u8 (bytes are read by shifting, written through an atomic view, held widened in 32 bits).
+pub const BYTE_KINDS: &[&str] = &["cast", "reshape", "transpose", "expand", "slice", "concat", "gather", "gather_elements", "gather_nd", "pad"];
+
+/// The claim set for `--target NAME` writing `lang`.
+pub fn caps(name: &str, lang: Lang) -> TargetCaps {
+    let mut native = BTreeMap::new();
+    for &k in KINDS {
+        let mut d = dtypes(lang);
+        if BYTE_KINDS.contains(&k) {
+            d.extend([DType::I8, DType::U8]);
+        }
+        native.insert(k, d);
+    }
+    TargetCaps { name: name.to_string(), native }
+}
+
+/// One storage buffer of the program: a LIR base and its size in bytes (the shader declares
+/// `max(1, ceil(bytes / 4))` words).
+#[derive(Clone, Debug, PartialEq)]
+pub struct BaseBuf {
+    pub base: Base,
+    pub bytes: u64,
+}
+
+/// One dispatch, in schedule order: entry point `k{entry}`, workgroup counts.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Dispatch {
+    pub entry: u32,
+    pub groups: [u32; 3],
+    /// Binding indices (into [`Program::bases`]) the kernel touches.
+    pub uses: Vec<u32>,
+    /// The kernel's name (its fused MIR nodes), for reports.
+    pub name: String,
+}
+
+/// A translated model: the naga module and its schedule.
+pub struct Program {
+    pub wgsl: String,
+    pub module: naga::Module,
+    pub info: naga::valid::ModuleInfo,
+    pub bases: Vec<BaseBuf>,
+    pub dispatches: Vec<Dispatch>,
+    /// The module computes in 64-bit integers (SPIR-V `Int64`).
+    pub int64: bool,
+}
+
+/// The schedule file's magic (`RLXS` little-endian) and version.
+pub const SCHEDULE_MAGIC: u32 = u32::from_le_bytes(*b"RLXS");
+pub const SCHEDULE_VERSION: u32 = 1;
+
+impl Program {
+    /// The schedule as runtime-min's Vulkan executor reads it: little-endian u32 words —
+    /// `magic, version, n_bases, {kind (0 arena, 1 weights, 2 input, 3 output), index, bytes_lo,
+    /// bytes_hi} × n_bases, n_dispatches, {entry, groups_x, groups_y, groups_z} × n_dispatches`.
+    /// Binding `i` of descriptor set 0 is base `i`, and binding `n_bases + i` is base `i` again (the
+    /// atomic view bool stores use); entry point `k{entry}` is in `NAME.spv`.
+    pub fn schedule_bytes(&self) -> Vec<u8> {
+        let mut w: Vec<u32> = vec![SCHEDULE_MAGIC, SCHEDULE_VERSION, self.bases.len() as u32];
+        for b in &self.bases {
+            let (kind, idx) = match b.base {
+                Base::Arena => (0, 0),
+                Base::Weights => (1, 0),
+                Base::Input(i) => (2, i),
+                Base::Output(i) => (3, i),
+            };
+            w.extend([kind, idx, b.bytes as u32, (b.bytes >> 32) as u32]);
+        }
+        w.push(self.dispatches.len() as u32);
+        for d in &self.dispatches {
+            w.extend([d.entry, d.groups[0], d.groups[1], d.groups[2]]);
+        }
+        w.iter().flat_map(|x| x.to_le_bytes()).collect()
+    }
+}
+
+/// The storage buffers of a LIR program, in binding order: arena, weights, inputs, outputs.
+pub fn bases_of(lir: &Lir, port_bytes: impl Fn(bool, usize) -> usize) -> Vec<BaseBuf> {
+    let round = |n: usize| n as u64;
+    let mut v = vec![BaseBuf { base: Base::Arena, bytes: round(lir.arena_bytes) }, BaseBuf { base: Base::Weights, bytes: round(lir.weights.len()) }];
+    for i in 0..lir.inputs.len() {
+        v.push(BaseBuf { base: Base::Input(i as u32), bytes: round(port_bytes(true, i)) });
+    }
+    for i in 0..lir.outputs.len() {
+        v.push(BaseBuf { base: Base::Output(i as u32), bytes: round(port_bytes(false, i)) });
+    }
+    v
+}
+
+/// LIR → WGSL → validated naga module for `lang`. Errors name the kernel and what it needs. i64 is
+/// 64-bit in the module when `lang` claims it and the program has i64 values of the model's own (an
+/// i64 tensor, or a cast to i64 inside a fused chain); otherwise the only i64 scalars are the
+/// planner's (window counters, arg positions, bounded by tensor sizes) and are computed in i32.
+pub fn translate(lir: &Lir, lang: Lang) -> Result<Program, String> {
+    let port_bytes = |input: bool, i: usize| {
+        let p = if input { &lir.inputs[i] } else { &lir.outputs[i] };
+        p.ty.dtype.bytes_for(p.ty.shape.numel().unwrap_or(0)).unwrap_or(0)
+    };
+    let bases = bases_of(lir, port_bytes);
+    let int64 = dtypes(lang).contains(&DType::I64) && (lir.buffers.iter().any(|b| b.dtype == DType::I64) || lir.launches.iter().any(|l| wgsl::casts_to_i64(&l.kernel.body)));
+    let (text, dispatches) = wgsl::module_text(lir, &bases, int64)?;
+    let module = naga::front::wgsl::parse_str(&text).map_err(|e| format!("internal error: generated WGSL does not parse: {}\n{text}", e.emit_to_string(&text)))?;
+    let info = validate(&module).map_err(|e| format!("internal error: naga rejects the generated module: {e}"))?;
+    Ok(Program { wgsl: text, module, info, bases, dispatches, int64 })
+}
+
+/// Validates a module with every check on and no optional capabilities but 64-bit integers.
+pub fn validate(module: &naga::Module) -> Result<naga::valid::ModuleInfo, String> {
+    naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::SHADER_INT64)
+        .validate(module)
+        .map_err(|e| format!("{:?}", e.into_inner()))
+}
+
+/// Writes the program in one language: `(file suffix, bytes)` pairs (`spv`, `wgsl`, `metal`, `hlsl`,
+/// `kI.comp`).
+pub fn emit(p: &Program, lang: Lang) -> Result<Vec<(String, Vec<u8>)>, String> {
+    use naga::back;
+    use naga::ResourceBinding;
+    let rb = |i: usize| ResourceBinding { group: 0, binding: i as u32 };
+    let writable = |b: &BaseBuf| !matches!(b.base, Base::Weights | Base::Input(_));
+    match lang {
+        Lang::Spirv => {
+            let mut opts = back::spv::Options::default();
+            opts.flags = back::spv::WriterFlags::empty();
+            let words = back::spv::write_vec(&p.module, &p.info, &opts, None).map_err(|e| format!("SPIR-V writer: {e}"))?;
+            Ok(vec![("spv".into(), words.iter().flat_map(|w| w.to_le_bytes()).collect())])
+        }
+        Lang::Wgsl => {
+            let s = back::wgsl::write_string(&p.module, &p.info, back::wgsl::WriterFlags::empty()).map_err(|e| format!("WGSL writer: {e}"))?;
+            // Every WGSL file written is re-parsed and validated by naga (the CI check for webgpu).
+            let again = naga::front::wgsl::parse_str(&s).map_err(|e| format!("internal error: written WGSL does not re-parse: {}", e.emit_to_string(&s)))?;
+            validate(&again).map_err(|e| format!("internal error: written WGSL does not re-validate: {e}"))?;
+            Ok(vec![("wgsl".into(), s.into_bytes())])
+        }
+        Lang::Msl => {
+            let mut opts = back::msl::Options { lang_version: (2, 1), fake_missing_bindings: false, ..Default::default() };
+            for d in &p.dispatches {
+                let mut res = back::msl::EntryPointResources::default();
+                for (i, b) in p.bases.iter().enumerate() {
+                    res.resources.insert(rb(i), back::msl::BindTarget { buffer: Some(i as u8), mutable: writable(b), ..Default::default() });
+                    let j = p.bases.len() + i;
+                    res.resources.insert(rb(j), back::msl::BindTarget { buffer: Some(j as u8), mutable: true, ..Default::default() });
+                }
+                opts.per_entry_point_map.insert(format!("k{}", d.entry), res);
+            }
+            let (s, _) = back::msl::write_string(&p.module, &p.info, &opts, &back::msl::PipelineOptions::default()).map_err(|e| format!("MSL writer: {e}"))?;
+            Ok(vec![("metal".into(), s.into_bytes())])
+        }
+        Lang::Hlsl => {
+            let mut opts = back::hlsl::Options { shader_model: back::hlsl::ShaderModel::V5_1, fake_missing_bindings: false, ..Default::default() };
+            for i in 0..2 * p.bases.len() {
+                opts.binding_map.insert(rb(i), back::hlsl::BindTarget { space: 0, register: i as u32, ..Default::default() });
+            }
+            let popts = back::hlsl::PipelineOptions { entry_point: None };
+            let mut s = String::new();
+            back::hlsl::Writer::new(&mut s, &opts, &popts).write(&p.module, &p.info, None).map_err(|e| format!("HLSL writer: {e}"))?;
+            Ok(vec![("hlsl".into(), s.into_bytes())])
+        }
+        Lang::Glsl => {
+            let mut out = Vec::new();
+            for d in &p.dispatches {
+                let mut opts = back::glsl::Options { version: back::glsl::Version::Desktop(430), writer_flags: back::glsl::WriterFlags::empty(), ..Default::default() };
+                for i in 0..2 * p.bases.len() {
+                    opts.binding_map.insert(rb(i), i as u8);
+                }
+                let popts = back::glsl::PipelineOptions { shader_stage: naga::ShaderStage::Compute, entry_point: format!("k{}", d.entry), multiview: None };
+                let mut s = String::new();
+                back::glsl::Writer::new(&mut s, &p.module, &p.info, &opts, &popts, naga::proc::BoundsCheckPolicies::default())
+                    .and_then(|mut w| w.write().map(|_| ()))
+                    .map_err(|e| format!("GLSL writer (k{}): {e}", d.entry))?;
+                out.push((format!("k{}.comp", d.entry), s.into_bytes()));
+            }
+            Ok(out)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rlx_ir::lir::{Buffer, Launch, Port};
+    use rlx_ir::loops::{Access, Expr, Kernel, LoopKind, Param, Stmt, Var};
+    use rlx_ir::{BinaryOp, TensorType};
+
+    /// out[i] (i64) = i < n/2 ? -1 : x[i] > 0 — one parallel loop of `n` iterations.
+    fn lir(n: usize) -> Lir {
+        let i = Var(0);
+        let x = Expr::load(1, Expr::var(i));
+        let pos = Expr::Bin(BinaryOp::Gt, DType::F32, Box::new(x), Box::new(Expr::Lit(0.0, DType::F32)));
+        let v = Expr::Select(
+            Box::new(Expr::i(rlx_ir::loops::IOp::Lt, Expr::var(i), Expr::int(n as i64 / 2))),
+            Box::new(Expr::Lit(-1.0, DType::I64)),
+            Box::new(Expr::Cast { from: DType::Bool, to: DType::I64, x: Box::new(pos) }),
+        );
+        let kernel = Kernel {
+            name: "k".into(),
+            params: vec![Param { dtype: DType::I64, elems: n, access: Access::Write }, Param { dtype: DType::F32, elems: n, access: Access::Read }],
+            body: vec![Stmt::For { var: i, extent: n as i64, kind: LoopKind::Parallel, body: vec![Stmt::Store { buf: 0, index: Expr::var(i), value: v }] }],
+            vars: 1,
+        };
+        Lir {
+            inputs: vec![Port { name: "x".into(), ty: TensorType::fixed(DType::F32, &[n]) }],
+            outputs: vec![Port { name: "y".into(), ty: TensorType::fixed(DType::I64, &[n]) }],
+            buffers: vec![
+                Buffer { base: Base::Output(0), offset: 0, dtype: DType::I64, shape: vec![n], label: "y".into() },
+                Buffer { base: Base::Input(0), offset: 0, dtype: DType::F32, shape: vec![n], label: "x".into() },
+            ],
+            launches: vec![Launch { nodes: vec![], kernel, bindings: vec![0, 1] }],
+            arena_bytes: 0,
+            weights: vec![],
+            align: 64,
+        }
+    }
+
+    #[test]
+    fn every_language_is_written_from_one_validated_module() {
+        let p = translate(&lir(100), Lang::Wgsl).unwrap();
+        assert!(!p.int64);
+        assert_eq!(p.dispatches[0].groups, [2, 1, 1]);
+        for lang in [Lang::Spirv, Lang::Wgsl, Lang::Msl, Lang::Hlsl, Lang::Glsl] {
+            let files = emit(&p, lang).unwrap();
+            assert!(!files.is_empty() && files.iter().all(|(_, b)| !b.is_empty()), "{lang:?}");
+        }
+        let s = p.schedule_bytes();
+        assert_eq!(&s[..4], b"RLXS");
+        assert_eq!(s.len(), 4 * (3 + 4 * 4 + 1 + 4));
+    }
+
+    #[test]
+    fn empty_grids_and_index_valued_i64_stores_translate() {
+        // A zero-extent loop: no invocation runs the body (and nothing divides by zero).
+        let p = translate(&lir(0), Lang::Spirv).unwrap();
+        assert_eq!(p.dispatches[0].groups, [1, 1, 1]);
+        // An index stored into an i64 tensor (as arg-reductions do) is widened to i64.
+        let mut l = lir(8);
+        if let Stmt::For { body, .. } = &mut l.launches[0].kernel.body[0] {
+            body[0] = Stmt::Store { buf: 0, index: Expr::var(Var(0)), value: Expr::Select(Box::new(Expr::int(1)), Box::new(Expr::ToIndex { from: DType::I64, x: Box::new(Expr::var(Var(0))) }), Box::new(Expr::Lit(3.0, DType::I64))) };
+        }
+        for lang in [Lang::Spirv, Lang::Wgsl] {
+            translate(&l, lang).unwrap();
+        }
+    }
+
+    #[test]
+    fn grids_past_65535_workgroups_spill_into_y() {
+        let n = 65535 * 64 + 1000;
+        let p = translate(&lir(n), Lang::Wgsl).unwrap();
+        assert_eq!(p.dispatches[0].groups, [65535, 2, 1]);
+        assert!(p.wgsl.contains("gid.y * nwg.x * 64u"));
+    }
+
+    #[test]
+    fn unsupported_storage_is_an_error_naming_the_kernel() {
+        let mut l = lir(8);
+        l.launches[0].kernel.params[0].dtype = DType::F64;
+        l.buffers[0].dtype = DType::F64;
+        l.outputs[0].ty = TensorType::fixed(DType::F64, &[8]);
+        let e = translate(&l, Lang::Spirv).err().unwrap();
+        assert!(e.contains("kernel 'k'") && e.contains("f64"), "{e}");
+        assert!(!caps("vulkan", Lang::Spirv).claims("add", DType::F64) && caps("vulkan", Lang::Spirv).claims("add", DType::I64));
+        assert!(!caps("webgpu", Lang::Wgsl).claims("add", DType::I64));
+        assert!(caps("metal", Lang::Msl).claims("matmul", DType::F32));
+    }
+
+    #[test]
+    fn spirv_computes_i64_in_64_bits() {
+        let p = translate(&lir(100), Lang::Spirv).unwrap();
+        assert!(p.int64 && p.wgsl.contains("li"));
+        let spv = &emit(&p, Lang::Spirv).unwrap()[0].1;
+        let words: Vec<u32> = spv.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+        // OpCapability (17) Int64 (11).
+        assert!(words.windows(2).any(|w| w[0] == (2 << 16 | 17) && w[1] == 11));
+    }
+}
