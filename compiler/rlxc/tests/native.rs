@@ -317,21 +317,31 @@ fn build_c_app(b: &Built, t: Target, exe: &Path) {
 /// Builds tests/native/rust-app for one artifact (offline, one target dir per test run so rlx-rt
 /// compiles once) and copies the binary to `exe`. Serialized: the apps share a target dir and a
 /// binary path.
-fn build_rust_app(b: &Built, exe: &Path) {
+fn build_rust_app(b: &Built, t: Target, exe: &Path) {
     static LOCK: Mutex<()> = Mutex::new(());
     let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let start = Instant::now();
     let target = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("native-rust-app");
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    ok(Command::new(cargo)
-        .args(["build", "--release", "--offline", "--quiet", "--manifest-path"])
+    let mut cmd = Command::new(cargo);
+    cmd.args(["build", "--release", "--offline", "--quiet", "--manifest-path"])
         .arg(repo().join("tests/native/rust-app/Cargo.toml"))
         .env("CARGO_TARGET_DIR", &target)
         .env("RLX_MODEL_DIR", &b.dir)
         .env("RLX_MODEL_NAME", b.name)
         .env_remove("CARGO_BUILD_TARGET")
-        .current_dir(repo().join("tests/native/rust-app")));
-    std::fs::copy(target.join("release/rlx-native-rust-app"), exe).unwrap();
+        .current_dir(repo().join("tests/native/rust-app"));
+    let built = if t.is_x86() {
+        target.join("release/rlx-native-rust-app")
+    } else {
+        // Cross-built for aarch64 Linux, linked statically so qemu-aarch64 runs it without a sysroot.
+        cmd.args(["--target", "aarch64-unknown-linux-gnu"])
+            .env("CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER", "aarch64-linux-gnu-gcc")
+            .env("CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUSTFLAGS", "-C target-feature=+crt-static");
+        target.join("aarch64-unknown-linux-gnu/release/rlx-native-rust-app")
+    };
+    ok(&mut cmd);
+    std::fs::copy(built, exe).unwrap();
     println!("[{}] rust-app build: {:.2} s", b.name, start.elapsed().as_secs_f64());
 }
 
@@ -348,9 +358,11 @@ fn check_model(m: Model, t: Target) {
     b.run_app(p, &c_exe, t, &run, &label);
     b.compare(p, &run, &label);
 
-    if t.is_x86() {
+    // The Rust program on every target (aarch64: cross-built, run under qemu) for the LLVM back end;
+    // for Cranelift on x86_64.
+    if t.is_x86() || t == Target::Aarch64 {
         let rs_exe = run.join("rust-app");
-        build_rust_app(b, &rs_exe);
+        build_rust_app(b, t, &rs_exe);
         for (n, _, _) in b.ports("outputs") {
             let _ = std::fs::remove_file(run.join(format!("out_{n}.bin")));
         }
@@ -370,7 +382,7 @@ fn native_cnn_x86_64_c_and_rust_match_interp() {
 }
 
 #[test]
-fn native_cnn_aarch64_c_under_qemu_matches_interp() {
+fn native_cnn_aarch64_c_and_rust_under_qemu_match_interp() {
     check_model(Model::Cnn, Target::Aarch64);
 }
 
@@ -381,7 +393,7 @@ fn native_minilm_int8_x86_64_c_and_rust_match_interp() {
 
 /// Under qemu-aarch64 one run of MiniLM (seq 128) takes about 12 s on the CI machine.
 #[test]
-fn native_minilm_int8_aarch64_c_under_qemu_matches_interp() {
+fn native_minilm_int8_aarch64_c_and_rust_under_qemu_match_interp() {
     check_model(Model::MiniLmInt8, Target::Aarch64);
 }
 
@@ -391,7 +403,7 @@ fn native_minilm_safetensors_x86_64_c_and_rust_match_interp() {
 }
 
 #[test]
-fn native_minilm_safetensors_aarch64_c_under_qemu_matches_interp() {
+fn native_minilm_safetensors_aarch64_c_and_rust_under_qemu_match_interp() {
     check_model(Model::MiniLmSafetensors, Target::Aarch64);
 }
 
