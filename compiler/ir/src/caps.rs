@@ -13,6 +13,11 @@ pub struct TargetCaps {
 }
 
 impl TargetCaps {
+    /// A claim set in which every listed op kind is implemented for every listed dtype.
+    pub fn uniform(name: &str, kinds: &[&'static str], dtypes: &[DType]) -> TargetCaps {
+        TargetCaps { name: name.to_string(), native: kinds.iter().map(|&k| (k, dtypes.to_vec())).collect() }
+    }
+
     pub fn claims(&self, kind: &str, dtype: DType) -> bool {
         self.native.get(kind).is_some_and(|d| d.contains(&dtype))
     }

@@ -8,6 +8,20 @@ use crate::loops::Kernel;
 use crate::{DType, NodeId, TensorType};
 use std::fmt::{self, Write};
 
+/// Return codes of a compiled model's `NAME_run`: (code, suffix of `NAME_ERR_*`, meaning). Code 0 is
+/// `NAME_OK`. Every CPU writer returns these, the C header and Rust binding document them, and
+/// `rlx_rt::Error::from_code` maps them back.
+pub const ERROR_CODES: &[(i32, &str, &str)] = &[
+    (0, "OK", "success"),
+    (1, "NULL_ARENA", "arena is NULL but the model needs scratch memory"),
+    (2, "NULL_INPUTS", "the inputs array is NULL"),
+    (3, "NULL_OUTPUTS", "the outputs array is NULL"),
+    (4, "NULL_INPUT", "an input pointer is NULL"),
+    (5, "NULL_OUTPUT", "an output pointer is NULL"),
+    (6, "MISALIGNED_ARENA", "arena is not 16-byte aligned"),
+    (7, "NULL_WEIGHTS", "external weights were not set (call NAME_set_weights first)"),
+];
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Base {
     /// The caller-provided scratch arena (`NAME_ARENA_BYTES`).

@@ -49,18 +49,7 @@ impl ArtifactInfo {
     }
 }
 
-/// Return codes of `NAME_run`: (code, suffix of `NAME_ERR_*`, meaning). Code 0 is `NAME_OK`.
-/// Kept equal to the LLVM target's table and to `rlx_rt::Error::from_code`.
-pub const ERROR_CODES: &[(i32, &str, &str)] = &[
-    (0, "OK", "success"),
-    (1, "NULL_ARENA", "arena is NULL but the model needs scratch memory"),
-    (2, "NULL_INPUTS", "the inputs array is NULL"),
-    (3, "NULL_OUTPUTS", "the outputs array is NULL"),
-    (4, "NULL_INPUT", "an input pointer is NULL"),
-    (5, "NULL_OUTPUT", "an output pointer is NULL"),
-    (6, "MISALIGNED_ARENA", "arena is not 16-byte aligned"),
-    (7, "NULL_WEIGHTS", "external weights were not set (call NAME_set_weights first)"),
-];
+pub use rlx_ir::lir::ERROR_CODES;
 
 /// Alignment the arena must have, in bytes (`rlx_rt::ARENA_ALIGN`).
 pub const ARENA_ALIGN: usize = 16;

@@ -292,8 +292,14 @@ pub fn write_artifacts(dir: &Path, name: &str, model: &Path, c: &Compiled, exter
     }
     let json = serde_json::to_string_pretty(&manifest).map_err(|e| Failure::model(e.to_string()))? + "\n";
     files.push((dir.join(format!("{name}.json")), json.into_bytes()));
-    // Write everything to temp names first, then rename: all or nothing. On any failure every temp
-    // file is removed and no final name is touched (renames only start once all temps exist).
+    write_all_or_nothing(files)
+}
+
+
+/// Writes every file of an artifact or none: all contents go to temporary names first, then are
+/// renamed. On a failure the temporaries are removed, and so are files already renamed in this call,
+/// so a failed compile never leaves half an artifact.
+pub fn write_all_or_nothing(files: Vec<(PathBuf, Vec<u8>)>) -> Result<Vec<PathBuf>, Failure> {
     let tmp_of = |p: &Path| p.with_file_name(format!(".{}.rlxc-tmp", p.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default()));
     let cleanup = |upto: usize| {
         for (p, _) in &files[..upto] {
@@ -309,7 +315,6 @@ pub fn write_artifacts(dir: &Path, name: &str, model: &Path, c: &Compiled, exter
     for (i, (p, _)) in files.iter().enumerate() {
         if let Err(e) = std::fs::rename(tmp_of(p), p) {
             cleanup(files.len());
-            // Files renamed before the failure are complete but the set is not: remove them too.
             for (q, _) in &files[..i] {
                 let _ = std::fs::remove_file(q);
             }
@@ -318,7 +323,6 @@ pub fn write_artifacts(dir: &Path, name: &str, model: &Path, c: &Compiled, exter
     }
     Ok(files.into_iter().map(|(p, _)| p).collect())
 }
-
 
 /// Memory limits for an MCU compile (bytes).
 #[derive(Clone, Copy, Debug, Default)]
@@ -482,18 +486,7 @@ pub fn write_mcu_artifacts(dir: &Path, name: &str, model: &Path, c: &McuCompiled
             (dir.join(format!("{name}.json")), json.into_bytes()),
         ],
     };
-    // All or nothing: every temp file first, then the renames.
-    let tmp = |p: &Path| p.with_file_name(format!(".{}.rlxc-tmp", p.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default()));
-    for (p, b) in &files {
-        if let Err(e) = std::fs::write(tmp(p), b) {
-            files.iter().for_each(|(p, _)| drop(std::fs::remove_file(tmp(p))));
-            return Err(Failure::model(format!("cannot write {}: {e}", p.display())));
-        }
-    }
-    for (p, _) in &files {
-        std::fs::rename(tmp(p), p).map_err(|e| Failure::model(format!("cannot write {}: {e}", p.display())))?;
-    }
-    Ok(files.into_iter().map(|(p, _)| p).collect())
+    write_all_or_nothing(files)
 }
 
 /// Everything a Verilog compile produced, before it is written.
@@ -590,16 +583,5 @@ pub fn write_verilog_artifacts(dir: &Path, name: &str, model: &Path, c: &Verilog
     });
     let json = serde_json::to_string_pretty(&manifest).map_err(|e| Failure::model(e.to_string()))? + "\n";
     files.push((dir.join(format!("{name}.json")), json.into_bytes()));
-    // All or nothing: every temp file first, then the renames.
-    let tmp = |p: &Path| p.with_file_name(format!(".{}.rlxc-tmp", p.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default()));
-    for (p, b) in &files {
-        if let Err(e) = std::fs::write(tmp(p), b) {
-            files.iter().for_each(|(p, _)| drop(std::fs::remove_file(tmp(p))));
-            return Err(Failure::model(format!("cannot write {}: {e}", p.display())));
-        }
-    }
-    for (p, _) in &files {
-        std::fs::rename(tmp(p), p).map_err(|e| Failure::model(format!("cannot write {}: {e}", p.display())))?;
-    }
-    Ok(files.into_iter().map(|(p, _)| p).collect())
+    write_all_or_nothing(files)
 }

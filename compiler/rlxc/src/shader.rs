@@ -96,18 +96,7 @@ pub fn write_shader_artifacts(dir: &Path, name: &str, model: &Path, t: Target, c
     files.push((dir.join(format!("{name}.weights.bin")), c.lir.weights.clone()));
     let json = serde_json::to_string_pretty(&manifest).map_err(|e| Failure::model(e.to_string()))? + "\n";
     files.push((dir.join(format!("{name}.json")), json.into_bytes()));
-    // All or nothing: every temp file first, then the renames.
-    let tmp = |p: &Path| p.with_file_name(format!(".{}.rlxc-tmp", p.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default()));
-    for (p, b) in &files {
-        if let Err(e) = std::fs::write(tmp(p), b) {
-            files.iter().for_each(|(p, _)| drop(std::fs::remove_file(tmp(p))));
-            return Err(Failure::model(format!("cannot write {}: {e}", p.display())));
-        }
-    }
-    for (p, _) in &files {
-        std::fs::rename(tmp(p), p).map_err(|e| Failure::model(format!("cannot write {}: {e}", p.display())))?;
-    }
-    Ok(files.into_iter().map(|(p, _)| p).collect())
+    crate::pipeline::write_all_or_nothing(files)
 }
 
 /// `rlxc run --target vulkan`: compile to SPIR-V + schedule in memory and run them through

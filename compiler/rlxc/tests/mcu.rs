@@ -14,6 +14,8 @@
 //! Needs the venv (`$RLX_PY` or `.venv/bin/python`, with mlxtend), arm-none-eabi-gcc with newlib and
 //! qemu-system-arm (`make setup`); a missing one fails the test, it never skips.
 
+mod common;
+use common::{python, repo};
 use rlx_ir::{Blob, ConstData, DType, MirOp};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -27,25 +29,7 @@ const GCC_FLAGS: &[&str] = &[
     "-O2",
 ];
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .unwrap()
-}
 
-fn python() -> PathBuf {
-    let p = match std::env::var_os("RLX_PY") {
-        Some(p) if !p.is_empty() => PathBuf::from(p),
-        _ => repo().join(".venv/bin/python"),
-    };
-    assert!(
-        p.exists(),
-        "venv python {} not found: run `make setup`",
-        p.display()
-    );
-    p
-}
 
 fn ok(cmd: &mut Command) -> String {
     let out = cmd

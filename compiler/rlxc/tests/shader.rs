@@ -18,24 +18,15 @@
 //! No Vulkan device: the run tests print why and pass, unless `RLX_REQUIRE_VULKAN=1` (set by
 //! `make test`, where lavapipe is installed by `make setup`), which makes them fail instead.
 
+mod common;
+use common::{python, repo};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// Max abs difference allowed against the interpreter (f32 kernels; observed ≤ 1e-7 on lavapipe).
 const TOL: f64 = 1e-5;
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
-}
 
-fn python() -> PathBuf {
-    let p = match std::env::var_os("RLX_PY") {
-        Some(p) if !p.is_empty() => PathBuf::from(p),
-        _ => repo().join(".venv/bin/python"),
-    };
-    assert!(p.exists(), "venv python {} not found: run `make setup`", p.display());
-    p
-}
 
 fn output(cmd: &mut Command) -> Output {
     cmd.output().unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e} (run `make setup`)"))

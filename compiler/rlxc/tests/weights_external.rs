@@ -2,21 +2,12 @@
 //! blob, calls `NAME_set_weights`, and gets bit-identical outputs to the embedded-weights artifact;
 //! before the weights are set, `NAME_run` returns `NAME_ERR_NULL_WEIGHTS` (7).
 
+mod common;
+use common::{python, repo};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
 
-fn python() -> PathBuf {
-    let p = match std::env::var_os("RLX_PY") {
-        Some(p) if !p.is_empty() => PathBuf::from(p),
-        _ => repo().join(".venv/bin/python"),
-    };
-    assert!(p.exists(), "venv python {} not found: run `make setup`", p.display());
-    p
-}
 
 fn ok(cmd: &mut Command) -> String {
     let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));

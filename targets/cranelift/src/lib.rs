@@ -12,7 +12,6 @@ use cranelift_codegen::isa::{self, OwnedTargetIsa};
 use cranelift_codegen::settings::{self, Configurable};
 use rlx_ir::lir::Lir;
 use rlx_ir::{DType, TargetCaps};
-use std::collections::BTreeMap;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Arch {
@@ -102,11 +101,7 @@ pub const KINDS: &[&str] = rlx_ir::loops::LOWERED_KINDS;
 
 /// The claim set for `--target NAME` with this back end.
 pub fn caps(name: &str) -> TargetCaps {
-    let mut native = BTreeMap::new();
-    for &k in KINDS {
-        native.insert(k, DTYPES.to_vec());
-    }
-    TargetCaps { name: name.to_string(), native }
+    TargetCaps::uniform(name, KINDS, DTYPES)
 }
 
 /// Options for one compile.

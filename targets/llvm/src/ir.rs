@@ -11,17 +11,7 @@ use std::fmt::Write;
 mod math;
 mod vector;
 
-/// Error codes returned by `NAME_run` (also written into the C header).
-pub const ERROR_CODES: &[(i32, &str, &str)] = &[
-    (0, "OK", "success"),
-    (1, "NULL_ARENA", "arena is NULL but the model needs scratch memory"),
-    (2, "NULL_INPUTS", "the inputs array is NULL"),
-    (3, "NULL_OUTPUTS", "the outputs array is NULL"),
-    (4, "NULL_INPUT", "an input pointer is NULL"),
-    (5, "NULL_OUTPUT", "an output pointer is NULL"),
-    (6, "MISALIGNED_ARENA", "arena is not 16-byte aligned"),
-    (7, "NULL_WEIGHTS", "external weights were not set (NAME_set_weights)"),
-];
+pub use rlx_ir::lir::ERROR_CODES;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Ty {

@@ -15,7 +15,6 @@ use inkwell::targets::{CodeModel, FileType, InitializationConfig, RelocMode, Tar
 use inkwell::OptimizationLevel;
 use rlx_ir::lir::Lir;
 use rlx_ir::{DType, TargetCaps};
-use std::collections::BTreeMap;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Arch {
@@ -90,11 +89,7 @@ pub const KINDS: &[&str] = rlx_ir::loops::LOWERED_KINDS;
 
 /// The claim set for `--target NAME`.
 pub fn caps(name: &str) -> TargetCaps {
-    let mut native = BTreeMap::new();
-    for &k in KINDS {
-        native.insert(k, DTYPES.to_vec());
-    }
-    TargetCaps { name: name.to_string(), native }
+    TargetCaps::uniform(name, KINDS, DTYPES)
 }
 
 /// Options for one compile.
