@@ -838,21 +838,3 @@ pub fn main(args: &ConformanceArgs) -> i32 {
     code
 }
 
-#[cfg(test)]
-mod tests {
-    /// Drives the whole suite from `cargo test` (RLX_CONF_DIR, RLX_CONF_FILTER, RLX_CONF_WRITE).
-    #[test]
-    #[ignore]
-    fn run_suite() {
-        let dir = std::env::var("RLX_CONF_DIR").unwrap_or_else(|_| "../../build/onnx-node".into());
-        let args = super::ConformanceArgs {
-            dir: dir.into(),
-            write: std::env::var("RLX_CONF_WRITE").ok().map(Into::into),
-            ratchet: Vec::new(),
-            filter: std::env::var("RLX_CONF_FILTER").ok(),
-            list: None,
-            targets: Vec::new(),
-        };
-        super::main(&args);
-    }
-}

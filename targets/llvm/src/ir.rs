@@ -637,7 +637,6 @@ pub fn module_text(lir: &Lir, name: &str, triple: &str, cpu: &str, features: &st
     }
     let mut uses_runtime = false;
     for (li, l) in lir.launches.iter().enumerate() {
-        let mut args = Vec::new();
         for (pi, &b) in l.bindings.iter().enumerate() {
             let buf = &lir.buffers[b as usize];
             let base = match buf.base {
@@ -649,7 +648,6 @@ pub fn module_text(lir: &Lir, name: &str, triple: &str, cpu: &str, features: &st
                 Base::Output(k) => format!("%out{k}"),
             };
             let _ = writeln!(e, "  %a{li}.{pi} = getelementptr inbounds i8, ptr {base}, i64 {}", buf.offset);
-            args.push(pi);
         }
         let np = l.bindings.len().max(1);
         let _ = writeln!(e, "  %ctx{li} = alloca [{np} x ptr], align 8");
