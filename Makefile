@@ -60,7 +60,8 @@ build:
 	cargo build --release --workspace --all-targets
 	rustup target list --installed | grep -qx $(AARCH64_TRIPLE) || rustup target add $(AARCH64_TRIPLE)
 	rustup target list --installed | grep -qx thumbv7em-none-eabihf || rustup target add thumbv7em-none-eabihf
-	cargo build --release -p rlx-rt-capi --target $(AARCH64_TRIPLE)
+	cargo build --profile rt -p rlx-rt-capi
+	cargo build --profile rt -p rlx-rt-capi --target $(AARCH64_TRIPLE)
 
 test: build
 	RLX_REQUIRE_VULKAN=1 cargo test --release --workspace
@@ -70,7 +71,8 @@ test: build
 
 # An rlxc without the llvm feature compiles, links and runs a model (tests/nollvm/smoke.sh).
 nollvm-check: $(VENV_STAMP)
-	cargo build --release -p rlxc -p rlx-rt-capi --no-default-features --features rlxc/cranelift --target-dir $(NOLLVM_DIR)
+	cargo build --release -p rlxc --no-default-features --features cranelift --target-dir $(NOLLVM_DIR)
+	cargo build --profile rt -p rlx-rt-capi --target-dir $(NOLLVM_DIR)
 	tests/nollvm/smoke.sh $(NOLLVM_DIR)/release/rlxc $(PY)
 
 conformance-data: $(VENV_STAMP)

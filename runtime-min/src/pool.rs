@@ -2,9 +2,14 @@
 //!
 //! - Threads: `RLX_NUM_THREADS` if it is a positive integer, else `available_parallelism()`; the
 //!   calling thread counts as one, so `threads - 1` workers are spawned, once, on first use.
-//! - A loop is cut into `min(threads, n / grain)` chunks of near-equal size, so each has at least
-//!   `grain` iterations. Workers and the caller claim chunks under one mutex; the caller waits on a
-//!   condvar until every chunk is done, so `body` and `ctx` are never used after the call returns.
+//! - A loop is cut into `min(4 × threads, n / grain)` chunks of near-equal size (each at least
+//!   `grain` iterations), claimed one at a time by the caller and the workers, so a worker that wakes
+//!   late takes fewer chunks instead of holding everyone up. The caller returns only when every
+//!   chunk has finished, so `body` and `ctx` are never used after the call returns.
+//! - Hand-off is lock-free: one atomic word holds the job's epoch, its chunk count and the next chunk
+//!   to claim, so a claim is valid only for the job it was made for. Workers spin (with the CPU's
+//!   pause hint) for a while after each job, so the next kernel of a model starts them within
+//!   nanoseconds, then sleep on a condvar; the caller wakes sleepers only when there are any.
 //! - Runs inline, with no synchronization, when there is one chunk or one thread, when the caller
 //!   is itself running a chunk (a nested call) or when another thread is using the pool (so
 //!   concurrent callers never wait for each other and never deadlock).
@@ -14,82 +19,107 @@
 use crate::Body;
 use core::cell::Cell;
 use core::ffi::c_void;
+use core::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering::*};
 use std::string::String;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, TryLockError};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, TryLockError};
 use std::thread;
 
 /// Upper bound on the pool size, whatever `RLX_NUM_THREADS` says.
 const MAX_THREADS: usize = 256;
+/// Chunks per thread: more than one lets early finishers take over a late worker's share.
+const CHUNKS_PER_THREAD: i64 = 4;
+/// Pause-spins a worker waits for the next job before it sleeps (a few hundred microseconds).
+const SPINS_BEFORE_SLEEP: u32 = 1 << 14;
+/// Pause-spins the caller waits for the last chunks before it starts yielding its CPU.
+const SPINS_BEFORE_YIELD: u32 = 1 << 12;
 
 std::thread_local! {
     /// True on pool workers, and on a caller while it runs chunks: nested loops run inline.
     static IN_POOL: Cell<bool> = const { Cell::new(false) };
 }
 
-#[derive(Clone, Copy)]
-struct Job {
-    body: Body,
-    /// The loop's context pointer, as an integer so that `Job` is `Send`.
-    ctx: usize,
-    n: i64,
-    chunks: i64,
+/// The claim word: epoch (upper 32 bits), chunk count (16 bits), next chunk to claim (16 bits).
+fn word(epoch: u64, chunks: i64, next: i64) -> u64 {
+    (epoch << 32) | ((chunks as u64) << 16) | next as u64
 }
-
-impl Job {
-    /// Runs chunk `i` of `chunks`: `[n*i/chunks, n*(i+1)/chunks)`.
-    fn run_chunk(&self, i: i64) {
-        let bound = |k: i64| (self.n as i128 * k as i128 / self.chunks as i128) as i64;
-        // SAFETY: the contract of `parallel_for`: disjoint sub-ranges, while the call lasts.
-        unsafe { (self.body)(self.ctx as *const c_void, bound(i), bound(i + 1)) }
-    }
-}
-
-struct State {
-    job: Option<Job>,
-    /// The next chunk to claim, and how many have finished.
-    next: i64,
-    done: i64,
-    shutdown: bool,
+fn fields(w: u64) -> (u64, i64, i64) {
+    (w >> 32, ((w >> 16) & 0xffff) as i64, (w & 0xffff) as i64)
 }
 
 struct Shared {
-    state: Mutex<State>,
-    /// Signalled when a job is posted (or on shutdown).
-    work: Condvar,
-    /// Signalled when the last chunk of a job finishes.
-    finished: Condvar,
+    /// See [`word`]. Chunk counts stay below 2^16.
+    claim: AtomicU64,
+    /// The job of the current epoch, written before the epoch is published.
+    body: AtomicUsize,
+    ctx: AtomicUsize,
+    n: AtomicI64,
+    /// Chunks of the current job that have finished.
+    done: AtomicI64,
+    /// Workers that are asleep (or about to be) on `wake`.
+    sleepers: AtomicUsize,
+    shutdown: AtomicUsize,
+    lock: Mutex<()>,
+    wake: Condvar,
 }
 
 impl Shared {
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Claims and runs chunks of the current job until none is left; returns the lock held.
-    fn help<'a>(&'a self, mut st: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
-        while let Some(job) = st.job.filter(|j| st.next < j.chunks) {
-            let i = st.next;
-            st.next += 1;
-            drop(st);
-            job.run_chunk(i);
-            st = self.lock();
-            st.done += 1;
-            if st.done == job.chunks {
-                self.finished.notify_all();
+    /// Claims and runs chunks of job `epoch` until none is left.
+    fn help(&self, epoch: u64) {
+        let mut w = self.claim.load(Acquire);
+        loop {
+            let (e, chunks, next) = fields(w);
+            if e != epoch || next >= chunks {
+                return;
+            }
+            match self.claim.compare_exchange_weak(w, w + 1, AcqRel, Acquire) {
+                Ok(_) => {
+                    // The claim succeeded while job `epoch` was unfinished, so the job fields read
+                    // now are that job's (the next job's are written only after it finishes).
+                    // SAFETY: `body` was stored from a valid `Body` for this epoch.
+                    let body: Body = unsafe { core::mem::transmute::<usize, Body>(self.body.load(Relaxed)) };
+                    let n = self.n.load(Relaxed);
+                    let bound = |k: i64| (n as i128 * k as i128 / chunks as i128) as i64;
+                    // SAFETY: the contract of `parallel_for`: disjoint sub-ranges, while the call lasts.
+                    unsafe { body(self.ctx.load(Relaxed) as *const c_void, bound(next), bound(next + 1)) };
+                    self.done.fetch_add(1, Release);
+                    w = self.claim.load(Acquire);
+                }
+                Err(now) => w = now,
             }
         }
-        st
     }
 }
 
 fn worker(shared: Arc<Shared>) {
     IN_POOL.set(true);
-    let mut st = shared.lock();
-    while !st.shutdown {
-        st = shared.help(st);
-        if !st.shutdown {
-            st = shared.work.wait(st).unwrap_or_else(|e| e.into_inner());
+    let mut seen = fields(shared.claim.load(Acquire)).0;
+    loop {
+        // Spin for the next job, then sleep until one is posted.
+        let mut spins = 0u32;
+        let epoch = loop {
+            let e = fields(shared.claim.load(Acquire)).0;
+            if e != seen || shared.shutdown.load(Acquire) != 0 {
+                break e;
+            }
+            if spins < SPINS_BEFORE_SLEEP {
+                spins += 1;
+                core::hint::spin_loop();
+                continue;
+            }
+            let guard = shared.lock.lock().unwrap_or_else(|e| e.into_inner());
+            shared.sleepers.fetch_add(1, SeqCst);
+            let e = fields(shared.claim.load(SeqCst)).0;
+            if e == seen && shared.shutdown.load(SeqCst) == 0 {
+                drop(shared.wake.wait(guard).unwrap_or_else(|e| e.into_inner()));
+            }
+            shared.sleepers.fetch_sub(1, SeqCst);
+            spins = 0;
+        };
+        if shared.shutdown.load(Acquire) != 0 {
+            return;
         }
+        seen = epoch;
+        shared.help(epoch);
     }
 }
 
@@ -105,9 +135,15 @@ impl Pool {
     /// A pool of `threads` threads in all (the caller included): spawns `threads - 1` workers.
     pub(crate) fn new(threads: usize) -> Pool {
         let shared = Arc::new(Shared {
-            state: Mutex::new(State { job: None, next: 0, done: 0, shutdown: false }),
-            work: Condvar::new(),
-            finished: Condvar::new(),
+            claim: AtomicU64::new(0),
+            body: AtomicUsize::new(0),
+            ctx: AtomicUsize::new(0),
+            n: AtomicI64::new(0),
+            done: AtomicI64::new(0),
+            sleepers: AtomicUsize::new(0),
+            shutdown: AtomicUsize::new(0),
+            lock: Mutex::new(()),
+            wake: Condvar::new(),
         });
         let mut workers = 0;
         for _ in 1..threads.clamp(1, MAX_THREADS) {
@@ -133,8 +169,8 @@ impl Pool {
         if n <= 0 {
             return;
         }
-        let chunks = (n / grain.max(1)).min(self.threads as i64);
-        if chunks <= 1 || IN_POOL.get() {
+        let chunks = (n / grain.max(1)).min(self.threads as i64 * CHUNKS_PER_THREAD).min(0xffff);
+        if chunks <= 1 || self.threads == 1 || IN_POOL.get() {
             // SAFETY: the caller's contract; one call covers the whole range.
             return unsafe { body(ctx, 0, n) };
         }
@@ -144,23 +180,38 @@ impl Pool {
             // SAFETY: as above.
             Err(TryLockError::WouldBlock) => return unsafe { body(ctx, 0, n) },
         };
-        let mut st = self.shared.lock();
-        *st = State { job: Some(Job { body, ctx: ctx as usize, n, chunks }), next: 0, done: 0, shutdown: false };
-        self.shared.work.notify_all();
-        IN_POOL.set(true);
-        st = self.shared.help(st);
-        IN_POOL.set(false);
-        while st.done < chunks {
-            st = self.shared.finished.wait(st).unwrap_or_else(|e| e.into_inner());
+        let sh = &*self.shared;
+        // Publish the job: fields first, then the claim word with the next epoch.
+        sh.body.store(body as usize, Relaxed);
+        sh.ctx.store(ctx as usize, Relaxed);
+        sh.n.store(n, Relaxed);
+        sh.done.store(0, Relaxed);
+        let epoch = (fields(sh.claim.load(Relaxed)).0 + 1) & 0xffff_ffff;
+        sh.claim.store(word(epoch, chunks, 0), SeqCst);
+        if sh.sleepers.load(SeqCst) > 0 {
+            let _g = sh.lock.lock().unwrap_or_else(|e| e.into_inner());
+            sh.wake.notify_all();
         }
-        st.job = None;
+        IN_POOL.set(true);
+        sh.help(epoch);
+        IN_POOL.set(false);
+        let mut spins = 0u32;
+        while sh.done.load(Acquire) < chunks {
+            if spins < SPINS_BEFORE_YIELD {
+                spins += 1;
+                core::hint::spin_loop();
+            } else {
+                thread::yield_now();
+            }
+        }
     }
 }
 
 impl Drop for Pool {
     fn drop(&mut self) {
-        self.shared.lock().shutdown = true;
-        self.shared.work.notify_all();
+        self.shared.shutdown.store(1, SeqCst);
+        let _g = self.shared.lock.lock().unwrap_or_else(|e| e.into_inner());
+        self.shared.wake.notify_all();
     }
 }
 
@@ -221,7 +272,7 @@ mod tests {
             let seen = Seen::new();
             unsafe { pool.run(record, seen.ctx(), n as i64, 1) };
             assert_eq!(seen.sum.load(Ordering::Relaxed), closed_form(n));
-            assert!(seen.calls.load(Ordering::Relaxed) <= pool.threads() as u64);
+            assert!(seen.calls.load(Ordering::Relaxed) <= pool.threads() as u64 * CHUNKS_PER_THREAD as u64);
         }
     }
 
@@ -267,8 +318,8 @@ mod tests {
         unsafe { pool.run(bounds, &v as *const _ as *const c_void, i64::MAX, 1) };
         let mut v = v.into_inner().unwrap();
         v.sort();
-        assert_eq!(v.len(), 3);
-        assert_eq!((v[0].0, v[2].1), (0, i64::MAX));
+        assert_eq!(v.len(), 3 * CHUNKS_PER_THREAD as usize);
+        assert_eq!((v[0].0, v[v.len() - 1].1), (0, i64::MAX));
         assert!(v.windows(2).all(|w| w[0].1 == w[1].0));
     }
 

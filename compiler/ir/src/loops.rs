@@ -211,6 +211,24 @@ pub fn split_of(k: &Kernel) -> Split {
     }
 }
 
+/// Groups kernels that are identical up to their name (same parameters and body): returns, for each
+/// kernel, the index of the function that computes it (numbered by first appearance), and the index of
+/// each function's first kernel. Writers emit one function per group.
+pub fn dedup_kernels<'a>(kernels: impl Iterator<Item = &'a Kernel>) -> (Vec<usize>, Vec<usize>) {
+    let mut seen: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    let (mut fn_of, mut first) = (Vec::new(), Vec::new());
+    for (i, k) in kernels.enumerate() {
+        let key = Kernel { name: String::new(), ..k.clone() }.to_string();
+        let n = seen.len();
+        let f = *seen.entry(key).or_insert(n);
+        if f == first.len() {
+            first.push(i);
+        }
+        fn_of.push(f);
+    }
+    (fn_of, first)
+}
+
 impl Kernel {
     /// Dtype of a declared scalar `v`, if `v` is one (loop indices are i64 and not listed).
     pub fn decl_dtype(&self, v: Var) -> Option<DType> {

@@ -6,7 +6,7 @@
 //! the caller passes the evaluator (the pipeline hands it the reference interpreter), so folded values
 //! are exactly what the oracle computes.
 
-use rlx_ir::{ConstData, Def, Mir, MirOp, ValueId};
+use rlx_ir::{ConstData, Def, Dim, Mir, MirOp, ValueId};
 
 /// Evaluates one op on constant inputs.
 pub type Evaluator<'a> = &'a dyn Fn(&MirOp, &[ConstData]) -> Result<Vec<ConstData>, String>;
@@ -14,8 +14,9 @@ pub type Evaluator<'a> = &'a dyn Fn(&MirOp, &[ConstData]) -> Result<Vec<ConstDat
 /// Largest tensor (in elements) that folding will materialize.
 pub const FOLD_LIMIT_ELEMS: usize = 1 << 26;
 
-/// Copies `g` keeping only what `keep(node)` allows; returns the new graph and the value map.
-fn rebuild(g: &Mir, mut step: impl FnMut(&mut Mir, usize, &[ValueId]) -> Option<Vec<ValueId>>) -> Mir {
+/// Copies `g` node by node; `step(out, node, mapped inputs, value map)` may emit a replacement for the
+/// node (its outputs), or `None` to copy it as is.
+fn rebuild(g: &Mir, mut step: impl FnMut(&mut Mir, usize, &[ValueId], &[Option<ValueId>]) -> Option<Vec<ValueId>>) -> Mir {
     let mut out = Mir::new();
     let mut map: Vec<Option<ValueId>> = vec![None; g.values.len()];
     for &i in &g.inputs {
@@ -31,7 +32,7 @@ fn rebuild(g: &Mir, mut step: impl FnMut(&mut Mir, usize, &[ValueId]) -> Option<
     }
     for (ni, n) in g.nodes.iter().enumerate() {
         let Some(ins) = n.inputs.iter().map(|i| map[i.index()]).collect::<Option<Vec<_>>>() else { continue };
-        let outs = match step(&mut out, ni, &ins) {
+        let outs = match step(&mut out, ni, &ins, &map) {
             Some(o) => o,
             None => out.push_node(&n.name, n.op.clone(), &ins, n.outputs.iter().map(|&o| g.ty(o).clone()).collect()),
         };
@@ -46,9 +47,15 @@ fn rebuild(g: &Mir, mut step: impl FnMut(&mut Mir, usize, &[ValueId]) -> Option<
     out
 }
 
+/// The whole constant pass as every target runs it: gathers moved below constant chains
+/// ([`sink_gathers`]), then folding, with dead code removed before and after.
+pub fn simplify(g: &Mir, eval: Evaluator) -> Mir {
+    dce(&fold(&dce(&sink_gathers(g)), eval))
+}
+
 /// Folds constant subgraphs. Nodes the evaluator rejects are kept as they are.
 pub fn fold(g: &Mir, eval: Evaluator) -> Mir {
-    rebuild(g, |out, ni, ins| {
+    rebuild(g, |out, ni, ins, _| {
         let n = &g.nodes[ni];
         let consts: Option<Vec<ConstData>> = ins.iter().map(|&i| out.const_data(i).cloned()).collect();
         let consts = consts?;
@@ -112,4 +119,68 @@ pub fn dce(g: &Mir) -> Mir {
     }
     out.outputs = g.outputs.iter().map(|o| map[o.index()].expect("outputs are live")).collect();
     out
+}
+
+/// Moves a row gather below the constant elementwise chain that feeds it: `gather(mul(cast(W), s), ids)`
+/// becomes `mul(cast(gather(W, ids)), gather(s, ids))`. Folding would otherwise materialize the whole
+/// dequantized table (MiniLM's int8 word embeddings: 30522×384 f32, 47 MB of the 90 MB of weights)
+/// when a run reads a few rows of it; after the move the table stays int8 and only the gathered rows are
+/// converted, in the gather's kernel. Applies to axis-0 gathers whose data is computed only from
+/// constants by unary, cast and binary ops, each value used once, and only when the gathered result is
+/// smaller than the table. Operands that do not vary along axis 0 (rank below the table's, or a leading
+/// dim of 1) are kept as they are; the result is the same values in the same order.
+pub fn sink_gathers(g: &Mir) -> Mir {
+    let uses = g.use_counts();
+    let fixed = |v: ValueId| g.ty(v).shape.as_fixed();
+    // Can `v` (shape with leading dim `rows`) be gathered through? Leaves are constants.
+    fn through(g: &Mir, uses: &[u32], v: ValueId, rows: u64) -> bool {
+        if g.const_data(v).is_some() {
+            return true;
+        }
+        let Some(n) = g.producer(v) else { return false };
+        let n = g.node(n);
+        if uses[v.index()] != 1 || !matches!(n.op, MirOp::Unary(_) | MirOp::Cast { .. } | MirOp::Binary(_)) {
+            return false;
+        }
+        let rank = g.ty(v).shape.rank();
+        n.inputs.iter().all(|&u| {
+            let s = &g.ty(u).shape;
+            match s.dims().first() {
+                _ if s.rank() < rank => true,
+                Some(Dim::Fixed(1)) => true,
+                Some(Dim::Fixed(d)) if s.rank() == rank && *d == rows => through(g, uses, u, rows),
+                _ => false,
+            }
+        })
+    }
+    // Emits the gathered chain into `out`; `map` holds the already copied values of `g`. The new
+    // gathers carry the original gather's node name.
+    fn emit(g: &Mir, out: &mut Mir, map: &[Option<ValueId>], v: ValueId, ids: ValueId, rows: u64, name: &str) -> Option<ValueId> {
+        let rank = g.ty(v).shape.rank();
+        if g.const_data(v).is_some() {
+            return out.add1(name, MirOp::Gather { axis: 0 }, &[map[v.index()]?, ids]).ok();
+        }
+        let n = g.node(g.producer(v)?);
+        let mut ins = Vec::with_capacity(n.inputs.len());
+        for &u in &n.inputs {
+            let s = &g.ty(u).shape;
+            let varies = s.rank() == rank && s.dims().first() == Some(&Dim::Fixed(rows)) && rows != 1;
+            ins.push(if varies { emit(g, out, map, u, ids, rows, name)? } else { map[u.index()]? });
+        }
+        out.add1(&n.name, n.op.clone(), &ins).ok()
+    }
+    rebuild(g, |out, ni, _, map| {
+        let n = &g.nodes[ni];
+        let MirOp::Gather { axis: 0 } = n.op else { return None };
+        let (data, ids) = (n.inputs[0], n.inputs[1]);
+        g.const_data(data).is_none().then_some(())?;
+        let table = fixed(data)?;
+        let rows = *table.first()? as u64;
+        let gathered: usize = fixed(n.outputs[0])?.iter().product();
+        if rows < 2 || gathered >= table.iter().product::<usize>() || !through(g, &uses, data, rows) {
+            return None;
+        }
+        let v = emit(g, out, map, data, map[ids.index()]?, rows, &n.name)?;
+        (out.ty(v) == g.ty(n.outputs[0])).then(|| vec![v])
+    })
 }

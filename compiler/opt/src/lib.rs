@@ -11,7 +11,7 @@ pub mod lower;
 pub use legalize::{report, DispatchEntry, DispatchReport, Resolution};
 pub use lower::lower;
 pub mod fold;
-pub use fold::{dce, fold, Evaluator};
+pub use fold::{dce, fold, simplify, sink_gathers, Evaluator};
 pub mod plan;
 pub use plan::{plan, PlanOptions};
 pub mod order;

@@ -216,11 +216,14 @@ pub struct PlanOptions {
     /// Columns per GEMM panel = lanes of the micro-kernel's vector accumulators: the target's f32
     /// vector width × 2 (AVX2 and NEON: 16; AVX-512: 32).
     pub gemm_nr: usize,
+    /// Rows per GEMM micro-kernel tile: `gemm_mr` × 2 vector accumulators must fit the register file
+    /// with room for the B vectors (AVX2: 6 rows, 12 of 16 ymm; AVX-512: 8 rows, 16 of 32 zmm).
+    pub gemm_mr: usize,
 }
 
 impl Default for PlanOptions {
     fn default() -> Self {
-        PlanOptions { align: 64, gemm_nr: GEMM_NR }
+        PlanOptions { align: 64, gemm_nr: GEMM_NR, gemm_mr: GEMM_MR }
     }
 }
 
@@ -272,11 +275,12 @@ struct Planner<'g> {
     packed_weight: HashMap<ValueId, u32>,
     align: usize,
     nr: usize,
+    mr: usize,
 }
 
 /// Columns per packed weight panel = lanes of the GEMM micro-kernel's vector accumulators.
 pub const GEMM_NR: usize = 16;
-/// Rows per GEMM micro-kernel tile (6 rows × 16 lanes = 12 AVX2 accumulators).
+/// Rows per GEMM micro-kernel tile by default (6 rows × 16 lanes = 12 AVX2 accumulators).
 pub const GEMM_MR: usize = 6;
 
 /// Row-major multi-index of a flat row number over `dims`.
@@ -673,7 +677,7 @@ impl<'g> Planner<'g> {
         }
     }
 
-    /// The GEMM micro-kernel: rows in tiles of GEMM_MR (one parallel loop over tiles; the last tile's
+    /// The GEMM micro-kernel: rows in tiles of `gemm_mr` (one parallel loop over tiles; the last tile's
     /// extra rows repeat the last row, writing identical values), columns in packed panels of GEMM_NR
     /// held in vector accumulators across K, the epilogue applied to each accumulator before its store.
     /// Columns past the last full panel use the per-element path.
@@ -689,7 +693,7 @@ impl<'g> Planner<'g> {
         let packed = self.packed_weight.get(&w).copied();
         // Panel width: the packed weight's own (it may be widened for few rows), else the target's.
         let nr = packed.map_or(self.nr, |pb| self.buffers[pb as usize].shape[2]);
-        let mr = GEMM_MR.min(rows.max(1));
+        let mr = self.mr.min(rows.max(1));
         let full = n / nr;
         let tail = n % nr;
         let pp = packed.map(|pb| kb.param(pb, &self.buffers[pb as usize].clone(), Access::Read));
@@ -1131,6 +1135,7 @@ pub fn plan(g: &Mir, opts: &PlanOptions) -> Result<Lir, Vec<Problem>> {
         packed_weight: HashMap::new(),
         align: opts.align,
         nr: opts.gemm_nr.max(1),
+        mr: opts.gemm_mr.max(1),
     };
     let label = |v: ValueId| -> String {
         match (&g.value(v).name, g.producer(v)) {

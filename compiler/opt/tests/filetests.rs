@@ -30,7 +30,7 @@ fn run_pass(header: &[String], input: &str) -> Result<String, String> {
             rlx_ir::verify::verify(&g).iter().map(|p| format!("{p}\n")).collect::<String>() + "(end)\n"
         }
         "fold" => {
-            // Constant folding (evaluated by the reference interpreter) followed by DCE.
+            // Gather sinking, constant folding (evaluated by the reference interpreter) and DCE.
             let g = text::parse::<MirOp>(input).map_err(perr)?;
             let eval = |op: &MirOp, ins: &[rlx_ir::ConstData]| -> Result<Vec<rlx_ir::ConstData>, String> {
                 let mut m = rlx_ir::Mir::new();
@@ -38,7 +38,7 @@ fn run_pass(header: &[String], input: &str) -> Result<String, String> {
                 m.outputs = m.add_node("fold", op.clone(), &vs)?;
                 rlx_interp::run(&m, ins).map_err(|e| e.to_string())
             };
-            text::print(&rlx_opt::dce(&rlx_opt::fold(&g, &eval)))
+            text::print(&rlx_opt::simplify(&g, &eval))
         }
         "plan" => {
             let g = text::parse::<MirOp>(input).map_err(perr)?;

@@ -371,7 +371,7 @@ impl TargetEnv {
     /// Compiles, links and runs one case that passed on the interpreter.
     fn run(&self, l: &Lowered) -> (TargetOutcome, String) {
         // Legalize first, so unsupported nodes are named as op/dtype rather than as a compile error.
-        let folded = rlx_opt::dce(&rlx_opt::fold(&l.mir, &crate::pipeline::eval_op));
+        let folded = rlx_opt::simplify(&l.mir, &crate::pipeline::eval_op);
         let report = rlx_opt::report(&folded, &self.target.caps());
         if !report.is_legal() {
             let mut what: Vec<String> = report.unsupported().map(|e| format!("{}/{}", e.op, e.dtype)).collect();

@@ -576,7 +576,7 @@ fn kernel_fn(k: &Kernel, fname: &str, decls: &mut BTreeSet<String>) -> String {
         let _ = writeln!(loads, "  %p{i}.slot = getelementptr inbounds ptr, ptr %ctx, i64 {i}\n  %p{i} = load ptr, ptr %p{i}.slot, align 8");
     }
     format!(
-        "; kernel {:?}\ndefine internal void @{fname}(ptr noalias nocapture readonly %ctx, i64 %start, i64 %end) #0 {{\nentry:\n{}{}  br label %start.bb\nstart.bb:\n{}  ret void\n}}\n\n",
+        "; kernel {:?}\ndefine internal void @{fname}(ptr noalias nocapture readonly %ctx, i64 %start, i64 %end) #1 {{\nentry:\n{}{}  br label %start.bb\nstart.bb:\n{}  ret void\n}}\n\n",
         k.name, w.allocas, loads, w.out
     )
 }
@@ -586,8 +586,11 @@ fn kernel_fn(k: &Kernel, fname: &str, decls: &mut BTreeSet<String>) -> String {
 pub fn module_text(lir: &Lir, name: &str, triple: &str, cpu: &str, features: &str, external_weights: bool) -> String {
     let mut decls = BTreeSet::new();
     let mut body = String::new();
-    for (i, l) in lir.launches.iter().enumerate() {
-        body.push_str(&kernel_fn(&l.kernel, &format!("{name}_k{i}"), &mut decls));
+    // Launches whose kernels are identical up to their name (the same op on the same shapes, e.g. every
+    // encoder layer's) share one function: buffers are bound through the context, not baked in.
+    let (fn_of, unique) = rlx_ir::loops::dedup_kernels(lir.launches.iter().map(|l| &l.kernel));
+    for &li in &unique {
+        body.push_str(&kernel_fn(&lir.launches[li].kernel, &format!("{name}_k{}", fn_of[li]), &mut decls));
     }
     let mut m = String::new();
     let _ = writeln!(m, "; rlxc {} — model {name}", env!("CARGO_PKG_VERSION"));
@@ -657,11 +660,11 @@ pub fn module_text(lir: &Lir, name: &str, triple: &str, cpu: &str, features: &st
         let sp = split_of(&l.kernel);
         match sp.grain {
             Some(grain) => {
-                let _ = writeln!(e, "  call void @rlx_rt_parallel_for(ptr @{name}_k{li}, ptr %ctx{li}, i64 {}, i64 {grain})", sp.extent);
+                let _ = writeln!(e, "  call void @rlx_rt_parallel_for(ptr @{name}_k{}, ptr %ctx{li}, i64 {}, i64 {grain})", fn_of[li], sp.extent);
                 uses_runtime = true;
             }
             None => {
-                let _ = writeln!(e, "  call void @{name}_k{li}(ptr %ctx{li}, i64 0, i64 {})", sp.extent);
+                let _ = writeln!(e, "  call void @{name}_k{}(ptr %ctx{li}, i64 0, i64 {})", fn_of[li], sp.extent);
             }
         }
     }
@@ -680,5 +683,8 @@ pub fn module_text(lir: &Lir, name: &str, triple: &str, cpu: &str, features: &st
         m.push('\n');
     }
     let _ = writeln!(m, "\nattributes #0 = {{ nounwind \"target-cpu\"=\"{cpu}\" \"target-features\"=\"{features}\" }}");
+    // Kernels stay out of line: shared by every launch of the same shape (see `dedup_kernels`), and
+    // inlining a model's serial kernels into NAME_run only multiplies LLVM's work (and the code size).
+    let _ = writeln!(m, "attributes #1 = {{ noinline nounwind \"target-cpu\"=\"{cpu}\" \"target-features\"=\"{features}\" }}");
     m
 }

@@ -76,11 +76,12 @@ impl<'a> Writer<'a> {
         let pr = self.op(format!("fmul contract {t} {p}, {r2}"));
         let y = self.op(format!("fadd {t} {pr}, {r}"));
         let y = self.op(format!("fadd {t} {y}, {}", k(1.0)));
-        // 2^n from the exponent bits (n is in [-126, 127] after the clamp; NaN → 0 via .sat).
-        let (isuf, fsuf) = if lanes == 1 { ("i32".to_string(), "f32".to_string()) } else { (format!("v{lanes}i32"), format!("v{lanes}f32")) };
-        let name = format!("llvm.fptosi.sat.{isuf}.{fsuf}");
-        self.decls.insert(format!("declare {it} @{name}({t})"));
-        let ni = self.op(format!("call {it} @{name}({t} {n})"));
+        // 2^n from the exponent bits (n is in [-126, 127] after the clamp). NaN becomes 0 first, so a
+        // plain fptosi (one vcvttps2dq; the saturating intrinsic scalarizes) is never poison; the
+        // result is NaN anyway through y.
+        let ord = self.op(format!("fcmp ord {t} {n}, {}", k(0.0)));
+        let n0 = self.op(format!("select {cmp_t} {ord}, {t} {n}, {t} {}", k(0.0)));
+        let ni = self.op(format!("fptosi {t} {n0} to {it}"));
         let e = self.op(format!("add {it} {ni}, {}", Self::ik(lanes, 127)));
         let e = self.op(format!("shl {it} {e}, {}", Self::ik(lanes, 23)));
         let s = self.op(format!("bitcast {it} {e} to {t}"));
