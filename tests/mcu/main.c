@@ -5,7 +5,12 @@
  *
  * Build (MODEL is the artifact name): arm-none-eabi-gcc -mcpu=cortex-m4 -mthumb -mfloat-abi=hard
  *   -mfpu=fpv4-sp-d16 -O2 --specs=rdimon.specs -DMODEL=mlp -DMODEL_H='"mlp.h"' -I DIR
- *   main.c startup.c DIR/mlp.c -Wl,--section-start=.vectors=0x0 -o fw.elf */
+ *   main.c startup.c DIR/mlp.c -Wl,--section-start=.vectors=0x0 -o fw.elf
+ *
+ * -DRLX_SYSTICK: also time every run with SysTick (24-bit, processor clock) and print
+ * `systick T` (the sum over all images). Under `qemu -icount shift=0` one instruction is 1 ns of
+ * virtual time, so on mps2-an386 (25 MHz) T·40 is the number of instructions the model ran
+ * (QEMU does not model cycles). */
 #include <stdint.h>
 #include <stdio.h>
 #include MODEL_H
@@ -27,8 +32,21 @@ int main(void) {
         return 3;
     }
     int n = 0, hist[OUT_ELEMS] = {0};
+#ifdef RLX_SYSTICK
+    volatile uint32_t *syst = (volatile uint32_t *)0xE000E010; /* CSR, RVR, CVR */
+    syst[1] = 0xFFFFFF;
+    syst[2] = 0;
+    syst[0] = 5; /* enable, processor clock, no interrupt */
+    unsigned long long ticks = 0;
+#endif
     while (fread(in, 1, IN_ELEMS, fi) == IN_ELEMS) {
+#ifdef RLX_SYSTICK
+        uint32_t t0 = syst[2];
+#endif
         int rc = RUN(in, out);
+#ifdef RLX_SYSTICK
+        ticks += (t0 - syst[2]) & 0xFFFFFF;
+#endif
         if (rc != 0) {
             printf("run failed: %d\n", rc);
             return 2;
@@ -49,5 +67,8 @@ int main(void) {
     printf("images %d predictions", n);
     for (int j = 0; j < OUT_ELEMS; j++) printf(" %d", hist[j]);
     printf("\n");
+#ifdef RLX_SYSTICK
+    printf("systick %llu\n", ticks);
+#endif
     return 0;
 }

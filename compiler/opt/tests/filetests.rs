@@ -2,7 +2,7 @@
 //! header lines), an input graph in the text form, a line `----`, and the expected output.
 //! `BLESS=1 cargo test -p rlx-opt --test filetests` rewrites the expectations for review in git.
 //!
-//! Passes: `lower` (HIR in, MIR text out), `fold` (constant folding + DCE), `plan` (MIR in; LIR buffers, launches and loop-form kernels out), `verify-hir` / `verify-mir` (problems, one per line),
+//! Passes: `lower` (HIR in, MIR text out), `fold` (constant folding + DCE), `plan` (MIR in; LIR buffers, launches and loop-form kernels out; `plan-rows` with row fusion), `verify-hir` / `verify-mir` (problems, one per line),
 //! `legalize` (MIR in; header `caps KIND:DTYPE …`; dispatch report out), `roundtrip-hir` /
 //! `roundtrip-mir` (parse then print).
 
@@ -40,9 +40,10 @@ fn run_pass(header: &[String], input: &str) -> Result<String, String> {
             };
             text::print(&rlx_opt::simplify(&g, &eval))
         }
-        "plan" => {
+        "plan" | "plan-rows" => {
             let g = text::parse::<MirOp>(input).map_err(perr)?;
-            match rlx_opt::plan(&g, &rlx_opt::PlanOptions::default()) {
+            let opts = rlx_opt::PlanOptions { row_fusion: pass == "plan-rows", ..Default::default() };
+            match rlx_opt::plan(&g, &opts) {
                 Ok(l) => {
                     let mut s = l.to_string();
                     for la in &l.launches {

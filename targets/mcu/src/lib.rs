@@ -9,6 +9,11 @@
 //! arena and weight bytes and, for quantized models, each port's scale and zero point.
 //! `NAME_run` is not reentrant (the arena is a static).
 //!
+//! On cores with the DSP extension ([`Core::has_dsp`]) int8 dot-product inner loops (the planner's
+//! fully connected and conv loops, recognized in the loop form by `dot`) also get a 4-wide SMLAD
+//! path (`rlx_dot4_i8`: ACLE `__sxtb16` + `__smlad`) under `#if defined(__ARM_FEATURE_DSP)`, before the
+//! scalar loop that finishes the row; the result is bit-identical (same products, wrapping i32 sums).
+//!
 //! [`emit_rust`] (module `rust`) translates the same program into one `#![no_std]` Rust file (`NAME.rs`).
 
 mod rust;
@@ -16,7 +21,7 @@ pub use rust::{emit_rust, RustSource};
 
 use rlx_ir::caps::TargetCaps;
 use rlx_ir::lir::{Base, Lir};
-use rlx_ir::loops::{Access, Expr, IOp, Kernel, Stmt};
+use rlx_ir::loops::{Access, Expr, IOp, Kernel, Stmt, Var};
 use rlx_ir::{BinaryOp, DType, UnaryOp};
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -42,6 +47,12 @@ impl Core {
             Core::M33 => "cortex-m33",
             Core::M55 => "cortex-m55",
         }
+    }
+    /// The core has the DSP extension (SMLAD, SXTB16): Cortex-M4, M7, M33 (as gcc's `-mcpu=cortex-m33`
+    /// builds it) and M55. The C writer then adds dual 16-bit MAC inner loops, guarded by
+    /// `__ARM_FEATURE_DSP`; the Rust writer does for M4 and M7 (thumbv7em, whose ISA always has them).
+    pub fn has_dsp(self) -> bool {
+        matches!(self, Core::M4 | Core::M7 | Core::M33 | Core::M55)
     }
     /// arm-none-eabi-gcc flags for the core (hard-float where it has an FPU).
     pub fn gcc_flags(self) -> &'static str {
@@ -240,11 +251,106 @@ fn int_lit(v: i64, d: DType) -> String {
     }
 }
 
+/// An int8 dot-product loop: `for k in 0..extent { acc = acc + i32(a[ia]) * i32(b[ib]) }` (i32
+/// wrapping arithmetic, int8 loads) where both indices step by exactly 1 with `k` — the inner loop of
+/// the planner's fully connected and conv kernels. The DSP path runs it 4 elements at a time with two
+/// SMLADs (each a pair of 16×16 products added to the accumulator, wrapping as MIR's i32 add): the
+/// same products and the same wrapping sum in another order, so the result is identical.
+pub(crate) struct Dot<'a> {
+    pub var: Var,
+    pub extent: i64,
+    pub acc: Var,
+    pub a: (u32, &'a Expr),
+    pub b: (u32, &'a Expr),
+}
+
+/// Whether `e` mentions loop variable `v`.
+fn uses(e: &Expr, v: Var) -> bool {
+    match e {
+        Expr::Var(x) => *x == v,
+        Expr::Int(_) | Expr::Lit(..) => false,
+        Expr::Load { index, .. } => uses(index, v),
+        Expr::I(_, a, b) | Expr::Bin(_, _, a, b) => uses(a, v) || uses(b, v),
+        Expr::Un(_, _, x) | Expr::Cast { x, .. } | Expr::ToIndex { x, .. } => uses(x, v),
+        Expr::Select(c, a, b) => uses(c, v) || uses(a, v) || uses(b, v),
+    }
+}
+
+/// The coefficient of `v` in an index expression that is affine in `v` (None when it is not).
+fn coef(e: &Expr, v: Var) -> Option<i64> {
+    if !uses(e, v) {
+        return Some(0);
+    }
+    match e {
+        Expr::Var(_) => Some(1),
+        Expr::I(IOp::Add, a, b) => coef(a, v)?.checked_add(coef(b, v)?),
+        Expr::I(IOp::Sub, a, b) => coef(a, v)?.checked_sub(coef(b, v)?),
+        Expr::I(IOp::Mul, a, b) => match (a.as_ref(), b.as_ref()) {
+            (Expr::Int(c), x) | (x, Expr::Int(c)) => coef(x, v)?.checked_mul(*c),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+pub(crate) fn dot<'a>(st: &'a Stmt, k: &Kernel) -> Option<Dot<'a>> {
+    let Stmt::For {
+        var, extent, body, ..
+    } = st
+    else {
+        return None;
+    };
+    let [Stmt::Assign { var: acc, value }] = body.as_slice() else {
+        return None;
+    };
+    if k.decl_dtype(*acc) != Some(DType::I32) || *extent < 4 {
+        return None;
+    }
+    let Expr::Bin(BinaryOp::Add, DType::I32, x, y) = value else {
+        return None;
+    };
+    let prod = match (x.as_ref(), y.as_ref()) {
+        (Expr::Var(a), p) | (p, Expr::Var(a)) if a == acc => p,
+        _ => return None,
+    };
+    let Expr::Bin(BinaryOp::Mul, DType::I32, p, q) = prod else {
+        return None;
+    };
+    let operand = |e: &'a Expr| -> Option<(u32, &'a Expr)> {
+        let Expr::Cast {
+            from: DType::I8,
+            to: DType::I32,
+            x,
+        } = e
+        else {
+            return None;
+        };
+        let Expr::Load { buf, index } = x.as_ref() else {
+            return None;
+        };
+        let ok = k.params.get(*buf as usize)?.dtype == DType::I8
+            && coef(index, *var) == Some(1)
+            && !uses(index, *acc);
+        ok.then_some((*buf, index.as_ref()))
+    };
+    Some(Dot {
+        var: *var,
+        extent: *extent,
+        acc: *acc,
+        a: operand(p)?,
+        b: operand(q)?,
+    })
+}
+
 /// Scalar C for `e`; `helpers` collects the static inline functions it calls.
 struct W {
     helpers: BTreeMap<String, String>,
     kernel: Kernel,
     math: bool,
+    /// Write SMLAD inner loops (a DSP core).
+    dsp: bool,
+    /// Inner loops written with the DSP path.
+    dsp_loops: usize,
 }
 
 impl W {
@@ -339,7 +445,7 @@ impl W {
             (UnaryOp::BitNot, false) => format!("({t})~x"),
             (UnaryOp::Not, _) => return Ok(format!("(!{xs})")),
             (UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round, false) => return Ok(xs),
-            (UnaryOp::Recip, true) => format!("1 / x"),
+            (UnaryOp::Recip, true) => "1 / x".to_string(),
             (UnaryOp::Sigmoid, true) => {
                 self.math = true;
                 format!("1 / (1 + exp{f}(-x))")
@@ -461,6 +567,33 @@ impl W {
     fn stmts(&mut self, s: &[Stmt], depth: usize, out: &mut String) -> Result<(), String> {
         let pad = "    ".repeat(depth);
         for st in s {
+            if let Some(d) = self.dsp.then(|| dot(st, &self.kernel)).flatten() {
+                // Four int8 MACs per step with two SMLADs where the compiler has the DSP extension,
+                // then the scalar loop for the rest (all of it without __ARM_FEATURE_DSP).
+                let (k, e, acc) = (d.var.0, d.extent, d.acc.0);
+                let (ia, ib) = (self.expr(d.a.1)?, self.expr(d.b.1)?);
+                let (ba, bb) = (d.a.0, d.b.0);
+                let mut rest = String::new();
+                let Stmt::For { body, .. } = st else {
+                    unreachable!()
+                };
+                self.stmts(body, depth + 2, &mut rest)?;
+                let _ = writeln!(
+                    out,
+                    "{pad}{{
+{pad}    int32_t v{k} = 0;
+#if defined(__ARM_FEATURE_DSP)
+{pad}    for (; v{k} + 4 <= {e}; v{k} += 4) {{
+{pad}        v{acc} = rlx_dot4_i8(&b{ba}[{ia}], &b{bb}[{ib}], v{acc});
+{pad}    }}
+#endif
+{pad}    for (; v{k} < {e}; v{k}++) {{
+{rest}{pad}    }}
+{pad}}}"
+                );
+                self.dsp_loops += 1;
+                continue;
+            }
             match st {
                 Stmt::For {
                     var, extent, body, ..
@@ -568,6 +701,8 @@ pub fn emit_c(lir: &Lir, o: &Options) -> Result<Sources, String> {
             vars: 0,
         },
         math: false,
+        dsp: o.core.has_dsp(),
+        dsp_loops: 0,
     };
     for b in &lir.buffers {
         if b.elems() > i32::MAX as usize {
@@ -602,7 +737,7 @@ pub fn emit_c(lir: &Lir, o: &Options) -> Result<Sources, String> {
                         .position(|a| b.offset >= a.0 && b.offset < a.0 + a.1.max(1))
                         .ok_or("weights buffer outside the blob")?;
                     let rel = b.offset - arrays[ai].0;
-                    if rel % es != 0 {
+                    if !rel.is_multiple_of(es) {
                         return Err(format!(
                             "weights buffer '{}' is not element-aligned in its array",
                             b.label
@@ -645,6 +780,16 @@ pub fn emit_c(lir: &Lir, o: &Options) -> Result<Sources, String> {
     );
     for h in w.helpers.values() {
         let _ = writeln!(c, "{h}");
+    }
+    if w.dsp_loops > 0 {
+        let _ = writeln!(c, "\n/* DSP extension: 4 int8 MACs as two SMLADs (dual 16x16 multiply-accumulate, wrapping as i32). */");
+        let _ = writeln!(c, "#if defined(__ARM_FEATURE_DSP)\n#include <arm_acle.h>\nstatic inline int32_t rlx_dot4_i8(const int8_t *a, const int8_t *b, int32_t acc) {{");
+        let _ = writeln!(
+            c,
+            "    uint32_t x, y;\n    __builtin_memcpy(&x, a, 4);\n    __builtin_memcpy(&y, b, 4);"
+        );
+        let _ = writeln!(c, "    acc = __smlad(__sxtb16((int8x4_t)x), __sxtb16((int8x4_t)y), acc); /* bytes 0 and 2 */");
+        let _ = writeln!(c, "    return __smlad(__sxtb16((int8x4_t)((x >> 8) | (x << 24))), __sxtb16((int8x4_t)((y >> 8) | (y << 24))), acc); /* bytes 1 and 3 */\n}}\n#endif");
     }
     let _ = writeln!(
         c,

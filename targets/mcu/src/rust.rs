@@ -120,7 +120,38 @@ struct W<'a> {
     loops: HashMap<Var, i64>,
     proven: usize,
     checked: usize,
+    /// Write SMLAD inner loops (Cortex-M4 / M7: thumbv7em).
+    dsp: bool,
 }
+
+/// Four int8 MACs: `sxtb16` splits each word into its even and odd bytes as two 16-bit lanes, and two
+/// `smlad`s add both lane products to the accumulator (wrapping, as MIR's i32 add). Off ARM (the
+/// host tests) the same sum in plain wrapping arithmetic.
+const DOT4: &str = "#[cfg(target_arch = \"arm\")]
+#[inline(always)]
+unsafe fn dot4_i8(a: *const i8, b: *const i8, mut acc: i32) -> i32 {
+    let x = core::ptr::read_unaligned(a as *const u32);
+    let y = core::ptr::read_unaligned(b as *const u32);
+    core::arch::asm!(
+        \"sxtb16 {t0}, {x}\",
+        \"sxtb16 {t1}, {y}\",
+        \"smlad {acc}, {t0}, {t1}, {acc}\",
+        \"sxtb16 {t0}, {x}, ror #8\",
+        \"sxtb16 {t1}, {y}, ror #8\",
+        \"smlad {acc}, {t0}, {t1}, {acc}\",
+        acc = inout(reg) acc, x = in(reg) x, y = in(reg) y, t0 = out(reg) _, t1 = out(reg) _,
+        options(pure, nomem, nostack),
+    );
+    acc
+}
+#[cfg(not(target_arch = \"arm\"))]
+#[inline(always)]
+unsafe fn dot4_i8(a: *const i8, b: *const i8, mut acc: i32) -> i32 {
+    for j in 0..4 {
+        acc = acc.wrapping_add((*a.add(j) as i32).wrapping_mul(*b.add(j) as i32));
+    }
+    acc
+}";
 
 impl W<'_> {
     fn helper(&mut self, name: &str, def: impl FnOnce() -> String) -> String {
@@ -431,6 +462,26 @@ impl W<'_> {
     fn stmts(&mut self, s: &[Stmt], depth: usize, out: &mut String) -> Result<(), String> {
         let pad = "    ".repeat(depth);
         for st in s {
+            if let Some(d) = self.dsp.then(|| crate::dot(st, self.kernel)).flatten() {
+                // Both accesses proven in bounds over 0..extent: the 4-byte reads at k ≤ extent - 4
+                // stay inside them (each index steps by 1 with k).
+                let (k, e, acc) = (d.var.0, d.extent, d.acc.0);
+                self.loops.insert(d.var, e);
+                let (ia, ra) = self.index(d.a.1)?;
+                let (ib, rb) = self.index(d.b.1)?;
+                let inb = |r: Option<Range>, b: u32| r.is_some_and(|r| r.0 >= 0 && r.1 < self.kernel.params[b as usize].elems as i64);
+                if inb(ra, d.a.0) && inb(rb, d.b.0) {
+                    let Stmt::For { body, .. } = st else { unreachable!() };
+                    let mut rest = String::new();
+                    self.stmts(body, depth + 2, &mut rest)?;
+                    self.loops.remove(&d.var);
+                    self.proven += 2;
+                    let f = self.helper("dot4_i8", || DOT4.to_string());
+                    let _ = writeln!(out, "{pad}{{\n{pad}    let mut v{k}: isize = 0;\n{pad}    while v{k} + 4 <= {e}isize {{\n{pad}        v{acc} = {f}(b{ba}.add({ia} as usize), b{bb}.add({ib} as usize), v{acc});\n{pad}        v{k} += 4;\n{pad}    }}\n{pad}    while v{k} < {e}isize {{\n{rest}{pad}        v{k} += 1;\n{pad}    }}\n{pad}}}", ba = d.a.0, bb = d.b.0);
+                    continue;
+                }
+                self.loops.remove(&d.var);
+            }
             match st {
                 Stmt::For { var, extent, body, .. } => {
                     if !within((*extent, *extent), I32R) {
@@ -560,7 +611,8 @@ pub fn emit_rust(lir: &Lir, o: &Options) -> Result<RustSource, String> {
                 Base::Output(i) => format!("out{i}.as_mut_ptr().add({}) as *{q} {t}", b.offset / es),
             });
         }
-        let mut w = W { kernel: k, helpers: std::mem::take(&mut helpers), loops: HashMap::new(), proven: 0, checked: 0 };
+        let dsp = matches!(o.core, crate::Core::M4 | crate::Core::M7);
+        let mut w = W { kernel: k, helpers: std::mem::take(&mut helpers), loops: HashMap::new(), proven: 0, checked: 0, dsp };
         let mut text = String::new();
         w.stmts(&k.body, 2, &mut text)?;
         helpers = w.helpers;
