@@ -18,6 +18,17 @@ impl TargetCaps {
         TargetCaps { name: name.to_string(), native: kinds.iter().map(|&k| (k, dtypes.to_vec())).collect() }
     }
 
+    /// Adds claims for `kind` on more dtypes (e.g. `cast` to storage-only types).
+    pub fn with(mut self, kind: &'static str, dtypes: &[DType]) -> TargetCaps {
+        let d = self.native.entry(kind).or_default();
+        for &t in dtypes {
+            if !d.contains(&t) {
+                d.push(t);
+            }
+        }
+        self
+    }
+
     pub fn claims(&self, kind: &str, dtype: DType) -> bool {
         self.native.get(kind).is_some_and(|d| d.contains(&dtype))
     }

@@ -6,10 +6,11 @@
 //!   registered yet beyond the common-IR table);
 //! - **unsupported**: none of the above. The compile fails and the report lists every such node.
 //!
-//! The dtype a claim is checked against is the node's first input's dtype (for `cast`, the claim must
-//! cover the source dtype; the destination is in the note).
+//! The dtype a claim is checked against is the node's first input's dtype. A `cast` must be claimed
+//! for its source and for its destination dtype (a target without f64 cannot produce one either), so
+//! `rlxc check` reports what the compile would otherwise fail on.
 
-use rlx_ir::{DType, Mir, OpSet, TargetCaps};
+use rlx_ir::{DType, Mir, MirOp, OpSet, TargetCaps};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Resolution {
@@ -79,7 +80,13 @@ pub fn report(g: &Mir, caps: &TargetCaps) -> DispatchReport {
         let kind = n.op.kind();
         let dtype = n.inputs.first().map(|&i| g.ty(i).dtype).unwrap_or(DType::F32);
         let input_shapes = n.inputs.iter().map(|&i| g.ty(i).to_string()).collect();
-        let (resolution, note) = if caps.claims(kind, dtype) {
+        let cast_to = match n.op {
+            MirOp::Cast { to } if !caps.claims(kind, to) => Some(to),
+            _ => None,
+        };
+        let (resolution, note) = if let Some(to) = cast_to {
+            (Resolution::Unsupported, format!("target '{}' does not implement cast to {to}; legal if the target would claim cast/{to}", caps.name))
+        } else if caps.claims(kind, dtype) {
             (Resolution::Native, String::new())
         } else if let Some((_, prims)) = COMMON_IR.iter().find(|(k, prims)| *k == kind && prims.iter().all(|p| caps.claims(p, dtype))) {
             (Resolution::CommonIr, format!("via {}", prims.join(" + ")))

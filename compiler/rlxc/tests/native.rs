@@ -572,3 +572,14 @@ fn c_app_gets_null_input_error_code() {
     assert!(e.contains("returned 4 (cnn_ERR_NULL_INPUT)"), "the documented error name:\n{e}");
     assert!(!run.join("out_probs.bin").exists(), "no output written on error");
 }
+
+/// The LLVM back end's inline f32 exp, erf, tanh and sigmoid stay within the bounds that
+/// tests/native/math_accuracy.py states, against f64 references on a dense grid and at the special
+/// values (±inf, NaN, 0, the overflow and underflow edges).
+#[test]
+fn inline_math_is_within_stated_bounds() {
+    let dir = scratch("math_accuracy");
+    let out = py(&["tests/native/math_accuracy.py", env!("CARGO_BIN_EXE_rlxc"), s(&dir)]);
+    eprintln!("{out}");
+    assert_eq!(out.lines().filter(|l| l.ends_with(": ok")).count(), 4, "{out}");
+}

@@ -842,11 +842,14 @@ pub fn translate(lir: &Lir, name: &str, external_weights: bool, isa: OwnedTarget
     }
 
     // Kernel functions.
+    // Launches with identical kernels share one function (as in the LLVM writer).
     let ksig = kernel_sig(&m);
-    let mut kids = Vec::new();
-    for i in 0..lir.launches.len() {
-        kids.push(m.declare_function(&format!("{name}_k{i}"), Linkage::Local, &ksig).map_err(err)?);
+    let (fn_of, unique) = rlx_ir::loops::dedup_kernels(lir.launches.iter().map(|l| &l.kernel));
+    let mut fids = Vec::new();
+    for f in 0..unique.len() {
+        fids.push(m.declare_function(&format!("{name}_k{f}"), Linkage::Local, &ksig).map_err(err)?);
     }
+    let kids: Vec<FuncId> = fn_of.iter().map(|&f| fids[f]).collect();
 
     // Entry point: int NAME_run(void *arena, const void *const *inputs, void *const *outputs).
     let mut sig = m.make_signature();
@@ -978,8 +981,8 @@ pub fn translate(lir: &Lir, name: &str, external_weights: bool, isa: OwnedTarget
         define(&mut m, run_id, &mut ctx, &mut text)?;
     }
 
-    for (i, l) in lir.launches.iter().enumerate() {
-        kernel_fn(&mut m, kids[i], &l.kernel, &mut fctx, &mut text)?;
+    for (f, &li) in unique.iter().enumerate() {
+        kernel_fn(&mut m, fids[f], &lir.launches[li].kernel, &mut fctx, &mut text)?;
     }
     let obj = m.finish().emit().map_err(err)?;
     Ok((obj, text.unwrap_or_default()))

@@ -100,8 +100,9 @@ pub const DTYPES: &[DType] = &[
 pub const KINDS: &[&str] = rlx_ir::loops::LOWERED_KINDS;
 
 /// The claim set for `--target NAME` with this back end.
+/// f16/bf16 are storage types here: no arithmetic, but `cast` to and from them is implemented.
 pub fn caps(name: &str) -> TargetCaps {
-    TargetCaps::uniform(name, KINDS, DTYPES)
+    TargetCaps::uniform(name, KINDS, DTYPES).with("cast", &[DType::F16, DType::BF16])
 }
 
 /// Options for one compile.

@@ -338,6 +338,7 @@ impl<'a> Writer<'a> {
                 UnaryOp::Atan => self.libm("atan", d, &[v]),
                 UnaryOp::Sinh => self.libm("sinh", d, &[v]),
                 UnaryOp::Cosh => self.libm("cosh", d, &[v]),
+                UnaryOp::Tanh if d == DType::F32 => self.fast_tanh(v, 1),
                 UnaryOp::Tanh => self.libm("tanh", d, &[v]),
                 UnaryOp::Asinh => self.libm("asinh", d, &[v]),
                 UnaryOp::Acosh => self.libm("acosh", d, &[v]),

@@ -139,10 +139,7 @@ pub const KINDS: &[&str] = &[
 
 /// The claim set (the same for every core: the writer emits portable C).
 pub fn caps(name: &str) -> TargetCaps {
-    TargetCaps {
-        name: name.to_string(),
-        native: KINDS.iter().map(|&k| (k, DTYPES.to_vec())).collect(),
-    }
+    TargetCaps::uniform(name, KINDS, DTYPES)
 }
 
 /// Affine parameters of an int8 port: `real = (q - zero_point) · scale`.

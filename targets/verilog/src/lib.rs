@@ -32,10 +32,7 @@ pub const DTYPES: &[DType] = &[DType::I8, DType::I32, DType::I64];
 
 /// The claim set of `--target verilog`.
 pub fn caps(name: &str) -> TargetCaps {
-    TargetCaps {
-        name: name.to_string(),
-        native: KINDS.iter().map(|&k| (k, DTYPES.to_vec())).collect(),
-    }
+    TargetCaps::uniform(name, KINDS, DTYPES)
 }
 
 /// Affine parameters of an int8 port: `real = (q - zero_point) · scale`.

@@ -2,10 +2,15 @@
 //! vectors alike, so elementwise loops vectorize and vector loops stay vector.
 //!
 //! - exp: Cephes-style range reduction x = n·ln2 + r, degree-6 polynomial on r, scaling by 2^n built
-//!   from the exponent bits; max relative error ≈ 2 ulp on [-87.3, 88.4]; +inf above 88.72, 0 below
-//!   -103.97, NaN stays NaN.
-//! - erf: Abramowitz & Stegun 7.1.26 on |x| with the exp above, sign restored with copysign; max
-//!   absolute error 1.5e-7.
+//!   from the exponent bits in two factors (so the whole range up to FLT_MAX and down into the
+//!   subnormals is covered); +inf above ln(FLT_MAX), 0 below -103.97, NaN stays NaN.
+//! - erf: the Taylor series for |x| < 0.5, Abramowitz & Stegun 7.1.26 (with the exp above) beyond,
+//!   sign restored with copysign.
+//! - tanh: Cephes `tanhf`: x + x³·P(x²) (degree-4 P) for |x| < 0.625, else 1 − 2/(e^{2|x|} + 1) with the
+//!   exp above, sign restored with copysign; ±1 for large |x|, NaN stays NaN.
+//!
+//! Measured errors (f64 references, a dense grid and special values) are checked by
+//! `tests/native/math_accuracy.py` (run from `compiler/rlxc/tests/native.rs`), which states the bounds.
 //! f64 keeps LLVM's intrinsics / libm.
 
 use super::Writer;
@@ -55,11 +60,12 @@ impl<'a> Writer<'a> {
         let (t, it) = Self::fty(lanes);
         let k = |c: f64| Self::fk(lanes, c);
         let cmp_t = if lanes == 1 { "i1".to_string() } else { format!("<{lanes} x i1>") };
-        // Clamp (selects keep NaN: comparisons with NaN are false).
-        let hi = self.op(format!("fcmp ogt {t} {x}, {}", k(88.376_262_664_794_9)));
-        let xc = self.op(format!("select {cmp_t} {hi}, {t} {}, {t} {x}", k(88.376_262_664_794_9)));
-        let lo = self.op(format!("fcmp olt {t} {xc}, {}", k(-87.336_544_750_553_1)));
-        let xc = self.op(format!("select {cmp_t} {lo}, {t} {}, {t} {xc}", k(-87.336_544_750_553_1)));
+        // Clamp to [-103.97, ln(FLT_MAX)] (selects keep NaN: comparisons with NaN are false).
+        let (hi_c, lo_c) = (88.722_839_355_468_75, -103.972_084_045_410_16);
+        let hi = self.op(format!("fcmp ogt {t} {x}, {}", k(hi_c)));
+        let xc = self.op(format!("select {cmp_t} {hi}, {t} {}, {t} {x}", k(hi_c)));
+        let lo = self.op(format!("fcmp olt {t} {xc}, {}", k(lo_c)));
+        let xc = self.op(format!("select {cmp_t} {lo}, {t} {}, {t} {xc}", k(lo_c)));
         let xl = self.op(format!("fmul {t} {xc}, {}", k(std::f64::consts::LOG2_E)));
         let n = self.fintr("roundeven", lanes, &[&xl]);
         let a = self.op(format!("fmul {t} {n}, {}", k(0.693_359_375)));
@@ -76,20 +82,55 @@ impl<'a> Writer<'a> {
         let pr = self.op(format!("fmul contract {t} {p}, {r2}"));
         let y = self.op(format!("fadd {t} {pr}, {r}"));
         let y = self.op(format!("fadd {t} {y}, {}", k(1.0)));
-        // 2^n from the exponent bits (n is in [-126, 127] after the clamp). NaN becomes 0 first, so a
-        // plain fptosi (one vcvttps2dq; the saturating intrinsic scalarizes) is never poison; the
-        // result is NaN anyway through y.
+        // 2^n as 2^(n>>1) · 2^(n - (n>>1)): n is in [-150, 128] after the clamp, each factor a normal
+        // float, so the top of the range reaches FLT_MAX and the bottom rounds into the subnormals.
+        // NaN becomes 0 first, so a plain fptosi (one vcvttps2dq; the saturating intrinsic
+        // scalarizes) is never poison; the result is NaN anyway through y.
         let ord = self.op(format!("fcmp ord {t} {n}, {}", k(0.0)));
         let n0 = self.op(format!("select {cmp_t} {ord}, {t} {n}, {t} {}", k(0.0)));
         let ni = self.op(format!("fptosi {t} {n0} to {it}"));
-        let e = self.op(format!("add {it} {ni}, {}", Self::ik(lanes, 127)));
-        let e = self.op(format!("shl {it} {e}, {}", Self::ik(lanes, 23)));
-        let s = self.op(format!("bitcast {it} {e} to {t}"));
-        let res = self.op(format!("fmul {t} {y}, {s}"));
-        let over = self.op(format!("fcmp ogt {t} {x}, {}", k(88.722_839_355_468_75)));
+        let mut res = y;
+        let n1 = self.op(format!("ashr {it} {ni}, {}", Self::ik(lanes, 1)));
+        let n2 = self.op(format!("sub {it} {ni}, {n1}"));
+        for part in [n1, n2] {
+            let e = self.op(format!("add {it} {part}, {}", Self::ik(lanes, 127)));
+            let e = self.op(format!("shl {it} {e}, {}", Self::ik(lanes, 23)));
+            let s = self.op(format!("bitcast {it} {e} to {t}"));
+            res = self.op(format!("fmul {t} {res}, {s}"));
+        }
+        let over = self.op(format!("fcmp ogt {t} {x}, {}", k(hi_c)));
         let res = self.op(format!("select {cmp_t} {over}, {t} {}, {t} {res}", if lanes == 1 { "0x7FF0000000000000".to_string() } else { "splat (float 0x7FF0000000000000)".to_string() }));
-        let under = self.op(format!("fcmp olt {t} {x}, {}", k(-103.972_084_045_410_16)));
+        let under = self.op(format!("fcmp olt {t} {x}, {}", k(lo_c)));
         self.op(format!("select {cmp_t} {under}, {t} {}, {t} {res}", k(0.0)))
+    }
+
+    /// tanh(x) for f32 scalars or vectors.
+    pub(super) fn fast_tanh(&mut self, x: &str, lanes: u32) -> String {
+        let (t, _) = Self::fty(lanes);
+        let k = |c: f64| Self::fk(lanes, c);
+        let cmp_t = if lanes == 1 { "i1".to_string() } else { format!("<{lanes} x i1>") };
+        let ax = self.fintr("fabs", lanes, &[x]);
+        // Small |x|: odd polynomial.
+        let z = self.op(format!("fmul {t} {x}, {x}"));
+        let coeffs = [-5.704_988_727_45e-3, 2.063_908_879_54e-2, -5.373_971_555_31e-2, 1.333_144_220_36e-1, -3.333_328_194_22e-1];
+        let mut p = k(coeffs[0]);
+        for &c in &coeffs[1..] {
+            let m = self.op(format!("fmul contract {t} {p}, {z}"));
+            p = self.op(format!("fadd contract {t} {m}, {}", k(c)));
+        }
+        let pz = self.op(format!("fmul {t} {p}, {z}"));
+        let pzx = self.op(format!("fmul contract {t} {pz}, {x}"));
+        let small = self.op(format!("fadd contract {t} {pzx}, {x}"));
+        // Large |x|: 1 - 2/(e^{2|x|} + 1), with the sign of x.
+        let two = self.op(format!("fmul {t} {ax}, {}", k(2.0)));
+        let e = self.fast_exp(&two, lanes);
+        let d = self.op(format!("fadd {t} {e}, {}", k(1.0)));
+        let q = self.op(format!("fdiv {t} {}, {d}", k(2.0)));
+        let big = self.op(format!("fsub {t} {}, {q}", k(1.0)));
+        let big = self.fintr("copysign", lanes, &[&big, x]);
+        // NaN fails the comparison and takes the polynomial branch, which keeps it NaN.
+        let is_big = self.op(format!("fcmp ogt {t} {ax}, {}", k(0.625)));
+        self.op(format!("select {cmp_t} {is_big}, {t} {big}, {t} {small}"))
     }
 
     /// erf(x) for f32 scalars or vectors.
@@ -112,6 +153,20 @@ impl<'a> Writer<'a> {
         let e = self.fast_exp(&nsq, lanes);
         let pe = self.op(format!("fmul {t} {p}, {e}"));
         let y = self.op(format!("fsub {t} {}, {pe}", k(1.0)));
-        self.fintr("copysign", lanes, &[&y, x])
+        let big = self.fintr("copysign", lanes, &[&y, x]);
+        // |x| < 0.5: the Taylor series x·(2/√π)·Σ (-x²)^k / (k!(2k+1)), k ≤ 6 (truncation < 1e-9), which
+        // keeps the relative accuracy near 0 that 1 − t·P·e^{-x²} loses to cancellation.
+        let taylor = [1.0 / 9360.0, -1.0 / 1320.0, 1.0 / 216.0, -1.0 / 42.0, 1.0 / 10.0, -1.0 / 3.0, 1.0];
+        let mut q = k(taylor[0]);
+        for &c in &taylor[1..] {
+            let m = self.op(format!("fmul contract {t} {q}, {sq}"));
+            q = self.op(format!("fadd contract {t} {m}, {}", k(c)));
+        }
+        let q = self.op(format!("fmul {t} {q}, {}", k(std::f64::consts::FRAC_2_SQRT_PI)));
+        let small = self.op(format!("fmul {t} {q}, {x}"));
+        let cmp_t = if lanes == 1 { "i1".to_string() } else { format!("<{lanes} x i1>") };
+        // NaN fails the comparison and takes the series branch, which keeps it NaN.
+        let is_big = self.op(format!("fcmp oge {t} {ax}, {}", k(0.5)));
+        self.op(format!("select {cmp_t} {is_big}, {t} {big}, {t} {small}"))
     }
 }
