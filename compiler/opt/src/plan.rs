@@ -26,6 +26,7 @@ pub fn lowerable_kinds() -> Vec<&'static str> {
     v.extend([
         "where", "cast", "matmul", "reduce_sum", "reduce_prod", "reduce_max", "reduce_min", "reduce_mean", "argmax", "argmin",
         "reshape", "transpose", "expand", "slice", "concat", "gather", "gather_elements", "gather_nd", "pad", "conv", "max_pool", "avg_pool", "cumsum",
+        "quantize", "dequantize", "fake_quantize",
     ]);
     v
 }
@@ -62,6 +63,9 @@ fn is_inlinable(op: &MirOp) -> bool {
             | MirOp::Binary(_)
             | MirOp::Where
             | MirOp::Cast { .. }
+            | MirOp::Quantize { .. }
+            | MirOp::Dequantize { .. }
+            | MirOp::FakeQuantize { .. }
             | MirOp::Expand { .. }
             | MirOp::Transpose { .. }
             | MirOp::Slice { .. }
@@ -78,7 +82,7 @@ fn is_data_movement(op: &MirOp) -> bool {
 }
 
 fn is_elementwise(op: &MirOp) -> bool {
-    matches!(op, MirOp::Unary(_) | MirOp::Binary(_) | MirOp::Where | MirOp::Cast { .. })
+    matches!(op, MirOp::Unary(_) | MirOp::Binary(_) | MirOp::Where | MirOp::Cast { .. } | MirOp::Quantize { .. } | MirOp::Dequantize { .. } | MirOp::FakeQuantize { .. })
 }
 
 fn takes_epilogue(op: &MirOp) -> bool {
@@ -451,6 +455,21 @@ fn lit(v: f64, d: DType) -> Expr {
     Expr::Lit(v, d)
 }
 
+/// The saturation range of a quantized dtype. The kernel adds the zero point in f32, which is exact
+/// for 8- and 16-bit zero points; with a 32-bit one, |x / s| beyond 2^24 may round differently from the
+/// interpreter's i64 sum.
+fn quant_range(d: DType) -> (f64, f64) {
+    match d {
+        DType::I8 => (-128.0, 127.0),
+        DType::U8 => (0.0, 255.0),
+        DType::I16 => (-32768.0, 32767.0),
+        DType::U16 => (0.0, 65535.0),
+        DType::I32 => (i32::MIN as f64, i32::MAX as f64),
+        DType::U32 => (0.0, u32::MAX as f64),
+        _ => (i64::MIN as f64, i64::MAX as f64),
+    }
+}
+
 fn identity(op: ReduceOp, d: DType) -> f64 {
     match op {
         ReduceOp::Sum | ReduceOp::Mean => 0.0,
@@ -579,6 +598,43 @@ impl<'g> Planner<'g> {
             MirOp::Cast { to } => {
                 let x = self.elem(kb, ins[0], idx);
                 Expr::Cast { from: self.dt(ins[0]), to: *to, x: Box::new(x) }
+            }
+            MirOp::Quantize { axis } | MirOp::Dequantize { axis } | MirOp::FakeQuantize { axis } => {
+                // As the interpreter (rlx-interp's quant.rs): f32 arithmetic whatever the dtypes.
+                let f32_of = |e: Expr, d: DType| if d == DType::F32 { e } else { Expr::Cast { from: d, to: DType::F32, x: Box::new(e) } };
+                let (sd, zd, xd) = (self.dt(ins[1]), self.dt(ins[2]), self.dt(ins[0]));
+                let cidx: Vec<Expr> = if self.g.ty(ins[1]).shape.numel() == Some(1) {
+                    vec![Expr::Int(0); self.shape(ins[1]).len()]
+                } else {
+                    vec![idx[*axis].clone()]
+                };
+                let scale = self.elem(kb, ins[1], &cidx);
+                let zp = self.elem(kb, ins[2], &cidx);
+                let x = self.elem(kb, ins[0], idx);
+                let f = |op: BinaryOp, a: Expr, b: Expr| Expr::Bin(op, DType::F32, Box::new(a), Box::new(b));
+                // (v - zp) · s for an integer v, the difference exact in i64 and rounded once to f32.
+                let deq = |v: Expr, vd: DType, zp: Expr, scale: Expr| {
+                    let i = |e: Expr, d: DType| Expr::Cast { from: d, to: DType::I64, x: Box::new(e) };
+                    let diff = Expr::Bin(BinaryOp::Sub, DType::I64, Box::new(i(v, vd)), Box::new(i(zp, zd)));
+                    f(BinaryOp::Mul, Expr::Cast { from: DType::I64, to: DType::F32, x: Box::new(diff) }, f32_of(scale, sd))
+                };
+                if matches!(node.op, MirOp::Dequantize { .. }) {
+                    let v = deq(x, xd, zp, scale);
+                    return if sd == DType::F32 { v } else { Expr::Cast { from: DType::F32, to: sd, x: Box::new(v) } };
+                }
+                // saturate(round_half_even(x / s) + zp); NaN gives zp.
+                let (lo, hi) = quant_range(zd);
+                let r = Expr::Un(UnaryOp::Round, DType::F32, Box::new(f(BinaryOp::Div, f32_of(x, xd), f32_of(scale.clone(), sd))));
+                let nan = Expr::Un(UnaryOp::IsNan, DType::F32, Box::new(r.clone()));
+                let r = Expr::Select(Box::new(nan), Box::new(lit(0.0, DType::F32)), Box::new(r));
+                let v = f(BinaryOp::Add, r, f32_of(zp.clone(), zd));
+                let v = f(BinaryOp::Min, f(BinaryOp::Max, v, lit(lo, DType::F32)), lit(hi, DType::F32));
+                let q = Expr::Cast { from: DType::F32, to: zd, x: Box::new(v) };
+                if matches!(node.op, MirOp::Quantize { .. }) {
+                    return q;
+                }
+                let v = deq(q, zd, zp, scale);
+                if xd == DType::F32 { v } else { Expr::Cast { from: DType::F32, to: xd, x: Box::new(v) } }
             }
             MirOp::Expand { .. } => {
                 let s = self.shape(ins[0]);
