@@ -5,7 +5,7 @@
 
 Each configuration runs in its own subprocess (thread counts are fixed at process start: RLX_NUM_THREADS,
 ORT intra-op threads, OPENBLAS_NUM_THREADS). Inside it, rlxc's artifact and ORT run in interleaved
-blocks (A B A B ...), each block warmed up for at least 50 ms so the other engine's spinning worker
+blocks (A B A B ...), each block warmed up for at least 100 ms so the other engine's spinning worker
 threads have stopped, and the sgemm peak is measured with numpy (OpenBLAS) in the same process.
 Reported: p50 latency of each, the ratio rlxc/ORT, rlxc's GFLOP/s and its fraction of the sgemm peak.
 """
@@ -176,7 +176,7 @@ def worker(cfg: dict) -> dict:
     maxdiff = float(np.abs(ref - outs_np[0]).max())
     ta, tb, tc = [], [], []
     deadline = time.perf_counter() + cfg["budget_s"]
-    # Blocks of calls, interleaved A B A B …: each block first warms up for at least one call and 50 ms
+    # Blocks of calls, interleaved A B A B …: each block first warms up for at least one call and 100 ms
     # (the other engine's worker threads may still be spinning from its last block: ORT's spin for
     # ~35 ms after a call here, and with as many threads as cores they take a core from the engine being
     # timed), then times its calls back to back (steady state, as an application calling in a loop).
@@ -184,7 +184,7 @@ def worker(cfg: dict) -> dict:
     per_block = max(1, -(-cfg["reps"] // blocks))
 
     def block(fn, into):
-        warm_until = time.perf_counter() + 0.05
+        warm_until = time.perf_counter() + 0.1
         fn()
         while time.perf_counter() < warm_until:
             fn()
@@ -274,7 +274,7 @@ def main() -> int:
                  "Measured by `make bench` (`tests/bench/bench.py`): rlxc's compiled artifact (`--target host`, loaded as a shared",
                  "object) and ONNX Runtime on the same ONNX file and inputs, in one process per row, same thread count",
                  "(RLX_NUM_THREADS = ORT intra-op threads), in interleaved blocks of back-to-back calls (A B A B …); each block",
-                 "first warms up for 50 ms, because ORT's worker threads spin for ~35 ms after a call and, with as many threads",
+                 "first warms up for 100 ms, because ORT's worker threads spin for ~35 ms after a call and, with as many threads",
                  "as cores, would otherwise take a core from rlxc. p50 latencies; ratio = rlxc/ORT (below 1 = rlxc faster);",
                  "GFLOP/s against the sgemm peak numpy/OpenBLAS reached in the same process. Machine: shared 2-vCPU VM, so",
                  "compare ratios, not absolute times.", "",

@@ -191,8 +191,10 @@ pub fn work(s: &[Stmt]) -> i64 {
 }
 
 /// Kernels with at least this much work run on the runtime's thread pool (every CPU writer splits
-/// the same kernels the same way: [`split_of`]).
-pub const PARALLEL_MIN_WORK: i64 = 1 << 16;
+/// the same kernels the same way: [`split_of`]). Below it (a few microseconds) a second thread saves
+/// at most about a microsecond when it is idle and costs a scheduler slice when it is preempted
+/// mid-chunk by another process, so the caller runs the kernel alone.
+pub const PARALLEL_MIN_WORK: i64 = 1 << 18;
 /// Target work per chunk.
 pub const CHUNK_WORK: i64 = 1 << 14;
 
