@@ -416,6 +416,11 @@ fn cranelift_minilm_int8_x86_64_c_and_rust_match_interp() {
 }
 
 #[test]
+fn cranelift_minilm_safetensors_x86_64_c_and_rust_match_interp() {
+    check_model(Model::MiniLmSafetensors, Target::X86_64Cranelift);
+}
+
+#[test]
 fn cranelift_mlp_x86_64_c_and_rust_match_interp() {
     check_model(Model::Mlp, Target::X86_64Cranelift);
 }
