@@ -6,15 +6,7 @@ use crate::tensor::{round_f, strides, Buf, T};
 use rlx_ir::DType;
 
 fn range(dt: DType) -> (i64, i64) {
-    match dt {
-        DType::I8 => (-128, 127),
-        DType::U8 => (0, 255),
-        DType::I16 => (-32768, 32767),
-        DType::U16 => (0, 65535),
-        DType::I32 => (i32::MIN as i64, i32::MAX as i64),
-        DType::U32 => (0, u32::MAX as i64),
-        _ => (i64::MIN, i64::MAX),
-    }
+    dt.int_range().unwrap_or((i64::MIN, i64::MAX))
 }
 
 /// Channel of each element: per-tensor → 0; per-channel → the index along `axis`.

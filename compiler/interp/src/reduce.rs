@@ -102,15 +102,8 @@ pub fn reduce(op: ReduceOp, x: &T, axes: &[usize], keepdims: bool) -> Result<T, 
 /// The smallest and largest stored values of an integer dtype (u64's max is its bit pattern, -1).
 fn int_range(dt: DType) -> (i64, i64) {
     match dt {
-        DType::I8 => (i8::MIN as i64, i8::MAX as i64),
-        DType::U8 => (0, u8::MAX as i64),
-        DType::I16 => (i16::MIN as i64, i16::MAX as i64),
-        DType::U16 => (0, u16::MAX as i64),
-        DType::I32 => (i32::MIN as i64, i32::MAX as i64),
-        DType::U32 => (0, u32::MAX as i64),
         DType::U64 => (0, -1),
-        DType::Bool => (0, 1),
-        _ => (i64::MIN, i64::MAX),
+        _ => dt.int_range().unwrap_or((i64::MIN, i64::MAX)),
     }
 }
 

@@ -108,6 +108,21 @@ impl DType {
     pub fn is_quantized_block(self) -> bool {
         matches!(self, DType::Q8_0 | DType::Q4_0)
     }
+    /// The smallest and largest value of an integer (or bool) dtype, for those whose range is an i64
+    /// range (not u64, not floats).
+    pub fn int_range(self) -> Option<(i64, i64)> {
+        Some(match self {
+            DType::Bool => (0, 1),
+            DType::I8 => (i8::MIN as i64, i8::MAX as i64),
+            DType::U8 => (0, u8::MAX as i64),
+            DType::I16 => (i16::MIN as i64, i16::MAX as i64),
+            DType::U16 => (0, u16::MAX as i64),
+            DType::I32 => (i32::MIN as i64, i32::MAX as i64),
+            DType::U32 => (0, u32::MAX as i64),
+            DType::I64 => (i64::MIN, i64::MAX),
+            _ => return None,
+        })
+    }
 }
 
 impl fmt::Display for DType {

@@ -455,19 +455,12 @@ fn lit(v: f64, d: DType) -> Expr {
     Expr::Lit(v, d)
 }
 
-/// The saturation range of a quantized dtype. The kernel adds the zero point in f32, which is exact
-/// for 8- and 16-bit zero points; with a 32-bit one, |x / s| beyond 2^24 may round differently from the
-/// interpreter's i64 sum.
+/// The saturation range of a quantized dtype, as f32 arithmetic sees it. The kernel adds the zero
+/// point in f32, which is exact for 8- and 16-bit zero points; with a 32-bit one, |x / s| beyond 2^24
+/// may round differently from the interpreter's i64 sum.
 fn quant_range(d: DType) -> (f64, f64) {
-    match d {
-        DType::I8 => (-128.0, 127.0),
-        DType::U8 => (0.0, 255.0),
-        DType::I16 => (-32768.0, 32767.0),
-        DType::U16 => (0.0, 65535.0),
-        DType::I32 => (i32::MIN as f64, i32::MAX as f64),
-        DType::U32 => (0.0, u32::MAX as f64),
-        _ => (i64::MIN as f64, i64::MAX as f64),
-    }
+    let (lo, hi) = d.int_range().unwrap_or((i64::MIN, i64::MAX));
+    (lo as f64, hi as f64)
 }
 
 fn identity(op: ReduceOp, d: DType) -> f64 {

@@ -152,6 +152,11 @@ impl Q<'_> {
     fn i64s(&mut self, shape: Vec<usize>, v: &[i64]) -> ValueId {
         self.out.add_const(None, ConstData::from_i64(shape, v))
     }
+    /// The static shape of `v` (an `input` or `output` of the node being quantized).
+    fn fixed(&self, v: ValueId, what: &str) -> Result<Vec<usize>, String> {
+        self.g.ty(v).shape.as_fixed().ok_or_else(|| format!("needs a fixed {what} shape"))
+    }
+
     fn node(&mut self, name: &str, op: MirOp, ins: &[ValueId]) -> Result<ValueId, String> {
         self.out.add1(name, op, ins)
     }
@@ -396,18 +401,8 @@ impl Q<'_> {
         let Some(&(x, p)) = self.map.get(&node.inputs[0]) else {
             return Err("its input is not quantized".into());
         };
-        let xs = self
-            .g
-            .ty(node.inputs[0])
-            .shape
-            .as_fixed()
-            .ok_or("needs a fixed input shape")?;
-        let ys = self
-            .g
-            .ty(node.outputs[0])
-            .shape
-            .as_fixed()
-            .ok_or("needs a fixed output shape")?;
+        let xs = self.fixed(node.inputs[0], "input")?;
+        let ys = self.fixed(node.outputs[0], "output")?;
         let sp = kernel.len();
         if kernel.contains(&0)
             || strides.contains(&0)
@@ -504,12 +499,7 @@ impl Q<'_> {
         let Some(&(x, p)) = self.map.get(&node.inputs[0]) else {
             return Err("its input is not quantized".into());
         };
-        let xs = self
-            .g
-            .ty(node.inputs[0])
-            .shape
-            .as_fixed()
-            .ok_or("needs a fixed input shape")?;
+        let xs = self.fixed(node.inputs[0], "input")?;
         let d: usize = axes.iter().map(|&a| xs[a]).product();
         if d == 0 || d > (1 << 23) {
             return Err(format!(
@@ -593,12 +583,7 @@ impl Q<'_> {
         let Some(&(x, p)) = self.map.get(&node.inputs[0]) else {
             return Err("its input is not quantized".into());
         };
-        let xs = self
-            .g
-            .ty(node.inputs[0])
-            .shape
-            .as_fixed()
-            .ok_or("needs a fixed input shape")?;
+        let xs = self.fixed(node.inputs[0], "input")?;
         let len = xs[axis] as u64;
         let bits = 64 - (len.max(1) - 1).leading_zeros() as i64; // ceil(log2(len))
         let k = (29 - bits).min(22);

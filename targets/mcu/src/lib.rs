@@ -210,16 +210,7 @@ fn utype(d: DType) -> &'static str {
 }
 
 pub(crate) fn int_range(d: DType) -> (i64, i64) {
-    match d {
-        DType::I8 => (-128, 127),
-        DType::U8 => (0, 255),
-        DType::Bool => (0, 1),
-        DType::I16 => (-32768, 32767),
-        DType::U16 => (0, 65535),
-        DType::I32 => (i32::MIN as i64, i32::MAX as i64),
-        DType::U32 => (0, u32::MAX as i64),
-        _ => (i64::MIN, i64::MAX),
-    }
+    d.int_range().unwrap_or((i64::MIN, i64::MAX))
 }
 
 fn float_lit(x: f64, d: DType) -> String {
