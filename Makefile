@@ -79,7 +79,7 @@ conformance-data: $(VENV_STAMP)
 	$(PY) tests/conformance/gen_node_cases.py --out $(NODE_CASES)
 
 conformance: conformance-data
-	$(RLXC) conformance $(NODE_CASES) --target x86_64 --target aarch64 --target x86_64-cranelift --write docs/conformance.md
+	$(RLXC) conformance $(NODE_CASES) --target x86_64 --target aarch64 --target x86_64-cranelift --target aarch64-cranelift --write docs/conformance.md
 
 # Interpreter + full x86_64 columns (LLVM and Cranelift); the aarch64 columns on a subset (qemu-aarch64).
 conformance-check: conformance-data
