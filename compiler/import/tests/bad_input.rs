@@ -200,3 +200,18 @@ fn external_data_cannot_escape_the_folder() {
     assert!(load_onnx(&p, &ImportOptions::default()).is_ok());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn blocked_quantization_with_a_wrong_scale_shape_names_the_node() {
+    // x [2, 6] with block_size 4 along axis 1 needs a scale of [2, 2] (ceil(6 / 4)); [2, 3] is wrong.
+    let mut n = node("deq_blocked", "QuantizeLinear", &["x", "s"], &["y"]);
+    n.attribute = vec![
+        AttributeProto { name: "axis".into(), i: 1, r#type: attribute_proto::AttributeType::Int as i32, ..Default::default() },
+        AttributeProto { name: "block_size".into(), i: 4, r#type: attribute_proto::AttributeType::Int as i32, ..Default::default() },
+    ];
+    let s = init("s", &[2, 3], vec![0; 24]);
+    let mut m = ModelProto::decode(&model(vec![n], vec![vi("x", &[2, 6])], vec![vi("y", &[2, 6])], vec![s])[..]).unwrap();
+    m.opset_import[0].version = 21;
+    let e = err(&m.encode_to_vec());
+    assert!(e.contains("node 'deq_blocked'") && e.contains("block_size 4") && e.contains("[2, 3]"), "{e}");
+}

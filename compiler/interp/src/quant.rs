@@ -9,16 +9,18 @@ fn range(dt: DType) -> (i64, i64) {
     dt.int_range().unwrap_or((i64::MIN, i64::MAX))
 }
 
-/// Channel of each element: per-tensor → 0; per-channel → the index along `axis`.
+/// Channel of each element: per-tensor → 0; per-element (scale of x's shape) → the element itself;
+/// per-channel → the index along `axis`.
 fn channel(x: &T, scale: &T, axis: usize) -> impl Fn(usize) -> usize {
-    let per_channel = scale.numel() != 1;
+    let per_element = scale.numel() != 1 && scale.shape == x.shape;
+    let per_channel = scale.numel() != 1 && !per_element;
     let st = if per_channel {
         strides(&x.shape)[axis]
     } else {
         1
     };
     let c = if per_channel { x.shape[axis] } else { 1 };
-    move |i| if per_channel { (i / st) % c } else { 0 }
+    move |i| if per_element { i } else if per_channel { (i / st) % c } else { 0 }
 }
 
 fn quant_one(x: f32, s: f32, zp: i64, dt: DType) -> i64 {

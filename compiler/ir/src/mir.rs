@@ -144,7 +144,8 @@ pub enum MirOp {
     TopK { axis: usize, k: usize, largest: bool },
     /// (x: float, scale: float scalar or [C], zero_point: int scalar or [C]) → zero_point's dtype:
     /// saturate(round_half_to_even(x / scale) + zero_point), the division in x's dtype (ONNX
-    /// QuantizeLinear). A [C] scale/zero_point is per channel along `axis` (C = x.shape[axis]).
+    /// QuantizeLinear). A [C] scale/zero_point is per channel along `axis` (C = x.shape[axis]); a
+    /// scale/zero_point of x's own shape is per element (ONNX blocked quantization, expanded).
     Quantize { axis: usize },
     /// (q: int, scale: float scalar or [C], zero_point: q's dtype, same shape as scale) → scale's dtype:
     /// (q - zero_point) * scale (ONNX DequantizeLinear); per channel along `axis` as `quantize`.
@@ -601,6 +602,7 @@ impl OpSet for MirOp {
                 }
                 match scale.shape.numel() {
                     Some(1) => {}
+                    _ if scale.shape == x.shape => {}
                     _ => {
                         check_axis(*axis, x.shape.rank())?;
                         if scale.shape.rank() != 1 || scale.shape.0[0] != x.shape.0[*axis] {

@@ -598,6 +598,8 @@ impl<'g> Planner<'g> {
                 let (sd, zd, xd) = (self.dt(ins[1]), self.dt(ins[2]), self.dt(ins[0]));
                 let cidx: Vec<Expr> = if self.g.ty(ins[1]).shape.numel() == Some(1) {
                     vec![Expr::Int(0); self.shape(ins[1]).len()]
+                } else if self.shape(ins[1]) == self.shape(ins[0]) {
+                    idx.to_vec()
                 } else {
                     vec![idx[*axis].clone()]
                 };

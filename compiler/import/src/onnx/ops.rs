@@ -129,6 +129,22 @@ impl<'a> Ctx<'a> {
         }
         self.reshape(x, d)
     }
+    /// Repeats each element of `x` `block` times along `axis` and keeps the first `len`: [.., nb, ..] →
+    /// [.., len, ..] (blocked quantization's scales at every element of their block).
+    fn repeat_blocks(&mut self, x: ValueId, axis: usize, block: usize, len: usize) -> Result<ValueId, String> {
+        let d = self.fixed_dims(x, "block scale")?;
+        let u = self.unsqueeze(x, &[axis + 1])?;
+        let mut wide: Vec<Dim> = self.dims(u);
+        wide[axis + 1] = Dim::Fixed(block as u64);
+        let e = self.prim(MirOp::Expand { shape: wide }, &[u])?;
+        let mut flat = d.clone();
+        flat[axis] *= block;
+        let r = self.reshape_u(e, &flat)?;
+        if flat[axis] == len {
+            return Ok(r);
+        }
+        self.prim(MirOp::Slice { axes: vec![axis], starts: vec![0], ends: vec![len as i64], steps: vec![1] }, &[r])
+    }
     /// Reshapes a per-channel vector [C] to [C,1,…] for broadcasting against [N,C,spatial…] of rank r.
     fn chan(&mut self, p: ValueId, r: usize) -> Result<ValueId, String> {
         let mut d = self.dims(p);
@@ -1082,14 +1098,31 @@ pub(crate) fn convert(cx: &mut Ctx, n: &NodeProto, ins: &[Option<ValueId>]) -> R
             one(cx.prim(MirOp::CumSum { axis, exclusive: a.i("exclusive", 0) != 0, reverse: a.i("reverse", 0) != 0 }, &[x])?)
         }
         "QuantizeLinear" | "DequantizeLinear" => {
-            // Per-tensor or per-axis (blocked quantization, opset 21's block_size, is not supported).
+            // Per-tensor, per-axis, or blocked (opset 21's block_size: each run of `block_size` elements
+            // along `axis` shares a scale; the scale and zero point are repeated to x's shape and the
+            // op is per element).
             let x = req(0)?;
-            let scale = req(1)?;
-            if a.i("block_size", 0) != 0 {
-                return Err(format!("{op}: blocked quantization (block_size) is not supported"));
+            let mut scale = req(1)?;
+            let block = a.i("block_size", 0);
+            let mut sshape = cx.ty(scale).shape.as_fixed().ok_or_else(|| format!("{op}: scale must have a fixed shape"))?;
+            let mut zp_in = inp(2);
+            if block != 0 {
+                let xs = cx.fixed_dims(x, op)?;
+                let axis = norm_axis(a.i("axis", 1), xs.len())?;
+                let bad = || format!("{op}: block_size {block} needs a scale of x's shape {xs:?} with axis {axis} of ceil({} / {block}), got {sshape:?}", xs[axis]);
+                if block < 0 || sshape.len() != xs.len() || (0..xs.len()).any(|d| if d == axis { sshape[d] != xs[d].div_ceil(block as usize) } else { sshape[d] != xs[d] }) {
+                    return Err(bad());
+                }
+                scale = cx.repeat_blocks(scale, axis, block as usize, xs[axis])?;
+                if let Some(z) = zp_in {
+                    if cx.ty(z).shape.as_fixed().as_ref() != Some(&sshape) {
+                        return Err(format!("{op}: zero point shape differs from the scale's {sshape:?}"));
+                    }
+                    zp_in = Some(cx.repeat_blocks(z, axis, block as usize, xs[axis])?);
+                }
+                sshape = xs;
             }
-            let sshape = cx.ty(scale).shape.as_fixed().ok_or_else(|| format!("{op}: scale must have a fixed shape"))?;
-            let zp = match inp(2) {
+            let zp = match zp_in {
                 Some(z) => z,
                 None => {
                     let dt = if op == "QuantizeLinear" {
@@ -1105,7 +1138,7 @@ pub(crate) fn convert(cx: &mut Ctx, n: &NodeProto, ins: &[Option<ValueId>]) -> R
                     cx.konst(ConstData { dtype: dt, shape: sshape.clone(), data: rlx_ir::Blob::from_vec(bytes) })
                 }
             };
-            let axis = if sshape.iter().product::<usize>() == 1 { 0 } else { norm_axis(a.i("axis", 1), cx.rank(x))? };
+            let axis = if sshape.iter().product::<usize>() == 1 || block != 0 { 0 } else { norm_axis(a.i("axis", 1), cx.rank(x))? };
             let mop = if op == "QuantizeLinear" { MirOp::Quantize { axis } } else { MirOp::Dequantize { axis } };
             one(cx.prim(mop, &[x, scale, zp])?)
         }
