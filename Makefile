@@ -22,6 +22,8 @@ RATCHET_X86_64 := tests/conformance/ratchet-x86_64.txt
 RATCHET_AARCH64 := tests/conformance/ratchet-aarch64.txt
 RATCHET_CRANELIFT := tests/conformance/ratchet-cranelift.txt
 RATCHET_AARCH64_CRANELIFT := tests/conformance/ratchet-aarch64-cranelift.txt
+# SPIR-V through runtime-min's Vulkan executor (lavapipe, installed by make setup).
+RATCHET_VULKAN := tests/conformance/ratchet-vulkan.txt
 # rlxc built without LLVM (Cranelift only), in its own target dir so the main binary keeps both back ends.
 NOLLVM_DIR := target/nollvm
 AARCH64_SUBSET := tests/conformance/aarch64-subset.txt
@@ -79,12 +81,12 @@ conformance-data: $(VENV_STAMP)
 	$(PY) tests/conformance/gen_node_cases.py --out $(NODE_CASES)
 
 conformance: conformance-data
-	$(RLXC) conformance $(NODE_CASES) --target x86_64 --target aarch64 --target x86_64-cranelift --target aarch64-cranelift --write docs/conformance.md
+	$(RLXC) conformance $(NODE_CASES) --target x86_64 --target aarch64 --target x86_64-cranelift --target aarch64-cranelift --target vulkan --write docs/conformance.md
 
-# Interpreter + full x86_64 columns (LLVM and Cranelift); the aarch64 columns on a subset (qemu-aarch64).
+# Interpreter + full x86_64 columns (LLVM and Cranelift) and the Vulkan column (lavapipe); the aarch64 columns on a subset (qemu-aarch64).
 conformance-check: conformance-data
-	$(RLXC) conformance $(NODE_CASES) --target x86_64 --target x86_64-cranelift --ratchet $(RATCHET) \
-	  --ratchet x86_64=$(RATCHET_X86_64) --ratchet x86_64-cranelift=$(RATCHET_CRANELIFT)
+	$(RLXC) conformance $(NODE_CASES) --target x86_64 --target x86_64-cranelift --target vulkan --ratchet $(RATCHET) \
+	  --ratchet x86_64=$(RATCHET_X86_64) --ratchet x86_64-cranelift=$(RATCHET_CRANELIFT) --ratchet vulkan=$(RATCHET_VULKAN)
 	$(RLXC) conformance $(NODE_CASES) --target aarch64 --target aarch64-cranelift --list $(AARCH64_SUBSET) \
 	  --ratchet aarch64=$(RATCHET_AARCH64) --ratchet aarch64-cranelift=$(RATCHET_AARCH64_CRANELIFT)
 

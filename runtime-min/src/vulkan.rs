@@ -6,12 +6,14 @@
 //! no SDK, and a machine without Vulkan gets [`VkError`] from [`Executor::new`], not a link error.
 //!
 //! Setup (once, in `new`): instance, the first physical device with a compute queue (or the one
-//! `RLX_VULKAN_DEVICE=i` names), one host-visible storage buffer per schedule base (arena, weights,
-//! each input, each output; the weights are copied in once), one descriptor set (bindings i and n + i
-//! = base i)
-//! shared by every pipeline, one compute pipeline per entry point, and one command buffer recording
-//! every dispatch in order with a compute→compute memory barrier after each. `run` copies the inputs
-//! in, submits that same command buffer, waits on a fence, and copies the outputs out.
+//! `RLX_VULKAN_DEVICE=i` names), one storage buffer per schedule base (arena, weights, each input,
+//! each output; the weights are copied in once) — host-visible and mapped on CPU and integrated
+//! devices (lavapipe), device-local on discrete GPUs with host-visible staging buffers for the inputs
+//! and outputs —, one descriptor set (bindings i and n + i = base i) shared by every pipeline, one
+//! compute pipeline per entry point, and one command buffer recording (staged input copies,) every
+//! dispatch in order with a compute→compute memory barrier after each (, staged output copies). `run`
+//! copies the inputs in, submits that same command buffer, waits on a fence, and copies the outputs
+//! out.
 //!
 //! Unlike the rest of runtime-min this module allocates (at setup) and uses `std`.
 
@@ -123,8 +125,13 @@ impl Schedule {
 struct Buf {
     buffer: vk::Buffer,
     memory: vk::DeviceMemory,
+    /// Where the host reads or writes this base: the buffer's own mapping (host-visible memory), or
+    /// the mapping of `staging` (device-local memory; inputs and outputs only), or null (the arena and
+    /// weights in device-local memory).
     ptr: *mut u8,
     bytes: u64,
+    /// A host-visible buffer the recorded command buffer copies from (inputs) or to (outputs).
+    staging: Option<(vk::Buffer, vk::DeviceMemory)>,
 }
 
 /// A loaded artifact on one Vulkan device, ready to run any number of times.
@@ -146,6 +153,11 @@ pub struct Executor {
     device_name: String,
     n_inputs: usize,
     n_outputs: usize,
+    device_local: bool,
+    /// `RLX_VULKAN_PROFILE=1` at setup: a timestamp before the first dispatch and after each one.
+    queries: vk::QueryPool,
+    n_queries: u32,
+    ns_per_tick: f64,
 }
 
 impl Executor {
@@ -241,18 +253,28 @@ impl Executor {
                 device_name,
                 n_inputs: sched.count(|k| matches!(k, BaseKind::Input(_))),
                 n_outputs: sched.count(|k| matches!(k, BaseKind::Output(_))),
+                device_local: false,
+                queries: vk::QueryPool::null(),
+                n_queries: 0,
+                ns_per_tick: props.limits.timestamp_period as f64,
             };
             // (x's Drop destroys whatever was created if a step below fails.)
             let d = x.device.clone();
-            for (kind, bytes) in &sched.bases {
-                let size = bytes.div_ceil(4).max(1) * 4;
-                let bci = vk::BufferCreateInfo::default().size(size).usage(vk::BufferUsageFlags::STORAGE_BUFFER).sharing_mode(vk::SharingMode::EXCLUSIVE);
+            // Discrete GPUs: every base in device-local memory; inputs and outputs go through
+            // host-visible staging buffers that the recorded command buffer copies, and the weights
+            // are uploaded once through a staging buffer. CPU and integrated devices (lavapipe): one
+            // host-visible, coherent buffer per base, mapped.
+            let host = vk::MemoryPropertyFlags::HOST_VISIBLE | vk::MemoryPropertyFlags::HOST_COHERENT;
+            let discrete = matches!(props.device_type, vk::PhysicalDeviceType::DISCRETE_GPU | vk::PhysicalDeviceType::VIRTUAL_GPU);
+            let pick_type = |bits: u32, want: vk::MemoryPropertyFlags| (0..mem.memory_type_count).find(|&i| bits & (1 << i) != 0 && mem.memory_types[i as usize].property_flags.contains(want));
+            // A buffer with memory of the `want` properties (mapped when host-visible).
+            let make = |size: u64, usage: vk::BufferUsageFlags, want: vk::MemoryPropertyFlags| -> Result<(vk::Buffer, vk::DeviceMemory, *mut u8), VkError> {
+                let bci = vk::BufferCreateInfo::default().size(size).usage(usage).sharing_mode(vk::SharingMode::EXCLUSIVE);
                 let buffer = d.create_buffer(&bci, None).map_err(vkerr("vkCreateBuffer"))?;
                 let req = d.get_buffer_memory_requirements(buffer);
-                let flags = vk::MemoryPropertyFlags::HOST_VISIBLE | vk::MemoryPropertyFlags::HOST_COHERENT;
-                let Some(mt) = (0..mem.memory_type_count).find(|&i| req.memory_type_bits & (1 << i) != 0 && mem.memory_types[i as usize].property_flags.contains(flags)) else {
+                let Some(mt) = pick_type(req.memory_type_bits, want) else {
                     d.destroy_buffer(buffer, None);
-                    return Err(VkError("no host-visible, coherent memory type for a storage buffer".into()));
+                    return Err(VkError(format!("no memory type with properties {:#x} for a storage buffer", want.as_raw())));
                 };
                 let memory = match d.allocate_memory(&vk::MemoryAllocateInfo::default().allocation_size(req.size).memory_type_index(mt), None) {
                     Ok(m) => m,
@@ -261,12 +283,52 @@ impl Executor {
                         return Err(vkerr("vkAllocateMemory")(e));
                     }
                 };
-                x.bufs.push(Buf { buffer, memory, ptr: core::ptr::null_mut(), bytes: *bytes });
-                d.bind_buffer_memory(buffer, memory, 0).map_err(vkerr("vkBindBufferMemory"))?;
-                let p = d.map_memory(memory, 0, vk::WHOLE_SIZE, vk::MemoryMapFlags::empty()).map_err(vkerr("vkMapMemory"))?;
-                x.bufs.last_mut().expect("pushed").ptr = p as *mut u8;
-                if *kind == BaseKind::Weights && !weights.is_empty() {
-                    core::ptr::copy_nonoverlapping(weights.as_ptr(), p as *mut u8, weights.len());
+                let mut ptr = core::ptr::null_mut();
+                let r = d.bind_buffer_memory(buffer, memory, 0).map_err(vkerr("vkBindBufferMemory"));
+                let r = r.and_then(|_| if want.contains(vk::MemoryPropertyFlags::HOST_VISIBLE) { d.map_memory(memory, 0, vk::WHOLE_SIZE, vk::MemoryMapFlags::empty()).map_err(vkerr("vkMapMemory")) } else { Ok(ptr) });
+                match r {
+                    Ok(p) => ptr = p,
+                    Err(e) => {
+                        d.destroy_buffer(buffer, None);
+                        d.free_memory(memory, None);
+                        return Err(e);
+                    }
+                }
+                Ok((buffer, memory, ptr as *mut u8))
+            };
+            let storage = vk::BufferUsageFlags::STORAGE_BUFFER | vk::BufferUsageFlags::TRANSFER_SRC | vk::BufferUsageFlags::TRANSFER_DST;
+            // RLX_VULKAN_MEMORY=staged|host overrides the choice (the staged path can then be tested on
+            // lavapipe, and both compared on one GPU).
+            let staged = match std::env::var("RLX_VULKAN_MEMORY").as_deref() {
+                Ok("staged") => true,
+                Ok("host") => false,
+                _ => discrete,
+            };
+            x.device_local = staged && (0..mem.memory_type_count).any(|i| mem.memory_types[i as usize].property_flags.contains(vk::MemoryPropertyFlags::DEVICE_LOCAL));
+            let mut weights_staging = None;
+            for (kind, bytes) in &sched.bases {
+                let size = bytes.div_ceil(4).max(1) * 4;
+                if !x.device_local {
+                    let (buffer, memory, p) = make(size, storage, host)?;
+                    x.bufs.push(Buf { buffer, memory, ptr: p, bytes: *bytes, staging: None });
+                    if *kind == BaseKind::Weights && !weights.is_empty() {
+                        core::ptr::copy_nonoverlapping(weights.as_ptr(), p, weights.len());
+                    }
+                    continue;
+                }
+                let (buffer, memory, _) = make(size, storage, vk::MemoryPropertyFlags::DEVICE_LOCAL)?;
+                x.bufs.push(Buf { buffer, memory, ptr: core::ptr::null_mut(), bytes: *bytes, staging: None });
+                let b = x.bufs.last_mut().expect("pushed");
+                let io = matches!(kind, BaseKind::Input(_) | BaseKind::Output(_));
+                if io || (*kind == BaseKind::Weights && !weights.is_empty()) {
+                    let (sbuf, smem, p) = make(size, vk::BufferUsageFlags::TRANSFER_SRC | vk::BufferUsageFlags::TRANSFER_DST, host)?;
+                    if io {
+                        b.staging = Some((sbuf, smem));
+                        b.ptr = p;
+                    } else {
+                        core::ptr::copy_nonoverlapping(weights.as_ptr(), p, weights.len());
+                        weights_staging = Some((sbuf, smem, b.buffer, size));
+                    }
                 }
             }
             x.shader = d.create_shader_module(&vk::ShaderModuleCreateInfo::default().code(words), None).map_err(vkerr("vkCreateShaderModule"))?;
@@ -306,19 +368,73 @@ impl Executor {
                 .allocate_command_buffers(&vk::CommandBufferAllocateInfo::default().command_pool(x.cmd_pool).level(vk::CommandBufferLevel::PRIMARY).command_buffer_count(1))
                 .map_err(vkerr("vkAllocateCommandBuffers"))?[0];
             x.fence = d.create_fence(&vk::FenceCreateInfo::default(), None).map_err(vkerr("vkCreateFence"))?;
+            if let Some((sbuf, smem, dst, size)) = weights_staging {
+                // The weights' one upload: record, submit, wait, then the command buffer is reset and
+                // recorded again below.
+                let upload = (|| -> Result<(), VkError> {
+                    d.begin_command_buffer(x.cmd, &vk::CommandBufferBeginInfo::default().flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT)).map_err(vkerr("vkBeginCommandBuffer"))?;
+                    d.cmd_copy_buffer(x.cmd, sbuf, dst, &[vk::BufferCopy { src_offset: 0, dst_offset: 0, size }]);
+                    d.end_command_buffer(x.cmd).map_err(vkerr("vkEndCommandBuffer"))?;
+                    let cbs = [x.cmd];
+                    d.queue_submit(x.queue, &[vk::SubmitInfo::default().command_buffers(&cbs)], x.fence).map_err(vkerr("vkQueueSubmit"))?;
+                    d.wait_for_fences(&[x.fence], true, u64::MAX).map_err(vkerr("vkWaitForFences"))?;
+                    d.reset_fences(&[x.fence]).map_err(vkerr("vkResetFences"))?;
+                    d.reset_command_pool(x.cmd_pool, vk::CommandPoolResetFlags::empty()).map_err(vkerr("vkResetCommandPool"))
+                })();
+                d.destroy_buffer(sbuf, None);
+                d.free_memory(smem, None);
+                upload?;
+            }
             // Record once: every dispatch in order, a barrier after each, a barrier to the host at the end.
             let cb = x.cmd;
             d.begin_command_buffer(cb, &vk::CommandBufferBeginInfo::default()).map_err(vkerr("vkBeginCommandBuffer"))?;
             d.cmd_bind_descriptor_sets(cb, vk::PipelineBindPoint::COMPUTE, x.layout, 0, &[set], &[]);
+            // Staged inputs: host → device copies first, visible to the first dispatch.
+            let mut copied = false;
+            for (b, (kind, _)) in x.bufs.iter().zip(&sched.bases) {
+                if let (Some((sbuf, _)), BaseKind::Input(_)) = (b.staging, kind) {
+                    d.cmd_copy_buffer(cb, sbuf, b.buffer, &[vk::BufferCopy { src_offset: 0, dst_offset: 0, size: b.bytes.div_ceil(4).max(1) * 4 }]);
+                    copied = true;
+                }
+            }
+            if copied {
+                let mb = [vk::MemoryBarrier::default().src_access_mask(vk::AccessFlags::TRANSFER_WRITE).dst_access_mask(vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE)];
+                d.cmd_pipeline_barrier(cb, vk::PipelineStageFlags::TRANSFER, vk::PipelineStageFlags::COMPUTE_SHADER, vk::DependencyFlags::empty(), &mb, &[], &[]);
+            }
             let between = [vk::MemoryBarrier::default().src_access_mask(vk::AccessFlags::SHADER_WRITE).dst_access_mask(vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE)];
-            for (e, g) in &sched.dispatches {
+            // RLX_VULKAN_DISPATCHES=n records only the first n dispatches (to find a failing kernel).
+            let limit = std::env::var("RLX_VULKAN_DISPATCHES").ok().and_then(|v| v.parse().ok()).unwrap_or(usize::MAX);
+            let nd = sched.dispatches.len().min(limit);
+            if std::env::var("RLX_VULKAN_PROFILE").is_ok_and(|v| v == "1") && qf_timestamps(&instance_props(&x.instance, pd, qfi)) {
+                x.n_queries = nd as u32 + 1;
+                x.queries = d.create_query_pool(&vk::QueryPoolCreateInfo::default().query_type(vk::QueryType::TIMESTAMP).query_count(x.n_queries), None).map_err(vkerr("vkCreateQueryPool"))?;
+                d.cmd_reset_query_pool(cb, x.queries, 0, x.n_queries);
+                d.cmd_write_timestamp(cb, vk::PipelineStageFlags::BOTTOM_OF_PIPE, x.queries, 0);
+            }
+            for (i, (e, g)) in sched.dispatches.iter().take(nd).enumerate() {
                 let pi = entries.iter().position(|x| x == e).expect("collected above");
                 d.cmd_bind_pipeline(cb, vk::PipelineBindPoint::COMPUTE, x.pipelines[pi]);
                 d.cmd_dispatch(cb, g[0], g[1], g[2]);
                 d.cmd_pipeline_barrier(cb, vk::PipelineStageFlags::COMPUTE_SHADER, vk::PipelineStageFlags::COMPUTE_SHADER, vk::DependencyFlags::empty(), &between, &[], &[]);
+                if x.n_queries > 0 {
+                    d.cmd_write_timestamp(cb, vk::PipelineStageFlags::BOTTOM_OF_PIPE, x.queries, i as u32 + 1);
+                }
             }
-            let to_host = [vk::MemoryBarrier::default().src_access_mask(vk::AccessFlags::SHADER_WRITE).dst_access_mask(vk::AccessFlags::HOST_READ)];
-            d.cmd_pipeline_barrier(cb, vk::PipelineStageFlags::COMPUTE_SHADER, vk::PipelineStageFlags::HOST, vk::DependencyFlags::empty(), &to_host, &[], &[]);
+            if x.device_local {
+                // Staged outputs: device → host copies after the last dispatch.
+                let mb = [vk::MemoryBarrier::default().src_access_mask(vk::AccessFlags::SHADER_WRITE).dst_access_mask(vk::AccessFlags::TRANSFER_READ)];
+                d.cmd_pipeline_barrier(cb, vk::PipelineStageFlags::COMPUTE_SHADER, vk::PipelineStageFlags::TRANSFER, vk::DependencyFlags::empty(), &mb, &[], &[]);
+                for (b, (kind, _)) in x.bufs.iter().zip(&sched.bases) {
+                    if let (Some((sbuf, _)), BaseKind::Output(_)) = (b.staging, kind) {
+                        d.cmd_copy_buffer(cb, b.buffer, sbuf, &[vk::BufferCopy { src_offset: 0, dst_offset: 0, size: b.bytes.div_ceil(4).max(1) * 4 }]);
+                    }
+                }
+                let to_host = [vk::MemoryBarrier::default().src_access_mask(vk::AccessFlags::TRANSFER_WRITE).dst_access_mask(vk::AccessFlags::HOST_READ)];
+                d.cmd_pipeline_barrier(cb, vk::PipelineStageFlags::TRANSFER, vk::PipelineStageFlags::HOST, vk::DependencyFlags::empty(), &to_host, &[], &[]);
+            } else {
+                let to_host = [vk::MemoryBarrier::default().src_access_mask(vk::AccessFlags::SHADER_WRITE).dst_access_mask(vk::AccessFlags::HOST_READ)];
+                d.cmd_pipeline_barrier(cb, vk::PipelineStageFlags::COMPUTE_SHADER, vk::PipelineStageFlags::HOST, vk::DependencyFlags::empty(), &to_host, &[], &[]);
+            }
             d.end_command_buffer(cb).map_err(vkerr("vkEndCommandBuffer"))?;
             Ok(x)
         }
@@ -327,6 +443,24 @@ impl Executor {
     /// The device's name (e.g. `llvmpipe (LLVM 15.0.6, 256 bits)` for lavapipe).
     pub fn device_name(&self) -> &str {
         &self.device_name
+    }
+
+    /// With `RLX_VULKAN_PROFILE=1` at setup (and a queue with timestamps): the last run's time of
+    /// each dispatch in µs, in schedule order (each one's barrier included).
+    pub fn profile(&self) -> Option<Vec<f64>> {
+        if self.n_queries == 0 {
+            return None;
+        }
+        let mut t = std::vec![0u64; self.n_queries as usize];
+        // SAFETY: the pool holds n_queries timestamps written by the last completed submission.
+        unsafe { self.device.get_query_pool_results(self.queries, 0, &mut t, vk::QueryResultFlags::TYPE_64 | vk::QueryResultFlags::WAIT) }.ok()?;
+        Some(t.windows(2).map(|w| w[1].wrapping_sub(w[0]) as f64 * self.ns_per_tick / 1e3).collect())
+    }
+
+    /// Whether the buffers are in device-local memory with staged input/output copies (discrete
+    /// GPUs), rather than host-visible memory mapped directly (CPU and integrated devices).
+    pub fn device_local(&self) -> bool {
+        self.device_local
     }
 
     /// Runs the schedule once: `inputs[i]` and `outputs[i]` must be exactly the ports' byte sizes,
@@ -379,6 +513,7 @@ impl Drop for Executor {
             let d = &self.device;
             let _ = d.device_wait_idle();
             d.destroy_fence(self.fence, None);
+            d.destroy_query_pool(self.queries, None);
             d.destroy_command_pool(self.cmd_pool, None);
             d.destroy_descriptor_pool(self.pool, None);
             for p in &self.pipelines {
@@ -390,11 +525,25 @@ impl Drop for Executor {
             for b in &self.bufs {
                 d.destroy_buffer(b.buffer, None);
                 d.free_memory(b.memory, None);
+                if let Some((sb, sm)) = b.staging {
+                    d.destroy_buffer(sb, None);
+                    d.free_memory(sm, None);
+                }
             }
             d.destroy_device(None);
             self.instance.destroy_instance(None);
         }
     }
+}
+
+fn instance_props(instance: &ash::Instance, pd: vk::PhysicalDevice, qfi: u32) -> vk::QueueFamilyProperties {
+    // SAFETY: a valid physical device of this instance.
+    let qf = unsafe { instance.get_physical_device_queue_family_properties(pd) };
+    qf[qfi as usize]
+}
+
+fn qf_timestamps(q: &vk::QueueFamilyProperties) -> bool {
+    q.timestamp_valid_bits > 0
 }
 
 /// Just the check: whether a Vulkan loader and a device with a compute queue are present, and the

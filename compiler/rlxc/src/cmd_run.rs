@@ -34,6 +34,11 @@ pub struct RunArgs {
     /// Fix a symbolic dim by name, e.g. --dim batch=1 (repeatable; normally bound from the inputs)
     #[arg(long = "dim", value_name = "NAME=N", value_parser = crate::parse_dim)]
     pub dims: Vec<(String, u64)>,
+    /// With --target vulkan: after the run that writes the outputs, time N more runs of the same
+    /// loaded artifact (each: copy inputs in, submit, wait, copy outputs out; setup excluded) and print
+    /// p50, p10, p90, min and max
+    #[arg(long, value_name = "N")]
+    pub bench: Option<usize>,
 }
 
 /// `NAME=FILE.npy` for `--input` (split at the first '=').
@@ -154,12 +159,33 @@ pub fn main(a: &RunArgs) -> Result<(), Failure> {
     let t_lower = Instant::now();
     let mir = crate::lower(&hir, src.path())?;
     let d_lower = t_lower.elapsed();
+    if a.bench.is_some() && a.target.shader_lang().is_none() {
+        return Err(Failure::usage("--bench is for --target vulkan (it times runs of the loaded Vulkan artifact)".to_string()));
+    }
 
     let t_run = Instant::now();
     let outs = match a.target {
         Target::Interp => phase("running (interp)", || rlx_interp::run(&mir, &ordered))
             .map_err(|e| Failure::model(format!("running '{}' failed: {e}", src.path().display())))?,
-        t if t.shader_lang().is_some() => phase("compiling and running (Vulkan)", || rlxc::shader::run_vulkan(&mir, &ordered, t))?,
+        t if t.shader_lang().is_some() => {
+            let (outs, b) = phase("compiling and running (Vulkan)", || rlxc::shader::run_vulkan_bench(&mir, &ordered, t, a.bench.unwrap_or(0)))?;
+            if a.bench.is_some() {
+                let q = |p: f64| b.runs.get(((b.runs.len() as f64 - 1.0) * p).round() as usize).copied().unwrap_or_default();
+                let us = |d: Duration| format!("{:.1} µs", d.as_secs_f64() * 1e6);
+                println!("vulkan device: {}", b.device);
+                println!("compile {}, setup {}, first run {}", ms(b.compile), ms(b.setup), ms(b.first));
+                println!(
+                    "bench: {} runs: p50 {}  p10 {}  p90 {}  min {}  max {}",
+                    b.runs.len(),
+                    us(q(0.5)),
+                    us(q(0.1)),
+                    us(q(0.9)),
+                    us(q(0.0)),
+                    us(q(1.0))
+                );
+            }
+            outs
+        }
         t => phase("compiling and running", || rlxc::native::run_compiled_with(&mir, &ordered, t, a.backend.unwrap_or_default()))?,
     };
     let d_run = t_run.elapsed();

@@ -39,7 +39,7 @@ pub struct ConformanceArgs {
     #[arg(long)]
     pub list: Option<PathBuf>,
     /// Also compile and run each case that passes on the interpreter for this target
-    /// (x86_64, aarch64 under qemu-aarch64; repeatable). interp is always run.
+    /// (x86_64, aarch64 under qemu-aarch64, vulkan through runtime-min; repeatable). interp is always run.
     #[arg(long = "target", value_enum)]
     pub targets: Vec<Column>,
 }
@@ -61,6 +61,8 @@ pub enum Column {
     #[cfg(feature = "cranelift")]
     #[value(name = "aarch64-cranelift")]
     Aarch64Cranelift,
+    /// SPIR-V through runtime-min's Vulkan executor (lavapipe in CI), in this process.
+    Vulkan,
 }
 
 impl Column {
@@ -75,12 +77,13 @@ impl Column {
             Column::X86_64Cranelift => "x86_64-cranelift",
             #[cfg(feature = "cranelift")]
             Column::Aarch64Cranelift => "aarch64-cranelift",
+            Column::Vulkan => "vulkan",
         }
     }
     /// The CPU target and back end of a compiled column.
     fn compiled(self) -> Option<(CliTarget, Backend)> {
         match self {
-            Column::Interp => None,
+            Column::Interp | Column::Vulkan => None,
             #[cfg(feature = "llvm")]
             Column::X86_64 => Some((CliTarget::X86_64, Backend::Llvm)),
             #[cfg(feature = "llvm")]
@@ -94,6 +97,7 @@ impl Column {
     fn caps(self) -> rlx_ir::TargetCaps {
         match self.compiled() {
             Some((t, _)) => t.caps(),
+            None if self == Column::Vulkan => CliTarget::Vulkan.caps(),
             None => rlx_interp::caps(),
         }
     }
@@ -328,6 +332,14 @@ static CASE_DIRS: AtomicU64 = AtomicU64::new(0);
 impl TargetEnv {
     /// Checks the tools and compiles the harness once, under `work`.
     pub fn prepare(target: Column, work: &Path) -> Result<TargetEnv, String> {
+        if target == Column::Vulkan {
+            // No harness or linker: each case runs in this process through runtime-min's executor.
+            let name = rlx_rt::vulkan::probe().map_err(|e| format!("--target vulkan needs a Vulkan device (make setup installs lavapipe): {e}"))?;
+            eprintln!("vulkan column: {name}");
+            let cpu = crate::pipeline::CpuTarget::host()?;
+            let (harness_obj, runtime, work) = (PathBuf::new(), PathBuf::new(), work.join("vulkan"));
+            return Ok(TargetEnv { target, cpu, linker: "", link_args: &[], runner: None, harness_obj, runtime, work, timeout: Duration::from_secs(60) });
+        }
         let Some((cli, backend)) = target.compiled() else {
             return Err(format!("--target {} has no compiled conformance column", target.name()));
         };
@@ -378,6 +390,18 @@ impl TargetEnv {
             what.sort();
             what.dedup();
             return (TargetOutcome::Unsupported, format!("unsupported: {}", what.join(", ")));
+        }
+        if self.target == Column::Vulkan {
+            return match crate::shader::run_vulkan(&l.mir, &l.inputs, CliTarget::Vulkan) {
+                // The executor's own errors (device lost, bad sizes) are failures; the rest compile errors.
+                Err(f) if f.msg.starts_with("Vulkan") => (TargetOutcome::Failed, f.msg),
+                Err(f) => (TargetOutcome::CompileError, format!("compile: {}", f.msg)),
+                Ok(outs) if outs.len() != l.expected.len() => (TargetOutcome::Failed, format!("{} outputs, expected {}", outs.len(), l.expected.len())),
+                Ok(outs) => match outs.iter().zip(&l.expected).enumerate().find_map(|(k, (g, w))| compare(g, w, RTOL, ATOL).err().map(|e| format!("output {k}: {e}"))) {
+                    Some(e) => (TargetOutcome::Failed, e),
+                    None => (TargetOutcome::Passed, String::new()),
+                },
+            };
         }
         let mut tm = Timings::default();
         let c = match compile_mir(&l.mir, self.target.compiled().map_or(CliTarget::Host, |c| c.0), self.cpu.clone(), "rlxmodel", false, false, &mut tm) {
@@ -737,7 +761,7 @@ pub fn main(args: &ConformanceArgs) -> i32 {
             Some((t, p)) => match <Column as clap::ValueEnum>::from_str(t, true) {
                 Ok(t) => (t, PathBuf::from(p)),
                 _ => {
-                    eprintln!("error: --ratchet {r}: '{t}' is not interp, x86_64, aarch64, x86_64-cranelift or aarch64-cranelift");
+                    eprintln!("error: --ratchet {r}: '{t}' is not interp, x86_64, aarch64, x86_64-cranelift, aarch64-cranelift or vulkan");
                     return 1;
                 }
             },

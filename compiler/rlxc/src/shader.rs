@@ -22,7 +22,7 @@ pub struct ShaderCompiled {
 /// MIR → shader sources / SPIR-V for a GPU target. Fails listing every unsupported node.
 pub fn compile_shader(mir: &Mir, t: Target, tm: &mut Timings) -> Result<ShaderCompiled, Failure> {
     let lang = t.shader_lang().ok_or_else(|| Failure::usage(format!("--target {} is not a shader target", t.name())))?;
-    let folded = tm.time("fold", || rlx_opt::dce(&rlx_opt::fold(mir, &eval_op)));
+    let folded = tm.time("fold", || rlx_opt::simplify(mir, &eval_op));
     let caps = t.caps();
     let report = tm.time("legalize", || rlx_opt::report(&folded, &caps));
     if !report.is_legal() {
@@ -32,8 +32,15 @@ pub fn compile_shader(mir: &Mir, t: Target, tm: &mut Timings) -> Result<ShaderCo
             .collect();
         return Err(Failure::model(problem_list(&format!("{} node(s) are unsupported on target {}", lines.len(), caps.name), &lines)));
     }
-    let lir = tm.time("plan", || rlx_opt::plan(&folded, &rlx_opt::PlanOptions::default())).map_err(|p| Failure::model(problem_list("cannot plan the model", &p)))?;
-    let program = tm.time("codegen (naga)", || rlx_target_shader::translate(&lir, lang)).map_err(|e| Failure::model(format!("target {}: {e}", t.name())))?;
+    // No CPU GEMM micro-kernel (packed panels, 6-row register tiles): a panel wider than any matrix
+    // keeps every matmul in the per-element dot-product form, which the shader writer tiles through
+    // workgroup memory (rlx-target-shader's tiled.rs).
+    let opts = rlx_opt::PlanOptions { gemm_nr: 1 << 30, ..Default::default() };
+    let lir = tm.time("plan", || rlx_opt::plan(&folded, &opts)).map_err(|p| Failure::model(problem_list("cannot plan the model", &p)))?;
+    // RLX_SHADER_TILES=0 keeps every kernel on the one-invocation-per-output mapping (no workgroup
+    // memory), for comparisons.
+    let tiles = std::env::var("RLX_SHADER_TILES").map_or(true, |v| v != "0");
+    let program = tm.time("codegen (naga)", || rlx_target_shader::translate_with(&lir, lang, tiles)).map_err(|e| Failure::model(format!("target {}: {e}", t.name())))?;
     let files = tm.time("write (naga)", || rlx_target_shader::emit(&program, lang)).map_err(|e| Failure::model(format!("target {}: {e}", t.name())))?;
     Ok(ShaderCompiled { lir, report, program, lang, files })
 }
@@ -70,13 +77,13 @@ pub fn write_shader_artifacts(dir: &Path, name: &str, model: &Path, t: Target, c
         .program
         .dispatches
         .iter()
-        .map(|d| serde_json::json!({"entry": format!("k{}", d.entry), "kernel": d.name, "workgroups": d.groups, "bindings": d.uses}))
+        .map(|d| serde_json::json!({"entry": format!("k{}", d.entry), "kernel": d.name, "workgroups": d.groups, "workgroup_size": d.workgroup_size, "bindings": d.uses}))
         .collect();
     let manifest = serde_json::json!({
         "name": name,
         "rlxc_version": env!("CARGO_PKG_VERSION"),
         "model": model.file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default(),
-        "target": {"name": t.name(), "language": format!("{:?}", c.lang), "workgroup_size": [rlx_target_shader::WORKGROUP_SIZE, 1, 1]},
+        "target": {"name": t.name(), "language": format!("{:?}", c.lang)},
         "inputs": c.lir.inputs.iter().map(port).collect::<Vec<_>>(),
         "outputs": c.lir.outputs.iter().map(port).collect::<Vec<_>>(),
         "arena_bytes": c.lir.arena_bytes,
@@ -102,13 +109,36 @@ pub fn write_shader_artifacts(dir: &Path, name: &str, model: &Path, t: Target, c
 /// `rlxc run --target vulkan`: compile to SPIR-V + schedule in memory and run them through
 /// runtime-min's Vulkan executor (the same bytes `rlxc compile --target vulkan` writes).
 pub fn run_vulkan(mir: &Mir, inputs: &[ConstData], t: Target) -> Result<Vec<ConstData>, Failure> {
+    run_vulkan_bench(mir, inputs, t, 0).map(|(outs, _)| outs)
+}
+
+/// Timings of `rlxc run --target vulkan --bench N`.
+pub struct VulkanBench {
+    pub device: String,
+    /// MIR → SPIR-V.
+    pub compile: std::time::Duration,
+    /// `Executor::new`: device, buffers, weight upload, pipelines, the recorded command buffer.
+    pub setup: std::time::Duration,
+    /// The first `Executor::run` (the outputs come from it).
+    pub first: std::time::Duration,
+    /// `bench` more runs after it, sorted: each one `Executor::run` — copy the inputs in, submit the
+    /// recorded command buffer, wait for its fence, copy the outputs out.
+    pub runs: Vec<std::time::Duration>,
+}
+
+/// [`run_vulkan`], then `bench` more timed runs of the same executor on the same inputs.
+pub fn run_vulkan_bench(mir: &Mir, inputs: &[ConstData], t: Target, bench: usize) -> Result<(Vec<ConstData>, VulkanBench), Failure> {
     if !matches!(t, Target::Vulkan | Target::Spirv) {
         return Err(Failure::usage(format!("target {} cannot be run by rlxc (only vulkan/spirv, through runtime-min's Vulkan executor); use `rlxc compile --target {}`", t.name(), t.name())));
     }
     let mut tm = Timings::default();
+    let t0 = std::time::Instant::now();
     let c = compile_shader(mir, t, &mut tm)?;
+    let compile = t0.elapsed();
     let spv = &c.files[0].1;
+    let t0 = std::time::Instant::now();
     let mut ex = rlx_rt::vulkan::Executor::new(spv, &c.program.schedule_bytes(), &c.lir.weights).map_err(|e| Failure::model(format!("Vulkan: {e}")))?;
+    let setup = t0.elapsed();
     for (v, p) in inputs.iter().zip(&c.lir.inputs) {
         let want = p.ty.shape.as_fixed().unwrap_or_default();
         if v.dtype != p.ty.dtype || v.shape != want {
@@ -118,11 +148,44 @@ pub fn run_vulkan(mir: &Mir, inputs: &[ConstData], t: Target) -> Result<Vec<Cons
     let ins: Vec<&[u8]> = inputs.iter().map(|c| c.data.bytes()).collect();
     let mut outs: Vec<Vec<u8>> = c.lir.outputs.iter().map(|p| vec![0u8; p.ty.dtype.bytes_for(p.ty.shape.numel().unwrap_or(0)).unwrap_or(0)]).collect();
     let mut out_refs: Vec<&mut [u8]> = outs.iter_mut().map(|v| v.as_mut_slice()).collect();
+    let t0 = std::time::Instant::now();
     ex.run(&ins, &mut out_refs).map_err(|e| Failure::model(format!("Vulkan ({}): {e}", ex.device_name())))?;
+    let first = t0.elapsed();
+    let mut scratch: Vec<Vec<u8>> = outs.clone();
+    let mut runs = Vec::with_capacity(bench);
+    for _ in 0..bench {
+        let mut refs: Vec<&mut [u8]> = scratch.iter_mut().map(|v| v.as_mut_slice()).collect();
+        let t0 = std::time::Instant::now();
+        ex.run(&ins, &mut refs).map_err(|e| Failure::model(format!("Vulkan ({}): {e}", ex.device_name())))?;
+        runs.push(t0.elapsed());
+    }
+    runs.sort();
+    if let Some(p) = ex.profile() {
+        // RLX_VULKAN_PROFILE=1: the last run's time per kernel, summed by fused-kernel name pattern.
+        let total: f64 = p.iter().sum();
+        let mut by: Vec<(f64, usize, String)> = Vec::new();
+        for (t, d) in p.iter().zip(&c.program.dispatches) {
+            let key: String = d.name.chars().filter(|c| !c.is_ascii_digit()).collect();
+            let key = format!("{key} [{}x{}]", d.workgroup_size[0], d.workgroup_size[1]);
+            match by.iter_mut().find(|e| e.2 == key) {
+                Some(e) => {
+                    e.0 += t;
+                    e.1 += 1;
+                }
+                None => by.push((*t, 1, key)),
+            }
+        }
+        by.sort_by(|a, b| b.0.total_cmp(&a.0));
+        println!("profile: {} dispatches, {total:.1} µs on the device (timestamps)", p.len());
+        for (t, n, k) in by.iter().take(30) {
+            println!("  {t:9.1} µs  {:4.1}%  {n:3}×  {k}", 100.0 * t / total.max(1e-9));
+        }
+    }
+    let timing = VulkanBench { device: ex.device_name().to_string(), compile, setup, first, runs };
     let mut res = Vec::new();
     for (p, bytes) in c.lir.outputs.iter().zip(outs) {
         let shape = p.ty.shape.as_fixed().unwrap_or_default();
         res.push(ConstData::new(p.ty.dtype, shape, Blob::from_vec(bytes)).map_err(Failure::model)?);
     }
-    Ok(res)
+    Ok((res, timing))
 }

@@ -6,17 +6,21 @@
 //! end, the same way the LLVM writer writes LLVM IR text and has LLVM parse it: the text is small,
 //! printable, and naga's front end builds and type-checks the `naga::Module` that every writer reads.
 //!
-//! The mapping (the simplest correct one; tiling with workgroup memory is not done yet):
+//! The mapping:
 //! - one storage buffer per distinct LIR base (arena, weights, each input, each output), declared
 //!   `array<u32, N>` at `@group(0) @binding(i)` where `i` is the base's index in [`Program::bases`];
 //!   every kernel parameter is an element offset into its base's buffer (4-byte dtypes bitcast on
 //!   load and store; i64 as two words; bool is a byte: read by shifting, written through an atomic
 //!   view of the same buffer at `@binding(n_bases + i)`, `atomicAnd` + `atomicOr` on its word);
 //! - a kernel's outermost `parallel` loop, together with nested loops whose iterations are provably
-//!   independent, is flattened into the global invocation index (workgroup size 64, bounds-checked;
+//!   independent, is flattened into the global invocation index (workgroup size 256, bounds-checked;
 //!   more than 65,535 workgroups spill into the y dimension); inner loops stay loops; a kernel with no
 //!   parallel outer loop runs on one invocation;
-//! - index arithmetic is i32 (buffers of 2^31 elements or more are rejected with an error).
+//! - index arithmetic is i32 (buffers of 2^31 elements or more are rejected with an error);
+//! - matmuls and reductions recognized in the loop form (`wgsl/tiled.rs`) use workgroup memory and
+//!   barriers instead: 16×16-invocation tiles staging A and B through `var<workgroup>` arrays (1×1,
+//!   2×2 or 4×4 outputs per invocation), and one 64-invocation workgroup per reduced row with a
+//!   shared-memory tree. [`translate_with`]`(…, false)` turns that off.
 //!
 //! It depends on rlx-ir only and hands the legalizer its claim set as data ([`caps`]).
 
@@ -102,6 +106,9 @@ pub struct BaseBuf {
 pub struct Dispatch {
     pub entry: u32,
     pub groups: [u32; 3],
+    /// The entry point's `@workgroup_size` ([`WORKGROUP_SIZE`]×1×1 for the per-invocation mapping,
+    /// 16×16×1 for a tiled matmul, 64×1×1 for a workgroup reduction).
+    pub workgroup_size: [u32; 3],
     /// Binding indices (into [`Program::bases`]) the kernel touches.
     pub uses: Vec<u32>,
     /// The kernel's name (its fused MIR nodes), for reports.
@@ -166,13 +173,20 @@ pub fn bases_of(lir: &Lir, port_bytes: impl Fn(bool, usize) -> usize) -> Vec<Bas
 /// i64 tensor, or a cast to i64 inside a fused chain); otherwise the only i64 scalars are the
 /// planner's (window counters, arg positions, bounded by tensor sizes) and are computed in i32.
 pub fn translate(lir: &Lir, lang: Lang) -> Result<Program, String> {
+    translate_with(lir, lang, true)
+}
+
+/// [`translate`], choosing whether matmuls and reductions use workgroup memory (`tiles`; `false` keeps
+/// every kernel on the one-invocation-per-output mapping — the reference the tiled kernels are tested
+/// against).
+pub fn translate_with(lir: &Lir, lang: Lang, tiles: bool) -> Result<Program, String> {
     let port_bytes = |input: bool, i: usize| {
         let p = if input { &lir.inputs[i] } else { &lir.outputs[i] };
         p.ty.dtype.bytes_for(p.ty.shape.numel().unwrap_or(0)).unwrap_or(0)
     };
     let bases = bases_of(lir, port_bytes);
     let int64 = dtypes(lang).contains(&DType::I64) && (lir.buffers.iter().any(|b| b.dtype == DType::I64) || lir.launches.iter().any(|l| wgsl::casts_to_i64(&l.kernel.body)));
-    let (text, dispatches) = wgsl::module_text(lir, &bases, int64)?;
+    let (text, dispatches) = wgsl::module_text(lir, &bases, int64, tiles)?;
     let module = naga::front::wgsl::parse_str(&text).map_err(|e| format!("internal error: generated WGSL does not parse: {}\n{text}", e.emit_to_string(&text)))?;
     let info = validate(&module).map_err(|e| format!("internal error: naga rejects the generated module: {e}"))?;
     Ok(Program { wgsl: text, module, info, bases, dispatches, int64 })
@@ -196,6 +210,8 @@ pub fn emit(p: &Program, lang: Lang) -> Result<Vec<(String, Vec<u8>)>, String> {
         Lang::Spirv => {
             let mut opts = back::spv::Options::default();
             opts.flags = back::spv::WriterFlags::empty();
+            // Every workgroup array is written before it is read (behind a barrier): no zero fill.
+            opts.zero_initialize_workgroup_memory = back::spv::ZeroInitializeWorkgroupMemoryMode::None;
             let words = back::spv::write_vec(&p.module, &p.info, &opts, None).map_err(|e| format!("SPIR-V writer: {e}"))?;
             Ok(vec![("spv".into(), words.iter().flat_map(|w| w.to_le_bytes()).collect())])
         }
@@ -207,7 +223,7 @@ pub fn emit(p: &Program, lang: Lang) -> Result<Vec<(String, Vec<u8>)>, String> {
             Ok(vec![("wgsl".into(), s.into_bytes())])
         }
         Lang::Msl => {
-            let mut opts = back::msl::Options { lang_version: (2, 1), fake_missing_bindings: false, ..Default::default() };
+            let mut opts = back::msl::Options { lang_version: (2, 1), fake_missing_bindings: false, zero_initialize_workgroup_memory: false, ..Default::default() };
             for d in &p.dispatches {
                 let mut res = back::msl::EntryPointResources::default();
                 for (i, b) in p.bases.iter().enumerate() {
@@ -221,7 +237,7 @@ pub fn emit(p: &Program, lang: Lang) -> Result<Vec<(String, Vec<u8>)>, String> {
             Ok(vec![("metal".into(), s.into_bytes())])
         }
         Lang::Hlsl => {
-            let mut opts = back::hlsl::Options { shader_model: back::hlsl::ShaderModel::V5_1, fake_missing_bindings: false, ..Default::default() };
+            let mut opts = back::hlsl::Options { shader_model: back::hlsl::ShaderModel::V5_1, fake_missing_bindings: false, zero_initialize_workgroup_memory: false, ..Default::default() };
             for i in 0..2 * p.bases.len() {
                 opts.binding_map.insert(rb(i), back::hlsl::BindTarget { space: 0, register: i as u32, ..Default::default() });
             }
@@ -233,7 +249,7 @@ pub fn emit(p: &Program, lang: Lang) -> Result<Vec<(String, Vec<u8>)>, String> {
         Lang::Glsl => {
             let mut out = Vec::new();
             for d in &p.dispatches {
-                let mut opts = back::glsl::Options { version: back::glsl::Version::Desktop(430), writer_flags: back::glsl::WriterFlags::empty(), ..Default::default() };
+                let mut opts = back::glsl::Options { version: back::glsl::Version::Desktop(430), writer_flags: back::glsl::WriterFlags::empty(), zero_initialize_workgroup_memory: false, ..Default::default() };
                 for i in 0..2 * p.bases.len() {
                     opts.binding_map.insert(rb(i), i as u8);
                 }
@@ -290,7 +306,7 @@ mod tests {
     fn every_language_is_written_from_one_validated_module() {
         let p = translate(&lir(100), Lang::Wgsl).unwrap();
         assert!(!p.int64);
-        assert_eq!(p.dispatches[0].groups, [2, 1, 1]);
+        assert_eq!(p.dispatches[0].groups, [1, 1, 1]);
         for lang in [Lang::Spirv, Lang::Wgsl, Lang::Msl, Lang::Hlsl, Lang::Glsl] {
             let files = emit(&p, lang).unwrap();
             assert!(!files.is_empty() && files.iter().all(|(_, b)| !b.is_empty()), "{lang:?}");
@@ -317,10 +333,10 @@ mod tests {
 
     #[test]
     fn grids_past_65535_workgroups_spill_into_y() {
-        let n = 65535 * 64 + 1000;
+        let n = 65535 * WORKGROUP_SIZE as usize + 1000;
         let p = translate(&lir(n), Lang::Wgsl).unwrap();
         assert_eq!(p.dispatches[0].groups, [65535, 2, 1]);
-        assert!(p.wgsl.contains("gid.y * nwg.x * 64u"));
+        assert!(p.wgsl.contains(&format!("gid.y * nwg.x * {WORKGROUP_SIZE}u")));
     }
 
     #[test]
@@ -334,6 +350,86 @@ mod tests {
         assert!(!caps("vulkan", Lang::Spirv).claims("add", DType::F64) && caps("vulkan", Lang::Spirv).claims("add", DType::I64));
         assert!(!caps("webgpu", Lang::Wgsl).claims("add", DType::I64));
         assert!(caps("metal", Lang::Msl).claims("matmul", DType::F32));
+    }
+
+    /// out[i, j] = relu(sum_k a[i, k] * w[j, k]) (a weight stored [N, K]), and r[i] = max_k a[i, k]:
+    /// the per-element loop forms the planner writes for a matmul and a reduction.
+    fn matmul_and_reduce(m: usize, n: usize, k: usize) -> Lir {
+        let (i, j, kk, acc) = (Var(0), Var(1), Var(2), Var(3));
+        let (i2, k2, acc2) = (Var(4), Var(5), Var(6));
+        let a = Expr::load(1, Expr::add(Expr::mul(Expr::var(i), Expr::int(k as i64)), Expr::var(kk)));
+        let w = Expr::load(2, Expr::add(Expr::mul(Expr::var(j), Expr::int(k as i64)), Expr::var(kk)));
+        let prod = Expr::Bin(BinaryOp::Mul, DType::F32, Box::new(a), Box::new(w));
+        let mm = vec![Stmt::For {
+            var: i,
+            extent: m as i64,
+            kind: LoopKind::Parallel,
+            body: vec![Stmt::For {
+                var: j,
+                extent: n as i64,
+                kind: LoopKind::Serial,
+                body: vec![
+                    Stmt::Decl { var: acc, dtype: DType::F32, init: Expr::Lit(0.0, DType::F32) },
+                    Stmt::For { var: kk, extent: k as i64, kind: LoopKind::Vector(8), body: vec![Stmt::Assign { var: acc, value: Expr::Bin(BinaryOp::Add, DType::F32, Box::new(Expr::var(acc)), Box::new(prod)) }] },
+                    Stmt::Store { buf: 0, index: Expr::add(Expr::mul(Expr::var(i), Expr::int(n as i64)), Expr::var(j)), value: Expr::Un(rlx_ir::UnaryOp::Relu, DType::F32, Box::new(Expr::var(acc))) },
+                ],
+            }],
+        }];
+        let x = Expr::load(1, Expr::add(Expr::mul(Expr::var(i2), Expr::int(k as i64)), Expr::var(k2)));
+        let red = vec![Stmt::For {
+            var: i2,
+            extent: m as i64,
+            kind: LoopKind::Parallel,
+            body: vec![
+                Stmt::Decl { var: acc2, dtype: DType::F32, init: Expr::Lit(f64::NEG_INFINITY, DType::F32) },
+                Stmt::For { var: k2, extent: k as i64, kind: LoopKind::Vector(8), body: vec![Stmt::Assign { var: acc2, value: Expr::Bin(BinaryOp::Max, DType::F32, Box::new(Expr::var(acc2)), Box::new(x)) }] },
+                Stmt::Store { buf: 0, index: Expr::var(i2), value: Expr::var(acc2) },
+            ],
+        }];
+        let p = |dtype, elems, access| Param { dtype, elems, access };
+        let f = |shape: &[usize]| TensorType::fixed(DType::F32, shape);
+        Lir {
+            inputs: vec![Port { name: "a".into(), ty: f(&[m, k]) }],
+            outputs: vec![Port { name: "y".into(), ty: f(&[m, n]) }, Port { name: "r".into(), ty: f(&[m]) }],
+            buffers: vec![
+                Buffer { base: Base::Output(0), offset: 0, dtype: DType::F32, shape: vec![m, n], label: "y".into() },
+                Buffer { base: Base::Input(0), offset: 0, dtype: DType::F32, shape: vec![m, k], label: "a".into() },
+                Buffer { base: Base::Weights, offset: 0, dtype: DType::F32, shape: vec![n, k], label: "w".into() },
+                Buffer { base: Base::Output(1), offset: 0, dtype: DType::F32, shape: vec![m], label: "r".into() },
+            ],
+            launches: vec![
+                Launch { nodes: vec![], kernel: Kernel { name: "mm".into(), params: vec![p(DType::F32, m * n, Access::Write), p(DType::F32, m * k, Access::Read), p(DType::F32, n * k, Access::Read)], body: mm, vars: 4 }, bindings: vec![0, 1, 2] },
+                Launch { nodes: vec![], kernel: Kernel { name: "max".into(), params: vec![p(DType::F32, m, Access::Write), p(DType::F32, m * k, Access::Read)], body: red, vars: 7 }, bindings: vec![3, 1] },
+            ],
+            arena_bytes: 0,
+            weights: vec![0; n * k * 4],
+            align: 64,
+        }
+    }
+
+    #[test]
+    fn matmuls_and_reductions_use_workgroup_memory() {
+        // 300×200 outputs: 4×4 per invocation (64×64 tiles, 5×4 = 20 workgroups < 128 → 2×2 → 80 < 128 → 1×1).
+        let p = translate(&matmul_and_reduce(300, 200, 70), Lang::Spirv).unwrap();
+        assert_eq!((p.dispatches[0].workgroup_size, p.dispatches[0].groups), ([16, 16, 1], [13, 19, 1]));
+        assert_eq!((p.dispatches[1].workgroup_size, p.dispatches[1].groups), ([64, 1, 1], [300, 1, 1]));
+        assert!(p.wgsl.contains("workgroupBarrier()") && p.wgsl.contains("var<workgroup> wa_f32: array<f32, 272>"), "{}", p.wgsl);
+        // The weight is stored [N, K]: invocations stage it along K (coalesced).
+        assert!(p.wgsl.contains("let cc = e / 16i;"));
+        // Enough workgroups for 4×4 per invocation: 1024×1024 → 16×16 = 256 groups of 64×64.
+        let p = translate(&matmul_and_reduce(1024, 1024, 32), Lang::Wgsl).unwrap();
+        assert_eq!(p.dispatches[0].groups, [16, 16, 1]);
+        assert!(p.wgsl.contains("c3_3"));
+        // Without tiles every kernel keeps one invocation per output.
+        let p = translate_with(&matmul_and_reduce(300, 200, 70), Lang::Spirv, false).unwrap();
+        assert!(!p.wgsl.contains("workgroupBarrier") && p.dispatches.iter().all(|d| d.workgroup_size == [WORKGROUP_SIZE, 1, 1]));
+        // Short reductions keep the serial loop.
+        let p = translate(&matmul_and_reduce(8, 8, 10), Lang::Spirv).unwrap();
+        assert_eq!(p.dispatches[1].workgroup_size, [WORKGROUP_SIZE, 1, 1]);
+        assert_eq!(p.dispatches[1].groups, [1, 1, 1]);
+        for lang in [Lang::Spirv, Lang::Wgsl, Lang::Msl, Lang::Hlsl, Lang::Glsl] {
+            emit(&translate(&matmul_and_reduce(300, 200, 70), lang).unwrap(), lang).unwrap();
+        }
     }
 
     #[test]

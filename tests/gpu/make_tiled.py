@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+"""Write tiled.onnx and its inputs (a.npy … e.npy): matmuls and reductions of awkward shapes that the
+shader back end maps onto workgroup memory (tiled matmul at 16×16 per workgroup with 1×1, 2×2 and
+4×4 outputs per invocation; row reductions with a shared-memory tree), for compiler/rlxc/tests/shader.rs.
+
+    make_tiled.py --out DIR
+
+Outputs:
+  mm_odd   relu(a[3,37,53] @ w[53,29] + bias)      rows (3·37) and columns not multiples of 16, K = 53
+  mm_bat   b[2,3,70,45] @ transpose(b2)[2,3,45,90]  both operands batched (the batch is the z grid)
+  mm_r4    c[1024,100] @ w4[100,640]                4×4 outputs per invocation
+  mm_r2    c[:256] @ w4                             2×2 outputs per invocation
+  mm_i32   int32(round(8a)) @ int32 weight          integer accumulation (exact)
+  sum12    reduce_sum(d[5,33,20], axes 1 and 2)     a nest of two reduction loops
+  max_last reduce_max(e[4,6,100], last axis)
+  mean_all reduce_mean(e) to a scalar               a kernel without a parallel loop
+"""
+from __future__ import annotations
+
+import argparse
+import os
+
+import numpy as np
+import onnx
+from onnx import TensorProto as T
+from onnx import helper, numpy_helper
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+    r = np.random.RandomState(7)
+    f = lambda *s: r.randn(*s).astype(np.float32)
+    inits = [
+        numpy_helper.from_array(f(53, 29), "w"),
+        numpy_helper.from_array(f(29), "bias"),
+        numpy_helper.from_array(f(100, 640), "w4"),
+        numpy_helper.from_array(r.randint(-50, 50, size=(53, 17)).astype(np.int32), "wi"),
+        numpy_helper.from_array(np.array([1, 2], dtype=np.int64), "ax12"),
+        numpy_helper.from_array(np.array([-1], dtype=np.int64), "axl"),
+        numpy_helper.from_array(np.array([0], dtype=np.int64), "s0"),
+        numpy_helper.from_array(np.array([256], dtype=np.int64), "s256"),
+        numpy_helper.from_array(np.array(8.0, dtype=np.float32), "eight"),
+    ]
+    nodes = [
+        helper.make_node("MatMul", ["a", "w"], ["t0"]),
+        helper.make_node("Add", ["t0", "bias"], ["t1"]),
+        helper.make_node("Relu", ["t1"], ["mm_odd"]),
+        helper.make_node("Transpose", ["b2"], ["b2t"], perm=[0, 1, 3, 2]),
+        helper.make_node("MatMul", ["b", "b2t"], ["mm_bat"]),
+        helper.make_node("MatMul", ["c", "w4"], ["mm_r4"]),
+        helper.make_node("Slice", ["c", "s0", "s256"], ["c256"]),
+        helper.make_node("MatMul", ["c256", "w4"], ["mm_r2"]),
+        helper.make_node("Mul", ["a", "eight"], ["a8"]),
+        helper.make_node("Round", ["a8"], ["a8r"]),
+        helper.make_node("Cast", ["a8r"], ["ai"], to=T.INT32),
+        helper.make_node("MatMul", ["ai", "wi"], ["mm_i32"]),
+        helper.make_node("ReduceSum", ["d", "ax12"], ["sum12"], keepdims=0),
+        helper.make_node("ReduceMax", ["e", "axl"], ["max_last"], keepdims=0),
+        helper.make_node("ReduceMean", ["e"], ["mean_all"], keepdims=0),
+    ]
+    shapes = {"a": [3, 37, 53], "b": [2, 3, 70, 45], "b2": [2, 3, 90, 45], "c": [1024, 100], "d": [5, 33, 20], "e": [4, 6, 100]}
+    ins = [helper.make_tensor_value_info(n, T.FLOAT, s) for n, s in shapes.items()]
+    outs = [
+        helper.make_tensor_value_info("mm_odd", T.FLOAT, [3, 37, 29]),
+        helper.make_tensor_value_info("mm_bat", T.FLOAT, [2, 3, 70, 90]),
+        helper.make_tensor_value_info("mm_r4", T.FLOAT, [1024, 640]),
+        helper.make_tensor_value_info("mm_r2", T.FLOAT, [256, 640]),
+        helper.make_tensor_value_info("mm_i32", T.INT32, [3, 37, 17]),
+        helper.make_tensor_value_info("sum12", T.FLOAT, [5]),
+        helper.make_tensor_value_info("max_last", T.FLOAT, [4, 6]),
+        helper.make_tensor_value_info("mean_all", T.FLOAT, []),
+    ]
+    m = helper.make_model(helper.make_graph(nodes, "tiled", ins, outs, inits), opset_imports=[helper.make_opsetid("", 18)])
+    m.ir_version = 8
+    onnx.checker.check_model(m)
+    os.makedirs(a.out, exist_ok=True)
+    onnx.save(m, os.path.join(a.out, "tiled.onnx"))
+    for n, s in shapes.items():
+        np.save(os.path.join(a.out, f"{n}.npy"), f(*s))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
