@@ -7,8 +7,9 @@
 //! - **unsupported**: none of the above. The compile fails and the report lists every such node.
 //!
 //! The dtype a claim is checked against is the node's first input's dtype. A `cast` must be claimed
-//! for its source and for its destination dtype (a target without f64 cannot produce one either), so
-//! `rlxc check` reports what the compile would otherwise fail on.
+//! for its source and for its destination dtype (a target without f64 cannot produce one either), and
+//! an output written by a copy kernel (a constant or input) needs `reshape` for its dtype, so `rlxc
+//! check` reports what the compile would otherwise fail on.
 
 use rlx_ir::{DType, Mir, MirOp, OpSet, TargetCaps};
 
@@ -98,6 +99,26 @@ pub fn report(g: &Mir, caps: &TargetCaps) -> DispatchReport {
             (Resolution::Unsupported, format!("target '{}' does not implement {kind} for {dtype}; legal if the target would {what}", caps.name))
         };
         entries.push(DispatchEntry { node: n.name.clone(), op: kind.to_string(), dtype, input_shapes, resolution, note });
+    }
+    // An output that no kernel computes (a graph input, a constant — folded subgraphs end as one — or
+    // a reshape of either) is written by a copy kernel: the target must move its dtype.
+    for (i, &o) in g.outputs.iter().enumerate() {
+        let copied = match g.producer(o) {
+            None => true,
+            Some(p) => matches!(g.node(p).op, MirOp::Reshape { .. }) && g.producer(g.node(p).inputs[0]).is_none(),
+        };
+        let dtype = g.ty(o).dtype;
+        if copied && !caps.claims("reshape", dtype) {
+            let name = g.value(o).name.clone().unwrap_or_else(|| format!("output {i}"));
+            entries.push(DispatchEntry {
+                node: format!("output '{name}'"),
+                op: "copy".into(),
+                dtype,
+                input_shapes: vec![g.ty(o).to_string()],
+                resolution: Resolution::Unsupported,
+                note: format!("target '{}' cannot store {dtype}: the output is a constant or an input, written by a copy; legal if the target would claim reshape/{dtype}", caps.name),
+            });
+        }
     }
     DispatchReport { target: caps.name.clone(), entries }
 }

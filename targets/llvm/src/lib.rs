@@ -88,9 +88,10 @@ pub const DTYPES: &[DType] = &[
 pub const KINDS: &[&str] = rlx_ir::loops::LOWERED_KINDS;
 
 /// The claim set for `--target NAME`.
-/// f16/bf16 are storage types here: no arithmetic, but `cast` to and from them is implemented.
+/// f16/bf16 are storage types here: no arithmetic, but `cast` to and from them, and copies of them
+/// (`reshape`: a view, or the copy that writes a constant or input to an output), are implemented.
 pub fn caps(name: &str) -> TargetCaps {
-    TargetCaps::uniform(name, KINDS, DTYPES).with("cast", &[DType::F16, DType::BF16])
+    TargetCaps::uniform(name, KINDS, DTYPES).with("cast", &[DType::F16, DType::BF16]).with("reshape", &[DType::F16, DType::BF16])
 }
 
 /// Options for one compile.
