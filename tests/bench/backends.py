@@ -27,24 +27,17 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench  # noqa: E402  (make_mlp, minilm_path)
+import bench  # noqa: E402  (make_mlp, minilm_path, compile_rlxc)
 
 BACKENDS = ["llvm", "cranelift"]
 SECTION = "## Cranelift vs LLVM"
 
 
 def compile_one(rlxc: str, model: Path, dims: dict, out: Path, backend: str) -> tuple[Path, float, float]:
-    args = [rlxc, "compile", str(model), "--target", "host", "--backend", backend, "-o", str(out), "--name", "m", "--timings"]
-    for k, v in dims.items():
-        args += ["--dim", f"{k}={v}"]
-    t = time.perf_counter()
-    r = subprocess.run(args, check=True, capture_output=True, text=True)
-    wall = time.perf_counter() - t
-    m = re.search(r"codegen \([^)]*\)\D*([0-9.]+)\s*(ms|s)", r.stdout + r.stderr)
+    """bench.compile_rlxc with `--backend` and `--timings`; also returns the codegen phase alone."""
+    so, wall, log = bench.compile_rlxc(rlxc, model, dims, out, ("--backend", backend, "--timings"))
+    m = re.search(r"codegen \([^)]*\)\D*([0-9.]+)\s*(ms|s)", log)
     codegen = float(m.group(1)) / (1000.0 if m.group(2) == "ms" else 1.0) if m else float("nan")
-    so = out / "m.so"
-    subprocess.run(["cc", "-shared", "-o", str(so), str(out / "m.o"), str(out / "librlx_rt.a"),
-                    "-lpthread", "-ldl", "-lm", "-lrt", "-lutil"], check=True)
     return so, wall, codegen
 
 

@@ -67,17 +67,19 @@ def mlp_flops(batch: int) -> float:
     return 2.0 * batch * (784 * 128 + 128 * 10)
 
 
-def compile_rlxc(rlxc: str, model: Path, dims: dict, out: Path) -> tuple[Path, float]:
-    args = [rlxc, "compile", str(model), "--target", "host", "-o", str(out), "--name", "m"]
+def compile_rlxc(rlxc: str, model: Path, dims: dict, out: Path, extra: tuple = ()) -> tuple[Path, float, str]:
+    """rlxc compile (timed as a whole command) + link into a shared object. Returns the .so, the compile
+    wall time and the compiler's output (for `--timings`)."""
+    args = [rlxc, "compile", str(model), "--target", "host", "-o", str(out), "--name", "m", *extra]
     for k, v in dims.items():
         args += ["--dim", f"{k}={v}"]
     t = time.perf_counter()
-    subprocess.run(args, check=True, stdout=subprocess.DEVNULL)
+    r = subprocess.run(args, check=True, capture_output=True, text=True)
     dt = time.perf_counter() - t
     so = out / "m.so"
     subprocess.run(["cc", "-shared", "-o", str(so), str(out / "m.o"), str(out / "librlx_rt.a"),
                     "-lpthread", "-ldl", "-lm", "-lrt", "-lutil"], check=True)
-    return so, dt
+    return so, dt, r.stdout + r.stderr
 
 
 def iree_available() -> bool:
@@ -237,7 +239,7 @@ def main() -> int:
         cases += [("MLP 784-128-10", mlp, {"batch": b}, b) for b in (1, 128)]
         for title, model, dims, batch in cases:
             d = work / f"{model.stem}_b{batch}"
-            so, ctime = compile_rlxc(a.rlxc, model, dims, d)
+            so, ctime, _ = compile_rlxc(a.rlxc, model, dims, d)
             vmfb, itime, inote = (None, 0.0, "skipped (--no-iree)" if a.no_iree else "not installed (pip install -r requirements-bench.txt)")
             if not a.no_iree and iree_available():
                 vmfb, itime, inote = compile_iree(model, dims, d)

@@ -171,6 +171,18 @@ pub const LOWERED_KINDS: &[&str] = &[
     "conv", "max_pool", "avg_pool", "cumsum", "quantize", "dequantize", "fake_quantize",
 ];
 
+/// Dtypes every writer of the full loop form (LLVM, Cranelift) implements. f16/bf16 are storage types
+/// there: no arithmetic, but `cast` to and from them and copies of them (`reshape`) are claimed.
+pub const LOWERED_DTYPES: &[DType] =
+    &[DType::F32, DType::F64, DType::I8, DType::U8, DType::I16, DType::U16, DType::I32, DType::U32, DType::I64, DType::U64, DType::Bool];
+
+/// The claim set of a CPU back end that translates every loop-form construct: [`LOWERED_KINDS`] ×
+/// [`LOWERED_DTYPES`], plus `cast` and `reshape` for f16/bf16.
+pub fn lowered_caps(name: &str) -> crate::TargetCaps {
+    let half = [DType::F16, DType::BF16];
+    crate::TargetCaps::uniform(name, LOWERED_KINDS, LOWERED_DTYPES).with("cast", &half).with("reshape", &half)
+}
+
 /// How a kernel is launched: its body runs over `[start, end)` of its outermost loop.
 pub struct Split {
     /// Iterations of the outermost loop (1 when the kernel is not split).

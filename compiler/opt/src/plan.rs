@@ -1042,9 +1042,8 @@ impl<'g> Planner<'g> {
                 }
                 let av = self.elem(kb, ins[0], &ai);
                 let packed = self.packed_weight.get(&ins[1]).copied();
-                let bv = match self.transposed_weight.get(&ins[1]).copied() {
-                    _ if packed.is_some() => {
-                        let pb = packed.unwrap();
+                let bv = match (packed, self.transposed_weight.get(&ins[1]).copied()) {
+                    (Some(pb), _) => {
                         let (n, kx) = (bi[1].clone(), bi[0].clone());
                         let nr = self.buffers[pb as usize].shape[2] as i64;
                         let idx = Expr::add(
@@ -1054,13 +1053,13 @@ impl<'g> Planner<'g> {
                         let p = kb.param(pb, &self.buffers[pb as usize].clone(), Access::Read);
                         Expr::load(p, idx)
                     }
-                    Some(tb) => {
+                    (None, Some(tb)) => {
                         // Weight stored as [N, K]: element (k, n) is at n*K + k.
                         let shape = self.buffers[tb as usize].shape.clone();
                         let p = kb.param(tb, &self.buffers[tb as usize].clone(), Access::Read);
                         Expr::load(p, linear(&[bi[1].clone(), bi[0].clone()], &shape))
                     }
-                    None => self.elem(kb, ins[1], &bi),
+                    (None, None) => self.elem(kb, ins[1], &bi),
                 };
                 let acc = kb.var();
                 let prod = Expr::Bin(BinaryOp::Mul, odt, Box::new(av), Box::new(bv));
@@ -1248,8 +1247,8 @@ impl<'g> Planner<'g> {
                 let one = Expr::Bin(BinaryOp::Add, DType::I64, Box::new(Expr::Var(cnt)), Box::new(lit(1.0, DType::I64)));
                 let onep = Expr::Bin(BinaryOp::Add, DType::I64, Box::new(Expr::Var(cntp)), Box::new(lit(1.0, DType::I64)));
                 let mut body = vec![
-                    Stmt::If { cond: inb.unwrap(), body: vec![Stmt::Assign { var: acc, value: upd }, Stmt::Assign { var: cnt, value: one }] },
-                    Stmt::If { cond: inpad.unwrap(), body: vec![Stmt::Assign { var: cntp, value: onep }] },
+                    Stmt::If { cond: inb.unwrap_or(Expr::Int(1)), body: vec![Stmt::Assign { var: acc, value: upd }, Stmt::Assign { var: cnt, value: one }] },
+                    Stmt::If { cond: inpad.unwrap_or(Expr::Int(1)), body: vec![Stmt::Assign { var: cntp, value: onep }] },
                 ];
                 for i in (0..sp).rev() {
                     body = vec![Stmt::For { var: kvars[i], extent: kernel[i] as i64, kind: LoopKind::Serial, body }];

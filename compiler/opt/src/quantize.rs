@@ -880,6 +880,13 @@ pub fn quantize(
         done[n.index()] = true;
         let node = g.node(n).clone();
         let res: Result<(), String> = (|| {
+            // A reduce_max that starts a softmax (softmax_pattern returns None for any other node).
+            if let Some((axis, nodes, last)) = q.softmax_pattern(n) {
+                for t in nodes {
+                    done[t.index()] = true;
+                }
+                return q.softmax(n, axis, last);
+            }
             let input = |q: &Q, k: usize| {
                 q.map
                     .get(&node.inputs[k])
@@ -895,13 +902,6 @@ pub fn quantize(
                     let y = q.node(&node.name, MirOp::Binary(BinaryOp::Max), &[x, z])?;
                     q.map.insert(node.outputs[0], (y, p));
                     Ok(())
-                }
-                MirOp::Reduce { op: ReduceOp::Max, .. } if q.softmax_pattern(n).is_some() => {
-                    let (axis, nodes, last) = q.softmax_pattern(n).unwrap();
-                    for t in nodes {
-                        done[t.index()] = true;
-                    }
-                    q.softmax(n, axis, last)
                 }
                 MirOp::Binary(BinaryOp::Add)
                     if node.inputs.iter().all(|&i| g.const_data(i).is_none()) =>

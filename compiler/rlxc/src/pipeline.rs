@@ -126,18 +126,24 @@ pub fn plan_options(cpu: &CpuTarget) -> rlx_opt::PlanOptions {
     rlx_opt::PlanOptions { gemm_nr: if avx512 { 32 } else { 16 }, gemm_mr: if avx512 { 8 } else { 6 }, row_fusion: true, ..Default::default() }
 }
 
+/// The dispatch report of `mir` on `caps`, or a failure listing every unsupported node (name, op,
+/// dtype, input shapes, what would make it legal). Every compile path goes through here.
+pub fn legalize(mir: &Mir, caps: &rlx_ir::TargetCaps, tm: &mut Timings) -> Result<DispatchReport, Failure> {
+    let report = tm.time("legalize", || rlx_opt::report(mir, caps));
+    if report.is_legal() {
+        return Ok(report);
+    }
+    let lines: Vec<String> = report
+        .unsupported()
+        .map(|e| format!("node '{}': {} {} on {} — {}", e.node, e.op, e.dtype, e.input_shapes.join(", "), e.note))
+        .collect();
+    Err(Failure::model(problem_list(&format!("{} node(s) are unsupported on target {}", lines.len(), caps.name), &lines)))
+}
+
 /// MIR → object for a CPU target. Fails listing every unsupported node.
 pub fn compile_mir(mir: &Mir, t: Target, cpu: CpuTarget, name: &str, external: bool, emit_ir: bool, tm: &mut Timings) -> Result<Compiled, Failure> {
     let folded = tm.time("fold", || rlx_opt::simplify(mir, &eval_op));
-    let caps = t.caps();
-    let report = tm.time("legalize", || rlx_opt::report(&folded, &caps));
-    if !report.is_legal() {
-        let lines: Vec<String> = report
-            .unsupported()
-            .map(|e| format!("node '{}': {} {} on {} — {}", e.node, e.op, e.dtype, e.input_shapes.join(", "), e.note))
-            .collect();
-        return Err(Failure::model(problem_list(&format!("{} node(s) are unsupported on target {}", lines.len(), caps.name), &lines)));
-    }
+    let report = legalize(&folded, &t.caps(), tm)?;
     let lir = tm
         .time("plan", || rlx_opt::plan(&folded, &plan_options(&cpu)))
         .map_err(|p| Failure::model(problem_list("cannot plan the model", &p)))?;
@@ -404,15 +410,7 @@ pub fn compile_mcu(mir: &Mir, t: Target, name: &str, calib: Option<&[Vec<ConstDa
         }
         None => (tm.time("fold", || rlx_opt::simplify(mir, &eval_op)), None),
     };
-    let caps = t.caps();
-    let report = tm.time("legalize", || rlx_opt::report(&mir, &caps));
-    if !report.is_legal() {
-        let lines: Vec<String> = report
-            .unsupported()
-            .map(|e| format!("node '{}': {} {} on {} — {}", e.node, e.op, e.dtype, e.input_shapes.join(", "), e.note))
-            .collect();
-        return Err(Failure::model(problem_list(&format!("{} node(s) are unsupported on target {}", lines.len(), caps.name), &lines)));
-    }
+    let report = legalize(&mir, &t.caps(), tm)?;
     // Several operator orders; the plan with the smallest arena is kept (rlx_opt::order).
     let (lir, order) = tm
         .time("plan", || rlx_opt::plan_min_arena(&mir, &rlx_opt::PlanOptions { align: 8, ..Default::default() }))
@@ -525,15 +523,7 @@ pub struct VerilogCompiled {
 /// default vectors.
 pub fn compile_verilog(mir: &Mir, name: &str, calib: &[Vec<ConstData>], macs_per_cycle: usize, tm: &mut Timings) -> Result<VerilogCompiled, Failure> {
     let q = tm.time("quantize", || quantize_mir(mir, calib))?;
-    let caps = Target::Verilog.caps();
-    let report = tm.time("legalize", || rlx_opt::report(&q.mir, &caps));
-    if !report.is_legal() {
-        let lines: Vec<String> = report
-            .unsupported()
-            .map(|e| format!("node '{}': {} {} on {} — {}", e.node, e.op, e.dtype, e.input_shapes.join(", "), e.note))
-            .collect();
-        return Err(Failure::model(problem_list(&format!("{} node(s) are unsupported on target {}", lines.len(), caps.name), &lines)));
-    }
+    let report = legalize(&q.mir, &Target::Verilog.caps(), tm)?;
     let (qi, qo) = (q.inputs[0], q.outputs[0]);
     let pq = |q: rlx_opt::QParams| rlx_target_verilog::PortQuant { scale: q.scale, zero_point: q.zero_point };
     let opts = rlx_target_verilog::Options { name: name.to_string(), macs_per_cycle, input: pq(qi), output: pq(qo), rlxc_version: env!("CARGO_PKG_VERSION").to_string() };

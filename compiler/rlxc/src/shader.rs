@@ -23,15 +23,7 @@ pub struct ShaderCompiled {
 pub fn compile_shader(mir: &Mir, t: Target, tm: &mut Timings) -> Result<ShaderCompiled, Failure> {
     let lang = t.shader_lang().ok_or_else(|| Failure::usage(format!("--target {} is not a shader target", t.name())))?;
     let folded = tm.time("fold", || rlx_opt::simplify(mir, &eval_op));
-    let caps = t.caps();
-    let report = tm.time("legalize", || rlx_opt::report(&folded, &caps));
-    if !report.is_legal() {
-        let lines: Vec<String> = report
-            .unsupported()
-            .map(|e| format!("node '{}': {} {} on {} — {}", e.node, e.op, e.dtype, e.input_shapes.join(", "), e.note))
-            .collect();
-        return Err(Failure::model(problem_list(&format!("{} node(s) are unsupported on target {}", lines.len(), caps.name), &lines)));
-    }
+    let report = crate::pipeline::legalize(&folded, &t.caps(), tm)?;
     // No CPU GEMM micro-kernel (packed panels, 6-row register tiles): a panel wider than any matrix
     // keeps every matmul in the per-element dot-product form, which the shader writer tiles through
     // workgroup memory (rlx-target-shader's tiled.rs).

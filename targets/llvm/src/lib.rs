@@ -68,30 +68,15 @@ fn init() {
     Target::initialize_aarch64(&cfg);
 }
 
-/// Dtypes the LLVM target implements (f16/bf16 arithmetic is not claimed: the report says so).
-pub const DTYPES: &[DType] = &[
-    DType::F32,
-    DType::F64,
-    DType::I8,
-    DType::U8,
-    DType::I16,
-    DType::U16,
-    DType::I32,
-    DType::U32,
-    DType::I64,
-    DType::U64,
-    DType::Bool,
-];
+/// Dtypes this target implements: the shared CPU set ([`rlx_ir::loops::LOWERED_DTYPES`]).
+pub const DTYPES: &[DType] = rlx_ir::loops::LOWERED_DTYPES;
 
-/// MIR op kinds this target claims: every kind the shared kernel lowering produces loop form for
-/// (the same list as every CPU writer: [`rlx_ir::loops::LOWERED_KINDS`]).
+/// MIR op kinds this target claims: every kind the shared kernel lowering produces loop form for.
 pub const KINDS: &[&str] = rlx_ir::loops::LOWERED_KINDS;
 
-/// The claim set for `--target NAME`.
-/// f16/bf16 are storage types here: no arithmetic, but `cast` to and from them, and copies of them
-/// (`reshape`: a view, or the copy that writes a constant or input to an output), are implemented.
+/// The claim set for `--target NAME` ([`rlx_ir::loops::lowered_caps`], the same for every CPU writer).
 pub fn caps(name: &str) -> TargetCaps {
-    TargetCaps::uniform(name, KINDS, DTYPES).with("cast", &[DType::F16, DType::BF16]).with("reshape", &[DType::F16, DType::BF16])
+    rlx_ir::loops::lowered_caps(name)
 }
 
 /// Options for one compile.

@@ -209,6 +209,15 @@ fn utype(d: DType) -> &'static str {
     }
 }
 
+/// The C operator of add, sub or mul.
+fn arith_symbol(op: BinaryOp) -> &'static str {
+    match op {
+        BinaryOp::Add => "+",
+        BinaryOp::Sub => "-",
+        _ => "*",
+    }
+}
+
 pub(crate) fn int_range(d: DType) -> (i64, i64) {
     d.int_range().unwrap_or((i64::MIN, i64::MAX))
 }
@@ -481,12 +490,9 @@ impl W {
         };
         use BinaryOp::*;
         Ok(match op {
-            Add | Sub | Mul if fl => format!(
-                "({xa} {} {xb})",
-                ["+", "-", "*"][[Add, Sub, Mul].iter().position(|&o| o == op).unwrap()]
-            ),
+            Add | Sub | Mul if fl => format!("({xa} {} {xb})", arith_symbol(op)),
             Add | Sub | Mul => {
-                let o = ["+", "-", "*"][[Add, Sub, Mul].iter().position(|&o| o == op).unwrap()];
+                let o = arith_symbol(op);
                 call(self, format!("({t})(({u})a {o} ({u})b)", u = utype(d)))
             }
             Div => format!("({xa} / {xb})"),
