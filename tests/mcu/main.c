@@ -9,8 +9,9 @@
  *
  * -DRLX_SYSTICK: also time every run with SysTick (24-bit, processor clock) and print
  * `systick T` (the sum over all images). Under `qemu -icount shift=0` one instruction is 1 ns of
- * virtual time, so on mps2-an386 (25 MHz) T·40 is the number of instructions the model ran
- * (QEMU does not model cycles). */
+ * virtual time, so on mps2-an386 (25 MHz) T·40 is the number of instructions the model ran, on the
+ * micro:bit (16 MHz) T·62.5 (QEMU does not model cycles). The clock is checked first: `systick-calib C`
+ * is the ticks of a loop of 2,000,000 instructions (1,000,000 × subs + bne), 2·10^6·HZ/10^9 ± 1. */
 #include <stdint.h>
 #include <stdio.h>
 #include MODEL_H
@@ -38,6 +39,9 @@ int main(void) {
     syst[2] = 0;
     syst[0] = 5; /* enable, processor clock, no interrupt */
     unsigned long long ticks = 0;
+    uint32_t k = 1000000, c0 = syst[2];
+    __asm volatile(".syntax unified\n1:\tsubs %0, %0, #1\n\tbne 1b" : "+l"(k) : : "cc");
+    printf("systick-calib %lu\n", (unsigned long)((c0 - syst[2]) & 0xFFFFFF));
 #endif
     while (fread(in, 1, IN_ELEMS, fi) == IN_ELEMS) {
 #ifdef RLX_SYSTICK

@@ -1,9 +1,10 @@
-/* Minimal Cortex-M startup for QEMU's MPS2/MPS3 boards: a 16-entry vector table placed where the
- * board boots (link with -Wl,--section-start=.vectors=ADDR: 0x0 on mps2-an385 / an386 / an500,
- * 0x10000000 — the Secure alias of the code SRAM, the boards' reset SVTOR — on mps2-an505 and
- * mps3-an547, which boot in Secure state; see compiler/rlxc/tests/mcu.rs), a reset handler that
- * enables the FPU (and MVE) when the core has one and enters newlib's rdimon crt0 (`_start`:
- * semihosting stack/heap, C runtime init, main, exit). */
+/* Minimal Cortex-M startup for QEMU's MPS2/MPS3 boards and the micro:bit: a 16-entry vector table
+ * placed where the board boots (link with -Wl,--section-start=.vectors=ADDR: 0x0 on mps2-an385 / an386
+ * / an500, 0x10000000 — the Secure alias of the code SRAM, the boards' reset SVTOR — on mps2-an505 and
+ * mps3-an547, which boot in Secure state; on the micro:bit, whose RAM is not where its flash is,
+ * tests/mcu/microbit.ld puts it at 0x0; see compiler/rlxc/tests/mcu.rs), a reset handler that copies
+ * .data from flash (-DRLX_COPY_DATA), enables the FPU (and MVE) when the core has one and enters
+ * newlib's rdimon crt0 (`_start`: semihosting stack/heap, C runtime init, main, exit). */
 #include <stdint.h>
 
 #ifdef RLX_OWN_CRT0
@@ -39,7 +40,17 @@ static uint64_t boot_stack[512];
 #define RLX_STACK_TOP (boot_stack + 512)
 #endif
 
+#ifdef RLX_COPY_DATA
+/* Flash boards (microbit.ld): .data is linked in RAM and loaded in flash; crt0 only zeroes .bss. */
+extern char __data_start__[], __data_end__[], __data_load__[];
+#endif
+
 static void reset_handler(void) {
+#ifdef RLX_COPY_DATA
+    for (char *d = __data_start__, *s = __data_load__; d < __data_end__; d++, s++) {
+        *(volatile char *)d = *s;
+    }
+#endif
 #if defined(__ARM_FP) || defined(__ARM_FEATURE_MVE)
     /* CPACR: full access to CP10/CP11 (the FPU; also MVE on the M55), then synchronize. */
     *(volatile uint32_t *)0xE000ED88 |= 0xFu << 20;

@@ -10,9 +10,11 @@
 //! `tests/mcu/rust-fw` (thumbv7em-none-eabihf, its own vector table and semihosting, no crates; it links
 //! only if no panic path is left), run in the same qemu over the same images, bit for bit against the
 //! interpreter. Then the C firmware of every model on every QEMU board of a Cortex-M core ([`BOARDS`]:
-//! M3, M4, M7, M33, M55), compiled by rlxc for that core, bit for bit again; the DSP cores' images must
-//! contain SMLADs, and on the 25 MHz boards instructions per inference are counted (`-icount`), with
-//! the DSP path and with it compiled out. Also: the budget flags, and the quantize / dequantize ops.
+//! M0+ — on the micro:bit's Cortex-M0, the same ARMv6-M instruction set, 16 KB of RAM —, M3, M4, M7,
+//! M33, M55), compiled by rlxc for that core, bit for bit again; the DSP cores' images must contain
+//! SMLADs, and on the boards whose SysTick clock is known instructions per inference are counted
+//! (`-icount`; the clock is first checked on a loop of known length), with the DSP path and with it
+//! compiled out. Also: the budget flags, and the quantize / dequantize ops.
 //! Figures go to build/mcu-test/summary.txt.
 //!
 //! Needs the venv (`$RLX_PY` or `.venv/bin/python`, with mlxtend), arm-none-eabi-gcc with newlib and
@@ -304,25 +306,38 @@ fn firmware(model: &str) -> Figures {
 }
 
 /// One QEMU board the C firmware runs on: the core rlxc compiles for, the machine, and what the link
-/// needs there (where the vector table goes; see tests/mcu/startup.c).
+/// needs there (where the vector table goes; see tests/mcu/startup.c; `-L tests/mcu` is passed, so a
+/// linker script there is named by its file name).
 struct Board {
     core: &'static str,
     machine: &'static str,
     link: &'static [&'static str],
-    /// SysTick runs at 25 MHz (the mps2 boards of QEMU's mps2.c): instructions can be counted.
-    clock_25mhz: bool,
+    /// SysTick's processor clock in QEMU, where it is known: 25 MHz on the mps2 boards of QEMU's
+    /// mps2.c, 16 MHz on the micro:bit (nrf51_soc.c's HCLK). Under `-icount shift=0` one instruction is
+    /// 1 ns, so instructions = ticks · 10^9 / hz. `None`: not counted.
+    systick_hz: Option<u64>,
 }
 
 const BOARDS: &[Board] = &[
-    Board { core: "cortex-m3", machine: "mps2-an385", link: &["-Wl,--section-start=.vectors=0x0"], clock_25mhz: true },
-    Board { core: "cortex-m4", machine: "mps2-an386", link: &["-Wl,--section-start=.vectors=0x0"], clock_25mhz: true },
-    Board { core: "cortex-m7", machine: "mps2-an500", link: &["-Wl,--section-start=.vectors=0x0"], clock_25mhz: true },
+    // QEMU 7.2 has no Cortex-M0+ board; the micro:bit's nRF51822 is a Cortex-M0, the same ARMv6-M
+    // (thumbv6m) instruction set. Flash 256 KB at 0x0 and RAM 16 KB at 0x20000000: tests/mcu/microbit.ld
+    // puts the vector table at 0x0 and .data's load image in flash (copied by startup.c), the stack at
+    // the top of RAM. (The real nRF51 has no SysTick; QEMU's armv7m model always provides one.)
+    Board {
+        core: "cortex-m0plus",
+        machine: "microbit",
+        link: &["-T", "microbit.ld", "-DRLX_COPY_DATA", "-DRLX_STACK_TOP=0x20004000"],
+        systick_hz: Some(16_000_000),
+    },
+    Board { core: "cortex-m3", machine: "mps2-an385", link: &["-Wl,--section-start=.vectors=0x0"], systick_hz: Some(25_000_000) },
+    Board { core: "cortex-m4", machine: "mps2-an386", link: &["-Wl,--section-start=.vectors=0x0"], systick_hz: Some(25_000_000) },
+    Board { core: "cortex-m7", machine: "mps2-an500", link: &["-Wl,--section-start=.vectors=0x0"], systick_hz: Some(25_000_000) },
     // TrustZone boards boot Secure from the Secure alias of the code SRAM (SVTOR 0x10000000).
     Board {
         core: "cortex-m33",
         machine: "mps2-an505",
         link: &["-Wl,--section-start=.vectors=0x10000000", "-Wl,-Ttext-segment=0x10010000"],
-        clock_25mhz: false,
+        systick_hz: None,
     },
     Board {
         core: "cortex-m55",
@@ -334,7 +349,7 @@ const BOARDS: &[Board] = &[
             "-DRLX_OWN_CRT0",
             "-DRLX_STACK_TOP=0x10080000",
         ],
-        clock_25mhz: false,
+        systick_hz: None,
     },
 ];
 
@@ -350,7 +365,7 @@ struct CoreFigures {
     model_code: u64,
     /// SMLAD inner loops in NAME.o (`smlad` instructions).
     smlad: usize,
-    /// Instructions per inference (QEMU -icount, 25 MHz SysTick boards only), and on the DSP cores the
+    /// Instructions per inference (QEMU -icount, boards with a known SysTick clock), and on the DSP cores the
     /// same firmware built with `-U__ARM_FEATURE_DSP` (the scalar inner loops).
     insns: Option<f64>,
     insns_scalar: Option<f64>,
@@ -358,7 +373,7 @@ struct CoreFigures {
 
 /// Builds `tests/mcu/main.c` + `startup.c` + the model for `b`, runs it over `images.bin` in `dir`
 /// and checks the outputs against the interpreter's. Returns the ELF and the SysTick total (with
-/// `systick`: `-icount shift=0`, so ticks · 40 = instructions on a 25 MHz board).
+/// `systick`: `-icount shift=0`, so ticks · 10^9 / [`Board::systick_hz`] = instructions).
 fn run_c(b: &Board, model: &str, dir: &Path, flags: &[String], extra: &[&str], systick: bool, host: &[u8]) -> (PathBuf, Option<u64>) {
     let t = repo().join("tests/mcu");
     let tag = extra.concat().replace(['-', '_'], "");
@@ -375,6 +390,8 @@ fn run_c(b: &Board, model: &str, dir: &Path, flags: &[String], extra: &[&str], s
         .arg(t.join("main.c"))
         .arg(t.join("startup.c"))
         .arg(dir.join(format!("{model}.c")))
+        .arg("-L")
+        .arg(&t)
         .args(b.link)
         .arg("-o")
         .arg(&elf));
@@ -392,6 +409,15 @@ fn run_c(b: &Board, model: &str, dir: &Path, flags: &[String], extra: &[&str], s
     assert_eq!(diff, 0, "{model} on {} ({} {extra:?}): {diff} int8 outputs differ from the interpreter", b.machine, b.core);
     let ticks = stdout.lines().find_map(|l| l.strip_prefix("systick ")?.trim().parse().ok());
     assert!(!systick || ticks.is_some(), "{stdout}");
+    if let (true, Some(hz)) = (systick, b.systick_hz) {
+        // main.c's calibration loop: 2,000,000 instructions (and a few around it), 1 ns each.
+        let calib: f64 = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("systick-calib ")?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{} {model}: no systick-calib line: {stdout}", b.machine));
+        let want = 2e6 * hz as f64 / 1e9;
+        assert!((calib - want).abs() <= 2.0, "{}: SysTick counted {calib} ticks for 2,000,000 instructions, {want} expected at {hz} Hz", b.machine);
+    }
     (elf, ticks)
 }
 
@@ -414,13 +440,13 @@ fn cores(model: &str, calib: &Path, images: &[u8], host: &[u8]) -> Vec<CoreFigur
         let manifest: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join(format!("{model}.json"))).unwrap()).unwrap();
         let flags: Vec<String> = manifest["target"]["gcc_flags"].as_str().unwrap().split_whitespace().map(str::to_string).collect();
         std::fs::write(dir.join("images.bin"), images).unwrap();
-        let (elf, ticks) = run_c(b, model, &dir, &flags, &[], b.clock_25mhz, host);
+        let (elf, ticks) = run_c(b, model, &dir, &flags, &[], b.systick_hz.is_some(), host);
         let obj = dir.join(format!("{model}.o"));
         ok(Command::new("arm-none-eabi-gcc").args(&flags).args(["-O2", "-std=c99", "-c"]).arg(dir.join(format!("{model}.c"))).arg("-o").arg(&obj));
         let smlad = ok(Command::new("arm-none-eabi-objdump").arg("-d").arg(&obj)).matches("\tsmlad").count();
         let dsp = !matches!(b.core, "cortex-m3" | "cortex-m0plus");
         assert_eq!(smlad > 0, dsp, "{model} on {}: {smlad} smlad instructions", b.core);
-        let scalar = if dsp && b.clock_25mhz {
+        let scalar = if dsp && b.systick_hz.is_some() {
             run_c(b, model, &dir, &flags, &["-U__ARM_FEATURE_DSP"], true, host).1
         } else {
             None
@@ -434,8 +460,8 @@ fn cores(model: &str, calib: &Path, images: &[u8], host: &[u8]) -> Vec<CoreFigur
             bss,
             model_code: section_size(&obj, ".text"),
             smlad,
-            insns: ticks.map(|t| t as f64 * 40.0 / n),
-            insns_scalar: scalar.map(|t| t as f64 * 40.0 / n),
+            insns: ticks.zip(b.systick_hz).map(|(t, hz)| t as f64 * 1e9 / hz as f64 / n),
+            insns_scalar: scalar.zip(b.systick_hz).map(|(t, hz)| t as f64 * 1e9 / hz as f64 / n),
         });
     }
     figs
