@@ -26,8 +26,11 @@ pub fn compile_shader(mir: &Mir, t: Target, tm: &mut Timings) -> Result<ShaderCo
     let report = crate::pipeline::legalize(&folded, &t.caps(), tm)?;
     // No CPU GEMM micro-kernel (packed panels, 6-row register tiles): a panel wider than any matrix
     // keeps every matmul in the per-element dot-product form, which the shader writer tiles through
-    // workgroup memory (rlx-target-shader's tiled.rs).
-    let opts = rlx_opt::PlanOptions { gemm_nr: 1 << 30, ..Default::default() };
+    // workgroup memory (rlx-target-shader's tiled.rs). Row fusion on, recomputing a transcendental
+    // per pass rather than storing it (LayerNorm and softmax are one kernel each; the writer runs a
+    // row kernel as one workgroup per row). RLX_SHADER_ROWS=0 plans without row fusion (comparisons).
+    let rows = std::env::var("RLX_SHADER_ROWS").map_or(true, |v| v != "0");
+    let opts = rlx_opt::PlanOptions { gemm_nr: 1 << 30, row_fusion: rows, row_recompute: rows, ..Default::default() };
     let lir = tm.time("plan", || rlx_opt::plan(&folded, &opts)).map_err(|p| Failure::model(problem_list("cannot plan the model", &p)))?;
     // RLX_SHADER_TILES=0 keeps every kernel on the one-invocation-per-output mapping (no workgroup
     // memory), for comparisons.

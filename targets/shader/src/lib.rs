@@ -19,8 +19,10 @@
 //! - index arithmetic is i32 (buffers of 2^31 elements or more are rejected with an error);
 //! - matmuls and reductions recognized in the loop form (`wgsl/tiled.rs`) use workgroup memory and
 //!   barriers instead: 16×16-invocation tiles staging A and B through `var<workgroup>` arrays (1×1,
-//!   2×2 or 4×4 outputs per invocation), and one 64-invocation workgroup per reduced row with a
-//!   shared-memory tree. [`translate_with`]`(…, false)` turns that off.
+//!   2×2 or 4×4 outputs per invocation), one 64-invocation workgroup per reduced row with a
+//!   shared-memory tree, and row kernels (the planner's row fusion: LayerNorm, softmax) as one
+//!   workgroup of 64–256 invocations per row, a tree per reduction and the outputs strided over the
+//!   invocations. [`translate_with`]`(…, false)` turns that off.
 //!
 //! It depends on rlx-ir only and hands the legalizer its claim set as data ([`caps`]).
 
@@ -107,7 +109,7 @@ pub struct Dispatch {
     pub entry: u32,
     pub groups: [u32; 3],
     /// The entry point's `@workgroup_size` ([`WORKGROUP_SIZE`]×1×1 for the per-invocation mapping,
-    /// 16×16×1 for a tiled matmul, 64×1×1 for a workgroup reduction).
+    /// 16×16×1 for a tiled matmul, 64×1×1 for a workgroup reduction, 64/128/256×1×1 for a row kernel).
     pub workgroup_size: [u32; 3],
     /// Binding indices (into [`Program::bases`]) the kernel touches.
     pub uses: Vec<u32>,
@@ -430,6 +432,91 @@ mod tests {
         for lang in [Lang::Spirv, Lang::Wgsl, Lang::Msl, Lang::Hlsl, Lang::Glsl] {
             emit(&translate(&matmul_and_reduce(300, 200, 70), lang).unwrap(), lang).unwrap();
         }
+    }
+
+    /// LayerNorm over rows of `n` as the planner's row fusion writes it: per row, the mean, then the
+    /// variance of the centred values (reading the mean), then the normalized outputs.
+    fn layer_norm(rows: usize, n: usize) -> Lir {
+        let (r, k1, s, mean, k2, q, var, j) = (Var(0), Var(1), Var(2), Var(3), Var(4), Var(5), Var(6), Var(7));
+        let f = |op, a: Expr, b: Expr| Expr::Bin(op, DType::F32, Box::new(a), Box::new(b));
+        let x = |k: Var| Expr::load(1, Expr::add(Expr::mul(Expr::var(r), Expr::int(n as i64)), Expr::var(k)));
+        let lit = |v: f64| Expr::Lit(v, DType::F32);
+        let centred = |k: Var| f(BinaryOp::Sub, x(k), Expr::var(mean));
+        let body = vec![
+            Stmt::Decl { var: s, dtype: DType::F32, init: lit(0.0) },
+            Stmt::For { var: k1, extent: n as i64, kind: LoopKind::Vector(8), body: vec![Stmt::Assign { var: s, value: f(BinaryOp::Add, Expr::var(s), x(k1)) }] },
+            Stmt::Decl { var: mean, dtype: DType::F32, init: f(BinaryOp::Div, Expr::var(s), lit(n as f64)) },
+            Stmt::Decl { var: q, dtype: DType::F32, init: lit(0.0) },
+            Stmt::For { var: k2, extent: n as i64, kind: LoopKind::Vector(8), body: vec![Stmt::Assign { var: q, value: f(BinaryOp::Add, Expr::var(q), f(BinaryOp::Mul, centred(k2), centred(k2))) }] },
+            Stmt::Decl { var, dtype: DType::F32, init: f(BinaryOp::Div, Expr::var(q), lit(n as f64)) },
+            Stmt::For {
+                var: j,
+                extent: n as i64,
+                kind: LoopKind::Serial,
+                body: vec![Stmt::Store {
+                    buf: 0,
+                    index: Expr::add(Expr::mul(Expr::var(r), Expr::int(n as i64)), Expr::var(j)),
+                    value: f(BinaryOp::Div, centred(j), Expr::Un(rlx_ir::UnaryOp::Sqrt, DType::F32, Box::new(f(BinaryOp::Add, Expr::var(var), lit(1e-5))))),
+                }],
+            },
+        ];
+        let p = |access| Param { dtype: DType::F32, elems: rows * n, access };
+        let kernel = Kernel { name: "ln".into(), params: vec![p(Access::Write), p(Access::Read)], body: vec![Stmt::For { var: r, extent: rows as i64, kind: LoopKind::Parallel, body }], vars: 8 };
+        Lir {
+            inputs: vec![Port { name: "x".into(), ty: TensorType::fixed(DType::F32, &[rows, n]) }],
+            outputs: vec![Port { name: "y".into(), ty: TensorType::fixed(DType::F32, &[rows, n]) }],
+            buffers: vec![
+                Buffer { base: Base::Output(0), offset: 0, dtype: DType::F32, shape: vec![rows, n], label: "y".into() },
+                Buffer { base: Base::Input(0), offset: 0, dtype: DType::F32, shape: vec![rows, n], label: "x".into() },
+            ],
+            launches: vec![Launch { nodes: vec![], kernel, bindings: vec![0, 1] }],
+            arena_bytes: 0,
+            weights: vec![],
+            align: 64,
+        }
+    }
+
+    #[test]
+    fn row_kernels_use_one_workgroup_per_row() {
+        // Rows of 384: 128 invocations per row (3 elements each), one workgroup per row; both
+        // reductions go through the shared-memory tree; the outputs are strided over the invocations.
+        let p = translate(&layer_norm(300, 384), Lang::Wgsl).unwrap();
+        assert_eq!((p.dispatches[0].workgroup_size, p.dispatches[0].groups), ([128, 1, 1], [300, 1, 1]));
+        assert_eq!(p.wgsl.matches("f = f + 128i").count(), 2, "{}", p.wgsl);
+        assert!(p.wgsl.contains("v7 = v7 + 128i") && p.wgsl.contains("var<workgroup> wr_f32: array<f32, 128>"), "{}", p.wgsl);
+        // Per reduction a barrier after the partials and one per tree level down to 2 values (every
+        // invocation folds the last two itself): 1 + 6; one more between the two reductions.
+        assert_eq!(p.wgsl.matches("workgroupBarrier()").count(), 2 * 7 + 1, "{}", p.wgsl);
+        // Longer rows take 256 invocations; more rows than 65,535 spill into y.
+        let p = translate(&layer_norm(70000, 2000), Lang::Spirv).unwrap();
+        assert_eq!((p.dispatches[0].workgroup_size, p.dispatches[0].groups), ([256, 1, 1], [65535, 2, 1]));
+        // Short rows keep one invocation per row, the row loops serial.
+        let p = translate(&layer_norm(300, 10), Lang::Spirv).unwrap();
+        assert_eq!((p.dispatches[0].workgroup_size, p.dispatches[0].groups), ([WORKGROUP_SIZE, 1, 1], [2, 1, 1]));
+        assert!(!p.wgsl.contains("workgroupBarrier"));
+        // Without tiles as well.
+        let p = translate_with(&layer_norm(300, 384), Lang::Spirv, false).unwrap();
+        assert_eq!(p.dispatches[0].workgroup_size, [WORKGROUP_SIZE, 1, 1]);
+        for lang in [Lang::Spirv, Lang::Wgsl, Lang::Msl, Lang::Hlsl, Lang::Glsl] {
+            emit(&translate(&layer_norm(300, 384), lang).unwrap(), lang).unwrap();
+        }
+    }
+
+    #[test]
+    fn a_row_kernel_whose_loops_are_not_independent_is_not_a_workgroup_kernel() {
+        // The output loop also reads the output buffer: its iterations may not be split across
+        // invocations, and invocation 0 must not run it alone after a workgroup reduction either.
+        let mut l = layer_norm(300, 384);
+        l.launches[0].kernel.params[0].access = Access::ReadWrite;
+        if let Stmt::For { body, .. } = &mut l.launches[0].kernel.body[0] {
+            if let Some(Stmt::For { body: lb, .. }) = body.last_mut() {
+                if let Stmt::Store { value, .. } = &mut lb[0] {
+                    *value = Expr::Bin(BinaryOp::Add, DType::F32, Box::new(value.clone()), Box::new(Expr::load(0, Expr::int(0))));
+                }
+            }
+        }
+        let p = translate(&l, Lang::Spirv).unwrap();
+        assert_eq!(p.dispatches[0].workgroup_size, [WORKGROUP_SIZE, 1, 1]);
     }
 
     #[test]

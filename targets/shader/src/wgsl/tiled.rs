@@ -23,10 +23,23 @@
 //!   partials meet in a shared-memory tree (barrier per level), and invocation 0 runs `rest`. The
 //!   summation order differs from a serial loop (f32 results differ in the last bits).
 //!
+//! - **Row kernel** (the planner's row fusion: LayerNorm, softmax): the body under the grid is a
+//!   sequence of phases over one row — reductions (`decl acc = literal; for k… { acc = acc ⊕ x }`, the
+//!   term may read scalars of earlier phases), scalars (`decl s = e`) and element loops (`for j { … }`
+//!   whose iterations are independent: they store to buffers the kernel never reads) — with at least
+//!   one reduction, one element loop, and a row of at least [`MIN_REDUCE`]. One workgroup per row
+//!   ([`row_wg`] invocations: 64, 128 or 256 by the row length): each reduction folds strided
+//!   partials, meets them in a shared-memory tree (barrier per level) and every invocation takes the
+//!   result; scalars are computed by every invocation; element loops are strided over the
+//!   invocations (invocation t does j = t, t + wg, …). A tree's summation order differs from a
+//!   serial loop's (f32 results differ in the last bits). Short rows, and row kernels not of this
+//!   shape, keep one invocation per row; a reduction followed by loops is never taken as a row
+//!   reduction (invocation 0 would run the loops alone).
+//!
 //! Anything else keeps the one-invocation-per-grid-point mapping.
 
 use super::{Ty, W};
-use rlx_ir::loops::{Expr, Stmt, Var};
+use rlx_ir::loops::{Expr, Kernel, Stmt, Var};
 use rlx_ir::{BinaryOp, DType};
 use std::collections::BTreeSet;
 
@@ -61,6 +74,79 @@ pub(super) struct Acc<'a> {
 pub(super) enum Plan<'a> {
     Matmul { acc: Acc<'a>, a: &'a Expr, b: &'a Expr, rows: Dims, cols: Dims, batch: Dims, r: i64 },
     Reduce { acc: Acc<'a>, grid: Dims },
+    Rows { phases: Vec<Phase<'a>>, grid: Dims, wg: u32 },
+}
+
+/// One phase of a row kernel, in order.
+pub(super) enum Phase<'a> {
+    /// A reduction over the row (its `rest` is unused).
+    Reduce(Acc<'a>),
+    /// `decl s = e`, computed by every invocation.
+    Scalar(&'a Stmt),
+    /// `for var in 0..extent { body }` with independent iterations, strided over the invocations.
+    Map { var: Var, extent: i64, body: &'a [Stmt] },
+}
+
+/// Invocations per workgroup of a row kernel over rows of `n`: the smallest of 64, 128, 256 that
+/// gives each invocation at most 4 elements (256 beyond 1024).
+pub fn row_wg(n: i64) -> u32 {
+    [64u32, 128, 256].into_iter().find(|&w| 4 * w as i64 >= n).unwrap_or(256)
+}
+
+fn has_loop(s: &[Stmt]) -> bool {
+    s.iter().any(|st| match st {
+        Stmt::For { .. } => true,
+        Stmt::If { body, .. } => has_loop(body),
+        _ => false,
+    })
+}
+
+/// A row kernel (see the module doc): `k` is the whole kernel, `body` the statements under `dims`.
+fn row_phases<'a>(k: &Kernel, dims: &[(Var, i64)], body: &'a [Stmt]) -> Option<Plan<'a>> {
+    let mut kernel_loads = BTreeSet::new();
+    super::collect(&k.body, &mut BTreeSet::new(), &mut BTreeSet::new(), &mut Vec::new(), &mut kernel_loads);
+    // Variables a phase may read: the grid's and the scalars of earlier phases.
+    let mut known: BTreeSet<Var> = dims.iter().map(|d| d.0).collect();
+    let (mut phases, mut i, mut longest) = (Vec::new(), 0, 0i64);
+    while i < body.len() {
+        if let Some(acc) = accumulation(&body[i..]) {
+            let kvars: BTreeSet<Var> = acc.ks.iter().map(|d| d.0).collect();
+            let kn: i64 = acc.ks.iter().map(|d| d.1).product();
+            if acc.ks.iter().any(|d| d.1 <= 0) || kn > i32::MAX as i64 || !var_set(acc.x).iter().all(|v| known.contains(v) || kvars.contains(v)) {
+                return None;
+            }
+            known.insert(acc.acc);
+            longest = longest.max(kn);
+            phases.push(Phase::Reduce(acc));
+            i += 2;
+            continue;
+        }
+        match &body[i] {
+            st @ Stmt::Decl { var, init, .. } => {
+                if !var_set(init).iter().all(|v| known.contains(v)) {
+                    return None;
+                }
+                known.insert(*var);
+                phases.push(Phase::Scalar(st));
+            }
+            Stmt::For { var, extent, body: lb, .. } => {
+                if *extent <= 0 || !super::independent(k, *var, lb, &kernel_loads) {
+                    return None;
+                }
+                longest = longest.max(*extent);
+                phases.push(Phase::Map { var: *var, extent: *extent, body: lb });
+            }
+            _ => return None,
+        }
+        i += 1;
+    }
+    let total: i64 = dims.iter().map(|d| d.1).product();
+    let reduces = phases.iter().any(|p| matches!(p, Phase::Reduce(_)));
+    let maps = phases.iter().any(|p| matches!(p, Phase::Map { .. }));
+    if !reduces || !maps || longest < MIN_REDUCE || total <= 0 || total > MAX_GROUPS * MAX_GROUPS {
+        return None;
+    }
+    Some(Plan::Rows { phases, grid: dims.to_vec(), wg: row_wg(longest) })
 }
 
 fn vars(e: &Expr, out: &mut BTreeSet<Var>) {
@@ -111,8 +197,12 @@ fn accumulation(body: &[Stmt]) -> Option<Acc<'_>> {
     Some(Acc { acc: *acc, dtype: *dtype, init, op: *op, ks, x, rest })
 }
 
-/// Recognizes a tiled matmul or a row reduction in `body`, the statements under the grid `dims`.
-pub(super) fn recognize<'a>(dims: &[(Var, i64)], body: &'a [Stmt]) -> Option<Plan<'a>> {
+/// Recognizes a row kernel, a tiled matmul or a row reduction in `body`, the statements of kernel `k`
+/// under the grid `dims`.
+pub(super) fn recognize<'a>(k: &Kernel, dims: &[(Var, i64)], body: &'a [Stmt]) -> Option<Plan<'a>> {
+    if let Some(p) = row_phases(k, dims, body) {
+        return Some(p);
+    }
     let acc = accumulation(body)?;
     let grid: BTreeSet<Var> = dims.iter().map(|d| d.0).collect();
     let kvars: BTreeSet<Var> = acc.ks.iter().map(|d| d.0).collect();
@@ -146,7 +236,9 @@ pub(super) fn recognize<'a>(dims: &[(Var, i64)], body: &'a [Stmt]) -> Option<Pla
     }
     let kn: i64 = acc.ks.iter().map(|d| d.1).product();
     let total: i64 = dims.iter().map(|d| d.1).product();
-    if kn >= MIN_REDUCE && total > 0 && total <= MAX_GROUPS * MAX_GROUPS && kn <= i32::MAX as i64 {
+    // (A reduction followed by loops is a row kernel `row_phases` did not take: invocation 0 would run
+    // the loops alone, so it keeps the per-invocation mapping.)
+    if kn >= MIN_REDUCE && total > 0 && total <= MAX_GROUPS * MAX_GROUPS && kn <= i32::MAX as i64 && !has_loop(acc.rest) {
         return Some(Plan::Reduce { acc, grid: dims.to_vec() });
     }
     None
@@ -228,7 +320,76 @@ impl W<'_> {
         match plan {
             Plan::Matmul { acc, a, b, rows, cols, batch, r } => self.matmul(li, acc, a, b, rows, cols, batch, *r),
             Plan::Reduce { acc, grid } => self.reduce(li, acc, grid),
+            Plan::Rows { phases, grid, wg } => self.rows(li, phases, grid, *wg),
         }
+    }
+
+    /// A row kernel: one workgroup of `wg` invocations per grid point (row), its phases in order.
+    fn rows(&mut self, li: usize, phases: &[Phase], grid: &Dims, wg: u32) -> Result<Emitted, String> {
+        let total: i64 = grid.iter().map(|d| d.1).product::<i64>().max(1);
+        let gx = total.min(MAX_GROUPS);
+        let gy = cdiv(total, gx);
+        let header = format!(
+            "@compute @workgroup_size({wg})\nfn k{li}(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {{\n"
+        );
+        self.line(1, "let tt = i32(lid.x);");
+        // Groups past the last row (the y spill) recompute the last one and do not store: no early
+        // return, so every barrier is reached by the whole workgroup.
+        self.line(1, "let g = i32(wid.x + wid.y * nwg.x);");
+        self.line(1, &format!("let gi = min(g, {}i);", total - 1));
+        unflatten(self, 1, "gi", grid);
+        let mut shared: Vec<(String, &'static str, i64)> = Vec::new();
+        let last_reduce = phases.iter().rposition(|p| matches!(p, Phase::Reduce(_)));
+        for (pi, p) in phases.iter().enumerate() {
+            match p {
+                Phase::Reduce(acc) => {
+                    let d = super::norm(acc.dtype);
+                    let t = super::wty(d).or_else(|m| self.err(m))?;
+                    let red = format!("wr_{t}");
+                    if !shared.iter().any(|s| s.0 == red) {
+                        shared.push((red.clone(), t, wg as i64));
+                    }
+                    let kn: i64 = acc.ks.iter().map(|d| d.1).product();
+                    let a = format!("v{}", acc.acc.0);
+                    let init = self.typed(acc.init, Ty::S(d))?;
+                    self.vars.insert(acc.acc, Ty::S(d));
+                    self.line(1, &format!("var {a}: {t} = {init};"));
+                    self.line(1, &format!("for (var f: i32 = tt; f < {kn}i; f = f + {wg}i) {{"));
+                    unflatten(self, 2, "f", &acc.ks);
+                    let x = self.typed(acc.x, Ty::S(d))?;
+                    let s = self.binary(acc.op, d, &a, &x)?;
+                    self.line(2, &format!("{a} = {s};"));
+                    self.line(1, "}");
+                    self.line(1, &format!("{red}[tt] = {a};"));
+                    self.line(1, "workgroupBarrier();");
+                    let mut s = wg / 2;
+                    while s >= 2 {
+                        let c = self.binary(acc.op, d, &format!("{red}[tt]"), &format!("{red}[tt + {s}i]"))?;
+                        self.line(1, &format!("if (tt < {s}i) {{ {red}[tt] = {c}; }}"));
+                        self.line(1, "workgroupBarrier();");
+                        s /= 2;
+                    }
+                    // The last level is taken by every invocation (the same two values, the same result).
+                    let c = self.binary(acc.op, d, &format!("{red}[0]"), &format!("{red}[1]"))?;
+                    self.line(1, &format!("{a} = {c};"));
+                    if Some(pi) != last_reduce {
+                        // Everyone has read the tree before the next reduction writes it again.
+                        self.line(1, "workgroupBarrier();");
+                    }
+                }
+                Phase::Scalar(st) => self.stmts(std::slice::from_ref(*st), 1)?,
+                Phase::Map { var, extent, body } => {
+                    self.vars.insert(*var, Ty::Index);
+                    let v = var.0;
+                    self.line(1, &format!("if (g < {total}i) {{"));
+                    self.line(2, &format!("for (var v{v}: i32 = tt; v{v} < {extent}i; v{v} = v{v} + {wg}i) {{"));
+                    self.stmts(body, 3)?;
+                    self.line(2, "}");
+                    self.line(1, "}");
+                }
+            }
+        }
+        Ok(Emitted { shared, header, groups: [gx as u32, gy as u32, 1], wg: [wg, 1, 1] })
     }
 
     #[allow(clippy::too_many_arguments)]
