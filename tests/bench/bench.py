@@ -56,6 +56,11 @@ def make_mlp(path: Path) -> None:
     onnx.save(m, str(path))
 
 
+def ms(x: float) -> str:
+    """A latency in ms with four significant digits (a few µs stay readable)."""
+    return f"{x:.3f}" if x >= 1 else f"{x:.4g}"
+
+
 def minilm_flops(batch: int, seq: int) -> float:
     h, f, layers = 384, 1536, 6
     macs_tok = 4 * h * h + 2 * h * f
@@ -181,7 +186,8 @@ def worker(cfg: dict) -> dict:
     # Blocks of calls, interleaved A B A B …: each block first warms up for at least one call and 100 ms
     # (the other engine's worker threads may still be spinning from its last block: ORT's spin for
     # ~35 ms after a call here, and with as many threads as cores they take a core from the engine being
-    # timed), then times its calls back to back (steady state, as an application calling in a loop).
+    # timed), then times its calls back to back (steady state, as an application calling in a loop): at
+    # least reps/5 calls and at least 50 ms of them (thousands of calls for a model that takes µs).
     blocks = 5
     per_block = max(1, -(-cfg["reps"] // blocks))
 
@@ -190,8 +196,10 @@ def worker(cfg: dict) -> dict:
         fn()
         while time.perf_counter() < warm_until:
             fn()
-        for _ in range(per_block):
+        calls, until = 0, time.perf_counter() + 0.05
+        while calls < per_block or time.perf_counter() < until:
             t = time.perf_counter(); fn(); into.append(time.perf_counter() - t)
+            calls += 1
 
     for i in range(blocks):
         block(run_rlxc, ta)
@@ -200,6 +208,20 @@ def worker(cfg: dict) -> dict:
             block(run_iree, tc)
         if time.perf_counter() > deadline and i >= 1:
             break
+    floor = {}
+    if cfg.get("floor_so"):
+        # What no engine can beat on this machine for this model (tests/bench/floor.c): the first layer's
+        # weights streamed from L2 by a hand-written kernel with an ideal thread hand-off, plus the ctypes
+        # call that every rlxc time above includes.
+        fl = ctypes.CDLL(cfg["floor_so"])
+        fl.floor_gemv_us.restype = ctypes.c_double
+        fl.floor_gemv_us.argtypes = [ctypes.c_int] * 4
+        noop = fl.floor_noop
+        tn = []
+        block(lambda: noop(arena_p, ins, outs), tn)
+        block(lambda: noop(arena_p, ins, outs), tn)
+        k, n = cfg["floor"]
+        floor = {"floor_us": fl.floor_gemv_us(k, n, threads, 1000), "call_us": float(np.median(tn)) * 1e6}
     # sgemm peak in the same process and thread count (numpy → OpenBLAS).
     n = 1024
     a = np.random.rand(n, n).astype(np.float32)
@@ -212,7 +234,7 @@ def worker(cfg: dict) -> dict:
     ra, rb = float(np.median(ta)), float(np.median(tb))
     return {"rlxc_ms": ra * 1e3, "ort_ms": rb * 1e3, "ratio": ra / rb, "gflops": cfg["flops"] / ra / 1e9,
             "peak": peak, "maxdiff": maxdiff, "reps": len(ta),
-            "iree_ms": float(np.median(tc)) * 1e3 if tc else None, "iree_err": iree_err}
+            "iree_ms": float(np.median(tc)) * 1e3 if tc else None, "iree_err": iree_err, **floor}
 
 
 def main() -> int:
@@ -222,6 +244,7 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--budget-s", type=float, default=20.0, help="time limit per configuration (after 5 reps)")
     ap.add_argument("--quick", action="store_true", help="MiniLM batch 1 and the MLP only")
+    ap.add_argument("--models", default="minilm,mlp", help="comma-separated: minilm, mlp")
     ap.add_argument("--out", default=None, help="write a markdown report here")
     ap.add_argument("--no-iree", action="store_true", help="skip IREE even when it is installed")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
@@ -233,10 +256,17 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="rlxc-bench-"))
     rows = []
     try:
+        floor_so = work / "floor.so"
+        subprocess.run(["cc", "-O3", "-march=native", "-shared", "-fPIC", "-pthread", "-o", str(floor_so),
+                        str(ROOT / "tests/bench/floor.c")], check=True)
         mlp = work / "mlp.onnx"
         make_mlp(mlp)
-        cases = [("MiniLM-L6 int8→f32, seq 128", minilm_path(), {"batch": b, "sequence": 128}, b) for b in ([1] if a.quick else [1, 8, 32])]
-        cases += [("MLP 784-128-10", mlp, {"batch": b}, b) for b in (1, 128)]
+        which = set(a.models.split(","))
+        cases = []
+        if "minilm" in which:
+            cases += [("MiniLM-L6 int8→f32, seq 128", minilm_path(), {"batch": b, "sequence": 128}, b) for b in ([1] if a.quick else [1, 8, 32])]
+        if "mlp" in which:
+            cases += [("MLP 784-128-10", mlp, {"batch": b}, b) for b in (1, 128)]
         for title, model, dims, batch in cases:
             d = work / f"{model.stem}_b{batch}"
             so, ctime, _ = compile_rlxc(a.rlxc, model, dims, d)
@@ -259,6 +289,8 @@ def main() -> int:
                 env.pop("OPENBLAS_L2_SIZE", None)
                 cfg = {"threads": t, "so": str(so), "manifest": str(d / "m.json"), "model": str(model), "inputs": inputs,
                        "reps": a.reps, "budget_s": a.budget_s, "flops": flops, "vmfb": str(vmfb) if vmfb else None}
+                if "sequence" not in dims and batch == 1:
+                    cfg.update(floor_so=str(floor_so), floor=[784, 128])
                 r = subprocess.run([sys.executable, __file__, "--worker", json.dumps(cfg)], env=env, check=True,
                                    capture_output=True, text=True)
                 res = json.loads(r.stdout.strip().splitlines()[-1])
@@ -268,7 +300,8 @@ def main() -> int:
                 print(f"{title:32s} batch {batch:3d} threads {t}: rlxc {res['rlxc_ms']:9.3f} ms  ORT {res['ort_ms']:9.3f} ms  "
                       f"ratio {res['ratio']:6.2f}  {res['gflops']:6.1f} GFLOP/s ({100*res['gflops']/res['peak']:4.0f}% of sgemm "
                       f"{res['peak']:.0f})  max|diff| {res['maxdiff']:.1e}  compile {ctime:.2f} s"
-                      + (f"  | IREE {res['iree_ms']:.3f} ms, iree-compile {itime:.2f} s" if res.get("iree_ms") else f"  | IREE: {inote}"), flush=True)
+                      + (f"  | IREE {res['iree_ms']:.3f} ms, iree-compile {itime:.2f} s" if res.get("iree_ms") else f"  | IREE: {inote}")
+                      + (f"  | floor {res['floor_us']:.2f} µs + call {res['call_us']:.2f} µs" if res.get("floor_us") else ""), flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if a.out:
@@ -283,10 +316,21 @@ def main() -> int:
                  "| model | batch | threads | rlxc p50 ms | ORT p50 ms | rlxc/ORT | rlxc GFLOP/s | sgemm peak | max abs diff vs ORT | IREE p50 ms | rlxc compile s | iree-compile s |",
                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for r in rows:
-            iree = f"{r['iree_ms']:.3f}" if r.get("iree_ms") else "—"
+            iree = ms(r["iree_ms"]) if r.get("iree_ms") else "—"
             ic = f"{r['iree_compile_s']:.2f}" if r.get("iree_compile_s") else "—"
-            lines.append(f"| {r['model']} | {r['batch']} | {r['threads']} | {r['rlxc_ms']:.3f} | {r['ort_ms']:.3f} | {r['ratio']:.2f} | "
+            lines.append(f"| {r['model']} | {r['batch']} | {r['threads']} | {ms(r['rlxc_ms'])} | {ms(r['ort_ms'])} | {r['ratio']:.2f} | "
                          f"{r['gflops']:.1f} | {r['peak']:.0f} | {r['maxdiff']:.1e} | {iree} | {r['compile_s']:.2f} | {ic} |")
+        floors = [r for r in rows if r.get("floor_us")]
+        if floors:
+            lines += ["", "Floor under the MLP at batch 1 (`tests/bench/floor.c`, same process and threads): the first layer's",
+                      "401 KB of f32 weights streamed from L2 by a hand-written kernel with an ideal hand-off between threads,",
+                      "plus the ctypes call of a no-op with `m_run`'s signature; best reachable ratio = floor / ORT.", "",
+                      "| threads | weights floor µs | ctypes call µs | floor µs | ORT p50 µs | best reachable ratio | rlxc p50 µs | rlxc above the floor µs |",
+                      "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+            for r in floors:
+                fl = r["floor_us"] + r["call_us"]
+                lines.append(f"| {r['threads']} | {r['floor_us']:.2f} | {r['call_us']:.2f} | {fl:.2f} | {r['ort_ms'] * 1e3:.2f} | "
+                             f"{fl / (r['ort_ms'] * 1e3):.2f} | {r['rlxc_ms'] * 1e3:.2f} | {r['rlxc_ms'] * 1e3 - fl:.2f} |")
         notes = sorted({r["iree_note"] for r in rows if r.get("iree_note")})
         if notes:
             lines += ["", "IREE: " + "; ".join(notes)]

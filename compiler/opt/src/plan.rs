@@ -230,8 +230,10 @@ fn is_row_reduce(g: &Mir, n: NodeId) -> bool {
 /// (each as a vector loop over the row, in order, later ones using earlier results as scalars) and then
 /// the row's N outputs; the intermediate values (max, exp, sum; mean, centered, variance, std) are
 /// never materialized. A node joins a region only when every consumer of its value is in the region
-/// (or is the root), so nothing outside reads a value that is no longer stored.
-pub fn row_fuse(g: &Mir, f: &mut Fusion) {
+/// (or is the root), so nothing outside reads a value that is no longer stored. With `recompute`
+/// (GPU targets, where a kernel launch costs more than a few transcendentals) a transcendental read
+/// by several passes is recomputed in each instead of ending the region: softmax is one kernel.
+pub fn row_fuse(g: &Mir, f: &mut Fusion, recompute: bool) {
     let mut consumers: Vec<Vec<NodeId>> = vec![Vec::new(); g.values.len()];
     for n in g.node_ids() {
         for &i in &g.node(n).inputs {
@@ -271,7 +273,7 @@ pub fn row_fuse(g: &Mir, f: &mut Fusion) {
             let costly = matches!(&node.op, MirOp::Unary(u) if !matches!(u,
                 UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu | UnaryOp::Sqrt | UnaryOp::Recip | UnaryOp::Floor | UnaryOp::Ceil
                     | UnaryOp::Round | UnaryOp::Sign | UnaryOp::Not | UnaryOp::BitNot));
-            if costly && sh == full && consumers[node.outputs[0].index()].len() > 1 {
+            if costly && !recompute && sh == full && consumers[node.outputs[0].index()].len() > 1 {
                 return false;
             }
             is_elementwise(&node.op) && (sh == full || sh == row)
@@ -341,11 +343,14 @@ pub struct PlanOptions {
     pub gemm_mr: usize,
     /// Softmax / LayerNorm as one row kernel each ([`row_fuse`]); CPU targets turn it on.
     pub row_fusion: bool,
+    /// Row kernels recompute a transcendental that several passes read instead of storing it
+    /// ([`row_fuse`]'s `recompute`; the shader targets turn it on: softmax becomes one kernel).
+    pub row_recompute: bool,
 }
 
 impl Default for PlanOptions {
     fn default() -> Self {
-        PlanOptions { align: 64, gemm_nr: GEMM_NR, gemm_mr: GEMM_MR, row_fusion: false }
+        PlanOptions { align: 64, gemm_nr: GEMM_NR, gemm_mr: GEMM_MR, row_fusion: false, row_recompute: false }
     }
 }
 
@@ -902,10 +907,16 @@ impl<'g> Planner<'g> {
         // block (small M) the panels are the parallel dimension; otherwise the blocks are.
         let tiles = rows.div_ceil(mr);
         let es = odt.size().unwrap_or(4);
-        let mut rb_tiles = ((256 * 1024) / (kdim * es).max(1) / mr).max(1);
-        let nblocks = tiles.div_ceil(rb_tiles);
-        if nblocks == 1 {
-            rb_tiles = tiles;
+        let fit = ((256 * 1024) / (kdim * es).max(1) / mr).max(1);
+        let mut nblocks = tiles.div_ceil(fit);
+        let mut rb_tiles = tiles;
+        if nblocks > 1 {
+            // Several blocks: they are the parallel dimension, so make them equal and a multiple of 8
+            // (the runtime cuts a loop into 4 chunks per thread: 2, 4 or 8 threads get equal shares),
+            // while the tiles allow.
+            nblocks = nblocks.max(8).next_multiple_of(8).min(tiles);
+            rb_tiles = tiles.div_ceil(nblocks);
+            nblocks = tiles.div_ceil(rb_tiles);
         }
         let blk = kb.var();
         let tl = kb.var();
@@ -1322,7 +1333,7 @@ pub fn plan(g: &Mir, opts: &PlanOptions) -> Result<Lir, Vec<Problem>> {
     }
     let mut fusion = fuse(g);
     if opts.row_fusion {
-        row_fuse(g, &mut fusion);
+        row_fuse(g, &mut fusion, opts.row_recompute);
     }
     let mut p = Planner {
         g,
