@@ -18,3 +18,5 @@ pub mod order;
 pub use order::{plan_min_arena, OrderReport};
 pub mod quantize;
 pub use quantize::{quantize, QParams, QuantOptions, Quantized};
+pub mod qdq;
+pub use qdq::{is_qdq, quantize_qdq};

@@ -108,22 +108,22 @@ pub fn fixed_point(real: f64) -> (i64, i64) {
     (m, s.max(1))
 }
 
-fn bytes_i8(v: &[i64]) -> Vec<u8> {
+pub(crate) fn bytes_i8(v: &[i64]) -> Vec<u8> {
     v.iter().map(|&x| x as i8 as u8).collect()
 }
-fn bytes_i32(v: &[i64]) -> Vec<u8> {
+pub(crate) fn bytes_i32(v: &[i64]) -> Vec<u8> {
     v.iter().flat_map(|&x| (x as i32).to_le_bytes()).collect()
 }
 
-struct Q<'a> {
-    g: &'a Mir,
-    out: Mir,
+pub(crate) struct Q<'a> {
+    pub(crate) g: &'a Mir,
+    pub(crate) out: Mir,
     /// Old value → (new int8 value, its parameters).
-    map: HashMap<ValueId, (ValueId, QParams)>,
-    range: Vec<(f32, f32)>,
-    consumers: Vec<Vec<NodeId>>,
-    is_out: Vec<bool>,
-    opts: QuantOptions,
+    pub(crate) map: HashMap<ValueId, (ValueId, QParams)>,
+    pub(crate) range: Vec<(f32, f32)>,
+    pub(crate) consumers: Vec<Vec<NodeId>>,
+    pub(crate) is_out: Vec<bool>,
+    pub(crate) opts: QuantOptions,
 }
 
 impl Q<'_> {
@@ -132,14 +132,14 @@ impl Q<'_> {
         act_params(lo, hi, self.opts.symmetric)
     }
     /// The single consumer of `v`, if `v` has exactly one use and is not a graph output.
-    fn only_consumer(&self, v: ValueId) -> Option<NodeId> {
+    pub(crate) fn only_consumer(&self, v: ValueId) -> Option<NodeId> {
         let c = &self.consumers[v.index()];
         (c.len() == 1
             && !self.is_out[v.index()]
             && self.g.node(c[0]).inputs.iter().filter(|&&i| i == v).count() == 1)
             .then(|| c[0])
     }
-    fn konst(&mut self, dtype: DType, shape: Vec<usize>, bytes: Vec<u8>) -> ValueId {
+    pub(crate) fn konst(&mut self, dtype: DType, shape: Vec<usize>, bytes: Vec<u8>) -> ValueId {
         self.out.add_const(
             None,
             ConstData {
@@ -149,21 +149,21 @@ impl Q<'_> {
             },
         )
     }
-    fn i64s(&mut self, shape: Vec<usize>, v: &[i64]) -> ValueId {
+    pub(crate) fn i64s(&mut self, shape: Vec<usize>, v: &[i64]) -> ValueId {
         self.out.add_const(None, ConstData::from_i64(shape, v))
     }
     /// The static shape of `v` (an `input` or `output` of the node being quantized).
-    fn fixed(&self, v: ValueId, what: &str) -> Result<Vec<usize>, String> {
+    pub(crate) fn fixed(&self, v: ValueId, what: &str) -> Result<Vec<usize>, String> {
         self.g.ty(v).shape.as_fixed().ok_or_else(|| format!("needs a fixed {what} shape"))
     }
 
-    fn node(&mut self, name: &str, op: MirOp, ins: &[ValueId]) -> Result<ValueId, String> {
+    pub(crate) fn node(&mut self, name: &str, op: MirOp, ins: &[ValueId]) -> Result<ValueId, String> {
         self.out.add1(name, op, ins)
     }
 
     /// Emits `int8(clamp(((i64(acc) · M + 2^(S-1)) >> S) + z, lo, 127))`; per-channel constants have
     /// shape `cshape`.
-    fn requant(
+    pub(crate) fn requant(
         &mut self,
         name: &str,
         acc: ValueId,
@@ -248,16 +248,16 @@ impl Q<'_> {
         (taken, bias, relu, last)
     }
 
-    fn i32s(&mut self, shape: Vec<usize>, v: &[i64]) -> ValueId {
+    pub(crate) fn i32s(&mut self, shape: Vec<usize>, v: &[i64]) -> ValueId {
         self.konst(DType::I32, shape, bytes_i32(v))
     }
-    fn scalar(&mut self, dtype: DType, v: i64) -> ValueId {
+    pub(crate) fn scalar(&mut self, dtype: DType, v: i64) -> ValueId {
         self.out.add_const(None, ConstData::scalar(dtype, v as f64))
     }
 
     /// Pads the spatial dims of an int8 `[N, C, spatial…]` value with `value` (conv-style `pads`:
     /// begins then ends of the spatial dims).
-    fn pad(
+    pub(crate) fn pad(
         &mut self,
         name: &str,
         x: ValueId,
@@ -283,7 +283,7 @@ impl Q<'_> {
 
     /// `i64(x) - z` scaled by the fixed-point multiplier `(m, s)`:
     /// `((i64(x) - z) · m + 2^(s-1)) >> s` (one operand of a quantized add).
-    fn rescale(
+    pub(crate) fn rescale(
         &mut self,
         name: &str,
         x: ValueId,
@@ -331,13 +331,27 @@ impl Q<'_> {
             }
         }
         let po = self.params(last);
+        let y = self.emit_add(&node.name, (a, pa), (b, pb), po, relu)?;
+        self.map.insert(last, (y, po));
+        Ok(())
+    }
+
+    /// The int8 add of [`Self::add`]: `a` and `b` int8 with their parameters (numpy broadcasting),
+    /// the result int8 with `po` (relu: clamped at its zero point).
+    pub(crate) fn emit_add(
+        &mut self,
+        name: &str,
+        (a, pa): (ValueId, QParams),
+        (b, pb): (ValueId, QParams),
+        po: QParams,
+        relu: bool,
+    ) -> Result<ValueId, String> {
         const LEFT_SHIFT: i32 = 20;
         let twice_max = 2.0 * (pa.scale as f64).max(pb.scale as f64);
         let (ma, sa) = fixed_point(pa.scale as f64 / twice_max);
         let (mb, sb) = fixed_point(pb.scale as f64 / twice_max);
         let out_mult = fixed_point(twice_max / ((1i64 << LEFT_SHIFT) as f64 * po.scale as f64));
         // (x << 20) · m == x · (m << 20): |x - z| < 2^8, m < 2^31, so the product stays below 2^59.
-        let name = node.name.clone();
         let ra = self.rescale(
             &format!("{name}.lhs"),
             a,
@@ -350,10 +364,8 @@ impl Q<'_> {
             pb.zero_point,
             (mb << LEFT_SHIFT, sb),
         )?;
-        let sum = self.node(&name, MirOp::Binary(BinaryOp::Add), &[ra, rb])?;
-        let y = self.requant(&name, sum, &[out_mult], vec![], po, relu)?;
-        self.map.insert(last, (y, po));
-        Ok(())
+        let sum = self.node(name, MirOp::Binary(BinaryOp::Add), &[ra, rb])?;
+        self.requant(name, sum, &[out_mult], vec![], po, relu)
     }
 
     /// The rounding division of an int8 window sum by its element count `d` (a scalar, or one value
@@ -719,8 +731,42 @@ impl Q<'_> {
             })
             .collect();
         let op = self.params(last);
-        let name = node.name.clone();
-        let mut op_node = node.op.clone();
+        let ms: Vec<(i64, i64)> = (0..channels)
+            .map(|c| fixed_point(sx * sw[c] / op.scale as f64))
+            .collect();
+        let out_rank = self.g.ty(node.outputs[0]).shape.rank();
+        let y = self.emit_linear(
+            &node.name, &node.op, out_rank, (xq, xp), (&w.shape, &wq), &bias_q, &ms, op, relu,
+        )?;
+        for t in taken {
+            done[t.index()] = true;
+        }
+        self.map.insert(last, (y, op));
+        Ok(())
+    }
+
+    /// Emits an int8 layer: `op_node` (the matmul, or the conv with its attributes) on the int8 input
+    /// `xq` (parameters `xp`) and the int8 weights `wq` of shape `wshape` (conv `[C_out, …]`, matmul
+    /// `[K, N]`), i32 accumulation plus the i32 bias `bias_q` (the input zero point already folded
+    /// in), then per output channel the fixed-point requantization `ms` to `op` (relu: clamped at its
+    /// zero point). `out_rank` is the rank of the layer's output.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn emit_linear(
+        &mut self,
+        name: &str,
+        op_node: &MirOp,
+        out_rank: usize,
+        (xq, xp): (ValueId, QParams),
+        (wshape, wq): (&[usize], &[i64]),
+        bias_q: &[i64],
+        ms: &[(i64, i64)],
+        op: QParams,
+        relu: bool,
+    ) -> Result<ValueId, String> {
+        let is_conv = matches!(op_node, MirOp::Conv { .. });
+        let channels = bias_q.len();
+        let name = name.to_string();
+        let mut op_node = op_node.clone();
         let mut xin = xq;
         if let MirOp::Conv { pads, .. } = &mut op_node {
             if pads.iter().any(|&p| p != 0) {
@@ -730,16 +776,15 @@ impl Q<'_> {
         }
         let xi = self.node(&name, MirOp::Cast { to: DType::I32 }, &[xin])?;
         let wi = if !is_conv && self.opts.transpose_matmul_weights {
-            let (k, n) = (w.shape[0], w.shape[1]);
+            let (k, n) = (wshape[0], wshape[1]);
             let wt: Vec<i64> = (0..n * k).map(|i| wq[(i % k) * n + i / k]).collect();
             let wc = self.konst(DType::I8, vec![n, k], bytes_i8(&wt));
             let t = self.node(&name, MirOp::Transpose { perm: vec![1, 0] }, &[wc])?;
             self.node(&name, MirOp::Cast { to: DType::I32 }, &[t])?
         } else {
-            let wc = self.konst(DType::I8, w.shape.clone(), bytes_i8(&wq));
+            let wc = self.konst(DType::I8, wshape.to_vec(), bytes_i8(wq));
             self.node(&name, MirOp::Cast { to: DType::I32 }, &[wc])?
         };
-        let out_rank = self.g.ty(node.outputs[0]).shape.rank();
         let cshape = if is_conv {
             let mut s = vec![channels];
             s.extend(std::iter::repeat_n(1, out_rank - 2));
@@ -754,7 +799,7 @@ impl Q<'_> {
             } else {
                 cshape.clone()
             },
-            bytes_i32(&bias_q),
+            bytes_i32(bias_q),
         );
         let acc = if is_conv {
             self.node(&name, op_node, &[xi, wi, bv])?
@@ -766,15 +811,7 @@ impl Q<'_> {
                 &[mm, bv],
             )?
         };
-        let ms: Vec<(i64, i64)> = (0..channels)
-            .map(|c| fixed_point(sx * sw[c] / op.scale as f64))
-            .collect();
-        let y = self.requant(&name, acc, &ms, cshape, op, relu)?;
-        for t in taken {
-            done[t.index()] = true;
-        }
-        self.map.insert(last, (y, op));
-        Ok(())
+        self.requant(&name, acc, ms, cshape, op, relu)
     }
 }
 

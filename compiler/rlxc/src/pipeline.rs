@@ -398,14 +398,32 @@ pub fn quantize_mir_with(mir: &Mir, calib: &[Vec<ConstData>], opts: &rlx_opt::Qu
     rlx_opt::quantize(&folded, calib, &run_interp, opts).map_err(|p| Failure::model(problem_list("cannot quantize the model", &p)))
 }
 
-/// MIR → C sources for a Cortex-M core: fold → quantize (with calibration data) → legalize → plan →
+/// An already-quantized (QDQ) model's lowered MIR → the int8 integer MIR of the MCU path, with the
+/// model's own scales and zero points (`rlx_opt::quantize_qdq`; not folded first: folding would turn
+/// the int8 weights into floats).
+pub fn quantize_qdq_mir(mir: &Mir) -> Result<rlx_opt::Quantized, Failure> {
+    rlx_opt::quantize_qdq(mir, &mcu_quant_options()).map_err(|p| Failure::model(problem_list("cannot map the QDQ model onto int8 kernels", &p)))
+}
+
+/// MIR → C sources for a Cortex-M core: fold → quantize (with calibration data; a QDQ model without it,
+/// with its own parameters) → legalize → plan →
 /// budgets → write C. Fails listing every unsupported node, or the largest buffers over a budget.
 /// With `rust`, the program is also written as no_std Rust (`--emit rust`).
 pub fn compile_mcu(mir: &Mir, t: Target, name: &str, calib: Option<&[Vec<ConstData>]>, budgets: Budgets, rust: bool, tm: &mut Timings) -> Result<McuCompiled, Failure> {
     let core = t.mcu_core().ok_or_else(|| Failure::usage(format!("{} is not an MCU target", t.name())))?;
+    let qdq = rlx_opt::is_qdq(mir);
     let (mir, quant) = match calib {
+        Some(_) if qdq => {
+            return Err(Failure::usage(
+                "the model is already quantized (QuantizeLinear / DequantizeLinear): compile it without --calibrate, with its own scales and zero points",
+            ))
+        }
         Some(c) => {
             let q = tm.time("quantize", || quantize_mir_with(mir, c, &mcu_quant_options()))?;
+            (q.mir, Some((q.inputs, q.outputs)))
+        }
+        None if qdq => {
+            let q = tm.time("quantize (QDQ)", || quantize_qdq_mir(mir))?;
             (q.mir, Some((q.inputs, q.outputs)))
         }
         None => (tm.time("fold", || rlx_opt::simplify(mir, &eval_op)), None),

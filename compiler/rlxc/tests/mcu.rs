@@ -313,7 +313,8 @@ struct Board {
     machine: &'static str,
     link: &'static [&'static str],
     /// SysTick's processor clock in QEMU, where it is known: 25 MHz on the mps2 boards of QEMU's
-    /// mps2.c, 16 MHz on the micro:bit (nrf51_soc.c's HCLK). Under `-icount shift=0` one instruction is
+    /// mps2.c, 20 MHz on mps2-an505 and 32 MHz on mps3-an547 (mps2-tz.c's sysclk), 16 MHz on the
+    /// micro:bit (nrf51_soc.c's HCLK); each is checked by main.c's calibration loop. Under `-icount shift=0` one instruction is
     /// 1 ns, so instructions = ticks · 10^9 / hz. `None`: not counted.
     systick_hz: Option<u64>,
 }
@@ -337,7 +338,7 @@ const BOARDS: &[Board] = &[
         core: "cortex-m33",
         machine: "mps2-an505",
         link: &["-Wl,--section-start=.vectors=0x10000000", "-Wl,-Ttext-segment=0x10010000"],
-        systick_hz: None,
+        systick_hz: Some(20_000_000),
     },
     Board {
         core: "cortex-m55",
@@ -349,7 +350,7 @@ const BOARDS: &[Board] = &[
             "-DRLX_OWN_CRT0",
             "-DRLX_STACK_TOP=0x10080000",
         ],
-        systick_hz: None,
+        systick_hz: Some(32_000_000),
     },
 ];
 
