@@ -1,13 +1,15 @@
-//! `--target verilog`, end to end: the MNIST MLP of `tests/mcu/train_mnist.py` (the Cortex-M fixtures,
-//! cached under build/mcu-test/data) is compiled to Verilog at two `--macs-per-cycle` settings, linted
-//! with `verilator --lint-only -Wall`, and simulated with Icarus Verilog (`iverilog -g2005`, `vvp`)
-//! by the generated testbench: the design's int8 outputs must equal the host interpreter's run of the
-//! same quantized MIR, bit for bit — 200 MNIST test images at 8 MACs per cycle, 50 at 3 (padded lanes)
-//! with random valid/ready stalls (Icarus runs ~50k cycles/s here; all 1,000 images take ~3 minutes,
-//! so `FULL=1 tests/verilog/report.sh` runs them) — and the measured cycles per inference must equal
-//! the manifest's. Also: the calibration vectors rlxc writes for the testbench, random
-//! valid/ready stalls, determinism, and the errors for a CNN (conv is not mapped yet) and a missing
-//! --calibrate. Synthesis figures are not measured here (slow): `tests/verilog/report.sh`.
+//! `--target verilog`, end to end: the MNIST MLP and the LeNet-style CNN of `tests/mcu/train_mnist.py`
+//! (the Cortex-M fixtures, cached under build/mcu-test/data) are compiled to Verilog at several
+//! `--macs-per-cycle` settings, linted with `verilator --lint-only -Wall`, and simulated with Icarus
+//! Verilog (`iverilog -g2005`, `vvp`) by the generated testbench: the design's int8 outputs must equal
+//! the host interpreter's run of the same quantized MIR, bit for bit, and the measured cycles per
+//! inference the manifest's. MLP: 200 MNIST test images at 8 MACs per cycle, 50 at 3 (padded lanes)
+//! with random valid/ready stalls. CNN: 50 test images at 16 MACs, 2 at 1, 3 with stalls at 5. A small
+//! CNN built here covers conv padding (the input zero point), strides, non-square windows and max-pool
+//! padding. Icarus runs ~50k–150k cycles/s here, so the full runs (all 1,000 MLP images, 200 CNN images)
+//! are `FULL=1 tests/verilog/report.sh`. Also: the calibration vectors rlxc writes for the testbench,
+//! determinism, and the errors for dsnet (average pooling, softmax: not mapped), a grouped conv and a
+//! missing --calibrate. Synthesis figures are not measured here (slow): `tests/verilog/report.sh`.
 //!
 //! Needs the venv (`$RLX_PY` or `.venv/bin/python`, with mlxtend), iverilog and verilator
 //! (`make setup`); a missing one fails the test, it never skips.
@@ -75,8 +77,9 @@ fn compile(model: &str, macs: usize, out: &Path) -> serde_json::Value {
     serde_json::from_slice(&std::fs::read(out.join(format!("{model}.json"))).unwrap()).unwrap()
 }
 
-/// The 1,000 test images quantized with the `quantize` op, and the interpreter's int8 outputs.
-fn host_reference(model: &str) -> (Vec<u8>, Vec<u8>) {
+/// The 1,000 test images quantized with the `quantize` op, and the interpreter's int8 outputs for
+/// the first `n`.
+fn host_reference(model: &str, n_run: usize) -> (Vec<u8>, Vec<u8>) {
     let d = data();
     let src = rlxc::cli::ModelSource::from_path(&d.join(format!("{model}.onnx"))).unwrap();
     let mir = rlx_opt::lower(&src.import(&BTreeMap::new()).unwrap()).unwrap();
@@ -99,7 +102,7 @@ fn host_reference(model: &str) -> (Vec<u8>, Vec<u8>) {
     let per = images.len() / n;
     let in_shape = q.mir.ty(q.mir.inputs[0]).shape.as_fixed().unwrap();
     let mut host = Vec::new();
-    for i in 0..n {
+    for i in 0..n_run {
         let input = ConstData {
             dtype: DType::I8,
             shape: in_shape.clone(),
@@ -161,7 +164,7 @@ fn cycles_of(line: &str) -> u64 {
 #[test]
 fn mnist_mlp_in_icarus_matches_the_interpreter() {
     let base = repo().join("build/verilog-test");
-    let (images, host) = host_reference("mlp");
+    let (images, host) = host_reference("mlp", 200);
     let mut summary = String::from("macs_per_cycle  vectors  cycles_per_inference\n");
     for (macs, vectors, stall) in [(8usize, 200usize, false), (3, 50, true)] {
         let dir = base.join(format!("mlp-p{macs}"));
@@ -175,41 +178,7 @@ fn mnist_mlp_in_icarus_matches_the_interpreter() {
             assert!(line.contains("20/20"), "{line}");
         }
         // The MNIST test images against the host interpreter.
-        std::fs::write(
-            dir.join("test_in.mem"),
-            rlxc::pipeline::mem_hex(&images[..vectors * 784]),
-        )
-        .unwrap();
-        std::fs::write(
-            dir.join("test_expected.mem"),
-            rlxc::pipeline::mem_hex(&host[..vectors * 10]),
-        )
-        .unwrap();
-        let mut args = vec![
-            format!("+vectors={vectors}"),
-            "+in=test_in.mem".into(),
-            "+expected=test_expected.mem".into(),
-        ];
-        if stall {
-            args.push("+stall".into());
-        }
-        let line = simulate(
-            &dir,
-            "mlp",
-            &args.iter().map(String::as_str).collect::<Vec<_>>(),
-        );
-        assert!(
-            line.contains(&format!("{vectors}/{vectors} vectors bit-exact")),
-            "{line}"
-        );
-        let cycles = m["cycles_per_inference"].as_u64().unwrap();
-        assert!(
-            line.contains(&format!("({cycles} without stalls)")),
-            "{line}"
-        );
-        if !stall {
-            assert_eq!(cycles_of(&line), cycles, "{line}");
-        }
+        let (line, cycles) = simulate_images(&dir, "mlp", &images[..vectors * 784], &host[..vectors * 10], stall, &m);
         eprintln!("mlp --macs-per-cycle {macs}: {line}");
         summary.push_str(&format!("{macs}  {vectors}  {cycles}\n"));
     }
@@ -265,20 +234,20 @@ fn verilog_output_is_deterministic_and_documented() {
 fn verilog_errors_name_the_nodes_and_flags() {
     let d = data();
     let out = repo().join("build/verilog-test/err");
-    // The CNN: conv / max pool are not mapped to the datapath yet; every such node is named.
+    // dsnet: average pooling and the softmax are not mapped to the datapath; every such node is named.
     let o = rlxc()
         .arg("compile")
-        .arg(d.join("cnn.onnx"))
+        .arg(d.join("dsnet.onnx"))
         .args(["--target", "verilog", "--calibrate"])
-        .arg(d.join("calib_cnn.npy"))
+        .arg(d.join("calib_dsnet.npy"))
         .arg("-o")
         .arg(&out)
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{err}");
-    assert!(err.contains("conv") && err.contains("node '"), "{err}");
-    assert!(!out.join("cnn.v").exists());
+    assert!(err.contains("node 'avgpool1") && err.contains("node 'softmax"), "{err}");
+    assert!(!out.join("dsnet.v").exists());
     // Without --calibrate, and --macs-per-cycle elsewhere: usage errors.
     let o = rlxc()
         .arg("compile")
@@ -310,4 +279,189 @@ fn verilog_errors_name_the_nodes_and_flags() {
         String::from_utf8_lossy(&o.stderr)
     );
     assert!(String::from_utf8_lossy(&o.stderr).contains("--macs-per-cycle"));
+}
+
+/// The LeNet-style CNN (conv 6x5x5, max pool, conv 16x5x5, max pool, fc 64, fc 10) on MNIST test
+/// images: 50 at 16 MACs per cycle (one group for both convs; `RLX_VERILOG_CNN_IMAGES=N` for more,
+/// as `tests/verilog/report.sh` does with FULL=1), 2 at 1 MAC, and 3 with random stalls at 5 (padded
+/// lanes in every layer), each bit-exact with the interpreter; the stall-free cycles equal the
+/// manifest's.
+#[test]
+fn mnist_cnn_in_icarus_matches_the_interpreter() {
+    let base = repo().join("build/verilog-test");
+    let images_p16 = std::env::var("RLX_VERILOG_CNN_IMAGES")
+        .ok()
+        .and_then(|s| s.parse::<usize>().ok())
+        .unwrap_or(50)
+        .clamp(1, 1000);
+    let (images, host) = host_reference("cnn", images_p16);
+    let mut summary = String::from("macs_per_cycle  vectors  cycles_per_inference\n");
+    for (macs, vectors, stall) in [(16usize, images_p16, false), (1, 2, false), (5, 3, true)] {
+        let dir = base.join(format!("cnn-p{macs}"));
+        let m = compile("cnn", macs, &dir);
+        assert_eq!(m["macs_per_cycle"], macs);
+        // Every layer is mapped, in order: conv, max pool, conv, max pool, fc, fc.
+        let nodes: Vec<&str> = m["layers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l["node"].as_str().unwrap())
+            .collect();
+        assert_eq!(nodes, ["conv1", "pool1", "conv2", "pool2", "fc1", "fc2"]);
+        lint(&dir, "cnn");
+        let (line, cycles) = simulate_images(&dir, "cnn", &images[..vectors * 784], &host[..vectors * 10], stall, &m);
+        eprintln!("cnn --macs-per-cycle {macs}: {line}");
+        summary.push_str(&format!("{macs}  {vectors}  {cycles}\n"));
+    }
+    std::fs::write(base.join("summary-cnn.txt"), summary).unwrap();
+}
+
+/// A deterministic pseudo-random f32 in [-1, 1).
+fn rnd(state: &mut u64) -> f32 {
+    *state = state
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    ((*state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+}
+
+fn f32_const(g: &mut rlx_ir::Mir, shape: &[usize], seed: &mut u64, scale: f32) -> rlx_ir::ValueId {
+    let n: usize = shape.iter().product();
+    let v: Vec<f32> = (0..n).map(|_| rnd(seed) * scale).collect();
+    g.add_const(None, ConstData::from_f32(shape.to_vec(), &v))
+}
+
+/// A small f32 CNN with what the MNIST model lacks: a padded conv (padding reads the input zero
+/// point, -128 for inputs in [0, 1]) with stride 2, a max pool with asymmetric padding and strides,
+/// a conv with a non-square kernel, asymmetric padding and stride (1, 2) and no ReLU, then a fully
+/// connected layer. `groups` > 1 makes the first conv grouped (not mapped).
+fn padded_cnn(groups: usize) -> rlx_ir::Mir {
+    use rlx_ir::{BinaryOp, Dim, PoolKind, Shape, TensorType, UnaryOp};
+    let mut g = rlx_ir::Mir::new();
+    let mut seed = 7u64;
+    let x = g.add_input("x", TensorType::new(DType::F32, Shape::fixed(&[1, 2, 9, 7])));
+    let w1 = f32_const(&mut g, &[4, 2 / groups, 3, 3], &mut seed, 0.5);
+    let b1 = f32_const(&mut g, &[4], &mut seed, 0.2);
+    let conv = |strides: Vec<usize>, pads: Vec<usize>, groups: usize| MirOp::Conv {
+        strides,
+        pads,
+        dilations: vec![1, 1],
+        groups,
+    };
+    let mut v = g
+        .add1("conv_a", conv(vec![2, 2], vec![1, 1, 1, 1], groups), &[x, w1, b1])
+        .unwrap();
+    v = g.add1("relu_a", MirOp::Unary(UnaryOp::Relu), &[v]).unwrap();
+    v = g
+        .add1(
+            "pool_a",
+            MirOp::Pool {
+                kind: PoolKind::Max,
+                kernel: vec![3, 2],
+                strides: vec![2, 1],
+                pads: vec![1, 0, 1, 1],
+                dilations: vec![1, 1],
+                ceil_mode: false,
+                count_include_pad: false,
+            },
+            &[v],
+        )
+        .unwrap();
+    let w2 = f32_const(&mut g, &[5, 4, 2, 3], &mut seed, 0.5);
+    let b2 = f32_const(&mut g, &[5], &mut seed, 0.2);
+    v = g
+        .add1("conv_b", conv(vec![1, 2], vec![0, 1, 1, 0], 1), &[v, w2, b2])
+        .unwrap();
+    v = g
+        .add1(
+            "flat",
+            MirOp::Reshape {
+                shape: vec![Dim::Fixed(1), Dim::Fixed(30)],
+            },
+            &[v],
+        )
+        .unwrap();
+    let w3 = f32_const(&mut g, &[30, 6], &mut seed, 0.4);
+    let b3 = f32_const(&mut g, &[6], &mut seed, 0.2);
+    v = g.add1("fc", MirOp::MatMul, &[v, w3]).unwrap();
+    v = g
+        .add1("fc_bias", MirOp::Binary(BinaryOp::Add), &[v, b3])
+        .unwrap();
+    g.outputs = vec![v];
+    g
+}
+
+fn padded_calibration(n: usize) -> Vec<Vec<ConstData>> {
+    let mut seed = 99u64;
+    (0..n)
+        .map(|_| {
+            let v: Vec<f32> = (0..2 * 9 * 7).map(|_| (rnd(&mut seed) + 1.0) / 2.0).collect();
+            vec![ConstData::from_f32(vec![1, 2, 9, 7], &v)]
+        })
+        .collect()
+}
+
+/// Padding (with the input zero point), strides, non-square windows, max pool padding and padded
+/// lanes, on a small model: rlxc's own testbench vectors (40 random inputs and the interpreter's
+/// outputs) bit-exact at 1 and 3 MACs per cycle, the cycles equal to the manifest's, lint clean. A
+/// grouped conv is reported, naming the node.
+#[test]
+fn padded_strided_cnn_in_icarus_matches_the_interpreter() {
+    let base = repo().join("build/verilog-test");
+    let g = padded_cnn(1);
+    let calib = padded_calibration(40);
+    for macs in [1usize, 3] {
+        let dir = base.join(format!("pcnn-p{macs}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        let c = rlxc::pipeline::compile_verilog(
+            &g,
+            "pcnn",
+            &calib,
+            macs,
+            &mut rlxc::pipeline::Timings::default(),
+        )
+        .unwrap_or_else(|e| panic!("{}", e.msg));
+        assert!(c.input.zero_point < 0, "inputs in [0, 1] give a negative zero point");
+        let kinds: Vec<_> = c.design.layers.iter().map(|l| l.kind).collect();
+        use rlx_target_verilog::Kind;
+        assert_eq!(kinds, [Kind::Conv, Kind::MaxPool, Kind::Conv, Kind::Fc]);
+        rlxc::pipeline::write_verilog_artifacts(&dir, "pcnn", Path::new("pcnn.mir"), &c)
+            .unwrap_or_else(|e| panic!("{}", e.msg));
+        lint(&dir, "pcnn");
+        let line = simulate(&dir, "pcnn", &["+vectors=40"]);
+        assert!(line.contains("40/40 vectors bit-exact"), "{line}");
+        assert_eq!(cycles_of(&line), c.design.cycles, "{line}");
+        eprintln!("padded cnn --macs-per-cycle {macs}: {line}");
+    }
+    let e = rlxc::pipeline::compile_verilog(
+        &padded_cnn(2),
+        "pcnn",
+        &calib,
+        1,
+        &mut rlxc::pipeline::Timings::default(),
+    )
+    .err()
+    .expect("a grouped conv is not mapped");
+    assert!(e.msg.contains("node 'conv_a'") && e.msg.contains("groups = 2"), "{}", e.msg);
+}
+
+/// Simulates `dir/NAME_tb.v` over MNIST test `images` (784 int8 each) with the host interpreter's
+/// int8 outputs `expected` (10 each), optionally with random stalls, and checks every vector is
+/// bit-exact and the cycles equal the manifest's `m` (without stalls). Returns the PASS line and the
+/// manifest's cycles per inference.
+fn simulate_images(dir: &Path, name: &str, images: &[u8], expected: &[u8], stall: bool, m: &serde_json::Value) -> (String, u64) {
+    let vectors = images.len() / 784;
+    std::fs::write(dir.join("test_in.mem"), rlxc::pipeline::mem_hex(images)).unwrap();
+    std::fs::write(dir.join("test_expected.mem"), rlxc::pipeline::mem_hex(expected)).unwrap();
+    let mut args = vec![format!("+vectors={vectors}"), "+in=test_in.mem".into(), "+expected=test_expected.mem".into()];
+    if stall {
+        args.push("+stall".into());
+    }
+    let line = simulate(dir, name, &args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(line.contains(&format!("{vectors}/{vectors} vectors bit-exact")), "{line}");
+    let cycles = m["cycles_per_inference"].as_u64().unwrap();
+    assert!(line.contains(&format!("({cycles} without stalls)")), "{line}");
+    if !stall {
+        assert_eq!(cycles_of(&line), cycles, "{line}");
+    }
+    (line, cycles)
 }
