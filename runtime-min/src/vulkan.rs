@@ -10,10 +10,18 @@
 //! each output; the weights are copied in once) — host-visible and mapped on CPU and integrated
 //! devices (lavapipe), device-local on discrete GPUs with host-visible staging buffers for the inputs
 //! and outputs —, one descriptor set (bindings i and n + i = base i) shared by every pipeline, one
-//! compute pipeline per entry point, and one command buffer recording (staged input copies,) every
-//! dispatch in order with a compute→compute memory barrier after each (, staged output copies). `run`
-//! copies the inputs in, submits that same command buffer, waits on a fence, and copies the outputs
-//! out.
+//! compute pipeline per entry point, and one command buffer recording (staged input copies,) the
+//! dispatches in barrier-separated levels (, staged output copies). `run` copies the inputs in,
+//! submits that same command buffer, waits on a fence, and copies the outputs out.
+//!
+//! Barriers: the schedule lists the byte ranges each dispatch reads and writes. Two dispatches
+//! conflict when a range of one overlaps a range of the other in the same buffer and either writes
+//! it (read-after-write, write-after-read, write-after-write; arena bytes the planner reuses are
+//! ranges like any other). [`Schedule::levels`] puts each dispatch one level after the last earlier
+//! dispatch it conflicts with, and the executor records level after level with one compute→compute
+//! barrier between consecutive levels: independent dispatches (MiniLM's Q, K and V projections) share
+//! one. `RLX_VULKAN_BARRIERS=all` records schedule order with a barrier between every two dispatches,
+//! `inorder` schedule order with a barrier only where a conflict needs one (for comparisons).
 //!
 //! Unlike the rest of runtime-min this module allocates (at setup) and uses `std`.
 
@@ -22,9 +30,10 @@ use std::format;
 use std::string::String;
 use std::vec::Vec;
 
-/// The schedule file's magic (`RLXS`) and the version this executor reads.
+/// The schedule file's magic (`RLXS`) and the version this executor reads. Version 2 added each
+/// dispatch's byte ranges; a version 1 file (no ranges) is refused with an error saying to recompile.
 pub const SCHEDULE_MAGIC: u32 = u32::from_le_bytes(*b"RLXS");
-pub const SCHEDULE_VERSION: u32 = 1;
+pub const SCHEDULE_VERSION: u32 = 2;
 
 /// What went wrong, in words (no Vulkan loader, no device, a malformed schedule, a Vulkan error).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -51,11 +60,70 @@ pub enum BaseKind {
     Output(u32),
 }
 
+/// How a dispatch touches a byte range (file code 1, 2, 3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    Read,
+    Write,
+    ReadWrite,
+}
+
+/// Bytes `start..end` of base `base` that a dispatch may read and/or write (the whole of one LIR
+/// buffer the kernel binds, widened to 4-byte words). A dispatch touches nothing outside its ranges.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Range {
+    pub base: u32,
+    pub access: Access,
+    pub start: u64,
+    pub end: u64,
+}
+
+/// One dispatch: entry point `k{entry}`, workgroup counts, and every byte range it touches.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Dispatch {
+    pub entry: u32,
+    pub groups: [u32; 3],
+    pub ranges: Vec<Range>,
+}
+
+/// Whether `b` must wait for `a` (or `a` for `b`): some range of one and some range of the other
+/// overlap in the same base and at least one of the two writes it (RAW, WAR, WAW). Two reads never
+/// conflict, nor do disjoint ranges of one buffer.
+pub fn conflict(a: &Dispatch, b: &Dispatch) -> bool {
+    let writes = |r: &Range| r.access != Access::Read;
+    let overlap = |x: &Range, y: &Range| x.base == y.base && x.start.max(y.start) < x.end.min(y.end);
+    a.ranges.iter().any(|x| b.ranges.iter().any(|y| overlap(x, y) && (writes(x) || writes(y))))
+}
+
+/// Where the executor puts compute→compute barriers (`RLX_VULKAN_BARRIERS` at setup).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Barriers {
+    /// `all`: schedule order, a barrier after every dispatch (the executor before version 2).
+    All,
+    /// `inorder`: schedule order, a barrier only before a dispatch that conflicts with one since the
+    /// last barrier.
+    InOrder,
+    /// `levels` (the default): each dispatch at the level after the last one it conflicts with
+    /// (list scheduling, as soon as possible); a level's dispatches run between one pair of barriers.
+    Levels,
+}
+
+impl Barriers {
+    /// From `RLX_VULKAN_BARRIERS` (`all`, `inorder`, `levels`; unset = `levels`).
+    pub fn from_env() -> Result<Barriers, VkError> {
+        match std::env::var("RLX_VULKAN_BARRIERS").as_deref() {
+            Err(_) | Ok("levels") => Ok(Barriers::Levels),
+            Ok("all") => Ok(Barriers::All),
+            Ok("inorder") => Ok(Barriers::InOrder),
+            Ok(v) => Err(VkError(format!("RLX_VULKAN_BARRIERS={v}: expected all, inorder or levels"))),
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Schedule {
     pub bases: Vec<(BaseKind, u64)>,
-    /// (entry point index: `k{entry}`, workgroup counts).
-    pub dispatches: Vec<(u32, [u32; 3])>,
+    pub dispatches: Vec<Dispatch>,
 }
 
 impl Schedule {
@@ -77,7 +145,7 @@ impl Schedule {
         }
         let ver = next("version")?;
         if ver != SCHEDULE_VERSION {
-            return Err(bad(&format!("version {ver}, this runtime reads {SCHEDULE_VERSION}")));
+            return Err(VkError(format!("schedule version {ver}, this runtime reads version {SCHEDULE_VERSION}: recompile the model with a matching rlxc")));
         }
         let nb = next("base count")? as usize;
         if nb > w.len() {
@@ -103,13 +171,36 @@ impl Schedule {
             return Err(bad("dispatch count exceeds the file"));
         }
         let mut dispatches = Vec::with_capacity(nd);
-        for _ in 0..nd {
-            let e = next("entry")?;
-            let g = [next("groups")?, next("groups")?, next("groups")?];
-            if g.contains(&0) {
-                return Err(bad("a dispatch has zero workgroups"));
+        for d in 0..nd {
+            let entry = next("entry")?;
+            let groups = [next("groups")?, next("groups")?, next("groups")?];
+            if groups.contains(&0) {
+                return Err(bad(&format!("dispatch {d} has zero workgroups")));
             }
-            dispatches.push((e, g));
+            let nr = next("range count")? as usize;
+            if nr > w.len() {
+                return Err(bad("range count exceeds the file"));
+            }
+            let mut ranges = Vec::with_capacity(nr);
+            for _ in 0..nr {
+                let base = next("range base")?;
+                let access = match next("range access")? {
+                    1 => Access::Read,
+                    2 => Access::Write,
+                    3 => Access::ReadWrite,
+                    a => return Err(bad(&format!("dispatch {d}: unknown access {a}"))),
+                };
+                let start = next("range start")? as u64 | (next("range start")? as u64) << 32;
+                let end = next("range end")? as u64 | (next("range end")? as u64) << 32;
+                let Some(&(_, bytes)) = bases.get(base as usize) else {
+                    return Err(bad(&format!("dispatch {d}: a range of buffer {base}, the schedule has {nb}")));
+                };
+                if start > end || end > bytes.div_ceil(4).max(1) * 4 {
+                    return Err(bad(&format!("dispatch {d}: bytes {start}..{end} of buffer {base}, which holds {bytes}")));
+                }
+                ranges.push(Range { base, access, start, end });
+            }
+            dispatches.push(Dispatch { entry, groups, ranges });
         }
         if i != w.len() {
             return Err(bad("trailing bytes"));
@@ -119,6 +210,38 @@ impl Schedule {
 
     fn count(&self, f: impl Fn(BaseKind) -> bool) -> usize {
         self.bases.iter().filter(|(k, _)| f(*k)).count()
+    }
+
+    /// The dispatches (indices) grouped into barrier-separated levels, each level in schedule order:
+    /// a barrier goes between consecutive levels and none inside one. Every pair `e < d` of
+    /// conflicting dispatches ([`conflict`]) lands in levels `L(e) < L(d)`, since `L(d)` is computed
+    /// against every earlier dispatch, not only its neighbours; that is all the correctness there is:
+    /// the arena's reused bytes are ranges like any other, so its WAR/WAW hazards are conflicts.
+    /// `Levels`: `L(d)` = 1 + the highest level of an earlier conflicting dispatch, else 0 (the
+    /// fewest barriers any order needs: the longest chain of conflicts). `InOrder`: the same but never
+    /// below `L(d - 1)` (schedule order kept). `All`: one dispatch per level.
+    pub fn levels(&self, how: Barriers) -> Vec<Vec<usize>> {
+        let ds = &self.dispatches;
+        let mut level = std::vec![0usize; ds.len()];
+        for d in 0..ds.len() {
+            level[d] = match how {
+                Barriers::All => d,
+                Barriers::InOrder => d.checked_sub(1).map_or(0, |p| level[p]),
+                Barriers::Levels => 0,
+            };
+            for e in 0..d {
+                if level[e] + 1 > level[d] && conflict(&ds[e], &ds[d]) {
+                    level[d] = level[e] + 1;
+                }
+            }
+        }
+        let n = level.iter().max().map_or(0, |m| m + 1);
+        let mut out = std::vec![Vec::new(); n];
+        for (d, l) in level.into_iter().enumerate() {
+            out[l].push(d);
+        }
+        out.retain(|l| !l.is_empty());
+        out
     }
 }
 
@@ -158,6 +281,9 @@ pub struct Executor {
     queries: vk::QueryPool,
     n_queries: u32,
     ns_per_tick: f64,
+    /// The schedule's dispatch indices in recorded order, and the compute→compute barriers between them.
+    order: Vec<usize>,
+    barriers: usize,
 }
 
 impl Executor {
@@ -174,6 +300,7 @@ impl Executor {
     /// Sets up the device, buffers, pipelines and the command buffer.
     pub fn new(spirv: &[u8], schedule: &[u8], weights: &[u8]) -> Result<Executor, VkError> {
         let sched = Schedule::parse(schedule)?;
+        let how = Barriers::from_env()?;
         if spirv.len() % 4 != 0 || spirv.len() < 20 {
             return Err(VkError("the SPIR-V module's length is not a positive multiple of 4".into()));
         }
@@ -193,10 +320,10 @@ impl Executor {
         // SAFETY: valid create info; the instance is destroyed in Drop (or below on failure).
         let instance = unsafe { entry.create_instance(&ici, None) }.map_err(vkerr("vkCreateInstance"))?;
         // From here on, a failure destroys what was created (the instance, or the partial executor).
-        Self::setup(entry, instance, &sched, &words, weights)
+        Self::setup(entry, instance, sched, how, &words, weights)
     }
 
-    fn setup(entry: ash::Entry, instance: ash::Instance, sched: &Schedule, words: &[u32], weights: &[u8]) -> Result<Executor, VkError> {
+    fn setup(entry: ash::Entry, instance: ash::Instance, mut sched: Schedule, how: Barriers, words: &[u32], weights: &[u8]) -> Result<Executor, VkError> {
         // SAFETY (whole function): every Vulkan call gets handles created above from the same
         // instance/device and create infos that live across the call.
         unsafe {
@@ -257,6 +384,8 @@ impl Executor {
                 queries: vk::QueryPool::null(),
                 n_queries: 0,
                 ns_per_tick: props.limits.timestamp_period as f64,
+                order: Vec::new(),
+                barriers: 0,
             };
             // (x's Drop destroys whatever was created if a step below fails.)
             let d = x.device.clone();
@@ -343,9 +472,9 @@ impl Executor {
             x.layout = d.create_pipeline_layout(&vk::PipelineLayoutCreateInfo::default().set_layouts(&dsls), None).map_err(vkerr("vkCreatePipelineLayout"))?;
             // One pipeline per distinct entry point, in first-use order.
             let mut entries: Vec<u32> = Vec::new();
-            for (e, _) in &sched.dispatches {
-                if !entries.contains(e) {
-                    entries.push(*e);
+            for d in &sched.dispatches {
+                if !entries.contains(&d.entry) {
+                    entries.push(d.entry);
                 }
             }
             for e in &entries {
@@ -385,7 +514,8 @@ impl Executor {
                 d.free_memory(smem, None);
                 upload?;
             }
-            // Record once: every dispatch in order, a barrier after each, a barrier to the host at the end.
+            // Record once: the dispatches level by level (Schedule::levels), a compute→compute
+            // barrier between consecutive levels, a barrier to the transfer or host stage at the end.
             let cb = x.cmd;
             d.begin_command_buffer(cb, &vk::CommandBufferBeginInfo::default()).map_err(vkerr("vkBeginCommandBuffer"))?;
             d.cmd_bind_descriptor_sets(cb, vk::PipelineBindPoint::COMPUTE, x.layout, 0, &[set], &[]);
@@ -401,23 +531,34 @@ impl Executor {
                 let mb = [vk::MemoryBarrier::default().src_access_mask(vk::AccessFlags::TRANSFER_WRITE).dst_access_mask(vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE)];
                 d.cmd_pipeline_barrier(cb, vk::PipelineStageFlags::TRANSFER, vk::PipelineStageFlags::COMPUTE_SHADER, vk::DependencyFlags::empty(), &mb, &[], &[]);
             }
+            // (A write-after-read needs only the execution dependency the stages give.)
             let between = [vk::MemoryBarrier::default().src_access_mask(vk::AccessFlags::SHADER_WRITE).dst_access_mask(vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE)];
-            // RLX_VULKAN_DISPATCHES=n records only the first n dispatches (to find a failing kernel).
+            // RLX_VULKAN_DISPATCHES=n records only the first n dispatches of the schedule (to find a
+            // failing kernel); the levels are those of that prefix.
             let limit = std::env::var("RLX_VULKAN_DISPATCHES").ok().and_then(|v| v.parse().ok()).unwrap_or(usize::MAX);
-            let nd = sched.dispatches.len().min(limit);
+            sched.dispatches.truncate(limit);
+            let levels = sched.levels(how);
+            let nd = sched.dispatches.len();
             if std::env::var("RLX_VULKAN_PROFILE").is_ok_and(|v| v == "1") && qf_timestamps(&instance_props(&x.instance, pd, qfi)) {
                 x.n_queries = nd as u32 + 1;
                 x.queries = d.create_query_pool(&vk::QueryPoolCreateInfo::default().query_type(vk::QueryType::TIMESTAMP).query_count(x.n_queries), None).map_err(vkerr("vkCreateQueryPool"))?;
                 d.cmd_reset_query_pool(cb, x.queries, 0, x.n_queries);
                 d.cmd_write_timestamp(cb, vk::PipelineStageFlags::BOTTOM_OF_PIPE, x.queries, 0);
             }
-            for (i, (e, g)) in sched.dispatches.iter().take(nd).enumerate() {
-                let pi = entries.iter().position(|x| x == e).expect("collected above");
-                d.cmd_bind_pipeline(cb, vk::PipelineBindPoint::COMPUTE, x.pipelines[pi]);
-                d.cmd_dispatch(cb, g[0], g[1], g[2]);
-                d.cmd_pipeline_barrier(cb, vk::PipelineStageFlags::COMPUTE_SHADER, vk::PipelineStageFlags::COMPUTE_SHADER, vk::DependencyFlags::empty(), &between, &[], &[]);
-                if x.n_queries > 0 {
-                    d.cmd_write_timestamp(cb, vk::PipelineStageFlags::BOTTOM_OF_PIPE, x.queries, i as u32 + 1);
+            for (li, level) in levels.iter().enumerate() {
+                if li > 0 {
+                    d.cmd_pipeline_barrier(cb, vk::PipelineStageFlags::COMPUTE_SHADER, vk::PipelineStageFlags::COMPUTE_SHADER, vk::DependencyFlags::empty(), &between, &[], &[]);
+                    x.barriers += 1;
+                }
+                for &di in level {
+                    let disp = &sched.dispatches[di];
+                    let pi = entries.iter().position(|e| *e == disp.entry).ok_or_else(|| VkError(format!("internal error: no pipeline for k{}", disp.entry)))?;
+                    d.cmd_bind_pipeline(cb, vk::PipelineBindPoint::COMPUTE, x.pipelines[pi]);
+                    d.cmd_dispatch(cb, disp.groups[0], disp.groups[1], disp.groups[2]);
+                    x.order.push(di);
+                    if x.n_queries > 0 {
+                        d.cmd_write_timestamp(cb, vk::PipelineStageFlags::BOTTOM_OF_PIPE, x.queries, x.order.len() as u32);
+                    }
                 }
             }
             if x.device_local {
@@ -446,7 +587,10 @@ impl Executor {
     }
 
     /// With `RLX_VULKAN_PROFILE=1` at setup (and a queue with timestamps): the last run's time of
-    /// each dispatch in µs, in schedule order (each one's barrier included).
+    /// each dispatch in µs, by schedule index: the time from the previous recorded dispatch's
+    /// timestamp to its own (with barriers only between levels, dispatches of one level overlap and
+    /// these times are approximate; `RLX_VULKAN_BARRIERS=all` gives one dispatch at a time). A
+    /// dispatch not recorded (`RLX_VULKAN_DISPATCHES`) gets 0.
     pub fn profile(&self) -> Option<Vec<f64>> {
         if self.n_queries == 0 {
             return None;
@@ -454,7 +598,21 @@ impl Executor {
         let mut t = std::vec![0u64; self.n_queries as usize];
         // SAFETY: the pool holds n_queries timestamps written by the last completed submission.
         unsafe { self.device.get_query_pool_results(self.queries, 0, &mut t, vk::QueryResultFlags::TYPE_64 | vk::QueryResultFlags::WAIT) }.ok()?;
-        Some(t.windows(2).map(|w| w[1].wrapping_sub(w[0]) as f64 * self.ns_per_tick / 1e3).collect())
+        let mut us = std::vec![0.0; self.order.iter().max().map_or(0, |m| m + 1)];
+        for (w, &d) in t.windows(2).zip(&self.order) {
+            us[d] = w[1].wrapping_sub(w[0]) as f64 * self.ns_per_tick / 1e3;
+        }
+        Some(us)
+    }
+
+    /// The compute→compute barriers recorded between dispatches (`levels - 1`; `RLX_VULKAN_BARRIERS`).
+    pub fn barriers(&self) -> usize {
+        self.barriers
+    }
+
+    /// The dispatches recorded.
+    pub fn dispatches(&self) -> usize {
+        self.order.len()
     }
 
     /// Whether the buffers are in device-local memory with staged input/output copies (discrete
@@ -578,29 +736,175 @@ mod tests {
 
     #[test]
     fn schedule_parses_and_rejects_malformed_bytes() {
-        let good = words(&[SCHEDULE_MAGIC, 1, 2, 0, 0, 64, 0, 2, 0, 16, 0, 1, 0, 1, 1, 1]);
+        // Two bases (arena 64 bytes, input 0 of 16), one dispatch reading input bytes 0..16 and
+        // writing arena bytes 8..72 (past 64: bad below) / 8..64.
+        let good = words(&[SCHEDULE_MAGIC, 2, 2, 0, 0, 64, 0, 2, 0, 16, 0, 1, 0, 1, 1, 1, 2, 1, 1, 0, 0, 16, 0, 0, 2, 8, 0, 64, 0]);
         let s = Schedule::parse(&good).unwrap();
         assert_eq!(s.bases, vec![(BaseKind::Arena, 64), (BaseKind::Input(0), 16)]);
-        assert_eq!(s.dispatches, vec![(0, [1, 1, 1])]);
+        let r = |base, access, start, end| Range { base, access, start, end };
+        assert_eq!(s.dispatches, vec![Dispatch { entry: 0, groups: [1, 1, 1], ranges: vec![r(1, Access::Read, 0, 16), r(0, Access::Write, 8, 64)] }]);
         for n in 0..good.len() {
             assert!(Schedule::parse(&good[..n]).is_err(), "truncated at {n}");
         }
-        let mut bad = good.clone();
-        bad[0] ^= 1;
-        assert!(Schedule::parse(&bad).is_err());
-        assert!(Schedule::parse(&words(&[SCHEDULE_MAGIC, 2, 0, 0])).is_err());
-        assert!(Schedule::parse(&words(&[SCHEDULE_MAGIC, 1, 1, 9, 0, 4, 0, 0])).is_err());
-        assert!(Schedule::parse(&words(&[SCHEDULE_MAGIC, 1, 0, 1, 0, 0, 1, 1])).is_err());
-        assert!(Schedule::parse(&words(&[SCHEDULE_MAGIC, 1, u32::MAX])).is_err());
+        let patch = |at: usize, v: u32| {
+            let mut w = good.clone();
+            w[4 * at..4 * at + 4].copy_from_slice(&v.to_le_bytes());
+            Schedule::parse(&w).err().map(|e| e.0).unwrap_or_default()
+        };
+        assert!(patch(0, 0).contains("bad magic"));
+        assert!(patch(3, 9).contains("unknown base kind 9"));
+        assert!(patch(13, 0).contains("zero workgroups"));
+        assert!(patch(18, 4).contains("unknown access 4"));
+        assert!(patch(17, 2).contains("a range of buffer 2, the schedule has 2"));
+        assert!(patch(27, 72).contains("bytes 8..72 of buffer 0, which holds 64"));
+        assert!(patch(25, 65).contains("bytes 65..64"));
+        assert!(patch(16, u32::MAX).contains("range count exceeds the file"));
+        assert!(Schedule::parse(&words(&[SCHEDULE_MAGIC, 2, u32::MAX])).is_err());
         let mut trailing = good.clone();
         trailing.extend([0, 0, 0, 0]);
-        assert!(Schedule::parse(&trailing).is_err());
+        assert_eq!(Schedule::parse(&trailing).err().map(|e| e.0).as_deref(), Some("malformed schedule: trailing bytes"));
+        // A byte-sized buffer's range may cover its last word whole (byte stores go through words).
+        let byte = words(&[SCHEDULE_MAGIC, 2, 1, 0, 0, 5, 0, 1, 0, 1, 1, 1, 1, 0, 2, 0, 0, 8, 0]);
+        assert_eq!(Schedule::parse(&byte).unwrap().dispatches[0].ranges, vec![r(0, Access::Write, 0, 8)]);
+    }
+
+    #[test]
+    fn a_version_1_schedule_is_refused_with_a_clear_error() {
+        // Version 1 (rlxc before dispatch ranges): one base, one dispatch, no ranges.
+        let v1 = words(&[SCHEDULE_MAGIC, 1, 1, 0, 0, 64, 0, 1, 0, 1, 1, 1]);
+        let e = Schedule::parse(&v1).unwrap_err().0;
+        assert_eq!(e, "schedule version 1, this runtime reads version 2: recompile the model with a matching rlxc");
+        assert!(Executor::new(&[0; 20], &v1, &[]).err().map(|e| e.0).unwrap_or_default().contains("schedule version 1"));
     }
 
     #[test]
     fn executor_rejects_bad_modules_before_touching_vulkan() {
-        let sched = words(&[SCHEDULE_MAGIC, 1, 0, 0]);
-        assert!(Executor::new(&[1, 2, 3], &sched, &[]).is_err());
-        assert!(Executor::new(&[0; 20], &sched, &[]).is_err());
+        let sched = words(&[SCHEDULE_MAGIC, 2, 0, 0]);
+        assert!(Executor::new(&[1, 2, 3], &sched, &[]).err().map(|e| e.0).unwrap_or_default().contains("multiple of 4"));
+        assert!(Executor::new(&[0; 20], &sched, &[]).err().map(|e| e.0).unwrap_or_default().contains("bad magic"));
+    }
+
+    const A: u32 = 0; // the arena
+    const W: u32 = 1; // the weights
+    const R: Access = Access::Read;
+    const WR: Access = Access::Write;
+    const RW: Access = Access::ReadWrite;
+
+    /// A schedule from dispatches given as lists of (base, access, start, end).
+    fn sched(ds: &[&[(u32, Access, u64, u64)]]) -> Schedule {
+        let dispatches = ds
+            .iter()
+            .enumerate()
+            .map(|(i, rs)| Dispatch { entry: i as u32, groups: [1, 1, 1], ranges: rs.iter().map(|&(base, access, start, end)| Range { base, access, start, end }).collect() })
+            .collect();
+        Schedule { bases: vec![(BaseKind::Arena, 1 << 20), (BaseKind::Weights, 1 << 20)], dispatches }
+    }
+
+    fn lv(s: &Schedule) -> Vec<Vec<usize>> {
+        s.levels(Barriers::Levels)
+    }
+
+    #[test]
+    fn barriers_go_exactly_where_a_byte_range_is_shared_with_a_write() {
+        // RAW: 1 reads what 0 wrote.
+        assert_eq!(lv(&sched(&[&[(A, WR, 0, 64)], &[(A, R, 0, 64), (A, WR, 64, 128)]])), vec![vec![0], vec![1]]);
+        // WAR: 1 overwrites bytes 0 reads (0 must finish reading first).
+        assert_eq!(lv(&sched(&[&[(W, R, 0, 64), (A, WR, 64, 128)], &[(W, R, 0, 64), (A, WR, 0, 64)]])), vec![vec![0, 1]]);
+        assert_eq!(lv(&sched(&[&[(A, R, 0, 64), (A, WR, 64, 128)], &[(A, WR, 0, 64)]])), vec![vec![0], vec![1]]);
+        // WAW: both write byte 63.
+        assert_eq!(lv(&sched(&[&[(A, WR, 0, 64)], &[(A, WR, 60, 64)]])), vec![vec![0], vec![1]]);
+        // ReadWrite counts as a write on either side.
+        assert_eq!(lv(&sched(&[&[(A, RW, 0, 4)], &[(A, R, 0, 4)]])), vec![vec![0], vec![1]]);
+        assert_eq!(lv(&sched(&[&[(A, R, 0, 4)], &[(A, RW, 0, 4)]])), vec![vec![0], vec![1]]);
+        // Reads never conflict with reads.
+        assert_eq!(lv(&sched(&[&[(W, R, 0, 64)], &[(W, R, 0, 64)]])), vec![vec![0, 1]]);
+        // Disjoint ranges of one buffer (touching ends) do not conflict, nor do the same bytes of
+        // two different buffers, nor an empty range.
+        assert_eq!(lv(&sched(&[&[(A, WR, 0, 64)], &[(A, WR, 64, 128)], &[(W, R, 0, 64)], &[(A, WR, 32, 32)]])), vec![vec![0, 1, 2, 3]]);
+        // The same bytes reached through different bindings: a view (arena 32..64) of a root
+        // (arena 0..128) and a buffer placed in reused arena bytes are the same memory.
+        assert_eq!(lv(&sched(&[&[(A, WR, 0, 128)], &[(A, R, 32, 64), (A, WR, 256, 320)]])), vec![vec![0], vec![1]]);
+        // Arena reuse: 0 writes x (0..64), 1 reads x → y (64..128), 2 puts z in x's old bytes (WAR
+        // with 1, WAW with 0), 3 reads y and z.
+        let reuse = sched(&[&[(A, WR, 0, 64)], &[(A, R, 0, 64), (A, WR, 64, 128)], &[(W, R, 0, 8), (A, WR, 0, 64)], &[(A, R, 0, 128), (A, WR, 128, 192)]]);
+        assert_eq!(lv(&reuse), vec![vec![0], vec![1], vec![2], vec![3]]);
+        // MiniLM's Q, K and V projections read the LayerNorm's output and the weights and write three
+        // different buffers: one level, then the scores read Q and K, then the context reads V.
+        let attn = sched(&[
+            &[(A, WR, 0, 64)],
+            &[(A, R, 0, 64), (W, R, 0, 64), (A, WR, 64, 128)],
+            &[(A, R, 0, 64), (W, R, 64, 128), (A, WR, 128, 192)],
+            &[(A, R, 0, 64), (W, R, 128, 192), (A, WR, 192, 256)],
+            &[(A, R, 64, 192), (A, WR, 256, 320)],
+            &[(A, R, 192, 320), (A, WR, 0, 64)],
+        ]);
+        assert_eq!(lv(&attn), vec![vec![0], vec![1, 2, 3], vec![4], vec![5]]);
+        assert_eq!(attn.levels(Barriers::InOrder), vec![vec![0], vec![1, 2, 3], vec![4], vec![5]]);
+        assert_eq!(attn.levels(Barriers::All).len(), 6);
+        // Reordering: 2 is independent of 1 (which waits for 0), so it runs beside 0; in schedule
+        // order it would wait behind 1's barrier.
+        let s = sched(&[&[(A, WR, 0, 64)], &[(A, R, 0, 64), (A, WR, 64, 128)], &[(W, R, 0, 64), (A, WR, 128, 192)]]);
+        assert_eq!(lv(&s), vec![vec![0, 2], vec![1]]);
+        assert_eq!(s.levels(Barriers::InOrder), vec![vec![0], vec![1, 2]]);
+        // A dependency on an earlier level than the previous one is still kept (all pairs are compared).
+        let s = sched(&[&[(A, WR, 0, 64)], &[(W, R, 0, 4), (A, WR, 64, 128)], &[(A, R, 64, 128), (A, WR, 128, 192)], &[(A, R, 0, 4), (A, WR, 192, 200)]]);
+        assert_eq!(lv(&s), vec![vec![0, 1], vec![2, 3]]);
+    }
+
+    #[test]
+    fn levels_keep_every_conflicting_pair_ordered_on_random_schedules() {
+        // xorshift: deterministic pseudo-random schedules of 40 dispatches over two small buffers.
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut rnd = |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        for _ in 0..200 {
+            let ds: Vec<Vec<(u32, Access, u64, u64)>> = (0..40)
+                .map(|_| {
+                    (0..1 + rnd(3))
+                        .map(|_| {
+                            let start = 4 * rnd(16);
+                            (rnd(2) as u32, [R, WR, RW][rnd(3) as usize], start, start + 4 * rnd(6))
+                        })
+                        .collect()
+                })
+                .collect();
+            let refs: Vec<&[(u32, Access, u64, u64)]> = ds.iter().map(|d| d.as_slice()).collect();
+            let s = sched(&refs);
+            // `conflict` against a byte-by-byte oracle: some byte of one buffer both touch, one writing.
+            let touches = |d: &[(u32, Access, u64, u64)], base: u32, byte: u64, write: bool| d.iter().any(|&(b, a, s, e)| b == base && s <= byte && byte < e && (!write || a != R));
+            for (d, e) in (0..12).flat_map(|d| (d + 1..12).map(move |e| (d, e))) {
+                let oracle = (0..2).any(|b| (0..100).any(|y| (touches(&ds[d], b, y, true) && touches(&ds[e], b, y, false)) || (touches(&ds[d], b, y, false) && touches(&ds[e], b, y, true))));
+                assert_eq!(conflict(&s.dispatches[d], &s.dispatches[e]), oracle, "{:?} vs {:?}", ds[d], ds[e]);
+            }
+            let mut counts = Vec::new();
+            for how in [Barriers::Levels, Barriers::InOrder, Barriers::All] {
+                let levels = s.levels(how);
+                let mut at = vec![usize::MAX; 40];
+                for (l, ds) in levels.iter().enumerate() {
+                    assert!(!ds.is_empty() && ds.windows(2).all(|w| w[0] < w[1]));
+                    for &d in ds {
+                        assert_eq!(at[d], usize::MAX, "dispatch {d} scheduled twice");
+                        at[d] = l;
+                    }
+                }
+                for d in 0..40 {
+                    assert_ne!(at[d], usize::MAX, "dispatch {d} not scheduled");
+                    for e in 0..d {
+                        if conflict(&s.dispatches[e], &s.dispatches[d]) {
+                            assert!(at[e] < at[d], "{how:?}: {e} and {d} conflict but share level {}", at[d]);
+                        }
+                    }
+                    if how != Barriers::Levels && d > 0 {
+                        assert!(at[d - 1] <= at[d], "{how:?} reordered {d}");
+                    }
+                }
+                counts.push(levels.len());
+            }
+            assert!(counts[0] <= counts[1] && counts[1] <= counts[2] && counts[2] == 40, "{counts:?}");
+        }
     }
 }

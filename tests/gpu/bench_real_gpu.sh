@@ -10,26 +10,55 @@
 # their inputs, and the Debian Vulkan loader libvulkan.so.1).
 #
 # The default artifact plans with row fusion (LayerNorm and softmax one workgroup-per-row kernel each:
-# MiniLM 100 dispatches); the last section runs the unfused plan (RLX_SHADER_ROWS=0, 171 dispatches)
-# and the fused one back to back at batch 1 and 32, for the comparison.
+# MiniLM 100 dispatches); the "rows" section runs the unfused plan (RLX_SHADER_ROWS=0, 171 dispatches)
+# and the fused one back to back at batch 1 and 32, for the comparison. The "barriers" section runs
+# the executor with a barrier between every two dispatches (RLX_VULKAN_BARRIERS=all, as before
+# dispatch byte ranges) and with barriers only between levels of independent dispatches (the
+# default; MiniLM 79 barriers for 100 dispatches), alternating, at batch 1 and 32.
+#
+# SECTIONS picks sections (default all, in this order): correctness torch host rows barriers. The
+# sections after "correctness" need "torch" to have run first in the same session (it writes the
+# inputs in /tmp/rlx-bench/bN) unless they are there already; "barriers" alone makes its own.
 set -euo pipefail
 export PYTHONUNBUFFERED=1
 LOG=$OUT/gpu.log
+SECTIONS=" ${SECTIONS:-correctness torch host rows barriers} "
+want() { [[ "$SECTIONS" == *" $1 "* ]]; }
+minilm_inputs() {  # batch: writes /tmp/rlx-bench/b$1/{input_ids,attention_mask,token_type_ids}.npy if absent
+  local D=/tmp/rlx-bench/b$1
+  [ -f "$D/input_ids.npy" ] && return 0
+  mkdir -p "$D"
+  python3 -c 'import sys, numpy as np; sys.path.insert(0, "tests/gpu"); import bench_minilm as m
+for n, x in zip(["input_ids", "attention_mask", "token_type_ids"], m.inputs(int(sys.argv[1]))): np.save(sys.argv[2] + "/" + n + ".npy", x)' "$1" "$D"
+}
 {
+  if want correctness; then
   echo "== correctness: --target vulkan vs --target interp"
   OUT=/tmp/rlx-real tests/gpu/run_real_gpu.sh || echo "run_real_gpu.sh FAILED"
   python3 tests/gpu/compare.py /tmp/rlx-real || echo "compare.py FAILED"
-  echo "== MiniLM seq 128: rlxc (Vulkan) vs PyTorch"
+  fi
   export LD_LIBRARY_PATH="$PWD/build/gpu:${LD_LIBRARY_PATH:-}"
+  if [ ! -f /tmp/rlx_egl_icd.json ]; then
+    EGL=$(ldconfig -p | awk '/libEGL_nvidia.so.0 /{print $NF; exit}')
+    if [ -n "$EGL" ]; then
+      printf '{"file_format_version":"1.0.1","ICD":{"library_path":"%s","api_version":"1.3.0"}}' "$EGL" > /tmp/rlx_egl_icd.json
+    fi
+  fi
   if [ -f /tmp/rlx_egl_icd.json ]; then export VK_ICD_FILENAMES=/tmp/rlx_egl_icd.json; fi
+  if want torch; then
+  echo "== MiniLM seq 128: rlxc (Vulkan) vs PyTorch"
   python3 tests/gpu/bench_minilm.py --rlxc target/nollvm/release/rlxc --model build/gpu/minilm.onnx \
     --out /tmp/rlx-bench --batches 1 8 32 --runs "${RUNS:-100}" --rounds "${ROUNDS:-3}"
   cp /tmp/rlx-bench/bench.json "$OUT/bench.json"
+  fi
+  if want host; then
   echo "== batch 1 with host-visible buffers instead of device-local ones (RLX_VULKAN_MEMORY=host)"
   D=/tmp/rlx-bench/b1
   RLX_VULKAN_MEMORY=host target/nollvm/release/rlxc run build/gpu/minilm.onnx --target vulkan -o /tmp/rlx-host \
     -i input_ids=$D/input_ids.npy -i attention_mask=$D/attention_mask.npy -i token_type_ids=$D/token_type_ids.npy \
     --dim batch=1 --dim sequence=128 --bench 50 | grep -E 'setup|bench'
+  fi
+  if want rows; then
   echo "== row fusion off (RLX_SHADER_ROWS=0) vs on (the default), alternating, 2 rounds"
   for b in 1 32; do
     D=/tmp/rlx-bench/b$b
@@ -49,4 +78,22 @@ LOG=$OUT/gpu.log
     python3 -c 'import numpy as np,sys; a,b=(np.load(p+"/last_hidden_state.npy") for p in sys.argv[1:]); print("fused vs unfused max abs", float(np.abs(a-b).max()))' \
       /tmp/rlx-rows-out1 /tmp/rlx-rows-out0
   done
+  fi
+  if want barriers; then
+  echo "== barriers: after every dispatch (RLX_VULKAN_BARRIERS=all) vs between levels (default), alternating, 2 rounds"
+  for b in 1 32; do
+    minilm_inputs $b
+    D=/tmp/rlx-bench/b$b
+    for round in 1 2; do
+      for mode in all levels; do
+        echo "batch $b, RLX_VULKAN_BARRIERS=$mode, round $round:"
+        RLX_VULKAN_BARRIERS=$mode target/nollvm/release/rlxc run build/gpu/minilm.onnx --target vulkan -o /tmp/rlx-barriers-$mode \
+          -i input_ids=$D/input_ids.npy -i attention_mask=$D/attention_mask.npy -i token_type_ids=$D/token_type_ids.npy \
+          --dim batch=$b --dim sequence=128 --bench "${RUNS:-100}" | grep -E 'barriers|bench'
+      done
+    done
+    python3 -c 'import numpy as np,sys; a,b=(np.load(p+"/last_hidden_state.npy") for p in sys.argv[1:]); print("levels vs all max abs", float(np.abs(a-b).max()))' \
+      /tmp/rlx-barriers-levels /tmp/rlx-barriers-all
+  done
+  fi
 } 2>&1 | tee "$LOG"

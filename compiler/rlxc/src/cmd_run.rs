@@ -173,6 +173,7 @@ pub fn main(a: &RunArgs) -> Result<(), Failure> {
                 let q = |p: f64| b.runs.get(((b.runs.len() as f64 - 1.0) * p).round() as usize).copied().unwrap_or_default();
                 let us = |d: Duration| format!("{:.1} µs", d.as_secs_f64() * 1e6);
                 println!("vulkan device: {}", b.device);
+                println!("{} dispatches, {} barriers between them", b.dispatches, b.barriers);
                 println!("compile {}, setup {}, first run {}", ms(b.compile), ms(b.setup), ms(b.first));
                 println!(
                     "bench: {} runs: p50 {}  p10 {}  p90 {}  min {}  max {}",

@@ -68,11 +68,30 @@ pub fn write_shader_artifacts(dir: &Path, name: &str, model: &Path, t: Target, c
             serde_json::json!({"binding": i, "buffer": what, "bytes": b.bytes})
         })
         .collect();
+    // The barrier-separated levels runtime-min's executor records (by default), from the schedule
+    // bytes themselves.
+    let parsed = rlx_rt::vulkan::Schedule::parse(&sched).map_err(|e| Failure::model(format!("internal error: the schedule written does not parse: {e}")))?;
+    let levels = parsed.levels(rlx_rt::vulkan::Barriers::Levels);
+    let mut level_of = vec![0usize; c.program.dispatches.len()];
+    for (l, ds) in levels.iter().enumerate() {
+        for &d in ds {
+            level_of[d] = l;
+        }
+    }
+    let access = |a: rlx_ir::loops::Access| match a {
+        rlx_ir::loops::Access::Read => "r",
+        rlx_ir::loops::Access::Write => "w",
+        rlx_ir::loops::Access::ReadWrite => "rw",
+    };
     let dispatches: Vec<serde_json::Value> = c
         .program
         .dispatches
         .iter()
-        .map(|d| serde_json::json!({"entry": format!("k{}", d.entry), "kernel": d.name, "workgroups": d.groups, "workgroup_size": d.workgroup_size, "bindings": d.uses}))
+        .zip(&level_of)
+        .map(|(d, l)| {
+            let ranges: Vec<serde_json::Value> = d.ranges.iter().map(|r| serde_json::json!([r.binding, access(r.access), r.start, r.end])).collect();
+            serde_json::json!({"entry": format!("k{}", d.entry), "kernel": d.name, "workgroups": d.groups, "workgroup_size": d.workgroup_size, "bindings": d.uses, "ranges": ranges, "level": l})
+        })
         .collect();
     let manifest = serde_json::json!({
         "name": name,
@@ -85,7 +104,7 @@ pub fn write_shader_artifacts(dir: &Path, name: &str, model: &Path, t: Target, c
         "weights_bytes": c.lir.weights.len(),
         "kernels": c.lir.launches.len(),
         "shaders": shader_files,
-        "schedule": {"file": format!("{name}.schedule.bin"), "sha256": sha256_hex(&sched), "descriptor_set": 0, "bindings": bases, "dispatches": dispatches},
+        "schedule": {"file": format!("{name}.schedule.bin"), "sha256": sha256_hex(&sched), "descriptor_set": 0, "bindings": bases, "levels": levels.len(), "barriers": levels.len().saturating_sub(1), "dispatches": dispatches},
         "weights_file": {"file": format!("{name}.weights.bin"), "sha256": sha256_hex(&c.lir.weights)},
         "dispatch": {
             "native": c.report.count(rlx_opt::Resolution::Native),
@@ -119,6 +138,9 @@ pub struct VulkanBench {
     /// `bench` more runs after it, sorted: each one `Executor::run` — copy the inputs in, submit the
     /// recorded command buffer, wait for its fence, copy the outputs out.
     pub runs: Vec<std::time::Duration>,
+    /// Dispatches recorded, and the compute→compute barriers between them (`RLX_VULKAN_BARRIERS`).
+    pub dispatches: usize,
+    pub barriers: usize,
 }
 
 /// [`run_vulkan`], then `bench` more timed runs of the same executor on the same inputs.
@@ -171,12 +193,12 @@ pub fn run_vulkan_bench(mir: &Mir, inputs: &[ConstData], t: Target, bench: usize
             }
         }
         by.sort_by(|a, b| b.0.total_cmp(&a.0));
-        println!("profile: {} dispatches, {total:.1} µs on the device (timestamps)", p.len());
+        println!("profile: {} dispatches, {} barriers, {total:.1} µs on the device (timestamps)", ex.dispatches(), ex.barriers());
         for (t, n, k) in by.iter().take(30) {
             println!("  {t:9.1} µs  {:4.1}%  {n:3}×  {k}", 100.0 * t / total.max(1e-9));
         }
     }
-    let timing = VulkanBench { device: ex.device_name().to_string(), compile, setup, first, runs };
+    let timing = VulkanBench { device: ex.device_name().to_string(), compile, setup, first, runs, dispatches: ex.dispatches(), barriers: ex.barriers() };
     let mut res = Vec::new();
     for (p, bytes) in c.lir.outputs.iter().zip(outs) {
         let shape = p.ty.shape.as_fixed().unwrap_or_default();

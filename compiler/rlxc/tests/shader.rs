@@ -14,6 +14,9 @@
 //!   within 1e-4;
 //! - row-fused kernels (LayerNorm, softmax, log-softmax: tests/gpu/make_rows.py) are one dispatch
 //!   each, one workgroup per row for rows of ≥ 64, and match the interpreter within 1e-4;
+//! - every schedule's byte ranges cover the bindings each dispatch uses, and the manifest's barrier
+//!   levels are the executor's; MiniLM needs fewer barriers than dispatches (`--bench` reports the
+//!   count);
 //! - `rlxc check --target webgpu` reports i64 ops as unsupported (MiniLM's position ids and mask),
 //!   where `--target vulkan` claims them.
 //!
@@ -214,7 +217,16 @@ fn minilm_on_vulkan_matches_the_interpreter() {
             for i in &inputs {
                 c.args(["--input", i]);
             }
-            ok(&mut c);
+            if t == "vulkan" {
+                // `--bench` reports the dispatches and the barriers between them.
+                let text = ok(c.args(["--bench", "1"]));
+                let line = text.lines().find(|l| l.ends_with("barriers between them")).unwrap_or_else(|| panic!("no barrier count in:\n{text}"));
+                let n: Vec<usize> = line.split_whitespace().filter_map(|w| w.parse().ok()).collect();
+                eprintln!("MiniLM {which}: {line}");
+                assert!(n.len() == 2 && n[1] + 1 < n[0], "MiniLM {which}: {line}");
+            } else {
+                ok(&mut c);
+            }
         }
         let outs = files_with(&it, ".npy");
         assert!(!outs.is_empty());
@@ -332,10 +344,21 @@ fn spirv_matches_schedule(dir: &Path, stem: &str, int64: bool) -> SpirvFacts {
     let md = manifest["schedule"]["dispatches"].as_array().unwrap();
     assert_eq!(md.len(), sched.dispatches.len());
     let mut want = std::collections::BTreeSet::new();
-    for (d, (e, groups)) in md.iter().zip(&sched.dispatches) {
-        let name = format!("k{e}");
+    // The manifest's levels are the executor's; every binding a dispatch uses has a byte range.
+    let levels = sched.levels(rlx_rt::vulkan::Barriers::Levels);
+    assert_eq!(manifest["schedule"]["barriers"].as_u64(), Some(levels.len() as u64 - 1), "{stem}: manifest barriers");
+    for (l, ds) in levels.iter().enumerate() {
+        for &d in ds {
+            assert_eq!(md[d]["level"].as_u64(), Some(l as u64), "{stem}: dispatch {d}'s level");
+        }
+    }
+    for (d, sd) in md.iter().zip(&sched.dispatches) {
+        let name = format!("k{}", sd.entry);
         assert_eq!(d["entry"].as_str(), Some(name.as_str()));
-        assert_eq!(d["workgroups"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect::<Vec<_>>(), groups.to_vec());
+        assert_eq!(d["workgroups"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect::<Vec<_>>(), sd.groups.to_vec());
+        let uses: std::collections::BTreeSet<u64> = d["bindings"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect();
+        let ranged: std::collections::BTreeSet<u64> = sd.ranges.iter().map(|r| r.base as u64).collect();
+        assert_eq!(uses, ranged, "{stem}: {name}'s byte ranges do not cover the bindings it uses");
         let f = *entries.get(&name).unwrap_or_else(|| panic!("{stem}: the schedule dispatches {name}, the module has no such entry point"));
         let ls = m
             .execution_modes
@@ -363,6 +386,15 @@ fn spirv_reads_back_as_the_schedule_says() {
     ok(rlxc().args(["compile", s(&m), "--target", "vulkan", "-o", s(&out), "--name", "minilm", "--dim", "batch=1", "--dim", "sequence=128"]));
     let f = spirv_matches_schedule(&out, "minilm", true);
     assert!(f.int64 && f.workgroup_bytes > 0 && f.barriers > 0, "MiniLM: int64 {}, {} bytes of workgroup memory, {} barriers", f.int64, f.workgroup_bytes, f.barriers);
+    // Independent dispatches share a level (the Q, K and V projections among them): fewer barriers
+    // than dispatches, and never more than keeping schedule order needs (MiniLM: as many; its
+    // independent dispatches are already adjacent).
+    let manifest: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("minilm.json")).unwrap()).unwrap();
+    let sched = rlx_rt::vulkan::Schedule::parse(&std::fs::read(out.join("minilm.schedule.bin")).unwrap()).unwrap();
+    let (nd, barriers) = (sched.dispatches.len(), manifest["schedule"]["barriers"].as_u64().unwrap() as usize);
+    let inorder = sched.levels(rlx_rt::vulkan::Barriers::InOrder).len() - 1;
+    eprintln!("MiniLM (safetensors, batch 1, seq 128): {nd} dispatches, {barriers} barriers ({inorder} in schedule order)");
+    assert!(barriers <= inorder && barriers < nd - 1, "MiniLM: {nd} dispatches, {barriers} barriers, {inorder} in schedule order");
     ok(Command::new(python()).args(["tests/gpu/make_tiled.py", "--out", s(&dir)]).current_dir(repo()));
     let out = dir.join("tiled-vk");
     ok(rlxc().args(["compile", s(&dir.join("tiled.onnx")), "--target", "vulkan", "-o", s(&out)]));
@@ -436,19 +468,20 @@ fn row_fused_kernels_match_the_interpreter() {
 }
 
 /// Runs `dir/NAME.onnx` with the inputs `dir/<input>.npy` on the interpreter and on Vulkan, with
-/// host-visible buffers and with the staged device-local path (`RLX_VULKAN_MEMORY`), and checks that
-/// it has `outputs` outputs, each within `tol(output name)` of the interpreter's.
+/// host-visible buffers and with the staged device-local path (`RLX_VULKAN_MEMORY`), with barriers
+/// between levels of independent dispatches and in schedule order (`RLX_VULKAN_BARRIERS=inorder`,
+/// `all`), and checks that it has `outputs` outputs, each within `tol(output name)` of the interpreter's.
 fn vulkan_vs_interp(name: &str, dir: &Path, inputs: &[&str], outputs: usize, tol: impl Fn(&str) -> f64) {
     let model = dir.join(format!("{name}.onnx"));
     let ins: Vec<String> = inputs.iter().map(|n| format!("{n}={}", s(&dir.join(format!("{n}.npy"))))).collect();
-    let run = |t: &str, out: &Path, memory: Option<&str>| {
+    let run = |t: &str, out: &Path, vulkan: Option<(&str, &str)>| {
         let mut c = rlxc();
         c.args(["run", s(&model), "--target", t, "-o", s(out)]);
         for i in &ins {
             c.args(["--input", i]);
         }
-        if let Some(m) = memory {
-            c.env("RLX_VULKAN_MEMORY", m);
+        if let Some((memory, barriers)) = vulkan {
+            c.env("RLX_VULKAN_MEMORY", memory).env("RLX_VULKAN_BARRIERS", barriers);
         }
         ok(&mut c);
     };
@@ -456,15 +489,16 @@ fn vulkan_vs_interp(name: &str, dir: &Path, inputs: &[&str], outputs: usize, tol
     run("interp", &it, None);
     let outs = files_with(&it, ".npy");
     assert_eq!(outs.len(), outputs);
-    for memory in ["host", "staged"] {
-        let vk = dir.join(format!("vk-{memory}"));
-        run("vulkan", &vk, Some(memory));
+    // Barriers between levels (the default), and the two schedule-order modes.
+    for (memory, barriers) in [("host", "levels"), ("staged", "levels"), ("host", "inorder"), ("staged", "all")] {
+        let vk = dir.join(format!("vk-{memory}-{barriers}"));
+        run("vulkan", &vk, Some((memory, barriers)));
         for o in &outs {
             let d = max_abs(o, &vk.join(o.file_name().unwrap()));
             let out = o.file_stem().unwrap().to_string_lossy().into_owned();
             let t = tol(&out);
-            eprintln!("{name} {out} ({memory} memory): vulkan vs interp max abs {d:.3e}");
-            assert!(d <= t, "{name} {out} ({memory}): {d} > {t}");
+            eprintln!("{name} {out} ({memory} memory, barriers {barriers}): vulkan vs interp max abs {d:.3e}");
+            assert!(d <= t, "{name} {out} ({memory}, {barriers}): {d} > {t}");
         }
     }
 }

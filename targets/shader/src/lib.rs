@@ -29,6 +29,7 @@
 mod wgsl;
 
 use rlx_ir::lir::{Base, Lir};
+use rlx_ir::loops::Access;
 use rlx_ir::{DType, TargetCaps};
 use std::collections::BTreeMap;
 
@@ -113,8 +114,26 @@ pub struct Dispatch {
     pub workgroup_size: [u32; 3],
     /// Binding indices (into [`Program::bases`]) the kernel touches.
     pub uses: Vec<u32>,
+    /// Every byte range the kernel may touch: one per kernel parameter, in parameter order.
+    pub ranges: Vec<ByteRange>,
     /// The kernel's name (its fused MIR nodes), for reports.
     pub name: String,
+}
+
+/// Bytes `start..end` of binding `binding` that a kernel parameter may read or write: the LIR
+/// buffer's bytes (`offset .. offset + bytes`, a view's inside its root's, reused arena bytes shared
+/// with the other buffers placed there), widened to whole 4-byte words since byte-wide values are
+/// read and stored (atomically) a word at a time. `access` is the parameter's, widened by what the
+/// kernel body does (a load makes it a read, a store a write), so it never understates. Loop-form
+/// kernels index a parameter only within its elements (the planner's invariant; the MCU Rust
+/// writer's bounds proofs and checks rest on it), so the kernel touches nothing outside its ranges.
+/// runtime-min's executor places barriers from these ([`Program::schedule_bytes`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ByteRange {
+    pub binding: u32,
+    pub access: Access,
+    pub start: u64,
+    pub end: u64,
 }
 
 /// A translated model: the naga module and its schedule.
@@ -128,16 +147,19 @@ pub struct Program {
     pub int64: bool,
 }
 
-/// The schedule file's magic (`RLXS` little-endian) and version.
+/// The schedule file's magic (`RLXS` little-endian) and version (2: each dispatch's byte ranges;
+/// runtime-min refuses version 1 files, which have none).
 pub const SCHEDULE_MAGIC: u32 = u32::from_le_bytes(*b"RLXS");
-pub const SCHEDULE_VERSION: u32 = 1;
+pub const SCHEDULE_VERSION: u32 = 2;
 
 impl Program {
     /// The schedule as runtime-min's Vulkan executor reads it: little-endian u32 words —
     /// `magic, version, n_bases, {kind (0 arena, 1 weights, 2 input, 3 output), index, bytes_lo,
-    /// bytes_hi} × n_bases, n_dispatches, {entry, groups_x, groups_y, groups_z} × n_dispatches`.
-    /// Binding `i` of descriptor set 0 is base `i`, and binding `n_bases + i` is base `i` again (the
-    /// atomic view bool stores use); entry point `k{entry}` is in `NAME.spv`.
+    /// bytes_hi} × n_bases, n_dispatches, {entry, groups_x, groups_y, groups_z, n_ranges, {binding,
+    /// access (1 read, 2 write, 3 read-write), start_lo, start_hi, end_lo, end_hi} × n_ranges} ×
+    /// n_dispatches` ([`ByteRange`]). Binding `i` of descriptor set 0 is base `i`, and binding
+    /// `n_bases + i` is base `i` again (the atomic view byte stores use; ranges name `i`); entry
+    /// point `k{entry}` is in `NAME.spv`.
     pub fn schedule_bytes(&self) -> Vec<u8> {
         let mut w: Vec<u32> = vec![SCHEDULE_MAGIC, SCHEDULE_VERSION, self.bases.len() as u32];
         for b in &self.bases {
@@ -151,7 +173,15 @@ impl Program {
         }
         w.push(self.dispatches.len() as u32);
         for d in &self.dispatches {
-            w.extend([d.entry, d.groups[0], d.groups[1], d.groups[2]]);
+            w.extend([d.entry, d.groups[0], d.groups[1], d.groups[2], d.ranges.len() as u32]);
+            for r in &d.ranges {
+                let access = match r.access {
+                    Access::Read => 1,
+                    Access::Write => 2,
+                    Access::ReadWrite => 3,
+                };
+                w.extend([r.binding, access, r.start as u32, (r.start >> 32) as u32, r.end as u32, (r.end >> 32) as u32]);
+            }
         }
         w.iter().flat_map(|x| x.to_le_bytes()).collect()
     }
@@ -315,7 +345,68 @@ mod tests {
         }
         let s = p.schedule_bytes();
         assert_eq!(&s[..4], b"RLXS");
-        assert_eq!(s.len(), 4 * (3 + 4 * 4 + 1 + 4));
+        // Header, 4 bases, 1 dispatch of 5 words + 2 ranges of 6.
+        assert_eq!(s.len(), 4 * (3 + 4 * 4 + 1 + 5 + 2 * 6));
+    }
+
+    /// Three launches on arena buffers: `a` (f32[16], bytes 0..64), a view `v` of its second half
+    /// (bytes 32..64), `m` (bool[3] at byte 64: bytes 64..67, whole word 64..68), and `b` (f32[8]
+    /// placed at bytes 0..32 — arena reuse of `a`'s first half).
+    #[test]
+    fn dispatch_ranges_are_the_bound_buffers_bytes_in_words() {
+        let i = Var(0);
+        let f = |shape: &[usize]| TensorType::fixed(DType::F32, shape);
+        let buf = |base, offset, dtype, n: usize, label: &str| Buffer { base, offset, dtype, shape: vec![n], label: label.into() };
+        let par = |dtype, elems, access| Param { dtype, elems, access };
+        let each = |n: usize, body: Vec<Stmt>| vec![Stmt::For { var: i, extent: n as i64, kind: LoopKind::Parallel, body }];
+        let launch = |name: &str, params, bindings, body| Launch { nodes: vec![], kernel: Kernel { name: name.into(), params, body, vars: 1 }, bindings };
+        let l = Lir {
+            inputs: vec![Port { name: "x".into(), ty: f(&[16]) }],
+            outputs: vec![Port { name: "y".into(), ty: f(&[8]) }],
+            buffers: vec![
+                buf(Base::Arena, 0, DType::F32, 16, "a"),
+                buf(Base::Arena, 32, DType::F32, 8, "v"),
+                buf(Base::Arena, 64, DType::Bool, 3, "m"),
+                buf(Base::Input(0), 0, DType::F32, 16, "x"),
+                buf(Base::Output(0), 0, DType::F32, 8, "y"),
+                buf(Base::Arena, 0, DType::F32, 8, "b"),
+            ],
+            launches: vec![
+                // a = x
+                launch("a", vec![par(DType::F32, 16, Access::Write), par(DType::F32, 16, Access::Read)], vec![0, 3], each(16, vec![Stmt::Store { buf: 0, index: Expr::var(i), value: Expr::load(1, Expr::var(i)) }])),
+                // m = v > 0 for the first 3; b = v
+                launch(
+                    "m",
+                    vec![par(DType::Bool, 3, Access::Write), par(DType::F32, 8, Access::Read), par(DType::F32, 8, Access::Write)],
+                    vec![2, 1, 5],
+                    each(3, vec![
+                        Stmt::Store { buf: 0, index: Expr::var(i), value: Expr::Bin(BinaryOp::Gt, DType::F32, Box::new(Expr::load(1, Expr::var(i))), Box::new(Expr::Lit(0.0, DType::F32))) },
+                        Stmt::Store { buf: 2, index: Expr::var(i), value: Expr::load(1, Expr::var(i)) },
+                    ]),
+                ),
+                // y = b + y (a parameter declared Write whose body also reads it: ReadWrite)
+                launch(
+                    "y",
+                    vec![par(DType::F32, 8, Access::Write), par(DType::F32, 8, Access::Read)],
+                    vec![4, 5],
+                    each(8, vec![Stmt::Store { buf: 0, index: Expr::var(i), value: Expr::Bin(BinaryOp::Add, DType::F32, Box::new(Expr::load(1, Expr::var(i))), Box::new(Expr::load(0, Expr::var(i)))) }]),
+                ),
+            ],
+            arena_bytes: 68,
+            weights: vec![],
+            align: 4,
+        };
+        let p = translate(&l, Lang::Spirv).unwrap();
+        let r = |binding, access, start, end| ByteRange { binding, access, start, end };
+        // Bindings: 0 arena, 1 weights, 2 input 0, 3 output 0.
+        assert_eq!(p.dispatches[0].ranges, vec![r(0, Access::Write, 0, 64), r(2, Access::Read, 0, 64)]);
+        assert_eq!(p.dispatches[1].ranges, vec![r(0, Access::Write, 64, 68), r(0, Access::Read, 32, 64), r(0, Access::Write, 0, 32)]);
+        assert_eq!(p.dispatches[2].ranges, vec![r(3, Access::ReadWrite, 0, 32), r(0, Access::Read, 0, 32)]);
+        // The schedule words of dispatch 1: entry, groups, 3 ranges {binding, access, start, end}.
+        let w: Vec<u32> = p.schedule_bytes().chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+        assert_eq!(w[1], 2);
+        let d1 = 3 + 4 * 4 + 1 + (5 + 2 * 6);
+        assert_eq!(w[d1..d1 + 5 + 3 * 6], [1, 1, 1, 1, 3, 0, 2, 64, 0, 68, 0, 0, 1, 32, 0, 64, 0, 0, 2, 0, 0, 32, 0]);
     }
 
     #[test]

@@ -5,7 +5,7 @@
 
 mod tiled;
 
-use crate::{BaseBuf, Dispatch};
+use crate::{BaseBuf, ByteRange, Dispatch};
 use rlx_ir::lir::Lir;
 use rlx_ir::loops::{Access, Expr, IOp, Kernel, LoopKind, Stmt, Var};
 use rlx_ir::{BinaryOp, DType, UnaryOp};
@@ -660,6 +660,53 @@ fn collect(s: &[Stmt], declared: &mut BTreeSet<u32>, assigned: &mut BTreeSet<u32
 
 /// Whether any expression casts to i64 (the model's own i64 values, as opposed to the planner's
 /// counters, which are declared and incremented but never cast to).
+/// The kernel parameters the body loads from (`stores` false) or stores to (`stores` true).
+fn buffers_of(s: &[Stmt], stores: bool) -> BTreeSet<u32> {
+    fn ex(e: &Expr, out: &mut BTreeSet<u32>, loads: bool) {
+        match e {
+            Expr::Load { buf, index } => {
+                if loads {
+                    out.insert(*buf);
+                }
+                ex(index, out, loads);
+            }
+            Expr::Un(_, _, a) | Expr::Cast { x: a, .. } | Expr::ToIndex { x: a, .. } => ex(a, out, loads),
+            Expr::I(_, a, b) | Expr::Bin(_, _, a, b) => {
+                ex(a, out, loads);
+                ex(b, out, loads);
+            }
+            Expr::Select(c, a, b) => {
+                ex(c, out, loads);
+                ex(a, out, loads);
+                ex(b, out, loads);
+            }
+            Expr::Int(_) | Expr::Lit(..) | Expr::Var(_) => {}
+        }
+    }
+    fn st(s: &[Stmt], out: &mut BTreeSet<u32>, stores: bool) {
+        for x in s {
+            match x {
+                Stmt::For { body, .. } => st(body, out, stores),
+                Stmt::Decl { init: e, .. } | Stmt::Assign { value: e, .. } => ex(e, out, !stores),
+                Stmt::Store { buf, index, value } => {
+                    if stores {
+                        out.insert(*buf);
+                    }
+                    ex(index, out, !stores);
+                    ex(value, out, !stores);
+                }
+                Stmt::If { cond, body } => {
+                    ex(cond, out, !stores);
+                    st(body, out, stores);
+                }
+            }
+        }
+    }
+    let mut out = BTreeSet::new();
+    st(s, &mut out, stores);
+    out
+}
+
 pub fn casts_to_i64(s: &[Stmt]) -> bool {
     fn ex(e: &Expr) -> bool {
         match e {
@@ -750,6 +797,8 @@ fn module_text_inner(lir: &Lir, bases: &[BaseBuf], use_tiles: bool) -> Result<(S
         let k = &l.kernel;
         let mut params = Vec::new();
         let mut uses = BTreeSet::new();
+        let mut ranges = Vec::new();
+        let (loads, stores) = (buffers_of(&k.body, false), buffers_of(&k.body, true));
         for (pi, &b) in l.bindings.iter().enumerate() {
             let buf = &lir.buffers[b as usize];
             let bind = bases.iter().position(|x| x.base == buf.base).ok_or_else(|| format!("kernel '{}': buffer {b} has no base", k.name))?;
@@ -762,6 +811,15 @@ fn module_text_inner(lir: &Lir, bases: &[BaseBuf], use_tiles: bool) -> Result<(S
             }
             uses.insert(bind as u32);
             params.push(Param { dtype: buf.dtype, bind, offset: buf.offset });
+            let declared = k.params.get(pi).map_or(Access::ReadWrite, |p| p.access);
+            let read = declared != Access::Write || loads.contains(&(pi as u32));
+            let write = declared != Access::Read || stores.contains(&(pi as u32));
+            let access = match (read, write) {
+                (true, false) => Access::Read,
+                (false, true) => Access::Write,
+                _ => Access::ReadWrite,
+            };
+            ranges.push(ByteRange { binding: bind as u32, access, start: buf.offset as u64 / 4 * 4, end: end.div_ceil(4) * 4 });
         }
         let (dims, inner) = grid(k);
         // An empty grid (a zero extent) runs no invocation's body.
@@ -809,7 +867,7 @@ fn module_text_inner(lir: &Lir, bases: &[BaseBuf], use_tiles: bool) -> Result<(S
         kernels.push_str(&header);
         kernels.push_str(&w.out);
         kernels.push_str("}\n\n");
-        dispatches.push(Dispatch { entry: li as u32, groups, workgroup_size: wg, uses: uses.into_iter().collect(), name: k.name.clone() });
+        dispatches.push(Dispatch { entry: li as u32, groups, workgroup_size: wg, uses: uses.into_iter().collect(), ranges, name: k.name.clone() });
     }
     if !problems.is_empty() {
         return Err(problems.join("\n"));
