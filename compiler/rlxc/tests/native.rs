@@ -43,7 +43,19 @@ fn ok(cmd: &mut Command) -> String {
 }
 
 fn output(cmd: &mut Command) -> Output {
-    cmd.output().unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e} (run `make setup`)"))
+    // A program this test has just copied can fail to start with ETXTBSY while another test thread
+    // forks: the child holds the copy's write descriptor until it execs (CLOEXEC closes it only
+    // then). Waiting a moment lets that exec happen.
+    let mut tries = 0;
+    loop {
+        match cmd.output() {
+            Err(e) if e.raw_os_error() == Some(26) && tries < 50 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            r => return r.unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e} (run `make setup`)")),
+        }
+    }
 }
 
 fn py(args: &[&str]) -> String {

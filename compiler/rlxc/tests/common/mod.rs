@@ -15,6 +15,10 @@ pub fn python() -> PathBuf {
         Some(p) if !p.is_empty() => PathBuf::from(p),
         _ => repo().join(".venv/bin/python"),
     };
-    assert!(p.exists(), "venv python {} not found: run `make setup`", p.display());
+    assert!(
+        p.exists(),
+        "venv python {} not found: run `make setup`",
+        p.display()
+    );
     p
 }
