@@ -16,13 +16,16 @@
 # dispatch byte ranges) and with barriers only between levels of independent dispatches (the
 # default; MiniLM 79 barriers for 100 dispatches), alternating, at batch 1 and 32.
 #
-# SECTIONS picks sections (default all, in this order): correctness torch host rows barriers. The
-# sections after "correctness" need "torch" to have run first in the same session (it writes the
-# inputs in /tmp/rlx-bench/bN) unless they are there already; "barriers" alone makes its own.
+# The "operands" section compares attention's transposes and scalings as kernels of their own
+# (RLX_SHADER_OPERANDS=0) with the default, where they are inlined into the matmuls' operand loads.
+#
+# SECTIONS picks sections (default all, in this order): correctness torch host rows barriers operands.
+# "host" needs "torch" to have run first in the same session (it writes the inputs in
+# /tmp/rlx-bench/bN) unless they are there already; the A/B sections make their own.
 set -euo pipefail
 export PYTHONUNBUFFERED=1
 LOG=$OUT/gpu.log
-SECTIONS=" ${SECTIONS:-correctness torch host rows barriers} "
+SECTIONS=" ${SECTIONS:-correctness torch host rows barriers operands} "
 want() { [[ "$SECTIONS" == *" $1 "* ]]; }
 minilm_inputs() {  # batch: writes /tmp/rlx-bench/b$1/{input_ids,attention_mask,token_type_ids}.npy if absent
   local D=/tmp/rlx-bench/b$1
@@ -30,6 +33,27 @@ minilm_inputs() {  # batch: writes /tmp/rlx-bench/b$1/{input_ids,attention_mask,
   mkdir -p "$D"
   python3 -c 'import sys, numpy as np; sys.path.insert(0, "tests/gpu"); import bench_minilm as m
 for n, x in zip(["input_ids", "attention_mask", "token_type_ids"], m.inputs(int(sys.argv[1]))): np.save(sys.argv[2] + "/" + n + ".npy", x)' "$1" "$D"
+}
+# alternate VAR "A B" TITLE: MiniLM at batch 1 and 32 with VAR=A and VAR=B (the environment of both the
+# compile and the run), alternating for 2 rounds; prints dispatches and barriers, p50s, and the max abs
+# difference between the two outputs.
+alternate() {
+  local var=$1 values=$2 title=$3 b v round
+  echo "== $title, alternating, 2 rounds"
+  for b in 1 32; do
+    minilm_inputs $b
+    local D=/tmp/rlx-bench/b$b
+    for round in 1 2; do
+      for v in $values; do
+        echo "batch $b, $var=$v, round $round:"
+        env "$var=$v" target/nollvm/release/rlxc run build/gpu/minilm.onnx --target vulkan -o "/tmp/rlx-ab-$var-$v" \
+          -i input_ids=$D/input_ids.npy -i attention_mask=$D/attention_mask.npy -i token_type_ids=$D/token_type_ids.npy \
+          --dim batch=$b --dim sequence=128 --bench "${RUNS:-100}" | grep -E 'barriers|bench'
+      done
+    done
+    python3 -c 'import numpy as np,sys; a,b=(np.load(p+"/last_hidden_state.npy") for p in sys.argv[1:]); print("max abs between the two", float(np.abs(a-b).max()))' \
+      /tmp/rlx-ab-$var-${values% *} /tmp/rlx-ab-$var-${values#* }
+  done
 }
 {
   if want correctness; then
@@ -59,41 +83,12 @@ for n, x in zip(["input_ids", "attention_mask", "token_type_ids"], m.inputs(int(
     --dim batch=1 --dim sequence=128 --bench 50 | grep -E 'setup|bench'
   fi
   if want rows; then
-  echo "== row fusion off (RLX_SHADER_ROWS=0) vs on (the default), alternating, 2 rounds"
-  for b in 1 32; do
-    D=/tmp/rlx-bench/b$b
-    for rows in 0 1; do
-      n=$(RLX_SHADER_ROWS=$rows target/nollvm/release/rlxc compile build/gpu/minilm.onnx --target vulkan -o /tmp/rlx-rows$rows \
-        --name m --dim batch=$b --dim sequence=128 >/dev/null && python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["schedule"]["dispatches"]))' /tmp/rlx-rows$rows/m.json)
-      echo "batch $b, RLX_SHADER_ROWS=$rows: $n dispatches"
-    done
-    for round in 1 2; do
-      for rows in 0 1; do
-        echo "batch $b, RLX_SHADER_ROWS=$rows, round $round:"
-        RLX_SHADER_ROWS=$rows target/nollvm/release/rlxc run build/gpu/minilm.onnx --target vulkan -o /tmp/rlx-rows-out$rows \
-          -i input_ids=$D/input_ids.npy -i attention_mask=$D/attention_mask.npy -i token_type_ids=$D/token_type_ids.npy \
-          --dim batch=$b --dim sequence=128 --bench "${RUNS:-100}" | grep -E 'bench'
-      done
-    done
-    python3 -c 'import numpy as np,sys; a,b=(np.load(p+"/last_hidden_state.npy") for p in sys.argv[1:]); print("fused vs unfused max abs", float(np.abs(a-b).max()))' \
-      /tmp/rlx-rows-out1 /tmp/rlx-rows-out0
-  done
+    alternate RLX_SHADER_ROWS "0 1" "row fusion off (RLX_SHADER_ROWS=0) vs on (the default)"
   fi
   if want barriers; then
-  echo "== barriers: after every dispatch (RLX_VULKAN_BARRIERS=all) vs between levels (default), alternating, 2 rounds"
-  for b in 1 32; do
-    minilm_inputs $b
-    D=/tmp/rlx-bench/b$b
-    for round in 1 2; do
-      for mode in all levels; do
-        echo "batch $b, RLX_VULKAN_BARRIERS=$mode, round $round:"
-        RLX_VULKAN_BARRIERS=$mode target/nollvm/release/rlxc run build/gpu/minilm.onnx --target vulkan -o /tmp/rlx-barriers-$mode \
-          -i input_ids=$D/input_ids.npy -i attention_mask=$D/attention_mask.npy -i token_type_ids=$D/token_type_ids.npy \
-          --dim batch=$b --dim sequence=128 --bench "${RUNS:-100}" | grep -E 'barriers|bench'
-      done
-    done
-    python3 -c 'import numpy as np,sys; a,b=(np.load(p+"/last_hidden_state.npy") for p in sys.argv[1:]); print("levels vs all max abs", float(np.abs(a-b).max()))' \
-      /tmp/rlx-barriers-levels /tmp/rlx-barriers-all
-  done
+    alternate RLX_VULKAN_BARRIERS "all levels" "barriers after every dispatch (RLX_VULKAN_BARRIERS=all) vs between levels (the default)"
+  fi
+  if want operands; then
+    alternate RLX_SHADER_OPERANDS "0 1" "attention's transposes and scalings as kernels of their own (RLX_SHADER_OPERANDS=0) vs inlined into the matmuls' loads (the default)"
   fi
 } 2>&1 | tee "$LOG"

@@ -103,6 +103,19 @@ pub struct Fusion {
 }
 
 pub fn fuse(g: &Mir) -> Fusion {
+    fuse_with(g, false)
+}
+
+/// A binary op of a value with a scalar constant (a scaling such as attention's `q·d^-¼`).
+fn is_scalar_scale(g: &Mir, n: NodeId) -> bool {
+    let node = g.node(n);
+    let scalar = |v: ValueId| matches!(&g.value(v).def, Def::Const(c) if c.numel() == 1 && !c.dtype.is_quantized_block());
+    matches!(node.op, MirOp::Binary(BinaryOp::Mul | BinaryOp::Div | BinaryOp::Add | BinaryOp::Sub)) && node.outputs.len() == 1 && node.inputs.len() == 2 && (scalar(node.inputs[0]) != scalar(node.inputs[1]))
+}
+
+/// [`fuse`], and with `operands` ([`PlanOptions::inline_operands`]) the transposes, reshapes and
+/// scalar scalings on a single-use path into a matmul operand are inlined into its loads.
+pub fn fuse_with(g: &Mir, operands: bool) -> Fusion {
     let mut consumers: Vec<Vec<NodeId>> = vec![Vec::new(); g.values.len()];
     for n in g.node_ids() {
         for &i in &g.node(n).inputs {
@@ -115,8 +128,46 @@ pub fn fuse(g: &Mir) -> Fusion {
     let is_out: Vec<bool> = (0..g.values.len()).map(|v| g.outputs.contains(&ValueId(v as u32))).collect();
     let mut role = vec![Role::Root; g.nodes.len()];
     let mut anchor_of: HashMap<ValueId, NodeId> = HashMap::new();
+    // Operand inlining: to_mm[n] = n's value reaches a matmul operand through single-use transposes,
+    // reshapes and scalar scalings only; such a reshape of an inlined transpose or scaling is itself
+    // inlined (its index remapped) instead of a view that would need its input stored.
+    let single = |v: ValueId| !is_out[v.index()] && uses[v.index()] == 1 && consumers[v.index()].len() == 1;
+    let mut to_mm = vec![false; g.nodes.len()];
+    let mut inline_reshape = vec![false; g.nodes.len()];
+    if operands {
+        let ids: Vec<NodeId> = g.node_ids().collect();
+        for &n in ids.iter().rev() {
+            let node = g.node(n);
+            if node.outputs.len() != 1 || !single(node.outputs[0]) {
+                continue;
+            }
+            let c = consumers[node.outputs[0].index()][0];
+            let cop = &g.node(c).op;
+            let pass = matches!(cop, MirOp::Reshape { .. } | MirOp::Transpose { .. }) || is_scalar_scale(g, c);
+            to_mm[n.index()] = *cop == MirOp::MatMul || (pass && to_mm[c.index()]);
+        }
+        for n in g.node_ids() {
+            let node = g.node(n);
+            if !matches!(node.op, MirOp::Reshape { .. }) || !to_mm[n.index()] || !g.ty(node.outputs[0]).shape.numel().is_some_and(|k| k > 0) {
+                continue;
+            }
+            if let Some(&i) = node.inputs.first() {
+                inline_reshape[n.index()] = match g.producer(i).map(|p| (p, &g.node(p).op)) {
+                    Some((p, MirOp::Transpose { .. })) => to_mm[p.index()],
+                    // A reshape of an inlined reshape (a view of it would need it stored).
+                    Some((p, MirOp::Reshape { .. })) => inline_reshape[p.index()],
+                    Some((p, _)) => to_mm[p.index()] && is_scalar_scale(g, p),
+                    None => false,
+                };
+            }
+        }
+    }
     for n in g.node_ids() {
         let node = g.node(n);
+        if inline_reshape[n.index()] {
+            role[n.index()] = Role::Inlined;
+            continue;
+        }
         if is_view(g, n) {
             role[n.index()] = Role::View;
             continue;
@@ -130,11 +181,22 @@ pub fn fuse(g: &Mir) -> Fusion {
         }
         let c = consumers[v.index()][0];
         let cn = g.node(c);
-        if is_view(g, c) || cn.outputs.len() != 1 {
+        if (is_view(g, c) && !inline_reshape[c.index()]) || cn.outputs.len() != 1 {
             continue;
         }
         let cv = cn.outputs[0];
         let same_shape = g.ty(cv).shape == g.ty(v).shape;
+        if is_inlinable(&node.op) && to_mm[n.index()] && !anchor_of.contains_key(&v) && (is_data_movement(&node.op) || is_scalar_scale(g, n)) {
+            // On a path into a matmul operand: a transpose becomes index math in the loads, a scaling
+            // one multiply per loaded element, when what it reads is stored or only index math itself.
+            let src_ok = node.inputs.iter().filter_map(|&i| g.producer(i)).all(|p| {
+                role[p.index()] != Role::Inlined || inline_reshape[p.index()] || is_data_movement(&g.node(p).op)
+            });
+            if src_ok && !anchor_of.contains_key(&cv) {
+                role[n.index()] = Role::Inlined;
+                continue;
+            }
+        }
         if is_inlinable(&node.op) {
             let chain_anchor = anchor_of.get(&v).copied();
             if let Some(a) = chain_anchor {
@@ -346,11 +408,15 @@ pub struct PlanOptions {
     /// Row kernels recompute a transcendental that several passes read instead of storing it
     /// ([`row_fuse`]'s `recompute`; the shader targets turn it on: softmax becomes one kernel).
     pub row_recompute: bool,
+    /// Transposes, reshapes and scalar scalings on a single-use path into a matmul operand are
+    /// inlined into the matmul's loads instead of materialized ([`fuse_with`]; the shader targets
+    /// turn it on: attention's K^T and its scalings are no dispatches of their own).
+    pub inline_operands: bool,
 }
 
 impl Default for PlanOptions {
     fn default() -> Self {
-        PlanOptions { align: 64, gemm_nr: GEMM_NR, gemm_mr: GEMM_MR, row_fusion: false, row_recompute: false }
+        PlanOptions { align: 64, gemm_nr: GEMM_NR, gemm_mr: GEMM_MR, row_fusion: false, row_recompute: false, inline_operands: false }
     }
 }
 
@@ -409,6 +475,43 @@ struct Planner<'g> {
 pub const GEMM_NR: usize = 16;
 /// Rows per GEMM micro-kernel tile by default (6 rows × 16 lanes = 12 AVX2 accumulators).
 pub const GEMM_MR: usize = 6;
+
+/// The index into a reshape's input (`si`) of element `idx` of its output (`so`): the non-unit dims
+/// in groups of equal products, each group's flat offset split over its input dims (the whole index
+/// linearized if the dims do not group).
+fn reshape_index(idx: &[Expr], so: &[usize], si: &[usize]) -> Vec<Expr> {
+    let on: Vec<usize> = (0..so.len()).filter(|&i| so[i] != 1).collect();
+    let inn: Vec<usize> = (0..si.len()).filter(|&i| si[i] != 1).collect();
+    let mut out = vec![Expr::Int(0); si.len()];
+    let (mut i, mut j) = (0, 0);
+    while i < on.len() && j < inn.len() {
+        let (i0, j0) = (i, j);
+        let (mut po, mut pi) = (so[on[i]], si[inn[j]]);
+        i += 1;
+        j += 1;
+        while po != pi {
+            if po < pi && i < on.len() {
+                po *= so[on[i]];
+                i += 1;
+            } else if pi < po && j < inn.len() {
+                pi *= si[inn[j]];
+                j += 1;
+            } else {
+                return unflatten(&linear(idx, so), si);
+            }
+        }
+        let od: Vec<usize> = on[i0..i].iter().map(|&k| so[k]).collect();
+        let ox: Vec<Expr> = on[i0..i].iter().map(|&k| idx[k].clone()).collect();
+        let id: Vec<usize> = inn[j0..j].iter().map(|&k| si[k]).collect();
+        for (k, e) in inn[j0..j].iter().zip(unflatten(&linear(&ox, &od), &id)) {
+            out[*k] = e;
+        }
+    }
+    if i < on.len() || j < inn.len() {
+        return unflatten(&linear(idx, so), si);
+    }
+    out
+}
 
 /// Row-major multi-index of a flat row number over `dims`.
 fn unflatten(row: &Expr, dims: &[usize]) -> Vec<Expr> {
@@ -639,6 +742,13 @@ impl<'g> Planner<'g> {
             MirOp::Expand { .. } => {
                 let s = self.shape(ins[0]);
                 self.elem(kb, ins[0], &bidx(idx, &s))
+            }
+            MirOp::Reshape { .. } => {
+                // An inlined reshape (operand inlining): remap the index group by group of dims with
+                // equal products (a split or merge of adjacent dims; unit dims are pinned to 0).
+                let (so, si) = (self.shape(node.outputs[0]), self.shape(ins[0]));
+                let in_idx = reshape_index(idx, &so, &si);
+                self.elem(kb, ins[0], &in_idx)
             }
             MirOp::Transpose { perm } => {
                 let mut in_idx = vec![Expr::Int(0); perm.len()];
@@ -1331,7 +1441,7 @@ pub fn plan(g: &Mir, opts: &PlanOptions) -> Result<Lir, Vec<Problem>> {
     if !probs.is_empty() {
         return Err(probs);
     }
-    let mut fusion = fuse(g);
+    let mut fusion = fuse_with(g, opts.inline_operands);
     if opts.row_fusion {
         row_fuse(g, &mut fusion, opts.row_recompute);
     }

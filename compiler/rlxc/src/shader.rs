@@ -29,8 +29,13 @@ pub fn compile_shader(mir: &Mir, t: Target, tm: &mut Timings) -> Result<ShaderCo
     // workgroup memory (rlx-target-shader's tiled.rs). Row fusion on, recomputing a transcendental
     // per pass rather than storing it (LayerNorm and softmax are one kernel each; the writer runs a
     // row kernel as one workgroup per row). RLX_SHADER_ROWS=0 plans without row fusion (comparisons).
+    // Transposes, reshapes and scalar scalings feeding a matmul operand are inlined into its loads
+    // (the writer stages operands through workgroup tiles, so strided loads cost little; attention's
+    // K^T, head split/merge and d^-¼ scalings are no dispatches of their own); RLX_SHADER_OPERANDS=0
+    // materializes them as on the CPU (comparisons).
     let rows = std::env::var("RLX_SHADER_ROWS").map_or(true, |v| v != "0");
-    let opts = rlx_opt::PlanOptions { gemm_nr: 1 << 30, row_fusion: rows, row_recompute: rows, ..Default::default() };
+    let operands = std::env::var("RLX_SHADER_OPERANDS").map_or(true, |v| v != "0");
+    let opts = rlx_opt::PlanOptions { gemm_nr: 1 << 30, row_fusion: rows, row_recompute: rows, inline_operands: operands, ..Default::default() };
     let lir = tm.time("plan", || rlx_opt::plan(&folded, &opts)).map_err(|p| Failure::model(problem_list("cannot plan the model", &p)))?;
     // RLX_SHADER_TILES=0 keeps every kernel on the one-invocation-per-output mapping (no workgroup
     // memory), for comparisons.

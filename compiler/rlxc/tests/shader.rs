@@ -239,6 +239,45 @@ fn minilm_on_vulkan_matches_the_interpreter() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Operand inlining (`PlanOptions::inline_operands`, on for the shader targets): MiniLM's attention
+/// transposes (K → heads, K^T, context heads → rows) and the d^-¼ scalings of Q and K^T are inlined
+/// into the matmuls' loads — no dispatch of their own — and every matmul still runs tiled (16×16
+/// workgroups). Against `RLX_SHADER_OPERANDS=0` (materialized, as the CPU plans them): 5 dispatches
+/// fewer per layer and fewer barrier levels.
+#[test]
+fn minilm_attention_operands_are_inlined_into_the_matmuls() {
+    let m = minilm("int8");
+    let dir = tmp("minilm-operands");
+    let manifest = |on: &str| -> serde_json::Value {
+        let out = dir.join(format!("operands-{on}"));
+        ok(rlxc()
+            .env("RLX_SHADER_OPERANDS", on)
+            .args(["compile", s(&m), "--target", "vulkan", "-o", s(&out), "--name", "m", "--dim", "batch=1", "--dim", "sequence=128"]));
+        serde_json::from_slice(&std::fs::read(out.join("m.json")).unwrap()).unwrap()
+    };
+    let (on, off) = (manifest("1"), manifest("0"));
+    let kernels = |m: &serde_json::Value| -> Vec<(String, String)> {
+        m["schedule"]["dispatches"].as_array().unwrap().iter().map(|d| (d["kernel"].as_str().unwrap().to_string(), d["workgroup_size"].to_string())).collect()
+    };
+    // A kernel whose first node is a transpose or a scaling is that node materialized on its own.
+    let standalone = |k: &str| ["node_transpose_", "node_Transpose_", "node_Mul_"].iter().any(|p| k.split('+').next().unwrap_or(k).starts_with(p));
+    let (kon, koff) = (kernels(&on), kernels(&off));
+    let materialized: Vec<&str> = koff.iter().map(|k| k.0.as_str()).filter(|k| standalone(k)).collect();
+    assert_eq!(materialized.len(), 5 * 6, "without operand inlining: {materialized:?}");
+    let left: Vec<&str> = kon.iter().map(|k| k.0.as_str()).filter(|k| standalone(k)).collect();
+    assert!(left.is_empty(), "still materialized: {left:?}");
+    assert_eq!(kon.len() + materialized.len(), koff.len());
+    let matmuls: Vec<&(String, String)> = kon.iter().filter(|k| k.0.contains("MatMul") || k.0.contains("scaled_dot_product_attention")).collect();
+    assert_eq!(matmuls.len(), 8 * 6, "{kon:?}");
+    for (k, wg) in matmuls {
+        assert_eq!(wg, "[16,16,1]", "{k} is not tiled");
+    }
+    let (bon, boff) = (on["schedule"]["barriers"].as_u64().unwrap(), off["schedule"]["barriers"].as_u64().unwrap());
+    eprintln!("MiniLM int8 on vulkan: {} dispatches, {bon} barriers (materialized operands: {}, {boff})", kon.len(), koff.len());
+    assert!(bon < boff, "{bon} barriers, {boff} without operand inlining");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn check_reports_what_the_shader_targets_do_not_claim() {
     let m = minilm("safetensors");
