@@ -159,6 +159,27 @@ impl<O: OpSet> Graph<O> {
             _ => None,
         }
     }
+    /// For each value, the distinct nodes that read it, in node order.
+    pub fn consumers(&self) -> Vec<Vec<NodeId>> {
+        let mut c: Vec<Vec<NodeId>> = vec![Vec::new(); self.values.len()];
+        for (n, node) in self.nodes.iter().enumerate() {
+            for &i in &node.inputs {
+                let n = NodeId(n as u32);
+                if !c[i.index()].contains(&n) {
+                    c[i.index()].push(n);
+                }
+            }
+        }
+        c
+    }
+    /// For each value, whether it is a graph output.
+    pub fn output_mask(&self) -> Vec<bool> {
+        let mut m = vec![false; self.values.len()];
+        for &o in &self.outputs {
+            m[o.index()] = true;
+        }
+        m
+    }
     /// Number of uses of each value (node inputs plus graph outputs).
     pub fn use_counts(&self) -> Vec<u32> {
         let mut c = vec![0u32; self.values.len()];

@@ -105,7 +105,7 @@ fn greedy_order(g: &Mir) -> Vec<NodeId> {
             remaining_uses[i.index()] += 1;
         }
     }
-    let is_output: Vec<bool> = (0..g.values.len()).map(|v| g.outputs.contains(&ValueId(v as u32))).collect();
+    let is_output = g.output_mask();
     let mut missing: Vec<usize> = g
         .nodes
         .iter()

@@ -116,16 +116,9 @@ fn is_scalar_scale(g: &Mir, n: NodeId) -> bool {
 /// [`fuse`], and with `operands` ([`PlanOptions::inline_operands`]) the transposes, reshapes and
 /// scalar scalings on a single-use path into a matmul operand are inlined into its loads.
 pub fn fuse_with(g: &Mir, operands: bool) -> Fusion {
-    let mut consumers: Vec<Vec<NodeId>> = vec![Vec::new(); g.values.len()];
-    for n in g.node_ids() {
-        for &i in &g.node(n).inputs {
-            if !consumers[i.index()].contains(&n) {
-                consumers[i.index()].push(n);
-            }
-        }
-    }
+    let consumers = g.consumers();
     let uses = g.use_counts();
-    let is_out: Vec<bool> = (0..g.values.len()).map(|v| g.outputs.contains(&ValueId(v as u32))).collect();
+    let is_out = g.output_mask();
     let mut role = vec![Role::Root; g.nodes.len()];
     let mut anchor_of: HashMap<ValueId, NodeId> = HashMap::new();
     // Operand inlining: to_mm[n] = n's value reaches a matmul operand through single-use transposes,
@@ -302,7 +295,7 @@ pub fn row_fuse(g: &Mir, f: &mut Fusion, recompute: bool) {
             consumers[i.index()].push(n);
         }
     }
-    let is_out: Vec<bool> = (0..g.values.len()).map(|v| g.outputs.contains(&ValueId(v as u32))).collect();
+    let is_out = g.output_mask();
     let ids: Vec<NodeId> = g.node_ids().collect();
     for &r in ids.iter().rev() {
         let root = g.node(r);
@@ -315,7 +308,7 @@ pub fn row_fuse(g: &Mir, f: &mut Fusion, recompute: bool) {
             continue;
         }
         let mut row = full.clone();
-        *row.last_mut().unwrap() = 1;
+        row[full.len() - 1] = 1;
         // Candidates: the backward closure through eligible nodes.
         let eligible = |n: NodeId| -> bool {
             let node = g.node(n);

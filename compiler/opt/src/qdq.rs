@@ -501,17 +501,8 @@ pub fn quantize_qdq(g: &Mir, opts: &QuantOptions) -> Result<Quantized, Vec<Probl
             }
         }
     }
-    let mut consumers: Vec<Vec<NodeId>> = vec![Vec::new(); g.values.len()];
-    for n in g.node_ids() {
-        for &i in &g.node(n).inputs {
-            if !consumers[i.index()].contains(&n) {
-                consumers[i.index()].push(n);
-            }
-        }
-    }
-    let is_out = (0..g.values.len())
-        .map(|v| g.outputs.contains(&ValueId(v as u32)))
-        .collect();
+    let consumers = g.consumers();
+    let is_out = g.output_mask();
     let mut p = Pass {
         q: Q {
             g,

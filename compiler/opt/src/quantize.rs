@@ -866,17 +866,8 @@ pub fn quantize(
             }
         }
     }
-    let mut consumers: Vec<Vec<NodeId>> = vec![Vec::new(); g.values.len()];
-    for n in g.node_ids() {
-        for &i in &g.node(n).inputs {
-            if !consumers[i.index()].contains(&n) {
-                consumers[i.index()].push(n);
-            }
-        }
-    }
-    let is_out = (0..g.values.len())
-        .map(|v| g.outputs.contains(&ValueId(v as u32)))
-        .collect();
+    let consumers = g.consumers();
+    let is_out = g.output_mask();
     let mut q = Q {
         g,
         out: Mir::new(),

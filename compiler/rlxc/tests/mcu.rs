@@ -21,57 +21,16 @@
 //! qemu-system-arm (`make setup`); a missing one fails the test, it never skips.
 
 mod common;
-use common::{python, repo};
+use common::mnist::{self, data, M4_GCC_FLAGS as GCC_FLAGS};
+use common::{npy, ok, python, repo};
 use rlx_ir::{Blob, ConstData, DType, MirOp};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const GCC_FLAGS: &[&str] = &[
-    "-mcpu=cortex-m4",
-    "-mthumb",
-    "-mfloat-abi=hard",
-    "-mfpu=fpv4-sp-d16",
-    "-O2",
-];
 
 
 
-fn ok(cmd: &mut Command) -> String {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e} (run `make setup`)"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed ({}):\n{}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// Trains and exports the models once per version of the script (once per process: tests share it).
-fn data() -> PathBuf {
-    static DATA: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    DATA.get_or_init(train).clone()
-}
-
-fn train() -> PathBuf {
-    let dir = repo().join("build/mcu-test/data");
-    let script = repo().join("tests/mcu/train_mnist.py");
-    let stamp = dir.join("script.stamp");
-    let src = std::fs::read(&script).unwrap();
-    if std::fs::read(&stamp).ok().as_deref() != Some(&src[..]) || !dir.join("meta.json").exists() {
-        ok(Command::new(python()).arg(&script).arg("--out").arg(&dir));
-        std::fs::write(&stamp, &src).unwrap();
-    }
-    dir
-}
-
-fn npy(p: &Path) -> ConstData {
-    rlxc::npy::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
-}
 
 fn rlxc() -> Command {
     Command::new(env!("CARGO_BIN_EXE_rlxc"))
@@ -163,48 +122,13 @@ fn firmware(model: &str) -> Figures {
     let labels = npy(&d.join("test_y.npy")).to_i64_vec();
     let n = labels.len();
     assert_eq!(n, 1000);
-    let scale = ConstData::from_f32(vec![], &[qi.scale]);
-    let zp = ConstData::scalar(DType::I8, qi.zero_point as f64);
-    let xq = rlxc::pipeline::eval_op(&MirOp::Quantize { axis: 0 }, &[x, scale, zp])
-        .unwrap()
-        .remove(0);
+    let xq = mnist::quantize(x, qi.scale, qi.zero_point);
     assert_eq!(xq.dtype, DType::I8);
     let images = xq.data.bytes().to_vec();
-    let per = images.len() / n;
-    let in_shape = q.mir.ty(q.mir.inputs[0]).shape.as_fixed().unwrap();
-    let mut host = Vec::new();
-    for i in 0..n {
-        let input = ConstData {
-            dtype: DType::I8,
-            shape: in_shape.clone(),
-            data: Blob::from_vec(images[i * per..(i + 1) * per].to_vec()),
-        };
-        let o = rlx_interp::run(&q.mir, &[input]).unwrap().remove(0);
-        host.extend_from_slice(o.data.bytes());
-    }
+    let host = mnist::interpreter_outputs(&q.mir, &images, n, n);
 
     // Firmware.
-    std::fs::write(out.join("images.bin"), &images).unwrap();
-    let t = repo().join("tests/mcu");
-    let elf = out.join("fw.elf");
-    ok(Command::new("arm-none-eabi-gcc")
-        .args(GCC_FLAGS)
-        .args([
-            "-std=c99",
-            "-Wall",
-            "-Wextra",
-            "-Werror",
-            "--specs=rdimon.specs",
-        ])
-        .arg(format!("-DMODEL={model}"))
-        .arg(format!("-DMODEL_H=\"{model}.h\""))
-        .arg("-I")
-        .arg(&out)
-        .arg(t.join("main.c"))
-        .arg(t.join("startup.c"))
-        .arg(out.join(format!("{model}.c")))
-        .args(["-Wl,--section-start=.vectors=0x0", "-o"])
-        .arg(&elf));
+    let (elf, fw) = mnist::m4_firmware_outputs(model, &out, &images);
     let obj = out.join(format!("{model}.o"));
     ok(Command::new("arm-none-eabi-gcc")
         .args(GCC_FLAGS)
@@ -212,32 +136,7 @@ fn firmware(model: &str) -> Figures {
         .arg(out.join(format!("{model}.c")))
         .arg("-o")
         .arg(&obj));
-    let stdout = ok(Command::new("timeout")
-        .args([
-            "120",
-            "qemu-system-arm",
-            "-M",
-            "mps2-an386",
-            "-nographic",
-            "-semihosting",
-            "-kernel",
-        ])
-        .arg(&elf)
-        .current_dir(&out));
-    assert!(stdout.contains("images 1000"), "{stdout}");
-    let fw = std::fs::read(out.join("outputs.bin")).unwrap();
-    assert_eq!(
-        fw.len(),
-        host.len(),
-        "firmware wrote {} bytes, host {}",
-        fw.len(),
-        host.len()
-    );
-    let diff = fw.iter().zip(&host).filter(|(a, b)| a != b).count();
-    assert_eq!(
-        diff, 0,
-        "{model}: {diff} int8 outputs differ between the firmware and the interpreter"
-    );
+    mnist::assert_bit_exact(model, &fw, &host);
 
     let rust = rust_firmware(model, &calib, &out, &images, &host);
     let cores = cores(model, &calib, &images, &host);

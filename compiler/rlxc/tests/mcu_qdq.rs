@@ -16,10 +16,11 @@
 //! one fails the test, it never skips.
 
 mod common;
-use common::{python, repo};
-use rlx_ir::{Blob, ConstData, DType, MirOp};
+use common::mnist::{self, data};
+use common::{npy, ok, python, repo};
+use rlx_ir::{DType, MirOp};
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 /// ONNX Runtime requantizes each layer in float (`round_half_even(acc·s_x·s_w/s_y) + z`), rlxc in
@@ -31,37 +32,6 @@ use std::process::Command;
 /// rounding convention — moves most outputs, hence the bound on equal outputs.
 const MAX_STEPS: i64 = 2;
 const MIN_EQUAL: f64 = 0.99;
-
-fn ok(cmd: &mut Command) -> String {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e} (run `make setup`)"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed ({}):\n{}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// The trained float models and MNIST images (the same cache and stamp as `mcu.rs`).
-fn data() -> PathBuf {
-    let dir = repo().join("build/mcu-test/data");
-    let script = repo().join("tests/mcu/train_mnist.py");
-    let stamp = dir.join("script.stamp");
-    let src = std::fs::read(&script).unwrap();
-    if std::fs::read(&stamp).ok().as_deref() != Some(&src[..]) || !dir.join("meta.json").exists() {
-        ok(Command::new(python()).arg(&script).arg("--out").arg(&dir));
-        std::fs::write(&stamp, &src).unwrap();
-    }
-    dir
-}
-
-fn npy(p: &Path) -> ConstData {
-    rlxc::npy::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
-}
 
 fn argmax(row: &[i8]) -> usize {
     (0..row.len()).fold(0, |b, j| if row[j] > row[b] { j } else { b })
@@ -129,84 +99,13 @@ fn qdq_firmware(model: &str, d: &Path, qdir: &Path) -> Figures {
     let labels = npy(&d.join("test_y.npy")).to_i64_vec();
     let n = labels.len();
     assert_eq!(n, 1000);
-    let scale = ConstData::from_f32(vec![], &[q.inputs[0].scale]);
-    let zp = ConstData::scalar(DType::I8, q.inputs[0].zero_point as f64);
-    let xq = rlxc::pipeline::eval_op(&MirOp::Quantize { axis: 0 }, &[x, scale, zp])
-        .unwrap()
-        .remove(0);
+    let xq = mnist::quantize(x, q.inputs[0].scale, q.inputs[0].zero_point);
     let images = xq.data.bytes().to_vec();
-    let per = images.len() / n;
-    let in_shape = q.mir.ty(q.mir.inputs[0]).shape.as_fixed().unwrap();
-    let mut host = Vec::new();
-    for i in 0..n {
-        let input = ConstData {
-            dtype: DType::I8,
-            shape: in_shape.clone(),
-            data: Blob::from_vec(images[i * per..(i + 1) * per].to_vec()),
-        };
-        host.extend_from_slice(
-            rlx_interp::run(&q.mir, &[input])
-                .unwrap()
-                .remove(0)
-                .data
-                .bytes(),
-        );
-    }
+    let host = mnist::interpreter_outputs(&q.mir, &images, n, n);
 
     // Firmware in QEMU (Cortex-M4, mps2-an386).
-    std::fs::write(out.join("images.bin"), &images).unwrap();
-    let t = repo().join("tests/mcu");
-    let elf = out.join("fw.elf");
-    ok(Command::new("arm-none-eabi-gcc")
-        .args([
-            "-mcpu=cortex-m4",
-            "-mthumb",
-            "-mfloat-abi=hard",
-            "-mfpu=fpv4-sp-d16",
-            "-O2",
-        ])
-        .args([
-            "-std=c99",
-            "-Wall",
-            "-Wextra",
-            "-Werror",
-            "--specs=rdimon.specs",
-        ])
-        .arg(format!("-DMODEL={model}"))
-        .arg(format!("-DMODEL_H=\"{model}.h\""))
-        .arg("-I")
-        .arg(&out)
-        .arg(t.join("main.c"))
-        .arg(t.join("startup.c"))
-        .arg(out.join(format!("{model}.c")))
-        .args(["-Wl,--section-start=.vectors=0x0", "-o"])
-        .arg(&elf));
-    let stdout = ok(Command::new("timeout")
-        .args([
-            "120",
-            "qemu-system-arm",
-            "-M",
-            "mps2-an386",
-            "-nographic",
-            "-semihosting",
-            "-kernel",
-        ])
-        .arg(&elf)
-        .current_dir(&out));
-    assert!(stdout.contains("images 1000"), "{stdout}");
-    let fw = std::fs::read(out.join("outputs.bin")).unwrap();
-    assert_eq!(
-        fw.len(),
-        host.len(),
-        "firmware wrote {} bytes, host {}",
-        fw.len(),
-        host.len()
-    );
-    let diff = fw.iter().zip(&host).filter(|(a, b)| a != b).count();
-    assert_eq!(
-        diff, 0,
-        "{model}: {diff} int8 outputs differ between the firmware and the interpreter"
-    );
+    let (_, fw) = mnist::m4_firmware_outputs(model, &out, &images);
+    mnist::assert_bit_exact(model, &fw, &host);
 
     // Against ONNX Runtime's run of the QDQ model (its int8 output tensor).
     let ort = npy(&qdir.join(format!("{model}_ort_q.npy")));

@@ -15,10 +15,11 @@
 //! (`make setup`); a missing one fails the test, it never skips.
 
 mod common;
-use common::{python, repo};
-use rlx_ir::{Blob, ConstData, DType, MirOp};
+use common::mnist::{self, data};
+use common::{npy, repo};
+use rlx_ir::{ConstData, DType, MirOp};
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 
@@ -35,29 +36,6 @@ fn ok(cmd: &mut Command) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
-}
-
-/// The Cortex-M test's training cache (same script, same stamp): trains once per script version.
-fn data() -> PathBuf {
-    static DATA: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    DATA.get_or_init(|| {
-        let dir = repo().join("build/mcu-test/data");
-        let script = repo().join("tests/mcu/train_mnist.py");
-        let stamp = dir.join("script.stamp");
-        let src = std::fs::read(&script).unwrap();
-        if std::fs::read(&stamp).ok().as_deref() != Some(&src[..])
-            || !dir.join("meta.json").exists()
-        {
-            ok(Command::new(python()).arg(&script).arg("--out").arg(&dir));
-            std::fs::write(&stamp, &src).unwrap();
-        }
-        dir
-    })
-    .clone()
-}
-
-fn npy(p: &Path) -> ConstData {
-    rlxc::npy::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 
 fn rlxc() -> Command {
@@ -93,29 +71,9 @@ fn host_reference(model: &str, n_run: usize) -> (Vec<u8>, Vec<u8>) {
     let x = npy(&d.join("test_x.npy"));
     let n = x.shape[0];
     assert_eq!(n, 1000);
-    let scale = ConstData::from_f32(vec![], &[qi.scale]);
-    let zp = ConstData::scalar(DType::I8, qi.zero_point as f64);
-    let xq = rlxc::pipeline::eval_op(&MirOp::Quantize { axis: 0 }, &[x, scale, zp])
-        .unwrap()
-        .remove(0);
+    let xq = mnist::quantize(x, qi.scale, qi.zero_point);
     let images = xq.data.bytes().to_vec();
-    let per = images.len() / n;
-    let in_shape = q.mir.ty(q.mir.inputs[0]).shape.as_fixed().unwrap();
-    let mut host = Vec::new();
-    for i in 0..n_run {
-        let input = ConstData {
-            dtype: DType::I8,
-            shape: in_shape.clone(),
-            data: Blob::from_vec(images[i * per..(i + 1) * per].to_vec()),
-        };
-        host.extend_from_slice(
-            rlx_interp::run(&q.mir, &[input])
-                .unwrap()
-                .remove(0)
-                .data
-                .bytes(),
-        );
-    }
+    let host = mnist::interpreter_outputs(&q.mir, &images, n, n_run);
     (images, host)
 }
 

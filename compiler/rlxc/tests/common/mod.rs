@@ -1,7 +1,11 @@
 //! Helpers shared by rlxc's integration tests: where the repository and the venv python are.
 #![allow(dead_code)]
 
-use std::path::PathBuf;
+pub mod mnist;
+
+use rlx_ir::ConstData;
+use std::path::{Path, PathBuf};
+use std::process::Command;
 
 /// The repository root.
 pub fn repo() -> PathBuf {
@@ -21,4 +25,22 @@ pub fn python() -> PathBuf {
         p.display()
     );
     p
+}
+
+/// Runs `cmd`, asserts it succeeded (printing its output if not), returns its stdout.
+pub fn ok(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e} (run `make setup`)"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed ({}):\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A .npy file (panics naming it when it cannot be read).
+pub fn npy(p: &Path) -> ConstData {
+    rlxc::npy::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }

@@ -1,0 +1,83 @@
+//! The MNIST int8 test scaffolding shared by the Cortex-M tests (`mcu.rs`, `mcu_qdq.rs`) and the
+//! Verilog test: the trained models and images, image quantization, the interpreter's reference
+//! outputs, and the Cortex-M4 firmware run in QEMU.
+
+use super::{ok, repo};
+use rlx_ir::{Blob, ConstData, DType, Mir, MirOp};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Compiler flags of the Cortex-M4 firmware (hard-float ABI, FPv4).
+pub const M4_GCC_FLAGS: &[&str] = &["-mcpu=cortex-m4", "-mthumb", "-mfloat-abi=hard", "-mfpu=fpv4-sp-d16", "-O2"];
+
+/// The trained float models, calibration sets and MNIST images in build/mcu-test/data: trained by
+/// tests/mcu/train_mnist.py once per version of the script (and once per process: tests share it).
+pub fn data() -> PathBuf {
+    static DATA: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DATA.get_or_init(|| {
+        let dir = repo().join("build/mcu-test/data");
+        let script = repo().join("tests/mcu/train_mnist.py");
+        let stamp = dir.join("script.stamp");
+        let src = std::fs::read(&script).unwrap();
+        if std::fs::read(&stamp).ok().as_deref() != Some(&src[..]) || !dir.join("meta.json").exists() {
+            ok(Command::new(super::python()).arg(&script).arg("--out").arg(&dir));
+            std::fs::write(&stamp, &src).unwrap();
+        }
+        dir
+    })
+    .clone()
+}
+
+/// `x` quantized with the `quantize` op and a port's scale and zero point (int8).
+pub fn quantize(x: ConstData, scale: f32, zero_point: i32) -> ConstData {
+    let scale = ConstData::from_f32(vec![], &[scale]);
+    let zp = ConstData::scalar(DType::I8, zero_point as f64);
+    rlxc::pipeline::eval_op(&MirOp::Quantize { axis: 0 }, &[x, scale, zp]).unwrap().remove(0)
+}
+
+/// The reference interpreter's int8 outputs of the integer program `mir` on the first `count` of the
+/// `n` inputs packed in `images`, concatenated.
+pub fn interpreter_outputs(mir: &Mir, images: &[u8], n: usize, count: usize) -> Vec<u8> {
+    let per = images.len() / n;
+    let in_shape = mir.ty(mir.inputs[0]).shape.as_fixed().unwrap();
+    let mut host = Vec::new();
+    for i in 0..count {
+        let input = ConstData { dtype: DType::I8, shape: in_shape.clone(), data: Blob::from_vec(images[i * per..(i + 1) * per].to_vec()) };
+        host.extend_from_slice(rlx_interp::run(mir, &[input]).unwrap().remove(0).data.bytes());
+    }
+    host
+}
+
+/// Builds tests/mcu/main.c + startup.c + `dir/MODEL.c` for the Cortex-M4, runs it over `images`
+/// (written to `dir/images.bin`) in `qemu-system-arm -M mps2-an386`, checks that it read 1,000 images,
+/// and returns the ELF and the int8 outputs it wrote.
+pub fn m4_firmware_outputs(model: &str, dir: &Path, images: &[u8]) -> (PathBuf, Vec<u8>) {
+    std::fs::write(dir.join("images.bin"), images).unwrap();
+    let t = repo().join("tests/mcu");
+    let elf = dir.join("fw.elf");
+    ok(Command::new("arm-none-eabi-gcc")
+        .args(M4_GCC_FLAGS)
+        .args(["-std=c99", "-Wall", "-Wextra", "-Werror", "--specs=rdimon.specs"])
+        .arg(format!("-DMODEL={model}"))
+        .arg(format!("-DMODEL_H=\"{model}.h\""))
+        .arg("-I")
+        .arg(dir)
+        .arg(t.join("main.c"))
+        .arg(t.join("startup.c"))
+        .arg(dir.join(format!("{model}.c")))
+        .args(["-Wl,--section-start=.vectors=0x0", "-o"])
+        .arg(&elf));
+    let stdout = ok(Command::new("timeout")
+        .args(["120", "qemu-system-arm", "-M", "mps2-an386", "-nographic", "-semihosting", "-kernel"])
+        .arg(&elf)
+        .current_dir(dir));
+    assert!(stdout.contains("images 1000"), "{stdout}");
+    (elf, std::fs::read(dir.join("outputs.bin")).unwrap())
+}
+
+/// Asserts that the firmware's int8 outputs equal the interpreter's, bit for bit.
+pub fn assert_bit_exact(model: &str, fw: &[u8], host: &[u8]) {
+    assert_eq!(fw.len(), host.len(), "firmware wrote {} bytes, host {}", fw.len(), host.len());
+    let diff = fw.iter().zip(host).filter(|(a, b)| a != b).count();
+    assert_eq!(diff, 0, "{model}: {diff} int8 outputs differ between the firmware and the interpreter");
+}
