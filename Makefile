@@ -6,7 +6,7 @@ SHELL := bash
 
 # System packages the build and tests need. Later issues append here.
 APT_PACKAGES := llvm-19-dev libpolly-19-dev libzstd-dev libz3-dev libxml2-dev \
-                gcc-aarch64-linux-gnu qemu-user protobuf-compiler \
+                gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user protobuf-compiler \
                 gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm \
                 spirv-tools glslang-tools mesa-vulkan-drivers libvulkan1 vulkan-tools \
                 iverilog verilator yosys
