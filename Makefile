@@ -31,7 +31,7 @@ AARCH64_TRIPLE := aarch64-unknown-linux-gnu
 
 export RLX_PY := $(CURDIR)/$(PY)
 
-.PHONY: setup apt venv build test conformance-data conformance conformance-check nollvm-check demo bench bench-backends verilog-report clean
+.PHONY: setup apt venv build install test conformance-data conformance conformance-check nollvm-check demo bench bench-backends verilog-report clean
 
 setup: apt venv build
 
@@ -64,6 +64,15 @@ build:
 	rustup target list --installed | grep -qx thumbv7em-none-eabihf || rustup target add thumbv7em-none-eabihf
 	cargo build --profile rt -p rlx-rt-capi
 	cargo build --profile rt -p rlx-rt-capi --target $(AARCH64_TRIPLE)
+
+# Installs the rlxc binary with `cargo install` (PREFIX/bin; reusing this build's target dir) and the
+# runtime libraries it links artifacts with (PREFIX/lib/rlxc/<triple>/librlx_rt.a, where it looks).
+PREFIX ?= $(HOME)/.cargo
+install: build
+	cargo install --locked --path compiler/rlxc --root $(PREFIX) --target-dir target
+	host=$$(rustc -vV | sed -n 's/^host: //p'); \
+	install -D -m 644 target/rt/librlx_rt.a $(PREFIX)/lib/rlxc/$$host/librlx_rt.a; \
+	install -D -m 644 target/$(AARCH64_TRIPLE)/rt/librlx_rt.a $(PREFIX)/lib/rlxc/$(AARCH64_TRIPLE)/librlx_rt.a
 
 test: build
 	RLX_REQUIRE_VULKAN=1 cargo test --release --workspace

@@ -10,7 +10,7 @@ erf GELU, LayerNorm eps 1e-12) written with torch ops, with the weights of the O
 by the scale; every other initializer as stored). Both compute in f32 (TF32 off).
 
 For each round and batch (interleaved: rlxc, eager, graph, then the next batch):
-- rlxc: `rlxc run --target vulkan --bench RUNS` in a subprocess; its p50 is of `Executor::run` —
+- rlxc: `rlxc bench --target vulkan --runs RUNS` in a subprocess; its p50 is of `Executor::run` —
   copy the inputs into the staging buffers, submit the recorded command buffer (input copies, every
   dispatch, output copies), wait on the fence, copy the outputs out — after one untimed run; setup
   (compile, pipelines, weight upload) is excluded.
@@ -139,7 +139,7 @@ def time_torch(fn, runs: int):
 
 
 def run_rlxc(rlxc: str, model: str, d: str, batch: int, runs: int):
-    args = [rlxc, "run", model, "--target", "vulkan", "-o", os.path.join(d, "out"), "--dim", f"batch={batch}", "--dim", f"sequence={SEQ}", "--bench", str(runs)]
+    args = [rlxc, "bench", model, "--target", "vulkan", "-o", os.path.join(d, "out"), "--dim", f"batch={batch}", "--dim", f"sequence={SEQ}", "--runs", str(runs), "--warmup-ms", "0"]
     for n in ["input_ids", "attention_mask", "token_type_ids"]:
         args += ["-i", f"{n}={os.path.join(d, n + '.npy')}"]
     out = subprocess.run(args, capture_output=True, text=True)
@@ -147,7 +147,7 @@ def run_rlxc(rlxc: str, model: str, d: str, batch: int, runs: int):
         raise SystemExit(f"rlxc failed:\n{out.stdout}\n{out.stderr}")
     m = re.search(r"p50 ([0-9.]+) µs", out.stdout)
     info = {k: v for k, v in re.findall(r"(compile|setup|first run) ([0-9.]+ m?s)", out.stdout)}
-    dev = re.search(r"vulkan device: (.*)", out.stdout)
+    dev = re.search(r"vulkan device: (.*?) \(Vulkan", out.stdout)
     return float(m.group(1)), np.load(os.path.join(d, "out", "last_hidden_state.npy")), info, dev.group(1) if dev else "?"
 
 

@@ -46,9 +46,9 @@ alternate() {
     for round in 1 2; do
       for v in $values; do
         echo "batch $b, $var=$v, round $round:"
-        env "$var=$v" target/nollvm/release/rlxc run build/gpu/minilm.onnx --target vulkan -o "/tmp/rlx-ab-$var-$v" \
+        env "$var=$v" target/nollvm/release/rlxc bench build/gpu/minilm.onnx --target vulkan -o "/tmp/rlx-ab-$var-$v" \
           -i input_ids=$D/input_ids.npy -i attention_mask=$D/attention_mask.npy -i token_type_ids=$D/token_type_ids.npy \
-          --dim batch=$b --dim sequence=128 --bench "${RUNS:-100}" | grep -E 'barriers|bench'
+          --dim batch=$b --dim sequence=128 --runs "${RUNS:-100}" --warmup-ms 0 | grep -E 'barriers|bench'
       done
     done
     python3 -c 'import numpy as np,sys; a,b=(np.load(p+"/last_hidden_state.npy") for p in sys.argv[1:]); print("max abs between the two", float(np.abs(a-b).max()))' \
@@ -78,9 +78,9 @@ alternate() {
   if want host; then
   echo "== batch 1 with host-visible buffers instead of device-local ones (RLX_VULKAN_MEMORY=host)"
   D=/tmp/rlx-bench/b1
-  RLX_VULKAN_MEMORY=host target/nollvm/release/rlxc run build/gpu/minilm.onnx --target vulkan -o /tmp/rlx-host \
+  RLX_VULKAN_MEMORY=host target/nollvm/release/rlxc bench build/gpu/minilm.onnx --target vulkan -o /tmp/rlx-host \
     -i input_ids=$D/input_ids.npy -i attention_mask=$D/attention_mask.npy -i token_type_ids=$D/token_type_ids.npy \
-    --dim batch=1 --dim sequence=128 --bench 50 | grep -E 'setup|bench'
+    --dim batch=1 --dim sequence=128 --runs 50 --warmup-ms 0 | grep -E 'setup|bench'
   fi
   if want rows; then
     alternate RLX_SHADER_ROWS "0 1" "row fusion off (RLX_SHADER_ROWS=0) vs on (the default)"

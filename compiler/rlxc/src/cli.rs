@@ -12,6 +12,10 @@ use std::path::{Path, PathBuf};
 pub enum Target {
     /// The reference interpreter (MIR, all dtypes; the numerical oracle)
     Interp,
+    /// The reference interpreter on the int8 program (--calibrate, or a QDQ model): the outputs
+    /// Cortex-M and Verilog firmware must match
+    #[value(name = "interp-int8")]
+    InterpInt8,
     /// This machine's CPU, with all its features (LLVM)
     Host,
     /// x86-64 (LLVM; x86-64-v3 = AVX2+FMA unless --cpu)
@@ -57,6 +61,7 @@ impl Target {
     pub fn name(self) -> &'static str {
         match self {
             Target::Interp => "interp",
+            Target::InterpInt8 => "interp-int8",
             Target::Host => "host",
             Target::X86_64 => "x86_64",
             Target::Aarch64 => "aarch64",
@@ -75,40 +80,17 @@ impl Target {
             Target::Opengl => "opengl",
         }
     }
-    /// The shader language of a GPU target (these compile through `rlx-target-shader`).
-    pub fn shader_lang(self) -> Option<rlx_target_shader::Lang> {
-        use rlx_target_shader::Lang;
-        Some(match self {
-            Target::Vulkan | Target::Spirv => Lang::Spirv,
-            Target::Webgpu => Lang::Wgsl,
-            Target::Metal => Lang::Msl,
-            Target::Directx => Lang::Hlsl,
-            Target::Opengl => Lang::Glsl,
-            _ => return None,
-        })
-    }
-    /// The Cortex-M core of an MCU target (these compile to C sources through `rlx-target-mcu`).
-    pub fn mcu_core(self) -> Option<rlx_target_mcu::Core> {
-        use rlx_target_mcu::Core;
-        Some(match self {
-            Target::CortexM0plus => Core::M0Plus,
-            Target::CortexM3 => Core::M3,
-            Target::CortexM4 => Core::M4,
-            Target::CortexM7 => Core::M7,
-            Target::CortexM33 => Core::M33,
-            Target::CortexM55 => Core::M55,
-            _ => return None,
-        })
-    }
+    /// The target's claim set (from its family).
     pub fn caps(self) -> TargetCaps {
-        match self {
-            Target::Interp => rlx_interp::caps(),
-            t if t.mcu_core().is_some() => rlx_target_mcu::caps(t.name()),
-            t if t.shader_lang().is_some() => rlx_target_shader::caps(t.name(), t.shader_lang().expect("shader target")),
-            Target::Verilog => rlx_target_verilog::caps("verilog"),
-            t => cpu_caps(t.name()),
-        }
+        crate::targets::family(self).caps(self)
     }
+}
+
+/// `--target` for `rlxc run` and `rlxc bench`: only the targets with an executor.
+pub fn runnable_target() -> impl clap::builder::TypedValueParser<Value = Target> {
+    use clap::builder::TypedValueParser;
+    let values: Vec<clap::builder::PossibleValue> = crate::targets::runnable().into_iter().filter_map(|t| t.to_possible_value()).collect();
+    clap::builder::PossibleValuesParser::new(values).map(|s| Target::from_str(&s, true).unwrap_or(Target::Interp))
 }
 
 /// `rlxc --version`: the version and the native back ends built in.

@@ -18,8 +18,8 @@ pub const LONG_ABOUT: &str = "Import and lower a model, then resolve every primi
 pub struct CheckArgs {
     /// The model: an ONNX file, or a folder with config.json + model.safetensors
     pub model: PathBuf,
-    /// The target to check against
-    #[arg(long, value_enum)]
+    /// The target to check against (the same default as `rlxc compile`)
+    #[arg(long, value_enum, default_value_t = Target::Host)]
     pub target: Target,
     /// Print the report as one JSON object (keys: model, target, legal, summary, entries)
     #[arg(long)]

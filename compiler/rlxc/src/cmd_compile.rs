@@ -1,9 +1,11 @@
-//! `rlxc compile`: the artifact contract — `NAME.o`, `NAME.h`, `NAME.rs`, `NAME.json`, and the
-//! runtime static library named by the link line. The pipeline itself is `rlxc::pipeline`.
+//! `rlxc compile`: import → lower → the target's passes → legalize → plan → its writer
+//! (`rlxc::targets::compile`), then the one artifact writer. Which files a target writes is its
+//! family's business (`rlxc::targets`); this command never asks which family it is.
 
 use crate::{dims_map, problem_list, Failure, ModelSource, Target};
 use rlxc::artifact;
-use rlxc::pipeline::{calibration_samples, compile_mcu, compile_mir, compile_verilog, cpu_target, default_name, write_artifacts, write_mcu_artifacts, write_verilog_artifacts, Budgets, Timings};
+use rlxc::pipeline::{default_name, Timings};
+use rlxc::targets::{self, Request};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -25,6 +27,9 @@ naming the largest buffers, when the arena / the weights do not fit.\n\n\
 network: NAME.v (layer-sequential datapath, N int8 MACs per cycle, valid/ready byte streams; ports documented in its \
 header), NAME_weights.mem and NAME_qparams.mem (ROM images), NAME_tb.v (self-checking testbench) with \
 NAME_tb_in.mem / NAME_tb_expected.mem (the calibration samples and the interpreter's int8 outputs) and NAME.json.\n\n\
+--board NAME (MCU targets: microbit, mps2-an385, mps2-an386, mps2-an500, mps2-an505, mps3-an547) also writes a \
+buildable firmware folder beside the sources: main.c (runs the model over images.bin read over semihosting, writes \
+outputs.bin), startup.c, the board's linker script where it needs one, and a Makefile (`make`, `make run` in QEMU).\n\n\
 GPU targets (--target vulkan|spirv|webgpu|metal|directx|opengl) write compute shaders through naga instead: \
 NAME.spv (SPIR-V, entry points k0, k1, …) or NAME.wgsl / NAME.metal / NAME.hlsl / NAME.kI.comp, NAME.schedule.bin \
 (buffers and dispatches in order, read by runtime-min's Vulkan executor), NAME.weights.bin and NAME.json.\n\n\
@@ -96,9 +101,33 @@ pub struct CompileArgs {
     /// MCU targets: fail when the const weights need more than BYTES of flash
     #[arg(long, value_name = "BYTES")]
     pub flash_budget: Option<usize>,
-    /// --target verilog: int8 multipliers in the MAC array (output channels computed per cycle)
-    #[arg(long, value_name = "N", default_value_t = 1)]
-    pub macs_per_cycle: usize,
+    /// --target verilog: int8 multipliers in the MAC array (output channels computed per cycle; default 1)
+    #[arg(long, value_name = "N")]
+    pub macs_per_cycle: Option<usize>,
+    /// MCU targets: also write a buildable firmware folder for this QEMU board (main.c, startup.c,
+    /// linker script, Makefile): microbit (M0+), mps2-an385 (M3), mps2-an386 (M4), mps2-an500 (M7),
+    /// mps2-an505 (M33), mps3-an547 (M55)
+    #[arg(long, value_name = "NAME")]
+    pub board: Option<String>,
+}
+
+impl CompileArgs {
+    /// The flags that go to the target's family.
+    pub fn request(&self, name: String) -> Request {
+        Request {
+            name,
+            cpu: self.cpu.clone(),
+            backend: self.backend,
+            external_weights: self.weights == Weights::External,
+            emit_ir: self.emit_ir,
+            emit_rust: self.emit == Emit::Rust,
+            calibrate: self.calibrate.clone(),
+            ram_budget: self.ram_budget,
+            flash_budget: self.flash_budget,
+            macs_per_cycle: self.macs_per_cycle,
+            board: self.board.clone(),
+        }
+    }
 }
 
 pub fn main(a: &CompileArgs) -> Result<(), Failure> {
@@ -106,28 +135,10 @@ pub fn main(a: &CompileArgs) -> Result<(), Failure> {
     let mut dims = dims_map(&a.dims)?;
     let mut tm = Timings::default();
     let total = Instant::now();
-    let mcu = a.target.mcu_core().is_some();
-    let verilog = a.target == Target::Verilog;
-    if verilog && a.calibrate.is_none() {
-        return Err(Failure::usage("--target verilog builds an int8 datapath: pass --calibrate data.npy"));
-    }
-    if !verilog && a.macs_per_cycle != 1 {
-        return Err(Failure::usage("--macs-per-cycle applies to --target verilog"));
-    }
-    if verilog && (a.ram_budget.is_some() || a.flash_budget.is_some()) {
-        return Err(Failure::usage("--ram-budget and --flash-budget apply to MCU targets (--target cortex-m*)"));
-    }
-    if !mcu && a.emit == Emit::Rust {
-        return Err(Failure::usage("--emit rust applies to MCU targets (--target cortex-m*); CPU targets always write a Rust binding NAME.rs"));
-    }
-    if !mcu && !verilog && (a.calibrate.is_some() || a.ram_budget.is_some() || a.flash_budget.is_some()) {
-        return Err(Failure::usage("--calibrate, --ram-budget and --flash-budget apply to MCU targets (--target cortex-m*)"));
-    }
-    let cpu = if mcu || verilog || a.target.shader_lang().is_some() { None } else { Some(cpu_target(a.target, a.cpu.as_deref())?) };
-    let cpu = cpu.map(|mut c| {
-        c.backend = a.backend.unwrap_or_default();
-        c
-    });
+    let name = a.name.clone().map(|n| artifact::sanitize_ident(&n)).unwrap_or_else(|| default_name(&a.model));
+    let req = a.request(name.clone());
+    // Flags the target's family does not take fail before any work.
+    targets::check_flags(a.target, &req)?;
     if let Some(b) = a.batch {
         // --batch applies to every symbolic dim whose name starts with "batch" (batch, batch_size…).
         let syms = crate::model_symbols(&src)?;
@@ -151,103 +162,14 @@ pub fn main(a: &CompileArgs) -> Result<(), Failure> {
         )));
     }
     let mir = tm.time("lower", || rlx_opt::lower(&hir)).map_err(|p| Failure::model(problem_list("cannot lower the model to MIR", &p)))?;
-    let name = a.name.clone().map(|n| artifact::sanitize_ident(&n)).unwrap_or_else(|| default_name(&a.model));
-    if a.target.shader_lang().is_some() {
-        let c = rlxc::shader::compile_shader(&mir, a.target, &mut tm)?;
-        let files = tm.time("write", || rlxc::shader::write_shader_artifacts(&a.out, &name, &a.model, a.target, &c))?;
-        if a.report {
-            crate::cmd_check::print_report(&c.report);
-        }
-        println!(
-            "compiled {} for {}: {} kernels ({} dispatches), arena {} bytes, weights {} bytes, in {:.2?}",
-            a.model.display(),
-            a.target.name(),
-            c.lir.launches.len(),
-            c.program.dispatches.len(),
-            c.lir.arena_bytes,
-            c.lir.weights.len(),
-            total.elapsed()
-        );
-        for f in files {
-            println!("  {}", f.display());
-        }
-        return Ok(());
-    }
-    if verilog {
-        let p = a.calibrate.as_ref().expect("checked above");
-        let data = rlxc::npy::read(p).map_err(|e| Failure::usage(format!("{}: {e}", p.display())))?;
-        if mir.inputs.len() != 1 {
-            return Err(Failure::usage(format!("--calibrate takes one .npy: the model has {} inputs", mir.inputs.len())));
-        }
-        let calib = calibration_samples(&data, mir.ty(mir.inputs[0])).map_err(|e| Failure::usage(format!("{}: {e}", p.display())))?;
-        let c = compile_verilog(&mir, &name, &calib, a.macs_per_cycle, &mut tm)?;
-        let files = tm.time("write", || write_verilog_artifacts(&a.out, &name, &a.model, &c))?;
-        if a.report {
-            crate::cmd_check::print_report(&c.report);
-        }
-        println!(
-            "compiled {} for verilog (int8): {} layer(s), {} MAC(s) per cycle, {} cycles per inference, in {:.2?}",
-            a.model.display(),
-            c.design.layers.len(),
-            c.macs_per_cycle,
-            c.design.cycles,
-            total.elapsed()
-        );
-        for f in files {
-            println!("  {}", f.display());
-        }
-        return Ok(());
-    }
-    if mcu {
-        let calib = match &a.calibrate {
-            Some(p) => {
-                let data = rlxc::npy::read(p).map_err(|e| Failure::usage(format!("{}: {e}", p.display())))?;
-                if mir.inputs.len() != 1 {
-                    return Err(Failure::usage(format!("--calibrate takes one .npy: the model has {} inputs", mir.inputs.len())));
-                }
-                Some(calibration_samples(&data, mir.ty(mir.inputs[0])).map_err(|e| Failure::usage(format!("{}: {e}", p.display())))?)
-            }
-            None => None,
-        };
-        let budgets = Budgets { ram: a.ram_budget, flash: a.flash_budget };
-        let c = compile_mcu(&mir, a.target, &name, calib.as_deref(), budgets, a.emit == Emit::Rust, &mut tm)?;
-        let files = tm.time("write", || write_mcu_artifacts(&a.out, &name, &a.model, &c))?;
-        if a.report {
-            crate::cmd_check::print_report(&c.report);
-        }
-        println!(
-            "compiled {} for {}{}: {} kernels, arena (RAM) {} bytes, weights (flash) {} bytes, in {:.2?}",
-            a.model.display(),
-            c.core.name(),
-            if c.quant.is_some() { " (int8)" } else { "" },
-            c.lir.launches.len(),
-            c.sources.arena_bytes,
-            c.sources.weights_bytes,
-            total.elapsed()
-        );
-        for f in files {
-            println!("  {}", f.display());
-        }
-        return Ok(());
-    }
-    let cpu = cpu.expect("CPU targets have a CPU");
-    let external = a.weights == Weights::External;
-    let c = compile_mir(&mir, a.target, cpu, &name, external, a.emit_ir, &mut tm)?;
-    let files = tm.time("write", || write_artifacts(&a.out, &name, &a.model, &c, external))?;
+    let art = targets::compile(a.target, &mir, &req, &mut tm)?;
+    let (files, manifest) = art.files(&name, &a.model)?;
+    let written = tm.time("write", || targets::write::write_artifact(&a.out, &name, files, &manifest))?;
     if a.report {
-        crate::cmd_check::print_report(&c.report);
+        crate::cmd_check::print_report(art.report());
     }
-    println!(
-        "compiled {} for {} ({}): {} kernels, arena {} bytes, weights {} bytes, in {:.2?}",
-        a.model.display(),
-        c.target.triple(),
-        c.target.cpu,
-        c.lir.launches.len(),
-        c.lir.arena_bytes,
-        c.lir.weights.len(),
-        total.elapsed()
-    );
-    for f in files {
+    println!("compiled {} for {}, in {:.2?}", a.model.display(), art.summary(), total.elapsed());
+    for f in written {
         println!("  {}", f.display());
     }
     if a.timings {

@@ -1,10 +1,13 @@
-//! `rlxc run`: run a model on .npy inputs and write .npy outputs.
+//! `rlxc run`: run a model on .npy inputs with the target's executor (`rlxc::targets::load`) and
+//! write .npy outputs. The model and input handling here is shared with `rlxc bench`.
 
 use crate::{dims_map, phase, Failure, ModelSource, Target};
-use rlx_ir::{ConstData, DType, Dim, Shape};
+use rlx_ir::{ConstData, DType, Dim, Hir, Mir, Shape};
 use rlxc::npy;
+use rlxc::pipeline::Timings;
+use rlxc::targets::{self, Request};
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// The long `--help` text.
@@ -13,7 +16,15 @@ pub const LONG_ABOUT: &str = "Run a model on .npy inputs and write one .npy file
         and mean, and the time taken.\n\n\
         Every model input needs exactly one --input. Symbolic dims (batch, sequence, …) are bound from the \
         input shapes; --dim fixes them explicitly.\n\n\
-        .npy files: format 1.0/2.0/3.0, C order, little-endian f4 f8 f2 i1 i2 i4 i8 u1 u2 u4 u8 b1.";
+        .npy files: format 1.0/2.0/3.0, C order, little-endian f4 f8 f2 i1 i2 i4 i8 u1 u2 u4 u8 b1.\n\n\
+        Targets: interp (the reference interpreter), interp-int8 (the interpreter on the int8 program: \
+        --calibrate data.npy, or a QDQ model — the reference a firmware's outputs must equal), host \
+        (compiled, linked into a shared object and loaded), x86_64 and aarch64 (linked with a small \
+        harness; aarch64 runs under qemu-aarch64), vulkan/spirv (runtime-min's Vulkan executor), \
+        cortex-m* (int8 firmware built with arm-none-eabi-gcc, run in qemu-system-arm; --board picks \
+        the QEMU board), verilog (Icarus simulation of the int8 datapath; cycles reported). Float inputs \
+        of an int8 target are quantized with its input's scale and zero point; its outputs are written \
+        as int8. The time of each phase (import, lower, compile, link/build/setup, run) is printed apart.";
 
 #[derive(clap::Args)]
 pub struct RunArgs {
@@ -25,24 +36,39 @@ pub struct RunArgs {
     /// Folder for the output .npy files (created if missing)
     #[arg(short = 'o', long = "out-dir", value_name = "DIR", default_value = ".")]
     pub out: PathBuf,
-    /// Where to run the model
-    #[arg(long, value_enum, default_value_t = Target::Interp)]
+    #[command(flatten)]
+    pub on: On,
+}
+
+/// Where a model runs: the flags `rlxc run` and `rlxc bench` share.
+#[derive(clap::Args)]
+pub struct On {
+    /// Where to run the model (only targets with an executor are listed)
+    #[arg(long, value_parser = rlxc::cli::runnable_target(), default_value = "interp")]
     pub target: Target,
-    /// Native code generator for --target host: llvm (default when built in) or cranelift
+    /// Native code generator for CPU targets: llvm (default when built in) or cranelift
     #[arg(long, value_enum)]
     pub backend: Option<rlxc::cli::Backend>,
     /// Fix a symbolic dim by name, e.g. --dim batch=1 (repeatable; normally bound from the inputs)
     #[arg(long = "dim", value_name = "NAME=N", value_parser = crate::parse_dim)]
     pub dims: Vec<(String, u64)>,
-    /// With --target vulkan: after the run that writes the outputs, time N more runs of the same
-    /// loaded artifact (each: copy inputs in, submit, wait, copy outputs out; setup excluded) and print
-    /// p50, p10, p90, min and max
-    #[arg(long, value_name = "N")]
-    pub bench: Option<usize>,
+    /// int8 targets (cortex-m*, verilog, interp-int8): quantize with these calibration inputs (.npy,
+    /// float32, [N, ...input shape])
+    #[arg(long, value_name = "NPY")]
+    pub calibrate: Option<PathBuf>,
+    /// cortex-m*: the QEMU board the firmware runs on (default: the core's first board)
+    #[arg(long, value_name = "NAME")]
+    pub board: Option<String>,
+}
+
+impl On {
+    pub fn request(&self) -> Request {
+        Request { backend: self.backend, calibrate: self.calibrate.clone(), board: self.board.clone(), ..Request::named("rlxmodel") }
+    }
 }
 
 /// `NAME=FILE.npy` for `--input` (split at the first '=').
-fn parse_input(s: &str) -> Result<(String, PathBuf), String> {
+pub fn parse_input(s: &str) -> Result<(String, PathBuf), String> {
     let (name, file) = s.split_once('=').ok_or_else(|| format!("expected NAME=FILE.npy, got '{s}'"))?;
     if name.is_empty() {
         return Err(format!("expected NAME=FILE.npy, got '{s}': the name is empty"));
@@ -53,15 +79,59 @@ fn parse_input(s: &str) -> Result<(String, PathBuf), String> {
     Ok((name.to_string(), PathBuf::from(file)))
 }
 
+/// A model imported and lowered for a run, with its inputs matched to its ports.
+pub struct Model {
+    pub src: ModelSource,
+    pub hir: Hir,
+    pub mir: Mir,
+    /// The inputs in the model's order.
+    pub inputs: Vec<ConstData>,
+    /// The input files (outputs must not overwrite them).
+    pub files: BTreeSet<PathBuf>,
+    pub tm: Timings,
+}
+
 pub fn main(a: &RunArgs) -> Result<(), Failure> {
     let t_start = Instant::now();
-    let explicit = dims_map(&a.dims)?;
-    let src = ModelSource::from_path(&a.model)?;
+    let mut m = load_model(&a.model, &a.inputs, &a.on.dims, false)?;
+    let req = a.on.request();
+    let mut sess = targets::load(a.on.target, &m.mir, &req, &mut m.tm)?;
+    let ins = targets::run::quantize_inputs(sess.as_ref(), std::mem::take(&mut m.inputs))?;
+    let t_run = Instant::now();
+    let mut outs = phase(&format!("running ({})", a.on.target.name()), || sess.run(std::slice::from_ref(&ins)))?;
+    let d_run = t_run.elapsed();
+    let outs = outs.pop().ok_or_else(|| Failure::model("the executor returned no outputs"))?;
+    write_outputs(&m, &outs, &a.out)?;
+    let counted = sess.counter().map(|c| format!(", {} {}", fmt_count(c.min), c.unit)).unwrap_or_default();
+    println!("ran on {} ({}) in {}{counted} ({}; total {})", a.on.target.name(), sess.device(), ms(d_run), phases(&m.tm), ms(t_start.elapsed()));
+    Ok(())
+}
+
+/// "import 1.2 ms, lower 0.3 ms, fold …": every timed phase, apart.
+pub fn phases(tm: &Timings) -> String {
+    tm.0.iter().map(|(n, d)| format!("{n} {}", ms(*d))).collect::<Vec<_>>().join(", ")
+}
+
+pub fn fmt_count(x: f64) -> String {
+    if x == x.trunc() {
+        format!("{x}")
+    } else {
+        format!("{x:.1}")
+    }
+}
+
+/// Reads the inputs, binds symbolic dims from their shapes, imports and lowers the model and matches
+/// the inputs to its ports, reporting every problem at once. With `zeros_if_none` and no inputs at
+/// all, every input is zeros of its declared (then fixed) type (`rlxc bench` without --input).
+pub fn load_model(model: &Path, inputs: &[(String, PathBuf)], dims: &[(String, u64)], zeros_if_none: bool) -> Result<Model, Failure> {
+    let explicit = dims_map(dims)?;
+    let src = ModelSource::from_path(model)?;
+    let mut tm = Timings::default();
 
     // Read every input file; report all problems at once.
     let mut given: BTreeMap<String, (PathBuf, ConstData)> = BTreeMap::new();
     let mut probs = Vec::new();
-    for (name, file) in &a.inputs {
+    for (name, file) in inputs {
         if given.contains_key(name) {
             probs.push(format!("input '{name}' is given more than once"));
             continue;
@@ -116,9 +186,7 @@ pub fn main(a: &RunArgs) -> Result<(), Failure> {
         }
     }
 
-    let t_import = Instant::now();
-    let hir = src.import(&dims)?;
-    let d_import = t_import.elapsed();
+    let hir = tm.time("import", || src.import(&dims))?;
 
     // Match the given inputs to the model's.
     let names: Vec<String> = hir
@@ -133,6 +201,10 @@ pub fn main(a: &RunArgs) -> Result<(), Failure> {
     for (name, &v) in names.iter().zip(&hir.inputs) {
         let ty = hir.ty(v);
         match given.get(name) {
+            None if zeros_if_none && given.is_empty() => match ty.shape.as_fixed() {
+                Some(shape) => ordered.push(ConstData::from_f64s(ty.dtype, shape.clone(), &vec![0.0; shape.iter().product()])),
+                None => probs.push(format!("input {name}: {ty} has symbolic dims: fix them with --dim, or give --input {name}=FILE.npy")),
+            },
             None => probs.push(format!("missing --input {name}=FILE.npy (the model expects {ty})")),
             Some((file, c)) => {
                 let actual = format!("{}{}", c.dtype, Shape::fixed(&c.shape));
@@ -156,44 +228,17 @@ pub fn main(a: &RunArgs) -> Result<(), Failure> {
         return Err(Failure::usage(crate::problem_list("the inputs do not match the model", &probs)));
     }
 
-    let t_lower = Instant::now();
-    let mir = crate::lower(&hir, src.path())?;
-    let d_lower = t_lower.elapsed();
-    if a.bench.is_some() && a.target.shader_lang().is_none() {
-        return Err(Failure::usage("--bench is for --target vulkan (it times runs of the loaded Vulkan artifact)".to_string()));
-    }
+    let mir = tm.time("lower", || crate::lower(&hir, src.path()))?;
+    let files: BTreeSet<PathBuf> = given.values().filter_map(|(f, _)| f.canonicalize().ok()).collect();
+    Ok(Model { src, hir, mir, inputs: ordered, files, tm })
+}
 
-    let t_run = Instant::now();
-    let outs = match a.target {
-        Target::Interp => phase("running (interp)", || rlx_interp::run(&mir, &ordered))
-            .map_err(|e| Failure::model(format!("running '{}' failed: {e}", src.path().display())))?,
-        t if t.shader_lang().is_some() => {
-            let (outs, b) = phase("compiling and running (Vulkan)", || rlxc::shader::run_vulkan_bench(&mir, &ordered, t, a.bench.unwrap_or(0)))?;
-            if a.bench.is_some() {
-                let q = |p: f64| b.runs.get(((b.runs.len() as f64 - 1.0) * p).round() as usize).copied().unwrap_or_default();
-                let us = |d: Duration| format!("{:.1} µs", d.as_secs_f64() * 1e6);
-                println!("vulkan device: {}", b.device);
-                println!("{} dispatches, {} barriers between them", b.dispatches, b.barriers);
-                println!("compile {}, setup {}, first run {}", ms(b.compile), ms(b.setup), ms(b.first));
-                println!(
-                    "bench: {} runs: p50 {}  p10 {}  p90 {}  min {}  max {}",
-                    b.runs.len(),
-                    us(q(0.5)),
-                    us(q(0.1)),
-                    us(q(0.9)),
-                    us(q(0.0)),
-                    us(q(1.0))
-                );
-            }
-            outs
-        }
-        t => phase("compiling and running", || rlxc::native::run_compiled_with(&mir, &ordered, t, a.backend.unwrap_or_default()))?,
-    };
-    let d_run = t_run.elapsed();
-
+/// Writes one .npy per output into `dir` and prints a row per output (name, type, stats, path).
+pub fn write_outputs(m: &Model, outs: &[ConstData], dir: &Path) -> Result<(), Failure> {
+    let (hir, mir) = (&m.hir, &m.mir);
+    let inputs_at = &m.files;
     // Write outputs.
-    std::fs::create_dir_all(&a.out).map_err(|e| Failure::model(format!("cannot create output folder '{}': {e}", a.out.display())))?;
-    let inputs_at: BTreeSet<PathBuf> = given.values().filter_map(|(f, _)| f.canonicalize().ok()).collect();
+    std::fs::create_dir_all(dir).map_err(|e| Failure::model(format!("cannot create output folder '{}': {e}", dir.display())))?;
     let mut used: BTreeSet<String> = BTreeSet::new();
     let mut rows = Vec::new();
     for (i, (out, &v)) in outs.iter().zip(&mir.outputs).enumerate() {
@@ -209,7 +254,7 @@ pub fn main(a: &RunArgs) -> Result<(), Failure> {
             file = format!("{}_{k}", sanitize(&name));
             k += 1;
         }
-        let path = a.out.join(format!("{file}.npy"));
+        let path = dir.join(format!("{file}.npy"));
         if let Ok(target) = path.canonicalize() {
             if inputs_at.contains(&target) {
                 return Err(Failure::usage(format!(
@@ -234,14 +279,6 @@ pub fn main(a: &RunArgs) -> Result<(), Failure> {
     for (name, ty, st, path) in &rows {
         println!("{name:<w0$}  {ty:<w1$}  {st:<w2$}  -> {path}");
     }
-    println!(
-        "ran on {} in {} (import {}, lower {}; total {})",
-        a.target.name(),
-        ms(d_run),
-        ms(d_import),
-        ms(d_lower),
-        ms(t_start.elapsed())
-    );
     Ok(())
 }
 
@@ -318,7 +355,7 @@ fn num(x: f64) -> String {
     }
 }
 
-fn ms(d: Duration) -> String {
+pub fn ms(d: Duration) -> String {
     let s = d.as_secs_f64();
     if s < 1e-3 {
         format!("{:.0} µs", s * 1e6)

@@ -3,15 +3,17 @@
 //! expected ones (rtol 1e-3, atol 1e-7, the ONNX backend defaults; NaN matches NaN).
 //!
 //! Compiled columns (`--target x86_64`, `--target aarch64`): every case that passes on the
-//! interpreter is compiled from the same lowered MIR (`pipeline::compile_mir`), linked with
-//! `tests/conformance/harness.c` (embedded in this binary) and `librlx_rt.a` into an executable, and
-//! run in a child process (aarch64: a static executable under `qemu-aarch64`), so a crash or a hang
+//! interpreter is compiled from the same lowered MIR (`targets::cpu::compile`), linked with
+//! `tests/conformance/harness.c` (embedded in this binary) and `librlx_rt.a` into an executable by
+//! the CPU family's harness executor, and run in a child process (aarch64: a static executable under `qemu-aarch64`), so a crash or a hang
 //! in generated code costs one case, not the run. Outcomes: passed, failed (wrong values, a crash,
 //! an error code, a timeout), unsupported (legalization names the op/dtype) or compile error (a bug).
 //! Outputs are compared with the same tolerance as on the interpreter.
 
 use crate::cli::{Backend, Target as CliTarget};
-use crate::pipeline::{compile_mir, cpu_target, runtime_lib, Timings};
+use crate::pipeline::{cpu_target, Timings};
+use crate::targets::cpu::harness::{Harness, HarnessError};
+use crate::targets::{self, Request, Session};
 use rlx_import::{ImportOptions, OnnxSummary};
 use rlx_ir::{Blob, ConstData, DType, Dim, Mir};
 use std::collections::BTreeMap;
@@ -312,21 +314,17 @@ fn run_case(dir: &Path) -> CaseRun {
     (Outcome::Passed, String::new(), summary, Some(Lowered { mir, inputs: run_inputs, expected }))
 }
 
-/// How to build and run cases for one compiled target: the harness object, the runtime library,
-/// the linker and (aarch64) the emulator.
+/// How to run cases for one compiled column: the CPU columns through the CPU family's harness
+/// executor (`targets::cpu::harness`: the harness compiled once, linked per case, run in a child
+/// process with a time limit — under qemu-aarch64 for aarch64), the Vulkan column through the shader
+/// family's executor (runtime-min's, in this process).
 pub struct TargetEnv {
     pub target: Column,
-    cpu: crate::pipeline::CpuTarget,
-    linker: &'static str,
-    link_args: &'static [&'static str],
-    runner: Option<&'static str>,
-    harness_obj: PathBuf,
-    runtime: PathBuf,
+    /// The CPU columns' harness (None: Vulkan).
+    harness: Option<(Harness, CliTarget, Backend)>,
     work: PathBuf,
-    timeout: Duration,
 }
 
-const HARNESS_C: &str = include_str!("../../../tests/conformance/harness.c");
 static CASE_DIRS: AtomicU64 = AtomicU64::new(0);
 
 impl TargetEnv {
@@ -336,48 +334,16 @@ impl TargetEnv {
             // No harness or linker: each case runs in this process through runtime-min's executor.
             let name = rlx_rt::vulkan::probe().map_err(|e| format!("--target vulkan needs a Vulkan device (make setup installs lavapipe): {e}"))?;
             eprintln!("vulkan column: {name}");
-            let cpu = crate::pipeline::CpuTarget::host()?;
-            let (harness_obj, runtime, work) = (PathBuf::new(), PathBuf::new(), work.join("vulkan"));
-            return Ok(TargetEnv { target, cpu, linker: "", link_args: &[], runner: None, harness_obj, runtime, work, timeout: Duration::from_secs(60) });
+            return Ok(TargetEnv { target, harness: None, work: work.join("vulkan") });
         }
         let Some((cli, backend)) = target.compiled() else {
             return Err(format!("--target {} has no compiled conformance column", target.name()));
         };
-        let (linker, link_args, runner, timeout): (&'static str, &'static [&'static str], Option<&'static str>, u64) = match cli {
-            CliTarget::X86_64 => ("cc", &[], None, 60),
-            CliTarget::Aarch64 => ("aarch64-linux-gnu-gcc", &["-static"], Some("qemu-aarch64"), 120),
-            t => return Err(format!("--target {} has no conformance column", t.name())),
-        };
         let mut cpu = cpu_target(cli, None).map_err(|f| f.msg)?;
         cpu.backend = backend;
-        if cli == CliTarget::X86_64 {
-            let host = crate::pipeline::CpuTarget::host()?;
-            if host.triple() != cpu.triple() {
-                return Err(format!("--target x86_64 runs the compiled cases here, but this machine is {}", host.triple()));
-            }
-        }
-        let runtime = runtime_lib(cpu.triple())?;
         let dir = work.join(target.name());
-        std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-        let src = dir.join("harness.c");
-        std::fs::write(&src, HARNESS_C).map_err(|e| format!("cannot write {}: {e}", src.display()))?;
-        let harness_obj = dir.join("harness.o");
-        let out = Command::new(linker)
-            .args(["-O1", "-c", "-o"])
-            .arg(&harness_obj)
-            .arg(&src)
-            .output()
-            .map_err(|e| format!("cannot run `{linker}` (make setup installs it): {e}"))?;
-        if !out.status.success() {
-            return Err(format!("compiling the conformance harness with {linker} failed:\n{}", String::from_utf8_lossy(&out.stderr)));
-        }
-        if let Some(r) = runner {
-            Command::new(r)
-                .arg("--version")
-                .output()
-                .map_err(|e| format!("cannot run `{r}` (make setup installs qemu-user): {e}"))?;
-        }
-        Ok(TargetEnv { target, cpu, linker, link_args, runner, harness_obj, runtime, work: dir, timeout: Duration::from_secs(timeout) })
+        let h = Harness::prepare(&cpu, &dir).map_err(|e| format!("--target {}: {e}", target.name()))?;
+        Ok(TargetEnv { target, harness: Some((h, cli, backend)), work: dir })
     }
 
     /// Compiles, links and runs one case that passed on the interpreter.
@@ -391,139 +357,52 @@ impl TargetEnv {
             what.dedup();
             return (TargetOutcome::Unsupported, format!("unsupported: {}", what.join(", ")));
         }
-        if self.target == Column::Vulkan {
-            return match crate::shader::run_vulkan(&l.mir, &l.inputs, CliTarget::Vulkan) {
-                // The executor's own errors (device lost, bad sizes) are failures; the rest compile errors.
-                Err(f) if f.msg.starts_with("Vulkan") => (TargetOutcome::Failed, f.msg),
-                Err(f) => (TargetOutcome::CompileError, format!("compile: {}", f.msg)),
-                Ok(outs) if outs.len() != l.expected.len() => (TargetOutcome::Failed, format!("{} outputs, expected {}", outs.len(), l.expected.len())),
-                Ok(outs) => match outs.iter().zip(&l.expected).enumerate().find_map(|(k, (g, w))| compare(g, w, RTOL, ATOL).err().map(|e| format!("output {k}: {e}"))) {
-                    Some(e) => (TargetOutcome::Failed, e),
-                    None => (TargetOutcome::Passed, String::new()),
-                },
-            };
-        }
-        let mut tm = Timings::default();
-        let c = match compile_mir(&l.mir, self.target.compiled().map_or(CliTarget::Host, |c| c.0), self.cpu.clone(), "rlxmodel", false, false, &mut tm) {
-            Ok(c) => c,
-            Err(f) => return (TargetOutcome::CompileError, format!("compile: {}", f.msg)),
+        let outs = match &self.harness {
+            None => self.run_vulkan(l),
+            Some((h, cli, backend)) => self.run_harness(h, *cli, *backend, l),
         };
+        let outs = match outs {
+            Ok(o) => o,
+            Err(e) => return e,
+        };
+        if outs.len() != l.expected.len() {
+            return (TargetOutcome::Failed, format!("{} outputs, expected {}", outs.len(), l.expected.len()));
+        }
+        match outs.iter().zip(&l.expected).enumerate().find_map(|(k, (g, w))| compare(g, w, RTOL, ATOL).err().map(|e| format!("output {k}: {e}"))) {
+            Some(e) => (TargetOutcome::Failed, e),
+            None => (TargetOutcome::Passed, String::new()),
+        }
+    }
+
+    fn run_vulkan(&self, l: &Lowered) -> Result<Vec<ConstData>, (TargetOutcome, String)> {
+        let mut tm = Timings::default();
+        let c = targets::shader::compile(CliTarget::Vulkan, &l.mir, &Request::named("rlxmodel"), &mut tm).map_err(|f| (TargetOutcome::CompileError, format!("compile: {}", f.msg)))?;
+        // The executor's own errors (device lost, bad sizes) are failures.
+        let mut ex = targets::shader::Loaded::new(c, &mut tm).map_err(|f| (TargetOutcome::Failed, f.msg))?;
+        let mut outs = ex.run(std::slice::from_ref(&l.inputs)).map_err(|f| (TargetOutcome::Failed, f.msg))?;
+        Ok(outs.pop().unwrap_or_default())
+    }
+
+    fn run_harness(&self, h: &Harness, cli: CliTarget, backend: Backend, l: &Lowered) -> Result<Vec<ConstData>, (TargetOutcome, String)> {
+        let mut tm = Timings::default();
+        let req = Request { backend: Some(backend), ..Request::named("rlxmodel") };
+        let c = targets::cpu::compile(cli, &l.mir, &req, &mut tm).map_err(|f| (TargetOutcome::CompileError, format!("compile: {}", f.msg)))?;
         if c.lir.inputs.len() != l.inputs.len() {
-            return (TargetOutcome::CompileError, format!("the compiled model has {} inputs, the case {}", c.lir.inputs.len(), l.inputs.len()));
+            return Err((TargetOutcome::CompileError, format!("the compiled model has {} inputs, the case {}", c.lir.inputs.len(), l.inputs.len())));
         }
         for (x, p) in l.inputs.iter().zip(&c.lir.inputs) {
             if x.dtype != p.ty.dtype || p.ty.shape.as_fixed().as_deref() != Some(&x.shape[..]) {
-                return (TargetOutcome::CompileError, format!("input '{}' is {}{:?}, the compiled model takes {}", p.name, x.dtype, x.shape, p.ty));
+                return Err((TargetOutcome::CompileError, format!("input '{}' is {}{:?}, the compiled model takes {}", p.name, x.dtype, x.shape, p.ty)));
             }
         }
         let n = CASE_DIRS.fetch_add(1, Ordering::Relaxed);
         let dir = self.work.join(format!("case-{n}"));
-        let r = self.link_and_run(&dir, &c, l);
+        let r = h.link(&c, &dir).and_then(|exe| h.exec(&exe, &c, &dir, &l.inputs));
         let _ = std::fs::remove_dir_all(&dir);
-        r
-    }
-
-    fn link_and_run(&self, dir: &Path, c: &crate::pipeline::Compiled, l: &Lowered) -> (TargetOutcome, String) {
-        let io = |e: std::io::Error, p: &Path| (TargetOutcome::CompileError, format!("{}: {e}", p.display()));
-        if let Err(e) = std::fs::create_dir_all(dir) {
-            return io(e, dir);
-        }
-        let obj = dir.join("model.o");
-        if let Err(e) = std::fs::write(&obj, &c.object) {
-            return io(e, &obj);
-        }
-        let exe = dir.join("case");
-        let out = Command::new(self.linker)
-            .args(self.link_args)
-            .arg("-o")
-            .arg(&exe)
-            .arg(&self.harness_obj)
-            .arg(&obj)
-            .arg(&self.runtime)
-            .args(["-lpthread", "-ldl", "-lm", "-lrt", "-lutil"])
-            .output();
-        match out {
-            Err(e) => return (TargetOutcome::CompileError, format!("cannot run {}: {e}", self.linker)),
-            Ok(o) if !o.status.success() => {
-                return (TargetOutcome::CompileError, format!("link: {}", String::from_utf8_lossy(&o.stderr).trim()));
-            }
-            Ok(_) => {}
-        }
-        let mut cmd = match self.runner {
-            Some(r) => {
-                let mut c = Command::new(r);
-                c.arg(&exe);
-                c
-            }
-            None => Command::new(&exe),
-        };
-        cmd.arg(c.lir.arena_bytes.to_string()).arg(l.inputs.len().to_string());
-        for (i, x) in l.inputs.iter().enumerate() {
-            let p = dir.join(format!("in{i}.bin"));
-            if let Err(e) = std::fs::write(&p, x.data.bytes()) {
-                return io(e, &p);
-            }
-            cmd.arg(&p);
-        }
-        cmd.arg(c.lir.outputs.len().to_string());
-        let mut outs = Vec::new();
-        for (i, p) in c.lir.outputs.iter().enumerate() {
-            let shape = p.ty.shape.as_fixed().unwrap_or_default();
-            let bytes = p.ty.dtype.bytes_for(shape.iter().product()).unwrap_or(0);
-            let path = dir.join(format!("out{i}.bin"));
-            cmd.arg(&path).arg(bytes.to_string());
-            outs.push((path, p.ty.dtype, shape, bytes));
-        }
-        let mut child = match cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn() {
-            Ok(ch) => ch,
-            Err(e) => return (TargetOutcome::CompileError, format!("cannot run the case executable: {e}")),
-        };
-        let t0 = Instant::now();
-        let status = loop {
-            match child.try_wait() {
-                Ok(Some(st)) => break st,
-                Ok(None) if t0.elapsed() > self.timeout => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    return (TargetOutcome::Failed, format!("timed out after {}s", self.timeout.as_secs()));
-                }
-                Ok(None) => std::thread::sleep(Duration::from_millis(2)),
-                Err(e) => return (TargetOutcome::Failed, format!("waiting for the case executable: {e}")),
-            }
-        };
-        if !status.success() {
-            let mut err = String::new();
-            if let Some(mut e) = child.stderr.take() {
-                use std::io::Read;
-                let _ = e.read_to_string(&mut err);
-            }
-            use std::os::unix::process::ExitStatusExt;
-            let how = match (status.code(), status.signal()) {
-                (_, Some(sig)) => format!("crashed with signal {sig}"),
-                (Some(c), _) if c >= 10 => format!("rlxmodel_run returned error code {}", c - 10),
-                (Some(c), _) => format!("exit status {c}"),
-                _ => "failed".to_string(),
-            };
-            return (TargetOutcome::Failed, format!("{how} {}", err.trim()).trim().to_string());
-        }
-        if outs.len() != l.expected.len() {
-            return (TargetOutcome::Failed, format!("{} outputs, expected {}", outs.len(), l.expected.len()));
-        }
-        for (k, ((path, dtype, shape, bytes), want)) in outs.into_iter().zip(&l.expected).enumerate() {
-            let data = match std::fs::read(&path) {
-                Ok(d) if d.len() == bytes => d,
-                Ok(d) => return (TargetOutcome::Failed, format!("output {k}: {} bytes, expected {bytes}", d.len())),
-                Err(e) => return (TargetOutcome::Failed, format!("output {k}: {e}")),
-            };
-            let got = match ConstData::new(dtype, shape, Blob::from_vec(data)) {
-                Ok(g) => g,
-                Err(e) => return (TargetOutcome::Failed, format!("output {k}: {e}")),
-            };
-            if let Err(e) = compare(&got, want, RTOL, ATOL) {
-                return (TargetOutcome::Failed, format!("output {k}: {e}"));
-            }
-        }
-        (TargetOutcome::Passed, String::new())
+        r.map_err(|e| match e {
+            HarnessError::Build(m) => (TargetOutcome::CompileError, m),
+            HarnessError::Run(m) => (TargetOutcome::Failed, m),
+        })
     }
 }
 

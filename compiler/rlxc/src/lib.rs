@@ -2,6 +2,7 @@
 //!
 //! - [`npy`]: NumPy `.npy` reader and writer (inputs and outputs of `rlxc run`).
 //! - [`conformance`]: the ONNX op conformance suite behind `rlxc conformance`.
+//! - [`targets`]: the target families behind one trait — compile, write, execute.
 
 #[cfg(not(any(feature = "llvm", feature = "cranelift")))]
 compile_error!("rlxc needs at least one native back end: cargo feature `llvm` or `cranelift`");
@@ -9,7 +10,6 @@ compile_error!("rlxc needs at least one native back end: cargo feature `llvm` or
 pub mod artifact;
 pub mod cli;
 pub mod conformance;
-pub mod native;
 pub mod npy;
 pub mod pipeline;
-pub mod shader;
+pub mod targets;

@@ -1,8 +1,9 @@
-//! The `rlxc` command line: inspect · run · check · compile · coverage · conformance.
+//! The `rlxc` command line: inspect · run · bench · check · compile · coverage · conformance.
 //!
 //! Exit codes: 0 success; 1 the model is invalid or unsupported (or a run fails); 2 the command line
 //! is wrong (bad flags, `--dim`/`--input` syntax, unknown target, inputs that do not match the model).
 
+mod cmd_bench;
 mod cmd_check;
 mod cmd_compile;
 mod cmd_coverage;
@@ -35,9 +36,12 @@ enum Cmd {
     /// Show a model's inputs, outputs, op histogram and parameter size (or its HIR/MIR text)
     #[command(long_about = cmd_inspect::LONG_ABOUT)]
     Inspect(cmd_inspect::InspectArgs),
-    /// Run a model on .npy inputs with the reference interpreter and write .npy outputs
+    /// Run a model on .npy inputs (interpreter, or a compiled target's executor) and write .npy outputs
     #[command(long_about = cmd_run::LONG_ABOUT)]
     Run(cmd_run::RunArgs),
+    /// Time a compiled model in its executor (p50/p10/p90; instructions or cycles on MCU / Verilog)
+    #[command(long_about = cmd_bench::LONG_ABOUT)]
+    Bench(cmd_bench::BenchArgs),
     /// Compile a model ahead of time into an object, C header, Rust binding and manifest
     #[command(long_about = cmd_compile::LONG_ABOUT)]
     Compile(cmd_compile::CompileArgs),
@@ -55,6 +59,7 @@ fn main() -> ExitCode {
     let r = match &cli.cmd {
         Cmd::Inspect(a) => cmd_inspect::main(a),
         Cmd::Run(a) => cmd_run::main(a),
+        Cmd::Bench(a) => cmd_bench::main(a),
         Cmd::Check(a) => cmd_check::main(a),
         Cmd::Compile(a) => cmd_compile::main(a),
         Cmd::Coverage(a) => cmd_coverage::main(a),

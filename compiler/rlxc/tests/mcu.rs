@@ -9,7 +9,7 @@
 //! weights) is under 8 KB. The same for `--emit rust`: NAME.rs is included by the no_std firmware crate
 //! `tests/mcu/rust-fw` (thumbv7em-none-eabihf, its own vector table and semihosting, no crates; it links
 //! only if no panic path is left), run in the same qemu over the same images, bit for bit against the
-//! interpreter. Then the C firmware of every model on every QEMU board of a Cortex-M core ([`BOARDS`]:
+//! interpreter. Then the C firmware of every model on every QEMU board of a Cortex-M core (`BOARDS`:
 //! M0+ — on the micro:bit's Cortex-M0, the same ARMv6-M instruction set, 16 KB of RAM —, M3, M4, M7,
 //! M33, M55), compiled by rlxc for that core, bit for bit again; the DSP cores' images must contain
 //! SMLADs, and on the boards whose SysTick clock is known instructions per inference are counted
@@ -21,7 +21,7 @@
 //! qemu-system-arm (`make setup`); a missing one fails the test, it never skips.
 
 mod common;
-use common::mnist::{self, data, M4_GCC_FLAGS as GCC_FLAGS};
+use common::mnist::{self, data};
 use common::{npy, ok, python, repo};
 use rlx_ir::{Blob, ConstData, DType, MirOp};
 use std::collections::BTreeMap;
@@ -131,8 +131,8 @@ fn firmware(model: &str) -> Figures {
     let (elf, fw) = mnist::m4_firmware_outputs(model, &out, &images);
     let obj = out.join(format!("{model}.o"));
     ok(Command::new("arm-none-eabi-gcc")
-        .args(GCC_FLAGS)
-        .args(["-std=c99", "-c"])
+        .args(rlx_target_mcu::Core::M4.gcc_flags().split_whitespace())
+        .args(["-O2", "-std=c99", "-c"])
         .arg(out.join(format!("{model}.c")))
         .arg("-o")
         .arg(&obj));
@@ -204,54 +204,9 @@ fn firmware(model: &str) -> Figures {
     }
 }
 
-/// One QEMU board the C firmware runs on: the core rlxc compiles for, the machine, and what the link
-/// needs there (where the vector table goes; see tests/mcu/startup.c; `-L tests/mcu` is passed, so a
-/// linker script there is named by its file name).
-struct Board {
-    core: &'static str,
-    machine: &'static str,
-    link: &'static [&'static str],
-    /// SysTick's processor clock in QEMU, where it is known: 25 MHz on the mps2 boards of QEMU's
-    /// mps2.c, 20 MHz on mps2-an505 and 32 MHz on mps3-an547 (mps2-tz.c's sysclk), 16 MHz on the
-    /// micro:bit (nrf51_soc.c's HCLK); each is checked by main.c's calibration loop. Under `-icount shift=0` one instruction is
-    /// 1 ns, so instructions = ticks · 10^9 / hz. `None`: not counted.
-    systick_hz: Option<u64>,
-}
-
-const BOARDS: &[Board] = &[
-    // QEMU 7.2 has no Cortex-M0+ board; the micro:bit's nRF51822 is a Cortex-M0, the same ARMv6-M
-    // (thumbv6m) instruction set. Flash 256 KB at 0x0 and RAM 16 KB at 0x20000000: tests/mcu/microbit.ld
-    // puts the vector table at 0x0 and .data's load image in flash (copied by startup.c), the stack at
-    // the top of RAM. (The real nRF51 has no SysTick; QEMU's armv7m model always provides one.)
-    Board {
-        core: "cortex-m0plus",
-        machine: "microbit",
-        link: &["-T", "microbit.ld", "-DRLX_COPY_DATA", "-DRLX_STACK_TOP=0x20004000"],
-        systick_hz: Some(16_000_000),
-    },
-    Board { core: "cortex-m3", machine: "mps2-an385", link: &["-Wl,--section-start=.vectors=0x0"], systick_hz: Some(25_000_000) },
-    Board { core: "cortex-m4", machine: "mps2-an386", link: &["-Wl,--section-start=.vectors=0x0"], systick_hz: Some(25_000_000) },
-    Board { core: "cortex-m7", machine: "mps2-an500", link: &["-Wl,--section-start=.vectors=0x0"], systick_hz: Some(25_000_000) },
-    // TrustZone boards boot Secure from the Secure alias of the code SRAM (SVTOR 0x10000000).
-    Board {
-        core: "cortex-m33",
-        machine: "mps2-an505",
-        link: &["-Wl,--section-start=.vectors=0x10000000", "-Wl,-Ttext-segment=0x10010000"],
-        systick_hz: Some(20_000_000),
-    },
-    Board {
-        core: "cortex-m55",
-        machine: "mps3-an547",
-        link: &[
-            "-Wl,--section-start=.vectors=0x10000000",
-            "-Wl,-Ttext-segment=0x10010000",
-            "-nostartfiles",
-            "-DRLX_OWN_CRT0",
-            "-DRLX_STACK_TOP=0x10080000",
-        ],
-        systick_hz: Some(32_000_000),
-    },
-];
+/// The QEMU boards, one per core: rlxc's own table (`rlx_target_mcu::firmware::BOARDS`, what
+/// `--board` writes and `rlxc run --target cortex-m*` runs).
+use rlx_target_mcu::firmware::{Board, BOARDS};
 
 /// The C firmware of one model on one board.
 struct CoreFigures {
@@ -271,45 +226,32 @@ struct CoreFigures {
     insns_scalar: Option<f64>,
 }
 
-/// Builds `tests/mcu/main.c` + `startup.c` + the model for `b`, runs it over `images.bin` in `dir`
+/// Builds the board's firmware folder (main.c, startup.c, its link flags) around the model, runs it over `images.bin` in `dir`
 /// and checks the outputs against the interpreter's. Returns the ELF and the SysTick total (with
-/// `systick`: `-icount shift=0`, so ticks · 10^9 / [`Board::systick_hz`] = instructions).
+/// `systick`: `-icount shift=0`, so ticks · 10^9 / `Board::systick_hz` = instructions).
 fn run_c(b: &Board, model: &str, dir: &Path, flags: &[String], extra: &[&str], systick: bool, host: &[u8]) -> (PathBuf, Option<u64>) {
-    let t = repo().join("tests/mcu");
     let tag = extra.concat().replace(['-', '_'], "");
-    let elf = dir.join(format!("fw{tag}.elf"));
-    ok(Command::new("arm-none-eabi-gcc")
-        .args(flags)
-        .args(extra)
-        .args(["-O2", "-std=c99", "-Wall", "-Wextra", "-Werror", "--specs=rdimon.specs"])
-        .args(systick.then_some("-DRLX_SYSTICK"))
-        .arg(format!("-DMODEL={model}"))
-        .arg(format!("-DMODEL_H=\"{model}.h\""))
-        .arg("-I")
-        .arg(dir)
-        .arg(t.join("main.c"))
-        .arg(t.join("startup.c"))
-        .arg(dir.join(format!("{model}.c")))
-        .arg("-L")
-        .arg(&t)
-        .args(b.link)
-        .arg("-o")
-        .arg(&elf));
+    let elf = format!("fw{tag}.elf");
+    for (f, text) in b.files(model) {
+        std::fs::write(dir.join(f), text).unwrap();
+    }
+    // The board's recipe (the core's gcc flags come first in it; `flags`, the manifest's, must agree).
+    let args = b.gcc_args(model, systick, &elf);
+    assert!(args.starts_with(flags), "{args:?} vs the manifest's {flags:?}");
+    ok(Command::new("arm-none-eabi-gcc").args(&args).args(extra).current_dir(dir));
+    let elf = dir.join(elf);
     let _ = std::fs::remove_file(dir.join("outputs.bin"));
     let mut q = Command::new("timeout");
-    q.args(["120", "qemu-system-arm", "-M", b.machine, "-nographic", "-semihosting"]);
-    if systick {
-        q.args(["-icount", "shift=0"]);
-    }
-    let stdout = ok(q.arg("-kernel").arg(&elf).current_dir(dir));
+    q.args(["120", "qemu-system-arm"]).args(b.qemu_args(systick, &elf.display().to_string()));
+    let stdout = ok(q.current_dir(dir));
     assert!(stdout.contains("images 1000"), "{} {model}: {stdout}", b.machine);
     let fw = std::fs::read(dir.join("outputs.bin")).unwrap();
     assert_eq!(fw.len(), host.len(), "{} {model}", b.machine);
     let diff = fw.iter().zip(host).filter(|(a, b)| a != b).count();
-    assert_eq!(diff, 0, "{model} on {} ({} {extra:?}): {diff} int8 outputs differ from the interpreter", b.machine, b.core);
+    assert_eq!(diff, 0, "{model} on {} ({} {extra:?}): {diff} int8 outputs differ from the interpreter", b.machine, b.core.name());
     let ticks = stdout.lines().find_map(|l| l.strip_prefix("systick ")?.trim().parse().ok());
     assert!(!systick || ticks.is_some(), "{stdout}");
-    if let (true, Some(hz)) = (systick, b.systick_hz) {
+    if let (true, hz) = (systick, b.systick_hz) {
         // main.c's calibration loop: 2,000,000 instructions (and a few around it), 1 ns each.
         let calib: f64 = stdout
             .lines()
@@ -328,40 +270,40 @@ fn cores(model: &str, calib: &Path, images: &[u8], host: &[u8]) -> Vec<CoreFigur
     let n = 1000.0;
     let mut figs = Vec::new();
     for b in BOARDS {
-        let dir = repo().join("build/mcu-test/cores").join(model).join(b.core);
+        let dir = repo().join("build/mcu-test/cores").join(model).join(b.core.name());
         let _ = std::fs::remove_dir_all(&dir);
         ok(rlxc()
             .arg("compile")
             .arg(data().join(format!("{model}.onnx")))
-            .args(["--target", b.core, "--calibrate"])
+            .args(["--target", b.core.name(), "--calibrate"])
             .arg(calib)
             .arg("-o")
             .arg(&dir));
         let manifest: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join(format!("{model}.json"))).unwrap()).unwrap();
         let flags: Vec<String> = manifest["target"]["gcc_flags"].as_str().unwrap().split_whitespace().map(str::to_string).collect();
         std::fs::write(dir.join("images.bin"), images).unwrap();
-        let (elf, ticks) = run_c(b, model, &dir, &flags, &[], b.systick_hz.is_some(), host);
+        let (elf, ticks) = run_c(b, model, &dir, &flags, &[], true, host);
         let obj = dir.join(format!("{model}.o"));
         ok(Command::new("arm-none-eabi-gcc").args(&flags).args(["-O2", "-std=c99", "-c"]).arg(dir.join(format!("{model}.c"))).arg("-o").arg(&obj));
         let smlad = ok(Command::new("arm-none-eabi-objdump").arg("-d").arg(&obj)).matches("\tsmlad").count();
-        let dsp = !matches!(b.core, "cortex-m3" | "cortex-m0plus");
-        assert_eq!(smlad > 0, dsp, "{model} on {}: {smlad} smlad instructions", b.core);
-        let scalar = if dsp && b.systick_hz.is_some() {
+        let dsp = b.core.has_dsp();
+        assert_eq!(smlad > 0, dsp, "{model} on {}: {smlad} smlad instructions", b.core.name());
+        let scalar = if dsp {
             run_c(b, model, &dir, &flags, &["-U__ARM_FEATURE_DSP"], true, host).1
         } else {
             None
         };
         let (text, data, bss) = size(&elf);
         figs.push(CoreFigures {
-            core: b.core,
+            core: b.core.name(),
             machine: b.machine,
             text,
             data,
             bss,
             model_code: section_size(&obj, ".text"),
             smlad,
-            insns: ticks.zip(b.systick_hz).map(|(t, hz)| t as f64 * 1e9 / hz as f64 / n),
-            insns_scalar: scalar.zip(b.systick_hz).map(|(t, hz)| t as f64 * 1e9 / hz as f64 / n),
+            insns: ticks.map(|t| t as f64 * 1e9 / b.systick_hz as f64 / n),
+            insns_scalar: scalar.map(|t| t as f64 * 1e9 / b.systick_hz as f64 / n),
         });
     }
     figs

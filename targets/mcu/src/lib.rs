@@ -16,6 +16,7 @@
 //!
 //! [`emit_rust`] (module `rust`) translates the same program into one `#![no_std]` Rust file (`NAME.rs`).
 
+pub mod firmware;
 mod rust;
 pub use rust::{emit_rust, RustSource};
 

@@ -7,9 +7,6 @@ use rlx_ir::{Blob, ConstData, DType, Mir, MirOp};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// Compiler flags of the Cortex-M4 firmware (hard-float ABI, FPv4).
-pub const M4_GCC_FLAGS: &[&str] = &["-mcpu=cortex-m4", "-mthumb", "-mfloat-abi=hard", "-mfpu=fpv4-sp-d16", "-O2"];
-
 /// The trained float models, calibration sets and MNIST images in build/mcu-test/data: trained by
 /// tests/mcu/train_mnist.py once per version of the script (and once per process: tests share it).
 pub fn data() -> PathBuf {
@@ -48,31 +45,20 @@ pub fn interpreter_outputs(mir: &Mir, images: &[u8], n: usize, count: usize) -> 
     host
 }
 
-/// Builds tests/mcu/main.c + startup.c + `dir/MODEL.c` for the Cortex-M4, runs it over `images`
-/// (written to `dir/images.bin`) in `qemu-system-arm -M mps2-an386`, checks that it read 1,000 images,
-/// and returns the ELF and the int8 outputs it wrote.
+/// Builds the firmware folder rlxc writes for `--board mps2-an386` (rlx_target_mcu::firmware: main.c,
+/// startup.c, the board's gcc and link flags) around `dir/MODEL.c` for the Cortex-M4, runs it over
+/// `images` (written to `dir/images.bin`) in `qemu-system-arm -M mps2-an386`, checks that it read
+/// 1,000 images, and returns the ELF and the int8 outputs it wrote.
 pub fn m4_firmware_outputs(model: &str, dir: &Path, images: &[u8]) -> (PathBuf, Vec<u8>) {
     std::fs::write(dir.join("images.bin"), images).unwrap();
-    let t = repo().join("tests/mcu");
-    let elf = dir.join("fw.elf");
-    ok(Command::new("arm-none-eabi-gcc")
-        .args(M4_GCC_FLAGS)
-        .args(["-std=c99", "-Wall", "-Wextra", "-Werror", "--specs=rdimon.specs"])
-        .arg(format!("-DMODEL={model}"))
-        .arg(format!("-DMODEL_H=\"{model}.h\""))
-        .arg("-I")
-        .arg(dir)
-        .arg(t.join("main.c"))
-        .arg(t.join("startup.c"))
-        .arg(dir.join(format!("{model}.c")))
-        .args(["-Wl,--section-start=.vectors=0x0", "-o"])
-        .arg(&elf));
-    let stdout = ok(Command::new("timeout")
-        .args(["120", "qemu-system-arm", "-M", "mps2-an386", "-nographic", "-semihosting", "-kernel"])
-        .arg(&elf)
-        .current_dir(dir));
+    let board = rlx_target_mcu::firmware::Board::named("mps2-an386").unwrap();
+    for (f, text) in board.files(model) {
+        std::fs::write(dir.join(f), text).unwrap();
+    }
+    ok(Command::new("arm-none-eabi-gcc").args(board.gcc_args(model, false, "fw.elf")).current_dir(dir));
+    let stdout = ok(Command::new("timeout").arg("120").arg("qemu-system-arm").args(board.qemu_args(false, "fw.elf")).current_dir(dir));
     assert!(stdout.contains("images 1000"), "{stdout}");
-    (elf, std::fs::read(dir.join("outputs.bin")).unwrap())
+    (dir.join("fw.elf"), std::fs::read(dir.join("outputs.bin")).unwrap())
 }
 
 /// Asserts that the firmware's int8 outputs equal the interpreter's, bit for bit.

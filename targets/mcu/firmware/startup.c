@@ -2,7 +2,7 @@
  * placed where the board boots (link with -Wl,--section-start=.vectors=ADDR: 0x0 on mps2-an385 / an386
  * / an500, 0x10000000 — the Secure alias of the code SRAM, the boards' reset SVTOR — on mps2-an505 and
  * mps3-an547, which boot in Secure state; on the micro:bit, whose RAM is not where its flash is,
- * tests/mcu/microbit.ld puts it at 0x0; see compiler/rlxc/tests/mcu.rs), a reset handler that copies
+ * targets/mcu/firmware/microbit.ld puts it at 0x0; the board table in targets/mcu/src/firmware.rs), a reset handler that copies
  * .data from flash (-DRLX_COPY_DATA), enables the FPU (and MVE) when the core has one and enters
  * newlib's rdimon crt0 (`_start`: semihosting stack/heap, C runtime init, main, exit). */
 #include <stdint.h>

@@ -1,0 +1,133 @@
+//! `rlxc bench`: latency of a compiled artifact in its executor, setup excluded — or, where the
+//! executor counts instead of timing (Cortex-M under QEMU: instructions; Verilog: cycles), the count
+//! per inference.
+
+use crate::cmd_run::{fmt_count, load_model, ms, phases, On};
+use crate::{phase, print_json, Failure};
+use rlxc::targets;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+pub const LONG_ABOUT: &str = "Compile a model for a target, load it into the target's executor and time it: \
+        one untimed run, then untimed runs for --warmup-ms, then --runs timed runs of the loaded artifact \
+        (host: the NAME_run call; vulkan: copy in, submit, wait, copy out). Prints p50, p10, p90, min and \
+        max, and the setup phases apart (compile, link, load or device setup). Executors that count instead \
+        of timing report per inference: cortex-m* the instructions the firmware ran (QEMU -icount, SysTick), \
+        verilog the cycles from the first input byte accepted to the last output byte.\n\n\
+        Without --input every input is zeros of its declared type (fix symbolic dims with --dim).";
+
+#[derive(clap::Args)]
+pub struct BenchArgs {
+    /// The model: an ONNX file, or a folder with config.json + model.safetensors
+    pub model: PathBuf,
+    /// A model input: NAME=FILE.npy (default: zeros)
+    #[arg(long = "input", short = 'i', value_name = "NAME=FILE.npy", value_parser = crate::cmd_run::parse_input)]
+    pub inputs: Vec<(String, PathBuf)>,
+    #[command(flatten)]
+    pub on: On,
+    /// Threads of the CPU runtime's pool (RLX_NUM_THREADS; default: the machine's)
+    #[arg(long, value_name = "N")]
+    pub threads: Option<usize>,
+    /// Untimed runs for this long after the first run
+    #[arg(long, value_name = "MS", default_value_t = 200)]
+    pub warmup_ms: u64,
+    /// Timed runs
+    #[arg(long, value_name = "N", default_value_t = 100)]
+    pub runs: usize,
+    /// Also write the first run's outputs as .npy into DIR
+    #[arg(short = 'o', long = "out-dir", value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Print one JSON object
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn main(a: &BenchArgs) -> Result<(), Failure> {
+    if let Some(n) = a.threads {
+        if n == 0 {
+            return Err(Failure::usage("--threads must be at least 1"));
+        }
+        // The pool reads it when it starts, on the first parallel kernel (after this).
+        std::env::set_var("RLX_NUM_THREADS", n.to_string());
+    }
+    if a.runs == 0 {
+        return Err(Failure::usage("--runs must be at least 1"));
+    }
+    let t = a.on.target;
+    let tn = t.name();
+    let mut m = load_model(&a.model, &a.inputs, &a.on.dims, true)?;
+    let mut sess = targets::load(t, &m.mir, &a.on.request(), &mut m.tm)?;
+    let ins = targets::run::quantize_inputs(sess.as_ref(), std::mem::take(&mut m.inputs))?;
+    let one = std::slice::from_ref(&ins);
+    let t0 = Instant::now();
+    let first_out = phase("first run", || sess.run(one))?;
+    let first = t0.elapsed();
+    if let (Some(dir), Some(o)) = (&a.out, first_out.first()) {
+        crate::cmd_run::write_outputs(&m, o, dir)?;
+    }
+    let device = sess.device();
+    let setup: Vec<(String, f64)> = m.tm.0.iter().map(|(n, d)| (n.to_string(), d.as_secs_f64() * 1e3)).collect();
+    if !sess.timed() {
+        let Some(c) = sess.counter() else {
+            return Err(Failure::usage(format!("--target {tn} runs under an emulator that does not count ({device}): wall-clock latency there says nothing about the target; bench it where it runs natively")));
+        };
+        if a.json {
+            print_json(&serde_json::json!({"target": t.name(), "device": device, "phases_ms": setup, "unit": c.unit, "per_inference": {"min": c.min, "max": c.max}}));
+        } else {
+            println!("{tn} on {device}");
+            println!("setup: {}", phases(&m.tm));
+            let range = if c.min == c.max { fmt_count(c.min) } else { format!("{}..{}", fmt_count(c.min), fmt_count(c.max)) };
+            println!("bench: {range} {} per inference", c.unit);
+        }
+        return Ok(());
+    }
+    let warm_until = Instant::now() + Duration::from_millis(a.warmup_ms);
+    let mut warmup_runs = 0usize;
+    while Instant::now() < warm_until {
+        sess.run(one)?;
+        warmup_runs += 1;
+    }
+    let mut runs = Vec::with_capacity(a.runs);
+    for _ in 0..a.runs {
+        let t0 = Instant::now();
+        sess.run(one)?;
+        runs.push(t0.elapsed());
+    }
+    runs.sort();
+    let q = |p: f64| runs.get(((runs.len() as f64 - 1.0) * p).round() as usize).copied().unwrap_or_default();
+    let us = |d: Duration| d.as_secs_f64() * 1e6;
+    let (compile, load): (Vec<_>, Vec<_>) = m.tm.0.iter().filter(|(n, _)| !matches!(*n, "import" | "lower")).partition(|(n, _)| !is_setup(n));
+    let sum = |v: &[&(&str, Duration)]| v.iter().map(|(_, d)| *d).sum::<Duration>();
+    if a.json {
+        print_json(&serde_json::json!({
+            "target": t.name(),
+            "device": device,
+            "phases_ms": setup,
+            "first_run_ms": first.as_secs_f64() * 1e3,
+            "warmup_runs": warmup_runs,
+            "runs": runs.len(),
+            "latency_us": {"p50": us(q(0.5)), "p10": us(q(0.1)), "p90": us(q(0.9)), "min": us(q(0.0)), "max": us(q(1.0))},
+        }));
+    } else {
+        println!("{tn} device: {device}");
+        println!("compile {}, setup {}, first run {} ({})", ms(sum(&compile)), ms(sum(&load)), ms(first), phases(&m.tm));
+        println!(
+            "bench: {} runs after {warmup_runs} warmup runs: p50 {:.1} µs  p10 {:.1} µs  p90 {:.1} µs  min {:.1} µs  max {:.1} µs",
+            runs.len(),
+            us(q(0.5)),
+            us(q(0.1)),
+            us(q(0.9)),
+            us(q(0.0)),
+            us(q(1.0))
+        );
+        for l in sess.notes() {
+            println!("{l}");
+        }
+    }
+    Ok(())
+}
+
+/// Phases that load an artifact rather than compile it.
+fn is_setup(phase: &str) -> bool {
+    ["link", "load", "build", "setup"].iter().any(|p| phase.starts_with(p))
+}

@@ -1,0 +1,79 @@
+//! The `host` executor: the object and `librlx_rt.a` linked into a shared object with `cc`, loaded
+//! into this process, `NAME_run` called with a 64-byte aligned arena.
+
+use super::Compiled;
+use crate::cli::Failure;
+use crate::pipeline::{runtime_lib, Timings};
+use crate::targets::run::{check_inputs, port_bytes, tool, value_of, Scratch};
+use crate::targets::Session;
+use rlx_ir::{ConstData, TensorType};
+use std::process::Command;
+
+type RunFn = unsafe extern "C" fn(*mut u8, *const *const u8, *const *mut u8) -> i32;
+
+/// A compiled model loaded with dlopen.
+pub struct Loaded {
+    c: Compiled,
+    // The library stays loaded while `run` (a pointer into it) is used.
+    _lib: libloading::Library,
+    run: RunFn,
+    arena: Vec<u64>,
+}
+
+impl Loaded {
+    /// Links (phase "link") and loads (phase "load") a host compile.
+    pub fn new(c: Compiled, tm: &mut Timings) -> Result<Loaded, Failure> {
+        let dir = Scratch::new("run")?;
+        let name = &c.object_name;
+        let obj = dir.write(&format!("{name}.o"), &c.object)?;
+        let so = dir.path().join(format!("{name}.so"));
+        let rt = runtime_lib(c.target.triple()).map_err(Failure::model)?;
+        tm.time("link", || {
+            tool(Command::new("cc").arg("-shared").arg("-o").arg(&so).arg(&obj).arg(&rt).args(["-lpthread", "-ldl", "-lm", "-lrt", "-lutil"]), "link the compiled model")
+        })?;
+        let (lib, run) = tm.time("load", || -> Result<_, Failure> {
+            // SAFETY: the library was just built by us from our own object; loading runs no
+            // constructors of consequence (the runtime's thread pool starts lazily).
+            let lib = unsafe { libloading::Library::new(&so) }.map_err(|e| Failure::model(format!("cannot load {}: {e}", so.display())))?;
+            let sym = format!("{name}_run\0");
+            // SAFETY: NAME_run has exactly this C signature (see the generated header).
+            let run: RunFn = *unsafe { lib.get::<RunFn>(sym.as_bytes()) }.map_err(|e| Failure::model(format!("symbol {name}_run: {e}")))?;
+            Ok((lib, run))
+        })?;
+        // A 64-byte aligned arena.
+        let words = c.lir.arena_bytes.div_ceil(64).max(1) * 8;
+        Ok(Loaded { c, _lib: lib, run, arena: vec![0u64; words] })
+    }
+}
+
+impl Session for Loaded {
+    fn device(&self) -> String {
+        format!("this machine ({}, {}; dlopen)", self.c.target.triple(), self.c.target.cpu)
+    }
+    fn inputs(&self) -> Vec<TensorType> {
+        self.c.lir.inputs.iter().map(|p| p.ty.clone()).collect()
+    }
+    fn run(&mut self, samples: &[Vec<ConstData>]) -> Result<Vec<Vec<ConstData>>, Failure> {
+        let names: Vec<String> = self.c.lir.inputs.iter().map(|p| p.name.clone()).collect();
+        check_inputs(&self.inputs(), &names, samples)?;
+        let mut res = Vec::with_capacity(samples.len());
+        for s in samples {
+            let in_ptrs: Vec<*const u8> = s.iter().map(|c| c.data.bytes().as_ptr()).collect();
+            let mut outs: Vec<Vec<u64>> = self.c.lir.outputs.iter().map(|p| vec![0u64; port_bytes(&p.ty).div_ceil(8).max(1)]).collect();
+            let out_ptrs: Vec<*mut u8> = outs.iter_mut().map(|v| v.as_mut_ptr() as *mut u8).collect();
+            // SAFETY: every pointer is valid for the byte length the planner computed from the static
+            // shapes checked above; the arena is aligned to 64 and at least arena_bytes long.
+            let code = unsafe { (self.run)(self.arena.as_mut_ptr() as *mut u8, in_ptrs.as_ptr(), out_ptrs.as_ptr()) };
+            if code != 0 {
+                return Err(Failure::model(format!("the compiled model returned error code {code}")));
+            }
+            let mut o = Vec::new();
+            for (p, buf) in self.c.lir.outputs.iter().zip(outs) {
+                let bytes: Vec<u8> = buf.iter().flat_map(|w| w.to_le_bytes()).take(port_bytes(&p.ty)).collect();
+                o.push(value_of(&p.ty, bytes, &format!("output '{}'", p.name))?);
+            }
+            res.push(o);
+        }
+        Ok(res)
+    }
+}

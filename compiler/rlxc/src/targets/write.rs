@@ -1,0 +1,71 @@
+//! The one artifact writer: every family's files plus its manifest `NAME.json`, written all or
+//! nothing; the sha256 the manifests record; the dispatch counts they share.
+
+use crate::cli::Failure;
+use rlx_opt::DispatchReport;
+use std::path::{Path, PathBuf};
+
+/// Lower-case hex sha256 of `b` (the manifests' content hashes).
+pub fn sha256_hex(b: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(b).iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// The manifest's `dispatch` counts (native / common-IR / rewritten / unsupported).
+pub fn dispatch_counts(r: &DispatchReport) -> serde_json::Value {
+    serde_json::json!({
+        "native": r.count(rlx_opt::Resolution::Native),
+        "common_ir": r.count(rlx_opt::Resolution::CommonIr),
+        "rewritten": r.count(rlx_opt::Resolution::Rewritten),
+        "unsupported": r.count(rlx_opt::Resolution::Unsupported),
+    })
+}
+
+/// The model file's name as manifests record it.
+pub fn model_file(model: &Path) -> String {
+    model.file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+/// Writes `files` (names relative to `dir`) and the manifest as `dir/NAME.json` (pretty JSON and a
+/// newline), all or nothing. Returns the paths written, the manifest last.
+pub fn write_artifact(dir: &Path, name: &str, files: Vec<(String, Vec<u8>)>, manifest: &serde_json::Value) -> Result<Vec<PathBuf>, Failure> {
+    std::fs::create_dir_all(dir).map_err(|e| Failure::model(format!("cannot create the output folder {}: {e}", dir.display())))?;
+    let json = serde_json::to_string_pretty(manifest).map_err(|e| Failure::model(e.to_string()))? + "\n";
+    let mut all: Vec<(PathBuf, Vec<u8>)> = files.into_iter().map(|(f, b)| (dir.join(f), b)).collect();
+    all.push((dir.join(format!("{name}.json")), json.into_bytes()));
+    write_all_or_nothing(all)
+}
+
+/// Writes every file or none: all contents go to temporary names first, then are renamed. On a
+/// failure the temporaries are removed, and so are files already renamed in this call, so a failed
+/// compile never leaves half an artifact.
+pub fn write_all_or_nothing(files: Vec<(PathBuf, Vec<u8>)>) -> Result<Vec<PathBuf>, Failure> {
+    let tmp_of = |p: &Path| p.with_file_name(format!(".{}.rlxc-tmp", p.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default()));
+    let cleanup = |upto: usize| {
+        for (p, _) in &files[..upto] {
+            let _ = std::fs::remove_file(tmp_of(p));
+        }
+    };
+    for (i, (p, b)) in files.iter().enumerate() {
+        if let Some(d) = p.parent() {
+            if let Err(e) = std::fs::create_dir_all(d) {
+                cleanup(i);
+                return Err(Failure::model(format!("cannot create {}: {e}", d.display())));
+            }
+        }
+        if let Err(e) = std::fs::write(tmp_of(p), b) {
+            cleanup(i + 1);
+            return Err(Failure::model(format!("cannot write {}: {e}", p.display())));
+        }
+    }
+    for (i, (p, _)) in files.iter().enumerate() {
+        if let Err(e) = std::fs::rename(tmp_of(p), p) {
+            cleanup(files.len());
+            for (q, _) in &files[..i] {
+                let _ = std::fs::remove_file(q);
+            }
+            return Err(Failure::model(format!("cannot write {}: {e}", p.display())));
+        }
+    }
+    Ok(files.into_iter().map(|(p, _)| p).collect())
+}
