@@ -32,7 +32,25 @@ pub struct CheckArgs {
 pub fn main(a: &CheckArgs) -> Result<(), Failure> {
     let dims = dims_map(&a.dims)?;
     let src = ModelSource::from_path(&a.model)?;
-    let hir = src.import(&dims)?;
+    // Symbolic dims: the report resolves op kinds and dtypes, which no dim size changes. A model that
+    // imports with them symbolic is checked as it is; one whose import needs sizes (shape arithmetic
+    // folded at import) is checked with every unfixed dim at 1, and says so.
+    let hir = match src.import(&dims) {
+        Ok(h) => h,
+        Err(f) => {
+            let free: Vec<String> = crate::model_symbols(&src)?.into_iter().filter(|s| !dims.contains_key(s)).collect();
+            if free.is_empty() {
+                return Err(f);
+            }
+            let mut at_one = dims.clone();
+            for s in &free {
+                at_one.insert(s.clone(), 1);
+            }
+            let h = src.import(&at_one).map_err(|_| f)?;
+            eprintln!("note: checked with {} (the import needs fixed sizes; --dim NAME=N sets them)", free.iter().map(|s| format!("{s}=1")).collect::<Vec<_>>().join(", "));
+            h
+        }
+    };
     let mir = crate::lower(&hir, src.path())?;
     let report = rlx_opt::legalize::report(&mir, &a.target.caps());
     if a.json {

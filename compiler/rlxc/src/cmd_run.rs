@@ -81,7 +81,6 @@ pub fn parse_input(s: &str) -> Result<(String, PathBuf), String> {
 
 /// A model imported and lowered for a run, with its inputs matched to its ports.
 pub struct Model {
-    pub src: ModelSource,
     pub hir: Hir,
     pub mir: Mir,
     /// The inputs in the model's order.
@@ -230,7 +229,7 @@ pub fn load_model(model: &Path, inputs: &[(String, PathBuf)], dims: &[(String, u
 
     let mir = tm.time("lower", || crate::lower(&hir, src.path()))?;
     let files: BTreeSet<PathBuf> = given.values().filter_map(|(f, _)| f.canonicalize().ok()).collect();
-    Ok(Model { src, hir, mir, inputs: ordered, files, tm })
+    Ok(Model { hir, mir, inputs: ordered, files, tm })
 }
 
 /// Writes one .npy per output into `dir` and prints a row per output (name, type, stats, path).

@@ -15,13 +15,12 @@ use crate::pipeline::{cpu_target, Timings};
 use crate::targets::cpu::harness::{Harness, HarnessError};
 use crate::targets::{self, Request, Session};
 use rlx_import::{ImportOptions, OnnxSummary};
-use rlx_ir::{Blob, ConstData, DType, Dim, Mir};
+use rlx_ir::{ConstData, DType, Dim, Mir};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 #[derive(clap::Args, Debug)]
 pub struct ConformanceArgs {

@@ -2,6 +2,7 @@
 //! a child process with a time limit, a scratch folder, outputs read back from raw files.
 
 use crate::cli::Failure;
+use rlx_ir::lir::Port;
 use rlx_ir::{Blob, ConstData, TensorType};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -70,8 +71,27 @@ pub fn quantize_inputs(s: &dyn Session, inputs: Vec<ConstData>) -> Result<Vec<Co
     Ok(out)
 }
 
-/// Checks samples against the loaded artifact's input types.
-pub fn check_inputs(tys: &[TensorType], names: &[String], samples: &[Vec<ConstData>]) -> Result<(), Failure> {
+/// The types of a LIR's ports.
+pub fn port_types(ports: &[Port]) -> Vec<TensorType> {
+    ports.iter().map(|p| p.ty.clone()).collect()
+}
+
+/// Checks samples against a LIR's input ports.
+pub fn check_inputs(ports: &[Port], samples: &[Vec<ConstData>]) -> Result<(), Failure> {
+    let names: Vec<String> = ports.iter().map(|p| p.name.clone()).collect();
+    check_types(&port_types(ports), &names, samples)
+}
+
+/// The raw bytes of each output port (at least the port's size) as values.
+pub fn outputs_from(ports: &[Port], bufs: Vec<Vec<u8>>) -> Result<Vec<ConstData>, Failure> {
+    ports.iter().zip(bufs).map(|(p, mut b)| {
+        b.truncate(port_bytes(&p.ty));
+        value_of(&p.ty, b, &format!("output '{}'", p.name))
+    }).collect()
+}
+
+/// Checks samples against input types.
+pub fn check_types(tys: &[TensorType], names: &[String], samples: &[Vec<ConstData>]) -> Result<(), Failure> {
     for s in samples {
         if s.len() != tys.len() {
             return Err(Failure::usage(format!("{} inputs given, the compiled model takes {}", s.len(), tys.len())));

@@ -211,23 +211,18 @@ impl Session for Loaded {
         format!("{} (Vulkan; {} dispatches, {} barriers between them)", self.ex.device_name(), self.ex.dispatches(), self.ex.barriers())
     }
     fn inputs(&self) -> Vec<TensorType> {
-        self.c.lir.inputs.iter().map(|p| p.ty.clone()).collect()
+        crate::targets::run::port_types(&self.c.lir.inputs)
     }
     fn run(&mut self, samples: &[Vec<ConstData>]) -> Result<Vec<Vec<ConstData>>, Failure> {
-        use crate::targets::run::{check_inputs, port_bytes, value_of};
-        let names: Vec<String> = self.c.lir.inputs.iter().map(|p| p.name.clone()).collect();
-        check_inputs(&self.inputs(), &names, samples)?;
+        use crate::targets::run::{check_inputs, outputs_from, port_bytes};
+        check_inputs(&self.c.lir.inputs, samples)?;
         let mut res = Vec::with_capacity(samples.len());
         for s in samples {
             let ins: Vec<&[u8]> = s.iter().map(|c| c.data.bytes()).collect();
             let mut outs: Vec<Vec<u8>> = self.c.lir.outputs.iter().map(|p| vec![0u8; port_bytes(&p.ty)]).collect();
             let mut refs: Vec<&mut [u8]> = outs.iter_mut().map(|v| v.as_mut_slice()).collect();
             self.ex.run(&ins, &mut refs).map_err(|e| Failure::model(format!("Vulkan ({}): {e}", self.ex.device_name())))?;
-            let mut o = Vec::new();
-            for (p, bytes) in self.c.lir.outputs.iter().zip(outs) {
-                o.push(value_of(&p.ty, bytes, &format!("output '{}'", p.name))?);
-            }
-            res.push(o);
+            res.push(outputs_from(&self.c.lir.outputs, outs)?);
         }
         Ok(res)
     }

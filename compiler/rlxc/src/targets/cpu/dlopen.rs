@@ -4,7 +4,7 @@
 use super::Compiled;
 use crate::cli::Failure;
 use crate::pipeline::{runtime_lib, Timings};
-use crate::targets::run::{check_inputs, port_bytes, tool, value_of, Scratch};
+use crate::targets::run::{check_inputs, outputs_from, port_bytes, port_types, tool, Scratch};
 use crate::targets::Session;
 use rlx_ir::{ConstData, TensorType};
 use std::process::Command;
@@ -51,11 +51,10 @@ impl Session for Loaded {
         format!("this machine ({}, {}; dlopen)", self.c.target.triple(), self.c.target.cpu)
     }
     fn inputs(&self) -> Vec<TensorType> {
-        self.c.lir.inputs.iter().map(|p| p.ty.clone()).collect()
+        port_types(&self.c.lir.inputs)
     }
     fn run(&mut self, samples: &[Vec<ConstData>]) -> Result<Vec<Vec<ConstData>>, Failure> {
-        let names: Vec<String> = self.c.lir.inputs.iter().map(|p| p.name.clone()).collect();
-        check_inputs(&self.inputs(), &names, samples)?;
+        check_inputs(&self.c.lir.inputs, samples)?;
         let mut res = Vec::with_capacity(samples.len());
         for s in samples {
             let in_ptrs: Vec<*const u8> = s.iter().map(|c| c.data.bytes().as_ptr()).collect();
@@ -67,12 +66,8 @@ impl Session for Loaded {
             if code != 0 {
                 return Err(Failure::model(format!("the compiled model returned error code {code}")));
             }
-            let mut o = Vec::new();
-            for (p, buf) in self.c.lir.outputs.iter().zip(outs) {
-                let bytes: Vec<u8> = buf.iter().flat_map(|w| w.to_le_bytes()).take(port_bytes(&p.ty)).collect();
-                o.push(value_of(&p.ty, bytes, &format!("output '{}'", p.name))?);
-            }
-            res.push(o);
+            let bytes = outs.iter().map(|buf| buf.iter().flat_map(|w| w.to_le_bytes()).collect()).collect();
+            res.push(outputs_from(&self.c.lir.outputs, bytes)?);
         }
         Ok(res)
     }

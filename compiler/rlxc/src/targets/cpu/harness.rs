@@ -163,11 +163,10 @@ impl Session for HarnessSession {
         }
     }
     fn inputs(&self) -> Vec<TensorType> {
-        self.c.lir.inputs.iter().map(|p| p.ty.clone()).collect()
+        crate::targets::run::port_types(&self.c.lir.inputs)
     }
     fn run(&mut self, samples: &[Vec<ConstData>]) -> Result<Vec<Vec<ConstData>>, Failure> {
-        let names: Vec<String> = self.c.lir.inputs.iter().map(|p| p.name.clone()).collect();
-        check_inputs(&self.inputs(), &names, samples)?;
+        check_inputs(&self.c.lir.inputs, samples)?;
         samples
             .iter()
             .map(|s| self.h.exec(&self.exe, &self.c, self.dir.path(), s).map_err(|e| Failure::model(format!("running the compiled model failed: {}", e.msg()))))

@@ -52,14 +52,13 @@ impl Session for Firmware {
         format!("qemu-system-arm -M {} ({})", self.board.machine, self.board.core.name())
     }
     fn inputs(&self) -> Vec<TensorType> {
-        self.c.lir.inputs.iter().map(|p| p.ty.clone()).collect()
+        crate::targets::run::port_types(&self.c.lir.inputs)
     }
     fn quant(&self) -> Option<&QuantPorts> {
         self.c.quant.as_ref()
     }
     fn run(&mut self, samples: &[Vec<ConstData>]) -> Result<Vec<Vec<ConstData>>, Failure> {
-        let names: Vec<String> = self.c.lir.inputs.iter().map(|p| p.name.clone()).collect();
-        check_inputs(&self.inputs(), &names, samples)?;
+        check_inputs(&self.c.lir.inputs, samples)?;
         let images: Vec<u8> = samples.iter().flat_map(|s| s[0].data.bytes().iter().copied()).collect();
         self.dir.write("images.bin", &images)?;
         let _ = std::fs::remove_file(self.dir.path().join("outputs.bin"));

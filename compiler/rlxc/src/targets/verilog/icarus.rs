@@ -6,7 +6,7 @@
 use super::VerilogCompiled;
 use crate::cli::Failure;
 use crate::pipeline::Timings;
-use crate::targets::run::{check_inputs, run_limited, tool, value_of, Counter, Scratch};
+use crate::targets::run::{check_types, run_limited, tool, value_of, Counter, Scratch};
 use crate::targets::{QuantPorts, Session};
 use rlx_ir::{ConstData, DType, Mir, TensorType};
 use std::process::Command;
@@ -141,7 +141,7 @@ impl Session for Simulation {
         Some(&self.quant)
     }
     fn run(&mut self, samples: &[Vec<ConstData>]) -> Result<Vec<Vec<ConstData>>, Failure> {
-        check_inputs(&self.inputs(), &["input".to_string()], samples)?;
+        check_types(&self.inputs(), &["input".to_string()], samples)?;
         let n = samples.len();
         if n == 0 {
             return Ok(Vec::new());
