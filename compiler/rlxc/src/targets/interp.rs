@@ -12,7 +12,7 @@ pub struct Interp;
 
 impl Family for Interp {
     fn describe(&self) -> &'static str {
-        "--target interp|interp-int8"
+        "--target interp-int8"
     }
     fn caps(&self, _t: Target) -> TargetCaps {
         rlx_interp::caps()

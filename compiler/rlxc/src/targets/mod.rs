@@ -216,7 +216,11 @@ pub fn check_flags(t: Target, r: &Request) -> Result<(), Failure> {
                 takers.push(d);
             }
         }
-        let to = if takers.is_empty() { "no target".to_string() } else { takers.join(" and ") };
+        let to = match takers.split_last() {
+            None => "no target".to_string(),
+            Some((last, [])) => last.to_string(),
+            Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
+        };
         return Err(Failure::usage(format!("{} applies to {to}, not --target {}", f.spelling(), t.name())));
     }
     fam.check(t, r)
