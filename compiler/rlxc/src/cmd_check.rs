@@ -1,6 +1,6 @@
 //! `rlxc check`: the dispatch report of a model on a target, without compiling.
 
-use crate::{dims_map, print_json, Failure, ModelSource, Target};
+use crate::{print_json, Failure, ModelSource, Target};
 use rlx_opt::legalize::{DispatchReport, Resolution};
 use serde_json::json;
 use std::path::PathBuf;
@@ -30,8 +30,8 @@ pub struct CheckArgs {
 }
 
 pub fn main(a: &CheckArgs) -> Result<(), Failure> {
-    let dims = dims_map(&a.dims)?;
     let src = ModelSource::from_path(&a.model)?;
+    let dims = rlxc::dims::resolve(&src, &a.dims, None)?;
     // Symbolic dims: the report resolves op kinds and dtypes, which no dim size changes. A model that
     // imports with them symbolic is checked as it is; one whose import needs sizes (shape arithmetic
     // folded at import) is checked with every unfixed dim at 1, and says so.

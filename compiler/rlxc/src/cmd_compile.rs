@@ -2,7 +2,7 @@
 //! (`rlxc::targets::compile`), then the one artifact writer. Which files a target writes is its
 //! family's business (`rlxc::targets`); this command never asks which family it is.
 
-use crate::{dims_map, problem_list, Failure, ModelSource, Target};
+use crate::{problem_list, Failure, ModelSource, Target};
 use rlxc::artifact;
 use rlxc::pipeline::{default_name, Timings};
 use rlxc::targets::{self, Request};
@@ -132,25 +132,13 @@ impl CompileArgs {
 
 pub fn main(a: &CompileArgs) -> Result<(), Failure> {
     let src = ModelSource::from_path(&a.model)?;
-    let mut dims = dims_map(&a.dims)?;
+    let dims = rlxc::dims::resolve(&src, &a.dims, a.batch)?;
     let mut tm = Timings::default();
     let total = Instant::now();
     let name = a.name.clone().map(|n| artifact::sanitize_ident(&n)).unwrap_or_else(|| default_name(&a.model));
     let req = a.request(name.clone());
     // Flags the target's family does not take fail before any work.
     targets::check_flags(a.target, &req)?;
-    if let Some(b) = a.batch {
-        // --batch applies to every symbolic dim whose name starts with "batch" (batch, batch_size…).
-        let syms = crate::model_symbols(&src)?;
-        let mut hit = false;
-        for s in syms.iter().filter(|s| s.to_ascii_lowercase().starts_with("batch")) {
-            dims.entry(s.clone()).or_insert(b);
-            hit = true;
-        }
-        if !hit {
-            dims.entry("batch".into()).or_insert(b);
-        }
-    }
     let hir = tm.time("import", || src.import(&dims))?;
     let mut free: Vec<String> = hir.input_symbols();
     free.retain(|s| !dims.contains_key(s));

@@ -1,7 +1,7 @@
 //! `rlxc run`: run a model on .npy inputs with the target's executor (`rlxc::targets::load`) and
 //! write .npy outputs. The model and input handling here is shared with `rlxc bench`.
 
-use crate::{dims_map, phase, Failure, ModelSource, Target};
+use crate::{phase, Failure, ModelSource, Target};
 use rlx_ir::{ConstData, DType, Dim, Hir, Mir, Shape};
 use rlxc::npy;
 use rlxc::pipeline::Timings;
@@ -123,8 +123,8 @@ pub fn fmt_count(x: f64) -> String {
 /// the inputs to its ports, reporting every problem at once. With `zeros_if_none` and no inputs at
 /// all, every input is zeros of its declared (then fixed) type (`rlxc bench` without --input).
 pub fn load_model(model: &Path, inputs: &[(String, PathBuf)], dims: &[(String, u64)], zeros_if_none: bool) -> Result<Model, Failure> {
-    let explicit = dims_map(dims)?;
     let src = ModelSource::from_path(model)?;
+    let explicit = rlxc::dims::resolve(&src, dims, None)?;
     let mut tm = Timings::default();
 
     // Read every input file; report all problems at once.
@@ -236,8 +236,8 @@ pub fn load_model(model: &Path, inputs: &[(String, PathBuf)], dims: &[(String, u
 pub fn write_outputs(m: &Model, outs: &[ConstData], dir: &Path) -> Result<(), Failure> {
     let (hir, mir) = (&m.hir, &m.mir);
     let inputs_at = &m.files;
-    // Write outputs.
-    std::fs::create_dir_all(dir).map_err(|e| Failure::model(format!("cannot create output folder '{}': {e}", dir.display())))?;
+    // Every output is encoded first, then all are written at once (all or nothing, as `compile`).
+    let mut files = Vec::with_capacity(outs.len());
     let mut used: BTreeSet<String> = BTreeSet::new();
     let mut rows = Vec::new();
     for (i, (out, &v)) in outs.iter().zip(&mir.outputs).enumerate() {
@@ -269,9 +269,12 @@ pub fn write_outputs(m: &Model, outs: &[ConstData], dir: &Path) -> Result<(), Fa
             ),
             _ => (out.clone(), ""),
         };
-        rlxc::npy::write(&path, &to_write).map_err(|e| Failure::model(format!("output '{name}': {e}")))?;
+        let bytes = rlxc::npy::encode(&to_write).map_err(|e| Failure::model(format!("output '{name}': {e}")))?;
+        files.push((path.clone(), bytes));
         rows.push((name, format!("{}{}", out.dtype, Shape::fixed(&out.shape)), stats(out), format!("{}{note}", path.display())));
     }
+    rlxc::targets::write::create_out_dir(dir)?;
+    rlxc::targets::write::write_all_or_nothing(files)?;
     let w0 = rows.iter().map(|r| r.0.len()).max().unwrap_or(0);
     let w1 = rows.iter().map(|r| r.1.len()).max().unwrap_or(0);
     let w2 = rows.iter().map(|r| r.2.len()).max().unwrap_or(0);

@@ -10,7 +10,7 @@ use rlx_opt::DispatchReport;
 pub use crate::cli::Backend;
 pub use crate::targets::mcu::quant_options as mcu_quant_options;
 pub use crate::targets::verilog::{compile_verilog, mem_hex, write_verilog_artifacts, VerilogCompiled};
-pub use crate::targets::write::write_all_or_nothing;
+pub use crate::targets::write::{create_out_dir, write_all_or_nothing};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -82,6 +82,19 @@ pub fn cpu_target(t: Target, cpu: Option<&str>) -> Result<CpuTarget, Failure> {
         t => return Err(Failure::usage(format!("--target {} writes firmware sources, not a CPU object", t.name()))),
     };
     if let Some(cpu) = cpu {
+        let (arch, known) = match c.arch {
+            Arch::X86_64 => ("x86-64", crate::cpus::X86_64),
+            Arch::Aarch64 => ("aarch64", crate::cpus::AARCH64),
+        };
+        if !known.contains(&cpu) {
+            let near = crate::cpus::closest(cpu, known);
+            let hint = if near.is_empty() { String::new() } else { format!(" (did you mean {}?)", near.join(", ")) };
+            return Err(Failure::usage(format!(
+                "--cpu {cpu}: not a known {arch} processor{hint}; --target {} takes one of: {}",
+                t.name(),
+                known.join(" ")
+            )));
+        }
         c.cpu = cpu.to_string();
         if t == Target::Host {
             c.features = String::new();
@@ -184,6 +197,16 @@ pub fn calibration_samples(data: &ConstData, input: &TensorType) -> Result<Vec<V
     let n = if data.shape == shape { 1 } else { data.shape.first().copied().unwrap_or(0) };
     if n == 0 || data.numel() != n * per {
         return Err(format!("calibration data {:?} is neither {shape:?} nor [N, {}]", data.shape, shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")));
+    }
+    // Quantization derives each tensor's range from these samples: a NaN or infinity would poison
+    // every scale, and data with no spread (all one value) gives no range to quantize over.
+    let vals = data.to_f64_vec();
+    if let Some(i) = vals.iter().position(|v| !v.is_finite()) {
+        return Err(format!("calibration data holds {} at sample {}, element {} (flat index {i}): quantization needs finite values", vals[i], i / per, i % per));
+    }
+    let (lo, hi) = vals.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), &v| (l.min(v), h.max(v)));
+    if lo == hi {
+        return Err(format!("calibration data is {lo} everywhere ({n} sample(s)): it gives no range to quantize over; pass real inputs"));
     }
     let b = data.data.bytes();
     Ok((0..n)

@@ -29,11 +29,17 @@ pub fn model_file(model: &Path) -> String {
 /// Writes `files` (names relative to `dir`) and the manifest as `dir/NAME.json` (pretty JSON and a
 /// newline), all or nothing. Returns the paths written, the manifest last.
 pub fn write_artifact(dir: &Path, name: &str, files: Vec<(String, Vec<u8>)>, manifest: &serde_json::Value) -> Result<Vec<PathBuf>, Failure> {
-    std::fs::create_dir_all(dir).map_err(|e| Failure::model(format!("cannot create the output folder {}: {e}", dir.display())))?;
+    create_out_dir(dir)?;
     let json = serde_json::to_string_pretty(manifest).map_err(|e| Failure::model(e.to_string()))? + "\n";
     let mut all: Vec<(PathBuf, Vec<u8>)> = files.into_iter().map(|(f, b)| (dir.join(f), b)).collect();
     all.push((dir.join(format!("{name}.json")), json.into_bytes()));
     write_all_or_nothing(all)
+}
+
+/// Creates the output folder `-o DIR` (and its parents). A path that cannot be a folder (a file is
+/// there, no permission) is the command line's fault: exit 2, the same for every target.
+pub fn create_out_dir(dir: &Path) -> Result<(), Failure> {
+    std::fs::create_dir_all(dir).map_err(|e| Failure::usage(format!("cannot create the output folder {}: {e}", dir.display())))
 }
 
 /// Writes every file or none: all contents go to temporary names first, then are renamed. On a
