@@ -147,7 +147,7 @@ def run_rlxc(rlxc: str, model: str, d: str, batch: int, runs: int):
         raise SystemExit(f"rlxc failed:\n{out.stdout}\n{out.stderr}")
     m = re.search(r"p50 ([0-9.]+) µs", out.stdout)
     info = {k: v for k, v in re.findall(r"(compile|setup|first run) ([0-9.]+ m?s)", out.stdout)}
-    dev = re.search(r"vulkan device: (.*?) \(Vulkan", out.stdout)
+    dev = re.search(r"vulkan device: (.*)", out.stdout)
     return float(m.group(1)), np.load(os.path.join(d, "out", "last_hidden_state.npy")), info, dev.group(1) if dev else "?"
 
 

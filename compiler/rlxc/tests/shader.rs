@@ -15,7 +15,7 @@
 //! - row-fused kernels (LayerNorm, softmax, log-softmax: tests/gpu/make_rows.py) are one dispatch
 //!   each, one workgroup per row for rows of ≥ 64, and match the interpreter within 1e-4;
 //! - every schedule's byte ranges cover the bindings each dispatch uses, and the manifest's barrier
-//!   levels are the executor's; MiniLM needs fewer barriers than dispatches (`--bench` reports the
+//!   levels are the executor's; MiniLM needs fewer barriers than dispatches (`rlxc bench` reports the
 //!   count);
 //! - `rlxc check --target webgpu` reports i64 ops as unsupported (MiniLM's position ids and mask),
 //!   where `--target vulkan` claims them.
@@ -213,13 +213,14 @@ fn minilm_on_vulkan_matches_the_interpreter() {
         let (vk, it) = (dir.join(format!("{which}-vk")), dir.join(format!("{which}-interp")));
         for (t, out) in [("vulkan", &vk), ("interp", &it)] {
             let mut c = rlxc();
-            c.args(["run", s(&m), "--target", t, "-o", s(out), "--dim", "batch=1", "--dim", "sequence=128"]);
+            // `rlxc bench` (one timed run after the first, whose outputs -o writes) reports the
+            // dispatches and the barriers between them.
+            c.args([if t == "vulkan" { "bench" } else { "run" }, s(&m), "--target", t, "-o", s(out), "--dim", "batch=1", "--dim", "sequence=128"]);
             for i in &inputs {
                 c.args(["--input", i]);
             }
             if t == "vulkan" {
-                // `--bench` reports the dispatches and the barriers between them.
-                let text = ok(c.args(["--bench", "1"]));
+                let text = ok(c.args(["--runs", "1", "--warmup-ms", "0"]));
                 let line = text.lines().find(|l| l.ends_with("barriers between them")).unwrap_or_else(|| panic!("no barrier count in:\n{text}"));
                 let n: Vec<usize> = line.split_whitespace().filter_map(|w| w.parse().ok()).collect();
                 eprintln!("MiniLM {which}: {line}");

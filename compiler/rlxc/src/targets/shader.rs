@@ -208,7 +208,7 @@ impl Loaded {
 
 impl Session for Loaded {
     fn device(&self) -> String {
-        format!("{} (Vulkan; {} dispatches, {} barriers between them)", self.ex.device_name(), self.ex.dispatches(), self.ex.barriers())
+        self.ex.device_name().to_string()
     }
     fn inputs(&self) -> Vec<TensorType> {
         crate::targets::run::port_types(&self.c.lir.inputs)
@@ -226,9 +226,11 @@ impl Session for Loaded {
         }
         Ok(res)
     }
-    /// RLX_VULKAN_PROFILE=1: the last run's time per kernel, summed by fused-kernel name pattern.
+    /// The dispatches and the barriers between them; with RLX_VULKAN_PROFILE=1 the last run's time
+    /// per kernel, summed by fused-kernel name pattern.
     fn notes(&self) -> Vec<String> {
-        let Some(p) = self.ex.profile() else { return Vec::new() };
+        let head = format!("{} dispatches, {} barriers between them", self.ex.dispatches(), self.ex.barriers());
+        let Some(p) = self.ex.profile() else { return vec![head] };
         let total: f64 = p.iter().sum();
         let mut by: Vec<(f64, usize, String)> = Vec::new();
         for (t, d) in p.iter().zip(&self.c.program.dispatches) {
@@ -243,7 +245,7 @@ impl Session for Loaded {
             }
         }
         by.sort_by(|a, b| b.0.total_cmp(&a.0));
-        let mut v = vec![format!("profile: {} dispatches, {} barriers, {total:.1} µs on the device (timestamps)", self.ex.dispatches(), self.ex.barriers())];
+        let mut v = vec![head, format!("profile: {} dispatches, {} barriers, {total:.1} µs on the device (timestamps)", self.ex.dispatches(), self.ex.barriers())];
         for (t, n, k) in by.iter().take(30) {
             v.push(format!("  {t:9.1} µs  {:4.1}%  {n:3}×  {k}", 100.0 * t / total.max(1e-9)));
         }
