@@ -24,12 +24,6 @@ impl Family for Verilog {
     fn flags(&self) -> &'static [Flag] {
         &[Flag::Calibrate, Flag::MacsPerCycle]
     }
-    fn check(&self, _t: Target, r: &Request) -> Result<(), Failure> {
-        match r.macs_per_cycle {
-            Some(0) => Err(Failure::usage("--macs-per-cycle must be at least 1")),
-            _ => Ok(()),
-        }
-    }
     fn quantization(&self, _t: Target) -> Quantization {
         Quantization::Required(rlx_opt::QuantOptions::default())
     }
