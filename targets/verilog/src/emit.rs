@@ -433,7 +433,7 @@ pub fn emit(g: &Mir, o: &Options) -> Result<Design, String> {
     );
     let _ = writeln!(v, "endmodule\n\n`default_nettype wire");
 
-    let tb = testbench(name, in_elems, out_elems, cyc);
+    let tb = testbench(name, in_elems, out_elems, cyc, o.testbench_vectors);
     Ok(Design {
         verilog: v,
         testbench: tb,

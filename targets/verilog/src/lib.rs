@@ -29,19 +29,22 @@
 //! [`cycles`].
 //!
 //! Where things live: `recognize.rs` (MIR → layers), `layer.rs` (the layers and their cycle counts),
-//! `emit.rs` (the module and ROM images), `testbench.rs`, `keywords.rs` (reserved words).
+//! `emit.rs` (the module and ROM images), `testbench.rs`, `keywords.rs` (reserved words),
+//! `unsupported.rs` (what a user reads when the model does not map, in the model's own terms).
 
 mod emit;
 mod keywords;
 mod layer;
 mod recognize;
 mod testbench;
+mod unsupported;
 #[cfg(test)]
 mod tests;
 
 pub use emit::emit;
 pub use layer::{cycles, Kind, Layer};
-pub use recognize::recognize;
+pub use recognize::{recognize, unmapped, Unmapped};
+pub use unsupported::unsupported;
 
 use rlx_ir::caps::TargetCaps;
 use rlx_ir::DType;
@@ -74,6 +77,9 @@ pub struct Options {
     pub output: PortQuant,
     /// Written into the header comment.
     pub rlxc_version: String,
+    /// Vectors in the testbench's default input and expected-output files (the testbench refuses to
+    /// run more from them).
+    pub testbench_vectors: usize,
 }
 
 /// The generated files and figures.

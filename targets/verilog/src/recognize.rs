@@ -3,7 +3,7 @@
 
 use crate::layer::{Kind, Layer};
 use rlx_ir::{BinaryOp, ConstData, DType, Mir, MirOp, OpSet, PadMode, PoolKind, ValueId};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// Padding of an int8 activation: `[top, left, bottom, right]` and the value it reads.
 type Pad = ([usize; 4], i64);
@@ -44,16 +44,35 @@ fn nchw(s: &[usize], what: &str) -> Result<[usize; 3], String> {
     }
 }
 
+/// A node the datapath does not map: the model's node name, the MIR op kind, and why.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Unmapped {
+    pub node: String,
+    pub op: &'static str,
+    pub why: String,
+}
+
 /// Finds the chain of layers of a quantized graph: one int8 input, one int8 output. Returns every
 /// problem (node name, op, why) when the graph is not such a chain.
 pub fn recognize(g: &Mir) -> Result<(Vec<Layer>, usize, usize), Vec<String>> {
-    let mut problems = Vec::new();
+    scan(g).map_err(|(nodes, graph)| nodes.iter().map(|u| format!("node '{}': {} — {}", u.node, u.op, u.why)).chain(graph).collect())
+}
+
+/// The nodes of `g` the datapath does not map, in graph order (a node fed by one of them is not
+/// reported: it fails only because its input does), and the problems of the graph as a whole.
+pub fn unmapped(g: &Mir) -> (Vec<Unmapped>, Vec<String>) {
+    scan(g).err().unwrap_or_default()
+}
+
+fn scan(g: &Mir) -> Result<(Vec<Layer>, usize, usize), (Vec<Unmapped>, Vec<String>)> {
+    let mut unmapped: Vec<Unmapped> = Vec::new();
+    let mut problems: Vec<String> = Vec::new();
     if g.inputs.len() != 1 || g.outputs.len() != 1 {
-        return Err(vec![format!(
+        return Err((vec![], vec![format!(
             "the Verilog writer takes one input and one output (the model has {} and {})",
             g.inputs.len(),
             g.outputs.len()
-        )]);
+        )]));
     }
     let numel = |v: ValueId| {
         g.ty(v)
@@ -63,17 +82,40 @@ pub fn recognize(g: &Mir) -> Result<(Vec<Layer>, usize, usize), Vec<String>> {
     };
     let inp = g.inputs[0];
     if g.ty(inp).dtype != DType::I8 {
-        return Err(vec![format!("the input is {} (the Verilog writer takes a model quantized to int8: pass --calibrate)", g.ty(inp).dtype)]);
+        return Err((vec![], vec![format!("the input is {} (the Verilog writer takes a model quantized to int8: pass --calibrate)", g.ty(inp).dtype)]));
     }
     let Some(in_elems) = numel(inp) else {
-        return Err(vec!["the input shape must be fixed".into()]);
+        return Err((vec![], vec!["the input shape must be fixed".into()]));
     };
     let mut sym: HashMap<ValueId, Sym> = HashMap::new();
     sym.insert(inp, Sym::Act(0));
     let mut bounds = vec![in_elems];
     let mut layers: Vec<Layer> = Vec::new();
+    // Outputs of unmapped nodes (and of nodes fed by them). Past an unmapped node the scan goes on,
+    // so every unmapped node is reported, not only the first: an int8 value it produced is taken as
+    // a fresh activation (what the node would give if it were mapped); a node reading a wider one
+    // belongs to the same failed layer and is skipped.
+    let mut failed: HashSet<ValueId> = HashSet::new();
     for id in g.node_ids() {
         let node = g.node(id);
+        let mut skip = false;
+        for v in &node.inputs {
+            if !failed.contains(v) {
+                continue;
+            }
+            match numel(*v) {
+                Some(n) if g.ty(*v).dtype == DType::I8 => {
+                    failed.remove(v);
+                    bounds.push(n);
+                    sym.insert(*v, Sym::Act(bounds.len() - 1));
+                }
+                _ => skip = true,
+            }
+        }
+        if skip {
+            failed.extend(node.outputs.iter().copied());
+            continue;
+        }
         let get = |k: usize| node.inputs.get(k).and_then(|v| sym.get(v).cloned());
         let konst = |k: usize| node.inputs.get(k).and_then(|&v| g.const_data(v));
         let shape = |v: ValueId| g.ty(v).shape.as_fixed().unwrap_or_default();
@@ -241,10 +283,13 @@ pub fn recognize(g: &Mir) -> Result<(Vec<Layer>, usize, usize), Vec<String>> {
             Ok(s) => {
                 sym.insert(out, s);
             }
-            Err(e) => problems.push(format!("node '{}': {} — {e}", node.name, node.op.kind())),
+            Err(why) => {
+                failed.extend(node.outputs.iter().copied());
+                unmapped.push(Unmapped { node: node.name.clone(), op: node.op.kind(), why });
+            }
         }
     }
-    if problems.is_empty() {
+    if unmapped.is_empty() {
         match sym.get(&g.outputs[0]) {
             Some(Sym::Act(b)) if *b == bounds.len() - 1 && *b > 0 => {}
             _ => problems.push("the output must be the int8 result of the last layer".into()),
@@ -253,8 +298,8 @@ pub fn recognize(g: &Mir) -> Result<(Vec<Layer>, usize, usize), Vec<String>> {
             problems.push("the network has no fully connected or conv layer".into());
         }
     }
-    if !problems.is_empty() {
-        return Err(problems);
+    if !unmapped.is_empty() || !problems.is_empty() {
+        return Err((unmapped, problems));
     }
     let out = bounds.last().copied().unwrap_or(0);
     Ok((layers, in_elems, out))

@@ -87,6 +87,7 @@ fn recognizes_a_layer_and_counts_cycles() {
             input: q,
             output: q,
             rlxc_version: "test".into(),
+            testbench_vectors: 1,
         },
     )
     .unwrap();
@@ -170,7 +171,7 @@ fn recognizes_a_padded_conv_and_a_max_pool() {
     // Load 24; conv: 12 pixels × (2 groups of 2 × (8 + 2) + 3 writes); pool: 18 × (4 + 2 + 1); out 2 × 18.
     assert_eq!(cycles(&layers, i, o, 2), 24 + 12 * (2 * 10 + 3) + 18 * 7 + 36);
     let q = PortQuant { scale: 1.0, zero_point: -5 };
-    let opts = Options { name: "cp".into(), macs_per_cycle: 2, input: q, output: q, rlxc_version: "test".into() };
+    let opts = Options { name: "cp".into(), macs_per_cycle: 2, input: q, output: q, rlxc_version: "test".into(), testbench_vectors: 1 };
     let d = emit(&conv_pool(false), &opts).unwrap();
     // Weight words: group 0 = channels {1, 0}, step 0 = w[c][0][0][0] = byte 8c·29; group 1 = {pad, 2}.
     let w: Vec<&str> = d.weights_mem.lines().collect();
@@ -197,6 +198,7 @@ fn reports_every_unmapped_node() {
         input: q,
         output: q,
         rlxc_version: "test".into(),
+        testbench_vectors: 1,
     };
     let e = emit(&one_layer(false), &o).err().unwrap();
     assert!(e.contains("--macs-per-cycle"), "{e}");
