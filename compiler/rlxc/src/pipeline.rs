@@ -551,15 +551,16 @@ pub fn compile_verilog(
     tm: &mut Timings,
 ) -> Result<VerilogCompiled, Failure> {
     let q = tm.time("quantize", || quantize_mir(mir, calib))?;
-    // A lowered block's nodes extend its name (`sm0/exp`): the model node is the longest prefix
-    // ending before a '/' that the model names (ONNX names may hold '/' themselves).
+    // Lowered blocks and quantized layers extend their node's name (`sm0/exp`, `pool.sum`): the
+    // model node is the longest prefix ending before a '/' or '.' that the model names (ONNX names
+    // may hold '/' and '.' themselves).
     let source = |mir_node: &str| -> Option<(String, String)> {
         let mut name = mir_node;
         loop {
             if let Some(op) = source_ops.get(name) {
                 return Some((name.to_string(), op.clone()));
             }
-            name = &name[..name.rfind('/')?];
+            name = &name[..name.rfind(['/', '.'])?];
         }
     };
     rlx_target_verilog::unsupported(&q.mir, &source).map_err(Failure::model)?;

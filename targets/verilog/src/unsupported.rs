@@ -15,9 +15,9 @@ const NOT_A_LAYER: &str = "not part of an int8 layer";
 /// node that does not — `Softmax (node 'sm0') is not supported on verilog: …` — with the reason
 /// where it is specific (a grouped conv's `groups`), then any problem of the graph as a whole.
 /// `source` maps a MIR node's name to its model node's name and op type (the ONNX op type): MIR
-/// nodes carry their source node's name (lowered blocks extend it, `sm0/exp`), so a model node
-/// lowered to several MIR nodes is reported once, at the first that does not map. Without a source
-/// the MIR node's name and op kind are used.
+/// nodes carry their source node's name (lowered blocks and quantized layers extend it, `sm0/exp`,
+/// `pool.sum`), so a model node lowered to several MIR nodes is reported once, at the first that
+/// does not map. Without a source the MIR node's name and op kind are used.
 pub fn unsupported(g: &Mir, source: &dyn Fn(&str) -> Option<(String, String)>) -> Result<(), String> {
     let (nodes, graph) = unmapped(g);
     if nodes.is_empty() && graph.is_empty() {
