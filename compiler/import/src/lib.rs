@@ -115,6 +115,9 @@ pub struct OnnxSummary {
     pub inputs: Vec<(String, DType, Vec<Dim>)>,
     pub outputs: Vec<(String, DType, Vec<Dim>)>,
     pub op_types: BTreeMap<String, usize>,
+    /// Node name (as the importer names it: the node's own name, else `OPTYPE_INDEX`) → op type
+    /// (`domain:OpType` outside the default domain). The compiler's nodes carry these names.
+    pub node_op_types: BTreeMap<String, String>,
     pub initializers: usize,
     pub param_count: u64,
     pub param_bytes: u64,

@@ -255,6 +255,15 @@ impl ModelSource {
         }
     }
 
+    /// Node name → the model's op type (ONNX models; empty for a weight-only checkpoint, or when
+    /// the file cannot be read — the import reports that). Error messages name ops by it.
+    pub fn node_op_types(&self) -> BTreeMap<String, String> {
+        match self {
+            ModelSource::Onnx(p) => rlx_import::onnx_summary(p).map(|s| s.node_op_types).unwrap_or_default(),
+            ModelSource::SafetensorsDir(_) => BTreeMap::new(),
+        }
+    }
+
     /// Imports the model. `dims` fixes symbolic dims by name.
     pub fn import(&self, dims: &BTreeMap<String, u64>) -> Result<Hir, Failure> {
         match self {
