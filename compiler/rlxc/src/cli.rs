@@ -216,6 +216,8 @@ pub enum ModelSource {
     Onnx(PathBuf),
     /// A folder with config.json + model.safetensors.
     SafetensorsDir(PathBuf),
+    /// A GGUF language model (llama, qwen2, qwen3, gemma3).
+    Gguf(PathBuf),
 }
 
 impl ModelSource {
@@ -244,14 +246,14 @@ impl ModelSource {
                     )))
                 }
             }
-            "gguf" => Err(Failure::model(format!("'{}': GGUF models are not supported by this version of rlxc", p.display()))),
+            "gguf" => Ok(ModelSource::Gguf(p.to_path_buf())),
             _ => Ok(ModelSource::Onnx(p.to_path_buf())),
         }
     }
 
     pub fn path(&self) -> &Path {
         match self {
-            ModelSource::Onnx(p) | ModelSource::SafetensorsDir(p) => p,
+            ModelSource::Onnx(p) | ModelSource::SafetensorsDir(p) | ModelSource::Gguf(p) => p,
         }
     }
 
@@ -275,6 +277,15 @@ impl ModelSource {
                 }
                 Ok(hir)
             }
+            ModelSource::Gguf(p) => {
+                let f = phase("reading the model", || rlx_import::gguf::load_gguf(p)).map_err(Failure::model)?;
+                let (_, mut hir) = phase("building", || rlx_models::llm::llm_from_gguf(&f))
+                    .map_err(|e| Failure::model(format!("cannot build a model from '{}': {e}", p.display())))?;
+                if !dims.is_empty() {
+                    bind_graph_dims(&mut hir, dims);
+                }
+                Ok(hir)
+            }
         }
     }
 }
@@ -293,6 +304,7 @@ pub fn model_symbols(src: &ModelSource) -> Result<Vec<String>, Failure> {
             Ok(v)
         }
         ModelSource::SafetensorsDir(_) => Ok(src.import(&BTreeMap::new())?.input_symbols()),
+        ModelSource::Gguf(_) => Ok(vec!["sequence".to_string()]),
     }
 }
 
