@@ -21,6 +21,7 @@ class Model:
     def __init__(self, path: str):
         self.r = gguf.GGUFReader(path)
         self.t = {t.name: t for t in self.r.tensors}
+        self.cache = {}
         f = self.r.fields
         self.arch = str(f["general.architecture"].contents())
         a = self.arch
@@ -39,9 +40,15 @@ class Model:
         self.window = get("attention.sliding_window") if a == "gemma3" else None
         self.base_local = float(get("rope.freq_base_swa", 10000.0))
 
-    def w(self, name, dtype=np.float64):
-        t = self.t[name]
-        return dequantize(np.asarray(t.data), t.tensor_type).astype(dtype)
+    def w32(self, name):
+        # Dequantized once per model, kept as float32 (the dequantizer's own type).
+        if name not in self.cache:
+            t = self.t[name]
+            self.cache[name] = dequantize(np.asarray(t.data), t.tensor_type).astype(np.float32)
+        return self.cache[name]
+
+    def w(self, name):
+        return self.w32(name).astype(np.float64)
 
     def has(self, name):
         return name in self.t
@@ -114,13 +121,11 @@ class Model:
                 f = self.rms(f, p + "post_ffw_norm.weight")
             x = x + f
         x = self.rms(x, "output_norm.weight")
-        out = self.t["output.weight"] if self.has("output.weight") else emb
-        data = np.asarray(out.data)
-        logits = np.empty((S, data.shape[0]))
-        step = 8192  # dequantize the output matrix in slices (Gemma's is 262144 x 640)
-        for r0 in range(0, data.shape[0], step):
-            wsl = dequantize(data[r0:r0 + step], out.tensor_type).astype(np.float64)
-            logits[:, r0:r0 + step] = x @ wsl.T
+        out = self.w32("output.weight" if self.has("output.weight") else "token_embd.weight")
+        logits = np.empty((S, out.shape[0]))
+        step = 16384  # in float64 slices (Gemma's output matrix is 262144 x 640)
+        for r0 in range(0, out.shape[0], step):
+            logits[:, r0:r0 + step] = x @ out[r0:r0 + step].astype(np.float64).T
         return logits
 
 

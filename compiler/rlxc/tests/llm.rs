@@ -73,7 +73,7 @@ fn greedy_generation_follows_the_reference_argmax() {
     let dir = scratch("llm-greedy");
     // The reference's logits for prompt + generated ids: each generated id is the argmax of the
     // previous position, so one reference run over the full sequence checks the whole chain.
-    let (model, _) = tiny(&dir, "qwen3", "Q8_0", "1,2,3");
+    let (model, _) = tiny(&dir, "llama", "Q8_0", "1,2,3");
     let out = ok(rlxc().arg("run").arg(&model).args(["--tokens", "1,2,3", "-n", "5", "-o"]).arg(dir.join("run")));
     let gen: Vec<i64> = out
         .lines()
@@ -110,7 +110,7 @@ fn inspect_lists_metadata_tensors_and_block_types() {
     }
     let js: serde_json::Value = serde_json::from_str(&ok(rlxc().arg("inspect").arg(&model).arg("--json"))).unwrap();
     assert_eq!(js["architecture"], "llama");
-    assert_eq!(js["block_types"]["q4_0"]["tensors"], 15); // token_embd, output, 2 × (q, k, v, o, gate, up, down)
+    assert_eq!(js["block_types"]["q4_0"]["tensors"], 16); // token_embd, output, 2 × (q, k, v, o, gate, up, down)
     assert_eq!(js["block_types"]["f32"]["tensors"], 5); // 2 × (attn_norm, ffn_norm), output_norm
 }
 
