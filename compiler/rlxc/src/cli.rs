@@ -2,7 +2,7 @@
 //! parsing, progress spinners.
 
 use clap::ValueEnum;
-use rlx_ir::{Hir, Mir, TargetCaps};
+use rlx_ir::{Hir, HirOp, Mir, MirOp, TargetCaps};
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -283,6 +283,10 @@ impl ModelSource {
                     .map_err(|e| Failure::model(format!("cannot build a model from '{}': {e}", p.display())))?;
                 if !dims.is_empty() {
                     bind_graph_dims(&mut hir, dims);
+                    let probs = rlx_ir::verify::verify(&hir);
+                    if !probs.is_empty() {
+                        return Err(Failure::model(problem_list(&format!("'{}' with the given --dim values is invalid", p.display()), &probs)));
+                    }
                 }
                 Ok(hir)
             }
@@ -309,9 +313,15 @@ pub fn model_symbols(src: &ModelSource) -> Result<Vec<String>, Failure> {
 }
 
 /// Substitutes fixed sizes for symbolic dims in every value type of `g`.
+/// (Reshape and expand attributes name dims too: they are substituted as well.)
 fn bind_graph_dims(g: &mut Hir, dims: &BTreeMap<String, u64>) {
     for v in &mut g.values {
         v.ty.shape = v.ty.shape.bind(dims);
+    }
+    for n in &mut g.nodes {
+        if let HirOp::Prim(MirOp::Reshape { shape } | MirOp::Expand { shape }) = &mut n.op {
+            *shape = rlx_ir::Shape(std::mem::take(shape)).bind(dims).0;
+        }
     }
 }
 
