@@ -111,12 +111,12 @@ fn c_type(d: DType) -> &'static str {
         DType::F16 | DType::BF16 | DType::U16 => "uint16_t",
         DType::I8 => "int8_t",
         DType::U8 | DType::Bool => "uint8_t",
-        _ => "uint8_t", // block-quantized: raw bytes
         DType::I16 => "int16_t",
         DType::I32 => "int32_t",
         DType::U32 => "uint32_t",
         DType::I64 => "int64_t",
         DType::U64 => "uint64_t",
+        _ => "uint8_t", // block-quantized: raw bytes
     }
 }
 
@@ -129,12 +129,12 @@ fn rust_type(d: DType) -> &'static str {
         DType::F16 | DType::BF16 | DType::U16 => "u16",
         DType::I8 => "i8",
         DType::U8 | DType::Bool => "u8",
-        _ => "u8", // block-quantized: raw bytes
         DType::I16 => "i16",
         DType::I32 => "i32",
         DType::U32 => "u32",
         DType::I64 => "i64",
         DType::U64 => "u64",
+        _ => "u8", // block-quantized: raw bytes
     }
 }
 

@@ -102,9 +102,10 @@ pub fn run(a: &RunArgs, p: &Path) -> Result<(), Failure> {
     let t0 = Instant::now();
     let l = phase("running (interp)", || logits(&mir, &a.tokens))?;
     let d_prompt = t0.elapsed();
-    std::fs::create_dir_all(&a.out).map_err(|e| Failure::model(format!("cannot create output folder '{}': {e}", a.out.display())))?;
     let out = a.out.join("logits.npy");
-    rlxc::npy::write(&out, &l).map_err(|e| Failure::model(format!("cannot write {}: {e}", out.display())))?;
+    let bytes = rlxc::npy::encode(&l).map_err(|e| Failure::model(format!("logits: {e}")))?;
+    rlxc::pipeline::create_out_dir(&a.out)?;
+    rlxc::pipeline::write_all_or_nothing(vec![(out.clone(), bytes)])?;
     let next: Vec<String> = (0..a.tokens.len()).map(|r| argmax_row(&l, r).to_string()).collect();
     println!("next token at each position: {}", next.join(","));
     eprintln!("prompt: {} tokens in {:.2} s on the interpreter; logits [{}, {}] -> {}", a.tokens.len(), d_prompt.as_secs_f64(), a.tokens.len(), cfg.vocab, out.display());
