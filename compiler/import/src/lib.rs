@@ -1,10 +1,11 @@
 //! rlx-import: model importers. ONNX (prost messages written by hand in `onnx::proto`) into HIR,
-//! and safetensors checkpoints.
+//! safetensors checkpoints, and GGUF files (metadata + block-quantized tensors, memory-mapped).
 //!
 //! Importers never panic on a user's file and collect every problem they find (each naming the
 //! model's own node) instead of stopping at the first.
 
 pub mod onnx;
+pub mod gguf;
 pub mod safetensors;
 
 use rlx_ir::{ConstData, DType, Dim};

@@ -176,7 +176,7 @@ pub fn tensor_from_proto(t: &TensorProto, base_dir: Option<&Path>) -> Result<Con
                 }
             }
         }
-        DType::Q8_0 | DType::Q4_0 => return Err(format!("unsupported dtype {dtype}")),
+        _ => return Err(format!("unsupported dtype {dtype}")),
     }
     ConstData::new(dtype, shape, Blob::from_vec(out))
 }
