@@ -1,7 +1,7 @@
 //! The tokenizer against llama.cpp (`tests/reference/llama_cpp_ref.py`, llama-cpp-python built by
 //! `make llama-ref`), id for id and byte for byte:
-//! - Gemma 3 270M's SentencePiece vocabulary (`make models`), read from the GGUF by llama.cpp's own
-//!   `gguf` package (`tests/reference/gguf_vocab.py`), on prompts that exercise spaces, newlines,
+//! - Gemma 3 270M's SentencePiece vocabulary (`make models`), read from the GGUF's metadata, on
+//!   prompts that exercise spaces, newlines,
 //!   tabs, digits, CJK, emoji, accents, code, special tokens and the empty string;
 //! - small byte-level BPE vocabularies (Qwen 2 and LLaMA 3 pre-tokenizers) written as GGUF by the
 //!   `gguf` package (`tests/reference/make_bpe_vocab.py`), loaded by llama.cpp with vocab_only.
@@ -11,6 +11,7 @@
 #[allow(dead_code)]
 mod common;
 
+use common::gguf_meta::Meta;
 use rlx_models::{StreamDecoder, TokenType, Tokenizer, TokenizerModel, Vocab};
 use serde_json::Value;
 use std::path::Path;
@@ -52,35 +53,27 @@ fn ids(v: &Value) -> Vec<u32> {
     v.as_array().expect("id list").iter().map(|x| x.as_u64().expect("id") as u32).collect()
 }
 
-fn opt_u32(v: &Value) -> Option<u32> {
-    v.as_u64().map(|x| x as u32)
-}
-
-/// The vocabulary as `gguf_vocab.py` dumps it (the GGUF's `tokenizer.ggml.*` keys).
-fn vocab_from_gguf(model: &Path, scratch: &Path) -> Vocab {
-    let json = scratch.join("vocab.json");
-    common::run_python("tests/reference/gguf_vocab.py", &[model.to_str().unwrap(), json.to_str().unwrap()]);
-    let d: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    let strings = |k: &str| -> Vec<String> {
-        d[k].as_array().map(|a| a.iter().map(|s| s.as_str().unwrap().to_string()).collect()).unwrap_or_default()
-    };
-    let model = TokenizerModel::from_gguf(d["model"].as_str().unwrap()).unwrap();
+/// The vocabulary from the GGUF's `tokenizer.ggml.*` keys (read by the tests' own minimal
+/// metadata reader, `common/gguf_meta.rs`).
+fn vocab_from_gguf(model: &Path) -> Vocab {
+    let m = common::gguf_meta::read_metadata(model).unwrap();
+    let key = |k: &str| m.get(&format!("tokenizer.ggml.{k}"));
+    let array = |k: &str| key(k).map(|v| v.as_array().unwrap_or_else(|| panic!("{k} is not an array"))).unwrap_or(&[]);
+    let strings = |k: &str| -> Vec<String> { array(k).iter().map(|s| s.as_str().unwrap().to_string()).collect() };
+    let model = TokenizerModel::from_gguf(key("model").and_then(Meta::as_str).unwrap()).unwrap();
     let mut v = Vocab::new(model, strings("tokens"));
-    v.pre = d["pre"].as_str().map(str::to_string);
-    v.scores = d["scores"].as_array().map(|a| a.iter().map(|x| x.as_f64().unwrap() as f32).collect()).unwrap_or_default();
-    v.types = d["token_type"]
-        .as_array()
-        .map(|a| a.iter().map(|x| TokenType::from_gguf(x.as_i64().unwrap() as i32)).collect())
-        .unwrap_or_default();
+    v.pre = key("pre").and_then(Meta::as_str).map(str::to_string);
+    v.scores = array("scores").iter().map(|x| if let Meta::Float(f) = x { *f as f32 } else { panic!("score {x:?}") }).collect();
+    v.types = array("token_type").iter().map(|x| if let Meta::Int(i) = x { TokenType::from_gguf(*i as i32) } else { panic!("type {x:?}") }).collect();
     v.merges = strings("merges");
-    v.bos = opt_u32(&d["bos_token_id"]);
-    v.eos = opt_u32(&d["eos_token_id"]);
-    v.eot = opt_u32(&d["eot_token_id"]);
-    v.unk = opt_u32(&d["unknown_token_id"]);
-    v.pad = opt_u32(&d["padding_token_id"]);
-    v.add_bos = d["add_bos_token"].as_bool();
-    v.add_eos = d["add_eos_token"].as_bool();
-    v.add_space_prefix = d["add_space_prefix"].as_bool();
+    v.bos = key("bos_token_id").and_then(Meta::as_u32);
+    v.eos = key("eos_token_id").and_then(Meta::as_u32);
+    v.eot = key("eot_token_id").and_then(Meta::as_u32);
+    v.unk = key("unknown_token_id").and_then(Meta::as_u32);
+    v.pad = key("padding_token_id").and_then(Meta::as_u32);
+    v.add_bos = key("add_bos_token").and_then(Meta::as_bool);
+    v.add_eos = key("add_eos_token").and_then(Meta::as_bool);
+    v.add_space_prefix = key("add_space_prefix").and_then(Meta::as_bool);
     v
 }
 
@@ -134,7 +127,8 @@ fn gemma3_tokenization_matches_llama_cpp() {
     let scratch = common::scratch("tok_gemma");
     let model = common::gemma_gguf();
     let t0 = std::time::Instant::now();
-    let vocab = vocab_from_gguf(&model, &scratch);
+    let vocab = vocab_from_gguf(&model);
+    let t_read = t0.elapsed();
     let reference = llama_reference(&model, &scratch);
     let t1 = std::time::Instant::now();
     let tok = Tokenizer::new(vocab).unwrap();
@@ -144,9 +138,10 @@ fn gemma3_tokenization_matches_llama_cpp() {
     let t2 = std::time::Instant::now();
     let n = compare(&tok, &reference);
     eprintln!(
-        "gemma3: {n} comparisons identical to llama.cpp {}; references {:.1} s, Tokenizer::new {:.0} ms, encode+decode {:.0} ms",
+        "gemma3: {n} comparisons identical to llama.cpp {}; vocabulary read {:.2} s, llama.cpp {:.1} s, Tokenizer::new {:.0} ms, encode+decode {:.0} ms",
         reference["llama_cpp_version"],
-        (t1 - t0).as_secs_f64(),
+        t_read.as_secs_f64(),
+        (t1 - t0 - t_read).as_secs_f64(),
         (t2 - t1).as_secs_f64() * 1e3,
         t2.elapsed().as_secs_f64() * 1e3
     );
@@ -184,7 +179,7 @@ fn bpe_case(pre: &str) {
     let scratch = common::scratch(&format!("tok_bpe_{pre}"));
     let model = scratch.join("vocab.gguf");
     common::run_python("tests/reference/make_bpe_vocab.py", &[model.to_str().unwrap(), "--pre", pre]);
-    let vocab = vocab_from_gguf(&model, &scratch);
+    let vocab = vocab_from_gguf(&model);
     assert_eq!(vocab.pre.as_deref(), Some(pre));
     let reference = llama_reference(&model, &scratch);
     let tok = Tokenizer::new(vocab).unwrap();

@@ -21,7 +21,7 @@ impl Bpe {
         let mut ranks = HashMap::with_capacity(merges.len());
         for (i, m) in merges.iter().enumerate() {
             // The separator is the first space after the first byte, as llama.cpp splits it.
-            let cut = m.get(1..).and_then(|rest| rest.find(' ')).map(|p| p + 1);
+            let cut = m.as_bytes().iter().skip(1).position(|&b| b == b' ').map(|p| p + 1);
             let Some(cut) = cut else {
                 return Err(format!("tokenizer.ggml.merges[{i}] = {m:?} is not 'left right'"));
             };

@@ -1,5 +1,6 @@
 //! Test helpers: where the venv python and the all-MiniLM-L6-v2 checkpoint are, and running Python.
 
+pub mod gguf_meta;
 pub mod npy;
 
 use std::path::{Path, PathBuf};
