@@ -47,6 +47,8 @@ const PROMPTS: &[&str] = &[
     "<|begin_of_text|>hi<|eot_id|> and <tool_call>{\"a\": 1}</tool_call>",
     "a<start_of_turn>b",
     "▁already▁escaped▁",
+    "a supercalifragilistic word",
+    "qqq ЖЖЖ ююю ŋŋŋ ĳĳĳ 가가가 ㅋㅋㅋ ๆๆๆ ﷺﷺﷺ ⸻⸻⸻ ……… ━━━ ~~~~~ ===== ----- ____ ****",
 ];
 
 fn ids(v: &Value) -> Vec<u32> {

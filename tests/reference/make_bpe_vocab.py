@@ -2,7 +2,7 @@
 """Writes a small byte-level BPE vocabulary as a vocabulary-only GGUF (llama.cpp's `gguf` package),
 the way Qwen 2 / LLaMA 3 files carry theirs: `tokenizer.ggml.model = gpt2`, the 256 GPT-2 byte
 characters, merges learned here by plain BPE training on a built-in corpus, control tokens
-(`<|endoftext|>`, `<|im_start|>`, `<|im_end|>`) and one user-defined token (`<tool_call>`).
+(`<|endoftext|>`, `<|im_start|>`, `<|im_end|>`) and one user-defined token (`<tool_call>`), and one normal token that no merge reaches.
 
 llama.cpp loads it with vocab_only=True (the architecture's hyper-parameters are set to tiny values
 so its loader accepts the file; there are no tensors).
@@ -98,6 +98,9 @@ def main():
         if l + r not in seen:
             seen.add(l + r)
             tokens.append(l + r)
+    # A token no merge sequence reaches: LLaMA 3's pre-tokenizer emits a word that is a whole
+    # token as is (llama.cpp's ignore_merges), Qwen 2's merges it from its pieces.
+    tokens.append("".join(b2u[b] for b in " supercalifragilistic".encode("utf-8")))
     types = [gguf.TokenType.NORMAL] * len(tokens)
     specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     if a.pre == "llama-bpe":
