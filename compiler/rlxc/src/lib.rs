@@ -9,6 +9,8 @@ compile_error!("rlxc needs at least one native back end: cargo feature `llvm` or
 pub mod artifact;
 pub mod cli;
 pub mod conformance;
+pub mod cpus;
+pub mod dims;
 pub mod native;
 pub mod npy;
 pub mod pipeline;
