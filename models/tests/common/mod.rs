@@ -1,5 +1,6 @@
 //! Test helpers: where the venv python and the all-MiniLM-L6-v2 checkpoint are, and running Python.
 
+#[allow(dead_code)]
 pub mod gguf_meta;
 pub mod npy;
 
