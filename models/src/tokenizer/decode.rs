@@ -46,11 +46,11 @@ impl Tokenizer {
     pub fn decode_bytes(&self, ids: &[u32], remove_special: bool, unparse_special: bool) -> Vec<u8> {
         let mut ids = ids;
         let mut strip_space = self.add_space_prefix;
-        if remove_special && self.add_bos && ids.first().is_some() && ids.first().copied() == self.bos {
+        if remove_special && self.add_bos && self.bos.is_some() && ids.first().copied() == self.bos {
             strip_space = false;
             ids = &ids[1..];
         }
-        if remove_special && self.add_eos && ids.last().is_some() && ids.last().copied() == self.eos {
+        if remove_special && self.add_eos && self.eos.is_some() && ids.last().copied() == self.eos {
             ids = &ids[..ids.len() - 1];
         }
         let mut out = Vec::new();
