@@ -56,7 +56,7 @@ pub fn main(a: &BenchArgs) -> Result<(), Failure> {
     let t = a.on.target;
     let tn = t.name();
     let mut m = load_model(&a.model, &a.inputs, &a.on.dims, true)?;
-    let mut sess = targets::load(t, &m.mir, &a.on.request(), &mut m.tm)?;
+    let mut sess = targets::load(t, &m.mir, &a.on.request(&m), &mut m.tm)?;
     let ins = targets::run::quantize_inputs(sess.as_ref(), std::mem::take(&mut m.inputs))?;
     let one = std::slice::from_ref(&ins);
     let t0 = Instant::now();

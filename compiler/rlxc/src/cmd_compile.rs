@@ -136,7 +136,7 @@ pub fn main(a: &CompileArgs) -> Result<(), Failure> {
     let mut tm = Timings::default();
     let total = Instant::now();
     let name = a.name.clone().map(|n| artifact::sanitize_ident(&n)).unwrap_or_else(|| default_name(&a.model));
-    let req = a.request(name.clone());
+    let mut req = a.request(name.clone());
     // Flags the target's family does not take fail before any work.
     targets::check_flags(a.target, &req)?;
     let hir = tm.time("import", || src.import(&dims))?;
@@ -150,6 +150,7 @@ pub fn main(a: &CompileArgs) -> Result<(), Failure> {
         )));
     }
     let mir = tm.time("lower", || rlx_opt::lower(&hir)).map_err(|p| Failure::model(problem_list("cannot lower the model to MIR", &p)))?;
+    req.source_ops = src.node_op_types();
     let art = targets::compile(a.target, &mir, &req, &mut tm)?;
     let (files, manifest) = art.files(&name, &a.model)?;
     let written = tm.time("write", || targets::write::write_artifact(&a.out, &name, files, &manifest))?;

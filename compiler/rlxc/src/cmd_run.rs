@@ -38,6 +38,13 @@ pub struct RunArgs {
     pub out: PathBuf,
     #[command(flatten)]
     pub on: On,
+    /// GGUF language models: the prompt as token ids, e.g. --tokens 2,651,6037 (writes the prompt's
+    /// logits to OUT_DIR/logits.npy and prints the next token at every position)
+    #[arg(long, value_name = "ID,ID,…", value_delimiter = ',')]
+    pub tokens: Vec<i64>,
+    /// GGUF language models: greedily generate N tokens after the prompt and print their ids
+    #[arg(short = 'n', long = "max-tokens", value_name = "N", default_value_t = 0)]
+    pub max_tokens: usize,
 }
 
 /// Where a model runs: the flags `rlxc run` and `rlxc bench` share.
@@ -62,8 +69,9 @@ pub struct On {
 }
 
 impl On {
-    pub fn request(&self) -> Request {
-        Request { backend: self.backend, calibrate: self.calibrate.clone(), board: self.board.clone(), ..Request::named("rlxmodel") }
+    /// The flags that go to the target's family, for model `m`.
+    pub fn request(&self, m: &Model) -> Request {
+        Request { backend: self.backend, calibrate: self.calibrate.clone(), board: self.board.clone(), source_ops: m.src.node_op_types(), ..Request::named("rlxmodel") }
     }
 }
 
@@ -81,6 +89,7 @@ pub fn parse_input(s: &str) -> Result<(String, PathBuf), String> {
 
 /// A model imported and lowered for a run, with its inputs matched to its ports.
 pub struct Model {
+    pub src: ModelSource,
     pub hir: Hir,
     pub mir: Mir,
     /// The inputs in the model's order.
@@ -92,8 +101,14 @@ pub struct Model {
 
 pub fn main(a: &RunArgs) -> Result<(), Failure> {
     let t_start = Instant::now();
+    if let ModelSource::Gguf(p) = ModelSource::from_path(&a.model)? {
+        return crate::cmd_llm::run(a, &p);
+    }
+    if !a.tokens.is_empty() || a.max_tokens > 0 {
+        return Err(Failure::usage("--tokens and -n are for GGUF language models".to_string()));
+    }
     let mut m = load_model(&a.model, &a.inputs, &a.on.dims, false)?;
-    let req = a.on.request();
+    let req = a.on.request(&m);
     let mut sess = targets::load(a.on.target, &m.mir, &req, &mut m.tm)?;
     let ins = targets::run::quantize_inputs(sess.as_ref(), std::mem::take(&mut m.inputs))?;
     let t_run = Instant::now();
@@ -229,7 +244,7 @@ pub fn load_model(model: &Path, inputs: &[(String, PathBuf)], dims: &[(String, u
 
     let mir = tm.time("lower", || crate::lower(&hir, src.path()))?;
     let files: BTreeSet<PathBuf> = given.values().filter_map(|(f, _)| f.canonicalize().ok()).collect();
-    Ok(Model { hir, mir, inputs: ordered, files, tm })
+    Ok(Model { src, hir, mir, inputs: ordered, files, tm })
 }
 
 /// Writes one .npy per output into `dir` and prints a row per output (name, type, stats, path).

@@ -25,6 +25,7 @@ use crate::pipeline::{calibration_samples, eval_op, legalize, Timings};
 use rlx_ir::lir::Lir;
 use rlx_ir::{ConstData, Mir, TargetCaps};
 use rlx_opt::DispatchReport;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 pub use run::{Counter, Session};
@@ -88,6 +89,9 @@ pub struct Request {
     pub flash_budget: Option<usize>,
     pub macs_per_cycle: Option<usize>,
     pub board: Option<String>,
+    /// The model's node names → op types (`ModelSource::node_op_types`), for errors that speak of
+    /// the model's ops rather than the MIR's.
+    pub source_ops: BTreeMap<String, String>,
 }
 
 impl Request {
@@ -179,6 +183,11 @@ pub trait Family: Sync {
         Ok(())
     }
     fn quantization(&self, t: Target) -> Quantization;
+    /// Checks the program after the passes, before legalization (what the writer cannot map, named
+    /// by the model's nodes).
+    fn check_program(&self, _t: Target, _mir: &Mir, _r: &Request) -> Result<(), Failure> {
+        Ok(())
+    }
     fn planning(&self, t: Target, r: &Request) -> Result<Planning, Failure>;
     /// Writes the target's code from the prepared program.
     fn emit(&self, t: Target, p: Prepared, r: &Request, tm: &mut Timings) -> Result<Box<dyn Artifact>, Failure>;
@@ -260,11 +269,12 @@ pub fn passes(t: Target, mir: &Mir, r: &Request, tm: &mut Timings) -> Result<(Mi
     Ok((out, quant, calib))
 }
 
-/// The family's passes, legalization against its claim set, and its planning.
+/// The family's passes, its program check, legalization against its claim set, and its planning.
 pub fn prepare(t: Target, mir: &Mir, r: &Request, tm: &mut Timings) -> Result<Prepared, Failure> {
     let fam = family(t);
     check_flags(t, r)?;
     let (mir, quant, calib) = passes(t, mir, r, tm)?;
+    fam.check_program(t, &mir, r)?;
     let report = legalize(&mir, &fam.caps(t), tm)?;
     let (lir, order) = match fam.planning(t, r)? {
         Planning::None => (None, None),

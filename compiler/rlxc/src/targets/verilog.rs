@@ -10,6 +10,7 @@ use crate::cli::{Failure, Target};
 use crate::pipeline::{eval_op, run_interp, Timings};
 use rlx_ir::{ConstData, Mir, MirOp, TargetCaps};
 use rlx_opt::DispatchReport;
+use std::collections::BTreeMap;
 use std::path::Path;
 
 pub struct Verilog;
@@ -29,6 +30,10 @@ impl Family for Verilog {
     }
     fn planning(&self, _t: Target, _r: &Request) -> Result<Planning, Failure> {
         Ok(Planning::None)
+    }
+    /// Nodes the datapath does not map fail the compile, every one named with the model's op type.
+    fn check_program(&self, _t: Target, mir: &Mir, r: &Request) -> Result<(), Failure> {
+        check_datapath(mir, &r.source_ops)
     }
     fn emit(&self, _t: Target, p: Prepared, r: &Request, tm: &mut Timings) -> Result<Box<dyn Artifact>, Failure> {
         Ok(Box::new(emit(p, r, tm)?))
@@ -65,10 +70,28 @@ fn emit(p: Prepared, r: &Request, tm: &mut Timings) -> Result<VerilogCompiled, F
     emit_design(&p.mir, p.report, &r.name, &calib, qi, qo, r.macs_per_cycle.unwrap_or(1), tm)
 }
 
+/// The datapath check: every node the Verilog writer does not map, named with its op type from
+/// `source_ops` (node name → the model's op type, `ModelSource::node_op_types`).
+fn check_datapath(qmir: &Mir, source_ops: &BTreeMap<String, String>) -> Result<(), Failure> {
+    // Lowered blocks and quantized layers extend their node's name (`sm0/exp`, `pool.sum`): the
+    // model node is the longest prefix ending before a '/' or '.' that the model names (ONNX names
+    // may hold '/' and '.' themselves).
+    let source = |mir_node: &str| -> Option<(String, String)> {
+        let mut name = mir_node;
+        loop {
+            if let Some(op) = source_ops.get(name) {
+                return Some((name.to_string(), op.clone()));
+            }
+            name = &name[..name.rfind(['/', '.'])?];
+        }
+    };
+    rlx_target_verilog::unsupported(qmir, &source).map_err(Failure::model)
+}
+
 #[allow(clippy::too_many_arguments)]
 fn emit_design(qmir: &Mir, report: DispatchReport, name: &str, calib: &[Vec<ConstData>], qi: rlx_opt::QParams, qo: rlx_opt::QParams, macs_per_cycle: usize, tm: &mut Timings) -> Result<VerilogCompiled, Failure> {
     let pq = |q: rlx_opt::QParams| rlx_target_verilog::PortQuant { scale: q.scale, zero_point: q.zero_point };
-    let opts = rlx_target_verilog::Options { name: name.to_string(), macs_per_cycle, input: pq(qi), output: pq(qo), rlxc_version: env!("CARGO_PKG_VERSION").to_string() };
+    let opts = rlx_target_verilog::Options { name: name.to_string(), macs_per_cycle, input: pq(qi), output: pq(qo), rlxc_version: env!("CARGO_PKG_VERSION").to_string(), testbench_vectors: calib.len() };
     let design = tm.time("codegen (Verilog)", || rlx_target_verilog::emit(qmir, &opts)).map_err(Failure::model)?;
     let (mut tb_in, mut tb_expected) = (Vec::new(), Vec::new());
     tm.time("testbench vectors", || -> Result<(), Failure> {
@@ -86,9 +109,11 @@ fn emit_design(qmir: &Mir, report: DispatchReport, name: &str, calib: &[Vec<Cons
 }
 
 /// MIR → Verilog with explicit calibration samples (the tests' entry): quantize (the same pass and
-/// runner as the MCU path) → legalize → the Verilog writer → testbench vectors.
-pub fn compile_verilog(mir: &Mir, name: &str, calib: &[Vec<ConstData>], macs_per_cycle: usize, tm: &mut Timings) -> Result<VerilogCompiled, Failure> {
+/// runner as the MCU path) → the datapath check (unmapped nodes named with their op types from
+/// `source_ops`) → legalize → the Verilog writer → testbench vectors.
+pub fn compile_verilog(mir: &Mir, name: &str, calib: &[Vec<ConstData>], macs_per_cycle: usize, source_ops: &BTreeMap<String, String>, tm: &mut Timings) -> Result<VerilogCompiled, Failure> {
     let q = tm.time("quantize", || crate::pipeline::quantize_mir(mir, calib))?;
+    check_datapath(&q.mir, source_ops)?;
     let report = crate::pipeline::legalize(&q.mir, &Verilog.caps(Target::Verilog), tm)?;
     emit_design(&q.mir, report, name, calib, q.inputs[0], q.outputs[0], macs_per_cycle, tm)
 }
