@@ -126,6 +126,7 @@ impl CompileArgs {
             flash_budget: self.flash_budget,
             macs_per_cycle: self.macs_per_cycle,
             board: self.board.clone(),
+            source_ops: Default::default(),
         }
     }
 }
