@@ -9,6 +9,7 @@ compile_error!("rlxc needs at least one native back end: cargo feature `llvm` or
 pub mod artifact;
 pub mod cli;
 pub mod conformance;
+pub mod cuda;
 pub mod native;
 pub mod npy;
 pub mod pipeline;
