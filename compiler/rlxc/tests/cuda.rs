@@ -35,11 +35,7 @@ fn tmp(name: &str) -> PathBuf {
 
 /// ptxas of the venv's nvidia-cuda-nvcc-cu12 (fails, naming the fix, when it is not installed).
 fn ptxas() -> PathBuf {
-    let code = "import importlib.util, os; s = importlib.util.find_spec('nvidia.cuda_nvcc'); \
-                print(os.path.join(list(s.submodule_search_locations)[0], 'bin', 'ptxas'))";
-    let p = PathBuf::from(ok(Command::new(python()).args(["-c", code])).trim());
-    assert!(p.exists(), "ptxas not found at {}: run `make setup` (requirements.txt: nvidia-cuda-nvcc-cu12)", p.display());
-    p
+    rlxc::cuda::ptxas_of(&python()).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// (model, compile args, run inputs) for the MLP, the CNN and MiniLM, made in `dir`.
