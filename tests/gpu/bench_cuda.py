@@ -31,6 +31,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 
@@ -58,8 +59,7 @@ def main() -> int:
 
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    work = "/tmp/rlx-cuda"
-    shutil.rmtree(work, ignore_errors=True)
+    work = tempfile.mkdtemp(prefix="rlx-cuda-")
     shutil.copytree(os.path.join(a.carry, "art"), os.path.join(work, "art"))
     blob, at = lzma.decompress(open(os.path.join(a.carry, "minilm.weights.bin.xz"), "rb").read()), 0
     for b in [1, 8, 32]:
