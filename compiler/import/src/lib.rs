@@ -1,10 +1,11 @@
 //! rlx-import: model importers. ONNX (prost messages written by hand in `onnx::proto`) into HIR,
-//! and safetensors checkpoints.
+//! safetensors checkpoints, and GGUF files (metadata + block-quantized tensors, memory-mapped).
 //!
 //! Importers never panic on a user's file and collect every problem they find (each naming the
 //! model's own node) instead of stopping at the first.
 
 pub mod onnx;
+pub mod gguf;
 pub mod safetensors;
 
 use rlx_ir::{ConstData, DType, Dim};
@@ -115,6 +116,9 @@ pub struct OnnxSummary {
     pub inputs: Vec<(String, DType, Vec<Dim>)>,
     pub outputs: Vec<(String, DType, Vec<Dim>)>,
     pub op_types: BTreeMap<String, usize>,
+    /// Node name (as the importer names it: the node's own name, else `OPTYPE_INDEX`) → op type
+    /// (`domain:OpType` outside the default domain). The compiler's nodes carry these names.
+    pub node_op_types: BTreeMap<String, String>,
     pub initializers: usize,
     pub param_count: u64,
     pub param_bytes: u64,
