@@ -262,8 +262,9 @@ impl ModelSource {
         }
     }
 
-    /// Node name → the model's op type (ONNX models; empty for a weight-only checkpoint, or when
-    /// the file cannot be read — the import reports that). Error messages name ops by it.
+    /// Node name → the model's op type (ONNX models; empty for weight-only checkpoints and GGUF
+    /// files, whose nodes the builders name, or when the file cannot be read — the import reports
+    /// that). Error messages name ops by it.
     pub fn node_op_types(&self) -> BTreeMap<String, String> {
         match self {
             ModelSource::Onnx(p) => rlx_import::onnx_summary(p).map(|s| s.node_op_types).unwrap_or_default(),
