@@ -12,7 +12,7 @@
 //!   persistent thread pool (see `pool.rs`).
 //!
 //! Invariants: `#![no_std]`, no allocation (the `std` pool allocates its workers once, on first
-//! use), no dependencies (feature `vulkan` adds ash and the executor in `vulkan.rs`), no panics on caller input.
+//! use), no dependencies (feature `vulkan` adds ash and the executor in `vulkan.rs`; feature `cuda` adds cudarc and the executor in `cuda.rs`), no panics on caller input.
 
 #![no_std]
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -22,6 +22,15 @@ extern crate std;
 
 #[cfg(feature = "std")]
 mod pool;
+
+/// The GPU schedule format both device executors read (`NAME.schedule.bin`).
+#[cfg(feature = "std")]
+pub mod schedule;
+
+/// The CUDA executor for PTX artifacts (feature `cuda`; the driver opened at run time, uses std and
+/// allocates at setup).
+#[cfg(feature = "cuda")]
+pub mod cuda;
 
 /// The Vulkan executor for shader artifacts (feature `vulkan`; uses std and allocates at setup).
 #[cfg(feature = "vulkan")]

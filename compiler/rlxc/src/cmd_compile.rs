@@ -33,6 +33,9 @@ outputs.bin), startup.c, the board's linker script where it needs one, and a Mak
 GPU targets (--target vulkan|spirv|webgpu|metal|directx|opengl) write compute shaders through naga instead: \
 NAME.spv (SPIR-V, entry points k0, k1, …) or NAME.wgsl / NAME.metal / NAME.hlsl / NAME.kI.comp, NAME.schedule.bin \
 (buffers and dispatches in order, read by runtime-min's Vulkan executor), NAME.weights.bin and NAME.json.\n\n\
+--target cuda [--sm 80|86|89|90] writes NAME.ptx (LLVM's NVPTX back end: entry points k0, k1, …, one pointer per \
+buffer), NAME.schedule.bin (buffers, then per dispatch its grid, block and byte ranges; read by runtime-min's CUDA \
+executor, which records them as one CUDA graph), NAME.weights.bin and NAME.json.\n\n\
 The same model and flags always give the same bytes.";
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -109,6 +112,10 @@ pub struct CompileArgs {
     /// mps2-an505 (M33), mps3-an547 (M55)
     #[arg(long, value_name = "NAME")]
     pub board: Option<String>,
+    /// --target cuda: the GPU architecture the PTX is written for (80, 86, 89 or 90; default 80, which
+    /// the driver JIT-compiles for any newer GPU)
+    #[arg(long, value_name = "SM")]
+    pub sm: Option<u32>,
 }
 
 impl CompileArgs {
@@ -126,6 +133,7 @@ impl CompileArgs {
             flash_budget: self.flash_budget,
             macs_per_cycle: self.macs_per_cycle,
             board: self.board.clone(),
+            sm: self.sm,
             source_ops: Default::default(),
         }
     }

@@ -20,8 +20,8 @@ pub const LONG_ABOUT: &str = "Run a model on .npy inputs and write one .npy file
         Targets: interp (the reference interpreter), interp-int8 (the interpreter on the int8 program: \
         --calibrate data.npy, or a QDQ model — the reference a firmware's outputs must equal), host \
         (compiled, linked into a shared object and loaded), x86_64 and aarch64 (linked with a small \
-        harness; aarch64 runs under qemu-aarch64), vulkan/spirv (runtime-min's Vulkan executor), \
-        cortex-m* (int8 firmware built with arm-none-eabi-gcc, run in qemu-system-arm; --board picks \
+        harness; aarch64 runs under qemu-aarch64), vulkan/spirv (runtime-min's Vulkan executor), cuda \
+        (runtime-min's CUDA executor; needs an NVIDIA driver), cortex-m* (int8 firmware built with arm-none-eabi-gcc, run in qemu-system-arm; --board picks \
         the QEMU board), verilog (Icarus simulation of the int8 datapath; cycles reported). Float inputs \
         of an int8 target are quantized with its input's scale and zero point; its outputs are written \
         as int8. The time of each phase (import, lower, compile, link/build/setup, run) is printed apart.";

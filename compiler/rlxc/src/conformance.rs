@@ -64,6 +64,11 @@ pub enum Column {
     Aarch64Cranelift,
     /// SPIR-V through runtime-min's Vulkan executor (lavapipe in CI), in this process.
     Vulkan,
+    /// `--target cuda` (sm_80) PTX assembled by `ptxas -arch=sm_80`: passed = it assembles (no GPU
+    /// here, so values are not compared; the GPU machine runs the models: tests/gpu/run_cuda.sh).
+    #[cfg(feature = "llvm")]
+    #[value(name = "cuda-ptxas")]
+    CudaPtxas,
 }
 
 impl Column {
@@ -79,12 +84,16 @@ impl Column {
             #[cfg(feature = "cranelift")]
             Column::Aarch64Cranelift => "aarch64-cranelift",
             Column::Vulkan => "vulkan",
+            #[cfg(feature = "llvm")]
+            Column::CudaPtxas => "cuda-ptxas",
         }
     }
     /// The CPU target and back end of a compiled column.
     fn compiled(self) -> Option<(CliTarget, Backend)> {
         match self {
             Column::Interp | Column::Vulkan => None,
+            #[cfg(feature = "llvm")]
+            Column::CudaPtxas => None,
             #[cfg(feature = "llvm")]
             Column::X86_64 => Some((CliTarget::X86_64, Backend::Llvm)),
             #[cfg(feature = "llvm")]
@@ -99,6 +108,8 @@ impl Column {
         match self.compiled() {
             Some((t, _)) => t.caps(),
             None if self == Column::Vulkan => CliTarget::Vulkan.caps(),
+            #[cfg(feature = "llvm")]
+            None if self == Column::CudaPtxas => CliTarget::Cuda.caps(),
             None => rlx_interp::caps(),
         }
     }
@@ -316,12 +327,15 @@ fn run_case(dir: &Path) -> CaseRun {
 /// How to run cases for one compiled column: the CPU columns through the CPU family's harness
 /// executor (`targets::cpu::harness`: the harness compiled once, linked per case, run in a child
 /// process with a time limit — under qemu-aarch64 for aarch64), the Vulkan column through the shader
-/// family's executor (runtime-min's, in this process).
+/// family's executor (runtime-min's, in this process), the `cuda-ptxas` column through the CUDA
+/// family's compile and ptxas.
 pub struct TargetEnv {
     pub target: Column,
-    /// The CPU columns' harness (None: Vulkan).
+    /// The CPU columns' harness (None: Vulkan or cuda-ptxas).
     harness: Option<(Harness, CliTarget, Backend)>,
     work: PathBuf,
+    /// The `cuda-ptxas` column's assembler (then `harness` is None).
+    ptxas: Option<PathBuf>,
 }
 
 static CASE_DIRS: AtomicU64 = AtomicU64::new(0);
@@ -333,7 +347,15 @@ impl TargetEnv {
             // No harness or linker: each case runs in this process through runtime-min's executor.
             let name = rlx_rt::vulkan::probe().map_err(|e| format!("--target vulkan needs a Vulkan device (make setup installs lavapipe): {e}"))?;
             eprintln!("vulkan column: {name}");
-            return Ok(TargetEnv { target, harness: None, work: work.join("vulkan") });
+            return Ok(TargetEnv { target, harness: None, work: work.join("vulkan"), ptxas: None });
+        }
+        #[cfg(feature = "llvm")]
+        if target == Column::CudaPtxas {
+            let ptxas = targets::cuda::ptxas()?;
+            eprintln!("cuda-ptxas column: {}", ptxas.display());
+            let dir = work.join(target.name());
+            std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+            return Ok(TargetEnv { target, harness: None, work: dir, ptxas: Some(ptxas) });
         }
         let Some((cli, backend)) = target.compiled() else {
             return Err(format!("--target {} has no compiled conformance column", target.name()));
@@ -342,7 +364,7 @@ impl TargetEnv {
         cpu.backend = backend;
         let dir = work.join(target.name());
         let h = Harness::prepare(&cpu, &dir).map_err(|e| format!("--target {}: {e}", target.name()))?;
-        Ok(TargetEnv { target, harness: Some((h, cli, backend)), work: dir })
+        Ok(TargetEnv { target, harness: Some((h, cli, backend)), work: dir, ptxas: None })
     }
 
     /// Compiles, links and runs one case that passed on the interpreter.
@@ -356,9 +378,10 @@ impl TargetEnv {
             what.dedup();
             return (TargetOutcome::Unsupported, format!("unsupported: {}", what.join(", ")));
         }
-        let outs = match &self.harness {
-            None => self.run_vulkan(l),
-            Some((h, cli, backend)) => self.run_harness(h, *cli, *backend, l),
+        let outs = match (&self.harness, &self.ptxas) {
+            (Some((h, cli, backend)), _) => self.run_harness(h, *cli, *backend, l),
+            (None, Some(ptxas)) => return self.run_ptxas(ptxas, l),
+            (None, None) => self.run_vulkan(l),
         };
         let outs = match outs {
             Ok(o) => o,
@@ -380,6 +403,22 @@ impl TargetEnv {
         let mut ex = targets::shader::Loaded::new(c, &mut tm).map_err(|f| (TargetOutcome::Failed, f.msg))?;
         let mut outs = ex.run(std::slice::from_ref(&l.inputs)).map_err(|f| (TargetOutcome::Failed, f.msg))?;
         Ok(outs.pop().unwrap_or_default())
+    }
+
+    /// The `cuda-ptxas` column: the case compiled for `--target cuda` (sm_80) and its PTX assembled by
+    /// ptxas (passed = it assembles; no GPU here, so no values are compared).
+    fn run_ptxas(&self, ptxas: &Path, l: &Lowered) -> (TargetOutcome, String) {
+        let c = match targets::cuda::compile(CliTarget::Cuda, &l.mir, &Request::named("rlxmodel"), &mut Timings::default()) {
+            Ok(c) => c,
+            Err(f) => return (TargetOutcome::CompileError, format!("compile: {}", f.msg)),
+        };
+        let dir = self.work.join(format!("case-{}", CASE_DIRS.fetch_add(1, Ordering::Relaxed)));
+        let r = targets::cuda::ptxas::assemble(ptxas, &c.ptx, c.sm, &dir);
+        let _ = std::fs::remove_dir_all(&dir);
+        match r {
+            Ok(()) => (TargetOutcome::Passed, String::new()),
+            Err(e) => (TargetOutcome::Failed, e),
+        }
     }
 
     fn run_harness(&self, h: &Harness, cli: CliTarget, backend: Backend, l: &Lowered) -> Result<Vec<ConstData>, (TargetOutcome, String)> {

@@ -1,6 +1,7 @@
 //! One interface for every target family: [`Family`].
 //!
-//! A family (CPU through LLVM or Cranelift, Cortex-M, Verilog, the shader languages, the interpreter)
+//! A family (CPU through LLVM or Cranelift, Cortex-M, Verilog, the shader languages, CUDA, the
+//! interpreter)
 //! says what it claims (`caps`), which command-line flags it takes (`flags`, checked here with one
 //! wording), which passes it wants (`quantization`: none, int8 with `--calibrate`, or int8 always),
 //! how it plans (`planning`: `PlanOptions`, the smallest arena over several orders, or no LIR at all),
@@ -13,6 +14,7 @@
 //! (its `--target` name and help line) and one arm in [`family`].
 
 pub mod cpu;
+pub mod cuda;
 pub mod interp;
 pub mod mcu;
 pub mod run;
@@ -38,6 +40,7 @@ pub fn family(t: Target) -> &'static dyn Family {
         Target::CortexM0plus | Target::CortexM3 | Target::CortexM4 | Target::CortexM7 | Target::CortexM33 | Target::CortexM55 => &mcu::Mcu,
         Target::Verilog => &verilog::Verilog,
         Target::Vulkan | Target::Spirv | Target::Webgpu | Target::Metal | Target::Directx | Target::Opengl => &shader::Shader,
+        Target::Cuda => &cuda::Cuda,
     }
 }
 
@@ -55,6 +58,7 @@ pub enum Flag {
     FlashBudget,
     MacsPerCycle,
     Board,
+    Sm,
 }
 
 impl Flag {
@@ -70,6 +74,7 @@ impl Flag {
             Flag::FlashBudget => "--flash-budget",
             Flag::MacsPerCycle => "--macs-per-cycle",
             Flag::Board => "--board",
+            Flag::Sm => "--sm",
         }
     }
 }
@@ -89,6 +94,8 @@ pub struct Request {
     pub flash_budget: Option<usize>,
     pub macs_per_cycle: Option<usize>,
     pub board: Option<String>,
+    /// `--sm`: the GPU architecture of a CUDA compile.
+    pub sm: Option<u32>,
     /// The model's node names → op types (`ModelSource::node_op_types`), for errors that speak of
     /// the model's ops rather than the MIR's.
     pub source_ops: BTreeMap<String, String>,
@@ -116,6 +123,7 @@ impl Request {
         on(self.flash_budget.is_some(), Flag::FlashBudget);
         on(self.macs_per_cycle.is_some(), Flag::MacsPerCycle);
         on(self.board.is_some(), Flag::Board);
+        on(self.sm.is_some(), Flag::Sm);
         v
     }
 }

@@ -1,0 +1,211 @@
+//! The CUDA family (`--target cuda [--sm 80|86|89|90]`): fold → legalize (the PTX claim set) → plan
+//! (as the shader family: no CPU GEMM panels, row kernels, operand inlining) →
+//! `rlx_target_llvm::nvptx` (LIR → LLVM IR → NVPTX → PTX) → the one writer (`NAME.ptx`,
+//! `NAME.schedule.bin`, `NAME.weights.bin`, `NAME.json`); and runtime-min's CUDA executor
+//! ([`Loaded`]: one CUDA graph per run) for `rlxc run`/`bench --target cuda`. Needs the `llvm`
+//! feature (the NVPTX back end is LLVM's). `ptxas` (the `cuda-ptxas` conformance column) is found
+//! by [`ptxas`].
+
+pub mod ptxas;
+pub use ptxas::{ptxas, ptxas_of};
+
+use super::write::{dispatch_counts, model_file, sha256_hex};
+use super::{Artifact, Family, Flag, Planning, Prepared, Quantization, Request, Session};
+use crate::cli::{Failure, Target};
+use crate::pipeline::Timings;
+use rlx_ir::lir::Lir;
+use rlx_ir::{ConstData, Mir, TargetCaps, TensorType};
+use rlx_opt::DispatchReport;
+use std::path::Path;
+
+pub struct Cuda;
+
+/// The architecture compiled for when `--sm` is not given (the PTX is JIT-compiled by the driver for
+/// any newer GPU, so sm_80 code runs on Hopper too).
+pub const DEFAULT_SM: u32 = 80;
+
+/// The claim set of `--target cuda`.
+pub fn caps() -> TargetCaps {
+    #[cfg(feature = "llvm")]
+    return rlx_target_llvm::nvptx::caps("cuda");
+    #[cfg(not(feature = "llvm"))]
+    return TargetCaps { name: "cuda".into(), native: Default::default() };
+}
+
+/// As for the shader targets: matmuls in their per-element form (no CPU GEMM panels), LayerNorm and
+/// softmax one row kernel each, transposes and scalings inlined into matmul operand loads.
+pub fn plan_options() -> rlx_opt::PlanOptions {
+    rlx_opt::PlanOptions { gemm_nr: 1 << 30, row_fusion: true, row_recompute: true, inline_operands: true, ..Default::default() }
+}
+
+impl Family for Cuda {
+    fn describe(&self) -> &'static str {
+        "--target cuda"
+    }
+    fn caps(&self, _t: Target) -> TargetCaps {
+        caps()
+    }
+    fn flags(&self) -> &'static [Flag] {
+        &[Flag::Sm]
+    }
+    /// `--sm` outside the architectures the NVPTX writer knows is a usage error before any work.
+    fn check(&self, _t: Target, r: &Request) -> Result<(), Failure> {
+        check_sm(r.sm.unwrap_or(DEFAULT_SM))
+    }
+    fn quantization(&self, _t: Target) -> Quantization {
+        Quantization::Never
+    }
+    fn planning(&self, _t: Target, _r: &Request) -> Result<Planning, Failure> {
+        Ok(Planning::Plan(plan_options()))
+    }
+    fn emit(&self, _t: Target, p: Prepared, r: &Request, tm: &mut Timings) -> Result<Box<dyn Artifact>, Failure> {
+        Ok(Box::new(emit(p, r, tm)?))
+    }
+    fn runs(&self, _t: Target) -> bool {
+        true
+    }
+    /// Without a CUDA driver: an error saying so, before compiling.
+    fn load(&self, t: Target, mir: &Mir, r: &Request, tm: &mut Timings) -> Result<Box<dyn Session>, Failure> {
+        rlx_rt::cuda::probe().map_err(|e| Failure::model(format!("cannot run --target cuda here (no CUDA driver): {e}")))?;
+        let c = compile(t, mir, r, tm)?;
+        Ok(Box::new(Loaded::new(c, tm)?))
+    }
+}
+
+#[cfg(feature = "llvm")]
+fn check_sm(sm: u32) -> Result<(), Failure> {
+    use rlx_target_llvm::nvptx::SMS;
+    if SMS.contains(&sm) {
+        return Ok(());
+    }
+    Err(Failure::usage(format!("--sm {sm} is not supported: choose one of {}", SMS.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(", "))))
+}
+
+#[cfg(not(feature = "llvm"))]
+fn check_sm(_: u32) -> Result<(), Failure> {
+    Err(Failure::usage("--target cuda needs LLVM's NVPTX back end: this rlxc was built without the `llvm` feature"))
+}
+
+/// Everything a CUDA compile produced, before it is written.
+pub struct CudaCompiled {
+    pub lir: Lir,
+    pub report: DispatchReport,
+    pub ptx: String,
+    pub schedule: Vec<u8>,
+    pub sm: u32,
+    /// Per dispatch: (kernel name, grid, block), for the manifest.
+    pub dispatches: Vec<(String, [u32; 3], [u32; 3])>,
+}
+
+/// MIR → PTX + schedule (the family's script, typed). Fails listing every unsupported node.
+pub fn compile(t: Target, mir: &Mir, r: &Request, tm: &mut Timings) -> Result<CudaCompiled, Failure> {
+    let p = super::prepare(t, mir, r, tm)?;
+    emit(p, r, tm)
+}
+
+fn emit(p: Prepared, r: &Request, tm: &mut Timings) -> Result<CudaCompiled, Failure> {
+    let lir = p.lir.ok_or_else(|| Failure::model("internal error: the CUDA family plans a LIR"))?;
+    codegen(lir, p.report, r.sm.unwrap_or(DEFAULT_SM), tm)
+}
+
+#[cfg(feature = "llvm")]
+fn codegen(lir: Lir, report: DispatchReport, sm: u32, tm: &mut Timings) -> Result<CudaCompiled, Failure> {
+    let p = tm.time("codegen (nvptx)", || rlx_target_llvm::nvptx::compile(&lir, sm)).map_err(|e| Failure::model(format!("target cuda: {e}")))?;
+    let dispatches = p.dispatches.iter().zip(&p.names).map(|(d, n)| (n.clone(), d.groups, d.block)).collect();
+    Ok(CudaCompiled { schedule: p.schedule_bytes(), ptx: p.ptx, lir, report, sm, dispatches })
+}
+
+#[cfg(not(feature = "llvm"))]
+fn codegen(_: Lir, _: DispatchReport, _: u32, _: &mut Timings) -> Result<CudaCompiled, Failure> {
+    Err(Failure::usage("--target cuda needs LLVM's NVPTX back end: this rlxc was built without the `llvm` feature"))
+}
+
+impl Artifact for CudaCompiled {
+    fn report(&self) -> &DispatchReport {
+        &self.report
+    }
+    fn summary(&self) -> String {
+        format!("cuda (sm_{}): {} kernels, arena {} bytes, weights {} bytes", self.sm, self.lir.launches.len(), self.lir.arena_bytes, self.lir.weights.len())
+    }
+    /// `NAME.ptx`, `NAME.schedule.bin`, `NAME.weights.bin` and the manifest.
+    fn files(&self, name: &str, model: &Path) -> Result<(Vec<(String, Vec<u8>)>, serde_json::Value), Failure> {
+        let c = self;
+        let port = |p: &rlx_ir::lir::Port| serde_json::json!({"name": p.name, "dtype": p.ty.dtype.name(), "shape": p.ty.shape.as_fixed().unwrap_or_default()});
+        let bases: Vec<serde_json::Value> = rlx_ir::schedule::bases_of(&c.lir)
+            .iter()
+            .enumerate()
+            .map(|(i, b)| {
+                let what = match b.base {
+                    rlx_ir::lir::Base::Arena => "arena".to_string(),
+                    rlx_ir::lir::Base::Weights => "weights".to_string(),
+                    rlx_ir::lir::Base::Input(k) => format!("input {k}"),
+                    rlx_ir::lir::Base::Output(k) => format!("output {k}"),
+                };
+                serde_json::json!({"param": i, "buffer": what, "bytes": b.bytes})
+            })
+            .collect();
+        let dispatches: Vec<serde_json::Value> =
+            c.dispatches.iter().enumerate().map(|(i, (n, g, b))| serde_json::json!({"entry": format!("k{i}"), "kernel": n, "grid": g, "block": b})).collect();
+        let manifest = serde_json::json!({
+            "name": name,
+            "rlxc_version": env!("CARGO_PKG_VERSION"),
+            "model": model_file(model),
+            "target": {"name": "cuda", "sm": c.sm, "triple": "nvptx64-nvidia-cuda", "precision": "f32"},
+            "inputs": c.lir.inputs.iter().map(port).collect::<Vec<_>>(),
+            "outputs": c.lir.outputs.iter().map(port).collect::<Vec<_>>(),
+            "arena_bytes": c.lir.arena_bytes,
+            "weights_bytes": c.lir.weights.len(),
+            "kernels": c.lir.launches.len(),
+            "ptx": {"file": format!("{name}.ptx"), "sha256": sha256_hex(c.ptx.as_bytes())},
+            "schedule": {"file": format!("{name}.schedule.bin"), "sha256": sha256_hex(&c.schedule), "version": 3, "params": bases, "dispatches": dispatches},
+            "weights_file": {"file": format!("{name}.weights.bin"), "sha256": sha256_hex(&c.lir.weights)},
+            "dispatch": dispatch_counts(&c.report),
+        });
+        let files = vec![
+            (format!("{name}.ptx"), c.ptx.clone().into_bytes()),
+            (format!("{name}.schedule.bin"), c.schedule.clone()),
+            (format!("{name}.weights.bin"), c.lir.weights.clone()),
+        ];
+        Ok((files, manifest))
+    }
+}
+
+/// A CUDA compile loaded into runtime-min's CUDA executor (`Executor::new`: context, module JIT,
+/// buffers, weight upload, the captured graph). Each run copies the inputs in, launches the graph
+/// once and copies the outputs out.
+pub struct Loaded {
+    c: CudaCompiled,
+    ex: rlx_rt::cuda::Executor,
+}
+
+impl Loaded {
+    pub fn new(c: CudaCompiled, tm: &mut Timings) -> Result<Loaded, Failure> {
+        let ex = tm.time("setup (CUDA)", || rlx_rt::cuda::Executor::new(&c.ptx, &c.schedule, &c.lir.weights)).map_err(|e| Failure::model(format!("CUDA: {e}")))?;
+        Ok(Loaded { c, ex })
+    }
+}
+
+impl Session for Loaded {
+    fn device(&self) -> String {
+        self.ex.device_name().to_string()
+    }
+    fn inputs(&self) -> Vec<TensorType> {
+        super::run::port_types(&self.c.lir.inputs)
+    }
+    fn run(&mut self, samples: &[Vec<ConstData>]) -> Result<Vec<Vec<ConstData>>, Failure> {
+        use super::run::{check_inputs, outputs_from, port_bytes};
+        check_inputs(&self.c.lir.inputs, samples)?;
+        let mut res = Vec::with_capacity(samples.len());
+        for s in samples {
+            let ins: Vec<&[u8]> = s.iter().map(|c| c.data.bytes()).collect();
+            let mut outs: Vec<Vec<u8>> = self.c.lir.outputs.iter().map(|p| vec![0u8; port_bytes(&p.ty)]).collect();
+            let mut refs: Vec<&mut [u8]> = outs.iter_mut().map(|v| v.as_mut_slice()).collect();
+            self.ex.run(&ins, &mut refs).map_err(|e| Failure::model(format!("CUDA ({}): {e}", self.ex.device_name())))?;
+            res.push(outputs_from(&self.c.lir.outputs, outs)?);
+        }
+        Ok(res)
+    }
+    fn notes(&self) -> Vec<String> {
+        vec![format!("{} kernel launches in one CUDA graph (sm_{} PTX)", self.ex.dispatches(), self.c.sm)]
+    }
+}
