@@ -11,7 +11,9 @@
 //!
 //! With a CUDA driver (`libcuda.so.1`), `rlxc run --target cuda` must match `rlxc run --target
 //! interp` within 1e-4; without one that test prints why and passes (the GPU machine runs
-//! tests/gpu/run_cuda.sh instead).
+//! tests/gpu/run_cuda.sh instead). `rlxc run` and `rlxc bench --target cuda` go through the CUDA
+//! family's executor: without a driver both fail with "no CUDA driver" (exit 1, no panic, no output
+//! file); with one, `rlxc bench --json` reports the device and its runs.
 
 mod common;
 use common::{ok, python, repo};
@@ -133,6 +135,36 @@ fn cuda_runs_match_the_interpreter_when_a_driver_is_present() {
             let d = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max);
             eprintln!("{name} {}: cuda vs interp max abs {d:.3e}", p.display());
             assert!(a.len() == b.len() && d <= 1e-4, "{name}: {d}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn run_and_bench_go_through_the_cuda_executor() {
+    let dir = tmp("bench");
+    ok(Command::new(python()).args(["tests/native/make_cnn.py", "--out", s(&dir)]).current_dir(repo()));
+    let cnn = dir.join("cnn.onnx");
+    let out = rlxc().args(["bench", s(&cnn), "--target", "cuda", "--runs", "3", "--json", "-o", s(&dir.join("b"))]).output().unwrap();
+    let (stdout, err) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(!err.contains("panicked"), "{err}");
+    match rlx_rt::cuda::probe() {
+        Err(e) => {
+            eprintln!("no CUDA driver here ({e}): checking the error");
+            assert_eq!(out.status.code(), Some(1), "{err}");
+            assert!(err.contains("cannot run --target cuda here") && err.contains("no CUDA driver"), "{err}");
+            assert!(!dir.join("b").exists(), "a failed bench wrote outputs");
+            let x = dir.join("image.npy");
+            let out = rlxc().args(["run", s(&cnn), "--target", "cuda", "-i", &format!("image={}", s(&x)), "-o", s(&dir.join("r"))]).output().unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "{err}");
+            assert!(err.contains("no CUDA driver") && !err.contains("panicked"), "{err}");
+            assert!(!dir.join("r").exists(), "a failed run wrote outputs");
+        }
+        Ok(_) => {
+            assert!(out.status.success(), "{err}");
+            let j: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+            assert_eq!(j["target"], "cuda", "{j}");
         }
     }
     let _ = std::fs::remove_dir_all(&dir);

@@ -9,7 +9,7 @@
 pub mod ptxas;
 pub use ptxas::{ptxas, ptxas_of};
 
-use super::write::{dispatch_counts, model_file, sha256_hex};
+use super::write::{base_name, dispatch_counts, model_file, port_json, sha256_hex};
 use super::{Artifact, Family, Flag, Planning, Prepared, Quantization, Request, Session};
 use crate::cli::{Failure, Target};
 use crate::pipeline::Timings;
@@ -66,7 +66,7 @@ impl Family for Cuda {
     }
     /// Without a CUDA driver: an error saying so, before compiling.
     fn load(&self, t: Target, mir: &Mir, r: &Request, tm: &mut Timings) -> Result<Box<dyn Session>, Failure> {
-        rlx_rt::cuda::probe().map_err(|e| Failure::model(format!("cannot run --target cuda here (no CUDA driver): {e}")))?;
+        rlx_rt::cuda::probe().map_err(|e| Failure::model(format!("cannot run --target cuda here: {e}")))?;
         let c = compile(t, mir, r, tm)?;
         Ok(Box::new(Loaded::new(c, tm)?))
     }
@@ -130,17 +130,11 @@ impl Artifact for CudaCompiled {
     /// `NAME.ptx`, `NAME.schedule.bin`, `NAME.weights.bin` and the manifest.
     fn files(&self, name: &str, model: &Path) -> Result<(Vec<(String, Vec<u8>)>, serde_json::Value), Failure> {
         let c = self;
-        let port = |p: &rlx_ir::lir::Port| serde_json::json!({"name": p.name, "dtype": p.ty.dtype.name(), "shape": p.ty.shape.as_fixed().unwrap_or_default()});
         let bases: Vec<serde_json::Value> = rlx_ir::schedule::bases_of(&c.lir)
             .iter()
             .enumerate()
             .map(|(i, b)| {
-                let what = match b.base {
-                    rlx_ir::lir::Base::Arena => "arena".to_string(),
-                    rlx_ir::lir::Base::Weights => "weights".to_string(),
-                    rlx_ir::lir::Base::Input(k) => format!("input {k}"),
-                    rlx_ir::lir::Base::Output(k) => format!("output {k}"),
-                };
+                let what = base_name(b.base);
                 serde_json::json!({"param": i, "buffer": what, "bytes": b.bytes})
             })
             .collect();
@@ -151,8 +145,8 @@ impl Artifact for CudaCompiled {
             "rlxc_version": env!("CARGO_PKG_VERSION"),
             "model": model_file(model),
             "target": {"name": "cuda", "sm": c.sm, "triple": "nvptx64-nvidia-cuda", "precision": "f32"},
-            "inputs": c.lir.inputs.iter().map(port).collect::<Vec<_>>(),
-            "outputs": c.lir.outputs.iter().map(port).collect::<Vec<_>>(),
+            "inputs": c.lir.inputs.iter().map(port_json).collect::<Vec<_>>(),
+            "outputs": c.lir.outputs.iter().map(port_json).collect::<Vec<_>>(),
             "arena_bytes": c.lir.arena_bytes,
             "weights_bytes": c.lir.weights.len(),
             "kernels": c.lir.launches.len(),
@@ -193,17 +187,10 @@ impl Session for Loaded {
         super::run::port_types(&self.c.lir.inputs)
     }
     fn run(&mut self, samples: &[Vec<ConstData>]) -> Result<Vec<Vec<ConstData>>, Failure> {
-        use super::run::{check_inputs, outputs_from, port_bytes};
-        check_inputs(&self.c.lir.inputs, samples)?;
-        let mut res = Vec::with_capacity(samples.len());
-        for s in samples {
-            let ins: Vec<&[u8]> = s.iter().map(|c| c.data.bytes()).collect();
-            let mut outs: Vec<Vec<u8>> = self.c.lir.outputs.iter().map(|p| vec![0u8; port_bytes(&p.ty)]).collect();
-            let mut refs: Vec<&mut [u8]> = outs.iter_mut().map(|v| v.as_mut_slice()).collect();
-            self.ex.run(&ins, &mut refs).map_err(|e| Failure::model(format!("CUDA ({}): {e}", self.ex.device_name())))?;
-            res.push(outputs_from(&self.c.lir.outputs, outs)?);
-        }
-        Ok(res)
+        let ex = &mut self.ex;
+        super::run::run_samples(&self.c.lir.inputs, &self.c.lir.outputs, samples, |ins, outs| {
+            ex.run(ins, outs).map_err(|e| Failure::model(format!("CUDA ({}): {e}", ex.device_name())))
+        })
     }
     fn notes(&self) -> Vec<String> {
         vec![format!("{} kernel launches in one CUDA graph (sm_{} PTX)", self.ex.dispatches(), self.c.sm)]

@@ -202,3 +202,24 @@ pub fn run_limited(cmd: &mut Command, limit: Duration) -> Result<Finished, Strin
     };
     Ok(Finished { stdout: out.join().unwrap_or_default(), stderr: err.join().unwrap_or_default(), status })
 }
+
+/// Runs each sample through an in-process device executor: checks the samples against the LIR's
+/// input ports, hands `exec` the input bytes and zeroed output buffers of the output ports' sizes,
+/// and reads the outputs back as values (the Vulkan and CUDA sessions).
+pub fn run_samples(
+    inputs: &[Port],
+    outputs: &[Port],
+    samples: &[Vec<ConstData>],
+    mut exec: impl FnMut(&[&[u8]], &mut [&mut [u8]]) -> Result<(), Failure>,
+) -> Result<Vec<Vec<ConstData>>, Failure> {
+    check_inputs(inputs, samples)?;
+    let mut res = Vec::with_capacity(samples.len());
+    for s in samples {
+        let ins: Vec<&[u8]> = s.iter().map(|c| c.data.bytes()).collect();
+        let mut outs: Vec<Vec<u8>> = outputs.iter().map(|p| vec![0u8; port_bytes(&p.ty)]).collect();
+        let mut refs: Vec<&mut [u8]> = outs.iter_mut().map(|v| v.as_mut_slice()).collect();
+        exec(&ins, &mut refs)?;
+        res.push(outputs_from(outputs, outs)?);
+    }
+    Ok(res)
+}

@@ -3,7 +3,7 @@
 //! inlining) → `rlx-target-shader` (LIR → naga module, validated) → one writer; the artifact files;
 //! and, for `vulkan`/`spirv`, runtime-min's Vulkan executor ([`Loaded`]).
 
-use super::write::{dispatch_counts, model_file, sha256_hex};
+use super::write::{base_name, dispatch_counts, model_file, port_json, sha256_hex};
 use super::{Artifact, Family, Planning, Prepared, Quantization, Request, Session};
 use crate::cli::{Failure, Target};
 use crate::pipeline::Timings;
@@ -123,7 +123,6 @@ impl Artifact for ShaderCompiled {
     /// The shader files, `NAME.schedule.bin`, `NAME.weights.bin` and the manifest.
     fn files(&self, name: &str, model: &Path) -> Result<(Vec<(String, Vec<u8>)>, serde_json::Value), Failure> {
     let (c, t) = (self, self.target);
-    let port = |p: &rlx_ir::lir::Port| serde_json::json!({"name": p.name, "dtype": p.ty.dtype.name(), "shape": p.ty.shape.as_fixed().unwrap_or_default()});
     let sched = c.program.schedule_bytes();
     let mut files: Vec<(String, Vec<u8>)> = c.files.iter().map(|(suf, b)| (format!("{name}.{suf}"), b.clone())).collect();
     let shader_files: Vec<serde_json::Value> = c.files.iter().map(|(suf, b)| serde_json::json!({"file": format!("{name}.{suf}"), "sha256": sha256_hex(b)})).collect();
@@ -133,12 +132,7 @@ impl Artifact for ShaderCompiled {
         .iter()
         .enumerate()
         .map(|(i, b)| {
-            let what = match b.base {
-                rlx_ir::lir::Base::Arena => "arena".to_string(),
-                rlx_ir::lir::Base::Weights => "weights".to_string(),
-                rlx_ir::lir::Base::Input(k) => format!("input {k}"),
-                rlx_ir::lir::Base::Output(k) => format!("output {k}"),
-            };
+            let what = base_name(b.base);
             serde_json::json!({"binding": i, "buffer": what, "bytes": b.bytes})
         })
         .collect();
@@ -172,8 +166,8 @@ impl Artifact for ShaderCompiled {
         "rlxc_version": env!("CARGO_PKG_VERSION"),
         "model": model_file(model),
         "target": {"name": t.name(), "language": format!("{:?}", c.lang)},
-        "inputs": c.lir.inputs.iter().map(port).collect::<Vec<_>>(),
-        "outputs": c.lir.outputs.iter().map(port).collect::<Vec<_>>(),
+        "inputs": c.lir.inputs.iter().map(port_json).collect::<Vec<_>>(),
+        "outputs": c.lir.outputs.iter().map(port_json).collect::<Vec<_>>(),
         "arena_bytes": c.lir.arena_bytes,
         "weights_bytes": c.lir.weights.len(),
         "kernels": c.lir.launches.len(),
@@ -214,17 +208,10 @@ impl Session for Loaded {
         crate::targets::run::port_types(&self.c.lir.inputs)
     }
     fn run(&mut self, samples: &[Vec<ConstData>]) -> Result<Vec<Vec<ConstData>>, Failure> {
-        use crate::targets::run::{check_inputs, outputs_from, port_bytes};
-        check_inputs(&self.c.lir.inputs, samples)?;
-        let mut res = Vec::with_capacity(samples.len());
-        for s in samples {
-            let ins: Vec<&[u8]> = s.iter().map(|c| c.data.bytes()).collect();
-            let mut outs: Vec<Vec<u8>> = self.c.lir.outputs.iter().map(|p| vec![0u8; port_bytes(&p.ty)]).collect();
-            let mut refs: Vec<&mut [u8]> = outs.iter_mut().map(|v| v.as_mut_slice()).collect();
-            self.ex.run(&ins, &mut refs).map_err(|e| Failure::model(format!("Vulkan ({}): {e}", self.ex.device_name())))?;
-            res.push(outputs_from(&self.c.lir.outputs, outs)?);
-        }
-        Ok(res)
+        let ex = &mut self.ex;
+        super::run::run_samples(&self.c.lir.inputs, &self.c.lir.outputs, samples, |ins, outs| {
+            ex.run(ins, outs).map_err(|e| Failure::model(format!("Vulkan ({}): {e}", ex.device_name())))
+        })
     }
     /// The dispatches and the barriers between them; with RLX_VULKAN_PROFILE=1 the last run's time
     /// per kernel, summed by fused-kernel name pattern.

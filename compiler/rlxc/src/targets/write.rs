@@ -75,3 +75,19 @@ pub fn write_all_or_nothing(files: Vec<(PathBuf, Vec<u8>)>) -> Result<Vec<PathBu
     }
     Ok(files.into_iter().map(|(p, _)| p).collect())
 }
+
+/// A port as the device manifests (shader, CUDA) record it: name, dtype, fixed shape.
+pub fn port_json(p: &rlx_ir::lir::Port) -> serde_json::Value {
+    serde_json::json!({"name": p.name, "dtype": p.ty.dtype.name(), "shape": p.ty.shape.as_fixed().unwrap_or_default()})
+}
+
+/// The buffer a schedule base is, in the device manifests' words ("arena", "weights", "input K",
+/// "output K").
+pub fn base_name(b: rlx_ir::lir::Base) -> String {
+    match b {
+        rlx_ir::lir::Base::Arena => "arena".to_string(),
+        rlx_ir::lir::Base::Weights => "weights".to_string(),
+        rlx_ir::lir::Base::Input(k) => format!("input {k}"),
+        rlx_ir::lir::Base::Output(k) => format!("output {k}"),
+    }
+}
