@@ -12,7 +12,9 @@
 //!   persistent thread pool (see `pool.rs`).
 //!
 //! Invariants: `#![no_std]`, no allocation (the `std` pool allocates its workers once, on first
-//! use), no dependencies (feature `vulkan` adds ash and the executor in `vulkan.rs`), no panics on caller input.
+//! use), no dependencies (feature `vulkan` adds ash and the executor in `vulkan.rs`; feature
+//! `schedule`, part of `vulkan`, the shader schedule's parser in `schedule.rs`, which allocates), no
+//! panics on caller input.
 
 #![no_std]
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -20,8 +22,16 @@
 #[cfg(any(feature = "std", test))]
 extern crate std;
 
+#[cfg(feature = "schedule")]
+extern crate alloc;
+
 #[cfg(feature = "std")]
 mod pool;
+
+/// The shader artifacts' schedule and its parser (feature `schedule`, included in `vulkan`; allocates
+/// the parsed schedule, needs no `std` and no Vulkan).
+#[cfg(feature = "schedule")]
+pub mod schedule;
 
 /// The Vulkan executor for shader artifacts (feature `vulkan`; uses std and allocates at setup).
 #[cfg(feature = "vulkan")]

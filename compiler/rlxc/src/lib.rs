@@ -1,6 +1,7 @@
 //! rlxc as a library: the pieces of the CLI that tests and other tools reuse.
 //!
-//! - [`npy`]: NumPy `.npy` reader and writer (inputs and outputs of `rlxc run`).
+//! - [`npy`]: NumPy `.npy` reader and writer (inputs and outputs of `rlxc run`), re-exported from
+//!   `rlx_import::npy` (a reader of outside bytes lives with the other importers; one implementation).
 //! - [`conformance`]: the ONNX op conformance suite behind `rlxc conformance`.
 
 #[cfg(not(any(feature = "llvm", feature = "cranelift")))]
@@ -10,6 +11,6 @@ pub mod artifact;
 pub mod cli;
 pub mod conformance;
 pub mod native;
-pub mod npy;
+pub use rlx_import::npy;
 pub mod pipeline;
 pub mod shader;
