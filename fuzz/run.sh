@@ -7,7 +7,7 @@
 # TARGET…        default: every target (the binaries in --bin-dir, else fuzz/fuzz_targets/*.rs)
 # --seconds N    libFuzzer's -max_total_time for each target (default 600)
 # -j J           targets run at once (default 2); each is one libFuzzer process on one core
-# --bin-dir DIR  prebuilt binaries (`cargo +nightly fuzz build -O`, x86-64 Linux) instead of
+# --bin-dir DIR  prebuilt binaries (`cargo +nightly fuzz build -O -a`, x86-64 Linux) instead of
 #                building here: nothing of cargo is needed on the machine then
 # --corpus-dir D corpus folders D/<target>/ (default fuzz/corpus; fuzz/seed.sh fills it); new
 #                inputs libFuzzer finds are added there
@@ -37,8 +37,8 @@ while (($#)); do
 done
 
 if [[ -z "$bin_dir" ]]; then
-  # Build every target (release with debug assertions, ASAN: cargo fuzz's defaults with -O).
-  (cd "$here" && cargo +nightly fuzz build -O >&2)
+  # Build every target: release (-O) with debug assertions (-a: integer overflow panics), ASAN.
+  (cd "$here" && cargo +nightly fuzz build -O -a >&2)
   bin_dir="$here/target/x86_64-unknown-linux-gnu/release"
   if ((${#targets[@]} == 0)); then
     for f in "$here"/fuzz_targets/*.rs; do targets+=("$(basename "$f" .rs)"); done

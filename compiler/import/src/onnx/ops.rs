@@ -1458,19 +1458,24 @@ fn einsum(cx: &mut Ctx, eq: &str, ins: &[ValueId]) -> R {
     if terms.len() != ins.len() {
         return Err(format!("einsum '{eq}' names {} operands, got {}", terms.len(), ins.len()));
     }
-    // Expand '...' into upper-case placeholder letters.
-    let ell_rank = terms
-        .iter()
-        .zip(ins)
-        .filter(|(t, _)| t.contains("..."))
-        .map(|(t, &v)| cx.rank(v) - (t.len() - 3))
-        .max()
-        .unwrap_or(0);
+    // Expand '...' into upper-case placeholder letters: the dims an operand's rank has beyond its
+    // term's letters.
+    let mut ell_ranks = Vec::with_capacity(terms.len());
+    for (t, &v) in terms.iter().zip(ins) {
+        let letters = t.chars().count();
+        ell_ranks.push(match t.contains("...") {
+            true => cx.rank(v).checked_sub(letters - 3).ok_or_else(|| format!("einsum term '{t}' has more letters than its operand's rank {}", cx.rank(v)))?,
+            false => 0,
+        });
+    }
+    let ell_rank = ell_ranks.iter().copied().max().unwrap_or(0);
+    if ell_rank > 26 {
+        return Err(format!("einsum '{eq}': '...' stands for {ell_rank} dims, more than the 26 supported"));
+    }
     let ell: String = (0..ell_rank).map(|i| (b'A' + i as u8) as char).collect();
     let mut subs: Vec<Vec<char>> = Vec::new();
-    for (t, &v) in terms.iter().zip(ins) {
+    for ((t, &v), &k) in terms.iter().zip(ins).zip(&ell_ranks) {
         let s = if t.contains("...") {
-            let k = cx.rank(v) - (t.len() - 3);
             t.replace("...", &ell[ell_rank - k..])
         } else {
             t.to_string()
