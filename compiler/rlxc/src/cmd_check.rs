@@ -1,6 +1,6 @@
 //! `rlxc check`: the dispatch report of a model on a target, without compiling.
 
-use crate::{dims_map, print_json, Failure, ModelSource, Target};
+use crate::{print_json, Failure, ModelSource, Target};
 use rlx_opt::legalize::{DispatchReport, Resolution};
 use serde_json::json;
 use std::path::PathBuf;
@@ -30,8 +30,8 @@ pub struct CheckArgs {
 }
 
 pub fn main(a: &CheckArgs) -> Result<(), Failure> {
-    let dims = dims_map(&a.dims)?;
     let src = ModelSource::from_path(&a.model)?;
+    let dims = rlxc::dims::resolve(&src, &a.dims, None)?;
     let hir = src.import(&dims)?;
     let mir = crate::lower(&hir, src.path())?;
     let report = rlx_opt::legalize::report(&mir, &a.target.caps());

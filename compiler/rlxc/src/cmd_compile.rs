@@ -1,7 +1,7 @@
 //! `rlxc compile`: the artifact contract — `NAME.o`, `NAME.h`, `NAME.rs`, `NAME.json`, and the
 //! runtime static library named by the link line. The pipeline itself is `rlxc::pipeline`.
 
-use crate::{dims_map, problem_list, Failure, ModelSource, Target};
+use crate::{problem_list, Failure, ModelSource, Target};
 use rlxc::artifact;
 use rlxc::pipeline::{calibration_samples, compile_mcu, compile_mir, compile_verilog, cpu_target, default_name, write_artifacts, write_mcu_artifacts, write_verilog_artifacts, Budgets, Timings};
 use std::path::PathBuf;
@@ -103,7 +103,7 @@ pub struct CompileArgs {
 
 pub fn main(a: &CompileArgs) -> Result<(), Failure> {
     let src = ModelSource::from_path(&a.model)?;
-    let mut dims = dims_map(&a.dims)?;
+    let dims = rlxc::dims::resolve(&src, &a.dims, a.batch)?;
     let mut tm = Timings::default();
     let total = Instant::now();
     let mcu = a.target.mcu_core().is_some();
@@ -123,23 +123,14 @@ pub fn main(a: &CompileArgs) -> Result<(), Failure> {
     if !mcu && !verilog && (a.calibrate.is_some() || a.ram_budget.is_some() || a.flash_budget.is_some()) {
         return Err(Failure::usage("--calibrate, --ram-budget and --flash-budget apply to MCU targets (--target cortex-m*)"));
     }
+    if a.cpu.is_some() && (mcu || verilog || a.target.shader_lang().is_some()) {
+        return Err(Failure::usage(format!("--cpu applies to CPU targets (host, x86_64, aarch64), not --target {}", a.target.name())));
+    }
     let cpu = if mcu || verilog || a.target.shader_lang().is_some() { None } else { Some(cpu_target(a.target, a.cpu.as_deref())?) };
     let cpu = cpu.map(|mut c| {
         c.backend = a.backend.unwrap_or_default();
         c
     });
-    if let Some(b) = a.batch {
-        // --batch applies to every symbolic dim whose name starts with "batch" (batch, batch_size…).
-        let syms = crate::model_symbols(&src)?;
-        let mut hit = false;
-        for s in syms.iter().filter(|s| s.to_ascii_lowercase().starts_with("batch")) {
-            dims.entry(s.clone()).or_insert(b);
-            hit = true;
-        }
-        if !hit {
-            dims.entry("batch".into()).or_insert(b);
-        }
-    }
     let hir = tm.time("import", || src.import(&dims))?;
     let mut free: Vec<String> = hir.input_symbols();
     free.retain(|s| !dims.contains_key(s));

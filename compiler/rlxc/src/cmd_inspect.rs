@@ -1,6 +1,6 @@
 //! `rlxc inspect`: what a model is, without running it.
 
-use crate::{dims_map, print_json, Failure, ModelSource};
+use crate::{print_json, Failure, ModelSource};
 use rlx_ir::{DType, Dim, Shape};
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
@@ -47,8 +47,8 @@ struct Info {
 }
 
 pub fn main(a: &InspectArgs) -> Result<(), Failure> {
-    let dims = dims_map(&a.dims)?;
     let src = ModelSource::from_path(&a.model)?;
+    let dims = rlxc::dims::resolve(&src, &a.dims, None)?;
     if a.hir || a.mir {
         let hir = src.import(&dims)?;
         if a.hir {

@@ -1,6 +1,6 @@
 //! `rlxc run`: run a model on .npy inputs and write .npy outputs.
 
-use crate::{dims_map, phase, Failure, ModelSource, Target};
+use crate::{phase, Failure, ModelSource, Target};
 use rlx_ir::{ConstData, DType, Dim, Shape};
 use rlxc::npy;
 use std::collections::{BTreeMap, BTreeSet};
@@ -55,8 +55,8 @@ fn parse_input(s: &str) -> Result<(String, PathBuf), String> {
 
 pub fn main(a: &RunArgs) -> Result<(), Failure> {
     let t_start = Instant::now();
-    let explicit = dims_map(&a.dims)?;
     let src = ModelSource::from_path(&a.model)?;
+    let explicit = rlxc::dims::resolve(&src, &a.dims, None)?;
 
     // Read every input file; report all problems at once.
     let mut given: BTreeMap<String, (PathBuf, ConstData)> = BTreeMap::new();
@@ -192,7 +192,8 @@ pub fn main(a: &RunArgs) -> Result<(), Failure> {
     let d_run = t_run.elapsed();
 
     // Write outputs.
-    std::fs::create_dir_all(&a.out).map_err(|e| Failure::model(format!("cannot create output folder '{}': {e}", a.out.display())))?;
+    // Every output is encoded first, then all are written at once (all or nothing, as `compile`).
+    let mut files = Vec::with_capacity(outs.len());
     let inputs_at: BTreeSet<PathBuf> = given.values().filter_map(|(f, _)| f.canonicalize().ok()).collect();
     let mut used: BTreeSet<String> = BTreeSet::new();
     let mut rows = Vec::new();
@@ -225,9 +226,12 @@ pub fn main(a: &RunArgs) -> Result<(), Failure> {
             ),
             _ => (out.clone(), ""),
         };
-        rlxc::npy::write(&path, &to_write).map_err(|e| Failure::model(format!("output '{name}': {e}")))?;
+        let bytes = rlxc::npy::encode(&to_write).map_err(|e| Failure::model(format!("output '{name}': {e}")))?;
+        files.push((path.clone(), bytes));
         rows.push((name, format!("{}{}", out.dtype, Shape::fixed(&out.shape)), stats(out), format!("{}{note}", path.display())));
     }
+    rlxc::pipeline::create_out_dir(&a.out)?;
+    rlxc::pipeline::write_all_or_nothing(files)?;
     let w0 = rows.iter().map(|r| r.0.len()).max().unwrap_or(0);
     let w1 = rows.iter().map(|r| r.1.len()).max().unwrap_or(0);
     let w2 = rows.iter().map(|r| r.2.len()).max().unwrap_or(0);

@@ -10,6 +10,8 @@ compile_error!("rlxc needs at least one native back end: cargo feature `llvm` or
 pub mod artifact;
 pub mod cli;
 pub mod conformance;
+pub mod cpus;
+pub mod dims;
 pub mod native;
 pub use rlx_import::npy;
 pub mod pipeline;

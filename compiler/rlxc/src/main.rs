@@ -51,6 +51,14 @@ enum Cmd {
 }
 
 fn main() -> ExitCode {
+    // Rust ignores SIGPIPE, so a print to a closed pipe (`rlxc inspect m.onnx | head -1`) would panic.
+    // Restore the default action: the process ends quietly, as cat and grep do. rlxc never writes to
+    // a child's stdin, so no other pipe can end it this way. Artifacts are renamed into place only
+    // after they are complete, so an end at a print never leaves half an artifact.
+    // SAFETY: called first in main, before any thread exists; SIG_DFL is a valid disposition.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = Cli::parse();
     let r = match &cli.cmd {
         Cmd::Inspect(a) => cmd_inspect::main(a),

@@ -78,6 +78,19 @@ pub fn cpu_target(t: Target, cpu: Option<&str>) -> Result<CpuTarget, Failure> {
         t => return Err(Failure::usage(format!("--target {} writes firmware sources, not a CPU object", t.name()))),
     };
     if let Some(cpu) = cpu {
+        let (arch, known) = match c.arch {
+            Arch::X86_64 => ("x86-64", crate::cpus::X86_64),
+            Arch::Aarch64 => ("aarch64", crate::cpus::AARCH64),
+        };
+        if !known.contains(&cpu) {
+            let near = crate::cpus::closest(cpu, known);
+            let hint = if near.is_empty() { String::new() } else { format!(" (did you mean {}?)", near.join(", ")) };
+            return Err(Failure::usage(format!(
+                "--cpu {cpu}: not a known {arch} processor{hint}; --target {} takes one of: {}",
+                t.name(),
+                known.join(" ")
+            )));
+        }
         c.cpu = cpu.to_string();
         if t == Target::Host {
             c.features = String::new();
@@ -229,7 +242,7 @@ pub fn default_name(model: &Path) -> String {
 
 /// The manifest and the files, for a compiled model.
 pub fn write_artifacts(dir: &Path, name: &str, model: &Path, c: &Compiled, external: bool) -> Result<Vec<PathBuf>, Failure> {
-    std::fs::create_dir_all(dir).map_err(|e| Failure::model(format!("cannot create the output folder {}: {e}", dir.display())))?;
+    create_out_dir(dir)?;
     let rt = runtime_lib(c.target.triple()).map_err(Failure::model)?;
     let rt_bytes = std::fs::read(&rt).map_err(|e| Failure::model(format!("cannot read {}: {e}", rt.display())))?;
     let link_line = format!("cc app.c {name}.o librlx_rt.a -lpthread -ldl -lm -lrt -lutil");
@@ -310,6 +323,12 @@ pub fn write_artifacts(dir: &Path, name: &str, model: &Path, c: &Compiled, exter
 }
 
 
+/// Creates the output folder `-o DIR` (and its parents). A path that cannot be a folder (a file is
+/// there, no permission) is the command line's fault: exit 2, the same for every target.
+pub fn create_out_dir(dir: &Path) -> Result<(), Failure> {
+    std::fs::create_dir_all(dir).map_err(|e| Failure::usage(format!("cannot create the output folder {}: {e}", dir.display())))
+}
+
 /// Writes every file of an artifact or none: all contents go to temporary names first, then are
 /// renamed. On a failure the temporaries are removed, and so are files already renamed in this call,
 /// so a failed compile never leaves half an artifact.
@@ -374,6 +393,16 @@ pub fn calibration_samples(data: &ConstData, input: &TensorType) -> Result<Vec<V
     let n = if data.shape == shape { 1 } else { data.shape.first().copied().unwrap_or(0) };
     if n == 0 || data.numel() != n * per {
         return Err(format!("calibration data {:?} is neither {shape:?} nor [N, {}]", data.shape, shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")));
+    }
+    // Quantization derives each tensor's range from these samples: a NaN or infinity would poison
+    // every scale, and data with no spread (all one value) gives no range to quantize over.
+    let vals = data.to_f64_vec();
+    if let Some(i) = vals.iter().position(|v| !v.is_finite()) {
+        return Err(format!("calibration data holds {} at sample {}, element {} (flat index {i}): quantization needs finite values", vals[i], i / per, i % per));
+    }
+    let (lo, hi) = vals.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), &v| (l.min(v), h.max(v)));
+    if lo == hi {
+        return Err(format!("calibration data is {lo} everywhere ({n} sample(s)): it gives no range to quantize over; pass real inputs"));
     }
     let b = data.data.bytes();
     Ok((0..n)
@@ -474,7 +503,7 @@ fn check_budgets(lir: &Lir, s: &rlx_target_mcu::Sources, b: Budgets) -> Result<(
 
 /// Writes `NAME.c`, `NAME.h` and the manifest `NAME.json` of an MCU compile.
 pub fn write_mcu_artifacts(dir: &Path, name: &str, model: &Path, c: &McuCompiled) -> Result<Vec<PathBuf>, Failure> {
-    std::fs::create_dir_all(dir).map_err(|e| Failure::usage(format!("cannot create {}: {e}", dir.display())))?;
+    create_out_dir(dir)?;
     let port = |p: &rlx_ir::lir::Port, q: Option<&rlx_opt::QParams>| {
         let mut v = serde_json::json!({"name": p.name, "dtype": p.ty.dtype.name(), "shape": p.ty.shape.as_fixed().unwrap_or_default()});
         if let Some(q) = q {
@@ -572,7 +601,7 @@ pub fn mem_hex(bytes: &[u8]) -> String {
 
 /// Writes `NAME.v`, `NAME_tb.v`, the ROM images, the testbench vectors and the manifest `NAME.json`.
 pub fn write_verilog_artifacts(dir: &Path, name: &str, model: &Path, c: &VerilogCompiled) -> Result<Vec<PathBuf>, Failure> {
-    std::fs::create_dir_all(dir).map_err(|e| Failure::usage(format!("cannot create {}: {e}", dir.display())))?;
+    create_out_dir(dir)?;
     let d = &c.design;
     let mut files: Vec<(PathBuf, Vec<u8>)> = vec![
         (dir.join(format!("{name}.v")), d.verilog.clone().into_bytes()),

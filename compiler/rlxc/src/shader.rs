@@ -53,7 +53,7 @@ fn sha256_hex(b: &[u8]) -> String {
 /// Writes the shader files, `NAME.schedule.bin`, `NAME.weights.bin` and the manifest `NAME.json`,
 /// all or nothing.
 pub fn write_shader_artifacts(dir: &Path, name: &str, model: &Path, t: Target, c: &ShaderCompiled) -> Result<Vec<PathBuf>, Failure> {
-    std::fs::create_dir_all(dir).map_err(|e| Failure::usage(format!("cannot create {}: {e}", dir.display())))?;
+    crate::pipeline::create_out_dir(dir)?;
     let port = |p: &rlx_ir::lir::Port| serde_json::json!({"name": p.name, "dtype": p.ty.dtype.name(), "shape": p.ty.shape.as_fixed().unwrap_or_default()});
     let sched = c.program.schedule_bytes();
     let mut files: Vec<(PathBuf, Vec<u8>)> = c.files.iter().map(|(suf, b)| (dir.join(format!("{name}.{suf}")), b.clone())).collect();

@@ -527,3 +527,210 @@ fn safetensors_folder_inspect_and_run() {
     let o = rlxc(&["check", s(&m), "--target", "interp"]);
     code(&o, 0);
 }
+
+/// Runs `args` with stdout a pipe whose reading end is already closed (`rlxc … | head -0`): the
+/// first print meets a closed pipe. The command must end quietly — killed by SIGPIPE or exit 0, as
+/// cat and grep do — never with a panic or a backtrace.
+fn run_into_closed_pipe(args: &[&str]) -> std::process::ExitStatus {
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rlxc"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run rlxc");
+    drop(child.stdout.take());
+    let out = child.wait_with_output().expect("wait for rlxc");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked") && !err.contains("Broken pipe"), "{args:?} into a closed pipe:\n{err}");
+    out.status
+}
+
+#[test]
+fn closed_pipe_ends_every_command_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+    let d = tmp("pipe");
+    let m = add_model(&d);
+    let a = npy_f32(&d.join("a.npy"), &[2, 3], &[1.; 6]);
+    let (ia, ib) = (format!("a={}", s(&a)), format!("b={}", s(&a)));
+    let out = d.join("o");
+    let cmds: Vec<Vec<&str>> = vec![
+        vec!["inspect", s(&m)],
+        vec!["inspect", s(&m), "--json"],
+        vec!["inspect", s(&m), "--mir"],
+        vec!["run", s(&m), "-i", &ia, "-i", &ib, "-o", s(&out)],
+        vec!["check", s(&m), "--target", "x86_64"],
+        vec!["compile", s(&m), "--target", "x86_64", "-o", s(&out)],
+        vec!["coverage"],
+        vec!["--help"],
+    ];
+    for c in &cmds {
+        let st = run_into_closed_pipe(c);
+        assert!(st.success() || st.signal() == Some(libc_sigpipe()), "{c:?}: {st:?}");
+    }
+    // A real pipeline, as a user types it.
+    let sh = format!("set -o pipefail; {} inspect {} | head -1", env!("CARGO_BIN_EXE_rlxc"), s(&m));
+    let o = Command::new("bash").args(["-c", &sh]).output().unwrap();
+    assert!(!stderr(&o).contains("panicked"), "{}", stderr(&o));
+    assert_eq!(stdout(&o).lines().count(), 1, "{}", stdout(&o));
+}
+
+fn libc_sigpipe() -> i32 {
+    13 // SIGPIPE on Linux
+}
+
+#[test]
+fn cpu_names_are_checked() {
+    let d = tmp("cpu");
+    let m = add_model(&d);
+    let out = d.join("o");
+    for (target, cpu, hint) in [("x86_64", "foo", "not a known x86-64 processor"), ("x86_64", "cortex-a72", "not a known x86-64"), ("aarch64", "foo", "not a known aarch64"), ("aarch64", "znver3", "not a known aarch64"), ("x86_64", "znver33", "did you mean znver3")] {
+        let o = rlxc(&["compile", s(&m), "--target", target, "--cpu", cpu, "-o", s(&out)]);
+        code(&o, 2);
+        assert!(stderr(&o).contains(hint), "{target} --cpu {cpu}: {}", stderr(&o));
+        assert!(!stderr(&o).contains("LLVM ERROR") && !stderr(&o).contains("not a recognized processor"), "{}", stderr(&o));
+        assert!(!out.exists(), "nothing is written on a usage error");
+    }
+    // --cpu on a target without a CPU choice.
+    let o = rlxc(&["compile", s(&m), "--target", "vulkan", "--cpu", "znver3", "-o", s(&out)]);
+    code(&o, 2);
+    assert!(stderr(&o).contains("--cpu applies to CPU targets"), "{}", stderr(&o));
+    // Known names compile, and the manifest records them.
+    for (target, cpu) in [("aarch64", "cortex-a72"), ("x86_64", "znver3")] {
+        let o = rlxc(&["compile", s(&m), "--target", target, "--cpu", cpu, "-o", s(&out)]);
+        code(&o, 0);
+        let manifest = std::fs::read_to_string(out.join("add.json")).unwrap();
+        assert!(manifest.contains(&format!("\"cpu\": \"{cpu}\"")), "{manifest}");
+    }
+}
+
+/// The CPU list `--cpu` accepts is the installed LLVM's (`llc-19 -mcpu=help`), name for name.
+#[test]
+fn cpu_list_matches_llvm() {
+    for (arch, ours) in [("x86-64", rlxc::cpus::X86_64), ("aarch64", rlxc::cpus::AARCH64)] {
+        let ll = std::env::temp_dir().join(format!("rlxc-cpus-{}.ll", std::process::id()));
+        std::fs::write(&ll, "").unwrap();
+        let o = Command::new("llc-19").args([&format!("-march={arch}"), "-mcpu=help", s(&ll), "-o", "/dev/null"]).output().expect("llc-19 (make setup installs llvm-19)");
+        let _ = std::fs::remove_file(&ll);
+        let text = format!("{}{}", stdout(&o), stderr(&o));
+        let llvm: Vec<&str> = text
+            .split("Available CPUs for this target:")
+            .nth(1)
+            .and_then(|t| t.split("Available features").next())
+            .expect("llc -mcpu=help lists CPUs")
+            .lines()
+            .filter_map(|l| l.split_whitespace().next())
+            .collect();
+        assert_eq!(llvm, ours.to_vec(), "{arch}: regenerate compiler/rlxc/src/cpus.rs from llc-19 -mcpu=help");
+    }
+}
+
+#[test]
+fn dim_mistakes_are_usage_errors() {
+    let d = tmp("dims");
+    let sym = sym_model(&d);
+    let fixed = add_model(&d);
+    let out = d.join("o");
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["compile", s(&sym), "--dim", "btch=1"], "no dim named 'btch' (did you mean 'batch'?)"),
+        (vec!["compile", s(&sym), "--dim", "batch=1", "--dim", "seq=5"], "no dim named 'seq'"),
+        (vec!["compile", s(&fixed), "--dim", "batch=1"], "input shapes are all fixed"),
+        (vec!["compile", s(&sym), "--batch", "2", "--dim", "batch=3"], "--batch 2 and --dim batch=3 disagree"),
+        (vec!["compile", s(&sym), "--dim", "batch=0"], "at least 1"),
+        (vec!["compile", s(&sym), "--batch", "0"], "at least 1"),
+        (vec!["compile", s(&sym), "--batch", "99999999999"], "at most 2147483647"),
+        (vec!["compile", s(&fixed), "--batch", "2"], "has no batch dim"),
+        (vec!["check", s(&sym), "--target", "x86_64", "--dim", "btch=1"], "no dim named 'btch'"),
+        (vec!["inspect", s(&sym), "--dim", "btch=1"], "no dim named 'btch'"),
+    ];
+    for (mut args, want) in cases {
+        if args[0] == "compile" {
+            args.extend(["--target", "x86_64", "-o", s(&out)]);
+        }
+        let o = rlxc(&args);
+        code(&o, 2);
+        assert!(stderr(&o).contains(want), "{args:?}: want '{want}' in:\n{}", stderr(&o));
+        assert!(!out.exists(), "{args:?} wrote {}", out.display());
+    }
+    // --dim on run is checked against the model too.
+    let a = npy_f32(&d.join("a.npy"), &[2, 3], &[1.; 6]);
+    let (ia, ib) = (format!("a={}", s(&a)), format!("b={}", s(&a)));
+    let o = rlxc(&["run", s(&sym), "-i", &ia, "-i", &ib, "--dim", "btch=2", "-o", s(&out)]);
+    code(&o, 2);
+    assert!(stderr(&o).contains("no dim named 'btch'"), "{}", stderr(&o));
+    // The right spelling still works.
+    let o = rlxc(&["compile", s(&sym), "--target", "x86_64", "--batch", "2", "-o", s(&out)]);
+    code(&o, 0);
+}
+
+#[test]
+fn bad_calibration_data_is_refused() {
+    let d = tmp("calib");
+    let m = matmul_model(&d);
+    let out = d.join("o");
+    let nan = npy_f32(&d.join("nan.npy"), &[3, 1, 2], &[0.5, 1.0, f32::NAN, 2.0, 1.0, 0.0]);
+    let zeros = npy_f32(&d.join("zeros.npy"), &[3, 1, 2], &[0.0; 6]);
+    let inf = npy_f32(&d.join("inf.npy"), &[2, 1, 2], &[0.5, f32::INFINITY, 1.0, 0.0]);
+    for target in ["cortex-m4", "verilog"] {
+        for (f, want) in [(&nan, "NaN at sample 1, element 0"), (&inf, "inf at sample 0, element 1"), (&zeros, "0 everywhere")] {
+            let o = rlxc(&["compile", s(&m), "--target", target, "--calibrate", s(f), "-o", s(&out)]);
+            code(&o, 2);
+            assert!(stderr(&o).contains(want), "{target} {}: want '{want}' in:\n{}", f.display(), stderr(&o));
+            assert!(!out.exists());
+        }
+    }
+}
+
+#[test]
+fn output_folder_that_is_a_file_exits_2_on_every_target() {
+    let d = tmp("outfile");
+    let m = matmul_model(&d);
+    let calib = npy_f32(&d.join("c.npy"), &[4, 1, 2], &[0.5, -1.0, 0.25, 2.0, -0.75, 1.5, 1.0, 0.0]);
+    let file = d.join("a-file");
+    std::fs::write(&file, b"not a folder").unwrap();
+    let runs: Vec<Vec<&str>> = vec![
+        vec!["compile", s(&m), "--target", "x86_64"],
+        vec!["compile", s(&m), "--target", "cortex-m4"],
+        vec!["compile", s(&m), "--target", "cortex-m4", "--calibrate", s(&calib)],
+        vec!["compile", s(&m), "--target", "verilog", "--calibrate", s(&calib)],
+        vec!["compile", s(&m), "--target", "vulkan"],
+        vec!["compile", s(&m), "--target", "webgpu"],
+    ];
+    for mut args in runs {
+        args.extend(["-o", s(&file)]);
+        let o = rlxc(&args);
+        code(&o, 2);
+        assert!(stderr(&o).contains("cannot create the output folder"), "{args:?}: {}", stderr(&o));
+    }
+    let x = npy_f32(&d.join("x.npy"), &[1, 2], &[1.0, 2.0]);
+    let o = rlxc(&["run", s(&m), "-i", &format!("x={}", s(&x)), "-o", s(&file)]);
+    code(&o, 2);
+    assert!(stderr(&o).contains("cannot create the output folder"), "{}", stderr(&o));
+}
+
+/// Two outputs; the second cannot be written (a folder stands at its path): `rlxc run` must write
+/// neither, as `compile` writes all of an artifact or nothing.
+#[test]
+fn run_writes_outputs_all_or_nothing() {
+    let d = tmp("allornothing");
+    let p = d.join("two.onnx");
+    write_model(
+        &p,
+        vec![node("n0", "Add", &["a", "a"], &["first"]), node("n1", "Mul", &["a", "a"], &["second"])],
+        vec![vi("a", DataType::Float, &["2"])],
+        vec![vi("first", DataType::Float, &["2"]), vi("second", DataType::Float, &["2"])],
+        vec![],
+    );
+    let a = npy_f32(&d.join("a.npy"), &[2], &[1.0, 3.0]);
+    let out = d.join("o");
+    std::fs::create_dir_all(out.join("second.npy")).unwrap();
+    let o = rlxc(&["run", s(&p), "-i", &format!("a={}", s(&a)), "-o", s(&out)]);
+    assert_ne!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(!out.join("first.npy").exists(), "first.npy was written although second.npy failed");
+    let left: Vec<_> = std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(left.len(), 1, "only the blocking folder remains: {left:?}");
+    std::fs::remove_dir(out.join("second.npy")).unwrap();
+    let o = rlxc(&["run", s(&p), "-i", &format!("a={}", s(&a)), "-o", s(&out)]);
+    code(&o, 0);
+    assert!(out.join("first.npy").exists() && out.join("second.npy").exists());
+}
