@@ -85,6 +85,7 @@ done
 wait || true
 
 status=0
+summary="$out/summary.md"
 {
   echo "| target | seconds | executions | exec/s | corpus | crashes |"
   echo "|---|---:|---:|---:|---:|---:|"
@@ -102,5 +103,6 @@ status=0
     fi
     echo "| $name | $secs | $execs | $rate | $corpus_n | $note |"
   done
-} | tee "$out/summary.md"
+} >"$summary"
+cat "$summary"
 exit $status

@@ -161,7 +161,9 @@ impl Schedule {
                 let Some(&(_, bytes)) = bases.get(base as usize) else {
                     return Err(bad(&format!("dispatch {d}: a range of buffer {base}, the schedule has {nb}")));
                 };
-                if start > end || end > bytes.div_ceil(4).max(1) * 4 {
+                // The buffer's bytes widened to whole 4-byte words (saturating: a size near 2^64
+                // is the file's claim, not arithmetic to overflow on).
+                if start > end || end > bytes.div_ceil(4).max(1).saturating_mul(4) {
                     return Err(bad(&format!("dispatch {d}: bytes {start}..{end} of buffer {base}, which holds {bytes}")));
                 }
                 ranges.push(Range { base, access, start, end });
