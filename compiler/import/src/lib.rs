@@ -1,11 +1,13 @@
 //! rlx-import: readers of outside bytes. ONNX (prost messages written by hand in `onnx::proto`) into
-//! HIR, safetensors checkpoints, and NumPy `.npy` arrays (the inputs and outputs of `rlxc run`).
+//! HIR, safetensors checkpoints, GGUF files (metadata + block-quantized tensors, memory-mapped), and
+//! NumPy `.npy` arrays (the inputs and outputs of `rlxc run`).
 //!
 //! Importers never panic on a user's file and collect every problem they find (each naming the
 //! model's own node) instead of stopping at the first.
 
 pub mod npy;
 pub mod onnx;
+pub mod gguf;
 pub mod safetensors;
 
 use rlx_ir::{ConstData, DType, Dim};
@@ -116,6 +118,9 @@ pub struct OnnxSummary {
     pub inputs: Vec<(String, DType, Vec<Dim>)>,
     pub outputs: Vec<(String, DType, Vec<Dim>)>,
     pub op_types: BTreeMap<String, usize>,
+    /// Node name (as the importer names it: the node's own name, else `OPTYPE_INDEX`) → op type
+    /// (`domain:OpType` outside the default domain). The compiler's nodes carry these names.
+    pub node_op_types: BTreeMap<String, String>,
     pub initializers: usize,
     pub param_count: u64,
     pub param_bytes: u64,

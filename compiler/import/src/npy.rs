@@ -37,7 +37,7 @@ pub fn descr(dtype: DType) -> Option<&'static str> {
         DType::U32 => "<u4",
         DType::U64 => "<u8",
         DType::Bool => "|b1",
-        DType::BF16 | DType::Q8_0 | DType::Q4_0 => return None,
+        _ => return None,
     })
 }
 

@@ -215,3 +215,131 @@ fn blocked_quantization_with_a_wrong_scale_shape_names_the_node() {
     let e = err(&m.encode_to_vec());
     assert!(e.contains("node 'deq_blocked'") && e.contains("block_size 4") && e.contains("[2, 3]"), "{e}");
 }
+
+// ---- GGUF ----
+
+/// A GGUF v3 file: one string key (general.architecture = "llama"), then `tensors` as
+/// (name, ggml dims innermost first, type id, offset in the data section), padding to 32, `data`.
+fn gguf_bytes(tensors: &[(&str, &[u64], u32, u64)], data: &[u8]) -> Vec<u8> {
+    let mut b = b"GGUF".to_vec();
+    b.extend_from_slice(&3u32.to_le_bytes());
+    b.extend_from_slice(&(tensors.len() as u64).to_le_bytes());
+    b.extend_from_slice(&1u64.to_le_bytes());
+    let string = |b: &mut Vec<u8>, s: &str| {
+        b.extend_from_slice(&(s.len() as u64).to_le_bytes());
+        b.extend_from_slice(s.as_bytes());
+    };
+    string(&mut b, "general.architecture");
+    b.extend_from_slice(&8u32.to_le_bytes()); // string
+    string(&mut b, "llama");
+    for (name, dims, ty, off) in tensors {
+        string(&mut b, name);
+        b.extend_from_slice(&(dims.len() as u32).to_le_bytes());
+        dims.iter().for_each(|d| b.extend_from_slice(&d.to_le_bytes()));
+        b.extend_from_slice(&ty.to_le_bytes());
+        b.extend_from_slice(&off.to_le_bytes());
+    }
+    while b.len() % 32 != 0 {
+        b.push(0);
+    }
+    b.extend_from_slice(data);
+    b
+}
+
+fn gguf_err(name: &str, bytes: &[u8]) -> String {
+    let dir = std::env::temp_dir().join(format!("rlx-gguf-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join(name);
+    std::fs::write(&p, bytes).unwrap();
+    match rlx_import::gguf::load_gguf(&p) {
+        Ok(_) => panic!("{name}: expected an error"),
+        Err(e) => {
+            eprintln!("{name}: {e}");
+            e
+        }
+    }
+}
+
+/// One Q8_0 tensor 'w' of 2 rows × 32 values (2 blocks of 34 bytes) and one f32 'b' [4].
+fn good_gguf() -> Vec<u8> {
+    let mut data = vec![0u8; 68];
+    data[0..2].copy_from_slice(&half::f16::from_f32(0.5).to_bits().to_le_bytes());
+    data[2] = 3;
+    data.resize(96, 0);
+    data.extend_from_slice(&[0u8; 16]);
+    gguf_bytes(&[("w", &[32, 2], 8, 0), ("b", &[4], 0, 96)], &data)
+}
+
+#[test]
+fn a_valid_gguf_loads_without_copying_blocks() {
+    let dir = std::env::temp_dir().join(format!("rlx-gguf-ok-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join("ok.gguf");
+    std::fs::write(&p, good_gguf()).unwrap();
+    let f = rlx_import::gguf::load_gguf(&p).unwrap();
+    assert_eq!(f.architecture(), "llama");
+    let w = &f.tensor("w").unwrap().data;
+    assert_eq!((w.dtype, w.shape.clone(), w.data.len()), (rlx_ir::DType::Q8_0, vec![2, 32], 68));
+    assert_eq!(w.data.bytes()[2], 3);
+    assert_eq!(f.tensor("b").unwrap().offset, f.data_offset + 96);
+}
+
+#[test]
+fn truncated_gguf_header_is_named() {
+    let e = gguf_err("short.gguf", &good_gguf()[..10]);
+    assert!(e.contains("truncated") && e.contains("24 bytes"), "{e}");
+    let full = good_gguf();
+    // Cut inside the tensor table (the second tensor's name).
+    let e = gguf_err("cut-table.gguf", &full[..90]);
+    assert!(e.contains("truncated") && e.contains("past the end of the file (90 bytes)"), "{e}");
+}
+
+#[test]
+fn truncated_gguf_tensor_data_is_named() {
+    let full = good_gguf();
+    let e = gguf_err("cut-data.gguf", &full[..full.len() - 20]);
+    assert!(e.contains("tensor 'b': 16 bytes at file offset") && e.contains("run past the end of the file"), "{e}");
+}
+
+#[test]
+fn bad_gguf_magic_version_and_type_are_named() {
+    let mut b = good_gguf();
+    b[0] = b'X';
+    assert!(gguf_err("magic.gguf", &b).contains("not a GGUF file"));
+    let mut b = good_gguf();
+    b[4] = 9;
+    assert!(gguf_err("version.gguf", &b).contains("unsupported GGUF version 9 (bytes 4..8)"));
+    let e = gguf_err("type.gguf", &gguf_bytes(&[("w", &[32, 2], 77, 0)], &[0u8; 68]));
+    assert!(e.contains("read up to byte offset 110") && e.contains("77"), "{e}");
+    // A real ggml type we do not read (Q8_1, id 9) is named with the tensor.
+    let e = gguf_err("q8_1.gguf", &gguf_bytes(&[("w", &[32, 2], 9, 0)], &[0u8; 72]));
+    assert!(e.contains("tensor 'w': unsupported GGUF type Q8_1"), "{e}");
+}
+
+#[test]
+fn absurd_gguf_counts_and_dims_are_refused_before_allocating() {
+    let mut b = good_gguf();
+    b[8..16].copy_from_slice(&u64::MAX.to_le_bytes());
+    let e = gguf_err("count.gguf", &b);
+    assert!(e.contains("tensor count 18446744073709551615 (bytes 8..16)"), "{e}");
+    let mut b = good_gguf();
+    b[16..24].copy_from_slice(&(1u64 << 40).to_le_bytes());
+    let e = gguf_err("kvs.gguf", &b);
+    assert!(e.contains("metadata count") && e.contains("bytes 16..24"), "{e}");
+    let e = gguf_err("dims.gguf", &gguf_bytes(&[("w", &[1 << 40, 1 << 40], 0, 0)], &[0u8; 64]));
+    assert!(e.contains("byte offset 110") && e.contains("overflows"), "{e}");
+    let e = gguf_err("big.gguf", &gguf_bytes(&[("w", &[1 << 20, 1 << 20], 0, 0)], &[0u8; 64]));
+    assert!(e.contains("tensor 'w'") && e.contains("run past the end"), "{e}");
+}
+
+#[test]
+fn every_gguf_truncation_is_an_error_not_a_panic() {
+    let full = good_gguf();
+    for n in 0..full.len() {
+        let dir = std::env::temp_dir().join(format!("rlx-gguf-cut-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("cut.gguf");
+        std::fs::write(&p, &full[..n]).unwrap();
+        assert!(rlx_import::gguf::load_gguf(&p).is_err(), "a file cut to {n} bytes loaded");
+    }
+}

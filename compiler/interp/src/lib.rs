@@ -6,6 +6,8 @@
 //! Float arithmetic is done in f64 and rounded to the storage type; reductions and matmul accumulate
 //! in f64.
 
+mod block_ops;
+pub mod blocks;
 mod elementwise;
 mod index;
 mod linalg;
@@ -107,8 +109,12 @@ pub fn run(g: &Mir, inputs: &[ConstData]) -> Result<Vec<ConstData>, InterpError>
     let mut uses = g.use_counts();
     for node in &g.nodes {
         let err = |msg: String| InterpError { node: Some(node.name.clone()), op: Some(node.op.kind().to_string()), msg };
-        // Materialize constants on first use.
-        for &i in &node.inputs {
+        // Materialize constants on first use (a block-weight input stays raw bytes: see `block_ops`).
+        let raw = node.op.block_weight_input();
+        for (k, &i) in node.inputs.iter().enumerate() {
+            if Some(k) == raw {
+                continue;
+            }
             if slots[i.index()].is_none() {
                 match &g.value(i).def {
                     Def::Const(c) => slots[i.index()] = Some(T::from_const(c).map_err(&err)?),
@@ -116,7 +122,14 @@ pub fn run(g: &Mir, inputs: &[ConstData]) -> Result<Vec<ConstData>, InterpError>
                 }
             }
         }
-        let outs = {
+        let outs = if let Some(w) = raw {
+            let Def::Const(c) = &g.value(node.inputs[w]).def else {
+                return Err(err(format!("input {w} (the weights) must be a constant")));
+            };
+            let other = node.inputs[1 - w];
+            let t = slots[other.index()].as_ref().ok_or_else(|| err(format!("input {other} has no value")))?;
+            exec_block(&node.op, c, t).map_err(&err)?
+        } else {
             let ins: Vec<&T> = node.inputs.iter().map(|i| slots[i.index()].as_ref().unwrap()).collect();
             exec(&node.op, &ins, &syms).map_err(&err)?
         };
@@ -154,10 +167,25 @@ pub fn run(g: &Mir, inputs: &[ConstData]) -> Result<Vec<ConstData>, InterpError>
     Ok(res)
 }
 
-/// The interpreter's claim set: every MIR op kind, for every plain (non-block-quantized) dtype.
+/// The interpreter's claim set: every MIR op kind, for every plain (non-block-quantized) dtype; the
+/// block-weight ops (`dequant_gather` is claimed by its table's dtype) for the block types too.
 pub fn caps() -> TargetCaps {
     let dtypes: Vec<rlx_ir::DType> = rlx_ir::dtype::ALL_DTYPES.iter().copied().filter(|d| !d.is_quantized_block()).collect();
-    TargetCaps { name: "interp".to_string(), native: rlx_ir::mir::all_mir_kinds().into_iter().map(|k| (k, dtypes.clone())).collect() }
+    let all: Vec<rlx_ir::DType> = rlx_ir::dtype::ALL_DTYPES.to_vec();
+    let native = rlx_ir::mir::all_mir_kinds()
+        .into_iter()
+        .map(|k| (k, if k.starts_with("dequant_") { all.clone() } else { dtypes.clone() }))
+        .collect();
+    TargetCaps { name: "interp".to_string(), native }
+}
+
+/// Executes a block-weight op: `w` is its raw constant, `other` its other (materialized) input.
+fn exec_block(op: &MirOp, w: &ConstData, other: &T) -> Result<Vec<T>, String> {
+    match op {
+        MirOp::DequantMatMul => Ok(vec![block_ops::dequant_matmul(other, w)?]),
+        MirOp::DequantGather => Ok(vec![block_ops::dequant_gather(w, other)?]),
+        _ => Err(format!("{} has no block-weight input", op.kind())),
+    }
 }
 
 /// Evaluates one op on constant inputs (the shape of `rlx_opt::fold`'s evaluator). Attribute dims must
@@ -166,6 +194,10 @@ pub fn eval_op(op: &MirOp, inputs: &[ConstData]) -> Result<Vec<ConstData>, Strin
     let (lo, hi) = op.arity();
     if inputs.len() < lo || inputs.len() > hi {
         return Err(format!("{} takes {lo}..={hi} inputs, got {}", op.kind(), inputs.len()));
+    }
+    if let Some(w) = op.block_weight_input() {
+        let other = T::from_const(&inputs[1 - w])?;
+        return Ok(exec_block(op, &inputs[w], &other)?.iter().map(T::to_const).collect());
     }
     let ts: Vec<T> = inputs.iter().map(T::from_const).collect::<Result<_, _>>()?;
     let refs: Vec<&T> = ts.iter().collect();
@@ -217,5 +249,6 @@ fn exec(op: &MirOp, ins: &[&T], syms: &BTreeMap<String, u64>) -> Result<Vec<T>, 
         MirOp::Quantize { axis } => one(quant::quantize(ins[0], ins[1], ins[2], *axis, false)),
         MirOp::FakeQuantize { axis } => one(quant::quantize(ins[0], ins[1], ins[2], *axis, true)),
         MirOp::Dequantize { axis } => one(quant::dequantize(ins[0], ins[1], ins[2], *axis)),
+        MirOp::DequantMatMul | MirOp::DequantGather => Err(format!("{}: weights must be a constant", op.kind())),
     }
 }

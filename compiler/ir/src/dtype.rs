@@ -2,6 +2,8 @@
 
 use std::fmt;
 
+/// GGUF's own names (`Q4_K`) are kept for the block types.
+#[allow(non_camel_case_types)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum DType {
     F32,
@@ -21,9 +23,39 @@ pub enum DType {
     Q8_0,
     /// GGUF Q4_0: blocks of 32 values, one f16 scale + 16 bytes of nibbles (18 bytes).
     Q4_0,
+    /// GGUF Q4_1: blocks of 32, f16 scale + f16 min + 16 bytes of nibbles (20 bytes).
+    Q4_1,
+    /// GGUF Q5_0: blocks of 32, f16 scale + 4 bytes of high bits + 16 bytes of nibbles (22 bytes).
+    Q5_0,
+    /// GGUF Q5_1: blocks of 32, f16 scale + f16 min + 4 bytes of high bits + 16 of nibbles (24 bytes).
+    Q5_1,
+    /// GGUF Q2_K: super-blocks of 256, 16 sub-blocks with 4-bit scales/mins, 2-bit values (84 bytes).
+    Q2_K,
+    /// GGUF Q3_K: super-blocks of 256, 16 sub-blocks with 6-bit scales, 3-bit values (110 bytes).
+    Q3_K,
+    /// GGUF Q4_K: super-blocks of 256, 8 sub-blocks with 6-bit scales/mins, 4-bit values (144 bytes).
+    Q4_K,
+    /// GGUF Q5_K: super-blocks of 256, 8 sub-blocks with 6-bit scales/mins, 5-bit values (176 bytes).
+    Q5_K,
+    /// GGUF Q6_K: super-blocks of 256, 16 sub-blocks with 8-bit scales, 6-bit values (210 bytes).
+    Q6_K,
 }
 
-pub const ALL_DTYPES: [DType; 15] = [
+/// The GGUF block types (every `DType` that `is_quantized_block`).
+pub const BLOCK_DTYPES: [DType; 10] = [
+    DType::Q4_0,
+    DType::Q4_1,
+    DType::Q5_0,
+    DType::Q5_1,
+    DType::Q8_0,
+    DType::Q2_K,
+    DType::Q3_K,
+    DType::Q4_K,
+    DType::Q5_K,
+    DType::Q6_K,
+];
+
+pub const ALL_DTYPES: [DType; 23] = [
     DType::F32,
     DType::F16,
     DType::BF16,
@@ -39,6 +71,14 @@ pub const ALL_DTYPES: [DType; 15] = [
     DType::Bool,
     DType::Q8_0,
     DType::Q4_0,
+    DType::Q4_1,
+    DType::Q5_0,
+    DType::Q5_1,
+    DType::Q2_K,
+    DType::Q3_K,
+    DType::Q4_K,
+    DType::Q5_K,
+    DType::Q6_K,
 ];
 
 impl DType {
@@ -59,6 +99,14 @@ impl DType {
             DType::Bool => "bool",
             DType::Q8_0 => "q8_0",
             DType::Q4_0 => "q4_0",
+            DType::Q4_1 => "q4_1",
+            DType::Q5_0 => "q5_0",
+            DType::Q5_1 => "q5_1",
+            DType::Q2_K => "q2_k",
+            DType::Q3_K => "q3_k",
+            DType::Q4_K => "q4_k",
+            DType::Q5_K => "q5_k",
+            DType::Q6_K => "q6_k",
         }
     }
 
@@ -75,6 +123,14 @@ impl DType {
             DType::I8 | DType::U8 | DType::Bool => (1, 1),
             DType::Q8_0 => (32, 34),
             DType::Q4_0 => (32, 18),
+            DType::Q4_1 => (32, 20),
+            DType::Q5_0 => (32, 22),
+            DType::Q5_1 => (32, 24),
+            DType::Q2_K => (256, 84),
+            DType::Q3_K => (256, 110),
+            DType::Q4_K => (256, 144),
+            DType::Q5_K => (256, 176),
+            DType::Q6_K => (256, 210),
         }
     }
 
@@ -106,7 +162,7 @@ impl DType {
         matches!(self, DType::I8 | DType::I16 | DType::I32 | DType::I64)
     }
     pub fn is_quantized_block(self) -> bool {
-        matches!(self, DType::Q8_0 | DType::Q4_0)
+        self.block().0 > 1
     }
     /// The smallest and largest value of an integer (or bool) dtype, for those whose range is an i64
     /// range (not u64, not floats).

@@ -153,6 +153,12 @@ pub enum MirOp {
     /// (x: float, scale, zero_point: int) → x's dtype: dequantize(quantize(x)) with the same scale and
     /// zero point (quantization-aware simulation; the zero point's dtype sets the saturation range).
     FakeQuantize { axis: usize },
+    /// (x[…,K]: f32, w[N,K]: a constant of a float or GGUF block dtype, blocks along K) → f32[…,N]:
+    /// x · wᵀ with w dequantized row by row (GGUF/ggml weight layout). Weights stay in their blocks.
+    DequantMatMul,
+    /// (table[R,C]: a constant of a float or GGUF block dtype, indices: int[…]) → f32[…,C]: the
+    /// dequantized rows `table[indices]` (an embedding lookup that leaves the table in its blocks).
+    DequantGather,
 }
 
 fn same_dtype(op: &str, a: &TensorType, b: &TensorType) -> Result<(), String> {
@@ -160,6 +166,31 @@ fn same_dtype(op: &str, a: &TensorType, b: &TensorType) -> Result<(), String> {
         return Err(format!("{op}: operand dtypes differ ({} vs {})", a.dtype, b.dtype));
     }
     Ok(())
+}
+
+/// (rows, columns) of a block-weight operand: 2-D, a float or GGUF block dtype, whole blocks per row.
+fn block_rows(op: &str, w: &TensorType) -> Result<(Dim, Dim), String> {
+    if w.shape.rank() != 2 || !(w.dtype.is_float() || w.dtype.is_quantized_block()) {
+        return Err(format!("{op}: weight must be a 2-D float or block-quantized tensor, got {w}"));
+    }
+    let per_block = w.dtype.block().0 as u64;
+    if let Dim::Fixed(c) = w.shape.0[1] {
+        if c % per_block != 0 {
+            return Err(format!("{op}: weight {w} rows of {c} values are not whole {} blocks of {per_block}", w.dtype));
+        }
+    }
+    Ok((w.shape.0[0].clone(), w.shape.0[1].clone()))
+}
+
+impl MirOp {
+    /// The input that these ops read as raw (possibly block-quantized) constant bytes, if any.
+    pub fn block_weight_input(&self) -> Option<usize> {
+        match self {
+            MirOp::DequantMatMul => Some(1),
+            MirOp::DequantGather => Some(0),
+            _ => None,
+        }
+    }
 }
 
 fn check_axis(axis: usize, rank: usize) -> Result<(), String> {
@@ -231,12 +262,15 @@ impl OpSet for MirOp {
             MirOp::Quantize { .. } => "quantize",
             MirOp::Dequantize { .. } => "dequantize",
             MirOp::FakeQuantize { .. } => "fake_quantize",
+            MirOp::DequantMatMul => "dequant_matmul",
+            MirOp::DequantGather => "dequant_gather",
         }
     }
 
     fn arity(&self) -> (usize, usize) {
         match self {
             MirOp::Binary(_) | MirOp::MatMul | MirOp::Gather { .. } | MirOp::GatherElements { .. } | MirOp::GatherNd { .. } => (2, 2),
+            MirOp::DequantMatMul | MirOp::DequantGather => (2, 2),
             MirOp::Where | MirOp::ScatterElements { .. } | MirOp::ScatterNd { .. } => (3, 3),
             MirOp::Quantize { .. } | MirOp::Dequantize { .. } | MirOp::FakeQuantize { .. } => (3, 3),
             MirOp::Concat { .. } => (1, usize::MAX),
@@ -617,12 +651,35 @@ impl OpSet for MirOp {
                 };
                 one(dt, x.shape.clone())
             }
+            MirOp::DequantMatMul => {
+                let w = ins[1];
+                if x.dtype != DType::F32 || x.shape.rank() == 0 {
+                    return Err(format!("dequant_matmul: input must be f32 of rank >= 1, got {x}"));
+                }
+                let (n, k) = block_rows("dequant_matmul", w)?;
+                if x.shape.0[x.shape.rank() - 1] != k {
+                    return Err(format!("dequant_matmul: input {x} has {} features, weight {w} has {k}", x.shape.0[x.shape.rank() - 1]));
+                }
+                let mut s = x.shape.0.clone();
+                *s.last_mut().expect("rank >= 1") = n;
+                one(DType::F32, Shape(s))
+            }
+            MirOp::DequantGather => {
+                let idx = ins[1];
+                let (_, c) = block_rows("dequant_gather", x)?;
+                if !idx.dtype.is_int() {
+                    return Err(format!("dequant_gather: indices must be integers, got {idx}"));
+                }
+                let mut s = idx.shape.0.clone();
+                s.push(c);
+                one(DType::F32, Shape(s))
+            }
         }
     }
 
     fn attrs(&self) -> Vec<(&'static str, Attr)> {
         match self {
-            MirOp::Unary(_) | MirOp::Binary(_) | MirOp::Where | MirOp::MatMul => vec![],
+            MirOp::Unary(_) | MirOp::Binary(_) | MirOp::Where | MirOp::MatMul | MirOp::DequantMatMul | MirOp::DequantGather => vec![],
             MirOp::Cast { to } => vec![("to", Attr::DType(*to))],
             MirOp::Reduce { axes, keepdims, .. } => vec![("axes", usizes_attr(axes)), ("keepdims", Attr::Bool(*keepdims))],
             MirOp::ArgReduce { axis, keepdims, select_last, .. } => vec![
@@ -742,6 +799,8 @@ impl OpSet for MirOp {
             "quantize" => MirOp::Quantize { axis: a.usize("axis")? },
             "dequantize" => MirOp::Dequantize { axis: a.usize("axis")? },
             "fake_quantize" => MirOp::FakeQuantize { axis: a.usize("axis")? },
+            "dequant_matmul" => MirOp::DequantMatMul,
+            "dequant_gather" => MirOp::DequantGather,
             _ => return Err(format!("unknown MIR op '{kind}'")),
         })
     }
@@ -772,7 +831,7 @@ pub fn all_mir_kinds() -> Vec<&'static str> {
         "where", "cast", "matmul", "reduce_sum", "reduce_prod", "reduce_max", "reduce_min", "reduce_mean", "argmax", "argmin",
         "reshape", "transpose", "expand", "slice", "concat", "gather", "gather_elements", "gather_nd", "scatter_elements",
         "scatter_nd", "pad", "conv", "conv_transpose", "max_pool", "avg_pool", "cumsum", "topk", "quantize", "dequantize",
-        "fake_quantize",
+        "fake_quantize", "dequant_matmul", "dequant_gather",
     ]);
     v
 }

@@ -150,7 +150,7 @@ pub fn decode_i64(dtype: DType, b: &[u8], i: usize) -> i64 {
         DType::I64 => i64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap()),
         DType::U64 => u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap()) as i64,
         DType::F32 | DType::F64 | DType::F16 | DType::BF16 => decode_f64(dtype, b, i) as i64,
-        DType::Q8_0 | DType::Q4_0 => panic!("decode of block-quantized {dtype} is elementwise-undefined"),
+        _ => panic!("decode of block-quantized {dtype} is elementwise-undefined"),
     }
 }
 
@@ -176,6 +176,6 @@ pub fn encode_i64(dtype: DType, x: i64, out: &mut Vec<u8>) {
         DType::I32 | DType::U32 => out.extend_from_slice(&(x as u32).to_le_bytes()),
         DType::I64 | DType::U64 => out.extend_from_slice(&x.to_le_bytes()),
         DType::F32 | DType::F64 | DType::F16 | DType::BF16 => encode_f64(dtype, x as f64, out),
-        DType::Q8_0 | DType::Q4_0 => panic!("encode of block-quantized {dtype} is elementwise-undefined"),
+        _ => panic!("encode of block-quantized {dtype} is elementwise-undefined"),
     }
 }

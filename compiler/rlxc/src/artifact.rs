@@ -110,12 +110,13 @@ fn c_type(d: DType) -> &'static str {
         DType::F64 => "double",
         DType::F16 | DType::BF16 | DType::U16 => "uint16_t",
         DType::I8 => "int8_t",
-        DType::U8 | DType::Bool | DType::Q8_0 | DType::Q4_0 => "uint8_t",
+        DType::U8 | DType::Bool => "uint8_t",
         DType::I16 => "int16_t",
         DType::I32 => "int32_t",
         DType::U32 => "uint32_t",
         DType::I64 => "int64_t",
         DType::U64 => "uint64_t",
+        _ => "uint8_t", // block-quantized: raw bytes
     }
 }
 
@@ -127,12 +128,13 @@ fn rust_type(d: DType) -> &'static str {
         DType::F64 => "f64",
         DType::F16 | DType::BF16 | DType::U16 => "u16",
         DType::I8 => "i8",
-        DType::U8 | DType::Bool | DType::Q8_0 | DType::Q4_0 => "u8",
+        DType::U8 | DType::Bool => "u8",
         DType::I16 => "i16",
         DType::I32 => "i32",
         DType::U32 => "u32",
         DType::I64 => "i64",
         DType::U64 => "u64",
+        _ => "u8", // block-quantized: raw bytes
     }
 }
 
@@ -154,6 +156,8 @@ fn rt_dtype(d: DType) -> &'static str {
         DType::Bool => "Bool",
         DType::Q8_0 => "Q8_0",
         DType::Q4_0 => "Q4_0",
+        // runtime-min has no code for the other GGUF block types yet; no importer makes them ports.
+        _ => "U8",
     }
 }
 

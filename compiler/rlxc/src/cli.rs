@@ -2,7 +2,7 @@
 //! parsing, progress spinners.
 
 use clap::ValueEnum;
-use rlx_ir::{Hir, Mir, TargetCaps};
+use rlx_ir::{Hir, HirOp, Mir, MirOp, TargetCaps};
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -216,6 +216,8 @@ pub enum ModelSource {
     Onnx(PathBuf),
     /// A folder with config.json + model.safetensors.
     SafetensorsDir(PathBuf),
+    /// A GGUF language model (llama, qwen2, qwen3, gemma3).
+    Gguf(PathBuf),
 }
 
 impl ModelSource {
@@ -244,14 +246,23 @@ impl ModelSource {
                     )))
                 }
             }
-            "gguf" => Err(Failure::model(format!("'{}': GGUF models are not supported by this version of rlxc", p.display()))),
+            "gguf" => Ok(ModelSource::Gguf(p.to_path_buf())),
             _ => Ok(ModelSource::Onnx(p.to_path_buf())),
         }
     }
 
     pub fn path(&self) -> &Path {
         match self {
-            ModelSource::Onnx(p) | ModelSource::SafetensorsDir(p) => p,
+            ModelSource::Onnx(p) | ModelSource::SafetensorsDir(p) | ModelSource::Gguf(p) => p,
+        }
+    }
+
+    /// Node name → the model's op type (ONNX models; empty for a weight-only checkpoint, or when
+    /// the file cannot be read — the import reports that). Error messages name ops by it.
+    pub fn node_op_types(&self) -> BTreeMap<String, String> {
+        match self {
+            ModelSource::Onnx(p) => rlx_import::onnx_summary(p).map(|s| s.node_op_types).unwrap_or_default(),
+            ModelSource::SafetensorsDir(_) => BTreeMap::new(),
         }
     }
 
@@ -275,6 +286,19 @@ impl ModelSource {
                 }
                 Ok(hir)
             }
+            ModelSource::Gguf(p) => {
+                let f = phase("reading the model", || rlx_import::gguf::load_gguf(p)).map_err(Failure::model)?;
+                let (_, mut hir) = phase("building", || rlx_models::llm::llm_from_gguf(&f))
+                    .map_err(|e| Failure::model(format!("cannot build a model from '{}': {e}", p.display())))?;
+                if !dims.is_empty() {
+                    bind_graph_dims(&mut hir, dims);
+                    let probs = rlx_ir::verify::verify(&hir);
+                    if !probs.is_empty() {
+                        return Err(Failure::model(problem_list(&format!("'{}' with the given --dim values is invalid", p.display()), &probs)));
+                    }
+                }
+                Ok(hir)
+            }
         }
     }
 }
@@ -293,13 +317,20 @@ pub fn model_symbols(src: &ModelSource) -> Result<Vec<String>, Failure> {
             Ok(v)
         }
         ModelSource::SafetensorsDir(_) => Ok(src.import(&BTreeMap::new())?.input_symbols()),
+        ModelSource::Gguf(_) => Ok(vec!["sequence".to_string()]),
     }
 }
 
 /// Substitutes fixed sizes for symbolic dims in every value type of `g`.
+/// (Reshape and expand attributes name dims too: they are substituted as well.)
 fn bind_graph_dims(g: &mut Hir, dims: &BTreeMap<String, u64>) {
     for v in &mut g.values {
         v.ty.shape = v.ty.shape.bind(dims);
+    }
+    for n in &mut g.nodes {
+        if let HirOp::Prim(MirOp::Reshape { shape } | MirOp::Expand { shape }) = &mut n.op {
+            *shape = rlx_ir::Shape(std::mem::take(shape)).bind(dims).0;
+        }
     }
 }
 

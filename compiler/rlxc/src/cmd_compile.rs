@@ -171,7 +171,7 @@ pub fn main(a: &CompileArgs) -> Result<(), Failure> {
             return Err(Failure::usage(format!("--calibrate takes one .npy: the model has {} inputs", mir.inputs.len())));
         }
         let calib = calibration_samples(&data, mir.ty(mir.inputs[0])).map_err(|e| Failure::usage(format!("{}: {e}", p.display())))?;
-        let c = compile_verilog(&mir, &name, &calib, a.macs_per_cycle, &mut tm)?;
+        let c = compile_verilog(&mir, &name, &calib, a.macs_per_cycle, &src.node_op_types(), &mut tm)?;
         let files = tm.time("write", || write_verilog_artifacts(&a.out, &name, &a.model, &c))?;
         if a.report {
             crate::cmd_check::print_report(&c.report);

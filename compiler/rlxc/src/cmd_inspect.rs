@@ -48,6 +48,9 @@ struct Info {
 
 pub fn main(a: &InspectArgs) -> Result<(), Failure> {
     let src = ModelSource::from_path(&a.model)?;
+    if let (ModelSource::Gguf(p), false, false) = (&src, a.hir, a.mir) {
+        return crate::cmd_llm::inspect(p, a.json);
+    }
     let dims = rlxc::dims::resolve(&src, &a.dims, None)?;
     if a.hir || a.mir {
         let hir = src.import(&dims)?;
@@ -77,7 +80,8 @@ pub fn main(a: &InspectArgs) -> Result<(), Failure> {
                 param_bytes: s.param_bytes,
             }
         }
-        ModelSource::SafetensorsDir(_) => {
+        // GGUF files are summarized by cmd_llm::inspect (above); --hir/--mir return earlier.
+        ModelSource::SafetensorsDir(_) | ModelSource::Gguf(_) => {
             let hir = src.import(&BTreeMap::new())?;
             let io = |vs: &[rlx_ir::ValueId], what: &str| -> Vec<(String, DType, Vec<Dim>)> {
                 vs.iter()

@@ -39,6 +39,13 @@ pub struct RunArgs {
     /// p50, p10, p90, min and max
     #[arg(long, value_name = "N")]
     pub bench: Option<usize>,
+    /// GGUF language models: the prompt as token ids, e.g. --tokens 2,651,6037 (writes the prompt's
+    /// logits to OUT_DIR/logits.npy and prints the next token at every position)
+    #[arg(long, value_name = "ID,ID,…", value_delimiter = ',')]
+    pub tokens: Vec<i64>,
+    /// GGUF language models: greedily generate N tokens after the prompt and print their ids
+    #[arg(short = 'n', long = "max-tokens", value_name = "N", default_value_t = 0)]
+    pub max_tokens: usize,
 }
 
 /// `NAME=FILE.npy` for `--input` (split at the first '=').
@@ -56,6 +63,12 @@ fn parse_input(s: &str) -> Result<(String, PathBuf), String> {
 pub fn main(a: &RunArgs) -> Result<(), Failure> {
     let t_start = Instant::now();
     let src = ModelSource::from_path(&a.model)?;
+    if let ModelSource::Gguf(p) = &src {
+        return crate::cmd_llm::run(a, p);
+    }
+    if !a.tokens.is_empty() || a.max_tokens > 0 {
+        return Err(Failure::usage("--tokens and -n are for GGUF language models".to_string()));
+    }
     let explicit = rlxc::dims::resolve(&src, &a.dims, None)?;
 
     // Read every input file; report all problems at once.

@@ -7,6 +7,7 @@ mod cmd_check;
 mod cmd_compile;
 mod cmd_coverage;
 mod cmd_inspect;
+mod cmd_llm;
 mod cmd_run;
 
 pub use rlxc::cli::*;

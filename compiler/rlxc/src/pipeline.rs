@@ -7,6 +7,7 @@ use rlx_ir::lir::Lir;
 use rlx_ir::{ConstData, Mir, MirOp, TensorType};
 use rlx_opt::DispatchReport;
 pub use crate::cli::Backend;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -565,15 +566,37 @@ pub struct VerilogCompiled {
 }
 
 /// MIR → Verilog: fold → quantize (the same pass and runner as the MCU path, so the integer program
-/// is the one the interpreter and the firmware run) → legalize → the Verilog writer. The calibration
+/// is the one the interpreter and the firmware run) → the datapath check → legalize → the Verilog
+/// writer. Nodes the datapath does not map fail the compile, every one named with its op type from
+/// `source_ops` (node name → the model's op type, `ModelSource::node_op_types`). The calibration
 /// samples, quantized and run through the interpreter on the integer MIR, become the testbench's
 /// default vectors.
-pub fn compile_verilog(mir: &Mir, name: &str, calib: &[Vec<ConstData>], macs_per_cycle: usize, tm: &mut Timings) -> Result<VerilogCompiled, Failure> {
+pub fn compile_verilog(
+    mir: &Mir,
+    name: &str,
+    calib: &[Vec<ConstData>],
+    macs_per_cycle: usize,
+    source_ops: &BTreeMap<String, String>,
+    tm: &mut Timings,
+) -> Result<VerilogCompiled, Failure> {
     let q = tm.time("quantize", || quantize_mir(mir, calib))?;
+    // Lowered blocks and quantized layers extend their node's name (`sm0/exp`, `pool.sum`): the
+    // model node is the longest prefix ending before a '/' or '.' that the model names (ONNX names
+    // may hold '/' and '.' themselves).
+    let source = |mir_node: &str| -> Option<(String, String)> {
+        let mut name = mir_node;
+        loop {
+            if let Some(op) = source_ops.get(name) {
+                return Some((name.to_string(), op.clone()));
+            }
+            name = &name[..name.rfind(['/', '.'])?];
+        }
+    };
+    rlx_target_verilog::unsupported(&q.mir, &source).map_err(Failure::model)?;
     let report = legalize(&q.mir, &Target::Verilog.caps(), tm)?;
     let (qi, qo) = (q.inputs[0], q.outputs[0]);
     let pq = |q: rlx_opt::QParams| rlx_target_verilog::PortQuant { scale: q.scale, zero_point: q.zero_point };
-    let opts = rlx_target_verilog::Options { name: name.to_string(), macs_per_cycle, input: pq(qi), output: pq(qo), rlxc_version: env!("CARGO_PKG_VERSION").to_string() };
+    let opts = rlx_target_verilog::Options { name: name.to_string(), macs_per_cycle, input: pq(qi), output: pq(qo), rlxc_version: env!("CARGO_PKG_VERSION").to_string(), testbench_vectors: calib.len() };
     let design = tm.time("codegen (Verilog)", || rlx_target_verilog::emit(&q.mir, &opts)).map_err(Failure::model)?;
     let (mut tb_in, mut tb_expected) = (Vec::new(), Vec::new());
     tm.time("testbench vectors", || -> Result<(), Failure> {

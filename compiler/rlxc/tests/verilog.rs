@@ -16,7 +16,7 @@
 
 mod common;
 use common::mnist::{self, data};
-use common::{npy, repo};
+use common::{npy, python, repo};
 use rlx_ir::{ConstData, DType, MirOp};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -88,17 +88,31 @@ fn lint(dir: &Path, model: &str) {
     );
 }
 
-/// Builds and runs the generated testbench; returns its PASS line.
-fn simulate(dir: &Path, model: &str, args: &[&str]) -> String {
+/// Compiles `dir/NAME_tb.v` and `dir/NAME.v` with Icarus into `dir/tb.vvp`.
+fn build_testbench(dir: &Path, model: &str) {
     ok(Command::new("iverilog")
         .args(["-g2005", "-Wall", "-o", "tb.vvp"])
         .arg(format!("{model}_tb.v"))
         .arg(format!("{model}.v"))
         .current_dir(dir));
-    let out = ok(Command::new("timeout")
+}
+
+/// Runs `dir/tb.vvp` with `args`: vvp's exit status and its output, pass or fail.
+fn run_testbench(dir: &Path, args: &[&str]) -> (Option<i32>, String) {
+    let out = Command::new("timeout")
         .args(["300", "vvp", "-n", "tb.vvp"])
         .args(args)
-        .current_dir(dir));
+        .current_dir(dir)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run vvp: {e} (run `make setup`)"));
+    (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr))
+}
+
+/// Builds and runs the generated testbench; returns its PASS line.
+fn simulate(dir: &Path, model: &str, args: &[&str]) -> String {
+    build_testbench(dir, model);
+    let (code, out) = run_testbench(dir, args);
+    assert_eq!(code, Some(0), "{model} in {}:\n{out}", dir.display());
     let line = out
         .lines()
         .find(|l| l.starts_with("PASS") || l.starts_with("FAIL"))
@@ -375,6 +389,7 @@ fn padded_strided_cnn_in_icarus_matches_the_interpreter() {
             "pcnn",
             &calib,
             macs,
+            &BTreeMap::new(),
             &mut rlxc::pipeline::Timings::default(),
         )
         .unwrap_or_else(|e| panic!("{}", e.msg));
@@ -395,6 +410,7 @@ fn padded_strided_cnn_in_icarus_matches_the_interpreter() {
         "pcnn",
         &calib,
         1,
+        &BTreeMap::new(),
         &mut rlxc::pipeline::Timings::default(),
     )
     .err()
@@ -422,4 +438,85 @@ fn simulate_images(dir: &Path, name: &str, images: &[u8], expected: &[u8], stall
         assert_eq!(cycles_of(&line), cycles, "{line}");
     }
     (line, cycles)
+}
+
+/// The testbench can fail (issue 13: its `!==` compare matched X against X, so `+vectors=1000` over
+/// 50 vectors printed PASS): asking for more vectors than its files hold, an expected file with one
+/// byte flipped, one with a byte replaced by `xx`, and a file of one's own that ends early each give
+/// a FAIL line and a non-zero exit status; the normal run passes.
+#[test]
+fn testbench_fails_on_missing_vectors_and_corrupt_expectations() {
+    let dir = repo().join("build/verilog-test/tb-fail");
+    let _ = std::fs::remove_dir_all(&dir);
+    let c = rlxc::pipeline::compile_verilog(&padded_cnn(1), "pcnn", &padded_calibration(12), 3, &BTreeMap::new(), &mut rlxc::pipeline::Timings::default())
+        .unwrap_or_else(|e| panic!("{}", e.msg));
+    rlxc::pipeline::write_verilog_artifacts(&dir, "pcnn", Path::new("pcnn.mir"), &c).unwrap_or_else(|e| panic!("{}", e.msg));
+    let tb = std::fs::read_to_string(dir.join("pcnn_tb.v")).unwrap();
+    assert!(tb.contains("parameter VECTORS = 12;"), "the writer states how many vectors its files hold");
+    build_testbench(&dir, "pcnn");
+    let fails = |args: &[&str], what: &str| {
+        let (code, out) = run_testbench(&dir, args);
+        assert!(code.is_some_and(|c| c != 0), "{args:?}: exit status {code:?}, expected a failure:\n{out}");
+        assert!(!out.contains("PASS"), "{args:?}:\n{out}");
+        assert!(out.lines().any(|l| l.starts_with("FAIL") && l.contains(what)), "{args:?}: no FAIL line with '{what}':\n{out}");
+    };
+    let (code, out) = run_testbench(&dir, &["+vectors=12"]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("PASS: 12/12 vectors bit-exact"), "{out}");
+    fails(&["+vectors=13"], "+vectors=13 asks for more vectors than the 12");
+    fails(&["+vectors=1000"], "asks for more vectors than the 12");
+    // Output 3 of vector 5 of the expected file: one bit flipped, then the byte made X.
+    let exp = std::fs::read_to_string(dir.join("pcnn_tb_expected.mem")).unwrap();
+    let lines: Vec<&str> = exp.lines().collect();
+    assert_eq!(lines.len(), 12 * c.design.out_elems);
+    let at = 5 * c.design.out_elems + 3;
+    let corrupt = |file: &str, byte: String| {
+        let mut l: Vec<String> = lines.iter().map(|s| s.to_string()).collect();
+        l[at] = byte;
+        std::fs::write(dir.join(file), l.join("\n") + "\n").unwrap();
+    };
+    let flipped = u8::from_str_radix(lines[at], 16).unwrap() ^ 0x10;
+    corrupt("flipped.mem", format!("{flipped:02x}"));
+    fails(&["+vectors=12", "+expected=flipped.mem"], "vector 5 output 3: got");
+    corrupt("x.mem", "xx".into());
+    fails(&["+vectors=12", "+expected=x.mem"], "vector 5 output 3: expected xx is not a byte");
+    // A file of one's own with 6 vectors, asked for 8: the missing bytes read as X.
+    std::fs::write(dir.join("short.mem"), lines[..6 * c.design.out_elems].join("\n") + "\n").unwrap();
+    fails(&["+vectors=8", "+expected=short.mem"], "vector 6 output 0: expected xx is not a byte");
+    let (code, out) = run_testbench(&dir, &["+vectors=6", "+expected=short.mem"]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("PASS: 6/6 vectors bit-exact"), "{out}");
+}
+
+/// Issue 14: a model with an average pool and a softmax (`tests/verilog/make_unmapped.py`, written
+/// with onnx.helper) fails to compile for verilog with exit status 1 and one message naming both
+/// model nodes by their ONNX op type and what the datapath maps — not the quantized MIR's gathers
+/// and claim sets — and writes nothing. The conv, Flatten and Gemm around them are not blamed.
+#[test]
+fn verilog_errors_speak_of_the_models_ops() {
+    let dir = repo().join("build/verilog-test/unmapped");
+    let _ = std::fs::remove_dir_all(&dir);
+    ok(Command::new(python()).arg(repo().join("tests/verilog/make_unmapped.py")).arg("--out").arg(&dir));
+    let out = dir.join("out");
+    let o = rlxc()
+        .arg("compile")
+        .arg(dir.join("unmapped.onnx"))
+        .args(["--target", "verilog", "--calibrate"])
+        .arg(dir.join("calib_unmapped.npy"))
+        .arg("-o")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    let maps = "is not supported on verilog: the Verilog datapath maps fully connected, conv (groups 1), max-pool layers";
+    assert!(err.contains("2 nodes of the model are not supported on verilog"), "{err}");
+    // The pool has no name in the model: the importer's name for it.
+    assert!(err.contains(&format!("AveragePool (node 'AveragePool_2') {maps}")), "{err}");
+    assert!(err.contains(&format!("Softmax (node 'sm0') {maps}")), "{err}");
+    for mapped in ["conv0", "relu0", "flat0", "fc0"] {
+        assert!(!err.contains(&format!("'{mapped}")), "{mapped} maps onto the datapath:\n{err}");
+    }
+    assert!(!err.contains("would claim") && !err.contains("gather"), "{err}");
+    assert!(!out.join("unmapped.v").exists() && !out.join("unmapped_tb.v").exists());
 }

@@ -1,5 +1,7 @@
 //! Test helpers: where the venv python and the all-MiniLM-L6-v2 checkpoint are, and running Python.
 
+#[allow(dead_code)]
+pub mod gguf_meta;
 pub mod npy;
 
 use std::path::{Path, PathBuf};
@@ -63,4 +65,35 @@ pub fn scratch(name: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d
+}
+
+/// Runs `python script args…` from the repo root and returns its stdout; panics with its output on failure.
+#[allow(dead_code)]
+pub fn python_stdout(script: &str, args: &[&str]) -> Vec<u8> {
+    let out = Command::new(python())
+        .arg(repo_root().join(script))
+        .args(args)
+        .current_dir(repo_root())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", python().display()));
+    assert!(
+        out.status.success(),
+        "{script} {args:?} failed ({}):\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+/// Gemma 3 270M Q4_K_M: `$RLX_GEMMA_GGUF`, else `build/models/gemma-3-270m-q4_k_m.gguf` (`make models`).
+/// Fails (never skips) when absent.
+#[allow(dead_code)]
+pub fn gemma_gguf() -> PathBuf {
+    let p = match std::env::var_os("RLX_GEMMA_GGUF") {
+        Some(p) if !p.is_empty() => PathBuf::from(p),
+        _ => repo_root().join("build/models/gemma-3-270m-q4_k_m.gguf"),
+    };
+    assert!(p.exists(), "{} not found: run `make models` (or set RLX_GEMMA_GGUF)", p.display());
+    p
 }

@@ -41,7 +41,7 @@ fn clty(d: DType) -> Type {
         DType::I32 | DType::U32 => types::I32,
         DType::I64 | DType::U64 => types::I64,
         // Block-quantized dtypes are never claimed; legalization rejects them before codegen.
-        DType::Q8_0 | DType::Q4_0 => types::I8,
+        _ => types::I8,
     }
 }
 

@@ -32,7 +32,7 @@ fn llty(d: DType) -> &'static str {
         // cast (which legalization resolves by its input dtype), so they need storage and conversion.
         DType::F16 => "half",
         DType::BF16 => "bfloat",
-        DType::Q8_0 | DType::Q4_0 => unreachable!("dtype {d} is not claimed by the LLVM target"),
+        _ => unreachable!("dtype {d} is not claimed by the LLVM target"),
     }
 }
 

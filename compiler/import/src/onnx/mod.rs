@@ -176,7 +176,7 @@ pub fn tensor_from_proto(t: &TensorProto, base_dir: Option<&Path>) -> Result<Con
                 }
             }
         }
-        DType::Q8_0 | DType::Q4_0 => return Err(format!("unsupported dtype {dtype}")),
+        _ => return Err(format!("unsupported dtype {dtype}")),
     }
     ConstData::new(dtype, shape, Blob::from_vec(out))
 }
@@ -368,7 +368,7 @@ pub(crate) fn import_model(model: &ModelProto, base_dir: Option<&Path>, opts: &I
     }
 
     for (idx, node) in graph.node.iter().enumerate() {
-        let name = if node.name.is_empty() { format!("{}_{idx}", node.op_type) } else { node.name.clone() };
+        let name = node_name(node, idx);
         let domain = node.domain.clone();
         let here = |msg: String| ImportProblem {
             node: Some(name.clone()),
@@ -474,6 +474,15 @@ pub(crate) fn import_model(model: &ModelProto, base_dir: Option<&Path>, opts: &I
     }
 }
 
+/// The name the importer gives node `idx`: its own, else `OPTYPE_INDEX`.
+fn node_name(node: &NodeProto, idx: usize) -> String {
+    if node.name.is_empty() {
+        format!("{}_{idx}", node.op_type)
+    } else {
+        node.name.clone()
+    }
+}
+
 pub(crate) fn summarize(model: &ModelProto) -> Result<OnnxSummary, ImportError> {
     let graph = model.graph.as_ref().ok_or_else(|| ImportError::one("the model has no graph"))?;
     let none = BTreeMap::new();
@@ -488,8 +497,10 @@ pub(crate) fn summarize(model: &ModelProto) -> Result<OnnxSummary, ImportError> 
     };
     let inits: HashSet<&str> = graph.initializer.iter().map(|t| t.name.as_str()).collect();
     let mut op_types = BTreeMap::new();
-    for n in &graph.node {
+    let mut node_op_types = BTreeMap::new();
+    for (idx, n) in graph.node.iter().enumerate() {
         let k = if n.domain.is_empty() || n.domain == "ai.onnx" { n.op_type.clone() } else { format!("{}:{}", n.domain, n.op_type) };
+        node_op_types.insert(node_name(n, idx), k.clone());
         *op_types.entry(k).or_insert(0) += 1;
     }
     let (mut count, mut bytes) = (0u64, 0u64);
@@ -510,6 +521,7 @@ pub(crate) fn summarize(model: &ModelProto) -> Result<OnnxSummary, ImportError> 
         inputs: io(&graph.input, &inits),
         outputs: io(&graph.output, &HashSet::new()),
         op_types,
+        node_op_types,
         initializers: graph.initializer.len(),
         param_count: count,
         param_bytes: bytes,

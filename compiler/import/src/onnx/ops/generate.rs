@@ -1,0 +1,104 @@
+//! Ops that make tensors from attributes and constants: Constant, ConstantOfShape, OneHot, EyeLike,
+//! Range.
+
+use super::build::norm_axis;
+use super::{one, Node, R};
+use crate::onnx::{dtype_from_onnx, tensor_from_proto, Ctx};
+use rlx_ir::{BinaryOp, ConstData, DType, Dim, MirOp};
+
+/// The ONNX op types this family translates.
+pub(super) const OPS: &[&str] = &[
+    "Constant", "ConstantOfShape", "EyeLike", "OneHot", "Range",
+];
+
+pub(super) fn convert(cx: &mut Ctx, nd: &Node) -> R {
+    let (a, op) = (&nd.a, nd.op);
+    let req = |i: usize| nd.req(i);
+    match op {
+        "Constant" => {
+            let c = if let Some(t) = a.t("value") {
+                tensor_from_proto(t, cx.base_dir)?
+            } else if a.has("value_float") {
+                ConstData::from_f32(vec![], &[a.f("value_float", 0.0) as f32])
+            } else if let Some(v) = a.floats("value_floats") {
+                ConstData::from_f64s(DType::F32, vec![v.len()], &v)
+            } else if a.has("value_int") {
+                ConstData::from_i64(vec![], &[a.i("value_int", 0)])
+            } else if let Some(v) = a.ints("value_ints") {
+                ConstData::from_i64(vec![v.len()], &v)
+            } else {
+                return Err("unsupported: Constant of this kind (string or sparse)".into());
+            };
+            one(cx.konst(c))
+        }
+        "ConstantOfShape" => {
+            let s = cx.const_ints(req(0)?, "ConstantOfShape shape")?;
+            let val = match a.t("value") {
+                Some(t) => tensor_from_proto(t, cx.base_dir)?,
+                None => ConstData::from_f32(vec![1], &[0.0]),
+            };
+            let v = ConstData::new(val.dtype, vec![], val.data.clone()).map_err(|e| format!("value: {e}"))?;
+            let sv = cx.konst(v);
+            let shape = s.iter().map(|&d| u64::try_from(d).map(Dim::Fixed).map_err(|_| format!("negative dim {d}"))).collect::<Result<Vec<_>, _>>()?;
+            one(cx.prim(MirOp::Expand { shape }, &[sv])?)
+        }
+        "OneHot" => {
+            let (idx, vals) = (req(0)?, req(2)?);
+            let depth = *cx.const_f64s(req(1)?, "OneHot depth")?.first().ok_or("empty depth")? as i64;
+            let r = cx.rank(idx);
+            let ax = norm_axis(a.i("axis", -1), r + 1)?;
+            let idx = cx.cast(idx, DType::I64)?;
+            let zero = cx.scalar(DType::I64, 0.0);
+            let dc = cx.scalar(DType::I64, depth as f64);
+            let neg = cx.bin(BinaryOp::Lt, idx, zero)?;
+            let wrapped = cx.bin(BinaryOp::Add, idx, dc)?;
+            let idx = cx.prim(MirOp::Where, &[neg, wrapped, idx])?;
+            let idx = cx.unsqueeze(idx, &[ax])?;
+            let mut rs = vec![1usize; r + 1];
+            rs[ax] = depth.max(0) as usize;
+            let ids: Vec<i64> = (0..depth.max(0)).collect();
+            let rg = cx.konst(ConstData::from_i64(rs, &ids));
+            let eq = cx.bin(BinaryOp::Eq, idx, rg)?;
+            let off = cx.prim(MirOp::Slice { axes: vec![0], starts: vec![0], ends: vec![1], steps: vec![1] }, &[vals])?;
+            let on = cx.prim(MirOp::Slice { axes: vec![0], starts: vec![1], ends: vec![2], steps: vec![1] }, &[vals])?;
+            let off = cx.reshape(off, vec![])?;
+            let on = cx.reshape(on, vec![])?;
+            one(cx.prim(MirOp::Where, &[eq, on, off])?)
+        }
+        "EyeLike" => {
+            let x = req(0)?;
+            let xd = cx.fixed_dims(x, op)?;
+            if xd.len() != 2 {
+                return Err("EyeLike needs a 2-D input".into());
+            }
+            let dt = if a.has("dtype") { dtype_from_onnx(a.i("dtype", 1) as i32)? } else { cx.dtype(x) };
+            let k = a.i("k", 0);
+            let mut v = Vec::with_capacity(xd[0] * xd[1]);
+            for i in 0..xd[0] as i64 {
+                for j in 0..xd[1] as i64 {
+                    v.push((j - i == k) as i64 as f64);
+                }
+            }
+            one(cx.konst(ConstData::from_f64s(dt, xd, &v)))
+        }
+        "Range" => {
+            let (s, l, d) = (req(0)?, req(1)?, req(2)?);
+            let dt = cx.dtype(s);
+            let (sv, lv, dv) = (cx.const_f64s(s, "Range start")?[0], cx.const_f64s(l, "Range limit")?[0], cx.const_f64s(d, "Range delta")?[0]);
+            if dv == 0.0 {
+                return Err("Range delta is 0".into());
+            }
+            let n = ((lv - sv) / dv).ceil().max(0.0);
+            if n > 1e8 {
+                return Err(format!("Range of {n} elements is too large"));
+            }
+            let v: Vec<f64> = if dt.is_float() {
+                (0..n as usize).map(|i| sv + i as f64 * dv).collect()
+            } else {
+                (0..n as usize).map(|i| (sv as i64 + i as i64 * dv as i64) as f64).collect()
+            };
+            one(cx.konst(ConstData::from_f64s(dt, vec![v.len()], &v)))
+        }
+        _ => Err(format!("unsupported op {op}")),
+    }
+}

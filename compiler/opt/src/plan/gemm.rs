@@ -1,0 +1,208 @@
+//! The GEMM micro-kernel: a float matmul whose right operand is a packed constant weight (or a
+//! materialized matrix, or an inlined transpose that keeps N contiguous) becomes register-blocked
+//! tiles of `gemm_mr` rows × one panel of `gemm_nr` columns held in vector accumulators across K,
+//! with cache blocking over row tiles and the epilogue applied per accumulator before the store.
+
+use super::fuse::Role;
+use super::index::{bidx, clamp, linear, unflatten};
+use super::kernel::{lit, KB};
+use super::Planner;
+use rlx_ir::loops::{Access, Expr, IOp, LoopKind, Stmt, Var};
+use rlx_ir::{BinaryOp, ConstData, MirOp, NodeId};
+
+impl Planner<'_> {
+    /// A matmul with a packed float weight on the right and a matrix (or batch of them) on the left.
+    pub(super) fn is_gemm(&self, a: NodeId) -> bool {
+        let n = self.g.node(a);
+        if n.op != MirOp::MatMul {
+            return false;
+        }
+        let (x, w) = (n.inputs[0], n.inputs[1]);
+        if !self.dt(x).is_float() || self.shape(x).len() < 2 {
+            return false;
+        }
+        if self.packed_weight.contains_key(&w) {
+            return true;
+        }
+        // A materialized right operand (rows of B contiguous along N) with at least one full panel.
+        let sb = self.shape(w);
+        if sb.len() < 2 || sb[sb.len() - 1] < self.nr || self.transposed_weight.contains_key(&w) {
+            return false;
+        }
+        if self.buf_of[w.index()].is_some() {
+            return true;
+        }
+        // An inlined transpose that keeps the last dim last (attention's V heads) streams along N too.
+        match self.g.producer(w).map(|p| (p, &self.g.node(p).op)) {
+            Some((p, MirOp::Transpose { perm })) => {
+                self.fusion.role[p.index()] == Role::Inlined && perm.last() == Some(&(perm.len() - 1)) && self.buf_of[self.g.node(p).inputs[0].index()].is_some()
+            }
+            _ => false,
+        }
+    }
+
+    /// The GEMM micro-kernel: rows in tiles of `gemm_mr` (one parallel loop over tiles; the last tile's
+    /// extra rows repeat the last row, writing identical values), columns in packed panels of GEMM_NR
+    /// held in vector accumulators across K, the epilogue applied to each accumulator before its store.
+    /// Columns past the last full panel use the per-element path.
+    pub(super) fn gemm_body(&mut self, kb: &mut KB, a: NodeId, r: NodeId, op: u32, out_shape: &[usize]) -> Vec<Stmt> {
+        let anode = self.g.node(a).clone();
+        let av = anode.outputs[0];
+        let (x, w) = (anode.inputs[0], anode.inputs[1]);
+        let sa = self.shape(x);
+        let kdim = sa[sa.len() - 1];
+        let rows_shape = out_shape[..out_shape.len() - 1].to_vec();
+        let rows: usize = rows_shape.iter().product();
+        let n = out_shape[out_shape.len() - 1];
+        let packed = self.packed_weight.get(&w).copied();
+        // Panel width: the packed weight's own (it may be widened for few rows), else the target's.
+        let nr = packed.map_or(self.nr, |pb| self.buffers[pb as usize].shape[2]);
+        let mr = self.mr.min(rows.max(1));
+        let full = n / nr;
+        let tail = n % nr;
+        let pp = packed.map(|pb| kb.param(pb, &self.buffers[pb as usize].clone(), Access::Read));
+        let sb = self.shape(w);
+        let odt = self.dt(av);
+        // Cache blocking: row tiles are grouped in blocks whose slice of A (rows × K) fits in ~256 KB;
+        // inside a block every panel of B is swept over all the block's tiles while it is hot. With one
+        // block (small M) the panels are the parallel dimension; otherwise the blocks are.
+        let tiles = rows.div_ceil(mr);
+        let es = odt.size().unwrap_or(4);
+        let fit = ((256 * 1024) / (kdim * es).max(1) / mr).max(1);
+        let mut nblocks = tiles.div_ceil(fit);
+        let mut rb_tiles = tiles;
+        if nblocks > 1 {
+            // Several blocks: they are the parallel dimension, so make them equal and a multiple of 8
+            // (the runtime cuts a loop into 4 chunks per thread: 2, 4 or 8 threads get equal shares),
+            // while the tiles allow.
+            nblocks = nblocks.max(8).next_multiple_of(8).min(tiles);
+            rb_tiles = tiles.div_ceil(nblocks);
+            nblocks = tiles.div_ceil(rb_tiles);
+        }
+        let blk = kb.var();
+        let tl = kb.var();
+        let blk_e = if nblocks > 1 { Expr::Var(blk) } else { Expr::Int(0) };
+        let gtile = Expr::add(Expr::mul(blk_e, Expr::Int(rb_tiles as i64)), Expr::Var(tl));
+        let guard = |body: Vec<Stmt>| -> Vec<Stmt> {
+            if nblocks * rb_tiles > tiles {
+                vec![Stmt::If { cond: Expr::i(IOp::Lt, gtile.clone(), Expr::Int(tiles as i64)), body }]
+            } else {
+                body
+            }
+        };
+        // Row i of the current tile, clamped to the last row (the last tile may be partial: its extra
+        // rows repeat the last row and write identical values).
+        let row = |i: usize| clamp(Expr::add(Expr::mul(gtile.clone(), Expr::Int(mr as i64)), Expr::Int(i as i64)), 0, rows as i64 - 1);
+        let p = kb.var();
+        let mut panels = Vec::new();
+        if full > 0 {
+            let jv = kb.var();
+            let kv = kb.var();
+            let accs: Vec<Var> = (0..mr).map(|_| kb.var()).collect();
+            let mut inner = Vec::new();
+            for (i, &acc) in accs.iter().enumerate() {
+                let mut ai = unflatten(&row(i), &sa[..sa.len() - 1]);
+                ai.push(Expr::Var(kv));
+                let xa = self.elem(kb, x, &ai);
+                let bv = match pp {
+                    // packed[(p*K + k)*NR + jv]
+                    Some(pp) => Expr::load(
+                        pp,
+                        Expr::add(Expr::mul(Expr::add(Expr::mul(Expr::Var(p), Expr::Int(kdim as i64)), Expr::Var(kv)), Expr::Int(nr as i64)), Expr::Var(jv)),
+                    ),
+                    None => {
+                        // B[batch…, k, n] with B's batch dims broadcast against the output's.
+                        let batch = unflatten(&row(i), &rows_shape);
+                        let mut bi = bidx(&batch[..batch.len() - 1], &sb[..sb.len() - 2]);
+                        bi.push(Expr::Var(kv));
+                        bi.push(Expr::add(Expr::mul(Expr::Var(p), Expr::Int(nr as i64)), Expr::Var(jv)));
+                        self.elem(kb, w, &bi)
+                    }
+                };
+                let prod = Expr::Bin(BinaryOp::Mul, odt, Box::new(xa), Box::new(bv));
+                inner.push(Stmt::Assign { var: acc, value: Expr::Bin(BinaryOp::Add, odt, Box::new(Expr::Var(acc)), Box::new(prod)) });
+            }
+            let mut vbody: Vec<Stmt> = accs.iter().map(|&acc| Stmt::Decl { var: acc, dtype: odt, init: lit(0.0, odt) }).collect();
+            vbody.push(Stmt::For { var: kv, extent: kdim as i64, kind: LoopKind::Serial, body: inner });
+            for (i, &acc) in accs.iter().enumerate() {
+                let col = Expr::add(Expr::mul(Expr::Var(p), Expr::Int(nr as i64)), Expr::Var(jv));
+                let mut idx = unflatten(&row(i), &rows_shape);
+                idx.push(col);
+                kb.subst.insert(av, Expr::Var(acc));
+                let v = if a == r { Expr::Var(acc) } else { self.node_expr(kb, r, &idx) };
+                kb.subst.remove(&av);
+                vbody.push(Stmt::Store { buf: op, index: linear(&idx, out_shape), value: v });
+            }
+            let vl = Stmt::For { var: jv, extent: nr as i64, kind: LoopKind::Vector(nr as u32), body: vbody };
+            panels = vec![Stmt::For { var: tl, extent: rb_tiles as i64, kind: LoopKind::Serial, body: guard(vec![vl]) }];
+        }
+        let mut tail_body = Vec::new();
+        if tail > 0 {
+            // Its own tile loop variable (every loop has a distinct variable).
+            let tl2 = kb.var();
+            let blk_e = if nblocks > 1 { Expr::Var(blk) } else { Expr::Int(0) };
+            let gtile2 = Expr::add(Expr::mul(blk_e, Expr::Int(rb_tiles as i64)), Expr::Var(tl2));
+            let guard2 = |body: Vec<Stmt>| -> Vec<Stmt> {
+                if nblocks * rb_tiles > tiles {
+                    vec![Stmt::If { cond: Expr::i(IOp::Lt, gtile2.clone(), Expr::Int(tiles as i64)), body }]
+                } else {
+                    body
+                }
+            };
+            let i = kb.var();
+            let jt = kb.var();
+            let rowi = clamp(Expr::add(Expr::mul(gtile2.clone(), Expr::Int(mr as i64)), Expr::Var(i)), 0, rows as i64 - 1);
+            let mut idx = unflatten(&rowi, &rows_shape);
+            idx.push(Expr::add(Expr::Int((full * nr) as i64), Expr::Var(jt)));
+            let (mut pre, acc) = self.anchor_body(kb, &anode, &idx);
+            kb.subst.insert(av, acc);
+            let v = if a == r { kb.subst[&av].clone() } else { self.node_expr(kb, r, &idx) };
+            kb.subst.remove(&av);
+            pre.push(Stmt::Store { buf: op, index: linear(&idx, out_shape), value: v });
+            let inner = Stmt::For { var: jt, extent: tail as i64, kind: LoopKind::Serial, body: pre };
+            let rows_loop = Stmt::For { var: i, extent: mr as i64, kind: LoopKind::Serial, body: vec![inner] };
+            tail_body = vec![Stmt::For { var: tl2, extent: rb_tiles as i64, kind: LoopKind::Serial, body: guard2(vec![rows_loop]) }];
+        }
+        if nblocks > 1 {
+            let mut body = Vec::new();
+            if full > 0 {
+                body.push(Stmt::For { var: p, extent: full as i64, kind: LoopKind::Serial, body: panels });
+            }
+            body.extend(tail_body);
+            return vec![Stmt::For { var: blk, extent: nblocks as i64, kind: LoopKind::Parallel, body }];
+        }
+        // One block: split over panels; the tail columns are the last "panel".
+        let np = full + (tail > 0) as usize;
+        let mut body = Vec::new();
+        if full > 0 {
+            if tail > 0 {
+                body.push(Stmt::If { cond: Expr::i(IOp::Lt, Expr::Var(p), Expr::Int(full as i64)), body: panels });
+            } else {
+                body.extend(panels);
+            }
+        }
+        if tail > 0 {
+            body.push(Stmt::If { cond: Expr::i(IOp::Le, Expr::Int(full as i64), Expr::Var(p)), body: tail_body });
+        }
+        vec![Stmt::For { var: p, extent: np as i64, kind: LoopKind::Parallel, body }]
+    }
+}
+
+/// A float weight `[K, N]` packed in panels of `nr` columns: `packed[p][k][j] = w[k][p·nr + j]`,
+/// zero past the last column.
+pub(super) fn pack_panels(c: &ConstData, nr: usize) -> ConstData {
+    // Panels of nr columns: packed[p][k][j] = w[k][p*NR + j], zero past the last column.
+    let (kk, nn) = (c.shape[0], c.shape[1]);
+    let es = c.dtype.size().unwrap_or(1);
+    let np = nn.div_ceil(nr);
+    let src = c.data.bytes();
+    let mut t = vec![0u8; np * kk * nr * es];
+    for r in 0..kk {
+        for col in 0..nn {
+            let s = (r * nn + col) * es;
+            let d = (((col / nr) * kk + r) * nr + col % nr) * es;
+            t[d..d + es].copy_from_slice(&src[s..s + es]);
+        }
+    }
+    ConstData { dtype: c.dtype, shape: vec![np, kk, nr], data: rlx_ir::Blob::from_vec(t) }
+}

@@ -1,0 +1,191 @@
+//! Fusion, memory planning and kernel lowering: MIR → LIR.
+//!
+//! 1. **Fusion** ([`fuse`]): every node is a view (reshape, leading-axis slice: no kernel, aliases its
+//!    input), *inlined* into its single consumer (elementwise and data-movement ops become part of the
+//!    consumer's per-element expression, so chains of elementwise ops are one loop), an *anchor fused as
+//!    the producer of an epilogue* (matmul / reduce / conv whose single consumer is elementwise of the
+//!    same shape: the epilogue is applied to the accumulator before the store), or a *kernel root*.
+//! 2. **Memory planning**: graph inputs and outputs are the caller's buffers; constants go to one
+//!    aligned weights blob (a 2-D matmul weight is stored transposed so both operands stream
+//!    contiguously); every other materialized value gets an arena offset from liveness — first fit in
+//!    order of decreasing size among buffers whose live ranges overlap — so memory is reused; views
+//!    alias their root at an offset. The peak is `arena_bytes`.
+//! 3. **Kernel lowering**: each kernel root becomes one loop-form [`Kernel`].
+//!
+//! Where things live: [`fuse`] and [`row_fuse`] decide the roles (`fuse.rs`, `row_fuse.rs`);
+//! `memory.rs` places inputs, constants and values and assigns arena offsets; `kernel.rs` lowers a
+//! root to its loop nest, with the per-element expressions of inlined nodes in `inline.rs`, anchor
+//! bodies (dot product, reductions, cumsum) in `anchor.rs`, convolution and pooling in `conv.rs`,
+//! the GEMM micro-kernel and weight packing in `gemm.rs`, and index arithmetic in `index.rs`.
+
+mod anchor;
+mod conv;
+mod fuse;
+mod gemm;
+mod index;
+mod inline;
+mod kernel;
+mod memory;
+mod row_fuse;
+
+pub use fuse::{fuse, fuse_with, Fusion, Role};
+pub use row_fuse::row_fuse;
+
+use index::align_up;
+use rlx_ir::lir::{Base, Buffer, Launch, Lir, Port};
+use rlx_ir::verify::Problem;
+use rlx_ir::{ConstData, DType, Mir, OpSet, ValueId};
+use std::collections::HashMap;
+
+/// The MIR op kinds the kernel lowering implements (a target's claim set is a subset of these).
+pub fn lowerable_kinds() -> Vec<&'static str> {
+    let mut v: Vec<&'static str> = rlx_ir::UnaryOp::ALL.iter().map(|u| u.name()).collect();
+    v.extend(rlx_ir::BinaryOp::ALL.iter().map(|b| b.name()));
+    v.extend([
+        "where", "cast", "matmul", "reduce_sum", "reduce_prod", "reduce_max", "reduce_min", "reduce_mean", "argmax", "argmin",
+        "reshape", "transpose", "expand", "slice", "concat", "gather", "gather_elements", "gather_nd", "pad", "conv", "max_pool", "avg_pool", "cumsum",
+        "quantize", "dequantize", "fake_quantize",
+    ]);
+    v
+}
+
+/// Planning options.
+#[derive(Clone, Debug)]
+pub struct PlanOptions {
+    /// Alignment of arena and weights offsets in bytes.
+    pub align: usize,
+    /// Columns per GEMM panel = lanes of the micro-kernel's vector accumulators: the target's f32
+    /// vector width × 2 (AVX2 and NEON: 16; AVX-512: 32).
+    pub gemm_nr: usize,
+    /// Rows per GEMM micro-kernel tile: `gemm_mr` × 2 vector accumulators must fit the register file
+    /// with room for the B vectors (AVX2: 6 rows, 12 of 16 ymm; AVX-512: 8 rows, 16 of 32 zmm).
+    pub gemm_mr: usize,
+    /// Softmax / LayerNorm as one row kernel each ([`row_fuse`]); CPU targets turn it on.
+    pub row_fusion: bool,
+    /// Row kernels recompute a transcendental that several passes read instead of storing it
+    /// ([`row_fuse`]'s `recompute`; the shader targets turn it on: softmax becomes one kernel).
+    pub row_recompute: bool,
+    /// Transposes, reshapes and scalar scalings on a single-use path into a matmul operand are
+    /// inlined into the matmul's loads instead of materialized ([`fuse_with`]; the shader targets
+    /// turn it on: attention's K^T and its scalings are no dispatches of their own).
+    pub inline_operands: bool,
+}
+
+impl Default for PlanOptions {
+    fn default() -> Self {
+        PlanOptions { align: 64, gemm_nr: GEMM_NR, gemm_mr: GEMM_MR, row_fusion: false, row_recompute: false, inline_operands: false }
+    }
+}
+
+struct Planner<'g> {
+    g: &'g Mir,
+    fusion: Fusion,
+    /// Value → buffer index, for materialized values.
+    buf_of: Vec<Option<u32>>,
+    buffers: Vec<Buffer>,
+    /// Buffer → root buffer (itself unless a view) and byte offset within the root.
+    root_of: Vec<(u32, usize)>,
+    weights: Vec<u8>,
+    transposed_weight: HashMap<ValueId, u32>,
+    /// Float matmul weights packed in panels of `GEMM_NR` columns: [N/NR (rounded up), K, NR].
+    packed_weight: HashMap<ValueId, u32>,
+    align: usize,
+    nr: usize,
+    mr: usize,
+}
+
+/// Columns per packed weight panel = lanes of the GEMM micro-kernel's vector accumulators.
+pub const GEMM_NR: usize = 16;
+/// Rows per GEMM micro-kernel tile by default (6 rows × 16 lanes = 12 AVX2 accumulators).
+pub const GEMM_MR: usize = 6;
+
+impl<'g> Planner<'g> {
+    fn shape(&self, v: ValueId) -> Vec<usize> {
+        self.g.ty(v).shape.as_fixed().expect("plan checks static shapes")
+    }
+    fn dt(&self, v: ValueId) -> DType {
+        self.g.ty(v).dtype
+    }
+
+    fn add_buffer(&mut self, b: Buffer, root: Option<(u32, usize)>) -> u32 {
+        let id = self.buffers.len() as u32;
+        self.buffers.push(b);
+        self.root_of.push(root.unwrap_or((id, 0)));
+        id
+    }
+
+    fn add_weight(&mut self, label: String, c: &ConstData) -> u32 {
+        let off = align_up(self.weights.len(), self.align);
+        self.weights.resize(off, 0);
+        self.weights.extend_from_slice(c.data.bytes());
+        self.add_buffer(Buffer { base: Base::Weights, offset: off, dtype: c.dtype, shape: c.shape.clone(), label }, None)
+    }
+}
+
+/// Plans a MIR graph (static shapes, legal for the target) into LIR. Problems name the nodes.
+pub fn plan(g: &Mir, opts: &PlanOptions) -> Result<Lir, Vec<Problem>> {
+    let mut probs = Vec::new();
+    for n in &g.nodes {
+        for &o in n.outputs.iter().chain(&n.inputs) {
+            if !g.ty(o).shape.is_static() {
+                probs.push(Problem { node: Some(n.name.clone()), msg: format!("shape {} is not static; fix {} with --dim NAME=N", g.ty(o).shape, g.ty(o).shape.symbols().join(", ")) });
+                break;
+            }
+        }
+        if !lowerable_kinds().contains(&n.op.kind()) {
+            probs.push(Problem { node: Some(n.name.clone()), msg: format!("no kernel lowering for {}", n.op.kind()) });
+        }
+    }
+    for &i in &g.inputs {
+        if !g.ty(i).shape.is_static() {
+            probs.push(Problem { node: None, msg: format!("input '{}' has shape {}; fix {} with --dim NAME=N", g.value(i).name.clone().unwrap_or_default(), g.ty(i).shape, g.ty(i).shape.symbols().join(", ")) });
+        }
+    }
+    if !probs.is_empty() {
+        return Err(probs);
+    }
+    let mut fusion = fuse_with(g, opts.inline_operands);
+    if opts.row_fusion {
+        row_fuse(g, &mut fusion, opts.row_recompute);
+    }
+    let mut p = Planner {
+        g,
+        fusion,
+        buf_of: vec![None; g.values.len()],
+        buffers: Vec::new(),
+        root_of: Vec::new(),
+        weights: Vec::new(),
+        transposed_weight: HashMap::new(),
+        packed_weight: HashMap::new(),
+        align: opts.align,
+        nr: opts.gemm_nr.max(1),
+        mr: opts.gemm_mr.max(1),
+    };
+    p.place_inputs_and_constants();
+    let out_slot = p.output_slots();
+    let roots = p.place_values(&out_slot);
+    // Kernels, in node order.
+    let mut launches = Vec::new();
+    for &n in &roots {
+        let (kernel, bindings, nodes) = p.kernel(n);
+        launches.push(Launch { nodes, kernel, bindings });
+    }
+    // Copies for outputs that are not a root's own result (views, inputs, constants, duplicates).
+    for (i, &o) in g.outputs.iter().enumerate() {
+        if out_slot.get(&o) != Some(&(i as u32)) {
+            let copy = p.copy_output(i, o);
+            launches.push(copy);
+        }
+    }
+    let peak = p.assign_arena(&launches);
+    let port = |v: ValueId, i: usize, what: &str| Port { name: g.value(v).name.clone().unwrap_or_else(|| format!("{what}{i}")), ty: g.ty(v).clone() };
+    Ok(Lir {
+        inputs: g.inputs.iter().enumerate().map(|(i, &v)| port(v, i, "input")).collect(),
+        outputs: g.outputs.iter().enumerate().map(|(i, &v)| port(v, i, "output")).collect(),
+        buffers: p.buffers,
+        launches,
+        arena_bytes: peak,
+        weights: p.weights,
+        align: opts.align,
+    })
+}

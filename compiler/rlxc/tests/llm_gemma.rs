@@ -1,0 +1,65 @@
+//! Gemma 3 270M (Q4_K_M, from `make models`) on the interpreter against the numpy reference
+//! (tests/reference/llm_ref.py: weights dequantized by llama.cpp's `gguf` package, forward pass in
+//! float64): the argmax next token at every position of 8 token-id prompts must agree. Slow (the
+//! interpreter and the float64 reference both run the 270M model): run by `make test-llm`.
+
+mod common;
+
+use common::{ok, python, repo};
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Instant;
+
+const PROMPTS: [&str; 8] = [
+    "2,818,5279,529,7001,563",            // The capital of France is
+    "2,14946,3324,496,990,993,691",       // Once upon a time there was
+    "2,818,3823,8864,37423,38167,1024,506", // The quick brown fox jumps over the
+    "2,17390,104264,657,496,4022,529",    // Water boils at a temperature of
+    "2,4754,8126,2258,563",               // My favorite color is
+    "2,818,3768,33358,528,506",           // The sun rises in the
+    "2,5778,8678,506,5232,532",           // She opened the door and
+    "2,50429,563,496,3207,528",           // Paris is a city in
+];
+
+#[test]
+#[ignore = "slow: run with `make test-llm`"]
+fn gemma3_270m_next_token_matches_numpy_at_every_position() {
+    let model = repo().join("build/models/gemma-3-270m-q4_k_m.gguf");
+    assert!(model.exists(), "{} not found: run `make models`", model.display());
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("llm-gemma");
+    std::fs::create_dir_all(&dir).unwrap();
+    let refp = dir.join("ref.txt");
+    let t = Instant::now();
+    ok(Command::new(python())
+        .arg(repo().join("tests/reference/llm_ref.py"))
+        .arg("argmax")
+        .arg(&model)
+        .args(["--prompts", &PROMPTS.join(";"), "--out"])
+        .arg(&refp));
+    eprintln!("numpy reference: {:.1} s for {} prompts", t.elapsed().as_secs_f64(), PROMPTS.len());
+    let reference = std::fs::read_to_string(&refp).unwrap();
+    let mut tokens = 0;
+    let t = Instant::now();
+    let mut mismatches = Vec::new();
+    for (p, want) in PROMPTS.iter().zip(reference.lines()) {
+        let out = ok(Command::new(env!("CARGO_BIN_EXE_rlxc")).arg("run").arg(&model).args(["--tokens", p, "-o"]).arg(&dir));
+        let got: Vec<&str> = out.lines().find_map(|l| l.strip_prefix("next token at each position: ")).expect("next tokens").split(',').collect();
+        let want: Vec<(&str, f64)> = want
+            .split(' ')
+            .map(|w| {
+                let (t, gap) = w.split_once(':').unwrap();
+                (t, gap.parse().unwrap())
+            })
+            .collect();
+        assert_eq!(got.len(), want.len());
+        tokens += got.len();
+        for (i, (g, (w, gap))) in got.iter().zip(&want).enumerate() {
+            if g != w {
+                mismatches.push(format!("prompt {p}, position {i}: ours {g}, numpy {w} (numpy's top-2 gap {gap})"));
+            }
+        }
+    }
+    let secs = t.elapsed().as_secs_f64();
+    eprintln!("interpreter: {tokens} positions in {secs:.1} s ({:.2} s per position, full-sequence runs)", secs / tokens as f64);
+    assert!(mismatches.is_empty(), "{} of {tokens} positions differ:\n{}", mismatches.len(), mismatches.join("\n"));
+}

@@ -1,0 +1,263 @@
+//! The LLaMA-family graph: token embedding, `layers` × (RMSNorm → attention with RoPE and a causal,
+//! optionally sliding-window mask → RMSNorm → gated MLP), final RMSNorm, logits. Weights stay in their
+//! GGUF blocks (`dequant_gather` for the embedding, `dequant_matmul` for every projection).
+//!
+//! Stateless full-sequence form: inputs `tokens` i64[sequence] and `positions` i64[sequence], output
+//! `logits` f32[sequence, vocab]. Each layer is one function of (hidden states, RoPE tables, masks) so
+//! a cached decode step can call the same code with its own keys and values.
+
+use super::config::{Arch, LlmConfig, RopeStyle};
+use rlx_import::gguf::GgufFile;
+use rlx_ir::{BinaryOp, ConstData, DType, Dim, Hir, HirOp, MirOp, ReduceOp, Shape, TensorType, UnaryOp, ValueId};
+
+type R<T> = Result<T, String>;
+
+fn seq() -> Dim {
+    Dim::sym("sequence")
+}
+
+/// A small wrapper over the graph: named primitive nodes.
+struct B<'a> {
+    g: Hir,
+    f: &'a GgufFile,
+}
+
+impl B<'_> {
+    fn op(&mut self, name: &str, op: MirOp, ins: &[ValueId]) -> R<ValueId> {
+        self.g.add1(name, HirOp::Prim(op), ins)
+    }
+    fn bin(&mut self, name: &str, b: BinaryOp, x: ValueId, y: ValueId) -> R<ValueId> {
+        self.op(name, MirOp::Binary(b), &[x, y])
+    }
+    fn scalar(&mut self, v: f32) -> ValueId {
+        self.g.add_const(None, ConstData::from_f32(vec![], &[v]))
+    }
+    fn reshape(&mut self, name: &str, x: ValueId, shape: Vec<Dim>) -> R<ValueId> {
+        self.op(name, MirOp::Reshape { shape }, &[x])
+    }
+    /// A weight tensor as it is stored (block types stay blocks).
+    fn raw(&mut self, name: &str) -> R<ValueId> {
+        let t = self.f.tensor(name).ok_or_else(|| format!("tensor '{name}' is missing"))?;
+        Ok(self.g.add_const(Some(name), t.data.clone()))
+    }
+    /// A 1-D parameter (norm weight, bias) as f32.
+    fn vector(&mut self, name: &str, len: usize) -> R<ValueId> {
+        let t = self.f.tensor(name).ok_or_else(|| format!("tensor '{name}' is missing"))?;
+        if t.data.shape != [len] || !t.data.dtype.is_float() {
+            return Err(format!("tensor '{name}' is {}{:?}, expected a float [{len}]", t.data.dtype, t.data.shape));
+        }
+        let v = self.g.add_const(Some(name), t.data.clone());
+        if t.data.dtype == DType::F32 {
+            return Ok(v);
+        }
+        self.op(name, MirOp::Cast { to: DType::F32 }, &[v])
+    }
+    /// x · Wᵀ for the GGUF matrix `name` ([out, in]), plus `bias` when the file has one.
+    fn linear(&mut self, name: &str, x: ValueId, out: usize, inp: usize, bias: bool) -> R<ValueId> {
+        let wname = format!("{name}.weight");
+        let t = self.f.tensor(&wname).ok_or_else(|| format!("tensor '{wname}' is missing"))?;
+        if t.data.shape != [out, inp] {
+            return Err(format!("tensor '{wname}' has shape {:?}, expected [{out}, {inp}]", t.data.shape));
+        }
+        let w = self.raw(&wname)?;
+        let y = self.op(name, MirOp::DequantMatMul, &[x, w])?;
+        let bname = format!("{name}.bias");
+        if bias && self.f.tensor(&bname).is_some() {
+            let b = self.vector(&bname, out)?;
+            return self.bin(&format!("{name}.add_bias"), BinaryOp::Add, y, b);
+        }
+        Ok(y)
+    }
+    /// RMSNorm over the last axis: x / sqrt(mean(x²) + eps) · w.
+    fn rms_norm(&mut self, name: &str, x: ValueId, w: &str, len: usize, eps: f64) -> R<ValueId> {
+        let rank = self.g.ty(x).shape.rank();
+        let sq = self.bin(&format!("{name}.square"), BinaryOp::Mul, x, x)?;
+        let ms = self.op(&format!("{name}.mean"), MirOp::Reduce { op: ReduceOp::Mean, axes: vec![rank - 1], keepdims: true }, &[sq])?;
+        let e = self.scalar(eps as f32);
+        let ms = self.bin(&format!("{name}.add_eps"), BinaryOp::Add, ms, e)?;
+        let rms = self.op(&format!("{name}.sqrt"), MirOp::Unary(UnaryOp::Sqrt), &[ms])?;
+        let y = self.bin(&format!("{name}.div"), BinaryOp::Div, x, rms)?;
+        let w = self.vector(w, len)?;
+        self.bin(name, BinaryOp::Mul, y, w)
+    }
+}
+
+/// cos and sin tables [sequence, 1, d/2] for RoPE with base `base`: angle = position · base^(−2i/d).
+fn rope_tables(b: &mut B, name: &str, pos_f: ValueId, d: usize, base: f64) -> R<(ValueId, ValueId)> {
+    let inv: Vec<f32> = (0..d / 2).map(|i| base.powf(-2.0 * i as f64 / d as f64) as f32).collect();
+    let inv = b.g.add_const(Some(&format!("{name}.inv_freq")), ConstData::from_f32(vec![1, d / 2], &inv));
+    let p = b.reshape(&format!("{name}.positions"), pos_f, vec![seq(), Dim::Fixed(1)])?;
+    let ang = b.bin(&format!("{name}.angles"), BinaryOp::Mul, p, inv)?;
+    let ang = b.reshape(&format!("{name}.angles3"), ang, vec![seq(), Dim::Fixed(1), Dim::Fixed(d as u64 / 2)])?;
+    let cos = b.op(&format!("{name}.cos"), MirOp::Unary(UnaryOp::Cos), &[ang])?;
+    let sin = b.op(&format!("{name}.sin"), MirOp::Unary(UnaryOp::Sin), &[ang])?;
+    Ok((cos, sin))
+}
+
+/// Rotates x [sequence, heads, d] by the tables (RoPE), pairing dims by `style`.
+fn rope(b: &mut B, name: &str, x: ValueId, heads: usize, d: usize, cos: ValueId, sin: ValueId, style: RopeStyle) -> R<ValueId> {
+    let h = d as i64 / 2;
+    let slice = |b: &mut B, n: &str, x: ValueId, axis: usize, s: i64, e: i64| {
+        b.op(n, MirOp::Slice { axes: vec![axis], starts: vec![s], ends: vec![e], steps: vec![1] }, &[x])
+    };
+    let (x1, x2, cos, sin) = match style {
+        RopeStyle::Neox => (slice(b, &format!("{name}.x1"), x, 2, 0, h)?, slice(b, &format!("{name}.x2"), x, 2, h, 2 * h)?, cos, sin),
+        RopeStyle::Norm => {
+            let pairs = b.reshape(&format!("{name}.pairs"), x, vec![seq(), Dim::Fixed(heads as u64), Dim::Fixed(h as u64), Dim::Fixed(2)])?;
+            let x1 = slice(b, &format!("{name}.x1"), pairs, 3, 0, 1)?;
+            let x2 = slice(b, &format!("{name}.x2"), pairs, 3, 1, 2)?;
+            let c4 = vec![seq(), Dim::Fixed(1), Dim::Fixed(h as u64), Dim::Fixed(1)];
+            let cos = b.reshape(&format!("{name}.cos4"), cos, c4.clone())?;
+            let sin = b.reshape(&format!("{name}.sin4"), sin, c4)?;
+            (x1, x2, cos, sin)
+        }
+    };
+    let a = b.bin(&format!("{name}.x1cos"), BinaryOp::Mul, x1, cos)?;
+    let c = b.bin(&format!("{name}.x2sin"), BinaryOp::Mul, x2, sin)?;
+    let o1 = b.bin(&format!("{name}.out1"), BinaryOp::Sub, a, c)?;
+    let a = b.bin(&format!("{name}.x2cos"), BinaryOp::Mul, x2, cos)?;
+    let c = b.bin(&format!("{name}.x1sin"), BinaryOp::Mul, x1, sin)?;
+    let o2 = b.bin(&format!("{name}.out2"), BinaryOp::Add, a, c)?;
+    match style {
+        RopeStyle::Neox => b.op(name, MirOp::Concat { axis: 2 }, &[o1, o2]),
+        RopeStyle::Norm => {
+            let r = b.op(&format!("{name}.interleave"), MirOp::Concat { axis: 3 }, &[o1, o2])?;
+            b.reshape(name, r, vec![seq(), Dim::Fixed(heads as u64), Dim::Fixed(d as u64)])
+        }
+    }
+}
+
+/// The boolean attention mask [sequence, sequence]: key position ≤ query position, and within
+/// `window` positions of it when given.
+fn mask(b: &mut B, name: &str, pos: ValueId, window: Option<usize>) -> R<ValueId> {
+    let q = b.reshape(&format!("{name}.query_pos"), pos, vec![seq(), Dim::Fixed(1)])?;
+    let k = b.reshape(&format!("{name}.key_pos"), pos, vec![Dim::Fixed(1), seq()])?;
+    let causal = b.bin(&format!("{name}.causal"), BinaryOp::Le, k, q)?;
+    let Some(w) = window else { return Ok(causal) };
+    let dist = b.bin(&format!("{name}.distance"), BinaryOp::Sub, q, k)?;
+    let wc = b.g.add_const(None, ConstData::from_i64(vec![], &[w as i64]));
+    let near = b.bin(&format!("{name}.in_window"), BinaryOp::Lt, dist, wc)?;
+    b.bin(name, BinaryOp::And, causal, near)
+}
+
+/// Per-layer inputs shared by the layers: RoPE tables and masks for global and local layers.
+struct Shared {
+    rope_global: (ValueId, ValueId),
+    rope_local: (ValueId, ValueId),
+    mask_global: ValueId,
+    mask_local: ValueId,
+}
+
+/// One transformer layer on hidden states x [sequence, hidden].
+fn layer(b: &mut B, c: &LlmConfig, i: usize, x: ValueId, s: &Shared) -> R<ValueId> {
+    let p = format!("blk.{i}.");
+    let (h, nh, nkv, d) = (c.hidden, c.heads, c.kv_heads, c.head_dim);
+    let gemma = c.arch == Arch::Gemma3;
+    let bias = c.arch == Arch::Qwen2;
+    let xn = b.rms_norm(&format!("{p}attn_norm"), x, &format!("{p}attn_norm.weight"), h, c.eps)?;
+    let q = b.linear(&format!("{p}attn_q"), xn, nh * d, h, bias)?;
+    let k = b.linear(&format!("{p}attn_k"), xn, nkv * d, h, bias)?;
+    let v = b.linear(&format!("{p}attn_v"), xn, nkv * d, h, bias)?;
+    let heads3 = |n: usize| vec![seq(), Dim::Fixed(n as u64), Dim::Fixed(d as u64)];
+    let mut q = b.reshape(&format!("{p}attn_q.heads"), q, heads3(nh))?;
+    let mut k = b.reshape(&format!("{p}attn_k.heads"), k, heads3(nkv))?;
+    let v = b.reshape(&format!("{p}attn_v.heads"), v, heads3(nkv))?;
+    if matches!(c.arch, Arch::Qwen3 | Arch::Gemma3) {
+        q = b.rms_norm(&format!("{p}attn_q_norm"), q, &format!("{p}attn_q_norm.weight"), d, c.eps)?;
+        k = b.rms_norm(&format!("{p}attn_k_norm"), k, &format!("{p}attn_k_norm.weight"), d, c.eps)?;
+    }
+    let local = c.is_local(i);
+    let (cos, sin) = if local { s.rope_local } else { s.rope_global };
+    let q = rope(b, &format!("{p}rope_q"), q, nh, d, cos, sin, c.rope)?;
+    let k = rope(b, &format!("{p}rope_k"), k, nkv, d, cos, sin, c.rope)?;
+    // Grouped-query attention: query head j reads key/value head j / (nh / nkv).
+    let group = |b: &mut B, n: &str, t: ValueId| -> R<ValueId> {
+        if nkv == nh {
+            return Ok(t);
+        }
+        let t = b.reshape(&format!("{n}.split"), t, vec![seq(), Dim::Fixed(nkv as u64), Dim::Fixed(1), Dim::Fixed(d as u64)])?;
+        let shape = vec![seq(), Dim::Fixed(nkv as u64), Dim::Fixed((nh / nkv) as u64), Dim::Fixed(d as u64)];
+        let t = b.op(&format!("{n}.expand"), MirOp::Expand { shape }, &[t])?;
+        b.reshape(n, t, heads3(nh))
+    };
+    let k = group(b, &format!("{p}attn_k.groups"), k)?;
+    let v = group(b, &format!("{p}attn_v.groups"), v)?;
+    let qt = b.op(&format!("{p}attn.q_t"), MirOp::Transpose { perm: vec![1, 0, 2] }, &[q])?;
+    let kt = b.op(&format!("{p}attn.k_t"), MirOp::Transpose { perm: vec![1, 2, 0] }, &[k])?;
+    let vt = b.op(&format!("{p}attn.v_t"), MirOp::Transpose { perm: vec![1, 0, 2] }, &[v])?;
+    let scores = b.op(&format!("{p}attn.scores"), MirOp::MatMul, &[qt, kt])?;
+    let sc = b.scalar((1.0 / (d as f64).sqrt()) as f32);
+    let scores = b.bin(&format!("{p}attn.scale"), BinaryOp::Mul, scores, sc)?;
+    let ninf = b.scalar(f32::NEG_INFINITY);
+    let m = if local { s.mask_local } else { s.mask_global };
+    let scores = b.op(&format!("{p}attn.mask"), MirOp::Where, &[m, scores, ninf])?;
+    let probs = b.g.add1(&format!("{p}attn.softmax"), HirOp::Softmax { axis: 2, log: false }, &[scores])?;
+    let ctx = b.op(&format!("{p}attn.context"), MirOp::MatMul, &[probs, vt])?;
+    let ctx = b.op(&format!("{p}attn.merge_t"), MirOp::Transpose { perm: vec![1, 0, 2] }, &[ctx])?;
+    let ctx = b.reshape(&format!("{p}attn.merge"), ctx, vec![seq(), Dim::Fixed((nh * d) as u64)])?;
+    let mut o = b.linear(&format!("{p}attn_output"), ctx, h, nh * d, false)?;
+    if gemma {
+        o = b.rms_norm(&format!("{p}post_attention_norm"), o, &format!("{p}post_attention_norm.weight"), h, c.eps)?;
+    }
+    let x = b.bin(&format!("{p}attn_residual"), BinaryOp::Add, x, o)?;
+
+    let xn = b.rms_norm(&format!("{p}ffn_norm"), x, &format!("{p}ffn_norm.weight"), h, c.eps)?;
+    let gate = b.linear(&format!("{p}ffn_gate"), xn, c.ffn, h, false)?;
+    let up = b.linear(&format!("{p}ffn_up"), xn, c.ffn, h, false)?;
+    let act = if gemma {
+        // GeGLU with the tanh approximation of GELU (Gemma's gelu_pytorch_tanh).
+        b.g.add1(&format!("{p}ffn_gelu"), HirOp::Gelu { tanh: true }, &[gate])?
+    } else {
+        let sg = b.op(&format!("{p}ffn_silu.sigmoid"), MirOp::Unary(UnaryOp::Sigmoid), &[gate])?;
+        b.bin(&format!("{p}ffn_silu"), BinaryOp::Mul, gate, sg)?
+    };
+    let hdn = b.bin(&format!("{p}ffn_gated"), BinaryOp::Mul, act, up)?;
+    let mut f = b.linear(&format!("{p}ffn_down"), hdn, h, c.ffn, false)?;
+    if gemma {
+        f = b.rms_norm(&format!("{p}post_ffw_norm"), f, &format!("{p}post_ffw_norm.weight"), h, c.eps)?;
+    }
+    b.bin(&format!("{p}ffn_residual"), BinaryOp::Add, x, f)
+}
+
+/// Builds the full-sequence graph.
+pub fn build(c: &LlmConfig, f: &GgufFile) -> R<Hir> {
+    let mut b = B { g: Hir::new(), f };
+    let ids = b.g.add_input("tokens", TensorType::new(DType::I64, Shape(vec![seq()])));
+    let pos = b.g.add_input("positions", TensorType::new(DType::I64, Shape(vec![seq()])));
+    let table = b.raw("token_embd.weight")?;
+    let mut x = b.op("token_embd", MirOp::DequantGather, &[table, ids])?;
+    if c.arch == Arch::Gemma3 {
+        let s = b.scalar((c.hidden as f64).sqrt() as f32);
+        x = b.bin("token_embd.scale", BinaryOp::Mul, x, s)?;
+    }
+    let pos_f = b.op("positions.f32", MirOp::Cast { to: DType::F32 }, &[pos])?;
+    let rope_global = rope_tables(&mut b, "rope", pos_f, c.head_dim, c.rope_base)?;
+    let mask_global = mask(&mut b, "mask", pos, None)?;
+    let (rope_local, mask_local) = if c.sliding_window.is_some() {
+        (rope_tables(&mut b, "rope_local", pos_f, c.head_dim, c.rope_base_local)?, mask(&mut b, "mask_local", pos, c.sliding_window)?)
+    } else {
+        (rope_global, mask_global)
+    };
+    let shared = Shared { rope_global, rope_local, mask_global, mask_local };
+    for i in 0..c.layers {
+        x = layer(&mut b, c, i, x, &shared)?;
+    }
+    let x = b.rms_norm("output_norm", x, "output_norm.weight", c.hidden, c.eps)?;
+    // Tied embeddings: without an `output` matrix the logits read the token embedding table.
+    let out = if f.tensor("output.weight").is_some() { "output" } else { "token_embd" };
+    let wname = format!("{out}.weight");
+    let t = f.tensor(&wname).ok_or_else(|| format!("tensor '{wname}' is missing"))?;
+    if t.data.shape != [c.vocab, c.hidden] {
+        return Err(format!("tensor '{wname}' has shape {:?}, expected [{}, {}]", t.data.shape, c.vocab, c.hidden));
+    }
+    let w = b.raw(&wname)?;
+    let logits = b.op("logits", MirOp::DequantMatMul, &[x, w])?;
+    b.g.values[logits.index()].name = Some("logits".to_string());
+    b.g.outputs.push(logits);
+    let problems = rlx_ir::verify::verify(&b.g);
+    if !problems.is_empty() {
+        let list: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
+        return Err(format!("built an invalid graph:\n  {}", list.join("\n  ")));
+    }
+    Ok(b.g)
+}

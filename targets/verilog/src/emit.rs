@@ -1,0 +1,450 @@
+//! The writer: the Verilog module (`NAME.v`), its ROM images and the figures of the design.
+
+use crate::keywords::KEYWORDS;
+use crate::layer::{cycles, Kind};
+use crate::recognize::recognize;
+use crate::testbench::testbench;
+use crate::{Design, Options};
+use rlx_ir::Mir;
+use std::fmt::Write;
+
+/// Bits to hold values `0..n` (at least 1).
+fn bits(n: usize) -> usize {
+    let mut b = 1;
+    while (1usize << b) < n {
+        b += 1;
+    }
+    b
+}
+
+fn hex_signed(v: i64, digits: usize) -> String {
+    let mask = if digits >= 16 {
+        u64::MAX
+    } else {
+        (1u64 << (4 * digits)) - 1
+    };
+    format!("{:0w$x}", (v as u64) & mask, w = digits)
+}
+
+/// Verilog signed 64-bit literal.
+fn s64(v: i64) -> String {
+    if v < 0 {
+        format!("-64'sd{}", v.unsigned_abs())
+    } else {
+        format!("64'sd{v}")
+    }
+}
+
+/// `v` modulo `2^w` as a `w`-bit Verilog literal (address steps may be negative: they wrap).
+fn lit(v: i64, w: usize) -> String {
+    format!("{w}'d{}", (v as i128).rem_euclid(1i128 << w))
+}
+
+/// `sig` (`from` bits) zero-extended to `to` bits.
+fn zext(sig: &str, from: usize, to: usize) -> String {
+    if to > from {
+        format!("{{{}'d0, {sig}}}", to - from)
+    } else {
+        sig.to_string()
+    }
+}
+
+/// Writes the design for a quantized graph.
+pub fn emit(g: &Mir, o: &Options) -> Result<Design, String> {
+    let (layers, in_elems, out_elems) = recognize(g).map_err(|p| {
+        let mut s = format!(
+            "{} node(s) cannot be mapped to the Verilog datapath:",
+            p.len()
+        );
+        for x in &p {
+            s.push_str("\n  ");
+            s.push_str(x);
+        }
+        s
+    })?;
+    if KEYWORDS.contains(&o.name.as_str())
+        || !o
+            .name
+            .starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+    {
+        return Err(format!("'{}' is not a Verilog module name (a Verilog keyword, or not an identifier): pass --name", o.name));
+    }
+    if let Some(l) = layers.iter().find(|l| l.depth() == 0 || l.ch == 0 || l.n == 0 || l.k == 0) {
+        return Err(format!("node '{}': a layer with an empty input, window or output cannot be mapped", l.node));
+    }
+    let p = o.macs_per_cycle;
+    if p == 0 || p > 256 {
+        return Err(format!("--macs-per-cycle must be in 1..=256, got {p}"));
+    }
+    let name = &o.name;
+    let nl = layers.len();
+    // Layouts: activation regions, weight words (read order), parameter words.
+    let mut abase = vec![0usize];
+    for l in &layers {
+        abase.push(abase.last().copied().unwrap_or(0) + l.k);
+    }
+    let act_depth = abase[nl] + out_elems;
+    let mut wmem = String::new();
+    let mut qmem = String::new();
+    let (mut wbase, mut qbase) = (Vec::new(), Vec::new());
+    let (mut wdepth, mut qdepth) = (0usize, 0usize);
+    for l in &layers {
+        wbase.push(wdepth);
+        qbase.push(qdepth);
+        if l.kind == Kind::MaxPool {
+            continue;
+        }
+        let depth = l.depth();
+        for gi in 0..l.groups(p) {
+            for d in 0..depth {
+                for j in (0..p).rev() {
+                    let c = gi * p + j;
+                    let w = if c < l.ch { l.w[c * depth + d] } else { 0 };
+                    let _ = write!(wmem, "{:02x}", w as u8);
+                }
+                wmem.push('\n');
+                wdepth += 1;
+            }
+        }
+        for c in 0..l.ch {
+            let _ = writeln!(
+                qmem,
+                "{:02x}{:08x}{}",
+                l.shift[c],
+                l.mult[c],
+                hex_signed(l.bias[c] as i64, 8)
+            );
+        }
+        qdepth += l.ch;
+    }
+    let aw = bits(act_depth);
+    let ww = bits(wdepth);
+    let qw = bits(qdepth);
+    let jw = bits(p + 1);
+    let lw = bits(nl);
+    let gw = bits(layers.iter().map(|l| l.groups(p)).max().unwrap_or(1));
+    let dw = bits(layers.iter().map(|l| l.depth() + 1).max().unwrap_or(1));
+    let xw = bits(layers.iter().map(|l| l.kh.max(l.kw)).max().unwrap_or(1));
+    let cw = bits(
+        layers
+            .iter()
+            .map(|l| {
+                ((l.oh - 1) * l.sh + l.kh)
+                    .max((l.ow - 1) * l.sw + l.kw)
+                    .max(l.pt + l.ih)
+                    .max(l.pl + l.iw)
+                    + 1
+            })
+            .max()
+            .unwrap_or(1),
+    )
+    .max(xw);
+    let pxw = bits(layers.iter().map(|l| l.pixels()).max().unwrap_or(1));
+    let cyc = cycles(&layers, in_elems, out_elems, p);
+    let pw = 8 * p;
+    let has_pool = layers.iter().any(|l| l.kind == Kind::MaxPool);
+    // First read address of a layer: its input region, moved back by the leading padding.
+    let mstart0 = |i: usize| {
+        let l = &layers[i];
+        abase[i] as i64 - (l.pt * l.iw + l.pl) as i64
+    };
+
+    let mut v = String::new();
+    let _ = writeln!(v, "// {name}: int8 neural network datapath, generated by rlxc {} (--target verilog --macs-per-cycle {p}).", o.rlxc_version);
+    let _ = writeln!(v, "// Verilog-2005, synthesizable; ROM images are read with $readmemh from the working directory:");
+    let _ = writeln!(v, "//   {name}_weights.mem ({wdepth} x {pw}-bit words), {name}_qparams.mem ({qdepth} x 72-bit words {{S[7:0], M[31:0], bias[31:0]}}).");
+    let _ = writeln!(v, "//");
+    let _ = writeln!(v, "// Network ({nl} layer(s); int8 weights, int32 accumulation, per-channel requantization");
+    let _ = writeln!(v, "// y = clamp(((int64(acc + bias) * M + 2^(S-1)) >>> S) + zp, lo, hi), bit-exact with rlxc's int8 interpreter run):");
+    for (i, l) in layers.iter().enumerate() {
+        let _ = match l.kind {
+            Kind::Fc => writeln!(v, "//   layer {i} '{}': fully connected {} -> {}, zp {}, clamp [{}, {}]", l.node, l.k, l.n, l.zp, l.lo, l.hi),
+            Kind::Conv => writeln!(v, "//   layer {i} '{}': conv {}x{}x{} -> {}x{}x{}, kernel {}x{}, stride {}x{}, pad {}/{} (reads {}), zp {}, clamp [{}, {}]",
+                l.node, l.cin, l.ih, l.iw, l.ch, l.oh, l.ow, l.kh, l.kw, l.sh, l.sw, l.pt, l.pl, l.pad_value, l.zp, l.lo, l.hi),
+            Kind::MaxPool => writeln!(v, "//   layer {i} '{}': max pool {}x{}x{} -> {}x{}x{}, window {}x{}, stride {}x{}, pad {}/{}",
+                l.node, l.ch, l.ih, l.iw, l.ch, l.oh, l.ow, l.kh, l.kw, l.sh, l.sw, l.pt, l.pl),
+        };
+    }
+    let _ = writeln!(v, "//");
+    let _ = writeln!(v, "// Ports:");
+    let _ = writeln!(
+        v,
+        "//   clk        in   1  clock; everything is registered on its rising edge"
+    );
+    let _ = writeln!(v, "//   rst        in   1  synchronous reset, active high");
+    let _ = writeln!(v, "//   in_valid   in   1  in_data holds an input element");
+    let _ = writeln!(v, "//   in_ready   out  1  the design accepts an element (high while loading; a beat is in_valid && in_ready)");
+    let _ = writeln!(v, "//   in_data    in   8  int8 input element, two's complement, {in_elems} beats per inference in row-major order;");
+    let _ = writeln!(v, "//                     quantize with scale {:e}, zero point {}: q = clamp(round_half_even(x / scale) + zp, -128, 127)", o.input.scale, o.input.zero_point);
+    let _ = writeln!(
+        v,
+        "//   out_valid  out  1  out_data holds an output element"
+    );
+    let _ = writeln!(
+        v,
+        "//   out_ready  in   1  the consumer takes it (a beat is out_valid && out_ready)"
+    );
+    let _ = writeln!(v, "//   out_data   out  8  int8 output element, {out_elems} beats per inference; real = (q - {}) * {:e}", o.output.zero_point, o.output.scale);
+    let _ = writeln!(
+        v,
+        "//   out_last   out  1  marks the last output beat of an inference"
+    );
+    let _ = writeln!(v, "// Latency: {cyc} cycles per inference from the first input beat to the last output beat (no stalls).");
+    let _ = writeln!(
+        v,
+        "// One inference at a time: inputs are accepted again after the last output beat.\n"
+    );
+    let _ = writeln!(v, "`default_nettype none\n");
+    let _ = writeln!(v, "module {name} (\n    input  wire       clk,\n    input  wire       rst,\n    input  wire       in_valid,\n    output wire       in_ready,\n    input  wire [7:0] in_data,\n    output wire       out_valid,\n    input  wire       out_ready,\n    output wire [7:0] out_data,\n    output wire       out_last\n);");
+    let _ = writeln!(v, "    localparam [2:0] S_LOAD = 3'd0, S_MAC = 3'd1, S_REQ = 3'd2, S_ORD = 3'd3, S_OV = 3'd4;");
+    let _ = writeln!(
+        v,
+        "    localparam [{}:0] IN_LAST = {aw}'d{}, OUT_LAST = {aw}'d{}, OUT_BASE = {aw}'d{}, MSTART_FIRST = {};",
+        aw - 1,
+        in_elems - 1,
+        out_elems - 1,
+        abase[nl],
+        lit(mstart0(0), aw)
+    );
+    let _ = writeln!(
+        v,
+        "    localparam [{}:0] LAST_LAYER = {lw}'d{};\n",
+        lw - 1,
+        nl - 1
+    );
+    let _ = writeln!(v, "    // Memories: activations (input region at 0, then each layer's output), weights, requantization parameters.");
+    let _ = writeln!(v, "    reg [7:0] act [0:{}];", act_depth - 1);
+    let _ = writeln!(v, "    reg [{}:0] wrom [0:{}];", pw - 1, wdepth - 1);
+    let _ = writeln!(v, "    reg [71:0] qrom [0:{}];", qdepth - 1);
+    let _ = writeln!(v, "    initial $readmemh(\"{name}_weights.mem\", wrom);");
+    let _ = writeln!(v, "    initial $readmemh(\"{name}_qparams.mem\", qrom);\n");
+    let _ = writeln!(v, "    reg [2:0] state;\n    reg [{}:0] layer;\n    reg [{}:0] g;\n    reg [{}:0] k;\n    reg [{}:0] cnt;\n    reg [{}:0] j;", lw - 1, gw - 1, dw - 1, aw - 1, jw - 1);
+    let _ = writeln!(v, "    reg [{}:0] wptr;\n    reg [{}:0] qptr;\n    reg mac_v, req_v, acc_clr;\n    reg [{}:0] req_addr;", ww - 1, qw - 1, aw - 1);
+    let _ = writeln!(v, "    // Address generator: output pixel (origin px0/py0 in padded coordinates, first read address mstart,");
+    let _ = writeln!(v, "    // index pix), window position kx/ky, read address maddr, offset coff of the channel being written.");
+    let _ = writeln!(v, "    reg [{}:0] px0, py0;\n    reg [{}:0] kx, ky;\n    reg [{}:0] mstart, maddr, coff;\n    reg [{}:0] pix;", cw - 1, xw - 1, aw - 1, pxw - 1);
+    let _ = writeln!(v, "    reg [31:0] acc_sel;");
+    let _ = writeln!(
+        v,
+        "    reg [7:0] act_q;\n    reg x_pad;\n    reg [{}:0] w_q;\n    reg [71:0] q_q;\n",
+        pw - 1
+    );
+    // Per-layer constants.
+    let _ = writeln!(v, "    // Per-layer constants (see the module doc of rlx-target-verilog for the loop they drive).");
+    let _ = writeln!(v, "    reg [{}:0] k_lim;\n    reg [{}:0] abase_out, d_row, d_ch, step_x, step_y, step_c, ohw, mstart_next;", dw - 1, aw - 1);
+    let _ = writeln!(v, "    reg [{}:0] kw_last, kh_last;\n    reg [{}:0] s_x, s_y, px_last, py_last, pad_t, pad_l, end_y, end_x;", xw - 1, cw - 1);
+    let _ = writeln!(v, "    reg [{}:0] pix_last;\n    reg [{}:0] wbase;\n    reg [{}:0] qbase;", pxw - 1, ww - 1, qw - 1);
+    let _ = writeln!(v, "    reg [{}:0] g_last;\n    reg [{}:0] lanes_last;\n    reg [7:0] padv;\n    reg pool;\n    reg signed [63:0] zp, lo, hi;", gw - 1, jw - 1);
+    let _ = writeln!(v, "    always @* begin\n        case (layer)");
+    for (i, l) in layers.iter().enumerate() {
+        let gl = l.groups(p);
+        let last = if l.kind == Kind::MaxPool { 1 } else { l.ch - (gl - 1) * p };
+        let (iw, ihw) = (l.iw as i64, (l.ih * l.iw) as i64);
+        let (kw, kh) = (l.kw as i64, l.kh as i64);
+        let (sw, sh) = (l.sw as i64, l.sh as i64);
+        let (ow, oh) = (l.ow as i64, l.oh as i64);
+        let d_row = iw - (kw - 1);
+        let d_ch = ihw - (kh - 1) * iw - (kw - 1);
+        let step_y = sh * iw - (ow - 1) * sw;
+        let step_c = ihw - (oh - 1) * sh * iw - (ow - 1) * sw;
+        let next = if i + 1 < nl { mstart0(i + 1) } else { 0 };
+        let _ = writeln!(v, "            {lw}'d{i}: begin k_lim = {dw}'d{}; abase_out = {aw}'d{}; d_row = {}; d_ch = {}; step_x = {}; step_y = {}; step_c = {}; ohw = {}; mstart_next = {};",
+            l.depth(), abase[i + 1], lit(d_row, aw), lit(d_ch, aw), lit(sw, aw), lit(step_y, aw), lit(step_c, aw), lit(oh * ow, aw), lit(next, aw));
+        let _ = writeln!(v, "                kw_last = {xw}'d{}; kh_last = {xw}'d{}; s_x = {cw}'d{sw}; s_y = {cw}'d{sh}; px_last = {cw}'d{}; py_last = {cw}'d{}; pad_t = {cw}'d{}; pad_l = {cw}'d{}; end_y = {cw}'d{}; end_x = {cw}'d{};",
+            kw - 1, kh - 1, (ow - 1) * sw, (oh - 1) * sh, l.pt, l.pl, l.pt + l.ih, l.pl + l.iw);
+        let _ = writeln!(v, "                pix_last = {pxw}'d{}; wbase = {ww}'d{}; qbase = {qw}'d{}; g_last = {gw}'d{}; lanes_last = {jw}'d{last}; padv = 8'h{:02x}; pool = 1'b{}; zp = {}; lo = {}; hi = {}; end",
+            l.pixels() - 1, wbase[i], qbase[i], gl - 1, l.pad_value as u8, u8::from(l.kind == Kind::MaxPool), s64(l.zp), s64(l.lo), s64(l.hi));
+    }
+    let _ = writeln!(v, "            default: begin k_lim = {dw}'d0; abase_out = {aw}'d0; d_row = {aw}'d0; d_ch = {aw}'d0; step_x = {aw}'d0; step_y = {aw}'d0; step_c = {aw}'d0; ohw = {aw}'d0; mstart_next = {aw}'d0;");
+    let _ = writeln!(v, "                kw_last = {xw}'d0; kh_last = {xw}'d0; s_x = {cw}'d0; s_y = {cw}'d0; px_last = {cw}'d0; py_last = {cw}'d0; pad_t = {cw}'d0; pad_l = {cw}'d0; end_y = {cw}'d0; end_x = {cw}'d0;");
+    let _ = writeln!(v, "                pix_last = {pxw}'d0; wbase = {ww}'d0; qbase = {qw}'d0; g_last = {gw}'d0; lanes_last = {jw}'d0; padv = 8'h00; pool = 1'b0; zp = 64'sd0; lo = 64'sd0; hi = 64'sd0; end");
+    let _ = writeln!(v, "        endcase\n    end\n");
+    let _ = writeln!(
+        v,
+        "    wire [{}:0] lanes = (g == g_last) ? lanes_last : {jw}'d{p};",
+        jw - 1
+    );
+    let _ = writeln!(v, "    // The position read now, in padded coordinates: inside the input, or in the padding (reads padv).");
+    let _ = writeln!(v, "    wire [{}:0] iy = py0 + {};\n    wire [{}:0] ix = px0 + {};", cw - 1, zext("ky", xw, cw), cw - 1, zext("kx", xw, cw));
+    let _ = writeln!(v, "    wire in_win = (iy >= pad_t) && (iy < end_y) && (ix >= pad_l) && (ix < end_x);\n");
+    // MAC array.
+    let _ = writeln!(v, "    // MAC array: {p} int8 x int8 multipliers, int32 accumulators (wrapping, as the host's i32).");
+    let _ = writeln!(v, "    wire signed [7:0] x = x_pad ? padv : act_q;");
+    // The 16-bit products in one combinational block (one evaluation per cycle in an event-driven
+    // simulator; a separate 16-bit product keeps synthesis from building 32-bit multipliers).
+    for l in 0..p {
+        let _ = writeln!(v, "    reg signed [15:0] p{l};");
+    }
+    let _ = writeln!(v, "    always @* begin");
+    for l in 0..p {
+        let _ = writeln!(v, "        p{l} = x * $signed(w_q[{}:{}]);", 8 * l + 7, 8 * l);
+    }
+    let _ = writeln!(v, "    end");
+    for l in 0..p {
+        let _ = writeln!(v, "    reg signed [31:0] acc{l};");
+    }
+    let _ = writeln!(v, "    always @(posedge clk) begin\n        if (acc_clr) begin");
+    for l in 0..p {
+        let _ = writeln!(v, "            acc{l} <= 32'd0;");
+    }
+    let _ = writeln!(v, "        end else if (mac_v) begin");
+    for l in 0..p {
+        let _ = writeln!(v, "            acc{l} <= acc{l} + {{{{16{{p{l}[15]}}}}, p{l}}};");
+    }
+    let _ = writeln!(v, "        end\n    end");
+    let _ = writeln!(v);
+    if has_pool {
+        let _ = writeln!(v, "    // Max pooling: the running maximum of the window (padding reads -128).");
+        let _ = writeln!(v, "    reg signed [7:0] mx;");
+        let _ = writeln!(v, "    always @(posedge clk) begin\n        if (acc_clr) mx <= -8'sd128;\n        else if (mac_v && x > mx) mx <= x;\n    end\n");
+    }
+    // Requantization.
+    let _ = writeln!(v, "    // Requantization (one unit, lanes in turn).");
+    let _ = writeln!(v, "    // acc_sel: the accumulator of lane j, registered as its parameters are read (q_q).");
+    let _ = writeln!(v, "    reg [31:0] acc_j;");
+    if p > 1 {
+        let _ = writeln!(v, "    always @* begin\n        case (j)");
+        for l in 0..p {
+            let _ = writeln!(v, "            {jw}'d{l}: acc_j = acc{l};");
+        }
+        let _ = writeln!(
+            v,
+            "            default: acc_j = 32'd0;\n        endcase\n    end"
+        );
+    } else {
+        let _ = writeln!(v, "    always @* acc_j = acc0;");
+    }
+    let _ = writeln!(v, "    wire [31:0] q_bias = q_q[31:0];\n    wire [31:0] q_mult = q_q[63:32];\n    wire [7:0] q_shift = q_q[71:64];");
+    let _ = writeln!(v, "    wire [31:0] accb = acc_sel + q_bias;");
+    let _ = writeln!(v, "    wire signed [63:0] prod = $signed({{{{32{{accb[31]}}}}, accb}}) * $signed({{32'd0, q_mult}});");
+    let _ = writeln!(
+        v,
+        "    wire signed [63:0] rnd = prod + $signed(64'd1 << (q_shift - 8'd1));"
+    );
+    let _ = writeln!(v, "    wire signed [63:0] shd = rnd >>> q_shift;");
+    let _ = writeln!(v, "    wire signed [63:0] zq = shd + zp;");
+    let _ = writeln!(
+        v,
+        "    wire [7:0] yq = (zq < lo) ? lo[7:0] : (zq > hi) ? hi[7:0] : zq[7:0];\n"
+    );
+    // Memory ports.
+    let _ = writeln!(v, "    // Activation RAM: one write port (input beats / layer outputs), one synchronous read port.");
+    let _ = writeln!(v, "    wire act_we = (state == S_LOAD) ? in_valid : req_v;");
+    let _ = writeln!(
+        v,
+        "    wire [{}:0] act_waddr = (state == S_LOAD) ? cnt : req_addr;",
+        aw - 1
+    );
+    let res = if has_pool { "pool ? mx : yq" } else { "yq" };
+    let _ = writeln!(
+        v,
+        "    wire [7:0] act_wdata = (state == S_LOAD) ? in_data : {res};"
+    );
+    let _ = writeln!(
+        v,
+        "    wire out_phase = (state == S_ORD) || (state == S_OV);"
+    );
+    let _ = writeln!(
+        v,
+        "    wire [{}:0] act_raddr = out_phase ? OUT_BASE + cnt : maddr;",
+        aw - 1
+    );
+    let _ = writeln!(v, "    always @(posedge clk) begin\n        if (act_we) act[act_waddr] <= act_wdata;\n        act_q <= act[act_raddr];\n        x_pad <= !in_win;\n    end");
+    let _ = writeln!(v, "    always @(posedge clk) w_q <= wrom[wptr];");
+    let _ = writeln!(v, "    always @(posedge clk) q_q <= qrom[qptr];\n");
+    // Control.
+    let _ = writeln!(v, "    // Control: load -> per layer, per output pixel, per group of {p} output channels: a reduction over");
+    let _ = writeln!(v, "    // the window x input channels, then one write per channel (requantized, or the pool's maximum) -> stream out.");
+    let _ = writeln!(v, "    always @(posedge clk) begin");
+    let _ = writeln!(v, "        if (rst) begin");
+    let _ = writeln!(v, "            state <= S_LOAD; layer <= {lw}'d0; g <= {gw}'d0; k <= {dw}'d0; cnt <= {aw}'d0; j <= {jw}'d0;");
+    let _ = writeln!(v, "            wptr <= {ww}'d0; qptr <= {qw}'d0; mac_v <= 1'b0; req_v <= 1'b0; acc_clr <= 1'b0; req_addr <= {aw}'d0;");
+    let _ = writeln!(v, "            px0 <= {cw}'d0; py0 <= {cw}'d0; kx <= {xw}'d0; ky <= {xw}'d0; mstart <= {aw}'d0; maddr <= {aw}'d0; coff <= {aw}'d0; pix <= {pxw}'d0;");
+    let _ = writeln!(v, "            acc_sel <= 32'd0;");
+    let _ = writeln!(v, "        end else begin");
+    let _ = writeln!(
+        v,
+        "            mac_v <= 1'b0; req_v <= 1'b0; acc_clr <= 1'b0;"
+    );
+    let _ = writeln!(v, "            case (state)");
+    let _ = writeln!(v, "                S_LOAD: if (in_valid) begin");
+    let _ = writeln!(v, "                    if (cnt == IN_LAST) begin");
+    let _ = writeln!(v, "                        cnt <= {aw}'d0; state <= S_MAC; layer <= {lw}'d0; g <= {gw}'d0; k <= {dw}'d0; coff <= {aw}'d0; pix <= {pxw}'d0;");
+    let _ = writeln!(v, "                        px0 <= {cw}'d0; py0 <= {cw}'d0; kx <= {xw}'d0; ky <= {xw}'d0; mstart <= MSTART_FIRST; maddr <= MSTART_FIRST;");
+    let _ = writeln!(
+        v,
+        "                        wptr <= {ww}'d0; qptr <= {qw}'d0; acc_clr <= 1'b1;"
+    );
+    let _ = writeln!(v, "                    end else cnt <= cnt + {aw}'d1;");
+    let _ = writeln!(v, "                end");
+    let _ = writeln!(v, "                S_MAC: if (k != k_lim) begin");
+    let _ = writeln!(v, "                    k <= k + {dw}'d1; mac_v <= 1'b1;");
+    let _ = writeln!(v, "                    if (!pool) wptr <= wptr + {ww}'d1;");
+    let _ = writeln!(v, "                    if (kx != kw_last) begin kx <= kx + {xw}'d1; maddr <= maddr + {aw}'d1; end");
+    let _ = writeln!(v, "                    else if (ky != kh_last) begin kx <= {xw}'d0; ky <= ky + {xw}'d1; maddr <= maddr + d_row; end");
+    let _ = writeln!(v, "                    else begin kx <= {xw}'d0; ky <= {xw}'d0; maddr <= maddr + d_ch; end");
+    let _ = writeln!(v, "                end else begin");
+    let _ = writeln!(v, "                    state <= S_REQ; j <= {jw}'d0;");
+    let _ = writeln!(v, "                end");
+    let _ = writeln!(v, "                S_REQ: if (j != lanes) begin");
+    let _ = writeln!(v, "                    j <= j + {jw}'d1; coff <= coff + ohw; req_v <= 1'b1;");
+    let _ = writeln!(v, "                    if (!pool) qptr <= qptr + {qw}'d1;");
+    let _ = writeln!(v, "                    req_addr <= abase_out + {} + coff;", zext("pix", pxw, aw));
+    let _ = writeln!(v, "                    acc_sel <= acc_j;");
+    let _ = writeln!(v, "                end else begin");
+    let _ = writeln!(v, "                    k <= {dw}'d0; kx <= {xw}'d0; ky <= {xw}'d0; state <= S_MAC; acc_clr <= 1'b1;");
+    let _ = writeln!(v, "                    if (g != g_last) begin g <= g + {gw}'d1; maddr <= mstart; end");
+    let _ = writeln!(v, "                    else if (pix != pix_last) begin");
+    let _ = writeln!(v, "                        g <= {gw}'d0; pix <= pix + {pxw}'d1; coff <= {aw}'d0; wptr <= wbase; qptr <= qbase;");
+    let _ = writeln!(v, "                        if (px0 != px_last) begin px0 <= px0 + s_x; mstart <= mstart + step_x; maddr <= mstart + step_x; end");
+    let _ = writeln!(v, "                        else if (py0 != py_last) begin px0 <= {cw}'d0; py0 <= py0 + s_y; mstart <= mstart + step_y; maddr <= mstart + step_y; end");
+    let _ = writeln!(v, "                        else begin px0 <= {cw}'d0; py0 <= {cw}'d0; mstart <= mstart + step_c; maddr <= mstart + step_c; end");
+    let _ = writeln!(v, "                    end");
+    let _ = writeln!(v, "                    else if (layer != LAST_LAYER) begin");
+    let _ = writeln!(v, "                        layer <= layer + {lw}'d1; g <= {gw}'d0; pix <= {pxw}'d0; coff <= {aw}'d0;");
+    let _ = writeln!(v, "                        px0 <= {cw}'d0; py0 <= {cw}'d0; mstart <= mstart_next; maddr <= mstart_next;");
+    let _ = writeln!(v, "                    end");
+    let _ = writeln!(
+        v,
+        "                    else begin state <= S_ORD; cnt <= {aw}'d0; acc_clr <= 1'b0; end"
+    );
+    let _ = writeln!(v, "                end");
+    let _ = writeln!(v, "                S_ORD: state <= S_OV;");
+    let _ = writeln!(v, "                S_OV: if (out_ready) begin");
+    let _ = writeln!(
+        v,
+        "                    if (cnt == OUT_LAST) begin cnt <= {aw}'d0; state <= S_LOAD; end"
+    );
+    let _ = writeln!(
+        v,
+        "                    else begin cnt <= cnt + {aw}'d1; state <= S_ORD; end"
+    );
+    let _ = writeln!(v, "                end");
+    let _ = writeln!(v, "                default: state <= S_LOAD;");
+    let _ = writeln!(v, "            endcase");
+    let _ = writeln!(v, "        end");
+    let _ = writeln!(v, "    end\n");
+    let _ = writeln!(v, "    assign in_ready = (state == S_LOAD);");
+    let _ = writeln!(v, "    assign out_valid = (state == S_OV);");
+    let _ = writeln!(v, "    assign out_data = act_q;");
+    let _ = writeln!(
+        v,
+        "    assign out_last = (state == S_OV) && (cnt == OUT_LAST);"
+    );
+    let _ = writeln!(v, "endmodule\n\n`default_nettype wire");
+
+    let tb = testbench(name, in_elems, out_elems, cyc, o.testbench_vectors);
+    Ok(Design {
+        verilog: v,
+        testbench: tb,
+        weights_mem: wmem,
+        qparams_mem: qmem,
+        in_elems,
+        out_elems,
+        cycles: cyc,
+        act_bytes: act_depth,
+        weight_rom_bits: wdepth * pw,
+        qparam_rom_bits: qdepth * 72,
+        layers,
+    })
+}
