@@ -17,6 +17,9 @@
   an rlxc binary, `rlxc inspect --hir` / `--mir` of small node-suite models
 - vulkan_schedule: NAME.schedule.bin of small node-suite models compiled with `rlxc compile
   --target vulkan`
+- gguf: small GGUF files written with llama.cpp's `gguf` package (metadata of every value type,
+  tensors in F32, F16, Q8_0, Q4_0), and a two-layer LLaMA with hidden size 32 (its metadata keys, all
+  its weights, Q8_0 matrices)
 - rt_checks: none (libFuzzer builds its structured inputs from nothing)
 
 Seeds are named by content hash, so running it twice adds nothing twice. Missing sources (no node
@@ -147,6 +150,79 @@ def seed_safetensors(corpus: Path) -> int:
     return added
 
 
+def seed_gguf(corpus: Path) -> int:
+    try:
+        import gguf
+        from gguf.quants import quantize
+    except ImportError:
+        print("seed: the gguf package is not installed in this python: no GGUF seeds", file=sys.stderr)
+        return 0
+    added = 0
+    rng = np.random.default_rng(0)
+    q = gguf.GGMLQuantizationType
+    with tempfile.TemporaryDirectory() as tmp:
+        p = str(Path(tmp) / "a.gguf")
+
+        def write(fill) -> bytes:
+            w = gguf.GGUFWriter(p, "llama")
+            fill(w)
+            w.write_header_to_file()
+            w.write_kv_data_to_file()
+            w.write_tensors_to_file()
+            w.close()
+            return Path(p).read_bytes()
+
+        def types(w):
+            w.add_uint32("test.u32", 7)
+            w.add_int64("test.i64", -3)
+            w.add_float32("test.f32", 0.5)
+            w.add_bool("test.bool", True)
+            w.add_string("test.str", "hello")
+            w.add_array("test.arr", [1, 2, 3])
+            w.add_tensor("f32", rng.standard_normal((2, 3)).astype(np.float32))
+            w.add_tensor("f16", rng.standard_normal((4,)).astype(np.float16))
+            x = rng.standard_normal((2, 32)).astype(np.float32)
+            w.add_tensor("q8_0", quantize(x, q.Q8_0), raw_dtype=q.Q8_0)
+            w.add_tensor("q4_0", quantize(x, q.Q4_0), raw_dtype=q.Q4_0)
+
+        def llama(w):
+            H, L, nh, nkv, d, F, V = 32, 2, 2, 1, 16, 32, 8
+            w.add_block_count(L)
+            w.add_context_length(64)
+            w.add_embedding_length(H)
+            w.add_feed_forward_length(F)
+            w.add_head_count(nh)
+            w.add_head_count_kv(nkv)
+            w.add_key_length(d)
+            w.add_value_length(d)
+            w.add_layer_norm_rms_eps(1e-5)
+            w.add_rope_freq_base(10000.0)
+
+            def mat(name, rows, cols):
+                w.add_tensor(name, quantize(rng.standard_normal((rows, cols)).astype(np.float32), q.Q8_0), raw_dtype=q.Q8_0)
+
+            def vec(name, n):
+                w.add_tensor(name, np.ones(n, np.float32))
+            mat("token_embd.weight", V, H)
+            for i in range(L):
+                b = f"blk.{i}."
+                vec(b + "attn_norm.weight", H)
+                mat(b + "attn_q.weight", nh * d, H)
+                mat(b + "attn_k.weight", nkv * d, H)
+                mat(b + "attn_v.weight", nkv * d, H)
+                mat(b + "attn_output.weight", H, nh * d)
+                vec(b + "ffn_norm.weight", H)
+                mat(b + "ffn_gate.weight", F, H)
+                mat(b + "ffn_up.weight", F, H)
+                mat(b + "ffn_down.weight", H, F)
+            vec("output_norm.weight", H)
+            mat("output.weight", V, H)
+
+        for fill in (types, llama):
+            added += put(corpus, "gguf", write(fill))
+    return added
+
+
 def seed_npy(corpus: Path) -> int:
     added = 0
     rng = np.random.default_rng(0)
@@ -236,6 +312,7 @@ def main() -> int:
         "onnx": seed_onnx(a.corpus, cases) if cases else 0,
         "safetensors": seed_safetensors(a.corpus),
         "npy": seed_npy(a.corpus),
+        "gguf": seed_gguf(a.corpus),
         "ir_text": seed_ir_text(a.corpus, rlxc, cases),
         "vulkan_schedule": seed_schedules(a.corpus, rlxc, cases) if rlxc and cases else 0,
     }
