@@ -51,3 +51,10 @@ fn einsum_with_an_ellipsis_term_longer_than_the_rank_names_the_node() {
     let e = onnx_err("einsum-ellipsis-longer-than-rank.onnx");
     assert!(e.contains("(Einsum, opset") && e.contains("has more letters than its operand's rank 3"), "{e}");
 }
+
+#[test]
+fn a_pool_kernel_of_size_0_names_the_node() {
+    // MaxPool kernel_shape [0, 2]: the window size dilation * (k - 1) + 1 wrapped below zero.
+    let e = onnx_err("maxpool-kernel-0.onnx");
+    assert!(e.contains("(MaxPool, opset 22)") && e.contains("pool kernel 0, stride 1, dilation 1: each must be at least 1"), "{e}");
+}
