@@ -262,7 +262,7 @@ impl ModelSource {
     pub fn node_op_types(&self) -> BTreeMap<String, String> {
         match self {
             ModelSource::Onnx(p) => rlx_import::onnx_summary(p).map(|s| s.node_op_types).unwrap_or_default(),
-            ModelSource::SafetensorsDir(_) => BTreeMap::new(),
+            ModelSource::SafetensorsDir(_) | ModelSource::Gguf(_) => BTreeMap::new(),
         }
     }
 
