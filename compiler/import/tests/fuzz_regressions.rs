@@ -58,3 +58,10 @@ fn a_pool_kernel_of_size_0_names_the_node() {
     let e = onnx_err("maxpool-kernel-0.onnx");
     assert!(e.contains("(MaxPool, opset 22)") && e.contains("pool kernel 0, stride 1, dilation 1: each must be at least 1"), "{e}");
 }
+
+#[test]
+fn attention_with_k_of_another_rank_than_q_names_the_node() {
+    // 3-D Q [2, 4, 24] with a 2-D K [6, 24]: the head split indexed K's third dim.
+    let e = onnx_err("attention-k-rank-2.onnx");
+    assert!(e.contains("(Attention, opset") && e.contains("Attention: K has rank 2, expected 3"), "{e}");
+}

@@ -158,6 +158,14 @@ fn attention(cx: &mut Ctx, a: &Attrs, ins: &[Option<ValueId>], nout: usize) -> R
     let (mut q, mut k, mut v) = (inp(0).ok_or("Q required")?, inp(1).ok_or("K required")?, inp(2).ok_or("V required")?);
     let dt = cx.dtype(q);
     let three = cx.rank(q) == 3;
+    // Q's rank decides the layout: 3-D [batch, seq, heads·dim] or 4-D [batch, heads, seq, dim]; K
+    // and V must share it (the head split below indexes their dims).
+    let want = if three { 3 } else { 4 };
+    for (t, name) in [(q, "Q"), (k, "K"), (v, "V")] {
+        if cx.rank(t) != want {
+            return Err(format!("Attention: {name} has rank {}, expected {want} (3-D or 4-D inputs, as Q's rank {})", cx.rank(t), cx.rank(q)));
+        }
+    }
     if three {
         let (qh, kvh) = (a.i("q_num_heads", 0), a.i("kv_num_heads", 0));
         if qh <= 0 || kvh <= 0 {
@@ -171,7 +179,7 @@ fn attention(cx: &mut Ctx, a: &Attrs, ins: &[Option<ValueId>], nout: usize) -> R
     }
     let past_len = match inp(4) {
         Some(pk) => {
-            let l = cx.fixed_dims(pk, "past_key")?[2];
+            let l = *cx.fixed_dims(pk, "past_key")?.get(2).ok_or("Attention: past_key must be 4-D")?;
             k = cx.prim(MirOp::Concat { axis: 2 }, &[pk, k])?;
             l
         }
