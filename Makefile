@@ -24,6 +24,8 @@ RATCHET_CRANELIFT := tests/conformance/ratchet-cranelift.txt
 RATCHET_AARCH64_CRANELIFT := tests/conformance/ratchet-aarch64-cranelift.txt
 # SPIR-V through runtime-min's Vulkan executor (lavapipe, installed by make setup).
 RATCHET_VULKAN := tests/conformance/ratchet-vulkan.txt
+# --target cuda PTX assembled by ptxas (sm_80; nvidia-cuda-nvcc-cu12 in the venv): no GPU needed.
+RATCHET_CUDA_PTXAS := tests/conformance/ratchet-cuda-ptxas.txt
 # rlxc built without LLVM (Cranelift only), in its own target dir so the main binary keeps both back ends.
 NOLLVM_DIR := target/nollvm
 AARCH64_SUBSET := tests/conformance/aarch64-subset.txt
@@ -45,7 +47,7 @@ setup: apt venv toolchains models llama-ref doctor build
 
 # Smoke checks, one per external tool the tests use; each failure names the package that provides it.
 doctor:
-	RLX_PY=$(CURDIR)/$(PY) tests/doctor/doctor.sh --llm
+	RLX_PY=$(CURDIR)/$(PY) tests/doctor/doctor.sh --llm --cuda
 
 toolchains:
 	rustup target list --installed | grep -qx $(AARCH64_TRIPLE) || rustup target add $(AARCH64_TRIPLE)
@@ -140,8 +142,9 @@ conformance: conformance-data
 
 # Interpreter + full x86_64 columns (LLVM and Cranelift) and the Vulkan column (lavapipe); the aarch64 columns on a subset (qemu-aarch64).
 conformance-check: conformance-data
-	$(RLXC) conformance $(NODE_CASES) --target x86_64 --target x86_64-cranelift --target vulkan --ratchet $(RATCHET) \
-	  --ratchet x86_64=$(RATCHET_X86_64) --ratchet x86_64-cranelift=$(RATCHET_CRANELIFT) --ratchet vulkan=$(RATCHET_VULKAN)
+	$(RLXC) conformance $(NODE_CASES) --target x86_64 --target x86_64-cranelift --target vulkan --target cuda-ptxas --ratchet $(RATCHET) \
+	  --ratchet x86_64=$(RATCHET_X86_64) --ratchet x86_64-cranelift=$(RATCHET_CRANELIFT) --ratchet vulkan=$(RATCHET_VULKAN) \
+	  --ratchet cuda-ptxas=$(RATCHET_CUDA_PTXAS)
 	$(RLXC) conformance $(NODE_CASES) --target aarch64 --target aarch64-cranelift --list $(AARCH64_SUBSET) \
 	  --ratchet aarch64=$(RATCHET_AARCH64) --ratchet aarch64-cranelift=$(RATCHET_AARCH64_CRANELIFT)
 

@@ -12,9 +12,7 @@
 //!   persistent thread pool (see `pool.rs`).
 //!
 //! Invariants: `#![no_std]`, no allocation (the `std` pool allocates its workers once, on first
-//! use), no dependencies (feature `vulkan` adds ash and the executor in `vulkan.rs`; feature
-//! `schedule`, part of `vulkan`, the shader schedule's parser in `schedule.rs`, which allocates), no
-//! panics on caller input.
+//! use), no dependencies (feature `vulkan` adds ash and the executor in `vulkan.rs`; feature `cuda` adds cudarc and the executor in `cuda.rs`), no panics on caller input.
 
 #![no_std]
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -22,16 +20,17 @@
 #[cfg(any(feature = "std", test))]
 extern crate std;
 
-#[cfg(feature = "schedule")]
-extern crate alloc;
-
 #[cfg(feature = "std")]
 mod pool;
 
-/// The shader artifacts' schedule and its parser (feature `schedule`, included in `vulkan`; allocates
-/// the parsed schedule, needs no `std` and no Vulkan).
-#[cfg(feature = "schedule")]
+/// The GPU schedule format both device executors read (`NAME.schedule.bin`).
+#[cfg(feature = "std")]
 pub mod schedule;
+
+/// The CUDA executor for PTX artifacts (feature `cuda`; the driver opened at run time, uses std and
+/// allocates at setup).
+#[cfg(feature = "cuda")]
+pub mod cuda;
 
 /// The Vulkan executor for shader artifacts (feature `vulkan`; uses std and allocates at setup).
 #[cfg(feature = "vulkan")]

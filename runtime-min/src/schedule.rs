@@ -1,33 +1,28 @@
-//! The schedule that shader artifacts carry (`NAME.schedule.bin`, written by rlxc's shader target)
-//! and what the Vulkan executor derives from it: the storage buffers (bases), the dispatches with the
-//! byte ranges each reads and writes, and the barrier levels ([`Schedule::levels`]).
-//!
-//! Feature `schedule` (no Vulkan, no `std`; it allocates the parsed schedule through `alloc`), so the
-//! parser builds and is fuzzed without ash; feature `vulkan` includes it and re-exports it from
-//! [`crate::vulkan`]. [`Schedule::parse`] never panics on malformed bytes.
+//! `NAME.schedule.bin`, the schedule of a GPU artifact (written by `rlx_ir::schedule::encode`; the
+//! layout is in docs/targets.md): the storage buffers, then per dispatch its entry point, grid,
+//! (version 3: block size,) and every byte range it reads or writes. Read by both device executors
+//! (`vulkan.rs`, `cuda.rs`). Parsing never panics on malformed bytes.
 
-use alloc::format;
-use alloc::string::String;
-use alloc::vec;
-use alloc::vec::Vec;
+use std::format;
+use std::string::String;
+use std::vec::Vec;
 
-/// The schedule file's magic (`RLXS`) and the version this executor reads. Version 2 added each
-/// dispatch's byte ranges; a version 1 file (no ranges) is refused with an error saying to recompile.
+/// The schedule file's magic (`RLXS`) and the versions this runtime reads. Version 2 added each
+/// dispatch's byte ranges (a version 1 file, with none, is refused with an error saying to
+/// recompile); version 3 adds each dispatch's block size (CUDA: PTX states no launch dimensions).
 pub const SCHEDULE_MAGIC: u32 = u32::from_le_bytes(*b"RLXS");
 pub const SCHEDULE_VERSION: u32 = 2;
+pub const SCHEDULE_VERSION_BLOCKS: u32 = 3;
 
-/// What went wrong, in words (no Vulkan loader, no device, a malformed schedule, a Vulkan error).
+/// A malformed or unreadable schedule, in words.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct VkError(pub String);
+pub struct ScheduleError(pub String);
 
-impl core::fmt::Display for VkError {
+impl core::fmt::Display for ScheduleError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.write_str(&self.0)
     }
 }
-
-#[cfg(feature = "std")]
-impl std::error::Error for VkError {}
 
 /// A storage buffer the schedule binds: which base it is and its exact size in bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -61,6 +56,9 @@ pub struct Range {
 pub struct Dispatch {
     pub entry: u32,
     pub groups: [u32; 3],
+    /// Threads per block (version 3, CUDA); `[0; 3]` in version 2, whose modules state their own
+    /// workgroup sizes.
+    pub block: [u32; 3],
     pub ranges: Vec<Range>,
 }
 
@@ -86,6 +84,18 @@ pub enum Barriers {
     Levels,
 }
 
+impl Barriers {
+    /// From `RLX_VULKAN_BARRIERS` (`all`, `inorder`, `levels`; unset = `levels`).
+    pub fn from_env() -> Result<Barriers, ScheduleError> {
+        match std::env::var("RLX_VULKAN_BARRIERS").as_deref() {
+            Err(_) | Ok("levels") => Ok(Barriers::Levels),
+            Ok("all") => Ok(Barriers::All),
+            Ok("inorder") => Ok(Barriers::InOrder),
+            Ok(v) => Err(ScheduleError(format!("RLX_VULKAN_BARRIERS={v}: expected all, inorder or levels"))),
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Schedule {
     pub bases: Vec<(BaseKind, u64)>,
@@ -94,14 +104,14 @@ pub struct Schedule {
 
 impl Schedule {
     /// Parses `NAME.schedule.bin` (format in docs/targets.md). Never panics on malformed bytes.
-    pub fn parse(b: &[u8]) -> Result<Schedule, VkError> {
-        let bad = |m: &str| VkError(format!("malformed schedule: {m}"));
+    pub fn parse(b: &[u8]) -> Result<Schedule, ScheduleError> {
+        let bad = |m: &str| ScheduleError(format!("malformed schedule: {m}"));
         if b.len() % 4 != 0 {
             return Err(bad("length is not a multiple of 4"));
         }
         let w: Vec<u32> = b.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
         let mut i = 0usize;
-        let mut next = |what: &str| -> Result<u32, VkError> {
+        let mut next = |what: &str| -> Result<u32, ScheduleError> {
             let v = *w.get(i).ok_or_else(|| bad(&format!("truncated at {what}")))?;
             i += 1;
             Ok(v)
@@ -110,8 +120,8 @@ impl Schedule {
             return Err(bad("bad magic (not an rlxc schedule)"));
         }
         let ver = next("version")?;
-        if ver != SCHEDULE_VERSION {
-            return Err(VkError(format!("schedule version {ver}, this runtime reads version {SCHEDULE_VERSION}: recompile the model with a matching rlxc")));
+        if ver != SCHEDULE_VERSION && ver != SCHEDULE_VERSION_BLOCKS {
+            return Err(ScheduleError(format!("schedule version {ver}, this runtime reads versions {SCHEDULE_VERSION} and {SCHEDULE_VERSION_BLOCKS}: recompile the model with a matching rlxc")));
         }
         let nb = next("base count")? as usize;
         if nb > w.len() {
@@ -143,6 +153,10 @@ impl Schedule {
             if groups.contains(&0) {
                 return Err(bad(&format!("dispatch {d} has zero workgroups")));
             }
+            let block = if ver == SCHEDULE_VERSION_BLOCKS { [next("block")?, next("block")?, next("block")?] } else { [0; 3] };
+            if ver == SCHEDULE_VERSION_BLOCKS && (block.contains(&0) || block.iter().map(|&b| b as u64).product::<u64>() > 1024) {
+                return Err(bad(&format!("dispatch {d} has a block of {block:?} threads (1 to 1024 in all)")));
+            }
             let nr = next("range count")? as usize;
             if nr > w.len() {
                 return Err(bad("range count exceeds the file"));
@@ -168,12 +182,16 @@ impl Schedule {
                 }
                 ranges.push(Range { base, access, start, end });
             }
-            dispatches.push(Dispatch { entry, groups, ranges });
+            dispatches.push(Dispatch { entry, groups, block, ranges });
         }
         if i != w.len() {
             return Err(bad("trailing bytes"));
         }
         Ok(Schedule { bases, dispatches })
+    }
+
+    pub fn count(&self, f: impl Fn(BaseKind) -> bool) -> usize {
+        self.bases.iter().filter(|(k, _)| f(*k)).count()
     }
 
     /// The dispatches (indices) grouped into barrier-separated levels, each level in schedule order:
@@ -186,7 +204,7 @@ impl Schedule {
     /// below `L(d - 1)` (schedule order kept). `All`: one dispatch per level.
     pub fn levels(&self, how: Barriers) -> Vec<Vec<usize>> {
         let ds = &self.dispatches;
-        let mut level = vec![0usize; ds.len()];
+        let mut level = std::vec![0usize; ds.len()];
         for d in 0..ds.len() {
             level[d] = match how {
                 Barriers::All => d,
@@ -200,178 +218,11 @@ impl Schedule {
             }
         }
         let n = level.iter().max().map_or(0, |m| m + 1);
-        let mut out = vec![Vec::new(); n];
+        let mut out = std::vec![Vec::new(); n];
         for (d, l) in level.into_iter().enumerate() {
             out[l].push(d);
         }
         out.retain(|l| !l.is_empty());
         out
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn words(w: &[u32]) -> Vec<u8> {
-        w.iter().flat_map(|x| x.to_le_bytes()).collect()
-    }
-
-    #[test]
-    fn schedule_parses_and_rejects_malformed_bytes() {
-        // Two bases (arena 64 bytes, input 0 of 16), one dispatch reading input bytes 0..16 and
-        // writing arena bytes 8..72 (past 64: bad below) / 8..64.
-        let good = words(&[SCHEDULE_MAGIC, 2, 2, 0, 0, 64, 0, 2, 0, 16, 0, 1, 0, 1, 1, 1, 2, 1, 1, 0, 0, 16, 0, 0, 2, 8, 0, 64, 0]);
-        let s = Schedule::parse(&good).unwrap();
-        assert_eq!(s.bases, vec![(BaseKind::Arena, 64), (BaseKind::Input(0), 16)]);
-        let r = |base, access, start, end| Range { base, access, start, end };
-        assert_eq!(s.dispatches, vec![Dispatch { entry: 0, groups: [1, 1, 1], ranges: vec![r(1, Access::Read, 0, 16), r(0, Access::Write, 8, 64)] }]);
-        for n in 0..good.len() {
-            assert!(Schedule::parse(&good[..n]).is_err(), "truncated at {n}");
-        }
-        let patch = |at: usize, v: u32| {
-            let mut w = good.clone();
-            w[4 * at..4 * at + 4].copy_from_slice(&v.to_le_bytes());
-            Schedule::parse(&w).err().map(|e| e.0).unwrap_or_default()
-        };
-        assert!(patch(0, 0).contains("bad magic"));
-        assert!(patch(3, 9).contains("unknown base kind 9"));
-        assert!(patch(13, 0).contains("zero workgroups"));
-        assert!(patch(18, 4).contains("unknown access 4"));
-        assert!(patch(17, 2).contains("a range of buffer 2, the schedule has 2"));
-        assert!(patch(27, 72).contains("bytes 8..72 of buffer 0, which holds 64"));
-        assert!(patch(25, 65).contains("bytes 65..64"));
-        assert!(patch(16, u32::MAX).contains("range count exceeds the file"));
-        assert!(Schedule::parse(&words(&[SCHEDULE_MAGIC, 2, u32::MAX])).is_err());
-        let mut trailing = good.clone();
-        trailing.extend([0, 0, 0, 0]);
-        assert_eq!(Schedule::parse(&trailing).err().map(|e| e.0).as_deref(), Some("malformed schedule: trailing bytes"));
-        // A byte-sized buffer's range may cover its last word whole (byte stores go through words).
-        let byte = words(&[SCHEDULE_MAGIC, 2, 1, 0, 0, 5, 0, 1, 0, 1, 1, 1, 1, 0, 2, 0, 0, 8, 0]);
-        assert_eq!(Schedule::parse(&byte).unwrap().dispatches[0].ranges, vec![r(0, Access::Write, 0, 8)]);
-    }
-
-    const A: u32 = 0; // the arena
-    const W: u32 = 1; // the weights
-    const R: Access = Access::Read;
-    const WR: Access = Access::Write;
-    const RW: Access = Access::ReadWrite;
-
-    /// A schedule from dispatches given as lists of (base, access, start, end).
-    fn sched(ds: &[&[(u32, Access, u64, u64)]]) -> Schedule {
-        let dispatches = ds
-            .iter()
-            .enumerate()
-            .map(|(i, rs)| Dispatch { entry: i as u32, groups: [1, 1, 1], ranges: rs.iter().map(|&(base, access, start, end)| Range { base, access, start, end }).collect() })
-            .collect();
-        Schedule { bases: vec![(BaseKind::Arena, 1 << 20), (BaseKind::Weights, 1 << 20)], dispatches }
-    }
-
-    fn lv(s: &Schedule) -> Vec<Vec<usize>> {
-        s.levels(Barriers::Levels)
-    }
-
-    #[test]
-    fn barriers_go_exactly_where_a_byte_range_is_shared_with_a_write() {
-        // RAW: 1 reads what 0 wrote.
-        assert_eq!(lv(&sched(&[&[(A, WR, 0, 64)], &[(A, R, 0, 64), (A, WR, 64, 128)]])), vec![vec![0], vec![1]]);
-        // WAR: 1 overwrites bytes 0 reads (0 must finish reading first).
-        assert_eq!(lv(&sched(&[&[(W, R, 0, 64), (A, WR, 64, 128)], &[(W, R, 0, 64), (A, WR, 0, 64)]])), vec![vec![0, 1]]);
-        assert_eq!(lv(&sched(&[&[(A, R, 0, 64), (A, WR, 64, 128)], &[(A, WR, 0, 64)]])), vec![vec![0], vec![1]]);
-        // WAW: both write byte 63.
-        assert_eq!(lv(&sched(&[&[(A, WR, 0, 64)], &[(A, WR, 60, 64)]])), vec![vec![0], vec![1]]);
-        // ReadWrite counts as a write on either side.
-        assert_eq!(lv(&sched(&[&[(A, RW, 0, 4)], &[(A, R, 0, 4)]])), vec![vec![0], vec![1]]);
-        assert_eq!(lv(&sched(&[&[(A, R, 0, 4)], &[(A, RW, 0, 4)]])), vec![vec![0], vec![1]]);
-        // Reads never conflict with reads.
-        assert_eq!(lv(&sched(&[&[(W, R, 0, 64)], &[(W, R, 0, 64)]])), vec![vec![0, 1]]);
-        // Disjoint ranges of one buffer (touching ends) do not conflict, nor do the same bytes of
-        // two different buffers, nor an empty range.
-        assert_eq!(lv(&sched(&[&[(A, WR, 0, 64)], &[(A, WR, 64, 128)], &[(W, R, 0, 64)], &[(A, WR, 32, 32)]])), vec![vec![0, 1, 2, 3]]);
-        // The same bytes reached through different bindings: a view (arena 32..64) of a root
-        // (arena 0..128) and a buffer placed in reused arena bytes are the same memory.
-        assert_eq!(lv(&sched(&[&[(A, WR, 0, 128)], &[(A, R, 32, 64), (A, WR, 256, 320)]])), vec![vec![0], vec![1]]);
-        // Arena reuse: 0 writes x (0..64), 1 reads x → y (64..128), 2 puts z in x's old bytes (WAR
-        // with 1, WAW with 0), 3 reads y and z.
-        let reuse = sched(&[&[(A, WR, 0, 64)], &[(A, R, 0, 64), (A, WR, 64, 128)], &[(W, R, 0, 8), (A, WR, 0, 64)], &[(A, R, 0, 128), (A, WR, 128, 192)]]);
-        assert_eq!(lv(&reuse), vec![vec![0], vec![1], vec![2], vec![3]]);
-        // MiniLM's Q, K and V projections read the LayerNorm's output and the weights and write three
-        // different buffers: one level, then the scores read Q and K, then the context reads V.
-        let attn = sched(&[
-            &[(A, WR, 0, 64)],
-            &[(A, R, 0, 64), (W, R, 0, 64), (A, WR, 64, 128)],
-            &[(A, R, 0, 64), (W, R, 64, 128), (A, WR, 128, 192)],
-            &[(A, R, 0, 64), (W, R, 128, 192), (A, WR, 192, 256)],
-            &[(A, R, 64, 192), (A, WR, 256, 320)],
-            &[(A, R, 192, 320), (A, WR, 0, 64)],
-        ]);
-        assert_eq!(lv(&attn), vec![vec![0], vec![1, 2, 3], vec![4], vec![5]]);
-        assert_eq!(attn.levels(Barriers::InOrder), vec![vec![0], vec![1, 2, 3], vec![4], vec![5]]);
-        assert_eq!(attn.levels(Barriers::All).len(), 6);
-        // Reordering: 2 is independent of 1 (which waits for 0), so it runs beside 0; in schedule
-        // order it would wait behind 1's barrier.
-        let s = sched(&[&[(A, WR, 0, 64)], &[(A, R, 0, 64), (A, WR, 64, 128)], &[(W, R, 0, 64), (A, WR, 128, 192)]]);
-        assert_eq!(lv(&s), vec![vec![0, 2], vec![1]]);
-        assert_eq!(s.levels(Barriers::InOrder), vec![vec![0], vec![1, 2]]);
-        // A dependency on an earlier level than the previous one is still kept (all pairs are compared).
-        let s = sched(&[&[(A, WR, 0, 64)], &[(W, R, 0, 4), (A, WR, 64, 128)], &[(A, R, 64, 128), (A, WR, 128, 192)], &[(A, R, 0, 4), (A, WR, 192, 200)]]);
-        assert_eq!(lv(&s), vec![vec![0, 1], vec![2, 3]]);
-    }
-
-    #[test]
-    fn levels_keep_every_conflicting_pair_ordered_on_random_schedules() {
-        // xorshift: deterministic pseudo-random schedules of 40 dispatches over two small buffers.
-        let mut x = 0x2545_f491_4f6c_dd1du64;
-        let mut rnd = |n: u64| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % n
-        };
-        for _ in 0..200 {
-            let ds: Vec<Vec<(u32, Access, u64, u64)>> = (0..40)
-                .map(|_| {
-                    (0..1 + rnd(3))
-                        .map(|_| {
-                            let start = 4 * rnd(16);
-                            (rnd(2) as u32, [R, WR, RW][rnd(3) as usize], start, start + 4 * rnd(6))
-                        })
-                        .collect()
-                })
-                .collect();
-            let refs: Vec<&[(u32, Access, u64, u64)]> = ds.iter().map(|d| d.as_slice()).collect();
-            let s = sched(&refs);
-            // `conflict` against a byte-by-byte oracle: some byte of one buffer both touch, one writing.
-            let touches = |d: &[(u32, Access, u64, u64)], base: u32, byte: u64, write: bool| d.iter().any(|&(b, a, s, e)| b == base && s <= byte && byte < e && (!write || a != R));
-            for (d, e) in (0..12).flat_map(|d| (d + 1..12).map(move |e| (d, e))) {
-                let oracle = (0..2).any(|b| (0..100).any(|y| (touches(&ds[d], b, y, true) && touches(&ds[e], b, y, false)) || (touches(&ds[d], b, y, false) && touches(&ds[e], b, y, true))));
-                assert_eq!(conflict(&s.dispatches[d], &s.dispatches[e]), oracle, "{:?} vs {:?}", ds[d], ds[e]);
-            }
-            let mut counts = Vec::new();
-            for how in [Barriers::Levels, Barriers::InOrder, Barriers::All] {
-                let levels = s.levels(how);
-                let mut at = vec![usize::MAX; 40];
-                for (l, ds) in levels.iter().enumerate() {
-                    assert!(!ds.is_empty() && ds.windows(2).all(|w| w[0] < w[1]));
-                    for &d in ds {
-                        assert_eq!(at[d], usize::MAX, "dispatch {d} scheduled twice");
-                        at[d] = l;
-                    }
-                }
-                for d in 0..40 {
-                    assert_ne!(at[d], usize::MAX, "dispatch {d} not scheduled");
-                    for e in 0..d {
-                        if conflict(&s.dispatches[e], &s.dispatches[d]) {
-                            assert!(at[e] < at[d], "{how:?}: {e} and {d} conflict but share level {}", at[d]);
-                        }
-                    }
-                    if how != Barriers::Levels && d > 0 {
-                        assert!(at[d - 1] <= at[d], "{how:?} reordered {d}");
-                    }
-                }
-                counts.push(levels.len());
-            }
-            assert!(counts[0] <= counts[1] && counts[1] <= counts[2] && counts[2] == 40, "{counts:?}");
-        }
     }
 }

@@ -1,8 +1,8 @@
 //! Inputs of the `vulkan_schedule` fuzz target (`fuzz/fuzz_targets/vulkan_schedule.rs`), checked in
 //! under `tests/fuzz-regressions/vulkan_schedule/`: the schedule parser returns a schedule or a
-//! "malformed schedule" error for each, never a panic or an arithmetic overflow. Needs the `schedule`
-//! feature (on in the workspace through rlxc's `vulkan`; alone: `cargo test -p rlx-rt --features schedule`).
-#![cfg(feature = "schedule")]
+//! "malformed schedule" error for each, never a panic or an arithmetic overflow. Needs the `std`
+//! feature (on in the workspace through rlxc's `vulkan`; alone: `cargo test -p rlx-rt --features std`).
+#![cfg(feature = "std")]
 
 use rlx_rt::schedule::{Barriers, BaseKind, Schedule};
 use std::path::{Path, PathBuf};

@@ -10,6 +10,7 @@ pub mod hir;
 pub mod lir;
 pub mod loops;
 pub mod mir;
+pub mod schedule;
 pub mod shape;
 pub mod tensor;
 pub mod text;

@@ -5,6 +5,8 @@
 //! transformations of this form (they set [`LoopKind`] or restructure loops); a writer never needs to
 //! know which MIR op a kernel came from.
 
+pub mod grid;
+
 use crate::mir::{BinaryOp, UnaryOp};
 use crate::DType;
 use std::fmt::{self, Write};

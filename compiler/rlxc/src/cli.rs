@@ -51,6 +51,9 @@ pub enum Target {
     Directx,
     /// OpenGL: GLSL 4.30 compute sources (NAME.kI.comp) + schedule + weights
     Opengl,
+    /// CUDA: PTX (NAME.ptx, LLVM's NVPTX back end; --sm 80|86|89|90) + schedule + weights, run by
+    /// runtime-min's CUDA executor
+    Cuda,
 }
 
 impl Target {
@@ -73,6 +76,7 @@ impl Target {
             Target::Metal => "metal",
             Target::Directx => "directx",
             Target::Opengl => "opengl",
+            Target::Cuda => "cuda",
         }
     }
     /// The shader language of a GPU target (these compile through `rlx-target-shader`).
@@ -106,6 +110,7 @@ impl Target {
             t if t.mcu_core().is_some() => rlx_target_mcu::caps(t.name()),
             t if t.shader_lang().is_some() => rlx_target_shader::caps(t.name(), t.shader_lang().expect("shader target")),
             Target::Verilog => rlx_target_verilog::caps("verilog"),
+            Target::Cuda => crate::cuda::caps(),
             t => cpu_caps(t.name()),
         }
     }
@@ -257,8 +262,9 @@ impl ModelSource {
         }
     }
 
-    /// Node name → the model's op type (ONNX models; empty for a weight-only checkpoint, or when
-    /// the file cannot be read — the import reports that). Error messages name ops by it.
+    /// Node name → the model's op type (ONNX models; empty for weight-only checkpoints and GGUF
+    /// files, whose nodes the builders name, or when the file cannot be read — the import reports
+    /// that). Error messages name ops by it.
     pub fn node_op_types(&self) -> BTreeMap<String, String> {
         match self {
             ModelSource::Onnx(p) => rlx_import::onnx_summary(p).map(|s| s.node_op_types).unwrap_or_default(),

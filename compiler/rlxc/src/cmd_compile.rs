@@ -28,6 +28,9 @@ NAME_tb_in.mem / NAME_tb_expected.mem (the calibration samples and the interpret
 GPU targets (--target vulkan|spirv|webgpu|metal|directx|opengl) write compute shaders through naga instead: \
 NAME.spv (SPIR-V, entry points k0, k1, …) or NAME.wgsl / NAME.metal / NAME.hlsl / NAME.kI.comp, NAME.schedule.bin \
 (buffers and dispatches in order, read by runtime-min's Vulkan executor), NAME.weights.bin and NAME.json.\n\n\
+--target cuda [--sm 80|86|89|90] writes NAME.ptx (LLVM's NVPTX back end: entry points k0, k1, …, one pointer per \
+buffer), NAME.schedule.bin (buffers, then per dispatch its grid, block and byte ranges; read by runtime-min's CUDA \
+executor, which records them as one CUDA graph), NAME.weights.bin and NAME.json.\n\n\
 The same model and flags always give the same bytes.";
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -96,6 +99,10 @@ pub struct CompileArgs {
     /// MCU targets: fail when the const weights need more than BYTES of flash
     #[arg(long, value_name = "BYTES")]
     pub flash_budget: Option<usize>,
+    /// --target cuda: the GPU architecture the PTX is written for (80, 86, 89 or 90; default 80, which
+    /// the driver JIT-compiles for any newer GPU)
+    #[arg(long, value_name = "SM")]
+    pub sm: Option<u32>,
     /// --target verilog: int8 multipliers in the MAC array (output channels computed per cycle)
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub macs_per_cycle: usize,
@@ -123,10 +130,14 @@ pub fn main(a: &CompileArgs) -> Result<(), Failure> {
     if !mcu && !verilog && (a.calibrate.is_some() || a.ram_budget.is_some() || a.flash_budget.is_some()) {
         return Err(Failure::usage("--calibrate, --ram-budget and --flash-budget apply to MCU targets (--target cortex-m*)"));
     }
-    if a.cpu.is_some() && (mcu || verilog || a.target.shader_lang().is_some()) {
+    let cuda = a.target == Target::Cuda;
+    if !cuda && a.sm.is_some() {
+        return Err(Failure::usage("--sm applies to --target cuda"));
+    }
+    if a.cpu.is_some() && (mcu || verilog || cuda || a.target.shader_lang().is_some()) {
         return Err(Failure::usage(format!("--cpu applies to CPU targets (host, x86_64, aarch64), not --target {}", a.target.name())));
     }
-    let cpu = if mcu || verilog || a.target.shader_lang().is_some() { None } else { Some(cpu_target(a.target, a.cpu.as_deref())?) };
+    let cpu = if mcu || verilog || cuda || a.target.shader_lang().is_some() { None } else { Some(cpu_target(a.target, a.cpu.as_deref())?) };
     let cpu = cpu.map(|mut c| {
         c.backend = a.backend.unwrap_or_default();
         c
@@ -143,6 +154,18 @@ pub fn main(a: &CompileArgs) -> Result<(), Failure> {
     }
     let mir = tm.time("lower", || rlx_opt::lower(&hir)).map_err(|p| Failure::model(problem_list("cannot lower the model to MIR", &p)))?;
     let name = a.name.clone().map(|n| artifact::sanitize_ident(&n)).unwrap_or_else(|| default_name(&a.model));
+    if cuda {
+        let c = rlxc::cuda::compile_cuda(&mir, a.sm.unwrap_or(rlxc::cuda::DEFAULT_SM), &mut tm)?;
+        let files = tm.time("write", || rlxc::cuda::write_cuda_artifacts(&a.out, &name, &a.model, &c))?;
+        if a.report {
+            crate::cmd_check::print_report(&c.report);
+        }
+        println!("compiled {} for cuda (sm_{}): {} kernels, arena {} bytes, weights {} bytes, in {:.2?}", a.model.display(), c.sm, c.lir.launches.len(), c.lir.arena_bytes, c.lir.weights.len(), total.elapsed());
+        for f in files {
+            println!("  {}", f.display());
+        }
+        return Ok(());
+    }
     if a.target.shader_lang().is_some() {
         let c = rlxc::shader::compile_shader(&mir, a.target, &mut tm)?;
         let files = tm.time("write", || rlxc::shader::write_shader_artifacts(&a.out, &name, &a.model, a.target, &c))?;

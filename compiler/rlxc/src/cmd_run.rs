@@ -172,8 +172,8 @@ pub fn main(a: &RunArgs) -> Result<(), Failure> {
     let t_lower = Instant::now();
     let mir = crate::lower(&hir, src.path())?;
     let d_lower = t_lower.elapsed();
-    if a.bench.is_some() && a.target.shader_lang().is_none() {
-        return Err(Failure::usage("--bench is for --target vulkan (it times runs of the loaded Vulkan artifact)".to_string()));
+    if a.bench.is_some() && a.target.shader_lang().is_none() && a.target != Target::Cuda {
+        return Err(Failure::usage("--bench is for --target vulkan or cuda (it times runs of the loaded artifact)".to_string()));
     }
 
     let t_run = Instant::now();
@@ -197,6 +197,18 @@ pub fn main(a: &RunArgs) -> Result<(), Failure> {
                     us(q(0.0)),
                     us(q(1.0))
                 );
+            }
+            outs
+        }
+        Target::Cuda => {
+            let (outs, b) = phase("compiling and running (CUDA)", || rlxc::cuda::run_cuda_bench(&mir, &ordered, a.bench.unwrap_or(0)))?;
+            if a.bench.is_some() {
+                let q = |p: f64| b.runs.get(((b.runs.len() as f64 - 1.0) * p).round() as usize).copied().unwrap_or_default();
+                let us = |d: Duration| format!("{:.1} µs", d.as_secs_f64() * 1e6);
+                println!("cuda device: {}", b.device);
+                println!("{} kernel launches in one CUDA graph", b.dispatches);
+                println!("compile {}, setup {}, first run {}", ms(b.compile), ms(b.setup), ms(b.first));
+                println!("bench: {} runs: p50 {}  p10 {}  p90 {}  min {}  max {}", b.runs.len(), us(q(0.5)), us(q(0.1)), us(q(0.9)), us(q(0.0)), us(q(1.0)));
             }
             outs
         }

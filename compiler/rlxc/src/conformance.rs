@@ -63,6 +63,11 @@ pub enum Column {
     Aarch64Cranelift,
     /// SPIR-V through runtime-min's Vulkan executor (lavapipe in CI), in this process.
     Vulkan,
+    /// `--target cuda` (sm_80) PTX assembled by `ptxas -arch=sm_80`: passed = it assembles (no GPU
+    /// here, so values are not compared; the GPU machine runs the models: tests/gpu/run_cuda.sh).
+    #[cfg(feature = "llvm")]
+    #[value(name = "cuda-ptxas")]
+    CudaPtxas,
 }
 
 impl Column {
@@ -78,12 +83,16 @@ impl Column {
             #[cfg(feature = "cranelift")]
             Column::Aarch64Cranelift => "aarch64-cranelift",
             Column::Vulkan => "vulkan",
+            #[cfg(feature = "llvm")]
+            Column::CudaPtxas => "cuda-ptxas",
         }
     }
     /// The CPU target and back end of a compiled column.
     fn compiled(self) -> Option<(CliTarget, Backend)> {
         match self {
             Column::Interp | Column::Vulkan => None,
+            #[cfg(feature = "llvm")]
+            Column::CudaPtxas => None,
             #[cfg(feature = "llvm")]
             Column::X86_64 => Some((CliTarget::X86_64, Backend::Llvm)),
             #[cfg(feature = "llvm")]
@@ -98,6 +107,8 @@ impl Column {
         match self.compiled() {
             Some((t, _)) => t.caps(),
             None if self == Column::Vulkan => CliTarget::Vulkan.caps(),
+            #[cfg(feature = "llvm")]
+            None if self == Column::CudaPtxas => CliTarget::Cuda.caps(),
             None => rlx_interp::caps(),
         }
     }
@@ -324,6 +335,8 @@ pub struct TargetEnv {
     runtime: PathBuf,
     work: PathBuf,
     timeout: Duration,
+    /// The `cuda-ptxas` column's assembler.
+    ptxas: Option<PathBuf>,
 }
 
 const HARNESS_C: &str = include_str!("../../../tests/conformance/harness.c");
@@ -338,7 +351,16 @@ impl TargetEnv {
             eprintln!("vulkan column: {name}");
             let cpu = crate::pipeline::CpuTarget::host()?;
             let (harness_obj, runtime, work) = (PathBuf::new(), PathBuf::new(), work.join("vulkan"));
-            return Ok(TargetEnv { target, cpu, linker: "", link_args: &[], runner: None, harness_obj, runtime, work, timeout: Duration::from_secs(60) });
+            return Ok(TargetEnv { target, cpu, linker: "", link_args: &[], runner: None, harness_obj, runtime, work, timeout: Duration::from_secs(60), ptxas: None });
+        }
+        #[cfg(feature = "llvm")]
+        if target == Column::CudaPtxas {
+            let ptxas = crate::cuda::ptxas()?;
+            eprintln!("cuda-ptxas column: {}", ptxas.display());
+            let cpu = crate::pipeline::CpuTarget::host()?;
+            let dir = work.join(target.name());
+            std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+            return Ok(TargetEnv { target, cpu, linker: "", link_args: &[], runner: None, harness_obj: PathBuf::new(), runtime: PathBuf::new(), work: dir, timeout: Duration::from_secs(60), ptxas: Some(ptxas) });
         }
         let Some((cli, backend)) = target.compiled() else {
             return Err(format!("--target {} has no compiled conformance column", target.name()));
@@ -377,7 +399,7 @@ impl TargetEnv {
                 .output()
                 .map_err(|e| format!("cannot run `{r}` (make setup installs qemu-user): {e}"))?;
         }
-        Ok(TargetEnv { target, cpu, linker, link_args, runner, harness_obj, runtime, work: dir, timeout: Duration::from_secs(timeout) })
+        Ok(TargetEnv { target, cpu, linker, link_args, runner, harness_obj, runtime, work: dir, timeout: Duration::from_secs(timeout), ptxas: None })
     }
 
     /// Compiles, links and runs one case that passed on the interpreter.
@@ -401,6 +423,24 @@ impl TargetEnv {
                     Some(e) => (TargetOutcome::Failed, e),
                     None => (TargetOutcome::Passed, String::new()),
                 },
+            };
+        }
+        if let Some(ptxas) = &self.ptxas {
+            let c = match crate::cuda::compile_cuda(&l.mir, crate::cuda::DEFAULT_SM, &mut Timings::default()) {
+                Ok(c) => c,
+                Err(f) => return (TargetOutcome::CompileError, format!("compile: {}", f.msg)),
+            };
+            let ptx = self.work.join(format!("case-{}.ptx", CASE_DIRS.fetch_add(1, Ordering::Relaxed)));
+            if let Err(e) = std::fs::write(&ptx, &c.ptx) {
+                return (TargetOutcome::CompileError, format!("cannot write {}: {e}", ptx.display()));
+            }
+            let out = Command::new(ptxas).arg(format!("-arch=sm_{}", crate::cuda::DEFAULT_SM)).arg(&ptx).arg("-o").arg(ptx.with_extension("cubin")).output();
+            let _ = std::fs::remove_file(&ptx);
+            let _ = std::fs::remove_file(ptx.with_extension("cubin"));
+            return match out {
+                Ok(o) if o.status.success() => (TargetOutcome::Passed, String::new()),
+                Ok(o) => (TargetOutcome::Failed, format!("ptxas: {}", String::from_utf8_lossy(&o.stderr).trim())),
+                Err(e) => (TargetOutcome::Failed, format!("cannot run ptxas: {e}")),
             };
         }
         let mut tm = Timings::default();

@@ -11,6 +11,7 @@ pub mod artifact;
 pub mod cli;
 pub mod conformance;
 pub mod cpus;
+pub mod cuda;
 pub mod dims;
 pub mod native;
 pub use rlx_import::npy;

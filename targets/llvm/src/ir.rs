@@ -96,6 +96,8 @@ pub struct Writer<'a> {
     lanes: u32,
     /// Scalars declared inside the vector loop, held as vectors.
     vvars: HashMap<Var, (Ty, String)>,
+    /// `vector(n)` loops are written as scalar loops (the GPU writer: its threads are the lanes).
+    scalar_only: bool,
 }
 
 impl<'a> Writer<'a> {
@@ -502,7 +504,7 @@ impl<'a> Writer<'a> {
         for st in s {
             match st {
                 Stmt::For { var, extent, kind: LoopKind::Vector(n), body }
-                    if *n > 1 && *extent % *n as i64 == 0 && !self.split_next && vector::vectorizable(body, *var, &mut Vec::new()) =>
+                    if *n > 1 && *extent % *n as i64 == 0 && !self.split_next && !self.scalar_only && vector::vectorizable(body, *var, &mut Vec::new()) =>
                 {
                     self.vector_loop(*var, *extent, *n, body);
                 }
@@ -567,10 +569,23 @@ impl<'a> Writer<'a> {
 
 pub use rlx_ir::loops::{split_of, Split, CHUNK_WORK, PARALLEL_MIN_WORK};
 
+/// Writes `body` as LLVM IR instructions for a GPU kernel (the PTX writer, `nvptx/`): `params` are the
+/// kernel parameters' element pointers (dtype, SSA name), `bound` the index variables whose values are
+/// already stored in the named `i64` allocas (the thread's grid coordinates). `vector(n)` loops are
+/// scalar loops. Returns the allocas the body needs (for the entry block) and its instructions.
+pub(crate) fn gpu_body(body: &[Stmt], params: Vec<(DType, String)>, bound: &[(Var, String)], decls: &mut BTreeSet<String>) -> (String, String) {
+    let mut w = Writer { out: String::new(), tmp: 0, label: 0, decls, vars: HashMap::new(), params, allocas: String::new(), split_next: false, vec_var: None, lanes: 1, vvars: HashMap::new(), scalar_only: true };
+    for (v, slot) in bound {
+        w.vars.insert(*v, (Ty::Index, slot.clone()));
+    }
+    w.stmts(body);
+    (w.allocas, w.out)
+}
+
 fn kernel_fn(k: &Kernel, fname: &str, decls: &mut BTreeSet<String>) -> String {
     let params: Vec<(DType, String)> = k.params.iter().enumerate().map(|(i, p)| (p.dtype, format!("%p{i}"))).collect();
     let split = matches!(k.body.as_slice(), [Stmt::For { kind: LoopKind::Parallel, .. }]);
-    let mut w = Writer { out: String::new(), tmp: 0, label: 0, decls, vars: HashMap::new(), params, allocas: String::new(), split_next: split, vec_var: None, lanes: 1, vvars: HashMap::new() };
+    let mut w = Writer { out: String::new(), tmp: 0, label: 0, decls, vars: HashMap::new(), params, allocas: String::new(), split_next: split, vec_var: None, lanes: 1, vvars: HashMap::new(), scalar_only: false };
     w.stmts(&k.body);
     let mut loads = String::new();
     for i in 0..k.params.len() {

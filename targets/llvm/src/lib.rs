@@ -3,9 +3,12 @@
 //! file: internal kernel functions, an exported `NAME_run` entry, and the weights blob as an internal
 //! constant (or, with external weights, a pointer set by `NAME_set_weights`).
 //!
+//! `nvptx/` is the CUDA target: the same loop form → `ptx_kernel` functions → PTX.
+//!
 //! It depends on rlx-ir only, and hands the legalizer its claim set as data ([`caps`]).
 
 pub mod ir;
+pub mod nvptx;
 
 use inkwell::context::Context;
 use inkwell::memory_buffer::MemoryBuffer;

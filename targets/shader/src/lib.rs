@@ -29,7 +29,6 @@
 mod wgsl;
 
 use rlx_ir::lir::{Base, Lir};
-use rlx_ir::loops::Access;
 use rlx_ir::{DType, TargetCaps};
 use std::collections::BTreeMap;
 
@@ -96,13 +95,8 @@ pub fn caps(name: &str, lang: Lang) -> TargetCaps {
     TargetCaps { name: name.to_string(), native }
 }
 
-/// One storage buffer of the program: a LIR base and its size in bytes (the shader declares
-/// `max(1, ceil(bytes / 4))` words).
-#[derive(Clone, Debug, PartialEq)]
-pub struct BaseBuf {
-    pub base: Base,
-    pub bytes: u64,
-}
+/// One storage buffer of the program (the shader declares `max(1, ceil(bytes / 4))` words).
+pub use rlx_ir::schedule::BaseBuf;
 
 /// One dispatch, in schedule order: entry point `k{entry}`, workgroup counts.
 #[derive(Clone, Debug, PartialEq)]
@@ -120,21 +114,8 @@ pub struct Dispatch {
     pub name: String,
 }
 
-/// Bytes `start..end` of binding `binding` that a kernel parameter may read or write: the LIR
-/// buffer's bytes (`offset .. offset + bytes`, a view's inside its root's, reused arena bytes shared
-/// with the other buffers placed there), widened to whole 4-byte words since byte-wide values are
-/// read and stored (atomically) a word at a time. `access` is the parameter's, widened by what the
-/// kernel body does (a load makes it a read, a store a write), so it never understates. Loop-form
-/// kernels index a parameter only within its elements (the planner's invariant; the MCU Rust
-/// writer's bounds proofs and checks rest on it), so the kernel touches nothing outside its ranges.
-/// runtime-min's executor places barriers from these ([`Program::schedule_bytes`]).
-#[derive(Clone, Debug, PartialEq)]
-pub struct ByteRange {
-    pub binding: u32,
-    pub access: Access,
-    pub start: u64,
-    pub end: u64,
-}
+/// The byte range a kernel parameter may touch (one format for every GPU writer: `rlx_ir::schedule`).
+pub use rlx_ir::schedule::ByteRange;
 
 /// A translated model: the naga module and its schedule.
 pub struct Program {
@@ -147,58 +128,21 @@ pub struct Program {
     pub int64: bool,
 }
 
-/// The schedule file's magic (`RLXS` little-endian) and version (2: each dispatch's byte ranges;
-/// runtime-min refuses version 1 files, which have none).
-pub const SCHEDULE_MAGIC: u32 = u32::from_le_bytes(*b"RLXS");
-pub const SCHEDULE_VERSION: u32 = 2;
+pub use rlx_ir::schedule::{SCHEDULE_MAGIC, SCHEDULE_VERSION};
 
 impl Program {
-    /// The schedule as runtime-min's Vulkan executor reads it: little-endian u32 words —
-    /// `magic, version, n_bases, {kind (0 arena, 1 weights, 2 input, 3 output), index, bytes_lo,
-    /// bytes_hi} × n_bases, n_dispatches, {entry, groups_x, groups_y, groups_z, n_ranges, {binding,
-    /// access (1 read, 2 write, 3 read-write), start_lo, start_hi, end_lo, end_hi} × n_ranges} ×
-    /// n_dispatches` ([`ByteRange`]). Binding `i` of descriptor set 0 is base `i`, and binding
-    /// `n_bases + i` is base `i` again (the atomic view byte stores use; ranges name `i`); entry
-    /// point `k{entry}` is in `NAME.spv`.
+    /// The schedule as runtime-min's Vulkan executor reads it (`rlx_ir::schedule::encode`, version 2:
+    /// the workgroup sizes are in the module). Binding `i` of descriptor set 0 is base `i`, and binding
+    /// `n_bases + i` is base `i` again (the atomic view byte stores use; ranges name `i`); entry point
+    /// `k{entry}` is in `NAME.spv`.
     pub fn schedule_bytes(&self) -> Vec<u8> {
-        let mut w: Vec<u32> = vec![SCHEDULE_MAGIC, SCHEDULE_VERSION, self.bases.len() as u32];
-        for b in &self.bases {
-            let (kind, idx) = match b.base {
-                Base::Arena => (0, 0),
-                Base::Weights => (1, 0),
-                Base::Input(i) => (2, i),
-                Base::Output(i) => (3, i),
-            };
-            w.extend([kind, idx, b.bytes as u32, (b.bytes >> 32) as u32]);
-        }
-        w.push(self.dispatches.len() as u32);
-        for d in &self.dispatches {
-            w.extend([d.entry, d.groups[0], d.groups[1], d.groups[2], d.ranges.len() as u32]);
-            for r in &d.ranges {
-                let access = match r.access {
-                    Access::Read => 1,
-                    Access::Write => 2,
-                    Access::ReadWrite => 3,
-                };
-                w.extend([r.binding, access, r.start as u32, (r.start >> 32) as u32, r.end as u32, (r.end >> 32) as u32]);
-            }
-        }
-        w.iter().flat_map(|x| x.to_le_bytes()).collect()
+        let ds: Vec<rlx_ir::schedule::SchedDispatch> =
+            self.dispatches.iter().map(|d| rlx_ir::schedule::SchedDispatch { entry: d.entry, groups: d.groups, block: d.workgroup_size, ranges: d.ranges.clone() }).collect();
+        rlx_ir::schedule::encode(&self.bases, &ds, false)
     }
 }
 
-/// The storage buffers of a LIR program, in binding order: arena, weights, inputs, outputs.
-pub fn bases_of(lir: &Lir, port_bytes: impl Fn(bool, usize) -> usize) -> Vec<BaseBuf> {
-    let round = |n: usize| n as u64;
-    let mut v = vec![BaseBuf { base: Base::Arena, bytes: round(lir.arena_bytes) }, BaseBuf { base: Base::Weights, bytes: round(lir.weights.len()) }];
-    for i in 0..lir.inputs.len() {
-        v.push(BaseBuf { base: Base::Input(i as u32), bytes: round(port_bytes(true, i)) });
-    }
-    for i in 0..lir.outputs.len() {
-        v.push(BaseBuf { base: Base::Output(i as u32), bytes: round(port_bytes(false, i)) });
-    }
-    v
-}
+pub use rlx_ir::schedule::bases_of;
 
 /// LIR → WGSL → validated naga module for `lang`. Errors name the kernel and what it needs. i64 is
 /// 64-bit in the module when `lang` claims it and the program has i64 values of the model's own (an
@@ -212,11 +156,7 @@ pub fn translate(lir: &Lir, lang: Lang) -> Result<Program, String> {
 /// every kernel on the one-invocation-per-output mapping — the reference the tiled kernels are tested
 /// against).
 pub fn translate_with(lir: &Lir, lang: Lang, tiles: bool) -> Result<Program, String> {
-    let port_bytes = |input: bool, i: usize| {
-        let p = if input { &lir.inputs[i] } else { &lir.outputs[i] };
-        p.ty.dtype.bytes_for(p.ty.shape.numel().unwrap_or(0)).unwrap_or(0)
-    };
-    let bases = bases_of(lir, port_bytes);
+    let bases = bases_of(lir);
     let int64 = dtypes(lang).contains(&DType::I64) && (lir.buffers.iter().any(|b| b.dtype == DType::I64) || lir.launches.iter().any(|l| wgsl::casts_to_i64(&l.kernel.body)));
     let (text, dispatches) = wgsl::module_text(lir, &bases, int64, tiles)?;
     let module = naga::front::wgsl::parse_str(&text).map_err(|e| format!("internal error: generated WGSL does not parse: {}\n{text}", e.emit_to_string(&text)))?;

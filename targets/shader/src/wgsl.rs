@@ -5,9 +5,10 @@
 
 mod tiled;
 
-use crate::{BaseBuf, ByteRange, Dispatch};
+use crate::{BaseBuf, Dispatch};
 use rlx_ir::lir::Lir;
-use rlx_ir::loops::{Access, Expr, IOp, Kernel, LoopKind, Stmt, Var};
+use rlx_ir::loops::grid::{buffers_of, grid};
+use rlx_ir::loops::{Access, Expr, IOp, Stmt, Var};
 use rlx_ir::{BinaryOp, DType, UnaryOp};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write;
@@ -610,103 +611,8 @@ impl W<'_> {
     }
 }
 
-/// Walks statements: vars assigned, buffers stored (with their index expressions), buffers loaded.
-fn collect(s: &[Stmt], declared: &mut BTreeSet<u32>, assigned: &mut BTreeSet<u32>, stores: &mut Vec<(u32, Expr)>, loads: &mut BTreeSet<u32>) {
-    fn ex(e: &Expr, loads: &mut BTreeSet<u32>) {
-        match e {
-            Expr::Load { buf, index } => {
-                loads.insert(*buf);
-                ex(index, loads);
-            }
-            Expr::I(_, a, b) | Expr::Bin(_, _, a, b) => {
-                ex(a, loads);
-                ex(b, loads);
-            }
-            Expr::Un(_, _, a) | Expr::Cast { x: a, .. } | Expr::ToIndex { x: a, .. } => ex(a, loads),
-            Expr::Select(c, a, b) => {
-                ex(c, loads);
-                ex(a, loads);
-                ex(b, loads);
-            }
-            Expr::Int(_) | Expr::Lit(..) | Expr::Var(_) => {}
-        }
-    }
-    for st in s {
-        match st {
-            Stmt::For { var, body, .. } => {
-                declared.insert(var.0);
-                collect(body, declared, assigned, stores, loads);
-            }
-            Stmt::Decl { var, init, .. } => {
-                declared.insert(var.0);
-                ex(init, loads);
-            }
-            Stmt::Assign { var, value } => {
-                assigned.insert(var.0);
-                ex(value, loads);
-            }
-            Stmt::Store { buf, index, value } => {
-                stores.push((*buf, index.clone()));
-                ex(index, loads);
-                ex(value, loads);
-            }
-            Stmt::If { cond, body } => {
-                ex(cond, loads);
-                collect(body, declared, assigned, stores, loads);
-            }
-        }
-    }
-}
-
 /// Whether any expression casts to i64 (the model's own i64 values, as opposed to the planner's
 /// counters, which are declared and incremented but never cast to).
-/// The kernel parameters the body loads from (`stores` false) or stores to (`stores` true).
-fn buffers_of(s: &[Stmt], stores: bool) -> BTreeSet<u32> {
-    fn ex(e: &Expr, out: &mut BTreeSet<u32>, loads: bool) {
-        match e {
-            Expr::Load { buf, index } => {
-                if loads {
-                    out.insert(*buf);
-                }
-                ex(index, out, loads);
-            }
-            Expr::Un(_, _, a) | Expr::Cast { x: a, .. } | Expr::ToIndex { x: a, .. } => ex(a, out, loads),
-            Expr::I(_, a, b) | Expr::Bin(_, _, a, b) => {
-                ex(a, out, loads);
-                ex(b, out, loads);
-            }
-            Expr::Select(c, a, b) => {
-                ex(c, out, loads);
-                ex(a, out, loads);
-                ex(b, out, loads);
-            }
-            Expr::Int(_) | Expr::Lit(..) | Expr::Var(_) => {}
-        }
-    }
-    fn st(s: &[Stmt], out: &mut BTreeSet<u32>, stores: bool) {
-        for x in s {
-            match x {
-                Stmt::For { body, .. } => st(body, out, stores),
-                Stmt::Decl { init: e, .. } | Stmt::Assign { value: e, .. } => ex(e, out, !stores),
-                Stmt::Store { buf, index, value } => {
-                    if stores {
-                        out.insert(*buf);
-                    }
-                    ex(index, out, !stores);
-                    ex(value, out, !stores);
-                }
-                Stmt::If { cond, body } => {
-                    ex(cond, out, !stores);
-                    st(body, out, stores);
-                }
-            }
-        }
-    }
-    let mut out = BTreeSet::new();
-    st(s, &mut out, stores);
-    out
-}
-
 pub fn casts_to_i64(s: &[Stmt]) -> bool {
     fn ex(e: &Expr) -> bool {
         match e {
@@ -723,57 +629,6 @@ pub fn casts_to_i64(s: &[Stmt]) -> bool {
         Stmt::Store { index, value, .. } => ex(index) || ex(value),
         Stmt::If { cond, body } => ex(cond) || casts_to_i64(body),
     })
-}
-
-fn mentions(e: &Expr, v: Var) -> bool {
-    match e {
-        Expr::Var(x) => *x == v,
-        Expr::Load { index, .. } => mentions(index, v),
-        Expr::I(_, a, b) | Expr::Bin(_, _, a, b) => mentions(a, v) || mentions(b, v),
-        Expr::Un(_, _, a) | Expr::Cast { x: a, .. } | Expr::ToIndex { x: a, .. } => mentions(a, v),
-        Expr::Select(c, a, b) => mentions(c, v) || mentions(a, v) || mentions(b, v),
-        Expr::Int(_) | Expr::Lit(..) => false,
-    }
-}
-
-fn has_load(e: &Expr) -> bool {
-    let mut l = BTreeSet::new();
-    collect(&[Stmt::Assign { var: Var(u32::MAX), value: e.clone() }], &mut BTreeSet::new(), &mut BTreeSet::new(), &mut Vec::new(), &mut l);
-    !l.is_empty()
-}
-
-/// Whether the iterations of `for var { body }` are independent, so the loop may become part of the
-/// invocation grid: the body assigns only scalars it declares, stores only to write-only buffers that
-/// the kernel never loads, at indices that depend on `var` and on no loaded data.
-fn independent(k: &Kernel, var: Var, body: &[Stmt], kernel_loads: &BTreeSet<u32>) -> bool {
-    let (mut declared, mut assigned, mut stores, mut loads) = (BTreeSet::new(), BTreeSet::new(), Vec::new(), BTreeSet::new());
-    collect(body, &mut declared, &mut assigned, &mut stores, &mut loads);
-    if !assigned.is_subset(&declared) || stores.is_empty() {
-        return false;
-    }
-    stores.iter().all(|(b, idx)| k.params[*b as usize].access == Access::Write && !kernel_loads.contains(b) && !has_load(idx) && mentions(idx, var))
-}
-
-/// The kernel's grid: the flattened (var, extent) loops and the body left inside them.
-fn grid(k: &Kernel) -> (Vec<(Var, i64)>, &[Stmt]) {
-    let mut dims = Vec::new();
-    let mut cur: &[Stmt] = &k.body;
-    if let [Stmt::For { var, extent, kind: LoopKind::Parallel, body }] = cur {
-        dims.push((*var, *extent));
-        cur = body;
-        let (mut kl, mut ks) = (BTreeSet::new(), Vec::new());
-        collect(&k.body, &mut BTreeSet::new(), &mut BTreeSet::new(), &mut ks, &mut kl);
-        let mut total = *extent;
-        while let [Stmt::For { var, extent, body, .. }] = cur {
-            if total.saturating_mul(*extent) > i32::MAX as i64 || !independent(k, *var, body, &kl) {
-                break;
-            }
-            total *= extent;
-            dims.push((*var, *extent));
-            cur = body;
-        }
-    }
-    (dims, cur)
 }
 
 /// The whole module as WGSL, and the dispatches in launch order.
@@ -812,16 +667,9 @@ fn module_text_inner(lir: &Lir, bases: &[BaseBuf], use_tiles: bool) -> Result<(S
             uses.insert(bind as u32);
             params.push(Param { dtype: buf.dtype, bind, offset: buf.offset });
             let declared = k.params.get(pi).map_or(Access::ReadWrite, |p| p.access);
-            let read = declared != Access::Write || loads.contains(&(pi as u32));
-            let write = declared != Access::Read || stores.contains(&(pi as u32));
-            let access = match (read, write) {
-                (true, false) => Access::Read,
-                (false, true) => Access::Write,
-                _ => Access::ReadWrite,
-            };
-            ranges.push(ByteRange { binding: bind as u32, access, start: buf.offset as u64 / 4 * 4, end: end.div_ceil(4) * 4 });
+            ranges.push(rlx_ir::schedule::param_range(lir, b, bind, declared, loads.contains(&(pi as u32)), stores.contains(&(pi as u32))));
         }
-        let (dims, inner) = grid(k);
+        let (dims, inner) = grid(k, i32::MAX as i64);
         // An empty grid (a zero extent) runs no invocation's body.
         let total: i64 = if dims.is_empty() { 1 } else { dims.iter().map(|d| d.1).product::<i64>() };
         let mut w = W { params, atomics: &mut atomics, vars: HashMap::new(), helpers: &mut helpers, out: String::new(), kname: k.name.clone() };

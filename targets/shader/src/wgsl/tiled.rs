@@ -104,7 +104,7 @@ fn has_loop(s: &[Stmt]) -> bool {
 /// A row kernel (see the module doc): `k` is the whole kernel, `body` the statements under `dims`.
 fn row_phases<'a>(k: &Kernel, dims: &[(Var, i64)], body: &'a [Stmt]) -> Option<Plan<'a>> {
     let mut kernel_loads = BTreeSet::new();
-    super::collect(&k.body, &mut BTreeSet::new(), &mut BTreeSet::new(), &mut Vec::new(), &mut kernel_loads);
+    rlx_ir::loops::grid::collect(&k.body, &mut BTreeSet::new(), &mut BTreeSet::new(), &mut Vec::new(), &mut kernel_loads);
     // Variables a phase may read: the grid's and the scalars of earlier phases.
     let mut known: BTreeSet<Var> = dims.iter().map(|d| d.0).collect();
     let (mut phases, mut i, mut longest) = (Vec::new(), 0, 0i64);
@@ -130,7 +130,7 @@ fn row_phases<'a>(k: &Kernel, dims: &[(Var, i64)], body: &'a [Stmt]) -> Option<P
                 phases.push(Phase::Scalar(st));
             }
             Stmt::For { var, extent, body: lb, .. } => {
-                if *extent <= 0 || !super::independent(k, *var, lb, &kernel_loads) {
+                if *extent <= 0 || !rlx_ir::loops::grid::independent(k, *var, lb, &kernel_loads) {
                     return None;
                 }
                 longest = longest.max(*extent);

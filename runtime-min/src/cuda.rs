@@ -1,0 +1,283 @@
+//! The CUDA executor (feature `cuda`) for artifacts written by `rlxc compile --target cuda`:
+//! `NAME.ptx` (entry points `k0`, `k1`, …, one `ptr` parameter per schedule buffer, in order),
+//! `NAME.schedule.bin` (version 3: each dispatch's grid and block) and `NAME.weights.bin`.
+//!
+//! The CUDA driver (`libcuda.so.1`) is opened at run time through cudarc's `dynamic-loading`: building
+//! needs no CUDA SDK, and a machine without the driver gets [`CudaError`] from [`probe`] /
+//! [`Executor::new`], never a link error or a panic ([`probe`] checks that the library is present
+//! before any driver call).
+//!
+//! Setup (once, in `new`): the device's primary context, one non-blocking stream, the PTX module (JIT-
+//! compiled by the driver for the device), one device allocation per schedule buffer (the weights
+//! copied in once, the arena zeroed), and the whole schedule — every dispatch, in schedule order on the
+//! one stream — captured as **one CUDA graph** and instantiated. `run` copies the inputs in, launches
+//! the graph once, copies the outputs out, and waits for the stream: one launch from the host.
+//! Dispatches are ordered by the stream, so the schedule's byte ranges are checked against the buffers
+//! but need no barriers here.
+//!
+//! Unlike the rest of runtime-min this module allocates (at setup) and uses `std`.
+
+use crate::schedule::{BaseKind, Schedule};
+use cudarc::driver::{result, sys};
+use std::ffi::{c_void, CString};
+use std::format;
+use std::string::String;
+use std::vec::Vec;
+
+/// What went wrong, in words (no CUDA driver, no device, a malformed schedule, a driver error).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CudaError(pub String);
+
+impl core::fmt::Display for CudaError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for CudaError {}
+
+impl From<crate::schedule::ScheduleError> for CudaError {
+    fn from(e: crate::schedule::ScheduleError) -> CudaError {
+        CudaError(e.0)
+    }
+}
+
+fn drv(what: &str) -> impl Fn(result::DriverError) -> CudaError + '_ {
+    move |e| CudaError(format!("{what}: {e:?}"))
+}
+
+/// Opens the driver and device 0 (`RLX_CUDA_DEVICE=i` another): its name and compute capability, or
+/// why there is none. Nothing is called in the driver unless `libcuda` is found.
+pub fn probe() -> Result<(String, (i32, i32)), CudaError> {
+    let dev = open_device()?;
+    let name = result::device::get_name(dev).map_err(drv("cuDeviceGetName"))?;
+    Ok((name, capability(dev)?))
+}
+
+fn open_device() -> Result<sys::CUdevice, CudaError> {
+    // SAFETY: only looks for the library file; no driver function is called.
+    if !unsafe { sys::is_culib_present() } {
+        return Err(CudaError("no CUDA driver: libcuda.so could not be loaded (no NVIDIA driver on this machine)".into()));
+    }
+    result::init().map_err(drv("cuInit"))?;
+    let n = result::device::get_count().map_err(drv("cuDeviceGetCount"))?;
+    let want = match std::env::var("RLX_CUDA_DEVICE") {
+        Ok(v) => v.parse::<i32>().map_err(|_| CudaError(format!("RLX_CUDA_DEVICE={v}: expected a device index")))?,
+        Err(_) => 0,
+    };
+    if want < 0 || want >= n {
+        return Err(CudaError(format!("CUDA device {want} requested, the driver reports {n}")));
+    }
+    result::device::get(want).map_err(drv("cuDeviceGet"))
+}
+
+fn capability(dev: sys::CUdevice) -> Result<(i32, i32), CudaError> {
+    use sys::CUdevice_attribute::*;
+    // SAFETY: `dev` came from cuDeviceGet.
+    unsafe {
+        let major = result::device::get_attribute(dev, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR).map_err(drv("cuDeviceGetAttribute"))?;
+        let minor = result::device::get_attribute(dev, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR).map_err(drv("cuDeviceGetAttribute"))?;
+        Ok((major, minor))
+    }
+}
+
+/// A loaded artifact on one CUDA device, ready to run any number of times.
+pub struct Executor {
+    dev: sys::CUdevice,
+    ctx: sys::CUcontext,
+    stream: sys::CUstream,
+    module: sys::CUmodule,
+    /// One device allocation per schedule buffer: (kind, pointer, exact bytes).
+    bufs: Vec<(BaseKind, sys::CUdeviceptr, u64)>,
+    graph: sys::CUgraph,
+    exec: sys::CUgraphExec,
+    /// Buffer index of input i / output i.
+    inputs: Vec<usize>,
+    outputs: Vec<usize>,
+    name: String,
+    dispatches: usize,
+}
+
+impl Executor {
+    /// Loads `dir/NAME.ptx`, `dir/NAME.schedule.bin` and `dir/NAME.weights.bin`.
+    pub fn load(dir: &std::path::Path, name: &str) -> Result<Executor, CudaError> {
+        let read = |ext: &str| {
+            let p = dir.join(format!("{name}.{ext}"));
+            std::fs::read(&p).map_err(|e| CudaError(format!("{}: {e}", p.display())))
+        };
+        let ptx = String::from_utf8(read("ptx")?).map_err(|_| CudaError(format!("{name}.ptx is not UTF-8 text")))?;
+        Executor::new(&ptx, &read("schedule.bin")?, &read("weights.bin")?)
+    }
+
+    /// Sets up the program (see the module documentation). Checks the schedule and the weights' size
+    /// before touching the driver.
+    pub fn new(ptx: &str, schedule: &[u8], weights: &[u8]) -> Result<Executor, CudaError> {
+        let sched = Schedule::parse(schedule)?;
+        if sched.dispatches.iter().any(|d| d.block == [0; 3]) {
+            return Err(CudaError("the schedule has no block sizes (version 2, a shader artifact): compile with --target cuda".into()));
+        }
+        let wbytes = sched.bases.iter().find(|b| b.0 == BaseKind::Weights).map_or(0, |b| b.1);
+        if wbytes != weights.len() as u64 {
+            return Err(CudaError(format!("the weights are {} bytes, the schedule expects {wbytes}", weights.len())));
+        }
+        let ptx_c = CString::new(ptx).map_err(|_| CudaError("the PTX contains a NUL byte".into()))?;
+        let port = |want: fn(BaseKind) -> Option<u32>| -> Result<Vec<usize>, CudaError> {
+            let mut v: Vec<(u32, usize)> = sched.bases.iter().enumerate().filter_map(|(i, b)| want(b.0).map(|k| (k, i))).collect();
+            v.sort();
+            if v.iter().enumerate().any(|(i, (k, _))| *k as usize != i) {
+                return Err(CudaError("malformed schedule: ports are not numbered 0..n".into()));
+            }
+            Ok(v.into_iter().map(|(_, i)| i).collect())
+        };
+        let inputs = port(|k| if let BaseKind::Input(i) = k { Some(i) } else { None })?;
+        let outputs = port(|k| if let BaseKind::Output(i) = k { Some(i) } else { None })?;
+        let dev = open_device()?;
+        let name = result::device::get_name(dev).map_err(drv("cuDeviceGetName"))?;
+        // SAFETY: `dev` came from cuDeviceGet; every handle below is created here and destroyed in Drop
+        // (or right away when setup fails), and every copy's host slice outlives the call (sync copies).
+        let ctx = unsafe { result::primary_ctx::retain(dev) }.map_err(drv("cuDevicePrimaryCtxRetain"))?;
+        let mut ex = Executor { dev, ctx, stream: core::ptr::null_mut(), module: core::ptr::null_mut(), bufs: Vec::new(), graph: core::ptr::null_mut(), exec: core::ptr::null_mut(), inputs, outputs, name, dispatches: sched.dispatches.len() };
+        unsafe { result::ctx::set_current(ctx) }.map_err(drv("cuCtxSetCurrent"))?;
+        ex.stream = result::stream::create(result::stream::StreamKind::NonBlocking).map_err(drv("cuStreamCreate"))?;
+        ex.module = unsafe { result::module::load_data(ptx_c.as_ptr() as *const c_void) }.map_err(drv("cuModuleLoadData (the PTX does not load on this device)"))?;
+        for &(kind, bytes) in &sched.bases {
+            let n = usize::try_from(bytes).map_err(|_| CudaError(format!("a buffer of {bytes} bytes does not fit this machine")))?;
+            // Room for whole words (the ranges cover them) and never a zero-byte allocation.
+            let p = unsafe { result::malloc_sync(n.div_ceil(4).max(1) * 4) }.map_err(drv(&format!("cuMemAlloc of {n} bytes")))?;
+            ex.bufs.push((kind, p, bytes));
+            unsafe { result::memset_d8_sync(p, 0, n.div_ceil(4).max(1) * 4) }.map_err(drv("cuMemsetD8"))?;
+            if kind == BaseKind::Weights && n > 0 {
+                unsafe { result::memcpy_htod_sync(p, weights) }.map_err(drv("uploading the weights"))?;
+            }
+        }
+        let mut funcs = Vec::with_capacity(sched.dispatches.len());
+        for d in &sched.dispatches {
+            let entry = CString::new(format!("k{}", d.entry)).map_err(|_| CudaError("bad entry name".into()))?;
+            funcs.push(unsafe { result::module::get_function(ex.module, entry) }.map_err(drv(&format!("the PTX has no entry point k{}", d.entry)))?);
+        }
+        // Every kernel takes every buffer, in schedule order.
+        let mut args: Vec<sys::CUdeviceptr> = ex.bufs.iter().map(|b| b.1).collect();
+        let mut argp: Vec<*mut c_void> = args.iter_mut().map(|a| a as *mut sys::CUdeviceptr as *mut c_void).collect();
+        unsafe { result::stream::begin_capture(ex.stream, sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) }.map_err(drv("cuStreamBeginCapture"))?;
+        let mut launched = Ok(());
+        for (d, f) in sched.dispatches.iter().zip(&funcs) {
+            let g = (d.groups[0], d.groups[1], d.groups[2]);
+            let b = (d.block[0], d.block[1], d.block[2]);
+            launched = unsafe { result::launch_kernel(*f, g, b, 0, ex.stream, &mut argp) }.map_err(drv(&format!("launching k{}", d.entry)));
+            if launched.is_err() {
+                break;
+            }
+        }
+        let graph = unsafe { result::stream::end_capture(ex.stream) }.map_err(drv("cuStreamEndCapture"));
+        launched?;
+        ex.graph = graph?;
+        if ex.graph.is_null() {
+            return Err(CudaError("stream capture produced no graph".into()));
+        }
+        ex.exec = unsafe { result::graph::instantiate(ex.graph, sys::CUgraphInstantiate_flags(0)) }.map_err(drv("cuGraphInstantiate"))?;
+        unsafe { result::graph::upload(ex.exec, ex.stream) }.map_err(drv("cuGraphUpload"))?;
+        unsafe { result::stream::synchronize(ex.stream) }.map_err(drv("cuStreamSynchronize"))?;
+        drop(args);
+        Ok(ex)
+    }
+
+    /// The device's name.
+    pub fn device_name(&self) -> &str {
+        &self.name
+    }
+
+    /// The device's compute capability (major, minor).
+    pub fn capability(&self) -> Result<(i32, i32), CudaError> {
+        capability(self.dev)
+    }
+
+    /// Kernel launches in the graph.
+    pub fn dispatches(&self) -> usize {
+        self.dispatches
+    }
+
+    /// Copies `inputs` in, launches the graph, copies the outputs out (each slice exactly its port's
+    /// bytes, in port order). Errors, never panics, on wrong counts or sizes.
+    pub fn run(&mut self, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> Result<(), CudaError> {
+        if inputs.len() != self.inputs.len() || outputs.len() != self.outputs.len() {
+            return Err(CudaError(format!("{} inputs and {} outputs given, the model has {} and {}", inputs.len(), outputs.len(), self.inputs.len(), self.outputs.len())));
+        }
+        for (i, (x, &b)) in inputs.iter().zip(&self.inputs).enumerate() {
+            if x.len() as u64 != self.bufs[b].2 {
+                return Err(CudaError(format!("input {i} is {} bytes, the model takes {}", x.len(), self.bufs[b].2)));
+            }
+        }
+        for (i, (y, &b)) in outputs.iter().zip(&self.outputs).enumerate() {
+            if y.len() as u64 != self.bufs[b].2 {
+                return Err(CudaError(format!("output {i} is {} bytes, the model writes {}", y.len(), self.bufs[b].2)));
+            }
+        }
+        // SAFETY: sizes checked above; the stream is synchronized before the host slices are released.
+        unsafe {
+            result::ctx::set_current(self.ctx).map_err(drv("cuCtxSetCurrent"))?;
+            for (x, &b) in inputs.iter().zip(&self.inputs) {
+                if !x.is_empty() {
+                    result::memcpy_htod_async(self.bufs[b].1, x, self.stream).map_err(drv("copying an input in"))?;
+                }
+            }
+            result::graph::launch(self.exec, self.stream).map_err(drv("cuGraphLaunch"))?;
+            for (y, &b) in outputs.iter_mut().zip(&self.outputs) {
+                if !y.is_empty() {
+                    result::memcpy_dtoh_async(y, self.bufs[b].1, self.stream).map_err(drv("copying an output out"))?;
+                }
+            }
+            result::stream::synchronize(self.stream).map_err(drv("running the graph (a kernel failed)"))?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Executor {
+    fn drop(&mut self) {
+        // SAFETY: each handle was created in `new` and is destroyed once; errors at teardown are ignored.
+        unsafe {
+            let _ = result::ctx::set_current(self.ctx);
+            if !self.stream.is_null() {
+                let _ = result::stream::synchronize(self.stream);
+            }
+            if !self.exec.is_null() {
+                let _ = result::graph::exec_destroy(self.exec);
+            }
+            if !self.graph.is_null() {
+                let _ = result::graph::destroy(self.graph);
+            }
+            for &(_, p, _) in &self.bufs {
+                let _ = result::free_sync(p);
+            }
+            if !self.module.is_null() {
+                let _ = result::module::unload(self.module);
+            }
+            if !self.stream.is_null() {
+                let _ = result::stream::destroy(self.stream);
+            }
+            let _ = result::primary_ctx::release(self.dev);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_schedules_and_weights_are_errors_before_the_driver() {
+        let words = |w: &[u32]| -> Vec<u8> { w.iter().flat_map(|x| x.to_le_bytes()).collect() };
+        let magic = crate::schedule::SCHEDULE_MAGIC;
+        // A version-2 (shader) schedule has no block sizes.
+        let v2 = words(&[magic, 2, 1, 1, 0, 8, 0, 1, 0, 1, 1, 1, 0]);
+        assert!(Executor::new("", &v2, &[0; 8]).err().unwrap().0.contains("no block sizes"));
+        // Version 3, weights of 8 bytes: 4 given.
+        let v3 = words(&[magic, 3, 1, 1, 0, 8, 0, 1, 0, 1, 1, 1, 256, 1, 1, 0]);
+        assert!(Executor::new("", &v3, &[0; 4]).err().unwrap().0.contains("the weights are 4 bytes, the schedule expects 8"));
+        // A block of zero threads or more than 1024 is malformed.
+        let zero = words(&[magic, 3, 1, 1, 0, 8, 0, 1, 0, 1, 1, 1, 0, 1, 1, 0]);
+        assert!(Executor::new("", &zero, &[0; 8]).err().unwrap().0.contains("block"));
+        let big = words(&[magic, 3, 1, 1, 0, 8, 0, 1, 0, 1, 1, 1, 64, 32, 1, 0]);
+        assert!(Executor::new("", &big, &[0; 8]).err().unwrap().0.contains("1 to 1024"));
+    }
+}

@@ -1,0 +1,109 @@
+//! The CUDA target: LIR loop-form kernels → LLVM IR for `nvptx64-nvidia-cuda` (one `ptx_kernel`
+//! function per launch, `module.rs`) → LLVM's NVPTX back end → `NAME.ptx`, plus the dispatch list that
+//! becomes `NAME.schedule.bin` (`rlx_ir::schedule`, version 3: with each launch's block size).
+//!
+//! The mapping (the same as the shader writer's, through the one grid analysis
+//! `rlx_ir::loops::grid`): the outer parallel loop and the nested loops whose iterations are provably
+//! independent become the thread grid — one thread per grid point, [`BLOCK`] threads per block,
+//! bounds-checked —; inner loops stay loops, `vector(n)` loops are scalar loops; a kernel with no
+//! parallel outer loop runs on one thread. Each kernel takes one `ptr addrspace(1)` per LIR base
+//! (arena, weights, each input, each output: the schedule's bindings, in order) and finds its buffers
+//! at their byte offsets. Scalars are written by the CPU writer's statement and expression writer
+//! (`ir.rs`), f32 `exp`/`erf`/`tanh` as its inline sequences (`ir/math.rs`): the PTX calls no
+//! library function (checked: a module that would is an error naming the kernels).
+
+mod module;
+
+use inkwell::context::Context;
+use inkwell::memory_buffer::MemoryBuffer;
+use inkwell::passes::PassBuilderOptions;
+use inkwell::targets::{CodeModel, FileType, InitializationConfig, RelocMode, Target, TargetTriple};
+use inkwell::OptimizationLevel;
+use rlx_ir::lir::Lir;
+use rlx_ir::schedule::{BaseBuf, SchedDispatch};
+use rlx_ir::{DType, TargetCaps};
+
+pub use module::module_text;
+
+/// The target triple.
+pub const TRIPLE: &str = "nvptx64-nvidia-cuda";
+/// Threads per block of the one-thread-per-grid-point mapping.
+pub const BLOCK: u32 = 256;
+/// The GPU architectures `--sm` accepts (LLVM 19's NVPTX emits PTX for each).
+pub const SMS: &[u32] = &[80, 86, 89, 90];
+
+/// MIR op kinds claimed: the shared lowering's kinds whose f32 math has an inline form here (exp, erf,
+/// tanh, sigmoid) or a PTX instruction (sqrt, floor, ceil, round, min/max, …). Not claimed: functions
+/// that would need libm or libdevice on the GPU (log, trigonometric and hyperbolic functions but tanh,
+/// pow), float `mod`/`fmod`, and the quantization ops.
+pub const KINDS: &[&str] = &[
+    "neg", "abs", "exp", "sqrt", "recip", "tanh", "sigmoid", "erf", "relu", "floor", "ceil", "round", "sign", "not", "bit_not", "is_nan",
+    "is_inf", "is_pos_inf", "is_neg_inf", "add", "sub", "mul", "div", "max", "min", "eq", "lt", "le", "gt", "ge", "and", "or", "xor",
+    "bit_and", "bit_or", "bit_xor", "shl", "shr", "where", "cast", "matmul", "reduce_sum", "reduce_prod", "reduce_max", "reduce_min",
+    "reduce_mean", "argmax", "argmin", "reshape", "transpose", "expand", "slice", "concat", "gather", "gather_elements", "gather_nd", "pad",
+    "conv", "max_pool", "avg_pool", "cumsum",
+];
+
+/// Dtypes claimed: f32 and the integer types and bool (f64 is not: its transcendental functions
+/// would be libm calls); f16/bf16 as storage (`cast`, `reshape`), as on the CPU.
+pub const DTYPES: &[DType] = &[DType::F32, DType::I8, DType::U8, DType::I16, DType::U16, DType::I32, DType::U32, DType::I64, DType::U64, DType::Bool];
+
+/// The claim set for `--target NAME`.
+pub fn caps(name: &str) -> TargetCaps {
+    let half = [DType::F16, DType::BF16];
+    TargetCaps::uniform(name, KINDS, DTYPES).with("cast", &half).with("reshape", &half)
+}
+
+/// A compiled CUDA program: the PTX text and its schedule.
+pub struct PtxProgram {
+    pub ptx: String,
+    /// The LLVM IR handed to the NVPTX back end (`--emit-ir`).
+    pub ir: String,
+    pub bases: Vec<BaseBuf>,
+    /// One per launch, in order: entry point `k{entry}`, grid, block, byte ranges.
+    pub dispatches: Vec<SchedDispatch>,
+    /// Launch names, parallel to `dispatches` (the fused MIR nodes), for reports.
+    pub names: Vec<String>,
+    pub sm: u32,
+}
+
+impl PtxProgram {
+    /// `NAME.schedule.bin` (version 3: grid and block per dispatch).
+    pub fn schedule_bytes(&self) -> Vec<u8> {
+        rlx_ir::schedule::encode(&self.bases, &self.dispatches, true)
+    }
+}
+
+/// LIR → PTX for `sm_{sm}`. Deterministic: the same LIR and `sm` give the same bytes. Errors name the
+/// kernel.
+pub fn compile(lir: &Lir, sm: u32) -> Result<PtxProgram, String> {
+    if !SMS.contains(&sm) {
+        return Err(format!("--sm {sm} is not supported: choose one of {}", SMS.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(", ")));
+    }
+    let bases = rlx_ir::schedule::bases_of(lir);
+    let (ir, dispatches, names) = module_text(lir, &bases)?;
+    Target::initialize_nvptx(&InitializationConfig::default());
+    let ctx = Context::create();
+    let buf = MemoryBuffer::create_from_memory_range_copy(ir.as_bytes(), "rlx_cuda");
+    let module = ctx.create_module_from_ir(buf).map_err(|e| format!("internal error: generated NVPTX IR does not parse: {}", e.to_string()))?;
+    let triple = TargetTriple::create(TRIPLE);
+    let target = Target::from_triple(&triple).map_err(|e| format!("LLVM has no target {TRIPLE}: {}", e.to_string()))?;
+    // PTX ISA 7.8 runs on every driver that knows sm_90 and is the newest LLVM 19 pairs with sm_80–sm_89.
+    let tm = target
+        .create_target_machine(&triple, &format!("sm_{sm}"), "+ptx78", OptimizationLevel::Default, RelocMode::Default, CodeModel::Default)
+        .ok_or_else(|| format!("LLVM rejected cpu sm_{sm}"))?;
+    module.set_triple(&triple);
+    module.set_data_layout(&tm.get_target_data().get_data_layout());
+    module.verify().map_err(|e| format!("internal error: NVPTX module does not verify: {}", e.to_string()))?;
+    module
+        .run_passes("default<O2>", &tm, PassBuilderOptions::create())
+        .map_err(|e| format!("internal error: LLVM optimization failed: {}", e.to_string()))?;
+    let out = tm.write_to_memory_buffer(&module, FileType::Assembly).map_err(|e| format!("LLVM NVPTX code generation failed: {}", e.to_string()))?;
+    let ptx = String::from_utf8_lossy(out.as_slice()).trim_end_matches('\0').to_string();
+    // No library calls on the GPU: every function the PTX declares but does not define is one.
+    let externs: Vec<&str> = ptx.lines().filter(|l| l.contains(".extern .func")).collect();
+    if !externs.is_empty() {
+        return Err(format!("internal error: the PTX calls functions no GPU provides: {}", externs.join("; ")));
+    }
+    Ok(PtxProgram { ptx, ir, bases, dispatches, names, sm })
+}

@@ -1,0 +1,101 @@
+//! LIR → LLVM IR text for NVPTX: one `ptx_kernel` function `k{I}` per launch. The thread's global
+//! index `gi = ctaid.x · ntid.x + tid.x` is bounds-checked against the grid's size and unflattened
+//! into the grid loops' variables (the innermost varies fastest); the body inside the grid loops is
+//! written by the CPU writer's statement writer (`ir::gpu_body`).
+
+use crate::ir::gpu_body;
+use rlx_ir::lir::Lir;
+use rlx_ir::loops::grid::{buffers_of, grid};
+use rlx_ir::loops::Access;
+use rlx_ir::schedule::{param_range, BaseBuf, SchedDispatch};
+use std::collections::BTreeSet;
+use std::fmt::Write;
+
+use super::BLOCK;
+
+/// The module text, the dispatches (in launch order) and the launches' names.
+pub fn module_text(lir: &Lir, bases: &[BaseBuf]) -> Result<(String, Vec<SchedDispatch>, Vec<String>), String> {
+    let mut decls = BTreeSet::new();
+    let mut fns = String::new();
+    let mut dispatches = Vec::new();
+    let mut names = Vec::new();
+    let nb = bases.len();
+    let sig: Vec<String> = (0..nb).map(|b| format!("ptr addrspace(1) noalias %b{b}")).collect();
+    for (li, l) in lir.launches.iter().enumerate() {
+        let k = &l.kernel;
+        let (loads, stores) = (buffers_of(&k.body, false), buffers_of(&k.body, true));
+        let mut params = Vec::new();
+        let mut ranges = Vec::new();
+        let mut setup = String::new();
+        for (pi, &b) in l.bindings.iter().enumerate() {
+            let buf = lir.buffers.get(b as usize).ok_or_else(|| format!("kernel '{}': binding {pi} names buffer {b}, the program has {}", k.name, lir.buffers.len()))?;
+            let bind = bases.iter().position(|x| x.base == buf.base).ok_or_else(|| format!("kernel '{}': buffer '{}' has no base", k.name, buf.label))?;
+            let end = buf.offset as u64 + buf.bytes() as u64;
+            if end > bases[bind].bytes {
+                return Err(format!("kernel '{}': buffer '{}' ({} bytes at {}) does not fit its base of {} bytes", k.name, buf.label, buf.bytes(), buf.offset, bases[bind].bytes));
+            }
+            let dtype = k.params.get(pi).map_or(buf.dtype, |p| p.dtype);
+            let _ = writeln!(setup, "  %p{pi} = getelementptr inbounds i8, ptr %g{bind}, i64 {}", buf.offset);
+            params.push((dtype, format!("%p{pi}")));
+            let declared = k.params.get(pi).map_or(Access::ReadWrite, |p| p.access);
+            ranges.push(param_range(lir, b, bind, declared, loads.contains(&(pi as u32)), stores.contains(&(pi as u32))));
+        }
+        let (dims, inner) = grid(k, i32::MAX as i64);
+        let total: i64 = if dims.is_empty() { 1 } else { dims.iter().map(|d| d.1).product() };
+        let body = if dims.is_empty() { &k.body[..] } else if total == 0 { &[][..] } else { inner };
+        let bound: Vec<(rlx_ir::loops::Var, String)> = dims.iter().map(|(v, _)| (*v, format!("%g.v{}", v.0))).collect();
+        let (allocas, text) = gpu_body(body, params, &bound, &mut decls);
+        let mut f = String::new();
+        let _ = writeln!(f, "; launch {li}: {:?}", k.name);
+        let _ = writeln!(f, "define ptx_kernel void @k{li}({}) #0 {{\nentry:", sig.join(", "));
+        f.push_str(&allocas);
+        for (_, slot) in &bound {
+            let _ = writeln!(f, "  {slot} = alloca i64");
+        }
+        f.push_str("  %tid = call i32 @llvm.nvvm.read.ptx.sreg.tid.x()\n  %ctaid = call i32 @llvm.nvvm.read.ptx.sreg.ctaid.x()\n  %ntid = call i32 @llvm.nvvm.read.ptx.sreg.ntid.x()\n");
+        f.push_str("  %tid64 = zext i32 %tid to i64\n  %ctaid64 = zext i32 %ctaid to i64\n  %ntid64 = zext i32 %ntid to i64\n");
+        f.push_str("  %gi.base = mul nuw nsw i64 %ctaid64, %ntid64\n  %gi = add nuw nsw i64 %gi.base, %tid64\n");
+        let _ = writeln!(f, "  %in.grid = icmp slt i64 %gi, {total}\n  br i1 %in.grid, label %grid, label %exit\ngrid:");
+        for bind in 0..nb {
+            let _ = writeln!(f, "  %g{bind} = addrspacecast ptr addrspace(1) %b{bind} to ptr");
+        }
+        f.push_str(&setup);
+        let mut stride = total.max(1);
+        for ((_, e), (_, slot)) in dims.iter().zip(&bound) {
+            stride /= (*e).max(1);
+            let v = &slot[3..];
+            let _ = writeln!(f, "  %q.{v} = udiv i64 %gi, {stride}\n  %r.{v} = urem i64 %q.{v}, {e}\n  store i64 %r.{v}, ptr {slot}");
+        }
+        f.push_str("  br label %start.bb\nstart.bb:\n");
+        f.push_str(&text);
+        f.push_str("  br label %exit\nexit:\n  ret void\n}\n\n");
+        fns.push_str(&f);
+        let groups = (total.max(1) as u64).div_ceil(BLOCK as u64);
+        if groups > i32::MAX as u64 {
+            return Err(format!("kernel '{}': {total} threads need more than 2^31 - 1 blocks", k.name));
+        }
+        dispatches.push(SchedDispatch { entry: li as u32, groups: [groups as u32, 1, 1], block: [BLOCK, 1, 1], ranges });
+        names.push(k.name.clone());
+    }
+    let mut m = String::new();
+    let _ = writeln!(m, "; rlxc {} — CUDA module", env!("CARGO_PKG_VERSION"));
+    let _ = writeln!(m, "target triple = \"{}\"\n", super::TRIPLE);
+    m.push_str(&fns);
+    decls.insert("declare i32 @llvm.nvvm.read.ptx.sreg.tid.x()".into());
+    decls.insert("declare i32 @llvm.nvvm.read.ptx.sreg.ctaid.x()".into());
+    decls.insert("declare i32 @llvm.nvvm.read.ptx.sreg.ntid.x()".into());
+    for d in &decls {
+        m.push_str(d);
+        m.push('\n');
+    }
+    let _ = writeln!(m, "\nattributes #0 = {{ nounwind }}\n");
+    // Every kernel runs BLOCK threads per block: the register allocator may assume it.
+    let ann: Vec<String> = (0..lir.launches.len()).map(|li| format!("!{li}")).collect();
+    if !ann.is_empty() {
+        let _ = writeln!(m, "!nvvm.annotations = !{{{}}}", ann.join(", "));
+        for li in 0..lir.launches.len() {
+            let _ = writeln!(m, "!{li} = !{{ptr @k{li}, !\"maxntidx\", i32 {BLOCK}}}");
+        }
+    }
+    Ok((m, dispatches, names))
+}

