@@ -154,7 +154,7 @@ impl Schedule {
                 return Err(bad(&format!("dispatch {d} has zero workgroups")));
             }
             let block = if ver == SCHEDULE_VERSION_BLOCKS { [next("block")?, next("block")?, next("block")?] } else { [0; 3] };
-            if ver == SCHEDULE_VERSION_BLOCKS && (block.contains(&0) || block.iter().map(|&b| b as u64).product::<u64>() > 1024) {
+            if ver == SCHEDULE_VERSION_BLOCKS && (block.contains(&0) || block.iter().try_fold(1u64, |a, &b| a.checked_mul(b as u64)).is_none_or(|n| n > 1024)) {
                 return Err(bad(&format!("dispatch {d} has a block of {block:?} threads (1 to 1024 in all)")));
             }
             let nr = next("range count")? as usize;

@@ -35,3 +35,10 @@ fn a_buffer_of_nearly_2_64_bytes_does_not_overflow_the_range_check() {
     assert_eq!(s.dispatches[3].ranges[2].end, 214_748_365_116);
     assert_eq!(s.levels(Barriers::All).len(), 4);
 }
+
+#[test]
+fn a_block_size_whose_product_overflows_is_a_malformed_schedule() {
+    // Version 3: the product of three u32 block sizes overflowed u64 before the 1024-thread check.
+    let e = Schedule::parse(&std::fs::read(dir().join("block-size-product-overflow.bin")).unwrap()).unwrap_err();
+    assert!(e.0.starts_with("malformed schedule: dispatch ") && e.0.contains("threads (1 to 1024 in all)"), "{e}");
+}
