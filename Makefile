@@ -49,7 +49,7 @@ setup: apt venv toolchains models llama-ref doctor build
 doctor:
 	RLX_PY=$(CURDIR)/$(PY) tests/doctor/doctor.sh --llm --cuda
 
-toolchains:
+toolchains: fuzz-setup
 	rustup target list --installed | grep -qx $(AARCH64_TRIPLE) || rustup target add $(AARCH64_TRIPLE)
 	rustup target list --installed | grep -qx thumbv7em-none-eabihf || rustup target add thumbv7em-none-eabihf
 
@@ -127,6 +127,7 @@ test: build
 	$(RLXC) coverage --check docs/op-coverage.md
 	$(MAKE) conformance-check
 	$(MAKE) nollvm-check
+	$(MAKE) fuzz-smoke
 
 # An rlxc without the llvm feature compiles, links and runs a model (tests/nollvm/smoke.sh).
 nollvm-check: $(VENV_STAMP)
@@ -174,7 +175,7 @@ verilog-report: build
 	cargo test --release -p rlxc --test verilog
 	FULL=1 tests/verilog/report.sh 1 8 32
 
-# The nightly toolchain and cargo-fuzz, each only when missing (the lead hooks this into setup).
+# The nightly toolchain and cargo-fuzz, each only when missing (part of make setup through toolchains).
 fuzz-setup:
 	rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
 	cargo fuzz --version 2>/dev/null | grep -qx 'cargo-fuzz $(CARGO_FUZZ_VERSION)' || \
