@@ -30,10 +30,16 @@ RATCHET_CUDA_PTXAS := tests/conformance/ratchet-cuda-ptxas.txt
 NOLLVM_DIR := target/nollvm
 AARCH64_SUBSET := tests/conformance/aarch64-subset.txt
 AARCH64_TRIPLE := aarch64-unknown-linux-gnu
+# Fuzzing (fuzz/, docs/reliability.md): cargo-fuzz on the nightly toolchain; FUZZ_S seconds per
+# target, FUZZ_J targets at once.
+CARGO_FUZZ_VERSION := 0.13.2
+FUZZ_S ?= 600
+FUZZ_J ?= 2
 
 export RLX_PY := $(CURDIR)/$(PY)
 
-.PHONY: setup apt venv toolchains doctor models llama-ref test-llm build install test conformance-data conformance conformance-check nollvm-check demo bench bench-backends verilog-report clean
+.PHONY: setup apt venv toolchains doctor models llama-ref test-llm build install test conformance-data conformance conformance-check nollvm-check demo bench bench-backends verilog-report clean \
+        fuzz-setup fuzz-corpus fuzz fuzz-smoke
 
 # make setup: system packages, the venv, the Rust toolchains; then `make doctor` proves every tool works
 # (a minute, failing with the package to install) before the long build starts.
@@ -43,7 +49,7 @@ setup: apt venv toolchains models llama-ref doctor build
 doctor:
 	RLX_PY=$(CURDIR)/$(PY) tests/doctor/doctor.sh --llm --cuda
 
-toolchains:
+toolchains: fuzz-setup
 	rustup target list --installed | grep -qx $(AARCH64_TRIPLE) || rustup target add $(AARCH64_TRIPLE)
 	rustup target list --installed | grep -qx thumbv7em-none-eabihf || rustup target add thumbv7em-none-eabihf
 
@@ -130,6 +136,7 @@ test: build
 	$(RLXC) coverage --check docs/op-coverage.md
 	$(MAKE) conformance-check
 	$(MAKE) nollvm-check
+	$(MAKE) fuzz-smoke
 
 # An rlxc without the llvm feature compiles, links and runs a model (tests/nollvm/smoke.sh).
 nollvm-check: $(VENV_STAMP)
@@ -176,6 +183,25 @@ bench-backends: build $(VENV_STAMP)
 verilog-report: build
 	cargo test --release -p rlxc --test verilog
 	FULL=1 tests/verilog/report.sh 1 8 32
+
+# The nightly toolchain and cargo-fuzz, each only when missing (part of make setup through toolchains).
+fuzz-setup:
+	rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
+	cargo fuzz --version 2>/dev/null | grep -qx 'cargo-fuzz $(CARGO_FUZZ_VERSION)' || \
+	  cargo install cargo-fuzz --version $(CARGO_FUZZ_VERSION) --locked
+
+# Seed corpora (fuzz/corpus/<target>/, not committed) from the node suite, the MiniLM checkpoint,
+# numpy, the filetests, and rlxc's own HIR/MIR text and Vulkan schedules.
+fuzz-corpus: conformance-data build
+	$(PY) fuzz/seed.py --rlxc $(RLXC) --node-cases $(NODE_CASES)
+
+# Every fuzz target for FUZZ_S seconds (default 600), then a table: executions, corpus, crashes.
+fuzz: fuzz-setup fuzz-corpus
+	fuzz/run.sh --seconds $(FUZZ_S) -j $(FUZZ_J)
+
+# Every target for about 15 s: a regression check that fits in make test.
+fuzz-smoke: fuzz-setup fuzz-corpus
+	fuzz/run.sh --seconds 15 -j $(FUZZ_J) --out fuzz/out-smoke
 
 clean:
 	cargo clean

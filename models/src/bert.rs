@@ -149,6 +149,15 @@ impl Weights {
 pub fn bert_hir(cfg: &BertConfig, tensors: Vec<(String, ConstData)>) -> Result<Hir, String> {
     let map: BTreeMap<String, ConstData> = tensors.into_iter().collect();
     let prefix = if map.contains_key("bert.embeddings.word_embeddings.weight") { "bert." } else { "" };
+    // Each layer reads 16 weights. A layer count beyond the number of tensors is reported as it is,
+    // not as a list of that many missing weights (nor built as one: the count is the file's word).
+    if cfg.num_hidden_layers > map.len() {
+        return Err(format!(
+            "num_hidden_layers {} cannot match a checkpoint of {} tensors (each layer has 16 weights)",
+            cfg.num_hidden_layers,
+            map.len()
+        ));
+    }
     let mut problems = Vec::new();
     for (name, shape) in expected_weights(cfg) {
         let full = format!("{prefix}{name}");

@@ -154,7 +154,7 @@ impl Schedule {
                 return Err(bad(&format!("dispatch {d} has zero workgroups")));
             }
             let block = if ver == SCHEDULE_VERSION_BLOCKS { [next("block")?, next("block")?, next("block")?] } else { [0; 3] };
-            if ver == SCHEDULE_VERSION_BLOCKS && (block.contains(&0) || block.iter().map(|&b| b as u64).product::<u64>() > 1024) {
+            if ver == SCHEDULE_VERSION_BLOCKS && (block.contains(&0) || block.iter().try_fold(1u64, |a, &b| a.checked_mul(b as u64)).is_none_or(|n| n > 1024)) {
                 return Err(bad(&format!("dispatch {d} has a block of {block:?} threads (1 to 1024 in all)")));
             }
             let nr = next("range count")? as usize;
@@ -175,7 +175,9 @@ impl Schedule {
                 let Some(&(_, bytes)) = bases.get(base as usize) else {
                     return Err(bad(&format!("dispatch {d}: a range of buffer {base}, the schedule has {nb}")));
                 };
-                if start > end || end > bytes.div_ceil(4).max(1) * 4 {
+                // The buffer's bytes widened to whole 4-byte words (saturating: a size near 2^64
+                // is the file's claim, not arithmetic to overflow on).
+                if start > end || end > bytes.div_ceil(4).max(1).saturating_mul(4) {
                     return Err(bad(&format!("dispatch {d}: bytes {start}..{end} of buffer {base}, which holds {bytes}")));
                 }
                 ranges.push(Range { base, access, start, end });

@@ -1,9 +1,11 @@
-//! rlx-import: model importers. ONNX (prost messages written by hand in `onnx::proto`) into HIR,
-//! safetensors checkpoints, and GGUF files (metadata + block-quantized tensors, memory-mapped).
+//! rlx-import: readers of outside bytes. ONNX (prost messages written by hand in `onnx::proto`) into
+//! HIR, safetensors checkpoints, GGUF files (metadata + block-quantized tensors, memory-mapped), and
+//! NumPy `.npy` arrays (the inputs and outputs of `rlxc run`).
 //!
 //! Importers never panic on a user's file and collect every problem they find (each naming the
 //! model's own node) instead of stopping at the first.
 
+pub mod npy;
 pub mod onnx;
 pub mod gguf;
 pub mod safetensors;
@@ -126,14 +128,24 @@ pub struct OnnxSummary {
 
 pub fn onnx_summary(path: &Path) -> Result<OnnxSummary, ImportError> {
     let bytes = std::fs::read(path).map_err(|e| ImportError::one(format!("cannot read {}: {e}", path.display())))?;
-    let model = onnx::decode_model(&bytes)?;
+    onnx_summary_bytes(&bytes)
+}
+
+/// [`onnx_summary`] of ONNX protobuf bytes.
+pub fn onnx_summary_bytes(bytes: &[u8]) -> Result<OnnxSummary, ImportError> {
+    let model = onnx::decode_model(bytes)?;
     onnx::summarize(&model)
 }
 
 /// Reads one serialized `TensorProto` (`.pb` test data of the ONNX backend suite).
 pub fn load_tensor_pb(path: &Path) -> Result<ConstData, String> {
-    use prost::Message;
     let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let t = proto::TensorProto::decode(bytes.as_slice()).map_err(|e| format!("{}: not a TensorProto: {e}", path.display()))?;
-    tensor_from_proto(&t, path.parent())
+    parse_tensor_pb(&bytes, path.parent()).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Parses one serialized `TensorProto`; `base_dir` is where external data lives (none: an error).
+pub fn parse_tensor_pb(bytes: &[u8], base_dir: Option<&Path>) -> Result<ConstData, String> {
+    use prost::Message;
+    let t = proto::TensorProto::decode(bytes).map_err(|e| format!("not a TensorProto: {e}"))?;
+    tensor_from_proto(&t, base_dir)
 }

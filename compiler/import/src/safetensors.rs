@@ -20,28 +20,40 @@ use std::sync::Arc;
 /// The crate's own header limit (100 MB); checked here to name it in our words.
 const MAX_HEADER_LEN: u64 = 100_000_000;
 
+/// The bytes a safetensors file's tensors borrow: a memory map of the file, or any other owner.
+pub type Owner = Arc<dyn AsRef<[u8]> + Send + Sync>;
+
 /// Loads every tensor of a safetensors file, sorted by name. Errors name the file and the tensor or
 /// byte offset at fault; several problems are reported together, one per line.
 pub fn load_safetensors(path: &Path) -> Result<Vec<(String, ConstData)>, String> {
     let file = path.display();
     let f = File::open(path).map_err(|e| format!("{file}: cannot open: {e}"))?;
     let len = f.metadata().map_err(|e| format!("{file}: cannot stat: {e}"))?.len();
-    if len < 8 {
-        return Err(format!("{file}: truncated: {len} bytes, but a safetensors file starts with an 8-byte header length"));
-    }
-    // SAFETY: the mapping is read-only; as with any mmap, a concurrent writer truncating the file
-    // could fault the process. The tensors keep the mapping alive through their Blob owner.
-    let map = unsafe { memmap2::Mmap::map(&f) }.map_err(|e| format!("{file}: cannot memory-map: {e}"))?;
-    let bytes: &[u8] = &map;
-    if bytes.len() as u64 != len {
-        return Err(format!("{file}: file changed size while being mapped"));
-    }
-    let infos = check_header(bytes).map_err(|e| format!("{file}: {e}"))?;
+    let owner: Owner = if len < 8 {
+        // Too short to hold a header length (the parser says so); a zero-length map is an error on
+        // some systems, so these few bytes are read instead.
+        Arc::new(std::fs::read(path).map_err(|e| format!("{file}: cannot read: {e}"))?)
+    } else {
+        // SAFETY: the mapping is read-only; as with any mmap, a concurrent writer truncating the file
+        // could fault the process. The tensors keep the mapping alive through their Blob owner.
+        let map = unsafe { memmap2::Mmap::map(&f) }.map_err(|e| format!("{file}: cannot memory-map: {e}"))?;
+        if map.len() as u64 != len {
+            return Err(format!("{file}: file changed size while being mapped"));
+        }
+        Arc::new(map)
+    };
+    parse_safetensors(owner).map_err(|e| format!("{file}: {e}"))
+}
+
+/// Parses the bytes of a safetensors file held by `owner`: every tensor, sorted by name, borrowing
+/// `owner`'s bytes. Errors name the tensor or byte offset at fault (not the file: the caller adds it).
+pub fn parse_safetensors(owner: Owner) -> Result<Vec<(String, ConstData)>, String> {
+    let bytes: &[u8] = (*owner).as_ref();
+    let infos = check_header(bytes)?;
 
     // The crate re-validates (contiguity, full coverage); map its errors to our words.
-    let (n, meta) = SafeTensors::read_metadata(bytes).map_err(|e| format!("{file}: {}", crate_error(&e)))?;
+    let (n, meta) = SafeTensors::read_metadata(bytes).map_err(|e| crate_error(&e))?;
     let data_start = 8 + n;
-    let owner: Arc<dyn AsRef<[u8]> + Send + Sync> = Arc::new(map);
     let mut out = Vec::with_capacity(infos.len());
     let mut problems = Vec::new();
     for info in &infos {
@@ -65,7 +77,7 @@ pub fn load_safetensors(path: &Path) -> Result<Vec<(String, ConstData)>, String>
         }
     }
     if !problems.is_empty() {
-        return Err(format!("{file}: {}", problems.join("\n  ")));
+        return Err(problems.join("\n  "));
     }
     out.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(out)
@@ -120,7 +132,10 @@ fn map_dtype(d: Dtype) -> Option<DType> {
 /// Returns the tensors sorted by data offset, or every problem found, one per line.
 fn check_header(bytes: &[u8]) -> Result<Vec<Info>, String> {
     let len = bytes.len() as u64;
-    let n = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes"));
+    let Some(&n) = bytes.first_chunk::<8>() else {
+        return Err(format!("truncated: {len} bytes, but a safetensors file starts with an 8-byte header length"));
+    };
+    let n = u64::from_le_bytes(n);
     if n > len - 8 {
         return Err(format!(
             "header length {n} (bytes 0..8) is larger than the {} bytes that follow it: truncated or not a safetensors file",

@@ -809,15 +809,22 @@ impl OpSet for MirOp {
 /// Pool output size along one axis (ONNX MaxPool/AveragePool, including ceil mode's rule that the last
 /// window must start inside the input or the left padding).
 pub fn pool_out(input: u64, k: usize, stride: usize, pad_begin: usize, pad_end: usize, dil: usize, ceil: bool) -> Result<u64, String> {
-    let eff = (dil as u64) * (k as u64 - 1) + 1;
-    let padded = input + pad_begin as u64 + pad_end as u64;
-    if padded < eff || stride == 0 {
+    if k == 0 || dil == 0 || stride == 0 {
+        return Err(format!("pool kernel {k}, stride {stride}, dilation {dil}: each must be at least 1"));
+    }
+    // Checked: the sizes are the model's word, up to 2^64.
+    let eff = (dil as u64).checked_mul(k as u64 - 1).and_then(|e| e.checked_add(1));
+    let padded = input.checked_add(pad_begin as u64).and_then(|p| p.checked_add(pad_end as u64));
+    let (Some(eff), Some(padded)) = (eff, padded) else {
+        return Err(format!("pool kernel {k} with dilation {dil} and pads {pad_begin}, {pad_end} on an input of {input} overflows"));
+    };
+    if padded < eff {
         return Err(format!("pool window {eff} larger than padded input {padded}"));
     }
     let span = padded - eff;
     let s = stride as u64;
     let mut out = if ceil { span.div_ceil(s) + 1 } else { span / s + 1 };
-    if ceil && (out - 1) * s >= input + pad_begin as u64 {
+    if ceil && (out - 1).saturating_mul(s) >= input + pad_begin as u64 {
         out -= 1;
     }
     Ok(out)

@@ -97,7 +97,10 @@ pub fn print<O: OpSet>(g: &Graph<O>) -> String {
         let _ = writeln!(out, " : {} @{}", tys.join(", "), quote(&n.name));
     }
     let outs: Vec<String> = g.outputs.iter().map(|o| num.get(o).map(|k| format!("%{k}")).unwrap_or_else(|| format!("%?{}", o.0))).collect();
-    let _ = writeln!(out, "  out {}", outs.join(", "));
+    // A graph without outputs has no `out` line (an empty one would not parse).
+    if !outs.is_empty() {
+        let _ = writeln!(out, "  out {}", outs.join(", "));
+    }
     out.push_str("}\n");
     out
 }
@@ -315,10 +318,15 @@ impl<'a> P<'a> {
     }
     fn data(&mut self, ty: &TensorType) -> R<ConstData> {
         let Some(shape) = ty.shape.as_fixed() else { return self.err("constant with a symbolic shape") };
-        let numel: usize = shape.iter().product();
+        let Some(numel) = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)) else {
+            return self.err(format!("constant of type {ty} has more elements than fit in memory"));
+        };
         if self.peek() == Some(b'x') {
             self.i += 1;
             let h = self.string()?;
+            if !h.is_ascii() {
+                return self.err("bad hex");
+            }
             if h.len() % 2 != 0 {
                 return self.err("odd hex length");
             }
@@ -334,9 +342,13 @@ impl<'a> P<'a> {
                 Err(e) => self.err(e),
             };
         }
+        if ty.dtype.is_quantized_block() {
+            return self.err(format!("a {} constant is written as hex bytes (x\"…\"), not as a list of values", ty.dtype));
+        }
         self.expect(b'[')?;
-        let mut b = Vec::with_capacity(numel * ty.dtype.size().unwrap_or(1));
-        let mut n = 0;
+        // Grown as values are read, never sized from the declared shape.
+        let mut b = Vec::new();
+        let mut n = 0usize;
         if !self.eat(b']') {
             loop {
                 let w = self.word()?;

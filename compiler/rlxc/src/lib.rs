@@ -1,6 +1,7 @@
 //! rlxc as a library: the pieces of the CLI that tests and other tools reuse.
 //!
-//! - [`npy`]: NumPy `.npy` reader and writer (inputs and outputs of `rlxc run`).
+//! - [`npy`]: NumPy `.npy` reader and writer (inputs and outputs of `rlxc run`), re-exported from
+//!   `rlx_import::npy` (a reader of outside bytes lives with the other importers; one implementation).
 //! - [`conformance`]: the ONNX op conformance suite behind `rlxc conformance`.
 //! - [`targets`]: the target families behind one trait — compile, write, execute.
 
@@ -12,6 +13,6 @@ pub mod cli;
 pub mod conformance;
 pub mod cpus;
 pub mod dims;
-pub mod npy;
+pub use rlx_import::npy;
 pub mod pipeline;
 pub mod targets;

@@ -65,19 +65,24 @@ fn einsum(cx: &mut Ctx, eq: &str, ins: &[ValueId]) -> R {
     if terms.len() != ins.len() {
         return Err(format!("einsum '{eq}' names {} operands, got {}", terms.len(), ins.len()));
     }
-    // Expand '...' into upper-case placeholder letters.
-    let ell_rank = terms
-        .iter()
-        .zip(ins)
-        .filter(|(t, _)| t.contains("..."))
-        .map(|(t, &v)| cx.rank(v) - (t.len() - 3))
-        .max()
-        .unwrap_or(0);
+    // Expand '...' into upper-case placeholder letters: the dims an operand's rank has beyond its
+    // term's letters.
+    let mut ell_ranks = Vec::with_capacity(terms.len());
+    for (t, &v) in terms.iter().zip(ins) {
+        let letters = t.chars().count();
+        ell_ranks.push(match t.contains("...") {
+            true => cx.rank(v).checked_sub(letters - 3).ok_or_else(|| format!("einsum term '{t}' has more letters than its operand's rank {}", cx.rank(v)))?,
+            false => 0,
+        });
+    }
+    let ell_rank = ell_ranks.iter().copied().max().unwrap_or(0);
+    if ell_rank > 26 {
+        return Err(format!("einsum '{eq}': '...' stands for {ell_rank} dims, more than the 26 supported"));
+    }
     let ell: String = (0..ell_rank).map(|i| (b'A' + i as u8) as char).collect();
     let mut subs: Vec<Vec<char>> = Vec::new();
-    for (t, &v) in terms.iter().zip(ins) {
+    for ((t, &v), &k) in terms.iter().zip(ins).zip(&ell_ranks) {
         let s = if t.contains("...") {
-            let k = cx.rank(v) - (t.len() - 3);
             t.replace("...", &ell[ell_rank - k..])
         } else {
             t.to_string()
@@ -153,6 +158,14 @@ fn attention(cx: &mut Ctx, a: &Attrs, ins: &[Option<ValueId>], nout: usize) -> R
     let (mut q, mut k, mut v) = (inp(0).ok_or("Q required")?, inp(1).ok_or("K required")?, inp(2).ok_or("V required")?);
     let dt = cx.dtype(q);
     let three = cx.rank(q) == 3;
+    // Q's rank decides the layout: 3-D [batch, seq, heads·dim] or 4-D [batch, heads, seq, dim]; K
+    // and V must share it (the head split below indexes their dims).
+    let want = if three { 3 } else { 4 };
+    for (t, name) in [(q, "Q"), (k, "K"), (v, "V")] {
+        if cx.rank(t) != want {
+            return Err(format!("Attention: {name} has rank {}, expected {want} (3-D or 4-D inputs, as Q's rank {})", cx.rank(t), cx.rank(q)));
+        }
+    }
     if three {
         let (qh, kvh) = (a.i("q_num_heads", 0), a.i("kv_num_heads", 0));
         if qh <= 0 || kvh <= 0 {
@@ -166,7 +179,7 @@ fn attention(cx: &mut Ctx, a: &Attrs, ins: &[Option<ValueId>], nout: usize) -> R
     }
     let past_len = match inp(4) {
         Some(pk) => {
-            let l = cx.fixed_dims(pk, "past_key")?[2];
+            let l = *cx.fixed_dims(pk, "past_key")?.get(2).ok_or("Attention: past_key must be 4-D")?;
             k = cx.prim(MirOp::Concat { axis: 2 }, &[pk, k])?;
             l
         }
