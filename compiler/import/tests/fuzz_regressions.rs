@@ -65,3 +65,11 @@ fn attention_with_k_of_another_rank_than_q_names_the_node() {
     let e = onnx_err("attention-k-rank-2.onnx");
     assert!(e.contains("(Attention, opset") && e.contains("Attention: K has rank 2, expected 3"), "{e}");
 }
+
+#[test]
+fn a_same_upper_pool_kernel_of_size_0_names_the_node() {
+    // MaxPool auto_pad SAME_UPPER, kernel_shape [2, 0]: the SAME pads computed k - 1, which wrapped
+    // below zero before the pool's own kernel check ran.
+    let e = onnx_err("maxpool-same-upper-kernel-0.onnx");
+    assert!(e.contains("(MaxPool, opset 22)") && e.contains("auto_pad SAME_UPPER: kernel [2, 0] and strides [1, 1] must be at least 1"), "{e}");
+}

@@ -211,19 +211,23 @@ pub fn window_out(input: u64, k: usize, stride: usize, pad_total: usize, dil: us
 
 /// Slice bounds for one axis with ONNX semantics: returns (start, count) after normalization and clamping.
 pub fn slice_range(dim: i64, start: i64, end: i64, step: i64) -> (i64, i64) {
-    let norm = |x: i64| if x < 0 { x.saturating_add(dim) } else { x };
+    // In i128 so that no bound, step or size the model gives can overflow; a negative dim (a size past
+    // i64::MAX cast by the caller) counts as 0. Results fit i64: 0 <= s < dim and n <= dim.
+    let (dim, start, end, step) = (i128::from(dim.max(0)), i128::from(start), i128::from(end), i128::from(step));
+    let norm = |x: i128| if x < 0 { x + dim } else { x };
     let (mut s, mut e) = (norm(start), norm(end));
-    if step > 0 {
+    let n = if step == 0 {
+        0
+    } else if step > 0 {
         s = s.clamp(0, dim);
         e = e.clamp(0, dim);
-        let n = if e > s { (e - s + step - 1) / step } else { 0 };
-        (s, n)
+        if e > s { (e - s + step - 1) / step } else { 0 }
     } else {
         s = s.clamp(-1, dim - 1);
         e = e.clamp(-1, dim - 1);
-        let n = if s > e { (s - e + (-step) - 1) / (-step) } else { 0 };
-        (s, n)
-    }
+        if s > e { (s - e + (-step) - 1) / (-step) } else { 0 }
+    };
+    (s as i64, n as i64)
 }
 
 impl OpSet for MirOp {
@@ -401,8 +405,9 @@ impl OpSet for MirOp {
                     let mut sb = target.symbols();
                     sa.sort();
                     sb.sort();
-                    let fa: u64 = x.shape.0.iter().filter_map(Dim::fixed).product();
-                    let fb: u64 = target.0.iter().filter_map(Dim::fixed).product();
+                    let (Some(fa), Some(fb)) = (x.shape.fixed_product(), target.fixed_product()) else {
+                        return Err(format!("reshape: the fixed dims of {} or {target} multiply past 2^64", x.shape));
+                    };
                     if sa != sb || fa != fb {
                         return Err(format!("reshape: cannot prove {} and {target} have the same element count", x.shape));
                     }
@@ -439,7 +444,8 @@ impl OpSet for MirOp {
                     let d = &x.shape.0[axes[i]];
                     match d {
                         Dim::Fixed(dv) => {
-                            let (_, cnt) = slice_range(*dv as i64, starts[i], ends[i], steps[i]);
+                            let dv = i64::try_from(*dv).map_err(|_| format!("slice: axis {} of size {dv} exceeds 2^63", axes[i]))?;
+                            let (_, cnt) = slice_range(dv, starts[i], ends[i], steps[i]);
                             out[axes[i]] = Dim::Fixed(cnt as u64);
                         }
                         Dim::Sym(_) => {
@@ -467,7 +473,9 @@ impl OpSet for MirOp {
                         }
                     }
                     match &t.shape.0[*axis] {
-                        Dim::Fixed(n) => total += n,
+                        Dim::Fixed(n) => {
+                            total = total.checked_add(*n).ok_or_else(|| format!("concat: sizes along axis {axis} add past 2^64"))?
+                        }
                         d => sym = Some(d.clone()),
                     }
                 }
@@ -538,11 +546,12 @@ impl OpSet for MirOp {
                         out.push(x.shape.0[i].clone());
                         continue;
                     }
-                    let d = fixed(&x.shape.0[i], "pad")? as i64 + pads[i] + pads[i + r];
+                    let d = i128::from(fixed(&x.shape.0[i], "pad")?) + i128::from(pads[i]) + i128::from(pads[i + r]);
                     if d < 0 {
                         return Err(format!("pad: negative size on axis {i}"));
                     }
-                    out.push(Dim::Fixed(d as u64));
+                    let d = u64::try_from(d).map_err(|_| format!("pad: size {d} on axis {i} exceeds 2^64"))?;
+                    out.push(Dim::Fixed(d));
                 }
                 one(x.dtype, Shape(out))
             }
@@ -565,9 +574,9 @@ impl OpSet for MirOp {
                     if wd[0] != c || c % g != 0 {
                         return Err(format!("conv_transpose: weight {} does not match {c} input channels", w.shape));
                     }
-                    wd[1] * g
+                    wd[1].checked_mul(g).ok_or_else(|| format!("conv_transpose: {} output channels per group times {g} groups overflows", wd[1]))?
                 } else {
-                    if wd[1] * g != c || wd[0] % g != 0 {
+                    if wd[1].checked_mul(g) != Some(c) || wd[0] % g != 0 {
                         return Err(format!("conv: weight {} with {g} groups does not match {c} input channels", w.shape));
                     }
                     wd[0]
@@ -584,15 +593,20 @@ impl OpSet for MirOp {
                             MirOp::ConvTranspose { output_padding, .. } => output_padding.get(i).copied().unwrap_or(0) as i64,
                             _ => 0,
                         };
-                        let o = (strides[i] as i64) * (inp as i64 - 1) + op + ((k as i64 - 1) * dilations[i] as i64 + 1)
-                            - pads[i] as i64
-                            - pads[i + sp] as i64;
+                        // stride*(in-1) + output_padding + dil*(k-1) + 1 - pads, in i128: every term is at most
+                        // 2^64, so no step overflows; a result past u64 is the model's error.
+                        let w = |v: usize| v as i128;
+                        let o = w(strides[i]) * (i128::from(inp) - 1) + i128::from(op) + (w(k) - 1) * w(dilations[i]) + 1
+                            - w(pads[i])
+                            - w(pads[i + sp]);
                         if o <= 0 {
                             return Err("conv_transpose: empty output".into());
                         }
-                        out.push(Dim::Fixed(o as u64));
+                        let o = u64::try_from(o).map_err(|_| format!("conv_transpose: output size {o} on spatial axis {i} exceeds 2^64"))?;
+                        out.push(Dim::Fixed(o));
                     } else {
-                        out.push(Dim::Fixed(window_out(inp, k, strides[i], pads[i] + pads[i + sp], dilations[i], false)?));
+                        let pad_total = pads[i].checked_add(pads[i + sp]).ok_or_else(|| format!("conv: pads {} + {} overflow", pads[i], pads[i + sp]))?;
+                        out.push(Dim::Fixed(window_out(inp, k, strides[i], pad_total, dilations[i], false)?));
                     }
                 }
                 one(x.dtype, Shape(out))

@@ -80,6 +80,10 @@ impl Shape {
         }
         Some(n)
     }
+    /// Product of the fixed dims (symbols skipped), or None when it overflows u64.
+    pub fn fixed_product(&self) -> Option<u64> {
+        self.0.iter().filter_map(Dim::fixed).try_fold(1u64, |a, d| a.checked_mul(d))
+    }
     pub fn symbols(&self) -> Vec<String> {
         self.0
             .iter()

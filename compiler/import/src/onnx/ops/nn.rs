@@ -38,18 +38,28 @@ pub(super) fn convert(cx: &mut Ctx, nd: &Node) -> R {
             let out_shape = a.ints("output_shape").map(|v| v[v.len().saturating_sub(sp)..].to_vec());
             let pads = if out_shape.is_some() || ap == "SAME_UPPER" || ap == "SAME_LOWER" {
                 let mut p = vec![0; 2 * sp];
+                if let Some(o) = &out_shape {
+                    if o.len() != sp {
+                        return Err(format!("output_shape {o:?} does not fit {sp} spatial dims"));
+                    }
+                }
                 for i in 0..sp {
+                    // In i128: every term is a model size up to 2^64, so no step overflows.
+                    let w = |v: usize| v as i128;
                     let want = match &out_shape {
-                        Some(o) => o[i],
-                        None => (xd[i + 2] * strides[i]) as i64,
+                        Some(o) => i128::from(o[i]),
+                        None => w(xd[i + 2]) * w(strides[i]),
                     };
-                    let full = (strides[i] * (xd[i + 2] - 1) + opad[i] + (k[i] - 1) * dil[i] + 1) as i64;
+                    if xd[i + 2] == 0 || k[i] == 0 {
+                        return Err(format!("input {xd:?} and weight {wd:?}: spatial axis {i} is empty"));
+                    }
+                    let full = w(strides[i]) * (w(xd[i + 2]) - 1) + w(opad[i]) + (w(k[i]) - 1) * w(dil[i]) + 1;
                     let mut total = full - want;
                     if total < 0 {
-                        opad[i] += (-total) as usize;
+                        opad[i] = usize::try_from(w(opad[i]) - total).map_err(|_| format!("output_shape {want} on spatial axis {i} is out of range"))?;
                         total = 0;
                     }
-                    let t = total as usize;
+                    let t = usize::try_from(total).map_err(|_| format!("output_shape {want} on spatial axis {i} is out of range"))?;
                     if ap == "SAME_UPPER" {
                         p[i] = t / 2;
                         p[i + sp] = t - t / 2;
@@ -87,7 +97,8 @@ pub(super) fn convert(cx: &mut Ctx, nd: &Node) -> R {
                     MirOp::Pool { kind: PoolKind::Avg, kernel: k.clone(), strides, pads, dilations: dil, ceil_mode, count_include_pad: true },
                     &[xp],
                 )?;
-                let s = cx.mul_sc(avg, k.iter().product::<usize>() as f64)?;
+                // The kernel's element count as f64 (a product past 2^64 only loses precision, never panics).
+                let s = cx.mul_sc(avg, k.iter().map(|&n| n as f64).product::<f64>())?;
                 let ie = cx.sc(x, 1.0 / p);
                 return one(cx.bin(BinaryOp::Pow, s, ie)?);
             }
@@ -106,8 +117,11 @@ pub(super) fn convert(cx: &mut Ctx, nd: &Node) -> R {
             let d = cx.fixed_dims(x, op)?;
             let size = a.i("size", 1).max(1) as usize;
             let (alpha, beta, bias) = (a.f("alpha", 1e-4), a.f("beta", 0.75), a.f("bias", 1.0));
+            if d.len() < 2 {
+                return Err(format!("LRN input {d:?} must be [N,C,…]"));
+            }
             let c = d[1];
-            let rest: usize = d[2..].iter().product();
+            let rest = d[2..].iter().try_fold(1usize, |a, &n| a.checked_mul(n)).ok_or_else(|| format!("LRN input {d:?}: element count overflows"))?;
             let sq = cx.bin(BinaryOp::Mul, x, x)?;
             let s4 = cx.reshape_u(sq, &[d[0], 1, c, rest])?;
             let lo = (size - 1) / 2;
@@ -144,8 +158,17 @@ pub(super) fn auto_pads(a: &Attrs, inp: &[usize], k: &[usize], s: &[usize], d: &
         "SAME_UPPER" | "SAME_LOWER" => {
             let mut p = vec![0; 2 * sp];
             for i in 0..sp {
+                if s[i] == 0 || k[i] == 0 {
+                    return Err(format!("auto_pad {ap}: kernel {k:?} and strides {s:?} must be at least 1"));
+                }
                 let out = inp[i].div_ceil(s[i]);
-                let need = (out.saturating_sub(1)) * s[i] + (k[i] - 1) * d[i] + 1;
+                // (out-1)*stride + (k-1)*dilation + 1, checked: the sizes are the model's word.
+                let need = out.saturating_sub(1)
+                    .checked_mul(s[i])
+                    .zip((k[i] - 1).checked_mul(d[i]))
+                    .and_then(|(a, b)| a.checked_add(b))
+                    .and_then(|n| n.checked_add(1))
+                    .ok_or_else(|| format!("auto_pad {ap}: kernel {} with stride {} and dilation {} on an input of {} overflows", k[i], s[i], d[i], inp[i]))?;
                 let total = need.saturating_sub(inp[i]);
                 let small = total / 2;
                 if ap == "SAME_UPPER" {
