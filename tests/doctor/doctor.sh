@@ -39,7 +39,7 @@ cortex_m() {
 int main(void) { printf("rlxc doctor %d\n", 6 * 7); return 7; }
 C
     arm-none-eabi-gcc -mcpu=cortex-m4 -mthumb -mfloat-abi=hard -mfpu=fpv4-sp-d16 -O2 --specs=rdimon.specs \
-        -Wl,--section-start=.vectors=0x0 -o "$W/fw.elf" "$W/fw.c" tests/mcu/startup.c || return 1
+        -Wl,--section-start=.vectors=0x0 -o "$W/fw.elf" "$W/fw.c" targets/mcu/firmware/startup.c || return 1
     local out rc
     out=$(timeout 60 qemu-system-arm -M mps2-an386 -nographic -semihosting -kernel "$W/fw.elf" </dev/null)
     rc=$?

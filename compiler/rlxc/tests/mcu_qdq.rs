@@ -3,7 +3,7 @@
 //! build/mcu-test/data), `tests/mcu/quantize_qdq.py` quantizes them with ONNX Runtime's
 //! `quantize_static` (QDQ, per-channel int8 weights, int8 activations) and runs the QDQ models in ONNX
 //! Runtime on the 1,000 test images; `rlxc compile --target cortex-m4` (no `--calibrate`: the model's own
-//! scales and zero points) writes NAME.c/NAME.h, `tests/mcu/main.c` + `startup.c` are built with
+//! scales and zero points) writes NAME.c/NAME.h, `targets/mcu/firmware/main.c` + `startup.c` are built with
 //! arm-none-eabi-gcc and run over the same images in `qemu-system-arm -M mps2-an386`.
 //! Checks: the header's port parameters are the model's input QuantizeLinear and output
 //! DequantizeLinear parameters (read from the ONNX file by the script); the firmware's int8 outputs

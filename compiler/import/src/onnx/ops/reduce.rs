@@ -8,7 +8,7 @@ use rlx_ir::{ArgOp, BinaryOp, MirOp, ReduceOp, UnaryOp};
 
 /// The ONNX op types this family translates.
 pub(super) const OPS: &[&str] = &[
-    "ArgMax", "ArgMin", "CumSum", "ReduceLogSum", "ReduceLogSumExp", "ReduceMax", "ReduceMean", "ReduceMin",
+    "ArgMax", "ArgMin", "CumSum", "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceMax", "ReduceMean", "ReduceMin",
     "ReduceProd", "ReduceSum", "ReduceSumSquare", "TopK",
 ];
 
