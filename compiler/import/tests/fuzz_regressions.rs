@@ -73,3 +73,11 @@ fn a_same_upper_pool_kernel_of_size_0_names_the_node() {
     let e = onnx_err("maxpool-same-upper-kernel-0.onnx");
     assert!(e.contains("(MaxPool, opset 22)") && e.contains("auto_pad SAME_UPPER: kernel [2, 0] and strides [1, 1] must be at least 1"), "{e}");
 }
+
+#[test]
+fn group_normalization_of_a_rank_1_input_names_the_node() {
+    // Found by the 600 s campaign on 16 cores: GroupNormalization read the channel dim xd[1] of a
+    // rank-1 input (index out of bounds). The rank and num_groups | C are checked now.
+    let e = onnx_err("groupnorm-rank-1-input.onnx");
+    assert!(e.contains("GroupNormalization") && e.contains("it needs [N, C, ...]"), "{e}");
+}

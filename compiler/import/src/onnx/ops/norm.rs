@@ -66,8 +66,14 @@ pub(super) fn convert(cx: &mut Ctx, nd: &Node) -> R {
             let x = req(0)?;
             let xd = cx.fixed_dims(x, op)?;
             let r = xd.len();
+            if r < 2 {
+                return Err(format!("GroupNormalization: the input has rank {r}, it needs [N, C, ...] (rank 2 or more)"));
+            }
             let g = a.i("num_groups", 1).max(1) as usize;
             let c = xd[1];
+            if c % g != 0 {
+                return Err(format!("GroupNormalization: num_groups {g} does not divide the {c} channels"));
+            }
             let eps = a.f("epsilon", 1e-5);
             let grouped = cx.reshape_u(x, &[xd[0], g, xd[1..].iter().product::<usize>() / g])?;
             let m = cx.reduce(ReduceOp::Mean, grouped, vec![2], true)?;
