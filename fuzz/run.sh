@@ -6,6 +6,8 @@
 #
 # TARGET…        default: every target (the binaries in --bin-dir, else fuzz/fuzz_targets/*.rs)
 # --seconds N    libFuzzer's -max_total_time for each target (default 600)
+# --seed N       libFuzzer's -seed (default: from the clock); make fuzz-smoke fixes it, so the CI pass
+#                replays the same mutations every time and fails only on a real regression
 # -j J           targets run at once (default 2); each is one libFuzzer process on one core
 # --bin-dir DIR  prebuilt binaries (`cargo +nightly fuzz build -O -a`, x86-64 Linux) instead of
 #                building here: nothing of cargo is needed on the machine then
@@ -20,11 +22,12 @@
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-seconds=600 jobs=2 bin_dir="" corpus_dir="$here/corpus" out="$here/out"
+seconds=600 jobs=2 seed="" bin_dir="" corpus_dir="$here/corpus" out="$here/out"
 targets=()
 while (($#)); do
   case "$1" in
     --seconds) seconds="$2"; shift 2 ;;
+    --seed) seed="$2"; shift 2 ;;
     -j) jobs="$2"; shift 2 ;;
     -j*) jobs="${1#-j}"; shift ;;
     --bin-dir) bin_dir="$2"; shift 2 ;;
@@ -64,7 +67,7 @@ run_one() {
   local before start rc=0
   before=$(count_findings "$art")
   start=$(date +%s)
-  "$bin" -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 \
+  "$bin" -max_total_time="$seconds" ${seed:+-seed="$seed"} -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 \
     -artifact_prefix="$art" "${flags[@]}" "$corpus" >"$out/logs/$t.log" 2>&1 || rc=$?
   local secs=$(( $(date +%s) - start ))
   local execs corpus_n found
