@@ -81,3 +81,10 @@ fn group_normalization_of_a_rank_1_input_names_the_node() {
     let e = onnx_err("groupnorm-rank-1-input.onnx");
     assert!(e.contains("GroupNormalization") && e.contains("it needs [N, C, ...]"), "{e}");
 }
+
+#[test]
+fn range_with_an_empty_start_tensor_names_the_node() {
+    // Found by a 600 s local run of onnx_import: Range read element 0 of an empty constant start.
+    let e = onnx_err("range-start-empty-tensor.onnx");
+    assert!(e.contains("must be a scalar (one element), it has 0"), "{e}");
+}

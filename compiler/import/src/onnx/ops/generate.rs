@@ -73,6 +73,10 @@ pub(super) fn convert(cx: &mut Ctx, nd: &Node) -> R {
             }
             let dt = if a.has("dtype") { dtype_from_onnx(a.i("dtype", 1) as i32)? } else { cx.dtype(x) };
             let k = a.i("k", 0);
+            match xd[0].checked_mul(xd[1]) {
+                Some(n) if n <= 100_000_000 => {}
+                _ => return Err(format!("EyeLike of {} x {} elements is too large", xd[0], xd[1])),
+            }
             let mut v = Vec::with_capacity(xd[0] * xd[1]);
             for i in 0..xd[0] as i64 {
                 for j in 0..xd[1] as i64 {
@@ -84,7 +88,13 @@ pub(super) fn convert(cx: &mut Ctx, nd: &Node) -> R {
         "Range" => {
             let (s, l, d) = (req(0)?, req(1)?, req(2)?);
             let dt = cx.dtype(s);
-            let (sv, lv, dv) = (cx.const_f64s(s, "Range start")?[0], cx.const_f64s(l, "Range limit")?[0], cx.const_f64s(d, "Range delta")?[0]);
+            let mut scalar = |v, what: &str| -> Result<f64, String> {
+                match cx.const_f64s(v, what)?.as_slice() {
+                    [x] => Ok(*x),
+                    xs => Err(format!("{what} must be a scalar (one element), it has {}", xs.len())),
+                }
+            };
+            let (sv, lv, dv) = (scalar(s, "Range start")?, scalar(l, "Range limit")?, scalar(d, "Range delta")?);
             if dv == 0.0 {
                 return Err("Range delta is 0".into());
             }
