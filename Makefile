@@ -128,7 +128,7 @@ llama-ref: $(VENV_STAMP)
 	      -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF"; \
 	  fi; \
 	  echo "building llama-cpp-python $(LLAMA_CPP_VERSION) from source (~8 min), CMAKE_ARGS=$$args"; \
-	  CMAKE_ARGS="$$args" $(PY) -m pip install -q --no-cache-dir -r $(LLAMA_REQ); \
+	  CMAKE_ARGS="$$args" $(PY) -m pip install -q -r $(LLAMA_REQ); \
 	fi
 
 test: build
