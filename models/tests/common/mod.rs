@@ -43,20 +43,9 @@ pub fn minilm_dir() -> PathBuf {
 }
 
 /// Runs `python script args…` from the repo root; panics with its output on failure.
+#[allow(dead_code)]
 pub fn run_python(script: &str, args: &[&str]) {
-    let out = Command::new(python())
-        .arg(repo_root().join(script))
-        .args(args)
-        .current_dir(repo_root())
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {}: {e}", python().display()));
-    assert!(
-        out.status.success(),
-        "{script} {args:?} failed ({}):\n{}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    python_stdout(script, args);
 }
 
 /// A fresh scratch folder under the target dir.
@@ -68,7 +57,6 @@ pub fn scratch(name: &str) -> PathBuf {
 }
 
 /// Runs `python script args…` from the repo root and returns its stdout; panics with its output on failure.
-#[allow(dead_code)]
 pub fn python_stdout(script: &str, args: &[&str]) -> Vec<u8> {
     let out = Command::new(python())
         .arg(repo_root().join(script))

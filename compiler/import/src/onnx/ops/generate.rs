@@ -88,7 +88,7 @@ pub(super) fn convert(cx: &mut Ctx, nd: &Node) -> R {
         "Range" => {
             let (s, l, d) = (req(0)?, req(1)?, req(2)?);
             let dt = cx.dtype(s);
-            let mut scalar = |v, what: &str| -> Result<f64, String> {
+            let scalar = |v, what: &str| -> Result<f64, String> {
                 match cx.const_f64s(v, what)?.as_slice() {
                     [x] => Ok(*x),
                     xs => Err(format!("{what} must be a scalar (one element), it has {}", xs.len())),
