@@ -116,3 +116,55 @@ pub fn vocab_from_gguf(f: &GgufFile) -> Result<Option<Vocab>, String> {
         _ => Err(problems.join("; ")),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(keys: Vec<(&str, GgufValue)>) -> GgufFile {
+        let mut metadata: Vec<(String, GgufValue)> = keys.into_iter().map(|(k, v)| (format!("tokenizer.ggml.{k}"), v)).collect();
+        metadata.sort_by(|a, b| a.0.cmp(&b.0));
+        GgufFile { version: 3, alignment: 32, data_offset: 0, metadata, tensors: Vec::new() }
+    }
+    fn strs(v: &[&str]) -> GgufValue {
+        GgufValue::Array(v.iter().map(|s| GgufValue::Str(s.to_string())).collect())
+    }
+
+    #[test]
+    fn keys_become_the_vocab_and_absent_tokens_mean_none() {
+        assert_eq!(vocab_from_gguf(&file(vec![("model", GgufValue::Str("llama".into()))])), Ok(None));
+        let v = vocab_from_gguf(&file(vec![
+            ("model", GgufValue::Str("llama".into())),
+            ("tokens", strs(&["<unk>", "<s>", "a"])),
+            ("scores", GgufValue::Array(vec![GgufValue::Float(0.0), GgufValue::Float(0.0), GgufValue::Float(-1.5)])),
+            ("token_type", GgufValue::Array(vec![GgufValue::Int(2), GgufValue::Int(3), GgufValue::Int(1)])),
+            ("bos_token_id", GgufValue::UInt(1)),
+            ("add_bos_token", GgufValue::Bool(true)),
+        ]))
+        .unwrap()
+        .unwrap();
+        assert_eq!((v.model, v.tokens.len(), v.scores[2], v.types[1], v.bos, v.add_bos, v.eos), (TokenizerModel::Spm, 3, -1.5, TokenType::Control, Some(1), Some(true), None));
+    }
+
+    #[test]
+    fn mistyped_keys_are_named_together() {
+        let e = vocab_from_gguf(&file(vec![
+            ("tokens", GgufValue::Array(vec![GgufValue::Str("a".into()), GgufValue::UInt(7)])),
+            ("bos_token_id", GgufValue::Int(-1)),
+            ("add_bos_token", GgufValue::UInt(1)),
+            ("scores", GgufValue::Str("x".into())),
+        ]))
+        .unwrap_err();
+        for k in [
+            "tokenizer.ggml.model is missing",
+            "tokenizer.ggml.tokens[1] is not a string (7)",
+            "tokenizer.ggml.bos_token_id = -1 is not a token id",
+            "tokenizer.ggml.add_bos_token = 1 is not a boolean",
+            "tokenizer.ggml.scores is not an array",
+        ] {
+            assert!(e.contains(k), "{e}");
+        }
+        let e = vocab_from_gguf(&file(vec![("model", GgufValue::Str("bert".into())), ("tokens", strs(&["a"]))])).unwrap_err();
+        assert!(e.contains("tokenizer.ggml.model = 'bert' is not supported"), "{e}");
+    }
+}
