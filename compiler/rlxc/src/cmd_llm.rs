@@ -147,7 +147,8 @@ pub fn run(a: &RunArgs, p: &Path) -> Result<(), Failure> {
     if a.show_ids {
         eprintln!("prompt ids: {}", ids(&prompt));
     }
-    let mut step = InterpStep::new(mir, cfg.context);
+    // What runs the model (a compiled KV-cache artifact is another `Step`; nothing below changes).
+    let mut step: Box<dyn Step> = Box::new(InterpStep::new(mir, cfg.context));
     let mut sampler = Sampler::new(sampling);
     let is_eog = |t: i64| tok.as_ref().is_some_and(|k| u32::try_from(t).is_ok_and(|t| k.is_eog(t)));
     let mut out = std::io::stdout().lock();
@@ -155,7 +156,7 @@ pub fn run(a: &RunArgs, p: &Path) -> Result<(), Failure> {
     let stats = if let (Some(_), Some(k)) = (&a.prompt, &tok) {
         // Text: whole UTF-8 characters as they complete; control tokens print nothing.
         let mut dec = StreamDecoder::new(false);
-        let stats = llm::generate(&mut step, &prompt, n, &mut sampler, &is_eog, &mut |t| {
+        let stats = llm::generate(step.as_mut(), &prompt, n, &mut sampler, &is_eog, &mut |t| {
             generated.push(t);
             let s = dec.push(k, t as u32, false);
             out.write_all(s.as_bytes()).and_then(|()| out.flush()).map_err(stdout_failure)
@@ -169,7 +170,7 @@ pub fn run(a: &RunArgs, p: &Path) -> Result<(), Failure> {
         stats
     } else {
         out.write_all(b"generated: ").map_err(stdout_failure)?;
-        let stats = llm::generate(&mut step, &prompt, n, &mut sampler, &is_eog, &mut |t| {
+        let stats = llm::generate(step.as_mut(), &prompt, n, &mut sampler, &is_eog, &mut |t| {
             let sep = if generated.is_empty() { "" } else { "," };
             generated.push(t);
             write!(out, "{sep}{t}").and_then(|()| out.flush()).map_err(stdout_failure)
