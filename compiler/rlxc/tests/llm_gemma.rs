@@ -4,7 +4,8 @@
 //!   prompts must agree;
 //! - llama.cpp (`llama-cpp-python`, tests/reference/llama_cpp_ref.py): `rlxc run --prompt TEXT
 //!   --temperature 0` must tokenize the text prompts as llama.cpp does and generate the same greedy
-//!   ids. How many prompts and steps is a parameter — `RLX_LLM_PROMPTS` (default 2, at most 8) and
+//!   ids, up to a first difference where llama.cpp's own logits for the two tokens are within 0.1
+//!   (a near tie: its quantized-activation arithmetic vs ours). How many prompts and steps is a parameter — `RLX_LLM_PROMPTS` (default 2, at most 8) and
 //!   `RLX_LLM_STEPS` (default 3) — because the interpreter recomputes the whole sequence per token
 //!   (~7 s each); the full check is `RLX_LLM_PROMPTS=8 RLX_LLM_STEPS=32 make test-llm`.
 //! Slow (the interpreter and the float64 reference both run the 270M model): run by `make test-llm`.
@@ -52,6 +53,9 @@ fn ids_after(text: &str, prefix: &str) -> Vec<i64> {
     line.split(',').filter(|s| !s.is_empty()).map(|s| s.parse().unwrap()).collect()
 }
 
+/// Logits closer than this (llama.cpp's own; its largest are ~20 on these prompts) are a near tie.
+const TIE: f64 = 0.1;
+
 #[test]
 #[ignore = "slow: run with `make test-llm`"]
 fn gemma3_270m_greedy_generation_matches_llama_cpp() {
@@ -59,7 +63,7 @@ fn gemma3_270m_greedy_generation_matches_llama_cpp() {
     assert!(model.exists(), "{} not found: run `make models`", model.display());
     let prompts = env_count("RLX_LLM_PROMPTS", 2).min(TEXT_PROMPTS.len());
     let steps = env_count("RLX_LLM_STEPS", 3);
-    let mut bad = Vec::new();
+    let (mut bad, mut ties) = (Vec::new(), Vec::new());
     let (mut t_ref, mut t_ours) = (0.0, 0.0);
     for text in &TEXT_PROMPTS[..prompts] {
         let t = Instant::now();
@@ -90,11 +94,28 @@ fn gemma3_270m_greedy_generation_matches_llama_cpp() {
         let (g_ours, g_ref) = (ids_after(&err, "generated ids: "), want("generated"));
         // Ours stops early only at an end-of-generation token, which llama.cpp's greedy run also chose.
         let stopped = g_ours.len() < steps && err.contains("stopped: end of generation");
-        if !(g_ours == g_ref || (stopped && g_ref.starts_with(&g_ours))) {
-            bad.push(format!("{text:?}: generated: ours {g_ours:?}, llama.cpp {g_ref:?}"));
+        let Some(i) = g_ours.iter().zip(&g_ref).position(|(a, b)| a != b) else {
+            if !(g_ours == g_ref || (stopped && g_ref.starts_with(&g_ours))) {
+                bad.push(format!("{text:?}: generated: ours {g_ours:?}, llama.cpp {g_ref:?}"));
+            }
+            continue;
+        };
+        // A first difference where llama.cpp's own logits for its token and ours are within TIE is
+        // a near tie (llama.cpp's quantized-activation dot products vs our f32/f64 arithmetic);
+        // the sequences are not comparable after it.
+        let top: Vec<(i64, f64)> = js["generate"]["top"][i].as_array().unwrap().iter().map(|p| (p[0].as_i64().unwrap(), p[1].as_f64().unwrap())).collect();
+        let theirs = top[0].1;
+        match top.iter().find(|p| p.0 == g_ours[i]) {
+            Some(&(_, l)) if theirs - l < TIE => {
+                ties.push(format!("{text:?}, step {i}: ours {}, llama.cpp {} (its logits {theirs:.4} vs {l:.4}); same before", g_ours[i], g_ref[i]))
+            }
+            _ => bad.push(format!("{text:?}: generated: ours {g_ours:?}, llama.cpp {g_ref:?} (differ at step {i}; llama.cpp's top 5 there: {top:?})")),
         }
     }
     eprintln!("{prompts} prompts × {steps} greedy steps: llama.cpp {t_ref:.1} s, rlxc on the interpreter {t_ours:.1} s");
+    if !ties.is_empty() {
+        eprintln!("near ties (llama.cpp's two logits within {TIE}), compared up to there:\n  {}", ties.join("\n  "));
+    }
     assert!(bad.is_empty(), "{} of {prompts} prompts differ:\n{}", bad.len(), bad.join("\n"));
 }
 
