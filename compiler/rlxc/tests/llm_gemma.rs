@@ -5,10 +5,13 @@
 //! - llama.cpp (`llama-cpp-python`, tests/reference/llama_cpp_ref.py): `rlxc run --prompt TEXT
 //!   --temperature 0` must tokenize the text prompts as llama.cpp does and generate the same greedy
 //!   ids, up to a first difference where llama.cpp's own logits for the two tokens are within 0.1
-//!   (a near tie: its quantized-activation arithmetic vs ours). How many prompts and steps is a parameter — `RLX_LLM_PROMPTS` (default 2, at most 8) and
-//!   `RLX_LLM_STEPS` (default 3) — because the interpreter recomputes the whole sequence per token
-//!   (~7 s each); the full check is `RLX_LLM_PROMPTS=8 RLX_LLM_STEPS=32 make test-llm`.
-//! Slow (the interpreter and the float64 reference both run the 270M model): run by `make test-llm`.
+//!   (a near tie: its quantized-activation arithmetic vs ours).
+//!
+//! How many prompts and steps the llama.cpp check runs is a parameter — `RLX_LLM_PROMPTS` (default
+//! 2, at most 8) and `RLX_LLM_STEPS` (default 3) — because the interpreter recomputes the whole
+//! sequence per token (~7 s each); the full check is
+//! `RLX_LLM_PROMPTS=8 RLX_LLM_STEPS=32 make test-llm`. Both are slow (the interpreter and the
+//! float64 reference run the 270M model): run by `make test-llm`.
 
 mod common;
 
