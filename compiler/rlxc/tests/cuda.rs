@@ -84,7 +84,8 @@ fn every_model_assembles_with_ptxas_for_sm80_and_sm90() {
             let manifest: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join(format!("{name}.json"))).unwrap()).unwrap();
             assert_eq!(sched.dispatches.len() as u64, manifest["kernels"].as_u64().unwrap(), "{name}");
             assert_eq!(src.matches(".entry k").count(), sched.dispatches.len(), "{name}");
-            assert!(sched.dispatches.iter().all(|d| d.block == [256, 1, 1] && !d.ranges.is_empty()), "{name}");
+            // 256 threads per block, row kernels 32 per row (1, 2, 4 or 8 rows).
+            assert!(sched.dispatches.iter().all(|d| [32, 64, 128, 256].contains(&d.block[0]) && d.block[1..] == [1, 1] && !d.ranges.is_empty()), "{name}");
             assert_eq!(manifest["target"]["sm"].as_u64(), Some(sm.parse().unwrap()));
             if sm == "80" {
                 // Reproducible: a second compile gives the same bytes.
@@ -135,8 +136,8 @@ fn minilm_uses_tiles_warp_rows_and_tensor_cores() {
 
 /// tests/gpu/make_tiled.py's and make_rows.py's awkward shapes (M, N, K not multiples of 16, batched
 /// operands, 4×4 / 2×2 / 1×1 outputs per thread, an int32 matmul, reductions, rows of 10 … 3000,
-/// 65,600 rows, one 1-D row) assemble for sm_80 and sm_90, f32 and bf16, with the grids the tiled
-/// writer's mapping gives (the GPU machine checks their numbers: tests/gpu/prepare_cuda.sh).
+/// 65,600 rows, one 1-D row) assemble for sm_80 and sm_90, f32 and bf16, with the grids and blocks
+/// the tiled writer's mapping gives (the GPU machine checks their numbers: tests/gpu/prepare_cuda.sh).
 #[test]
 fn awkward_tiles_and_rows_assemble() {
     let dir = tmp("awkward");
@@ -148,10 +149,11 @@ fn awkward_tiles_and_rows_assemble() {
         // mm_odd (111×29: 1×1 per thread), mm_bat (70×90 ×6 batches), mm_r4 (1024×640: 4×4), mm_r2
         // (256×640: 2×2), mm_i32, then three row reductions (a warp per row, 8 per block) and mean_all
         // (no grid: one thread).
-        ("tiled", "f32", &[[2, 7, 1], [6, 5, 6], [10, 16, 1], [20, 8, 1], [2, 7, 1], [1, 1, 1], [3, 1, 1], [1, 1, 1]]),
-        ("tiled", "bf16", &[[2, 7, 1], [6, 5, 6], [10, 16, 1], [20, 8, 1], [2, 7, 1], [1, 1, 1], [3, 1, 1], [1, 1, 1]]),
-        // LayerNorm 150 rows, 2 rows; softmax 264 rows; rows of 10 (one thread per row); 65,600 rows; 1-D.
-        ("rows", "f32", &[[19, 1, 1], [1, 1, 1], [33, 1, 1], [1, 1, 1], [8200, 1, 1], [1, 1, 1]]),
+        ("tiled", "f32", &[[2, 7, 1], [6, 5, 6], [10, 16, 1], [20, 8, 1], [2, 7, 1], [5, 1, 1], [24, 1, 1], [1, 1, 1]]),
+        ("tiled", "bf16", &[[2, 7, 1], [6, 5, 6], [10, 16, 1], [20, 8, 1], [2, 7, 1], [5, 1, 1], [24, 1, 1], [1, 1, 1]]),
+        // LayerNorm 150 rows, 2 rows; softmax 264 rows (one warp per block up to 527 rows); rows of 10
+        // (one thread per row); 65,600 rows (8 per block); one 1-D row (no grid: one thread).
+        ("rows", "f32", &[[150, 1, 1], [2, 1, 1], [264, 1, 1], [1, 1, 1], [8200, 1, 1], [1, 1, 1]]),
     ];
     for (m, p, grids) in want {
         let out = dir.join(format!("{m}-{p}"));
@@ -171,6 +173,10 @@ fn awkward_tiles_and_rows_assemble() {
             })
             .collect();
         assert_eq!(got, grids, "{m} ({p}): grids");
+        // Matmuls and one-thread kernels: 256 threads per block; row kernels one warp per row.
+        let blocks: Vec<u64> = manifest["schedule"]["dispatches"].as_array().unwrap().iter().map(|d| d["block"][0].as_u64().unwrap()).collect();
+        let want_blocks: &[u64] = if m == "tiled" { &[256, 256, 256, 256, 256, 32, 32, 256] } else { &[32, 32, 32, 256, 256, 256] };
+        assert_eq!(blocks, want_blocks, "{m} ({p}): blocks");
         let src = std::fs::read_to_string(&ptx).unwrap();
         // Four f32 matmuls on the tensor cores under bf16 (the int32 one stays on the SIMT cores).
         let mma = src.matches("mma.sync").count();

@@ -70,7 +70,7 @@ pub fn module_text(lir: &Lir, bases: &[BaseBuf], tiles: bool, mma: super::Mma) -
             let _ = writeln!(fns, "; launch {li}: {:?} ({})", k.name, plan_name(&plan));
             fns.push_str(&t.text);
             globals.extend(t.globals);
-            dispatches.push(SchedDispatch { entry: li as u32, groups: t.groups, block: [BLOCK, 1, 1], ranges });
+            dispatches.push(SchedDispatch { entry: li as u32, groups: t.groups, block: [t.block, 1, 1], ranges });
             names.push(k.name.clone());
             continue;
         }

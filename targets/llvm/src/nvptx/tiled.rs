@@ -1,6 +1,6 @@
 //! Cooperative kernels: the PTX of the plans `rlx_ir::loops::tiled::recognize` finds in a kernel's
-//! loop form (the recognizer the shader writer uses too). Every kernel here runs [`BLOCK`] threads
-//! per block, like the one-thread-per-output path it replaces; anything not recognized stays there.
+//! loop form (the recognizer the shader writer uses too). Matmuls run [`BLOCK`] threads per block,
+//! row kernels 32 per row; anything not recognized keeps the one-thread-per-output path.
 //!
 //! - **Tiled matmul** ([`Plan::Matmul`]): a block of 16×16 threads computes a (16·R)×(16·R) tile of
 //!   the output, R×R outputs per thread held in registers (R = 4, 2 or 1, the recognizer's choice:
@@ -13,7 +13,8 @@
 //!   per-thread kernel does. Then each thread runs the epilogue (`rest`: bias, GELU, residual, the
 //!   store — whatever the planner fused) once per output it owns, inside M × N.
 //! - **Row kernels** ([`Plan::Rows`]: LayerNorm, softmax, RMSNorm rows) and **row reductions**
-//!   ([`Plan::Reduce`]): one warp per row, [`ROWS`] rows per block. Each reduction: lane l folds terms
+//!   ([`Plan::Reduce`]): one warp per row, 1, 2, 4 or 8 rows per block ([`rows_per_block`]: few rows
+//!   spread over the SMs, many fill blocks of 256). Each reduction: lane l folds terms
 //!   l, l + 32, …, then five `llvm.nvvm.shfl.sync.bfly` steps leave the total in every lane (a
 //!   butterfly of a commutative ⊕: every lane ends with the same bits); scalars are computed by every
 //!   lane; element loops are strided over the lanes. No shared memory, no barriers. A warp past the
@@ -26,13 +27,21 @@ use rlx_ir::loops::tiled::{cdiv, unit_stride, Acc, Phase, Plan, T};
 use rlx_ir::loops::{Expr, Var};
 use rlx_ir::{BinaryOp, DType};
 
-/// Rows per block of a row kernel: one per warp.
-pub const ROWS: i64 = BLOCK as i64 / 32;
+/// Blocks a row kernel aims for before it packs more than one row (warp) into a block: two per SM of
+/// a large GPU (an H200 has 132), so short row counts spread over the SMs instead of filling a few.
+const ROW_FILL: i64 = 264;
 
-/// A cooperative kernel's function text, its grid and the shared-memory globals it uses.
+/// Warps (rows) per block of a row kernel over `total` rows: 1, 2, 4 or 8 — the most that still
+/// gives [`ROW_FILL`] blocks.
+pub fn rows_per_block(total: i64) -> i64 {
+    [8, 4, 2].into_iter().find(|&r| total / r >= ROW_FILL).unwrap_or(1)
+}
+
+/// A cooperative kernel's function text, its grid and block, and the shared-memory globals it uses.
 pub struct Tiled {
     pub text: String,
     pub groups: [u32; 3],
+    pub block: u32,
     pub globals: Vec<String>,
 }
 
@@ -105,19 +114,19 @@ fn shared_at(w: &mut Writer, base: &str, len: i64, ty: &str, idx: &str) -> Strin
 pub fn kernel(li: usize, sig: &str, setup: &str, params: Vec<(DType, String)>, plan: &Plan, mma: Mma, decls: &mut std::collections::BTreeSet<String>) -> Result<Tiled, String> {
     let mut w = Writer::gpu(params, decls);
     let mut globals = Vec::new();
-    let groups = match plan {
+    let (groups, block) = match plan {
         Plan::Matmul { acc, a, b, rows, cols, batch, r } => {
             // Tensor cores for f32 matmuls under --precision tf32|bf16|fp16; integer matmuls and f32
             // stay on the SIMT cores.
             let tc = if acc.dtype == DType::F32 && mma != Mma::F32 { Some(mma) } else { None };
-            matmul(&mut w, li, acc, a, b, rows, cols, batch, *r, tc, &mut globals)?
+            (matmul(&mut w, li, acc, a, b, rows, cols, batch, *r, tc, &mut globals)?, BLOCK)
         }
         Plan::Reduce { acc, grid } => rows_kernel(&mut w, &[Phase::Reduce(acc.clone())], Some(acc), grid)?,
         Plan::Rows { phases, grid, .. } => rows_kernel(&mut w, phases, None, grid)?,
     };
     let (allocas, body) = w.finish();
     let text = format!("define ptx_kernel void @k{li}({sig}) #0 {{\nentry:\n{allocas}{setup}  br label %start.bb\nstart.bb:\n{body}  ret void\n}}\n\n");
-    Ok(Tiled { text, groups, globals })
+    Ok(Tiled { text, groups, block, globals })
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -402,15 +411,16 @@ fn mma_step(w: &mut Writer, kind: Mma, (sa, la, pa): (&str, i64, i64), (sb, lb, 
     Ok(())
 }
 
-/// One warp per grid point (row): the phases in order; for a row reduction (`reduce`), lane 0 then
-/// runs the reduction's `rest`.
-fn rows_kernel(w: &mut Writer, phases: &[Phase], reduce: Option<&Acc>, grid: &[(Var, i64)]) -> Result<[u32; 3], String> {
+/// One warp per grid point (row), [`rows_per_block`] warps per block: the phases in order; for a row
+/// reduction (`reduce`), lane 0 then runs the reduction's `rest`. Returns the grid and the block.
+fn rows_kernel(w: &mut Writer, phases: &[Phase], reduce: Option<&Acc>, grid: &[(Var, i64)]) -> Result<([u32; 3], u32), String> {
     let total: i64 = grid.iter().map(|d| d.1).product::<i64>().max(1);
+    let rpb = rows_per_block(total);
     let tid = sreg(w, "tid.x");
     let warp = w.emit_op(format!("lshr i64 {tid}, 5"));
     let lane = w.emit_op(format!("and i64 {tid}, 31"));
     let cx = sreg(w, "ctaid.x");
-    let g0 = w.emit_op(format!("mul nuw nsw i64 {cx}, {ROWS}"));
+    let g0 = w.emit_op(format!("mul nuw nsw i64 {cx}, {rpb}"));
     let g = w.emit_op(format!("add nuw nsw i64 {g0}, {warp}"));
     let lt = w.emit_op(format!("icmp slt i64 {g}, {}", total - 1));
     let gi = w.emit_op(format!("select i1 {lt}, i64 {g}, i64 {}", total - 1));
@@ -471,9 +481,9 @@ fn rows_kernel(w: &mut Writer, phases: &[Phase], reduce: Option<&Acc>, grid: &[(
             Ok(())
         })?;
     }
-    let blocks = cdiv(total, ROWS);
+    let blocks = cdiv(total, rpb);
     if blocks > i32::MAX as i64 {
         return Err(format!("a row kernel of {total} rows needs more than 2^31 - 1 blocks"));
     }
-    Ok([blocks as u32, 1, 1])
+    Ok(([blocks as u32, 1, 1], 32 * rpb as u32))
 }
