@@ -89,7 +89,8 @@ pub struct CompileArgs {
     /// Print the time of each compile phase
     #[arg(long)]
     pub timings: bool,
-    /// Also write NAME.ll (LLVM IR before optimization) and NAME.lir (the planned program and kernels)
+    /// Also write NAME.ll (LLVM IR before optimization) and NAME.lir (the planned program and kernels;
+    /// --target cuda: NAME.ll only)
     #[arg(long)]
     pub emit_ir: bool,
     /// MCU targets: the source language written

@@ -46,7 +46,7 @@ impl Family for Cuda {
         caps()
     }
     fn flags(&self) -> &'static [Flag] {
-        &[Flag::Sm, Flag::Precision]
+        &[Flag::Sm, Flag::Precision, Flag::EmitIr]
     }
     /// `--sm` outside the architectures the NVPTX writer knows is a usage error before any work.
     fn check(&self, _t: Target, r: &Request) -> Result<(), Failure> {
@@ -95,6 +95,8 @@ pub struct CudaCompiled {
     pub sm: u32,
     /// `--precision` (f32 unless given).
     pub precision: Precision,
+    /// With `--emit-ir`: the LLVM IR handed to the NVPTX back end (`NAME.ll`).
+    pub llvm_ir: Option<String>,
     /// Per dispatch: (kernel name, grid, block), for the manifest.
     pub dispatches: Vec<(String, [u32; 3], [u32; 3])>,
 }
@@ -107,7 +109,11 @@ pub fn compile(t: Target, mir: &Mir, r: &Request, tm: &mut Timings) -> Result<Cu
 
 fn emit(p: Prepared, r: &Request, tm: &mut Timings) -> Result<CudaCompiled, Failure> {
     let lir = p.lir.ok_or_else(|| Failure::model("internal error: the CUDA family plans a LIR"))?;
-    codegen(lir, p.report, r.sm.unwrap_or(DEFAULT_SM), r.precision.unwrap_or(Precision::F32), tm)
+    let mut c = codegen(lir, p.report, r.sm.unwrap_or(DEFAULT_SM), r.precision.unwrap_or(Precision::F32), tm)?;
+    if !r.emit_ir {
+        c.llvm_ir = None;
+    }
+    Ok(c)
 }
 
 #[cfg(feature = "llvm")]
@@ -124,7 +130,7 @@ fn codegen(lir: Lir, report: DispatchReport, sm: u32, precision: Precision, tm: 
     let tiles = std::env::var("RLX_CUDA_TILES").map_or(true, |v| v != "0");
     let p = tm.time("codegen (nvptx)", || rlx_target_llvm::nvptx::compile(&lir, sm, tiles, mma)).map_err(|e| Failure::model(format!("target cuda: {e}")))?;
     let dispatches = p.dispatches.iter().zip(&p.names).map(|(d, n)| (n.clone(), d.groups, d.block)).collect();
-    Ok(CudaCompiled { schedule: p.schedule_bytes(), ptx: p.ptx, lir, report, sm, precision, dispatches })
+    Ok(CudaCompiled { schedule: p.schedule_bytes(), ptx: p.ptx, lir, report, sm, precision, llvm_ir: Some(p.ir), dispatches })
 }
 
 #[cfg(not(feature = "llvm"))]
@@ -139,7 +145,8 @@ impl Artifact for CudaCompiled {
     fn summary(&self) -> String {
         format!("cuda (sm_{}, {}): {} kernels, arena {} bytes, weights {} bytes", self.sm, self.precision.name(), self.lir.launches.len(), self.lir.arena_bytes, self.lir.weights.len())
     }
-    /// `NAME.ptx`, `NAME.schedule.bin`, `NAME.weights.bin` and the manifest.
+    /// `NAME.ptx`, `NAME.schedule.bin`, `NAME.weights.bin` and the manifest (with `--emit-ir`, also
+    /// `NAME.ll`: the LLVM IR before optimization).
     fn files(&self, name: &str, model: &Path) -> Result<(Vec<(String, Vec<u8>)>, serde_json::Value), Failure> {
         let c = self;
         let bases: Vec<serde_json::Value> = rlx_ir::schedule::bases_of(&c.lir)
@@ -172,6 +179,10 @@ impl Artifact for CudaCompiled {
             (format!("{name}.schedule.bin"), c.schedule.clone()),
             (format!("{name}.weights.bin"), c.lir.weights.clone()),
         ];
+        let mut files = files;
+        if let Some(ir) = &c.llvm_ir {
+            files.push((format!("{name}.ll"), ir.clone().into_bytes()));
+        }
         Ok((files, manifest))
     }
 }
