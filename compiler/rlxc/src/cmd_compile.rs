@@ -33,7 +33,7 @@ outputs.bin), startup.c, the board's linker script where it needs one, and a Mak
 GPU targets (--target vulkan|spirv|webgpu|metal|directx|opengl) write compute shaders through naga instead: \
 NAME.spv (SPIR-V, entry points k0, k1, …) or NAME.wgsl / NAME.metal / NAME.hlsl / NAME.kI.comp, NAME.schedule.bin \
 (buffers and dispatches in order, read by runtime-min's Vulkan executor), NAME.weights.bin and NAME.json.\n\n\
---target cuda [--sm 80|86|89|90] writes NAME.ptx (LLVM's NVPTX back end: entry points k0, k1, …, one pointer per \
+--target cuda [--sm 80|86|89|90] [--precision f32|tf32|bf16|fp16] writes NAME.ptx (LLVM's NVPTX back end: entry points k0, k1, …, one pointer per \
 buffer), NAME.schedule.bin (buffers, then per dispatch its grid, block and byte ranges; read by runtime-min's CUDA \
 executor, which records them as one CUDA graph), NAME.weights.bin and NAME.json.\n\n\
 The same model and flags always give the same bytes.";
@@ -89,7 +89,8 @@ pub struct CompileArgs {
     /// Print the time of each compile phase
     #[arg(long)]
     pub timings: bool,
-    /// Also write NAME.ll (LLVM IR before optimization) and NAME.lir (the planned program and kernels)
+    /// Also write NAME.ll (LLVM IR before optimization) and NAME.lir (the planned program and kernels;
+    /// --target cuda: NAME.ll only)
     #[arg(long)]
     pub emit_ir: bool,
     /// MCU targets: the source language written
@@ -116,6 +117,10 @@ pub struct CompileArgs {
     /// the driver JIT-compiles for any newer GPU)
     #[arg(long, value_name = "SM")]
     pub sm: Option<u32>,
+    /// --target cuda: the arithmetic of f32 matmuls: f32 (default), or tensor cores (mma.sync) with
+    /// operands rounded to tf32, bf16 or fp16 and f32 accumulation (docs/cuda.md states the tolerances)
+    #[arg(long, value_enum, value_name = "P")]
+    pub precision: Option<rlxc::cli::Precision>,
 }
 
 impl CompileArgs {
@@ -134,6 +139,7 @@ impl CompileArgs {
             macs_per_cycle: self.macs_per_cycle,
             board: self.board.clone(),
             sm: self.sm,
+            precision: self.precision,
             source_ops: Default::default(),
         }
     }
