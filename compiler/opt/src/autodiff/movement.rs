@@ -1,0 +1,103 @@
+//! Backward rules of data movement: reshape and transpose invert, expand sums back (`unbroadcast`),
+//! slice (unit steps) pads with zeros, constant-mode pad crops (a pad with negated pads), concat slices
+//! its gradient apart, gather scatters through a one-hot matmul (so its rule is differentiable again).
+
+use super::build::B;
+use super::Site;
+use rlx_ir::mir::slice_range;
+use rlx_ir::{BinaryOp, ConstData, DType, Dim, MirOp, PadMode, Shape, ValueId};
+
+fn fixed_dims(b: &B, v: ValueId, what: &str) -> Result<Vec<usize>, String> {
+    b.ty(v).shape.as_fixed().ok_or_else(|| format!("{what} needs fixed dims, got {} (fix them with --dim)", b.ty(v).shape))
+}
+
+pub fn reshape(b: &mut B, s: &Site, g: ValueId) -> Result<Vec<Option<ValueId>>, String> {
+    let t = b.ty(s.ins[0]).shape;
+    Ok(vec![Some(b.op(MirOp::Reshape { shape: t.0 }, &[g])?)])
+}
+
+pub fn transpose(perm: &[usize], b: &mut B, g: ValueId) -> Result<Vec<Option<ValueId>>, String> {
+    let mut inv = vec![0; perm.len()];
+    for (i, &p) in perm.iter().enumerate() {
+        inv[p] = i;
+    }
+    Ok(vec![Some(b.op(MirOp::Transpose { perm: inv }, &[g])?)])
+}
+
+pub fn expand(b: &mut B, s: &Site, g: ValueId) -> Result<Vec<Option<ValueId>>, String> {
+    let t = b.ty(s.ins[0]).shape;
+    Ok(vec![Some(b.unbroadcast(g, &t)?)])
+}
+
+pub fn slice(axes: &[usize], starts: &[i64], ends: &[i64], steps: &[i64], b: &mut B, s: &Site, g: ValueId) -> Result<Vec<Option<ValueId>>, String> {
+    let dims = fixed_dims(b, s.ins[0], "the gradient of slice")?;
+    let r = dims.len();
+    let mut pads = vec![0i64; 2 * r];
+    for (k, &a) in axes.iter().enumerate() {
+        if steps[k] != 1 {
+            return Err(format!("no gradient rule for slice with step {} (only step 1)", steps[k]));
+        }
+        let (st, n) = slice_range(dims[a] as i64, starts[k], ends[k], 1);
+        pads[a] = st;
+        pads[a + r] = dims[a] as i64 - st - n;
+    }
+    Ok(vec![Some(b.op(MirOp::Pad { pads, mode: PadMode::Constant, value: 0.0 }, &[g])?)])
+}
+
+pub fn pad(pads: &[i64], mode: PadMode, b: &mut B, g: ValueId) -> Result<Vec<Option<ValueId>>, String> {
+    if mode != PadMode::Constant {
+        return Err(format!("no gradient rule for pad mode '{}' (only constant)", mode.name()));
+    }
+    let neg: Vec<i64> = pads.iter().map(|p| -p).collect();
+    Ok(vec![Some(b.op(MirOp::Pad { pads: neg, mode: PadMode::Constant, value: 0.0 }, &[g])?)])
+}
+
+pub fn concat(axis: usize, b: &mut B, s: &Site, g: ValueId) -> Result<Vec<Option<ValueId>>, String> {
+    let mut out = Vec::with_capacity(s.ins.len());
+    let mut off: i64 = 0;
+    for (k, &x) in s.ins.iter().enumerate() {
+        let len = b.ty(x).shape.0[axis].fixed().ok_or("the gradient of concat needs a fixed concat axis")? as i64;
+        out.push(if s.need[k] {
+            Some(b.op(MirOp::Slice { axes: vec![axis], starts: vec![off], ends: vec![off + len], steps: vec![1] }, &[g])?)
+        } else {
+            None
+        });
+        off += len;
+    }
+    Ok(out)
+}
+
+/// gather(data, idx) along `axis`: d data[a, v, c] = Σ_i [idx_i = v] g[a, i, c], computed as
+/// onehot(idx)ᵀ [V, n] · g [A, n, C].
+pub fn gather(axis: usize, b: &mut B, s: &Site, g: ValueId) -> Result<Vec<Option<ValueId>>, String> {
+    if s.need[1] {
+        return Err("indices have no gradient".into());
+    }
+    let (data, idx) = (s.ins[0], s.ins[1]);
+    let dt = b.ty(data);
+    let dims = fixed_dims(b, data, "the gradient of gather")?;
+    let n = b.ty(idx).shape.numel().ok_or("the gradient of gather needs fixed index dims")?;
+    let a: usize = dims[..axis].iter().product();
+    let v = dims[axis];
+    let c: usize = dims[axis + 1..].iter().product();
+    let fx = |d: &[usize]| Shape::fixed(d);
+    let mut i = b.reshape(idx, &fx(&[n, 1]))?;
+    if b.ty(i).dtype != DType::I64 {
+        i = b.op(MirOp::Cast { to: DType::I64 }, &[i])?;
+    }
+    // Negative indices count from the end.
+    let zero = b.constant(DType::I64, 0.0);
+    let vv = b.constant(DType::I64, v as f64);
+    let neg = b.bin(BinaryOp::Lt, i, zero)?;
+    let wrapped = b.add(i, vv)?;
+    let i = b.op(MirOp::Where, &[neg, wrapped, i])?;
+    let range: Vec<i64> = (0..v as i64).collect();
+    let r = b.g.add_const(None, ConstData::from_i64(vec![v], &range));
+    let hit = b.bin(BinaryOp::Eq, i, r)?;
+    let onehot = b.op(MirOp::Cast { to: dt.dtype }, &[hit])?;
+    let oh_t = b.op(MirOp::Transpose { perm: vec![1, 0] }, &[onehot])?;
+    let g3 = b.reshape(g, &fx(&[a, n, c]))?;
+    let gd = b.op(MirOp::MatMul, &[oh_t, g3])?;
+    let shape = Shape(dims.iter().map(|&d| Dim::Fixed(d as u64)).collect());
+    Ok(vec![Some(b.reshape(gd, &shape)?), None])
+}
