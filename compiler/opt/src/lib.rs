@@ -22,3 +22,5 @@ pub mod qdq;
 pub use qdq::{is_qdq, quantize_qdq};
 pub mod autodiff;
 pub use autodiff::{grad, grad_with_loss, hvp, jvp, vjp, AdError};
+pub mod train;
+pub use train::{train_step, Loss, Optimizer, TrainOptions, TrainStep};
