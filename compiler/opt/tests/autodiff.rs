@@ -9,6 +9,8 @@
 //! - Third derivatives of x³, tanh, GELU (erf form) and SiLU, by grad∘grad∘grad, against closed forms.
 //! - jvp against finite differences and against the vjp (⟨jvp(t), u⟩ = ⟨t, vjp(u)⟩); hvp against
 //!   finite differences of the gradient.
+//! - Convolution (strides, asymmetric pads, dilations, 1-D and 2-D; grouped for the input and bias)
+//!   against finite differences the same way.
 //! - An op without a rule is an error naming the node and op.
 
 use rlx_interp::run;
@@ -214,6 +216,27 @@ fn movement_rules_match_finite_differences() {
     check("gather", case(MirOp::Gather { axis: 1 }, vec![x(), idx]));
     let idx32 = (tensor(DType::I32, &[3], &[3.0, 1.0, 3.0]), false);
     check("gather (i32, last axis)", case(MirOp::Gather { axis: 2 }, vec![x(), idx32]));
+}
+
+#[test]
+fn conv_rule_matches_finite_differences() {
+    let mut r = Rng(8);
+    // (input shape, weight shape, strides, pads, dilations)
+    for (xs, ws, st, pd, dl) in [
+        (vec![1, 2, 5, 5], vec![3, 2, 3, 3], vec![1, 1], vec![0, 0, 0, 0], vec![1, 1]),
+        (vec![2, 2, 6, 5], vec![2, 2, 3, 2], vec![2, 1], vec![1, 0, 0, 1], vec![1, 1]),
+        (vec![1, 1, 7, 7], vec![2, 1, 2, 3], vec![2, 2], vec![1, 1, 1, 1], vec![2, 1]),
+        (vec![1, 2, 8], vec![2, 2, 3], vec![3], vec![2, 1], vec![1]),
+    ] {
+        let op = MirOp::Conv { strides: st.clone(), pads: pd.clone(), dilations: dl.clone(), groups: 1 };
+        let m = ws[0];
+        let c = case(op, vec![f64t(&xs, r.vec(numel(&xs), -1.0, 1.0)), f64t(&ws, r.vec(numel(&ws), -1.0, 1.0)), f64t(&[m], r.vec(m, -1.0, 1.0))]);
+        check(&format!("conv {xs:?} {ws:?} strides {st:?} pads {pd:?} dilations {dl:?}"), c);
+    }
+    // Grouped (depthwise): the input and bias have rules, the weights are constants here.
+    let op = MirOp::Conv { strides: vec![1, 1], pads: vec![1, 1, 1, 1], dilations: vec![1, 1], groups: 2 };
+    let w = (tensor(DType::F64, &[2, 1, 3, 3], &r.vec(18, -1.0, 1.0)), false);
+    check("conv groups 2", case(op, vec![f64t(&[1, 2, 4, 4], r.vec(32, -1.0, 1.0)), w, f64t(&[2], r.vec(2, -1.0, 1.0))]));
 }
 
 #[test]
@@ -424,13 +447,13 @@ fn hvp_matches_finite_differences_of_the_gradient() {
 fn an_op_without_a_rule_is_an_error_naming_the_node() {
     let mut g = Mir::new();
     let x = g.add_input("x", TensorType::fixed(DType::F32, &[1, 1, 4, 4]));
-    let w = g.add_const(Some("w"), ConstData::from_f32(vec![1, 1, 2, 2], &[1.0; 4]));
-    let y = g.add1("Conv_7", MirOp::Conv { strides: vec![1, 1], pads: vec![0; 4], dilations: vec![1, 1], groups: 1 }, &[x, w]).unwrap();
+    let pool = MirOp::Pool { kind: rlx_ir::PoolKind::Max, kernel: vec![2, 2], strides: vec![2, 2], pads: vec![0; 4], dilations: vec![1, 1], ceil_mode: false, count_include_pad: false };
+    let y = g.add1("MaxPool_7", pool, &[x]).unwrap();
     let s = g.add1("sum", MirOp::Reduce { op: ReduceOp::Sum, axes: vec![0, 1, 2, 3], keepdims: false }, &[y]).unwrap();
     g.outputs = vec![s];
     let e = grad(&g, 0, &[0]).unwrap_err();
-    assert_eq!((e.node.as_deref(), e.op.as_deref()), (Some("Conv_7"), Some("conv")), "{e}");
-    assert!(e.to_string().contains("no gradient rule for conv"), "{e}");
+    assert_eq!((e.node.as_deref(), e.op.as_deref()), (Some("MaxPool_7"), Some("max_pool")), "{e}");
+    assert!(e.to_string().contains("no gradient rule for max_pool"), "{e}");
     // Integer paths (indices, comparisons) carry no derivative and need no rule.
     let mut g = Mir::new();
     let x = g.add_input("x", TensorType::fixed(DType::F32, &[3]));
