@@ -8,7 +8,9 @@ order, the last partial batch dropped; all in float32.
 
 Writes into --out, as raw little-endian bytes: w1.bin b1.bin w2.bin b2.bin (the initial parameters,
 f32), train_x.bin (f32 [4000,784]), train_y.bin (i64 [4000]), test_x.bin, test_y.bin; and meta.json:
-the hyperparameters, the loss of every step and the test accuracy after every epoch (also as f64 losses.bin, accuracy.bin).
+the hyperparameters, the loss of every step and the test accuracy after every epoch (also as f64 losses.bin, accuracy.bin);
+and mlp_init.onnx, the untrained model (input x f32[batch,784], output logits, initializers w1 b1 w2 b2)
+for `rlxc compile --train`.
 """
 import argparse
 import json
@@ -25,6 +27,29 @@ def forward(p, x):
     h = x @ p["w1"] + p["b1"]
     r = np.maximum(h, 0)
     return h, r, r @ p["w2"] + p["b2"]
+
+
+def export(p, path):
+    from onnx import TensorProto, helper, numpy_helper
+
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["h"], name="fc1"),
+        helper.make_node("Add", ["h", "b1"], ["hb"], name="fc1_bias"),
+        helper.make_node("Relu", ["hb"], ["r"], name="relu"),
+        helper.make_node("MatMul", ["r", "w2"], ["z"], name="fc2"),
+        helper.make_node("Add", ["z", "b2"], ["logits"], name="fc2_bias"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 784])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 10])],
+        [numpy_helper.from_array(v, k) for k, v in p.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    with open(path, "wb") as f:
+        f.write(model.SerializeToString())
 
 
 def main():
@@ -46,6 +71,7 @@ def main():
     }
     for k, v in p.items():
         v.astype("<f4").tofile(os.path.join(a.out, f"{k}.bin"))
+    export(p, os.path.join(a.out, "mlp_init.onnx"))
     xtr.astype("<f4").tofile(os.path.join(a.out, "train_x.bin"))
     ytr.astype("<i8").tofile(os.path.join(a.out, "train_y.bin"))
     xte.astype("<f4").tofile(os.path.join(a.out, "test_x.bin"))
