@@ -10,11 +10,12 @@
 //! - jvp against finite differences and against the vjp (⟨jvp(t), u⟩ = ⟨t, vjp(u)⟩); hvp against
 //!   finite differences of the gradient.
 //! - Convolution (strides, asymmetric pads, dilations, 1-D and 2-D; grouped for the input and bias)
-//!   against finite differences the same way.
+//!   against finite differences the same way; max and average pooling (pads, dilations, ceil mode,
+//!   count_include_pad) too.
 //! - An op without a rule is an error naming the node and op.
 
 use rlx_interp::run;
-use rlx_ir::{BinaryOp, ConstData, DType, Hir, HirOp, Mir, MirOp, PadMode, ReduceOp, Shape, TensorType, UnaryOp, ValueId};
+use rlx_ir::{BinaryOp, ConstData, DType, Hir, HirOp, Mir, MirOp, OpSet, PadMode, PoolKind, ReduceOp, Shape, TensorType, UnaryOp, ValueId};
 use rlx_opt::autodiff::{grad, hvp, jvp, vjp};
 
 /// A deterministic stream of values in [lo, hi).
@@ -240,6 +241,27 @@ fn conv_rule_matches_finite_differences() {
 }
 
 #[test]
+fn pool_rules_match_finite_differences() {
+    let mut r = Rng(9);
+    // (kind, input shape, kernel, strides, pads, dilations, ceil_mode, count_include_pad); distinct
+    // random inputs, so no window has a tie.
+    for (kind, xs, k, st, pd, dl, ceil, inc) in [
+        (PoolKind::Max, vec![1, 2, 4, 4], vec![2, 2], vec![2, 2], vec![0, 0, 0, 0], vec![1, 1], false, false),
+        (PoolKind::Max, vec![2, 1, 5, 6], vec![3, 2], vec![2, 1], vec![1, 0, 1, 1], vec![1, 2], false, false),
+        (PoolKind::Max, vec![1, 2, 5, 5], vec![2, 2], vec![2, 2], vec![0, 0, 0, 0], vec![1, 1], true, false),
+        (PoolKind::Avg, vec![1, 2, 4, 4], vec![2, 2], vec![2, 2], vec![0, 0, 0, 0], vec![1, 1], false, false),
+        (PoolKind::Avg, vec![2, 1, 5, 6], vec![3, 3], vec![2, 1], vec![1, 1, 1, 0], vec![1, 1], false, false),
+        (PoolKind::Avg, vec![2, 1, 5, 6], vec![3, 3], vec![2, 1], vec![1, 1, 1, 0], vec![1, 1], false, true),
+        (PoolKind::Avg, vec![1, 2, 5, 5], vec![2, 2], vec![2, 2], vec![1, 1, 0, 0], vec![1, 1], true, true),
+        (PoolKind::Avg, vec![1, 2, 7], vec![3], vec![2], vec![1, 1], vec![2], true, false),
+    ] {
+        let op = MirOp::Pool { kind, kernel: k.clone(), strides: st.clone(), pads: pd.clone(), dilations: dl.clone(), ceil_mode: ceil, count_include_pad: inc };
+        let what = format!("{} {xs:?} kernel {k:?} strides {st:?} pads {pd:?} dilations {dl:?} ceil {ceil} include_pad {inc}", op.kind());
+        check(&what, case(op, vec![f64t(&xs, r.vec(numel(&xs), -1.0, 1.0))]));
+    }
+}
+
+#[test]
 fn fake_quantize_is_straight_through() {
     let mut g = Mir::new();
     let x = g.add_input("x", TensorType::fixed(DType::F32, &[3]));
@@ -447,13 +469,12 @@ fn hvp_matches_finite_differences_of_the_gradient() {
 fn an_op_without_a_rule_is_an_error_naming_the_node() {
     let mut g = Mir::new();
     let x = g.add_input("x", TensorType::fixed(DType::F32, &[1, 1, 4, 4]));
-    let pool = MirOp::Pool { kind: rlx_ir::PoolKind::Max, kernel: vec![2, 2], strides: vec![2, 2], pads: vec![0; 4], dilations: vec![1, 1], ceil_mode: false, count_include_pad: false };
-    let y = g.add1("MaxPool_7", pool, &[x]).unwrap();
+    let y = g.add1("TopK_7", MirOp::TopK { axis: 3, k: 2, largest: true }, &[x]).unwrap();
     let s = g.add1("sum", MirOp::Reduce { op: ReduceOp::Sum, axes: vec![0, 1, 2, 3], keepdims: false }, &[y]).unwrap();
     g.outputs = vec![s];
     let e = grad(&g, 0, &[0]).unwrap_err();
-    assert_eq!((e.node.as_deref(), e.op.as_deref()), (Some("MaxPool_7"), Some("max_pool")), "{e}");
-    assert!(e.to_string().contains("no gradient rule for max_pool"), "{e}");
+    assert_eq!((e.node.as_deref(), e.op.as_deref()), (Some("TopK_7"), Some("topk")), "{e}");
+    assert!(e.to_string().contains("no gradient rule for topk"), "{e}");
     // Integer paths (indices, comparisons) carry no derivative and need no rule.
     let mut g = Mir::new();
     let x = g.add_input("x", TensorType::fixed(DType::F32, &[3]));

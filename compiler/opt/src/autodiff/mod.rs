@@ -1,7 +1,7 @@
 //! Differentiation as MIR transforms. Reverse mode (`vjp`, `grad`, `grad_with_loss`) appends the
 //! backward pass to a copy of the graph: nodes are visited in reverse, each node whose output has a
 //! cotangent and one of whose inputs depends on a differentiated input applies its op's rule (one file
-//! per family: `elementwise`, `linear`, `reduce`, `movement`, `conv`), cotangents of a value used twice are
+//! per family: `elementwise`, `linear`, `reduce`, `movement`, `conv`, `pool`), cotangents of a value used twice are
 //! added. Rules are written in MIR primitives, so a gradient graph differentiates again: higher orders
 //! are compositions (`grad(grad(f))`), forward mode is the transpose of reverse mode (`jvp`: the vjp
 //! differentiated with respect to its cotangent) and `hvp` is the gradient of ⟨∇f, v⟩.
@@ -15,6 +15,7 @@ mod conv;
 mod elementwise;
 mod linear;
 mod movement;
+mod pool;
 mod reduce;
 
 pub use build::B;
@@ -60,7 +61,7 @@ pub const RULES: &[&str] = &[
     "atanh", "sigmoid", "erf", "relu", "floor (0)", "ceil (0)", "round (0)", "sign (0)", "add", "sub", "mul", "div", "pow", "max",
     "min", "mod", "fmod", "where", "cast (float→float)", "matmul", "dequant_matmul (input only)", "reduce_sum", "reduce_mean",
     "reduce_max", "reduce_min", "reduce_prod", "cumsum", "reshape", "transpose", "expand", "slice (step 1)", "concat",
-    "gather (data)", "pad (constant)", "conv (input, bias; weights with groups 1)", "fake_quantize (input, straight-through)",
+    "gather (data)", "pad (constant)", "conv (input, bias; weights with groups 1)", "max_pool", "avg_pool", "fake_quantize (input, straight-through)",
 ];
 
 /// Applies the rule of `op` at `s` to the output cotangents `gy`; one entry per input (None: no
@@ -87,6 +88,9 @@ fn rule(b: &mut B, op: &MirOp, s: &Site, gy: &[Option<ValueId>]) -> Result<Vec<O
         MirOp::Concat { axis } => movement::concat(*axis, b, s, g),
         MirOp::Gather { axis } => movement::gather(*axis, b, s, g),
         MirOp::Conv { strides, pads, dilations, groups } => conv::conv(strides, pads, dilations, *groups, b, s, g),
+        MirOp::Pool { kind, kernel, strides, pads, dilations, count_include_pad, .. } => {
+            pool::pool(*kind, kernel, strides, pads, dilations, *count_include_pad, b, s, g)
+        }
         _ => Err(format!("no gradient rule for {}", op.kind())),
     }
 }
