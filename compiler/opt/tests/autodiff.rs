@@ -210,6 +210,10 @@ fn movement_rules_match_finite_differences() {
     check("expand (new axes)", case(MirOp::Expand { shape: Shape::fixed(&[4, 2, 3]).0 }, vec![f64t(&[3], r.vec(3, -1.0, 1.0))]));
     let sl = MirOp::Slice { axes: vec![1, 2], starts: vec![1, -3], ends: vec![3, 100], steps: vec![1, 1] };
     check("slice", case(sl, vec![x()]));
+    let strided = MirOp::Slice { axes: vec![2, 1], starts: vec![0, -1], ends: vec![4, -100], steps: vec![3, -2] };
+    check("slice (steps 3, -2)", case(strided, vec![x()]));
+    let rev = MirOp::Slice { axes: vec![0, 2], starts: vec![5, 3], ends: vec![-10, 0], steps: vec![-1, -2] };
+    check("slice (steps -1, -2)", case(rev, vec![x()]));
     check("concat", case(MirOp::Concat { axis: 1 }, vec![f64t(&[2, 1, 2], r.vec(4, -1.0, 1.0)), f64t(&[2, 3, 2], r.vec(12, -1.0, 1.0))]));
     check("pad", case(MirOp::Pad { pads: vec![1, 0, -1, 0, 2, 1], mode: PadMode::Constant, value: 0.5 }, vec![x()]));
     // Repeated and negative indices: their gradients add up.

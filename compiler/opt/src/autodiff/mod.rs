@@ -60,7 +60,7 @@ pub const RULES: &[&str] = &[
     "neg", "abs", "exp", "log", "sqrt", "recip", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh",
     "atanh", "sigmoid", "erf", "relu", "floor (0)", "ceil (0)", "round (0)", "sign (0)", "add", "sub", "mul", "div", "pow", "max",
     "min", "mod", "fmod", "where", "cast (float→float)", "matmul", "dequant_matmul (input only)", "reduce_sum", "reduce_mean",
-    "reduce_max", "reduce_min", "reduce_prod", "cumsum", "reshape", "transpose", "expand", "slice (step 1)", "concat",
+    "reduce_max", "reduce_min", "reduce_prod", "cumsum", "reshape", "transpose", "expand", "slice", "concat",
     "gather (data)", "pad (constant)", "conv (input, bias; weights with groups 1)", "max_pool", "avg_pool", "fake_quantize (input, straight-through)",
 ];
 

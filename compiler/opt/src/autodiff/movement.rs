@@ -1,5 +1,5 @@
 //! Backward rules of data movement: reshape and transpose invert, expand sums back (`unbroadcast`),
-//! slice (unit steps) pads with zeros, constant-mode pad crops (a pad with negated pads), concat slices
+//! slice pads with zeros (spreading out strided steps), constant-mode pad crops (a pad with negated pads), concat slices
 //! its gradient apart, gather scatters through a one-hot matmul (so its rule is differentiable again).
 
 use super::build::B;
@@ -29,19 +29,44 @@ pub fn expand(b: &mut B, s: &Site, g: ValueId) -> Result<Vec<Option<ValueId>>, S
     Ok(vec![Some(b.unbroadcast(g, &t)?)])
 }
 
+/// Each sliced axis in turn: a negative step reverses the gradient first (a step −1 slice); a step
+/// s > 1 spreads it out (a new axis of 1 padded to s, merged, cut to (n−1)·s + 1); then zero padding
+/// puts it at the slice's first position. Only reshape, pad and step ±1 slices: it differentiates again.
 pub fn slice(axes: &[usize], starts: &[i64], ends: &[i64], steps: &[i64], b: &mut B, s: &Site, g: ValueId) -> Result<Vec<Option<ValueId>>, String> {
     let dims = fixed_dims(b, s.ins[0], "the gradient of slice")?;
     let r = dims.len();
-    let mut pads = vec![0i64; 2 * r];
+    let mut v = g;
     for (k, &a) in axes.iter().enumerate() {
-        if steps[k] != 1 {
-            return Err(format!("no gradient rule for slice with step {} (only step 1)", steps[k]));
+        let step = steps[k];
+        let (st, n) = slice_range(dims[a] as i64, starts[k], ends[k], step);
+        if n == 0 || step == 0 {
+            return Ok(vec![None]);
         }
-        let (st, n) = slice_range(dims[a] as i64, starts[k], ends[k], 1);
-        pads[a] = st;
-        pads[a + r] = dims[a] as i64 - st - n;
+        let (low, stride) = if step < 0 {
+            v = b.op(MirOp::Slice { axes: vec![a], starts: vec![-1], ends: vec![i64::MIN], steps: vec![-1] }, &[v])?;
+            (st + (n - 1) * step, -step)
+        } else {
+            (st, step)
+        };
+        let span = (n - 1) * stride + 1;
+        if stride > 1 {
+            let mut cur = b.ty(v).shape.0;
+            let mut split = cur.clone();
+            split.insert(a + 1, Dim::Fixed(1));
+            let t = b.reshape(v, &Shape(split))?;
+            let mut pads = vec![0i64; 2 * (r + 1)];
+            pads[a + 1 + r + 1] = stride - 1;
+            let t = b.op(MirOp::Pad { pads, mode: PadMode::Constant, value: 0.0 }, &[t])?;
+            cur[a] = Dim::Fixed((n * stride) as u64);
+            let t = b.reshape(t, &Shape(cur))?;
+            v = b.op(MirOp::Slice { axes: vec![a], starts: vec![0], ends: vec![span], steps: vec![1] }, &[t])?;
+        }
+        let mut pads = vec![0i64; 2 * r];
+        pads[a] = low;
+        pads[a + r] = dims[a] as i64 - low - span;
+        v = b.op(MirOp::Pad { pads, mode: PadMode::Constant, value: 0.0 }, &[v])?;
     }
-    Ok(vec![Some(b.op(MirOp::Pad { pads, mode: PadMode::Constant, value: 0.0 }, &[g])?)])
+    Ok(vec![Some(v)])
 }
 
 pub fn pad(pads: &[i64], mode: PadMode, b: &mut B, g: ValueId) -> Result<Vec<Option<ValueId>>, String> {
