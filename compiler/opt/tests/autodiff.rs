@@ -11,7 +11,7 @@
 //!   finite differences of the gradient.
 //! - Convolution (strides, asymmetric pads, dilations, 1-D and 2-D; grouped for the input and bias)
 //!   against finite differences the same way; max and average pooling (pads, dilations, ceil mode,
-//!   count_include_pad) too.
+//!   count_include_pad) and transposed convolution too; a Hessian-vector product through all of them.
 //! - An op without a rule is an error naming the node and op.
 
 use rlx_interp::run;
@@ -242,6 +242,65 @@ fn conv_rule_matches_finite_differences() {
     let op = MirOp::Conv { strides: vec![1, 1], pads: vec![1, 1, 1, 1], dilations: vec![1, 1], groups: 2 };
     let w = (tensor(DType::F64, &[2, 1, 3, 3], &r.vec(18, -1.0, 1.0)), false);
     check("conv groups 2", case(op, vec![f64t(&[1, 2, 4, 4], r.vec(32, -1.0, 1.0)), w, f64t(&[2], r.vec(2, -1.0, 1.0))]));
+}
+
+#[test]
+fn conv_transpose_rule_matches_finite_differences() {
+    let mut r = Rng(10);
+    // (input shape, weight shape [C, M, k…], strides, pads, dilations, output_padding)
+    for (xs, ws, st, pd, dl, op) in [
+        (vec![1, 2, 3, 3], vec![2, 3, 3, 3], vec![1, 1], vec![0, 0, 0, 0], vec![1, 1], vec![0, 0]),
+        (vec![2, 2, 3, 2], vec![2, 1, 3, 2], vec![2, 1], vec![1, 0, 0, 1], vec![1, 2], vec![1, 0]),
+        (vec![1, 1, 4], vec![1, 2, 3], vec![3], vec![1, 2], vec![2], vec![2]),
+    ] {
+        let m = ws[1];
+        let conv = MirOp::ConvTranspose { strides: st.clone(), pads: pd.clone(), dilations: dl.clone(), groups: 1, output_padding: op.clone() };
+        let c = case(conv, vec![f64t(&xs, r.vec(numel(&xs), -1.0, 1.0)), f64t(&ws, r.vec(numel(&ws), -1.0, 1.0)), f64t(&[m], r.vec(m, -1.0, 1.0))]);
+        check(&format!("conv_transpose {xs:?} {ws:?} strides {st:?} pads {pd:?} dilations {dl:?} output_padding {op:?}"), c);
+    }
+    let conv = MirOp::ConvTranspose { strides: vec![2, 2], pads: vec![0; 4], dilations: vec![1, 1], groups: 2, output_padding: vec![1, 0] };
+    let w = (tensor(DType::F64, &[2, 1, 2, 2], &r.vec(8, -1.0, 1.0)), false);
+    check("conv_transpose groups 2", case(conv, vec![f64t(&[1, 2, 3, 3], r.vec(18, -1.0, 1.0)), w]));
+}
+
+/// Second order through conv, conv_transpose and pooling: the Hessian-vector product of
+/// Σ tanh(avg_pool(max_pool(conv_transpose(tanh(conv(x, w))))))² against finite differences of the gradient.
+#[test]
+fn conv_and_pool_gradients_differentiate_again() {
+    let mut g = Mir::new();
+    let x = g.add_input("x", TensorType::fixed(DType::F64, &[1, 2, 6, 6]));
+    let w = g.add_input("w", TensorType::fixed(DType::F64, &[3, 2, 3, 3]));
+    let wt = g.add_input("wt", TensorType::fixed(DType::F64, &[3, 2, 2, 2]));
+    let c = g.add1("conv", MirOp::Conv { strides: vec![1, 1], pads: vec![1, 1, 1, 1], dilations: vec![1, 1], groups: 1 }, &[x, w]).unwrap();
+    let t = un(&mut g, UnaryOp::Tanh, c);
+    let ct = MirOp::ConvTranspose { strides: vec![2, 2], pads: vec![1, 1, 1, 1], dilations: vec![1, 1], groups: 1, output_padding: vec![0, 0] };
+    let u = g.add1("convT", ct, &[t, wt]).unwrap();
+    let mp = MirOp::Pool { kind: PoolKind::Max, kernel: vec![2, 2], strides: vec![2, 2], pads: vec![0; 4], dilations: vec![1, 1], ceil_mode: false, count_include_pad: false };
+    let p = g.add1("maxpool", mp, &[u]).unwrap();
+    let ap = MirOp::Pool { kind: PoolKind::Avg, kernel: vec![2, 2], strides: vec![1, 1], pads: vec![1, 0, 0, 1], dilations: vec![1, 1], ceil_mode: false, count_include_pad: false };
+    let a = g.add1("avgpool", ap, &[p]).unwrap();
+    let t2 = un(&mut g, UnaryOp::Tanh, a);
+    let sq = bin(&mut g, BinaryOp::Mul, t2, t2);
+    g.outputs = vec![sq];
+    let mut r = Rng(14);
+    let ins: Vec<ConstData> = [vec![1, 2, 6, 6], vec![3, 2, 3, 3], vec![3, 2, 2, 2]].iter().map(|s| tensor(DType::F64, s, &r.vec(numel(s), -1.0, 1.0))).collect();
+    let v: Vec<ConstData> = ins.iter().map(|x| tensor(DType::F64, &x.shape, &r.vec(x.numel(), -1.0, 1.0))).collect();
+    let wrt = [0, 1, 2];
+    let hv = run(&hvp(&g, 0, &wrt).unwrap(), &[ins.clone(), v.clone()].concat()).unwrap();
+    let gr = grad(&g, 0, &wrt).unwrap();
+    let eps = 1e-5;
+    let at = |s: f64| -> Vec<ConstData> {
+        let x: Vec<ConstData> = ins.iter().zip(&v).map(|(x, d)| {
+            let y: Vec<f64> = x.to_f64_vec().iter().zip(d.to_f64_vec()).map(|(a, b)| a + s * b).collect();
+            tensor(DType::F64, &x.shape, &y)
+        }).collect();
+        run(&gr, &x).unwrap()
+    };
+    let (p, m) = (at(eps), at(-eps));
+    for k in 0..wrt.len() {
+        let fd: Vec<f64> = p[k].to_f64_vec().iter().zip(m[k].to_f64_vec()).map(|(a, b)| (a - b) / (2.0 * eps)).collect();
+        close(&format!("hvp input {k}"), &hv[k].to_f64_vec(), &fd, 1e-6);
+    }
 }
 
 #[test]
