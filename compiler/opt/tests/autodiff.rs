@@ -221,6 +221,12 @@ fn movement_rules_match_finite_differences() {
     check("gather", case(MirOp::Gather { axis: 1 }, vec![x(), idx]));
     let idx32 = (tensor(DType::I32, &[3], &[3.0, 1.0, 3.0]), false);
     check("gather (i32, last axis)", case(MirOp::Gather { axis: 2 }, vec![x(), idx32]));
+    // gather_elements: indices shorter than the data on other axes, negative and repeated.
+    let ie = (tensor(DType::I64, &[2, 2, 3], &[0.0, -1.0, 2.0, 1.0, 1.0, 0.0, 2.0, 2.0, -3.0, 0.0, 1.0, 1.0]), false);
+    check("gather_elements", case(MirOp::GatherElements { axis: 1 }, vec![x(), ie]));
+    for largest in [true, false] {
+        check("topk", case(MirOp::TopK { axis: 2, k: 2, largest }, vec![x()]));
+    }
 }
 
 #[test]
@@ -532,12 +538,13 @@ fn hvp_matches_finite_differences_of_the_gradient() {
 fn an_op_without_a_rule_is_an_error_naming_the_node() {
     let mut g = Mir::new();
     let x = g.add_input("x", TensorType::fixed(DType::F32, &[1, 1, 4, 4]));
-    let y = g.add1("TopK_7", MirOp::TopK { axis: 3, k: 2, largest: true }, &[x]).unwrap();
-    let s = g.add1("sum", MirOp::Reduce { op: ReduceOp::Sum, axes: vec![0, 1, 2, 3], keepdims: false }, &[y]).unwrap();
+    let idx = g.add_const(None, ConstData::from_i64(vec![1, 2], &[0, 1]));
+    let y = g.add1("GatherND_7", MirOp::GatherNd { batch_dims: 0 }, &[x, idx]).unwrap();
+    let s = g.add1("sum", MirOp::Reduce { op: ReduceOp::Sum, axes: vec![0, 1, 2], keepdims: false }, &[y]).unwrap();
     g.outputs = vec![s];
     let e = grad(&g, 0, &[0]).unwrap_err();
-    assert_eq!((e.node.as_deref(), e.op.as_deref()), (Some("TopK_7"), Some("topk")), "{e}");
-    assert!(e.to_string().contains("no gradient rule for topk"), "{e}");
+    assert_eq!((e.node.as_deref(), e.op.as_deref()), (Some("GatherND_7"), Some("gather_nd")), "{e}");
+    assert!(e.to_string().contains("no gradient rule for gather_nd"), "{e}");
     // Integer paths (indices, comparisons) carry no derivative and need no rule.
     let mut g = Mir::new();
     let x = g.add_input("x", TensorType::fixed(DType::F32, &[3]));

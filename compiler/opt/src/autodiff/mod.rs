@@ -61,7 +61,7 @@ pub const RULES: &[&str] = &[
     "atanh", "sigmoid", "erf", "relu", "floor (0)", "ceil (0)", "round (0)", "sign (0)", "add", "sub", "mul", "div", "pow", "max",
     "min", "mod", "fmod", "where", "cast (float→float)", "matmul", "dequant_matmul (input only)", "reduce_sum", "reduce_mean",
     "reduce_max", "reduce_min", "reduce_prod", "cumsum", "reshape", "transpose", "expand", "slice", "concat",
-    "gather (data)", "pad (constant)", "conv, conv_transpose (input, bias; weights with groups 1)", "max_pool", "avg_pool", "fake_quantize (input, straight-through)",
+    "gather (data)", "gather_elements (data)", "topk (values)", "pad (constant)", "conv, conv_transpose (input, bias; weights with groups 1)", "max_pool", "avg_pool", "fake_quantize (input, straight-through)",
 ];
 
 /// Applies the rule of `op` at `s` to the output cotangents `gy`; one entry per input (None: no
@@ -87,6 +87,8 @@ fn rule(b: &mut B, op: &MirOp, s: &Site, gy: &[Option<ValueId>]) -> Result<Vec<O
         MirOp::Pad { pads, mode, .. } => movement::pad(pads, *mode, b, g),
         MirOp::Concat { axis } => movement::concat(*axis, b, s, g),
         MirOp::Gather { axis } => movement::gather(*axis, b, s, g),
+        MirOp::GatherElements { axis } => movement::gather_elements(*axis, b, s, g),
+        MirOp::TopK { axis, .. } => movement::topk(*axis, b, s, g),
         MirOp::Conv { strides, pads, dilations, groups } => conv::conv(strides, pads, dilations, *groups, b, s, g),
         MirOp::ConvTranspose { strides, pads, dilations, groups, .. } => conv::conv_transpose(strides, pads, dilations, *groups, b, s, g),
         MirOp::Pool { kind, kernel, strides, pads, dilations, count_include_pad, .. } => {

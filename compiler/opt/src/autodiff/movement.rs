@@ -1,6 +1,7 @@
 //! Backward rules of data movement: reshape and transpose invert, expand sums back (`unbroadcast`),
 //! slice pads with zeros (spreading out strided steps), constant-mode pad crops (a pad with negated pads), concat slices
-//! its gradient apart, gather scatters through a one-hot matmul (so its rule is differentiable again).
+//! its gradient apart, gather scatters through a one-hot matmul (so its rule is differentiable again),
+//! gather_elements and topk's values through a one-hot comparison summed over the read axis.
 
 use super::build::B;
 use super::Site;
@@ -125,4 +126,60 @@ pub fn gather(axis: usize, b: &mut B, s: &Site, g: ValueId) -> Result<Vec<Option
     let gd = b.op(MirOp::MatMul, &[oh_t, g3])?;
     let shape = Shape(dims.iter().map(|&d| Dim::Fixed(d as u64)).collect());
     Ok(vec![Some(b.reshape(gd, &shape)?), None])
+}
+
+/// The adjoint of reading `data` (shape `dims`) at `idx` along `axis` elementwise (gather_elements;
+/// topk's values): d data[…, v, …] = Σ_j [idx[…, j, …] = v] · g[…, j, …], as a one-hot comparison on a
+/// new axis after `axis`, summed over `axis`, then zero-padded where idx's other dims are shorter.
+fn scatter_along(b: &mut B, g: ValueId, idx: ValueId, axis: usize, dims: &[usize]) -> Result<ValueId, String> {
+    let ishape = b.ty(idx).shape.as_fixed().ok_or("the gradient needs fixed index dims")?;
+    let r = dims.len();
+    let v = dims[axis];
+    let dt = b.ty(g).dtype;
+    let mut i = idx;
+    if b.ty(i).dtype != DType::I64 {
+        i = b.op(MirOp::Cast { to: DType::I64 }, &[i])?;
+    }
+    let zero = b.constant(DType::I64, 0.0);
+    let vv = b.constant(DType::I64, v as f64);
+    let neg = b.bin(BinaryOp::Lt, i, zero)?;
+    let wrapped = b.add(i, vv)?;
+    let i = b.op(MirOp::Where, &[neg, wrapped, i])?;
+    // [.., J, 1, ..] against [1.., 1, V, 1..].
+    let mut split = ishape.clone();
+    split.insert(axis + 1, 1);
+    let i = b.reshape(i, &Shape::fixed(&split))?;
+    let mut rshape = vec![1usize; r + 1];
+    rshape[axis + 1] = v;
+    let range: Vec<i64> = (0..v as i64).collect();
+    let rc = b.g.add_const(None, ConstData::from_i64(rshape, &range));
+    let hit = b.bin(BinaryOp::Eq, i, rc)?;
+    let onehot = b.op(MirOp::Cast { to: dt }, &[hit])?;
+    let gs = b.reshape(g, &Shape::fixed(&split))?;
+    let parts = b.mul(onehot, gs)?;
+    let summed = b.sum(parts, vec![axis], false)?; // [.., V, ..] with idx's other dims
+    let mut pads = vec![0i64; 2 * r];
+    for d in 0..r {
+        if d != axis {
+            pads[d + r] = dims[d] as i64 - ishape[d] as i64;
+        }
+    }
+    if pads.iter().all(|&p| p == 0) {
+        return Ok(summed);
+    }
+    b.op(MirOp::Pad { pads, mode: PadMode::Constant, value: 0.0 }, &[summed])
+}
+
+pub fn gather_elements(axis: usize, b: &mut B, s: &Site, g: ValueId) -> Result<Vec<Option<ValueId>>, String> {
+    if s.need[1] {
+        return Err("indices have no gradient".into());
+    }
+    let dims = fixed_dims(b, s.ins[0], "the gradient of gather_elements")?;
+    Ok(vec![Some(scatter_along(b, g, s.ins[1], axis, &dims)?), None])
+}
+
+/// topk: the values' gradient goes back to where they were taken (output 1, the indices, has none).
+pub fn topk(axis: usize, b: &mut B, s: &Site, g: ValueId) -> Result<Vec<Option<ValueId>>, String> {
+    let dims = fixed_dims(b, s.ins[0], "the gradient of topk")?;
+    Ok(vec![Some(scatter_along(b, g, s.outs[1], axis, &dims)?)])
 }
