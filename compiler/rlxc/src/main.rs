@@ -10,6 +10,7 @@ mod cmd_coverage;
 mod cmd_inspect;
 mod cmd_llm;
 mod cmd_run;
+mod cmd_train_step;
 
 pub use rlxc::cli::*;
 
