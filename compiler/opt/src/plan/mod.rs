@@ -32,7 +32,7 @@ pub use fuse::{fuse, fuse_with, Fusion, Role};
 pub use row_fuse::row_fuse;
 
 use index::align_up;
-use rlx_ir::lir::{Base, Buffer, Launch, Lir, Port};
+use rlx_ir::lir::{Base, Buffer, Launch, Lir, Port, StateSlot};
 use rlx_ir::verify::Problem;
 use rlx_ir::{ConstData, DType, Mir, OpSet, ValueId};
 use std::collections::HashMap;
@@ -44,7 +44,7 @@ pub fn lowerable_kinds() -> Vec<&'static str> {
     v.extend([
         "where", "cast", "matmul", "reduce_sum", "reduce_prod", "reduce_max", "reduce_min", "reduce_mean", "argmax", "argmin",
         "reshape", "transpose", "expand", "slice", "concat", "gather", "gather_elements", "gather_nd", "pad", "conv", "max_pool", "avg_pool", "cumsum",
-        "quantize", "dequantize", "fake_quantize",
+        "quantize", "dequantize", "fake_quantize", "write_rows",
     ]);
     v
 }
@@ -92,6 +92,12 @@ struct Planner<'g> {
     align: usize,
     nr: usize,
     mr: usize,
+    /// Graph inputs / outputs before the state pairs (the caller's own buffers).
+    plain_inputs: usize,
+    plain_outputs: usize,
+    /// State tensors' offsets in the state region, in `g.state` order, and its size.
+    state_offsets: Vec<usize>,
+    state_bytes: usize,
 }
 
 /// Columns per packed weight panel = lanes of the GEMM micro-kernel's vector accumulators.
@@ -141,6 +147,18 @@ pub fn plan(g: &Mir, opts: &PlanOptions) -> Result<Lir, Vec<Problem>> {
             probs.push(Problem { node: None, msg: format!("input '{}' has shape {}; fix {} with --dim NAME=N", g.value(i).name.clone().unwrap_or_default(), g.ty(i).shape, g.ty(i).shape.symbols().join(", ")) });
         }
     }
+    let ns = g.state.len();
+    for (k, st) in g.state.iter().enumerate() {
+        if st.input as usize + ns != g.inputs.len() + k || st.output as usize + ns != g.outputs.len() + k {
+            probs.push(Problem { node: None, msg: format!("state {k} is not among the trailing inputs and outputs") });
+        }
+    }
+    let state_inputs: Vec<ValueId> = g.inputs[g.inputs.len().saturating_sub(ns)..].to_vec();
+    for n in &g.nodes {
+        if n.op == rlx_ir::MirOp::WriteRows && !state_inputs.contains(&n.inputs[0]) {
+            probs.push(Problem { node: Some(n.name.clone()), msg: "write_rows compiles only as the in-place update of a state input".to_string() });
+        }
+    }
     if !probs.is_empty() {
         return Err(probs);
     }
@@ -160,6 +178,10 @@ pub fn plan(g: &Mir, opts: &PlanOptions) -> Result<Lir, Vec<Problem>> {
         align: opts.align,
         nr: opts.gemm_nr.max(1),
         mr: opts.gemm_mr.max(1),
+        plain_inputs: g.inputs.len() - ns,
+        plain_outputs: g.outputs.len() - ns,
+        state_offsets: Vec::new(),
+        state_bytes: 0,
     };
     p.place_inputs_and_constants();
     let out_slot = p.output_slots();
@@ -171,7 +193,7 @@ pub fn plan(g: &Mir, opts: &PlanOptions) -> Result<Lir, Vec<Problem>> {
         launches.push(Launch { nodes, kernel, bindings });
     }
     // Copies for outputs that are not a root's own result (views, inputs, constants, duplicates).
-    for (i, &o) in g.outputs.iter().enumerate() {
+    for (i, &o) in g.outputs.iter().enumerate().take(p.plain_outputs) {
         if out_slot.get(&o) != Some(&(i as u32)) {
             let copy = p.copy_output(i, o);
             launches.push(copy);
@@ -179,9 +201,12 @@ pub fn plan(g: &Mir, opts: &PlanOptions) -> Result<Lir, Vec<Problem>> {
     }
     let peak = p.assign_arena(&launches);
     let port = |v: ValueId, i: usize, what: &str| Port { name: g.value(v).name.clone().unwrap_or_else(|| format!("{what}{i}")), ty: g.ty(v).clone() };
+    let state = g.inputs[p.plain_inputs..].iter().zip(&p.state_offsets).enumerate().map(|(k, (&v, &offset))| StateSlot { port: port(v, k, "state"), offset }).collect();
     Ok(Lir {
-        inputs: g.inputs.iter().enumerate().map(|(i, &v)| port(v, i, "input")).collect(),
-        outputs: g.outputs.iter().enumerate().map(|(i, &v)| port(v, i, "output")).collect(),
+        inputs: g.inputs.iter().enumerate().take(p.plain_inputs).map(|(i, &v)| port(v, i, "input")).collect(),
+        outputs: g.outputs.iter().enumerate().take(p.plain_outputs).map(|(i, &v)| port(v, i, "output")).collect(),
+        state,
+        state_bytes: p.state_bytes,
         buffers: p.buffers,
         launches,
         arena_bytes: peak,
