@@ -13,8 +13,8 @@
 //!   writes nothing) and attends over the whole cache with the mask key position ≤ query position (and
 //!   within the sliding window on Gemma 3's local layers), so rows not yet written are never weighted.
 //!
-//! F32 matrices are plain `linear` / `gather` (nothing to dequantize; this is also what compiled
-//! targets run today); block types keep `dequant_matmul` / `dequant_gather`.
+//! F32 matrices are plain `linear` / `gather` (nothing to dequantize: the GEMM kernels take them);
+//! every other type keeps `dequant_matmul` / `dequant_gather`.
 
 use super::config::{Arch, LlmConfig, RopeStyle};
 use rlx_import::gguf::GgufFile;

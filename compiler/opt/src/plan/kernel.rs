@@ -103,6 +103,13 @@ impl Planner<'_> {
             return (Kernel { name, params: kb.params, body, vars: kb.vars }, kb.bindings, nodes);
         }
         let body = match anchor {
+            Some(a) if g.node(a).op == rlx_ir::MirOp::DequantGather => self.block_gather_body(&mut kb, a, op, &out_shape),
+            Some(a) if g.node(a).op == rlx_ir::MirOp::DequantMatMul => {
+                if a != r {
+                    nodes.insert(0, a);
+                }
+                self.block_matmul_body(&mut kb, a, r, op, &out_shape)
+            }
             None => nest(&mut kb, &out_shape, LoopKind::Parallel, &mut |kb, idx| {
                 let v = self.node_expr(kb, r, idx);
                 vec![Stmt::Store { buf: op, index: linear(idx, &out_shape), value: v }]

@@ -47,9 +47,31 @@ impl Planner<'_> {
         for &o in &g.outputs {
             needs_load[o.index()] = true;
         }
+        let mut block_seen: Vec<((usize, usize, rlx_ir::DType, Vec<usize>), super::blocks::BlockWeight)> = Vec::new();
         for (k, v) in g.values.iter().enumerate() {
             let Def::Const(c) = &v.def else { continue };
             let vid = ValueId(k as u32);
+            // Read by `dequant_matmul` / `dequant_gather`: packed once, in row panels (`blocks.rs`).
+            let block_use = g.nodes.iter().any(|n| n.op.block_weight_input().is_some_and(|i| n.inputs.get(i) == Some(&vid)));
+            if block_use {
+                // The same tensor read through two constants (a tied embedding: the gather's table and
+                // the output projection) is packed once.
+                let key = (c.data.bytes().as_ptr() as usize, c.data.len(), c.dtype, c.shape.clone());
+                let bw = match block_seen.iter().find(|(k, _)| *k == key) {
+                    Some((_, bw)) => bw.clone(),
+                    None => {
+                        let bw = self.place_block_weight(self.label(vid), c);
+                        block_seen.push((key, bw.clone()));
+                        bw
+                    }
+                };
+                self.block_weight.insert(vid, bw);
+                let other_use = g.outputs.contains(&vid)
+                    || g.nodes.iter().any(|n| n.inputs.iter().enumerate().any(|(i, &x)| x == vid && n.op.block_weight_input() != Some(i)));
+                if !other_use {
+                    continue;
+                }
+            }
             let only_kernel_users = g.node_ids().all(|n| !g.node(n).inputs.contains(&vid) || !is_view(g, n));
             if !needs_load[k] || (c.numel() == 1 && !c.dtype.is_quantized_block() && !g.outputs.contains(&vid) && only_kernel_users) {
                 continue;

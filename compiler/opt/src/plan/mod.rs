@@ -15,10 +15,12 @@
 //! Where things live: [`fuse`] and [`row_fuse`] decide the roles (`fuse.rs`, `row_fuse.rs`);
 //! `memory.rs` places inputs, constants and values and assigns arena offsets; `kernel.rs` lowers a
 //! root to its loop nest, with the per-element expressions of inlined nodes in `inline.rs`, anchor
-//! bodies (dot product, reductions, cumsum) in `anchor.rs`, convolution and pooling in `conv.rs`,
+//! bodies (dot product, reductions, cumsum) in `anchor.rs`, the kernels that read GGUF block
+//! constants (`dequant_matmul`, `dequant_gather`, with their weights repacked in row panels) in `blocks.rs`, convolution and pooling in `conv.rs`,
 //! the GEMM micro-kernel and weight packing in `gemm.rs`, and index arithmetic in `index.rs`.
 
 mod anchor;
+mod blocks;
 mod conv;
 mod fuse;
 mod gemm;
@@ -44,7 +46,7 @@ pub fn lowerable_kinds() -> Vec<&'static str> {
     v.extend([
         "where", "cast", "matmul", "reduce_sum", "reduce_prod", "reduce_max", "reduce_min", "reduce_mean", "argmax", "argmin",
         "reshape", "transpose", "expand", "slice", "concat", "gather", "gather_elements", "gather_nd", "pad", "conv", "max_pool", "avg_pool", "cumsum",
-        "quantize", "dequantize", "fake_quantize", "write_rows",
+        "quantize", "dequantize", "fake_quantize", "dequant_matmul", "dequant_gather", "write_rows",
     ]);
     v
 }
@@ -89,6 +91,8 @@ struct Planner<'g> {
     transposed_weight: HashMap<ValueId, u32>,
     /// Float matmul weights packed in panels of `GEMM_NR` columns: [N/NR (rounded up), K, NR].
     packed_weight: HashMap<ValueId, u32>,
+    /// Constants read by `dequant_matmul` / `dequant_gather`, packed in interleaved row panels.
+    block_weight: HashMap<ValueId, blocks::BlockWeight>,
     align: usize,
     nr: usize,
     mr: usize,
@@ -175,6 +179,7 @@ pub fn plan(g: &Mir, opts: &PlanOptions) -> Result<Lir, Vec<Problem>> {
         weights: Vec::new(),
         transposed_weight: HashMap::new(),
         packed_weight: HashMap::new(),
+        block_weight: HashMap::new(),
         align: opts.align,
         nr: opts.gemm_nr.max(1),
         mr: opts.gemm_mr.max(1),
