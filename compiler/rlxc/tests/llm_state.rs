@@ -124,7 +124,7 @@ fn rlxc() -> Command {
 }
 
 /// The compiled host artifact through its C ABI: `rlxc compile --dim context=16 --dim chunk=4` (both
-/// back ends), linked into tests/native/llm_generate.c, which prefills the prompt in chunks
+/// back ends; F32 matrices as plain GEMMs, Q8_0 through the compiled `dequant_matmul`), linked into tests/native/llm_generate.c, which prefills the prompt in chunks
 /// (`llm_prefill`, the last one padded) and decodes greedily (`llm_decode`) — its logits at every
 /// position equal the interpreter's stateless full-sequence logits over prompt + generated tokens,
 /// and its tokens are their argmax chain.
@@ -135,13 +135,14 @@ fn compiled_step_generates_as_the_stateless_interpreter() {
     let ids: Vec<String> = prompt.iter().map(i64::to_string).collect();
     let n = 6;
     let mut report = Vec::new();
-    for arch in ["llama", "qwen2", "qwen3", "gemma3"] {
-        let model = tiny(&dir, arch, "F32");
+    for (arch, qtype) in [("llama", "F32"), ("qwen2", "F32"), ("qwen3", "F32"), ("gemma3", "F32"), ("llama", "Q8_0"), ("gemma3", "Q8_0")] {
+        let model = tiny(&dir, arch, qtype);
         let f = rlx_import::gguf::load_gguf(&model).unwrap();
         let (cfg, full) = rlx_models::llm::llm_from_gguf(&f).unwrap();
         let full = lower(&full);
         for backend in ["llvm", "cranelift"] {
-            let out = dir.join(format!("{arch}-{backend}"));
+            let arch = format!("{arch} {qtype}");
+            let out = dir.join(format!("{}-{backend}", arch.replace(' ', "-")));
             ok(rlxc().arg("compile").arg(&model).args(["--target", "host", "--backend", backend, "--name", "llm", "--dim", "context=16", "--dim", "chunk=4", "-o"]).arg(&out));
             let h = std::fs::read_to_string(out.join("llm.h")).unwrap();
             for want in ["#define llm_MAX_CONTEXT 16", "#define llm_MAX_CHUNK 4", "#define llm_STATE_BYTES ", "int llm_step(void *arena, void *state,"] {
