@@ -255,6 +255,19 @@ fn gemma3_270m_compiled_next_token_matches_numpy_at_every_position() {
     assert!(mismatches.is_empty(), "{} of {positions} positions differ:\n{}", mismatches.len(), mismatches.join("\n"));
 }
 
+/// User + system CPU time of this process so far (on a shared machine, a steadier measure of the
+/// kernels' work than wall time).
+fn cpu_seconds() -> f64 {
+    let mut u = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: getrusage fills the struct it is given.
+    let u = unsafe {
+        libc::getrusage(libc::RUSAGE_SELF, u.as_mut_ptr());
+        u.assume_init()
+    };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    tv(u.ru_utime) + tv(u.ru_stime)
+}
+
 /// Per-token time of the compiled stateless graph at sequence 1 (decode-like) and 128 (prefill-like),
 /// with the threads `RLX_NUM_THREADS` gives the runtime. Run: `RLX_NUM_THREADS=1 cargo test --release
 /// -p rlxc --test llm_compiled -- --ignored --nocapture gemma3_270m_compiled_speed`.
@@ -272,16 +285,19 @@ fn gemma3_270m_compiled_speed() {
         let ins = tokens_and_positions(&toks);
         s.run(&[ins.clone()]).unwrap();
         let reps = if n == 1 { 20 } else { 3 };
-        let t = std::time::Instant::now();
+        let (t, c) = (std::time::Instant::now(), cpu_seconds());
         for _ in 0..reps {
             s.run(&[ins.clone()]).unwrap();
         }
         let per_call = t.elapsed().as_secs_f64() / reps as f64;
+        let cpu = (cpu_seconds() - c) / reps as f64;
         eprintln!(
-            "sequence {n}: {:.1} ms per call, {:.2} ms per token, {:.1} tokens/s (threads: {}; compile + load {compile:.1} s)",
+            "sequence {n}: {:.1} ms per call, {:.2} ms per token, {:.1} tokens/s; CPU time (all threads) {:.1} ms per call \
+             (threads: {}; compile + load {compile:.1} s)",
             per_call * 1e3,
             per_call * 1e3 / n as f64,
             n as f64 / per_call,
+            cpu * 1e3,
             std::env::var("RLX_NUM_THREADS").unwrap_or_else(|_| "default".into())
         );
     }

@@ -44,6 +44,11 @@ impl BlockWeight {
     }
 }
 
+/// Whether the kernels read weights of dtype `d`: f32, f16, bf16 and every GGUF block type.
+pub(super) fn lowers(d: DType) -> bool {
+    matches!(d, DType::F32 | DType::F16 | DType::BF16) || d.is_quantized_block()
+}
+
 /// Rows per panel for a weight of `rows` rows: the largest power of two ≤ `nr` dividing `rows` (so no
 /// panel is partial and no lane needs a guard).
 pub(super) fn panel_rows(rows: usize, nr: usize) -> usize {
@@ -196,7 +201,8 @@ fn value(d: DType, f: &Fields, s: usize, l: &Expr) -> (Option<Expr>, Option<Expr
             let (qh, qs) = if d == DType::Q5_0 { (2, 6) } else { (4, 8) };
             let lo = and(shr(f.u8(add(qs)), i32c(4 * si)), 15);
             let hbyte = f.u8(Expr::add(Expr::Int(qh + 2 * si), Expr::i(IOp::Div, lv(), Expr::Int(8))));
-            let hi = and(shr(hbyte, idx_i32(Expr::i(IOp::Rem, lv(), Expr::Int(8)))), 1);
+            // The shift `l mod 8` as a masked i32, so the writer sees it is below 32 (no out-of-range select).
+            let hi = and(shr(hbyte, and(idx_i32(lv()), 7)), 1);
             let q = ib(BinaryOp::BitOr, lo, ib(BinaryOp::Shl, hi, i32c(4)));
             if d == DType::Q5_0 {
                 (Some(f.h(0)), None, to_f32(ib(BinaryOp::Sub, q, i32c(16))))
