@@ -498,3 +498,77 @@ impl Planner<'_> {
         vec![Stmt::For { var: pos, extent: positions as i64, kind: LoopKind::Parallel, body }]
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::{plan, PlanOptions};
+    use rlx_ir::{Blob, Mir, MirOp, TensorType};
+
+    #[test]
+    fn panels_divide_the_rows() {
+        assert_eq!(panel_rows(640, 32), 32);
+        assert_eq!(panel_rows(96, 32), 32);
+        assert_eq!(panel_rows(100, 32), 4);
+        assert_eq!(panel_rows(7, 16), 1);
+        assert_eq!(panel_rows(24, 16), 8);
+    }
+
+    /// Packing permutes the bytes: the same multiset, and each row's block fields where the layout says.
+    #[test]
+    fn packing_moves_every_byte_of_a_block_to_its_panel_slot() {
+        let (rows, cols) = (8usize, 64usize);
+        let bytes: Vec<u8> = (0..rows * 2 * 18).map(|i| (i * 31 % 251) as u8).collect();
+        let c = ConstData::new(DType::Q4_0, vec![rows, cols], Blob::from_vec(bytes.clone())).unwrap();
+        let nr = 4;
+        let p = pack_blocks(&c, nr);
+        assert_eq!(p.len(), bytes.len());
+        for j in 0..rows {
+            for b in 0..2 {
+                let src = &bytes[(j * 2 + b) * 18..][..18];
+                let base = ((j / nr) * 2 + b) * 18 * nr;
+                // The f16 scale keeps its two bytes together; the nibbles are one byte per row.
+                assert_eq!(&p[base + 2 * (j % nr)..][..2], &src[..2]);
+                for t in 2..18 {
+                    assert_eq!(p[base + t * nr + j % nr], src[t], "row {j} block {b} byte {t}");
+                }
+            }
+        }
+    }
+
+    fn matmul_of(w: ConstData, as_input: bool) -> Mir {
+        let mut g = Mir::new();
+        let k = w.shape[1];
+        let x = g.add_input("x", TensorType::fixed(DType::F32, &[1, k]));
+        let wv = if as_input { g.add_input("w", TensorType::fixed(w.dtype, &w.shape)) } else { g.add_const(Some("w"), w) };
+        let y = g.add_node("proj", MirOp::DequantMatMul, &[x, wv]).unwrap()[0];
+        g.outputs = vec![y];
+        g
+    }
+
+    #[test]
+    fn unsupported_weights_are_problems_naming_the_node() {
+        let f64w = ConstData::new(DType::F64, vec![4, 8], Blob::from_vec(vec![0u8; 4 * 8 * 8])).unwrap();
+        let e = plan(&matmul_of(f64w, false), &PlanOptions::default()).unwrap_err();
+        assert!(e.iter().any(|p| p.node.as_deref() == Some("proj") && p.msg.contains("f64 weight")), "{e:?}");
+        let q = ConstData::new(DType::Q8_0, vec![4, 32], Blob::from_vec(vec![0u8; 4 * 34])).unwrap();
+        let e = plan(&matmul_of(q, true), &PlanOptions::default()).unwrap_err();
+        assert!(e.iter().any(|p| p.node.as_deref() == Some("proj") && p.msg.contains("must be a constant")), "{e:?}");
+    }
+
+    /// One tensor behind two constants (a tied embedding and output projection) is packed once.
+    #[test]
+    fn a_tied_weight_is_stored_once() {
+        let blob = Blob::from_vec(vec![0u8; 64 * 34]);
+        let w = ConstData::new(DType::Q8_0, vec![64, 32], blob).unwrap();
+        let mut g = Mir::new();
+        let ids = g.add_input("ids", TensorType::fixed(DType::I64, &[2]));
+        let t1 = g.add_const(Some("table"), w.clone());
+        let t2 = g.add_const(Some("output"), w);
+        let e = g.add_node("emb", MirOp::DequantGather, &[t1, ids]).unwrap()[0];
+        let y = g.add_node("logits", MirOp::DequantMatMul, &[e, t2]).unwrap()[0];
+        g.outputs = vec![y];
+        let lir = plan(&g, &PlanOptions::default()).unwrap();
+        assert_eq!(lir.weights.len(), 64 * 34);
+    }
+}
