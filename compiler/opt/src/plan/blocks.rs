@@ -18,7 +18,7 @@ use super::index::{clamp, linear, unflatten};
 use super::kernel::{lit, KB};
 use super::Planner;
 use rlx_ir::lir::{Base, Buffer};
-use rlx_ir::loops::{Access, Expr, IOp, LoopKind, Stmt};
+use rlx_ir::loops::{Access, Expr, IOp, LoopKind, Stmt, Var};
 use rlx_ir::{BinaryOp, ConstData, DType, NodeId, UnaryOp};
 
 /// A block constant as the kernels see it: views of its packed bytes (buffer ids) and its geometry.
@@ -42,6 +42,11 @@ impl BlockWeight {
     fn nblk(&self) -> usize {
         self.cols / self.dtype.block().0
     }
+}
+
+/// Whether the kernels read weights of dtype `d`: f32, f16, bf16 and every GGUF block type.
+pub(super) fn lowers(d: DType) -> bool {
+    matches!(d, DType::F32 | DType::F16 | DType::BF16) || d.is_quantized_block()
 }
 
 /// Rows per panel for a weight of `rows` rows: the largest power of two ≤ `nr` dividing `rows` (so no
@@ -196,7 +201,8 @@ fn value(d: DType, f: &Fields, s: usize, l: &Expr) -> (Option<Expr>, Option<Expr
             let (qh, qs) = if d == DType::Q5_0 { (2, 6) } else { (4, 8) };
             let lo = and(shr(f.u8(add(qs)), i32c(4 * si)), 15);
             let hbyte = f.u8(Expr::add(Expr::Int(qh + 2 * si), Expr::i(IOp::Div, lv(), Expr::Int(8))));
-            let hi = and(shr(hbyte, idx_i32(Expr::i(IOp::Rem, lv(), Expr::Int(8)))), 1);
+            // The shift `l mod 8` as a masked i32, so the writer sees it is below 32 (no out-of-range select).
+            let hi = and(shr(hbyte, and(idx_i32(lv()), 7)), 1);
             let q = ib(BinaryOp::BitOr, lo, ib(BinaryOp::Shl, hi, i32c(4)));
             if d == DType::Q5_0 {
                 (Some(f.h(0)), None, to_f32(ib(BinaryOp::Sub, q, i32c(16))))
@@ -261,6 +267,45 @@ fn value(d: DType, f: &Fields, s: usize, l: &Expr) -> (Option<Expr>, Option<Expr
     }
 }
 
+/// Row tiles from which `dequant_matmul` dequantizes each panel once into a scratch (the prefill form)
+/// instead of on the fly for every tile.
+const PANEL_TILES: usize = 3;
+/// Thread slots of the prefill form: a multiple of 1, 2, 4 and 8 threads.
+const SLOTS: usize = 8;
+
+/// The statements for block `b` (a loop variable) of the row `f` points at: per sub-block its scale
+/// and min declared once, then for each of its values `l` the dequantized value declared as `wv` and
+/// `per_value(kb, wv, k)` with `k` the value's column (`b·bs + s·len + l`).
+fn walk_block(kb: &mut KB, w: &BlockWeight, f: &Fields, b: Var, per_value: &mut dyn FnMut(&mut KB, Expr, Expr) -> Vec<Stmt>) -> Vec<Stmt> {
+    let (bs, _) = w.dtype.block();
+    let (nsub, len) = subs(w.dtype);
+    let mut out = Vec::new();
+    for s in 0..nsub {
+        let l = kb.var();
+        let (dl, ml, q) = value(w.dtype, f, s, &Expr::Var(l));
+        let decl = |kb: &mut KB, e: Expr, out: &mut Vec<Stmt>| {
+            let v = kb.var();
+            out.push(Stmt::Decl { var: v, dtype: DType::F32, init: e });
+            Expr::Var(v)
+        };
+        let scale = dl.map(|e| decl(kb, e, &mut out));
+        let min = ml.map(|e| decl(kb, e, &mut out));
+        let mut val = match scale {
+            Some(sv) => fb(BinaryOp::Mul, sv, q),
+            None => q,
+        };
+        if let Some(mv) = min {
+            val = fb(BinaryOp::Sub, val, mv);
+        }
+        let mut body = Vec::new();
+        let wv = decl(kb, val, &mut body);
+        let k = Expr::add(Expr::add(Expr::mul(Expr::Var(b), Expr::Int(bs as i64)), Expr::Int((s * len) as i64)), Expr::Var(l));
+        body.extend(per_value(kb, wv, k));
+        out.push(Stmt::For { var: l, extent: len as i64, kind: LoopKind::Serial, body });
+    }
+    out
+}
+
 impl Planner<'_> {
     /// Places a constant that `dequant_matmul` / `dequant_gather` read: its packed bytes once in the
     /// weights blob, with views for each field width.
@@ -298,75 +343,126 @@ impl Planner<'_> {
     }
 
     /// `dequant_matmul` anchored at `a`, with the epilogue chain up to root `r` applied before the
-    /// store: `for p parallel (panels) { for tile { for jj vector(nr) { acc[mr] … } } }`.
+    /// store. Few rows (decode): `for p parallel (panels) { for tile { for jj vector(nr) { acc[mr] +=
+    /// x · dequantized w } } }`, every weight byte read once per tile. Many rows (prefill): each
+    /// panel is dequantized once into an f32 scratch `[K][nr]` (one per thread slot, in the arena;
+    /// L2-sized) and the f32 micro-kernel runs over all tiles from it.
     pub(super) fn block_matmul_body(&mut self, kb: &mut KB, a: NodeId, r: NodeId, op: u32, out_shape: &[usize]) -> Vec<Stmt> {
         let anode = self.g.node(a).clone();
-        let av = anode.outputs[0];
         let x = anode.inputs[0];
         let w = self.block_weight[&anode.inputs[1]].clone();
-        let sx = self.shape(x);
-        let rows_shape = out_shape[..out_shape.len() - 1].to_vec();
-        let rows: usize = rows_shape.iter().product();
-        let (bs, _) = w.dtype.block();
-        let nblk = w.nblk();
-        let nr = w.nr;
+        let rows: usize = out_shape[..out_shape.len() - 1].iter().product();
         let mr = self.mr.min(rows.max(1));
+        if rows.div_ceil(mr) >= PANEL_TILES && w.nr > 1 {
+            return self.block_gemm_body(kb, a, r, op, out_shape, &w);
+        }
+        let sx = self.shape(x);
         let tiles = rows.div_ceil(mr);
+        let nr = w.nr;
         let (p, t, jj, b) = (kb.var(), kb.var(), kb.var(), kb.var());
-        let blk = Expr::add(Expr::mul(Expr::Var(p), Expr::Int(nblk as i64)), Expr::Var(b));
+        let blk = Expr::add(Expr::mul(Expr::Var(p), Expr::Int(w.nblk() as i64)), Expr::Var(b));
         let f = self.fields(kb, &w, blk, Expr::Var(jj));
         let row = |i: usize| clamp(Expr::add(Expr::mul(Expr::Var(t), Expr::Int(mr as i64)), Expr::Int(i as i64)), 0, rows as i64 - 1);
         let accs: Vec<_> = (0..mr).map(|_| kb.var()).collect();
-        let (nsub, len) = subs(w.dtype);
-        let mut blk_body = Vec::new();
-        for s in 0..nsub {
-            let l = kb.var();
-            let (dl, ml, q) = value(w.dtype, &f, s, &Expr::Var(l));
-            let mut sub_body = Vec::new();
-            let scale = dl.map(|e| {
-                let v = kb.var();
-                blk_body.push(Stmt::Decl { var: v, dtype: DType::F32, init: e });
-                v
-            });
-            let min = ml.map(|e| {
-                let v = kb.var();
-                blk_body.push(Stmt::Decl { var: v, dtype: DType::F32, init: e });
-                v
-            });
-            let wv = kb.var();
-            let mut val = match scale {
-                Some(sv) => fb(BinaryOp::Mul, Expr::Var(sv), q),
-                None => q,
-            };
-            if let Some(mv) = min {
-                val = fb(BinaryOp::Sub, val, Expr::Var(mv));
-            }
-            sub_body.push(Stmt::Decl { var: wv, dtype: DType::F32, init: val });
-            let k = Expr::add(Expr::add(Expr::mul(Expr::Var(b), Expr::Int(bs as i64)), Expr::Int((s * len) as i64)), Expr::Var(l));
-            for (i, &acc) in accs.iter().enumerate() {
-                let mut xi = unflatten(&row(i), &sx[..sx.len() - 1]);
-                xi.push(k.clone());
-                let xa = self.elem(kb, x, &xi);
-                let prod = fb(BinaryOp::Mul, xa, Expr::Var(wv));
-                sub_body.push(Stmt::Assign { var: acc, value: fb(BinaryOp::Add, Expr::Var(acc), prod) });
-            }
-            blk_body.push(Stmt::For { var: l, extent: len as i64, kind: LoopKind::Serial, body: sub_body });
-        }
+        let blk_body = walk_block(kb, &w, &f, b, &mut |kb, wv, k| {
+            accs.iter()
+                .enumerate()
+                .map(|(i, &acc)| {
+                    let mut xi = unflatten(&row(i), &sx[..sx.len() - 1]);
+                    xi.push(k.clone());
+                    let xa = self.elem(kb, x, &xi);
+                    Stmt::Assign { var: acc, value: fb(BinaryOp::Add, Expr::Var(acc), fb(BinaryOp::Mul, xa, wv.clone())) }
+                })
+                .collect()
+        });
         let mut vbody: Vec<Stmt> = accs.iter().map(|&acc| Stmt::Decl { var: acc, dtype: DType::F32, init: lit(0.0, DType::F32) }).collect();
-        vbody.push(Stmt::For { var: b, extent: nblk as i64, kind: LoopKind::Serial, body: blk_body });
-        for (i, &acc) in accs.iter().enumerate() {
-            let col = Expr::add(Expr::mul(Expr::Var(p), Expr::Int(nr as i64)), Expr::Var(jj));
-            let mut idx = unflatten(&row(i), &rows_shape);
-            idx.push(col);
-            kb.subst.insert(av, Expr::Var(acc));
-            let v = if a == r { Expr::Var(acc) } else { self.node_expr(kb, r, &idx) };
-            kb.subst.remove(&av);
-            vbody.push(Stmt::Store { buf: op, index: linear(&idx, out_shape), value: v });
-        }
+        vbody.push(Stmt::For { var: b, extent: w.nblk() as i64, kind: LoopKind::Serial, body: blk_body });
+        vbody.extend(self.block_stores(kb, a, r, op, out_shape, &accs, &row, Expr::add(Expr::mul(Expr::Var(p), Expr::Int(nr as i64)), Expr::Var(jj))));
         let kind = if nr > 1 { LoopKind::Vector(nr as u32) } else { LoopKind::Serial };
         let vl = Stmt::For { var: jj, extent: nr as i64, kind, body: vbody };
         let tl = Stmt::For { var: t, extent: tiles as i64, kind: LoopKind::Serial, body: vec![vl] };
         vec![Stmt::For { var: p, extent: (w.rows / nr) as i64, kind: LoopKind::Parallel, body: vec![tl] }]
+    }
+
+    /// The stores of a tile's accumulators at column `col`, each through the epilogue chain.
+    #[allow(clippy::too_many_arguments)]
+    fn block_stores(&mut self, kb: &mut KB, a: NodeId, r: NodeId, op: u32, out_shape: &[usize], accs: &[Var], row: &dyn Fn(usize) -> Expr, col: Expr) -> Vec<Stmt> {
+        let av = self.g.node(a).outputs[0];
+        let rows_shape = &out_shape[..out_shape.len() - 1];
+        let mut out = Vec::new();
+        for (i, &acc) in accs.iter().enumerate() {
+            let mut idx = unflatten(&row(i), rows_shape);
+            idx.push(col.clone());
+            kb.subst.insert(av, Expr::Var(acc));
+            let v = if a == r { Expr::Var(acc) } else { self.node_expr(kb, r, &idx) };
+            kb.subst.remove(&av);
+            out.push(Stmt::Store { buf: op, index: linear(&idx, out_shape), value: v });
+        }
+        out
+    }
+
+    /// The prefill form: thread slots (the parallel loop, [`SLOTS`] of them so 1, 2, 4 or 8 threads get
+    /// equal shares) each walk their share of the panels; a panel is dequantized into the slot's f32
+    /// scratch `[K][nr]`, then every tile of `mr` rows runs the f32 micro-kernel over it.
+    fn block_gemm_body(&mut self, kb: &mut KB, a: NodeId, r: NodeId, op: u32, out_shape: &[usize], w: &BlockWeight) -> Vec<Stmt> {
+        let x = self.g.node(a).inputs[0];
+        let sx = self.shape(x);
+        let kdim = w.cols;
+        let rows: usize = out_shape[..out_shape.len() - 1].iter().product();
+        let mr = self.mr.min(rows.max(1));
+        let tiles = rows.div_ceil(mr);
+        let nr = w.nr;
+        let np = w.rows / nr;
+        let slots = SLOTS.min(np);
+        let per = np.div_ceil(slots);
+        let label = format!("{} (dequantized panel scratch)", self.g.node(a).name);
+        let sb = self.add_buffer(Buffer { base: Base::Arena, offset: 0, dtype: DType::F32, shape: vec![slots, kdim, nr], label }, None);
+        let sp = kb.param(sb, &self.buffers[sb as usize].clone(), Access::ReadWrite);
+        let (slot, q, jj, b, t, jj2, kv) = (kb.var(), kb.var(), kb.var(), kb.var(), kb.var(), kb.var(), kb.var());
+        let p = Expr::add(Expr::mul(Expr::Var(slot), Expr::Int(per as i64)), Expr::Var(q));
+        let blk = Expr::add(Expr::mul(p.clone(), Expr::Int(w.nblk() as i64)), Expr::Var(b));
+        let f = self.fields(kb, w, blk, Expr::Var(jj));
+        let base = Expr::mul(Expr::Var(slot), Expr::Int((kdim * nr) as i64));
+        // Dequantize the panel: scratch[slot][k][jj].
+        let blk_body = walk_block(kb, w, &f, b, &mut |_, wv, k| {
+            vec![Stmt::Store { buf: sp, index: Expr::add(base.clone(), Expr::add(Expr::mul(k, Expr::Int(nr as i64)), Expr::Var(jj))), value: wv }]
+        });
+        let deq = Stmt::For {
+            var: jj,
+            extent: nr as i64,
+            kind: LoopKind::Vector(nr as u32),
+            body: vec![Stmt::For { var: b, extent: w.nblk() as i64, kind: LoopKind::Serial, body: blk_body }],
+        };
+        // The micro-kernel over every tile.
+        let row = |i: usize| clamp(Expr::add(Expr::mul(Expr::Var(t), Expr::Int(mr as i64)), Expr::Int(i as i64)), 0, rows as i64 - 1);
+        let accs: Vec<_> = (0..mr).map(|_| kb.var()).collect();
+        let wk = Expr::load(sp, Expr::add(base.clone(), Expr::add(Expr::mul(Expr::Var(kv), Expr::Int(nr as i64)), Expr::Var(jj2))));
+        let mut inner = Vec::new();
+        for (i, &acc) in accs.iter().enumerate() {
+            let mut xi = unflatten(&row(i), &sx[..sx.len() - 1]);
+            xi.push(Expr::Var(kv));
+            let xa = self.elem(kb, x, &xi);
+            inner.push(Stmt::Assign { var: acc, value: fb(BinaryOp::Add, Expr::Var(acc), fb(BinaryOp::Mul, xa, wk.clone())) });
+        }
+        let mut vbody: Vec<Stmt> = accs.iter().map(|&acc| Stmt::Decl { var: acc, dtype: DType::F32, init: lit(0.0, DType::F32) }).collect();
+        vbody.push(Stmt::For { var: kv, extent: kdim as i64, kind: LoopKind::Serial, body: inner });
+        vbody.extend(self.block_stores(kb, a, r, op, out_shape, &accs, &row, Expr::add(Expr::mul(p.clone(), Expr::Int(nr as i64)), Expr::Var(jj2))));
+        let gemm = Stmt::For {
+            var: t,
+            extent: tiles as i64,
+            kind: LoopKind::Serial,
+            body: vec![Stmt::For { var: jj2, extent: nr as i64, kind: LoopKind::Vector(nr as u32), body: vbody }],
+        };
+        let mut panel = vec![deq, gemm];
+        if slots * per > np {
+            panel = vec![Stmt::If { cond: Expr::i(IOp::Lt, p, Expr::Int(np as i64)), body: panel }];
+        }
+        vec![Stmt::For {
+            var: slot,
+            extent: slots as i64,
+            kind: LoopKind::Parallel,
+            body: vec![Stmt::For { var: q, extent: per as i64, kind: LoopKind::Serial, body: panel }],
+        }]
     }
 
     /// `dequant_gather` at root `r`: for each index (parallel), its row's blocks dequantized into the
@@ -378,7 +474,6 @@ impl Planner<'_> {
         let w = self.block_weight[&table].clone();
         let ishape = self.shape(idx);
         let positions: usize = ishape.iter().product();
-        let (bs, _) = w.dtype.block();
         let nblk = w.nblk();
         let (pos, b) = (kb.var(), kb.var());
         let ii = unflatten(&Expr::Var(pos), &ishape);
@@ -391,28 +486,89 @@ impl Planner<'_> {
         let jj = Expr::i(IOp::Rem, Expr::Var(rowv), Expr::Int(w.nr as i64));
         let blk = Expr::add(Expr::mul(pnl, Expr::Int(nblk as i64)), Expr::Var(b));
         let f = self.fields(kb, &w, blk, jj);
-        let (nsub, len) = subs(w.dtype);
-        let mut blk_body = Vec::new();
-        for s in 0..nsub {
-            let l = kb.var();
-            let (dl, ml, q) = value(w.dtype, &f, s, &Expr::Var(l));
-            let mut val = match dl {
-                Some(d) => fb(BinaryOp::Mul, d, q),
-                None => q,
-            };
-            if let Some(m) = ml {
-                val = fb(BinaryOp::Sub, val, m);
-            }
-            let col = Expr::add(Expr::add(Expr::mul(Expr::Var(b), Expr::Int(bs as i64)), Expr::Int((s * len) as i64)), Expr::Var(l));
-            let at = Expr::add(Expr::mul(Expr::Var(pos), Expr::Int(w.cols as i64)), col);
-            debug_assert_eq!(out_shape.iter().product::<usize>(), positions * w.cols);
-            blk_body.push(Stmt::For { var: l, extent: len as i64, kind: LoopKind::Serial, body: vec![Stmt::Store { buf: op, index: at, value: val }] });
-        }
+        debug_assert_eq!(out_shape.iter().product::<usize>(), positions * w.cols);
+        let blk_body = walk_block(kb, &w, &f, b, &mut |_, wv, k| {
+            vec![Stmt::Store { buf: op, index: Expr::add(Expr::mul(Expr::Var(pos), Expr::Int(w.cols as i64)), k), value: wv }]
+        });
         let body = vec![
             Stmt::Decl { var: rv, dtype: DType::I64, init: raw },
             Stmt::Decl { var: rowv, dtype: DType::I64, init: row },
             Stmt::For { var: b, extent: nblk as i64, kind: LoopKind::Serial, body: blk_body },
         ];
         vec![Stmt::For { var: pos, extent: positions as i64, kind: LoopKind::Parallel, body }]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::{plan, PlanOptions};
+    use rlx_ir::{Blob, Mir, MirOp, TensorType};
+
+    #[test]
+    fn panels_divide_the_rows() {
+        assert_eq!(panel_rows(640, 32), 32);
+        assert_eq!(panel_rows(96, 32), 32);
+        assert_eq!(panel_rows(100, 32), 4);
+        assert_eq!(panel_rows(7, 16), 1);
+        assert_eq!(panel_rows(24, 16), 8);
+    }
+
+    /// Packing permutes the bytes: the same multiset, and each row's block fields where the layout says.
+    #[test]
+    fn packing_moves_every_byte_of_a_block_to_its_panel_slot() {
+        let (rows, cols) = (8usize, 64usize);
+        let bytes: Vec<u8> = (0..rows * 2 * 18).map(|i| (i * 31 % 251) as u8).collect();
+        let c = ConstData::new(DType::Q4_0, vec![rows, cols], Blob::from_vec(bytes.clone())).unwrap();
+        let nr = 4;
+        let p = pack_blocks(&c, nr);
+        assert_eq!(p.len(), bytes.len());
+        for j in 0..rows {
+            for b in 0..2 {
+                let src = &bytes[(j * 2 + b) * 18..][..18];
+                let base = ((j / nr) * 2 + b) * 18 * nr;
+                // The f16 scale keeps its two bytes together; the nibbles are one byte per row.
+                assert_eq!(&p[base + 2 * (j % nr)..][..2], &src[..2]);
+                for t in 2..18 {
+                    assert_eq!(p[base + t * nr + j % nr], src[t], "row {j} block {b} byte {t}");
+                }
+            }
+        }
+    }
+
+    fn matmul_of(w: ConstData, as_input: bool) -> Mir {
+        let mut g = Mir::new();
+        let k = w.shape[1];
+        let x = g.add_input("x", TensorType::fixed(DType::F32, &[1, k]));
+        let wv = if as_input { g.add_input("w", TensorType::fixed(w.dtype, &w.shape)) } else { g.add_const(Some("w"), w) };
+        let y = g.add_node("proj", MirOp::DequantMatMul, &[x, wv]).unwrap()[0];
+        g.outputs = vec![y];
+        g
+    }
+
+    #[test]
+    fn unsupported_weights_are_problems_naming_the_node() {
+        let f64w = ConstData::new(DType::F64, vec![4, 8], Blob::from_vec(vec![0u8; 4 * 8 * 8])).unwrap();
+        let e = plan(&matmul_of(f64w, false), &PlanOptions::default()).unwrap_err();
+        assert!(e.iter().any(|p| p.node.as_deref() == Some("proj") && p.msg.contains("f64 weight")), "{e:?}");
+        let q = ConstData::new(DType::Q8_0, vec![4, 32], Blob::from_vec(vec![0u8; 4 * 34])).unwrap();
+        let e = plan(&matmul_of(q, true), &PlanOptions::default()).unwrap_err();
+        assert!(e.iter().any(|p| p.node.as_deref() == Some("proj") && p.msg.contains("must be a constant")), "{e:?}");
+    }
+
+    /// One tensor behind two constants (a tied embedding and output projection) is packed once.
+    #[test]
+    fn a_tied_weight_is_stored_once() {
+        let blob = Blob::from_vec(vec![0u8; 64 * 34]);
+        let w = ConstData::new(DType::Q8_0, vec![64, 32], blob).unwrap();
+        let mut g = Mir::new();
+        let ids = g.add_input("ids", TensorType::fixed(DType::I64, &[2]));
+        let t1 = g.add_const(Some("table"), w.clone());
+        let t2 = g.add_const(Some("output"), w);
+        let e = g.add_node("emb", MirOp::DequantGather, &[t1, ids]).unwrap()[0];
+        let y = g.add_node("logits", MirOp::DequantMatMul, &[e, t2]).unwrap()[0];
+        g.outputs = vec![y];
+        let lir = plan(&g, &PlanOptions::default()).unwrap();
+        assert_eq!(lir.weights.len(), 64 * 34);
     }
 }

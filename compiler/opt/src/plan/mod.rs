@@ -145,6 +145,14 @@ pub fn plan(g: &Mir, opts: &PlanOptions) -> Result<Lir, Vec<Problem>> {
         if !lowerable_kinds().contains(&n.op.kind()) {
             probs.push(Problem { node: Some(n.name.clone()), msg: format!("no kernel lowering for {}", n.op.kind()) });
         }
+        if let Some(w) = n.op.block_weight_input().and_then(|i| n.inputs.get(i)) {
+            let d = g.ty(*w).dtype;
+            if !blocks::lowers(d) {
+                probs.push(Problem { node: Some(n.name.clone()), msg: format!("no kernel lowering for {} of a {d} weight", n.op.kind()) });
+            } else if !matches!(g.value(*w).def, rlx_ir::Def::Const(_)) {
+                probs.push(Problem { node: Some(n.name.clone()), msg: format!("{}: the block weight must be a constant", n.op.kind()) });
+            }
+        }
     }
     for &i in &g.inputs {
         if !g.ty(i).shape.is_static() {
