@@ -38,7 +38,7 @@ FUZZ_J ?= 2
 
 export RLX_PY := $(CURDIR)/$(PY)
 
-.PHONY: setup apt venv toolchains doctor models llama-ref test-llm build install test conformance-data conformance conformance-check nollvm-check demo bench bench-zoo bench-backends verilog-report clean \
+.PHONY: setup apt venv toolchains doctor models llama-ref test-llm build install test conformance-data conformance conformance-check nollvm-check demo demo-llm bench bench-zoo bench-backends verilog-report clean \
         fuzz-setup fuzz-corpus fuzz fuzz-smoke
 
 # make setup: system packages, the venv, the Rust toolchains; then `make doctor` proves every tool works
@@ -170,6 +170,14 @@ demo: build $(VENV_STAMP)
 	cc -O2 -std=c11 -Wall -I build/demo tests/native/demo.c build/demo/mnist.o build/demo/librlx_rt.a \
 	  -lpthread -ldl -lm -lrt -lutil -o build/demo/demo
 	build/demo/demo build/demo/test_x.f32 build/demo/test_y.i64
+
+# Gemma 3 270M as a stateful artifact (KV cache of 256 positions, prefill chunks of 8), linked into a
+# small C program that generates 32 tokens greedily from token ids ("The capital of France is").
+demo-llm: build models
+	$(RLXC) compile build/models/gemma-3-270m-q4_k_m.gguf --target host --name llm --dim context=256 --dim chunk=8 -o build/demo-llm
+	cc -O2 -std=c11 -Wall -I build/demo-llm tests/native/llm_generate.c build/demo-llm/llm.o build/demo-llm/librlx_rt.a \
+	  -lpthread -ldl -lm -lrt -lutil -o build/demo-llm/generate
+	build/demo-llm/generate 32 2,818,5279,529,7001,563
 
 # Benchmarks (never part of make test): rlxc's artifacts vs ONNX Runtime, side by side, 1 and 2 threads.
 bench: build
