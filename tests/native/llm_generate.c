@@ -3,19 +3,23 @@
  * and linked as
  *   cc -O2 -I DIR tests/native/llm_generate.c DIR/llm.o DIR/librlx_rt.a -lpthread -ldl -lm -lrt -lutil
  *
- * usage: llm_generate N ID,ID,... [LOGITS.f32]
+ * usage: llm_generate [--bench] N ID,ID,... [LOGITS.f32]
  * Prefills the prompt in chunks of llm_MAX_CHUNK tokens (llm_prefill), then decodes greedily one
  * token at a time (llm_decode) until N tokens are generated or the state's llm_MAX_CONTEXT positions
  * are full. Prints "generated: ID,ID,..." on stdout and prefill / decode tokens per second on stderr.
  * With LOGITS.f32, writes the next-token logits after every prompt token and every decoded token
  * but the last (float32, llm_VOCAB per row): the rows a full-sequence run over prompt + generated
- * would give, for tests. Exit 1 on a bad argument or an error code from the artifact. */
+ * would give, for tests. With --bench, stdout is one JSON line instead (tests/bench/llm.py reads it):
+ * {"prefill_s", "decode_s", "prompt_tokens", "decode_tokens", "tokens": [generated ids],
+ *  "peak_rss_mb": the process's peak resident memory (getrusage)}.
+ * Exit 1 on a bad argument or an error code from the artifact. */
 #define _POSIX_C_SOURCE 200809L
 #include "llm.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 static double now(void) {
@@ -41,12 +45,17 @@ static void *alloc16(size_t bytes) {
 }
 
 int main(int argc, char **argv) {
+  int bench = argc > 1 && strcmp(argv[1], "--bench") == 0;
+  if (bench) {
+    argv++;
+    argc--;
+  }
   if (argc < 3 || argc > 4) {
-    fprintf(stderr, "usage: %s N ID,ID,... [LOGITS.f32]\n", argv[0]);
+    fprintf(stderr, "usage: %s [--bench] N ID,ID,... [LOGITS.f32]\n", argv[0]);
     return 1;
   }
   long want = strtol(argv[1], NULL, 10);
-  int64_t prompt[llm_MAX_CONTEXT];
+  static int64_t prompt[llm_MAX_CONTEXT], gen[llm_MAX_CONTEXT + 1];
   int64_t np = 0;
   for (char *s = argv[2]; *s;) {
     char *end;
@@ -90,7 +99,7 @@ int main(int argc, char **argv) {
   }
   double t1 = now();
 
-  printf("generated: %lld", (long long)next);
+  gen[0] = next;
   long got = 1;
   int64_t pos = np;
   while (got < want && pos < llm_MAX_CONTEXT) {
@@ -101,12 +110,21 @@ int main(int argc, char **argv) {
     }
     if (dump) fwrite(logits, sizeof(float), llm_VOCAB, dump);
     next = argmax(logits);
-    printf(",%lld", (long long)next);
+    gen[got] = next;
     got++;
     pos++;
   }
   double t2 = now();
-  printf("\n");
+  if (bench) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    printf("{\"prefill_s\": %.6f, \"decode_s\": %.6f, \"prompt_tokens\": %lld, \"decode_tokens\": %ld, \"peak_rss_mb\": %.1f, \"tokens\": [",
+           t1 - t0, t2 - t1, (long long)np, got - 1, ru.ru_maxrss / 1024.0);
+  } else {
+    printf("generated: ");
+  }
+  for (long i = 0; i < got; i++) printf(i ? ",%lld" : "%lld", (long long)gen[i]);
+  printf(bench ? "]}\n" : "\n");
   if (dump) fclose(dump);
   fprintf(stderr, "prefill: %lld tokens, %.1f tokens/s; decode: %ld tokens, %.1f tokens/s\n", (long long)np, np / (t1 - t0),
           got - 1, got > 1 ? (got - 1) / (t2 - t1) : 0.0);
