@@ -157,6 +157,9 @@ pub fn run(a: &RunArgs, p: &Path) -> Result<(), Failure> {
     }
     // What runs the model: the interpreter (the reference), or the compiled KV-cache artifact.
     let mut step: Box<dyn Step> = if target == Target::Interp {
+        if let Some((name, _)) = a.on.dims.first() {
+            return Err(Failure::usage(format!("--dim {name}: the interpreter sizes a GGUF model from the prompt; --dim context / chunk are for a compiled --target")));
+        }
         let (_, hir) = phase("building", || rlx_models::llm::llm_from_gguf(&f))
             .map_err(|e| Failure::model(format!("cannot build a model from '{}': {e}", p.display())))?;
         let mir = crate::lower(&hir, p)?;
@@ -165,7 +168,7 @@ pub fn run(a: &RunArgs, p: &Path) -> Result<(), Failure> {
         }
         Box::new(InterpStep::new(mir, cfg.context))
     } else {
-        Box::new(compiled_step(a, p, &f, target, prompt.len() + n, cfg.context)?)
+        Box::new(compiled_step(a, p, &f, target, prompt.len(), n, cfg.context)?)
     };
     let mut sampler = Sampler::new(sampling);
     let is_eog = |t: i64| tok.as_ref().is_some_and(|k| u32::try_from(t).is_ok_and(|t| k.is_eog(t)));
@@ -236,8 +239,8 @@ pub const DEFAULT_CHUNK: usize = 8;
 /// The cached step of `f` compiled for `t` and loaded: context `--dim context=N` (default: the
 /// prompt and the new tokens, rounded up to 64, capped at the model's), `--dim chunk=C` tokens per
 /// prefill call. Prints the compile time (stderr) apart from generation's.
-fn compiled_step(a: &RunArgs, p: &Path, f: &GgufFile, t: Target, needed: usize, model_context: usize) -> Result<CompiledStep, Failure> {
-    let mut context = default_context(needed, model_context);
+fn compiled_step(a: &RunArgs, p: &Path, f: &GgufFile, t: Target, prompt: usize, n: usize, model_context: usize) -> Result<CompiledStep, Failure> {
+    let mut context = default_context(prompt + n, model_context);
     let mut chunk = DEFAULT_CHUNK;
     for (name, v) in &a.on.dims {
         match name.as_str() {
@@ -253,6 +256,12 @@ fn compiled_step(a: &RunArgs, p: &Path, f: &GgufFile, t: Target, needed: usize, 
     }
     if context > model_context {
         return Err(Failure::usage(format!("--dim context={context} is more than the model's context of {model_context}")));
+    }
+    if context < prompt {
+        return Err(Failure::usage(format!("--dim context={context} holds fewer positions than the prompt's {prompt} tokens")));
+    }
+    if chunk == 0 || context == 0 {
+        return Err(Failure::usage("--dim context and --dim chunk must be at least 1".to_string()));
     }
     let chunk = chunk.min(context);
     let t0 = Instant::now();

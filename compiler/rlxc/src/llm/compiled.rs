@@ -64,11 +64,11 @@ impl CompiledStep {
     /// machine runs in process: `host`, or `x86_64` on an x86-64 host — and loads it. Phases go to
     /// `tm` ("fold", "plan", "codegen", "link", "load"…).
     pub fn compile(t: Target, mir: &Mir, req: &Request, tm: &mut Timings) -> Result<CompiledStep, Failure> {
-        let host = CpuTarget::host().map_err(Failure::model)?;
-        let want = cpu::cpu_of(t, req)?;
         if !matches!(t, Target::Host | Target::X86_64 | Target::Aarch64) {
             return Err(Failure::usage(format!("--target {} cannot run a language model: use host, a CPU target of this machine, or interp", t.name())));
         }
+        let host = CpuTarget::host().map_err(Failure::model)?;
+        let want = cpu::cpu_of(t, req)?;
         if want.triple() != host.triple() {
             return Err(Failure::usage(format!(
                 "--target {} is {}, but this machine is {}: a language model runs in this process only on this machine's CPU (--target host), or on --target interp",
