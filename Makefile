@@ -38,7 +38,7 @@ FUZZ_J ?= 2
 
 export RLX_PY := $(CURDIR)/$(PY)
 
-.PHONY: setup apt venv toolchains doctor models llama-ref test-llm build install test conformance-data conformance conformance-check nollvm-check demo bench bench-zoo bench-backends verilog-report clean \
+.PHONY: setup apt venv toolchains doctor models llama-ref test-llm build install test conformance-data conformance conformance-check nollvm-check demo demo-llm bench bench-llm bench-zoo bench-backends verilog-report clean \
         fuzz-setup fuzz-corpus fuzz fuzz-smoke
 
 # make setup: system packages, the venv, the Rust toolchains; then `make doctor` proves every tool works
@@ -170,6 +170,26 @@ demo: build $(VENV_STAMP)
 	cc -O2 -std=c11 -Wall -I build/demo tests/native/demo.c build/demo/mnist.o build/demo/librlx_rt.a \
 	  -lpthread -ldl -lm -lrt -lutil -o build/demo/demo
 	build/demo/demo build/demo/test_x.f32 build/demo/test_y.i64
+
+# Gemma 3 270M as a stateful artifact (KV cache of 256 positions, prefill chunks of 8), linked into a
+# small C program that generates 32 tokens greedily from token ids ("The capital of France is").
+# Gemma 3 270M compiled as a stateful artifact, linked into tests/native/llm_generate.c, generating from a
+# text prompt: rlxc tokenize → the C program generates token ids → rlxc detokenize prints the text.
+DEMO_LLM_PROMPT ?= The capital of France is
+demo-llm: build models
+	$(RLXC) compile $(GEMMA_GGUF) --target host --name llm --dim context=256 --dim chunk=8 -o build/demo-llm
+	cc -O2 -std=c11 -Wall -I build/demo-llm tests/native/llm_generate.c build/demo-llm/llm.o build/demo-llm/librlx_rt.a \
+	  -lpthread -ldl -lm -lrt -lutil -o build/demo-llm/generate
+	ids=$$($(RLXC) tokenize $(GEMMA_GGUF) "$(DEMO_LLM_PROMPT)"); \
+	  echo "prompt ids: $$ids"; \
+	  gen=$$(build/demo-llm/generate 32 "$$ids"); \
+	  echo "$$gen"; \
+	  printf '%s' "$(DEMO_LLM_PROMPT)"; $(RLXC) detokenize $(GEMMA_GGUF) "$${gen#generated: }"; echo
+
+# LLM speed (never part of make test): rlxc's compiled Gemma 3 270M artifacts (one per context, compile
+# time measured) and llama.cpp on the same file, interleaved, 1 and 2 threads → docs/benchmarks.md.
+bench-llm: build models llama-ref
+	$(PY) tests/bench/llm.py --rlxc $(RLXC) --model $(GEMMA_GGUF) --out docs/benchmarks.md
 
 # Benchmarks (never part of make test): rlxc's artifacts vs ONNX Runtime, side by side, 1 and 2 threads.
 bench: build

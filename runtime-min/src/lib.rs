@@ -180,6 +180,12 @@ pub enum Error {
     MisalignedArena,
     /// Code 7: the artifact keeps its weights outside and `NAME_set_weights` was not called.
     NullWeights,
+    /// Code 8 (stateful artifacts' `NAME_step`): the state pointer is NULL.
+    NullState,
+    /// Code 9: the state is not aligned to [`ARENA_ALIGN`] bytes.
+    MisalignedState,
+    /// The state has `got` bytes where the artifact needs `need` (`NAME_STATE_BYTES`).
+    StateTooSmall { need: usize, got: usize },
     /// Input `index` has `got` bytes where its spec needs `expected`.
     InputLength { index: usize, expected: usize, got: usize },
     /// Output `index` has `got` bytes where its spec needs `expected`.
@@ -208,6 +214,8 @@ impl Error {
             5 => Error::NullOutput,
             6 => Error::MisalignedArena,
             7 => Error::NullWeights,
+            8 => Error::NullState,
+            9 => Error::MisalignedState,
             other => Error::Unknown(other),
         })
     }
@@ -217,6 +225,9 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
             Error::NullArena => f.write_str("the arena pointer is NULL"),
+            Error::NullState => f.write_str("the state pointer is NULL"),
+            Error::MisalignedState => write!(f, "the state is not aligned to {ARENA_ALIGN} bytes"),
+            Error::StateTooSmall { need, got } => write!(f, "the state has {got} bytes, the model needs {need}"),
             Error::NullInputs => f.write_str("the inputs array is NULL"),
             Error::NullOutputs => f.write_str("the outputs array is NULL"),
             Error::NullInput => f.write_str("an input pointer is NULL"),
@@ -293,6 +304,18 @@ pub fn arena_ptr(arena: &mut [u8], need: usize) -> Result<*mut u8, Error> {
     }
     check_arena(arena.as_ptr(), arena.len(), need)?;
     Ok(arena.as_mut_ptr())
+}
+
+/// The state region of a stateful artifact (its KV cache) as the pointer `NAME_step` takes: at least
+/// `need` bytes (`NAME_STATE_BYTES`), aligned to [`ARENA_ALIGN`]. The caller keeps it between calls.
+pub fn state_ptr(state: &mut [u8], need: usize) -> Result<*mut u8, Error> {
+    if state.len() < need {
+        return Err(Error::StateTooSmall { need, got: state.len() });
+    }
+    if !(state.as_ptr() as usize).is_multiple_of(ARENA_ALIGN) {
+        return Err(Error::MisalignedState);
+    }
+    Ok(state.as_mut_ptr())
 }
 
 /// Checks that `ptr` is aligned to `align` bytes (a power of two; 0 and 1 accept anything).

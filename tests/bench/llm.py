@@ -2,13 +2,16 @@
 """LLM speed on the CPU: rlxc's compiled GGUF artifact vs llama.cpp on the same file (`make bench-llm`).
 
     llm.py --rlxc target/release/rlxc [--model build/models/gemma-3-270m-q4_k_m.gguf] [--threads 1,2]
-           [--rounds 2] [--engines rlxc,llama] [--out docs/benchmarks.md]
+           [--rounds 2] [--engines rlxc,llama] [--rows prefill128,…] [--chunk 8] [--out docs/benchmarks.md]
 
 Rows, each at 1 and 2 threads, both engines interleaved (rlxc, llama.cpp, rlxc, llama.cpp … one fresh
 process per measurement, so each process's peak RSS is its own):
   - prefill tokens/s for a 128- and a 512-token prompt,
   - decode tokens/s at context 128 and 1,024 (a prompt of 128 − 64 or 1,024 − 64 tokens, then 64 greedy tokens),
   - peak RSS of each process, rlxc's artifact size vs the GGUF file's, the compile time.
+rlxc's side: one stateful artifact per row's context (`rlxc compile --dim context=N --dim chunk=C`, timed),
+linked into tests/native/llm_generate.c, run as `llm_generate --bench N IDS` (JSON line: prefill_s, decode_s,
+tokens, peak_rss_mb from getrusage).
 The prompt is the same token ids for both engines (a fixed English text tokenized by llama.cpp, repeated to
 length), and the greedy tokens of both are compared. llama.cpp is llama-cpp-python built from source by
 `make llama-ref` (flags there); the best of `--rounds` per row is reported for each engine.
@@ -80,14 +83,29 @@ def run_llama(model: str, prompt: list[int], new: int, threads: int) -> dict:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def run_rlxc(demo: Path, artifact: Path, prompt: list[int], new: int, threads: int) -> dict:
-    """rlxc's compiled artifact driven by its C program (the `make demo-llm` program): token ids in, greedy ids
-    and timings out as one JSON line on stdout."""
-    env = dict(os.environ, RLX_NUM_THREADS=str(threads))
-    args = [str(demo), "--bench", "--tokens", ",".join(map(str, prompt)), "-n", str(new)]
-    r = subprocess.run(args, env=env, capture_output=True, text=True, cwd=artifact)
+def build_rlxc(rlxc: str, model: str, out: Path, context: int, chunk: int) -> dict:
+    """rlxc's stateful artifact for `context` positions (`chunk` tokens per prefill call) linked into
+    tests/native/llm_generate.c; the compile (rlxc compile alone, not the C link) is timed."""
+    d = out / f"context{context}"
+    t = time.perf_counter()
+    r = subprocess.run([rlxc, "compile", model, "--target", "host", "--name", "llm", "--dim", f"context={context}",
+                        "--dim", f"chunk={chunk}", "-o", str(d)], capture_output=True, text=True)
+    compile_s = time.perf_counter() - t
     if r.returncode != 0:
-        raise RuntimeError("rlxc demo failed: " + r.stderr.strip()[-400:])
+        raise RuntimeError("rlxc compile failed: " + r.stderr.strip()[-400:])
+    subprocess.run(["cc", "-O2", "-std=c11", "-I", str(d), str(ROOT / "tests/native/llm_generate.c"), str(d / "llm.o"),
+                    str(d / "librlx_rt.a"), "-lpthread", "-ldl", "-lm", "-lrt", "-lutil", "-o", str(d / "generate")], check=True)
+    return {"dir": d, "compile_s": compile_s, "object_mb": (d / "llm.o").stat().st_size / 1e6}
+
+
+def run_rlxc(art: dict, prompt: list[int], new: int, threads: int) -> dict:
+    """rlxc's compiled artifact driven by its C program (`llm_generate --bench`, the `make demo-llm`
+    program): token ids in, greedy ids, timings and peak RSS out as one JSON line on stdout."""
+    env = dict(os.environ, RLX_NUM_THREADS=str(threads))
+    args = [str(art["dir"] / "generate"), "--bench", str(new), ",".join(map(str, prompt))]
+    r = subprocess.run(args, env=env, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError("rlxc's llm_generate failed: " + r.stderr.strip()[-400:])
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
@@ -95,7 +113,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rlxc", default=str(ROOT / "target/release/rlxc"))
     ap.add_argument("--model", default=str(ROOT / "build/models/gemma-3-270m-q4_k_m.gguf"))
-    ap.add_argument("--demo", default=str(ROOT / "build/demo-llm"), help="folder with the compiled artifact and its C driver")
+    ap.add_argument("--build", default=str(ROOT / "build/bench-llm"), help="folder for rlxc's artifacts (one per context) and their C driver")
+    ap.add_argument("--chunk", type=int, default=8, help="tokens per prefill call of rlxc's artifact (--dim chunk)")
+    ap.add_argument("--rows", default=",".join(f"{k}{n}" for k, n in ROWS), help="which rows, e.g. prefill128,decode128")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--engines", default="rlxc,llama")
@@ -108,12 +128,16 @@ def main() -> int:
         print(json.dumps(res))
         return 0
     engines = a.engines.split(",")
-    demo = Path(a.demo)
-    if "rlxc" in engines and not (demo / "llm").exists():
-        print(f"{demo}/llm is missing: run `make demo-llm` first (it compiles the artifact and its C driver)", file=sys.stderr)
-        return 2
+    want = a.rows.split(",")
+    todo = [(k, n) for k, n in ROWS if f"{k}{n}" in want]
+    arts: dict = {}
+    if "rlxc" in engines:
+        for _, n in todo:
+            if n not in arts:
+                arts[n] = build_rlxc(a.rlxc, a.model, Path(a.build), n, a.chunk)
+                print(f"rlxc compile, context {n}, chunk {a.chunk}: {arts[n]['compile_s']:.1f} s, object {arts[n]['object_mb']:.0f} MB", flush=True)
     rows = []
-    for kind, n in ROWS:
+    for kind, n in todo:
         plen = n if kind == "prefill" else n - NEW
         new = 1 if kind == "prefill" else NEW
         prompt = prompt_ids(a.model, plen)
@@ -121,8 +145,10 @@ def main() -> int:
             best: dict = {}
             for _ in range(a.rounds):
                 for e in engines:
-                    r = run_rlxc(demo, demo, prompt, new, t) if e == "rlxc" else run_llama(a.model, prompt, new, t)
-                    rate = plen / r["prefill_s"] if kind == "prefill" else new / r["decode_s"]
+                    r = run_rlxc(arts[n], prompt, new, t) if e == "rlxc" else run_llama(a.model, prompt, new, t)
+                    # rlxc's decode time covers new - 1 calls (the first token comes from the prefill);
+                    # llama.cpp's worker times `new` evaluations.
+                    rate = plen / r["prefill_s"] if kind == "prefill" else r.get("decode_tokens", new) / r["decode_s"]
                     if e not in best or rate > best[e]["rate"]:
                         best[e] = {"rate": rate, "rss": r["peak_rss_mb"], "tokens": r["tokens"]}
             same = len({tuple(b["tokens"]) for b in best.values()}) == 1
@@ -134,10 +160,12 @@ def main() -> int:
             print(line, flush=True)
     if a.out:
         size = Path(a.model).stat().st_size / 1e6
-        art = sum(p.stat().st_size for p in demo.glob("*.o")) / 1e6 if demo.exists() else 0.0
+        comp = "; ".join(f"context {n}: {v['compile_s']:.1f} s, object {v['object_mb']:.0f} MB" for n, v in sorted(arts.items()))
         lines = [SECTION, "", "Measured by `make bench-llm` (`tests/bench/llm.py`) on Gemma 3 270M Q4_K_M "
-                 f"({size:.0f} MB GGUF; rlxc's artifact object {art:.0f} MB). One process per measurement, engines interleaved,",
-                 f"best of {a.rounds}; tokens/s = prompt tokens / prefill time, or {NEW} greedy tokens / their decode time.", "",
+                 f"({size:.0f} MB GGUF). rlxc: one stateful artifact per context (`--dim context=N --dim chunk={a.chunk}`), "
+                 f"driven by `tests/native/llm_generate.c --bench`; compile times and object sizes: {comp or 'not built'}.",
+                 f"One process per measurement, engines interleaved, best of {a.rounds}; tokens/s = prompt tokens / prefill time, "
+                 f"or greedy tokens / their decode time.", "",
                  "| row | threads | " + " | ".join(f"{e} tok/s | {e} peak RSS MB" for e in engines) + (" | rlxc/llama.cpp | same greedy tokens |" if len(engines) == 2 else ""),
                  "|---|---:|" + "---:|---:|" * len(engines) + ("---:|---|" if len(engines) == 2 else "")]
         for r in rows:

@@ -185,3 +185,33 @@ pub fn scatter_nd(x: &T, ind: &T, upd: &T, red: ScatterRed) -> Result<T, String>
     }
     Ok(out)
 }
+
+/// `write_rows`: `cache` with row `positions[i]` replaced by `rows[i]`; positions outside the cache's
+/// rows write nothing (padding rows); on repeats the later row wins.
+pub fn write_rows(cache: &T, rows: &T, pos: &T) -> Result<T, String> {
+    if cache.dtype != rows.dtype || cache.shape.is_empty() || rows.shape.len() != cache.shape.len() || rows.shape[1..] != cache.shape[1..] {
+        return Err(format!("rows {}{:?} do not fit cache {}{:?}", rows.dtype, rows.shape, cache.dtype, cache.shape));
+    }
+    let n = rows.shape[0];
+    if pos.shape != [n] {
+        return Err(format!("positions {:?}, expected [{n}]", pos.shape));
+    }
+    let row = numel(&cache.shape[1..]);
+    let mut out = cache.clone();
+    for r in 0..n {
+        let p = pos.data.i(r);
+        if p < 0 || p as u64 >= cache.shape[0] as u64 {
+            continue;
+        }
+        let dst: Vec<usize> = (p as usize * row..(p as usize + 1) * row).collect();
+        let src: Vec<usize> = (r * row..(r + 1) * row).collect();
+        let vals = rows.data.take(&src);
+        match (&mut out.data, vals) {
+            (Buf::F(o), Buf::F(v)) => dst.iter().zip(v).for_each(|(&d, x)| o[d] = x),
+            (Buf::D(o), Buf::D(v)) => dst.iter().zip(v).for_each(|(&d, x)| o[d] = x),
+            (Buf::I(o), Buf::I(v)) => dst.iter().zip(v).for_each(|(&d, x)| o[d] = x),
+            _ => return Err("rows and cache are stored differently".into()),
+        }
+    }
+    Ok(out)
+}

@@ -249,6 +249,7 @@ fn exec(op: &MirOp, ins: &[&T], syms: &BTreeMap<String, u64>) -> Result<Vec<T>, 
         MirOp::Quantize { axis } => one(quant::quantize(ins[0], ins[1], ins[2], *axis, false)),
         MirOp::FakeQuantize { axis } => one(quant::quantize(ins[0], ins[1], ins[2], *axis, true)),
         MirOp::Dequantize { axis } => one(quant::dequantize(ins[0], ins[1], ins[2], *axis)),
+        MirOp::WriteRows => one(index::write_rows(ins[0], ins[1], ins[2])),
         MirOp::DequantMatMul | MirOp::DequantGather => Err(format!("{}: weights must be a constant", op.kind())),
     }
 }

@@ -67,17 +67,32 @@ pub trait OpSet: Clone + PartialEq + fmt::Debug {
     fn arity(&self) -> (usize, usize);
 }
 
+/// A state tensor (a KV cache): graph input `input` is its contents before a call, graph output
+/// `output` after it. The caller keeps it between calls; compiled artifacts own it as one state
+/// region (`NAME_STATE_BYTES`) instead of an input and an output. State inputs and outputs come last,
+/// in the same order, and a state input's only reader is the `write_rows` that yields its output
+/// (the verifier checks both), so a compiled artifact can update it in place.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct State {
+    /// Index into `Graph::inputs`.
+    pub input: u32,
+    /// Index into `Graph::outputs`.
+    pub output: u32,
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct Graph<O> {
     pub nodes: Vec<Node<O>>,
     pub values: Vec<Value>,
     pub inputs: Vec<ValueId>,
     pub outputs: Vec<ValueId>,
+    /// State carried between calls (empty for a stateless model).
+    pub state: Vec<State>,
 }
 
 impl<O> Default for Graph<O> {
     fn default() -> Self {
-        Graph { nodes: Vec::new(), values: Vec::new(), inputs: Vec::new(), outputs: Vec::new() }
+        Graph { nodes: Vec::new(), values: Vec::new(), inputs: Vec::new(), outputs: Vec::new(), state: Vec::new() }
     }
 }
 

@@ -19,7 +19,7 @@ pub mod verify;
 pub use attr::{Attr, Attrs};
 pub use caps::TargetCaps;
 pub use dtype::DType;
-pub use graph::{Def, Graph, Node, NodeId, OpSet, Value, ValueId};
+pub use graph::{Def, Graph, Node, NodeId, OpSet, State, Value, ValueId};
 pub use hir::HirOp;
 pub use mir::{ArgOp, BinaryOp, MirOp, PadMode, PoolKind, ReduceOp, ScatterRed, UnaryOp};
 pub use shape::{broadcast, broadcast_fixed, Dim, Shape, TensorType};

@@ -22,6 +22,13 @@ pub const ERROR_CODES: &[(i32, &str, &str)] = &[
     (7, "NULL_WEIGHTS", "external weights were not set (call NAME_set_weights first)"),
 ];
 
+/// The further return codes of a stateful model's `NAME_step` (listed only in stateful artifacts, so a
+/// stateless artifact's header and object are what they were before state existed).
+pub const STATE_ERROR_CODES: &[(i32, &str, &str)] = &[
+    (8, "NULL_STATE", "state is NULL (it must point to NAME_STATE_BYTES bytes)"),
+    (9, "MISALIGNED_STATE", "state is not 16-byte aligned"),
+];
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Base {
     /// The caller-provided scratch arena (`NAME_ARENA_BYTES`).
@@ -32,6 +39,8 @@ pub enum Base {
     Input(u32),
     /// The i-th graph output, as passed by the caller.
     Output(u32),
+    /// The caller's state region (`NAME_STATE_BYTES`): the graph's state tensors, kept between calls.
+    State,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -69,10 +78,22 @@ pub struct Port {
     pub ty: TensorType,
 }
 
+/// One state tensor (a KV cache) at a byte offset of the state region.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StateSlot {
+    pub port: Port,
+    pub offset: usize,
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct Lir {
+    /// The caller's inputs and outputs (state tensors are not among them: they live in `state`).
     pub inputs: Vec<Port>,
     pub outputs: Vec<Port>,
+    /// The graph's state tensors in the state region, in graph order (empty: a stateless model).
+    pub state: Vec<StateSlot>,
+    /// Bytes of the state region (0 for a stateless model).
+    pub state_bytes: usize,
     pub buffers: Vec<Buffer>,
     pub launches: Vec<Launch>,
     /// Peak arena bytes: the scratch memory the caller reserves.
@@ -93,12 +114,16 @@ impl fmt::Display for Lir {
         for (i, p) in self.outputs.iter().enumerate() {
             let _ = writeln!(out, "output {i} {:?}: {}", p.name, p.ty);
         }
+        for (i, s) in self.state.iter().enumerate() {
+            let _ = writeln!(out, "state {i} {:?}: {} at {}", s.port.name, s.port.ty, s.offset);
+        }
         for (i, b) in self.buffers.iter().enumerate() {
             let base = match b.base {
                 Base::Arena => "arena".to_string(),
                 Base::Weights => "weights".to_string(),
                 Base::Input(k) => format!("input{k}"),
                 Base::Output(k) => format!("output{k}"),
+                Base::State => "state".to_string(),
             };
             let _ = writeln!(out, "buf {i} = {base}+{} : {}{:?} {:?}", b.offset, b.dtype, b.shape, b.label);
         }

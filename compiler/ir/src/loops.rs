@@ -171,7 +171,7 @@ pub const LOWERED_KINDS: &[&str] = &[
     "is_neg_inf", "add", "sub", "mul", "div", "pow", "max", "min", "mod", "fmod", "eq", "lt", "le", "gt", "ge", "and", "or", "xor",
     "bit_and", "bit_or", "bit_xor", "shl", "shr", "where", "cast", "matmul", "reduce_sum", "reduce_prod", "reduce_max", "reduce_min",
     "reduce_mean", "argmax", "argmin", "reshape", "transpose", "expand", "slice", "concat", "gather", "gather_elements", "gather_nd", "pad",
-    "conv", "max_pool", "avg_pool", "cumsum", "quantize", "dequantize", "fake_quantize",
+    "conv", "max_pool", "avg_pool", "cumsum", "quantize", "dequantize", "fake_quantize", "write_rows",
 ];
 
 /// Dtypes every writer of the full loop form (LLVM, Cranelift) implements. f16/bf16 are storage types
@@ -180,10 +180,16 @@ pub const LOWERED_DTYPES: &[DType] =
     &[DType::F32, DType::F64, DType::I8, DType::U8, DType::I16, DType::U16, DType::I32, DType::U32, DType::I64, DType::U64, DType::Bool];
 
 /// The claim set of a CPU back end that translates every loop-form construct: [`LOWERED_KINDS`] ×
-/// [`LOWERED_DTYPES`], plus `cast` and `reshape` for f16/bf16.
+/// [`LOWERED_DTYPES`], plus `cast` and `reshape` for f16/bf16, `dequant_matmul` (claimed by its f32
+/// input) and `dequant_gather` of tables in f32, f16, bf16 and every GGUF block type.
 pub fn lowered_caps(name: &str) -> crate::TargetCaps {
     let half = [DType::F16, DType::BF16];
-    crate::TargetCaps::uniform(name, LOWERED_KINDS, LOWERED_DTYPES).with("cast", &half).with("reshape", &half)
+    crate::TargetCaps::uniform(name, LOWERED_KINDS, LOWERED_DTYPES)
+        .with("cast", &half)
+        .with("reshape", &half)
+        .with("dequant_matmul", &[DType::F32])
+        .with("dequant_gather", &[DType::F32, DType::F16, DType::BF16])
+        .with("dequant_gather", &crate::dtype::BLOCK_DTYPES)
 }
 
 /// How a kernel is launched: its body runs over `[start, end)` of its outermost loop.

@@ -159,6 +159,12 @@ pub enum MirOp {
     /// (table[R,C]: a constant of a float or GGUF block dtype, indices: int[…]) → f32[…,C]: the
     /// dequantized rows `table[indices]` (an embedding lookup that leaves the table in its blocks).
     DequantGather,
+    /// (cache[R, …], rows[n, …]: cache's dtype and trailing dims, positions: int[n]) → cache's type:
+    /// the cache with row `positions[i]` replaced by `rows[i]` (a KV cache's new keys or values).
+    /// A position outside [0, R) writes nothing (a padding row); on repeats the later row wins.
+    /// When the cache is a state input (`Graph::state`) the compiled kernel writes the n rows in
+    /// place and copies nothing.
+    WriteRows,
 }
 
 fn same_dtype(op: &str, a: &TensorType, b: &TensorType) -> Result<(), String> {
@@ -268,6 +274,7 @@ impl OpSet for MirOp {
             MirOp::FakeQuantize { .. } => "fake_quantize",
             MirOp::DequantMatMul => "dequant_matmul",
             MirOp::DequantGather => "dequant_gather",
+            MirOp::WriteRows => "write_rows",
         }
     }
 
@@ -275,7 +282,7 @@ impl OpSet for MirOp {
         match self {
             MirOp::Binary(_) | MirOp::MatMul | MirOp::Gather { .. } | MirOp::GatherElements { .. } | MirOp::GatherNd { .. } => (2, 2),
             MirOp::DequantMatMul | MirOp::DequantGather => (2, 2),
-            MirOp::Where | MirOp::ScatterElements { .. } | MirOp::ScatterNd { .. } => (3, 3),
+            MirOp::Where | MirOp::ScatterElements { .. } | MirOp::ScatterNd { .. } | MirOp::WriteRows => (3, 3),
             MirOp::Quantize { .. } | MirOp::Dequantize { .. } | MirOp::FakeQuantize { .. } => (3, 3),
             MirOp::Concat { .. } => (1, usize::MAX),
             MirOp::Conv { .. } | MirOp::ConvTranspose { .. } => (2, 3),
@@ -688,12 +695,26 @@ impl OpSet for MirOp {
                 s.push(c);
                 one(DType::F32, Shape(s))
             }
+            MirOp::WriteRows => {
+                let (rows, pos) = (ins[1], ins[2]);
+                let (cr, rr) = (x.shape.rank(), rows.shape.rank());
+                if cr == 0 || rr != cr || rows.dtype != x.dtype {
+                    return Err(format!("write_rows: rows {rows} must have the cache {x}'s dtype and rank"));
+                }
+                if rows.shape.0[1..] != x.shape.0[1..] {
+                    return Err(format!("write_rows: rows {rows} and cache {x} differ after the first axis"));
+                }
+                if !pos.dtype.is_int() || pos.shape.rank() != 1 || pos.shape.0[0] != rows.shape.0[0] {
+                    return Err(format!("write_rows: positions {pos} must be integers, one per row of {rows}"));
+                }
+                Ok(vec![x.clone()])
+            }
         }
     }
 
     fn attrs(&self) -> Vec<(&'static str, Attr)> {
         match self {
-            MirOp::Unary(_) | MirOp::Binary(_) | MirOp::Where | MirOp::MatMul | MirOp::DequantMatMul | MirOp::DequantGather => vec![],
+            MirOp::Unary(_) | MirOp::Binary(_) | MirOp::Where | MirOp::MatMul | MirOp::DequantMatMul | MirOp::DequantGather | MirOp::WriteRows => vec![],
             MirOp::Cast { to } => vec![("to", Attr::DType(*to))],
             MirOp::Reduce { axes, keepdims, .. } => vec![("axes", usizes_attr(axes)), ("keepdims", Attr::Bool(*keepdims))],
             MirOp::ArgReduce { axis, keepdims, select_last, .. } => vec![
@@ -815,6 +836,7 @@ impl OpSet for MirOp {
             "fake_quantize" => MirOp::FakeQuantize { axis: a.usize("axis")? },
             "dequant_matmul" => MirOp::DequantMatMul,
             "dequant_gather" => MirOp::DequantGather,
+            "write_rows" => MirOp::WriteRows,
             _ => return Err(format!("unknown MIR op '{kind}'")),
         })
     }
@@ -852,7 +874,7 @@ pub fn all_mir_kinds() -> Vec<&'static str> {
         "where", "cast", "matmul", "reduce_sum", "reduce_prod", "reduce_max", "reduce_min", "reduce_mean", "argmax", "argmin",
         "reshape", "transpose", "expand", "slice", "concat", "gather", "gather_elements", "gather_nd", "scatter_elements",
         "scatter_nd", "pad", "conv", "conv_transpose", "max_pool", "avg_pool", "cumsum", "topk", "quantize", "dequantize",
-        "fake_quantize", "dequant_matmul", "dequant_gather",
+        "fake_quantize", "dequant_matmul", "dequant_gather", "write_rows",
     ]);
     v
 }

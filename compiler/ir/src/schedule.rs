@@ -84,6 +84,8 @@ pub fn encode(bases: &[BaseBuf], dispatches: &[SchedDispatch], with_blocks: bool
             Base::Weights => (1, 0),
             Base::Input(i) => (2, i),
             Base::Output(i) => (3, i),
+            // GPU targets claim no `write_rows`, so no state reaches a schedule; kind 4 if it ever does.
+            Base::State => (4, 0),
         };
         w.extend([kind, idx, b.bytes as u32, (b.bytes >> 32) as u32]);
     }

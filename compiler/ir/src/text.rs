@@ -101,6 +101,10 @@ pub fn print<O: OpSet>(g: &Graph<O>) -> String {
     if !outs.is_empty() {
         let _ = writeln!(out, "  out {}", outs.join(", "));
     }
+    // State pairs are the trailing inputs and outputs (the verifier checks it): their count says all.
+    if !g.state.is_empty() {
+        let _ = writeln!(out, "  state {}", g.state.len());
+    }
     out.push_str("}\n");
     out
 }
@@ -388,6 +392,7 @@ pub fn parse<O: OpSet>(text: &str) -> Result<Graph<O>, ParseError> {
     let mut p = P { s: text.as_bytes(), i: 0 };
     let mut g: Graph<O> = Graph::new();
     let mut ids: HashMap<usize, ValueId> = HashMap::new();
+    let mut state: Option<u32> = None;
     p.keyword("graph")?;
     p.expect(b'{')?;
     loop {
@@ -492,8 +497,20 @@ pub fn parse<O: OpSet>(text: &str) -> Result<Graph<O>, ParseError> {
                     }
                 }
             }
-            _ => return p.err(format!("expected 'in', 'const', 'out' or a node, found '{w}'")),
+            "state" => {
+                let w = p.word()?;
+                let Ok(n) = w.parse::<u32>() else { return p.err(format!("expected a state count, found '{w}'")) };
+                state = Some(n);
+            }
+            _ => return p.err(format!("expected 'in', 'const', 'out', 'state' or a node, found '{w}'")),
         }
+    }
+    if let Some(n) = state {
+        let (ni, no) = (g.inputs.len() as u32, g.outputs.len() as u32);
+        if n > ni || n > no {
+            return p.err(format!("state {n}: the graph has {ni} inputs and {no} outputs"));
+        }
+        g.state = (0..n).map(|k| crate::State { input: ni - n + k, output: no - n + k }).collect();
     }
     if p.peek().is_some() {
         return p.err("trailing text after graph");

@@ -107,5 +107,37 @@ pub fn verify<O: OpSet>(g: &Graph<O>) -> Vec<Problem> {
             probs.push(Problem { node: None, msg: format!("graph output {i} ({o}) does not exist") });
         }
     }
+    verify_state(g, &mut probs);
     probs
+}
+
+/// State pairs: trailing inputs and outputs in the same order, one type each, and the input read only
+/// by the `write_rows` that yields the output (so the update can happen in place).
+fn verify_state<O: OpSet>(g: &Graph<O>, probs: &mut Vec<Problem>) {
+    let ns = g.state.len();
+    let nv = g.values.len();
+    let top = |msg: String| Problem { node: None, msg };
+    for (k, s) in g.state.iter().enumerate() {
+        let (Some(&i), Some(&o)) = (g.inputs.get(s.input as usize), g.outputs.get(s.output as usize)) else {
+            probs.push(top(format!("state {k} names input {} / output {}, which do not exist", s.input, s.output)));
+            continue;
+        };
+        if i.index() >= nv || o.index() >= nv {
+            continue;
+        }
+        if s.input as usize + ns != g.inputs.len() + k || s.output as usize + ns != g.outputs.len() + k {
+            probs.push(top(format!("state {k} (input {}, output {}) is not among the trailing inputs and outputs in order", s.input, s.output)));
+        }
+        if g.ty(i) != g.ty(o) {
+            probs.push(top(format!("state {k}: input type {} differs from output type {}", g.ty(i), g.ty(o))));
+        }
+        let readers: Vec<&crate::graph::Node<O>> = g.nodes.iter().filter(|n| n.inputs.contains(&i)).collect();
+        let ok = match readers.as_slice() {
+            [n] => n.op.kind() == "write_rows" && n.inputs[0] == i && n.inputs[1..].iter().all(|&x| x != i) && n.outputs.first() == Some(&o),
+            _ => false,
+        };
+        if !ok {
+            probs.push(top(format!("state {k} (input {}): its only reader must be the write_rows that yields output {}", s.input, s.output)));
+        }
+    }
 }

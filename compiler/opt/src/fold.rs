@@ -44,6 +44,7 @@ fn rebuild(g: &Mir, mut step: impl FnMut(&mut Mir, usize, &[ValueId], &[Option<V
         }
     }
     out.outputs = g.outputs.iter().map(|o| map[o.index()].expect("graph outputs are defined")).collect();
+    out.state = g.state.clone();
     out
 }
 
@@ -118,6 +119,7 @@ pub fn dce(g: &Mir) -> Mir {
         }
     }
     out.outputs = g.outputs.iter().map(|o| map[o.index()].expect("outputs are live")).collect();
+    out.state = g.state.clone();
     out
 }
 

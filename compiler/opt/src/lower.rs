@@ -210,6 +210,7 @@ pub fn lower(h: &Hir) -> Result<Mir, Vec<Problem>> {
             None => probs.push(Problem { node: None, msg: format!("graph output {o} was not lowered") }),
         }
     }
+    l.mir.state = h.state.clone();
     if probs.is_empty() {
         probs = rlx_ir::verify::verify(&l.mir);
     }

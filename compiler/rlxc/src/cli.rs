@@ -299,6 +299,22 @@ impl ModelSource {
             }
             ModelSource::Gguf(p) => {
                 let f = phase("reading the model", || rlx_import::gguf::load_gguf(p)).map_err(Failure::model)?;
+                // `--dim context=N [--dim chunk=C]`: the stateful step (KV cache of N positions as
+                // state, C tokens per call); otherwise the stateless full-sequence graph.
+                if let Some(&context) = dims.get("context") {
+                    if dims.contains_key("sequence") {
+                        return Err(Failure::usage(
+                            "--dim sequence sizes the stateless graph; a stateful artifact (--dim context=N) takes --dim chunk=C tokens per call".to_string(),
+                        ));
+                    }
+                    let chunk = dims.get("chunk").copied().unwrap_or(1);
+                    let (_, hir) = phase("building", || rlx_models::llm::llm_step_from_gguf(&f, chunk as usize, context as usize))
+                        .map_err(|e| Failure::usage(format!("cannot build a cached step from '{}': {e}", p.display())))?;
+                    return Ok(hir);
+                }
+                if dims.contains_key("chunk") {
+                    return Err(Failure::usage("--dim chunk=C needs --dim context=N (the positions the KV cache holds)".to_string()));
+                }
                 let (_, mut hir) = phase("building", || rlx_models::llm::llm_from_gguf(&f))
                     .map_err(|e| Failure::model(format!("cannot build a model from '{}': {e}", p.display())))?;
                 if !dims.is_empty() {
@@ -328,7 +344,8 @@ pub fn model_symbols(src: &ModelSource) -> Result<Vec<String>, Failure> {
             Ok(v)
         }
         ModelSource::SafetensorsDir(_) => Ok(src.import(&BTreeMap::new())?.input_symbols()),
-        ModelSource::Gguf(_) => Ok(vec!["sequence".to_string()]),
+        // `sequence`: the stateless graph; `context` and `chunk`: the stateful step (KV cache).
+        ModelSource::Gguf(_) => Ok(vec!["chunk".to_string(), "context".to_string(), "sequence".to_string()]),
     }
 }
 

@@ -53,7 +53,7 @@ pub fn main(a: &BenchArgs) -> Result<(), Failure> {
     if a.runs == 0 {
         return Err(Failure::usage("--runs must be at least 1"));
     }
-    let t = a.on.target;
+    let t = a.on.target();
     let tn = t.name();
     let mut m = load_model(&a.model, &a.inputs, &a.on.dims, true)?;
     let mut sess = targets::load(t, &m.mir, &a.on.request(&m), &mut m.tm)?;

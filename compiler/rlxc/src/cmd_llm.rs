@@ -9,7 +9,9 @@ use crate::cmd_run::RunArgs;
 use crate::{phase, Failure, Target};
 use rlx_import::gguf::{load_gguf, GgufFile, GgufValue};
 use rlx_models::{StreamDecoder, Tokenizer};
-use rlxc::llm::{self, InterpStep, Sampler, Sampling, Step};
+use rlxc::llm::{self, CompiledStep, InterpStep, Sampler, Sampling, Step};
+use rlxc::pipeline::Timings;
+use rlxc::targets::Request;
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
 use std::path::Path;
@@ -63,6 +65,21 @@ pub fn inspect(p: &Path, json: bool) -> Result<(), Failure> {
     Ok(())
 }
 
+/// The file's own tokenizer (`None`: the file has no vocabulary).
+pub fn tokenizer(f: &GgufFile, p: &Path) -> Result<Option<Tokenizer>, Failure> {
+    let vocab = rlx_models::llm::vocab_from_gguf(f).map_err(|e| Failure::model(format!("'{}': its vocabulary is invalid: {e}", p.display())))?;
+    match vocab {
+        Some(v) => Ok(Some(Tokenizer::new(v).map_err(|e| Failure::model(format!("'{}': its vocabulary is invalid: {e}", p.display())))?)),
+        None => Ok(None),
+    }
+}
+
+/// The file's tokenizer, or a usage error for a file without a vocabulary.
+pub fn require_tokenizer(p: &Path) -> Result<Tokenizer, Failure> {
+    let f = read(p)?;
+    tokenizer(&f, p)?.ok_or_else(|| Failure::usage(format!("'{}' has no vocabulary (no tokenizer.ggml.tokens)", p.display())))
+}
+
 /// The first language-model flag given (for the error on a model that is not GGUF).
 pub fn llm_flag(a: &RunArgs) -> Option<&'static str> {
     [
@@ -108,16 +125,9 @@ pub fn run(a: &RunArgs, p: &Path) -> Result<(), Failure> {
     if a.prompt.is_none() && a.tokens.is_empty() {
         return Err(Failure::usage("a GGUF model needs a prompt: --prompt TEXT, or --tokens ID,ID,…".to_string()));
     }
-    if !matches!(a.on.target, Target::Interp) {
-        return Err(Failure::usage("GGUF models run on --target interp for now".to_string()));
-    }
     let sampling = sampling(a)?;
     let f = read(p)?;
-    let vocab = rlx_models::llm::vocab_from_gguf(&f).map_err(|e| Failure::model(format!("'{}': its vocabulary is invalid: {e}", p.display())))?;
-    let tok = match vocab {
-        Some(v) => Some(Tokenizer::new(v).map_err(|e| Failure::model(format!("'{}': its vocabulary is invalid: {e}", p.display())))?),
-        None => None,
-    };
+    let tok = tokenizer(&f, p)?;
     let prompt: Vec<i64> = match (&a.prompt, &tok) {
         (Some(_), None) => {
             return Err(Failure::usage(format!(
@@ -131,7 +141,10 @@ pub fn run(a: &RunArgs, p: &Path) -> Result<(), Failure> {
     if prompt.is_empty() {
         return Err(Failure::usage("the prompt is empty: it has no tokens (and the vocabulary adds no BOS)".to_string()));
     }
-    let (cfg, hir) = phase("building", || rlx_models::llm::llm_from_gguf(&f))
+    let n = a.max_tokens.unwrap_or(if a.prompt.is_some() { 64 } else { 0 });
+    let logits_only = a.prompt.is_none() && n == 0;
+    let target = where_to_run(a, logits_only)?;
+    let cfg = rlx_models::llm::LlmConfig::from_gguf(&f)
         .map_err(|e| Failure::model(format!("cannot build a model from '{}': {e}", p.display())))?;
     if let Some(bad) = prompt.iter().find(|&&t| t < 0 || t as usize >= cfg.vocab) {
         return Err(Failure::usage(format!("token id {bad} is outside the vocabulary (0..{})", cfg.vocab)));
@@ -139,16 +152,24 @@ pub fn run(a: &RunArgs, p: &Path) -> Result<(), Failure> {
     if prompt.len() > cfg.context {
         return Err(Failure::usage(format!("the prompt is {} tokens, longer than the model's context of {}", prompt.len(), cfg.context)));
     }
-    let mir = crate::lower(&hir, p)?;
-    let n = a.max_tokens.unwrap_or(if a.prompt.is_some() { 64 } else { 0 });
-    if a.prompt.is_none() && n == 0 {
-        return prompt_logits(a, &mir, &prompt, cfg.vocab);
-    }
     if a.show_ids {
         eprintln!("prompt ids: {}", ids(&prompt));
     }
-    // What runs the model (a compiled KV-cache artifact is another `Step`; nothing below changes).
-    let mut step: Box<dyn Step> = Box::new(InterpStep::new(mir, cfg.context));
+    // What runs the model: the interpreter (the reference), or the compiled KV-cache artifact.
+    let mut step: Box<dyn Step> = if target == Target::Interp {
+        if let Some((name, _)) = a.on.dims.first() {
+            return Err(Failure::usage(format!("--dim {name}: the interpreter sizes a GGUF model from the prompt; --dim context / chunk are for a compiled --target")));
+        }
+        let (_, hir) = phase("building", || rlx_models::llm::llm_from_gguf(&f))
+            .map_err(|e| Failure::model(format!("cannot build a model from '{}': {e}", p.display())))?;
+        let mir = crate::lower(&hir, p)?;
+        if logits_only {
+            return prompt_logits(a, &mir, &prompt, cfg.vocab);
+        }
+        Box::new(InterpStep::new(mir, cfg.context))
+    } else {
+        Box::new(compiled_step(a, p, &f, target, prompt.len(), n, cfg.context)?)
+    };
     let mut sampler = Sampler::new(sampling);
     let is_eog = |t: i64| tok.as_ref().is_some_and(|k| u32::try_from(t).is_ok_and(|t| k.is_eog(t)));
     let mut out = std::io::stdout().lock();
@@ -187,6 +208,72 @@ pub fn run(a: &RunArgs, p: &Path) -> Result<(), Failure> {
     };
     eprintln!("{} (on {})", stats.line(&name), step.describe());
     Ok(())
+}
+
+/// Where `rlxc run model.gguf` runs: `--target`, else the compiled host artifact when the LLVM back
+/// end is built in (the interpreter otherwise). The prompt's logits (`--tokens` without `-n`) are
+/// the interpreter's.
+fn where_to_run(a: &RunArgs, logits_only: bool) -> Result<Target, Failure> {
+    match a.on.target {
+        Some(t) if logits_only && t != Target::Interp => Err(Failure::usage(format!(
+            "--tokens without -n writes the prompt's logits from --target interp; give -n N to generate on --target {}",
+            t.name()
+        ))),
+        Some(t) => Ok(t),
+        None if logits_only || !cfg!(feature = "llvm") => Ok(Target::Interp),
+        None => Ok(Target::Host),
+    }
+}
+
+/// Positions a compiled run holds by default: the prompt and the new tokens, rounded up to a
+/// multiple of 64, at most the model's context.
+pub fn default_context(needed: usize, model_context: usize) -> usize {
+    needed.div_ceil(64).saturating_mul(64).clamp(1, model_context.max(1))
+}
+
+/// Tokens per call of the compiled step when `--dim chunk` is not given. Decode runs the whole
+/// chunk (padding rows included), prefill runs the prompt in chunks: 8 is the balance measured on
+/// Gemma 3 270M (docs/llm.md).
+pub const DEFAULT_CHUNK: usize = 8;
+
+/// The cached step of `f` compiled for `t` and loaded: context `--dim context=N` (default: the
+/// prompt and the new tokens, rounded up to 64, capped at the model's), `--dim chunk=C` tokens per
+/// prefill call. Prints the compile time (stderr) apart from generation's.
+fn compiled_step(a: &RunArgs, p: &Path, f: &GgufFile, t: Target, prompt: usize, n: usize, model_context: usize) -> Result<CompiledStep, Failure> {
+    let mut context = default_context(prompt + n, model_context);
+    let mut chunk = DEFAULT_CHUNK;
+    for (name, v) in &a.on.dims {
+        match name.as_str() {
+            "context" => context = *v as usize,
+            "chunk" => chunk = *v as usize,
+            other => {
+                return Err(Failure::usage(format!(
+                    "--dim {other}: a GGUF language model run on --target {} takes --dim context=N (positions the KV cache holds) and --dim chunk=C (tokens per prefill call)",
+                    t.name()
+                )))
+            }
+        }
+    }
+    if context > model_context {
+        return Err(Failure::usage(format!("--dim context={context} is more than the model's context of {model_context}")));
+    }
+    if context < prompt {
+        return Err(Failure::usage(format!("--dim context={context} holds fewer positions than the prompt's {prompt} tokens")));
+    }
+    if chunk == 0 || context == 0 {
+        return Err(Failure::usage("--dim context and --dim chunk must be at least 1".to_string()));
+    }
+    let chunk = chunk.min(context);
+    let t0 = Instant::now();
+    let (_, hir) = phase("building the cached step", || rlx_models::llm::llm_step_from_gguf(f, chunk, context))
+        .map_err(|e| Failure::model(format!("cannot build a cached step from '{}': {e}", p.display())))?;
+    let mir = crate::lower(&hir, p)?;
+    drop(hir);
+    let req = Request { backend: a.on.backend, ..Request::named("rlxllm") };
+    let mut tm = Timings::default();
+    let step = phase(&format!("compiling for {}", t.name()), || CompiledStep::compile(t, &mir, &req, &mut tm))?;
+    eprintln!("compiled in {:.2} s ({}; {})", t0.elapsed().as_secs_f64(), step.describe(), crate::cmd_run::phases(&tm));
+    Ok(step)
 }
 
 /// `--tokens` without `-n`: the logits at every position of the prompt to OUT_DIR/logits.npy, and

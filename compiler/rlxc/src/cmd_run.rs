@@ -81,9 +81,10 @@ pub struct RunArgs {
 /// Where a model runs: the flags `rlxc run` and `rlxc bench` share.
 #[derive(clap::Args)]
 pub struct On {
-    /// Where to run the model (only targets with an executor are listed)
-    #[arg(long, value_parser = rlxc::cli::runnable_target(), default_value = "interp")]
-    pub target: Target,
+    /// Where to run the model (only targets with an executor are listed) [default: interp; for a
+    /// GGUF language model, host when the LLVM back end is built in]
+    #[arg(long, value_parser = rlxc::cli::runnable_target())]
+    pub target: Option<Target>,
     /// Native code generator for CPU targets: llvm (default when built in) or cranelift
     #[arg(long, value_enum)]
     pub backend: Option<rlxc::cli::Backend>,
@@ -100,6 +101,10 @@ pub struct On {
 }
 
 impl On {
+    /// `--target`, or the interpreter.
+    pub fn target(&self) -> Target {
+        self.target.unwrap_or(Target::Interp)
+    }
     /// The flags that go to the target's family, for model `m`.
     pub fn request(&self, m: &Model) -> Request {
         Request { backend: self.backend, calibrate: self.calibrate.clone(), board: self.board.clone(), source_ops: m.src.node_op_types(), ..Request::named("rlxmodel") }
@@ -140,15 +145,15 @@ pub fn main(a: &RunArgs) -> Result<(), Failure> {
     }
     let mut m = load_model(&a.model, &a.inputs, &a.on.dims, false)?;
     let req = a.on.request(&m);
-    let mut sess = targets::load(a.on.target, &m.mir, &req, &mut m.tm)?;
+    let mut sess = targets::load(a.on.target(), &m.mir, &req, &mut m.tm)?;
     let ins = targets::run::quantize_inputs(sess.as_ref(), std::mem::take(&mut m.inputs))?;
     let t_run = Instant::now();
-    let mut outs = phase(&format!("running ({})", a.on.target.name()), || sess.run(std::slice::from_ref(&ins)))?;
+    let mut outs = phase(&format!("running ({})", a.on.target().name()), || sess.run(std::slice::from_ref(&ins)))?;
     let d_run = t_run.elapsed();
     let outs = outs.pop().ok_or_else(|| Failure::model("the executor returned no outputs"))?;
     write_outputs(&m, &outs, &a.out)?;
     let counted = sess.counter().map(|c| format!(", {} {}", fmt_count(c.min), c.unit)).unwrap_or_default();
-    println!("ran on {} ({}) in {}{counted} ({}; total {})", a.on.target.name(), sess.device(), ms(d_run), phases(&m.tm), ms(t_start.elapsed()));
+    println!("ran on {} ({}) in {}{counted} ({}; total {})", a.on.target().name(), sess.device(), ms(d_run), phases(&m.tm), ms(t_start.elapsed()));
     Ok(())
 }
 

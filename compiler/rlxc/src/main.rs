@@ -1,4 +1,5 @@
-//! The `rlxc` command line: inspect · run · bench · check · compile · coverage · conformance.
+//! The `rlxc` command line: inspect · run · bench · check · compile · coverage · conformance ·
+//! tokenize · detokenize.
 //!
 //! Exit codes: 0 success; 1 the model is invalid or unsupported (or a run fails); 2 the command line
 //! is wrong (bad flags, `--dim`/`--input` syntax, unknown target, inputs that do not match the model).
@@ -10,6 +11,7 @@ mod cmd_coverage;
 mod cmd_inspect;
 mod cmd_llm;
 mod cmd_run;
+mod cmd_tokens;
 mod cmd_train_step;
 
 pub use rlxc::cli::*;
@@ -55,6 +57,10 @@ enum Cmd {
     Coverage(cmd_coverage::CoverageArgs),
     /// Run the ONNX op conformance suite
     Conformance(rlxc::conformance::ConformanceArgs),
+    /// Token ids of a text, with a GGUF model's own vocabulary (comma-separated on stdout)
+    Tokenize(cmd_tokens::TokenizeArgs),
+    /// The text of token ids, with a GGUF model's own vocabulary
+    Detokenize(cmd_tokens::DetokenizeArgs),
 }
 
 fn main() -> ExitCode {
@@ -74,6 +80,8 @@ fn main() -> ExitCode {
         Cmd::Check(a) => cmd_check::main(a),
         Cmd::Compile(a) => cmd_compile::main(a),
         Cmd::Coverage(a) => cmd_coverage::main(a),
+        Cmd::Tokenize(a) => cmd_tokens::tokenize(a),
+        Cmd::Detokenize(a) => cmd_tokens::detokenize(a),
         Cmd::Conformance(a) => {
             let code = rlxc::conformance::main(a);
             return ExitCode::from(u8::try_from(code).unwrap_or(1));

@@ -16,7 +16,7 @@
 mod common;
 
 use common::{ok, python, repo};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
@@ -59,6 +59,80 @@ fn ids_after(text: &str, prefix: &str) -> Vec<i64> {
 /// Logits closer than this (llama.cpp's own; its largest are ~20 on these prompts) are a near tie.
 const TIE: f64 = 0.1;
 
+/// llama.cpp's greedy run of a text prompt (tests/reference/llama_cpp_ref.py): its prompt ids, the
+/// generated ids and its top-5 (id, logit) at every step.
+struct LlamaRef {
+    prompt: Vec<i64>,
+    generated: Vec<i64>,
+    top: Vec<Vec<(i64, f64)>>,
+}
+
+fn llama_ref(model: &Path, text: &str, steps: usize) -> LlamaRef {
+    let out = ok(Command::new(python()).arg(repo().join("tests/reference/llama_cpp_ref.py")).arg(model).args(["--prompt", text, "-n", &steps.to_string()]));
+    let js: serde_json::Value = serde_json::from_str(&out).expect("llama_cpp_ref.py prints JSON");
+    let ids = |k: &str| -> Vec<i64> { js["generate"][k].as_array().unwrap().iter().map(|x| x.as_i64().unwrap()).collect() };
+    let top = js["generate"]["top"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|step| step.as_array().unwrap().iter().map(|p| (p[0].as_i64().unwrap(), p[1].as_f64().unwrap())).collect())
+        .collect();
+    LlamaRef { prompt: ids("prompt_ids"), generated: ids("generated"), top }
+}
+
+/// Our prompt and greedy ids against llama.cpp's: `Err` when they differ, `Ok(Some(why))` for a
+/// first difference at a near tie (llama.cpp's own logits for its token and ours within TIE: its
+/// quantized-activation dot products vs our arithmetic; the sequences are not comparable after it).
+/// `stopped`: ours stopped at an end-of-generation token.
+fn judge(text: &str, r: &LlamaRef, p_ours: &[i64], g_ours: &[i64], stopped: bool) -> Result<Option<String>, String> {
+    if p_ours != r.prompt {
+        return Err(format!("{text:?}: prompt ids: ours {p_ours:?}, llama.cpp {:?}", r.prompt));
+    }
+    let g_ref = &r.generated;
+    let Some(i) = g_ours.iter().zip(g_ref).position(|(a, b)| a != b) else {
+        // Ours stops early only at an end-of-generation token, which llama.cpp's greedy run also chose.
+        return if g_ours == &g_ref[..] || (stopped && g_ref.starts_with(g_ours)) {
+            Ok(None)
+        } else {
+            Err(format!("{text:?}: generated: ours {g_ours:?}, llama.cpp {g_ref:?}"))
+        };
+    };
+    let top = &r.top[i];
+    let theirs = top[0].1;
+    match top.iter().find(|p| p.0 == g_ours[i]) {
+        Some(&(_, l)) if theirs - l < TIE => {
+            Ok(Some(format!("{text:?}, step {i}: ours {}, llama.cpp {} (its logits {theirs:.4} vs {l:.4}); same before", g_ours[i], g_ref[i])))
+        }
+        _ => Err(format!("{text:?}: generated: ours {g_ours:?}, llama.cpp {g_ref:?} (differ at step {i}; llama.cpp's top 5 there: {top:?})")),
+    }
+}
+
+/// Runs `rlxc run MODEL --prompt TEXT -n STEPS --temperature 0 --show-ids [extra]`: (prompt ids,
+/// generated ids, stopped at end of generation, stderr).
+fn rlxc_run(model: &Path, text: &str, steps: usize, extra: &[&str]) -> (Vec<i64>, Vec<i64>, bool, String) {
+    let o = Command::new(env!("CARGO_BIN_EXE_rlxc"))
+        .arg("run")
+        .arg(model)
+        .args(["--prompt", text, "-n", &steps.to_string(), "--temperature", "0", "--show-ids"])
+        .args(extra)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(o.status.success(), "{text:?}: {o:?}");
+    let text_out = String::from_utf8_lossy(&o.stdout);
+    eprintln!("{text:?} → {text_out:?}\n  {}", err.lines().last().unwrap_or(""));
+    let (p, g) = (ids_after(&err, "prompt ids: "), ids_after(&err, "generated ids: "));
+    let stopped = g.len() < steps && err.contains("stopped: end of generation");
+    (p, g, stopped, err)
+}
+
+fn report(what: &str, prompts: usize, ties: &[String], bad: &[String]) {
+    if !ties.is_empty() {
+        eprintln!("{what}: near ties (llama.cpp's two logits within {TIE}), compared up to there:\n  {}", ties.join("\n  "));
+    }
+    assert!(bad.is_empty(), "{what}: {} of {prompts} prompts differ:\n{}", bad.len(), bad.join("\n"));
+}
+
 #[test]
 #[ignore = "slow: run with `make test-llm`"]
 fn gemma3_270m_greedy_generation_matches_llama_cpp() {
@@ -70,56 +144,83 @@ fn gemma3_270m_greedy_generation_matches_llama_cpp() {
     let (mut t_ref, mut t_ours) = (0.0, 0.0);
     for text in &TEXT_PROMPTS[..prompts] {
         let t = Instant::now();
-        let out = ok(Command::new(python())
-            .arg(repo().join("tests/reference/llama_cpp_ref.py"))
-            .arg(&model)
-            .args(["--prompt", text, "-n", &steps.to_string()]));
+        let r = llama_ref(&model, text, steps);
         t_ref += t.elapsed().as_secs_f64();
-        let js: serde_json::Value = serde_json::from_str(&out).expect("llama_cpp_ref.py prints JSON");
-        let want = |k: &str| -> Vec<i64> { js["generate"][k].as_array().unwrap().iter().map(|x| x.as_i64().unwrap()).collect() };
         let t = Instant::now();
-        let o = Command::new(env!("CARGO_BIN_EXE_rlxc"))
-            .arg("run")
-            .arg(&model)
-            .args(["--prompt", text, "-n", &steps.to_string(), "--temperature", "0", "--show-ids"])
-            .output()
-            .unwrap();
+        let (p, g, stopped, _) = rlxc_run(&model, text, steps, &["--target", "interp"]);
         t_ours += t.elapsed().as_secs_f64();
-        let err = String::from_utf8_lossy(&o.stderr).into_owned();
-        assert!(o.status.success(), "{text:?}: {o:?}");
-        let text_out = String::from_utf8_lossy(&o.stdout);
-        eprintln!("{text:?} → {text_out:?}\n  {}", err.lines().last().unwrap_or(""));
-        let (p_ours, p_ref) = (ids_after(&err, "prompt ids: "), want("prompt_ids"));
-        if p_ours != p_ref {
-            bad.push(format!("{text:?}: prompt ids: ours {p_ours:?}, llama.cpp {p_ref:?}"));
-            continue;
-        }
-        let (g_ours, g_ref) = (ids_after(&err, "generated ids: "), want("generated"));
-        // Ours stops early only at an end-of-generation token, which llama.cpp's greedy run also chose.
-        let stopped = g_ours.len() < steps && err.contains("stopped: end of generation");
-        let Some(i) = g_ours.iter().zip(&g_ref).position(|(a, b)| a != b) else {
-            if !(g_ours == g_ref || (stopped && g_ref.starts_with(&g_ours))) {
-                bad.push(format!("{text:?}: generated: ours {g_ours:?}, llama.cpp {g_ref:?}"));
-            }
-            continue;
-        };
-        // A first difference where llama.cpp's own logits for its token and ours are within TIE is
-        // a near tie (llama.cpp's quantized-activation dot products vs our f32/f64 arithmetic);
-        // the sequences are not comparable after it.
-        let top: Vec<(i64, f64)> = js["generate"]["top"][i].as_array().unwrap().iter().map(|p| (p[0].as_i64().unwrap(), p[1].as_f64().unwrap())).collect();
-        let theirs = top[0].1;
-        match top.iter().find(|p| p.0 == g_ours[i]) {
-            Some(&(_, l)) if theirs - l < TIE => {
-                ties.push(format!("{text:?}, step {i}: ours {}, llama.cpp {} (its logits {theirs:.4} vs {l:.4}); same before", g_ours[i], g_ref[i]))
-            }
-            _ => bad.push(format!("{text:?}: generated: ours {g_ours:?}, llama.cpp {g_ref:?} (differ at step {i}; llama.cpp's top 5 there: {top:?})")),
+        match judge(text, &r, &p, &g, stopped) {
+            Ok(Some(tie)) => ties.push(tie),
+            Ok(None) => {}
+            Err(e) => bad.push(e),
         }
     }
     eprintln!("{prompts} prompts × {steps} greedy steps: llama.cpp {t_ref:.1} s, rlxc on the interpreter {t_ours:.1} s");
-    if !ties.is_empty() {
-        eprintln!("near ties (llama.cpp's two logits within {TIE}), compared up to there:\n  {}", ties.join("\n  "));
+    report("interpreter", prompts, &ties, &bad);
+}
+
+/// The compiled path (`rlxc run`'s default for GGUF): the KV-cache artifact compiled once for this
+/// machine and loaded in process (`rlxc::llm::CompiledStep`, chunked prefill, one-token decode),
+/// greedy through `rlxc::llm::generate`, on 8 text prompts × 32 steps (RLX_LLM_PROMPTS /
+/// RLX_LLM_STEPS) against llama.cpp with the near-tie rule above; then the command line itself
+/// (`rlxc run --prompt`, no --target: the compiled host path) on one prompt, which must print the
+/// same ids.
+#[test]
+#[ignore = "slow: run with `make test-llm`"]
+fn gemma3_270m_compiled_greedy_generation_matches_llama_cpp() {
+    use rlxc::llm::{generate, CompiledStep, Sampler, Sampling, Stop};
+    let model = repo().join("build/models/gemma-3-270m-q4_k_m.gguf");
+    assert!(model.exists(), "{} not found: run `make models`", model.display());
+    let prompts = env_count("RLX_LLM_PROMPTS", 8).min(TEXT_PROMPTS.len());
+    let steps = env_count("RLX_LLM_STEPS", 32);
+    let f = rlx_import::gguf::load_gguf(&model).unwrap();
+    let tok = rlx_models::Tokenizer::new(rlx_models::llm::vocab_from_gguf(&f).unwrap().unwrap()).unwrap();
+    let encoded: Vec<Vec<i64>> = TEXT_PROMPTS[..prompts].iter().map(|t| tok.encode(t, true, true).into_iter().map(i64::from).collect()).collect();
+    let longest = encoded.iter().map(Vec::len).max().unwrap();
+    let context = (longest + steps).div_ceil(64) * 64;
+    let t = Instant::now();
+    let (_, hir) = rlx_models::llm::llm_step_from_gguf(&f, 8, context).unwrap();
+    let mir = rlxc::cli::lower(&hir, &model).unwrap();
+    let mut tm = rlxc::pipeline::Timings::default();
+    let mut step = CompiledStep::compile(rlxc::cli::Target::Host, &mir, &rlxc::targets::Request::named("gemma"), &mut tm).unwrap_or_else(|e| panic!("{e:?}"));
+    let t_compile = t.elapsed().as_secs_f64();
+    drop(mir);
+    let (mut bad, mut ties) = (Vec::new(), Vec::new());
+    let (mut t_ref, mut t_ours) = (0.0, 0.0);
+    let mut first = Vec::new();
+    for (text, p) in TEXT_PROMPTS[..prompts].iter().zip(&encoded) {
+        let t = Instant::now();
+        let r = llama_ref(&model, text, steps);
+        t_ref += t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        let mut sampler = Sampler::new(Sampling { temperature: 0.0, ..Sampling::DEFAULT });
+        let mut g = Vec::new();
+        let stats = generate(&mut step, p, steps, &mut sampler, &|t| u32::try_from(t).is_ok_and(|t| tok.is_eog(t)), &mut |t| {
+            g.push(t);
+            Ok(())
+        })
+        .unwrap_or_else(|e| panic!("{e:?}"));
+        t_ours += t.elapsed().as_secs_f64();
+        eprintln!("{text:?} → {:?}", tok.decode(&g.iter().map(|&t| t as u32).collect::<Vec<_>>(), false, false));
+        if first.is_empty() {
+            first = g.clone();
+        }
+        match judge(text, &r, p, &g, matches!(stats.stop, Stop::EndOfGeneration(_))) {
+            Ok(Some(tie)) => ties.push(tie),
+            Ok(None) => {}
+            Err(e) => bad.push(e),
+        }
     }
-    assert!(bad.is_empty(), "{} of {prompts} prompts differ:\n{}", bad.len(), bad.join("\n"));
+    eprintln!(
+        "{prompts} prompts × {steps} greedy steps: llama.cpp {t_ref:.1} s; rlxc compiled (context {context}, chunk 8) {t_ours:.1} s after a {t_compile:.1} s compile"
+    );
+    report("compiled", prompts, &ties, &bad);
+    // The command line's default path for a GGUF model is this compiled step.
+    let t = Instant::now();
+    let (p, g, _, err) = rlxc_run(&model, TEXT_PROMPTS[0], steps, &[]);
+    eprintln!("rlxc run (default target) {:.1} s", t.elapsed().as_secs_f64());
+    assert!(err.contains("compiled KV-cache artifact"), "rlxc run on a GGUF model did not take the compiled path:\n{err}");
+    assert_eq!((p, g), (encoded[0].clone(), first), "rlxc run --prompt and the library's compiled step differ");
 }
 
 #[test]
@@ -163,4 +264,86 @@ fn gemma3_270m_next_token_matches_numpy_at_every_position() {
     let secs = t.elapsed().as_secs_f64();
     eprintln!("interpreter: {tokens} positions in {secs:.1} s ({:.2} s per position, full-sequence runs)", secs / tokens as f64);
     assert!(mismatches.is_empty(), "{} of {tokens} positions differ:\n{}", mismatches.len(), mismatches.join("\n"));
+}
+
+/// The stateful artifact (KV cache as state: `--dim context=64 --dim chunk=4`, LLVM) linked into
+/// tests/native/llm_generate.c: for each prompt, prefill in chunks then 16 greedy decode steps; the
+/// argmax of the logits it dumps at every position (prompt and decoded) must equal the numpy
+/// reference's over prompt + generated, except where numpy's own top-2 gap is below 0.05 (a near-tie
+/// that f32 accumulation may flip; counted and printed).
+#[test]
+#[ignore = "slow: run with `make test-llm`"]
+fn gemma3_270m_stateful_artifact_generates_as_numpy() {
+    let model = repo().join("build/models/gemma-3-270m-q4_k_m.gguf");
+    assert!(model.exists(), "{} not found: run `make models`", model.display());
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("llm-gemma-state");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let t = Instant::now();
+    ok(Command::new(env!("CARGO_BIN_EXE_rlxc"))
+        .arg("compile")
+        .arg(&model)
+        .args(["--target", "host", "--name", "llm", "--dim", "context=64", "--dim", "chunk=4", "-o"])
+        .arg(&dir));
+    eprintln!("compile: {:.1} s", t.elapsed().as_secs_f64());
+    let exe = dir.join("generate");
+    ok(Command::new("cc")
+        .args(["-O2", "-std=c11", "-Wall", "-Werror", "-I"])
+        .arg(&dir)
+        .arg(repo().join("tests/native/llm_generate.c"))
+        .arg(dir.join("llm.o"))
+        .arg(dir.join("librlx_rt.a"))
+        .args(["-lpthread", "-ldl", "-lm", "-lrt", "-lutil", "-o"])
+        .arg(&exe));
+    let vocab = 262144;
+    let n = 16;
+    let mut extended = Vec::new();
+    let mut ours: Vec<Vec<usize>> = Vec::new();
+    for (k, p) in PROMPTS.iter().enumerate() {
+        let dump = dir.join(format!("logits{k}.f32"));
+        let out = ok(Command::new(&exe).arg(n.to_string()).arg(p).arg(&dump));
+        let gen: Vec<&str> = out.lines().find_map(|l| l.strip_prefix("generated: ")).expect("generated line").split(',').collect();
+        assert_eq!(gen.len(), n);
+        let bytes = std::fs::read(&dump).unwrap();
+        let rows: Vec<usize> = bytes
+            .chunks_exact(vocab * 4)
+            .map(|r| {
+                let v: Vec<f32> = r.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect();
+                (0..vocab).fold(0, |b, i| if v[i] > v[b] { i } else { b })
+            })
+            .collect();
+        assert_eq!(rows.len(), p.split(',').count() + n - 1);
+        ours.push(rows);
+        extended.push(format!("{p},{}", gen[..n - 1].join(",")));
+    }
+    let refp = dir.join("ref.txt");
+    let t = Instant::now();
+    ok(Command::new(python())
+        .arg(repo().join("tests/reference/llm_ref.py"))
+        .arg("argmax")
+        .arg(&model)
+        .args(["--prompts", &extended.join(";"), "--out"])
+        .arg(&refp));
+    eprintln!("numpy reference: {:.1} s", t.elapsed().as_secs_f64());
+    let reference = std::fs::read_to_string(&refp).unwrap();
+    let (mut checked, mut ties, mut mismatches) = (0, Vec::new(), Vec::new());
+    for ((p, rows), want) in extended.iter().zip(&ours).zip(reference.lines()) {
+        let want: Vec<(usize, f64)> = want
+            .split(' ')
+            .map(|w| {
+                let (t, gap) = w.split_once(':').unwrap();
+                (t.parse().unwrap(), gap.parse().unwrap())
+            })
+            .collect();
+        assert_eq!(rows.len(), want.len());
+        for (i, (&g, &(w, gap))) in rows.iter().zip(&want).enumerate() {
+            checked += 1;
+            if g != w {
+                let line = format!("prompt+generated {p}, position {i}: ours {g}, numpy {w} (numpy's top-2 gap {gap})");
+                if gap < 0.05 { ties.push(line) } else { mismatches.push(line) }
+            }
+        }
+    }
+    eprintln!("{checked} positions checked; near-ties that differ: {}\n{}", ties.len(), ties.join("\n"));
+    assert!(mismatches.is_empty(), "{} of {checked} positions differ:\n{}", mismatches.len(), mismatches.join("\n"));
 }

@@ -2,13 +2,23 @@
 //! optionally sliding-window mask → RMSNorm → gated MLP), final RMSNorm, logits. Weights stay in their
 //! GGUF blocks (`dequant_gather` for the embedding, `dequant_matmul` for every projection).
 //!
-//! Stateless full-sequence form: inputs `tokens` i64[sequence] and `positions` i64[sequence], output
-//! `logits` f32[sequence, vocab]. Each layer is one function of (hidden states, RoPE tables, masks) so
-//! a cached decode step can call the same code with its own keys and values.
+//! Two forms share every layer (`layer`, one function of hidden states, RoPE tables, masks and where
+//! the keys and values come from):
+//! - stateless full sequence ([`build`]): inputs `tokens` i64[sequence] and `positions` i64[sequence],
+//!   output `logits` f32[sequence, vocab];
+//! - a cached step ([`build_step`]): `tokens` and `positions` i64[chunk], then per layer the state
+//!   inputs `cache.{i}.k` and `cache.{i}.v` f32[context, kv_heads, head_dim] (keys after RoPE, values);
+//!   outputs `logits` f32[chunk, vocab] and the updated caches (the graph's state pairs). The step writes
+//!   its keys and values at `positions` (`write_rows`; a position outside 0..context is a padding row and
+//!   writes nothing) and attends over the whole cache with the mask key position ≤ query position (and
+//!   within the sliding window on Gemma 3's local layers), so rows not yet written are never weighted.
+//!
+//! F32 matrices are plain `linear` / `gather` (nothing to dequantize: the GEMM kernels take them);
+//! every other type keeps `dequant_matmul` / `dequant_gather`.
 
 use super::config::{Arch, LlmConfig, RopeStyle};
 use rlx_import::gguf::GgufFile;
-use rlx_ir::{BinaryOp, ConstData, DType, Dim, Hir, HirOp, MirOp, ReduceOp, Shape, TensorType, UnaryOp, ValueId};
+use rlx_ir::{BinaryOp, ConstData, DType, Dim, Hir, HirOp, MirOp, ReduceOp, Shape, State, TensorType, UnaryOp, ValueId};
 
 type R<T> = Result<T, String>;
 
@@ -16,10 +26,12 @@ fn seq() -> Dim {
     Dim::sym("sequence")
 }
 
-/// A small wrapper over the graph: named primitive nodes.
+/// A small wrapper over the graph: named primitive nodes. `rows` is the query-row dim (`sequence`, or
+/// the step's fixed chunk).
 struct B<'a> {
     g: Hir,
     f: &'a GgufFile,
+    rows: Dim,
 }
 
 impl B<'_> {
@@ -60,7 +72,11 @@ impl B<'_> {
             return Err(format!("tensor '{wname}' has shape {:?}, expected [{out}, {inp}]", t.data.shape));
         }
         let w = self.raw(&wname)?;
-        let y = self.op(name, MirOp::DequantMatMul, &[x, w])?;
+        let y = if t.data.dtype == DType::F32 {
+            self.g.add1(name, HirOp::Linear { transpose_w: true }, &[x, w])?
+        } else {
+            self.op(name, MirOp::DequantMatMul, &[x, w])?
+        };
         let bname = format!("{name}.bias");
         if bias && self.f.tensor(&bname).is_some() {
             let b = self.vector(&bname, out)?;
@@ -86,9 +102,9 @@ impl B<'_> {
 fn rope_tables(b: &mut B, name: &str, pos_f: ValueId, d: usize, base: f64) -> R<(ValueId, ValueId)> {
     let inv: Vec<f32> = (0..d / 2).map(|i| base.powf(-2.0 * i as f64 / d as f64) as f32).collect();
     let inv = b.g.add_const(Some(&format!("{name}.inv_freq")), ConstData::from_f32(vec![1, d / 2], &inv));
-    let p = b.reshape(&format!("{name}.positions"), pos_f, vec![seq(), Dim::Fixed(1)])?;
+    let p = b.reshape(&format!("{name}.positions"), pos_f, vec![b.rows.clone(), Dim::Fixed(1)])?;
     let ang = b.bin(&format!("{name}.angles"), BinaryOp::Mul, p, inv)?;
-    let ang = b.reshape(&format!("{name}.angles3"), ang, vec![seq(), Dim::Fixed(1), Dim::Fixed(d as u64 / 2)])?;
+    let ang = b.reshape(&format!("{name}.angles3"), ang, vec![b.rows.clone(), Dim::Fixed(1), Dim::Fixed(d as u64 / 2)])?;
     let cos = b.op(&format!("{name}.cos"), MirOp::Unary(UnaryOp::Cos), &[ang])?;
     let sin = b.op(&format!("{name}.sin"), MirOp::Unary(UnaryOp::Sin), &[ang])?;
     Ok((cos, sin))
@@ -103,10 +119,10 @@ fn rope(b: &mut B, name: &str, x: ValueId, heads: usize, d: usize, cos: ValueId,
     let (x1, x2, cos, sin) = match style {
         RopeStyle::Neox => (slice(b, &format!("{name}.x1"), x, 2, 0, h)?, slice(b, &format!("{name}.x2"), x, 2, h, 2 * h)?, cos, sin),
         RopeStyle::Norm => {
-            let pairs = b.reshape(&format!("{name}.pairs"), x, vec![seq(), Dim::Fixed(heads as u64), Dim::Fixed(h as u64), Dim::Fixed(2)])?;
+            let pairs = b.reshape(&format!("{name}.pairs"), x, vec![b.rows.clone(), Dim::Fixed(heads as u64), Dim::Fixed(h as u64), Dim::Fixed(2)])?;
             let x1 = slice(b, &format!("{name}.x1"), pairs, 3, 0, 1)?;
             let x2 = slice(b, &format!("{name}.x2"), pairs, 3, 1, 2)?;
-            let c4 = vec![seq(), Dim::Fixed(1), Dim::Fixed(h as u64), Dim::Fixed(1)];
+            let c4 = vec![b.rows.clone(), Dim::Fixed(1), Dim::Fixed(h as u64), Dim::Fixed(1)];
             let cos = b.reshape(&format!("{name}.cos4"), cos, c4.clone())?;
             let sin = b.reshape(&format!("{name}.sin4"), sin, c4)?;
             (x1, x2, cos, sin)
@@ -122,16 +138,16 @@ fn rope(b: &mut B, name: &str, x: ValueId, heads: usize, d: usize, cos: ValueId,
         RopeStyle::Neox => b.op(name, MirOp::Concat { axis: 2 }, &[o1, o2]),
         RopeStyle::Norm => {
             let r = b.op(&format!("{name}.interleave"), MirOp::Concat { axis: 3 }, &[o1, o2])?;
-            b.reshape(name, r, vec![seq(), Dim::Fixed(heads as u64), Dim::Fixed(d as u64)])
+            b.reshape(name, r, vec![b.rows.clone(), Dim::Fixed(heads as u64), Dim::Fixed(d as u64)])
         }
     }
 }
 
-/// The boolean attention mask [sequence, sequence]: key position ≤ query position, and within
-/// `window` positions of it when given.
-fn mask(b: &mut B, name: &str, pos: ValueId, window: Option<usize>) -> R<ValueId> {
-    let q = b.reshape(&format!("{name}.query_pos"), pos, vec![seq(), Dim::Fixed(1)])?;
-    let k = b.reshape(&format!("{name}.key_pos"), pos, vec![Dim::Fixed(1), seq()])?;
+/// The boolean attention mask [rows, keys]: key position ≤ query position, and within `window`
+/// positions of it when given. `key_pos` is [1, keys].
+fn mask(b: &mut B, name: &str, pos: ValueId, key_pos: ValueId, window: Option<usize>) -> R<ValueId> {
+    let q = b.reshape(&format!("{name}.query_pos"), pos, vec![b.rows.clone(), Dim::Fixed(1)])?;
+    let k = key_pos;
     let causal = b.bin(&format!("{name}.causal"), BinaryOp::Le, k, q)?;
     let Some(w) = window else { return Ok(causal) };
     let dist = b.bin(&format!("{name}.distance"), BinaryOp::Sub, q, k)?;
@@ -148,8 +164,12 @@ struct Shared {
     mask_local: ValueId,
 }
 
-/// One transformer layer on hidden states x [sequence, hidden].
-fn layer(b: &mut B, c: &LlmConfig, i: usize, x: ValueId, s: &Shared) -> R<ValueId> {
+/// Where attention's keys and values come from: given layer `i`'s keys (after RoPE) and values
+/// [rows, kv_heads, head_dim], the tensors attention reads, [keys, kv_heads, head_dim].
+type Kv<'k> = dyn FnMut(&mut B, usize, ValueId, ValueId) -> R<(ValueId, ValueId)> + 'k;
+
+/// One transformer layer on hidden states x [rows, hidden].
+fn layer(b: &mut B, c: &LlmConfig, i: usize, x: ValueId, s: &Shared, kv: &mut Kv) -> R<ValueId> {
     let p = format!("blk.{i}.");
     let (h, nh, nkv, d) = (c.hidden, c.heads, c.kv_heads, c.head_dim);
     let gemma = c.arch == Arch::Gemma3;
@@ -158,7 +178,8 @@ fn layer(b: &mut B, c: &LlmConfig, i: usize, x: ValueId, s: &Shared) -> R<ValueI
     let q = b.linear(&format!("{p}attn_q"), xn, nh * d, h, bias)?;
     let k = b.linear(&format!("{p}attn_k"), xn, nkv * d, h, bias)?;
     let v = b.linear(&format!("{p}attn_v"), xn, nkv * d, h, bias)?;
-    let heads3 = |n: usize| vec![seq(), Dim::Fixed(n as u64), Dim::Fixed(d as u64)];
+    let rows = b.rows.clone();
+    let heads3 = |n: usize| vec![rows.clone(), Dim::Fixed(n as u64), Dim::Fixed(d as u64)];
     let mut q = b.reshape(&format!("{p}attn_q.heads"), q, heads3(nh))?;
     let mut k = b.reshape(&format!("{p}attn_k.heads"), k, heads3(nkv))?;
     let v = b.reshape(&format!("{p}attn_v.heads"), v, heads3(nkv))?;
@@ -170,15 +191,17 @@ fn layer(b: &mut B, c: &LlmConfig, i: usize, x: ValueId, s: &Shared) -> R<ValueI
     let (cos, sin) = if local { s.rope_local } else { s.rope_global };
     let q = rope(b, &format!("{p}rope_q"), q, nh, d, cos, sin, c.rope)?;
     let k = rope(b, &format!("{p}rope_k"), k, nkv, d, cos, sin, c.rope)?;
+    let (k, v) = kv(b, i, k, v)?;
+    let keys = b.g.ty(k).shape.0[0].clone();
     // Grouped-query attention: query head j reads key/value head j / (nh / nkv).
     let group = |b: &mut B, n: &str, t: ValueId| -> R<ValueId> {
         if nkv == nh {
             return Ok(t);
         }
-        let t = b.reshape(&format!("{n}.split"), t, vec![seq(), Dim::Fixed(nkv as u64), Dim::Fixed(1), Dim::Fixed(d as u64)])?;
-        let shape = vec![seq(), Dim::Fixed(nkv as u64), Dim::Fixed((nh / nkv) as u64), Dim::Fixed(d as u64)];
+        let t = b.reshape(&format!("{n}.split"), t, vec![keys.clone(), Dim::Fixed(nkv as u64), Dim::Fixed(1), Dim::Fixed(d as u64)])?;
+        let shape = vec![keys.clone(), Dim::Fixed(nkv as u64), Dim::Fixed((nh / nkv) as u64), Dim::Fixed(d as u64)];
         let t = b.op(&format!("{n}.expand"), MirOp::Expand { shape }, &[t])?;
-        b.reshape(n, t, heads3(nh))
+        b.reshape(n, t, vec![keys.clone(), Dim::Fixed(nh as u64), Dim::Fixed(d as u64)])
     };
     let k = group(b, &format!("{p}attn_k.groups"), k)?;
     let v = group(b, &format!("{p}attn_v.groups"), v)?;
@@ -194,7 +217,7 @@ fn layer(b: &mut B, c: &LlmConfig, i: usize, x: ValueId, s: &Shared) -> R<ValueI
     let probs = b.g.add1(&format!("{p}attn.softmax"), HirOp::Softmax { axis: 2, log: false }, &[scores])?;
     let ctx = b.op(&format!("{p}attn.context"), MirOp::MatMul, &[probs, vt])?;
     let ctx = b.op(&format!("{p}attn.merge_t"), MirOp::Transpose { perm: vec![1, 0, 2] }, &[ctx])?;
-    let ctx = b.reshape(&format!("{p}attn.merge"), ctx, vec![seq(), Dim::Fixed((nh * d) as u64)])?;
+    let ctx = b.reshape(&format!("{p}attn.merge"), ctx, vec![b.rows.clone(), Dim::Fixed((nh * d) as u64)])?;
     let mut o = b.linear(&format!("{p}attn_output"), ctx, h, nh * d, false)?;
     if gemma {
         o = b.rms_norm(&format!("{p}post_attention_norm"), o, &format!("{p}post_attention_norm.weight"), h, c.eps)?;
@@ -219,28 +242,89 @@ fn layer(b: &mut B, c: &LlmConfig, i: usize, x: ValueId, s: &Shared) -> R<ValueI
     b.bin(&format!("{p}ffn_residual"), BinaryOp::Add, x, f)
 }
 
-/// Builds the full-sequence graph.
+/// Builds the stateless full-sequence graph.
 pub fn build(c: &LlmConfig, f: &GgufFile) -> R<Hir> {
-    let mut b = B { g: Hir::new(), f };
+    let mut b = B { g: Hir::new(), f, rows: seq() };
     let ids = b.g.add_input("tokens", TensorType::new(DType::I64, Shape(vec![seq()])));
     let pos = b.g.add_input("positions", TensorType::new(DType::I64, Shape(vec![seq()])));
+    let key_pos = b.reshape("mask.key_pos", pos, vec![Dim::Fixed(1), seq()])?;
+    let logits = body(&mut b, c, ids, pos, key_pos, &mut |_, _, k, v| Ok((k, v)))?;
+    b.g.outputs.push(logits);
+    finish(b.g)
+}
+
+/// Builds one cached step over `chunk` tokens with caches of `context` positions (see the module doc).
+pub fn build_step(c: &LlmConfig, f: &GgufFile, chunk: usize, context: usize) -> R<Hir> {
+    if chunk == 0 || context == 0 || chunk > context || context > i32::MAX as usize {
+        return Err(format!("a cached step needs 1 <= chunk ({chunk}) <= context ({context}) <= 2^31 - 1"));
+    }
+    let rows = Dim::Fixed(chunk as u64);
+    let mut b = B { g: Hir::new(), f, rows: rows.clone() };
+    let ids = b.g.add_input("tokens", TensorType::new(DType::I64, Shape(vec![rows.clone()])));
+    let pos = b.g.add_input("positions", TensorType::new(DType::I64, Shape(vec![rows])));
+    let cache_ty = TensorType::fixed(DType::F32, &[context, c.kv_heads, c.head_dim]);
+    let mut caches = Vec::with_capacity(c.layers);
+    for i in 0..c.layers {
+        let k = b.g.add_input(&format!("cache.{i}.k"), cache_ty.clone());
+        let v = b.g.add_input(&format!("cache.{i}.v"), cache_ty.clone());
+        caches.push((k, v));
+    }
+    let iota: Vec<i64> = (0..context as i64).collect();
+    let key_pos = b.g.add_const(Some("cache.positions"), ConstData::from_i64(vec![1, context], &iota));
+    let mut written = Vec::with_capacity(2 * c.layers);
+    let logits = body(&mut b, c, ids, pos, key_pos, &mut |b, i, k, v| {
+        let (kc, vc) = caches[i];
+        let k = b.op(&format!("cache.{i}.k"), MirOp::WriteRows, &[kc, k, pos])?;
+        let v = b.op(&format!("cache.{i}.v"), MirOp::WriteRows, &[vc, v, pos])?;
+        written.push((format!("cache.{i}.k"), k));
+        written.push((format!("cache.{i}.v"), v));
+        Ok((k, v))
+    })?;
+    b.g.outputs.push(logits);
+    let (ni, no) = (b.g.inputs.len() as u32, b.g.outputs.len() as u32);
+    for (k, (name, v)) in written.into_iter().enumerate() {
+        b.g.values[v.index()].name = Some(name);
+        b.g.outputs.push(v);
+        b.g.state.push(State { input: ni - 2 * c.layers as u32 + k as u32, output: no + k as u32 });
+    }
+    finish(b.g)
+}
+
+fn finish(g: Hir) -> R<Hir> {
+    let problems = rlx_ir::verify::verify(&g);
+    if !problems.is_empty() {
+        let list: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
+        return Err(format!("built an invalid graph:\n  {}", list.join("\n  ")));
+    }
+    Ok(g)
+}
+
+/// Embedding, the layers and the logits for tokens `ids` at positions `pos`; `key_pos` [1, keys] are
+/// the positions of the keys attention reads (`kv` says where those keys come from).
+fn body(b: &mut B, c: &LlmConfig, ids: ValueId, pos: ValueId, key_pos: ValueId, kv: &mut Kv) -> R<ValueId> {
+    let f = b.f;
+    let tt = f.tensor("token_embd.weight").ok_or("tensor 'token_embd.weight' is missing")?;
     let table = b.raw("token_embd.weight")?;
-    let mut x = b.op("token_embd", MirOp::DequantGather, &[table, ids])?;
+    let mut x = if tt.data.dtype == DType::F32 {
+        b.op("token_embd", MirOp::Gather { axis: 0 }, &[table, ids])?
+    } else {
+        b.op("token_embd", MirOp::DequantGather, &[table, ids])?
+    };
     if c.arch == Arch::Gemma3 {
         let s = b.scalar((c.hidden as f64).sqrt() as f32);
         x = b.bin("token_embd.scale", BinaryOp::Mul, x, s)?;
     }
     let pos_f = b.op("positions.f32", MirOp::Cast { to: DType::F32 }, &[pos])?;
-    let rope_global = rope_tables(&mut b, "rope", pos_f, c.head_dim, c.rope_base)?;
-    let mask_global = mask(&mut b, "mask", pos, None)?;
+    let rope_global = rope_tables(b, "rope", pos_f, c.head_dim, c.rope_base)?;
+    let mask_global = mask(b, "mask", pos, key_pos, None)?;
     let (rope_local, mask_local) = if c.sliding_window.is_some() {
-        (rope_tables(&mut b, "rope_local", pos_f, c.head_dim, c.rope_base_local)?, mask(&mut b, "mask_local", pos, c.sliding_window)?)
+        (rope_tables(b, "rope_local", pos_f, c.head_dim, c.rope_base_local)?, mask(b, "mask_local", pos, key_pos, c.sliding_window)?)
     } else {
         (rope_global, mask_global)
     };
     let shared = Shared { rope_global, rope_local, mask_global, mask_local };
     for i in 0..c.layers {
-        x = layer(&mut b, c, i, x, &shared)?;
+        x = layer(b, c, i, x, &shared, kv)?;
     }
     let x = b.rms_norm("output_norm", x, "output_norm.weight", c.hidden, c.eps)?;
     // Tied embeddings: without an `output` matrix the logits read the token embedding table.
@@ -250,14 +334,7 @@ pub fn build(c: &LlmConfig, f: &GgufFile) -> R<Hir> {
     if t.data.shape != [c.vocab, c.hidden] {
         return Err(format!("tensor '{wname}' has shape {:?}, expected [{}, {}]", t.data.shape, c.vocab, c.hidden));
     }
-    let w = b.raw(&wname)?;
-    let logits = b.op("logits", MirOp::DequantMatMul, &[x, w])?;
+    let logits = b.linear(out, x, c.vocab, c.hidden, false)?;
     b.g.values[logits.index()].name = Some("logits".to_string());
-    b.g.outputs.push(logits);
-    let problems = rlx_ir::verify::verify(&b.g);
-    if !problems.is_empty() {
-        let list: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
-        return Err(format!("built an invalid graph:\n  {}", list.join("\n  ")));
-    }
-    Ok(b.g)
+    Ok(logits)
 }

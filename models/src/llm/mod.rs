@@ -18,3 +18,11 @@ pub fn llm_from_gguf(f: &GgufFile) -> Result<(LlmConfig, Hir), String> {
     let g = graph::build(&cfg, f)?;
     Ok((cfg, g))
 }
+
+/// Builds one cached step of a GGUF model: `chunk` tokens per call, caches of `context` positions as
+/// the graph's state (see `graph.rs`).
+pub fn llm_step_from_gguf(f: &GgufFile, chunk: usize, context: usize) -> Result<(LlmConfig, Hir), String> {
+    let cfg = LlmConfig::from_gguf(f)?;
+    let g = graph::build_step(&cfg, f, chunk, context)?;
+    Ok((cfg, g))
+}

@@ -851,13 +851,16 @@ pub fn translate(lir: &Lir, name: &str, external_weights: bool, isa: OwnedTarget
     }
     let kids: Vec<FuncId> = fn_of.iter().map(|&f| fids[f]).collect();
 
-    // Entry point: int NAME_run(void *arena, const void *const *inputs, void *const *outputs).
+    // Entry point: int NAME_run(void *arena, const void *const *inputs, void *const *outputs), or for
+    // a model with state int NAME_step(void *arena, void *state, const void *const *inputs, void *const *outputs).
+    let stateful = lir.state_bytes > 0;
     let mut sig = m.make_signature();
-    for _ in 0..3 {
+    for _ in 0..if stateful { 4 } else { 3 } {
         sig.params.push(AbiParam::new(ptr));
     }
     sig.returns.push(AbiParam::new(types::I32));
-    let run_id = m.declare_function(&format!("{name}_run"), Linkage::Export, &sig).map_err(err)?;
+    let entry_name = if stateful { format!("{name}_step") } else { format!("{name}_run") };
+    let run_id = m.declare_function(&entry_name, Linkage::Export, &sig).map_err(err)?;
     let mut pfor: Option<FuncId> = None;
     {
         let mut ctx = m.make_context();
@@ -867,9 +870,13 @@ pub fn translate(lir: &Lir, name: &str, external_weights: bool, isa: OwnedTarget
         b.append_block_params_for_function_params(entry);
         b.switch_to_block(entry);
         b.seal_block(entry);
-        let (arena, inputs, outputs) = {
+        let (arena, state, inputs, outputs) = {
             let p = b.block_params(entry);
-            (p[0], p[1], p[2])
+            if stateful {
+                (p[0], Some(p[1]), p[2], p[3])
+            } else {
+                (p[0], None, p[1], p[2])
+            }
         };
         let mut fails: BTreeMap<i32, Block> = BTreeMap::new();
         // Branches to the failure block for `code` when `c` is non-zero.
@@ -886,6 +893,13 @@ pub fn translate(lir: &Lir, name: &str, external_weights: bool, isa: OwnedTarget
             let a = b.ins().band_imm_u(arena, 15);
             let c = b.ins().icmp_imm_u(IntCC::NotEqual, a, 0);
             check(&mut b, c, 6);
+        }
+        if let Some(st) = state {
+            let c = b.ins().icmp_imm_u(IntCC::Equal, st, 0);
+            check(&mut b, c, 8);
+            let a = b.ins().band_imm_u(st, 15);
+            let c = b.ins().icmp_imm_u(IntCC::NotEqual, a, 0);
+            check(&mut b, c, 9);
         }
         if !lir.inputs.is_empty() {
             let c = b.ins().icmp_imm_u(IntCC::Equal, inputs, 0);
@@ -934,6 +948,8 @@ pub fn translate(lir: &Lir, name: &str, external_weights: bool, isa: OwnedTarget
                     Base::Weights => wbase,
                     Base::Input(k) => ins[k as usize],
                     Base::Output(k) => outs[k as usize],
+                    // `state` is Some whenever a buffer lives there (stateful LIR).
+                    Base::State => state.unwrap_or(arena),
                 };
                 let a = if buf.offset == 0 { base } else { b.ins().iadd_imm_s(base, buf.offset as i64) };
                 b.ins().stack_store(ptr, a, slot, (pi * 8) as i32);

@@ -24,6 +24,8 @@ fn program() -> Lir {
         buffers: vec![buf(Base::Input(0), "x"), buf(Base::Output(0), "y"), buf(Base::Weights, "w")],
         launches: vec![Launch { nodes: vec![], kernel, bindings: vec![0, 1, 2] }],
         arena_bytes: 0,
+        state: vec![],
+        state_bytes: 0,
         weights: [1.0f32, 2.0, 3.0, 4.0].iter().flat_map(|f| f.to_le_bytes()).collect(),
         align: 64,
     }

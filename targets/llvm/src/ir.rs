@@ -11,7 +11,7 @@ use std::fmt::Write;
 mod math;
 mod vector;
 
-pub use rlx_ir::lir::ERROR_CODES;
+pub use rlx_ir::lir::{ERROR_CODES, STATE_ERROR_CODES};
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Ty {
@@ -697,8 +697,13 @@ pub fn module_text(lir: &Lir, name: &str, triple: &str, cpu: &str, features: &st
             let _ = writeln!(m, "@{name}_weights = internal constant [{wl} x i8] zeroinitializer, align {}\n", lir.align.max(16));
         }
     }
-    // Entry point.
-    let _ = writeln!(m, "define i32 @{name}_run(ptr %arena, ptr %inputs, ptr %outputs) #0 {{\nentry:");
+    // Entry point: `NAME_run`, or for a model with state `NAME_step`, which also takes the state region.
+    let stateful = lir.state_bytes > 0;
+    if stateful {
+        let _ = writeln!(m, "define i32 @{name}_step(ptr %arena, ptr %state, ptr %inputs, ptr %outputs) #0 {{\nentry:");
+    } else {
+        let _ = writeln!(m, "define i32 @{name}_run(ptr %arena, ptr %inputs, ptr %outputs) #0 {{\nentry:");
+    }
     let mut e = String::new();
     let mut t = 0;
     let fail = |e: &mut String, cond: String, code: i32, t: &mut usize| {
@@ -710,6 +715,12 @@ pub fn module_text(lir: &Lir, name: &str, triple: &str, cpu: &str, features: &st
         t += 1;
         let _ = writeln!(e, "  %ai{t} = ptrtoint ptr %arena to i64\n  %am{t} = and i64 %ai{t}, 15");
         fail(&mut e, format!("icmp ne i64 %am{t}, 0"), 6, &mut t);
+    }
+    if stateful {
+        fail(&mut e, "icmp eq ptr %state, null".into(), 8, &mut t);
+        t += 1;
+        let _ = writeln!(e, "  %si{t} = ptrtoint ptr %state to i64\n  %sm{t} = and i64 %si{t}, 15");
+        fail(&mut e, format!("icmp ne i64 %sm{t}, 0"), 9, &mut t);
     }
     if !lir.inputs.is_empty() {
         fail(&mut e, "icmp eq ptr %inputs, null".into(), 2, &mut t);
@@ -742,6 +753,7 @@ pub fn module_text(lir: &Lir, name: &str, triple: &str, cpu: &str, features: &st
                 Base::Weights => "%wbase".to_string(),
                 Base::Input(k) => format!("%in{k}"),
                 Base::Output(k) => format!("%out{k}"),
+                Base::State => "%state".to_string(),
             };
             let _ = writeln!(e, "  %a{li}.{pi} = getelementptr inbounds i8, ptr {base}, i64 {}", buf.offset);
         }
@@ -766,7 +778,8 @@ pub fn module_text(lir: &Lir, name: &str, triple: &str, cpu: &str, features: &st
         }
     }
     let _ = writeln!(e, "  ret i32 0");
-    for (code, _, _) in ERROR_CODES.iter().skip(1) {
+    let state_codes = if stateful { STATE_ERROR_CODES } else { &[] };
+    for (code, _, _) in ERROR_CODES.iter().skip(1).chain(state_codes) {
         let _ = writeln!(e, "fail{code}:\n  ret i32 {code}");
     }
     m.push_str(&e);

@@ -742,6 +742,7 @@ pub fn emit_c(lir: &Lir, o: &Options) -> Result<Sources, String> {
                 }
                 Base::Input(i) => format!("({cq}{t} *)in{i} + {}", b.offset / es),
                 Base::Output(i) => format!("({cq}{t} *)out{i} + {}", b.offset / es),
+                Base::State => return Err(format!("kernel '{}' reads state (a KV cache): MCU targets have no stateful artifacts", k.name)),
             });
         }
         w.kernel = k.clone();

@@ -609,6 +609,7 @@ pub fn emit_rust(lir: &Lir, o: &Options) -> Result<RustSource, String> {
                     format!("in{i}.as_ptr().add({}) as *const {t}", b.offset / es)
                 }
                 Base::Output(i) => format!("out{i}.as_mut_ptr().add({}) as *{q} {t}", b.offset / es),
+                Base::State => return Err(format!("kernel '{}' reads state (a KV cache): MCU targets have no stateful artifacts", k.name)),
             });
         }
         let dsp = matches!(o.core, crate::Core::M4 | crate::Core::M7);

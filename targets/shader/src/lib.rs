@@ -269,6 +269,8 @@ mod tests {
             ],
             launches: vec![Launch { nodes: vec![], kernel, bindings: vec![0, 1] }],
             arena_bytes: 0,
+            state: vec![],
+            state_bytes: 0,
             weights: vec![],
             align: 64,
         }
@@ -333,6 +335,8 @@ mod tests {
                 ),
             ],
             arena_bytes: 68,
+            state: vec![],
+            state_bytes: 0,
             weights: vec![],
             align: 4,
         };
@@ -435,6 +439,8 @@ mod tests {
                 Launch { nodes: vec![], kernel: Kernel { name: "max".into(), params: vec![p(DType::F32, m, Access::Write), p(DType::F32, m * k, Access::Read)], body: red, vars: 7 }, bindings: vec![3, 1] },
             ],
             arena_bytes: 0,
+            state: vec![],
+            state_bytes: 0,
             weights: vec![0; n * k * 4],
             align: 64,
         }
@@ -502,6 +508,8 @@ mod tests {
             ],
             launches: vec![Launch { nodes: vec![], kernel, bindings: vec![0, 1] }],
             arena_bytes: 0,
+            state: vec![],
+            state_bytes: 0,
             weights: vec![],
             align: 64,
         }

@@ -65,7 +65,7 @@ pub(super) fn is_elementwise(op: &MirOp) -> bool {
 }
 
 fn takes_epilogue(op: &MirOp) -> bool {
-    matches!(op, MirOp::MatMul | MirOp::Reduce { .. } | MirOp::Conv { .. })
+    matches!(op, MirOp::MatMul | MirOp::DequantMatMul | MirOp::Reduce { .. } | MirOp::Conv { .. })
 }
 
 pub(super) fn numel(g: &Mir, v: ValueId) -> usize {

@@ -7,8 +7,8 @@ use super::fuse::is_inlinable;
 use super::index::linear;
 use super::Planner;
 use rlx_ir::lir::{Base, Buffer, Launch};
-use rlx_ir::loops::{Access, Expr, Kernel, LoopKind, Param, Stmt, Var};
-use rlx_ir::{DType, NodeId, ValueId};
+use rlx_ir::loops::{Access, Expr, IOp, Kernel, LoopKind, Param, Stmt, Var};
+use rlx_ir::{DType, MirOp, NodeId, ValueId};
 use std::collections::HashMap;
 
 /// Per-kernel lowering state.
@@ -62,6 +62,9 @@ impl Planner<'_> {
     pub(super) fn kernel(&mut self, r: NodeId) -> (Kernel, Vec<u32>, Vec<NodeId>) {
         let g = self.g;
         let root = g.node(r).clone();
+        if root.op == MirOp::WriteRows {
+            return self.write_rows(r);
+        }
         let out = root.outputs[0];
         let out_buf = self.buf_of[out.index()].expect("roots are materialized");
         let out_shape = self.shape(out);
@@ -100,6 +103,13 @@ impl Planner<'_> {
             return (Kernel { name, params: kb.params, body, vars: kb.vars }, kb.bindings, nodes);
         }
         let body = match anchor {
+            Some(a) if g.node(a).op == rlx_ir::MirOp::DequantGather => self.block_gather_body(&mut kb, a, op, &out_shape),
+            Some(a) if g.node(a).op == rlx_ir::MirOp::DequantMatMul => {
+                if a != r {
+                    nodes.insert(0, a);
+                }
+                self.block_matmul_body(&mut kb, a, r, op, &out_shape)
+            }
             None => nest(&mut kb, &out_shape, LoopKind::Parallel, &mut |kb, idx| {
                 let v = self.node_expr(kb, r, idx);
                 vec![Stmt::Store { buf: op, index: linear(idx, &out_shape), value: v }]
@@ -131,6 +141,31 @@ impl Planner<'_> {
             _ => root.name.clone(),
         };
         (Kernel { name, params: kb.params, body, vars: kb.vars }, kb.bindings, nodes)
+    }
+
+    /// `write_rows` in place: for each of the n rows, when its position p is inside the cache, the row
+    /// is stored at row p of the cache's own buffer (the node's output aliases it); nothing else is
+    /// touched. Rows run in order, so on repeated positions the later row wins (as the interpreter).
+    fn write_rows(&mut self, r: NodeId) -> (Kernel, Vec<u32>, Vec<NodeId>) {
+        let node = self.g.node(r).clone();
+        let (cache, rows, pos) = (node.inputs[0], node.inputs[1], node.inputs[2]);
+        let out_buf = self.buf_of[node.outputs[0].index()].expect("write_rows aliases its cache");
+        let mut kb = KB { params: Vec::new(), bindings: Vec::new(), vars: 0, subst: HashMap::new() };
+        let ob = self.buffers[out_buf as usize].clone();
+        let op = kb.param(out_buf, &ob, Access::Write);
+        let (cshape, rshape) = (self.shape(cache), self.shape(rows));
+        let i = kb.var();
+        let raw = self.elem(&mut kb, pos, &[Expr::Var(i)]);
+        let p = Expr::ToIndex { from: self.dt(pos), x: Box::new(raw) };
+        let inside = Expr::i(IOp::Mul, Expr::i(IOp::Le, Expr::Int(0), p.clone()), Expr::i(IOp::Lt, p.clone(), Expr::Int(cshape[0] as i64)));
+        let inner = nest(&mut kb, &rshape[1..], LoopKind::Serial, &mut |kb, idx| {
+            let ri: Vec<Expr> = std::iter::once(Expr::Var(i)).chain(idx.iter().cloned()).collect();
+            let ci: Vec<Expr> = std::iter::once(p.clone()).chain(idx.iter().cloned()).collect();
+            let v = self.elem(kb, rows, &ri);
+            vec![Stmt::Store { buf: op, index: linear(&ci, &cshape), value: v }]
+        });
+        let body = vec![Stmt::For { var: i, extent: rshape[0] as i64, kind: LoopKind::Serial, body: vec![Stmt::If { cond: inside, body: inner }] }];
+        (Kernel { name: node.name.clone(), params: kb.params, body, vars: kb.vars }, kb.bindings, vec![r])
     }
 
     /// The kernel copying value `o` into the caller's output buffer `i` (an output that is a view, an

@@ -19,9 +19,18 @@ impl Planner<'_> {
     /// weights blob (scalars become literals; matmul weights are stored transposed or packed).
     pub(super) fn place_inputs_and_constants(&mut self) {
         let g = self.g;
-        // Inputs.
+        // Inputs; state inputs are laid out one after another (aligned) in the state region.
         for (i, &v) in g.inputs.iter().enumerate() {
-            let b = self.add_buffer(Buffer { base: Base::Input(i as u32), offset: 0, dtype: self.dt(v), shape: self.shape(v), label: self.label(v) }, None);
+            let (base, offset) = if i < self.plain_inputs {
+                (Base::Input(i as u32), 0)
+            } else {
+                let off = align_up(self.state_bytes, self.align);
+                let bytes = self.dt(v).bytes_for(self.shape(v).iter().product()).unwrap_or(0);
+                self.state_offsets.push(off);
+                self.state_bytes = off + bytes;
+                (Base::State, off)
+            };
+            let b = self.add_buffer(Buffer { base, offset, dtype: self.dt(v), shape: self.shape(v), label: self.label(v) }, None);
             self.buf_of[v.index()] = Some(b);
         }
         // Constants that kernels load (scalars become literals; matmul weights are stored transposed).
@@ -38,9 +47,31 @@ impl Planner<'_> {
         for &o in &g.outputs {
             needs_load[o.index()] = true;
         }
+        let mut block_seen: Vec<((usize, usize, rlx_ir::DType, Vec<usize>), super::blocks::BlockWeight)> = Vec::new();
         for (k, v) in g.values.iter().enumerate() {
             let Def::Const(c) = &v.def else { continue };
             let vid = ValueId(k as u32);
+            // Read by `dequant_matmul` / `dequant_gather`: packed once, in row panels (`blocks.rs`).
+            let block_use = g.nodes.iter().any(|n| n.op.block_weight_input().is_some_and(|i| n.inputs.get(i) == Some(&vid)));
+            if block_use {
+                // The same tensor read through two constants (a tied embedding: the gather's table and
+                // the output projection) is packed once.
+                let key = (c.data.bytes().as_ptr() as usize, c.data.len(), c.dtype, c.shape.clone());
+                let bw = match block_seen.iter().find(|(k, _)| *k == key) {
+                    Some((_, bw)) => bw.clone(),
+                    None => {
+                        let bw = self.place_block_weight(self.label(vid), c);
+                        block_seen.push((key, bw.clone()));
+                        bw
+                    }
+                };
+                self.block_weight.insert(vid, bw);
+                let other_use = g.outputs.contains(&vid)
+                    || g.nodes.iter().any(|n| n.inputs.iter().enumerate().any(|(i, &x)| x == vid && n.op.block_weight_input() != Some(i)));
+                if !other_use {
+                    continue;
+                }
+            }
             let only_kernel_users = g.node_ids().all(|n| !g.node(n).inputs.contains(&vid) || !is_view(g, n));
             if !needs_load[k] || (c.numel() == 1 && !c.dtype.is_quantized_block() && !g.outputs.contains(&vid) && only_kernel_users) {
                 continue;
@@ -88,7 +119,7 @@ impl Planner<'_> {
     pub(super) fn output_slots(&self) -> HashMap<ValueId, u32> {
         let g = self.g;
         let mut out_slot: HashMap<ValueId, u32> = HashMap::new();
-        for (i, &o) in g.outputs.iter().enumerate() {
+        for (i, &o) in g.outputs.iter().enumerate().take(self.plain_outputs) {
             if let Some(n) = g.producer(o) {
                 if self.fusion.role[n.index()] == Role::Root && !out_slot.contains_key(&o) {
                     out_slot.insert(o, i as u32);
@@ -126,6 +157,17 @@ impl Planner<'_> {
                         Some((root, off + extra)),
                     );
                     self.buf_of[v.index()] = Some(b);
+                }
+                Role::Root if node.op == MirOp::WriteRows => {
+                    // Updated in place: the output is the cache's own buffer (a state tensor; `plan`
+                    // refuses any other cache), and the kernel writes only the new rows.
+                    let Some(sb) = self.buf_of[node.inputs[0].index()] else { unreachable!("state inputs are placed first") };
+                    let sbuf = self.buffers[sb as usize].clone();
+                    let v = node.outputs[0];
+                    let root = self.root_of[sb as usize];
+                    let b = self.add_buffer(Buffer { label: self.label(v), ..sbuf }, Some(root));
+                    self.buf_of[v.index()] = Some(b);
+                    launches_nodes.push(n);
                 }
                 Role::Root => {
                     for &v in &node.outputs {

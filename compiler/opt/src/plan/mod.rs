@@ -15,10 +15,12 @@
 //! Where things live: [`fuse`] and [`row_fuse`] decide the roles (`fuse.rs`, `row_fuse.rs`);
 //! `memory.rs` places inputs, constants and values and assigns arena offsets; `kernel.rs` lowers a
 //! root to its loop nest, with the per-element expressions of inlined nodes in `inline.rs`, anchor
-//! bodies (dot product, reductions, cumsum) in `anchor.rs`, convolution and pooling in `conv.rs`,
+//! bodies (dot product, reductions, cumsum) in `anchor.rs`, the kernels that read GGUF block
+//! constants (`dequant_matmul`, `dequant_gather`, with their weights repacked in row panels) in `blocks.rs`, convolution and pooling in `conv.rs`,
 //! the GEMM micro-kernel and weight packing in `gemm.rs`, and index arithmetic in `index.rs`.
 
 mod anchor;
+mod blocks;
 mod conv;
 mod fuse;
 mod gemm;
@@ -32,7 +34,7 @@ pub use fuse::{fuse, fuse_with, Fusion, Role};
 pub use row_fuse::row_fuse;
 
 use index::align_up;
-use rlx_ir::lir::{Base, Buffer, Launch, Lir, Port};
+use rlx_ir::lir::{Base, Buffer, Launch, Lir, Port, StateSlot};
 use rlx_ir::verify::Problem;
 use rlx_ir::{ConstData, DType, Mir, OpSet, ValueId};
 use std::collections::HashMap;
@@ -44,7 +46,7 @@ pub fn lowerable_kinds() -> Vec<&'static str> {
     v.extend([
         "where", "cast", "matmul", "reduce_sum", "reduce_prod", "reduce_max", "reduce_min", "reduce_mean", "argmax", "argmin",
         "reshape", "transpose", "expand", "slice", "concat", "gather", "gather_elements", "gather_nd", "pad", "conv", "max_pool", "avg_pool", "cumsum",
-        "quantize", "dequantize", "fake_quantize",
+        "quantize", "dequantize", "fake_quantize", "dequant_matmul", "dequant_gather", "write_rows",
     ]);
     v
 }
@@ -89,9 +91,17 @@ struct Planner<'g> {
     transposed_weight: HashMap<ValueId, u32>,
     /// Float matmul weights packed in panels of `GEMM_NR` columns: [N/NR (rounded up), K, NR].
     packed_weight: HashMap<ValueId, u32>,
+    /// Constants read by `dequant_matmul` / `dequant_gather`, packed in interleaved row panels.
+    block_weight: HashMap<ValueId, blocks::BlockWeight>,
     align: usize,
     nr: usize,
     mr: usize,
+    /// Graph inputs / outputs before the state pairs (the caller's own buffers).
+    plain_inputs: usize,
+    plain_outputs: usize,
+    /// State tensors' offsets in the state region, in `g.state` order, and its size.
+    state_offsets: Vec<usize>,
+    state_bytes: usize,
 }
 
 /// Columns per packed weight panel = lanes of the GEMM micro-kernel's vector accumulators.
@@ -135,10 +145,30 @@ pub fn plan(g: &Mir, opts: &PlanOptions) -> Result<Lir, Vec<Problem>> {
         if !lowerable_kinds().contains(&n.op.kind()) {
             probs.push(Problem { node: Some(n.name.clone()), msg: format!("no kernel lowering for {}", n.op.kind()) });
         }
+        if let Some(w) = n.op.block_weight_input().and_then(|i| n.inputs.get(i)) {
+            let d = g.ty(*w).dtype;
+            if !blocks::lowers(d) {
+                probs.push(Problem { node: Some(n.name.clone()), msg: format!("no kernel lowering for {} of a {d} weight", n.op.kind()) });
+            } else if !matches!(g.value(*w).def, rlx_ir::Def::Const(_)) {
+                probs.push(Problem { node: Some(n.name.clone()), msg: format!("{}: the block weight must be a constant", n.op.kind()) });
+            }
+        }
     }
     for &i in &g.inputs {
         if !g.ty(i).shape.is_static() {
             probs.push(Problem { node: None, msg: format!("input '{}' has shape {}; fix {} with --dim NAME=N", g.value(i).name.clone().unwrap_or_default(), g.ty(i).shape, g.ty(i).shape.symbols().join(", ")) });
+        }
+    }
+    let ns = g.state.len();
+    for (k, st) in g.state.iter().enumerate() {
+        if st.input as usize + ns != g.inputs.len() + k || st.output as usize + ns != g.outputs.len() + k {
+            probs.push(Problem { node: None, msg: format!("state {k} is not among the trailing inputs and outputs") });
+        }
+    }
+    let state_inputs: Vec<ValueId> = g.inputs[g.inputs.len().saturating_sub(ns)..].to_vec();
+    for n in &g.nodes {
+        if n.op == rlx_ir::MirOp::WriteRows && !state_inputs.contains(&n.inputs[0]) {
+            probs.push(Problem { node: Some(n.name.clone()), msg: "write_rows compiles only as the in-place update of a state input".to_string() });
         }
     }
     if !probs.is_empty() {
@@ -157,9 +187,14 @@ pub fn plan(g: &Mir, opts: &PlanOptions) -> Result<Lir, Vec<Problem>> {
         weights: Vec::new(),
         transposed_weight: HashMap::new(),
         packed_weight: HashMap::new(),
+        block_weight: HashMap::new(),
         align: opts.align,
         nr: opts.gemm_nr.max(1),
         mr: opts.gemm_mr.max(1),
+        plain_inputs: g.inputs.len() - ns,
+        plain_outputs: g.outputs.len() - ns,
+        state_offsets: Vec::new(),
+        state_bytes: 0,
     };
     p.place_inputs_and_constants();
     let out_slot = p.output_slots();
@@ -171,7 +206,7 @@ pub fn plan(g: &Mir, opts: &PlanOptions) -> Result<Lir, Vec<Problem>> {
         launches.push(Launch { nodes, kernel, bindings });
     }
     // Copies for outputs that are not a root's own result (views, inputs, constants, duplicates).
-    for (i, &o) in g.outputs.iter().enumerate() {
+    for (i, &o) in g.outputs.iter().enumerate().take(p.plain_outputs) {
         if out_slot.get(&o) != Some(&(i as u32)) {
             let copy = p.copy_output(i, o);
             launches.push(copy);
@@ -179,9 +214,12 @@ pub fn plan(g: &Mir, opts: &PlanOptions) -> Result<Lir, Vec<Problem>> {
     }
     let peak = p.assign_arena(&launches);
     let port = |v: ValueId, i: usize, what: &str| Port { name: g.value(v).name.clone().unwrap_or_else(|| format!("{what}{i}")), ty: g.ty(v).clone() };
+    let state = g.inputs[p.plain_inputs..].iter().zip(&p.state_offsets).enumerate().map(|(k, (&v, &offset))| StateSlot { port: port(v, k, "state"), offset }).collect();
     Ok(Lir {
-        inputs: g.inputs.iter().enumerate().map(|(i, &v)| port(v, i, "input")).collect(),
-        outputs: g.outputs.iter().enumerate().map(|(i, &v)| port(v, i, "output")).collect(),
+        inputs: g.inputs.iter().enumerate().take(p.plain_inputs).map(|(i, &v)| port(v, i, "input")).collect(),
+        outputs: g.outputs.iter().enumerate().take(p.plain_outputs).map(|(i, &v)| port(v, i, "output")).collect(),
+        state,
+        state_bytes: p.state_bytes,
         buffers: p.buffers,
         launches,
         arena_bytes: peak,

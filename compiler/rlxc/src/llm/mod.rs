@@ -3,6 +3,8 @@
 //!   token's logits — the one thing an executor implements to generate;
 //! - `interp.rs`: [`InterpStep`], the reference interpreter on the stateless full-sequence graph
 //!   (every step recomputes the whole sequence: correct, slow);
+//! - `compiled.rs`: [`CompiledStep`], the stateful KV-cache artifact compiled for this machine's CPU
+//!   and loaded in process (prefill in chunks, decode one token per call);
 //! - `sample.rs`: greedy and temperature / top-k / top-p sampling with a seeded RNG of our own;
 //! - `generate.rs`: the loop — prefill, sample, stop at end-of-generation, the context or N tokens —
 //!   and its timings (prefill and decode tokens/s).
@@ -10,11 +12,13 @@
 //! `rlxc run model.gguf --prompt …|--tokens …` (the binary's `cmd_llm.rs`) wires these to the
 //! tokenizer and stdout.
 
+pub mod compiled;
 pub mod generate;
 pub mod interp;
 pub mod sample;
 pub mod step;
 
+pub use compiled::CompiledStep;
 pub use generate::{generate, Stats, Stop};
 pub use interp::InterpStep;
 pub use sample::{Sampler, Sampling};

@@ -168,6 +168,10 @@ impl Artifact for Compiled {
             rlxc_version: env!("CARGO_PKG_VERSION").to_string(),
             model_file: model_file(model),
             link_line: link_line.clone(),
+            state: (c.lir.state_bytes > 0).then(|| artifact::StateInfo {
+                bytes: c.lir.state_bytes,
+                tensors: c.lir.state.iter().map(|s| (port(&s.port), s.offset)).collect(),
+            }),
         };
         let ports = |ps: &[artifact::PortInfo]| -> serde_json::Value {
             ps.iter().map(|p| serde_json::json!({"name": p.name, "dtype": p.dtype.name(), "shape": p.shape})).collect()
@@ -197,6 +201,19 @@ impl Artifact for Compiled {
             "link_line": link_line,
             "dispatch": dispatch,
         });
+        if let Some(st) = &info.state {
+            // Only stateful artifacts carry these keys (a stateless manifest is unchanged).
+            let tensors: Vec<serde_json::Value> = st
+                .tensors
+                .iter()
+                .map(|(p, off)| serde_json::json!({"name": p.name, "dtype": p.dtype.name(), "shape": p.shape, "offset": off}))
+                .collect();
+            manifest["entry"] = serde_json::json!(format!("{name}_step"));
+            manifest["state"] = serde_json::json!({"bytes": st.bytes, "align": 16, "tensors": tensors});
+            if let Some((chunk, context, vocab)) = artifact::llm_step_shape(&info) {
+                manifest["llm"] = serde_json::json!({"max_context": context, "max_chunk": chunk, "vocab": vocab});
+            }
+        }
         let mut files = vec![
             (format!("{name}.o"), c.object.clone()),
             (format!("{name}.h"), artifact::c_header(&info).into_bytes()),

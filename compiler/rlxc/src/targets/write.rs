@@ -89,5 +89,6 @@ pub fn base_name(b: rlx_ir::lir::Base) -> String {
         rlx_ir::lir::Base::Weights => "weights".to_string(),
         rlx_ir::lir::Base::Input(k) => format!("input {k}"),
         rlx_ir::lir::Base::Output(k) => format!("output {k}"),
+        rlx_ir::lir::Base::State => "state".to_string(),
     }
 }

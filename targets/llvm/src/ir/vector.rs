@@ -241,11 +241,76 @@ impl<'a> Writer<'a> {
                 let (op, d) = (*op, *d);
                 self.per_lane(&[x], out, |w, a| w.unary(op, d, &a[0]))
             }
+            Expr::Bin(op, d, a, b)
+                if d.is_int()
+                    && matches!(
+                        op,
+                        BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::BitAnd | BinaryOp::BitOr | BinaryOp::BitXor | BinaryOp::Shl | BinaryOp::Shr
+                    ) =>
+            {
+                // Integer arithmetic and bit operations as vector instructions (the block-quantized
+                // kernels' unpacking); shifts keep the scalar writer's semantics for out-of-range counts.
+                let (x, y) = (self.vexpr(a), self.vexpr(b));
+                let (xs, ys) = (self.splat(&x), self.splat(&y));
+                let ty = Ty::S(*d);
+                let vt = self.vt(ty);
+                let u = super::is_unsigned(*d);
+                let v = match op {
+                    BinaryOp::Add => self.op(format!("add {vt} {xs}, {ys}")),
+                    BinaryOp::Sub => self.op(format!("sub {vt} {xs}, {ys}")),
+                    BinaryOp::Mul => self.op(format!("mul {vt} {xs}, {ys}")),
+                    BinaryOp::BitAnd => self.op(format!("and {vt} {xs}, {ys}")),
+                    BinaryOp::BitOr => self.op(format!("or {vt} {xs}, {ys}")),
+                    BinaryOp::BitXor => self.op(format!("xor {vt} {xs}, {ys}")),
+                    _ => {
+                        let w = super::bits(*d);
+                        let wv = self.splat(&VV { v: w.to_string(), varying: false, ty });
+                        let big = self.op(format!("icmp uge {vt} {ys}, {wv}"));
+                        let ins = if *op == BinaryOp::Shl { "shl" } else if u { "lshr" } else { "ashr" };
+                        let sh = self.op(format!("{ins} {vt} {xs}, {ys}"));
+                        let fill = if *op == BinaryOp::Shr && !u {
+                            let m = self.splat(&VV { v: (w - 1).to_string(), varying: false, ty });
+                            self.op(format!("ashr {vt} {xs}, {m}"))
+                        } else {
+                            "zeroinitializer".to_string()
+                        };
+                        self.op(format!("select <{} x i1> {big}, {vt} {fill}, {vt} {sh}", self.lanes))
+                    }
+                };
+                VV { v, varying: true, ty }
+            }
             Expr::Bin(op, d, a, b) => {
                 let (x, y) = (self.vexpr(a), self.vexpr(b));
                 let out = Ty::S(if op.is_compare() || op.is_logical() { DType::Bool } else { *d });
                 let (op, d) = (*op, *d);
                 self.per_lane(&[x, y], out, |w, a| w.binary(op, d, &a[0], &a[1]))
+            }
+            Expr::Cast { from, to, x } if vector_cast(*from, *to) => {
+                let v = self.vexpr(x);
+                let xs = self.splat(&v);
+                let (f, t) = (Ty::S(*from), Ty::S(*to));
+                let (fv, tv) = (self.vt(f), self.vt(t));
+                let r = if *from == DType::BF16 {
+                    let n = self.lanes;
+                    let h = self.op(format!("bitcast {fv} {xs} to <{n} x i16>"));
+                    let w = self.op(format!("zext <{n} x i16> {h} to <{n} x i32>"));
+                    let w = self.op(format!("shl <{n} x i32> {w}, splat (i32 16)"));
+                    self.op(format!("bitcast <{n} x i32> {w} to {tv}"))
+                } else if from.is_float() {
+                    self.op(format!("fpext {fv} {xs} to {tv}"))
+                } else if to.is_float() {
+                    self.op(format!("{}itofp {fv} {xs} to {tv}", if super::is_unsigned(*from) { "u" } else { "s" }))
+                } else {
+                    let (bf, bt) = (super::bits(*from), super::bits(*to));
+                    if bf == bt {
+                        xs
+                    } else if bf > bt {
+                        self.op(format!("trunc {fv} {xs} to {tv}"))
+                    } else {
+                        self.op(format!("{} {fv} {xs} to {tv}", if super::is_unsigned(*from) { "zext" } else { "sext" }))
+                    }
+                };
+                VV { v: r, varying: true, ty: t }
             }
             Expr::Cast { from, to, x } => {
                 let v = self.vexpr(x);
@@ -412,6 +477,13 @@ impl<'a> Writer<'a> {
             }
         }
     }
+}
+
+/// Casts with one vector instruction (or a short sequence): between integers (not bool), integer →
+/// f32/f64, and f16/bf16 → f32 (the block-quantized kernels' unpacking).
+fn vector_cast(from: DType, to: DType) -> bool {
+    let int = |d: DType| d.is_int();
+    (int(from) && int(to)) || (int(from) && matches!(to, DType::F32 | DType::F64)) || (matches!(from, DType::F16 | DType::BF16) && to == DType::F32)
 }
 
 /// Whether a kernel body can be emitted with a given loop in vector mode: no `if` whose condition

@@ -23,27 +23,41 @@ pub struct Loaded {
 impl Loaded {
     /// Links (phase "link") and loads (phase "load") a host compile.
     pub fn new(c: Compiled, tm: &mut Timings) -> Result<Loaded, Failure> {
-        let dir = Scratch::new("run")?;
+        let lib = open(&c, tm)?;
         let name = &c.object_name;
-        let obj = dir.write(&format!("{name}.o"), &c.object)?;
-        let so = dir.path().join(format!("{name}.so"));
-        let rt = runtime_lib(c.target.triple()).map_err(Failure::model)?;
-        tm.time("link", || {
-            tool(Command::new("cc").arg("-shared").arg("-o").arg(&so).arg(&obj).arg(&rt).args(["-lpthread", "-ldl", "-lm", "-lrt", "-lutil"]), "link the compiled model")
-        })?;
-        let (lib, run) = tm.time("load", || -> Result<_, Failure> {
-            // SAFETY: the library was just built by us from our own object; loading runs no
-            // constructors of consequence (the runtime's thread pool starts lazily).
-            let lib = unsafe { libloading::Library::new(&so) }.map_err(|e| Failure::model(format!("cannot load {}: {e}", so.display())))?;
-            let sym = format!("{name}_run\0");
-            // SAFETY: NAME_run has exactly this C signature (see the generated header).
-            let run: RunFn = *unsafe { lib.get::<RunFn>(sym.as_bytes()) }.map_err(|e| Failure::model(format!("symbol {name}_run: {e}")))?;
-            Ok((lib, run))
-        })?;
+        let run: RunFn = *symbol(&lib, &format!("{name}_run"))?;
         // A 64-byte aligned arena.
         let words = c.lir.arena_bytes.div_ceil(64).max(1) * 8;
         Ok(Loaded { c, _lib: lib, run, arena: vec![0u64; words] })
     }
+}
+
+/// Links a compile of this machine's CPU with `librlx_rt.a` into a shared object in a scratch folder
+/// (phase "link") and loads it into this process (phase "load"). The folder is removed once loaded.
+pub fn open(c: &Compiled, tm: &mut Timings) -> Result<libloading::Library, Failure> {
+    let dir = Scratch::new("run")?;
+    let name = &c.object_name;
+    let obj = dir.write(&format!("{name}.o"), &c.object)?;
+    let so = dir.path().join(format!("{name}.so"));
+    let rt = runtime_lib(c.target.triple()).map_err(Failure::model)?;
+    tm.time("link", || {
+        tool(Command::new("cc").arg("-shared").arg("-o").arg(&so).arg(&obj).arg(&rt).args(["-lpthread", "-ldl", "-lm", "-lrt", "-lutil"]), "link the compiled model")
+    })?;
+    let lib = tm.time("load", || {
+        // SAFETY: the library was just built by us from our own object; loading runs no
+        // constructors of consequence (the runtime's thread pool starts lazily).
+        unsafe { libloading::Library::new(&so) }.map_err(|e| Failure::model(format!("cannot load {}: {e}", so.display())))
+    });
+    // `dir` is removed here; the mapping stays valid after the files are gone.
+    lib
+}
+
+/// The function `sym` of a library built by [`open`]; the caller names the C signature `T` the
+/// generated header declares for it.
+pub fn symbol<'l, T>(lib: &'l libloading::Library, sym: &str) -> Result<libloading::Symbol<'l, T>, Failure> {
+    let z = format!("{sym}\0");
+    // SAFETY: the caller's `T` is the signature the artifact's header gives `sym`.
+    unsafe { lib.get::<T>(z.as_bytes()) }.map_err(|e| Failure::model(format!("the compiled model has no symbol {sym}: {e}")))
 }
 
 impl Session for Loaded {

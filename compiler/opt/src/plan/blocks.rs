@@ -1,0 +1,574 @@
+//! Kernels that read GGUF block-quantized constants: `dequant_matmul` (x · wᵀ) and `dequant_gather`
+//! (a row lookup). Weights stay in their blocks. At plan time each such constant is *repacked* into
+//! panels of `nr` rows whose blocks are interleaved field by field — for block `b` of panel `p`, byte
+//! `t` of the block for row `p·nr + jj` lives at `((p·nblk + b)·bb + t)·nr + jj` (a 2-byte f16 field
+//! at `t0` keeps its two bytes together: `((p·nblk + b)·bb + t0)·nr + 2·jj`). The bytes are the same
+//! bytes (the artifact grows by nothing), so every dequantized value is computed from the same fields
+//! with the interpreter's f32 arithmetic (`rlx-interp`'s `blocks.rs`, ggml's order).
+//!
+//! With that layout the `nr` rows of a panel are the lanes of a `vector(nr)` loop: a byte of the
+//! block for all rows is one unit-stride vector load, the shifts and masks that pick a value's bits
+//! are the same for every lane, and a sub-block's scale is one vector per sub-block. The matmul is
+//! then the GEMM micro-kernel's shape (`gemm.rs`) with the weight panel dequantized on the fly:
+//! `mr` rows of x × one panel in vector accumulators across K, the epilogue applied before the
+//! store. At one row (decode) it streams every weight byte once; at many rows (prefill) a panel of a
+//! few KB stays in L1 while it is dequantized again for each tile of `mr` rows.
+
+use super::index::{clamp, linear, unflatten};
+use super::kernel::{lit, KB};
+use super::Planner;
+use rlx_ir::lir::{Base, Buffer};
+use rlx_ir::loops::{Access, Expr, IOp, LoopKind, Stmt, Var};
+use rlx_ir::{BinaryOp, ConstData, DType, NodeId, UnaryOp};
+
+/// A block constant as the kernels see it: views of its packed bytes (buffer ids) and its geometry.
+#[derive(Clone, Debug)]
+pub(super) struct BlockWeight {
+    pub dtype: DType,
+    /// Rows (N for a matmul, R for a gather) and values per row.
+    pub rows: usize,
+    pub cols: usize,
+    /// Rows per panel (a power of two dividing `rows`).
+    pub nr: usize,
+    /// The packed bytes viewed as u8, i8, f16 (K-quant and legacy-quant fields), and, for plain float
+    /// weights, as their own dtype.
+    pub u8v: u32,
+    pub i8v: u32,
+    pub f16v: u32,
+    pub valv: u32,
+}
+
+impl BlockWeight {
+    fn nblk(&self) -> usize {
+        self.cols / self.dtype.block().0
+    }
+}
+
+/// Whether the kernels read weights of dtype `d`: f32, f16, bf16 and every GGUF block type.
+pub(super) fn lowers(d: DType) -> bool {
+    matches!(d, DType::F32 | DType::F16 | DType::BF16) || d.is_quantized_block()
+}
+
+/// Rows per panel for a weight of `rows` rows: the largest power of two ≤ `nr` dividing `rows` (so no
+/// panel is partial and no lane needs a guard).
+pub(super) fn panel_rows(rows: usize, nr: usize) -> usize {
+    let mut p = nr.max(1).next_power_of_two();
+    if p > nr.max(1) {
+        p /= 2;
+    }
+    while p > 1 && rows % p != 0 {
+        p /= 2;
+    }
+    p
+}
+
+/// The 2-byte (f16) fields of a block, by byte offset; every other byte is a 1-byte field. Plain float
+/// types are one field of their own size.
+fn f16_fields(d: DType) -> &'static [usize] {
+    match d {
+        DType::Q4_0 | DType::Q5_0 | DType::Q8_0 => &[0],
+        DType::Q4_1 | DType::Q5_1 | DType::Q4_K | DType::Q5_K => &[0, 2],
+        DType::Q2_K => &[80, 82],
+        DType::Q3_K => &[108],
+        DType::Q6_K => &[208],
+        _ => &[],
+    }
+}
+
+/// Repacks a 2-D block (or plain float) constant `[rows, cols]` into interleaved panels of `nr` rows.
+pub(super) fn pack_blocks(c: &ConstData, nr: usize) -> Vec<u8> {
+    let (rows, cols) = (c.shape[0], c.shape[1]);
+    let (bs, bb) = c.dtype.block();
+    let nblk = cols / bs;
+    let row_bytes = nblk * bb;
+    let mut units: Vec<(usize, usize)> = Vec::new();
+    if bs == 1 {
+        units.push((0, bb));
+    } else {
+        let f = f16_fields(c.dtype);
+        let mut t = 0;
+        while t < bb {
+            let us = if f.contains(&t) { 2 } else { 1 };
+            units.push((t, us));
+            t += us;
+        }
+    }
+    let src = c.data.bytes();
+    let mut out = vec![0u8; rows * row_bytes];
+    for j in 0..rows {
+        let (p, jj) = (j / nr, j % nr);
+        for b in 0..nblk {
+            let s = &src[j * row_bytes + b * bb..][..bb];
+            let base = (p * nblk + b) * bb * nr;
+            for &(t0, us) in &units {
+                let d = base + t0 * nr + jj * us;
+                out[d..d + us].copy_from_slice(&s[t0..t0 + us]);
+            }
+        }
+    }
+    out
+}
+
+/// (sub-blocks, values per sub-block) of a block type: the values of a sub-block share a scale (and
+/// min), and within one the byte holding value `l` is affine in `l` and its shift is fixed.
+fn subs(d: DType) -> (usize, usize) {
+    match d {
+        DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 => (2, 16),
+        DType::Q8_0 => (1, 32),
+        DType::Q2_K | DType::Q3_K | DType::Q6_K => (16, 16),
+        DType::Q4_K | DType::Q5_K => (8, 32),
+        _ => (1, 1),
+    }
+}
+
+fn i32c(x: i64) -> Expr {
+    lit(x as f64, DType::I32)
+}
+fn ib(op: BinaryOp, a: Expr, b: Expr) -> Expr {
+    Expr::Bin(op, DType::I32, Box::new(a), Box::new(b))
+}
+fn fb(op: BinaryOp, a: Expr, b: Expr) -> Expr {
+    Expr::Bin(op, DType::F32, Box::new(a), Box::new(b))
+}
+fn shr(a: Expr, s: Expr) -> Expr {
+    ib(BinaryOp::Shr, a, s)
+}
+fn and(a: Expr, m: i64) -> Expr {
+    ib(BinaryOp::BitAnd, a, i32c(m))
+}
+fn to_f32(a: Expr) -> Expr {
+    Expr::Cast { from: DType::I32, to: DType::F32, x: Box::new(a) }
+}
+fn idx_i32(e: Expr) -> Expr {
+    Expr::Cast { from: DType::I64, to: DType::I32, x: Box::new(e) }
+}
+
+/// Where one block's fields are: the kernel params of the views, the block's packed index
+/// (`p·nblk + b`) and the lane (`jj`).
+struct Fields {
+    u8p: u32,
+    i8p: u32,
+    f16p: u32,
+    valp: u32,
+    bb: i64,
+    nr: i64,
+    blk: Expr,
+    jj: Expr,
+}
+
+impl Fields {
+    fn at(&self, t: Expr) -> Expr {
+        let row = Expr::add(Expr::mul(self.blk.clone(), Expr::Int(self.bb)), t);
+        Expr::add(Expr::mul(row, Expr::Int(self.nr)), self.jj.clone())
+    }
+    /// Byte `t` of the block as i32 (zero-extended).
+    fn u8(&self, t: Expr) -> Expr {
+        Expr::Cast { from: DType::U8, to: DType::I32, x: Box::new(Expr::load(self.u8p, self.at(t))) }
+    }
+    fn u8c(&self, t: usize) -> Expr {
+        self.u8(Expr::Int(t as i64))
+    }
+    /// Byte `t` as a signed value, as f32.
+    fn i8f(&self, t: Expr) -> Expr {
+        Expr::Cast { from: DType::I8, to: DType::F32, x: Box::new(Expr::load(self.i8p, self.at(t))) }
+    }
+    /// The f16 field at byte `t0` (even), as f32.
+    fn h(&self, t0: usize) -> Expr {
+        let row = Expr::add(Expr::mul(self.blk.clone(), Expr::Int(self.bb / 2)), Expr::Int(t0 as i64 / 2));
+        let i = Expr::add(Expr::mul(row, Expr::Int(self.nr)), self.jj.clone());
+        Expr::Cast { from: DType::F16, to: DType::F32, x: Box::new(Expr::load(self.f16p, i)) }
+    }
+}
+
+/// Value `l` of sub-block `s`: `(scale, min, q)` with the value `scale · q − min` (`q` an f32 of a small
+/// integer), or `(None, None, v)` for plain floats (the value itself). `scale` and `min` do not depend
+/// on `l`. The arithmetic is the interpreter's (`rlx-interp`'s `blocks.rs`), in the same order: an
+/// added min `m` is written `− (−m)`, which is the same IEEE operation.
+fn value(d: DType, f: &Fields, s: usize, l: &Expr) -> (Option<Expr>, Option<Expr>, Expr) {
+    let lv = || l.clone();
+    let add = |t: i64| Expr::add(Expr::Int(t), lv());
+    let neg = |e: Expr| Expr::Un(UnaryOp::Neg, DType::F32, Box::new(e));
+    let si = s as i64;
+    match d {
+        DType::F32 | DType::F16 | DType::BF16 => {
+            let i = Expr::add(Expr::mul(f.blk.clone(), Expr::Int(f.nr)), f.jj.clone());
+            let v = Expr::load(f.valp, i);
+            (None, None, if d == DType::F32 { v } else { Expr::Cast { from: d, to: DType::F32, x: Box::new(v) } })
+        }
+        DType::Q4_0 => (Some(f.h(0)), None, to_f32(ib(BinaryOp::Sub, and(shr(f.u8(add(2)), i32c(4 * si)), 15), i32c(8)))),
+        DType::Q4_1 => (Some(f.h(0)), Some(neg(f.h(2))), to_f32(and(shr(f.u8(add(4)), i32c(4 * si)), 15))),
+        DType::Q5_0 | DType::Q5_1 => {
+            let (qh, qs) = if d == DType::Q5_0 { (2, 6) } else { (4, 8) };
+            let lo = and(shr(f.u8(add(qs)), i32c(4 * si)), 15);
+            let hbyte = f.u8(Expr::add(Expr::Int(qh + 2 * si), Expr::i(IOp::Div, lv(), Expr::Int(8))));
+            // The shift `l mod 8` as a masked i32, so the writer sees it is below 32 (no out-of-range select).
+            let hi = and(shr(hbyte, and(idx_i32(lv()), 7)), 1);
+            let q = ib(BinaryOp::BitOr, lo, ib(BinaryOp::Shl, hi, i32c(4)));
+            if d == DType::Q5_0 {
+                (Some(f.h(0)), None, to_f32(ib(BinaryOp::Sub, q, i32c(16))))
+            } else {
+                (Some(f.h(0)), Some(neg(f.h(2))), to_f32(q))
+            }
+        }
+        DType::Q8_0 => (Some(f.h(0)), None, f.i8f(add(2))),
+        DType::Q2_K | DType::Q3_K => {
+            let (half, j, part) = (si / 8, (si % 8) / 2, si % 2);
+            let i = 16 * part;
+            if d == DType::Q2_K {
+                let sc = f.u8c(s);
+                let dl = fb(BinaryOp::Mul, f.h(80), to_f32(and(sc.clone(), 15)));
+                let ml = fb(BinaryOp::Mul, f.h(82), to_f32(shr(sc, i32c(4))));
+                let q = and(shr(f.u8(add(16 + 32 * half + i)), i32c(2 * j)), 3);
+                (Some(dl), Some(ml), to_f32(q))
+            } else {
+                let bit = 4 * half + j;
+                let low = if s < 8 { and(f.u8c(96 + s), 15) } else { shr(f.u8c(96 + s - 8), i32c(4)) };
+                let high = and(shr(f.u8c(104 + s % 4), i32c(2 * (si / 4))), 3);
+                let sc = ib(BinaryOp::Sub, ib(BinaryOp::BitOr, low, ib(BinaryOp::Shl, high, i32c(4))), i32c(32));
+                let dl = fb(BinaryOp::Mul, f.h(108), to_f32(sc));
+                let q2 = and(shr(f.u8(add(32 + 32 * half + i)), i32c(2 * j)), 3);
+                let hb = and(shr(f.u8(add(i)), i32c(bit)), 1);
+                // hmask bit clear = −4: q − 4 + 4·bit.
+                let q = ib(BinaryOp::Add, ib(BinaryOp::Sub, q2, i32c(4)), ib(BinaryOp::Shl, hb, i32c(2)));
+                (Some(dl), None, to_f32(q))
+            }
+        }
+        DType::Q4_K | DType::Q5_K => {
+            let (g, part) = (si / 2, si % 2);
+            let (scm, m) = if s < 4 {
+                (and(f.u8c(4 + s), 63), and(f.u8c(8 + s), 63))
+            } else {
+                (
+                    ib(BinaryOp::BitOr, and(f.u8c(8 + s), 15), ib(BinaryOp::Shl, shr(f.u8c(s), i32c(6)), i32c(4))),
+                    ib(BinaryOp::BitOr, shr(f.u8c(8 + s), i32c(4)), ib(BinaryOp::Shl, shr(f.u8c(4 + s), i32c(6)), i32c(4))),
+                )
+            };
+            let dl = fb(BinaryOp::Mul, f.h(0), to_f32(scm));
+            let ml = fb(BinaryOp::Mul, f.h(2), to_f32(m));
+            let qs = if d == DType::Q4_K { 16 } else { 48 };
+            let mut q = and(shr(f.u8(add(qs + 32 * g)), i32c(4 * part)), 15);
+            if d == DType::Q5_K {
+                let hb = and(shr(f.u8(add(16)), i32c(si)), 1);
+                q = ib(BinaryOp::BitOr, q, ib(BinaryOp::Shl, hb, i32c(4)));
+            }
+            (Some(dl), Some(ml), to_f32(q))
+        }
+        DType::Q6_K => {
+            let (h, k, is) = (si / 8, (si % 8) / 2, si % 2);
+            let lp = 16 * is;
+            let qlb = f.u8(add(64 * h + lp + if k % 2 == 1 { 32 } else { 0 }));
+            let ql = if k < 2 { and(qlb, 15) } else { shr(qlb, i32c(4)) };
+            let qh = and(shr(f.u8(add(128 + 32 * h + lp)), i32c(2 * k)), 3);
+            let q = ib(BinaryOp::Sub, ib(BinaryOp::BitOr, ql, ib(BinaryOp::Shl, qh, i32c(4))), i32c(32));
+            let dl = fb(BinaryOp::Mul, f.h(208), f.i8f(Expr::Int(192 + 8 * h + is + 2 * k)));
+            (Some(dl), None, to_f32(q))
+        }
+        other => unreachable!("{other} is not a float or GGUF block type (inference checks)"),
+    }
+}
+
+/// Row tiles from which `dequant_matmul` dequantizes each panel once into a scratch (the prefill form)
+/// instead of on the fly for every tile.
+const PANEL_TILES: usize = 3;
+/// Thread slots of the prefill form: a multiple of 1, 2, 4 and 8 threads.
+const SLOTS: usize = 8;
+
+/// The statements for block `b` (a loop variable) of the row `f` points at: per sub-block its scale
+/// and min declared once, then for each of its values `l` the dequantized value declared as `wv` and
+/// `per_value(kb, wv, k)` with `k` the value's column (`b·bs + s·len + l`).
+fn walk_block(kb: &mut KB, w: &BlockWeight, f: &Fields, b: Var, per_value: &mut dyn FnMut(&mut KB, Expr, Expr) -> Vec<Stmt>) -> Vec<Stmt> {
+    let (bs, _) = w.dtype.block();
+    let (nsub, len) = subs(w.dtype);
+    let mut out = Vec::new();
+    for s in 0..nsub {
+        let l = kb.var();
+        let (dl, ml, q) = value(w.dtype, f, s, &Expr::Var(l));
+        let decl = |kb: &mut KB, e: Expr, out: &mut Vec<Stmt>| {
+            let v = kb.var();
+            out.push(Stmt::Decl { var: v, dtype: DType::F32, init: e });
+            Expr::Var(v)
+        };
+        let scale = dl.map(|e| decl(kb, e, &mut out));
+        let min = ml.map(|e| decl(kb, e, &mut out));
+        let mut val = match scale {
+            Some(sv) => fb(BinaryOp::Mul, sv, q),
+            None => q,
+        };
+        if let Some(mv) = min {
+            val = fb(BinaryOp::Sub, val, mv);
+        }
+        let mut body = Vec::new();
+        let wv = decl(kb, val, &mut body);
+        let k = Expr::add(Expr::add(Expr::mul(Expr::Var(b), Expr::Int(bs as i64)), Expr::Int((s * len) as i64)), Expr::Var(l));
+        body.extend(per_value(kb, wv, k));
+        out.push(Stmt::For { var: l, extent: len as i64, kind: LoopKind::Serial, body });
+    }
+    out
+}
+
+impl Planner<'_> {
+    /// Places a constant that `dequant_matmul` / `dequant_gather` read: its packed bytes once in the
+    /// weights blob, with views for each field width.
+    pub(super) fn place_block_weight(&mut self, label: String, c: &ConstData) -> BlockWeight {
+        let (rows, cols) = (c.shape[0], c.shape[1]);
+        let nr = panel_rows(rows, self.nr);
+        let bytes = pack_blocks(c, nr);
+        let n = bytes.len();
+        let off = super::index::align_up(self.weights.len(), self.align);
+        self.weights.resize(off, 0);
+        self.weights.extend_from_slice(&bytes);
+        let view = |me: &mut Self, d: DType, what: &str| {
+            let elems = n / d.size().unwrap_or(1);
+            me.add_buffer(Buffer { base: Base::Weights, offset: off, dtype: d, shape: vec![elems], label: format!("{label} ({what}, {nr}-row panels)") }, None)
+        };
+        let u8v = view(self, DType::U8, "bytes");
+        let i8v = view(self, DType::I8, "signed bytes");
+        let f16v = view(self, DType::F16, "f16 fields");
+        let valv = if c.dtype.is_float() { view(self, c.dtype, "values") } else { u8v };
+        BlockWeight { dtype: c.dtype, rows, cols, nr, u8v, i8v, f16v, valv }
+    }
+
+    fn fields(&self, kb: &mut KB, w: &BlockWeight, blk: Expr, jj: Expr) -> Fields {
+        let mut p = |b: u32| kb.param(b, &self.buffers[b as usize].clone(), Access::Read);
+        Fields {
+            u8p: p(w.u8v),
+            i8p: p(w.i8v),
+            f16p: p(w.f16v),
+            valp: p(w.valv),
+            bb: w.dtype.block().1 as i64,
+            nr: w.nr as i64,
+            blk,
+            jj,
+        }
+    }
+
+    /// `dequant_matmul` anchored at `a`, with the epilogue chain up to root `r` applied before the
+    /// store. Few rows (decode): `for p parallel (panels) { for tile { for jj vector(nr) { acc[mr] +=
+    /// x · dequantized w } } }`, every weight byte read once per tile. Many rows (prefill): each
+    /// panel is dequantized once into an f32 scratch `[K][nr]` (one per thread slot, in the arena;
+    /// L2-sized) and the f32 micro-kernel runs over all tiles from it.
+    pub(super) fn block_matmul_body(&mut self, kb: &mut KB, a: NodeId, r: NodeId, op: u32, out_shape: &[usize]) -> Vec<Stmt> {
+        let anode = self.g.node(a).clone();
+        let x = anode.inputs[0];
+        let w = self.block_weight[&anode.inputs[1]].clone();
+        let rows: usize = out_shape[..out_shape.len() - 1].iter().product();
+        let mr = self.mr.min(rows.max(1));
+        if rows.div_ceil(mr) >= PANEL_TILES && w.nr > 1 {
+            return self.block_gemm_body(kb, a, r, op, out_shape, &w);
+        }
+        let sx = self.shape(x);
+        let tiles = rows.div_ceil(mr);
+        let nr = w.nr;
+        let (p, t, jj, b) = (kb.var(), kb.var(), kb.var(), kb.var());
+        let blk = Expr::add(Expr::mul(Expr::Var(p), Expr::Int(w.nblk() as i64)), Expr::Var(b));
+        let f = self.fields(kb, &w, blk, Expr::Var(jj));
+        let row = |i: usize| clamp(Expr::add(Expr::mul(Expr::Var(t), Expr::Int(mr as i64)), Expr::Int(i as i64)), 0, rows as i64 - 1);
+        let accs: Vec<_> = (0..mr).map(|_| kb.var()).collect();
+        let blk_body = walk_block(kb, &w, &f, b, &mut |kb, wv, k| {
+            accs.iter()
+                .enumerate()
+                .map(|(i, &acc)| {
+                    let mut xi = unflatten(&row(i), &sx[..sx.len() - 1]);
+                    xi.push(k.clone());
+                    let xa = self.elem(kb, x, &xi);
+                    Stmt::Assign { var: acc, value: fb(BinaryOp::Add, Expr::Var(acc), fb(BinaryOp::Mul, xa, wv.clone())) }
+                })
+                .collect()
+        });
+        let mut vbody: Vec<Stmt> = accs.iter().map(|&acc| Stmt::Decl { var: acc, dtype: DType::F32, init: lit(0.0, DType::F32) }).collect();
+        vbody.push(Stmt::For { var: b, extent: w.nblk() as i64, kind: LoopKind::Serial, body: blk_body });
+        vbody.extend(self.block_stores(kb, a, r, op, out_shape, &accs, &row, Expr::add(Expr::mul(Expr::Var(p), Expr::Int(nr as i64)), Expr::Var(jj))));
+        let kind = if nr > 1 { LoopKind::Vector(nr as u32) } else { LoopKind::Serial };
+        let vl = Stmt::For { var: jj, extent: nr as i64, kind, body: vbody };
+        let tl = Stmt::For { var: t, extent: tiles as i64, kind: LoopKind::Serial, body: vec![vl] };
+        vec![Stmt::For { var: p, extent: (w.rows / nr) as i64, kind: LoopKind::Parallel, body: vec![tl] }]
+    }
+
+    /// The stores of a tile's accumulators at column `col`, each through the epilogue chain.
+    #[allow(clippy::too_many_arguments)]
+    fn block_stores(&mut self, kb: &mut KB, a: NodeId, r: NodeId, op: u32, out_shape: &[usize], accs: &[Var], row: &dyn Fn(usize) -> Expr, col: Expr) -> Vec<Stmt> {
+        let av = self.g.node(a).outputs[0];
+        let rows_shape = &out_shape[..out_shape.len() - 1];
+        let mut out = Vec::new();
+        for (i, &acc) in accs.iter().enumerate() {
+            let mut idx = unflatten(&row(i), rows_shape);
+            idx.push(col.clone());
+            kb.subst.insert(av, Expr::Var(acc));
+            let v = if a == r { Expr::Var(acc) } else { self.node_expr(kb, r, &idx) };
+            kb.subst.remove(&av);
+            out.push(Stmt::Store { buf: op, index: linear(&idx, out_shape), value: v });
+        }
+        out
+    }
+
+    /// The prefill form: thread slots (the parallel loop, [`SLOTS`] of them so 1, 2, 4 or 8 threads get
+    /// equal shares) each walk their share of the panels; a panel is dequantized into the slot's f32
+    /// scratch `[K][nr]`, then every tile of `mr` rows runs the f32 micro-kernel over it.
+    fn block_gemm_body(&mut self, kb: &mut KB, a: NodeId, r: NodeId, op: u32, out_shape: &[usize], w: &BlockWeight) -> Vec<Stmt> {
+        let x = self.g.node(a).inputs[0];
+        let sx = self.shape(x);
+        let kdim = w.cols;
+        let rows: usize = out_shape[..out_shape.len() - 1].iter().product();
+        let mr = self.mr.min(rows.max(1));
+        let tiles = rows.div_ceil(mr);
+        let nr = w.nr;
+        let np = w.rows / nr;
+        let slots = SLOTS.min(np);
+        let per = np.div_ceil(slots);
+        let label = format!("{} (dequantized panel scratch)", self.g.node(a).name);
+        let sb = self.add_buffer(Buffer { base: Base::Arena, offset: 0, dtype: DType::F32, shape: vec![slots, kdim, nr], label }, None);
+        let sp = kb.param(sb, &self.buffers[sb as usize].clone(), Access::ReadWrite);
+        let (slot, q, jj, b, t, jj2, kv) = (kb.var(), kb.var(), kb.var(), kb.var(), kb.var(), kb.var(), kb.var());
+        let p = Expr::add(Expr::mul(Expr::Var(slot), Expr::Int(per as i64)), Expr::Var(q));
+        let blk = Expr::add(Expr::mul(p.clone(), Expr::Int(w.nblk() as i64)), Expr::Var(b));
+        let f = self.fields(kb, w, blk, Expr::Var(jj));
+        let base = Expr::mul(Expr::Var(slot), Expr::Int((kdim * nr) as i64));
+        // Dequantize the panel: scratch[slot][k][jj].
+        let blk_body = walk_block(kb, w, &f, b, &mut |_, wv, k| {
+            vec![Stmt::Store { buf: sp, index: Expr::add(base.clone(), Expr::add(Expr::mul(k, Expr::Int(nr as i64)), Expr::Var(jj))), value: wv }]
+        });
+        let deq = Stmt::For {
+            var: jj,
+            extent: nr as i64,
+            kind: LoopKind::Vector(nr as u32),
+            body: vec![Stmt::For { var: b, extent: w.nblk() as i64, kind: LoopKind::Serial, body: blk_body }],
+        };
+        // The micro-kernel over every tile.
+        let row = |i: usize| clamp(Expr::add(Expr::mul(Expr::Var(t), Expr::Int(mr as i64)), Expr::Int(i as i64)), 0, rows as i64 - 1);
+        let accs: Vec<_> = (0..mr).map(|_| kb.var()).collect();
+        let wk = Expr::load(sp, Expr::add(base.clone(), Expr::add(Expr::mul(Expr::Var(kv), Expr::Int(nr as i64)), Expr::Var(jj2))));
+        let mut inner = Vec::new();
+        for (i, &acc) in accs.iter().enumerate() {
+            let mut xi = unflatten(&row(i), &sx[..sx.len() - 1]);
+            xi.push(Expr::Var(kv));
+            let xa = self.elem(kb, x, &xi);
+            inner.push(Stmt::Assign { var: acc, value: fb(BinaryOp::Add, Expr::Var(acc), fb(BinaryOp::Mul, xa, wk.clone())) });
+        }
+        let mut vbody: Vec<Stmt> = accs.iter().map(|&acc| Stmt::Decl { var: acc, dtype: DType::F32, init: lit(0.0, DType::F32) }).collect();
+        vbody.push(Stmt::For { var: kv, extent: kdim as i64, kind: LoopKind::Serial, body: inner });
+        vbody.extend(self.block_stores(kb, a, r, op, out_shape, &accs, &row, Expr::add(Expr::mul(p.clone(), Expr::Int(nr as i64)), Expr::Var(jj2))));
+        let gemm = Stmt::For {
+            var: t,
+            extent: tiles as i64,
+            kind: LoopKind::Serial,
+            body: vec![Stmt::For { var: jj2, extent: nr as i64, kind: LoopKind::Vector(nr as u32), body: vbody }],
+        };
+        let mut panel = vec![deq, gemm];
+        if slots * per > np {
+            panel = vec![Stmt::If { cond: Expr::i(IOp::Lt, p, Expr::Int(np as i64)), body: panel }];
+        }
+        vec![Stmt::For {
+            var: slot,
+            extent: slots as i64,
+            kind: LoopKind::Parallel,
+            body: vec![Stmt::For { var: q, extent: per as i64, kind: LoopKind::Serial, body: panel }],
+        }]
+    }
+
+    /// `dequant_gather` at root `r`: for each index (parallel), its row's blocks dequantized into the
+    /// output. An index below zero counts from the end; one out of range is clamped (kernels do not
+    /// fail; the interpreter reports it).
+    pub(super) fn block_gather_body(&mut self, kb: &mut KB, r: NodeId, op: u32, out_shape: &[usize]) -> Vec<Stmt> {
+        let node = self.g.node(r).clone();
+        let (table, idx) = (node.inputs[0], node.inputs[1]);
+        let w = self.block_weight[&table].clone();
+        let ishape = self.shape(idx);
+        let positions: usize = ishape.iter().product();
+        let nblk = w.nblk();
+        let (pos, b) = (kb.var(), kb.var());
+        let ii = unflatten(&Expr::Var(pos), &ishape);
+        let raw = Expr::ToIndex { from: self.dt(idx), x: Box::new(self.elem(kb, idx, &ii)) };
+        let rv = kb.var();
+        let wrapped = Expr::Select(Box::new(Expr::i(IOp::Lt, Expr::Var(rv), Expr::Int(0))), Box::new(Expr::add(Expr::Var(rv), Expr::Int(w.rows as i64))), Box::new(Expr::Var(rv)));
+        let row = clamp(wrapped, 0, w.rows as i64 - 1);
+        let rowv = kb.var();
+        let pnl = Expr::i(IOp::Div, Expr::Var(rowv), Expr::Int(w.nr as i64));
+        let jj = Expr::i(IOp::Rem, Expr::Var(rowv), Expr::Int(w.nr as i64));
+        let blk = Expr::add(Expr::mul(pnl, Expr::Int(nblk as i64)), Expr::Var(b));
+        let f = self.fields(kb, &w, blk, jj);
+        debug_assert_eq!(out_shape.iter().product::<usize>(), positions * w.cols);
+        let blk_body = walk_block(kb, &w, &f, b, &mut |_, wv, k| {
+            vec![Stmt::Store { buf: op, index: Expr::add(Expr::mul(Expr::Var(pos), Expr::Int(w.cols as i64)), k), value: wv }]
+        });
+        let body = vec![
+            Stmt::Decl { var: rv, dtype: DType::I64, init: raw },
+            Stmt::Decl { var: rowv, dtype: DType::I64, init: row },
+            Stmt::For { var: b, extent: nblk as i64, kind: LoopKind::Serial, body: blk_body },
+        ];
+        vec![Stmt::For { var: pos, extent: positions as i64, kind: LoopKind::Parallel, body }]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::{plan, PlanOptions};
+    use rlx_ir::{Blob, Mir, MirOp, TensorType};
+
+    #[test]
+    fn panels_divide_the_rows() {
+        assert_eq!(panel_rows(640, 32), 32);
+        assert_eq!(panel_rows(96, 32), 32);
+        assert_eq!(panel_rows(100, 32), 4);
+        assert_eq!(panel_rows(7, 16), 1);
+        assert_eq!(panel_rows(24, 16), 8);
+    }
+
+    /// Packing permutes the bytes: the same multiset, and each row's block fields where the layout says.
+    #[test]
+    fn packing_moves_every_byte_of_a_block_to_its_panel_slot() {
+        let (rows, cols) = (8usize, 64usize);
+        let bytes: Vec<u8> = (0..rows * 2 * 18).map(|i| (i * 31 % 251) as u8).collect();
+        let c = ConstData::new(DType::Q4_0, vec![rows, cols], Blob::from_vec(bytes.clone())).unwrap();
+        let nr = 4;
+        let p = pack_blocks(&c, nr);
+        assert_eq!(p.len(), bytes.len());
+        for j in 0..rows {
+            for b in 0..2 {
+                let src = &bytes[(j * 2 + b) * 18..][..18];
+                let base = ((j / nr) * 2 + b) * 18 * nr;
+                // The f16 scale keeps its two bytes together; the nibbles are one byte per row.
+                assert_eq!(&p[base + 2 * (j % nr)..][..2], &src[..2]);
+                for t in 2..18 {
+                    assert_eq!(p[base + t * nr + j % nr], src[t], "row {j} block {b} byte {t}");
+                }
+            }
+        }
+    }
+
+    fn matmul_of(w: ConstData, as_input: bool) -> Mir {
+        let mut g = Mir::new();
+        let k = w.shape[1];
+        let x = g.add_input("x", TensorType::fixed(DType::F32, &[1, k]));
+        let wv = if as_input { g.add_input("w", TensorType::fixed(w.dtype, &w.shape)) } else { g.add_const(Some("w"), w) };
+        let y = g.add_node("proj", MirOp::DequantMatMul, &[x, wv]).unwrap()[0];
+        g.outputs = vec![y];
+        g
+    }
+
+    #[test]
+    fn unsupported_weights_are_problems_naming_the_node() {
+        let f64w = ConstData::new(DType::F64, vec![4, 8], Blob::from_vec(vec![0u8; 4 * 8 * 8])).unwrap();
+        let e = plan(&matmul_of(f64w, false), &PlanOptions::default()).unwrap_err();
+        assert!(e.iter().any(|p| p.node.as_deref() == Some("proj") && p.msg.contains("f64 weight")), "{e:?}");
+        let q = ConstData::new(DType::Q8_0, vec![4, 32], Blob::from_vec(vec![0u8; 4 * 34])).unwrap();
+        let e = plan(&matmul_of(q, true), &PlanOptions::default()).unwrap_err();
+        assert!(e.iter().any(|p| p.node.as_deref() == Some("proj") && p.msg.contains("must be a constant")), "{e:?}");
+    }
+
+    /// One tensor behind two constants (a tied embedding and output projection) is packed once.
+    #[test]
+    fn a_tied_weight_is_stored_once() {
+        let blob = Blob::from_vec(vec![0u8; 64 * 34]);
+        let w = ConstData::new(DType::Q8_0, vec![64, 32], blob).unwrap();
+        let mut g = Mir::new();
+        let ids = g.add_input("ids", TensorType::fixed(DType::I64, &[2]));
+        let t1 = g.add_const(Some("table"), w.clone());
+        let t2 = g.add_const(Some("output"), w);
+        let e = g.add_node("emb", MirOp::DequantGather, &[t1, ids]).unwrap()[0];
+        let y = g.add_node("logits", MirOp::DequantMatMul, &[e, t2]).unwrap()[0];
+        g.outputs = vec![y];
+        let lir = plan(&g, &PlanOptions::default()).unwrap();
+        assert_eq!(lir.weights.len(), 64 * 34);
+    }
+}

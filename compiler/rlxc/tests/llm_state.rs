@@ -1,0 +1,185 @@
+//! The cached step (KV cache as graph state, `rlx_models::llm::llm_step_from_gguf`) against the
+//! stateless full-sequence graph on the interpreter, on the tiny random models of tests/llm.rs (written
+//! by the `gguf` package through tests/reference/llm_ref.py): a prompt prefilled in chunks (the last one
+//! padded), then decoded token by token — by the chunk graph with padding rows and by a one-token graph
+//! sharing the same caches — gives the stateless graph's logits at every position. Gemma 3's tiny model
+//! has a sliding window of 3, so its local layers' window mask over the cache is exercised too.
+
+mod common;
+
+use common::{ok, python, repo};
+use rlx_ir::{ConstData, Mir};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn scratch(name: &str) -> PathBuf {
+    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn f32s(c: &ConstData) -> Vec<f32> {
+    c.data.bytes().chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect()
+}
+
+fn tiny(dir: &Path, arch: &str, qtype: &str) -> PathBuf {
+    let model = dir.join(format!("{arch}-{qtype}.gguf"));
+    ok(Command::new(python()).arg(repo().join("tests/reference/llm_ref.py")).args(["tiny", arch, qtype]).arg(&model));
+    model
+}
+
+fn lower(h: &rlx_ir::Hir) -> Mir {
+    rlx_opt::lower::lower(h).unwrap_or_else(|p| panic!("lowering failed: {p:?}"))
+}
+
+/// One call of a step graph: `tokens` at `positions` (padded to the graph's chunk with position
+/// `context`, which writes nothing), the caches updated in place; returns the logits of the real rows.
+fn step(g: &Mir, chunk: usize, context: usize, tokens: &[i64], positions: &[i64], caches: &mut [ConstData]) -> Vec<Vec<f32>> {
+    let n = tokens.len();
+    assert!(n <= chunk);
+    let mut t = tokens.to_vec();
+    let mut p = positions.to_vec();
+    t.resize(chunk, 0);
+    p.resize(chunk, context as i64);
+    let mut ins = vec![ConstData::from_i64(vec![chunk], &t), ConstData::from_i64(vec![chunk], &p)];
+    ins.extend(caches.iter().cloned());
+    let mut out = rlx_interp::run(g, &ins).expect("step runs");
+    assert_eq!(out.len(), 1 + caches.len());
+    let logits = f32s(&out[0]);
+    let vocab = logits.len() / chunk;
+    for (c, o) in caches.iter_mut().zip(out.drain(1..)) {
+        *c = o;
+    }
+    (0..n).map(|r| logits[r * vocab..(r + 1) * vocab].to_vec()).collect()
+}
+
+#[test]
+fn cached_steps_match_the_stateless_graph_on_every_arch() {
+    let dir = scratch("llm-state");
+    let seq: Vec<i64> = vec![1, 5, 9, 2, 77, 3, 40, 11, 60, 8];
+    let prompt = 6;
+    let (chunk, context) = (4, 16);
+    let mut report = Vec::new();
+    for arch in ["llama", "qwen2", "qwen3", "gemma3"] {
+        for qtype in ["F32", "Q8_0"] {
+            let model = tiny(&dir, arch, qtype);
+            let f = rlx_import::gguf::load_gguf(&model).unwrap();
+            let (cfg, full) = rlx_models::llm::llm_from_gguf(&f).unwrap();
+            let full = lower(&full);
+            let pos: Vec<i64> = (0..seq.len() as i64).collect();
+            let want = rlx_interp::run(&full, &[ConstData::from_i64(vec![seq.len()], &seq), ConstData::from_i64(vec![seq.len()], &pos)]).unwrap();
+            let want = f32s(&want[0]);
+            let vocab = cfg.vocab;
+            let (_, g4) = rlx_models::llm::llm_step_from_gguf(&f, chunk, context).unwrap();
+            let (_, g1) = rlx_models::llm::llm_step_from_gguf(&f, 1, context).unwrap();
+            let (g4, g1) = (lower(&g4), lower(&g1));
+            assert_eq!(g4.state.len(), 2 * cfg.layers);
+            // Two runs: decode with the chunk graph (padding rows), and with the one-token graph.
+            for decode_chunk in [chunk, 1] {
+                let zero = ConstData::from_f32(vec![context, cfg.kv_heads, cfg.head_dim], &vec![0.0; context * cfg.kv_heads * cfg.head_dim]);
+                let mut caches = vec![zero; 2 * cfg.layers];
+                let mut got: Vec<Vec<f32>> = Vec::new();
+                for s in (0..prompt).step_by(chunk) {
+                    let e = (s + chunk).min(prompt);
+                    got.extend(step(&g4, chunk, context, &seq[s..e], &pos[s..e], &mut caches));
+                }
+                for i in prompt..seq.len() {
+                    let g = if decode_chunk == 1 { &g1 } else { &g4 };
+                    got.extend(step(g, decode_chunk, context, &seq[i..i + 1], &pos[i..i + 1], &mut caches));
+                }
+                let got: Vec<f32> = got.concat();
+                assert_eq!(got.len(), seq.len() * vocab);
+                let lo = want.iter().cloned().fold(f32::INFINITY, f32::min);
+                let hi = want.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+                let err = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+                report.push(format!("{arch} {qtype} decode chunk {decode_chunk}: max |diff| {err:.2e} (logit range {:.2})", hi - lo));
+                assert!(err <= 1e-5 * (hi - lo), "{arch} {qtype} decode chunk {decode_chunk}: max |diff| {err} over the logit range {lo}..{hi}");
+            }
+        }
+    }
+    eprintln!("{}", report.join("\n"));
+}
+
+#[test]
+fn step_graphs_round_trip_through_the_text_form_and_bad_sizes_are_errors() {
+    let dir = scratch("llm-state-text");
+    let model = tiny(&dir, "gemma3", "F32");
+    let f = rlx_import::gguf::load_gguf(&model).unwrap();
+    let (_, g) = rlx_models::llm::llm_step_from_gguf(&f, 2, 8).unwrap();
+    let mir = lower(&g);
+    let text = rlx_ir::text::print(&mir);
+    assert!(text.contains("write_rows(") && text.contains("\n  state 4\n"), "{text}");
+    let back: Mir = rlx_ir::text::parse(&text).unwrap();
+    assert_eq!(back.state, mir.state);
+    assert!(rlx_ir::verify::verify(&back).is_empty());
+    for (chunk, context) in [(0, 8), (9, 8), (1, 0)] {
+        let e = rlx_models::llm::llm_step_from_gguf(&f, chunk, context).unwrap_err();
+        assert!(e.contains("chunk") && e.contains("context"), "{e}");
+    }
+}
+
+fn rlxc() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_rlxc"))
+}
+
+/// The compiled host artifact through its C ABI: `rlxc compile --dim context=16 --dim chunk=4` (both
+/// back ends; F32 matrices as plain GEMMs, Q8_0 through the compiled `dequant_matmul`), linked into tests/native/llm_generate.c, which prefills the prompt in chunks
+/// (`llm_prefill`, the last one padded) and decodes greedily (`llm_decode`) — its logits at every
+/// position equal the interpreter's stateless full-sequence logits over prompt + generated tokens,
+/// and its tokens are their argmax chain.
+#[test]
+fn compiled_step_generates_as_the_stateless_interpreter() {
+    let dir = scratch("llm-state-host");
+    let prompt: Vec<i64> = vec![1, 5, 9, 2, 77, 3];
+    let ids: Vec<String> = prompt.iter().map(i64::to_string).collect();
+    let n = 6;
+    let mut report = Vec::new();
+    for (arch, qtype) in [("llama", "F32"), ("qwen2", "F32"), ("qwen3", "F32"), ("gemma3", "F32"), ("llama", "Q8_0"), ("gemma3", "Q8_0")] {
+        let model = tiny(&dir, arch, qtype);
+        let f = rlx_import::gguf::load_gguf(&model).unwrap();
+        let (cfg, full) = rlx_models::llm::llm_from_gguf(&f).unwrap();
+        let full = lower(&full);
+        for backend in ["llvm", "cranelift"] {
+            let arch = format!("{arch} {qtype}");
+            let out = dir.join(format!("{}-{backend}", arch.replace(' ', "-")));
+            ok(rlxc().arg("compile").arg(&model).args(["--target", "host", "--backend", backend, "--name", "llm", "--dim", "context=16", "--dim", "chunk=4", "-o"]).arg(&out));
+            let h = std::fs::read_to_string(out.join("llm.h")).unwrap();
+            for want in ["#define llm_MAX_CONTEXT 16", "#define llm_MAX_CHUNK 4", "#define llm_STATE_BYTES ", "int llm_step(void *arena, void *state,"] {
+                assert!(h.contains(want), "llm.h lacks '{want}'");
+            }
+            let exe = out.join("generate");
+            ok(Command::new("cc")
+                .args(["-O2", "-std=c11", "-Wall", "-Werror", "-I"])
+                .arg(&out)
+                .arg(repo().join("tests/native/llm_generate.c"))
+                .arg(out.join("llm.o"))
+                .arg(out.join("librlx_rt.a"))
+                .args(["-lpthread", "-ldl", "-lm", "-lrt", "-lutil", "-o"])
+                .arg(&exe));
+            let dump = out.join("logits.f32");
+            let stdout = ok(Command::new(&exe).arg(n.to_string()).arg(ids.join(",")).arg(&dump));
+            let gen: Vec<i64> = stdout.lines().find_map(|l| l.strip_prefix("generated: ")).expect("generated line").split(',').map(|t| t.parse().unwrap()).collect();
+            assert_eq!(gen.len(), n);
+            let got: Vec<f32> = std::fs::read(&dump).unwrap().chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect();
+            // The reference: the stateless graph over prompt + every generated token but the last.
+            let seq: Vec<i64> = prompt.iter().chain(&gen[..n - 1]).copied().collect();
+            let pos: Vec<i64> = (0..seq.len() as i64).collect();
+            let want = rlx_interp::run(&full, &[ConstData::from_i64(vec![seq.len()], &seq), ConstData::from_i64(vec![seq.len()], &pos)]).unwrap();
+            let want = f32s(&want[0]);
+            assert_eq!(got.len(), want.len(), "{arch} {backend}");
+            let lo = want.iter().cloned().fold(f32::INFINITY, f32::min);
+            let hi = want.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+            let err = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+            report.push(format!("{arch} {backend}: max |diff| {err:.2e} (logit range {:.2})", hi - lo));
+            assert!(err <= 1e-4 * (hi - lo), "{arch} {backend}: max |diff| {err} over the logit range {lo}..{hi}");
+            let v = cfg.vocab;
+            for (k, &g) in gen.iter().enumerate() {
+                let row = &want[(prompt.len() - 1 + k) * v..(prompt.len() + k) * v];
+                let best = (0..v).fold(0, |b, i| if row[i] > row[b] { i } else { b });
+                assert_eq!(g, best as i64, "{arch} {backend}: generated token {k}");
+            }
+        }
+    }
+    eprintln!("{}", report.join("\n"));
+}
