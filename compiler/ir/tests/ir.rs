@@ -128,3 +128,50 @@ fn const_data_checks_lengths_and_blocks() {
     let c = ConstData::from_f64s(DType::I8, vec![3], &[127.0, 128.0, -129.0]);
     assert_eq!(c.to_i64_vec(), vec![127, -128, 127]);
 }
+
+/// A KV-cache update as the cached LLM step writes it: state input `cache`, `write_rows` at `pos`,
+/// state output = its result.
+fn stateful_mir() -> Mir {
+    let mut g = Mir::new();
+    let x = g.add_input("x", TensorType::fixed(DType::F32, &[2, 3]));
+    let pos = g.add_input("pos", TensorType::fixed(DType::I64, &[2]));
+    let cache = g.add_input("cache", TensorType::fixed(DType::F32, &[8, 3]));
+    let c = g.add1("cache.update", MirOp::WriteRows, &[cache, x, pos]).unwrap();
+    let s = g.add1("sum", MirOp::Reduce { op: ReduceOp::Sum, axes: vec![0], keepdims: false }, &[c]).unwrap();
+    g.outputs = vec![s, c];
+    g.state = vec![State { input: 2, output: 1 }];
+    g
+}
+
+#[test]
+fn state_pairs_round_trip_and_are_verified() {
+    let g = stateful_mir();
+    assert!(verify::verify(&g).is_empty(), "{:?}", verify::verify(&g));
+    let text = print(&g);
+    assert!(text.contains("write_rows(") && text.ends_with("  state 1\n}\n"), "{text}");
+    let back: Mir = parse(&text).unwrap();
+    assert_eq!(back.state, g.state);
+    assert_eq!(print(&back), text);
+    // The state input read by a second node: no in-place update possible.
+    let mut g2 = stateful_mir();
+    let cache = g2.inputs[2];
+    let extra = g2.add1("peek", MirOp::Unary(UnaryOp::Neg), &[cache]).unwrap();
+    g2.outputs.insert(1, extra);
+    g2.state = vec![State { input: 2, output: 2 }];
+    let p = verify::verify(&g2);
+    assert!(p.iter().any(|p| p.msg.contains("only reader must be the write_rows")), "{p:?}");
+    // A state pair that is not the trailing input/output.
+    let mut g3 = stateful_mir();
+    g3.state = vec![State { input: 2, output: 0 }];
+    let p = verify::verify(&g3);
+    assert!(p.iter().any(|p| p.msg.contains("trailing")), "{p:?}");
+    // Rows that do not fit the cache.
+    let mut g4 = Mir::new();
+    let x = g4.add_input("x", TensorType::fixed(DType::F32, &[2, 4]));
+    let pos = g4.add_input("pos", TensorType::fixed(DType::I64, &[2]));
+    let cache = g4.add_input("cache", TensorType::fixed(DType::F32, &[8, 3]));
+    let e = g4.add_node("bad", MirOp::WriteRows, &[cache, x, pos]).unwrap_err();
+    assert!(e.contains("node 'bad' (write_rows)") && e.contains("differ after the first axis"), "{e}");
+    // A state count beyond the graph's inputs is a parse error.
+    assert!(parse::<MirOp>("graph {\n  in %0: f32[1]\n  out %0\n  state 2\n}\n").is_err());
+}

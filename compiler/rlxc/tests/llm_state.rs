@@ -183,3 +183,33 @@ fn compiled_step_generates_as_the_stateless_interpreter() {
     }
     eprintln!("{}", report.join("\n"));
 }
+
+/// Usage errors of the stateful compile (exit 2, nothing written), and a GPU target that does not
+/// claim `write_rows` lists every cache update it cannot compile (exit 1).
+#[test]
+fn stateful_compile_errors_are_usage_errors_naming_the_dims() {
+    let dir = scratch("llm-state-errors");
+    let model = tiny(&dir, "llama", "F32");
+    for (dims, want) in [
+        (vec!["chunk=4"], "--dim chunk=C needs --dim context=N"),
+        (vec!["context=8", "sequence=4"], "--dim sequence sizes the stateless graph"),
+        (vec!["context=4", "chunk=8"], "1 <= chunk (8) <= context (4)"),
+        (vec!["contxt=4"], "did you mean 'context'?"),
+    ] {
+        let out = dir.join("out");
+        let mut c = rlxc();
+        c.arg("compile").arg(&model).args(["--target", "host", "-o"]).arg(&out);
+        for d in &dims {
+            c.args(["--dim", d]);
+        }
+        let r = c.output().unwrap();
+        let err = String::from_utf8_lossy(&r.stderr);
+        assert_eq!(r.status.code(), Some(2), "{dims:?}: {err}");
+        assert!(err.contains(want), "{dims:?}: {err}");
+        assert!(!out.exists(), "{dims:?} wrote {}", out.display());
+    }
+    let r = rlxc().arg("compile").arg(&model).args(["--target", "vulkan", "--dim", "context=8", "-o"]).arg(dir.join("vk")).output().unwrap();
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert_eq!(r.status.code(), Some(1), "{err}");
+    assert!(err.contains("node 'cache.0.k': write_rows") && err.contains("node 'cache.1.v': write_rows"), "{err}");
+}
