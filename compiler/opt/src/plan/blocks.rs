@@ -11,8 +11,10 @@
 //! are the same for every lane, and a sub-block's scale is one vector per sub-block. The matmul is
 //! then the GEMM micro-kernel's shape (`gemm.rs`) with the weight panel dequantized on the fly:
 //! `mr` rows of x × one panel in vector accumulators across K, the epilogue applied before the
-//! store. At one row (decode) it streams every weight byte once; at many rows (prefill) a panel of a
-//! few KB stays in L1 while it is dequantized again for each tile of `mr` rows.
+//! store. At one row (decode) it streams every weight byte once (a sub-block's scale, where it has no
+//! min, multiplies its partial dot product once instead of every value); from a few tiles of rows
+//! (prefill) each panel is dequantized once into an f32 scratch in the arena and the f32
+//! micro-kernel runs over every tile from it.
 
 use super::index::{clamp, linear, unflatten};
 use super::kernel::{lit, KB};
@@ -273,10 +275,20 @@ const PANEL_TILES: usize = 3;
 /// Thread slots of the prefill form: a multiple of 1, 2, 4 and 8 threads.
 const SLOTS: usize = 8;
 
+/// Sub-blocks whose scale is factored out of the dot product: `before` resets the partial sums,
+/// `after(scale)` adds `scale · partial` to the accumulators.
+struct Factor<'a> {
+    before: &'a [Stmt],
+    after: &'a dyn Fn(Expr) -> Vec<Stmt>,
+}
+
 /// The statements for block `b` (a loop variable) of the row `f` points at: per sub-block its scale
 /// and min declared once, then for each of its values `l` the dequantized value declared as `wv` and
-/// `per_value(kb, wv, k)` with `k` the value's column (`b·bs + s·len + l`).
-fn walk_block(kb: &mut KB, w: &BlockWeight, f: &Fields, b: Var, per_value: &mut dyn FnMut(&mut KB, Expr, Expr) -> Vec<Stmt>) -> Vec<Stmt> {
+/// `per_value(kb, wv, k, false)` with `k` the value's column (`b·bs + s·len + l`). With `factor`, a
+/// sub-block without a min (Q4_0, Q5_0, Q8_0, Q3_K, Q6_K) passes the unscaled integer value instead
+/// (`per_value(kb, q, k, true)`) between `factor.before` and `factor.after(scale)`: one multiply per
+/// sub-block instead of one per value (the dot product reassociated, as llama.cpp's kernels do).
+fn walk_block(kb: &mut KB, w: &BlockWeight, f: &Fields, b: Var, factor: Option<Factor>, per_value: &mut dyn FnMut(&mut KB, Expr, Expr, bool) -> Vec<Stmt>) -> Vec<Stmt> {
     let (bs, _) = w.dtype.block();
     let (nsub, len) = subs(w.dtype);
     let mut out = Vec::new();
@@ -288,6 +300,18 @@ fn walk_block(kb: &mut KB, w: &BlockWeight, f: &Fields, b: Var, per_value: &mut 
             out.push(Stmt::Decl { var: v, dtype: DType::F32, init: e });
             Expr::Var(v)
         };
+        let k = Expr::add(Expr::add(Expr::mul(Expr::Var(b), Expr::Int(bs as i64)), Expr::Int((s * len) as i64)), Expr::Var(l));
+        let factored = factor.as_ref().filter(|_| ml.is_none() && dl.is_some());
+        if let (Some(fa), Some(dl)) = (factored, dl.clone()) {
+            let sv = decl(kb, dl, &mut out);
+            out.extend(fa.before.iter().cloned());
+            let mut body = Vec::new();
+            let qv = decl(kb, q, &mut body);
+            body.extend(per_value(kb, qv, k, true));
+            out.push(Stmt::For { var: l, extent: len as i64, kind: LoopKind::Serial, body });
+            out.extend((fa.after)(sv));
+            continue;
+        }
         let scale = dl.map(|e| decl(kb, e, &mut out));
         let min = ml.map(|e| decl(kb, e, &mut out));
         let mut val = match scale {
@@ -299,8 +323,7 @@ fn walk_block(kb: &mut KB, w: &BlockWeight, f: &Fields, b: Var, per_value: &mut 
         }
         let mut body = Vec::new();
         let wv = decl(kb, val, &mut body);
-        let k = Expr::add(Expr::add(Expr::mul(Expr::Var(b), Expr::Int(bs as i64)), Expr::Int((s * len) as i64)), Expr::Var(l));
-        body.extend(per_value(kb, wv, k));
+        body.extend(per_value(kb, wv, k, false));
         out.push(Stmt::For { var: l, extent: len as i64, kind: LoopKind::Serial, body });
     }
     out
@@ -364,18 +387,31 @@ impl Planner<'_> {
         let f = self.fields(kb, &w, blk, Expr::Var(jj));
         let row = |i: usize| clamp(Expr::add(Expr::mul(Expr::Var(t), Expr::Int(mr as i64)), Expr::Int(i as i64)), 0, rows as i64 - 1);
         let accs: Vec<_> = (0..mr).map(|_| kb.var()).collect();
-        let blk_body = walk_block(kb, &w, &f, b, &mut |kb, wv, k| {
+        // Partial sums of a sub-block whose scale is factored out (see `walk_block`).
+        let parts: Vec<_> = (0..mr).map(|_| kb.var()).collect();
+        let zero = lit(0.0, DType::F32);
+        let before: Vec<Stmt> = parts.iter().map(|&pv| Stmt::Assign { var: pv, value: zero.clone() }).collect();
+        let after = |sv: Expr| -> Vec<Stmt> {
             accs.iter()
+                .zip(&parts)
+                .map(|(&acc, &pv)| Stmt::Assign { var: acc, value: fb(BinaryOp::Add, Expr::Var(acc), fb(BinaryOp::Mul, sv.clone(), Expr::Var(pv))) })
+                .collect()
+        };
+        let factor = Factor { before: &before, after: &after };
+        let blk_body = walk_block(kb, &w, &f, b, Some(factor), &mut |kb, wv, k, factored| {
+            accs.iter()
+                .zip(&parts)
                 .enumerate()
-                .map(|(i, &acc)| {
+                .map(|(i, (&acc, &pv))| {
                     let mut xi = unflatten(&row(i), &sx[..sx.len() - 1]);
                     xi.push(k.clone());
                     let xa = self.elem(kb, x, &xi);
-                    Stmt::Assign { var: acc, value: fb(BinaryOp::Add, Expr::Var(acc), fb(BinaryOp::Mul, xa, wv.clone())) }
+                    let into = if factored { pv } else { acc };
+                    Stmt::Assign { var: into, value: fb(BinaryOp::Add, Expr::Var(into), fb(BinaryOp::Mul, xa, wv.clone())) }
                 })
                 .collect()
         });
-        let mut vbody: Vec<Stmt> = accs.iter().map(|&acc| Stmt::Decl { var: acc, dtype: DType::F32, init: lit(0.0, DType::F32) }).collect();
+        let mut vbody: Vec<Stmt> = accs.iter().chain(&parts).map(|&v| Stmt::Decl { var: v, dtype: DType::F32, init: zero.clone() }).collect();
         vbody.push(Stmt::For { var: b, extent: w.nblk() as i64, kind: LoopKind::Serial, body: blk_body });
         vbody.extend(self.block_stores(kb, a, r, op, out_shape, &accs, &row, Expr::add(Expr::mul(Expr::Var(p), Expr::Int(nr as i64)), Expr::Var(jj))));
         let kind = if nr > 1 { LoopKind::Vector(nr as u32) } else { LoopKind::Serial };
@@ -424,7 +460,7 @@ impl Planner<'_> {
         let f = self.fields(kb, w, blk, Expr::Var(jj));
         let base = Expr::mul(Expr::Var(slot), Expr::Int((kdim * nr) as i64));
         // Dequantize the panel: scratch[slot][k][jj].
-        let blk_body = walk_block(kb, w, &f, b, &mut |_, wv, k| {
+        let blk_body = walk_block(kb, w, &f, b, None, &mut |_, wv, k, _| {
             vec![Stmt::Store { buf: sp, index: Expr::add(base.clone(), Expr::add(Expr::mul(k, Expr::Int(nr as i64)), Expr::Var(jj))), value: wv }]
         });
         let deq = Stmt::For {
@@ -487,7 +523,7 @@ impl Planner<'_> {
         let blk = Expr::add(Expr::mul(pnl, Expr::Int(nblk as i64)), Expr::Var(b));
         let f = self.fields(kb, &w, blk, jj);
         debug_assert_eq!(out_shape.iter().product::<usize>(), positions * w.cols);
-        let blk_body = walk_block(kb, &w, &f, b, &mut |_, wv, k| {
+        let blk_body = walk_block(kb, &w, &f, b, None, &mut |_, wv, k, _| {
             vec![Stmt::Store { buf: op, index: Expr::add(Expr::mul(Expr::Var(pos), Expr::Int(w.cols as i64)), k), value: wv }]
         });
         let body = vec![
