@@ -1,271 +1,26 @@
 //! Kernels that read GGUF block-quantized constants: `dequant_matmul` (x · wᵀ) and `dequant_gather`
-//! (a row lookup). Weights stay in their blocks. At plan time each such constant is *repacked* into
-//! panels of `nr` rows whose blocks are interleaved field by field — for block `b` of panel `p`, byte
-//! `t` of the block for row `p·nr + jj` lives at `((p·nblk + b)·bb + t)·nr + jj` (a 2-byte f16 field
-//! at `t0` keeps its two bytes together: `((p·nblk + b)·bb + t0)·nr + 2·jj`). The bytes are the same
-//! bytes (the artifact grows by nothing), so every dequantized value is computed from the same fields
-//! with the interpreter's f32 arithmetic (`rlx-interp`'s `blocks.rs`, ggml's order).
+//! (a row lookup). Weights stay in their blocks, repacked at plan time into interleaved row panels
+//! (`block_layout.rs`: the layout and the dequantization of one value, bit-identical to the
+//! interpreter's).
 //!
 //! With that layout the `nr` rows of a panel are the lanes of a `vector(nr)` loop: a byte of the
 //! block for all rows is one unit-stride vector load, the shifts and masks that pick a value's bits
 //! are the same for every lane, and a sub-block's scale is one vector per sub-block. The matmul is
 //! then the GEMM micro-kernel's shape (`gemm.rs`) with the weight panel dequantized on the fly:
 //! `mr` rows of x × one panel in vector accumulators across K, the epilogue applied before the
-//! store. At one row (decode) it streams every weight byte once; at many rows (prefill) a panel of a
-//! few KB stays in L1 while it is dequantized again for each tile of `mr` rows.
+//! store. At one row (decode) it streams every weight byte once (a sub-block's scale, where it has no
+//! min, multiplies its partial dot product once instead of every value); from a few tiles of rows
+//! (prefill) each panel is dequantized once into an f32 scratch in the arena and the f32
+//! micro-kernel runs over every tile from it.
 
+pub(super) use super::block_layout::{lowers, BlockWeight};
+use super::block_layout::{fb, pack_blocks, panel_rows, subs, value, Fields};
 use super::index::{clamp, linear, unflatten};
 use super::kernel::{lit, KB};
 use super::Planner;
 use rlx_ir::lir::{Base, Buffer};
 use rlx_ir::loops::{Access, Expr, IOp, LoopKind, Stmt, Var};
-use rlx_ir::{BinaryOp, ConstData, DType, NodeId, UnaryOp};
-
-/// A block constant as the kernels see it: views of its packed bytes (buffer ids) and its geometry.
-#[derive(Clone, Debug)]
-pub(super) struct BlockWeight {
-    pub dtype: DType,
-    /// Rows (N for a matmul, R for a gather) and values per row.
-    pub rows: usize,
-    pub cols: usize,
-    /// Rows per panel (a power of two dividing `rows`).
-    pub nr: usize,
-    /// The packed bytes viewed as u8, i8, f16 (K-quant and legacy-quant fields), and, for plain float
-    /// weights, as their own dtype.
-    pub u8v: u32,
-    pub i8v: u32,
-    pub f16v: u32,
-    pub valv: u32,
-}
-
-impl BlockWeight {
-    fn nblk(&self) -> usize {
-        self.cols / self.dtype.block().0
-    }
-}
-
-/// Whether the kernels read weights of dtype `d`: f32, f16, bf16 and every GGUF block type.
-pub(super) fn lowers(d: DType) -> bool {
-    matches!(d, DType::F32 | DType::F16 | DType::BF16) || d.is_quantized_block()
-}
-
-/// Rows per panel for a weight of `rows` rows: the largest power of two ≤ `nr` dividing `rows` (so no
-/// panel is partial and no lane needs a guard).
-pub(super) fn panel_rows(rows: usize, nr: usize) -> usize {
-    let mut p = nr.max(1).next_power_of_two();
-    if p > nr.max(1) {
-        p /= 2;
-    }
-    while p > 1 && rows % p != 0 {
-        p /= 2;
-    }
-    p
-}
-
-/// The 2-byte (f16) fields of a block, by byte offset; every other byte is a 1-byte field. Plain float
-/// types are one field of their own size.
-fn f16_fields(d: DType) -> &'static [usize] {
-    match d {
-        DType::Q4_0 | DType::Q5_0 | DType::Q8_0 => &[0],
-        DType::Q4_1 | DType::Q5_1 | DType::Q4_K | DType::Q5_K => &[0, 2],
-        DType::Q2_K => &[80, 82],
-        DType::Q3_K => &[108],
-        DType::Q6_K => &[208],
-        _ => &[],
-    }
-}
-
-/// Repacks a 2-D block (or plain float) constant `[rows, cols]` into interleaved panels of `nr` rows.
-pub(super) fn pack_blocks(c: &ConstData, nr: usize) -> Vec<u8> {
-    let (rows, cols) = (c.shape[0], c.shape[1]);
-    let (bs, bb) = c.dtype.block();
-    let nblk = cols / bs;
-    let row_bytes = nblk * bb;
-    let mut units: Vec<(usize, usize)> = Vec::new();
-    if bs == 1 {
-        units.push((0, bb));
-    } else {
-        let f = f16_fields(c.dtype);
-        let mut t = 0;
-        while t < bb {
-            let us = if f.contains(&t) { 2 } else { 1 };
-            units.push((t, us));
-            t += us;
-        }
-    }
-    let src = c.data.bytes();
-    let mut out = vec![0u8; rows * row_bytes];
-    for j in 0..rows {
-        let (p, jj) = (j / nr, j % nr);
-        for b in 0..nblk {
-            let s = &src[j * row_bytes + b * bb..][..bb];
-            let base = (p * nblk + b) * bb * nr;
-            for &(t0, us) in &units {
-                let d = base + t0 * nr + jj * us;
-                out[d..d + us].copy_from_slice(&s[t0..t0 + us]);
-            }
-        }
-    }
-    out
-}
-
-/// (sub-blocks, values per sub-block) of a block type: the values of a sub-block share a scale (and
-/// min), and within one the byte holding value `l` is affine in `l` and its shift is fixed.
-fn subs(d: DType) -> (usize, usize) {
-    match d {
-        DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 => (2, 16),
-        DType::Q8_0 => (1, 32),
-        DType::Q2_K | DType::Q3_K | DType::Q6_K => (16, 16),
-        DType::Q4_K | DType::Q5_K => (8, 32),
-        _ => (1, 1),
-    }
-}
-
-fn i32c(x: i64) -> Expr {
-    lit(x as f64, DType::I32)
-}
-fn ib(op: BinaryOp, a: Expr, b: Expr) -> Expr {
-    Expr::Bin(op, DType::I32, Box::new(a), Box::new(b))
-}
-fn fb(op: BinaryOp, a: Expr, b: Expr) -> Expr {
-    Expr::Bin(op, DType::F32, Box::new(a), Box::new(b))
-}
-fn shr(a: Expr, s: Expr) -> Expr {
-    ib(BinaryOp::Shr, a, s)
-}
-fn and(a: Expr, m: i64) -> Expr {
-    ib(BinaryOp::BitAnd, a, i32c(m))
-}
-fn to_f32(a: Expr) -> Expr {
-    Expr::Cast { from: DType::I32, to: DType::F32, x: Box::new(a) }
-}
-fn idx_i32(e: Expr) -> Expr {
-    Expr::Cast { from: DType::I64, to: DType::I32, x: Box::new(e) }
-}
-
-/// Where one block's fields are: the kernel params of the views, the block's packed index
-/// (`p·nblk + b`) and the lane (`jj`).
-struct Fields {
-    u8p: u32,
-    i8p: u32,
-    f16p: u32,
-    valp: u32,
-    bb: i64,
-    nr: i64,
-    blk: Expr,
-    jj: Expr,
-}
-
-impl Fields {
-    fn at(&self, t: Expr) -> Expr {
-        let row = Expr::add(Expr::mul(self.blk.clone(), Expr::Int(self.bb)), t);
-        Expr::add(Expr::mul(row, Expr::Int(self.nr)), self.jj.clone())
-    }
-    /// Byte `t` of the block as i32 (zero-extended).
-    fn u8(&self, t: Expr) -> Expr {
-        Expr::Cast { from: DType::U8, to: DType::I32, x: Box::new(Expr::load(self.u8p, self.at(t))) }
-    }
-    fn u8c(&self, t: usize) -> Expr {
-        self.u8(Expr::Int(t as i64))
-    }
-    /// Byte `t` as a signed value, as f32.
-    fn i8f(&self, t: Expr) -> Expr {
-        Expr::Cast { from: DType::I8, to: DType::F32, x: Box::new(Expr::load(self.i8p, self.at(t))) }
-    }
-    /// The f16 field at byte `t0` (even), as f32.
-    fn h(&self, t0: usize) -> Expr {
-        let row = Expr::add(Expr::mul(self.blk.clone(), Expr::Int(self.bb / 2)), Expr::Int(t0 as i64 / 2));
-        let i = Expr::add(Expr::mul(row, Expr::Int(self.nr)), self.jj.clone());
-        Expr::Cast { from: DType::F16, to: DType::F32, x: Box::new(Expr::load(self.f16p, i)) }
-    }
-}
-
-/// Value `l` of sub-block `s`: `(scale, min, q)` with the value `scale · q − min` (`q` an f32 of a small
-/// integer), or `(None, None, v)` for plain floats (the value itself). `scale` and `min` do not depend
-/// on `l`. The arithmetic is the interpreter's (`rlx-interp`'s `blocks.rs`), in the same order: an
-/// added min `m` is written `− (−m)`, which is the same IEEE operation.
-fn value(d: DType, f: &Fields, s: usize, l: &Expr) -> (Option<Expr>, Option<Expr>, Expr) {
-    let lv = || l.clone();
-    let add = |t: i64| Expr::add(Expr::Int(t), lv());
-    let neg = |e: Expr| Expr::Un(UnaryOp::Neg, DType::F32, Box::new(e));
-    let si = s as i64;
-    match d {
-        DType::F32 | DType::F16 | DType::BF16 => {
-            let i = Expr::add(Expr::mul(f.blk.clone(), Expr::Int(f.nr)), f.jj.clone());
-            let v = Expr::load(f.valp, i);
-            (None, None, if d == DType::F32 { v } else { Expr::Cast { from: d, to: DType::F32, x: Box::new(v) } })
-        }
-        DType::Q4_0 => (Some(f.h(0)), None, to_f32(ib(BinaryOp::Sub, and(shr(f.u8(add(2)), i32c(4 * si)), 15), i32c(8)))),
-        DType::Q4_1 => (Some(f.h(0)), Some(neg(f.h(2))), to_f32(and(shr(f.u8(add(4)), i32c(4 * si)), 15))),
-        DType::Q5_0 | DType::Q5_1 => {
-            let (qh, qs) = if d == DType::Q5_0 { (2, 6) } else { (4, 8) };
-            let lo = and(shr(f.u8(add(qs)), i32c(4 * si)), 15);
-            let hbyte = f.u8(Expr::add(Expr::Int(qh + 2 * si), Expr::i(IOp::Div, lv(), Expr::Int(8))));
-            // The shift `l mod 8` as a masked i32, so the writer sees it is below 32 (no out-of-range select).
-            let hi = and(shr(hbyte, and(idx_i32(lv()), 7)), 1);
-            let q = ib(BinaryOp::BitOr, lo, ib(BinaryOp::Shl, hi, i32c(4)));
-            if d == DType::Q5_0 {
-                (Some(f.h(0)), None, to_f32(ib(BinaryOp::Sub, q, i32c(16))))
-            } else {
-                (Some(f.h(0)), Some(neg(f.h(2))), to_f32(q))
-            }
-        }
-        DType::Q8_0 => (Some(f.h(0)), None, f.i8f(add(2))),
-        DType::Q2_K | DType::Q3_K => {
-            let (half, j, part) = (si / 8, (si % 8) / 2, si % 2);
-            let i = 16 * part;
-            if d == DType::Q2_K {
-                let sc = f.u8c(s);
-                let dl = fb(BinaryOp::Mul, f.h(80), to_f32(and(sc.clone(), 15)));
-                let ml = fb(BinaryOp::Mul, f.h(82), to_f32(shr(sc, i32c(4))));
-                let q = and(shr(f.u8(add(16 + 32 * half + i)), i32c(2 * j)), 3);
-                (Some(dl), Some(ml), to_f32(q))
-            } else {
-                let bit = 4 * half + j;
-                let low = if s < 8 { and(f.u8c(96 + s), 15) } else { shr(f.u8c(96 + s - 8), i32c(4)) };
-                let high = and(shr(f.u8c(104 + s % 4), i32c(2 * (si / 4))), 3);
-                let sc = ib(BinaryOp::Sub, ib(BinaryOp::BitOr, low, ib(BinaryOp::Shl, high, i32c(4))), i32c(32));
-                let dl = fb(BinaryOp::Mul, f.h(108), to_f32(sc));
-                let q2 = and(shr(f.u8(add(32 + 32 * half + i)), i32c(2 * j)), 3);
-                let hb = and(shr(f.u8(add(i)), i32c(bit)), 1);
-                // hmask bit clear = −4: q − 4 + 4·bit.
-                let q = ib(BinaryOp::Add, ib(BinaryOp::Sub, q2, i32c(4)), ib(BinaryOp::Shl, hb, i32c(2)));
-                (Some(dl), None, to_f32(q))
-            }
-        }
-        DType::Q4_K | DType::Q5_K => {
-            let (g, part) = (si / 2, si % 2);
-            let (scm, m) = if s < 4 {
-                (and(f.u8c(4 + s), 63), and(f.u8c(8 + s), 63))
-            } else {
-                (
-                    ib(BinaryOp::BitOr, and(f.u8c(8 + s), 15), ib(BinaryOp::Shl, shr(f.u8c(s), i32c(6)), i32c(4))),
-                    ib(BinaryOp::BitOr, shr(f.u8c(8 + s), i32c(4)), ib(BinaryOp::Shl, shr(f.u8c(4 + s), i32c(6)), i32c(4))),
-                )
-            };
-            let dl = fb(BinaryOp::Mul, f.h(0), to_f32(scm));
-            let ml = fb(BinaryOp::Mul, f.h(2), to_f32(m));
-            let qs = if d == DType::Q4_K { 16 } else { 48 };
-            let mut q = and(shr(f.u8(add(qs + 32 * g)), i32c(4 * part)), 15);
-            if d == DType::Q5_K {
-                let hb = and(shr(f.u8(add(16)), i32c(si)), 1);
-                q = ib(BinaryOp::BitOr, q, ib(BinaryOp::Shl, hb, i32c(4)));
-            }
-            (Some(dl), Some(ml), to_f32(q))
-        }
-        DType::Q6_K => {
-            let (h, k, is) = (si / 8, (si % 8) / 2, si % 2);
-            let lp = 16 * is;
-            let qlb = f.u8(add(64 * h + lp + if k % 2 == 1 { 32 } else { 0 }));
-            let ql = if k < 2 { and(qlb, 15) } else { shr(qlb, i32c(4)) };
-            let qh = and(shr(f.u8(add(128 + 32 * h + lp)), i32c(2 * k)), 3);
-            let q = ib(BinaryOp::Sub, ib(BinaryOp::BitOr, ql, ib(BinaryOp::Shl, qh, i32c(4))), i32c(32));
-            let dl = fb(BinaryOp::Mul, f.h(208), f.i8f(Expr::Int(192 + 8 * h + is + 2 * k)));
-            (Some(dl), None, to_f32(q))
-        }
-        other => unreachable!("{other} is not a float or GGUF block type (inference checks)"),
-    }
-}
+use rlx_ir::{BinaryOp, ConstData, DType, NodeId};
 
 /// Row tiles from which `dequant_matmul` dequantizes each panel once into a scratch (the prefill form)
 /// instead of on the fly for every tile.
@@ -273,10 +28,20 @@ const PANEL_TILES: usize = 3;
 /// Thread slots of the prefill form: a multiple of 1, 2, 4 and 8 threads.
 const SLOTS: usize = 8;
 
+/// Sub-blocks whose scale is factored out of the dot product: `before` resets the partial sums,
+/// `after(scale)` adds `scale · partial` to the accumulators.
+struct Factor<'a> {
+    before: &'a [Stmt],
+    after: &'a dyn Fn(Expr) -> Vec<Stmt>,
+}
+
 /// The statements for block `b` (a loop variable) of the row `f` points at: per sub-block its scale
 /// and min declared once, then for each of its values `l` the dequantized value declared as `wv` and
-/// `per_value(kb, wv, k)` with `k` the value's column (`b·bs + s·len + l`).
-fn walk_block(kb: &mut KB, w: &BlockWeight, f: &Fields, b: Var, per_value: &mut dyn FnMut(&mut KB, Expr, Expr) -> Vec<Stmt>) -> Vec<Stmt> {
+/// `per_value(kb, wv, k, false)` with `k` the value's column (`b·bs + s·len + l`). With `factor`, a
+/// sub-block without a min (Q4_0, Q5_0, Q8_0, Q3_K, Q6_K) passes the unscaled integer value instead
+/// (`per_value(kb, q, k, true)`) between `factor.before` and `factor.after(scale)`: one multiply per
+/// sub-block instead of one per value (the dot product reassociated, as llama.cpp's kernels do).
+fn walk_block(kb: &mut KB, w: &BlockWeight, f: &Fields, b: Var, factor: Option<Factor>, per_value: &mut dyn FnMut(&mut KB, Expr, Expr, bool) -> Vec<Stmt>) -> Vec<Stmt> {
     let (bs, _) = w.dtype.block();
     let (nsub, len) = subs(w.dtype);
     let mut out = Vec::new();
@@ -288,6 +53,18 @@ fn walk_block(kb: &mut KB, w: &BlockWeight, f: &Fields, b: Var, per_value: &mut 
             out.push(Stmt::Decl { var: v, dtype: DType::F32, init: e });
             Expr::Var(v)
         };
+        let k = Expr::add(Expr::add(Expr::mul(Expr::Var(b), Expr::Int(bs as i64)), Expr::Int((s * len) as i64)), Expr::Var(l));
+        let factored = factor.as_ref().filter(|_| ml.is_none() && dl.is_some());
+        if let (Some(fa), Some(dl)) = (factored, dl.clone()) {
+            let sv = decl(kb, dl, &mut out);
+            out.extend(fa.before.iter().cloned());
+            let mut body = Vec::new();
+            let qv = decl(kb, q, &mut body);
+            body.extend(per_value(kb, qv, k, true));
+            out.push(Stmt::For { var: l, extent: len as i64, kind: LoopKind::Serial, body });
+            out.extend((fa.after)(sv));
+            continue;
+        }
         let scale = dl.map(|e| decl(kb, e, &mut out));
         let min = ml.map(|e| decl(kb, e, &mut out));
         let mut val = match scale {
@@ -299,8 +76,7 @@ fn walk_block(kb: &mut KB, w: &BlockWeight, f: &Fields, b: Var, per_value: &mut 
         }
         let mut body = Vec::new();
         let wv = decl(kb, val, &mut body);
-        let k = Expr::add(Expr::add(Expr::mul(Expr::Var(b), Expr::Int(bs as i64)), Expr::Int((s * len) as i64)), Expr::Var(l));
-        body.extend(per_value(kb, wv, k));
+        body.extend(per_value(kb, wv, k, false));
         out.push(Stmt::For { var: l, extent: len as i64, kind: LoopKind::Serial, body });
     }
     out
@@ -364,18 +140,31 @@ impl Planner<'_> {
         let f = self.fields(kb, &w, blk, Expr::Var(jj));
         let row = |i: usize| clamp(Expr::add(Expr::mul(Expr::Var(t), Expr::Int(mr as i64)), Expr::Int(i as i64)), 0, rows as i64 - 1);
         let accs: Vec<_> = (0..mr).map(|_| kb.var()).collect();
-        let blk_body = walk_block(kb, &w, &f, b, &mut |kb, wv, k| {
+        // Partial sums of a sub-block whose scale is factored out (see `walk_block`).
+        let parts: Vec<_> = (0..mr).map(|_| kb.var()).collect();
+        let zero = lit(0.0, DType::F32);
+        let before: Vec<Stmt> = parts.iter().map(|&pv| Stmt::Assign { var: pv, value: zero.clone() }).collect();
+        let after = |sv: Expr| -> Vec<Stmt> {
             accs.iter()
+                .zip(&parts)
+                .map(|(&acc, &pv)| Stmt::Assign { var: acc, value: fb(BinaryOp::Add, Expr::Var(acc), fb(BinaryOp::Mul, sv.clone(), Expr::Var(pv))) })
+                .collect()
+        };
+        let factor = Factor { before: &before, after: &after };
+        let blk_body = walk_block(kb, &w, &f, b, Some(factor), &mut |kb, wv, k, factored| {
+            accs.iter()
+                .zip(&parts)
                 .enumerate()
-                .map(|(i, &acc)| {
+                .map(|(i, (&acc, &pv))| {
                     let mut xi = unflatten(&row(i), &sx[..sx.len() - 1]);
                     xi.push(k.clone());
                     let xa = self.elem(kb, x, &xi);
-                    Stmt::Assign { var: acc, value: fb(BinaryOp::Add, Expr::Var(acc), fb(BinaryOp::Mul, xa, wv.clone())) }
+                    let into = if factored { pv } else { acc };
+                    Stmt::Assign { var: into, value: fb(BinaryOp::Add, Expr::Var(into), fb(BinaryOp::Mul, xa, wv.clone())) }
                 })
                 .collect()
         });
-        let mut vbody: Vec<Stmt> = accs.iter().map(|&acc| Stmt::Decl { var: acc, dtype: DType::F32, init: lit(0.0, DType::F32) }).collect();
+        let mut vbody: Vec<Stmt> = accs.iter().chain(&parts).map(|&v| Stmt::Decl { var: v, dtype: DType::F32, init: zero.clone() }).collect();
         vbody.push(Stmt::For { var: b, extent: w.nblk() as i64, kind: LoopKind::Serial, body: blk_body });
         vbody.extend(self.block_stores(kb, a, r, op, out_shape, &accs, &row, Expr::add(Expr::mul(Expr::Var(p), Expr::Int(nr as i64)), Expr::Var(jj))));
         let kind = if nr > 1 { LoopKind::Vector(nr as u32) } else { LoopKind::Serial };
@@ -424,7 +213,7 @@ impl Planner<'_> {
         let f = self.fields(kb, w, blk, Expr::Var(jj));
         let base = Expr::mul(Expr::Var(slot), Expr::Int((kdim * nr) as i64));
         // Dequantize the panel: scratch[slot][k][jj].
-        let blk_body = walk_block(kb, w, &f, b, &mut |_, wv, k| {
+        let blk_body = walk_block(kb, w, &f, b, None, &mut |_, wv, k, _| {
             vec![Stmt::Store { buf: sp, index: Expr::add(base.clone(), Expr::add(Expr::mul(k, Expr::Int(nr as i64)), Expr::Var(jj))), value: wv }]
         });
         let deq = Stmt::For {
@@ -487,7 +276,7 @@ impl Planner<'_> {
         let blk = Expr::add(Expr::mul(pnl, Expr::Int(nblk as i64)), Expr::Var(b));
         let f = self.fields(kb, &w, blk, jj);
         debug_assert_eq!(out_shape.iter().product::<usize>(), positions * w.cols);
-        let blk_body = walk_block(kb, &w, &f, b, &mut |_, wv, k| {
+        let blk_body = walk_block(kb, &w, &f, b, None, &mut |_, wv, k, _| {
             vec![Stmt::Store { buf: op, index: Expr::add(Expr::mul(Expr::Var(pos), Expr::Int(w.cols as i64)), k), value: wv }]
         });
         let body = vec![

@@ -16,10 +16,12 @@
 //! `memory.rs` places inputs, constants and values and assigns arena offsets; `kernel.rs` lowers a
 //! root to its loop nest, with the per-element expressions of inlined nodes in `inline.rs`, anchor
 //! bodies (dot product, reductions, cumsum) in `anchor.rs`, the kernels that read GGUF block
-//! constants (`dequant_matmul`, `dequant_gather`, with their weights repacked in row panels) in `blocks.rs`, convolution and pooling in `conv.rs`,
+//! constants (`dequant_matmul`, `dequant_gather`) in `blocks.rs`, their weights' packed row panels and
+//! per-type dequantization in `block_layout.rs`, convolution and pooling in `conv.rs`,
 //! the GEMM micro-kernel and weight packing in `gemm.rs`, and index arithmetic in `index.rs`.
 
 mod anchor;
+mod block_layout;
 mod blocks;
 mod conv;
 mod fuse;
