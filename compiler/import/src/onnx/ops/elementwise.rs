@@ -1,15 +1,15 @@
-//! Elementwise ops: the unary and binary tables, casts, `Where`, variadic `Max`/`Min`/`Sum`/`Mean`,
+//! Elementwise ops: the unary and binary tables, `Where`, variadic `Max`/`Min`/`Sum`/`Mean`,
 //! and the activations composed of primitives (LeakyRelu, Elu, Selu, HardSwish, Softplus, Mish, …,
 //! PRelu, Gelu, Clip).
 
 use super::{one, Node, R};
-use crate::onnx::{dtype_from_onnx, Ctx};
+use crate::onnx::Ctx;
 use rlx_ir::{BinaryOp, DType, HirOp, MirOp, UnaryOp, ValueId};
 
 /// The ONNX op types this family translates.
 pub(super) const OPS: &[&str] = &[
     "Abs", "Acos", "Acosh", "Add", "And", "Asin", "Asinh", "Atan", "Atanh", "BitShift", "BitwiseAnd", "BitwiseNot",
-    "BitwiseOr", "BitwiseXor", "Cast", "CastLike", "Ceil", "Celu", "Clip", "Cos", "Cosh", "Div", "Dropout", "Elu",
+    "BitwiseOr", "BitwiseXor", "Ceil", "Celu", "Clip", "Cos", "Cosh", "Div", "Dropout", "Elu",
     "Equal", "Erf", "Exp", "Floor", "Gelu", "Greater", "GreaterOrEqual", "HardSigmoid", "HardSwish", "Identity",
     "IsInf", "IsNaN", "LeakyRelu", "Less", "LessOrEqual", "Log", "Max", "Mean", "Min", "Mish", "Mod", "Mul", "Neg",
     "Not", "Or", "PRelu", "Pow", "Reciprocal", "Relu", "Round", "Selu", "Shrink", "Sigmoid", "Sign", "Sin", "Sinh",
@@ -103,11 +103,6 @@ pub(super) fn convert(cx: &mut Ctx, nd: &Node) -> R {
                 return Ok(vec![x, m]);
             }
             one(x)
-        }
-        "Cast" | "CastLike" => {
-            let x = req(0)?;
-            let to = if op == "Cast" { dtype_from_onnx(a.i("to", 0) as i32)? } else { cx.dtype(req(1)?) };
-            one(cx.cast(x, to)?)
         }
         "Where" => one(cx.prim(MirOp::Where, &[req(0)?, req(1)?, req(2)?])?),
         "Max" | "Min" | "Sum" | "Mean" => {

@@ -4,6 +4,7 @@
 use super::build::{dim_prod, norm_axis};
 use super::nn::{auto_pads, usizes};
 use super::{one, Node, R};
+use crate::onnx::narrow::Narrow;
 use crate::onnx::{dtype_from_onnx, Ctx};
 use rlx_ir::{BinaryOp, ConstData, DType, Dim, MirOp, ValueId};
 
@@ -16,6 +17,11 @@ pub(super) fn convert(cx: &mut Ctx, nd: &Node) -> R {
     let (a, op) = (&nd.a, nd.op);
     let inp = |i: usize| nd.inp(i);
     let req = |i: usize| nd.req(i);
+    // Narrow types (float8, int4 …) are held widened (`onnx/narrow.rs`); quantizing to them is not mapped yet.
+    let out_narrow = Narrow::from_onnx(a.i("output_dtype", 0) as i32);
+    if let Some(n) = nd.ins.iter().flatten().find_map(|v| cx.narrow.get(v)).or(out_narrow.as_ref()) {
+        return Err(format!("unsupported: {op} with {n:?} values"));
+    }
     match op {
         "QuantizeLinear" | "DequantizeLinear" => {
             // Per-tensor, per-axis, or blocked (opset 21's block_size: each run of `block_size` elements
