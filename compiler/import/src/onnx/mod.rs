@@ -600,6 +600,9 @@ impl<'n> Attrs<'n> {
     pub fn floats(&self, k: &str) -> Option<Vec<f64>> {
         self.get(k).map(|a| a.floats.iter().map(|&x| x as f64).collect())
     }
+    pub fn strings(&self, k: &str) -> Option<Vec<String>> {
+        self.get(k).map(|a| a.strings.iter().map(|s| String::from_utf8_lossy(s).into_owned()).collect())
+    }
     pub fn s(&self, k: &str) -> Option<String> {
         self.get(k).map(|a| String::from_utf8_lossy(&a.s).into_owned())
     }
