@@ -52,7 +52,7 @@ fn cmp_sc(cx: &mut Ctx, op: BinaryOp, x: ValueId, v: f64) -> Result<ValueId, Str
 }
 
 /// x rounded to the narrow float format, in f32.
-fn to_float(cx: &mut Ctx, x: ValueId, ff: &FloatFormat, saturate: bool) -> Result<ValueId, String> {
+pub(super) fn to_float(cx: &mut Ctx, x: ValueId, ff: &FloatFormat, saturate: bool) -> Result<ValueId, String> {
     // Work in f64 for f64 input (no double rounding through f32), else in f32 (f16/bf16 widen exactly).
     let work = if cx.dtype(x) == DType::F64 { DType::F64 } else { DType::F32 };
     let x = cx.cast(x, work)?;
