@@ -13,7 +13,7 @@ pub(super) const OPS: &[&str] = &[
     "Equal", "Erf", "Exp", "Floor", "Gelu", "Greater", "GreaterOrEqual", "HardSigmoid", "HardSwish", "Identity",
     "IsInf", "IsNaN", "LeakyRelu", "Less", "LessOrEqual", "Log", "Max", "Mean", "Min", "Mish", "Mod", "Mul", "Neg",
     "Not", "Or", "PRelu", "Pow", "Reciprocal", "Relu", "Round", "Selu", "Shrink", "Sigmoid", "Sign", "Sin", "Sinh",
-    "Softplus", "Softsign", "Sqrt", "Sub", "Sum", "Swish", "Tan", "Tanh", "ThresholdedRelu", "Where", "Xor",
+    "Softplus", "Softsign", "Sqrt", "Sub", "Sum", "SwiGLU", "Swish", "Tan", "Tanh", "ThresholdedRelu", "Where", "Xor",
 ];
 
 pub(super) fn convert(cx: &mut Ctx, nd: &Node) -> R {
@@ -128,6 +128,17 @@ pub(super) fn convert(cx: &mut Ctx, nd: &Node) -> R {
             let x = req(0)?;
             let y = activation(cx, op, &|k, d| a.f(k, d), x)?.ok_or_else(|| format!("unsupported op {op}"))?;
             one(y)
+        }
+        "SwiGLU" => {
+            // a · sigmoid(alpha · a) · b (same shapes, no broadcasting).
+            let (x, y) = (req(0)?, req(1)?);
+            if cx.dims(x) != cx.dims(y) {
+                return Err(format!("SwiGLU inputs differ in shape: {} vs {}", cx.ty(x), cx.ty(y)));
+            }
+            let t = cx.mul_sc(x, a.f("alpha", 1.0))?;
+            let sg = cx.un(UnaryOp::Sigmoid, t)?;
+            let sw = cx.bin(BinaryOp::Mul, x, sg)?;
+            one(cx.bin(BinaryOp::Mul, sw, y)?)
         }
         "PRelu" => {
             let (x, s) = (req(0)?, req(1)?);

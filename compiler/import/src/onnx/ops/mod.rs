@@ -5,7 +5,7 @@
 //! `elementwise.rs`, `linear.rs` (MatMul, Gemm, Einsum, Attention), `cast.rs` (Cast, CastLike; the narrow
 //! types), `shape.rs` (shape and data
 //! movement), `generate.rs` (Constant, Range, OneHot …), `nn.rs` (convolution, pooling), `norm.rs`
-//! (normalizations, softmax, losses), `reduce.rs`, `quant.rs`, `resize.rs` (Resize, Upsample), `rnn.rs` (RNN, GRU, LSTM); shared helpers in `build.rs`.
+//! (normalizations, softmax, losses), `reduce.rs`, `quant.rs`, `resize.rs` (Resize, Upsample), `rnn.rs` (RNN, GRU, LSTM), `rotary.rs` (RotaryEmbedding); shared helpers in `build.rs`.
 
 mod build;
 mod cast;
@@ -18,6 +18,7 @@ mod quant;
 mod reduce;
 mod resize;
 mod rnn;
+mod rotary;
 mod shape;
 
 
@@ -40,6 +41,7 @@ const FAMILIES: &[(&[&str], fn(&mut Ctx, &Node) -> R)] = &[
     (quant::OPS, quant::convert),
     (resize::OPS, resize::convert),
     (rnn::OPS, rnn::convert),
+    (rotary::OPS, rotary::convert),
 ];
 
 /// Whether the importer translates this op (default ONNX domain only).

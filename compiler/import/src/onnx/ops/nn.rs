@@ -7,7 +7,7 @@ use rlx_ir::{BinaryOp, MirOp, PoolKind, ReduceOp, UnaryOp};
 
 /// The ONNX op types this family translates.
 pub(super) const OPS: &[&str] = &[
-    "AveragePool", "Conv", "ConvTranspose", "GlobalAveragePool", "GlobalMaxPool", "LRN", "LpPool", "MaxPool",
+    "AveragePool", "Conv", "ConvTranspose", "GlobalAveragePool", "GlobalMaxPool", "LRN", "LpPool", "MaxPool", "MaxUnpool",
 ];
 
 pub(super) fn convert(cx: &mut Ctx, nd: &Node) -> R {
@@ -15,6 +15,52 @@ pub(super) fn convert(cx: &mut Ctx, nd: &Node) -> R {
     let inp = |i: usize| nd.inp(i);
     let req = |i: usize| nd.req(i);
     match op {
+        "MaxUnpool" => {
+            // A scatter of X into zeros at the (flat) indices MaxPool produced, then padded at the end
+            // to output_shape when given.
+            let (x, ind) = (req(0)?, req(1)?);
+            let xd = cx.fixed_dims(x, op)?;
+            if xd.len() < 3 {
+                return Err(format!("X must be [N,C,spatial…], got {xd:?}"));
+            }
+            let sp = xd.len() - 2;
+            let kernel = a.ints("kernel_shape").ok_or("MaxUnpool needs kernel_shape")?;
+            let strides = a.ints("strides").unwrap_or_else(|| vec![1; sp]);
+            let pads = a.ints("pads").unwrap_or_else(|| vec![0; 2 * sp]);
+            if kernel.len() != sp || strides.len() != sp || pads.len() != 2 * sp {
+                return Err(format!("kernel_shape {kernel:?}, strides {strides:?}, pads {pads:?} do not fit {sp} spatial dims"));
+            }
+            let mut shape = xd[..2].to_vec();
+            for d in 0..sp {
+                let v = (xd[d + 2] as i128 - 1) * strides[d] as i128 - (pads[d] as i128 + pads[sp + d] as i128) + kernel[d] as i128;
+                if !(0..=1 << 31).contains(&v) {
+                    return Err(format!("MaxUnpool output dim {d} would be {v}"));
+                }
+                shape.push(v as usize);
+            }
+            let total: usize = shape.iter().product();
+            let n: usize = xd.iter().product();
+            let z = cx.sc(x, 0.0);
+            let zeros = cx.prim(MirOp::Expand { shape: vec![rlx_ir::Dim::Fixed(total as u64)] }, &[z])?;
+            let xf = cx.reshape_u(x, &[n])?;
+            let idx = cx.reshape_u(ind, &[n])?;
+            let y = cx.prim(MirOp::ScatterElements { axis: 0, reduction: rlx_ir::ScatterRed::None }, &[zeros, idx, xf])?;
+            let y = cx.reshape_u(y, &shape)?;
+            match nd.inp(2) {
+                Some(os) => {
+                    let want = cx.const_ints(os, "MaxUnpool output_shape")?;
+                    if want.len() != shape.len() || want.iter().zip(&shape).any(|(&w, &s)| w < s as i64) {
+                        return Err(format!("output_shape {want:?} is smaller than the unpooled {shape:?}"));
+                    }
+                    let mut p = vec![0i64; 2 * shape.len()];
+                    for (d, (&w, &s)) in want.iter().zip(&shape).enumerate() {
+                        p[shape.len() + d] = w - s as i64;
+                    }
+                    one(cx.prim(MirOp::Pad { pads: p, mode: rlx_ir::PadMode::Constant, value: 0.0 }, &[y])?)
+                }
+                None => one(y),
+            }
+        }
         "Conv" | "ConvTranspose" => {
             let (x, w) = (req(0)?, req(1)?);
             let xd = cx.fixed_dims(x, op)?;

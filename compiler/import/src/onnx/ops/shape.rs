@@ -8,7 +8,7 @@ use rlx_ir::{broadcast, ConstData, DType, Dim, MirOp, PadMode, ScatterRed, Shape
 
 /// The ONNX op types this family translates.
 pub(super) const OPS: &[&str] = &[
-    "CenterCropPad", "Compress", "Concat", "DepthToSpace", "Expand", "Flatten", "Gather", "GatherElements", "GatherND", "Pad", "Reshape",
+    "CenterCropPad", "Compress", "Concat", "DepthToSpace", "Expand", "Flatten", "Gather", "GatherElements", "GatherND", "Pad", "Reshape", "ReverseSequence",
     "Scatter", "ScatterElements", "ScatterND", "Shape", "Size", "Slice", "SpaceToDepth", "Split", "Squeeze", "Tile",
     "Transpose", "Trilu", "Unsqueeze",
 ];
@@ -42,6 +42,40 @@ pub(super) fn convert(cx: &mut Ctx, nd: &Node) -> R {
                 pads[r + d] = diff - begin;
             }
             one(cx.prim(MirOp::Pad { pads, mode: PadMode::Constant, value: 0.0 }, &[x])?)
+        }
+        "ReverseSequence" => {
+            // A constant sequence_lens: a gather_elements along the time axis whose index is
+            // (len − 1 − t) for t < len of that batch row, t after it (made over [batch, time], expanded).
+            let x = req(0)?;
+            let xd = cx.fixed_dims(x, op)?;
+            let r = xd.len();
+            let (ba, ta) = (norm_axis(a.i("batch_axis", 1), r)?, norm_axis(a.i("time_axis", 0), r)?);
+            if ba == ta {
+                return Err("batch_axis and time_axis are the same".into());
+            }
+            let lens = cx.const_ints(req(1)?, "ReverseSequence sequence_lens")?;
+            let (nb, nt) = (xd[ba], xd[ta]);
+            if lens.len() != nb {
+                return Err(format!("sequence_lens has {} values for a batch of {nb}", lens.len()));
+            }
+            let mut small = vec![1usize; r];
+            small[ba] = nb;
+            small[ta] = nt;
+            let mut idx = vec![0i64; nb * nt];
+            for (b, &l) in lens.iter().enumerate() {
+                if l < 0 || l as usize > nt {
+                    return Err(format!("sequence length {l} of batch row {b} is outside 0..={nt}"));
+                }
+                for t in 0..nt {
+                    let v = if (t as i64) < l { l - 1 - t as i64 } else { t as i64 };
+                    // Row-major over (batch, time) in the order the two axes appear.
+                    let k = if ba < ta { b * nt + t } else { t * nb + b };
+                    idx[k] = v;
+                }
+            }
+            let i = cx.konst(ConstData::from_i64(small, &idx));
+            let i = cx.prim(MirOp::Expand { shape: cx.dims(x) }, &[i])?;
+            one(cx.prim(MirOp::GatherElements { axis: ta }, &[x, i])?)
         }
         "Compress" => {
             // A constant condition: a gather of the selected positions.
