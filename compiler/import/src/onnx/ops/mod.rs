@@ -5,7 +5,7 @@
 //! `elementwise.rs`, `linear.rs` (MatMul, Gemm, Einsum, Attention), `cast.rs` (Cast, CastLike; the narrow
 //! types), `shape.rs` (shape and data
 //! movement), `generate.rs` (Constant, Range, OneHot …), `nn.rs` (convolution, pooling), `norm.rs`
-//! (normalizations, softmax, losses), `reduce.rs`, `quant.rs`, `resize.rs` (Resize, Upsample), `rnn.rs` (RNN, GRU, LSTM), `rotary.rs` (RotaryEmbedding); shared helpers in `build.rs`.
+//! (normalizations, softmax, losses), `reduce.rs`, `quant.rs`, `resize.rs` (Resize, Upsample), `rnn.rs` (RNN, GRU, LSTM), `rotary.rs` (RotaryEmbedding), `spectral.rs` (DFT); shared helpers in `build.rs`.
 
 mod build;
 mod cast;
@@ -20,6 +20,7 @@ mod resize;
 mod rnn;
 mod rotary;
 mod shape;
+mod spectral;
 
 
 use super::proto::NodeProto;
@@ -42,6 +43,7 @@ const FAMILIES: &[(&[&str], fn(&mut Ctx, &Node) -> R)] = &[
     (resize::OPS, resize::convert),
     (rnn::OPS, rnn::convert),
     (rotary::OPS, rotary::convert),
+    (spectral::OPS, spectral::convert),
 ];
 
 /// Whether the importer translates this op (default ONNX domain only).
