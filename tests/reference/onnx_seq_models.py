@@ -3,7 +3,7 @@
 
     onnx_seq_models.py --out DIR
 
-Writes, per model NAME in (lstm_gru, unet_resize): DIR/NAME.onnx, DIR/NAME.x.npy (the input, "x")
+Writes, per model NAME in (lstm_gru, unet_resize, stft_frontend): DIR/NAME.onnx, DIR/NAME.x.npy (the input, "x")
 and DIR/NAME.ort.npy (ONNX Runtime's output "y", float32).
 
 - lstm_gru: a PyTorch-style sequence classifier. batch-first input [2, 12, 8] transposed to
@@ -15,6 +15,9 @@ and DIR/NAME.ort.npy (ONNX Runtime's output "y", float32).
   2x Resize (nn.Upsample's export: asymmetric coordinates, floor), skip Concat, Conv+Relu, a bilinear
   2x Resize (align_corners=False: pytorch_half_pixel) and a cubic Resize to given sizes (half_pixel),
   a 1x1 Conv head. Output y: [1, 3, 40, 40].
+- stft_frontend: an audio front end [1, 400]: STFT (Hann window of 64 as an initializer, hop 80,
+  one-sided), power spectrum (Pow + ReduceSum over re/im), a mel-style projection (MatMul by a
+  [33, 8] filter bank), log(x + 1e-6). Output y: [1, 5, 8].
 """
 from __future__ import annotations
 
@@ -106,13 +109,41 @@ def unet_resize(rng: np.random.Generator) -> tuple[onnx.ModelProto, np.ndarray]:
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)]), x
 
 
+def stft_frontend(rng: np.random.Generator) -> tuple[onnx.ModelProto, np.ndarray]:
+    n, frame, hop, bins, mels = 400, 64, 80, 33, 8
+    hann = (0.5 - 0.5 * np.cos(2 * np.pi * np.arange(frame) / frame)).astype(np.float32)
+    inits = [
+        init("shape_sig", np.array([1, n, 1], np.int64)),
+        init("hop", np.array(hop, np.int64)),
+        init("window", hann),
+        init("two", np.array(2.0, np.float32)),
+        init("axes_last", np.array([-1], np.int64)),
+        init("mel", np.abs(rng.standard_normal((bins, mels))).astype(np.float32) * 0.1),
+        init("eps", np.array(1e-6, np.float32)),
+    ]
+    nodes = [
+        helper.make_node("Reshape", ["x", "shape_sig"], ["sig"]),
+        helper.make_node("STFT", ["sig", "hop", "window"], ["spec"], onesided=1),
+        helper.make_node("Pow", ["spec", "two"], ["sq"]),
+        helper.make_node("ReduceSum", ["sq", "axes_last"], ["power"], keepdims=0),
+        helper.make_node("MatMul", ["power", "mel"], ["melspec"]),
+        helper.make_node("Add", ["melspec", "eps"], ["melp"]),
+        helper.make_node("Log", ["melp"], ["y"]),
+    ]
+    g = helper.make_graph(nodes, "stft_frontend",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, n])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5, mels])], inits)
+    x = rng.standard_normal((1, n)).astype(np.float32)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)]), x
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     rng = np.random.default_rng(19)
-    for name, build in (("lstm_gru", lstm_gru), ("unet_resize", unet_resize)):
+    for name, build in (("lstm_gru", lstm_gru), ("unet_resize", unet_resize), ("stft_frontend", stft_frontend)):
         model, x = build(rng)
         model.ir_version = 8
         onnx.checker.check_model(model, full_check=True)

@@ -1,6 +1,7 @@
 //! Real-model checks of the ONNX breadth ops (issue 19) against ONNX Runtime: exporter-style graphs
 //! built by `tests/reference/onnx_seq_models.py` with `onnx.helper` — a bidirectional LSTM + GRU
-//! sequence classifier and a U-Net-style upsampler with nearest, bilinear and cubic `Resize` — run by
+//! sequence classifier, a U-Net-style upsampler with nearest, bilinear and cubic `Resize`, and an
+//! STFT audio front end (power spectrum, mel-style projection, log) — run by
 //! `rlxc run` on the interpreter and on `--target host`: 1e-4 max abs difference.
 
 mod common;
@@ -60,4 +61,14 @@ fn unet_resize_matches_onnxruntime_on_interp() {
 #[test]
 fn unet_resize_matches_onnxruntime_on_host() {
     check("unet_resize", "host", &[1, 3, 40, 40]);
+}
+
+#[test]
+fn stft_frontend_matches_onnxruntime_on_interp() {
+    check("stft_frontend", "interp", &[1, 5, 8]);
+}
+
+#[test]
+fn stft_frontend_matches_onnxruntime_on_host() {
+    check("stft_frontend", "host", &[1, 5, 8]);
 }

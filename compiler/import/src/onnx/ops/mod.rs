@@ -5,7 +5,7 @@
 //! `elementwise.rs`, `linear.rs` (MatMul, Gemm, Einsum, Attention), `cast.rs` (Cast, CastLike; the narrow
 //! types), `shape.rs` (shape and data
 //! movement), `generate.rs` (Constant, Range, OneHot …), `nn.rs` (convolution, pooling), `norm.rs`
-//! (normalizations, softmax, losses), `reduce.rs`, `quant.rs`, `resize.rs` (Resize, Upsample), `rnn.rs` (RNN, GRU, LSTM), `rotary.rs` (RotaryEmbedding), `spectral.rs` (DFT); shared helpers in `build.rs`.
+//! (normalizations, softmax, losses), `reduce.rs`, `quant.rs`, `resize.rs` (Resize, Upsample), `rnn.rs` (RNN, GRU, LSTM), `rotary.rs` (RotaryEmbedding), `spectral.rs` (DFT, STFT); shared helpers in `build.rs`.
 
 mod build;
 mod cast;

@@ -1,4 +1,4 @@
-//! DFT as MIR primitives: the signal axis moved last and multiplied by constant cos/sin matrices
+//! DFT and STFT as MIR primitives: the signal axis moved last and multiplied by constant cos/sin matrices
 //! (computed in f64 at import, stored in the input's dtype), real and imaginary parts apart —
 //! forward (full or `onesided`), inverse, and the inverse of a one-sided spectrum (irfft: the
 //! Hermitian half counted twice). `dft_length` pads or truncates the signal, as numpy's `n`.
@@ -10,9 +10,12 @@ use rlx_ir::{BinaryOp, ConstData, MirOp, ValueId};
 use std::f64::consts::PI;
 
 /// The ONNX op types this family translates.
-pub(super) const OPS: &[&str] = &["DFT"];
+pub(super) const OPS: &[&str] = &["DFT", "STFT"];
 
 pub(super) fn convert(cx: &mut Ctx, nd: &Node) -> R {
+    if nd.op == "STFT" {
+        return stft(cx, nd);
+    }
     let a = &nd.a;
     let x = nd.req(0)?;
     let dt = cx.dtype(x);
@@ -46,7 +49,58 @@ pub(super) fn convert(cx: &mut Ctx, nd: &Node) -> R {
     if !(1..=1 << 16).contains(&n) {
         return Err(format!("dft_length {n} is out of range 1..=65536"));
     }
-    let n = n as usize;
+    one(dft(cx, x, axis, n as usize, inverse, onesided)?)
+}
+
+/// STFT: frames gathered by a constant index (frame_step apart), weighted by the window, then a
+/// DFT along the frame (one-sided by default).
+fn stft(cx: &mut Ctx, nd: &Node) -> R {
+    let x = nd.req(0)?;
+    if !cx.dtype(x).is_float() {
+        return Err(format!("STFT of {} input", cx.dtype(x)));
+    }
+    let xd = cx.fixed_dims(x, "STFT signal")?;
+    if xd.len() != 3 || !(xd[2] == 1 || xd[2] == 2) {
+        return Err(format!("signal must be [batch, length, 1 or 2], got {xd:?}"));
+    }
+    let step = match cx.const_ints(nd.req(1)?, "STFT frame_step")?.as_slice() {
+        [s] if *s > 0 => *s as usize,
+        v => return Err(format!("frame_step must be one positive value, got {v:?}")),
+    };
+    let window = nd.inp(2);
+    let flen = match nd.inp(3) {
+        Some(v) => match cx.const_ints(v, "STFT frame_length")?.as_slice() {
+            [f] if *f > 0 => *f as usize,
+            v => return Err(format!("frame_length must be one positive value, got {v:?}")),
+        },
+        None => match window {
+            Some(w) => *cx.fixed_dims(w, "STFT window")?.first().ok_or("the window must be 1-D")?,
+            None => xd[1],
+        },
+    };
+    if flen > xd[1] || flen > 1 << 16 {
+        return Err(format!("frame_length {flen} is longer than the signal ({}) or 65536", xd[1]));
+    }
+    let frames = 1 + (xd[1] - flen) / step;
+    let idx: Vec<i64> = (0..frames).flat_map(|f| (0..flen).map(move |j| (f * step + j) as i64)).collect();
+    let i = cx.konst(ConstData::from_i64(vec![frames, flen], &idx));
+    let mut g = cx.prim(MirOp::Gather { axis: 1 }, &[x, i])?; // [batch, frames, flen, c]
+    if let Some(w) = window {
+        if cx.fixed_dims(w, "STFT window")? != [flen] {
+            return Err(format!("window {} must be [{flen}]", cx.ty(w)));
+        }
+        let w = cx.reshape_u(w, &[1, 1, flen, 1])?;
+        g = cx.bin(BinaryOp::Mul, g, w)?;
+    }
+    one(dft(cx, g, 2, flen, false, nd.a.i("onesided", 1) != 0)?)
+}
+
+/// The DFT of `x` (last dim: 1 real or 2 complex parts) along `axis` with length `n`.
+fn dft(cx: &mut Ctx, x: ValueId, axis: usize, n: usize, inverse: bool, onesided: bool) -> Result<ValueId, String> {
+    let dt = cx.dtype(x);
+    let xd = cx.fixed_dims(x, "DFT input")?;
+    let r = xd.len();
+    let len = xd[axis];
     // Samples used (the rest is zero padding), and outputs.
     let used = if inverse && onesided { len.min(n / 2 + 1) } else { len.min(n) };
     let k_out = if !inverse && onesided { n / 2 + 1 } else { n };
@@ -95,7 +149,11 @@ pub(super) fn convert(cx: &mut Ctx, nd: &Node) -> R {
         let r1 = cx.rank(p);
         outs.push(cx.unsqueeze(p, &[r1])?);
     }
-    one(if outs.len() == 1 { outs[0] } else { cx.prim(MirOp::Concat { axis: r - 1 }, &outs)? })
+    if outs.len() == 1 {
+        Ok(outs[0])
+    } else {
+        cx.prim(MirOp::Concat { axis: r - 1 }, &outs)
+    }
 }
 
 /// Entry (j, k) of matrix `which` (0: re→re, 1: im→re, 2: re→im, 3: im→im), θ = 2πjk/n.
