@@ -343,3 +343,30 @@ fn every_gguf_truncation_is_an_error_not_a_panic() {
         assert!(rlx_import::gguf::load_gguf(&p).is_err(), "a file cut to {n} bytes loaded");
     }
 }
+
+/// Narrow types are read widened; the packed encodings below are what the `onnx` package's
+/// `helper.make_tensor` writes for these values (int32_data, one packed byte per entry).
+#[test]
+fn narrow_types_widen_to_their_carriers() {
+    let t = |dt: DataType, dims: &[i64], int32: Vec<i32>| TensorProto { dims: dims.to_vec(), data_type: dt as i32, int32_data: int32, ..Default::default() };
+    let c = tensor_from_proto(&t(DataType::Int4, &[5], vec![225, 195, 5]), None).unwrap();
+    assert_eq!((c.dtype, c.to_i64_vec()), (rlx_ir::DType::I8, vec![1, -2, 3, -4, 5]));
+    let c = tensor_from_proto(&t(DataType::Uint2, &[5], vec![57, 1]), None).unwrap();
+    assert_eq!((c.dtype, c.to_i64_vec()), (rlx_ir::DType::U8, vec![1, 2, 3, 0, 1]));
+    let c = tensor_from_proto(&t(DataType::Float8e4m3fn, &[3], vec![56, 48, 126]), None).unwrap();
+    assert_eq!((c.dtype, c.to_f64_vec()), (rlx_ir::DType::F32, vec![1.0, 0.5, 448.0]));
+    // e4m3fn 0x7f and e5m2 0x7e are NaN, e5m2 0x7c is +inf, e4m3fnuz 0x80 is NaN (no -0).
+    assert!(tensor_from_proto(&t(DataType::Float8e4m3fn, &[1], vec![0x7f]), None).unwrap().get_f64(0).is_nan());
+    let c = tensor_from_proto(&t(DataType::Float8e5m2, &[2], vec![0x7e, 0x7c]), None).unwrap();
+    assert!(c.get_f64(0).is_nan() && c.get_f64(1) == f64::INFINITY);
+    assert!(tensor_from_proto(&t(DataType::Float8e4m3fnuz, &[1], vec![0x80]), None).unwrap().get_f64(0).is_nan());
+}
+
+#[test]
+fn narrow_tensor_with_too_few_bytes_is_named() {
+    let w = TensorProto { name: "W".into(), dims: vec![2, 2], data_type: DataType::Int4 as i32, raw_data: vec![0x11], ..Default::default() };
+    let e = err(&add_model(w));
+    assert!(e.contains("initializer 'W'") && e.contains("raw_data has 1 bytes") && e.contains("needs 2"), "{e}");
+    let t = TensorProto { dims: vec![1 << 30, 1 << 10], data_type: DataType::Float8e5m2 as i32, int32_data: vec![1], ..Default::default() };
+    assert!(tensor_from_proto(&t, None).unwrap_err().contains("needs"));
+}

@@ -5,6 +5,7 @@
 pub mod proto;
 
 mod fold;
+mod narrow;
 mod ops;
 
 use crate::{ImportError, ImportOptions, ImportProblem, OnnxSummary};
@@ -52,8 +53,32 @@ pub fn dtype_from_onnx(t: i32) -> Result<DType, String> {
         Ok(DataType::Uint32) => DType::U32,
         Ok(DataType::Uint64) => DType::U64,
         Ok(DataType::Bfloat16) => DType::BF16,
-        _ => return Err(format!("unsupported dtype {}", onnx_type_name(t))),
+        _ => match narrow::Narrow::from_onnx(t) {
+            Some(n) => n.carrier(),
+            None => return Err(format!("unsupported dtype {}", onnx_type_name(t))),
+        },
     })
+}
+
+/// Reads a tensor of a narrow type (float8, float4, int4, int2 …: `narrow.rs`) widened into its carrier dtype.
+fn narrow_from_proto(t: &TensorProto, n: narrow::Narrow, shape: Vec<usize>, numel: usize) -> Result<ConstData, String> {
+    let want = n.packed_len(numel);
+    let name = onnx_type_name(t.data_type);
+    if t.data_location == DataLocation::External as i32 {
+        return Err(format!("unsupported: external data of dtype {name}"));
+    }
+    let packed: Vec<u8> = if !t.raw_data.is_empty() || numel == 0 {
+        if t.raw_data.len() != want {
+            return Err(format!("raw_data has {} bytes, but {name}{shape:?} needs {want}", t.raw_data.len()));
+        }
+        t.raw_data.clone()
+    } else {
+        if t.int32_data.len() != want {
+            return Err(format!("int32_data has {} values, but {name}{shape:?} needs {want}", t.int32_data.len()));
+        }
+        t.int32_data.iter().map(|&x| x as u8).collect()
+    };
+    ConstData::new(n.carrier(), shape, Blob::from_vec(n.widen(&packed, numel)))
 }
 
 /// Checks an external-data location: relative, inside the model's folder.
@@ -81,6 +106,12 @@ pub fn tensor_from_proto(t: &TensorProto, base_dir: Option<&Path>) -> Result<Con
         let du = usize::try_from(d).map_err(|_| format!("negative dim {d} in {:?}", t.dims))?;
         numel = numel.checked_mul(du).ok_or_else(|| format!("dims {:?} overflow the element count", t.dims))?;
         shape.push(du);
+    }
+    if let Some(n) = narrow::Narrow::from_onnx(t.data_type) {
+        if t.segment.is_some() {
+            return Err("segmented tensors are not supported".into());
+        }
+        return narrow_from_proto(t, n, shape, numel);
     }
     let nbytes = dtype.bytes_for(numel).ok_or_else(|| format!("dims {:?} overflow the byte size", t.dims))?;
     if t.segment.is_some() {
@@ -181,6 +212,14 @@ pub fn tensor_from_proto(t: &TensorProto, base_dir: Option<&Path>) -> Result<Con
     ConstData::new(dtype, shape, Blob::from_vec(out))
 }
 
+/// The ONNX element type of a tensor-typed value.
+fn elem_type(tp: Option<&TypeProto>) -> Option<i32> {
+    match tp.and_then(|t| t.value.as_ref()) {
+        Some(proto::type_proto::Value::TensorType(t)) => Some(t.elem_type),
+        _ => None,
+    }
+}
+
 /// (dtype, dims) of a tensor-typed value, with symbolic and unknown dims named.
 fn value_type(name: &str, tp: Option<&TypeProto>, dims: &BTreeMap<String, u64>) -> Result<TensorType, String> {
     use proto::tensor_shape_proto::dimension::Value as D;
@@ -216,6 +255,8 @@ pub(crate) struct Ctx<'a> {
     /// Name used for the HIR nodes of the ONNX node being translated.
     pub cur: String,
     pub base_dir: Option<&'a Path>,
+    /// Values of a narrow ONNX type (float8, int4 …) held widened in their carrier dtype.
+    pub narrow: HashMap<ValueId, narrow::Narrow>,
 }
 
 /// Fold only small constants at import time.
@@ -326,7 +367,7 @@ pub(crate) fn import_model(model: &ModelProto, base_dir: Option<&Path>, opts: &I
         .map(|o| o.version)
         .unwrap_or(1);
     let mut problems = Vec::new();
-    let mut cx = Ctx { g: Hir::new(), names: HashMap::new(), opset, cur: String::new(), base_dir };
+    let mut cx = Ctx { g: Hir::new(), names: HashMap::new(), opset, cur: String::new(), base_dir, narrow: HashMap::new() };
 
     // Initializers first: a graph input that is also an initializer is a constant.
     let mut init_names = HashSet::new();
@@ -336,6 +377,9 @@ pub(crate) fn import_model(model: &ModelProto, base_dir: Option<&Path>, opts: &I
             Ok(c) => {
                 let id = cx.g.add_const(Some(&t.name), c);
                 cx.names.insert(t.name.clone(), id);
+                if let Some(n) = narrow::Narrow::from_onnx(t.data_type) {
+                    cx.narrow.insert(id, n);
+                }
             }
             Err(e) => problems.push(ImportProblem::msg(format!("initializer '{}': {e}", t.name))),
         }
@@ -353,12 +397,18 @@ pub(crate) fn import_model(model: &ModelProto, base_dir: Option<&Path>, opts: &I
         if let Some(c) = opts.bind.get(&vi.name) {
             let id = cx.g.add_const(Some(&vi.name), c.clone());
             cx.names.insert(vi.name.clone(), id);
+            if let Some(n) = elem_type(vi.r#type.as_ref()).and_then(narrow::Narrow::from_onnx) {
+                cx.narrow.insert(id, n);
+            }
             continue;
         }
         match value_type(&vi.name, vi.r#type.as_ref(), &opts.dims) {
             Ok(ty) => {
                 let id = cx.g.add_input(&vi.name, ty);
                 cx.names.insert(vi.name.clone(), id);
+                if let Some(n) = elem_type(vi.r#type.as_ref()).and_then(narrow::Narrow::from_onnx) {
+                    cx.narrow.insert(id, n);
+                }
             }
             Err(e) => {
                 problems.push(ImportProblem::msg(format!("graph input '{}': {e}", vi.name)));
@@ -549,6 +599,9 @@ impl<'n> Attrs<'n> {
     }
     pub fn floats(&self, k: &str) -> Option<Vec<f64>> {
         self.get(k).map(|a| a.floats.iter().map(|&x| x as f64).collect())
+    }
+    pub fn strings(&self, k: &str) -> Option<Vec<String>> {
+        self.get(k).map(|a| a.strings.iter().map(|s| String::from_utf8_lossy(s).into_owned()).collect())
     }
     pub fn s(&self, k: &str) -> Option<String> {
         self.get(k).map(|a| String::from_utf8_lossy(&a.s).into_owned())

@@ -1,19 +1,19 @@
-//! Elementwise ops: the unary and binary tables, casts, `Where`, variadic `Max`/`Min`/`Sum`/`Mean`,
+//! Elementwise ops: the unary and binary tables, `Where`, variadic `Max`/`Min`/`Sum`/`Mean`,
 //! and the activations composed of primitives (LeakyRelu, Elu, Selu, HardSwish, Softplus, Mish, …,
 //! PRelu, Gelu, Clip).
 
 use super::{one, Node, R};
-use crate::onnx::{dtype_from_onnx, Ctx};
+use crate::onnx::Ctx;
 use rlx_ir::{BinaryOp, DType, HirOp, MirOp, UnaryOp, ValueId};
 
 /// The ONNX op types this family translates.
 pub(super) const OPS: &[&str] = &[
     "Abs", "Acos", "Acosh", "Add", "And", "Asin", "Asinh", "Atan", "Atanh", "BitShift", "BitwiseAnd", "BitwiseNot",
-    "BitwiseOr", "BitwiseXor", "Cast", "CastLike", "Ceil", "Celu", "Clip", "Cos", "Cosh", "Div", "Dropout", "Elu",
+    "BitwiseOr", "BitwiseXor", "Ceil", "Celu", "Clip", "Cos", "Cosh", "Div", "Dropout", "Elu",
     "Equal", "Erf", "Exp", "Floor", "Gelu", "Greater", "GreaterOrEqual", "HardSigmoid", "HardSwish", "Identity",
     "IsInf", "IsNaN", "LeakyRelu", "Less", "LessOrEqual", "Log", "Max", "Mean", "Min", "Mish", "Mod", "Mul", "Neg",
     "Not", "Or", "PRelu", "Pow", "Reciprocal", "Relu", "Round", "Selu", "Shrink", "Sigmoid", "Sign", "Sin", "Sinh",
-    "Softplus", "Softsign", "Sqrt", "Sub", "Sum", "Swish", "Tan", "Tanh", "ThresholdedRelu", "Where", "Xor",
+    "Softplus", "Softsign", "Sqrt", "Sub", "Sum", "SwiGLU", "Swish", "Tan", "Tanh", "ThresholdedRelu", "Where", "Xor",
 ];
 
 pub(super) fn convert(cx: &mut Ctx, nd: &Node) -> R {
@@ -104,11 +104,6 @@ pub(super) fn convert(cx: &mut Ctx, nd: &Node) -> R {
             }
             one(x)
         }
-        "Cast" | "CastLike" => {
-            let x = req(0)?;
-            let to = if op == "Cast" { dtype_from_onnx(a.i("to", 0) as i32)? } else { cx.dtype(req(1)?) };
-            one(cx.cast(x, to)?)
-        }
         "Where" => one(cx.prim(MirOp::Where, &[req(0)?, req(1)?, req(2)?])?),
         "Max" | "Min" | "Sum" | "Mean" => {
             let vs: Vec<ValueId> = ins.iter().flatten().copied().collect();
@@ -131,98 +126,19 @@ pub(super) fn convert(cx: &mut Ctx, nd: &Node) -> R {
         "LeakyRelu" | "ThresholdedRelu" | "Elu" | "Selu" | "Celu" | "HardSigmoid" | "HardSwish" | "Softplus" | "Softsign"
         | "Mish" | "Shrink" | "Swish" => {
             let x = req(0)?;
-            let zero = cx.sc(x, 0.0);
-            let y = match op {
-                "LeakyRelu" => {
-                    let neg = cx.bin(BinaryOp::Lt, x, zero)?;
-                    let ax = cx.mul_sc(x, a.f("alpha", 0.01))?;
-                    cx.prim(MirOp::Where, &[neg, ax, x])?
-                }
-                "ThresholdedRelu" => {
-                    let t = cx.sc(x, a.f("alpha", 1.0));
-                    let gt = cx.bin(BinaryOp::Gt, x, t)?;
-                    cx.prim(MirOp::Where, &[gt, x, zero])?
-                }
-                "Elu" | "Selu" => {
-                    let (al, ga) = if op == "Elu" {
-                        (a.f("alpha", 1.0), 1.0)
-                    } else {
-                        (a.f("alpha", 1.6732632423543772848170429916717), a.f("gamma", 1.0507009873554804934193349852946))
-                    };
-                    let pos = cx.bin(BinaryOp::Gt, x, zero)?;
-                    let e = cx.un(UnaryOp::Exp, x)?;
-                    let e1 = cx.add_sc(e, -1.0)?;
-                    let neg = cx.mul_sc(e1, al)?;
-                    let y = cx.prim(MirOp::Where, &[pos, x, neg])?;
-                    if ga != 1.0 {
-                        cx.mul_sc(y, ga)?
-                    } else {
-                        y
-                    }
-                }
-                "Celu" => {
-                    let al = a.f("alpha", 1.0);
-                    let xs = cx.mul_sc(x, 1.0 / al)?;
-                    let e = cx.un(UnaryOp::Exp, xs)?;
-                    let e1 = cx.add_sc(e, -1.0)?;
-                    let neg = cx.mul_sc(e1, al)?;
-                    let mn = cx.bin(BinaryOp::Min, zero, neg)?;
-                    let mx = cx.bin(BinaryOp::Max, zero, x)?;
-                    cx.bin(BinaryOp::Add, mx, mn)?
-                }
-                "HardSigmoid" | "HardSwish" => {
-                    let (al, be) = if op == "HardSigmoid" { (a.f("alpha", 0.2), a.f("beta", 0.5)) } else { (1.0 / 6.0, 0.5) };
-                    let t = cx.mul_sc(x, al)?;
-                    let t = cx.add_sc(t, be)?;
-                    let one_ = cx.sc(x, 1.0);
-                    let t = cx.bin(BinaryOp::Min, t, one_)?;
-                    let t = cx.bin(BinaryOp::Max, t, zero)?;
-                    if op == "HardSwish" {
-                        cx.bin(BinaryOp::Mul, x, t)?
-                    } else {
-                        t
-                    }
-                }
-                "Softplus" | "Mish" => {
-                    // log(1+exp(x)), stable: max(x,0) + log(1+exp(-|x|))
-                    let ab = cx.un(UnaryOp::Abs, x)?;
-                    let nab = cx.un(UnaryOp::Neg, ab)?;
-                    let e = cx.un(UnaryOp::Exp, nab)?;
-                    let e1 = cx.add_sc(e, 1.0)?;
-                    let l = cx.un(UnaryOp::Log, e1)?;
-                    let mx = cx.bin(BinaryOp::Max, x, zero)?;
-                    let sp = cx.bin(BinaryOp::Add, mx, l)?;
-                    if op == "Mish" {
-                        let t = cx.un(UnaryOp::Tanh, sp)?;
-                        cx.bin(BinaryOp::Mul, x, t)?
-                    } else {
-                        sp
-                    }
-                }
-                "Softsign" => {
-                    let ab = cx.un(UnaryOp::Abs, x)?;
-                    let d = cx.add_sc(ab, 1.0)?;
-                    cx.bin(BinaryOp::Div, x, d)?
-                }
-                "Swish" => {
-                    let t = cx.mul_sc(x, a.f("alpha", 1.0))?;
-                    let s = cx.un(UnaryOp::Sigmoid, t)?;
-                    cx.bin(BinaryOp::Mul, x, s)?
-                }
-                _ => {
-                    // Shrink
-                    let (l, b) = (a.f("lambd", 0.5), a.f("bias", 0.0));
-                    let lo = cx.sc(x, -l);
-                    let hi = cx.sc(x, l);
-                    let below = cx.bin(BinaryOp::Lt, x, lo)?;
-                    let above = cx.bin(BinaryOp::Gt, x, hi)?;
-                    let xb = cx.add_sc(x, b)?;
-                    let xm = cx.add_sc(x, -b)?;
-                    let t = cx.prim(MirOp::Where, &[above, xm, zero])?;
-                    cx.prim(MirOp::Where, &[below, xb, t])?
-                }
-            };
+            let y = activation(cx, op, &|k, d| a.f(k, d), x)?.ok_or_else(|| format!("unsupported op {op}"))?;
             one(y)
+        }
+        "SwiGLU" => {
+            // a · sigmoid(alpha · a) · b (same shapes, no broadcasting).
+            let (x, y) = (req(0)?, req(1)?);
+            if cx.dims(x) != cx.dims(y) {
+                return Err(format!("SwiGLU inputs differ in shape: {} vs {}", cx.ty(x), cx.ty(y)));
+            }
+            let t = cx.mul_sc(x, a.f("alpha", 1.0))?;
+            let sg = cx.un(UnaryOp::Sigmoid, t)?;
+            let sw = cx.bin(BinaryOp::Mul, x, sg)?;
+            one(cx.bin(BinaryOp::Mul, sw, y)?)
         }
         "PRelu" => {
             let (x, s) = (req(0)?, req(1)?);
@@ -251,4 +167,100 @@ pub(super) fn convert(cx: &mut Ctx, nd: &Node) -> R {
         }
         _ => Err(format!("unsupported op {op}")),
     }
+}
+
+/// The activations composed of primitives, by ONNX op name (also the recurrent layers'
+/// `activations`); `attr(name, default)` reads alpha, beta, gamma, lambd, bias. `None`: not one of them.
+pub(super) fn activation(cx: &mut Ctx, op: &str, attr: &dyn Fn(&str, f64) -> f64, x: ValueId) -> Result<Option<ValueId>, String> {
+    let zero = cx.sc(x, 0.0);
+    Ok(Some(match op {
+        "LeakyRelu" => {
+            let neg = cx.bin(BinaryOp::Lt, x, zero)?;
+            let ax = cx.mul_sc(x, attr("alpha", 0.01))?;
+            cx.prim(MirOp::Where, &[neg, ax, x])?
+        }
+        "ThresholdedRelu" => {
+            let t = cx.sc(x, attr("alpha", 1.0));
+            let gt = cx.bin(BinaryOp::Gt, x, t)?;
+            cx.prim(MirOp::Where, &[gt, x, zero])?
+        }
+        "Elu" | "Selu" => {
+            let (al, ga) = if op == "Elu" {
+                (attr("alpha", 1.0), 1.0)
+            } else {
+                (attr("alpha", 1.6732632423543772848170429916717), attr("gamma", 1.0507009873554804934193349852946))
+            };
+            let pos = cx.bin(BinaryOp::Gt, x, zero)?;
+            let e = cx.un(UnaryOp::Exp, x)?;
+            let e1 = cx.add_sc(e, -1.0)?;
+            let neg = cx.mul_sc(e1, al)?;
+            let y = cx.prim(MirOp::Where, &[pos, x, neg])?;
+            if ga != 1.0 {
+                cx.mul_sc(y, ga)?
+            } else {
+                y
+            }
+        }
+        "Celu" => {
+            let al = attr("alpha", 1.0);
+            let xs = cx.mul_sc(x, 1.0 / al)?;
+            let e = cx.un(UnaryOp::Exp, xs)?;
+            let e1 = cx.add_sc(e, -1.0)?;
+            let neg = cx.mul_sc(e1, al)?;
+            let mn = cx.bin(BinaryOp::Min, zero, neg)?;
+            let mx = cx.bin(BinaryOp::Max, zero, x)?;
+            cx.bin(BinaryOp::Add, mx, mn)?
+        }
+        "HardSigmoid" | "HardSwish" => {
+            let (al, be) = if op == "HardSigmoid" { (attr("alpha", 0.2), attr("beta", 0.5)) } else { (1.0 / 6.0, 0.5) };
+            let t = cx.mul_sc(x, al)?;
+            let t = cx.add_sc(t, be)?;
+            let one_ = cx.sc(x, 1.0);
+            let t = cx.bin(BinaryOp::Min, t, one_)?;
+            let t = cx.bin(BinaryOp::Max, t, zero)?;
+            if op == "HardSwish" {
+                cx.bin(BinaryOp::Mul, x, t)?
+            } else {
+                t
+            }
+        }
+        "Softplus" | "Mish" => {
+            // log(1+exp(x)), stable: max(x,0) + log(1+exp(-|x|))
+            let ab = cx.un(UnaryOp::Abs, x)?;
+            let nab = cx.un(UnaryOp::Neg, ab)?;
+            let e = cx.un(UnaryOp::Exp, nab)?;
+            let e1 = cx.add_sc(e, 1.0)?;
+            let l = cx.un(UnaryOp::Log, e1)?;
+            let mx = cx.bin(BinaryOp::Max, x, zero)?;
+            let sp = cx.bin(BinaryOp::Add, mx, l)?;
+            if op == "Mish" {
+                let t = cx.un(UnaryOp::Tanh, sp)?;
+                cx.bin(BinaryOp::Mul, x, t)?
+            } else {
+                sp
+            }
+        }
+        "Softsign" => {
+            let ab = cx.un(UnaryOp::Abs, x)?;
+            let d = cx.add_sc(ab, 1.0)?;
+            cx.bin(BinaryOp::Div, x, d)?
+        }
+        "Swish" => {
+            let t = cx.mul_sc(x, attr("alpha", 1.0))?;
+            let s = cx.un(UnaryOp::Sigmoid, t)?;
+            cx.bin(BinaryOp::Mul, x, s)?
+        }
+        "Shrink" => {
+            let (l, b) = (attr("lambd", 0.5), attr("bias", 0.0));
+            let lo = cx.sc(x, -l);
+            let hi = cx.sc(x, l);
+            let below = cx.bin(BinaryOp::Lt, x, lo)?;
+            let above = cx.bin(BinaryOp::Gt, x, hi)?;
+            let xb = cx.add_sc(x, b)?;
+            let xm = cx.add_sc(x, -b)?;
+            let t = cx.prim(MirOp::Where, &[above, xm, zero])?;
+            cx.prim(MirOp::Where, &[below, xb, t])?
+        }
+        _ => return Ok(None),
+    }))
 }

@@ -8,7 +8,7 @@ use rlx_ir::{BinaryOp, ConstData, DType, Dim, MirOp};
 
 /// The ONNX op types this family translates.
 pub(super) const OPS: &[&str] = &[
-    "Constant", "ConstantOfShape", "EyeLike", "OneHot", "Range",
+    "BlackmanWindow", "Constant", "ConstantOfShape", "EyeLike", "HammingWindow", "HannWindow", "OneHot", "Range",
 ];
 
 pub(super) fn convert(cx: &mut Ctx, nd: &Node) -> R {
@@ -84,6 +84,28 @@ pub(super) fn convert(cx: &mut Ctx, nd: &Node) -> R {
                 }
             }
             one(cx.konst(ConstData::from_f64s(dt, xd, &v)))
+        }
+        "HannWindow" | "HammingWindow" | "BlackmanWindow" => {
+            // Constants: w[n] = Σ a_k cos(2πkn / N'), N' = size (periodic, the default) or size − 1.
+            let size = match cx.const_ints(req(0)?, &format!("{op} size"))?.as_slice() {
+                [s] => *s,
+                v => return Err(format!("{op} size must be a scalar, it has {} values", v.len())),
+            };
+            if !(0..=1 << 24).contains(&size) {
+                return Err(format!("{op} size {size} is out of range"));
+            }
+            let dt = dtype_from_onnx(a.i("output_datatype", 1) as i32)?;
+            let n = size as usize;
+            let den = if a.i("periodic", 1) != 0 { n as f64 } else { n as f64 - 1.0 };
+            let coef: &[f64] = match op {
+                "HannWindow" => &[0.5, -0.5],
+                "HammingWindow" => &[25.0 / 46.0, -21.0 / 46.0],
+                _ => &[0.42, -0.5, 0.08],
+            };
+            let w: Vec<f64> = (0..n)
+                .map(|i| coef.iter().enumerate().map(|(k, c)| c * (2.0 * std::f64::consts::PI * (k * i) as f64 / den).cos()).sum())
+                .collect();
+            one(cx.konst(ConstData::from_f64s(dt, vec![n], &w)))
         }
         "Range" => {
             let (s, l, d) = (req(0)?, req(1)?, req(2)?);

@@ -2,11 +2,13 @@
 //! compositions otherwise. Compile-time operands (shapes, axes, pads, k …) come from constants.
 //!
 //! One file per op family, each with the op types it translates (`OPS`) and its `convert`:
-//! `elementwise.rs`, `linear.rs` (MatMul, Gemm, Einsum, Attention), `shape.rs` (shape and data
+//! `elementwise.rs`, `linear.rs` (MatMul, Gemm, Einsum, Attention), `cast.rs` (Cast, CastLike; the narrow
+//! types), `shape.rs` (shape and data
 //! movement), `generate.rs` (Constant, Range, OneHot …), `nn.rs` (convolution, pooling), `norm.rs`
-//! (normalizations, softmax, losses), `reduce.rs`, `quant.rs`; shared helpers in `build.rs`.
+//! (normalizations, softmax, losses), `reduce.rs`, `quant.rs`, `resize.rs` (Resize, Upsample), `rnn.rs` (RNN, GRU, LSTM), `rotary.rs` (RotaryEmbedding), `spectral.rs` (DFT, STFT); shared helpers in `build.rs`.
 
 mod build;
+mod cast;
 mod elementwise;
 mod generate;
 mod linear;
@@ -14,7 +16,11 @@ mod nn;
 mod norm;
 mod quant;
 mod reduce;
+mod resize;
+mod rnn;
+mod rotary;
 mod shape;
+mod spectral;
 
 
 use super::proto::NodeProto;
@@ -26,6 +32,7 @@ type R = Result<Vec<ValueId>, String>;
 /// The op families, each with the op types it translates and its translation.
 const FAMILIES: &[(&[&str], fn(&mut Ctx, &Node) -> R)] = &[
     (elementwise::OPS, elementwise::convert),
+    (cast::OPS, cast::convert),
     (linear::OPS, linear::convert),
     (generate::OPS, generate::convert),
     (shape::OPS, shape::convert),
@@ -33,6 +40,10 @@ const FAMILIES: &[(&[&str], fn(&mut Ctx, &Node) -> R)] = &[
     (norm::OPS, norm::convert),
     (reduce::OPS, reduce::convert),
     (quant::OPS, quant::convert),
+    (resize::OPS, resize::convert),
+    (rnn::OPS, rnn::convert),
+    (rotary::OPS, rotary::convert),
+    (spectral::OPS, spectral::convert),
 ];
 
 /// Whether the importer translates this op (default ONNX domain only).

@@ -3,11 +3,11 @@
 
 use super::{one, Node, R};
 use crate::onnx::{Attrs, Ctx};
-use rlx_ir::{BinaryOp, MirOp, PoolKind, ReduceOp, UnaryOp};
+use rlx_ir::{BinaryOp, ConstData, MirOp, PoolKind, ReduceOp, UnaryOp};
 
 /// The ONNX op types this family translates.
 pub(super) const OPS: &[&str] = &[
-    "AveragePool", "Conv", "ConvTranspose", "GlobalAveragePool", "GlobalMaxPool", "LRN", "LpPool", "MaxPool",
+    "AveragePool", "Col2Im", "Conv", "ConvTranspose", "GlobalAveragePool", "GlobalMaxPool", "LRN", "LpPool", "MaxPool", "MaxUnpool",
 ];
 
 pub(super) fn convert(cx: &mut Ctx, nd: &Node) -> R {
@@ -15,6 +15,129 @@ pub(super) fn convert(cx: &mut Ctx, nd: &Node) -> R {
     let inp = |i: usize| nd.inp(i);
     let req = |i: usize| nd.req(i);
     match op {
+        "Col2Im" => {
+            // A scatter-add of every (block offset, sliding position) column entry into its image
+            // position, from a constant index map; entries that fall in the padding go to one
+            // extra slot, sliced away.
+            let x = req(0)?;
+            let xd = cx.fixed_dims(x, op)?;
+            let image: Vec<i64> = cx.const_ints(req(1)?, "Col2Im image_shape")?;
+            let block: Vec<i64> = cx.const_ints(req(2)?, "Col2Im block_shape")?;
+            let sp = image.len();
+            if xd.len() != 3 || block.len() != sp || sp == 0 {
+                return Err(format!("input {xd:?}, image_shape {image:?} and block_shape {block:?} do not fit"));
+            }
+            let dil = a.ints("dilations").unwrap_or_else(|| vec![1; sp]);
+            let strides = a.ints("strides").unwrap_or_else(|| vec![1; sp]);
+            let pads = a.ints("pads").unwrap_or_else(|| vec![0; 2 * sp]);
+            if dil.len() != sp || strides.len() != sp || pads.len() != 2 * sp {
+                return Err(format!("dilations {dil:?}, strides {strides:?}, pads {pads:?} do not fit {sp} spatial dims"));
+            }
+            let pos = |v: &[i64], what: &str| -> Result<Vec<usize>, String> {
+                v.iter().map(|&d| if (1..=1 << 20).contains(&d) { Ok(d as usize) } else { Err(format!("{what} {v:?} must be positive")) }).collect()
+            };
+            let (image, block, dil, strides) = (pos(&image, "image_shape")?, pos(&block, "block_shape")?, pos(&dil, "dilations")?, pos(&strides, "strides")?);
+            // Sliding positions per dim.
+            let mut nblk = Vec::with_capacity(sp);
+            for d in 0..sp {
+                let span = image[d] as i64 + pads[d] + pads[sp + d] - (dil[d] * (block[d] - 1) + 1) as i64;
+                if span < 0 {
+                    return Err(format!("the blocks do not fit the padded image in dim {d}"));
+                }
+                nblk.push(span as usize / strides[d] + 1);
+            }
+            let prod = |v: &[usize]| v.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).filter(|&p| p <= 1 << 28);
+            let (Some(nb), Some(nl), Some(np)) = (prod(&block), prod(&nblk), prod(&image)) else {
+                return Err("the image, block or column count is too large".into());
+            };
+            if nb.checked_mul(nl).is_none_or(|t| t > 1 << 28) {
+                return Err("the column tensor is too large".into());
+            }
+            if xd[1] % nb != 0 || xd[2] != nl {
+                return Err(format!("input {xd:?} must be [N, C·{nb}, {nl}]"));
+            }
+            let c = xd[1] / nb;
+            let unravel = |mut i: usize, dims: &[usize]| -> Vec<usize> {
+                let mut out = vec![0; dims.len()];
+                for d in (0..dims.len()).rev() {
+                    out[d] = i % dims[d];
+                    i /= dims[d];
+                }
+                out
+            };
+            let mut idx = Vec::with_capacity(nb * nl);
+            for b in 0..nb {
+                let bk = unravel(b, &block);
+                for l in 0..nl {
+                    let lp = unravel(l, &nblk);
+                    let mut flat = 0i64;
+                    let mut inside = true;
+                    for d in 0..sp {
+                        let v = (lp[d] * strides[d]) as i64 - pads[d] + (bk[d] * dil[d]) as i64;
+                        inside &= (0..image[d] as i64).contains(&v);
+                        flat = flat * image[d] as i64 + v;
+                    }
+                    idx.push(if inside { flat } else { np as i64 });
+                }
+            }
+            let n = xd[0];
+            let i = cx.konst(ConstData::from_i64(vec![1, 1, nb * nl], &idx));
+            let i = cx.prim(MirOp::Expand { shape: [n, c, nb * nl].iter().map(|&d| rlx_ir::Dim::Fixed(d as u64)).collect() }, &[i])?;
+            let upd = cx.reshape_u(x, &[n, c, nb * nl])?;
+            let z = cx.sc(x, 0.0);
+            let zeros = cx.prim(MirOp::Expand { shape: [n, c, np + 1].iter().map(|&d| rlx_ir::Dim::Fixed(d as u64)).collect() }, &[z])?;
+            let y = cx.prim(MirOp::ScatterElements { axis: 2, reduction: rlx_ir::ScatterRed::Add }, &[zeros, i, upd])?;
+            let y = cx.prim(MirOp::Slice { axes: vec![2], starts: vec![0], ends: vec![np as i64], steps: vec![1] }, &[y])?;
+            let mut shape = vec![n, c];
+            shape.extend(&image);
+            one(cx.reshape_u(y, &shape)?)
+        }
+        "MaxUnpool" => {
+            // A scatter of X into zeros at the (flat) indices MaxPool produced, then padded at the end
+            // to output_shape when given.
+            let (x, ind) = (req(0)?, req(1)?);
+            let xd = cx.fixed_dims(x, op)?;
+            if xd.len() < 3 {
+                return Err(format!("X must be [N,C,spatial…], got {xd:?}"));
+            }
+            let sp = xd.len() - 2;
+            let kernel = a.ints("kernel_shape").ok_or("MaxUnpool needs kernel_shape")?;
+            let strides = a.ints("strides").unwrap_or_else(|| vec![1; sp]);
+            let pads = a.ints("pads").unwrap_or_else(|| vec![0; 2 * sp]);
+            if kernel.len() != sp || strides.len() != sp || pads.len() != 2 * sp {
+                return Err(format!("kernel_shape {kernel:?}, strides {strides:?}, pads {pads:?} do not fit {sp} spatial dims"));
+            }
+            let mut shape = xd[..2].to_vec();
+            for d in 0..sp {
+                let v = (xd[d + 2] as i128 - 1) * strides[d] as i128 - (pads[d] as i128 + pads[sp + d] as i128) + kernel[d] as i128;
+                if !(0..=1 << 31).contains(&v) {
+                    return Err(format!("MaxUnpool output dim {d} would be {v}"));
+                }
+                shape.push(v as usize);
+            }
+            let total: usize = shape.iter().product();
+            let n: usize = xd.iter().product();
+            let z = cx.sc(x, 0.0);
+            let zeros = cx.prim(MirOp::Expand { shape: vec![rlx_ir::Dim::Fixed(total as u64)] }, &[z])?;
+            let xf = cx.reshape_u(x, &[n])?;
+            let idx = cx.reshape_u(ind, &[n])?;
+            let y = cx.prim(MirOp::ScatterElements { axis: 0, reduction: rlx_ir::ScatterRed::None }, &[zeros, idx, xf])?;
+            let y = cx.reshape_u(y, &shape)?;
+            match nd.inp(2) {
+                Some(os) => {
+                    let want = cx.const_ints(os, "MaxUnpool output_shape")?;
+                    if want.len() != shape.len() || want.iter().zip(&shape).any(|(&w, &s)| w < s as i64) {
+                        return Err(format!("output_shape {want:?} is smaller than the unpooled {shape:?}"));
+                    }
+                    let mut p = vec![0i64; 2 * shape.len()];
+                    for (d, (&w, &s)) in want.iter().zip(&shape).enumerate() {
+                        p[shape.len() + d] = w - s as i64;
+                    }
+                    one(cx.prim(MirOp::Pad { pads: p, mode: rlx_ir::PadMode::Constant, value: 0.0 }, &[y])?)
+                }
+                None => one(y),
+            }
+        }
         "Conv" | "ConvTranspose" => {
             let (x, w) = (req(0)?, req(1)?);
             let xd = cx.fixed_dims(x, op)?;

@@ -4,18 +4,26 @@
 use super::build::{dim_prod, norm_axis};
 use super::nn::{auto_pads, usizes};
 use super::{one, Node, R};
+use crate::onnx::narrow::Narrow;
 use crate::onnx::{dtype_from_onnx, Ctx};
-use rlx_ir::{BinaryOp, ConstData, DType, Dim, MirOp, ValueId};
+use rlx_ir::{BinaryOp, ConstData, DType, Dim, MirOp, ReduceOp, UnaryOp, ValueId};
 
 /// The ONNX op types this family translates.
 pub(super) const OPS: &[&str] = &[
-    "ConvInteger", "DequantizeLinear", "MatMulInteger", "QLinearConv", "QLinearMatMul", "QuantizeLinear",
+    "ConvInteger", "DequantizeLinear", "DynamicQuantizeLinear", "MatMulInteger", "QLinearConv", "QLinearMatMul", "QuantizeLinear",
 ];
 
 pub(super) fn convert(cx: &mut Ctx, nd: &Node) -> R {
     let (a, op) = (&nd.a, nd.op);
     let inp = |i: usize| nd.inp(i);
     let req = |i: usize| nd.req(i);
+    // Narrow types (float8, int4 …) are held widened in a carrier dtype (`onnx/narrow.rs`).
+    let narrow_of = |cx: &Ctx, i: usize| nd.inp(i).and_then(|v| cx.narrow.get(&v).copied());
+    if op != "QuantizeLinear" && op != "DequantizeLinear" {
+        if let Some(n) = (0..nd.ins.len()).find_map(|i| narrow_of(cx, i)) {
+            return Err(format!("unsupported: {op} with {n:?} values"));
+        }
+    }
     match op {
         "QuantizeLinear" | "DequantizeLinear" => {
             // Per-tensor, per-axis, or blocked (opset 21's block_size: each run of `block_size` elements
@@ -59,8 +67,39 @@ pub(super) fn convert(cx: &mut Ctx, nd: &Node) -> R {
                 }
             };
             let axis = if sshape.iter().product::<usize>() == 1 || block != 0 { 0 } else { norm_axis(a.i("axis", 1), cx.rank(x))? };
+            let nq = if op == "QuantizeLinear" {
+                narrow_of(cx, 2).or_else(|| Narrow::from_onnx(a.i("output_dtype", 0) as i32))
+            } else {
+                narrow_of(cx, 0)
+            };
+            if let Some(n) = nq {
+                return narrow_q(cx, op == "QuantizeLinear", n, x, scale, zp, axis, a.i("saturate", 1) != 0);
+            }
             let mop = if op == "QuantizeLinear" { MirOp::Quantize { axis } } else { MirOp::Dequantize { axis } };
             one(cx.prim(mop, &[x, scale, zp])?)
+        }
+        "DynamicQuantizeLinear" => {
+            // uint8 with scale = (max(x, 0) − min(x, 0)) / 255 over the whole tensor and
+            // zero point = saturate(round(−min / scale)) (ONNX DynamicQuantizeLinear).
+            let x = req(0)?;
+            let all: Vec<usize> = (0..cx.rank(x)).collect();
+            let z = cx.sc(x, 0.0);
+            let mn = cx.reduce(ReduceOp::Min, x, all.clone(), false)?;
+            let mn = cx.bin(BinaryOp::Min, mn, z)?;
+            let mx = cx.reduce(ReduceOp::Max, x, all, false)?;
+            let mx = cx.bin(BinaryOp::Max, mx, z)?;
+            let range = cx.bin(BinaryOp::Sub, mx, mn)?;
+            let scale = cx.mul_sc(range, 1.0 / 255.0)?;
+            let nm = cx.un(UnaryOp::Neg, mn)?;
+            let zf = cx.bin(BinaryOp::Div, nm, scale)?;
+            let lo = cx.sc(zf, 0.0);
+            let hi = cx.sc(zf, 255.0);
+            let zf = cx.bin(BinaryOp::Max, zf, lo)?;
+            let zf = cx.bin(BinaryOp::Min, zf, hi)?;
+            let zf = cx.un(UnaryOp::Round, zf)?;
+            let zp = cx.cast(zf, DType::U8)?;
+            let y = cx.prim(MirOp::Quantize { axis: 0 }, &[x, scale, zp])?;
+            Ok(vec![y, scale, zp])
         }
         "MatMulInteger" | "QLinearMatMul" | "ConvInteger" | "QLinearConv" => {
             // Integer cores on the quantized primitives: operands widened to int32 minus their zero
@@ -143,4 +182,63 @@ pub(super) fn convert(cx: &mut Ctx, nd: &Node) -> R {
         }
         _ => Err(format!("unsupported op {op}")),
     }
+}
+
+/// QuantizeLinear / DequantizeLinear where the quantized side is a narrow type held in its carrier:
+/// int4/int2 quantize through an i32 `quantize` clamped to the type's range; float8/float4 divide
+/// by the scale and round to the format (`cast::to_float`, `saturate` as Cast's), dequantize as
+/// (x − zero_point) · scale.
+#[allow(clippy::too_many_arguments)]
+fn narrow_q(cx: &mut Ctx, quantize: bool, n: Narrow, x: ValueId, scale: ValueId, zp: ValueId, axis: usize, saturate: bool) -> R {
+    if let Some((lo, hi)) = n.int_range() {
+        if !quantize {
+            // A zero point of one element may come as [1] beside a scalar scale.
+            let zp = if cx.dims(zp) != cx.dims(scale) && dim_prod(&cx.dims(zp)) == dim_prod(&cx.dims(scale)) {
+                cx.reshape(zp, cx.dims(scale))?
+            } else {
+                zp
+            };
+            return one(cx.prim(MirOp::Dequantize { axis }, &[x, scale, zp])?);
+        }
+        let z = cx.cast(zp, DType::I32)?;
+        let q = cx.prim(MirOp::Quantize { axis }, &[x, scale, z])?;
+        let l = cx.scalar(DType::I32, lo as f64);
+        let q = cx.bin(BinaryOp::Max, q, l)?;
+        let h = cx.scalar(DType::I32, hi as f64);
+        let q = cx.bin(BinaryOp::Min, q, h)?;
+        let y = cx.cast(q, n.carrier())?;
+        cx.narrow.insert(y, n);
+        return one(y);
+    }
+    let ff = n.float().ok_or_else(|| format!("unsupported: quantization to {n:?}"))?;
+    // A per-axis [C] scale / zero point broadcast along `axis` of x.
+    let r = cx.rank(x);
+    let along = |cx: &mut Ctx, v: ValueId| -> Result<ValueId, String> {
+        let d = cx.dims(v);
+        if d.len() == 1 && r > 1 && d[0] != Dim::Fixed(1) {
+            let mut s = vec![Dim::Fixed(1); r];
+            s[axis] = d[0].clone();
+            cx.reshape(v, s)
+        } else {
+            Ok(v)
+        }
+    };
+    let s = along(cx, scale)?;
+    if quantize {
+        let xs = cx.cast(x, cx.dtype(s))?;
+        let t = cx.bin(BinaryOp::Div, xs, s)?;
+        let y = super::cast::to_float(cx, t, &ff, saturate)?;
+        cx.narrow.insert(y, n);
+        return one(y);
+    }
+    // In f32 (f16/bf16 scales widen exactly), the result in the scale's dtype.
+    let sdt = cx.dtype(s);
+    let work = if sdt == DType::F64 { DType::F64 } else { DType::F32 };
+    let xf = cx.cast(x, work)?;
+    let z = along(cx, zp)?;
+    let z = cx.cast(z, work)?;
+    let d = cx.bin(BinaryOp::Sub, xf, z)?;
+    let s = cx.cast(s, work)?;
+    let y = cx.bin(BinaryOp::Mul, d, s)?;
+    one(cx.cast(y, sdt)?)
 }

@@ -8,7 +8,7 @@ use rlx_ir::{ArgOp, BinaryOp, MirOp, ReduceOp, UnaryOp};
 
 /// The ONNX op types this family translates.
 pub(super) const OPS: &[&str] = &[
-    "ArgMax", "ArgMin", "CumSum", "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceMax", "ReduceMean", "ReduceMin",
+    "ArgMax", "ArgMin", "CumProd", "CumSum", "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceMax", "ReduceMean", "ReduceMin",
     "ReduceProd", "ReduceSum", "ReduceSumSquare", "TopK",
 ];
 
@@ -83,6 +83,44 @@ pub(super) fn convert(cx: &mut Ctx, nd: &Node) -> R {
                 MirOp::ArgReduce { op: o, axis, keepdims: a.i("keepdims", 1) != 0, select_last: a.i("select_last_index", 0) != 0 },
                 &[x],
             )?)
+        }
+        "CumProd" => {
+            // Unrolled along the (static) axis: a running product of one-element slices, concatenated.
+            let x = req(0)?;
+            let ax = cx.const_ints(req(1)?, "CumProd axis")?;
+            let axis = norm_axis(*ax.first().ok_or("empty axis")?, cx.rank(x))?;
+            let n = cx.fixed_dims(x, "CumProd input")?[axis];
+            if n > 4096 {
+                return Err(format!("unsupported: CumProd along an axis of {n} elements (at most 4096 are unrolled)"));
+            }
+            if n == 0 {
+                return one(x);
+            }
+            let (exclusive, reverse) = (a.i("exclusive", 0) != 0, a.i("reverse", 0) != 0);
+            let order: Vec<usize> = if reverse { (0..n).rev().collect() } else { (0..n).collect() };
+            let mut outs = vec![None; n];
+            let mut run: Option<rlx_ir::ValueId> = None;
+            for &i in &order {
+                let s = cx.prim(MirOp::Slice { axes: vec![axis], starts: vec![i as i64], ends: vec![i as i64 + 1], steps: vec![1] }, &[x])?;
+                let next = match run {
+                    Some(r) => cx.bin(BinaryOp::Mul, r, s)?,
+                    None => s,
+                };
+                outs[i] = Some(if exclusive {
+                    match run {
+                        Some(r) => r,
+                        None => {
+                            let one_ = cx.sc(s, 1.0);
+                            cx.prim(MirOp::Expand { shape: cx.dims(s) }, &[one_])?
+                        }
+                    }
+                } else {
+                    next
+                });
+                run = Some(next);
+            }
+            let parts: Vec<rlx_ir::ValueId> = outs.into_iter().flatten().collect();
+            one(if parts.len() == 1 { parts[0] } else { cx.prim(MirOp::Concat { axis }, &parts)? })
         }
         "CumSum" => {
             let x = req(0)?;

@@ -8,7 +8,7 @@ use rlx_ir::{broadcast, ConstData, DType, Dim, MirOp, PadMode, ScatterRed, Shape
 
 /// The ONNX op types this family translates.
 pub(super) const OPS: &[&str] = &[
-    "Concat", "DepthToSpace", "Expand", "Flatten", "Gather", "GatherElements", "GatherND", "Pad", "Reshape",
+    "CenterCropPad", "Compress", "Concat", "DepthToSpace", "Expand", "Flatten", "Gather", "GatherElements", "GatherND", "Pad", "Reshape", "ReverseSequence",
     "Scatter", "ScatterElements", "ScatterND", "Shape", "Size", "Slice", "SpaceToDepth", "Split", "Squeeze", "Tile",
     "Transpose", "Trilu", "Unsqueeze",
 ];
@@ -18,6 +18,87 @@ pub(super) fn convert(cx: &mut Ctx, nd: &Node) -> R {
     let inp = |i: usize| nd.inp(i);
     let req = |i: usize| nd.req(i);
     match op {
+        "CenterCropPad" => {
+            // One `pad` whose negative entries crop: centered, the odd element cropped from / padded at the end.
+            let x = req(0)?;
+            let xd = cx.fixed_dims(x, op)?;
+            let r = xd.len();
+            let target = cx.const_ints(req(1)?, "CenterCropPad shape")?;
+            let axes: Vec<usize> = match a.ints("axes") {
+                Some(v) => v.iter().map(|&d| norm_axis(d, r)).collect::<Result<_, _>>()?,
+                None => (0..r).collect(),
+            };
+            if target.len() != axes.len() {
+                return Err(format!("shape has {} values for {} axes", target.len(), axes.len()));
+            }
+            let mut pads = vec![0i64; 2 * r];
+            for (&d, &t) in axes.iter().zip(&target) {
+                if t < 0 {
+                    return Err(format!("negative target size {t}"));
+                }
+                let diff = t - xd[d] as i64;
+                let begin = if diff < 0 { -((-diff) / 2) } else { diff / 2 };
+                pads[d] = begin;
+                pads[r + d] = diff - begin;
+            }
+            one(cx.prim(MirOp::Pad { pads, mode: PadMode::Constant, value: 0.0 }, &[x])?)
+        }
+        "ReverseSequence" => {
+            // A constant sequence_lens: a gather_elements along the time axis whose index is
+            // (len − 1 − t) for t < len of that batch row, t after it (made over [batch, time], expanded).
+            let x = req(0)?;
+            let xd = cx.fixed_dims(x, op)?;
+            let r = xd.len();
+            let (ba, ta) = (norm_axis(a.i("batch_axis", 1), r)?, norm_axis(a.i("time_axis", 0), r)?);
+            if ba == ta {
+                return Err("batch_axis and time_axis are the same".into());
+            }
+            let lens = cx.const_ints(req(1)?, "ReverseSequence sequence_lens")?;
+            let (nb, nt) = (xd[ba], xd[ta]);
+            if lens.len() != nb {
+                return Err(format!("sequence_lens has {} values for a batch of {nb}", lens.len()));
+            }
+            let mut small = vec![1usize; r];
+            small[ba] = nb;
+            small[ta] = nt;
+            let mut idx = vec![0i64; nb * nt];
+            for (b, &l) in lens.iter().enumerate() {
+                if l < 0 || l as usize > nt {
+                    return Err(format!("sequence length {l} of batch row {b} is outside 0..={nt}"));
+                }
+                for t in 0..nt {
+                    let v = if (t as i64) < l { l - 1 - t as i64 } else { t as i64 };
+                    // Row-major over (batch, time) in the order the two axes appear.
+                    let k = if ba < ta { b * nt + t } else { t * nb + b };
+                    idx[k] = v;
+                }
+            }
+            let i = cx.konst(ConstData::from_i64(small, &idx));
+            let i = cx.prim(MirOp::Expand { shape: cx.dims(x) }, &[i])?;
+            one(cx.prim(MirOp::GatherElements { axis: ta }, &[x, i])?)
+        }
+        "Compress" => {
+            // A constant condition: a gather of the selected positions.
+            let x = req(0)?;
+            let cond = cx.const_ints(req(1)?, "Compress condition")?;
+            let (x, axis) = match a.has("axis") {
+                true => {
+                    let r = cx.rank(x);
+                    (x, norm_axis(a.i("axis", 0), r)?)
+                }
+                false => {
+                    let n = dim_prod(&cx.dims(x)).ok_or("Compress without axis needs a static shape")?;
+                    (cx.reshape(x, vec![n])?, 0)
+                }
+            };
+            let len = cx.fixed_dims(x, op)?[axis];
+            if cond.len() > len {
+                return Err(format!("condition has {} values, the axis {len}", cond.len()));
+            }
+            let idx: Vec<i64> = cond.iter().enumerate().filter(|(_, &c)| c != 0).map(|(i, _)| i as i64).collect();
+            let i = cx.konst(ConstData::from_i64(vec![idx.len()], &idx));
+            one(cx.prim(MirOp::Gather { axis }, &[x, i])?)
+        }
         "Shape" => {
             let d = cx.dims(req(0)?);
             let r = d.len() as i64;

@@ -1,0 +1,161 @@
+#!/usr/bin/env python3
+"""Build small ONNX models the way exporters emit them and run ONNX Runtime on them.
+
+    onnx_seq_models.py --out DIR
+
+Writes, per model NAME in (lstm_gru, unet_resize, stft_frontend): DIR/NAME.onnx, DIR/NAME.x.npy (the input, "x")
+and DIR/NAME.ort.npy (ONNX Runtime's output "y", float32).
+
+- lstm_gru: a PyTorch-style sequence classifier. batch-first input [2, 12, 8] transposed to
+  sequence-major, a bidirectional LSTM (hidden 16, biases, zero initial states as initializers),
+  the two directions' outputs merged the way torch.onnx does (Transpose + Reshape), a GRU
+  (hidden 10, linear_before_reset=1 as PyTorch's GRU exports), its last state through a Gemm to 4
+  classes. Output y: [2, 4].
+- unet_resize: a U-Net-style encoder/decoder [1, 4, 16, 16]: Conv+Relu, MaxPool, Conv+Relu, a nearest
+  2x Resize (nn.Upsample's export: asymmetric coordinates, floor), skip Concat, Conv+Relu, a bilinear
+  2x Resize (align_corners=False: pytorch_half_pixel) and a cubic Resize to given sizes (half_pixel),
+  a 1x1 Conv head. Output y: [1, 3, 40, 40].
+- stft_frontend: an audio front end [1, 400]: STFT (Hann window of 64 as an initializer, hop 80,
+  one-sided), power spectrum (Pow + ReduceSum over re/im), a mel-style projection (MatMul by a
+  [33, 8] filter bank), log(x + 1e-6). Output y: [1, 5, 8].
+"""
+from __future__ import annotations
+
+import argparse
+import os
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+OPSET = 17
+
+
+def init(name: str, a: np.ndarray) -> TensorProto:
+    return numpy_helper.from_array(np.asarray(a), name)
+
+
+def lstm_gru(rng: np.random.Generator) -> tuple[onnx.ModelProto, np.ndarray]:
+    b, t, f, h1, h2, k = 2, 12, 8, 16, 10, 4
+    s = 0.3
+    inits = [
+        init("W1", (rng.standard_normal((2, 4 * h1, f)) * s).astype(np.float32)),
+        init("R1", (rng.standard_normal((2, 4 * h1, h1)) * s).astype(np.float32)),
+        init("B1", (rng.standard_normal((2, 8 * h1)) * s).astype(np.float32)),
+        init("h0", np.zeros((2, b, h1), np.float32)),
+        init("c0", np.zeros((2, b, h1), np.float32)),
+        init("W2", (rng.standard_normal((1, 3 * h2, 2 * h1)) * s).astype(np.float32)),
+        init("R2", (rng.standard_normal((1, 3 * h2, h2)) * s).astype(np.float32)),
+        init("B2", (rng.standard_normal((1, 6 * h2)) * s).astype(np.float32)),
+        init("g0", np.zeros((1, b, h2), np.float32)),
+        init("Wfc", (rng.standard_normal((k, h2)) * s).astype(np.float32)),
+        init("bfc", (rng.standard_normal((k,)) * s).astype(np.float32)),
+        init("shape_tb2h", np.array([t, b, 2 * h1], np.int64)),
+        init("axes0", np.array([0], np.int64)),
+    ]
+    nodes = [
+        helper.make_node("Transpose", ["x"], ["xt"], perm=[1, 0, 2]),
+        helper.make_node("LSTM", ["xt", "W1", "R1", "B1", "", "h0", "c0"], ["y1", "y1h", "y1c"],
+                         hidden_size=h1, direction="bidirectional"),
+        # y1: [t, 2, b, h1] → [t, b, 2, h1] → [t, b, 2·h1] (torch.onnx's merge of the directions)
+        helper.make_node("Transpose", ["y1"], ["y1t"], perm=[0, 2, 1, 3]),
+        helper.make_node("Reshape", ["y1t", "shape_tb2h"], ["y1m"]),
+        helper.make_node("GRU", ["y1m", "W2", "R2", "B2", "", "g0"], ["y2", "y2h"], hidden_size=h2,
+                         linear_before_reset=1),
+        helper.make_node("Squeeze", ["y2h", "axes0"], ["last"]),
+        helper.make_node("Gemm", ["last", "Wfc", "bfc"], ["y"], transB=1),
+    ]
+    g = helper.make_graph(nodes, "lstm_gru",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [b, t, f])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [b, k])], inits)
+    x = rng.standard_normal((b, t, f)).astype(np.float32)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)]), x
+
+
+def unet_resize(rng: np.random.Generator) -> tuple[onnx.ModelProto, np.ndarray]:
+    def conv_w(o: int, i: int, k: int) -> np.ndarray:
+        return (rng.standard_normal((o, i, k, k)) * (1.0 / np.sqrt(i * k * k))).astype(np.float32)
+
+    inits = [
+        init("w1", conv_w(8, 4, 3)), init("b1", np.zeros(8, np.float32) + 0.1),
+        init("w2", conv_w(16, 8, 3)), init("b2", np.zeros(16, np.float32) - 0.05),
+        init("w3", conv_w(8, 24, 3)), init("b3", np.zeros(8, np.float32)),
+        init("w4", conv_w(3, 8, 1)), init("b4", np.zeros(3, np.float32)),
+        init("scales2", np.array([1, 1, 2, 2], np.float32)),
+        init("sizes40", np.array([1, 8, 40, 40], np.int64)),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("MaxPool", ["r1"], ["p1"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Conv", ["p1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c2"], ["r2"]),
+        helper.make_node("Resize", ["r2", "", "scales2"], ["u1"], mode="nearest",
+                         coordinate_transformation_mode="asymmetric", nearest_mode="floor"),
+        helper.make_node("Concat", ["u1", "r1"], ["cat"], axis=1),
+        helper.make_node("Conv", ["cat", "w3", "b3"], ["c3"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c3"], ["r3"]),
+        helper.make_node("Resize", ["r3", "", "scales2"], ["u2"], mode="linear",
+                         coordinate_transformation_mode="pytorch_half_pixel"),
+        helper.make_node("Resize", ["u2", "", "", "sizes40"], ["u3"], mode="cubic",
+                         coordinate_transformation_mode="half_pixel"),
+        helper.make_node("Conv", ["u3", "w4", "b4"], ["y"]),
+    ]
+    g = helper.make_graph(nodes, "unet_resize",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 16, 16])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 40, 40])], inits)
+    x = rng.standard_normal((1, 4, 16, 16)).astype(np.float32)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)]), x
+
+
+def stft_frontend(rng: np.random.Generator) -> tuple[onnx.ModelProto, np.ndarray]:
+    n, frame, hop, bins, mels = 400, 64, 80, 33, 8
+    hann = (0.5 - 0.5 * np.cos(2 * np.pi * np.arange(frame) / frame)).astype(np.float32)
+    inits = [
+        init("shape_sig", np.array([1, n, 1], np.int64)),
+        init("hop", np.array(hop, np.int64)),
+        init("window", hann),
+        init("two", np.array(2.0, np.float32)),
+        init("axes_last", np.array([-1], np.int64)),
+        init("mel", np.abs(rng.standard_normal((bins, mels))).astype(np.float32) * 0.1),
+        init("eps", np.array(1e-6, np.float32)),
+    ]
+    nodes = [
+        helper.make_node("Reshape", ["x", "shape_sig"], ["sig"]),
+        helper.make_node("STFT", ["sig", "hop", "window"], ["spec"], onesided=1),
+        helper.make_node("Pow", ["spec", "two"], ["sq"]),
+        helper.make_node("ReduceSum", ["sq", "axes_last"], ["power"], keepdims=0),
+        helper.make_node("MatMul", ["power", "mel"], ["melspec"]),
+        helper.make_node("Add", ["melspec", "eps"], ["melp"]),
+        helper.make_node("Log", ["melp"], ["y"]),
+    ]
+    g = helper.make_graph(nodes, "stft_frontend",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, n])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5, mels])], inits)
+    x = rng.standard_normal((1, n)).astype(np.float32)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)]), x
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    rng = np.random.default_rng(19)
+    for name, build in (("lstm_gru", lstm_gru), ("unet_resize", unet_resize), ("stft_frontend", stft_frontend)):
+        model, x = build(rng)
+        model.ir_version = 8
+        onnx.checker.check_model(model, full_check=True)
+        path = os.path.join(args.out, f"{name}.onnx")
+        onnx.save(model, path)
+        sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+        (y,) = sess.run(["y"], {"x": x})
+        np.save(os.path.join(args.out, f"{name}.x.npy"), x)
+        np.save(os.path.join(args.out, f"{name}.ort.npy"), y.astype(np.float32))
+        print(f"{name}: x {list(x.shape)} -> y {list(y.shape)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
