@@ -38,9 +38,13 @@ impl Planner<'_> {
         for &o in &g.outputs {
             needs_load[o.index()] = true;
         }
+        let conv_packed = if self.conv_gemm_on { self.pack_conv_weights() } else { Vec::new() };
         for (k, v) in g.values.iter().enumerate() {
             let Def::Const(c) = &v.def else { continue };
             let vid = ValueId(k as u32);
+            if conv_packed.contains(&vid) {
+                continue;
+            }
             let only_kernel_users = g.node_ids().all(|n| !g.node(n).inputs.contains(&vid) || !is_view(g, n));
             if !needs_load[k] || (c.numel() == 1 && !c.dtype.is_quantized_block() && !g.outputs.contains(&vid) && only_kernel_users) {
                 continue;

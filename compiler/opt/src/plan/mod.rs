@@ -16,10 +16,12 @@
 //! `memory.rs` places inputs, constants and values and assigns arena offsets; `kernel.rs` lowers a
 //! root to its loop nest, with the per-element expressions of inlined nodes in `inline.rs`, anchor
 //! bodies (dot product, reductions, cumsum) in `anchor.rs`, convolution and pooling in `conv.rs`,
+//! dense convolution on the GEMM micro-kernel (im2col, packed weight rows) in `conv_gemm.rs`,
 //! the GEMM micro-kernel and weight packing in `gemm.rs`, and index arithmetic in `index.rs`.
 
 mod anchor;
 mod conv;
+mod conv_gemm;
 mod fuse;
 mod gemm;
 mod index;
@@ -34,7 +36,7 @@ pub use row_fuse::row_fuse;
 use index::align_up;
 use rlx_ir::lir::{Base, Buffer, Launch, Lir, Port};
 use rlx_ir::verify::Problem;
-use rlx_ir::{ConstData, DType, Mir, OpSet, ValueId};
+use rlx_ir::{ConstData, DType, Mir, NodeId, OpSet, ValueId};
 use std::collections::HashMap;
 
 /// The MIR op kinds the kernel lowering implements (a target's claim set is a subset of these).
@@ -69,11 +71,14 @@ pub struct PlanOptions {
     /// inlined into the matmul's loads instead of materialized ([`fuse_with`]; the shader targets
     /// turn it on: attention's K^T and its scalings are no dispatches of their own).
     pub inline_operands: bool,
+    /// Dense f32 convolutions on the GEMM micro-kernel (`conv_gemm.rs`: packed weight rows × im2col or
+    /// x itself); CPU targets turn it on. Off, every convolution is the direct per-output loop.
+    pub conv_gemm: bool,
 }
 
 impl Default for PlanOptions {
     fn default() -> Self {
-        PlanOptions { align: 64, gemm_nr: GEMM_NR, gemm_mr: GEMM_MR, row_fusion: false, row_recompute: false, inline_operands: false }
+        PlanOptions { align: 64, gemm_nr: GEMM_NR, gemm_mr: GEMM_MR, row_fusion: false, row_recompute: false, inline_operands: false, conv_gemm: false }
     }
 }
 
@@ -89,6 +94,9 @@ struct Planner<'g> {
     transposed_weight: HashMap<ValueId, u32>,
     /// Float matmul weights packed in panels of `GEMM_NR` columns: [N/NR (rounded up), K, NR].
     packed_weight: HashMap<ValueId, u32>,
+    /// Convolutions on the GEMM micro-kernel (`conv_gemm.rs`), by anchor node.
+    conv_gemm: HashMap<NodeId, conv_gemm::ConvGemm>,
+    conv_gemm_on: bool,
     align: usize,
     nr: usize,
     mr: usize,
@@ -157,6 +165,8 @@ pub fn plan(g: &Mir, opts: &PlanOptions) -> Result<Lir, Vec<Problem>> {
         weights: Vec::new(),
         transposed_weight: HashMap::new(),
         packed_weight: HashMap::new(),
+        conv_gemm: HashMap::new(),
+        conv_gemm_on: opts.conv_gemm,
         align: opts.align,
         nr: opts.gemm_nr.max(1),
         mr: opts.gemm_mr.max(1),
@@ -167,6 +177,7 @@ pub fn plan(g: &Mir, opts: &PlanOptions) -> Result<Lir, Vec<Problem>> {
     // Kernels, in node order.
     let mut launches = Vec::new();
     for &n in &roots {
+        launches.extend(p.im2col_launch(n));
         let (kernel, bindings, nodes) = p.kernel(n);
         launches.push(Launch { nodes, kernel, bindings });
     }
