@@ -5,12 +5,11 @@
 //! convolution (x[n] viewed as [C, H·W]), else the im2col copy (its own launch before the GEMM: col in
 //! the arena, zero where the window reads padding). Positions past the last full panel are one
 //! narrower vector panel. The epilogue (bias as the accumulators' start, then the fused elementwise
-//! chain: activation, residual add) is applied per accumulator before the store. Row tiles are cache
-//! blocked as the matmul GEMM's ([`row_blocks`]); the parallel loop runs over images × blocks (or
-//! panels, with one block).
+//! chain: activation, residual add) is applied per accumulator before the store. K is cut into chunks
+//! whose B panel stays in L1; the parallel loop runs over images × blocks of row tiles (when the
+//! weight is the larger operand) or position panels (see [`Planner::conv_gemm_body`]).
 
 use super::fuse::{is_elementwise, Role};
-use super::gemm::row_blocks;
 use super::index::{clamp, linear};
 use super::kernel::{lit, nest, KB};
 use super::Planner;
@@ -194,9 +193,16 @@ impl Planner<'_> {
     }
 
     /// The GEMM kernel of convolution anchor `a` (root `r`, output param `op`).
+    ///
+    /// K is cut into chunks of at most `kc` (a chunk of a B panel, `kc × nr`, stays in L1 while the
+    /// tiles sweep it); the accumulators of a chunk start from the bias (first chunk) or the partial
+    /// sums stored by the previous one, and only the last chunk applies the epilogue. The operand that
+    /// is larger is read once: with more weight than col (M ≥ P, deep layers over few positions) the
+    /// parallel loop is over blocks of row tiles (8, or as many as there are tiles, so two threads get
+    /// equal shares) and every chunk of every panel sweeps the block's tiles; otherwise it is over the
+    /// position panels and every chunk sweeps all tiles.
     pub(super) fn conv_gemm_body(&mut self, kb: &mut KB, a: NodeId, r: NodeId, op: u32, out_shape: &[usize]) -> Vec<Stmt> {
         let node = self.g.node(a).clone();
-        let av = node.outputs[0];
         let cg = self.conv_gemm[&a].clone();
         let sw = self.shape(node.inputs[1]);
         let (nb, m) = (out_shape[0], out_shape[1]);
@@ -205,8 +211,18 @@ impl Planner<'_> {
         let (mr, nr) = (cg.mr, self.nr);
         let tiles = m.div_ceil(mr);
         let (full, tail) = (pn / nr, pn % nr);
-        let (nblocks, rb_tiles) = row_blocks(tiles, kdim, mr, 4);
-        let np = if nblocks > 1 { nblocks } else { full + (tail > 0) as usize };
+        // K chunks: a B chunk of ~16 KB.
+        let kc_max = (16 * 1024 / (nr * 4)).max(16);
+        let nch = kdim.div_ceil(kc_max);
+        let kc = kdim.div_ceil(nch);
+        let by_rows = m >= pn && tiles >= 2;
+        let (nblocks, rb_tiles) = if by_rows {
+            let rb = tiles.div_ceil(tiles.min(8));
+            (tiles.div_ceil(rb), rb)
+        } else {
+            (1, tiles)
+        };
+        let np = if by_rows { nblocks } else { full + (tail > 0) as usize };
         // The output position is carried on the last spatial dim that is not 1 (the others 0): a flat
         // index that `linear` maps to the right offset for the output and every epilogue operand.
         let pdim = (2..out_shape.len()).rev().find(|&d| out_shape[d] != 1).unwrap_or(out_shape.len() - 1);
@@ -216,48 +232,17 @@ impl Planner<'_> {
             None => self.buf_of[node.inputs[0].index()].expect("conv GEMM input is materialized"),
         };
         let bp = kb.param(bbuf, &self.buffers[bbuf as usize].clone(), Access::Read);
+        if nch > 1 {
+            // Partial sums are read back from the output.
+            kb.params[op as usize].access = Access::ReadWrite;
+        }
         let it = kb.var();
         let (nv, q) = if nb > 1 {
             (Expr::i(IOp::Div, Expr::Var(it), Expr::Int(np as i64)), Expr::i(IOp::Rem, Expr::Var(it), Expr::Int(np as i64)))
         } else {
             (Expr::Int(0), Expr::Var(it))
         };
-        // One tile: `mr` output channels starting at tile `gt` × `width` positions from `cbase`.
-        let tile = |me: &mut Self, kb: &mut KB, gt: Expr, cbase: Expr, width: usize| -> Vec<Stmt> {
-            let jv = kb.var();
-            let kv = kb.var();
-            let accs: Vec<_> = (0..mr).map(|_| kb.var()).collect();
-            let colx = Expr::add(cbase.clone(), Expr::Var(jv));
-            let mut inner = Vec::new();
-            for (i, &acc) in accs.iter().enumerate() {
-                let ai = Expr::add(Expr::mul(Expr::add(Expr::mul(gt.clone(), Expr::Int(kdim as i64)), Expr::Var(kv)), Expr::Int(mr as i64)), Expr::Int(i as i64));
-                let bi = Expr::add(Expr::mul(Expr::add(Expr::mul(nv.clone(), Expr::Int(kdim as i64)), Expr::Var(kv)), Expr::Int(pn as i64)), colx.clone());
-                let prod = Expr::Bin(BinaryOp::Mul, DType::F32, Box::new(Expr::load(ap, ai)), Box::new(Expr::load(bp, bi)));
-                inner.push(Stmt::Assign { var: acc, value: Expr::Bin(BinaryOp::Add, DType::F32, Box::new(Expr::Var(acc)), Box::new(prod)) });
-            }
-            let rows: Vec<Expr> = (0..mr).map(|i| clamp(Expr::add(Expr::mul(gt.clone(), Expr::Int(mr as i64)), Expr::Int(i as i64)), 0, m as i64 - 1)).collect();
-            let mut vbody = Vec::new();
-            for (i, &acc) in accs.iter().enumerate() {
-                let init = match node.inputs.get(2) {
-                    Some(&b) => me.elem(kb, b, &[rows[i].clone()]),
-                    None => lit(0.0, DType::F32),
-                };
-                vbody.push(Stmt::Decl { var: acc, dtype: DType::F32, init });
-            }
-            vbody.push(Stmt::For { var: kv, extent: kdim as i64, kind: LoopKind::Serial, body: inner });
-            for (i, &acc) in accs.iter().enumerate() {
-                let mut idx = vec![Expr::Int(0); out_shape.len()];
-                idx[0] = nv.clone();
-                idx[1] = rows[i].clone();
-                idx[pdim] = colx.clone();
-                kb.subst.insert(av, Expr::Var(acc));
-                let v = if a == r { Expr::Var(acc) } else { me.node_expr(kb, r, &idx) };
-                kb.subst.remove(&av);
-                vbody.push(Stmt::Store { buf: op, index: linear(&idx, out_shape), value: v });
-            }
-            let kind = if width >= 2 { LoopKind::Vector(width as u32) } else { LoopKind::Serial };
-            vec![Stmt::For { var: jv, extent: width as i64, kind, body: vbody }]
-        };
+        let t = Tiling { a, r, av: node.outputs[0], bias: node.inputs.get(2).copied(), op, out_shape, ap, bp, nv, kdim, pn, mr, m, pdim, kc, nch };
         let guard = |gt: &Expr, body: Vec<Stmt>| -> Vec<Stmt> {
             if nblocks * rb_tiles > tiles {
                 vec![Stmt::If { cond: Expr::i(IOp::Lt, gt.clone(), Expr::Int(tiles as i64)), body }]
@@ -266,47 +251,142 @@ impl Planner<'_> {
             }
         };
         let mut body = Vec::new();
-        if nblocks > 1 {
-            // Blocks of row tiles: every panel sweeps the block's tiles (its slice of A stays hot).
-            if full > 0 {
-                let p = kb.var();
-                let tl = kb.var();
-                let gt = Expr::add(Expr::mul(q.clone(), Expr::Int(rb_tiles as i64)), Expr::Var(tl));
-                let t = tile(self, kb, gt.clone(), Expr::mul(Expr::Var(p), Expr::Int(nr as i64)), nr);
-                let tl_loop = Stmt::For { var: tl, extent: rb_tiles as i64, kind: LoopKind::Serial, body: guard(&gt, t) };
-                body.push(Stmt::For { var: p, extent: full as i64, kind: LoopKind::Serial, body: vec![tl_loop] });
-            }
-            if tail > 0 {
-                let tl = kb.var();
-                let gt = Expr::add(Expr::mul(q.clone(), Expr::Int(rb_tiles as i64)), Expr::Var(tl));
-                let t = tile(self, kb, gt.clone(), Expr::Int((full * nr) as i64), tail);
-                body.push(Stmt::For { var: tl, extent: rb_tiles as i64, kind: LoopKind::Serial, body: guard(&gt, t) });
-            }
-        } else {
-            // One block: the panels (the tail positions the last one) are the parallel dimension.
-            if full > 0 {
-                let tl = kb.var();
-                let t = tile(self, kb, Expr::Var(tl), Expr::mul(q.clone(), Expr::Int(nr as i64)), nr);
-                let tl_loop = vec![Stmt::For { var: tl, extent: tiles as i64, kind: LoopKind::Serial, body: t }];
-                if tail > 0 {
-                    body.push(Stmt::If { cond: Expr::i(IOp::Lt, q.clone(), Expr::Int(full as i64)), body: tl_loop });
-                } else {
-                    body.extend(tl_loop);
-                }
-            }
-            if tail > 0 {
-                let tl = kb.var();
-                let t = tile(self, kb, Expr::Var(tl), Expr::Int((full * nr) as i64), tail);
-                let tl_loop = vec![Stmt::For { var: tl, extent: tiles as i64, kind: LoopKind::Serial, body: t }];
+        if by_rows {
+            // A block of row tiles: every chunk of every panel sweeps the block's tiles.
+            let blk = q.clone();
+            body = self.conv_chunks(kb, &t, &mut |me, kb, k0, klen, first, last| {
+                let mut v = Vec::new();
                 if full > 0 {
-                    body.push(Stmt::If { cond: Expr::i(IOp::Le, Expr::Int(full as i64), q.clone()), body: tl_loop });
+                    let p = kb.var();
+                    let tl = kb.var();
+                    let gt = Expr::add(Expr::mul(blk.clone(), Expr::Int(rb_tiles as i64)), Expr::Var(tl));
+                    let tb = me.conv_tile(kb, &t, gt.clone(), Expr::mul(Expr::Var(p), Expr::Int(nr as i64)), nr, k0.clone(), klen, first, last);
+                    let tl_loop = Stmt::For { var: tl, extent: rb_tiles as i64, kind: LoopKind::Serial, body: guard(&gt, tb) };
+                    v.push(Stmt::For { var: p, extent: full as i64, kind: LoopKind::Serial, body: vec![tl_loop] });
+                }
+                if tail > 0 {
+                    let tl = kb.var();
+                    let gt = Expr::add(Expr::mul(blk.clone(), Expr::Int(rb_tiles as i64)), Expr::Var(tl));
+                    let tb = me.conv_tile(kb, &t, gt.clone(), Expr::Int((full * nr) as i64), tail, k0, klen, first, last);
+                    v.push(Stmt::For { var: tl, extent: rb_tiles as i64, kind: LoopKind::Serial, body: guard(&gt, tb) });
+                }
+                v
+            });
+        } else {
+            // A panel of positions (the tail positions the last one): every chunk sweeps all tiles.
+            for (cond, cbase, width) in [
+                (Expr::i(IOp::Lt, q.clone(), Expr::Int(full as i64)), Expr::mul(q.clone(), Expr::Int(nr as i64)), nr),
+                (Expr::i(IOp::Le, Expr::Int(full as i64), q.clone()), Expr::Int((full * nr) as i64), tail),
+            ] {
+                if width == 0 || (width == nr && full == 0) {
+                    continue;
+                }
+                let chunks = self.conv_chunks(kb, &t, &mut |me, kb, k0, klen, first, last| {
+                    let tl = kb.var();
+                    let tb = me.conv_tile(kb, &t, Expr::Var(tl), cbase.clone(), width, k0, klen, first, last);
+                    vec![Stmt::For { var: tl, extent: tiles as i64, kind: LoopKind::Serial, body: tb }]
+                });
+                if full > 0 && tail > 0 {
+                    body.push(Stmt::If { cond, body: chunks });
                 } else {
-                    body.extend(tl_loop);
+                    body.extend(chunks);
                 }
             }
         }
         vec![Stmt::For { var: it, extent: (nb * np) as i64, kind: LoopKind::Parallel, body }]
     }
+
+    /// The K chunks in order: `f(k0, length, first, last)` for the first, the middle ones (one serial
+    /// loop) and the last.
+    #[allow(clippy::type_complexity)]
+    fn conv_chunks(&mut self, kb: &mut KB, t: &Tiling, f: &mut dyn FnMut(&mut Self, &mut KB, Expr, usize, bool, bool) -> Vec<Stmt>) -> Vec<Stmt> {
+        if t.nch == 1 {
+            return f(self, kb, Expr::Int(0), t.kdim, true, true);
+        }
+        let mut v = f(self, kb, Expr::Int(0), t.kc, true, false);
+        if t.nch > 2 {
+            let c = kb.var();
+            // Chunks 1 ..= nch − 2.
+            let body = f(self, kb, Expr::mul(Expr::add(Expr::Var(c), Expr::Int(1)), Expr::Int(t.kc as i64)), t.kc, false, false);
+            v.push(Stmt::For { var: c, extent: t.nch as i64 - 2, kind: LoopKind::Serial, body });
+        }
+        let k0 = (t.nch - 1) * t.kc;
+        v.extend(f(self, kb, Expr::Int(k0 as i64), t.kdim - k0, false, true));
+        v
+    }
+
+    /// One tile: `mr` output channels from tile `gt` × `width` positions from `cbase`, over K
+    /// `k0 .. k0 + klen`; the accumulators start from the bias (`first`) or the stored partial sums, and
+    /// the epilogue is applied when `last`.
+    #[allow(clippy::too_many_arguments)]
+    fn conv_tile(&mut self, kb: &mut KB, t: &Tiling, gt: Expr, cbase: Expr, width: usize, k0: Expr, klen: usize, first: bool, last: bool) -> Vec<Stmt> {
+        let (mr, kdim, pn) = (t.mr, t.kdim as i64, t.pn as i64);
+        let jv = kb.var();
+        let kv = kb.var();
+        let accs: Vec<_> = (0..mr).map(|_| kb.var()).collect();
+        let colx = Expr::add(cbase, Expr::Var(jv));
+        let kx = Expr::add(k0, Expr::Var(kv));
+        let mut inner = Vec::new();
+        for (i, &acc) in accs.iter().enumerate() {
+            let ai = Expr::add(Expr::mul(Expr::add(Expr::mul(gt.clone(), Expr::Int(kdim)), kx.clone()), Expr::Int(mr as i64)), Expr::Int(i as i64));
+            let bi = Expr::add(Expr::mul(Expr::add(Expr::mul(t.nv.clone(), Expr::Int(kdim)), kx.clone()), Expr::Int(pn)), colx.clone());
+            let prod = Expr::Bin(BinaryOp::Mul, DType::F32, Box::new(Expr::load(t.ap, ai)), Box::new(Expr::load(t.bp, bi)));
+            inner.push(Stmt::Assign { var: acc, value: Expr::Bin(BinaryOp::Add, DType::F32, Box::new(Expr::Var(acc)), Box::new(prod)) });
+        }
+        let rows: Vec<Expr> = (0..mr).map(|i| clamp(Expr::add(Expr::mul(gt.clone(), Expr::Int(mr as i64)), Expr::Int(i as i64)), 0, t.m as i64 - 1)).collect();
+        let idx = |i: usize| {
+            let mut idx = vec![Expr::Int(0); t.out_shape.len()];
+            idx[0] = t.nv.clone();
+            idx[1] = rows[i].clone();
+            idx[t.pdim] = colx.clone();
+            idx
+        };
+        let mut vbody = Vec::new();
+        for (i, &acc) in accs.iter().enumerate() {
+            let init = match (first, t.bias) {
+                (false, _) => Expr::load(t.op, linear(&idx(i), t.out_shape)),
+                (true, Some(b)) => self.elem(kb, b, &[rows[i].clone()]),
+                (true, None) => lit(0.0, DType::F32),
+            };
+            vbody.push(Stmt::Decl { var: acc, dtype: DType::F32, init });
+        }
+        vbody.push(Stmt::For { var: kv, extent: klen as i64, kind: LoopKind::Serial, body: inner });
+        for (i, &acc) in accs.iter().enumerate() {
+            let ix = idx(i);
+            let v = if last && t.a != t.r {
+                kb.subst.insert(t.av, Expr::Var(acc));
+                let v = self.node_expr(kb, t.r, &ix);
+                kb.subst.remove(&t.av);
+                v
+            } else {
+                Expr::Var(acc)
+            };
+            vbody.push(Stmt::Store { buf: t.op, index: linear(&ix, t.out_shape), value: v });
+        }
+        let kind = if width >= 2 { LoopKind::Vector(width as u32) } else { LoopKind::Serial };
+        vec![Stmt::For { var: jv, extent: width as i64, kind, body: vbody }]
+    }
+}
+
+/// What every tile of one convolution's GEMM kernel shares.
+struct Tiling<'a> {
+    a: NodeId,
+    r: NodeId,
+    av: ValueId,
+    bias: Option<ValueId>,
+    op: u32,
+    out_shape: &'a [usize],
+    ap: u32,
+    bp: u32,
+    /// The image index.
+    nv: Expr,
+    kdim: usize,
+    pn: usize,
+    mr: usize,
+    m: usize,
+    pdim: usize,
+    kc: usize,
+    nch: usize,
 }
 
 /// A float weight `[M, …]` (rows of K elements) packed in panels of `mr` rows: `packed[t][k][i] =
