@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
-"""Write small convolution models as ONNX, one per shape class of the dense-convolution GEMM path.
+"""Write small convolution models as ONNX, one per shape class of the convolution GEMM paths.
 
     make_convs.py --out DIR
 
 For each case NAME writes DIR/NAME.onnx and DIR/NAME.<input>.npy (seeded): 1×1 convolutions (x read
 directly) and k×k ones (im2col), strides, dilations, asymmetric pads, 1-D and 3-D, batch 2, row tiles
 and position panels with tails, several row blocks, with and without bias, and the fused epilogues
-(Relu, Clip/ReLU6, HardSwish, SiLU, Sigmoid, residual Add, per-channel and spatial broadcasts).
+(Relu, Clip/ReLU6, HardSwish, SiLU, Sigmoid, residual Add, per-channel and spatial broadcasts);
+ConvTranspose with strides, output padding, dilation, 1-D, batch 2 and groups.
 Prints the case names, one a line. Uses only onnx.helper and numpy.
 """
 from __future__ import annotations
@@ -24,14 +25,17 @@ def case(rng, name, xshape, convs, tail, extra_inputs=()):
     inits, nodes = [], []
     y = "x"
     c = xshape[1]
-    for i, (m, k, attrs, bias) in enumerate(convs):
-        w = rng.normal(0.0, np.sqrt(1.0 / (c * np.prod(k))), size=(m, c, *k)).astype(np.float32)
+    for i, (m, k, attrs, bias, *op) in enumerate(convs):
+        op = op[0] if op else "Conv"
+        g = attrs.get("group", 1)
+        shape = (m, c // g, *k) if op == "Conv" else (c, m // g, *k)
+        w = rng.normal(0.0, np.sqrt(1.0 / (c * np.prod(k))), size=shape).astype(np.float32)
         inits.append(numpy_helper.from_array(w, f"w{i}"))
         ins = [y, f"w{i}"]
         if bias:
             inits.append(numpy_helper.from_array(rng.normal(0.0, 0.5, size=(m,)).astype(np.float32), f"b{i}"))
             ins.append(f"b{i}")
-        nodes.append(helper.make_node("Conv", ins, [f"c{i}"], name=f"conv{i}", kernel_shape=list(k), **attrs))
+        nodes.append(helper.make_node(op, ins, [f"c{i}"], name=f"conv{i}", kernel_shape=list(k), **attrs))
         y, c = f"c{i}", m
     out = tail(nodes, inits, y)
     inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(xshape))]
@@ -125,6 +129,16 @@ def main() -> None:
         "conv3x3_deep_b2": ([2, 64, 7, 7], [(256, (3, 3), {"pads": [1, 1, 1, 1]}, True)], relu, ()),
         # Enough work for the thread pool: 64×64 channels at 28×28.
         "conv3x3_wide": ([1, 64, 28, 28], [(64, (3, 3), {"pads": [1, 1, 1, 1]}, True)], relu, ()),
+        # ConvTranspose through the GEMM (then the col2im gather): 2×2 stride 2 upsampling, Relu.
+        "convt2x2_s2_relu": ([1, 8, 5, 6], [(6, (2, 2), {"strides": [2, 2]}, True, "ConvTranspose")], relu, ()),
+        # 3×3 stride 2, pads 1, output_padding 1, batch 2, no bias.
+        "convt3x3_s2_opad_b2": ([2, 4, 7, 7], [(5, (3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1], "output_padding": [1, 1]}, False, "ConvTranspose")],
+                                identity, ()),
+        # 1-D, stride 3, dilation 2, asymmetric pads, residual input.
+        "convt1d_s3_dil2_residual": ([1, 3, 9], [(4, (4,), {"strides": [3], "dilations": [2], "pads": [1, 2]}, True, "ConvTranspose")],
+                                     residual_relu, (("r", [1, 4, 28]),)),
+        # Grouped (2 groups): the direct per-output gather.
+        "convt_grouped": ([1, 4, 6, 6], [(6, (3, 3), {"strides": [2, 2], "group": 2}, True, "ConvTranspose")], sigmoid, ()),
     }
     for name, (xs, convs, tail, extra) in cases.items():
         m, feeds = case(rng, name, xs, convs, tail, extra)

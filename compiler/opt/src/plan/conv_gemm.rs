@@ -205,9 +205,22 @@ impl Planner<'_> {
         let node = self.g.node(a).clone();
         let cg = self.conv_gemm[&a].clone();
         let sw = self.shape(node.inputs[1]);
+        let kdim: usize = sw[1..].iter().product();
+        let bbuf = match cg.col {
+            Some(c) => c,
+            None => self.buf_of[node.inputs[0].index()].expect("conv GEMM input is materialized"),
+        };
+        self.nchw_gemm(kb, a, r, node.inputs.get(2).copied(), op, out_shape, &cg, bbuf, kdim)
+    }
+
+    /// The GEMM loops shared by convolution and transposed convolution: `out[n][m][p] (+ epilogue of
+    /// anchor `a` in root `r`'s kernel, none when `a == r`) = bias[m] + Σ_k A[m][k] · B[n][k][p]` with
+    /// A packed in `cg.mr`-row panels and B the buffer `bbuf` ([N, K, P] row-major).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn nchw_gemm(&mut self, kb: &mut KB, a: NodeId, r: NodeId, bias: Option<ValueId>, op: u32, out_shape: &[usize], cg: &ConvGemm, bbuf: u32, kdim: usize) -> Vec<Stmt> {
+        let av = self.g.node(a).outputs[0];
         let (nb, m) = (out_shape[0], out_shape[1]);
         let pn: usize = out_shape[2..].iter().product();
-        let kdim: usize = sw[1..].iter().product();
         let (mr, nr) = (cg.mr, self.nr);
         let tiles = m.div_ceil(mr);
         let (full, tail) = (pn / nr, pn % nr);
@@ -227,10 +240,6 @@ impl Planner<'_> {
         // index that `linear` maps to the right offset for the output and every epilogue operand.
         let pdim = (2..out_shape.len()).rev().find(|&d| out_shape[d] != 1).unwrap_or(out_shape.len() - 1);
         let ap = kb.param(cg.apack, &self.buffers[cg.apack as usize].clone(), Access::Read);
-        let bbuf = match cg.col {
-            Some(c) => c,
-            None => self.buf_of[node.inputs[0].index()].expect("conv GEMM input is materialized"),
-        };
         let bp = kb.param(bbuf, &self.buffers[bbuf as usize].clone(), Access::Read);
         if nch > 1 {
             // Partial sums are read back from the output.
@@ -242,7 +251,7 @@ impl Planner<'_> {
         } else {
             (Expr::Int(0), Expr::Var(it))
         };
-        let t = Tiling { a, r, av: node.outputs[0], bias: node.inputs.get(2).copied(), op, out_shape, ap, bp, nv, kdim, pn, mr, m, pdim, kc, nch };
+        let t = Tiling { a, r, av, bias, op, out_shape, ap, bp, nv, kdim, pn, mr, m, pdim, kc, nch };
         let guard = |gt: &Expr, body: Vec<Stmt>| -> Vec<Stmt> {
             if nblocks * rb_tiles > tiles {
                 vec![Stmt::If { cond: Expr::i(IOp::Lt, gt.clone(), Expr::Int(tiles as i64)), body }]

@@ -38,7 +38,11 @@ impl Planner<'_> {
         for &o in &g.outputs {
             needs_load[o.index()] = true;
         }
-        let conv_packed = if self.conv_gemm_on { self.pack_conv_weights() } else { Vec::new() };
+        let mut conv_packed = Vec::new();
+        if self.conv_gemm_on {
+            conv_packed = self.pack_conv_weights();
+            conv_packed.extend(self.pack_conv_transpose_weights());
+        }
         for (k, v) in g.values.iter().enumerate() {
             let Def::Const(c) = &v.def else { continue };
             let vid = ValueId(k as u32);

@@ -17,11 +17,13 @@
 //! root to its loop nest, with the per-element expressions of inlined nodes in `inline.rs`, anchor
 //! bodies (dot product, reductions, cumsum) in `anchor.rs`, convolution and pooling in `conv.rs`,
 //! dense convolution on the GEMM micro-kernel (im2col, packed weight rows) in `conv_gemm.rs`,
+//! transposed convolution (GEMM then col2im gather, or direct) in `conv_transpose.rs`,
 //! the GEMM micro-kernel and weight packing in `gemm.rs`, and index arithmetic in `index.rs`.
 
 mod anchor;
 mod conv;
 mod conv_gemm;
+mod conv_transpose;
 mod fuse;
 mod gemm;
 mod index;
@@ -45,7 +47,7 @@ pub fn lowerable_kinds() -> Vec<&'static str> {
     v.extend(rlx_ir::BinaryOp::ALL.iter().map(|b| b.name()));
     v.extend([
         "where", "cast", "matmul", "reduce_sum", "reduce_prod", "reduce_max", "reduce_min", "reduce_mean", "argmax", "argmin",
-        "reshape", "transpose", "expand", "slice", "concat", "gather", "gather_elements", "gather_nd", "pad", "conv", "max_pool", "avg_pool", "cumsum",
+        "reshape", "transpose", "expand", "slice", "concat", "gather", "gather_elements", "gather_nd", "pad", "conv", "conv_transpose", "max_pool", "avg_pool", "cumsum",
         "quantize", "dequantize", "fake_quantize",
     ]);
     v
@@ -96,6 +98,8 @@ struct Planner<'g> {
     packed_weight: HashMap<ValueId, u32>,
     /// Convolutions on the GEMM micro-kernel (`conv_gemm.rs`), by anchor node.
     conv_gemm: HashMap<NodeId, conv_gemm::ConvGemm>,
+    /// Transposed convolutions whose product goes through the same GEMM loops (`conv_transpose.rs`).
+    conv_transpose_gemm: HashMap<NodeId, conv_gemm::ConvGemm>,
     conv_gemm_on: bool,
     align: usize,
     nr: usize,
@@ -166,6 +170,7 @@ pub fn plan(g: &Mir, opts: &PlanOptions) -> Result<Lir, Vec<Problem>> {
         transposed_weight: HashMap::new(),
         packed_weight: HashMap::new(),
         conv_gemm: HashMap::new(),
+        conv_transpose_gemm: HashMap::new(),
         conv_gemm_on: opts.conv_gemm,
         align: opts.align,
         nr: opts.gemm_nr.max(1),
@@ -178,6 +183,7 @@ pub fn plan(g: &Mir, opts: &PlanOptions) -> Result<Lir, Vec<Problem>> {
     let mut launches = Vec::new();
     for &n in &roots {
         launches.extend(p.im2col_launch(n));
+        launches.extend(p.conv_transpose_launch(n));
         let (kernel, bindings, nodes) = p.kernel(n);
         launches.push(Launch { nodes, kernel, bindings });
     }
