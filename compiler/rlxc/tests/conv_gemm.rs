@@ -2,7 +2,8 @@
 //! `tests/native/make_convs.py` (1×1 read in place, im2col for k×k, strides, dilations, asymmetric pads,
 //! 1-D and 3-D, batch 2, tiles and panels with tails, several row blocks, the fused epilogues) compiled
 //! for x86_64 (AVX2: 6-row tiles × 16 lanes), the host (its own vector width, 1 and 2 threads) and
-//! Cranelift, each within 1e-4 of the reference interpreter.
+//! Cranelift, each within 1e-4 of the reference interpreter; and ConvTranspose (`plan/conv_transpose.rs`:
+//! the same GEMM loops then a col2im gather, or a direct gather when grouped).
 
 mod common;
 
@@ -84,16 +85,23 @@ fn conv_gemm_cranelift_matches_interp() {
     check(&[("x86_64-cranelift", 2)], "cranelift");
 }
 
-/// The planner really takes the GEMM path: the compiled artifact's manifest lists the packed weight rows
-/// and the im2col launch.
+/// The planner really takes the GEMM paths (the planned program, `--emit-ir`'s NAME.lir): packed weight
+/// rows and an im2col launch for a k×k convolution, no copy for a 1×1 one, a GEMM launch and the packed
+/// transposed weight for a transposed convolution.
 #[test]
-fn conv_gemm_path_is_taken() {
+fn conv_gemm_paths_are_taken() {
     let dir = scratch("path");
     let cases = cases(&dir);
-    let (_, model, _) = cases.iter().find(|(n, _, _)| n == "conv3x3_silu").expect("case conv3x3_silu");
-    let out = dir.join("artifact");
-    ok(Command::new(env!("CARGO_BIN_EXE_rlxc")).current_dir(repo()).arg("compile").arg(model).args(["--target", "x86_64", "--name", "m", "-o"]).arg(&out));
-    let man = std::fs::read_to_string(out.join("m.json")).unwrap();
-    assert!(man.contains("packed 6-row panels"), "no packed conv weight in the manifest:\n{man}");
-    assert!(man.contains("(im2col)"), "no im2col launch in the manifest:\n{man}");
+    let lir = |case: &str| {
+        let (_, model, _) = cases.iter().find(|(n, _, _)| n == case).unwrap_or_else(|| panic!("case {case}"));
+        let out = dir.join(case);
+        ok(Command::new(env!("CARGO_BIN_EXE_rlxc")).current_dir(repo()).arg("compile").arg(model).args(["--target", "x86_64", "--name", "m", "--emit-ir", "-o"]).arg(&out));
+        std::fs::read_to_string(out.join("m.lir")).unwrap()
+    };
+    let k3 = lir("conv3x3_silu");
+    assert!(k3.contains("packed 6-row panels") && k3.contains("(im2col)"), "3×3: no packed weight or im2col launch:\n{k3}");
+    let k1 = lir("conv1x1_relu");
+    assert!(k1.contains("packed 6-row panels") && !k1.contains("(im2col)"), "1×1: x is read in place:\n{k1}");
+    let kt = lir("convt2x2_s2_relu");
+    assert!(kt.contains("(transposed, packed 6-row panels)") && kt.contains("(gemm)"), "ConvTranspose: no GEMM launch:\n{kt}");
 }
