@@ -3,8 +3,8 @@
 //! The weight (A) is packed at compile time into `gemm_mr`-row panels `[M/mr][K][mr]` and read as
 //! broadcast scalars; B is read as `vector(nr)` rows along P: x itself for a 1×1, stride-1 unpadded
 //! convolution (x[n] viewed as [C, H·W]), else the im2col copy (its own launch before the GEMM: col in
-//! the arena, zero where the window reads padding). Positions past the last full panel are one
-//! narrower vector panel. The epilogue (bias as the accumulators' start, then the fused elementwise
+//! the arena, zero where the window reads padding). Positions past the last full panel are narrower
+//! vector panels of power-of-two widths. The epilogue (bias as the accumulators' start, then the fused elementwise
 //! chain: activation, residual add) is applied per accumulator before the store. K is cut into chunks
 //! whose B panel stays in L1; the parallel loop runs over images × blocks of row tiles (when the
 //! weight is the larger operand) or position panels (see [`Planner::conv_gemm_body`]).
@@ -236,6 +236,15 @@ impl Planner<'_> {
             (1, tiles)
         };
         let np = if by_rows { nblocks } else { full + (tail > 0) as usize };
+        // The tail positions in power-of-two widths (a vector of an odd width such as 17 lanes
+        // compiles to lane shuffles and spills): (first position, width).
+        let mut pieces = Vec::new();
+        let mut off = full * nr;
+        while off < pn {
+            let w = 1usize << (usize::BITS - 1 - (pn - off).leading_zeros());
+            pieces.push((off, w));
+            off += w;
+        }
         // The output position is carried on the last spatial dim that is not 1 (the others 0): a flat
         // index that `linear` maps to the right offset for the output and every epilogue operand.
         let pdim = (2..out_shape.len()).rev().find(|&d| out_shape[d] != 1).unwrap_or(out_shape.len() - 1);
@@ -273,27 +282,33 @@ impl Planner<'_> {
                     let tl_loop = Stmt::For { var: tl, extent: rb_tiles as i64, kind: LoopKind::Serial, body: guard(&gt, tb) };
                     v.push(Stmt::For { var: p, extent: full as i64, kind: LoopKind::Serial, body: vec![tl_loop] });
                 }
-                if tail > 0 {
+                for &(off, w) in &pieces {
                     let tl = kb.var();
                     let gt = Expr::add(Expr::mul(blk.clone(), Expr::Int(rb_tiles as i64)), Expr::Var(tl));
-                    let tb = me.conv_tile(kb, &t, gt.clone(), Expr::Int((full * nr) as i64), tail, k0, klen, first, last);
+                    let tb = me.conv_tile(kb, &t, gt.clone(), Expr::Int(off as i64), w, k0.clone(), klen, first, last);
                     v.push(Stmt::For { var: tl, extent: rb_tiles as i64, kind: LoopKind::Serial, body: guard(&gt, tb) });
                 }
                 v
             });
         } else {
             // A panel of positions (the tail positions the last one): every chunk sweeps all tiles.
-            for (cond, cbase, width) in [
-                (Expr::i(IOp::Lt, q.clone(), Expr::Int(full as i64)), Expr::mul(q.clone(), Expr::Int(nr as i64)), nr),
-                (Expr::i(IOp::Le, Expr::Int(full as i64), q.clone()), Expr::Int((full * nr) as i64), tail),
+            let full_panel = vec![(Expr::mul(q.clone(), Expr::Int(nr as i64)), nr)];
+            let tail_panel: Vec<(Expr, usize)> = pieces.iter().map(|&(off, w)| (Expr::Int(off as i64), w)).collect();
+            for (cond, panel) in [
+                (Expr::i(IOp::Lt, q.clone(), Expr::Int(full as i64)), full_panel),
+                (Expr::i(IOp::Le, Expr::Int(full as i64), q.clone()), tail_panel),
             ] {
-                if width == 0 || (width == nr && full == 0) {
+                if panel.is_empty() || (panel[0].1 == nr && full == 0) {
                     continue;
                 }
                 let chunks = self.conv_chunks(kb, &t, &mut |me, kb, k0, klen, first, last| {
-                    let tl = kb.var();
-                    let tb = me.conv_tile(kb, &t, Expr::Var(tl), cbase.clone(), width, k0, klen, first, last);
-                    vec![Stmt::For { var: tl, extent: tiles as i64, kind: LoopKind::Serial, body: tb }]
+                    let mut v = Vec::new();
+                    for (cbase, width) in &panel {
+                        let tl = kb.var();
+                        let tb = me.conv_tile(kb, &t, Expr::Var(tl), cbase.clone(), *width, k0.clone(), klen, first, last);
+                        v.push(Stmt::For { var: tl, extent: tiles as i64, kind: LoopKind::Serial, body: tb });
+                    }
+                    v
                 });
                 if full > 0 && tail > 0 {
                     body.push(Stmt::If { cond, body: chunks });
