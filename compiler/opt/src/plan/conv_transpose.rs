@@ -80,12 +80,12 @@ impl Planner<'_> {
         let m: usize = sw[1..].iter().product();
         let pn: usize = sx[2..].iter().product();
         let col_shape = vec![sx[0], m, pn];
+        let xb = self.buf_of[x.index()]?;
         let col = self.add_buffer(Buffer { base: Base::Arena, offset: 0, dtype: DType::F32, shape: col_shape.clone(), label: format!("{} (col)", node.name) }, None);
         self.conv_transpose_gemm.get_mut(&a)?.col = Some(col);
         let mut kb = KB { params: Vec::new(), bindings: Vec::new(), vars: 0, subst: HashMap::new() };
         let cb = self.buffers[col as usize].clone();
         let cp = kb.param(col, &cb, Access::Write);
-        let xb = self.buf_of[x.index()]?;
         // No epilogue (anchor = root = the node itself), no bias (added in the gather).
         let body = self.nchw_gemm(&mut kb, a, a, None, cp, &col_shape, &cg, xb, sw[0]);
         let kernel = Kernel { name: format!("{} (gemm)", node.name), params: kb.params, body, vars: kb.vars };
