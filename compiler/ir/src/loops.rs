@@ -171,7 +171,7 @@ pub const LOWERED_KINDS: &[&str] = &[
     "is_neg_inf", "add", "sub", "mul", "div", "pow", "max", "min", "mod", "fmod", "eq", "lt", "le", "gt", "ge", "and", "or", "xor",
     "bit_and", "bit_or", "bit_xor", "shl", "shr", "where", "cast", "matmul", "reduce_sum", "reduce_prod", "reduce_max", "reduce_min",
     "reduce_mean", "argmax", "argmin", "reshape", "transpose", "expand", "slice", "concat", "gather", "gather_elements", "gather_nd", "pad",
-    "conv", "max_pool", "avg_pool", "cumsum", "quantize", "dequantize", "fake_quantize", "write_rows",
+    "conv", "conv_transpose", "max_pool", "avg_pool", "cumsum", "quantize", "dequantize", "fake_quantize", "write_rows",
 ];
 
 /// Dtypes every writer of the full loop form (LLVM, Cranelift) implements. f16/bf16 are storage types

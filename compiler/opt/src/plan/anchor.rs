@@ -158,6 +158,7 @@ impl Planner<'_> {
                 (stmts, Expr::Var(bi))
             }
             MirOp::Conv { .. } => self.conv_body(kb, n, idx),
+            MirOp::ConvTranspose { .. } => self.conv_transpose_body(kb, n, idx),
             MirOp::Pool { .. } => self.pool_body(kb, n, idx),
             MirOp::CumSum { axis, exclusive, reverse } => {
                 // out[i] = Σ x[j] over j ≤ i (j < i when exclusive; j ≥ i / j > i when reversed).

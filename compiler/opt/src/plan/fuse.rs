@@ -65,7 +65,7 @@ pub(super) fn is_elementwise(op: &MirOp) -> bool {
 }
 
 fn takes_epilogue(op: &MirOp) -> bool {
-    matches!(op, MirOp::MatMul | MirOp::DequantMatMul | MirOp::Reduce { .. } | MirOp::Conv { .. })
+    matches!(op, MirOp::MatMul | MirOp::DequantMatMul | MirOp::Reduce { .. } | MirOp::Conv { .. } | MirOp::ConvTranspose { .. })
 }
 
 pub(super) fn numel(g: &Mir, v: ValueId) -> usize {
@@ -190,7 +190,7 @@ pub fn fuse_with(g: &Mir, operands: bool) -> Fusion {
             let cheap = is_data_movement(&node.op) || widen || numel(g, v) >= numel(g, cv);
             let consumer_ok = is_inlinable(&cn.op)
                 || matches!(cn.op, MirOp::MatMul | MirOp::Reduce { .. } | MirOp::ArgReduce { .. })
-                || (widen && matches!(cn.op, MirOp::Conv { .. } | MirOp::Pool { .. }));
+                || (widen && matches!(cn.op, MirOp::Conv { .. } | MirOp::ConvTranspose { .. } | MirOp::Pool { .. }));
             let into_anchor = !is_inlinable(&cn.op);
             if consumer_ok && cheap && (!into_anchor || is_data_movement(&node.op) || widen) && !(anchor_of.contains_key(&cv) && !is_inlinable(&cn.op)) {
                 role[n.index()] = Role::Inlined;

@@ -67,18 +67,7 @@ impl Planner<'_> {
         // inside a block every panel of B is swept over all the block's tiles while it is hot. With one
         // block (small M) the panels are the parallel dimension; otherwise the blocks are.
         let tiles = rows.div_ceil(mr);
-        let es = odt.size().unwrap_or(4);
-        let fit = ((256 * 1024) / (kdim * es).max(1) / mr).max(1);
-        let mut nblocks = tiles.div_ceil(fit);
-        let mut rb_tiles = tiles;
-        if nblocks > 1 {
-            // Several blocks: they are the parallel dimension, so make them equal and a multiple of 8
-            // (the runtime cuts a loop into 4 chunks per thread: 2, 4 or 8 threads get equal shares),
-            // while the tiles allow.
-            nblocks = nblocks.max(8).next_multiple_of(8).min(tiles);
-            rb_tiles = tiles.div_ceil(nblocks);
-            nblocks = tiles.div_ceil(rb_tiles);
-        }
+        let (nblocks, rb_tiles) = row_blocks(tiles, kdim, mr, odt.size().unwrap_or(4));
         let blk = kb.var();
         let tl = kb.var();
         let blk_e = if nblocks > 1 { Expr::Var(blk) } else { Expr::Int(0) };
@@ -186,6 +175,22 @@ impl Planner<'_> {
         }
         vec![Stmt::For { var: p, extent: np as i64, kind: LoopKind::Parallel, body }]
     }
+}
+
+/// Cache blocking of a GEMM's row tiles: blocks of tiles whose slice of A (`mr` rows × `kdim` elements
+/// of `es` bytes per tile) fits in ~256 KB. Returns (blocks, tiles per block). Several blocks are the
+/// parallel dimension, so they are made equal and a multiple of 8 in number while the tiles allow (the
+/// runtime cuts a loop into 4 chunks per thread: 2, 4 or 8 threads get equal shares).
+pub(super) fn row_blocks(tiles: usize, kdim: usize, mr: usize, es: usize) -> (usize, usize) {
+    let fit = ((256 * 1024) / (kdim * es).max(1) / mr).max(1);
+    let mut nblocks = tiles.div_ceil(fit);
+    let mut rb_tiles = tiles;
+    if nblocks > 1 {
+        nblocks = nblocks.max(8).next_multiple_of(8).min(tiles);
+        rb_tiles = tiles.div_ceil(nblocks);
+        nblocks = tiles.div_ceil(rb_tiles);
+    }
+    (nblocks, rb_tiles)
 }
 
 /// A float weight `[K, N]` packed in panels of `nr` columns: `packed[p][k][j] = w[k][p·nr + j]`,

@@ -114,6 +114,12 @@ impl Planner<'_> {
                 let v = self.node_expr(kb, r, idx);
                 vec![Stmt::Store { buf: op, index: linear(idx, &out_shape), value: v }]
             }),
+            Some(a) if self.conv_gemm.contains_key(&a) => {
+                if a != r {
+                    nodes.insert(0, a);
+                }
+                self.conv_gemm_body(&mut kb, a, r, op, &out_shape)
+            }
             Some(a) if self.is_gemm(a) => {
                 if a != r {
                     nodes.insert(0, a);

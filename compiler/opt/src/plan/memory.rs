@@ -47,10 +47,18 @@ impl Planner<'_> {
         for &o in &g.outputs {
             needs_load[o.index()] = true;
         }
+        let mut conv_packed = Vec::new();
+        if self.conv_gemm_on {
+            conv_packed = self.pack_conv_weights();
+            conv_packed.extend(self.pack_conv_transpose_weights());
+        }
         let mut block_seen: Vec<((usize, usize, rlx_ir::DType, Vec<usize>), super::blocks::BlockWeight)> = Vec::new();
         for (k, v) in g.values.iter().enumerate() {
             let Def::Const(c) = &v.def else { continue };
             let vid = ValueId(k as u32);
+            if conv_packed.contains(&vid) {
+                continue;
+            }
             // Read by `dequant_matmul` / `dequant_gather`: packed once, in row panels (`blocks.rs`).
             let block_use = g.nodes.iter().any(|n| n.op.block_weight_input().is_some_and(|i| n.inputs.get(i) == Some(&vid)));
             if block_use {

@@ -18,12 +18,16 @@
 //! bodies (dot product, reductions, cumsum) in `anchor.rs`, the kernels that read GGUF block
 //! constants (`dequant_matmul`, `dequant_gather`) in `blocks.rs`, their weights' packed row panels and
 //! per-type dequantization in `block_layout.rs`, convolution and pooling in `conv.rs`,
+//! dense convolution on the GEMM micro-kernel (im2col, packed weight rows) in `conv_gemm.rs`,
+//! transposed convolution (GEMM then col2im gather, or direct) in `conv_transpose.rs`,
 //! the GEMM micro-kernel and weight packing in `gemm.rs`, and index arithmetic in `index.rs`.
 
 mod anchor;
 mod block_layout;
 mod blocks;
 mod conv;
+mod conv_gemm;
+mod conv_transpose;
 mod fuse;
 mod gemm;
 mod index;
@@ -38,7 +42,7 @@ pub use row_fuse::row_fuse;
 use index::align_up;
 use rlx_ir::lir::{Base, Buffer, Launch, Lir, Port, StateSlot};
 use rlx_ir::verify::Problem;
-use rlx_ir::{ConstData, DType, Mir, OpSet, ValueId};
+use rlx_ir::{ConstData, DType, Mir, NodeId, OpSet, ValueId};
 use std::collections::HashMap;
 
 /// The MIR op kinds the kernel lowering implements (a target's claim set is a subset of these).
@@ -47,7 +51,7 @@ pub fn lowerable_kinds() -> Vec<&'static str> {
     v.extend(rlx_ir::BinaryOp::ALL.iter().map(|b| b.name()));
     v.extend([
         "where", "cast", "matmul", "reduce_sum", "reduce_prod", "reduce_max", "reduce_min", "reduce_mean", "argmax", "argmin",
-        "reshape", "transpose", "expand", "slice", "concat", "gather", "gather_elements", "gather_nd", "pad", "conv", "max_pool", "avg_pool", "cumsum",
+        "reshape", "transpose", "expand", "slice", "concat", "gather", "gather_elements", "gather_nd", "pad", "conv", "conv_transpose", "max_pool", "avg_pool", "cumsum",
         "quantize", "dequantize", "fake_quantize", "dequant_matmul", "dequant_gather", "write_rows",
     ]);
     v
@@ -73,11 +77,14 @@ pub struct PlanOptions {
     /// inlined into the matmul's loads instead of materialized ([`fuse_with`]; the shader targets
     /// turn it on: attention's K^T and its scalings are no dispatches of their own).
     pub inline_operands: bool,
+    /// Dense f32 convolutions on the GEMM micro-kernel (`conv_gemm.rs`: packed weight rows × im2col or
+    /// x itself); CPU targets turn it on. Off, every convolution is the direct per-output loop.
+    pub conv_gemm: bool,
 }
 
 impl Default for PlanOptions {
     fn default() -> Self {
-        PlanOptions { align: 64, gemm_nr: GEMM_NR, gemm_mr: GEMM_MR, row_fusion: false, row_recompute: false, inline_operands: false }
+        PlanOptions { align: 64, gemm_nr: GEMM_NR, gemm_mr: GEMM_MR, row_fusion: false, row_recompute: false, inline_operands: false, conv_gemm: false }
     }
 }
 
@@ -95,6 +102,11 @@ struct Planner<'g> {
     packed_weight: HashMap<ValueId, u32>,
     /// Constants read by `dequant_matmul` / `dequant_gather`, packed in interleaved row panels.
     block_weight: HashMap<ValueId, blocks::BlockWeight>,
+    /// Convolutions on the GEMM micro-kernel (`conv_gemm.rs`), by anchor node.
+    conv_gemm: HashMap<NodeId, conv_gemm::ConvGemm>,
+    /// Transposed convolutions whose product goes through the same GEMM loops (`conv_transpose.rs`).
+    conv_transpose_gemm: HashMap<NodeId, conv_gemm::ConvGemm>,
+    conv_gemm_on: bool,
     align: usize,
     nr: usize,
     mr: usize,
@@ -190,6 +202,9 @@ pub fn plan(g: &Mir, opts: &PlanOptions) -> Result<Lir, Vec<Problem>> {
         transposed_weight: HashMap::new(),
         packed_weight: HashMap::new(),
         block_weight: HashMap::new(),
+        conv_gemm: HashMap::new(),
+        conv_transpose_gemm: HashMap::new(),
+        conv_gemm_on: opts.conv_gemm,
         align: opts.align,
         nr: opts.gemm_nr.max(1),
         mr: opts.gemm_mr.max(1),
@@ -204,6 +219,8 @@ pub fn plan(g: &Mir, opts: &PlanOptions) -> Result<Lir, Vec<Problem>> {
     // Kernels, in node order.
     let mut launches = Vec::new();
     for &n in &roots {
+        launches.extend(p.im2col_launch(n));
+        launches.extend(p.conv_transpose_launch(n));
         let (kernel, bindings, nodes) = p.kernel(n);
         launches.push(Launch { nodes, kernel, bindings });
     }

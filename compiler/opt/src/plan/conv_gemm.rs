@@ -1,0 +1,436 @@
+//! Dense convolution (groups = 1, f32) on the GEMM micro-kernel, activations kept in NCHW: per image,
+//! `out[n][M = output channels][P = output positions] = W[M, K = C·k₁·k₂…] · col[n][K, P]`.
+//! The weight (A) is packed at compile time into `gemm_mr`-row panels `[M/mr][K][mr]` and read as
+//! broadcast scalars; B is read as `vector(nr)` rows along P: x itself for a 1×1, stride-1 unpadded
+//! convolution (x[n] viewed as [C, H·W]), else the im2col copy (its own launch before the GEMM: col in
+//! the arena, zero where the window reads padding). Positions past the last full panel are narrower
+//! vector panels of power-of-two widths. The epilogue (bias as the accumulators' start, then the fused elementwise
+//! chain: activation, residual add) is applied per accumulator before the store. K is cut into chunks
+//! whose B panel stays in L1; the parallel loop runs over images × blocks of row tiles (when the
+//! weight is the larger operand) or position panels (see [`Planner::conv_gemm_body`]).
+
+use super::fuse::{is_elementwise, Role};
+use super::index::{clamp, linear};
+use super::kernel::{lit, nest, KB};
+use super::Planner;
+use rlx_ir::lir::{Base, Buffer, Launch};
+use rlx_ir::loops::{Access, Expr, IOp, Kernel, LoopKind, Stmt};
+use rlx_ir::{BinaryOp, ConstData, DType, Def, MirOp, NodeId, ValueId};
+use std::collections::HashMap;
+
+/// A convolution planned on the GEMM micro-kernel.
+#[derive(Clone, Debug)]
+pub(super) struct ConvGemm {
+    /// The weight packed in `mr`-row panels `[tiles][K][mr]`.
+    pub(super) apack: u32,
+    /// Rows per tile (the packing's).
+    pub(super) mr: usize,
+    /// The im2col buffer `[N, K, P]` (None: B is x itself, a 1×1 stride-1 unpadded convolution).
+    pub(super) col: Option<u32>,
+    /// Whether the convolution needs the im2col copy.
+    pub(super) im2col: bool,
+}
+
+impl Planner<'_> {
+    /// The kernel root whose kernel computes anchor `a` (itself when it is a root).
+    fn root_of_anchor(&self, a: NodeId) -> Option<NodeId> {
+        if self.fusion.role[a.index()] == Role::Root {
+            return Some(a);
+        }
+        self.fusion.anchor_of.iter().filter(|(_, &an)| an == a).filter_map(|(&v, _)| self.g.producer(v)).find(|&p| self.fusion.role[p.index()] == Role::Root)
+    }
+
+    /// Whether `v`'s value lives in a buffer (a graph input, a kernel root's output or a view of one).
+    fn materialized(&self, v: ValueId) -> bool {
+        self.g.inputs.contains(&v) || self.g.producer(v).is_some_and(|p| matches!(self.fusion.role[p.index()], Role::Root | Role::View))
+    }
+
+    /// Whether the epilogue of anchor `a` in root `r`'s kernel can be evaluated at a flat position index:
+    /// every inlined node elementwise and every operand's spatial dims either all 1 or the output's.
+    fn flat_epilogue_ok(&self, a: NodeId, r: NodeId, out: &[usize]) -> bool {
+        let av = self.g.node(a).outputs[0];
+        let ok_shape = |s: &[usize]| {
+            if s.len() > out.len() {
+                return false;
+            }
+            let mut p = vec![1; out.len() - s.len()];
+            p.extend_from_slice(s);
+            p[2..].iter().all(|&d| d == 1) || p[2..] == out[2..]
+        };
+        let mut stack = vec![r];
+        let mut seen = vec![r];
+        while let Some(n) = stack.pop() {
+            let node = self.g.node(n);
+            if !is_elementwise(&node.op) || node.outputs.len() != 1 || !ok_shape(&self.shape(node.outputs[0])) {
+                return false;
+            }
+            for &v in &node.inputs {
+                if v == av {
+                    continue;
+                }
+                match self.g.producer(v) {
+                    Some(p) if self.fusion.role[p.index()] == Role::Inlined => {
+                        if !seen.contains(&p) {
+                            seen.push(p);
+                            stack.push(p);
+                        }
+                    }
+                    _ => {
+                        if !ok_shape(&self.shape(v)) {
+                            return false;
+                        }
+                    }
+                }
+            }
+        }
+        true
+    }
+
+    /// The convolutions that go on the GEMM micro-kernel, in node order, with their weights: dense
+    /// (groups = 1) f32 convolutions over a materialized input, whose weight is a constant used by
+    /// nothing else and whose epilogue reads operands at a flat position index.
+    pub(super) fn conv_gemm_candidates(&self) -> Vec<(NodeId, ValueId)> {
+        let g = self.g;
+        let uses = g.use_counts();
+        let is_out = g.output_mask();
+        let mut v = Vec::new();
+        for a in g.node_ids() {
+            let node = g.node(a);
+            let MirOp::Conv { groups: 1, .. } = node.op else { continue };
+            let (x, w) = (node.inputs[0], node.inputs[1]);
+            let out = self.shape(node.outputs[0]);
+            let f32s = node.inputs.iter().chain(&node.outputs).all(|&i| self.dt(i) == DType::F32);
+            let kdim: usize = self.shape(w)[1..].iter().product();
+            if !f32s || out.len() < 3 || out.contains(&0) || kdim == 0 || !self.materialized(x) || !matches!(g.value(w).def, Def::Const(_)) || uses[w.index()] != 1 || is_out[w.index()] {
+                continue;
+            }
+            if self.fusion.role[a.index()] == Role::Inlined || self.fusion.role[a.index()] == Role::View {
+                continue;
+            }
+            let Some(r) = self.root_of_anchor(a) else { continue };
+            if r != a && !self.flat_epilogue_ok(a, r, &out) {
+                continue;
+            }
+            v.push((a, w));
+        }
+        v
+    }
+
+    /// Packs the weights of the convolutions that go on the GEMM micro-kernel; returns the weights
+    /// packed (they need no other copy in the blob).
+    pub(super) fn pack_conv_weights(&mut self) -> Vec<ValueId> {
+        let mut packed = Vec::new();
+        for (a, w) in self.conv_gemm_candidates() {
+            let Def::Const(c) = &self.g.value(w).def else { continue };
+            let node = self.g.node(a);
+            let MirOp::Conv { strides, pads, .. } = &node.op else { continue };
+            let sw = self.shape(w);
+            let one = sw[2..].iter().all(|&k| k == 1) && strides.iter().all(|&s| s == 1) && pads.iter().all(|&p| p == 0);
+            let mr = self.mr.min(sw[0]).max(1);
+            let pc = pack_rows(c, mr);
+            let b = self.add_weight(format!("{} (packed {mr}-row panels)", self.label(w)), &pc);
+            self.conv_gemm.insert(a, ConvGemm { apack: b, mr, col: None, im2col: !one });
+            packed.push(w);
+        }
+        packed
+    }
+
+    /// The im2col launch before the kernel rooted at `r`, when its anchor is a convolution on the GEMM
+    /// path that needs one: `col[n][(c, k…)][(o…)] = x[n][c][o·s − pad + k·d]`, zero in the padding.
+    pub(super) fn im2col_launch(&mut self, r: NodeId) -> Option<Launch> {
+        let out = self.g.node(r).outputs[0];
+        let a = self.fusion.anchor_of.get(&out).copied().unwrap_or(r);
+        let cg = self.conv_gemm.get(&a)?;
+        if !cg.im2col {
+            return None;
+        }
+        let node = self.g.node(a).clone();
+        let MirOp::Conv { strides, pads, dilations, .. } = &node.op else { return None };
+        let x = node.inputs[0];
+        let (sx, sw, so) = (self.shape(x), self.shape(node.inputs[1]), self.shape(node.outputs[0]));
+        let sp = sx.len() - 2;
+        // Loop space [N, C, k…, o…] = the col buffer [N, K, P] in row-major order.
+        let mut space = vec![sx[0], sx[1]];
+        space.extend_from_slice(&sw[2..]);
+        space.extend_from_slice(&so[2..]);
+        let kdim: usize = sw[1..].iter().product();
+        let pn: usize = so[2..].iter().product();
+        let col = self.add_buffer(Buffer { base: Base::Arena, offset: 0, dtype: DType::F32, shape: vec![sx[0], kdim, pn], label: format!("{} (im2col)", node.name) }, None);
+        self.conv_gemm.get_mut(&a)?.col = Some(col);
+        let mut kb = KB { params: Vec::new(), bindings: Vec::new(), vars: 0, subst: HashMap::new() };
+        let cb = self.buffers[col as usize].clone();
+        let cp = kb.param(col, &cb, Access::Write);
+        let body = nest(&mut kb, &space, LoopKind::Parallel, &mut |kb, idx| {
+            let mut xi = vec![idx[0].clone(), idx[1].clone()];
+            let mut cond: Option<Expr> = None;
+            for i in 0..sp {
+                let pos = Expr::add(
+                    Expr::i(IOp::Sub, Expr::mul(idx[2 + sp + i].clone(), Expr::Int(strides[i] as i64)), Expr::Int(pads[i] as i64)),
+                    Expr::mul(idx[2 + i].clone(), Expr::Int(dilations[i] as i64)),
+                );
+                let d = sx[2 + i] as i64;
+                if pads[i] > 0 || pads[i + sp] > 0 {
+                    let ok = Expr::i(IOp::And, Expr::i(IOp::Le, Expr::Int(0), pos.clone()), Expr::i(IOp::Lt, pos.clone(), Expr::Int(d)));
+                    cond = Some(match cond.take() {
+                        Some(p) => Expr::i(IOp::And, p, ok),
+                        None => ok,
+                    });
+                    // Clamped so the load stays in bounds; the select discards it.
+                    xi.push(clamp(pos, 0, d - 1));
+                } else {
+                    xi.push(pos);
+                }
+            }
+            let xv = self.elem(kb, x, &xi);
+            let v = match cond {
+                Some(c) => Expr::Select(Box::new(c), Box::new(xv), Box::new(lit(0.0, DType::F32))),
+                None => xv,
+            };
+            vec![Stmt::Store { buf: cp, index: linear(idx, &space), value: v }]
+        });
+        let kernel = Kernel { name: format!("{} (im2col)", node.name), params: kb.params, body, vars: kb.vars };
+        Some(Launch { nodes: vec![], kernel, bindings: kb.bindings })
+    }
+
+    /// The GEMM kernel of convolution anchor `a` (root `r`, output param `op`).
+    ///
+    /// K is cut into chunks of at most `kc` (a chunk of a B panel, `kc × nr`, stays in L1 while the
+    /// tiles sweep it); the accumulators of a chunk start from the bias (first chunk) or the partial
+    /// sums stored by the previous one, and only the last chunk applies the epilogue. The operand that
+    /// is larger is read once: with more weight than col (M ≥ P, deep layers over few positions) the
+    /// parallel loop is over blocks of row tiles (8, or as many as there are tiles, so two threads get
+    /// equal shares) and every chunk of every panel sweeps the block's tiles; otherwise it is over the
+    /// position panels and every chunk sweeps all tiles.
+    pub(super) fn conv_gemm_body(&mut self, kb: &mut KB, a: NodeId, r: NodeId, op: u32, out_shape: &[usize]) -> Vec<Stmt> {
+        let node = self.g.node(a).clone();
+        let cg = self.conv_gemm[&a].clone();
+        let sw = self.shape(node.inputs[1]);
+        let kdim: usize = sw[1..].iter().product();
+        let bbuf = match cg.col {
+            Some(c) => c,
+            None => self.buf_of[node.inputs[0].index()].expect("conv GEMM input is materialized"),
+        };
+        self.nchw_gemm(kb, a, r, node.inputs.get(2).copied(), op, out_shape, &cg, bbuf, kdim)
+    }
+
+    /// The GEMM loops shared by convolution and transposed convolution: `out[n][m][p] (+ epilogue of
+    /// anchor `a` in root `r`'s kernel, none when `a == r`) = bias[m] + Σ_k A[m][k] · B[n][k][p]` with
+    /// A packed in `cg.mr`-row panels and B the buffer `bbuf` ([N, K, P] row-major).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn nchw_gemm(&mut self, kb: &mut KB, a: NodeId, r: NodeId, bias: Option<ValueId>, op: u32, out_shape: &[usize], cg: &ConvGemm, bbuf: u32, kdim: usize) -> Vec<Stmt> {
+        let av = self.g.node(a).outputs[0];
+        let (nb, m) = (out_shape[0], out_shape[1]);
+        let pn: usize = out_shape[2..].iter().product();
+        let (mr, nr) = (cg.mr, self.nr);
+        let tiles = m.div_ceil(mr);
+        let (full, tail) = (pn / nr, pn % nr);
+        // K chunks: a B chunk of ~16 KB.
+        let kc_max = (16 * 1024 / (nr * 4)).max(16);
+        let nch = kdim.div_ceil(kc_max);
+        let kc = kdim.div_ceil(nch);
+        let by_rows = m >= pn && tiles >= 2;
+        let (nblocks, rb_tiles) = if by_rows {
+            let rb = tiles.div_ceil(tiles.min(8));
+            (tiles.div_ceil(rb), rb)
+        } else {
+            (1, tiles)
+        };
+        let np = if by_rows { nblocks } else { full + (tail > 0) as usize };
+        // The tail positions in power-of-two widths (a vector of an odd width such as 17 lanes
+        // compiles to lane shuffles and spills): (first position, width).
+        let mut pieces = Vec::new();
+        let mut off = full * nr;
+        while off < pn {
+            let w = 1usize << (usize::BITS - 1 - (pn - off).leading_zeros());
+            pieces.push((off, w));
+            off += w;
+        }
+        // The output position is carried on the last spatial dim that is not 1 (the others 0): a flat
+        // index that `linear` maps to the right offset for the output and every epilogue operand.
+        let pdim = (2..out_shape.len()).rev().find(|&d| out_shape[d] != 1).unwrap_or(out_shape.len() - 1);
+        let ap = kb.param(cg.apack, &self.buffers[cg.apack as usize].clone(), Access::Read);
+        let bp = kb.param(bbuf, &self.buffers[bbuf as usize].clone(), Access::Read);
+        if nch > 1 {
+            // Partial sums are read back from the output.
+            kb.params[op as usize].access = Access::ReadWrite;
+        }
+        let it = kb.var();
+        let (nv, q) = if nb > 1 {
+            (Expr::i(IOp::Div, Expr::Var(it), Expr::Int(np as i64)), Expr::i(IOp::Rem, Expr::Var(it), Expr::Int(np as i64)))
+        } else {
+            (Expr::Int(0), Expr::Var(it))
+        };
+        let t = Tiling { a, r, av, bias, op, out_shape, ap, bp, nv, kdim, pn, mr, m, pdim, kc, nch };
+        let guard = |gt: &Expr, body: Vec<Stmt>| -> Vec<Stmt> {
+            if nblocks * rb_tiles > tiles {
+                vec![Stmt::If { cond: Expr::i(IOp::Lt, gt.clone(), Expr::Int(tiles as i64)), body }]
+            } else {
+                body
+            }
+        };
+        let mut body = Vec::new();
+        if by_rows {
+            // A block of row tiles: every chunk of every panel sweeps the block's tiles.
+            let blk = q.clone();
+            body = self.conv_chunks(kb, &t, &mut |me, kb, k0, klen, first, last| {
+                let mut v = Vec::new();
+                if full > 0 {
+                    let p = kb.var();
+                    let tl = kb.var();
+                    let gt = Expr::add(Expr::mul(blk.clone(), Expr::Int(rb_tiles as i64)), Expr::Var(tl));
+                    let tb = me.conv_tile(kb, &t, gt.clone(), Expr::mul(Expr::Var(p), Expr::Int(nr as i64)), nr, k0.clone(), klen, first, last);
+                    let tl_loop = Stmt::For { var: tl, extent: rb_tiles as i64, kind: LoopKind::Serial, body: guard(&gt, tb) };
+                    v.push(Stmt::For { var: p, extent: full as i64, kind: LoopKind::Serial, body: vec![tl_loop] });
+                }
+                for &(off, w) in &pieces {
+                    let tl = kb.var();
+                    let gt = Expr::add(Expr::mul(blk.clone(), Expr::Int(rb_tiles as i64)), Expr::Var(tl));
+                    let tb = me.conv_tile(kb, &t, gt.clone(), Expr::Int(off as i64), w, k0.clone(), klen, first, last);
+                    v.push(Stmt::For { var: tl, extent: rb_tiles as i64, kind: LoopKind::Serial, body: guard(&gt, tb) });
+                }
+                v
+            });
+        } else {
+            // A panel of positions (the tail positions the last one): every chunk sweeps all tiles.
+            let full_panel = vec![(Expr::mul(q.clone(), Expr::Int(nr as i64)), nr)];
+            let tail_panel: Vec<(Expr, usize)> = pieces.iter().map(|&(off, w)| (Expr::Int(off as i64), w)).collect();
+            for (cond, panel) in [
+                (Expr::i(IOp::Lt, q.clone(), Expr::Int(full as i64)), full_panel),
+                (Expr::i(IOp::Le, Expr::Int(full as i64), q.clone()), tail_panel),
+            ] {
+                if panel.is_empty() || (panel[0].1 == nr && full == 0) {
+                    continue;
+                }
+                let chunks = self.conv_chunks(kb, &t, &mut |me, kb, k0, klen, first, last| {
+                    let mut v = Vec::new();
+                    for (cbase, width) in &panel {
+                        let tl = kb.var();
+                        let tb = me.conv_tile(kb, &t, Expr::Var(tl), cbase.clone(), *width, k0.clone(), klen, first, last);
+                        v.push(Stmt::For { var: tl, extent: tiles as i64, kind: LoopKind::Serial, body: tb });
+                    }
+                    v
+                });
+                if full > 0 && tail > 0 {
+                    body.push(Stmt::If { cond, body: chunks });
+                } else {
+                    body.extend(chunks);
+                }
+            }
+        }
+        vec![Stmt::For { var: it, extent: (nb * np) as i64, kind: LoopKind::Parallel, body }]
+    }
+
+    /// The K chunks in order: `f(k0, length, first, last)` for the first, the middle ones (one serial
+    /// loop) and the last.
+    #[allow(clippy::type_complexity)]
+    fn conv_chunks(&mut self, kb: &mut KB, t: &Tiling, f: &mut dyn FnMut(&mut Self, &mut KB, Expr, usize, bool, bool) -> Vec<Stmt>) -> Vec<Stmt> {
+        if t.nch == 1 {
+            return f(self, kb, Expr::Int(0), t.kdim, true, true);
+        }
+        let mut v = f(self, kb, Expr::Int(0), t.kc, true, false);
+        if t.nch > 2 {
+            let c = kb.var();
+            // Chunks 1 ..= nch − 2.
+            let body = f(self, kb, Expr::mul(Expr::add(Expr::Var(c), Expr::Int(1)), Expr::Int(t.kc as i64)), t.kc, false, false);
+            v.push(Stmt::For { var: c, extent: t.nch as i64 - 2, kind: LoopKind::Serial, body });
+        }
+        let k0 = (t.nch - 1) * t.kc;
+        v.extend(f(self, kb, Expr::Int(k0 as i64), t.kdim - k0, false, true));
+        v
+    }
+
+    /// One tile: `mr` output channels from tile `gt` × `width` positions from `cbase`, over K
+    /// `k0 .. k0 + klen`; the accumulators start from the bias (`first`) or the stored partial sums, and
+    /// the epilogue is applied when `last`.
+    #[allow(clippy::too_many_arguments)]
+    fn conv_tile(&mut self, kb: &mut KB, t: &Tiling, gt: Expr, cbase: Expr, width: usize, k0: Expr, klen: usize, first: bool, last: bool) -> Vec<Stmt> {
+        let (mr, kdim, pn) = (t.mr, t.kdim as i64, t.pn as i64);
+        let jv = kb.var();
+        let kv = kb.var();
+        let accs: Vec<_> = (0..mr).map(|_| kb.var()).collect();
+        let colx = Expr::add(cbase, Expr::Var(jv));
+        let kx = Expr::add(k0, Expr::Var(kv));
+        let mut inner = Vec::new();
+        for (i, &acc) in accs.iter().enumerate() {
+            let ai = Expr::add(Expr::mul(Expr::add(Expr::mul(gt.clone(), Expr::Int(kdim)), kx.clone()), Expr::Int(mr as i64)), Expr::Int(i as i64));
+            let bi = Expr::add(Expr::mul(Expr::add(Expr::mul(t.nv.clone(), Expr::Int(kdim)), kx.clone()), Expr::Int(pn)), colx.clone());
+            let prod = Expr::Bin(BinaryOp::Mul, DType::F32, Box::new(Expr::load(t.ap, ai)), Box::new(Expr::load(t.bp, bi)));
+            inner.push(Stmt::Assign { var: acc, value: Expr::Bin(BinaryOp::Add, DType::F32, Box::new(Expr::Var(acc)), Box::new(prod)) });
+        }
+        let rows: Vec<Expr> = (0..mr).map(|i| clamp(Expr::add(Expr::mul(gt.clone(), Expr::Int(mr as i64)), Expr::Int(i as i64)), 0, t.m as i64 - 1)).collect();
+        let idx = |i: usize| {
+            let mut idx = vec![Expr::Int(0); t.out_shape.len()];
+            idx[0] = t.nv.clone();
+            idx[1] = rows[i].clone();
+            idx[t.pdim] = colx.clone();
+            idx
+        };
+        let mut vbody = Vec::new();
+        for (i, &acc) in accs.iter().enumerate() {
+            let init = match (first, t.bias) {
+                (false, _) => Expr::load(t.op, linear(&idx(i), t.out_shape)),
+                (true, Some(b)) => self.elem(kb, b, &[rows[i].clone()]),
+                (true, None) => lit(0.0, DType::F32),
+            };
+            vbody.push(Stmt::Decl { var: acc, dtype: DType::F32, init });
+        }
+        vbody.push(Stmt::For { var: kv, extent: klen as i64, kind: LoopKind::Serial, body: inner });
+        for (i, &acc) in accs.iter().enumerate() {
+            let ix = idx(i);
+            let v = if last && t.a != t.r {
+                kb.subst.insert(t.av, Expr::Var(acc));
+                let v = self.node_expr(kb, t.r, &ix);
+                kb.subst.remove(&t.av);
+                v
+            } else {
+                Expr::Var(acc)
+            };
+            vbody.push(Stmt::Store { buf: t.op, index: linear(&ix, t.out_shape), value: v });
+        }
+        let kind = if width >= 2 { LoopKind::Vector(width as u32) } else { LoopKind::Serial };
+        vec![Stmt::For { var: jv, extent: width as i64, kind, body: vbody }]
+    }
+}
+
+/// What every tile of one convolution's GEMM kernel shares.
+struct Tiling<'a> {
+    a: NodeId,
+    r: NodeId,
+    av: ValueId,
+    bias: Option<ValueId>,
+    op: u32,
+    out_shape: &'a [usize],
+    ap: u32,
+    bp: u32,
+    /// The image index.
+    nv: Expr,
+    kdim: usize,
+    pn: usize,
+    mr: usize,
+    m: usize,
+    pdim: usize,
+    kc: usize,
+    nch: usize,
+}
+
+/// A float weight `[M, …]` (rows of K elements) packed in panels of `mr` rows: `packed[t][k][i] =
+/// w[min(t·mr + i, M − 1)][k]` (the last panel's extra rows repeat the last row).
+pub(super) fn pack_rows(c: &ConstData, mr: usize) -> ConstData {
+    let m = c.shape[0];
+    let es = c.dtype.size().unwrap_or(1);
+    let k: usize = c.shape[1..].iter().product();
+    let tiles = m.div_ceil(mr);
+    let src = c.data.bytes();
+    let mut t = vec![0u8; tiles * k * mr * es];
+    for tt in 0..tiles {
+        for i in 0..mr {
+            let row = (tt * mr + i).min(m - 1);
+            for kk in 0..k {
+                let s = (row * k + kk) * es;
+                let d = ((tt * k + kk) * mr + i) * es;
+                t[d..d + es].copy_from_slice(&src[s..s + es]);
+            }
+        }
+    }
+    ConstData { dtype: c.dtype, shape: vec![tiles, k, mr], data: rlx_ir::Blob::from_vec(t) }
+}

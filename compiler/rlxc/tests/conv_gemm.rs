@@ -1,0 +1,107 @@
+//! Dense convolution on the GEMM micro-kernel (`rlx-opt`'s `plan/conv_gemm.rs`): the cases of
+//! `tests/native/make_convs.py` (1×1 read in place, im2col for k×k, strides, dilations, asymmetric pads,
+//! 1-D and 3-D, batch 2, tiles and panels with tails, several row blocks, the fused epilogues) compiled
+//! for x86_64 (AVX2: 6-row tiles × 16 lanes), the host (its own vector width, 1 and 2 threads) and
+//! Cranelift, each within 1e-4 of the reference interpreter; and ConvTranspose (`plan/conv_transpose.rs`:
+//! the same GEMM loops then a col2im gather, or a direct gather when grouped).
+
+mod common;
+
+use common::{npy, ok, python, repo};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn scratch(name: &str) -> PathBuf {
+    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("conv_gemm").join(name);
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// The cases, written once per test into `dir`: (name, model, input arguments).
+fn cases(dir: &Path) -> Vec<(String, PathBuf, Vec<String>)> {
+    let out = ok(Command::new(python()).arg("tests/native/make_convs.py").arg("--out").arg(dir).current_dir(repo()));
+    let names: Vec<String> = out.lines().map(str::to_string).collect();
+    assert!(names.len() >= 10, "make_convs.py wrote {} cases:\n{out}", names.len());
+    names
+        .into_iter()
+        .map(|n| {
+            let mut inputs = Vec::new();
+            for inp in ["x", "r"] {
+                let f = dir.join(format!("{n}.{inp}.npy"));
+                if f.exists() {
+                    inputs.push(format!("{inp}={}", f.display()));
+                }
+            }
+            let model = dir.join(format!("{n}.onnx"));
+            (n, model, inputs)
+        })
+        .collect()
+}
+
+/// `rlxc run` of `model` on `target` (threads: RLX_NUM_THREADS); returns the single output.
+fn run(model: &Path, inputs: &[String], target: &str, threads: usize, out: &Path) -> Vec<f32> {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_rlxc"));
+    let (t, backend) = match target.strip_suffix("-cranelift") {
+        Some(t) => (t, Some("cranelift")),
+        None => (target, None),
+    };
+    c.current_dir(repo()).arg("run").arg(model).args(["--target", t]).arg("-o").arg(out).env("RLX_NUM_THREADS", threads.to_string());
+    if let Some(b) = backend {
+        c.args(["--backend", b]);
+    }
+    for i in inputs {
+        c.args(["--input", i]);
+    }
+    ok(&mut c);
+    let files: Vec<PathBuf> = std::fs::read_dir(out).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|e| e == "npy")).collect();
+    assert_eq!(files.len(), 1, "{}: outputs {files:?}", model.display());
+    let c = npy(&files[0]);
+    c.data.bytes().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
+}
+
+fn check(targets: &[(&str, usize)], tag: &str) {
+    let dir = scratch(tag);
+    for (name, model, inputs) in cases(&dir) {
+        let want = run(&model, &inputs, "interp", 1, &dir.join(format!("{name}-interp")));
+        assert!(want.iter().any(|&v| v != 0.0), "{name}: the reference output is all zeros");
+        for &(t, threads) in targets {
+            let got = run(&model, &inputs, t, threads, &dir.join(format!("{name}-{t}-{threads}")));
+            assert_eq!(got.len(), want.len(), "{name} on {t}: output length");
+            let worst = got.iter().zip(&want).map(|(g, w)| (g - w).abs() / w.abs().max(1.0)).fold(0.0f32, f32::max);
+            assert!(worst <= 1e-4, "{name} on {t} ({threads} threads): differs from the interpreter by {worst:e}");
+            println!("{name} on {t} ({threads} threads): max diff {worst:.1e}");
+        }
+    }
+}
+
+#[test]
+fn conv_gemm_llvm_matches_interp() {
+    check(&[("x86_64", 1), ("host", 1), ("host", 2)], "llvm");
+}
+
+#[test]
+fn conv_gemm_cranelift_matches_interp() {
+    check(&[("x86_64-cranelift", 2)], "cranelift");
+}
+
+/// The planner really takes the GEMM paths (the planned program, `--emit-ir`'s NAME.lir): packed weight
+/// rows and an im2col launch for a k×k convolution, no copy for a 1×1 one, a GEMM launch and the packed
+/// transposed weight for a transposed convolution.
+#[test]
+fn conv_gemm_paths_are_taken() {
+    let dir = scratch("path");
+    let cases = cases(&dir);
+    let lir = |case: &str| {
+        let (_, model, _) = cases.iter().find(|(n, _, _)| n == case).unwrap_or_else(|| panic!("case {case}"));
+        let out = dir.join(case);
+        ok(Command::new(env!("CARGO_BIN_EXE_rlxc")).current_dir(repo()).arg("compile").arg(model).args(["--target", "x86_64", "--name", "m", "--emit-ir", "-o"]).arg(&out));
+        std::fs::read_to_string(out.join("m.lir")).unwrap()
+    };
+    let k3 = lir("conv3x3_silu");
+    assert!(k3.contains("packed 6-row panels") && k3.contains("(im2col)"), "3×3: no packed weight or im2col launch:\n{k3}");
+    let k1 = lir("conv1x1_relu");
+    assert!(k1.contains("packed 6-row panels") && !k1.contains("(im2col)"), "1×1: x is read in place:\n{k1}");
+    let kt = lir("convt2x2_s2_relu");
+    assert!(kt.contains("(transposed, packed 6-row panels)") && kt.contains("(gemm)"), "ConvTranspose: no GEMM launch:\n{kt}");
+}

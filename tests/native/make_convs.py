@@ -1,0 +1,152 @@
+#!/usr/bin/env python3
+"""Write small convolution models as ONNX, one per shape class of the convolution GEMM paths.
+
+    make_convs.py --out DIR
+
+For each case NAME writes DIR/NAME.onnx and DIR/NAME.<input>.npy (seeded): 1×1 convolutions (x read
+directly) and k×k ones (im2col), strides, dilations, asymmetric pads, 1-D and 3-D, batch 2, row tiles
+and position panels with tails, several row blocks, with and without bias, and the fused epilogues
+(Relu, Clip/ReLU6, HardSwish, SiLU, Sigmoid, residual Add, per-channel and spatial broadcasts);
+ConvTranspose with strides, output padding, dilation, 1-D, batch 2 and groups.
+Prints the case names, one a line. Uses only onnx.helper and numpy.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+
+def case(rng, name, xshape, convs, tail, extra_inputs=()):
+    """convs: list of (M, kernel, attrs, bias) applied in sequence; tail(nodes, inits, y) -> output name."""
+    inits, nodes = [], []
+    y = "x"
+    c = xshape[1]
+    for i, (m, k, attrs, bias, *op) in enumerate(convs):
+        op = op[0] if op else "Conv"
+        g = attrs.get("group", 1)
+        shape = (m, c // g, *k) if op == "Conv" else (c, m // g, *k)
+        w = rng.normal(0.0, np.sqrt(1.0 / (c * np.prod(k))), size=shape).astype(np.float32)
+        inits.append(numpy_helper.from_array(w, f"w{i}"))
+        ins = [y, f"w{i}"]
+        if bias:
+            inits.append(numpy_helper.from_array(rng.normal(0.0, 0.5, size=(m,)).astype(np.float32), f"b{i}"))
+            ins.append(f"b{i}")
+        nodes.append(helper.make_node(op, ins, [f"c{i}"], name=f"conv{i}", kernel_shape=list(k), **attrs))
+        y, c = f"c{i}", m
+    out = tail(nodes, inits, y)
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(xshape))]
+    feeds = {"x": rng.random(xshape, dtype=np.float32) * 2 - 1}
+    for n, s in extra_inputs:
+        inputs.append(helper.make_tensor_value_info(n, TensorProto.FLOAT, list(s)))
+        feeds[n] = rng.random(s, dtype=np.float32) * 2 - 1
+    g = helper.make_graph(nodes, name, inputs, [], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    # The output's shape from ONNX's own shape inference.
+    vi = {v.name: v for v in onnx.shape_inference.infer_shapes(m).graph.value_info}
+    m.graph.output.append(vi[out])
+    onnx.checker.check_model(m)
+    return m, feeds
+
+
+def relu(nodes, inits, y):
+    nodes.append(helper.make_node("Relu", [y], ["out"], name="relu"))
+    return "out"
+
+
+def clip6(nodes, inits, y):
+    inits += [numpy_helper.from_array(np.array(0, np.float32), "lo"), numpy_helper.from_array(np.array(6, np.float32), "hi")]
+    nodes.append(helper.make_node("Clip", [y, "lo", "hi"], ["out"], name="relu6"))
+    return "out"
+
+
+def hardswish(nodes, inits, y):
+    nodes.append(helper.make_node("HardSwish", [y], ["out"], name="hardswish"))
+    return "out"
+
+
+def silu(nodes, inits, y):
+    nodes.append(helper.make_node("Sigmoid", [y], ["s"], name="sigmoid"))
+    nodes.append(helper.make_node("Mul", [y, "s"], ["out"], name="silu"))
+    return "out"
+
+
+def sigmoid(nodes, inits, y):
+    nodes.append(helper.make_node("Sigmoid", [y], ["out"], name="sigmoid"))
+    return "out"
+
+
+def residual_relu(nodes, inits, y):
+    nodes.append(helper.make_node("Add", [y, "r"], ["s"], name="residual"))
+    nodes.append(helper.make_node("Relu", ["s"], ["out"], name="relu"))
+    return "out"
+
+
+def identity(nodes, inits, y):
+    return y
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    rng = np.random.default_rng(15)
+
+    def bcast(nodes, inits, y):
+        # Per-channel scale [M,1,1] and a spatial map [1,1,H,W] broadcast against the conv output.
+        inits.append(numpy_helper.from_array(rng.normal(1.0, 0.2, size=(12, 1, 1)).astype(np.float32), "scale"))
+        inits.append(numpy_helper.from_array(rng.normal(0.0, 0.3, size=(1, 1, 8, 8)).astype(np.float32), "map"))
+        nodes.append(helper.make_node("Mul", [y, "scale"], ["s"], name="scale"))
+        nodes.append(helper.make_node("Add", ["s", "map"], ["out"], name="map"))
+        return "out"
+
+    cases = {
+        # 1×1, stride 1, no pads: x read in place; 196 positions = 12 full panels + a tail; 20 rows = 4 tiles of 6.
+        "conv1x1_relu": ([1, 32, 14, 14], [(20, (1, 1), {}, True)], relu, ()),
+        # 3×3 pad 1, batch 2, residual input, second conv without bias.
+        "conv3x3_residual_b2": ([2, 8, 9, 11], [(16, (3, 3), {"pads": [1, 1, 1, 1]}, True), (16, (3, 3), {"pads": [1, 1, 1, 1]}, False)],
+                                residual_relu, (("r", [2, 16, 9, 11]),)),
+        # 7×7 stride 2, asymmetric pads, no bias, ReLU6.
+        "conv7x7_s2_relu6": ([1, 3, 23, 23], [(10, (7, 7), {"strides": [2, 2], "pads": [3, 2, 2, 3]}, False)], clip6, ()),
+        # Dilation 2, 7 output channels (one partial tile), HardSwish.
+        "conv3x3_dil2_hardswish": ([1, 4, 12, 12], [(7, (3, 3), {"dilations": [2, 2], "pads": [2, 2, 2, 2]}, True)], hardswish, ()),
+        # SiLU (the conv value read twice), no padding.
+        "conv3x3_silu": ([1, 6, 10, 10], [(12, (3, 3), {}, True)], silu, ()),
+        # A 1×1 conv with padding (im2col), Sigmoid.
+        "conv1x1_pad_sigmoid": ([1, 5, 6, 6], [(9, (1, 1), {"pads": [1, 1, 1, 1]}, True)], sigmoid, ()),
+        # 1-D, batch 2.
+        "conv1d_b2_relu": ([2, 5, 40], [(9, (3,), {"pads": [1, 1]}, True)], relu, ()),
+        # 3-D.
+        "conv3d": ([1, 3, 5, 6, 7], [(4, (2, 3, 3), {"pads": [0, 1, 1, 1, 1, 0]}, True)], identity, ()),
+        # Broadcast operands in the epilogue: a per-channel scale and a spatial map.
+        "conv3x3_bcast": ([1, 3, 10, 10], [(12, (3, 3), {}, True)], bcast, ()),
+        # Several row blocks (256 channels × K 576), 49 positions (3 panels + a 1-wide tail), batch 2.
+        "conv3x3_deep_b2": ([2, 64, 7, 7], [(256, (3, 3), {"pads": [1, 1, 1, 1]}, True)], relu, ()),
+        # Enough work for the thread pool: 64×64 channels at 28×28.
+        "conv3x3_wide": ([1, 64, 28, 28], [(64, (3, 3), {"pads": [1, 1, 1, 1]}, True)], relu, ()),
+        # ConvTranspose through the GEMM (then the col2im gather): 2×2 stride 2 upsampling, Relu.
+        "convt2x2_s2_relu": ([1, 8, 5, 6], [(6, (2, 2), {"strides": [2, 2]}, True, "ConvTranspose")], relu, ()),
+        # 3×3 stride 2, pads 1, output_padding 1, batch 2, no bias.
+        "convt3x3_s2_opad_b2": ([2, 4, 7, 7], [(5, (3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1], "output_padding": [1, 1]}, False, "ConvTranspose")],
+                                identity, ()),
+        # 1-D, stride 3, dilation 2, asymmetric pads, residual input.
+        "convt1d_s3_dil2_residual": ([1, 3, 9], [(4, (4,), {"strides": [3], "dilations": [2], "pads": [1, 2]}, True, "ConvTranspose")],
+                                     residual_relu, (("r", [1, 4, 28]),)),
+        # Grouped (2 groups): the direct per-output gather.
+        "convt_grouped": ([1, 4, 6, 6], [(6, (3, 3), {"strides": [2, 2], "group": 2}, True, "ConvTranspose")], sigmoid, ()),
+    }
+    for name, (xs, convs, tail, extra) in cases.items():
+        m, feeds = case(rng, name, xs, convs, tail, extra)
+        onnx.save(m, os.path.join(a.out, f"{name}.onnx"))
+        for k, v in feeds.items():
+            np.save(os.path.join(a.out, f"{name}.{k}.npy"), v)
+        print(name)
+
+
+if __name__ == "__main__":
+    main()
