@@ -15,18 +15,23 @@
 //! Where things live: [`fuse`] and [`row_fuse`] decide the roles (`fuse.rs`, `row_fuse.rs`);
 //! `memory.rs` places inputs, constants and values and assigns arena offsets; `kernel.rs` lowers a
 //! root to its loop nest, with the per-element expressions of inlined nodes in `inline.rs`, anchor
-//! bodies (dot product, reductions, cumsum) in `anchor.rs`, convolution and pooling in `conv.rs`,
-//! the GEMM micro-kernel and weight packing in `gemm.rs`, and index arithmetic in `index.rs`.
+//! bodies (dot product, reductions, cumsum) in `anchor.rs`, convolution in `conv.rs`, grouped /
+//! depthwise convolution in `depthwise.rs`, pooling in `pool.rs`, the vectorized window kernels of
+//! both (interior and border columns) in `window.rs`, the GEMM micro-kernel and weight packing in
+//! `gemm.rs`, and index arithmetic in `index.rs`.
 
 mod anchor;
 mod conv;
+mod depthwise;
 mod fuse;
 mod gemm;
 mod index;
 mod inline;
 mod kernel;
 mod memory;
+mod pool;
 mod row_fuse;
+mod window;
 
 pub use fuse::{fuse, fuse_with, Fusion, Role};
 pub use row_fuse::row_fuse;
@@ -69,11 +74,16 @@ pub struct PlanOptions {
     /// inlined into the matmul's loads instead of materialized ([`fuse_with`]; the shader targets
     /// turn it on: attention's K^T and its scalings are no dispatches of their own).
     pub inline_operands: bool,
+    /// Vector lanes of the window kernels (`window.rs`: 2-D pools and grouped / depthwise
+    /// convolutions with their interior columns in `vector(lanes)` loops and channels as the parallel
+    /// loop); 0 keeps the per-element form (the shader, CUDA and MCU targets, whose grid or scalar
+    /// code wants one output per iteration). The CPU targets set the f32 vector width (8 or 16).
+    pub window_lanes: usize,
 }
 
 impl Default for PlanOptions {
     fn default() -> Self {
-        PlanOptions { align: 64, gemm_nr: GEMM_NR, gemm_mr: GEMM_MR, row_fusion: false, row_recompute: false, inline_operands: false }
+        PlanOptions { align: 64, gemm_nr: GEMM_NR, gemm_mr: GEMM_MR, row_fusion: false, row_recompute: false, inline_operands: false, window_lanes: 0 }
     }
 }
 
@@ -92,6 +102,8 @@ struct Planner<'g> {
     align: usize,
     nr: usize,
     mr: usize,
+    /// [`PlanOptions::window_lanes`].
+    lanes: usize,
 }
 
 /// Columns per packed weight panel = lanes of the GEMM micro-kernel's vector accumulators.
@@ -160,6 +172,7 @@ pub fn plan(g: &Mir, opts: &PlanOptions) -> Result<Lir, Vec<Problem>> {
         align: opts.align,
         nr: opts.gemm_nr.max(1),
         mr: opts.gemm_mr.max(1),
+        lanes: opts.window_lanes,
     };
     p.place_inputs_and_constants();
     let out_slot = p.output_slots();

@@ -1,0 +1,80 @@
+//! Window kernels: 2-D pools and grouped / depthwise convolutions (NCHW) as one parallel loop over
+//! (batch ×) channels, a serial loop over output rows, and each row cut into three column ranges — the
+//! left border, the interior (every tap along the width inside the input) and the right border. The
+//! interior is a `vector(lanes)` loop over output columns: at stride 1 its input loads are unit-stride
+//! vector loads, at stride 2 per-lane loads with vector arithmetic; padding checks stay out of it (the
+//! kernel row's bounds are one condition on the row alone). Border columns, the interior's remainder
+//! and rows narrower than 4 columns use the per-element bodies. The epilogue (bias, activation…) is
+//! applied to every accumulator before its store, as in the per-element form. Channels are the
+//! parallel loop, so threads split channels; the planner enables this form with
+//! [`PlanOptions::window_lanes`](super::PlanOptions::window_lanes) (the CPU targets).
+
+use super::index::linear;
+use super::kernel::KB;
+use super::Planner;
+use rlx_ir::loops::{Expr, IOp, LoopKind, Stmt};
+use rlx_ir::{DType, MirOp, NodeId, OpSet};
+
+impl Planner<'_> {
+    /// A float 2-D pool, or a float 2-D convolution with groups > 1, when window kernels are on.
+    pub(super) fn is_window(&self, a: NodeId) -> bool {
+        let n = self.g.node(a);
+        let out = n.outputs[0];
+        if self.lanes < 4 || self.dt(out) != DType::F32 || self.shape(out).len() != 4 {
+            return false;
+        }
+        match &n.op {
+            MirOp::Pool { .. } => true,
+            MirOp::Conv { groups, .. } => *groups > 1 && n.inputs.iter().all(|&i| self.dt(i) == DType::F32),
+            _ => false,
+        }
+    }
+
+    /// The window kernel of anchor `a` with epilogue root `r`, storing into parameter `op`.
+    pub(super) fn window_body(&mut self, kb: &mut KB, a: NodeId, r: NodeId, op: u32, out_shape: &[usize]) -> Vec<Stmt> {
+        let anode = self.g.node(a).clone();
+        let av = anode.outputs[0];
+        let (nb, ch, oh, ow) = (out_shape[0], out_shape[1], out_shape[2], out_shape[3]);
+        let w = self.shape(anode.inputs[0])[3] as i64;
+        let (s, p, d, k) = match &anode.op {
+            MirOp::Pool { kernel, strides, pads, dilations, .. } => (strides[1], pads[1], dilations[1], kernel[1]),
+            MirOp::Conv { strides, pads, dilations, .. } => (strides[1], pads[1], dilations[1], self.shape(anode.inputs[1])[3]),
+            other => unreachable!("window_body on {}", other.kind()),
+        };
+        let (s, p, d, k) = (s as i64, p as i64, d as i64, k as i64);
+        // Interior columns: 0 <= c·s − p and c·s − p + (k−1)·d < w.
+        let lo = ((p + s - 1) / s).min(ow as i64);
+        let last = w - 1 + p - (k - 1) * d;
+        let hi = if last < 0 { lo } else { (last / s + 1).clamp(lo, ow as i64) };
+        let mut lanes = self.lanes as i64;
+        while lanes > 4 && hi - lo < lanes {
+            lanes /= 2;
+        }
+        let nv = if hi - lo >= lanes { (hi - lo) / lanes * lanes } else { 0 };
+        let nc = kb.var();
+        let (ni, ci) = if nb == 1 { (Expr::Int(0), Expr::Var(nc)) } else { (Expr::i(IOp::Div, Expr::Var(nc), Expr::Int(ch as i64)), Expr::i(IOp::Rem, Expr::Var(nc), Expr::Int(ch as i64))) };
+        let row = kb.var();
+        let mut cols = Vec::new();
+        // (first column, count, vector?) for the left border, the interior and the rest.
+        for (start, count, vector) in [(0, lo, false), (lo, nv, true), (lo + nv, ow as i64 - lo - nv, false)] {
+            if count <= 0 {
+                continue;
+            }
+            let j = kb.var();
+            let idx = [ni.clone(), ci.clone(), Expr::Var(row), Expr::add(Expr::Int(start), Expr::Var(j))];
+            let (mut body, acc) = match (&anode.op, vector) {
+                (MirOp::Pool { .. }, true) => self.pool_interior(kb, &anode, &idx),
+                (MirOp::Conv { .. }, true) => self.grouped_interior(kb, &anode, &idx),
+                _ => self.anchor_body(kb, &anode, &idx),
+            };
+            kb.subst.insert(av, acc);
+            let v = if a == r { kb.subst[&av].clone() } else { self.node_expr(kb, r, &idx) };
+            kb.subst.remove(&av);
+            body.push(Stmt::Store { buf: op, index: linear(&idx, out_shape), value: v });
+            let kind = if vector { LoopKind::Vector(lanes as u32) } else { LoopKind::Serial };
+            cols.push(Stmt::For { var: j, extent: count, kind, body });
+        }
+        let rows = Stmt::For { var: row, extent: oh as i64, kind: LoopKind::Serial, body: cols };
+        vec![Stmt::For { var: nc, extent: (nb * ch) as i64, kind: LoopKind::Parallel, body: vec![rows] }]
+    }
+}
