@@ -2,9 +2,11 @@
 //! (batch ×) channels, a serial loop over output rows, and each row cut into three column ranges — the
 //! left border, the interior (every tap along the width inside the input) and the right border. The
 //! interior is a `vector(lanes)` loop over output columns: at stride 1 its input loads are unit-stride
-//! vector loads, at stride 2 per-lane loads with vector arithmetic; padding checks stay out of it (the
-//! kernel row's bounds are one condition on the row alone). Border columns, the interior's remainder
-//! and rows narrower than 4 columns use the per-element bodies. The epilogue (bias, activation…) is
+//! vector loads, at stride 2 a span load and a deinterleave (the LLVM writer); padding checks stay out
+//! of it (the kernel row's bounds are one condition on the row alone). The interior's remainder is one
+//! more vector ending at its last column (overlapping the previous one: those columns are stored twice,
+//! with the same values). Border columns and interiors narrower than 4 columns use the per-element
+//! bodies. The epilogue (bias, activation…) is
 //! applied to every accumulator before its store, as in the per-element form. Channels are the
 //! parallel loop, so threads split channels; the planner enables this form with
 //! [`PlanOptions::window_lanes`](super::PlanOptions::window_lanes) (the CPU targets).
@@ -51,12 +53,17 @@ impl Planner<'_> {
             lanes /= 2;
         }
         let nv = if hi - lo >= lanes { (hi - lo) / lanes * lanes } else { 0 };
+        // The interior's remainder: one more vector ending at its last column, overlapping the one
+        // before (the overlapped columns are written twice with the same values).
+        let over = nv > 0 && nv < hi - lo;
+        let rest = if over { hi } else { lo + nv };
         let nc = kb.var();
         let (ni, ci) = if nb == 1 { (Expr::Int(0), Expr::Var(nc)) } else { (Expr::i(IOp::Div, Expr::Var(nc), Expr::Int(ch as i64)), Expr::i(IOp::Rem, Expr::Var(nc), Expr::Int(ch as i64))) };
         let row = kb.var();
         let mut cols = Vec::new();
         // (first column, count, vector?) for the left border, the interior and the rest.
-        for (start, count, vector) in [(0, lo, false), (lo, nv, true), (lo + nv, ow as i64 - lo - nv, false)] {
+        let tail = if over { lanes } else { 0 };
+        for (start, count, vector) in [(0, lo, false), (lo, nv, true), (hi - lanes, tail, true), (rest, ow as i64 - rest, false)] {
             if count <= 0 {
                 continue;
             }
