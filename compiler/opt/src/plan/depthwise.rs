@@ -3,6 +3,7 @@
 //! width index may be a vector loop's (unit stride: vector loads of the input row) and only the
 //! kernel row's bounds are checked, outside the taps along the width. The border columns use the
 //! direct per-element body (`conv.rs`); both sum in the same order (bias, then input channel, row, column).
+//! With several input channels per group, a few output channels of the group are computed together.
 
 use super::kernel::{lit, KB};
 use super::Planner;
@@ -10,33 +11,39 @@ use rlx_ir::loops::{Expr, IOp, LoopKind, Stmt};
 use rlx_ir::{BinaryOp, MirOp, OpSet};
 
 impl Planner<'_> {
-    /// The interior accumulation of a 2-D grouped convolution (see the module doc).
-    pub(super) fn grouped_interior(&mut self, kb: &mut KB, n: &rlx_ir::Node<MirOp>, idx: &[Expr]) -> (Vec<Stmt>, Expr) {
+    /// The interior accumulations of a 2-D grouped convolution (see the module doc) for `rb` output
+    /// channels `idx[1] + r` of one group at once: one loop over the group's input channels and the
+    /// window, each input load shared by the `rb` accumulators (register blocking over output channels).
+    pub(super) fn grouped_interior(&mut self, kb: &mut KB, n: &rlx_ir::Node<MirOp>, idx: &[Expr], rb: usize) -> (Vec<Stmt>, Vec<Expr>) {
         let MirOp::Conv { strides, pads, dilations, groups } = &n.op else { unreachable!("grouped_interior on {}", n.op.kind()) };
         let ins = &n.inputs;
         let odt = self.dt(n.outputs[0]);
         let (sx, sw) = (self.shape(ins[0]), self.shape(ins[1]));
         let (cg, mg) = (sw[1], sw[0] / groups);
-        let acc = kb.var();
-        let init = if ins.len() == 3 { self.elem(kb, ins[2], &[idx[1].clone()]) } else { lit(0.0, odt) };
+        let chan = |r: usize| Expr::add(idx[1].clone(), Expr::Int(r as i64));
+        let accs: Vec<_> = (0..rb).map(|_| kb.var()).collect();
         let (c, kh, kw) = (kb.var(), kb.var(), kb.var());
-        // input channel = (m / mg) * cg + c
+        // input channel = (m / mg) * cg + c (the block's channels share a group)
         let ci = Expr::add(Expr::mul(Expr::i(IOp::Div, idx[1].clone(), Expr::Int(mg as i64)), Expr::Int(cg as i64)), Expr::Var(c));
         let pos = |i: usize, k: Expr| Expr::add(Expr::i(IOp::Sub, Expr::mul(idx[2 + i].clone(), Expr::Int(strides[i] as i64)), Expr::Int(pads[i] as i64)), Expr::mul(k, Expr::Int(dilations[i] as i64)));
         let row = pos(0, Expr::Var(kh));
         let xv = self.elem(kb, ins[0], &[idx[0].clone(), ci, row.clone(), pos(1, Expr::Var(kw))]);
-        let wv = self.elem(kb, ins[1], &[idx[1].clone(), Expr::Var(c), Expr::Var(kh), Expr::Var(kw)]);
-        let upd = Stmt::Assign {
-            var: acc,
-            value: Expr::Bin(BinaryOp::Add, odt, Box::new(Expr::Var(acc)), Box::new(Expr::Bin(BinaryOp::Mul, odt, Box::new(xv), Box::new(wv)))),
-        };
-        let mut taps = vec![Stmt::For { var: kw, extent: sw[3] as i64, kind: LoopKind::Serial, body: vec![upd] }];
+        let mut upd = Vec::new();
+        let mut stmts = Vec::new();
+        for (r, &acc) in accs.iter().enumerate() {
+            let init = if ins.len() == 3 { self.elem(kb, ins[2], &[chan(r)]) } else { lit(0.0, odt) };
+            stmts.push(Stmt::Decl { var: acc, dtype: odt, init });
+            let wv = self.elem(kb, ins[1], &[chan(r), Expr::Var(c), Expr::Var(kh), Expr::Var(kw)]);
+            let prod = Expr::Bin(BinaryOp::Mul, odt, Box::new(xv.clone()), Box::new(wv));
+            upd.push(Stmt::Assign { var: acc, value: Expr::Bin(BinaryOp::Add, odt, Box::new(Expr::Var(acc)), Box::new(prod)) });
+        }
+        let mut taps = vec![Stmt::For { var: kw, extent: sw[3] as i64, kind: LoopKind::Serial, body: upd }];
         if pads[0] > 0 || pads[2] > 0 {
             let ok = Expr::i(IOp::And, Expr::i(IOp::Le, Expr::Int(0), row.clone()), Expr::i(IOp::Lt, row, Expr::Int(sx[2] as i64)));
             taps = vec![Stmt::If { cond: ok, body: taps }];
         }
         let rows = Stmt::For { var: kh, extent: sw[2] as i64, kind: LoopKind::Serial, body: taps };
-        let stmts = vec![Stmt::Decl { var: acc, dtype: odt, init }, Stmt::For { var: c, extent: cg as i64, kind: LoopKind::Serial, body: vec![rows] }];
-        (stmts, Expr::Var(acc))
+        stmts.push(Stmt::For { var: c, extent: cg as i64, kind: LoopKind::Serial, body: vec![rows] });
+        (stmts, accs.into_iter().map(Expr::Var).collect())
     }
 }

@@ -6,7 +6,8 @@
 //! of it (the kernel row's bounds are one condition on the row alone). The interior's remainder is one
 //! more vector ending at its last column (overlapping the previous one: those columns are stored twice,
 //! with the same values). Border columns and interiors narrower than 4 columns use the per-element
-//! bodies. The epilogue (bias, activation…) is
+//! bodies. With several input channels per group, 2, 4 or 8 output channels of a group are computed per
+//! iteration, sharing each input load. The epilogue (bias, activation…) is
 //! applied to every accumulator before its store, as in the per-element form. Channels are the
 //! parallel loop, so threads split channels; the planner enables this form with
 //! [`PlanOptions::window_lanes`](super::PlanOptions::window_lanes) (the CPU targets).
@@ -57,31 +58,70 @@ impl Planner<'_> {
         // before (the overlapped columns are written twice with the same values).
         let over = nv > 0 && nv < hi - lo;
         let rest = if over { hi } else { lo + nv };
+        // Output channels per iteration: with several input channels per group, a block of the
+        // group's output channels shares each input load (1 for pools and depthwise convolutions).
+        let rb = match &anode.op {
+            MirOp::Conv { groups, .. } => {
+                let sw = self.shape(anode.inputs[1]);
+                let mg = sw[0] / groups;
+                if sw[1] < 2 { 1 } else { [8, 4, 2].into_iter().find(|b| mg % b == 0).unwrap_or(1) }
+            }
+            _ => 1,
+        };
+        let blocks = ch / rb;
         let nc = kb.var();
-        let (ni, ci) = if nb == 1 { (Expr::Int(0), Expr::Var(nc)) } else { (Expr::i(IOp::Div, Expr::Var(nc), Expr::Int(ch as i64)), Expr::i(IOp::Rem, Expr::Var(nc), Expr::Int(ch as i64))) };
+        let (ni, c0) = if nb == 1 {
+            (Expr::Int(0), Expr::mul(Expr::Var(nc), Expr::Int(rb as i64)))
+        } else {
+            (Expr::i(IOp::Div, Expr::Var(nc), Expr::Int(blocks as i64)), Expr::mul(Expr::i(IOp::Rem, Expr::Var(nc), Expr::Int(blocks as i64)), Expr::Int(rb as i64)))
+        };
         let row = kb.var();
         let mut cols = Vec::new();
-        // (first column, count, vector?) for the left border, the interior and the rest.
+        // (first column, count, vector?) for the left border, the interior, its last vector and the rest.
         let tail = if over { lanes } else { 0 };
         for (start, count, vector) in [(0, lo, false), (lo, nv, true), (hi - lanes, tail, true), (rest, ow as i64 - rest, false)] {
             if count <= 0 {
                 continue;
             }
             let j = kb.var();
-            let idx = [ni.clone(), ci.clone(), Expr::Var(row), Expr::add(Expr::Int(start), Expr::Var(j))];
-            let (mut body, acc) = match (&anode.op, vector) {
-                (MirOp::Pool { .. }, true) => self.pool_interior(kb, &anode, &idx),
-                (MirOp::Conv { .. }, true) => self.grouped_interior(kb, &anode, &idx),
-                _ => self.anchor_body(kb, &anode, &idx),
-            };
-            kb.subst.insert(av, acc);
-            let v = if a == r { kb.subst[&av].clone() } else { self.node_expr(kb, r, &idx) };
-            kb.subst.remove(&av);
-            body.push(Stmt::Store { buf: op, index: linear(&idx, out_shape), value: v });
+            let col = Expr::add(Expr::Int(start), Expr::Var(j));
+            let at = |c: Expr| [ni.clone(), c, Expr::Var(row), col.clone()];
+            let mut body = Vec::new();
+            if vector {
+                let (pre, accs) = match &anode.op {
+                    MirOp::Pool { .. } => {
+                        let (pre, acc) = self.pool_interior(kb, &anode, &at(c0.clone()));
+                        (pre, vec![acc])
+                    }
+                    _ => self.grouped_interior(kb, &anode, &at(c0.clone()), rb),
+                };
+                body.extend(pre);
+                for (i, acc) in accs.into_iter().enumerate() {
+                    let idx = at(Expr::add(c0.clone(), Expr::Int(i as i64)));
+                    body.push(self.store_with_epilogue(kb, av, acc, a, r, op, &idx, out_shape));
+                }
+            } else {
+                // Per element, each channel of the block in turn.
+                let rv = kb.var();
+                let idx = at(if rb > 1 { Expr::add(c0.clone(), Expr::Var(rv)) } else { c0.clone() });
+                let (mut pre, acc) = self.anchor_body(kb, &anode, &idx);
+                pre.push(self.store_with_epilogue(kb, av, acc, a, r, op, &idx, out_shape));
+                body = if rb > 1 { vec![Stmt::For { var: rv, extent: rb as i64, kind: LoopKind::Serial, body: pre }] } else { pre };
+            }
             let kind = if vector { LoopKind::Vector(lanes as u32) } else { LoopKind::Serial };
             cols.push(Stmt::For { var: j, extent: count, kind, body });
         }
         let rows = Stmt::For { var: row, extent: oh as i64, kind: LoopKind::Serial, body: cols };
-        vec![Stmt::For { var: nc, extent: (nb * ch) as i64, kind: LoopKind::Parallel, body: vec![rows] }]
+        vec![Stmt::For { var: nc, extent: (nb * blocks) as i64, kind: LoopKind::Parallel, body: vec![rows] }]
+    }
+
+    /// The store of accumulator `acc` (anchor value `av` of node `a`) at `idx`, through the epilogue
+    /// up to root `r`.
+    #[allow(clippy::too_many_arguments)]
+    fn store_with_epilogue(&mut self, kb: &mut KB, av: rlx_ir::ValueId, acc: Expr, a: NodeId, r: NodeId, op: u32, idx: &[Expr], out_shape: &[usize]) -> Stmt {
+        kb.subst.insert(av, acc);
+        let v = if a == r { kb.subst[&av].clone() } else { self.node_expr(kb, r, idx) };
+        kb.subst.remove(&av);
+        Stmt::Store { buf: op, index: linear(idx, out_shape), value: v }
     }
 }
