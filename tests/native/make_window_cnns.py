@@ -10,8 +10,9 @@ NAME_ort_<output>.npy (ONNX Runtime's outputs on it); and calib.npy (64 samples 
   depthwise 3×3 stride 2 pad 1 with bias + Relu (`dw2`) → grouped conv (2 groups of 4 channels) 3×3
   dilation 2 pad 2 (`grp`) → MaxPool 3×3 stride 2 pad 1 (`maxp`); and from `dw`: AveragePool 3×3 pad 1
   without the padding counted (`avgp`), AveragePool 3×3 stride 2 pad 1 counting it, ceil mode
-  (`avgc`), depthwise 5×5 pad 2 with a per-channel Mul and Add after it (`dw5`).
-- `narrow`: the same with x f32[1,8,7,7] (rows narrower than a vector).
+  (`avgc`), depthwise 5×5 pad 2 with a per-channel Mul and Add after it (`dw5`); and from `dw2` a
+  grouped 1×1 convolution 8→10 (2 groups, 5 output channels each) with bias and Relu (`grp5`).
+- `narrow`: the same with x f32[2,8,7,7] (rows narrower than a vector, batch 2).
 - `bn`: x f32[1,1,8,8] → Conv 1→4 3×3 pad 1 + BatchNormalization + Relu → depthwise 3×3 pad 1 +
   BatchNormalization + Relu (`y`), the Cortex-M int8 model.
 Weights and inputs from numpy's RandomState(0).
@@ -75,13 +76,15 @@ def window(x_shape):
     dw = g.node("Clip", [g.bn(g.conv("x", "dw_c", 8, 8, 3, 8, pad=1), "dw_bn", 8), "lo", "hi"], "dw")
     dw2 = g.node("Relu", [g.conv(dw, "dw2_c", 8, 8, 3, 8, stride=2, pad=1, bias=True)], "dw2")
     grp = g.conv(dw2, "grp", 8, 8, 3, 2, pad=2, dil=2)
+    # 2 groups of 4 input → 5 output channels: a block of 4 + one repeating its last channel.
+    g.node("Relu", [g.conv(dw2, "grp5_c", 8, 10, 1, 2, bias=True)], "grp5")
     g.node("MaxPool", [grp], "maxp", kernel_shape=[3, 3], strides=[2, 2], pads=[1] * 4)
     g.node("AveragePool", [dw], "avgp", kernel_shape=[3, 3], pads=[1] * 4, count_include_pad=0)
     g.node("AveragePool", [dw], "avgc", kernel_shape=[3, 3], strides=[2, 2], pads=[1] * 4, count_include_pad=1, ceil_mode=1)
     k = g.const("k", g.rs.uniform(0.5, 2.0, (8, 1, 1)))
     t = g.const("t", g.rs.randn(1, 8, 1, 1))
     g.node("Add", [g.node("Mul", [k, g.conv(dw, "dw5_c", 8, 8, 5, 8, pad=2)], "dw5_k"), t], "dw5")
-    return g.model("window", x_shape, ["dw", "dw2", "grp", "maxp", "avgp", "avgc", "dw5"])
+    return g.model("window", x_shape, ["dw", "dw2", "grp", "maxp", "avgp", "avgc", "dw5", "grp5"])
 
 
 def bn_model():
@@ -97,7 +100,7 @@ def main() -> None:
     out = ap.parse_args().out
     os.makedirs(out, exist_ok=True)
     rs = np.random.RandomState(0)
-    for name, m, shape in [("window", window([1, 8, 11, 37]), [1, 8, 11, 37]), ("narrow", window([1, 8, 7, 7]), [1, 8, 7, 7]),
+    for name, m, shape in [("window", window([1, 8, 11, 37]), [1, 8, 11, 37]), ("narrow", window([2, 8, 7, 7]), [2, 8, 7, 7]),
                            ("bn", bn_model(), [1, 1, 8, 8])]:
         onnx.save(m, os.path.join(out, f"{name}.onnx"))
         x = rs.randn(*shape).astype(np.float32)

@@ -2,7 +2,8 @@
 //! and BatchNormalization folding (`rlx_opt::fold_conv_affine`), end to end through the CLI:
 //! `tests/native/make_window_cnns.py` writes small CNNs and ONNX Runtime's outputs on them.
 //! - `window` (rows of 37 columns: vector interiors with remainders, stride 1 and 2, dilation, padded
-//!   and unpadded, ceil mode, both average-pool counts) and `narrow` (7 columns: under a vector):
+//!   and unpadded, ceil mode, both average-pool counts, a partial block of output channels) and
+//!   `narrow` (7 columns: under a vector; batch 2):
 //!   `rlxc run --target interp` matches ONNX Runtime, and the host object (LLVM, and Cranelift) matches
 //!   the interpreter within 1e-4 on every output;
 //! - `bn` (Conv → BatchNormalization → Relu → depthwise Conv → BatchNormalization → Relu): compiles
@@ -61,7 +62,7 @@ fn rel_err(what: &str, got: &ConstData, want: &ConstData) -> f64 {
     got.to_f64_vec().iter().zip(want.to_f64_vec()).map(|(a, b)| (a - b).abs() / (1.0 + b.abs())).fold(0.0, f64::max)
 }
 
-const OUTS: [&str; 7] = ["dw", "dw2", "grp", "maxp", "avgp", "avgc", "dw5"];
+const OUTS: [&str; 8] = ["dw", "dw2", "grp", "maxp", "avgp", "avgc", "dw5", "grp5"];
 
 #[test]
 fn window_kernels_match_the_interpreter_and_onnx_runtime() {

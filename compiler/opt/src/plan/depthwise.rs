@@ -11,17 +11,18 @@ use rlx_ir::loops::{Expr, IOp, LoopKind, Stmt};
 use rlx_ir::{BinaryOp, MirOp, OpSet};
 
 impl Planner<'_> {
-    /// The interior accumulations of a 2-D grouped convolution (see the module doc) for `rb` output
-    /// channels `idx[1] + r` of one group at once: one loop over the group's input channels and the
-    /// window, each input load shared by the `rb` accumulators (register blocking over output channels).
-    pub(super) fn grouped_interior(&mut self, kb: &mut KB, n: &rlx_ir::Node<MirOp>, idx: &[Expr], rb: usize) -> (Vec<Stmt>, Vec<Expr>) {
+    /// The interior accumulations of a 2-D grouped convolution (see the module doc) for the output
+    /// channels `chans`, all in the group of channel `idx[1]`, at once: one loop over the group's input
+    /// channels and the window, each input load shared by the accumulators (register blocking over
+    /// output channels).
+    pub(super) fn grouped_interior(&mut self, kb: &mut KB, n: &rlx_ir::Node<MirOp>, idx: &[Expr], chans: &[Expr]) -> (Vec<Stmt>, Vec<Expr>) {
         let MirOp::Conv { strides, pads, dilations, groups } = &n.op else { unreachable!("grouped_interior on {}", n.op.kind()) };
         let ins = &n.inputs;
         let odt = self.dt(n.outputs[0]);
         let (sx, sw) = (self.shape(ins[0]), self.shape(ins[1]));
         let (cg, mg) = (sw[1], sw[0] / groups);
-        let chan = |r: usize| Expr::add(idx[1].clone(), Expr::Int(r as i64));
-        let accs: Vec<_> = (0..rb).map(|_| kb.var()).collect();
+        let chan = |r: usize| chans[r].clone();
+        let accs: Vec<_> = chans.iter().map(|_| kb.var()).collect();
         let (c, kh, kw) = (kb.var(), kb.var(), kb.var());
         // input channel = (m / mg) * cg + c (the block's channels share a group)
         let ci = Expr::add(Expr::mul(Expr::i(IOp::Div, idx[1].clone(), Expr::Int(mg as i64)), Expr::Int(cg as i64)), Expr::Var(c));

@@ -6,7 +6,7 @@
 //! of it (the kernel row's bounds are one condition on the row alone). The interior's remainder is one
 //! more vector ending at its last column (overlapping the previous one: those columns are stored twice,
 //! with the same values). Border columns and interiors narrower than 4 columns use the per-element
-//! bodies. With several input channels per group, 2, 4 or 8 output channels of a group are computed per
+//! bodies. With several input channels per group, 4 to 8 output channels of a group are computed per
 //! iteration, sharing each input load. The epilogue (bias, activation…) is
 //! applied to every accumulator before its store, as in the per-element form. Channels are the
 //! parallel loop, so threads split channels; the planner enables this form with
@@ -58,23 +58,33 @@ impl Planner<'_> {
         // before (the overlapped columns are written twice with the same values).
         let over = nv > 0 && nv < hi - lo;
         let rest = if over { hi } else { lo + nv };
-        // Output channels per iteration: with several input channels per group, a block of the
-        // group's output channels shares each input load (1 for pools and depthwise convolutions).
-        let rb = match &anode.op {
+        // Output channels per iteration: with several input channels per group, a block of `rb` of the
+        // group's output channels shares each input load (4–8, the fewest wasted channels, then the
+        // most; a group's last block repeats its last channel, storing identical values). Pools and
+        // depthwise convolutions: 1.
+        let (mg, rb) = match &anode.op {
             MirOp::Conv { groups, .. } => {
                 let sw = self.shape(anode.inputs[1]);
                 let mg = sw[0] / groups;
-                if sw[1] < 2 { 1 } else { [8, 4, 2].into_iter().find(|b| mg % b == 0).unwrap_or(1) }
+                let rb = if sw[1] < 2 || mg < 4 { 1 } else { (4..=8.min(mg)).min_by_key(|&b| (mg.div_ceil(b) * b - mg, usize::MAX - b)).unwrap_or(1) };
+                (mg, rb)
             }
-            _ => 1,
+            _ => (1, 1),
         };
-        let blocks = ch / rb;
+        let per_group = mg.div_ceil(rb);
+        let blocks = ch / mg * per_group;
         let nc = kb.var();
-        let (ni, c0) = if nb == 1 {
-            (Expr::Int(0), Expr::mul(Expr::Var(nc), Expr::Int(rb as i64)))
+        let (ni, blk) = if nb == 1 {
+            (Expr::Int(0), Expr::Var(nc))
         } else {
-            (Expr::i(IOp::Div, Expr::Var(nc), Expr::Int(blocks as i64)), Expr::mul(Expr::i(IOp::Rem, Expr::Var(nc), Expr::Int(blocks as i64)), Expr::Int(rb as i64)))
+            (Expr::i(IOp::Div, Expr::Var(nc), Expr::Int(blocks as i64)), Expr::i(IOp::Rem, Expr::Var(nc), Expr::Int(blocks as i64)))
         };
+        // The block's first channel: group · mg + (block in group) · rb; channel r clamped to the group's last.
+        let (grp, inb) = if per_group == 1 { (blk.clone(), Expr::Int(0)) } else { (Expr::i(IOp::Div, blk.clone(), Expr::Int(per_group as i64)), Expr::i(IOp::Rem, blk.clone(), Expr::Int(per_group as i64))) };
+        let gfirst = Expr::mul(grp, Expr::Int(mg as i64));
+        let c0 = Expr::add(gfirst.clone(), Expr::mul(inb, Expr::Int(rb as i64)));
+        let glast = Expr::add(gfirst, Expr::Int(mg as i64 - 1));
+        let chan = |r: Expr| if mg % rb == 0 { Expr::add(c0.clone(), r) } else { Expr::i(IOp::Min, Expr::add(c0.clone(), r), glast.clone()) };
         let row = kb.var();
         let mut cols = Vec::new();
         // (first column, count, vector?) for the left border, the interior, its last vector and the rest.
@@ -93,17 +103,20 @@ impl Planner<'_> {
                         let (pre, acc) = self.pool_interior(kb, &anode, &at(c0.clone()));
                         (pre, vec![acc])
                     }
-                    _ => self.grouped_interior(kb, &anode, &at(c0.clone()), rb),
+                    _ => {
+                        let chans: Vec<Expr> = (0..rb).map(|i| chan(Expr::Int(i as i64))).collect();
+                        self.grouped_interior(kb, &anode, &at(c0.clone()), &chans)
+                    }
                 };
                 body.extend(pre);
                 for (i, acc) in accs.into_iter().enumerate() {
-                    let idx = at(Expr::add(c0.clone(), Expr::Int(i as i64)));
+                    let idx = at(chan(Expr::Int(i as i64)));
                     body.push(self.store_with_epilogue(kb, av, acc, a, r, op, &idx, out_shape));
                 }
             } else {
                 // Per element, each channel of the block in turn.
                 let rv = kb.var();
-                let idx = at(if rb > 1 { Expr::add(c0.clone(), Expr::Var(rv)) } else { c0.clone() });
+                let idx = at(if rb > 1 { chan(Expr::Var(rv)) } else { c0.clone() });
                 let (mut pre, acc) = self.anchor_body(kb, &anode, &idx);
                 pre.push(self.store_with_epilogue(kb, av, acc, a, r, op, &idx, out_shape));
                 body = if rb > 1 { vec![Stmt::For { var: rv, extent: rb as i64, kind: LoopKind::Serial, body: pre }] } else { pre };
