@@ -38,7 +38,7 @@ FUZZ_J ?= 2
 
 export RLX_PY := $(CURDIR)/$(PY)
 
-.PHONY: setup apt venv toolchains doctor models llama-ref test-llm build install test conformance-data conformance conformance-check nollvm-check demo bench bench-backends verilog-report clean \
+.PHONY: setup apt venv toolchains doctor models llama-ref test-llm build install test conformance-data conformance conformance-check nollvm-check demo bench bench-zoo bench-backends verilog-report clean \
         fuzz-setup fuzz-corpus fuzz fuzz-smoke
 
 # make setup: system packages, the venv, the Rust toolchains; then `make doctor` proves every tool works
@@ -174,6 +174,11 @@ demo: build $(VENV_STAMP)
 bench: build
 	$(PY) -m pip install -q -r requirements-bench.txt
 	$(PY) tests/bench/bench.py --rlxc $(RLXC) --out docs/benchmarks.md
+	$(PY) tests/bench/zoo.py --rlxc $(RLXC) --out docs/benchmarks.md
+
+# The CNN model zoo alone (the onnx wheel's nine light models + a MobileNet-style model, batch 1/8, 1/2 threads).
+bench-zoo: build $(VENV_STAMP)
+	$(PY) tests/bench/zoo.py --rlxc $(RLXC) --out docs/benchmarks.md
 
 # Cranelift vs LLVM objects: compile time and run time side by side (MiniLM batch 1 seq 128, the MLP).
 bench-backends: build $(VENV_STAMP)

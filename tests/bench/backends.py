@@ -139,17 +139,7 @@ def main() -> int:
             lines.append(f"| {r['model']} | {r['threads']} | {l['compile_s']:.2f} | {l['codegen_s'] * 1e3:.0f} | {c['compile_s']:.2f} | "
                          f"{c['codegen_s'] * 1e3:.0f} | {l['run_ms']:.3f} | {c['run_ms']:.3f} | {c['run_ms'] / l['run_ms']:.1f}x | "
                          f"{l['obj_kb']:.0f} / {c['obj_kb']:.0f} | {r['maxdiff']:.1e} |")
-        section = "\n".join(lines) + "\n"
-        p = Path(a.out)
-        text = p.read_text() if p.exists() else "# Benchmarks\n"
-        if SECTION in text:
-            head, rest = text.split(SECTION, 1)
-            nxt = rest.find("\n## ")
-            tail = rest[nxt + 1:] if nxt >= 0 else ""
-            text = head + section + ("\n" + tail if tail else "")
-        else:
-            text = text.rstrip("\n") + "\n\n" + section
-        p.write_text(text)
+        bench.write_section(Path(a.out), SECTION, "\n".join(lines) + "\n")
         print(f"wrote {a.out}")
     return 0
 

@@ -181,6 +181,7 @@ def worker(cfg: dict) -> dict:
             run_iree()
     ref = sess.run(None, feed)[0]
     maxdiff = float(np.abs(ref - outs_np[0]).max())
+    reldiff = maxdiff / max(float(np.abs(ref).max()), 1e-30)
     ta, tb, tc = [], [], []
     deadline = time.perf_counter() + cfg["budget_s"]
     # Blocks of calls, interleaved A B A B …: each block first warms up for at least one call and 100 ms
@@ -233,8 +234,23 @@ def worker(cfg: dict) -> dict:
     peak = 2.0 * n ** 3 / np.median(ts) / 1e9
     ra, rb = float(np.median(ta)), float(np.median(tb))
     return {"rlxc_ms": ra * 1e3, "ort_ms": rb * 1e3, "ratio": ra / rb, "gflops": cfg["flops"] / ra / 1e9,
-            "peak": peak, "maxdiff": maxdiff, "reps": len(ta),
+            "peak": peak, "maxdiff": maxdiff, "reldiff": reldiff, "reps": len(ta),
             "iree_ms": float(np.median(tc)) * 1e3 if tc else None, "iree_err": iree_err, **floor}
+
+
+def write_section(p: Path, title: str, section: str) -> None:
+    """Replaces only the section headed `title` in the markdown file `p` (other sections are kept; a new
+    section goes before the first existing one)."""
+    text = p.read_text() if p.exists() else "# Benchmarks\n\n"
+    if title in text:
+        head, rest = text.split(title, 1)
+        nxt = rest.find("\n## ")
+        tail = rest[nxt + 1:] if nxt >= 0 else ""
+        text = head + section + ("\n" + tail if tail else "")
+    else:
+        first = text.find("\n## ")
+        text = (text + "\n" + section) if first < 0 else (text[:first + 1] + section + "\n" + text[first + 1:])
+    p.write_text(text)
 
 
 def main() -> int:
@@ -334,19 +350,7 @@ def main() -> int:
         notes = sorted({r["iree_note"] for r in rows if r.get("iree_note")})
         if notes:
             lines += ["", "IREE: " + "; ".join(notes)]
-        # Replace only this script's section; other sections (e.g. Cranelift vs LLVM) are kept.
-        section = "\n".join(lines) + "\n"
-        p = Path(a.out)
-        text = p.read_text() if p.exists() else "# Benchmarks\n\n"
-        if SECTION in text:
-            head, rest = text.split(SECTION, 1)
-            nxt = rest.find("\n## ")
-            tail = rest[nxt + 1:] if nxt >= 0 else ""
-            text = head + section + ("\n" + tail if tail else "")
-        else:
-            first = text.find("\n## ")
-            text = (text + "\n" + section) if first < 0 else (text[:first + 1] + section + "\n" + text[first + 1:])
-        p.write_text(text)
+        write_section(Path(a.out), SECTION, "\n".join(lines) + "\n")
         print(f"wrote {a.out}")
     return 0
 

@@ -1,0 +1,209 @@
+#!/usr/bin/env python3
+"""The CNN model zoo: rlxc vs ONNX Runtime on the onnx wheel's nine `light` models and a MobileNet-style
+depthwise model, batch 1 and 8, 1 and 2 threads (part of `make bench`; `make bench-zoo` runs it alone).
+
+    zoo.py --rlxc target/release/rlxc [--models resnet50,shufflenet] [--batches 1,8] [--threads 1,2]
+           [--reps 10] [--budget-s 20] [--out docs/benchmarks.md]
+
+Measured exactly as bench.py measures MiniLM (its `compile_rlxc` and `worker`): rlxc's host artifact loaded
+as a shared object and ORT in one process per row, same thread count, interleaved blocks of calls, p50.
+The light models carry constant-filled weights (ConstantOfShape), so their pre-softmax values are huge;
+the accuracy column is max |rlxc − ORT| over the output, relative to the output's largest magnitude.
+A batch-8 copy of a model is made by fixing the input's batch dimension to 8 and letting ONNX shape
+inference rebuild the rest; where a model's own constants pin batch 1 (a Reshape to [1, -1]), the row
+says so instead of a time.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench  # noqa: E402  (compile_rlxc, worker, ms: one implementation of the measurement)
+
+ROOT = Path(__file__).resolve().parents[2]
+SECTION = "## CNN model zoo: rlxc vs ONNX Runtime (CPU)"
+LIGHT = ["bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50", "shufflenet", "squeezenet", "vgg19",
+         "zfnet512"]
+
+
+def light_dir() -> Path:
+    import onnx
+    return Path(onnx.__file__).parent / "backend/test/data/light"
+
+
+def flops(model) -> float:
+    """2 × multiply-adds of every Conv, ConvTranspose, Gemm and MatMul, from ONNX shape inference."""
+    import onnx
+    from onnx import numpy_helper, shape_inference
+    m = shape_inference.infer_shapes(model)
+    shapes = {}
+    for v in list(m.graph.value_info) + list(m.graph.input) + list(m.graph.output):
+        dims = [d.dim_value for d in v.type.tensor_type.shape.dim]
+        shapes[v.name] = dims
+    for t in m.graph.initializer:
+        shapes[t.name] = list(t.dims)
+    for n in m.graph.node:
+        if n.op_type == "Constant":
+            for a in n.attribute:
+                if a.name == "value":
+                    shapes[n.output[0]] = list(numpy_helper.to_array(a.t).shape)
+        if n.op_type == "ConstantOfShape":
+            pass
+    total = 0.0
+    for n in m.graph.node:
+        out = shapes.get(n.output[0])
+        if not out or 0 in out:
+            continue
+        if n.op_type in ("Conv", "ConvTranspose"):
+            w = shapes.get(n.input[1])
+            if not w:
+                continue
+            groups = next((a.i for a in n.attribute if a.name == "group"), 1)
+            per_out = float(np.prod(w[1:])) if n.op_type == "Conv" else float(w[0] // groups * np.prod(w[2:]))
+            total += 2.0 * float(np.prod(out)) * per_out
+        elif n.op_type in ("Gemm", "MatMul"):
+            a = shapes.get(n.input[0])
+            if not a:
+                continue
+            trans_a = next((x.i for x in n.attribute if x.name == "transA"), 0)
+            k = a[-2] if (n.op_type == "Gemm" and trans_a) else a[-1]
+            total += 2.0 * float(np.prod(out)) * k
+    return total
+
+
+def with_batch(src: Path, dst: Path, batch: int) -> str | None:
+    """A copy of `src` with the first input's batch dimension fixed to `batch` (None when it worked)."""
+    import onnx
+    from onnx import shape_inference
+    m = onnx.load(str(src))
+    init = {t.name for t in m.graph.initializer}
+    for v in m.graph.input:
+        if v.name not in init:
+            v.type.tensor_type.shape.dim[0].dim_value = batch
+    for v in m.graph.output:
+        v.type.tensor_type.shape.dim[0].dim_value = batch
+    del m.graph.value_info[:]
+    try:
+        m = shape_inference.infer_shapes(m, strict_mode=True)
+    except Exception as e:  # noqa: BLE001
+        return f"shape inference at batch {batch}: {str(e).splitlines()[0][:160]}"
+    onnx.save(m, str(dst))
+    return None
+
+
+def mobilenet_like(dst: Path) -> None:
+    """tests/bench/mobilenet_like.py's model (depthwise separable blocks, ReLU6, global pool, classifier)."""
+    subprocess.run([sys.executable, str(ROOT / "tests/bench/mobilenet_like.py"), "--out", str(dst)], check=True,
+                   stdout=subprocess.DEVNULL)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rlxc", default=str(ROOT / "target/release/rlxc"))
+    ap.add_argument("--models", default=",".join(LIGHT + ["mobilenet_like"]))
+    ap.add_argument("--batches", default="1,8")
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--budget-s", type=float, default=20.0, help="time limit per row (after 2 blocks)")
+    ap.add_argument("--out", default=None, help="write the markdown table into this file's zoo section")
+    a = ap.parse_args()
+    import onnx
+    import onnxruntime as ort
+
+    work = Path(tempfile.mkdtemp(prefix="rlxc-zoo-"))
+    rows = []
+    try:
+        for name in a.models.split(","):
+            if name == "mobilenet_like":
+                base = work / "mobilenet_like.onnx"
+                if not (ROOT / "tests/bench/mobilenet_like.py").exists():
+                    print("mobilenet_like: tests/bench/mobilenet_like.py is missing", flush=True)
+                    continue
+                mobilenet_like(base)
+            else:
+                base = light_dir() / f"light_{name}.onnx"
+            for batch in [int(b) for b in a.batches.split(",")]:
+                d = work / f"{name}_b{batch}"
+                d.mkdir(parents=True)
+                model = d / "model.onnx"
+                note = with_batch(base, model, batch)
+                sess = None
+                if note is None:
+                    try:
+                        sess = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+                        x = np.random.RandomState(batch).rand(*sess.get_inputs()[0].shape).astype(np.float32)
+                        sess.run(None, {sess.get_inputs()[0].name: x})
+                    except Exception as e:  # noqa: BLE001
+                        note = f"ONNX Runtime cannot run it at batch {batch}: {str(e).splitlines()[0][:160]}"
+                if note:
+                    print(f"{name:16s} batch {batch}: {note}", flush=True)
+                    rows.append({"model": name, "batch": batch, "note": note})
+                    continue
+                inp = sess.get_inputs()[0].name
+                np.save(d / "x.npy", x)
+                try:
+                    so, ctime, _ = bench.compile_rlxc(a.rlxc, model, {}, d / "rlxc")
+                except subprocess.CalledProcessError as e:
+                    note = "rlxc compile failed: " + ((e.stderr or "").strip().splitlines() or ["?"])[-1][:160]
+                    print(f"{name:16s} batch {batch}: {note}", flush=True)
+                    rows.append({"model": name, "batch": batch, "note": note})
+                    continue
+                size = (d / "rlxc" / "m.o").stat().st_size
+                fl = flops(onnx.load(str(model)))
+                for t in [int(x) for x in a.threads.split(",")]:
+                    env = dict(os.environ, RLX_NUM_THREADS=str(t), OMP_NUM_THREADS=str(t), OPENBLAS_NUM_THREADS=str(t))
+                    cfg = {"threads": t, "so": str(so), "manifest": str(d / "rlxc" / "m.json"), "model": str(model),
+                           "inputs": {inp: str(d / "x.npy")}, "reps": a.reps, "budget_s": a.budget_s, "flops": fl,
+                           "vmfb": None}
+                    r = subprocess.run([sys.executable, str(ROOT / "tests/bench/bench.py"), "--worker", json.dumps(cfg)],
+                                       env=env, capture_output=True, text=True)
+                    if r.returncode != 0:
+                        note = "run failed: " + (r.stderr.strip().splitlines() or ["?"])[-1][:160]
+                        print(f"{name:16s} batch {batch} threads {t}: {note}", flush=True)
+                        rows.append({"model": name, "batch": batch, "threads": t, "note": note})
+                        continue
+                    res = json.loads(r.stdout.strip().splitlines()[-1])
+                    res.update(model=name, batch=batch, threads=t, compile_s=ctime, object_mb=size / 1e6, gflop=fl / 1e9)
+                    rows.append(res)
+                    print(f"{name:16s} batch {batch} threads {t}: rlxc {res['rlxc_ms']:9.2f} ms  ORT {res['ort_ms']:9.2f} ms  "
+                          f"ratio {res['ratio']:5.2f}  {res['gflops']:6.1f} GFLOP/s ({100 * res['gflops'] / res['peak']:3.0f}% of "
+                          f"sgemm {res['peak']:.0f})  rel diff {res['reldiff']:.1e}  compile {ctime:.1f} s", flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    timed = [r for r in rows if "ratio" in r]
+    geo = float(np.exp(np.mean(np.log([r["ratio"] for r in timed])))) if timed else float("nan")
+    print(f"geometric mean rlxc/ORT over {len(timed)} rows: {geo:.2f}")
+    if a.out:
+        lines = [SECTION, "",
+                 "Measured by `make bench-zoo` (`tests/bench/zoo.py`, also part of `make bench`): the nine `light` models of",
+                 "the onnx wheel (onnx/backend/test/data/light) and a MobileNet-style depthwise model",
+                 "(`tests/bench/mobilenet_like.py`), batch 1 and 8, 1 and 2 threads; rlxc's host artifact and ONNX Runtime",
+                 "in one process per row, interleaved blocks, p50 (the method of the MiniLM table). GFLOP/s counts the",
+                 "convolutions' and matmuls' multiply-adds ×2; sgemm peak = numpy/OpenBLAS 1024² in the same process.",
+                 "rel diff = max |rlxc − ORT| / max |ORT| over the output.", "",
+                 "| model | batch | threads | rlxc p50 ms | ORT p50 ms | rlxc/ORT | GFLOP | rlxc GFLOP/s | % of sgemm peak | rel diff | rlxc compile s | object MB |",
+                 "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for r in rows:
+            if "ratio" not in r:
+                lines.append(f"| {r['model']} | {r['batch']} | {r.get('threads', '—')} | — | — | — | | | | | | {r['note']} |")
+                continue
+            lines.append(f"| {r['model']} | {r['batch']} | {r['threads']} | {bench.ms(r['rlxc_ms'])} | {bench.ms(r['ort_ms'])} | "
+                         f"{r['ratio']:.2f} | {r['gflop']:.2f} | {r['gflops']:.1f} | {100 * r['gflops'] / r['peak']:.0f}% | "
+                         f"{r['reldiff']:.1e} | {r['compile_s']:.1f} | {r['object_mb']:.1f} |")
+        lines += ["", f"Geometric mean of rlxc/ORT over the {len(timed)} timed rows: **{geo:.2f}**."]
+        bench.write_section(Path(a.out), SECTION, "\n".join(lines) + "\n")
+        print(f"wrote {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
