@@ -7,7 +7,7 @@
 //! `reshape`/`mul`/`add`… nodes on the constants — and the caller's constant folding evaluates them
 //! with the evaluator it is given (the optimizer owns no numerics). Only chains whose every
 //! intermediate value has one use and is no graph output are folded, with the constant on either side
-//! of `add`/`mul` and on the right of `sub`/`div`.
+//! of `add`/`mul` and on the right of `sub`/`div` (a divisor with a zero is left as it is).
 
 use crate::fold::rebuild;
 use rlx_ir::{BinaryOp, Blob, ConstData, DType, Dim, Mir, MirOp, ValueId};
@@ -53,6 +53,10 @@ pub fn fold_conv_affine(g: &Mir) -> Option<Mir> {
                 _ => break,
             };
             if g.ty(cn.outputs[0]) != ty || !per_channel(g, k, oshape.len(), m) {
+                break;
+            }
+            // y / 0 is ±inf or NaN by the sign of y; a folded weight / 0 would not keep that.
+            if op == BinaryOp::Div && g.const_data(k).is_some_and(|c| c.to_f64_vec().contains(&0.0)) {
                 break;
             }
             steps.push((op, k));
