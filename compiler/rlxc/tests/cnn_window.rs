@@ -4,8 +4,8 @@
 //! - `window` (rows of 37 columns: vector interiors with remainders, stride 1 and 2, dilation, padded
 //!   and unpadded, ceil mode, both average-pool counts, a partial block of output channels) and
 //!   `narrow` (7 columns: under a vector; batch 2):
-//!   `rlxc run --target interp` matches ONNX Runtime, and the host object (LLVM, and Cranelift) matches
-//!   the interpreter within 1e-4 on every output;
+//!   `rlxc run --target interp` matches ONNX Runtime, and the host object (LLVM, and Cranelift) and
+//!   the x86_64 one (AVX2: 8 lanes) match the interpreter within 1e-4 on every output;
 //! - `bn` (Conv → BatchNormalization → Relu → depthwise Conv → BatchNormalization → Relu): compiles
 //!   for `--target cortex-m4 --calibrate` (before the folding: "no int8 form" for sub/div/mul/add), its
 //!   firmware's int8 outputs in qemu-system-arm equal `--target interp-int8` bit for bit, and
@@ -71,12 +71,14 @@ fn window_kernels_match_the_interpreter_and_onnx_runtime() {
         run(model, "interp", &[], &dir.join("interp"));
         run(model, "host", &[], &dir.join("llvm"));
         run(model, "host", &["--backend", "cranelift"], &dir.join("cranelift"));
+        // x86-64-v3 (AVX2): 8-lane window kernels whatever this machine's vector width.
+        run(model, "x86_64", &[], &dir.join("x86_64"));
         for o in OUTS {
             let want = npy(&dir.join("interp").join(format!("{o}.npy")));
             let ort = npy(&models().join(format!("{model}_ort_{o}.npy")));
             let e = rel_err(&format!("{model}/{o} interp vs ONNX Runtime"), &want, &ort);
             assert!(e <= 1e-4, "{model}/{o}: interpreter vs ONNX Runtime {e:e}");
-            for be in ["llvm", "cranelift"] {
+            for be in ["llvm", "cranelift", "x86_64"] {
                 let got = npy(&dir.join(be).join(format!("{o}.npy")));
                 let e = rel_err(&format!("{model}/{o} {be}"), &got, &want);
                 assert!(e <= 1e-4, "{model}/{o}: host ({be}) vs the interpreter {e:e}");
