@@ -85,7 +85,10 @@ impl Planner<'_> {
     /// along the width is in bounds (`window.rs`'s interior columns): rows outside the input are
     /// skipped by a condition on `oh` alone, so the width index may be a vector loop's. The average
     /// divides by the in-bounds (or, with `count_include_pad`, in-padding) row taps × the kernel width.
-    pub(super) fn pool_interior(&mut self, kb: &mut KB, n: &rlx_ir::Node<MirOp>, idx: &[Expr]) -> (Vec<Stmt>, Expr) {
+    /// Only the kernel columns `taps` (start, end) are read — all of them in the interior; at a border
+    /// column (a constant `idx[3]`) the ones inside the input — and an average counts `wcount` columns
+    /// per counted row (the columns read, or with `count_include_pad` those inside the padding).
+    pub(super) fn pool_interior(&mut self, kb: &mut KB, n: &rlx_ir::Node<MirOp>, idx: &[Expr], taps: (i64, i64), wcount: i64) -> (Vec<Stmt>, Expr) {
         let MirOp::Pool { kind, kernel, strides, pads, dilations, count_include_pad, .. } = &n.op else { unreachable!("pool_interior on {}", n.op.kind()) };
         let x = n.inputs[0];
         let odt = self.dt(n.outputs[0]);
@@ -93,15 +96,16 @@ impl Planner<'_> {
         let (kh, kw) = (kb.var(), kb.var());
         let acc = kb.var();
         let row = |k: Expr| Expr::add(Expr::i(IOp::Sub, Expr::mul(idx[2].clone(), Expr::Int(strides[0] as i64)), Expr::Int(pads[0] as i64)), Expr::mul(k, Expr::Int(dilations[0] as i64)));
-        let col = Expr::add(Expr::i(IOp::Sub, Expr::mul(idx[3].clone(), Expr::Int(strides[1] as i64)), Expr::Int(pads[1] as i64)), Expr::mul(Expr::Var(kw), Expr::Int(dilations[1] as i64)));
+        let kwe = Expr::add(Expr::Int(taps.0), Expr::Var(kw));
+        let col = Expr::add(Expr::i(IOp::Sub, Expr::mul(idx[3].clone(), Expr::Int(strides[1] as i64)), Expr::Int(pads[1] as i64)), Expr::mul(kwe, Expr::Int(dilations[1] as i64)));
         let inside = |p: Expr, lo: i64, hi: i64| Expr::i(IOp::And, Expr::i(IOp::Le, Expr::Int(lo), p.clone()), Expr::i(IOp::Lt, p, Expr::Int(hi)));
         let xv = self.elem(kb, x, &[idx[0].clone(), idx[1].clone(), row(Expr::Var(kh)), col]);
         let upd = match kind {
             PoolKind::Max => Expr::Bin(BinaryOp::Max, odt, Box::new(Expr::Var(acc)), Box::new(xv)),
             PoolKind::Avg => Expr::Bin(BinaryOp::Add, odt, Box::new(Expr::Var(acc)), Box::new(xv)),
         };
-        let taps = Stmt::For { var: kw, extent: kernel[1] as i64, kind: LoopKind::Serial, body: vec![Stmt::Assign { var: acc, value: upd }] };
-        let body = vec![Stmt::If { cond: inside(row(Expr::Var(kh)), 0, h), body: vec![taps] }];
+        let cols = Stmt::For { var: kw, extent: (taps.1 - taps.0).max(0), kind: LoopKind::Serial, body: vec![Stmt::Assign { var: acc, value: upd }] };
+        let body = vec![Stmt::If { cond: inside(row(Expr::Var(kh)), 0, h), body: vec![cols] }];
         let init = if *kind == PoolKind::Max { f64::NEG_INFINITY } else { 0.0 };
         let stmts = vec![Stmt::Decl { var: acc, dtype: odt, init: lit(init, odt) }, Stmt::For { var: kh, extent: kernel[0] as i64, kind: LoopKind::Serial, body }];
         let val = match kind {
@@ -110,7 +114,7 @@ impl Planner<'_> {
                 // Rows counted: Σ over the row taps of [tap inside the input (or its padding)].
                 let (lo, hi) = if *count_include_pad { (-(pads[0] as i64), h + pads[2] as i64) } else { (0, h) };
                 let rows = (0..kernel[0] as i64).fold(Expr::Int(0), |s, k| Expr::add(s, inside(row(Expr::Int(k)), lo, hi)));
-                let cnt = Expr::mul(rows, Expr::Int(kernel[1] as i64));
+                let cnt = Expr::mul(rows, Expr::Int(wcount));
                 let d = Expr::Cast { from: DType::I64, to: odt, x: Box::new(Expr::ToIndex { from: DType::I64, x: Box::new(cnt) }) };
                 Expr::Bin(BinaryOp::Div, odt, Box::new(Expr::Var(acc)), Box::new(d))
             }

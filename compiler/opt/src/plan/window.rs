@@ -5,8 +5,9 @@
 //! vector loads, at stride 2 a span load and a deinterleave (the LLVM writer); padding checks stay out
 //! of it (the kernel row's bounds are one condition on the row alone). The interior's remainder is one
 //! more vector ending at its last column (overlapping the previous one: those columns are stored twice,
-//! with the same values). Border columns and interiors narrower than 4 columns use the per-element
-//! bodies. With several input channels per group, 4 to 8 output channels of a group are computed per
+//! with the same values). Up to 8 border columns on each side are unrolled, each summing only the
+//! kernel columns inside the input (known at compile time: no check per tap); more, and interiors
+//! narrower than 4 columns, use the per-element bodies. With several input channels per group, 4 to 8 output channels of a group are computed per
 //! iteration, sharing each input load. The epilogue (bias, activation…) is
 //! applied to every accumulator before its store, as in the per-element form. Channels are the
 //! parallel loop, so threads split channels; the planner enables this form with
@@ -87,10 +88,47 @@ impl Planner<'_> {
         let chan = |r: Expr| if mg % rb == 0 { Expr::add(c0.clone(), r) } else { Expr::i(IOp::Min, Expr::add(c0.clone(), r), glast.clone()) };
         let row = kb.var();
         let mut cols = Vec::new();
+        // Kernel columns inside the input at output column c (and, for an average pool counting the
+        // padding, inside the padding).
+        let pad_end = match &anode.op {
+            MirOp::Pool { pads, .. } => pads[3] as i64,
+            _ => p,
+        };
+        let inside = |c: i64, lo_in: i64, hi_in: i64| -> (i64, i64) {
+            // c·s − p + t·d in [lo_in, hi_in)  ⇔  t in [ceil((lo_in − c·s + p) / d), floor((hi_in − 1 − c·s + p) / d) + 1)
+            let (a, b) = (lo_in - c * s + p, hi_in - 1 - c * s + p);
+            let t0 = if a <= 0 { 0 } else { (a + d - 1) / d };
+            let t1 = if b < 0 { 0 } else { (b / d + 1).min(k) };
+            (t0.min(t1), t1)
+        };
+        let count_pad = matches!(&anode.op, MirOp::Pool { count_include_pad: true, .. });
+        let chans: Vec<Expr> = (0..rb).map(|i| chan(Expr::Int(i as i64))).collect();
         // (first column, count, vector?) for the left border, the interior, its last vector and the rest.
         let tail = if over { lanes } else { 0 };
         for (start, count, vector) in [(0, lo, false), (lo, nv, true), (hi - lanes, tail, true), (rest, ow as i64 - rest, false)] {
             if count <= 0 {
+                continue;
+            }
+            if !vector && count <= 8 {
+                // A few border columns: each its own statements with the kernel columns inside the
+                // input known here, so no bounds check per tap.
+                for c in start..start + count {
+                    let taps = inside(c, 0, w);
+                    let wcount = if count_pad { let (a, b) = inside(c, -p, w + pad_end); b - a } else { taps.1 - taps.0 };
+                    let idx0 = [ni.clone(), c0.clone(), Expr::Var(row), Expr::Int(c)];
+                    let (pre, accs) = match &anode.op {
+                        MirOp::Pool { .. } => {
+                            let (pre, acc) = self.pool_interior(kb, &anode, &idx0, taps, wcount);
+                            (pre, vec![acc])
+                        }
+                        _ => self.grouped_interior(kb, &anode, &idx0, &chans, taps),
+                    };
+                    cols.extend(pre);
+                    for (i, acc) in accs.into_iter().enumerate() {
+                        let idx = [ni.clone(), chans[i].clone(), Expr::Var(row), Expr::Int(c)];
+                        cols.push(self.store_with_epilogue(kb, av, acc, a, r, op, &idx, out_shape));
+                    }
+                }
                 continue;
             }
             let j = kb.var();
@@ -100,17 +138,14 @@ impl Planner<'_> {
             if vector {
                 let (pre, accs) = match &anode.op {
                     MirOp::Pool { .. } => {
-                        let (pre, acc) = self.pool_interior(kb, &anode, &at(c0.clone()));
+                        let (pre, acc) = self.pool_interior(kb, &anode, &at(c0.clone()), (0, k), k);
                         (pre, vec![acc])
                     }
-                    _ => {
-                        let chans: Vec<Expr> = (0..rb).map(|i| chan(Expr::Int(i as i64))).collect();
-                        self.grouped_interior(kb, &anode, &at(c0.clone()), &chans)
-                    }
+                    _ => self.grouped_interior(kb, &anode, &at(c0.clone()), &chans, (0, k)),
                 };
                 body.extend(pre);
                 for (i, acc) in accs.into_iter().enumerate() {
-                    let idx = at(chan(Expr::Int(i as i64)));
+                    let idx = at(chans[i].clone());
                     body.push(self.store_with_epilogue(kb, av, acc, a, r, op, &idx, out_shape));
                 }
             } else {
