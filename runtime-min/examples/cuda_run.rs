@@ -6,7 +6,9 @@
 //!
 //! Inputs are raw little-endian tensors (numpy's `tofile`) in port order; each output is written to
 //! `OUT_DIR/outI.bin`. After one untimed run, RUNS more runs (each: copy in, one CUDA graph launch,
-//! copy out) are timed; prints the device, setup time and p50 / p10 / p90 / min in µs. Exit 1 on any
+//! copy out) are timed; prints the device, setup time and p50 / p10 / p90 / min in µs. With
+//! `RLX_CUDA_KERNEL_TIMES=1` it then launches the kernels one by one (outside the graph) and prints
+//! each dispatch's device time (median of 20), its grid and block, and their sum. Exit 1 on any
 //! error, with the message; exit 2 when no CUDA driver is present.
 
 use std::time::Instant;
@@ -58,5 +60,12 @@ fn run(a: &[String]) -> Result<(), String> {
     let (maj, min) = ex.capability().map_err(|e| e.to_string())?;
     println!("cuda device: {} (sm_{maj}{min}), {} launches in one graph, setup {:.1} ms", ex.device_name(), ex.dispatches(), setup.as_secs_f64() * 1e3);
     println!("bench: {} runs: p50 {:.1} µs  p10 {:.1} µs  p90 {:.1} µs  min {:.1} µs", ts.len(), q(0.5), q(0.1), q(0.9), q(0.0));
+    if std::env::var("RLX_CUDA_KERNEL_TIMES").is_ok_and(|v| v == "1") {
+        let times = ex.kernel_times(20).map_err(|e| e.to_string())?;
+        for (i, (t, d)) in times.iter().zip(&sched.dispatches).enumerate() {
+            println!("kernel {i} (k{}): {:.1} µs  grid {:?} block {:?}", d.entry, t * 1e3, d.groups, d.block);
+        }
+        println!("kernels: sum {:.1} µs over {} launches", times.iter().sum::<f32>() * 1e3, times.len());
+    }
     Ok(())
 }

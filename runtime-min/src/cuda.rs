@@ -96,6 +96,8 @@ pub struct Executor {
     outputs: Vec<usize>,
     name: String,
     dispatches: usize,
+    /// Per dispatch: its function, grid and block (for [`Executor::kernel_times`]).
+    launches: Vec<(sys::CUfunction, (u32, u32, u32), (u32, u32, u32))>,
 }
 
 impl Executor {
@@ -136,7 +138,7 @@ impl Executor {
         // SAFETY: `dev` came from cuDeviceGet; every handle below is created here and destroyed in Drop
         // (or right away when setup fails), and every copy's host slice outlives the call (sync copies).
         let ctx = unsafe { result::primary_ctx::retain(dev) }.map_err(drv("cuDevicePrimaryCtxRetain"))?;
-        let mut ex = Executor { dev, ctx, stream: core::ptr::null_mut(), module: core::ptr::null_mut(), bufs: Vec::new(), graph: core::ptr::null_mut(), exec: core::ptr::null_mut(), inputs, outputs, name, dispatches: sched.dispatches.len() };
+        let mut ex = Executor { dev, ctx, stream: core::ptr::null_mut(), module: core::ptr::null_mut(), bufs: Vec::new(), graph: core::ptr::null_mut(), exec: core::ptr::null_mut(), inputs, outputs, name, dispatches: sched.dispatches.len(), launches: Vec::new() };
         unsafe { result::ctx::set_current(ctx) }.map_err(drv("cuCtxSetCurrent"))?;
         ex.stream = result::stream::create(result::stream::StreamKind::NonBlocking).map_err(drv("cuStreamCreate"))?;
         ex.module = unsafe { result::module::load_data(ptx_c.as_ptr() as *const c_void) }.map_err(drv("cuModuleLoadData (the PTX does not load on this device)"))?;
@@ -163,6 +165,7 @@ impl Executor {
         for (d, f) in sched.dispatches.iter().zip(&funcs) {
             let g = (d.groups[0], d.groups[1], d.groups[2]);
             let b = (d.block[0], d.block[1], d.block[2]);
+            ex.launches.push((*f, g, b));
             launched = unsafe { result::launch_kernel(*f, g, b, 0, ex.stream, &mut argp) }.map_err(drv(&format!("launching k{}", d.entry)));
             if launched.is_err() {
                 break;
@@ -194,6 +197,49 @@ impl Executor {
     /// Kernel launches in the graph.
     pub fn dispatches(&self) -> usize {
         self.dispatches
+    }
+
+    /// Device time of each dispatch in ms, in schedule order (profiling: `cuda_run` prints them with
+    /// `RLX_CUDA_KERNEL_TIMES=1`). The dispatches are launched one by one outside the graph, in order
+    /// (a whole run on the inputs last copied in), each between two events; the median of `reps` runs.
+    pub fn kernel_times(&mut self, reps: usize) -> Result<Vec<f32>, CudaError> {
+        let mut args: Vec<sys::CUdeviceptr> = self.bufs.iter().map(|b| b.1).collect();
+        let mut argp: Vec<*mut c_void> = args.iter_mut().map(|a| a as *mut sys::CUdeviceptr as *mut c_void).collect();
+        let n = self.launches.len();
+        let mut events = Vec::with_capacity(n + 1);
+        let mut times: Vec<Vec<f32>> = (0..n).map(|_| Vec::with_capacity(reps)).collect();
+        // SAFETY: the events are created here and destroyed below; the kernels take every buffer, as
+        // in the graph; the stream is synchronized before the times are read.
+        let r: Result<(), CudaError> = (|| unsafe {
+            result::ctx::set_current(self.ctx).map_err(drv("cuCtxSetCurrent"))?;
+            for _ in 0..=n {
+                events.push(result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).map_err(drv("cuEventCreate"))?);
+            }
+            for _ in 0..reps.max(1) {
+                result::event::record(events[0], self.stream).map_err(drv("cuEventRecord"))?;
+                for (i, &(f, g, b)) in self.launches.iter().enumerate() {
+                    result::launch_kernel(f, g, b, 0, self.stream, &mut argp).map_err(drv(&format!("launching dispatch {i}")))?;
+                    result::event::record(events[i + 1], self.stream).map_err(drv("cuEventRecord"))?;
+                }
+                result::stream::synchronize(self.stream).map_err(drv("running the kernels one by one (a kernel failed)"))?;
+                for (i, t) in times.iter_mut().enumerate() {
+                    t.push(result::event::elapsed(events[i], events[i + 1]).map_err(drv("cuEventElapsedTime"))?);
+                }
+            }
+            Ok(())
+        })();
+        for e in events {
+            let _ = unsafe { result::event::destroy(e) };
+        }
+        drop(args);
+        r?;
+        Ok(times
+            .into_iter()
+            .map(|mut t| {
+                t.sort_by(f32::total_cmp);
+                t.get(t.len() / 2).copied().unwrap_or(0.0)
+            })
+            .collect())
     }
 
     /// Copies `inputs` in, launches the graph, copies the outputs out (each slice exactly its port's

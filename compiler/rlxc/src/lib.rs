@@ -4,6 +4,7 @@
 //!   `rlx_import::npy` (a reader of outside bytes lives with the other importers; one implementation).
 //! - [`conformance`]: the ONNX op conformance suite behind `rlxc conformance`.
 //! - [`targets`]: the target families behind one trait — compile, write, execute.
+//! - [`llm`]: token generation (the `Step` an executor implements, sampling, the loop).
 
 #[cfg(not(any(feature = "llvm", feature = "cranelift")))]
 compile_error!("rlxc needs at least one native back end: cargo feature `llvm` or `cranelift`");
@@ -13,6 +14,7 @@ pub mod cli;
 pub mod conformance;
 pub mod cpus;
 pub mod dims;
+pub mod llm;
 pub use rlx_import::npy;
 pub mod pipeline;
 pub mod targets;

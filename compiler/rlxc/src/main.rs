@@ -10,6 +10,7 @@ mod cmd_coverage;
 mod cmd_inspect;
 mod cmd_llm;
 mod cmd_run;
+mod cmd_train_step;
 
 pub use rlxc::cli::*;
 
@@ -21,9 +22,10 @@ use std::process::ExitCode;
 #[command(
     name = "rlxc",
     version = VERSION,
-    about = "rlxc: an ahead-of-time compiler for ML models (ONNX, safetensors)",
+    about = "rlxc: an ahead-of-time compiler for ML models (ONNX, safetensors, GGUF)",
     long_about = "rlxc: an ahead-of-time compiler for ML models.\n\n\
-        MODEL is an ONNX file (.onnx) or a safetensors model folder (config.json + model.safetensors).\n\n\
+        MODEL is an ONNX file (.onnx), a safetensors model folder (config.json + model.safetensors) or a GGUF \
+        language model (.gguf; `rlxc run model.gguf --prompt TEXT` generates text).\n\n\
         Exit codes: 0 success; 1 the model is invalid or unsupported, or running it failed; \
         2 usage error (bad flags, --dim/--input syntax, unknown target, inputs that do not match the model)."
 )]

@@ -1,7 +1,17 @@
-//! Gemma 3 270M (Q4_K_M, from `make models`) on the interpreter against the numpy reference
-//! (tests/reference/llm_ref.py: weights dequantized by llama.cpp's `gguf` package, forward pass in
-//! float64): the argmax next token at every position of 8 token-id prompts must agree. Slow (the
-//! interpreter and the float64 reference both run the 270M model): run by `make test-llm`.
+//! Gemma 3 270M (Q4_K_M, from `make models`) on the interpreter against independent references:
+//! - the numpy reference (tests/reference/llm_ref.py: weights dequantized by llama.cpp's `gguf`
+//!   package, forward pass in float64): the argmax next token at every position of 8 token-id
+//!   prompts must agree;
+//! - llama.cpp (`llama-cpp-python`, tests/reference/llama_cpp_ref.py): `rlxc run --prompt TEXT
+//!   --temperature 0` must tokenize the text prompts as llama.cpp does and generate the same greedy
+//!   ids, up to a first difference where llama.cpp's own logits for the two tokens are within 0.1
+//!   (a near tie: its quantized-activation arithmetic vs ours).
+//!
+//! How many prompts and steps the llama.cpp check runs is a parameter — `RLX_LLM_PROMPTS` (default
+//! 2, at most 8) and `RLX_LLM_STEPS` (default 3) — because the interpreter recomputes the whole
+//! sequence per token (~7 s each); the full check is
+//! `RLX_LLM_PROMPTS=8 RLX_LLM_STEPS=32 make test-llm`. Both are slow (the interpreter and the
+//! float64 reference run the 270M model): run by `make test-llm`.
 
 mod common;
 
@@ -20,6 +30,97 @@ const PROMPTS: [&str; 8] = [
     "2,5778,8678,506,5232,532",           // She opened the door and
     "2,50429,563,496,3207,528",           // Paris is a city in
 ];
+
+/// The same sentences as text, for the llama.cpp check.
+const TEXT_PROMPTS: [&str; 8] = [
+    "The capital of France is",
+    "Once upon a time there was",
+    "The quick brown fox jumps over the",
+    "Water boils at a temperature of",
+    "My favorite color is",
+    "The sun rises in the",
+    "She opened the door and",
+    "Paris is a city in",
+];
+
+fn env_count(key: &str, default: usize) -> usize {
+    match std::env::var(key) {
+        Ok(v) => v.parse().unwrap_or_else(|_| panic!("{key}={v} is not a count")),
+        Err(_) => default,
+    }
+}
+
+/// The ids after `prefix` on a line of `text`.
+fn ids_after(text: &str, prefix: &str) -> Vec<i64> {
+    let line = text.lines().find_map(|l| l.strip_prefix(prefix)).unwrap_or_else(|| panic!("no '{prefix}' line in:\n{text}"));
+    line.split(',').filter(|s| !s.is_empty()).map(|s| s.parse().unwrap()).collect()
+}
+
+/// Logits closer than this (llama.cpp's own; its largest are ~20 on these prompts) are a near tie.
+const TIE: f64 = 0.1;
+
+#[test]
+#[ignore = "slow: run with `make test-llm`"]
+fn gemma3_270m_greedy_generation_matches_llama_cpp() {
+    let model = repo().join("build/models/gemma-3-270m-q4_k_m.gguf");
+    assert!(model.exists(), "{} not found: run `make models`", model.display());
+    let prompts = env_count("RLX_LLM_PROMPTS", 2).min(TEXT_PROMPTS.len());
+    let steps = env_count("RLX_LLM_STEPS", 3);
+    let (mut bad, mut ties) = (Vec::new(), Vec::new());
+    let (mut t_ref, mut t_ours) = (0.0, 0.0);
+    for text in &TEXT_PROMPTS[..prompts] {
+        let t = Instant::now();
+        let out = ok(Command::new(python())
+            .arg(repo().join("tests/reference/llama_cpp_ref.py"))
+            .arg(&model)
+            .args(["--prompt", text, "-n", &steps.to_string()]));
+        t_ref += t.elapsed().as_secs_f64();
+        let js: serde_json::Value = serde_json::from_str(&out).expect("llama_cpp_ref.py prints JSON");
+        let want = |k: &str| -> Vec<i64> { js["generate"][k].as_array().unwrap().iter().map(|x| x.as_i64().unwrap()).collect() };
+        let t = Instant::now();
+        let o = Command::new(env!("CARGO_BIN_EXE_rlxc"))
+            .arg("run")
+            .arg(&model)
+            .args(["--prompt", text, "-n", &steps.to_string(), "--temperature", "0", "--show-ids"])
+            .output()
+            .unwrap();
+        t_ours += t.elapsed().as_secs_f64();
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(o.status.success(), "{text:?}: {o:?}");
+        let text_out = String::from_utf8_lossy(&o.stdout);
+        eprintln!("{text:?} → {text_out:?}\n  {}", err.lines().last().unwrap_or(""));
+        let (p_ours, p_ref) = (ids_after(&err, "prompt ids: "), want("prompt_ids"));
+        if p_ours != p_ref {
+            bad.push(format!("{text:?}: prompt ids: ours {p_ours:?}, llama.cpp {p_ref:?}"));
+            continue;
+        }
+        let (g_ours, g_ref) = (ids_after(&err, "generated ids: "), want("generated"));
+        // Ours stops early only at an end-of-generation token, which llama.cpp's greedy run also chose.
+        let stopped = g_ours.len() < steps && err.contains("stopped: end of generation");
+        let Some(i) = g_ours.iter().zip(&g_ref).position(|(a, b)| a != b) else {
+            if !(g_ours == g_ref || (stopped && g_ref.starts_with(&g_ours))) {
+                bad.push(format!("{text:?}: generated: ours {g_ours:?}, llama.cpp {g_ref:?}"));
+            }
+            continue;
+        };
+        // A first difference where llama.cpp's own logits for its token and ours are within TIE is
+        // a near tie (llama.cpp's quantized-activation dot products vs our f32/f64 arithmetic);
+        // the sequences are not comparable after it.
+        let top: Vec<(i64, f64)> = js["generate"]["top"][i].as_array().unwrap().iter().map(|p| (p[0].as_i64().unwrap(), p[1].as_f64().unwrap())).collect();
+        let theirs = top[0].1;
+        match top.iter().find(|p| p.0 == g_ours[i]) {
+            Some(&(_, l)) if theirs - l < TIE => {
+                ties.push(format!("{text:?}, step {i}: ours {}, llama.cpp {} (its logits {theirs:.4} vs {l:.4}); same before", g_ours[i], g_ref[i]))
+            }
+            _ => bad.push(format!("{text:?}: generated: ours {g_ours:?}, llama.cpp {g_ref:?} (differ at step {i}; llama.cpp's top 5 there: {top:?})")),
+        }
+    }
+    eprintln!("{prompts} prompts × {steps} greedy steps: llama.cpp {t_ref:.1} s, rlxc on the interpreter {t_ours:.1} s");
+    if !ties.is_empty() {
+        eprintln!("near ties (llama.cpp's two logits within {TIE}), compared up to there:\n  {}", ties.join("\n  "));
+    }
+    assert!(bad.is_empty(), "{} of {prompts} prompts differ:\n{}", bad.len(), bad.join("\n"));
+}
 
 #[test]
 #[ignore = "slow: run with `make test-llm`"]

@@ -1,11 +1,13 @@
 //! LLaMA-family language models (`llama`, `qwen2`, `qwen3`, `gemma3`) from a GGUF file: the
 //! hyperparameters from its metadata (`config.rs`), the graph from its tensors (`graph.rs`), weights
-//! left in their GGUF blocks.
+//! left in their GGUF blocks; the vocabulary from its `tokenizer.ggml.*` keys (`vocab.rs`).
 
 mod config;
 mod graph;
+mod vocab;
 
 pub use config::{Arch, LlmConfig, RopeStyle};
+pub use vocab::vocab_from_gguf;
 
 use rlx_import::gguf::GgufFile;
 use rlx_ir::Hir;

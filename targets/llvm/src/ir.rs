@@ -98,6 +98,9 @@ pub struct Writer<'a> {
     vvars: HashMap<Var, (Ty, String)>,
     /// `vector(n)` loops are written as scalar loops (the GPU writer: its threads are the lanes).
     scalar_only: bool,
+    /// Slots already in `allocas` (a body written more than once — a tiled GPU kernel's epilogue, once
+    /// per output a thread owns — reuses its slots).
+    allocated: BTreeSet<String>,
 }
 
 impl<'a> Writer<'a> {
@@ -500,6 +503,13 @@ impl<'a> Writer<'a> {
         }
     }
 
+    /// `slot = alloca ty` in the entry block, once per slot name.
+    fn alloca(&mut self, slot: &str, ty: &str) {
+        if self.allocated.insert(slot.to_string()) {
+            self.allocas.push_str(&format!("  {slot} = alloca {ty}\n"));
+        }
+    }
+
     fn stmts(&mut self, s: &[Stmt]) {
         for st in s {
             match st {
@@ -510,7 +520,7 @@ impl<'a> Writer<'a> {
                 }
                 Stmt::For { var, extent, body, .. } => {
                     let slot = format!("%v{}", var.0);
-                    self.allocas.push_str(&format!("  {slot} = alloca i64\n"));
+                    self.alloca(&slot, "i64");
                     self.vars.insert(*var, (Ty::Index, slot.clone()));
                     let (cond, bodyl, end) = (self.l("cond"), self.l("body"), self.l("end"));
                     let (lo, hi) = if std::mem::take(&mut self.split_next) { ("%start".to_string(), "%end".to_string()) } else { ("0".to_string(), extent.to_string()) };
@@ -530,7 +540,7 @@ impl<'a> Writer<'a> {
                 }
                 Stmt::Decl { var, dtype, init } => {
                     let slot = format!("%v{}", var.0);
-                    self.allocas.push_str(&format!("  {slot} = alloca {}\n", llty(*dtype)));
+                    self.alloca(&slot, llty(*dtype));
                     let v = self.expr(init);
                     self.vars.insert(*var, (Ty::S(*dtype), slot.clone()));
                     self.line(&format!("store {} {v}, ptr {slot}", llty(*dtype)));
@@ -574,18 +584,85 @@ pub use rlx_ir::loops::{split_of, Split, CHUNK_WORK, PARALLEL_MIN_WORK};
 /// already stored in the named `i64` allocas (the thread's grid coordinates). `vector(n)` loops are
 /// scalar loops. Returns the allocas the body needs (for the entry block) and its instructions.
 pub(crate) fn gpu_body(body: &[Stmt], params: Vec<(DType, String)>, bound: &[(Var, String)], decls: &mut BTreeSet<String>) -> (String, String) {
-    let mut w = Writer { out: String::new(), tmp: 0, label: 0, decls, vars: HashMap::new(), params, allocas: String::new(), split_next: false, vec_var: None, lanes: 1, vvars: HashMap::new(), scalar_only: true };
+    let mut w = Writer::gpu(params, decls);
     for (v, slot) in bound {
-        w.vars.insert(*v, (Ty::Index, slot.clone()));
+        w.bind_index(*v, slot);
     }
-    w.stmts(body);
-    (w.allocas, w.out)
+    w.body(body);
+    w.finish()
+}
+
+/// The writer as a toolkit for the PTX writer's cooperative kernels (`nvptx/tiled.rs`): it writes the
+/// control flow around them (thread indices, shared memory, barriers, shuffles) as lines and labels,
+/// and has this writer evaluate the loop form's expressions and statements in between.
+impl<'a> Writer<'a> {
+    /// A writer for a GPU kernel body: `vector(n)` loops are scalar loops.
+    pub(crate) fn gpu(params: Vec<(DType, String)>, decls: &'a mut BTreeSet<String>) -> Writer<'a> {
+        Writer { out: String::new(), tmp: 0, label: 0, decls, vars: HashMap::new(), params, allocas: String::new(), split_next: false, vec_var: None, lanes: 1, vvars: HashMap::new(), scalar_only: true, allocated: BTreeSet::new() }
+    }
+    /// Index variable `v` lives in the `i64` slot `slot` (allocated with [`Writer::slot`]).
+    pub(crate) fn bind_index(&mut self, v: Var, slot: &str) {
+        self.vars.insert(v, (Ty::Index, slot.to_string()));
+    }
+    /// Scalar `v` of dtype `d` lives in `slot`.
+    pub(crate) fn bind_scalar(&mut self, v: Var, d: DType, slot: &str) {
+        self.vars.insert(v, (Ty::S(d), slot.to_string()));
+    }
+    /// An entry-block `alloca` named `slot` of LLVM type `ty` (once per name).
+    pub(crate) fn slot(&mut self, slot: &str, ty: &str) {
+        self.alloca(slot, ty);
+    }
+    /// One instruction line.
+    pub(crate) fn emit(&mut self, s: &str) {
+        self.line(s);
+    }
+    /// `v = instr`, `v` a fresh SSA name.
+    pub(crate) fn emit_op(&mut self, s: String) -> String {
+        self.op(s)
+    }
+    /// A fresh label with prefix `p`.
+    pub(crate) fn fresh(&mut self, p: &str) -> String {
+        self.l(p)
+    }
+    /// Starts basic block `label`.
+    pub(crate) fn block(&mut self, label: &str) {
+        self.out.push_str(&format!("{label}:\n"));
+    }
+    /// A declaration the module needs (an intrinsic).
+    pub(crate) fn declare(&mut self, d: &str) {
+        self.decls.insert(d.to_string());
+    }
+    /// The value of `e` (an SSA name or a constant).
+    pub(crate) fn value(&mut self, e: &Expr) -> String {
+        self.expr(e)
+    }
+    /// `x ⊕ y` with MIR's semantics for dtype `d`.
+    pub(crate) fn bin(&mut self, b: BinaryOp, d: DType, x: &str, y: &str) -> String {
+        self.binary(b, d, x, y)
+    }
+    pub(crate) fn body(&mut self, s: &[Stmt]) {
+        self.stmts(s);
+    }
+    /// (entry-block allocas, instructions).
+    pub(crate) fn finish(self) -> (String, String) {
+        (self.allocas, self.out)
+    }
+}
+
+/// LLVM's name of a scalar type (bool: `i1`).
+pub(crate) fn llvm_type(d: DType) -> &'static str {
+    llty(d)
+}
+
+/// LLVM's constant for `v` as a `d`.
+pub(crate) fn llvm_lit(v: f64, d: DType) -> String {
+    lit(v, d)
 }
 
 fn kernel_fn(k: &Kernel, fname: &str, decls: &mut BTreeSet<String>) -> String {
     let params: Vec<(DType, String)> = k.params.iter().enumerate().map(|(i, p)| (p.dtype, format!("%p{i}"))).collect();
     let split = matches!(k.body.as_slice(), [Stmt::For { kind: LoopKind::Parallel, .. }]);
-    let mut w = Writer { out: String::new(), tmp: 0, label: 0, decls, vars: HashMap::new(), params, allocas: String::new(), split_next: split, vec_var: None, lanes: 1, vvars: HashMap::new(), scalar_only: false };
+    let mut w = Writer { out: String::new(), tmp: 0, label: 0, decls, vars: HashMap::new(), params, allocas: String::new(), split_next: split, vec_var: None, lanes: 1, vvars: HashMap::new(), scalar_only: false, allocated: BTreeSet::new() };
     w.stmts(&k.body);
     let mut loads = String::new();
     for i in 0..k.params.len() {

@@ -11,7 +11,7 @@ pub use ptxas::{ptxas, ptxas_of};
 
 use super::write::{base_name, dispatch_counts, model_file, port_json, sha256_hex};
 use super::{Artifact, Family, Flag, Planning, Prepared, Quantization, Request, Session};
-use crate::cli::{Failure, Target};
+use crate::cli::{Failure, Precision, Target};
 use crate::pipeline::Timings;
 use rlx_ir::lir::Lir;
 use rlx_ir::{ConstData, Mir, TargetCaps, TensorType};
@@ -46,7 +46,7 @@ impl Family for Cuda {
         caps()
     }
     fn flags(&self) -> &'static [Flag] {
-        &[Flag::Sm]
+        &[Flag::Sm, Flag::Precision, Flag::EmitIr]
     }
     /// `--sm` outside the architectures the NVPTX writer knows is a usage error before any work.
     fn check(&self, _t: Target, r: &Request) -> Result<(), Failure> {
@@ -93,6 +93,10 @@ pub struct CudaCompiled {
     pub ptx: String,
     pub schedule: Vec<u8>,
     pub sm: u32,
+    /// `--precision` (f32 unless given).
+    pub precision: Precision,
+    /// With `--emit-ir`: the LLVM IR handed to the NVPTX back end (`NAME.ll`).
+    pub llvm_ir: Option<String>,
     /// Per dispatch: (kernel name, grid, block), for the manifest.
     pub dispatches: Vec<(String, [u32; 3], [u32; 3])>,
 }
@@ -105,18 +109,32 @@ pub fn compile(t: Target, mir: &Mir, r: &Request, tm: &mut Timings) -> Result<Cu
 
 fn emit(p: Prepared, r: &Request, tm: &mut Timings) -> Result<CudaCompiled, Failure> {
     let lir = p.lir.ok_or_else(|| Failure::model("internal error: the CUDA family plans a LIR"))?;
-    codegen(lir, p.report, r.sm.unwrap_or(DEFAULT_SM), tm)
+    let mut c = codegen(lir, p.report, r.sm.unwrap_or(DEFAULT_SM), r.precision.unwrap_or(Precision::F32), tm)?;
+    if !r.emit_ir {
+        c.llvm_ir = None;
+    }
+    Ok(c)
 }
 
 #[cfg(feature = "llvm")]
-fn codegen(lir: Lir, report: DispatchReport, sm: u32, tm: &mut Timings) -> Result<CudaCompiled, Failure> {
-    let p = tm.time("codegen (nvptx)", || rlx_target_llvm::nvptx::compile(&lir, sm)).map_err(|e| Failure::model(format!("target cuda: {e}")))?;
+fn codegen(lir: Lir, report: DispatchReport, sm: u32, precision: Precision, tm: &mut Timings) -> Result<CudaCompiled, Failure> {
+    use rlx_target_llvm::nvptx::Mma;
+    let mma = match precision {
+        Precision::F32 => Mma::F32,
+        Precision::Tf32 => Mma::Tf32,
+        Precision::Bf16 => Mma::Bf16,
+        Precision::Fp16 => Mma::Fp16,
+    };
+    // RLX_CUDA_TILES=0: every kernel one thread per output (the reference for the cooperative kernels,
+    // as RLX_SHADER_TILES=0 is for the shader family's).
+    let tiles = std::env::var("RLX_CUDA_TILES").map_or(true, |v| v != "0");
+    let p = tm.time("codegen (nvptx)", || rlx_target_llvm::nvptx::compile(&lir, sm, tiles, mma)).map_err(|e| Failure::model(format!("target cuda: {e}")))?;
     let dispatches = p.dispatches.iter().zip(&p.names).map(|(d, n)| (n.clone(), d.groups, d.block)).collect();
-    Ok(CudaCompiled { schedule: p.schedule_bytes(), ptx: p.ptx, lir, report, sm, dispatches })
+    Ok(CudaCompiled { schedule: p.schedule_bytes(), ptx: p.ptx, lir, report, sm, precision, llvm_ir: Some(p.ir), dispatches })
 }
 
 #[cfg(not(feature = "llvm"))]
-fn codegen(_: Lir, _: DispatchReport, _: u32, _: &mut Timings) -> Result<CudaCompiled, Failure> {
+fn codegen(_: Lir, _: DispatchReport, _: u32, _: Precision, _: &mut Timings) -> Result<CudaCompiled, Failure> {
     Err(Failure::usage("--target cuda needs LLVM's NVPTX back end: this rlxc was built without the `llvm` feature"))
 }
 
@@ -125,9 +143,10 @@ impl Artifact for CudaCompiled {
         &self.report
     }
     fn summary(&self) -> String {
-        format!("cuda (sm_{}): {} kernels, arena {} bytes, weights {} bytes", self.sm, self.lir.launches.len(), self.lir.arena_bytes, self.lir.weights.len())
+        format!("cuda (sm_{}, {}): {} kernels, arena {} bytes, weights {} bytes", self.sm, self.precision.name(), self.lir.launches.len(), self.lir.arena_bytes, self.lir.weights.len())
     }
-    /// `NAME.ptx`, `NAME.schedule.bin`, `NAME.weights.bin` and the manifest.
+    /// `NAME.ptx`, `NAME.schedule.bin`, `NAME.weights.bin` and the manifest (with `--emit-ir`, also
+    /// `NAME.ll`: the LLVM IR before optimization).
     fn files(&self, name: &str, model: &Path) -> Result<(Vec<(String, Vec<u8>)>, serde_json::Value), Failure> {
         let c = self;
         let bases: Vec<serde_json::Value> = rlx_ir::schedule::bases_of(&c.lir)
@@ -144,7 +163,7 @@ impl Artifact for CudaCompiled {
             "name": name,
             "rlxc_version": env!("CARGO_PKG_VERSION"),
             "model": model_file(model),
-            "target": {"name": "cuda", "sm": c.sm, "triple": "nvptx64-nvidia-cuda", "precision": "f32"},
+            "target": {"name": "cuda", "sm": c.sm, "triple": "nvptx64-nvidia-cuda", "precision": c.precision.name()},
             "inputs": c.lir.inputs.iter().map(port_json).collect::<Vec<_>>(),
             "outputs": c.lir.outputs.iter().map(port_json).collect::<Vec<_>>(),
             "arena_bytes": c.lir.arena_bytes,
@@ -160,6 +179,10 @@ impl Artifact for CudaCompiled {
             (format!("{name}.schedule.bin"), c.schedule.clone()),
             (format!("{name}.weights.bin"), c.lir.weights.clone()),
         ];
+        let mut files = files;
+        if let Some(ir) = &c.llvm_ir {
+            files.push((format!("{name}.ll"), ir.clone().into_bytes()));
+        }
         Ok((files, manifest))
     }
 }
@@ -193,6 +216,6 @@ impl Session for Loaded {
         })
     }
     fn notes(&self) -> Vec<String> {
-        vec![format!("{} kernel launches in one CUDA graph (sm_{} PTX)", self.ex.dispatches(), self.c.sm)]
+        vec![format!("{} kernel launches in one CUDA graph (sm_{} PTX, {} matmuls)", self.ex.dispatches(), self.c.sm, self.c.precision.name())]
     }
 }

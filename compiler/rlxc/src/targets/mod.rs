@@ -59,6 +59,7 @@ pub enum Flag {
     MacsPerCycle,
     Board,
     Sm,
+    Precision,
 }
 
 impl Flag {
@@ -75,6 +76,7 @@ impl Flag {
             Flag::MacsPerCycle => "--macs-per-cycle",
             Flag::Board => "--board",
             Flag::Sm => "--sm",
+            Flag::Precision => "--precision",
         }
     }
 }
@@ -96,6 +98,8 @@ pub struct Request {
     pub board: Option<String>,
     /// `--sm`: the GPU architecture of a CUDA compile.
     pub sm: Option<u32>,
+    /// `--precision`: the arithmetic of a CUDA compile's f32 matmuls.
+    pub precision: Option<crate::cli::Precision>,
     /// The model's node names → op types (`ModelSource::node_op_types`), for errors that speak of
     /// the model's ops rather than the MIR's.
     pub source_ops: BTreeMap<String, String>,
@@ -124,6 +128,7 @@ impl Request {
         on(self.macs_per_cycle.is_some(), Flag::MacsPerCycle);
         on(self.board.is_some(), Flag::Board);
         on(self.sm.is_some(), Flag::Sm);
+        on(self.precision.is_some(), Flag::Precision);
         v
     }
 }

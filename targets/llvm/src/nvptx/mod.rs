@@ -13,6 +13,7 @@
 //! library function (checked: a module that would is an error naming the kernels).
 
 mod module;
+mod tiled;
 
 use inkwell::context::Context;
 use inkwell::memory_buffer::MemoryBuffer;
@@ -54,6 +55,16 @@ pub fn caps(name: &str) -> TargetCaps {
     TargetCaps::uniform(name, KINDS, DTYPES).with("cast", &half).with("reshape", &half)
 }
 
+/// The arithmetic of f32 matmuls (`--precision`): f32 FMAs on the SIMT cores, or the tensor cores
+/// (`mma.sync`, f32 accumulation) with operands rounded to tf32, bf16 or fp16.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mma {
+    F32,
+    Tf32,
+    Bf16,
+    Fp16,
+}
+
 /// A compiled CUDA program: the PTX text and its schedule.
 pub struct PtxProgram {
     pub ptx: String,
@@ -74,14 +85,19 @@ impl PtxProgram {
     }
 }
 
-/// LIR → PTX for `sm_{sm}`. Deterministic: the same LIR and `sm` give the same bytes. Errors name the
+/// LIR → PTX for `sm_{sm}`; `tiles`: cooperative kernels (shared-memory matmul tiles, warp-per-row
+/// row kernels) where `rlx_ir::loops::tiled` recognizes them, else one thread per output everywhere.
+/// `mma`: the arithmetic of the tiled f32 matmuls. Deterministic: the same LIR and `sm` give the same bytes. Errors name the
 /// kernel.
-pub fn compile(lir: &Lir, sm: u32) -> Result<PtxProgram, String> {
+pub fn compile(lir: &Lir, sm: u32, tiles: bool, mma: Mma) -> Result<PtxProgram, String> {
     if !SMS.contains(&sm) {
         return Err(format!("--sm {sm} is not supported: choose one of {}", SMS.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(", ")));
     }
     let bases = rlx_ir::schedule::bases_of(lir);
-    let (ir, dispatches, names) = module_text(lir, &bases)?;
+    if mma != Mma::F32 && !tiles {
+        return Err(format!("tensor-core matmuls ({mma:?}) need the tiled matmul kernels (RLX_CUDA_TILES=0 turns them off)"));
+    }
+    let (ir, dispatches, names) = module_text(lir, &bases, tiles, mma)?;
     Target::initialize_nvptx(&InitializationConfig::default());
     let ctx = Context::create();
     let buf = MemoryBuffer::create_from_memory_range_copy(ir.as_bytes(), "rlx_cuda");

@@ -6,6 +6,7 @@
 use crate::ir::gpu_body;
 use rlx_ir::lir::Lir;
 use rlx_ir::loops::grid::{buffers_of, grid};
+use rlx_ir::loops::tiled::Plan;
 use rlx_ir::loops::Access;
 use rlx_ir::schedule::{param_range, BaseBuf, SchedDispatch};
 use std::collections::BTreeSet;
@@ -13,9 +14,21 @@ use std::fmt::Write;
 
 use super::BLOCK;
 
-/// The module text, the dispatches (in launch order) and the launches' names.
-pub fn module_text(lir: &Lir, bases: &[BaseBuf]) -> Result<(String, Vec<SchedDispatch>, Vec<String>), String> {
+/// What a cooperative kernel is, for the IR's comments.
+fn plan_name(p: &Plan) -> String {
+    match p {
+        Plan::Matmul { r, .. } => format!("tiled matmul, {r}x{r} outputs per thread"),
+        Plan::Reduce { .. } => "row reduction, one warp per row".into(),
+        Plan::Rows { .. } => "row kernel, one warp per row".into(),
+    }
+}
+
+/// The module text, the dispatches (in launch order) and the launches' names. `tiles`: write the
+/// kernels `rlx_ir::loops::tiled` recognizes cooperatively (`tiled.rs`); without, every kernel runs
+/// one thread per grid point (the reference the cooperative kernels are checked against).
+pub fn module_text(lir: &Lir, bases: &[BaseBuf], tiles: bool, mma: super::Mma) -> Result<(String, Vec<SchedDispatch>, Vec<String>), String> {
     let mut decls = BTreeSet::new();
+    let mut globals: Vec<String> = Vec::new();
     let mut fns = String::new();
     let mut dispatches = Vec::new();
     let mut names = Vec::new();
@@ -44,6 +57,23 @@ pub fn module_text(lir: &Lir, bases: &[BaseBuf]) -> Result<(String, Vec<SchedDis
         let total: i64 = if dims.is_empty() { 1 } else { dims.iter().map(|d| d.1).product() };
         let body = if dims.is_empty() { &k.body[..] } else if total == 0 { &[][..] } else { inner };
         let bound: Vec<(rlx_ir::loops::Var, String)> = dims.iter().map(|(v, _)| (*v, format!("%g.v{}", v.0))).collect();
+        // Matmuls, row kernels and row reductions of the shapes the shared recognizer finds: shared
+        // memory, barriers and warp shuffles (tiled.rs). Everything else: one thread per grid point.
+        let plan = if total > 0 && !dims.is_empty() && tiles { rlx_ir::loops::tiled::recognize(k, &dims, inner) } else { None };
+        if let Some(plan) = plan {
+            let mut casts = String::new();
+            for bind in 0..nb {
+                let _ = writeln!(casts, "  %g{bind} = addrspacecast ptr addrspace(1) %b{bind} to ptr");
+            }
+            casts.push_str(&setup);
+            let t = super::tiled::kernel(li, &sig.join(", "), &casts, params, &plan, mma, &mut decls).map_err(|e| format!("kernel '{}': {e}", k.name))?;
+            let _ = writeln!(fns, "; launch {li}: {:?} ({})", k.name, plan_name(&plan));
+            fns.push_str(&t.text);
+            globals.extend(t.globals);
+            dispatches.push(SchedDispatch { entry: li as u32, groups: t.groups, block: [t.block, 1, 1], ranges });
+            names.push(k.name.clone());
+            continue;
+        }
         let (allocas, text) = gpu_body(body, params, &bound, &mut decls);
         let mut f = String::new();
         let _ = writeln!(f, "; launch {li}: {:?}", k.name);
@@ -80,6 +110,13 @@ pub fn module_text(lir: &Lir, bases: &[BaseBuf]) -> Result<(String, Vec<SchedDis
     let mut m = String::new();
     let _ = writeln!(m, "; rlxc {} — CUDA module", env!("CARGO_PKG_VERSION"));
     let _ = writeln!(m, "target triple = \"{}\"\n", super::TRIPLE);
+    for g in &globals {
+        m.push_str(g);
+        m.push('\n');
+    }
+    if !globals.is_empty() {
+        m.push('\n');
+    }
     m.push_str(&fns);
     decls.insert("declare i32 @llvm.nvvm.read.ptx.sreg.tid.x()".into());
     decls.insert("declare i32 @llvm.nvvm.read.ptx.sreg.ctaid.x()".into());
@@ -88,7 +125,7 @@ pub fn module_text(lir: &Lir, bases: &[BaseBuf]) -> Result<(String, Vec<SchedDis
         m.push_str(d);
         m.push('\n');
     }
-    let _ = writeln!(m, "\nattributes #0 = {{ nounwind }}\n");
+    let _ = writeln!(m, "\nattributes #0 = {{ nounwind }}\nattributes #1 = {{ convergent nounwind }}\n");
     // Every kernel runs BLOCK threads per block: the register allocator may assume it.
     let ann: Vec<String> = (0..lir.launches.len()).map(|li| format!("!{li}")).collect();
     if !ann.is_empty() {

@@ -1,0 +1,21 @@
+//! Token generation for language models, independent of what runs the model:
+//! - `step.rs`: the [`Step`] trait — prefill a prompt, decode one token, each returning the next
+//!   token's logits — the one thing an executor implements to generate;
+//! - `interp.rs`: [`InterpStep`], the reference interpreter on the stateless full-sequence graph
+//!   (every step recomputes the whole sequence: correct, slow);
+//! - `sample.rs`: greedy and temperature / top-k / top-p sampling with a seeded RNG of our own;
+//! - `generate.rs`: the loop — prefill, sample, stop at end-of-generation, the context or N tokens —
+//!   and its timings (prefill and decode tokens/s).
+//!
+//! `rlxc run model.gguf --prompt …|--tokens …` (the binary's `cmd_llm.rs`) wires these to the
+//! tokenizer and stdout.
+
+pub mod generate;
+pub mod interp;
+pub mod sample;
+pub mod step;
+
+pub use generate::{generate, Stats, Stop};
+pub use interp::InterpStep;
+pub use sample::{Sampler, Sampling};
+pub use step::Step;

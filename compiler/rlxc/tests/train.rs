@@ -1,0 +1,186 @@
+//! Training steps end to end: the MNIST MLP 784-128-10 (tests/train/mnist_reference.py's untrained
+//! ONNX model) imported, lowered, turned into one training-step graph by `rlx_opt::train_step`
+//! (forward, softmax cross-entropy, backward, SGD with momentum 0.9, lr 0.05) and run for 3 epochs of
+//! 31 batches of 128 — on the reference interpreter and compiled for the host (dlopen) — against a
+//! numpy implementation of the same training (same initial parameters, same batches in order, same
+//! hyperparameters, float32). Every step's loss must match numpy's (relative 1e-3) and the test
+//! accuracy after training must be at least numpy's. And `rlxc compile --train` writes the step's
+//! artifact beside the model's.
+
+mod common;
+use common::{ok, python, repo};
+use rlx_ir::{Blob, ConstData, DType, Mir};
+use rlx_opt::{train_step, Loss, Optimizer, TrainOptions, TrainStep};
+use rlxc::cli::Target;
+use rlxc::pipeline::Timings;
+use rlxc::targets::{self, Request};
+use std::path::PathBuf;
+use std::process::Command;
+
+const BATCH: usize = 128;
+
+/// The reference's data, model and results, made once per version of the script.
+fn data() -> PathBuf {
+    static DATA: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DATA.get_or_init(|| {
+        let dir = repo().join("build/train-test/mnist");
+        let script = repo().join("tests/train/mnist_reference.py");
+        let stamp = dir.join("script.stamp");
+        let src = std::fs::read(&script).unwrap();
+        if std::fs::read(&stamp).ok().as_deref() != Some(&src[..]) || !dir.join("accuracy.bin").exists() {
+            ok(Command::new(python()).arg(&script).arg("--out").arg(&dir));
+            std::fs::write(&stamp, &src).unwrap();
+        }
+        dir
+    })
+    .clone()
+}
+
+fn load(name: &str, dtype: DType, shape: &[usize]) -> ConstData {
+    let bytes = std::fs::read(data().join(name)).unwrap();
+    ConstData::new(dtype, shape.to_vec(), Blob::from_vec(bytes)).unwrap()
+}
+
+fn f64s(name: &str) -> Vec<f64> {
+    std::fs::read(data().join(name)).unwrap().chunks(8).map(|c| f64::from_le_bytes(c.try_into().unwrap())).collect()
+}
+
+/// Rows `from..from+n` of a row-major tensor.
+fn rows(c: &ConstData, from: usize, n: usize) -> ConstData {
+    let per = c.data.len() / c.shape[0];
+    let mut shape = c.shape.clone();
+    shape[0] = n;
+    ConstData::new(c.dtype, shape, Blob::from_vec(c.data.bytes()[from * per..(from + n) * per].to_vec())).unwrap()
+}
+
+/// The untrained MLP as MIR with its batch fixed to `batch`.
+fn mlp(batch: u64) -> Mir {
+    let opts = rlx_import::ImportOptions { dims: [("batch".to_string(), batch)].into(), ..Default::default() };
+    let hir = rlx_import::load_onnx(&data().join("mlp_init.onnx"), &opts).unwrap();
+    rlx_opt::lower(&hir).unwrap()
+}
+
+fn step() -> TrainStep {
+    let opts = TrainOptions { loss: Loss::CrossEntropy, optimizer: Optimizer::Sgd { lr: 0.05, momentum: 0.9 }, output: 0 };
+    let s = train_step(&mlp(BATCH as u64), &opts).unwrap();
+    assert_eq!(s.params.iter().map(|p| p.0.as_str()).collect::<Vec<_>>(), ["w1", "b1", "w2", "b2"]);
+    assert_eq!(s.data, 2);
+    s
+}
+
+/// Test accuracy of the MLP with parameters `p` (w1, b1, w2, b2), on the interpreter.
+fn accuracy(p: &[ConstData]) -> f64 {
+    let (x, y) = (load("test_x.bin", DType::F32, &[1000, 784]), load("test_y.bin", DType::I64, &[1000]));
+    let mut g = mlp(1000);
+    for (k, c) in p.iter().enumerate() {
+        let v = g.values.iter().position(|v| v.name.as_deref() == Some(["w1", "b1", "w2", "b2"][k])).unwrap();
+        g.values[v].def = rlx_ir::Def::Const(c.clone());
+    }
+    let z = rlx_interp::run(&g, &[x]).unwrap().remove(0).to_f64_vec();
+    let labels = y.to_i64_vec();
+    let hits = (0..1000)
+        .filter(|&i| {
+            let row = &z[i * 10..(i + 1) * 10];
+            (0..10).fold(0, |b, k| if row[k] > row[b] { k } else { b }) as i64 == labels[i]
+        })
+        .count();
+    hits as f64 / 1000.0
+}
+
+/// Trains with `run_step` (inputs → outputs of one step); returns every loss, the test accuracy
+/// after each epoch and the images per second of the steps.
+fn train(s: &TrainStep, mut run_step: impl FnMut(Vec<ConstData>) -> Vec<ConstData>, epochs: usize) -> (Vec<f64>, Vec<f64>, f64) {
+    let (xtr, ytr) = (load("train_x.bin", DType::F32, &[4000, 784]), load("train_y.bin", DType::I64, &[4000]));
+    let mut state = s.initial();
+    let (mut losses, mut accs, mut secs) = (Vec::new(), Vec::new(), 0.0);
+    for _ in 0..epochs {
+        for i in 0..4000 / BATCH {
+            let mut ins = vec![rows(&xtr, i * BATCH, BATCH), rows(&ytr, i * BATCH, BATCH)];
+            ins.extend(state.iter().cloned());
+            let t = std::time::Instant::now();
+            let mut out = run_step(ins);
+            secs += t.elapsed().as_secs_f64();
+            losses.push(out[0].get_f64(0));
+            state = out.split_off(1);
+        }
+        accs.push(accuracy(&state[..4]));
+    }
+    (losses.clone(), accs, (losses.len() * BATCH) as f64 / secs)
+}
+
+fn compare(what: &str, losses: &[f64], accs: &[f64], img_s: f64) {
+    let (np_losses, np_acc) = (f64s("losses.bin"), f64s("accuracy.bin"));
+    assert_eq!(losses.len(), np_losses.len());
+    let worst = losses.iter().zip(&np_losses).map(|(a, b)| (a - b).abs() / (1.0 + b.abs())).fold(0.0, f64::max);
+    eprintln!(
+        "{what}: {} steps, {img_s:.0} img/s; loss {:.4} → {:.4} (numpy {:.4} → {:.4}), worst relative loss difference {worst:.1e}; test accuracy per epoch {accs:?} (numpy {np_acc:?})",
+        losses.len(),
+        losses[0],
+        losses[losses.len() - 1],
+        np_losses[0],
+        np_losses[np_losses.len() - 1]
+    );
+    assert!(worst < 1e-3, "{what}: losses diverge from numpy's (worst relative difference {worst})");
+    let n = np_acc.len();
+    assert!(accs[n - 1] >= np_acc[n - 1], "{what}: test accuracy {} below numpy's {}", accs[n - 1], np_acc[n - 1]);
+}
+
+#[test]
+fn mnist_training_step_on_the_interpreter_matches_numpy() {
+    let s = step();
+    let epochs = f64s("accuracy.bin").len();
+    let (losses, accs, img_s) = train(&s, |ins| rlx_interp::run(&s.graph, &ins).unwrap(), epochs);
+    compare("interpreter", &losses, &accs, img_s);
+}
+
+#[test]
+fn mnist_training_step_compiled_for_the_host_matches_numpy() {
+    let s = step();
+    let mut session = targets::load(Target::Host, &s.graph, &Request::named("mnist_train_step"), &mut Timings::default()).unwrap();
+    let epochs = f64s("accuracy.bin").len();
+    let (losses, accs, img_s) = train(&s, |ins| session.run(&[ins]).unwrap().remove(0), epochs);
+    compare("host (compiled)", &losses, &accs, img_s);
+}
+
+#[test]
+fn compile_train_writes_the_step_beside_the_model() {
+    let out = std::env::temp_dir().join(format!("rlxc-train-cli-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let rlxc = env!("CARGO_BIN_EXE_rlxc");
+    let model = data().join("mlp_init.onnx");
+    let args = ["--train", "--loss", "cross-entropy", "--optimizer", "sgd", "--momentum", "0.9", "--lr", "0.05", "--batch", "128", "--name", "mnist"];
+    ok(Command::new(rlxc).arg("compile").arg(&model).args(args).arg("-o").arg(&out));
+    for f in ["mnist.o", "mnist.h", "mnist.json", "mnist_train_step.o", "mnist_train_step.h", "mnist_train_step.rs", "mnist_train_step.json", "mnist_train_step.init.bin"] {
+        assert!(out.join(f).exists(), "{f} missing");
+    }
+    let h = std::fs::read_to_string(out.join("mnist_train_step.h")).unwrap();
+    assert!(h.contains("mnist_train_step_run("), "{h}");
+    let m: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("mnist_train_step.json")).unwrap()).unwrap();
+    let t = &m["train"];
+    assert_eq!(t["parameters"], serde_json::json!(["w1", "b1", "w2", "b2"]));
+    assert_eq!(t["state"], serde_json::json!(["w1.velocity", "b1.velocity", "w2.velocity", "b2.velocity"]));
+    assert_eq!(t["data_inputs"], 2);
+    // Parameters as the model has them, then zero velocities.
+    let init = std::fs::read(out.join("mnist_train_step.init.bin")).unwrap();
+    let params: Vec<u8> = ["w1.bin", "b1.bin", "w2.bin", "b2.bin"].iter().flat_map(|f| std::fs::read(data().join(f)).unwrap()).collect();
+    assert_eq!(init.len(), 2 * params.len());
+    assert!(init[..params.len()] == params[..] && init[params.len()..].iter().all(|&b| b == 0));
+    // The same flags give the same bytes.
+    let again = out.join("again");
+    ok(Command::new(rlxc).arg("compile").arg(&model).args(args).arg("-o").arg(&again));
+    for f in ["mnist_train_step.o", "mnist_train_step.json", "mnist_train_step.init.bin"] {
+        assert_eq!(std::fs::read(out.join(f)).unwrap(), std::fs::read(again.join(f)).unwrap(), "{f} differs between runs");
+    }
+    // Bad flags are usage errors (exit 2), and --train with int8 quantization is refused.
+    for (flags, says) in [
+        (&["--train", "--lr=nan", "--batch", "128"][..], "--lr must be a finite number"),
+        (&["--train", "--target", "cortex-m4", "--calibrate", "calib.npy", "--batch", "1"][..], "--train compiles a float training step"),
+    ] {
+        let bad = Command::new(rlxc).arg("compile").arg(&model).args(flags).arg("-o").arg(&out).output().unwrap();
+        let err = String::from_utf8_lossy(&bad.stderr);
+        assert!(bad.status.code() == Some(2) && err.contains(says), "{flags:?}: {:?} {err}", bad.status.code());
+    }
+    let bad = Command::new(rlxc).arg("compile").arg(&model).args(["--loss", "mse"]).arg("-o").arg(&out).output().unwrap();
+    assert_eq!(bad.status.code(), Some(2), "--loss without --train");
+    let _ = std::fs::remove_dir_all(&out);
+}

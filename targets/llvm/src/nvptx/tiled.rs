@@ -1,0 +1,489 @@
+//! Cooperative kernels: the PTX of the plans `rlx_ir::loops::tiled::recognize` finds in a kernel's
+//! loop form (the recognizer the shader writer uses too). Matmuls run [`BLOCK`] threads per block,
+//! row kernels 32 per row; anything not recognized keeps the one-thread-per-output path.
+//!
+//! - **Tiled matmul** ([`Plan::Matmul`]): a block of 16×16 threads computes a (16·R)×(16·R) tile of
+//!   the output, R×R outputs per thread held in registers (R = 4, 2 or 1, the recognizer's choice:
+//!   the largest that still gives enough blocks to fill the GPU). Per step of 16 along K it stages
+//!   the (16·R)×16 slice of `a` and the 16×(16·R) slice of `b` in shared memory (`addrspace(3)`,
+//!   rows padded by one element against bank conflicts; each thread evaluates R elements of each,
+//!   consecutive threads along whichever index is contiguous in memory, so the loads coalesce;
+//!   elements past M, N or K are staged as 0), `llvm.nvvm.barrier0`, accumulates from shared memory
+//!   (the 16 steps unrolled), barrier again. Each output sums its products in order k = 0, 1, …, as the
+//!   per-thread kernel does. Then each thread runs the epilogue (`rest`: bias, GELU, residual, the
+//!   store — whatever the planner fused) once per output it owns, inside M × N.
+//! - **Row kernels** ([`Plan::Rows`]: LayerNorm, softmax, RMSNorm rows) and **row reductions**
+//!   ([`Plan::Reduce`]): one warp per row, 1, 2, 4 or 8 rows per block ([`rows_per_block`]: few rows
+//!   spread over the SMs, many fill blocks of 256). Each reduction: lane l folds terms
+//!   l, l + 32, …, then five `llvm.nvvm.shfl.sync.bfly` steps leave the total in every lane (a
+//!   butterfly of a commutative ⊕: every lane ends with the same bits); scalars are computed by every
+//!   lane; element loops are strided over the lanes. No shared memory, no barriers. A warp past the
+//!   last row recomputes the last one and stores nothing (a whole warp: the shuffles stay uniform).
+//!   The summation order differs from a serial loop's (f32 results differ in the last bits).
+
+use super::{Mma, BLOCK};
+use crate::ir::{llvm_lit, llvm_type, Writer};
+use rlx_ir::loops::tiled::{cdiv, unit_stride, Acc, Phase, Plan, T};
+use rlx_ir::loops::{Expr, Var};
+use rlx_ir::{BinaryOp, DType};
+
+/// Blocks a row kernel aims for before it packs more than one row (warp) into a block: two per SM of
+/// a large GPU (an H200 has 132), so short row counts spread over the SMs instead of filling a few.
+const ROW_FILL: i64 = 264;
+
+/// Warps (rows) per block of a row kernel over `total` rows: 1, 2, 4 or 8 — the most that still
+/// gives [`ROW_FILL`] blocks.
+pub fn rows_per_block(total: i64) -> i64 {
+    [8, 4, 2].into_iter().find(|&r| total / r >= ROW_FILL).unwrap_or(1)
+}
+
+/// A cooperative kernel's function text, its grid and block, and the shared-memory globals it uses.
+pub struct Tiled {
+    pub text: String,
+    pub groups: [u32; 3],
+    pub block: u32,
+    pub globals: Vec<String>,
+}
+
+type Body<'b> = &'b mut dyn FnMut(&mut Writer) -> Result<(), String>;
+
+/// `for slot in lo..hi step step { body }` (i64; `slot` an entry-block alloca).
+fn for_loop(w: &mut Writer, slot: &str, lo: &str, hi: &str, step: i64, body: Body) -> Result<(), String> {
+    w.slot(slot, "i64");
+    let (cond, bl, end) = (w.fresh("tcond"), w.fresh("tbody"), w.fresh("tend"));
+    w.emit(&format!("store i64 {lo}, ptr {slot}"));
+    w.emit(&format!("br label %{cond}"));
+    w.block(&cond);
+    let i = w.emit_op(format!("load i64, ptr {slot}"));
+    let c = w.emit_op(format!("icmp slt i64 {i}, {hi}"));
+    w.emit(&format!("br i1 {c}, label %{bl}, label %{end}"));
+    w.block(&bl);
+    body(w)?;
+    let i2 = w.emit_op(format!("load i64, ptr {slot}"));
+    let n = w.emit_op(format!("add nsw i64 {i2}, {step}"));
+    w.emit(&format!("store i64 {n}, ptr {slot}"));
+    w.emit(&format!("br label %{cond}"));
+    w.block(&end);
+    Ok(())
+}
+
+/// `if cond { body }` (`cond` an i1).
+fn if_(w: &mut Writer, cond: &str, body: Body) -> Result<(), String> {
+    let (then, end) = (w.fresh("tthen"), w.fresh("tendif"));
+    w.emit(&format!("br i1 {cond}, label %{then}, label %{end}"));
+    w.block(&then);
+    body(w)?;
+    w.emit(&format!("br label %{end}"));
+    w.block(&end);
+    Ok(())
+}
+
+/// Stores `(flat / stride) % extent` into each variable's slot (the last varies fastest) and binds it.
+fn unflatten(w: &mut Writer, flat: &str, dims: &[(Var, i64)]) {
+    let mut stride: i64 = dims.iter().map(|d| d.1.max(1)).product();
+    for &(v, e) in dims {
+        stride /= e.max(1);
+        let slot = format!("%s.v{}", v.0);
+        w.slot(&slot, "i64");
+        let q = w.emit_op(format!("udiv i64 {flat}, {stride}"));
+        let r = w.emit_op(format!("urem i64 {q}, {}", e.max(1)));
+        w.emit(&format!("store i64 {r}, ptr {slot}"));
+        w.bind_index(v, &slot);
+    }
+}
+
+/// A special register (`tid.x`, `ctaid.y`, …) as i64.
+fn sreg(w: &mut Writer, name: &str) -> String {
+    w.declare(&format!("declare i32 @llvm.nvvm.read.ptx.sreg.{name}()"));
+    let v = w.emit_op(format!("call i32 @llvm.nvvm.read.ptx.sreg.{name}()"));
+    w.emit_op(format!("zext i32 {v} to i64"))
+}
+
+fn barrier(w: &mut Writer) {
+    w.declare("declare void @llvm.nvvm.barrier0()");
+    w.emit("call void @llvm.nvvm.barrier0()");
+}
+
+/// `base[idx]` of a shared array `[len x ty]`: its address.
+fn shared_at(w: &mut Writer, base: &str, len: i64, ty: &str, idx: &str) -> String {
+    w.emit_op(format!("getelementptr inbounds [{len} x {ty}], ptr addrspace(3) {base}, i64 0, i64 {idx}"))
+}
+
+/// The kernel `k{li}` for `plan`: `sig` its parameter list, `setup` the instructions that compute
+/// the parameters' element pointers (`params`).
+pub fn kernel(li: usize, sig: &str, setup: &str, params: Vec<(DType, String)>, plan: &Plan, mma: Mma, decls: &mut std::collections::BTreeSet<String>) -> Result<Tiled, String> {
+    let mut w = Writer::gpu(params, decls);
+    let mut globals = Vec::new();
+    let (groups, block) = match plan {
+        Plan::Matmul { acc, a, b, rows, cols, batch, r } => {
+            // Tensor cores for f32 matmuls under --precision tf32|bf16|fp16; integer matmuls and f32
+            // stay on the SIMT cores.
+            let tc = if acc.dtype == DType::F32 && mma != Mma::F32 { Some(mma) } else { None };
+            (matmul(&mut w, li, acc, a, b, rows, cols, batch, *r, tc, &mut globals)?, BLOCK)
+        }
+        Plan::Reduce { acc, grid } => rows_kernel(&mut w, &[Phase::Reduce(acc.clone())], Some(acc), grid)?,
+        Plan::Rows { phases, grid, .. } => rows_kernel(&mut w, phases, None, grid)?,
+    };
+    let (allocas, body) = w.finish();
+    let text = format!("define ptx_kernel void @k{li}({sig}) #0 {{\nentry:\n{allocas}{setup}  br label %start.bb\nstart.bb:\n{body}  ret void\n}}\n\n");
+    Ok(Tiled { text, groups, block, globals })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn matmul(
+    w: &mut Writer, li: usize, acc: &Acc, a: &Expr, b: &Expr, rows: &[(Var, i64)], cols: &[(Var, i64)], batch: &[(Var, i64)], r: i64, tc: Option<Mma>, globals: &mut Vec<String>,
+) -> Result<[u32; 3], String> {
+    let d = acc.dtype;
+    let ty = llvm_type(d);
+    let (m, n, nb): (i64, i64, i64) = (rows.iter().map(|d| d.1).product(), cols.iter().map(|d| d.1).product(), batch.iter().map(|d| d.1).product());
+    let (bm, bn, tk) = (T * r, T * r, T);
+    let (pa, pb) = (tk + 1, bn + 1);
+    let (la, lb) = (bm * pa, tk * pb);
+    let (sa, sb) = (format!("@sa{li}"), format!("@sb{li}"));
+    globals.push(format!("{sa} = internal addrspace(3) global [{la} x {ty}] undef, align 16"));
+    globals.push(format!("{sb} = internal addrspace(3) global [{lb} x {ty}] undef, align 16"));
+    let (kv, kext) = acc.ks[0];
+    let (a_kfast, b_kfast) = (unit_stride(a, kv, &rows.to_vec()), unit_stride(b, kv, &cols.to_vec()));
+    let tid = sreg(w, "tid.x");
+    let tx = w.emit_op(format!("and i64 {tid}, {}", T - 1));
+    let tyi = w.emit_op(format!("lshr i64 {tid}, 4"));
+    let (cx, cy, cz) = (sreg(w, "ctaid.x"), sreg(w, "ctaid.y"), sreg(w, "ctaid.z"));
+    let m0 = w.emit_op(format!("mul nuw nsw i64 {cy}, {bm}"));
+    let n0 = w.emit_op(format!("mul nuw nsw i64 {cx}, {bn}"));
+    unflatten(w, &cz, batch);
+    let init = w.value(acc.init);
+    // Tensor cores: warp `wp` owns the m16×n8 output fragments wp, wp + 8, … of the tile (bm/16 ×
+    // bn/8 of them), four f32 per lane each (`%d{s}.{q}`); SIMT: thread (tx, ty) owns r×r outputs.
+    let frags = (bm / 16) * (bn / 8);
+    let per_warp = cdiv(frags, 8);
+    let (wp, gq, tq) = if tc.is_some() {
+        let wp = w.emit_op(format!("lshr i64 {tid}, 5"));
+        let lane = w.emit_op(format!("and i64 {tid}, 31"));
+        (wp, w.emit_op(format!("lshr i64 {lane}, 2")), w.emit_op(format!("and i64 {lane}, 3")))
+    } else {
+        Default::default()
+    };
+    let accs: Vec<String> = if tc.is_some() {
+        (0..per_warp).flat_map(|s| (0..4).map(move |q| format!("%d{s}.{q}"))).collect()
+    } else {
+        (0..r).flat_map(|i| (0..r).map(move |j| format!("%c{i}.{j}"))).collect()
+    };
+    for c in &accs {
+        w.slot(c, ty);
+        w.emit(&format!("store {ty} {init}, ptr {c}"));
+    }
+    let zero = llvm_lit(0.0, d);
+    let kslot = format!("%s.v{}", kv.0);
+    w.slot(&kslot, "i64");
+    w.bind_index(kv, &kslot);
+    let per = (T * T) as i64;
+    for_loop(w, "%s.k0", "0", &kext.to_string(), tk, &mut |w| {
+        let k0 = w.emit_op("load i64, ptr %s.k0".into());
+        // Stage a: (bm rows) × (tk of K), element e = tid + 256·q.
+        for (x, fast, lim, own, dims, sh, len, rows_of) in [(a, a_kfast, m, bm, rows, &sa, la, true), (b, b_kfast, n, bn, cols, &sb, lb, false)] {
+            for q in 0..own * tk / per {
+                let e = w.emit_op(format!("add nuw nsw i64 {tid}, {}", q * per));
+                // (o: the row of a / column of b within the tile; kk: the step within K)
+                let (o, kk) = if fast {
+                    (w.emit_op(format!("udiv i64 {e}, {tk}")), w.emit_op(format!("urem i64 {e}, {tk}")))
+                } else {
+                    (w.emit_op(format!("urem i64 {e}, {own}")), w.emit_op(format!("udiv i64 {e}, {own}")))
+                };
+                let base = if rows_of { &m0 } else { &n0 };
+                let g = w.emit_op(format!("add nuw nsw i64 {base}, {o}"));
+                let kg = w.emit_op(format!("add nuw nsw i64 {k0}, {kk}"));
+                let xs = "%s.stage";
+                w.slot(xs, ty);
+                w.emit(&format!("store {ty} {zero}, ptr {xs}"));
+                let c1 = w.emit_op(format!("icmp slt i64 {g}, {lim}"));
+                let c2 = w.emit_op(format!("icmp slt i64 {kg}, {kext}"));
+                let c = w.emit_op(format!("and i1 {c1}, {c2}"));
+                if_(w, &c, &mut |w| {
+                    unflatten(w, &g, dims);
+                    w.emit(&format!("store i64 {kg}, ptr {kslot}"));
+                    let v = w.value(x);
+                    w.emit(&format!("store {ty} {v}, ptr {xs}"));
+                    Ok(())
+                })?;
+                let v = w.emit_op(format!("load {ty}, ptr {xs}"));
+                // a: sa[o·pa + kk]; b: sb[kk·pb + o].
+                let idx = if rows_of {
+                    let t = w.emit_op(format!("mul nuw nsw i64 {o}, {pa}"));
+                    w.emit_op(format!("add nuw nsw i64 {t}, {kk}"))
+                } else {
+                    let t = w.emit_op(format!("mul nuw nsw i64 {kk}, {pb}"));
+                    w.emit_op(format!("add nuw nsw i64 {t}, {o}"))
+                };
+                let p = shared_at(w, sh, len, ty, &idx);
+                w.emit(&format!("store {ty} {v}, ptr addrspace(3) {p}"));
+            }
+        }
+        barrier(w);
+        if let Some(kind) = tc {
+            mma_step(w, kind, (&sa, la, pa), (&sb, lb, pb), (&wp, &gq, &tq), bn, frags, per_warp)?;
+            barrier(w);
+            return Ok(());
+        }
+        // Out-of-range K steps were staged as 0, so the last (partial) step adds exact zeros.
+        for kk in 0..tk {
+            let mut ra = Vec::new();
+            for i in 0..r {
+                let row = w.emit_op(format!("add nuw nsw i64 {tyi}, {}", i * T));
+                let t = w.emit_op(format!("mul nuw nsw i64 {row}, {pa}"));
+                let idx = w.emit_op(format!("add nuw nsw i64 {t}, {kk}"));
+                let p = shared_at(w, &sa, la, ty, &idx);
+                ra.push(w.emit_op(format!("load {ty}, ptr addrspace(3) {p}")));
+            }
+            let mut rb = Vec::new();
+            for j in 0..r {
+                let idx = w.emit_op(format!("add nuw nsw i64 {tx}, {}", kk * pb + j * T));
+                let p = shared_at(w, &sb, lb, ty, &idx);
+                rb.push(w.emit_op(format!("load {ty}, ptr addrspace(3) {p}")));
+            }
+            for i in 0..r as usize {
+                for j in 0..r as usize {
+                    let c = format!("%c{i}.{j}");
+                    let cv = w.emit_op(format!("load {ty}, ptr {c}"));
+                    let p = w.bin(BinaryOp::Mul, d, &ra[i], &rb[j]);
+                    let s = w.bin(BinaryOp::Add, d, &cv, &p);
+                    w.emit(&format!("store {ty} {s}, ptr {c}"));
+                }
+            }
+        }
+        barrier(w);
+        Ok(())
+    })?;
+    // The epilogue, once per owned output (SIMT: rows ty + 16·i, columns tx + 16·j).
+    let accs_slot = format!("%s.v{}", acc.acc.0);
+    w.slot(&accs_slot, ty);
+    if tc.is_some() {
+        for s in 0..per_warp {
+            let ti = w.emit_op(format!("add nuw nsw i64 {wp}, {}", 8 * s));
+            let has = w.emit_op(format!("icmp ult i64 {ti}, {frags}"));
+            if_(w, &has, &mut |w| {
+                let mt = w.emit_op(format!("udiv i64 {ti}, {}", bn / 8));
+                let nt = w.emit_op(format!("urem i64 {ti}, {}", bn / 8));
+                let r0 = w.emit_op(format!("mul nuw nsw i64 {mt}, 16"));
+                let r0 = w.emit_op(format!("add nuw nsw i64 {r0}, {gq}"));
+                let r0 = w.emit_op(format!("add nuw nsw i64 {r0}, {m0}"));
+                let c0 = w.emit_op(format!("mul nuw nsw i64 {nt}, 8"));
+                let t2 = w.emit_op(format!("shl i64 {tq}, 1"));
+                let c0 = w.emit_op(format!("add nuw nsw i64 {c0}, {t2}"));
+                let c0 = w.emit_op(format!("add nuw nsw i64 {c0}, {n0}"));
+                // Fragment element q: row g + 8·(q / 2), column 2t + q % 2.
+                for q in 0..4 {
+                    let mm = w.emit_op(format!("add nuw nsw i64 {r0}, {}", 8 * (q / 2)));
+                    let nn = w.emit_op(format!("add nuw nsw i64 {c0}, {}", q % 2));
+                    epilogue(w, acc, &format!("%d{s}.{q}"), &accs_slot, (&mm, m, rows), (&nn, n, cols))?;
+                }
+                Ok(())
+            })?;
+        }
+    }
+    for i in 0..if tc.is_some() { 0 } else { r } {
+        for j in 0..r {
+            let mm = w.emit_op(format!("add nuw nsw i64 {m0}, {tyi}"));
+            let mm = w.emit_op(format!("add nuw nsw i64 {mm}, {}", i * T));
+            let nn = w.emit_op(format!("add nuw nsw i64 {n0}, {tx}"));
+            let nn = w.emit_op(format!("add nuw nsw i64 {nn}, {}", j * T));
+            epilogue(w, acc, &format!("%c{i}.{j}"), &accs_slot, (&mm, m, rows), (&nn, n, cols))?;
+        }
+    }
+    let groups = [cdiv(n, bn), cdiv(m, bm), nb];
+    if groups[0] > i32::MAX as i64 || groups[1] > 65535 || groups[2] > 65535 {
+        return Err(format!("a tiled matmul of {m}×{n} (batch {nb}) needs a grid of {groups:?} blocks, past CUDA's limits"));
+    }
+    Ok([groups[0] as u32, groups[1] as u32, groups[2] as u32])
+}
+
+/// The epilogue of one output at (`mm`, `nn`), inside M × N: the accumulator `from` becomes the
+/// kernel's accumulator (in `slot`), then `rest` runs.
+fn epilogue(w: &mut Writer, acc: &Acc, from: &str, slot: &str, (mm, m, rows): (&str, i64, &[(Var, i64)]), (nn, n, cols): (&str, i64, &[(Var, i64)])) -> Result<(), String> {
+    let ty = llvm_type(acc.dtype);
+    let c1 = w.emit_op(format!("icmp slt i64 {mm}, {m}"));
+    let c2 = w.emit_op(format!("icmp slt i64 {nn}, {n}"));
+    let c = w.emit_op(format!("and i1 {c1}, {c2}"));
+    if_(w, &c, &mut |w| {
+        unflatten(w, mm, rows);
+        unflatten(w, nn, cols);
+        let v = w.emit_op(format!("load {ty}, ptr {from}"));
+        w.emit(&format!("store {ty} {v}, ptr {slot}"));
+        w.bind_scalar(acc.acc, acc.dtype, slot);
+        w.body(acc.rest);
+        Ok(())
+    })
+}
+
+/// f32 → the tensor cores' operand: tf32 in a b32 (`cvt.rna`), or two f32 (lower k first) packed as
+/// bf16x2 / f16x2 (`cvt.rn`: the first operand goes to the upper half).
+fn to_operand(w: &mut Writer, kind: Mma, lo: &str, hi: Option<&str>) -> String {
+    match (kind, hi) {
+        (Mma::Tf32, _) => w.emit_op(format!("call i32 asm \"cvt.rna.tf32.f32 $0, $1;\", \"=r,f\"(float {lo})")),
+        (Mma::Bf16, Some(hi)) => w.emit_op(format!("call i32 asm \"cvt.rn.bf16x2.f32 $0, $1, $2;\", \"=r,f,f\"(float {hi}, float {lo})")),
+        (_, Some(hi)) => w.emit_op(format!("call i32 asm \"cvt.rn.f16x2.f32 $0, $1, $2;\", \"=r,f,f\"(float {hi}, float {lo})")),
+        (_, None) => unreachable!("16-bit operands come in pairs"),
+    }
+}
+
+/// One K step of 16 on the tensor cores: each warp, for each m16×n8 fragment it owns, loads its A
+/// and B fragments from shared memory in the PTX ISA's layouts (lane = 4·g + t; tf32 m16n8k8: a_r
+/// at (g + 8·(r % 2), t + 4·(r / 2)), b_r at (k = t + 4·r, n = g); bf16/f16 m16n8k16: the same with
+/// pairs of adjacent k) and issues `mma.sync` (two k8 steps for tf32, one k16 step for bf16/f16),
+/// accumulating in f32.
+#[allow(clippy::too_many_arguments)]
+fn mma_step(w: &mut Writer, kind: Mma, (sa, la, pa): (&str, i64, i64), (sb, lb, pb): (&str, i64, i64), (wp, gq, tq): (&str, &str, &str), bn: i64, frags: i64, per_warp: i64) -> Result<(), String> {
+    let (shape, ab) = match kind {
+        Mma::Tf32 => ("m16n8k8", "tf32"),
+        Mma::Bf16 => ("m16n8k16", "bf16"),
+        Mma::Fp16 | Mma::F32 => ("m16n8k16", "f16"),
+    };
+    let kstep = if kind == Mma::Tf32 { 8 } else { 16 };
+    let ins = format!("mma.sync.aligned.{shape}.row.col.f32.{ab}.{ab}.f32 {{$0,$1,$2,$3}}, {{$4,$5,$6,$7}}, {{$8,$9}}, {{$10,$11,$12,$13}};");
+    for s in 0..per_warp {
+        let ti = w.emit_op(format!("add nuw nsw i64 {wp}, {}", 8 * s));
+        let has = w.emit_op(format!("icmp ult i64 {ti}, {frags}"));
+        // Warp-uniform: every lane of a warp has the same `ti`.
+        if_(w, &has, &mut |w| {
+            let mt = w.emit_op(format!("udiv i64 {ti}, {}", bn / 8));
+            let nt = w.emit_op(format!("urem i64 {ti}, {}", bn / 8));
+            let ar = w.emit_op(format!("mul nuw nsw i64 {mt}, 16"));
+            let ar = w.emit_op(format!("add nuw nsw i64 {ar}, {gq}"));
+            let bc = w.emit_op(format!("mul nuw nsw i64 {nt}, 8"));
+            let bc = w.emit_op(format!("add nuw nsw i64 {bc}, {gq}"));
+            let lda = |w: &mut Writer, row_off: i64, k: String| {
+                let row = w.emit_op(format!("add nuw nsw i64 {ar}, {row_off}"));
+                let t = w.emit_op(format!("mul nuw nsw i64 {row}, {pa}"));
+                let idx = w.emit_op(format!("add nuw nsw i64 {t}, {k}"));
+                let p = shared_at(w, sa, la, "float", &idx);
+                w.emit_op(format!("load float, ptr addrspace(3) {p}"))
+            };
+            let ldb = |w: &mut Writer, k: String| {
+                let t = w.emit_op(format!("mul nuw nsw i64 {k}, {pb}"));
+                let idx = w.emit_op(format!("add nuw nsw i64 {t}, {bc}"));
+                let p = shared_at(w, sb, lb, "float", &idx);
+                w.emit_op(format!("load float, ptr addrspace(3) {p}"))
+            };
+            for k0 in (0..16).step_by(kstep) {
+                let mut av = Vec::new();
+                let mut bv = Vec::new();
+                if kind == Mma::Tf32 {
+                    for rr in 0..4 {
+                        let k = w.emit_op(format!("add nuw nsw i64 {tq}, {}", k0 + 4 * (rr / 2)));
+                        let x = lda(w, 8 * (rr % 2), k);
+                        av.push(to_operand(w, kind, &x, None));
+                    }
+                    for rr in 0..2 {
+                        let k = w.emit_op(format!("add nuw nsw i64 {tq}, {}", k0 + 4 * rr));
+                        let x = ldb(w, k);
+                        bv.push(to_operand(w, kind, &x, None));
+                    }
+                } else {
+                    let t2 = w.emit_op(format!("shl i64 {tq}, 1"));
+                    for rr in 0..4 {
+                        let k = w.emit_op(format!("add nuw nsw i64 {t2}, {}", k0 + 8 * (rr / 2)));
+                        let k1 = w.emit_op(format!("add nuw nsw i64 {k}, 1"));
+                        let x0 = lda(w, 8 * (rr % 2), k);
+                        let x1 = lda(w, 8 * (rr % 2), k1);
+                        av.push(to_operand(w, kind, &x0, Some(&x1)));
+                    }
+                    for rr in 0..2 {
+                        let k = w.emit_op(format!("add nuw nsw i64 {t2}, {}", k0 + 8 * rr));
+                        let k1 = w.emit_op(format!("add nuw nsw i64 {k}, 1"));
+                        let x0 = ldb(w, k);
+                        let x1 = ldb(w, k1);
+                        bv.push(to_operand(w, kind, &x0, Some(&x1)));
+                    }
+                }
+                let cv: Vec<String> = (0..4).map(|q| w.emit_op(format!("load float, ptr %d{s}.{q}"))).collect();
+                let args: Vec<String> = av.iter().chain(&bv).map(|x| format!("i32 {x}")).chain(cv.iter().map(|x| format!("float {x}"))).collect();
+                let res = w.emit_op(format!(
+                    "call {{ float, float, float, float }} asm sideeffect \"{ins}\", \"=f,=f,=f,=f,r,r,r,r,r,r,f,f,f,f\"({}) #1",
+                    args.join(", ")
+                ));
+                for q in 0..4 {
+                    let v = w.emit_op(format!("extractvalue {{ float, float, float, float }} {res}, {q}"));
+                    w.emit(&format!("store float {v}, ptr %d{s}.{q}"));
+                }
+            }
+            Ok(())
+        })?;
+    }
+    Ok(())
+}
+
+/// One warp per grid point (row), [`rows_per_block`] warps per block: the phases in order; for a row
+/// reduction (`reduce`), lane 0 then runs the reduction's `rest`. Returns the grid and the block.
+fn rows_kernel(w: &mut Writer, phases: &[Phase], reduce: Option<&Acc>, grid: &[(Var, i64)]) -> Result<([u32; 3], u32), String> {
+    let total: i64 = grid.iter().map(|d| d.1).product::<i64>().max(1);
+    let rpb = rows_per_block(total);
+    let tid = sreg(w, "tid.x");
+    let warp = w.emit_op(format!("lshr i64 {tid}, 5"));
+    let lane = w.emit_op(format!("and i64 {tid}, 31"));
+    let cx = sreg(w, "ctaid.x");
+    let g0 = w.emit_op(format!("mul nuw nsw i64 {cx}, {rpb}"));
+    let g = w.emit_op(format!("add nuw nsw i64 {g0}, {warp}"));
+    let lt = w.emit_op(format!("icmp slt i64 {g}, {}", total - 1));
+    let gi = w.emit_op(format!("select i1 {lt}, i64 {g}, i64 {}", total - 1));
+    let inside = w.emit_op(format!("icmp slt i64 {g}, {total}"));
+    unflatten(w, &gi, grid);
+    for (pi, p) in phases.iter().enumerate() {
+        match p {
+            Phase::Reduce(acc) => {
+                let d = acc.dtype;
+                let ty = llvm_type(d);
+                let sfx = match d {
+                    DType::F32 => "f32",
+                    DType::I32 | DType::U32 => "i32",
+                    _ => return Err(format!("a row reduction over {d} has no warp shuffle")),
+                };
+                let slot = format!("%s.v{}", acc.acc.0);
+                w.slot(&slot, ty);
+                let init = w.value(acc.init);
+                w.emit(&format!("store {ty} {init}, ptr {slot}"));
+                w.bind_scalar(acc.acc, d, &slot);
+                let kn: i64 = acc.ks.iter().map(|d| d.1).product();
+                let f = format!("%s.f{pi}");
+                for_loop(w, &f, &lane, &kn.to_string(), 32, &mut |w| {
+                    let fv = w.emit_op(format!("load i64, ptr {f}"));
+                    unflatten(w, &fv, &acc.ks);
+                    let x = w.value(acc.x);
+                    let cur = w.emit_op(format!("load {ty}, ptr {slot}"));
+                    let s = w.bin(acc.op, d, &cur, &x);
+                    w.emit(&format!("store {ty} {s}, ptr {slot}"));
+                    Ok(())
+                })?;
+                w.declare(&format!("declare {ty} @llvm.nvvm.shfl.sync.bfly.{sfx}(i32, {ty}, i32, i32)"));
+                for off in [16, 8, 4, 2, 1] {
+                    let cur = w.emit_op(format!("load {ty}, ptr {slot}"));
+                    let o = w.emit_op(format!("call {ty} @llvm.nvvm.shfl.sync.bfly.{sfx}(i32 -1, {ty} {cur}, i32 {off}, i32 31)"));
+                    let s = w.bin(acc.op, d, &cur, &o);
+                    w.emit(&format!("store {ty} {s}, ptr {slot}"));
+                }
+            }
+            Phase::Scalar(st) => w.body(std::slice::from_ref(*st)),
+            Phase::Map { var, extent, body } => {
+                let slot = format!("%s.v{}", var.0);
+                if_(w, &inside, &mut |w| {
+                    for_loop(w, &slot, &lane, &extent.to_string(), 32, &mut |w| {
+                        w.bind_index(*var, &slot);
+                        w.body(body);
+                        Ok(())
+                    })
+                })?;
+            }
+        }
+    }
+    if let Some(acc) = reduce {
+        let first = w.emit_op(format!("icmp eq i64 {lane}, 0"));
+        let c = w.emit_op(format!("and i1 {first}, {inside}"));
+        if_(w, &c, &mut |w| {
+            w.body(acc.rest);
+            Ok(())
+        })?;
+    }
+    let blocks = cdiv(total, rpb);
+    if blocks > i32::MAX as i64 {
+        return Err(format!("a row kernel of {total} rows needs more than 2^31 - 1 blocks"));
+    }
+    Ok(([blocks as u32, 1, 1], 32 * rpb as u32))
+}

@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""Runs a CUDA artifact's kernels on the CPU, without a GPU: a check of the cooperative kernels' logic
+(tile indexing, bounds at tile edges, barriers, warp reductions, tensor-core fragment plumbing)
+against the interpreter before the GPU machine runs them.
+
+    emulate_cuda.py ART_DIR NAME OUT_DIR IN0.npy [IN1.npy …]
+
+ART_DIR is `rlxc compile --target cuda --emit-ir` output (NAME.ll: the LLVM IR handed to the NVPTX
+back end, NAME.json, NAME.weights.bin). The IR's NVVM intrinsics become functions of a generated C
+driver — thread and block ids are thread-locals; `llvm.nvvm.barrier0` waits on a pthread barrier of the
+block's threads; `shfl.sync.bfly` exchanges through a per-warp array between two warp barriers;
+the inline PTX of `--precision tf32|bf16` (`cvt.rna.tf32.f32`, `cvt.rn.bf16x2.f32`, `mma.sync
+m16n8k8 tf32` / `m16n8k16 bf16`) is emulated per warp from the fragment layouts the PTX ISA documents
+(lane = 4·g + t) — shared memory is a plain global; llc-19 compiles the IR for the host, gcc links
+it with the driver, which runs every dispatch in order, block by block, with blockDim threads. Writes
+each output as OUT_DIR/<output name>.npy. What it cannot check: the GPU's own behaviour (memory model,
+the hardware's reading of the PTX) — tests/gpu/run_cuda.sh on the GPU machine does. (fp16 mma is not
+emulated.)"""
+import json, os, re, subprocess, sys
+import numpy as np
+
+art, name, out = sys.argv[1], sys.argv[2], sys.argv[3]
+ins = sys.argv[4:]
+os.makedirs(out, exist_ok=True)
+m = json.load(open(f"{art}/{name}.json"))
+ir = open(f"{art}/{name}.ll").read()
+# Tensor cores: the inline PTX becomes calls into the driver's warp-level emulation.
+ir = re.sub(r'call i32 asm "cvt\.rna\.tf32\.f32 \$0, \$1;", "=r,f"', "call i32 @emu_cvt_tf32", ir)
+ir = re.sub(r'call i32 asm "cvt\.rn\.bf16x2\.f32 \$0, \$1, \$2;", "=r,f,f"', "call i32 @emu_cvt_bf16x2", ir)
+mma = re.findall(r'asm sideeffect "mma\.sync\.aligned\.m16n8k\d+\.row\.col\.f32\.(\w+)\.\w+\.f32', ir)
+ir = re.sub(r'asm sideeffect "mma\.sync\.aligned\.m16n8k\d+\.row\.col\.f32\.(\w+)\.\w+\.f32 [^"]*", "[^"]*"', r"@emu_mma_\1", ir)
+assert "asm" not in ir, [l for l in ir.splitlines() if "asm" in l][:3]
+if "@emu_cvt_tf32" in ir:
+    ir += "\ndeclare i32 @emu_cvt_tf32(float)\n"
+if "@emu_cvt_bf16x2" in ir:
+    ir += "\ndeclare i32 @emu_cvt_bf16x2(float, float)\n"
+for ty in sorted(set(mma)):
+    ir += f"""
+declare void @emu_mma_c_{ty}(ptr, i32, i32, i32, i32, i32, i32, float, float, float, float)
+define {{ float, float, float, float }} @emu_mma_{ty}(i32 %a0, i32 %a1, i32 %a2, i32 %a3, i32 %b0, i32 %b1, float %c0, float %c1, float %c2, float %c3) {{
+  %p = alloca [4 x float]
+  call void @emu_mma_c_{ty}(ptr %p, i32 %a0, i32 %a1, i32 %a2, i32 %a3, i32 %b0, i32 %b1, float %c0, float %c1, float %c2, float %c3)
+  %q1 = getelementptr float, ptr %p, i64 1
+  %q2 = getelementptr float, ptr %p, i64 2
+  %q3 = getelementptr float, ptr %p, i64 3
+  %d0 = load float, ptr %p
+  %d1 = load float, ptr %q1
+  %d2 = load float, ptr %q2
+  %d3 = load float, ptr %q3
+  %r0 = insertvalue {{ float, float, float, float }} poison, float %d0, 0
+  %r1 = insertvalue {{ float, float, float, float }} %r0, float %d1, 1
+  %r2 = insertvalue {{ float, float, float, float }} %r1, float %d2, 2
+  %r3 = insertvalue {{ float, float, float, float }} %r2, float %d3, 3
+  ret {{ float, float, float, float }} %r3
+}}
+"""
+ir = re.sub(r'target triple = ".*"\n', "", ir)
+ir = ir.replace("define ptx_kernel void", "define void")
+ir = re.sub(r"= addrspacecast ptr addrspace\(1\) (%\w+) to ptr", r"= getelementptr i8, ptr \1, i64 0", ir)
+ir = ir.replace("ptr addrspace(1)", "ptr").replace("ptr addrspace(3)", "ptr").replace("internal addrspace(3) global", "internal global")
+ir = re.sub(r"@llvm\.nvvm\.read\.ptx\.sreg\.(\w+)\.(\w)\b", r"@emu_\1_\2", ir)
+ir = ir.replace("@llvm.nvvm.barrier0", "@emu_barrier")
+ir = ir.replace("@llvm.nvvm.shfl.sync.bfly.f32", "@emu_shfl_f32").replace("@llvm.nvvm.shfl.sync.bfly.i32", "@emu_shfl_i32")
+ir = "\n".join(l for l in ir.splitlines() if not l.startswith("!"))
+assert "nvvm" not in ir, [l for l in ir.splitlines() if "nvvm" in l][:5]
+open(f"{out}/emu.ll", "w").write(ir)
+subprocess.run(["llc-19", "-O2", "-relocation-model=pic", "-filetype=obj", f"{out}/emu.ll", "-o", f"{out}/emu.o"], check=True)
+params = m["schedule"]["params"]
+nb = len(params)
+ds = m["schedule"]["dispatches"]
+c = ["#include <pthread.h>", "#include <stdio.h>", "#include <stdlib.h>", "#include <string.h>"]
+for i in range(len(ds)):
+    c.append(f"void k{i}({', '.join(['void*'] * nb)});")
+c.append("""
+static __thread int t_tid, t_cx, t_cy, t_cz, t_ntid;
+int emu_tid_x(void){return t_tid;} int emu_ntid_x(void){return t_ntid;}
+int emu_ctaid_x(void){return t_cx;} int emu_ctaid_y(void){return t_cy;} int emu_ctaid_z(void){return t_cz;}
+static pthread_barrier_t bar, wbar[8]; static float fs[8][32]; static int is_[8][32];
+void emu_barrier(void){ pthread_barrier_wait(&bar); }
+float emu_shfl_f32(int mask, float v, int lm, int c){ int w=t_tid/32,l=t_tid%32; fs[w][l]=v; pthread_barrier_wait(&wbar[w]); float r=fs[w][l^lm]; pthread_barrier_wait(&wbar[w]); return r; }
+int emu_shfl_i32(int mask, int v, int lm, int c){ int w=t_tid/32,l=t_tid%32; is_[w][l]=v; pthread_barrier_wait(&wbar[w]); int r=is_[w][l^lm]; pthread_barrier_wait(&wbar[w]); return r; }
+static void *B[64]; static int K, GX, GY, GZ;
+static unsigned fb(float f){unsigned u; memcpy(&u,&f,4); return u;} static float bf(unsigned u){float f; memcpy(&f,&u,4); return f;}
+int emu_cvt_tf32(float x){ unsigned u=fb(x); return (int)((u + 0x1000u) & 0xFFFFE000u); }
+static unsigned bf16(float x){ unsigned u=fb(x); return (u + 0x7FFFu + ((u>>16)&1u)) >> 16; }
+int emu_cvt_bf16x2(float hi, float lo){ return (int)((bf16(hi)<<16) | bf16(lo)); }
+static unsigned A_[8][32][4], B_[8][32][2]; static float C_[8][32][4];
+/* m16n8k8 tf32 / m16n8k16 bf16, f32 accumulation, in the PTX ISA's fragment layouts (lane = 4g + t). */
+static void mma(int k16, float *d, int a0,int a1,int a2,int a3,int b0,int b1,float c0,float c1,float c2,float c3){
+  int w=t_tid/32,l=t_tid%32; unsigned a[4]={a0,a1,a2,a3}; memcpy(A_[w][l],a,16); B_[w][l][0]=b0; B_[w][l][1]=b1;
+  pthread_barrier_wait(&wbar[w]);
+  int g=l/4,t=l%4; float c[4]={c0,c1,c2,c3};
+  for(int q=0;q<4;q++){ int row=g+8*(q/2), col=2*t+q%2; double acc=c[q];
+    for(int k=0;k<(k16?16:8);k++){ float av,bv;
+      if(!k16){ av=bf(A_[w][(row%8)*4+k%4][(row/8)+2*(k/4)]); bv=bf(B_[w][col*4+k%4][k/4]); }
+      else { int kp=k/2,h=k%2; unsigned aw=A_[w][(row%8)*4+kp%4][(row/8)+2*(kp/4)], bw=B_[w][col*4+kp%4][kp/4];
+             av=bf(((aw>>(16*h))&0xFFFFu)<<16); bv=bf(((bw>>(16*h))&0xFFFFu)<<16); }
+      acc += (double)av*(double)bv; }
+    d[q]=(float)acc; }
+  pthread_barrier_wait(&wbar[w]);
+}
+void emu_mma_c_tf32(float*d,int a0,int a1,int a2,int a3,int b0,int b1,float c0,float c1,float c2,float c3){ mma(0,d,a0,a1,a2,a3,b0,b1,c0,c1,c2,c3); }
+void emu_mma_c_bf16(float*d,int a0,int a1,int a2,int a3,int b0,int b1,float c0,float c1,float c2,float c3){ mma(1,d,a0,a1,a2,a3,b0,b1,c0,c1,c2,c3); }
+""")
+c.append("static void call(int k){ switch(k){")
+args = ", ".join(f"B[{j}]" for j in range(nb))
+for i in range(len(ds)):
+    c.append(f"case {i}: k{i}({args}); break;")
+c.append("}}")
+c.append("""
+static void *worker(void *p){ t_tid=(int)(long)p; for(int z=0;z<GZ;z++)for(int y=0;y<GY;y++)for(int x=0;x<GX;x++){ t_cx=x;t_cy=y;t_cz=z; call(K); pthread_barrier_wait(&bar);} return 0; }
+static void *readf(const char*p, long n){ void*b=calloc(n+16,1); FILE*f=fopen(p,"rb"); if(!f){perror(p);exit(1);} long r=fread(b,1,n,f); fclose(f); if(r!=n){fprintf(stderr,"%s: %ld of %ld bytes\\n",p,r,n);exit(1);} return b; }
+int main(int argc, char**argv){""")
+for j, p in enumerate(params):
+    bn = p["buffer"]
+    if bn == "weights":
+        c.append(f'B[{j}] = readf("{art}/{name}.weights.bin", {p["bytes"]});')
+    elif bn.startswith("input "):
+        c.append(f'B[{j}] = readf(argv[{1 + int(bn.split()[1])}], {p["bytes"]});')
+    else:
+        c.append(f'B[{j}] = calloc({p["bytes"]} + 16, 1);')
+c.append("int D[][5] = {" + ", ".join("{%d,%d,%d,%d,%d}" % (i, d["grid"][0], d["grid"][1], d["grid"][2], d["block"][0]) for i, d in enumerate(ds)) + "};")
+c.append(f"""for(int i=0;i<{len(ds)};i++){{ K=D[i][0];GX=D[i][1];GY=D[i][2];GZ=D[i][3]; int bx=D[i][4]; t_ntid=bx;
+  pthread_barrier_init(&bar,0,bx); for(int w=0;w<bx/32;w++) pthread_barrier_init(&wbar[w],0,32);
+  pthread_t th[1024]; for(int t=0;t<bx;t++){{ pthread_attr_t a; pthread_attr_init(&a); pthread_attr_setstacksize(&a, 1<<20); pthread_create(&th[t],&a,worker,(void*)(long)t); }}
+  for(int t=0;t<bx;t++) pthread_join(th[t],0);
+  pthread_barrier_destroy(&bar); for(int w=0;w<bx/32;w++) pthread_barrier_destroy(&wbar[w]); }}""")
+n_in = sum(1 for p in params if p["buffer"].startswith("input "))
+for j, p in enumerate(params):
+    if p["buffer"].startswith("output "):
+        o = int(p["buffer"].split()[1])
+        c.append(f'{{ char fn[4096]; snprintf(fn, sizeof fn, "%s/out{o}.bin", argv[{1 + n_in}]); FILE*f=fopen(fn,"wb"); fwrite(B[{j}],1,{p["bytes"]},f); fclose(f); }}')
+c.append("return 0; }")
+open(f"{out}/drv.c", "w").write("\n".join(c))
+subprocess.run(["gcc", "-O1", f"{out}/drv.c", f"{out}/emu.o", "-lpthread", "-lm", "-o", f"{out}/emu"], check=True)
+bins = []
+for i, p in enumerate(ins):
+    b = f"{out}/in{i}.bin"
+    np.load(p).tofile(b)
+    bins.append(b)
+subprocess.run([f"{out}/emu"] + bins + [out], check=True)
+for i, o in enumerate(m["outputs"]):
+    dt = {"f32": np.float32, "i32": np.int32, "i64": np.int64}[o["dtype"]]
+    np.save(f"{out}/{o['name']}.npy", np.fromfile(f"{out}/out{i}.bin", dtype=dt).reshape(o["shape"]))
+print("emulated", len(ds), "dispatches")
