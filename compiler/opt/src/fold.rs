@@ -6,6 +6,7 @@
 //! the caller passes the evaluator (the pipeline hands it the reference interpreter), so folded values
 //! are exactly what the oracle computes.
 
+use crate::conv_affine::fold_conv_affine;
 use rlx_ir::{ConstData, Def, Dim, Mir, MirOp, ValueId};
 
 /// Evaluates one op on constant inputs.
@@ -16,7 +17,7 @@ pub const FOLD_LIMIT_ELEMS: usize = 1 << 26;
 
 /// Copies `g` node by node; `step(out, node, mapped inputs, value map)` may emit a replacement for the
 /// node (its outputs), or `None` to copy it as is.
-fn rebuild(g: &Mir, mut step: impl FnMut(&mut Mir, usize, &[ValueId], &[Option<ValueId>]) -> Option<Vec<ValueId>>) -> Mir {
+pub(crate) fn rebuild(g: &Mir, mut step: impl FnMut(&mut Mir, usize, &[ValueId], &[Option<ValueId>]) -> Option<Vec<ValueId>>) -> Mir {
     let mut out = Mir::new();
     let mut map: Vec<Option<ValueId>> = vec![None; g.values.len()];
     for &i in &g.inputs {
@@ -49,9 +50,15 @@ fn rebuild(g: &Mir, mut step: impl FnMut(&mut Mir, usize, &[ValueId], &[Option<V
 }
 
 /// The whole constant pass as every target runs it: gathers moved below constant chains
-/// ([`sink_gathers`]), then folding, with dead code removed before and after.
+/// ([`sink_gathers`]), then folding, then per-channel affine ops (BatchNormalization) folded into the
+/// convolutions before them ([`fold_conv_affine`], whose new weights are folded in turn), with dead
+/// code removed before and after.
 pub fn simplify(g: &Mir, eval: Evaluator) -> Mir {
-    dce(&fold(&dce(&sink_gathers(g)), eval))
+    let folded = fold(&dce(&sink_gathers(g)), eval);
+    match fold_conv_affine(&folded) {
+        Some(g) => dce(&fold(&g, eval)),
+        None => dce(&folded),
+    }
 }
 
 /// Folds constant subgraphs. Nodes the evaluator rejects are kept as they are.

@@ -10,6 +10,8 @@ pub mod lower;
 
 pub use legalize::{report, DispatchEntry, DispatchReport, Resolution};
 pub use lower::lower;
+pub mod conv_affine;
+pub use conv_affine::fold_conv_affine;
 pub mod fold;
 pub use fold::{dce, fold, simplify, sink_gathers, Evaluator};
 pub mod plan;

@@ -1,6 +1,6 @@
 //! Kernel lowering: each kernel root becomes one loop-form [`Kernel`] — a loop nest over its output
 //! (or, for row kernels, over its rows with the row's reductions first), its anchor's body (GEMM
-//! micro-kernel, dot product, reduction, convolution, pool …) and the inlined nodes' per-element
+//! micro-kernel, window kernels, dot product, reduction, convolution, pool …) and the inlined nodes' per-element
 //! expressions as the value stored.
 
 use super::fuse::is_inlinable;
@@ -125,6 +125,12 @@ impl Planner<'_> {
                     nodes.insert(0, a);
                 }
                 self.gemm_body(&mut kb, a, r, op, &out_shape)
+            }
+            Some(a) if self.is_window(a) => {
+                if a != r {
+                    nodes.insert(0, a);
+                }
+                self.window_body(&mut kb, a, r, op, &out_shape)
             }
             Some(a) => {
                 if a != r {

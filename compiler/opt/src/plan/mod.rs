@@ -17,10 +17,12 @@
 //! root to its loop nest, with the per-element expressions of inlined nodes in `inline.rs`, anchor
 //! bodies (dot product, reductions, cumsum) in `anchor.rs`, the kernels that read GGUF block
 //! constants (`dequant_matmul`, `dequant_gather`) in `blocks.rs`, their weights' packed row panels and
-//! per-type dequantization in `block_layout.rs`, convolution and pooling in `conv.rs`,
-//! dense convolution on the GEMM micro-kernel (im2col, packed weight rows) in `conv_gemm.rs`,
-//! transposed convolution (GEMM then col2im gather, or direct) in `conv_transpose.rs`,
-//! the GEMM micro-kernel and weight packing in `gemm.rs`, and index arithmetic in `index.rs`.
+//! per-type dequantization in `block_layout.rs`, direct convolution in `conv.rs`, dense convolution
+//! on the GEMM micro-kernel (im2col, packed weight rows) in `conv_gemm.rs`, transposed convolution
+//! (GEMM then col2im gather, or direct) in `conv_transpose.rs`, grouped / depthwise convolution in
+//! `depthwise.rs`, pooling in `pool.rs`, the vectorized window kernels of both (interior and border
+//! columns) in `window.rs`, the GEMM micro-kernel and weight packing in `gemm.rs`, and index
+//! arithmetic in `index.rs`.
 
 mod anchor;
 mod block_layout;
@@ -28,13 +30,16 @@ mod blocks;
 mod conv;
 mod conv_gemm;
 mod conv_transpose;
+mod depthwise;
 mod fuse;
 mod gemm;
 mod index;
 mod inline;
 mod kernel;
 mod memory;
+mod pool;
 mod row_fuse;
+mod window;
 
 pub use fuse::{fuse, fuse_with, Fusion, Role};
 pub use row_fuse::row_fuse;
@@ -80,11 +85,16 @@ pub struct PlanOptions {
     /// Dense f32 convolutions on the GEMM micro-kernel (`conv_gemm.rs`: packed weight rows × im2col or
     /// x itself); CPU targets turn it on. Off, every convolution is the direct per-output loop.
     pub conv_gemm: bool,
+    /// Vector lanes of the window kernels (`window.rs`: 2-D pools and grouped / depthwise
+    /// convolutions with their interior columns in `vector(lanes)` loops and channels as the parallel
+    /// loop); 0 keeps the per-element form (the shader, CUDA and MCU targets, whose grid or scalar
+    /// code wants one output per iteration). The CPU targets set the f32 vector width (8 or 16).
+    pub window_lanes: usize,
 }
 
 impl Default for PlanOptions {
     fn default() -> Self {
-        PlanOptions { align: 64, gemm_nr: GEMM_NR, gemm_mr: GEMM_MR, row_fusion: false, row_recompute: false, inline_operands: false, conv_gemm: false }
+        PlanOptions { align: 64, gemm_nr: GEMM_NR, gemm_mr: GEMM_MR, row_fusion: false, row_recompute: false, inline_operands: false, conv_gemm: false, window_lanes: 0 }
     }
 }
 
@@ -116,6 +126,8 @@ struct Planner<'g> {
     /// State tensors' offsets in the state region, in `g.state` order, and its size.
     state_offsets: Vec<usize>,
     state_bytes: usize,
+    /// [`PlanOptions::window_lanes`].
+    lanes: usize,
 }
 
 /// Columns per packed weight panel = lanes of the GEMM micro-kernel's vector accumulators.
@@ -212,6 +224,7 @@ pub fn plan(g: &Mir, opts: &PlanOptions) -> Result<Lir, Vec<Problem>> {
         plain_outputs: g.outputs.len() - ns,
         state_offsets: Vec::new(),
         state_bytes: 0,
+        lanes: opts.window_lanes,
     };
     p.place_inputs_and_constants();
     let out_slot = p.output_slots();

@@ -33,7 +33,8 @@ pub fn plan_options(cpu: &CpuTarget) -> rlx_opt::PlanOptions {
         || ["skylake-avx512", "icelake-server", "sapphirerapids", "znver4", "znver5", "x86-64-v4"].contains(&cpu.cpu.as_str());
     // AVX-512: 8 rows × 2 zmm = 16 accumulators (measured on MiniLM: 8 beats 6 and 12 by 4–5%).
     // Row fusion: softmax and LayerNorm in one or two kernels each (MiniLM: 171 launches → 100).
-    rlx_opt::PlanOptions { gemm_nr: if avx512 { 32 } else { 16 }, gemm_mr: if avx512 { 8 } else { 6 }, row_fusion: true, conv_gemm: true, ..Default::default() }
+    // Window kernels (pools, depthwise / grouped convolution) in vectors of the f32 width.
+    rlx_opt::PlanOptions { gemm_nr: if avx512 { 32 } else { 16 }, gemm_mr: if avx512 { 8 } else { 6 }, row_fusion: true, conv_gemm: true, window_lanes: if avx512 { 16 } else { 8 }, ..Default::default() }
 }
 
 impl Family for Cpu {

@@ -1,7 +1,8 @@
 //! Vector loops: a `for v in 0..E vector(n)` loop is emitted as E/n iterations of one `<n x T>` body.
 //! Values that depend on `v` are *varying* (vectors); everything else stays scalar and is splatted where
-//! it meets a varying value. Unit-stride loads and stores become vector loads and stores; float
-//! add/sub/mul/div, min/max, compares, selects and index arithmetic become vector instructions; any
+//! it meets a varying value. Unit-stride loads and stores become vector loads and stores, loads of
+//! stride 2–4 one contiguous load of the span and a shuffle (deinterleave); float
+//! add/sub/mul/div, min/max, relu, compares, selects and index arithmetic become vector instructions; any
 //! other varying op (libm calls, casts, gathers) runs per lane through the scalar writer, so every
 //! kernel vectorizes and semantics never change. Declared scalars inside the loop become vectors.
 
@@ -126,10 +127,23 @@ impl<'a> Writer<'a> {
                 let ty = Ty::S(d);
                 match affine(index, var) {
                     Some((base, 1)) if !self.mentions_vvar(&base) && d != DType::Bool => {
-                        let b = self.expr(&base);
+                        // Lane 0's element: the index at the loop's current (scalar) value.
+                        let b = self.expr(index);
                         let ptr = self.op(format!("getelementptr inbounds {}, ptr {p}, i64 {b}", memty(d)));
                         let vt = self.vt(ty);
                         VV { v: self.op(format!("load {vt}, ptr {ptr}, align {}", d.size().unwrap_or(1))), varying: true, ty }
+                    }
+                    Some((base, c @ 2..=4)) if !self.mentions_vvar(&base) && d != DType::Bool => {
+                        // A stride-c load (a stride-2 convolution's input row): one contiguous load of
+                        // the (n−1)·c + 1 elements from the first lane's to the last lane's, then every
+                        // c-th kept — no element outside the ones the lanes read is touched.
+                        let b = self.expr(index);
+                        let ptr = self.op(format!("getelementptr inbounds {}, ptr {p}, i64 {b}", memty(d)));
+                        let span = (self.lanes as i64 - 1) * c + 1;
+                        let wide = format!("<{span} x {}>", elt(ty));
+                        let all = self.op(format!("load {wide}, ptr {ptr}, align {}", d.size().unwrap_or(1)));
+                        let keep: Vec<String> = (0..self.lanes as i64).map(|l| format!("i32 {}", l * c)).collect();
+                        VV { v: self.op(format!("shufflevector {wide} {all}, {wide} poison, <{} x i32> <{}>", self.lanes, keep.join(", "))), varying: true, ty }
                     }
                     _ => {
                         let idx = self.vexpr(index);
@@ -194,6 +208,14 @@ impl<'a> Writer<'a> {
                 let name = format!("llvm.{}.v{}{}", if *op == BinaryOp::Max { "maximum" } else { "minimum" }, self.lanes, if *d == DType::F32 { "f32" } else { "f64" });
                 self.decls.insert(format!("declare {vt} @{name}({vt}, {vt})"));
                 VV { v: self.op(format!("call {vt} @{name}({vt} {xs}, {vt} {ys})")), varying: true, ty }
+            }
+            Expr::Un(UnaryOp::Relu, d, a) if d.is_float() => {
+                // As the scalar form: x > 0 ? x : 0 (NaN → 0).
+                let x = self.vexpr(a);
+                let xs = self.splat(&x);
+                let vt = self.vt(Ty::S(*d));
+                let c = self.op(format!("fcmp ogt {vt} {xs}, zeroinitializer"));
+                VV { v: self.op(format!("select <{} x i1> {c}, {vt} {xs}, {vt} zeroinitializer", self.lanes)), varying: true, ty: Ty::S(*d) }
             }
             Expr::Un(UnaryOp::Neg, d, a) if d.is_float() => {
                 let x = self.vexpr(a);
@@ -426,7 +448,7 @@ impl<'a> Writer<'a> {
                     let x = self.vexpr(value);
                     match affine(index, var) {
                         Some((base, 1)) if !self.mentions_vvar(&base) && d != DType::Bool => {
-                            let b = self.expr(&base);
+                            let b = self.expr(index);
                             let xs = self.splat(&x);
                             let ptr = self.op(format!("getelementptr inbounds {}, ptr {p}, i64 {b}", memty(d)));
                             let vt = self.vt(Ty::S(d));

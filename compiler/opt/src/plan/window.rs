@@ -1,0 +1,175 @@
+//! Window kernels: 2-D pools and grouped / depthwise convolutions (NCHW) as one parallel loop over
+//! (batch ×) channels, a serial loop over output rows, and each row cut into three column ranges — the
+//! left border, the interior (every tap along the width inside the input) and the right border. The
+//! interior is a `vector(lanes)` loop over output columns: at stride 1 its input loads are unit-stride
+//! vector loads, at stride 2 a span load and a deinterleave (the LLVM writer); padding checks stay out
+//! of it (the kernel row's bounds are one condition on the row alone). The interior's remainder is one
+//! more vector ending at its last column (overlapping the previous one: those columns are stored twice,
+//! with the same values). Up to 8 border columns on each side are unrolled, each summing only the
+//! kernel columns inside the input (known at compile time: no check per tap); more, and interiors
+//! narrower than 4 columns, use the per-element bodies. With several input channels per group, 4 to 8 output channels of a group are computed per
+//! iteration, sharing each input load. The epilogue (bias, activation…) is
+//! applied to every accumulator before its store, as in the per-element form. Channels are the
+//! parallel loop, so threads split channels; the planner enables this form with
+//! [`PlanOptions::window_lanes`](super::PlanOptions::window_lanes) (the CPU targets).
+
+use super::index::linear;
+use super::kernel::KB;
+use super::Planner;
+use rlx_ir::loops::{Expr, IOp, LoopKind, Stmt};
+use rlx_ir::{DType, MirOp, NodeId, OpSet};
+
+impl Planner<'_> {
+    /// A float 2-D pool, or a float 2-D convolution with groups > 1, when window kernels are on.
+    pub(super) fn is_window(&self, a: NodeId) -> bool {
+        let n = self.g.node(a);
+        let out = n.outputs[0];
+        if self.lanes < 4 || self.dt(out) != DType::F32 || self.shape(out).len() != 4 {
+            return false;
+        }
+        match &n.op {
+            MirOp::Pool { .. } => true,
+            MirOp::Conv { groups, .. } => *groups > 1 && n.inputs.iter().all(|&i| self.dt(i) == DType::F32),
+            _ => false,
+        }
+    }
+
+    /// The window kernel of anchor `a` with epilogue root `r`, storing into parameter `op`.
+    pub(super) fn window_body(&mut self, kb: &mut KB, a: NodeId, r: NodeId, op: u32, out_shape: &[usize]) -> Vec<Stmt> {
+        let anode = self.g.node(a).clone();
+        let av = anode.outputs[0];
+        let (nb, ch, oh, ow) = (out_shape[0], out_shape[1], out_shape[2], out_shape[3]);
+        let w = self.shape(anode.inputs[0])[3] as i64;
+        let (s, p, d, k) = match &anode.op {
+            MirOp::Pool { kernel, strides, pads, dilations, .. } => (strides[1], pads[1], dilations[1], kernel[1]),
+            MirOp::Conv { strides, pads, dilations, .. } => (strides[1], pads[1], dilations[1], self.shape(anode.inputs[1])[3]),
+            other => unreachable!("window_body on {}", other.kind()),
+        };
+        let (s, p, d, k) = (s as i64, p as i64, d as i64, k as i64);
+        // Interior columns: 0 <= c·s − p and c·s − p + (k−1)·d < w.
+        let lo = ((p + s - 1) / s).min(ow as i64);
+        let last = w - 1 + p - (k - 1) * d;
+        let hi = if last < 0 { lo } else { (last / s + 1).clamp(lo, ow as i64) };
+        let mut lanes = self.lanes as i64;
+        while lanes > 4 && hi - lo < lanes {
+            lanes /= 2;
+        }
+        let nv = if hi - lo >= lanes { (hi - lo) / lanes * lanes } else { 0 };
+        // The interior's remainder: one more vector ending at its last column, overlapping the one
+        // before (the overlapped columns are written twice with the same values).
+        let over = nv > 0 && nv < hi - lo;
+        let rest = if over { hi } else { lo + nv };
+        // Output channels per iteration: with several input channels per group, a block of `rb` of the
+        // group's output channels shares each input load (4–8, the fewest wasted channels, then the
+        // most; a group's last block repeats its last channel, storing identical values). Pools and
+        // depthwise convolutions: 1.
+        let (mg, rb) = match &anode.op {
+            MirOp::Conv { groups, .. } => {
+                let sw = self.shape(anode.inputs[1]);
+                let mg = sw[0] / groups;
+                let rb = if sw[1] < 2 || mg < 4 { 1 } else { (4..=8.min(mg)).min_by_key(|&b| (mg.div_ceil(b) * b - mg, usize::MAX - b)).unwrap_or(1) };
+                (mg, rb)
+            }
+            _ => (1, 1),
+        };
+        let per_group = mg.div_ceil(rb);
+        let blocks = ch / mg * per_group;
+        let nc = kb.var();
+        let (ni, blk) = if nb == 1 {
+            (Expr::Int(0), Expr::Var(nc))
+        } else {
+            (Expr::i(IOp::Div, Expr::Var(nc), Expr::Int(blocks as i64)), Expr::i(IOp::Rem, Expr::Var(nc), Expr::Int(blocks as i64)))
+        };
+        // The block's first channel: group · mg + (block in group) · rb; channel r clamped to the group's last.
+        let (grp, inb) = if per_group == 1 { (blk.clone(), Expr::Int(0)) } else { (Expr::i(IOp::Div, blk.clone(), Expr::Int(per_group as i64)), Expr::i(IOp::Rem, blk.clone(), Expr::Int(per_group as i64))) };
+        let gfirst = Expr::mul(grp, Expr::Int(mg as i64));
+        let c0 = Expr::add(gfirst.clone(), Expr::mul(inb, Expr::Int(rb as i64)));
+        let glast = Expr::add(gfirst, Expr::Int(mg as i64 - 1));
+        let chan = |r: Expr| if mg % rb == 0 { Expr::add(c0.clone(), r) } else { Expr::i(IOp::Min, Expr::add(c0.clone(), r), glast.clone()) };
+        let row = kb.var();
+        let mut cols = Vec::new();
+        // Kernel columns inside the input at output column c (and, for an average pool counting the
+        // padding, inside the padding).
+        let pad_end = match &anode.op {
+            MirOp::Pool { pads, .. } => pads[3] as i64,
+            _ => p,
+        };
+        let inside = |c: i64, lo_in: i64, hi_in: i64| -> (i64, i64) {
+            // c·s − p + t·d in [lo_in, hi_in)  ⇔  t in [ceil((lo_in − c·s + p) / d), floor((hi_in − 1 − c·s + p) / d) + 1)
+            let (a, b) = (lo_in - c * s + p, hi_in - 1 - c * s + p);
+            let t0 = if a <= 0 { 0 } else { (a + d - 1) / d };
+            let t1 = if b < 0 { 0 } else { (b / d + 1).min(k) };
+            (t0.min(t1), t1)
+        };
+        let count_pad = matches!(&anode.op, MirOp::Pool { count_include_pad: true, .. });
+        let chans: Vec<Expr> = (0..rb).map(|i| chan(Expr::Int(i as i64))).collect();
+        // (first column, count, vector?) for the left border, the interior, its last vector and the rest.
+        let tail = if over { lanes } else { 0 };
+        for (start, count, vector) in [(0, lo, false), (lo, nv, true), (hi - lanes, tail, true), (rest, ow as i64 - rest, false)] {
+            if count <= 0 {
+                continue;
+            }
+            if !vector && count <= 8 {
+                // A few border columns: each its own statements with the kernel columns inside the
+                // input known here, so no bounds check per tap.
+                for c in start..start + count {
+                    let taps = inside(c, 0, w);
+                    let wcount = if count_pad { let (a, b) = inside(c, -p, w + pad_end); b - a } else { taps.1 - taps.0 };
+                    let idx0 = [ni.clone(), c0.clone(), Expr::Var(row), Expr::Int(c)];
+                    let (pre, accs) = match &anode.op {
+                        MirOp::Pool { .. } => {
+                            let (pre, acc) = self.pool_interior(kb, &anode, &idx0, taps, wcount);
+                            (pre, vec![acc])
+                        }
+                        _ => self.grouped_interior(kb, &anode, &idx0, &chans, taps),
+                    };
+                    cols.extend(pre);
+                    for (i, acc) in accs.into_iter().enumerate() {
+                        let idx = [ni.clone(), chans[i].clone(), Expr::Var(row), Expr::Int(c)];
+                        cols.push(self.store_with_epilogue(kb, av, acc, a, r, op, &idx, out_shape));
+                    }
+                }
+                continue;
+            }
+            let j = kb.var();
+            let col = Expr::add(Expr::Int(start), Expr::Var(j));
+            let at = |c: Expr| [ni.clone(), c, Expr::Var(row), col.clone()];
+            let mut body = Vec::new();
+            if vector {
+                let (pre, accs) = match &anode.op {
+                    MirOp::Pool { .. } => {
+                        let (pre, acc) = self.pool_interior(kb, &anode, &at(c0.clone()), (0, k), k);
+                        (pre, vec![acc])
+                    }
+                    _ => self.grouped_interior(kb, &anode, &at(c0.clone()), &chans, (0, k)),
+                };
+                body.extend(pre);
+                for (i, acc) in accs.into_iter().enumerate() {
+                    let idx = at(chans[i].clone());
+                    body.push(self.store_with_epilogue(kb, av, acc, a, r, op, &idx, out_shape));
+                }
+            } else {
+                // Per element, each channel of the block in turn.
+                let rv = kb.var();
+                let idx = at(if rb > 1 { chan(Expr::Var(rv)) } else { c0.clone() });
+                let (mut pre, acc) = self.anchor_body(kb, &anode, &idx);
+                pre.push(self.store_with_epilogue(kb, av, acc, a, r, op, &idx, out_shape));
+                body = if rb > 1 { vec![Stmt::For { var: rv, extent: rb as i64, kind: LoopKind::Serial, body: pre }] } else { pre };
+            }
+            let kind = if vector { LoopKind::Vector(lanes as u32) } else { LoopKind::Serial };
+            cols.push(Stmt::For { var: j, extent: count, kind, body });
+        }
+        let rows = Stmt::For { var: row, extent: oh as i64, kind: LoopKind::Serial, body: cols };
+        vec![Stmt::For { var: nc, extent: (nb * blocks) as i64, kind: LoopKind::Parallel, body: vec![rows] }]
+    }
+
+    /// The store of accumulator `acc` (anchor value `av` of node `a`) at `idx`, through the epilogue
+    /// up to root `r`.
+    #[allow(clippy::too_many_arguments)]
+    fn store_with_epilogue(&mut self, kb: &mut KB, av: rlx_ir::ValueId, acc: Expr, a: NodeId, r: NodeId, op: u32, idx: &[Expr], out_shape: &[usize]) -> Stmt {
+        kb.subst.insert(av, acc);
+        let v = if a == r { kb.subst[&av].clone() } else { self.node_expr(kb, r, idx) };
+        kb.subst.remove(&av);
+        Stmt::Store { buf: op, index: linear(idx, out_shape), value: v }
+    }
+}

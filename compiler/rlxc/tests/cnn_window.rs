@@ -1,0 +1,110 @@
+//! Window kernels (depthwise / grouped convolution and 2-D pools in vector loops, `plan/window.rs`)
+//! and BatchNormalization folding (`rlx_opt::fold_conv_affine`), end to end through the CLI:
+//! `tests/native/make_window_cnns.py` writes small CNNs and ONNX Runtime's outputs on them.
+//! - `window` (rows of 37 columns: vector interiors with remainders, stride 1 and 2, dilation, padded
+//!   and unpadded, ceil mode, both average-pool counts, a partial block of output channels) and
+//!   `narrow` (7 columns: under a vector; batch 2):
+//!   `rlxc run --target interp` matches ONNX Runtime, and the host object (LLVM, and Cranelift) and
+//!   the x86_64 one (AVX2: 8 lanes) match the interpreter within 1e-4 on every output;
+//! - `bn` (Conv → BatchNormalization → Relu → depthwise Conv → BatchNormalization → Relu): compiles
+//!   for `--target cortex-m4 --calibrate` (before the folding: "no int8 form" for sub/div/mul/add), its
+//!   firmware's int8 outputs in qemu-system-arm equal `--target interp-int8` bit for bit, and
+//!   dequantized they are within a few int8 steps of ONNX Runtime's float outputs.
+//!
+//! Needs the venv (onnx, onnxruntime), arm-none-eabi-gcc and qemu-system-arm (`make setup`); a
+//! missing one fails the test, it never skips.
+
+mod common;
+use common::{npy, ok, python, repo};
+use rlx_ir::ConstData;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+fn rlxc() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_rlxc"))
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cnn_window").join(name);
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// The models, inputs and ONNX Runtime outputs (written once per test run).
+fn models() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let d = scratch("models");
+        ok(Command::new(python()).arg(repo().join("tests/native/make_window_cnns.py")).arg("--out").arg(&d));
+        d
+    })
+}
+
+/// `rlxc run MODEL --target T [extra] -i x=X -o OUT`; returns stdout.
+fn run(model: &str, target: &str, extra: &[&str], out: &Path) -> String {
+    let m = models();
+    ok(rlxc()
+        .arg("run")
+        .arg(m.join(format!("{model}.onnx")))
+        .args(["--target", target])
+        .args(extra)
+        .arg("-i")
+        .arg(format!("x={}", m.join(format!("{model}_x.npy")).display()))
+        .arg("-o")
+        .arg(out))
+}
+
+/// Largest |got − want| / (1 + |want|).
+fn rel_err(what: &str, got: &ConstData, want: &ConstData) -> f64 {
+    assert_eq!(got.shape, want.shape, "{what}: shape");
+    got.to_f64_vec().iter().zip(want.to_f64_vec()).map(|(a, b)| (a - b).abs() / (1.0 + b.abs())).fold(0.0, f64::max)
+}
+
+const OUTS: [&str; 8] = ["dw", "dw2", "grp", "maxp", "avgp", "avgc", "dw5", "grp5"];
+
+#[test]
+fn window_kernels_match_the_interpreter_and_onnx_runtime() {
+    for model in ["window", "narrow"] {
+        let dir = scratch(model);
+        run(model, "interp", &[], &dir.join("interp"));
+        run(model, "host", &[], &dir.join("llvm"));
+        run(model, "host", &["--backend", "cranelift"], &dir.join("cranelift"));
+        // x86-64-v3 (AVX2): 8-lane window kernels whatever this machine's vector width.
+        run(model, "x86_64", &[], &dir.join("x86_64"));
+        for o in OUTS {
+            let want = npy(&dir.join("interp").join(format!("{o}.npy")));
+            let ort = npy(&models().join(format!("{model}_ort_{o}.npy")));
+            let e = rel_err(&format!("{model}/{o} interp vs ONNX Runtime"), &want, &ort);
+            assert!(e <= 1e-4, "{model}/{o}: interpreter vs ONNX Runtime {e:e}");
+            for be in ["llvm", "cranelift", "x86_64"] {
+                let got = npy(&dir.join(be).join(format!("{o}.npy")));
+                let e = rel_err(&format!("{model}/{o} {be}"), &got, &want);
+                assert!(e <= 1e-4, "{model}/{o}: host ({be}) vs the interpreter {e:e}");
+            }
+        }
+    }
+}
+
+#[test]
+fn conv_batchnorm_relu_runs_int8_on_cortex_m4() {
+    let dir = scratch("bn");
+    let calib = models().join("calib.npy").display().to_string();
+    ok(rlxc().arg("compile").arg(models().join("bn.onnx")).args(["--target", "cortex-m4", "--calibrate", &calib, "--name", "bn", "-o"]).arg(dir.join("c")));
+    let man: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("c/bn.json")).unwrap()).unwrap();
+    let (scale, zp) = (man["outputs"][0]["scale"].as_f64().unwrap(), man["outputs"][0]["zero_point"].as_f64().unwrap());
+
+    run("bn", "interp-int8", &["--calibrate", &calib], &dir.join("int8"));
+    let said = run("bn", "cortex-m4", &["--calibrate", &calib], &dir.join("m4"));
+    assert!(said.contains("qemu-system-arm"), "{said}");
+    let (want, got) = (npy(&dir.join("int8/y.npy")), npy(&dir.join("m4/y.npy")));
+    assert_eq!(got.shape, vec![1, 4, 8, 8]);
+    assert_eq!(got.data.bytes(), want.data.bytes(), "cortex-m4 firmware vs the int8 interpreter");
+
+    // Against the float model in ONNX Runtime: a few int8 steps (two quantized layers).
+    let ort = npy(&models().join("bn_ort_y.npy")).to_f64_vec();
+    let steps = got.to_f64_vec().iter().zip(&ort).map(|(q, f)| ((q - zp) * scale - f).abs() / scale).fold(0.0, f64::max);
+    eprintln!("bn: int8 output within {steps:.2} steps of ONNX Runtime (scale {scale})");
+    assert!(steps <= 4.0, "int8 output {steps} steps from ONNX Runtime's");
+}

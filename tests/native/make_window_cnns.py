@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""Small CNNs for the window kernels (depthwise / grouped convolution, pools) and BatchNormalization
+folding, with their ONNX Runtime outputs as the independent reference.
+
+    make_window_cnns.py --out DIR
+
+Writes into DIR, for each model NAME below: NAME.onnx, NAME_x.npy (a deterministic input) and
+NAME_ort_<output>.npy (ONNX Runtime's outputs on it); and calib.npy (64 samples for `bn`).
+- `window`: x f32[1,8,11,37] → depthwise 3×3 pad 1 + BatchNormalization + Clip 0..6 (out `dw`) →
+  depthwise 3×3 stride 2 pad 1 with bias + Relu (`dw2`) → grouped conv (2 groups of 4 channels) 3×3
+  dilation 2 pad 2 (`grp`) → MaxPool 3×3 stride 2 pad 1 (`maxp`); and from `dw`: AveragePool 3×3 pad 1
+  without the padding counted (`avgp`), AveragePool 3×3 stride 2 pad 1 counting it, ceil mode
+  (`avgc`), depthwise 5×5 pad 2 with a per-channel Mul and Add after it (`dw5`); and from `dw2` a
+  grouped 1×1 convolution 8→10 (2 groups, 5 output channels each) with bias and Relu (`grp5`).
+- `narrow`: the same with x f32[2,8,7,7] (rows narrower than a vector, batch 2).
+- `bn`: x f32[1,1,8,8] → Conv 1→4 3×3 pad 1 + BatchNormalization + Relu → depthwise 3×3 pad 1 +
+  BatchNormalization + Relu (`y`), the Cortex-M int8 model.
+Weights and inputs from numpy's RandomState(0).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+
+class G:
+    def __init__(self, seed: int):
+        self.rs = np.random.RandomState(seed)
+        self.nodes, self.inits = [], []
+
+    def const(self, name, a):
+        self.inits.append(numpy_helper.from_array(np.asarray(a, dtype=np.float32), name))
+        return name
+
+    def node(self, op, ins, out, **kw):
+        self.nodes.append(helper.make_node(op, ins, [out], name=out, **kw))
+        return out
+
+    def conv(self, x, out, cin, cout, k, groups, stride=1, pad=0, dil=1, bias=False):
+        w = self.const(out + "_w", self.rs.randn(cout, cin // groups, k, k) * np.sqrt(2.0 / (cin // groups * k * k)))
+        ins = [x, w] + ([self.const(out + "_b", self.rs.randn(cout) * 0.1)] if bias else [])
+        return self.node("Conv", ins, out, kernel_shape=[k, k], strides=[stride, stride], pads=[pad] * 4,
+                         dilations=[dil, dil], group=groups)
+
+    def bn(self, x, out, c):
+        p = [self.const(f"{out}_{n}", v) for n, v in [("s", self.rs.uniform(0.5, 1.5, c)), ("b", self.rs.randn(c) * 0.1),
+                                                         ("m", self.rs.randn(c) * 0.1), ("v", self.rs.uniform(0.5, 1.5, c))]]
+        return self.node("BatchNormalization", [x, *p], out, epsilon=1e-5)
+
+    def model(self, name, x_shape, outs):
+        g = helper.make_graph(self.nodes, name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+                              [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outs], self.inits)
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+        m.ir_version = 8
+        # The outputs' shapes, from ONNX's shape inference (on a copy without graph outputs, so that
+        # every node's result is listed among the inferred values).
+        probe = onnx.ModelProto()
+        probe.CopyFrom(m)
+        del probe.graph.output[:]
+        inferred = {v.name: v.type for v in onnx.shape_inference.infer_shapes(probe).graph.value_info}
+        for o in m.graph.output:
+            o.type.CopyFrom(inferred[o.name])
+        onnx.checker.check_model(m)
+        return m
+
+
+def window(x_shape):
+    g = G(0)
+    g.const("lo", 0.0)
+    g.const("hi", 6.0)
+    dw = g.node("Clip", [g.bn(g.conv("x", "dw_c", 8, 8, 3, 8, pad=1), "dw_bn", 8), "lo", "hi"], "dw")
+    dw2 = g.node("Relu", [g.conv(dw, "dw2_c", 8, 8, 3, 8, stride=2, pad=1, bias=True)], "dw2")
+    grp = g.conv(dw2, "grp", 8, 8, 3, 2, pad=2, dil=2)
+    # 2 groups of 4 input → 5 output channels: a block of 4 + one repeating its last channel.
+    g.node("Relu", [g.conv(dw2, "grp5_c", 8, 10, 1, 2, bias=True)], "grp5")
+    g.node("MaxPool", [grp], "maxp", kernel_shape=[3, 3], strides=[2, 2], pads=[1] * 4)
+    g.node("AveragePool", [dw], "avgp", kernel_shape=[3, 3], pads=[1] * 4, count_include_pad=0)
+    g.node("AveragePool", [dw], "avgc", kernel_shape=[3, 3], strides=[2, 2], pads=[1] * 4, count_include_pad=1, ceil_mode=1)
+    k = g.const("k", g.rs.uniform(0.5, 2.0, (8, 1, 1)))
+    t = g.const("t", g.rs.randn(1, 8, 1, 1))
+    g.node("Add", [g.node("Mul", [k, g.conv(dw, "dw5_c", 8, 8, 5, 8, pad=2)], "dw5_k"), t], "dw5")
+    return g.model("window", x_shape, ["dw", "dw2", "grp", "maxp", "avgp", "avgc", "dw5", "grp5"])
+
+
+def bn_model():
+    g = G(1)
+    a = g.node("Relu", [g.bn(g.conv("x", "c1", 1, 4, 3, 1, pad=1), "bn1", 4)], "r1")
+    g.node("Relu", [g.bn(g.conv(a, "dw", 4, 4, 3, 4, pad=1), "bn2", 4)], "y")
+    return g.model("bn", [1, 1, 8, 8], ["y"])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    out = ap.parse_args().out
+    os.makedirs(out, exist_ok=True)
+    rs = np.random.RandomState(0)
+    for name, m, shape in [("window", window([1, 8, 11, 37]), [1, 8, 11, 37]), ("narrow", window([2, 8, 7, 7]), [2, 8, 7, 7]),
+                           ("bn", bn_model(), [1, 1, 8, 8])]:
+        onnx.save(m, os.path.join(out, f"{name}.onnx"))
+        x = rs.randn(*shape).astype(np.float32)
+        np.save(os.path.join(out, f"{name}_x.npy"), x)
+        s = ort.InferenceSession(os.path.join(out, f"{name}.onnx"), providers=["CPUExecutionProvider"])
+        for o, v in zip([o.name for o in s.get_outputs()], s.run(None, {"x": x})):
+            np.save(os.path.join(out, f"{name}_ort_{o}.npy"), v)
+    np.save(os.path.join(out, "calib.npy"), rs.randn(64, 1, 1, 8, 8).astype(np.float32))
+
+
+if __name__ == "__main__":
+    main()
