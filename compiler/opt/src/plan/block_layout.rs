@@ -8,7 +8,7 @@
 //! grows by nothing), and every value is computed from the same fields with the interpreter's f32
 //! arithmetic (`rlx-interp`'s `blocks.rs`, ggml's order). Block layouts: see that file's header.
 
-use super::kernel::{lit, KB};
+use super::kernel::lit;
 use rlx_ir::loops::{Expr, IOp};
 use rlx_ir::{BinaryOp, ConstData, DType, UnaryOp};
 
