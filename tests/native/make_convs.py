@@ -5,7 +5,7 @@
 
 For each case NAME writes DIR/NAME.onnx and DIR/NAME.<input>.npy (seeded): 1×1 convolutions (x read
 directly) and k×k ones (im2col), strides, dilations, asymmetric pads, 1-D and 3-D, batch 2, row tiles
-and position panels with tails, several row blocks, with and without bias, and the fused epilogues
+and position panels with tails, several row blocks, grouped (one GEMM per group), with and without bias, and the fused epilogues
 (Relu, Clip/ReLU6, HardSwish, SiLU, Sigmoid, residual Add, per-channel and spatial broadcasts);
 ConvTranspose with strides, output padding, dilation, 1-D, batch 2 and groups.
 Prints the case names, one a line. Uses only onnx.helper and numpy.
@@ -129,6 +129,13 @@ def main() -> None:
         "conv3x3_deep_b2": ([2, 64, 7, 7], [(256, (3, 3), {"pads": [1, 1, 1, 1]}, True)], relu, ()),
         # Enough work for the thread pool: 64×64 channels at 28×28.
         "conv3x3_wide": ([1, 64, 28, 28], [(64, (3, 3), {"pads": [1, 1, 1, 1]}, True)], relu, ()),
+        # Grouped convolutions with ≥ 8 channels a group: one GEMM per group. 2 groups of 8 → 12 channels (2 tiles
+        # a group), 3×3 pad 1, batch 2 (AlexNet's form).
+        "conv3x3_grouped_b2": ([2, 16, 9, 9], [(24, (3, 3), {"pads": [1, 1, 1, 1], "group": 2}, True)], relu, ()),
+        # 1×1, 4 groups of 8 → 10 channels (a partial tile per group), x read in place at the group's rows (ShuffleNet's).
+        "conv1x1_grouped": ([1, 32, 14, 14], [(40, (1, 1), {"group": 4}, True)], residual_relu, (("r", [1, 40, 14, 14]),)),
+        # More channels a group than positions: row blocks across the groups' tiles.
+        "conv3x3_grouped_deep": ([1, 32, 5, 5], [(64, (3, 3), {"pads": [1, 1, 1, 1], "group": 2}, False)], identity, ()),
         # ConvTranspose through the GEMM (then the col2im gather): 2×2 stride 2 upsampling, Relu.
         "convt2x2_s2_relu": ([1, 8, 5, 6], [(6, (2, 2), {"strides": [2, 2]}, True, "ConvTranspose")], relu, ()),
         # 3×3 stride 2, pads 1, output_padding 1, batch 2, no bias.

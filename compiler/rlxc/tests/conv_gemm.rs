@@ -1,6 +1,7 @@
 //! Dense convolution on the GEMM micro-kernel (`rlx-opt`'s `plan/conv_gemm.rs`): the cases of
 //! `tests/native/make_convs.py` (1×1 read in place, im2col for k×k, strides, dilations, asymmetric pads,
-//! 1-D and 3-D, batch 2, tiles and panels with tails, several row blocks, the fused epilogues) compiled
+//! 1-D and 3-D, batch 2, tiles and panels with tails, several row blocks, grouped convolutions (one GEMM
+//! per group), the fused epilogues) compiled
 //! for x86_64 (AVX2: 6-row tiles × 16 lanes), the host (its own vector width, 1 and 2 threads) and
 //! Cranelift, each within 1e-4 of the reference interpreter; and ConvTranspose (`plan/conv_transpose.rs`:
 //! the same GEMM loops then a col2im gather, or a direct gather when grouped).
@@ -102,6 +103,10 @@ fn conv_gemm_paths_are_taken() {
     assert!(k3.contains("packed 6-row panels") && k3.contains("(im2col)"), "3×3: no packed weight or im2col launch:\n{k3}");
     let k1 = lir("conv1x1_relu");
     assert!(k1.contains("packed 6-row panels") && !k1.contains("(im2col)"), "1×1: x is read in place:\n{k1}");
+    let kg = lir("conv3x3_grouped_b2");
+    assert!(kg.contains("f32[4, 72, 6] \"w0 (packed 6-row panels)\"") && kg.contains("(im2col)"), "grouped 3×3: not one GEMM per group:\n{kg}");
+    let kg1 = lir("conv1x1_grouped");
+    assert!(kg1.contains("f32[8, 8, 6] \"w0 (packed 6-row panels)\"") && !kg1.contains("(im2col)"), "grouped 1×1: not one GEMM per group over x in place:\n{kg1}");
     let kt = lir("convt2x2_s2_relu");
     assert!(kt.contains("(transposed, packed 6-row panels)") && kt.contains("(gemm)"), "ConvTranspose: no GEMM launch:\n{kt}");
 }

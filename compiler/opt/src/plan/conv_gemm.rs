@@ -18,6 +18,9 @@ use rlx_ir::loops::{Access, Expr, IOp, Kernel, LoopKind, Stmt};
 use rlx_ir::{BinaryOp, ConstData, DType, Def, MirOp, NodeId, ValueId};
 use std::collections::HashMap;
 
+/// The fewest input and output channels per group for a grouped convolution to go on the GEMM.
+pub(super) const GROUP_MIN: usize = 8;
+
 /// A convolution planned on the GEMM micro-kernel.
 #[derive(Clone, Debug)]
 pub(super) struct ConvGemm {
@@ -29,6 +32,9 @@ pub(super) struct ConvGemm {
     pub(super) col: Option<u32>,
     /// Whether the convolution needs the im2col copy.
     pub(super) im2col: bool,
+    /// Groups: each group's output channels are their own row tiles (the packing's), reading the
+    /// group's slice of B's K rows.
+    pub(super) groups: usize,
 }
 
 impl Planner<'_> {
@@ -86,9 +92,10 @@ impl Planner<'_> {
         true
     }
 
-    /// The convolutions that go on the GEMM micro-kernel, in node order, with their weights: dense
-    /// (groups = 1) f32 convolutions over a materialized input, whose weight is a constant used by
-    /// nothing else and whose epilogue reads operands at a flat position index.
+    /// The convolutions that go on the GEMM micro-kernel, in node order, with their weights: f32
+    /// convolutions over a materialized input, dense or grouped with at least [`GROUP_MIN`] input and
+    /// output channels per group (one GEMM per group; fewer go to `window.rs`'s kernels), whose weight
+    /// is a constant used by nothing else and whose epilogue reads operands at a flat position index.
     pub(super) fn conv_gemm_candidates(&self) -> Vec<(NodeId, ValueId)> {
         let g = self.g;
         let uses = g.use_counts();
@@ -96,11 +103,15 @@ impl Planner<'_> {
         let mut v = Vec::new();
         for a in g.node_ids() {
             let node = g.node(a);
-            let MirOp::Conv { groups: 1, .. } = node.op else { continue };
+            let MirOp::Conv { groups, .. } = node.op else { continue };
             let (x, w) = (node.inputs[0], node.inputs[1]);
             let out = self.shape(node.outputs[0]);
+            let sw = self.shape(w);
+            if groups > 1 && (sw[1] < GROUP_MIN || sw[0] / groups < GROUP_MIN) {
+                continue;
+            }
             let f32s = node.inputs.iter().chain(&node.outputs).all(|&i| self.dt(i) == DType::F32);
-            let kdim: usize = self.shape(w)[1..].iter().product();
+            let kdim: usize = sw[1..].iter().product();
             if !f32s || out.len() < 3 || out.contains(&0) || kdim == 0 || !self.materialized(x) || !matches!(g.value(w).def, Def::Const(_)) || uses[w.index()] != 1 || is_out[w.index()] {
                 continue;
             }
@@ -123,13 +134,14 @@ impl Planner<'_> {
         for (a, w) in self.conv_gemm_candidates() {
             let Def::Const(c) = &self.g.value(w).def else { continue };
             let node = self.g.node(a);
-            let MirOp::Conv { strides, pads, .. } = &node.op else { continue };
+            let MirOp::Conv { strides, pads, groups, .. } = &node.op else { continue };
+            let groups = *groups;
             let sw = self.shape(w);
             let one = sw[2..].iter().all(|&k| k == 1) && strides.iter().all(|&s| s == 1) && pads.iter().all(|&p| p == 0);
-            let mr = self.mr.min(sw[0]).max(1);
-            let pc = pack_rows(c, mr);
+            let mr = self.mr.min(sw[0] / groups).max(1);
+            let pc = pack_rows(c, mr, groups);
             let b = self.add_weight(format!("{} (packed {mr}-row panels)", self.label(w)), &pc);
-            self.conv_gemm.insert(a, ConvGemm { apack: b, mr, col: None, im2col: !one });
+            self.conv_gemm.insert(a, ConvGemm { apack: b, mr, col: None, im2col: !one, groups });
             packed.push(w);
         }
         packed
@@ -153,7 +165,7 @@ impl Planner<'_> {
         let mut space = vec![sx[0], sx[1]];
         space.extend_from_slice(&sw[2..]);
         space.extend_from_slice(&so[2..]);
-        let kdim: usize = sw[1..].iter().product();
+        let kdim: usize = sx[1] * sw[2..].iter().product::<usize>();
         let pn: usize = so[2..].iter().product();
         let col = self.add_buffer(Buffer { base: Base::Arena, offset: 0, dtype: DType::F32, shape: vec![sx[0], kdim, pn], label: format!("{} (im2col)", node.name) }, None);
         self.conv_gemm.get_mut(&a)?.col = Some(col);
@@ -222,13 +234,16 @@ impl Planner<'_> {
         let (nb, m) = (out_shape[0], out_shape[1]);
         let pn: usize = out_shape[2..].iter().product();
         let (mr, nr) = (cg.mr, self.nr);
-        let tiles = m.div_ceil(mr);
+        // Row tiles: each group's own (`tpg` a group), in group order.
+        let mg = m / cg.groups;
+        let tpg = mg.div_ceil(mr);
+        let tiles = cg.groups * tpg;
         let (full, tail) = (pn / nr, pn % nr);
         // K chunks: a B chunk of ~16 KB.
         let kc_max = (16 * 1024 / (nr * 4)).max(16);
         let nch = kdim.div_ceil(kc_max);
         let kc = kdim.div_ceil(nch);
-        let by_rows = m >= pn && tiles >= 2;
+        let by_rows = mg >= pn && tiles >= 2;
         let (nblocks, rb_tiles) = if by_rows {
             let rb = tiles.div_ceil(tiles.min(8));
             (tiles.div_ceil(rb), rb)
@@ -260,7 +275,7 @@ impl Planner<'_> {
         } else {
             (Expr::Int(0), Expr::Var(it))
         };
-        let t = Tiling { a, r, av, bias, op, out_shape, ap, bp, nv, kdim, pn, mr, m, pdim, kc, nch };
+        let t = Tiling { a, r, av, bias, op, out_shape, ap, bp, nv, kdim, pn, mr, pdim, kc, nch, groups: cg.groups, tpg, mg };
         let guard = |gt: &Expr, body: Vec<Stmt>| -> Vec<Stmt> {
             if nblocks * rb_tiles > tiles {
                 vec![Stmt::If { cond: Expr::i(IOp::Lt, gt.clone(), Expr::Int(tiles as i64)), body }]
@@ -350,14 +365,17 @@ impl Planner<'_> {
         let accs: Vec<_> = (0..mr).map(|_| kb.var()).collect();
         let colx = Expr::add(cbase, Expr::Var(jv));
         let kx = Expr::add(k0, Expr::Var(kv));
+        // Group g's output rows g·mg + (local tile)·mr + i and B rows g·kdim + k of the image's groups·kdim.
+        let (grp, lt) = if t.groups == 1 { (Expr::Int(0), gt.clone()) } else { (Expr::i(IOp::Div, gt.clone(), Expr::Int(t.tpg as i64)), Expr::i(IOp::Rem, gt.clone(), Expr::Int(t.tpg as i64))) };
+        let brow = Expr::add(Expr::mul(Expr::add(Expr::mul(t.nv.clone(), Expr::Int(t.groups as i64)), grp.clone()), Expr::Int(kdim)), kx.clone());
         let mut inner = Vec::new();
         for (i, &acc) in accs.iter().enumerate() {
             let ai = Expr::add(Expr::mul(Expr::add(Expr::mul(gt.clone(), Expr::Int(kdim)), kx.clone()), Expr::Int(mr as i64)), Expr::Int(i as i64));
-            let bi = Expr::add(Expr::mul(Expr::add(Expr::mul(t.nv.clone(), Expr::Int(kdim)), kx.clone()), Expr::Int(pn)), colx.clone());
+            let bi = Expr::add(Expr::mul(brow.clone(), Expr::Int(pn)), colx.clone());
             let prod = Expr::Bin(BinaryOp::Mul, DType::F32, Box::new(Expr::load(t.ap, ai)), Box::new(Expr::load(t.bp, bi)));
             inner.push(Stmt::Assign { var: acc, value: Expr::Bin(BinaryOp::Add, DType::F32, Box::new(Expr::Var(acc)), Box::new(prod)) });
         }
-        let rows: Vec<Expr> = (0..mr).map(|i| clamp(Expr::add(Expr::mul(gt.clone(), Expr::Int(mr as i64)), Expr::Int(i as i64)), 0, t.m as i64 - 1)).collect();
+        let rows: Vec<Expr> = (0..mr).map(|i| Expr::add(Expr::mul(grp.clone(), Expr::Int(t.mg as i64)), clamp(Expr::add(Expr::mul(lt.clone(), Expr::Int(mr as i64)), Expr::Int(i as i64)), 0, t.mg as i64 - 1))).collect();
         let idx = |i: usize| {
             let mut idx = vec![Expr::Int(0); t.out_shape.len()];
             idx[0] = t.nv.clone();
@@ -407,24 +425,30 @@ struct Tiling<'a> {
     kdim: usize,
     pn: usize,
     mr: usize,
-    m: usize,
     pdim: usize,
     kc: usize,
     nch: usize,
+    groups: usize,
+    /// Row tiles per group.
+    tpg: usize,
+    /// Output channels per group.
+    mg: usize,
 }
 
-/// A float weight `[M, …]` (rows of K elements) packed in panels of `mr` rows: `packed[t][k][i] =
-/// w[min(t·mr + i, M − 1)][k]` (the last panel's extra rows repeat the last row).
-pub(super) fn pack_rows(c: &ConstData, mr: usize) -> ConstData {
-    let m = c.shape[0];
+/// A float weight `[M, …]` (rows of K elements) packed in panels of `mr` rows per group of `M / groups`
+/// rows: `packed[g·T + t][k][i] = w[g·(M / groups) + min(t·mr + i, M / groups − 1)][k]` with `T` the
+/// tiles per group (a group's last panel's extra rows repeat the group's last row).
+pub(super) fn pack_rows(c: &ConstData, mr: usize, groups: usize) -> ConstData {
+    let mg = c.shape[0] / groups;
     let es = c.dtype.size().unwrap_or(1);
     let k: usize = c.shape[1..].iter().product();
-    let tiles = m.div_ceil(mr);
+    let tpg = mg.div_ceil(mr);
+    let tiles = groups * tpg;
     let src = c.data.bytes();
     let mut t = vec![0u8; tiles * k * mr * es];
     for tt in 0..tiles {
         for i in 0..mr {
-            let row = (tt * mr + i).min(m - 1);
+            let row = tt / tpg * mg + (tt % tpg * mr + i).min(mg - 1);
             for kk in 0..k {
                 let s = (row * k + kk) * es;
                 let d = ((tt * k + kk) * mr + i) * es;

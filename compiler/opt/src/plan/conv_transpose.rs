@@ -60,9 +60,9 @@ impl Planner<'_> {
             }
             let at = ConstData { dtype: c.dtype, shape: vec![rows, ci], data: rlx_ir::Blob::from_vec(t) };
             let mr = self.mr.min(rows).max(1);
-            let pc = pack_rows(&at, mr);
+            let pc = pack_rows(&at, mr, 1);
             let b = self.add_weight(format!("{} (transposed, packed {mr}-row panels)", self.label(w)), &pc);
-            self.conv_transpose_gemm.insert(a, ConvGemm { apack: b, mr, col: None, im2col: false });
+            self.conv_transpose_gemm.insert(a, ConvGemm { apack: b, mr, col: None, im2col: false, groups: 1 });
             packed.push(w);
         }
         packed
