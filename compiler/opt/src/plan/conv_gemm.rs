@@ -11,12 +11,10 @@
 
 use super::fuse::{is_elementwise, Role};
 use super::index::{clamp, linear};
-use super::kernel::{lit, nest, KB};
+use super::kernel::{lit, KB};
 use super::Planner;
-use rlx_ir::lir::{Base, Buffer, Launch};
-use rlx_ir::loops::{Access, Expr, IOp, Kernel, LoopKind, Stmt};
+use rlx_ir::loops::{Access, Expr, IOp, LoopKind, Stmt};
 use rlx_ir::{BinaryOp, ConstData, DType, Def, MirOp, NodeId, ValueId};
-use std::collections::HashMap;
 
 /// The fewest input and output channels per group for a grouped convolution to go on the GEMM.
 pub(super) const GROUP_MIN: usize = 8;
@@ -145,63 +143,6 @@ impl Planner<'_> {
             packed.push(w);
         }
         packed
-    }
-
-    /// The im2col launch before the kernel rooted at `r`, when its anchor is a convolution on the GEMM
-    /// path that needs one: `col[n][(c, k…)][(o…)] = x[n][c][o·s − pad + k·d]`, zero in the padding.
-    pub(super) fn im2col_launch(&mut self, r: NodeId) -> Option<Launch> {
-        let out = self.g.node(r).outputs[0];
-        let a = self.fusion.anchor_of.get(&out).copied().unwrap_or(r);
-        let cg = self.conv_gemm.get(&a)?;
-        if !cg.im2col {
-            return None;
-        }
-        let node = self.g.node(a).clone();
-        let MirOp::Conv { strides, pads, dilations, .. } = &node.op else { return None };
-        let x = node.inputs[0];
-        let (sx, sw, so) = (self.shape(x), self.shape(node.inputs[1]), self.shape(node.outputs[0]));
-        let sp = sx.len() - 2;
-        // Loop space [N, C, k…, o…] = the col buffer [N, K, P] in row-major order.
-        let mut space = vec![sx[0], sx[1]];
-        space.extend_from_slice(&sw[2..]);
-        space.extend_from_slice(&so[2..]);
-        let kdim: usize = sx[1] * sw[2..].iter().product::<usize>();
-        let pn: usize = so[2..].iter().product();
-        let col = self.add_buffer(Buffer { base: Base::Arena, offset: 0, dtype: DType::F32, shape: vec![sx[0], kdim, pn], label: format!("{} (im2col)", node.name) }, None);
-        self.conv_gemm.get_mut(&a)?.col = Some(col);
-        let mut kb = KB { params: Vec::new(), bindings: Vec::new(), vars: 0, subst: HashMap::new() };
-        let cb = self.buffers[col as usize].clone();
-        let cp = kb.param(col, &cb, Access::Write);
-        let body = nest(&mut kb, &space, LoopKind::Parallel, &mut |kb, idx| {
-            let mut xi = vec![idx[0].clone(), idx[1].clone()];
-            let mut cond: Option<Expr> = None;
-            for i in 0..sp {
-                let pos = Expr::add(
-                    Expr::i(IOp::Sub, Expr::mul(idx[2 + sp + i].clone(), Expr::Int(strides[i] as i64)), Expr::Int(pads[i] as i64)),
-                    Expr::mul(idx[2 + i].clone(), Expr::Int(dilations[i] as i64)),
-                );
-                let d = sx[2 + i] as i64;
-                if pads[i] > 0 || pads[i + sp] > 0 {
-                    let ok = Expr::i(IOp::And, Expr::i(IOp::Le, Expr::Int(0), pos.clone()), Expr::i(IOp::Lt, pos.clone(), Expr::Int(d)));
-                    cond = Some(match cond.take() {
-                        Some(p) => Expr::i(IOp::And, p, ok),
-                        None => ok,
-                    });
-                    // Clamped so the load stays in bounds; the select discards it.
-                    xi.push(clamp(pos, 0, d - 1));
-                } else {
-                    xi.push(pos);
-                }
-            }
-            let xv = self.elem(kb, x, &xi);
-            let v = match cond {
-                Some(c) => Expr::Select(Box::new(c), Box::new(xv), Box::new(lit(0.0, DType::F32))),
-                None => xv,
-            };
-            vec![Stmt::Store { buf: cp, index: linear(idx, &space), value: v }]
-        });
-        let kernel = Kernel { name: format!("{} (im2col)", node.name), params: kb.params, body, vars: kb.vars };
-        Some(Launch { nodes: vec![], kernel, bindings: kb.bindings })
     }
 
     /// The GEMM kernel of convolution anchor `a` (root `r`, output param `op`).

@@ -18,7 +18,8 @@
 //! bodies (dot product, reductions, cumsum) in `anchor.rs`, the kernels that read GGUF block
 //! constants (`dequant_matmul`, `dequant_gather`) in `blocks.rs`, their weights' packed row panels and
 //! per-type dequantization in `block_layout.rs`, direct convolution in `conv.rs`, dense convolution
-//! on the GEMM micro-kernel (im2col, packed weight rows) in `conv_gemm.rs`, transposed convolution
+//! on the GEMM micro-kernel (packed weight rows) in `conv_gemm.rs`, its im2col copy in `im2col.rs`,
+//! transposed convolution
 //! (GEMM then col2im gather, or direct) in `conv_transpose.rs`, grouped / depthwise convolution in
 //! `depthwise.rs`, pooling in `pool.rs`, the vectorized window kernels of both (interior and border
 //! columns) in `window.rs`, the GEMM micro-kernel and weight packing in `gemm.rs`, and index
@@ -33,6 +34,7 @@ mod conv_transpose;
 mod depthwise;
 mod fuse;
 mod gemm;
+mod im2col;
 mod index;
 mod inline;
 mod kernel;
