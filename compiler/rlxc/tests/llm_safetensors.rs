@@ -8,6 +8,7 @@
 //! - `rlxc run DIR --tokens … -n N` (the compiled KV-cache step) generates the reference's argmax
 //!   chain; `rlxc compile DIR --dim context=N` writes the stateful artifact; `--prompt` (no tokenizer
 //!   read) is a usage error;
+//! - a checkpoint in two shards (model.safetensors.index.json) gives the single file's logits;
 //! - bad checkpoints: a missing tensor, a wrong shape, a missing lm_head, an unknown model_type, a
 //!   missing key — exit 1, the tensor or key named, nothing written.
 
@@ -131,6 +132,34 @@ fn command_line_generates_the_reference_argmax_chain_and_compiles_a_stateful_art
     let o = rlxc().arg("run").arg(&folder).args(["--prompt", "hello"]).output().unwrap();
     assert_eq!(o.status.code(), Some(2), "{o:?}");
     assert!(String::from_utf8_lossy(&o.stderr).contains("give the prompt as --tokens"), "{o:?}");
+}
+
+/// A checkpoint split into two shards listed by `model.safetensors.index.json` (transformers' layout
+/// for large models) reads as the single file does: the same logits, bit for bit.
+#[test]
+fn sharded_checkpoint_reads_as_the_single_file() {
+    let dir = scratch("llm-hf-shards");
+    let (folder, _) = tiny(&dir, "qwen2", "F32", "1");
+    let one = dir.join("one");
+    ok(rlxc().arg("run").arg(&folder).args(["--tokens", "1,5,9,2", "-o"]).arg(&one));
+    let code = "import json, os, sys\nfrom safetensors.numpy import load_file, save_file\nd = sys.argv[1]\n\
+                t = load_file(d + '/model.safetensors'); os.remove(d + '/model.safetensors')\n\
+                names = sorted(t); half = {n: t[n] for n in names[::2]}; rest = {n: t[n] for n in names[1::2]}\n\
+                save_file(half, d + '/model-00001-of-00002.safetensors'); save_file(rest, d + '/model-00002-of-00002.safetensors')\n\
+                m = {n: 'model-00001-of-00002.safetensors' for n in half}; m.update({n: 'model-00002-of-00002.safetensors' for n in rest})\n\
+                json.dump({'metadata': {}, 'weight_map': m}, open(d + '/model.safetensors.index.json', 'w'))\n";
+    ok(Command::new(python()).args(["-c", code]).arg(&folder));
+    assert!(!folder.join("model.safetensors").exists());
+    let two = dir.join("two");
+    ok(rlxc().arg("run").arg(&folder).args(["--tokens", "1,5,9,2", "-o"]).arg(&two));
+    assert_eq!(common::npy(&one.join("logits.npy")), common::npy(&two.join("logits.npy")));
+    // An index naming a file outside the folder is refused, naming the entry.
+    let index = folder.join("model.safetensors.index.json");
+    let text = std::fs::read_to_string(&index).unwrap().replacen("model-00002-of-00002.safetensors", "../x.safetensors", 1);
+    std::fs::write(&index, text).unwrap();
+    let o = rlxc().arg("run").arg(&folder).args(["--tokens", "1"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("must be a file name in the folder"), "{o:?}");
 }
 
 /// Rewrites the checkpoint in `folder` with python: `edit` is Python code on `t` (the tensors, a dict

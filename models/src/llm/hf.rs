@@ -145,10 +145,10 @@ pub fn hf_config(text: &str) -> Result<(LlmConfig, bool), String> {
             problems.push(format!("{key} {} is not supported (only null)", o[key]));
         }
     }
-    if heads % kv_heads != 0 {
+    if !heads.is_multiple_of(kv_heads) {
         problems.push(format!("num_attention_heads {heads} is not a multiple of num_key_value_heads {kv_heads}"));
     }
-    if head_dim % 2 != 0 {
+    if !head_dim.is_multiple_of(2) {
         problems.push(format!("head_dim {head_dim} must be even for RoPE"));
     }
     if !problems.is_empty() {
