@@ -26,8 +26,10 @@ use std::process::ExitCode;
     version = VERSION,
     about = "rlxc: an ahead-of-time compiler for ML models (ONNX, safetensors, GGUF)",
     long_about = "rlxc: an ahead-of-time compiler for ML models.\n\n\
-        MODEL is an ONNX file (.onnx), a safetensors model folder (config.json + model.safetensors) or a GGUF \
-        language model (.gguf; `rlxc run model.gguf --prompt TEXT` generates text).\n\n\
+        MODEL is an ONNX file (.onnx), a safetensors model folder (config.json + model.safetensors: BERT \
+        encoders, or language models whose config.json says model_type llama, qwen2, qwen3 or gemma3_text; \
+        the folder or its model.safetensors) or a GGUF language model (.gguf; `rlxc run model.gguf --prompt \
+        TEXT` generates text, `rlxc run FOLDER --tokens 1,2,3 -n N` generates ids).\n\n\
         Exit codes: 0 success; 1 the model is invalid or unsupported, or running it failed; \
         2 usage error (bad flags, --dim/--input syntax, unknown target, inputs that do not match the model)."
 )]
