@@ -121,11 +121,8 @@ fn if_(cx: &mut Ctx, nd: &Node) -> R {
     let mut out = Vec::new();
     for (k, (&a, &b)) in t.iter().zip(&e).enumerate() {
         if cx.ty(a) != cx.ty(b) {
-            return Err(format!(
-                "unsupported: If with a run-time condition whose branches differ in type: output {k} is {} in then_branch, {} in else_branch",
-                cx.ty(a),
-                cx.ty(b)
-            ));
+            let why = format!("If condition, whose branches differ in output {k} ({} and {})", cx.ty(a), cx.ty(b));
+            return Err(cx.not_const(cond, &why));
         }
         out.push(cx.prim(MirOp::Where, &[c, a, b])?);
     }

@@ -6,7 +6,8 @@
 //! types), `shape.rs` (shape and data
 //! movement), `generate.rs` (Constant, Range, OneHot …), `nn.rs` (convolution, pooling), `norm.rs`
 //! (normalizations, softmax, losses), `reduce.rs`, `quant.rs`, `resize.rs` (Resize, Upsample), `rnn.rs` (RNN, GRU, LSTM), `rotary.rs` (RotaryEmbedding), `spectral.rs` (DFT, STFT),
-//! `control.rs` (If, Loop, Scan: subgraphs translated inline, loops unrolled), `sample.rs` (GridSample); shared helpers in `build.rs`.
+//! `control.rs` (If, Loop, Scan: subgraphs translated inline, loops unrolled), `sample.rs` (GridSample, AffineGrid),
+//! `state.rs` (TensorScatter, CausalConvWithState), `optional.rs` (OptionalHasElement/GetElement on tensors); shared helpers in `build.rs`.
 
 mod build;
 mod cast;
@@ -16,6 +17,7 @@ mod generate;
 mod linear;
 mod nn;
 mod norm;
+mod optional;
 mod quant;
 mod reduce;
 mod resize;
@@ -24,6 +26,7 @@ mod rotary;
 mod sample;
 mod shape;
 mod spectral;
+mod state;
 
 
 use super::proto::NodeProto;
@@ -49,6 +52,8 @@ const FAMILIES: &[(&[&str], fn(&mut Ctx, &Node) -> R)] = &[
     (rotary::OPS, rotary::convert),
     (sample::OPS, sample::convert),
     (spectral::OPS, spectral::convert),
+    (state::OPS, state::convert),
+    (optional::OPS, optional::convert),
 ];
 
 /// Whether the importer translates this op (default ONNX domain only).

@@ -3,13 +3,14 @@
 //! reflection), and split into taps (index, weight) — 1 for nearest, 2 linear, 4 cubic (Keys, a = -0.75);
 //! every tap's index is mapped by the padding mode (zeros: out of range weighs 0). The output is
 //! Σ over tap combinations of gather_elements(X, flat index) · Π weights. Coordinates are f32 (as the
-//! reference computes them).
+//! reference computes them). AffineGrid: theta [N, nd, nd+1] times the constant homogeneous grid of
+//! `size` (x fastest, then y, z, then 1), as GridSample reads it.
 
 use super::{one, Node, R};
 use crate::onnx::Ctx;
-use rlx_ir::{BinaryOp as B, DType, Dim, MirOp, UnaryOp as U, ValueId};
+use rlx_ir::{BinaryOp as B, ConstData, DType, Dim, MirOp, UnaryOp as U, ValueId};
 
-pub(super) const OPS: &[&str] = &["GridSample"];
+pub(super) const OPS: &[&str] = &["GridSample", "AffineGrid"];
 
 #[derive(Clone, Copy, PartialEq)]
 enum Mode {
@@ -25,6 +26,9 @@ enum Pad {
 }
 
 pub(super) fn convert(cx: &mut Ctx, nd: &Node) -> R {
+    if nd.op == "AffineGrid" {
+        return affine_grid(cx, nd);
+    }
     let (x, grid) = (nd.req(0)?, nd.req(1)?);
     let mode = match nd.a.s("mode").as_deref().unwrap_or("linear") {
         "nearest" => Mode::Nearest,
@@ -248,4 +252,39 @@ fn cubic(cx: &mut Ctx, t: ValueId) -> Result<Vec<ValueId>, String> {
     let s2 = cx.add_sc(nt, 1.0)?;
     let s3 = cx.add_sc(nt, 2.0)?;
     Ok(vec![outer(cx, s0)?, inner(cx, t)?, inner(cx, s2)?, outer(cx, s3)?])
+}
+
+fn affine_grid(cx: &mut Ctx, nd: &Node) -> R {
+    let theta = nd.req(0)?;
+    let size = cx.const_ints(nd.req(1)?, "AffineGrid size")?;
+    let align = nd.a.i("align_corners", 0) != 0;
+    let td = cx.fixed_dims(theta, "AffineGrid theta")?;
+    let nsp = size.len().checked_sub(2).filter(|n| *n == 2 || *n == 3).ok_or("AffineGrid: size must be [N, C, H, W] or [N, C, D, H, W]")?;
+    if td != [size[0] as usize, nsp, nsp + 1] || size.iter().any(|&d| d < 1) {
+        return Err(format!("AffineGrid: theta {td:?} does not fit size {size:?}"));
+    }
+    let sp: Vec<usize> = size[2..].iter().map(|&d| d as usize).collect();
+    let p: usize = sp.iter().product();
+    // Coordinate k of each axis of length d: -1 + k·2/(d-1) (align) or -1 + (2k+1)/d.
+    let coord = |k: usize, d: usize| if align { if d == 1 { -1.0 } else { -1.0 + 2.0 * k as f64 / (d - 1) as f64 } } else { -1.0 + (2 * k + 1) as f64 / d as f64 };
+    // Rows [x, y, (z), 1] of the homogeneous grid, one column per output position (row-major over sp).
+    let mut h = vec![0f64; (nsp + 1) * p];
+    for pos in 0..p {
+        let mut rest = pos;
+        for a in (0..nsp).rev() {
+            let k = rest % sp[a];
+            rest /= sp[a];
+            h[(nsp - 1 - a) * p + pos] = coord(k, sp[a]);
+        }
+        h[nsp * p + pos] = 1.0;
+    }
+    let dt = cx.dtype(theta);
+    let hc = ConstData::from_f64s(dt, vec![nsp + 1, p], &h);
+    let hc = cx.konst(hc);
+    let g = cx.prim(MirOp::MatMul, &[theta, hc])?; // [N, nsp, P]
+    let g = cx.transpose(g, vec![0, 2, 1])?;
+    let mut out = vec![size[0] as usize];
+    out.extend(&sp);
+    out.push(nsp);
+    Ok(vec![cx.reshape_u(g, &out)?])
 }
