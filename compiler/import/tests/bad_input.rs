@@ -427,3 +427,28 @@ fn if_without_a_branch_is_an_error() {
     let e = err(&b);
     assert!(e.contains("node 'the_if'") && e.contains("else_branch"), "{e}");
 }
+
+#[test]
+fn nested_loops_past_the_unroll_budget_are_refused() {
+    // 2,000 × 2,000 iterations of an Identity: past the 2^20-node unroll budget, refused quickly.
+    let inner_body = GraphProto {
+        node: vec![node("id", "Identity", &["s_in"], &["s_out"])],
+        input: vec![vi("j", &[]), bool_vi("c_in"), vi("s_in", &[2])],
+        output: vec![bool_vi("c_in"), vi("s_out", &[2])],
+        ..Default::default()
+    };
+    let mut inner = node("inner", "Loop", &["m", "", "t_in"], &["t_out"]);
+    inner.attribute.push(graph_attr("body", inner_body));
+    let outer_body = GraphProto {
+        node: vec![inner],
+        input: vec![vi("i", &[]), bool_vi("c_in"), vi("t_in", &[2])],
+        output: vec![bool_vi("c_in"), vi("t_out", &[2])],
+        ..Default::default()
+    };
+    let mut outer = node("outer", "Loop", &["m", "", "x"], &["y"]);
+    outer.attribute.push(graph_attr("body", outer_body));
+    let m = TensorProto { name: "m".into(), data_type: DataType::Int64 as i32, int64_data: vec![2000], ..Default::default() };
+    let b = model(vec![outer], vec![vi("x", &[2])], vec![vi("y", &[2])], vec![m]);
+    let e = err(&b);
+    assert!(e.contains("node 'outer'") && e.contains("unrolls to more than"), "{e}");
+}

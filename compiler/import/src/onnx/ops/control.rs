@@ -14,6 +14,8 @@ pub(super) const OPS: &[&str] = &["If", "Loop", "Scan"];
 
 /// Most iterations a Loop or Scan is unrolled to (the graph grows linearly with them).
 const MAX_ITERS: usize = 4096;
+/// Most subgraph nodes one model may unroll to in all (nested loops multiply).
+const MAX_UNROLLED: usize = 1 << 20;
 
 pub(super) fn convert(cx: &mut Ctx, nd: &Node) -> R {
     match nd.op {
@@ -41,7 +43,25 @@ fn inline(cx: &mut Ctx, nd: &Node, what: &str, g: &GraphProto, args: &[ValueId])
     r
 }
 
+/// Refuses, before any work, a loop of `iters` iterations of `g` that would pass the unroll budget
+/// (counting the iterations of the loops it is nested in), then runs `f` with the scale raised.
+fn budgeted<T>(cx: &mut Ctx, g: &GraphProto, iters: usize, f: impl FnOnce(&mut Ctx) -> Result<T, String>) -> Result<T, String> {
+    let scale = cx.unroll_scale.saturating_mul(iters);
+    if cx.unrolled.saturating_add(scale.saturating_mul(g.node.len().max(1))) > MAX_UNROLLED {
+        return Err(format!("unsupported: control flow unrolls to more than {MAX_UNROLLED} subgraph nodes"));
+    }
+    let saved = cx.unroll_scale;
+    cx.unroll_scale = scale;
+    let r = f(cx);
+    cx.unroll_scale = saved;
+    r
+}
+
 fn inline_scoped(cx: &mut Ctx, nd: &Node, what: &str, g: &GraphProto, args: &[ValueId]) -> Result<Vec<ValueId>, String> {
+    cx.unrolled += g.node.len();
+    if cx.unrolled > MAX_UNROLLED {
+        return Err(format!("unsupported: control flow unrolls to more than {MAX_UNROLLED} subgraph nodes"));
+    }
     let outer = cx.cur.clone();
     for t in &g.initializer {
         let c = tensor_from_proto(t, cx.base_dir).map_err(|e| format!("{} {what} initializer '{}': {e}", nd.op, t.name))?;
@@ -157,7 +177,7 @@ fn loop_(cx: &mut Ctx, nd: &Node) -> R {
         }
         None => None,
     };
-    let mut cond = match nd.inp(1) {
+    let cond = match nd.inp(1) {
         Some(c) => const_bool(cx, c).ok_or_else(|| cx.not_const(c, "Loop condition"))?,
         None => true,
     };
@@ -165,6 +185,11 @@ fn loop_(cx: &mut Ctx, nd: &Node) -> R {
         return Err("unsupported: Loop without a trip count or a condition (an infinite loop)".into());
     }
     let limit = trip.unwrap_or(MAX_ITERS + 1);
+    budgeted(cx, body, limit.min(MAX_ITERS), |cx| loop_iters(cx, nd, body, carried, n_scan, limit, cond))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn loop_iters(cx: &mut Ctx, nd: &Node, body: &GraphProto, carried: Vec<ValueId>, n_scan: usize, limit: usize, mut cond: bool) -> R {
     let mut state = carried;
     let mut scans: Vec<Vec<ValueId>> = vec![Vec::new(); n_scan];
     let mut i = 0usize;
@@ -277,6 +302,22 @@ fn scan_one(
     if t_len == 0 || t_len > MAX_ITERS {
         return Err(format!("unsupported: Scan over {t_len} steps (rlxc unrolls 1 to {MAX_ITERS} steps at import)"));
     }
+    budgeted(cx, body, t_len, |cx| scan_iters(cx, nd, body, init, xs, &ax, in_dirs, out_axes, out_dirs, t_len))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn scan_iters(
+    cx: &mut Ctx,
+    nd: &Node,
+    body: &GraphProto,
+    init: &[ValueId],
+    xs: &[ValueId],
+    ax: &[usize],
+    in_dirs: &[i64],
+    out_axes: &[i64],
+    out_dirs: &[i64],
+    t_len: usize,
+) -> R {
     let mut state = init.to_vec();
     let k = body.output.len() - state.len();
     let mut outs: Vec<Vec<ValueId>> = vec![Vec::new(); k];
