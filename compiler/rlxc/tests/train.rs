@@ -297,3 +297,54 @@ fn rlxc_train_bad_flags_exit_2_naming_the_flag() {
     }
     let _ = std::fs::remove_dir_all(&out);
 }
+
+/// A state output that cannot be written in place (a transpose reads other elements of the state it
+/// replaces) is copied into its slot after every read; one that can (elementwise) is not. Three calls
+/// of the compiled step against the interpreter iterating the same graph.
+#[test]
+fn state_not_safe_in_place_is_copied_into_its_slot() {
+    use rlx_ir::{BinaryOp, MirOp, State, TensorType};
+    use rlxc::targets::cpu::dlopen;
+    let mut g = Mir::new();
+    let x = g.add_input("x", TensorType::fixed(DType::F32, &[3, 3]));
+    let s = g.add_input("s", TensorType::fixed(DType::F32, &[3, 3]));
+    let u = g.add_input("u", TensorType::fixed(DType::F32, &[3, 3]));
+    let t = g.add1("t", MirOp::Transpose { perm: vec![1, 0] }, &[s]).unwrap();
+    let s1 = g.add1("s1", MirOp::Binary(BinaryOp::Add), &[t, x]).unwrap();
+    let y = g.add1("y", MirOp::Binary(BinaryOp::Sub), &[u, s]).unwrap();
+    let u1 = g.add1("u1", MirOp::Binary(BinaryOp::Mul), &[u, s]).unwrap();
+    g.outputs = vec![y, s1, u1];
+    g.state = vec![State { input: 1, output: 1 }, State { input: 2, output: 2 }];
+    assert!(rlx_ir::verify::verify(&g).is_empty());
+    let c = rlxc::targets::cpu::compile(Target::Host, &g, &Request::named("state_copy"), &mut Timings::default()).unwrap();
+    let names: Vec<&str> = c.lir.launches.iter().map(|l| l.kernel.name.as_str()).collect();
+    assert!(names.contains(&"copy_state_0") && !names.contains(&"copy_state_1"), "{names:?}");
+    let lib = dlopen::open(&c, &mut Timings::default()).unwrap();
+    let f = *dlopen::symbol::<dlopen::StepFn>(&lib, "state_copy_step").unwrap();
+    let (mut arena, mut state) = (dlopen::lines(c.lir.arena_bytes), dlopen::lines(c.lir.state_bytes));
+    let xv: Vec<f32> = (0..9).map(|i| i as f32 * 0.5 - 1.0).collect();
+    let (mut sv, mut uv): (Vec<f32>, Vec<f32>) = ((0..9).map(|i| i as f32).collect(), (0..9).map(|i| 1.0 + i as f32 * 0.1).collect());
+    let off: Vec<usize> = c.lir.state.iter().map(|s| s.offset).collect();
+    {
+        let b = unsafe { std::slice::from_raw_parts_mut(state.as_mut_ptr() as *mut u8, state.len() * 64) };
+        for (k, v) in [&sv, &uv].iter().enumerate() {
+            b[off[k]..off[k] + 36].copy_from_slice(&v.iter().flat_map(|f| f.to_le_bytes()).collect::<Vec<u8>>());
+        }
+    }
+    for call in 0..3 {
+        let mut yv = [0f32; 9];
+        let ins = [xv.as_ptr() as *const u8];
+        let outs = [yv.as_mut_ptr() as *mut u8];
+        let code = unsafe { f(arena.as_mut_ptr() as *mut u8, state.as_mut_ptr() as *mut u8, ins.as_ptr(), outs.as_ptr()) };
+        assert_eq!(code, 0);
+        let want = rlx_interp::run(&g, &[ConstData::from_f32(vec![3, 3], &xv), ConstData::from_f32(vec![3, 3], &sv), ConstData::from_f32(vec![3, 3], &uv)]).unwrap();
+        let b = unsafe { std::slice::from_raw_parts(state.as_ptr() as *const u8, state.len() * 64) };
+        let got = |k: usize| -> Vec<f32> { b[off[k]..off[k] + 36].chunks(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect() };
+        let f32s = |c: &ConstData| -> Vec<f32> { c.to_f64_vec().iter().map(|&v| v as f32).collect() };
+        assert_eq!(yv.to_vec(), f32s(&want[0]), "call {call}: y");
+        assert_eq!(got(0), f32s(&want[1]), "call {call}: s");
+        assert_eq!(got(1), f32s(&want[2]), "call {call}: u");
+        sv = got(0);
+        uv = got(1);
+    }
+}

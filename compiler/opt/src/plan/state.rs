@@ -3,9 +3,11 @@
 //! computed in the arena and copied into the slot by a launch after every other.
 //!
 //! In place is safe for state input `i` with output `o` when `o`'s producer is a kernel root whose
-//! kernel is elementwise only (so it reads `i` at the index it writes), reads `i` itself and no view
-//! of it, and no later kernel, graph output copy or other state output reads `i` or a view of it:
-//! then every read of the old contents happens before (or at the same element as) the write.
+//! kernel computes everything that depends on `i` elementwise at `i`'s shape (so it reads `i` at the
+//! index it writes; a matmul or reduction anchor whose epilogue reads `i` qualifies), reads `i`
+//! itself and no view of it, and no later kernel, graph output copy or other state output reads `i`
+//! or a view of it: then every read of the old contents happens before (or at the same element as)
+//! the write. SGD with momentum and Adam on the MNIST MLP: every parameter and slot in place.
 
 use super::fuse::{is_elementwise, Role};
 use super::Planner;
@@ -50,8 +52,22 @@ impl Planner<'_> {
             }
             let alias = aliases(g, &self.fusion.role, i);
             let reads = |m: NodeId, any: bool| g.node(m).inputs.iter().any(|v| alias.contains(v) && (any || *v != i));
-            let own = &node_sets[&n];
-            let elementwise = own.iter().all(|&m| is_elementwise(&g.node(m).op) && (!reads(m, true) || g.ty(g.node(m).outputs[0]).shape == g.ty(i).shape));
+            // In `o`'s own kernel, every node that depends on `i` must be elementwise of `i`'s shape
+            // (so it is evaluated at the index being written); nodes that do not (a matmul or
+            // reduction anchor whose epilogue reads `i`) keep their accumulators in registers and
+            // store once. Convolutions (K-chunked GEMMs that store partial sums) are never in place.
+            let mut own = node_sets[&n].clone();
+            own.sort();
+            let mut tainted: HashSet<ValueId> = [i].into();
+            let mut elementwise = true;
+            for &m in &own {
+                let node = g.node(m);
+                elementwise &= !matches!(node.op, MirOp::Conv { .. } | MirOp::ConvTranspose { .. });
+                if node.inputs.iter().any(|v| tainted.contains(v)) {
+                    elementwise &= is_elementwise(&node.op) && node.outputs.iter().all(|&v| g.ty(v).shape == g.ty(i).shape);
+                    tainted.extend(node.outputs.iter().copied());
+                }
+            }
             let views_in_own = own.iter().any(|&m| reads(m, false));
             let later = roots.iter().filter(|r| r.index() > n.index()).any(|r| node_sets[r].iter().any(|&m| reads(m, true)));
             let copied_later = g.outputs.iter().enumerate().any(|(j, v)| alias.contains(v) && j != st.output as usize);
