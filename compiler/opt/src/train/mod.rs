@@ -71,9 +71,16 @@ fn zeros(t: &TensorType, what: &str) -> Result<ConstData, AdError> {
 }
 
 /// Turns the parameters of `g` — the named float constants some node reads, in value order — into
-/// inputs after the existing ones; returns their names and values, and their values' ids.
+/// inputs after the existing ones; returns their names and values, and their values' ids. A constant
+/// read only as a `fake_quantize` scale is a quantization parameter, not a trained one (quantization-
+/// aware training trains the weights through the straight-through estimator, with fixed scales).
 fn params_to_inputs(g: &mut Mir) -> Result<(Vec<(String, ConstData)>, Vec<ValueId>), AdError> {
-    let read: Vec<bool> = g.consumers().iter().map(|c| !c.is_empty()).collect();
+    let mut read = vec![false; g.values.len()];
+    for n in &g.nodes {
+        for (k, &i) in n.inputs.iter().enumerate() {
+            read[i.index()] |= !(matches!(n.op, rlx_ir::MirOp::FakeQuantize { .. }) && k > 0);
+        }
+    }
     let mut params = Vec::new();
     let mut pids: Vec<ValueId> = Vec::new();
     for k in 0..g.values.len() {
