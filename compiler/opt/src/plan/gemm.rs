@@ -26,7 +26,7 @@ impl Planner<'_> {
         }
         // A materialized right operand (rows of B contiguous along N) with at least one full panel.
         let sb = self.shape(w);
-        if sb.len() < 2 || sb[sb.len() - 1] < self.nr || self.transposed_weight.contains_key(&w) {
+        if sb.len() < 2 || sb[sb.len() - 1] < self.panel_nr(sb[sb.len() - 1]) || self.transposed_weight.contains_key(&w) {
             return false;
         }
         if self.buf_of[w.index()].is_some() {
@@ -38,6 +38,18 @@ impl Planner<'_> {
                 self.fusion.role[p.index()] == Role::Inlined && perm.last() == Some(&(perm.len() - 1)) && self.buf_of[self.g.node(p).inputs[0].index()].is_some()
             }
             _ => false,
+        }
+    }
+
+    /// Panel width for a materialized right operand of `n` columns: the target's, or on CPU targets
+    /// with vector loops (`window_lanes` ≥ 8) 8 lanes when `n` is narrower than a full panel — a
+    /// 10-class layer's matmuls and their gradients run as 8-lane panels plus a 2-column tail instead
+    /// of dot products whose K loop gathers a strided operand.
+    pub(super) fn panel_nr(&self, n: usize) -> usize {
+        if n >= self.nr || self.lanes < 8 {
+            self.nr
+        } else {
+            8
         }
     }
 
@@ -56,7 +68,7 @@ impl Planner<'_> {
         let n = out_shape[out_shape.len() - 1];
         let packed = self.packed_weight.get(&w).copied();
         // Panel width: the packed weight's own (it may be widened for few rows), else the target's.
-        let nr = packed.map_or(self.nr, |pb| self.buffers[pb as usize].shape[2]);
+        let nr = packed.map_or(self.panel_nr(n), |pb| self.buffers[pb as usize].shape[2]);
         let mr = self.mr.min(rows.max(1));
         let full = n / nr;
         let tail = n % nr;
