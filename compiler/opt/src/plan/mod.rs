@@ -207,6 +207,9 @@ pub fn plan(g: &Mir, opts: &PlanOptions) -> Result<Lir, Vec<Problem>> {
     if opts.row_fusion {
         row_fuse(g, &mut fusion, opts.row_recompute);
     }
+    if opts.window_lanes >= 8 && !opts.inline_operands {
+        gemm::materialize_short_k_rhs(g, &mut fusion);
+    }
     let mut p = Planner {
         g,
         fusion,
