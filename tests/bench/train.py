@@ -107,6 +107,7 @@ def main() -> int:
     cfg = np.show_config(mode="dicts") if hasattr(np, "show_config") else None
     blas = (cfg or {}).get("Build Dependencies", {}).get("blas", {}).get("name", "?") if isinstance(cfg, dict) else "?"
     results = []
+    load0 = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         for t in [int(s) for s in a.threads.split(",")]:
             ours, theirs = [], []
@@ -127,7 +128,9 @@ def main() -> int:
                  f"parameters resident in its state region; numpy {np.__version__} ({blas}): the same float32 step. img/s of the steps alone.",
                  "", "| threads | rlxc img/s | numpy img/s | rlxc / numpy |", "|---:|---:|---:|---:|"]
         lines += [f"| {t} | {r:,.0f} | {n:,.0f} | {r / n:.2f}× |" for t, r, n in results]
-        lines.append("")
+        lines += ["", f"{os.cpu_count()} CPUs, 1-minute load average {load0:.1f} at the start and {os.getloadavg()[0]:.1f} at the end "
+                  "(other work shares the machine: where the load exceeds the CPUs, OpenBLAS's spinning threads lose most, "
+                  "so the 2-thread ratio overstates what a quiet machine shows).", ""]
         write_section(Path(a.out), SECTION, "\n".join(lines) + "\n")
     return 0
 
