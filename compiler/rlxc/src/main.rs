@@ -1,4 +1,4 @@
-//! The `rlxc` command line: inspect · run · bench · check · compile · coverage · conformance ·
+//! The `rlxc` command line: inspect · run · bench · check · compile · train · coverage · conformance ·
 //! tokenize · detokenize.
 //!
 //! Exit codes: 0 success; 1 the model is invalid or unsupported (or a run fails); 2 the command line
@@ -12,6 +12,7 @@ mod cmd_inspect;
 mod cmd_llm;
 mod cmd_run;
 mod cmd_tokens;
+mod cmd_train;
 mod cmd_train_step;
 
 pub use rlxc::cli::*;
@@ -55,6 +56,9 @@ enum Cmd {
     /// Report how every op of a model resolves on a target, without compiling
     #[command(long_about = cmd_check::LONG_ABOUT)]
     Check(cmd_check::CheckArgs),
+    /// Train a model with its compiled training step (parameters resident between steps) on .npy data
+    #[command(long_about = cmd_train::LONG_ABOUT)]
+    Train(cmd_train::TrainCmdArgs),
     /// Print (or write, or check) the op-coverage table generated from the targets' claim sets
     Coverage(cmd_coverage::CoverageArgs),
     /// Run the ONNX op conformance suite
@@ -81,6 +85,7 @@ fn main() -> ExitCode {
         Cmd::Bench(a) => cmd_bench::main(a),
         Cmd::Check(a) => cmd_check::main(a),
         Cmd::Compile(a) => cmd_compile::main(a),
+        Cmd::Train(a) => cmd_train::main(a),
         Cmd::Coverage(a) => cmd_coverage::main(a),
         Cmd::Tokenize(a) => cmd_tokens::tokenize(a),
         Cmd::Detokenize(a) => cmd_tokens::detokenize(a),
