@@ -202,30 +202,27 @@ fn layer(b: &mut B, c: &LlmConfig, i: usize, x: ValueId, s: &Shared, kv: &mut Kv
     let k = rope(b, &format!("{p}rope_k"), k, nkv, d, cos, sin, c.rope)?;
     let (k, v) = kv(b, i, k, v)?;
     let keys = b.g.ty(k).shape.0[0].clone();
-    // Grouped-query attention: query head j reads key/value head j / (nh / nkv).
-    let group = |b: &mut B, n: &str, t: ValueId| -> R<ValueId> {
-        if nkv == nh {
-            return Ok(t);
-        }
-        let t = b.reshape(&format!("{n}.split"), t, vec![keys.clone(), Dim::Fixed(nkv as u64), Dim::Fixed(1), Dim::Fixed(d as u64)])?;
-        let shape = vec![keys.clone(), Dim::Fixed(nkv as u64), Dim::Fixed((nh / nkv) as u64), Dim::Fixed(d as u64)];
-        let t = b.op(&format!("{n}.expand"), MirOp::Expand { shape }, &[t])?;
-        b.reshape(n, t, vec![keys.clone(), Dim::Fixed(nh as u64), Dim::Fixed(d as u64)])
-    };
-    let k = group(b, &format!("{p}attn_k.groups"), k)?;
-    let v = group(b, &format!("{p}attn_v.groups"), v)?;
-    let qt = b.op(&format!("{p}attn.q_t"), MirOp::Transpose { perm: vec![1, 0, 2] }, &[q])?;
-    let kt = b.op(&format!("{p}attn.k_t"), MirOp::Transpose { perm: vec![1, 2, 0] }, &[k])?;
-    let vt = b.op(&format!("{p}attn.v_t"), MirOp::Transpose { perm: vec![1, 0, 2] }, &[v])?;
+    // Grouped-query attention: query head j reads key/value head j / g (g = nh / nkv). The query heads
+    // are grouped by their key/value head, [nkv, g, rows, d], and the keys and values keep one head
+    // per group, [nkv, 1, …], broadcast by the matmuls: the cache is read where it is, never copied
+    // once per query head.
+    let g = nh / nkv;
+    let (fx, rows) = (|n: usize| Dim::Fixed(n as u64), b.rows.clone());
+    let q4 = b.reshape(&format!("{p}attn.q_groups"), q, vec![rows.clone(), fx(nkv), fx(g), fx(d)])?;
+    let k4 = b.reshape(&format!("{p}attn.k_groups"), k, vec![keys.clone(), fx(nkv), fx(1), fx(d)])?;
+    let v4 = b.reshape(&format!("{p}attn.v_groups"), v, vec![keys.clone(), fx(nkv), fx(1), fx(d)])?;
+    let qt = b.op(&format!("{p}attn.q_t"), MirOp::Transpose { perm: vec![1, 2, 0, 3] }, &[q4])?;
+    let kt = b.op(&format!("{p}attn.k_t"), MirOp::Transpose { perm: vec![1, 2, 3, 0] }, &[k4])?;
+    let vt = b.op(&format!("{p}attn.v_t"), MirOp::Transpose { perm: vec![1, 2, 0, 3] }, &[v4])?;
     let scores = b.op(&format!("{p}attn.scores"), MirOp::MatMul, &[qt, kt])?;
     let sc = b.scalar(c.attn_scale as f32);
     let scores = b.bin(&format!("{p}attn.scale"), BinaryOp::Mul, scores, sc)?;
     let ninf = b.scalar(f32::NEG_INFINITY);
     let m = if local { s.mask_local } else { s.mask_global };
     let scores = b.op(&format!("{p}attn.mask"), MirOp::Where, &[m, scores, ninf])?;
-    let probs = b.g.add1(&format!("{p}attn.softmax"), HirOp::Softmax { axis: 2, log: false }, &[scores])?;
+    let probs = b.g.add1(&format!("{p}attn.softmax"), HirOp::Softmax { axis: 3, log: false }, &[scores])?;
     let ctx = b.op(&format!("{p}attn.context"), MirOp::MatMul, &[probs, vt])?;
-    let ctx = b.op(&format!("{p}attn.merge_t"), MirOp::Transpose { perm: vec![1, 0, 2] }, &[ctx])?;
+    let ctx = b.op(&format!("{p}attn.merge_t"), MirOp::Transpose { perm: vec![2, 0, 1, 3] }, &[ctx])?;
     let ctx = b.reshape(&format!("{p}attn.merge"), ctx, vec![b.rows.clone(), Dim::Fixed((nh * d) as u64)])?;
     let mut o = b.linear(&format!("{p}attn_output"), ctx, h, nh * d, false)?;
     if gemma {
