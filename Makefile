@@ -38,7 +38,7 @@ FUZZ_J ?= 2
 
 export RLX_PY := $(CURDIR)/$(PY)
 
-.PHONY: setup apt venv toolchains doctor models llama-ref test-llm build install test conformance-data conformance conformance-check nollvm-check demo demo-llm bench bench-llm bench-zoo bench-backends verilog-report clean \
+.PHONY: setup apt venv toolchains doctor models llama-ref test-llm build install test conformance-data conformance conformance-check nollvm-check demo demo-llm bench bench-llm bench-zoo bench-backends bench-train verilog-report clean \
         fuzz-setup fuzz-corpus fuzz fuzz-smoke
 
 # make setup: system packages, the venv, the Rust toolchains; then `make doctor` proves every tool works
@@ -196,6 +196,11 @@ bench: build
 	$(PY) -m pip install -q -r requirements-bench.txt
 	$(PY) tests/bench/bench.py --rlxc $(RLXC) --out docs/benchmarks.md
 	$(PY) tests/bench/zoo.py --rlxc $(RLXC) --out docs/benchmarks.md
+	$(PY) tests/bench/train.py --rlxc $(RLXC) --out docs/benchmarks.md
+
+# Training throughput alone: rlxc's compiled MNIST MLP step vs numpy + OpenBLAS, alternating, 1 and 2 threads.
+bench-train: build $(VENV_STAMP)
+	$(PY) tests/bench/train.py --rlxc $(RLXC) --out docs/benchmarks.md
 
 # The CNN model zoo alone (the onnx wheel's nine light models + a MobileNet-style model, batch 1/8, 1/2 threads).
 bench-zoo: build $(VENV_STAMP)

@@ -2,19 +2,24 @@
 """LLM speed on the CPU: rlxc's compiled GGUF artifact vs llama.cpp on the same file (`make bench-llm`).
 
     llm.py --rlxc target/release/rlxc [--model build/models/gemma-3-270m-q4_k_m.gguf] [--threads 1,2]
-           [--rounds 2] [--engines rlxc,llama] [--rows prefill128,…] [--chunk 8] [--out docs/benchmarks.md]
+           [--rounds 2] [--engines rlxc,llama] [--rows prefill128,…] [--chunk 8] [--decode-chunk 1]
+           [--out docs/benchmarks.md]
 
 Rows, each at 1 and 2 threads, both engines interleaved (rlxc, llama.cpp, rlxc, llama.cpp … one fresh
 process per measurement, so each process's peak RSS is its own):
   - prefill tokens/s for a 128- and a 512-token prompt,
   - decode tokens/s at context 128 and 1,024 (a prompt of 128 − 64 or 1,024 − 64 tokens, then 64 greedy tokens),
   - peak RSS of each process, rlxc's artifact size vs the GGUF file's, the compile time.
-rlxc's side: one stateful artifact per row's context (`rlxc compile --dim context=N --dim chunk=C`, timed),
+rlxc's side: one stateful artifact per row's context and chunk (`rlxc compile --dim context=N --dim chunk=C`,
+timed; C = --chunk for the prefill rows, --decode-chunk for the decode rows: the graph always runs C rows,
+so a decode step of a chunk-8 artifact does 8 rows' work for one token),
 linked into tests/native/llm_generate.c, run as `llm_generate --bench N IDS` (JSON line: prefill_s, decode_s,
 tokens, peak_rss_mb from getrusage).
 The prompt is the same token ids for both engines (a fixed English text tokenized by llama.cpp, repeated to
 length), and the greedy tokens of both are compared. llama.cpp is llama-cpp-python built from source by
 `make llama-ref` (flags there); the best of `--rounds` per row is reported for each engine.
+The decode floor: the artifact's weight bytes (every weight is read once per decoded token) over the
+read bandwidth that tests/bench/bandwidth.c measures at the same thread count.
 """
 from __future__ import annotations
 
@@ -58,20 +63,20 @@ def llama_worker(cfg: dict) -> dict:
                 n_threads=cfg["threads"], n_threads_batch=cfg["threads"], logits_all=False, verbose=False)
     llm.eval(cfg["prompt"][:8])  # warm-up (page in the weights), then a clean context
     llm.reset()
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     llm.eval(cfg["prompt"])
-    t_prefill = time.perf_counter() - t
+    t_prefill, c_prefill = time.perf_counter() - t, time.process_time() - c
     import numpy as np
     n_vocab = llm.n_vocab()
     gen = []
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     for _ in range(cfg["new"]):
         logits = np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(n_vocab,))
         tok = int(logits.argmax())
         gen.append(tok)
         llm.eval([tok])
-    t_decode = time.perf_counter() - t
-    return {"prefill_s": t_prefill, "decode_s": t_decode, "tokens": gen}
+    t_decode, c_decode = time.perf_counter() - t, time.process_time() - c
+    return {"prefill_s": t_prefill, "decode_s": t_decode, "prefill_cpu_s": c_prefill, "decode_cpu_s": c_decode, "tokens": gen}
 
 
 def run_llama(model: str, prompt: list[int], new: int, threads: int) -> dict:
@@ -86,7 +91,7 @@ def run_llama(model: str, prompt: list[int], new: int, threads: int) -> dict:
 def build_rlxc(rlxc: str, model: str, out: Path, context: int, chunk: int) -> dict:
     """rlxc's stateful artifact for `context` positions (`chunk` tokens per prefill call) linked into
     tests/native/llm_generate.c; the compile (rlxc compile alone, not the C link) is timed."""
-    d = out / f"context{context}"
+    d = out / f"context{context}-chunk{chunk}"
     t = time.perf_counter()
     r = subprocess.run([rlxc, "compile", model, "--target", "host", "--name", "llm", "--dim", f"context={context}",
                         "--dim", f"chunk={chunk}", "-o", str(d)], capture_output=True, text=True)
@@ -95,7 +100,19 @@ def build_rlxc(rlxc: str, model: str, out: Path, context: int, chunk: int) -> di
         raise RuntimeError("rlxc compile failed: " + r.stderr.strip()[-400:])
     subprocess.run(["cc", "-O2", "-std=c11", "-I", str(d), str(ROOT / "tests/native/llm_generate.c"), str(d / "llm.o"),
                     str(d / "librlx_rt.a"), "-lpthread", "-ldl", "-lm", "-lrt", "-lutil", "-o", str(d / "generate")], check=True)
-    return {"dir": d, "compile_s": compile_s, "object_mb": (d / "llm.o").stat().st_size / 1e6}
+    weights = json.loads((d / "llm.json").read_text())["weights_bytes"]
+    return {"dir": d, "compile_s": compile_s, "object_mb": (d / "llm.o").stat().st_size / 1e6, "weights_bytes": weights}
+
+
+def bandwidth(out: Path, threads: int) -> dict:
+    """Read bandwidth at `threads` threads (tests/bench/bandwidth.c): GB/s over wall time and over the
+    threads' CPU time."""
+    exe = out / "bandwidth"
+    if not exe.exists():
+        out.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["cc", "-O2", "-march=native", "-pthread", str(ROOT / "tests/bench/bandwidth.c"), "-o", str(exe)], check=True)
+    r = subprocess.run([str(exe), str(threads)], capture_output=True, text=True, check=True)
+    return json.loads(r.stdout.strip().splitlines()[-1])
 
 
 def run_rlxc(art: dict, prompt: list[int], new: int, threads: int) -> dict:
@@ -114,7 +131,8 @@ def main() -> int:
     ap.add_argument("--rlxc", default=str(ROOT / "target/release/rlxc"))
     ap.add_argument("--model", default=str(ROOT / "build/models/gemma-3-270m-q4_k_m.gguf"))
     ap.add_argument("--build", default=str(ROOT / "build/bench-llm"), help="folder for rlxc's artifacts (one per context) and their C driver")
-    ap.add_argument("--chunk", type=int, default=8, help="tokens per prefill call of rlxc's artifact (--dim chunk)")
+    ap.add_argument("--chunk", type=int, default=8, help="tokens per prefill call of rlxc's artifact for the prefill rows (--dim chunk)")
+    ap.add_argument("--decode-chunk", type=int, default=1, help="--dim chunk of rlxc's artifact for the decode rows")
     ap.add_argument("--rows", default=",".join(f"{k}{n}" for k, n in ROWS), help="which rows, e.g. prefill128,decode128")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--rounds", type=int, default=2)
@@ -131,11 +149,13 @@ def main() -> int:
     want = a.rows.split(",")
     todo = [(k, n) for k, n in ROWS if f"{k}{n}" in want]
     arts: dict = {}
+    chunk_of = {"prefill": a.chunk, "decode": a.decode_chunk}
     if "rlxc" in engines:
-        for _, n in todo:
-            if n not in arts:
-                arts[n] = build_rlxc(a.rlxc, a.model, Path(a.build), n, a.chunk)
-                print(f"rlxc compile, context {n}, chunk {a.chunk}: {arts[n]['compile_s']:.1f} s, object {arts[n]['object_mb']:.0f} MB", flush=True)
+        for kind, n in todo:
+            key = (n, chunk_of[kind])
+            if key not in arts:
+                arts[key] = build_rlxc(a.rlxc, a.model, Path(a.build), *key)
+                print(f"rlxc compile, context {n}, chunk {key[1]}: {arts[key]['compile_s']:.1f} s, object {arts[key]['object_mb']:.0f} MB", flush=True)
     rows = []
     for kind, n in todo:
         plen = n if kind == "prefill" else n - NEW
@@ -145,33 +165,58 @@ def main() -> int:
             best: dict = {}
             for _ in range(a.rounds):
                 for e in engines:
-                    r = run_rlxc(arts[n], prompt, new, t) if e == "rlxc" else run_llama(a.model, prompt, new, t)
+                    r = run_rlxc(arts[(n, chunk_of[kind])], prompt, new, t) if e == "rlxc" else run_llama(a.model, prompt, new, t)
                     # rlxc's decode time covers new - 1 calls (the first token comes from the prefill);
                     # llama.cpp's worker times `new` evaluations.
-                    rate = plen / r["prefill_s"] if kind == "prefill" else r.get("decode_tokens", new) / r["decode_s"]
+                    toks = plen if kind == "prefill" else r.get("decode_tokens", new)
+                    rate = toks / r[f"{kind}_s"]
+                    # Tokens per second of the process's CPU time (all its threads): what the rate is
+                    # while it runs, on a machine shared with other work.
+                    cpu_rate = toks / max(r[f"{kind}_cpu_s"], 1e-9)
                     if e not in best or rate > best[e]["rate"]:
-                        best[e] = {"rate": rate, "rss": r["peak_rss_mb"], "tokens": r["tokens"]}
+                        best[e] = {**best.get(e, {}), "rate": rate, "rss": r["peak_rss_mb"], "tokens": r["tokens"]}
+                    best[e]["cpu_rate"] = max(best[e].get("cpu_rate", 0.0), cpu_rate)
             same = len({tuple(b["tokens"]) for b in best.values()}) == 1
             row = {"kind": kind, "n": n, "threads": t, **{e: best[e] for e in engines}, "same_tokens": same}
             rows.append(row)
-            line = f"{kind:7s} {n:5d} threads {t}: " + "  ".join(f"{e} {best[e]['rate']:8.1f} tok/s (RSS {best[e]['rss']:.0f} MB)" for e in engines)
+            line = f"{kind:7s} {n:5d} threads {t}: " + "  ".join(f"{e} {best[e]['rate']:8.1f} tok/s ({best[e]['cpu_rate']:.1f} per CPU-s, RSS {best[e]['rss']:.0f} MB)" for e in engines)
             if len(engines) == 2:
-                line += f"  rlxc/llama.cpp {best['rlxc']['rate'] / best['llama']['rate']:.2f}  same greedy tokens: {same}"
+                line += (f"  rlxc/llama.cpp {best['rlxc']['rate'] / best['llama']['rate']:.2f}"
+                         f" (per CPU-s {best['rlxc']['cpu_rate'] / best['llama']['cpu_rate']:.2f})  same greedy tokens: {same}")
+            print(line, flush=True)
+    floor = []
+    if arts:
+        wb = max(v["weights_bytes"] for v in arts.values())
+        for t in [int(x) for x in a.threads.split(",")]:
+            bw = bandwidth(Path(a.build), t)
+            # rlxc's decode per CPU-second × threads: its rate with the cores to itself, comparable with
+            # the bandwidth over CPU time.
+            got = [r["rlxc"]["cpu_rate"] * t for r in rows if r["kind"] == "decode" and r["threads"] == t and "rlxc" in r]
+            line = (f"Decode floor at {t} thread(s): {wb / 1e6:.0f} MB of weights per token / {bw['read_gb_s_cpu']:.1f} GB/s read "
+                    f"bandwidth (tests/bench/bandwidth.c, over the threads' CPU time; {bw['read_gb_s']:.1f} GB/s over wall time) = "
+                    f"{bw['read_gb_s_cpu'] * 1e9 / wb:.1f} tok/s at most" + (f"; rlxc's best decode row: {max(got):.1f} tok/s (per CPU-s × threads), {max(got) * wb / 1e9:.1f} GB/s of weights" if got else "") + ".")
+            floor.append(line)
             print(line, flush=True)
     if a.out:
         size = Path(a.model).stat().st_size / 1e6
-        comp = "; ".join(f"context {n}: {v['compile_s']:.1f} s, object {v['object_mb']:.0f} MB" for n, v in sorted(arts.items()))
+        comp = "; ".join(f"context {n} chunk {c}: {v['compile_s']:.1f} s, object {v['object_mb']:.0f} MB" for (n, c), v in sorted(arts.items()))
         lines = [SECTION, "", "Measured by `make bench-llm` (`tests/bench/llm.py`) on Gemma 3 270M Q4_K_M "
-                 f"({size:.0f} MB GGUF). rlxc: one stateful artifact per context (`--dim context=N --dim chunk={a.chunk}`), "
+                 f"({size:.0f} MB GGUF). rlxc: one stateful artifact per context (`--dim context=N --dim chunk=C`, C = {a.chunk} "
+                 f"for the prefill rows, {a.decode_chunk} for the decode rows), "
                  f"driven by `tests/native/llm_generate.c --bench`; compile times and object sizes: {comp or 'not built'}.",
                  f"One process per measurement, engines interleaved, best of {a.rounds}; tokens/s = prompt tokens / prefill time, "
-                 f"or greedy tokens / their decode time.", "",
-                 "| row | threads | " + " | ".join(f"{e} tok/s | {e} peak RSS MB" for e in engines) + (" | rlxc/llama.cpp | same greedy tokens |" if len(engines) == 2 else ""),
-                 "|---|---:|" + "---:|---:|" * len(engines) + ("---:|---|" if len(engines) == 2 else "")]
+                 f"or greedy tokens / their decode time; per CPU-s: the same tokens over the process's CPU time (all threads), "
+                 f"the rate while it runs when the machine is shared (load average when this ran: {os.getloadavg()[0]:.1f} on "
+                 f"{os.cpu_count()} CPUs).", "",
+                 "| row | threads | " + " | ".join(f"{e} tok/s | {e} tok per CPU-s | {e} peak RSS MB" for e in engines)
+                 + (" | rlxc/llama.cpp | per CPU-s | same greedy tokens |" if len(engines) == 2 else ""),
+                 "|---|---:|" + "---:|---:|---:|" * len(engines) + ("---:|---:|---|" if len(engines) == 2 else "")]
         for r in rows:
-            cells = " | ".join(f"{r[e]['rate']:.1f} | {r[e]['rss']:.0f}" for e in engines)
-            extra = f" | {r['rlxc']['rate'] / r['llama']['rate']:.2f} | {'yes' if r['same_tokens'] else 'no'} |" if len(engines) == 2 else ""
+            cells = " | ".join(f"{r[e]['rate']:.1f} | {r[e]['cpu_rate']:.1f} | {r[e]['rss']:.0f}" for e in engines)
+            extra = (f" | {r['rlxc']['rate'] / r['llama']['rate']:.2f} | {r['rlxc']['cpu_rate'] / r['llama']['cpu_rate']:.2f}"
+                     f" | {'yes' if r['same_tokens'] else 'no'} |") if len(engines) == 2 else ""
             lines.append(f"| {r['kind']} {r['n']} | {r['threads']} | {cells}{extra}")
+        lines += [""] + floor
         bench.write_section(Path(a.out), SECTION, "\n".join(lines) + "\n")
         print(f"wrote {a.out}")
     return 0

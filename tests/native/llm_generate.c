@@ -10,8 +10,9 @@
  * With LOGITS.f32, writes the next-token logits after every prompt token and every decoded token
  * but the last (float32, llm_VOCAB per row): the rows a full-sequence run over prompt + generated
  * would give, for tests. With --bench, stdout is one JSON line instead (tests/bench/llm.py reads it):
- * {"prefill_s", "decode_s", "prompt_tokens", "decode_tokens", "tokens": [generated ids],
- *  "peak_rss_mb": the process's peak resident memory (getrusage)}.
+ * {"prefill_s", "decode_s", "prefill_cpu_s", "decode_cpu_s" (the process's CPU time, all threads),
+ *  "prompt_tokens", "decode_tokens", "tokens": [generated ids], "peak_rss_mb": the process's peak
+ *  resident memory (getrusage)}.
  * Exit 1 on a bad argument or an error code from the artifact. */
 #define _POSIX_C_SOURCE 200809L
 #include "llm.h"
@@ -22,11 +23,13 @@
 #include <sys/resource.h>
 #include <time.h>
 
-static double now(void) {
+static double clock_s(clockid_t c) {
   struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
+  clock_gettime(c, &t);
   return t.tv_sec + t.tv_nsec * 1e-9;
 }
+static double now(void) { return clock_s(CLOCK_MONOTONIC); }
+static double cpu(void) { return clock_s(CLOCK_PROCESS_CPUTIME_ID); }
 
 static int64_t argmax(const float *row) {
   int64_t best = 0;
@@ -85,7 +88,7 @@ int main(int argc, char **argv) {
   }
   llm_reset(state);
 
-  double t0 = now();
+  double c0 = cpu(), t0 = now();
   int64_t next = 0;
   for (int64_t s = 0; s < np; s += llm_MAX_CHUNK) {
     int64_t n = np - s < llm_MAX_CHUNK ? np - s : llm_MAX_CHUNK;
@@ -97,7 +100,7 @@ int main(int argc, char **argv) {
     if (dump) fwrite(logits, sizeof(float), (size_t)n * llm_VOCAB, dump);
     next = argmax(logits + (n - 1) * llm_VOCAB);
   }
-  double t1 = now();
+  double c1 = cpu(), t1 = now();
 
   gen[0] = next;
   long got = 1;
@@ -114,12 +117,13 @@ int main(int argc, char **argv) {
     got++;
     pos++;
   }
-  double t2 = now();
+  double c2 = cpu(), t2 = now();
   if (bench) {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    printf("{\"prefill_s\": %.6f, \"decode_s\": %.6f, \"prompt_tokens\": %lld, \"decode_tokens\": %ld, \"peak_rss_mb\": %.1f, \"tokens\": [",
-           t1 - t0, t2 - t1, (long long)np, got - 1, ru.ru_maxrss / 1024.0);
+    printf("{\"prefill_s\": %.6f, \"decode_s\": %.6f, \"prefill_cpu_s\": %.6f, \"decode_cpu_s\": %.6f, \"prompt_tokens\": %lld, "
+           "\"decode_tokens\": %ld, \"peak_rss_mb\": %.1f, \"tokens\": [",
+           t1 - t0, t2 - t1, c1 - c0, c2 - c1, (long long)np, got - 1, ru.ru_maxrss / 1024.0);
   } else {
     printf("generated: ");
   }

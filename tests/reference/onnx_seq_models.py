@@ -3,7 +3,7 @@
 
     onnx_seq_models.py --out DIR
 
-Writes, per model NAME in (lstm_gru, unet_resize, stft_frontend): DIR/NAME.onnx, DIR/NAME.x.npy (the input, "x")
+Writes, per model NAME in (lstm_gru, unet_resize, stft_frontend, control_flow, control_flow_else, stn): DIR/NAME.onnx, DIR/NAME.x.npy (the input, "x")
 and DIR/NAME.ort.npy (ONNX Runtime's output "y", float32).
 
 - lstm_gru: a PyTorch-style sequence classifier. batch-first input [2, 12, 8] transposed to
@@ -18,6 +18,19 @@ and DIR/NAME.ort.npy (ONNX Runtime's output "y", float32).
 - stft_frontend: an audio front end [1, 400]: STFT (Hann window of 64 as an initializer, hop 80,
   one-sided), power spectrum (Pow + ReduceSum over re/im), a mel-style projection (MatMul by a
   [33, 8] filter bank), log(x + 1e-6). Output y: [1, 5, 8].
+- control_flow: control flow as torch.onnx exports a scripted module [2, 6, 8]: a Loop over the time axis
+  whose trip count is Gather(Shape(x), 1) and whose condition is a constant true, carrying a tanh RNN
+  state [2, 16] (x_t by Gather with the iteration number) and emitting it per step; a Scan over the
+  emitted states (scan_input_axes 0) keeping their running max and emitting it in reverse
+  (scan_output_directions 1); an If on a run-time condition (mean of the final state > 0) choosing
+  between two Gemm heads. Output y: [2, 4] plus the Scan's reversed output summed into it.
+  control_flow_else: the same graph with an input that takes the else branch.
+- stn: a spatial transformer [2, 3, 12, 12] (opset 20): GlobalAveragePool → Flatten → Gemm predicting
+  theta [2, 6] around the identity → Reshape [2, 2, 3] → AffineGrid to [2, 3, 10, 10] → GridSample
+  bilinear (zeros padding), GridSample bicubic (zeros, align_corners) and bilinear (border, align_corners)
+  on the same grid. Output y: [2, 3, 10, 10] (their sum). (Bicubic with border or reflection padding is
+  left out: ONNX Runtime clamps each cubic tap, the ONNX reference — which rlxc follows — clamps the
+  coordinate first, and they differ near the edges.)
 """
 from __future__ import annotations
 
@@ -137,13 +150,124 @@ def stft_frontend(rng: np.random.Generator) -> tuple[onnx.ModelProto, np.ndarray
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)]), x
 
 
+def control_flow_graph(rng: np.random.Generator) -> onnx.ModelProto:
+    b, t, f, h, k = 2, 6, 8, 16, 4
+    s = 0.4
+    inits = [
+        init("W", (rng.standard_normal((f, h)) * s).astype(np.float32)),
+        init("U", (rng.standard_normal((h, h)) * s).astype(np.float32)),
+        init("h0", np.zeros((b, h), np.float32)),
+        init("Wa", (rng.standard_normal((h, k)) * s).astype(np.float32)),
+        init("ba", (rng.standard_normal((k,)) * s).astype(np.float32)),
+        init("Wb", (rng.standard_normal((h, k)) * s).astype(np.float32)),
+        init("idx1", np.array(1, np.int64)),
+        init("true", np.array(True)),
+        init("zero", np.array(0.0, np.float32)),
+        init("half", np.array(0.5, np.float32)),
+        init("m0", np.full((b, h), -1e9, np.float32)),
+    ]
+    body = helper.make_graph(
+        [
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+            helper.make_node("Gather", ["x", "i"], ["xt"], axis=1),
+            helper.make_node("MatMul", ["xt", "W"], ["xw"]),
+            helper.make_node("MatMul", ["h_in", "U"], ["hu"]),
+            helper.make_node("Add", ["xw", "hu"], ["pre"]),
+            helper.make_node("Tanh", ["pre"], ["h_out"]),
+            helper.make_node("Identity", ["h_out"], ["h_scan"]),
+        ],
+        "rnn_step",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("h_in", TensorProto.FLOAT, [b, h])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("h_out", TensorProto.FLOAT, [b, h]),
+         helper.make_tensor_value_info("h_scan", TensorProto.FLOAT, [b, h])],
+    )
+    scan_body = helper.make_graph(
+        [helper.make_node("Max", ["m_in", "s_t"], ["m_out"]), helper.make_node("Identity", ["m_out"], ["m_scan"])],
+        "running_max",
+        [helper.make_tensor_value_info("m_in", TensorProto.FLOAT, [b, h]),
+         helper.make_tensor_value_info("s_t", TensorProto.FLOAT, [b, h])],
+        [helper.make_tensor_value_info("m_out", TensorProto.FLOAT, [b, h]),
+         helper.make_tensor_value_info("m_scan", TensorProto.FLOAT, [b, h])],
+    )
+    then_g = helper.make_graph(
+        [helper.make_node("Gemm", ["hT", "Wa", "ba"], ["head_a"])], "then_head", [],
+        [helper.make_tensor_value_info("head_a", TensorProto.FLOAT, [b, k])])
+    else_g = helper.make_graph(
+        [helper.make_node("MatMul", ["hT", "Wb"], ["mb"]), helper.make_node("Mul", ["mb", "half"], ["head_b"])],
+        "else_head", [], [helper.make_tensor_value_info("head_b", TensorProto.FLOAT, [b, k])])
+    nodes = [
+        helper.make_node("Shape", ["x"], ["xs"]),
+        helper.make_node("Gather", ["xs", "idx1"], ["steps"], axis=0),
+        helper.make_node("Loop", ["steps", "true", "h0"], ["hT", "hs"], body=body),
+        helper.make_node("Scan", ["m0", "hs"], ["mT", "ms"], body=scan_body, num_scan_inputs=1,
+                         scan_output_directions=[1]),
+        helper.make_node("ReduceMean", ["hT"], ["mean"], keepdims=0),
+        helper.make_node("Greater", ["mean", "zero"], ["c"]),
+        helper.make_node("If", ["c"], ["head"], then_branch=then_g, else_branch=else_g),
+        # ms: [t, b, h] (reversed running max) → a [b, 1] summary added to the head
+        helper.make_node("ReduceMean", ["ms"], ["msum"], axes=[0, 2], keepdims=0),
+        helper.make_node("Unsqueeze", ["msum", "idx1"], ["msum1"]),
+        helper.make_node("Add", ["head", "msum1"], ["y"]),
+    ]
+    g = helper.make_graph(nodes, "control_flow",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [b, t, f])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [b, k])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)])
+
+
+def control_flow_inputs(model: onnx.ModelProto, rng: np.random.Generator, want: bool) -> np.ndarray:
+    """An input [2, 6, 8] whose final state's mean is > 0 (want) or not, by ONNX Runtime."""
+    m2 = onnx.ModelProto()
+    m2.CopyFrom(model)
+    m2.graph.output.append(helper.make_tensor_value_info("c", TensorProto.BOOL, []))
+    sess = ort.InferenceSession(m2.SerializeToString(), providers=["CPUExecutionProvider"])
+    for _ in range(200):
+        x = rng.standard_normal((2, 6, 8)).astype(np.float32)
+        (_, c) = sess.run(None, {"x": x})
+        if bool(c) == want:
+            return x
+    raise SystemExit("no input found for the If branch")
+
+
+def stn(rng: np.random.Generator) -> tuple[onnx.ModelProto, np.ndarray]:
+    n, c, hw, out = 2, 3, 12, 10
+    inits = [
+        init("Wt", (rng.standard_normal((6, c)) * 0.2).astype(np.float32)),
+        init("bt", np.array([1.1, 0.1, -0.05, -0.1, 0.9, 0.08], np.float32)),
+        init("shape_theta", np.array([n, 2, 3], np.int64)),
+        init("size", np.array([n, c, out, out], np.int64)),
+    ]
+    nodes = [
+        helper.make_node("GlobalAveragePool", ["x"], ["gap"]),
+        helper.make_node("Flatten", ["gap"], ["feat"]),
+        helper.make_node("Gemm", ["feat", "Wt", "bt"], ["t6"], transB=1),
+        helper.make_node("Reshape", ["t6", "shape_theta"], ["theta"]),
+        helper.make_node("AffineGrid", ["theta", "size"], ["grid"], align_corners=0),
+        helper.make_node("GridSample", ["x", "grid"], ["s1"], mode="linear", padding_mode="zeros"),
+        helper.make_node("GridSample", ["x", "grid"], ["s2"], mode="cubic", padding_mode="zeros", align_corners=1),
+        helper.make_node("GridSample", ["x", "grid"], ["s3"], mode="linear", padding_mode="border", align_corners=1),
+        helper.make_node("Sum", ["s1", "s2", "s3"], ["y"]),
+    ]
+    g = helper.make_graph(nodes, "stn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, c, hw, hw])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [n, c, out, out])], inits)
+    x = rng.standard_normal((n, c, hw, hw)).astype(np.float32)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 20)]), x
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     rng = np.random.default_rng(19)
-    for name, build in (("lstm_gru", lstm_gru), ("unet_resize", unet_resize), ("stft_frontend", stft_frontend)):
+    cf = control_flow_graph(rng)
+    builds = [("lstm_gru", lstm_gru), ("unet_resize", unet_resize), ("stft_frontend", stft_frontend),
+              ("control_flow", lambda r: (cf, control_flow_inputs(cf, r, True))),
+              ("control_flow_else", lambda r: (cf, control_flow_inputs(cf, r, False))), ("stn", stn)]
+    for name, build in builds:
         model, x = build(rng)
         model.ir_version = 8
         onnx.checker.check_model(model, full_check=True)

@@ -7,7 +7,8 @@ W1, W2 uniform in ±1/sqrt(fan_in) from a fixed seed, biases zero. Training: sof
 order, the last partial batch dropped; all in float32.
 
 Writes into --out, as raw little-endian bytes: w1.bin b1.bin w2.bin b2.bin (the initial parameters,
-f32), train_x.bin (f32 [4000,784]), train_y.bin (i64 [4000]), test_x.bin, test_y.bin; and meta.json:
+f32), train_x.bin (f32 [4000,784]), train_y.bin (i64 [4000]), test_x.bin, test_y.bin (and the same four
+as .npy files, the layout `rlxc train --data DIR` reads); and meta.json:
 the hyperparameters, the loss of every step and the test accuracy after every epoch (also as f64 losses.bin, accuracy.bin);
 and mlp_init.onnx, the untrained model (input x f32[batch,784], output logits, initializers w1 b1 w2 b2)
 for `rlxc compile --train`.
@@ -76,6 +77,11 @@ def main():
     ytr.astype("<i8").tofile(os.path.join(a.out, "train_y.bin"))
     xte.astype("<f4").tofile(os.path.join(a.out, "test_x.bin"))
     yte.astype("<i8").tofile(os.path.join(a.out, "test_y.bin"))
+    # The same splits as .npy pairs: `rlxc train --data DIR`.
+    np.save(os.path.join(a.out, "train_x.npy"), xtr.astype("<f4"))
+    np.save(os.path.join(a.out, "train_y.npy"), ytr.astype("<i8"))
+    np.save(os.path.join(a.out, "test_x.npy"), xte.astype("<f4"))
+    np.save(os.path.join(a.out, "test_y.npy"), yte.astype("<i8"))
 
     vel = {k: np.zeros_like(v) for k, v in p.items()}
     lr, mu, bs = np.float32(a.lr), np.float32(a.momentum), a.batch

@@ -370,3 +370,85 @@ fn narrow_tensor_with_too_few_bytes_is_named() {
     let t = TensorProto { dims: vec![1 << 30, 1 << 10], data_type: DataType::Float8e5m2 as i32, int32_data: vec![1], ..Default::default() };
     assert!(tensor_from_proto(&t, None).unwrap_err().contains("needs"));
 }
+
+fn graph_attr(name: &str, g: GraphProto) -> AttributeProto {
+    AttributeProto { name: name.into(), r#type: attribute_proto::AttributeType::Graph as i32, g: Some(g), ..Default::default() }
+}
+
+fn bool_vi(name: &str) -> ValueInfoProto {
+    let mut v = vi(name, &[]);
+    if let Some(TypeProto { value: Some(type_proto::Value::TensorType(t)), .. }) = v.r#type.as_mut() {
+        t.elem_type = DataType::Bool as i32;
+    }
+    v
+}
+
+#[test]
+fn loop_with_a_run_time_condition_names_the_node() {
+    // cond_out = max(s) > 0: computed at run time, so the unrolled Loop cannot know when it stops.
+    let body = GraphProto {
+        node: vec![node("mx", "ReduceMax", &["s_in"], &["m_s"]), node("gt", "Greater", &["m_s", "zero"], &["c_out"])],
+        input: vec![vi("i", &[]), bool_vi("c_in"), vi("s_in", &[2])],
+        output: vec![bool_vi("c_out"), vi("s_in", &[2])],
+        ..Default::default()
+    };
+    let mut lp = node("the_loop", "Loop", &["m", "", "x"], &["y"]);
+    lp.attribute.push(graph_attr("body", body));
+    let m = TensorProto { name: "m".into(), data_type: DataType::Int64 as i32, int64_data: vec![3], ..Default::default() };
+    let zero = TensorProto { name: "zero".into(), data_type: DataType::Float as i32, float_data: vec![0.0], ..Default::default() };
+    let b = model(vec![lp], vec![vi("x", &[2])], vec![vi("y", &[2])], vec![m, zero]);
+    let e = err(&b);
+    assert!(e.contains("node 'the_loop'") && e.contains("Loop"), "{e}");
+    assert!(e.contains("condition computed at run time"), "{e}");
+}
+
+#[test]
+fn scan_body_problems_name_the_inner_node() {
+    let body = GraphProto {
+        node: vec![node("inner_fancy", "FancyOp", &["s_in", "x_t"], &["s_out"])],
+        input: vec![vi("s_in", &[2]), vi("x_t", &[2])],
+        output: vec![vi("s_out", &[2])],
+        ..Default::default()
+    };
+    let mut sc = node("the_scan", "Scan", &["s0", "xs"], &["s"]);
+    sc.attribute.push(graph_attr("body", body));
+    sc.attribute.push(AttributeProto { name: "num_scan_inputs".into(), r#type: attribute_proto::AttributeType::Int as i32, i: 1, ..Default::default() });
+    let b = model(vec![sc], vec![vi("s0", &[2]), vi("xs", &[4, 2])], vec![vi("s", &[2])], vec![]);
+    let e = err(&b);
+    assert!(e.contains("node 'the_scan'") && e.contains("unsupported op FancyOp") && e.contains("'inner_fancy'"), "{e}");
+}
+
+#[test]
+fn if_without_a_branch_is_an_error() {
+    let then_g = GraphProto { node: vec![node("r", "Relu", &["x"], &["t"])], output: vec![vi("t", &[2])], ..Default::default() };
+    let mut n = node("the_if", "If", &["c"], &["y"]);
+    n.attribute.push(graph_attr("then_branch", then_g));
+    let b = model(vec![n], vec![bool_vi("c"), vi("x", &[2])], vec![vi("y", &[2])], vec![]);
+    let e = err(&b);
+    assert!(e.contains("node 'the_if'") && e.contains("else_branch"), "{e}");
+}
+
+#[test]
+fn nested_loops_past_the_unroll_budget_are_refused() {
+    // 2,000 × 2,000 iterations of an Identity: past the 2^20-node unroll budget, refused quickly.
+    let inner_body = GraphProto {
+        node: vec![node("id", "Identity", &["s_in"], &["s_out"])],
+        input: vec![vi("j", &[]), bool_vi("c_in"), vi("s_in", &[2])],
+        output: vec![bool_vi("c_in"), vi("s_out", &[2])],
+        ..Default::default()
+    };
+    let mut inner = node("inner", "Loop", &["m", "", "t_in"], &["t_out"]);
+    inner.attribute.push(graph_attr("body", inner_body));
+    let outer_body = GraphProto {
+        node: vec![inner],
+        input: vec![vi("i", &[]), bool_vi("c_in"), vi("t_in", &[2])],
+        output: vec![bool_vi("c_in"), vi("t_out", &[2])],
+        ..Default::default()
+    };
+    let mut outer = node("outer", "Loop", &["m", "", "x"], &["y"]);
+    outer.attribute.push(graph_attr("body", outer_body));
+    let m = TensorProto { name: "m".into(), data_type: DataType::Int64 as i32, int64_data: vec![2000], ..Default::default() };
+    let b = model(vec![outer], vec![vi("x", &[2])], vec![vi("y", &[2])], vec![m]);
+    let e = err(&b);
+    assert!(e.contains("node 'outer'") && e.contains("unrolls to more than"), "{e}");
+}

@@ -67,11 +67,13 @@ pub trait OpSet: Clone + PartialEq + fmt::Debug {
     fn arity(&self) -> (usize, usize);
 }
 
-/// A state tensor (a KV cache): graph input `input` is its contents before a call, graph output
-/// `output` after it. The caller keeps it between calls; compiled artifacts own it as one state
-/// region (`NAME_STATE_BYTES`) instead of an input and an output. State inputs and outputs come last,
-/// in the same order, and a state input's only reader is the `write_rows` that yields its output
-/// (the verifier checks both), so a compiled artifact can update it in place.
+/// A state tensor (a KV cache, a training step's parameters and optimizer state): graph input `input`
+/// is its contents before a call, graph output `output` after it. The caller keeps it between calls;
+/// compiled artifacts own it as one state region (`NAME_STATE_BYTES`) instead of an input and an
+/// output. State inputs and outputs come last, in the same order; a cache read by a `write_rows` has
+/// that `write_rows`, which yields its output, as its only reader (the verifier checks both), so a
+/// compiled artifact updates it in place; other state is updated in place when the planner proves it
+/// safe (`rlx_opt::plan`), else copied into the region at the end of the call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct State {
     /// Index into `Graph::inputs`.

@@ -111,8 +111,8 @@ pub fn verify<O: OpSet>(g: &Graph<O>) -> Vec<Problem> {
     probs
 }
 
-/// State pairs: trailing inputs and outputs in the same order, one type each, and the input read only
-/// by the `write_rows` that yields the output (so the update can happen in place).
+/// State pairs: trailing inputs and outputs in the same order, one type each; a cache input read by a
+/// `write_rows` is read only by the `write_rows` that yields the output (so it updates in place).
 fn verify_state<O: OpSet>(g: &Graph<O>, probs: &mut Vec<Problem>) {
     let ns = g.state.len();
     let nv = g.values.len();
@@ -131,11 +131,16 @@ fn verify_state<O: OpSet>(g: &Graph<O>, probs: &mut Vec<Problem>) {
         if g.ty(i) != g.ty(o) {
             probs.push(top(format!("state {k}: input type {} differs from output type {}", g.ty(i), g.ty(o))));
         }
+        // A cache (the state input read by a `write_rows`) is updated in place row by row: that
+        // `write_rows` must be its only reader and yield the output. Any other state (a training
+        // step's parameters) is computed by any nodes; the planner updates it in place when that is
+        // safe and copies it into the state region otherwise.
         let readers: Vec<&crate::graph::Node<O>> = g.nodes.iter().filter(|n| n.inputs.contains(&i)).collect();
-        let ok = match readers.as_slice() {
-            [n] => n.op.kind() == "write_rows" && n.inputs[0] == i && n.inputs[1..].iter().all(|&x| x != i) && n.outputs.first() == Some(&o),
-            _ => false,
-        };
+        let ok = !readers.iter().any(|n| n.op.kind() == "write_rows")
+            || match readers.as_slice() {
+                [n] => n.inputs[0] == i && n.inputs[1..].iter().all(|&x| x != i) && n.outputs.first() == Some(&o),
+                _ => false,
+            };
         if !ok {
             probs.push(top(format!("state {k} (input {}): its only reader must be the write_rows that yields output {}", s.input, s.output)));
         }

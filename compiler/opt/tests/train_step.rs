@@ -144,3 +144,49 @@ fn bad_requests_are_errors() {
     let e = train_step(&g, &TrainOptions { loss: Loss::CrossEntropy, ..o }).err().unwrap();
     assert!(e.msg.contains("logits [batch, classes]"), "{e}");
 }
+
+/// Quantization-aware training: y = x·fake_quantize(w) + b (int8, scale 0.05). The scale and zero
+/// point are not parameters; the weights train through the straight-through estimator — the update
+/// is the gradient with respect to the quantized weights (by hand below), applied to the float ones.
+#[test]
+fn quantization_aware_training_steps_through_fake_quantize() {
+    let (scale, lr) = (0.05, 0.1);
+    let mut g = Mir::new();
+    let x = g.add_input("x", TensorType::fixed(DType::F64, &[N, K]));
+    let wv = g.add_const(Some("w"), f64c(&[K, 1], &[0.13, -0.21, 0.34]));
+    let sv = g.add_const(Some("w_scale"), f64c(&[], &[scale]));
+    let zv = g.add_const(Some("w_zero_point"), ConstData::from_f64s(DType::I8, vec![], &[0.0]));
+    let bv = g.add_const(Some("b"), f64c(&[1], &[0.05]));
+    let wq = g.add1("fq", MirOp::FakeQuantize { axis: 0 }, &[wv, sv, zv]).unwrap();
+    let y = g.add1("mm", MirOp::MatMul, &[x, wq]).unwrap();
+    let y = g.add1("bias", MirOp::Binary(BinaryOp::Add), &[y, bv]).unwrap();
+    g.outputs = vec![y];
+    let step = train_step(&g, &TrainOptions { loss: Loss::Mse, optimizer: Optimizer::Sgd { lr, momentum: 0.0 }, output: 0 }).unwrap();
+    assert_eq!(step.params.iter().map(|p| p.0.as_str()).collect::<Vec<_>>(), ["w", "b"]);
+    let xs: Vec<f64> = (0..N * K).map(|i| ((i * 7 % 5) as f64 - 2.0) * 0.3).collect();
+    let t = [0.5, -1.0, 2.0, 0.25];
+    let (mut w, mut b) = (vec![0.13, -0.21, 0.34], 0.05);
+    let mut state = step.initial();
+    for it in 1..=5 {
+        let mut ins = vec![f64c(&[N, K], &xs), f64c(&[N, 1], &t)];
+        ins.extend(state.iter().cloned());
+        let mut out = run(&step.graph, &ins).unwrap();
+        // The interpreter quantizes in f32 (the scale rounded to f32): tolerance 1e-7 below.
+        let s32 = scale as f32 as f64;
+        let wq: Vec<f64> = w.iter().map(|&v| ((v / s32).round_ties_even().clamp(-128.0, 127.0)) * s32).collect();
+        let (loss, gw, gb) = mse_grads(&xs, &t, &wq, b);
+        assert!((out[0].get_f64(0) - loss).abs() < 1e-7, "step {it}: loss {} vs {loss}", out[0].get_f64(0));
+        for k in 0..K {
+            w[k] -= lr * gw[k];
+        }
+        b -= lr * gb;
+        let got = out[1].to_f64_vec();
+        for k in 0..K {
+            assert!((got[k] - w[k]).abs() < 1e-7, "step {it}: w[{k}] = {} vs {}", got[k], w[k]);
+        }
+        assert!((out[2].get_f64(0) - b).abs() < 1e-7, "step {it}: b");
+        // Continue from the step's own values, so the f32 rounding above does not accumulate.
+        (w, b) = (got, out[2].get_f64(0));
+        state = out.split_off(1);
+    }
+}

@@ -228,15 +228,33 @@ pub enum ModelSource {
     SafetensorsDir(PathBuf),
     /// A GGUF language model (llama, qwen2, qwen3, gemma3).
     Gguf(PathBuf),
+    /// A Hugging Face language-model folder: config.json (`model_type` llama, qwen2, qwen3,
+    /// gemma3_text) + model.safetensors or its shards.
+    HfLlm(PathBuf),
 }
 
 impl ModelSource {
     pub fn from_path(p: &Path) -> Result<ModelSource, Failure> {
         let meta = std::fs::metadata(p).map_err(|e| Failure::model(format!("cannot read model '{}': {e}", p.display())))?;
-        let is_st_dir = |d: &Path| d.join("config.json").is_file() && d.join("model.safetensors").is_file();
+        let has_weights = |d: &Path| d.join("model.safetensors").is_file() || d.join("model.safetensors.index.json").is_file();
+        // A folder with config.json and safetensors: a language model by its `model_type`, else BERT.
+        let st_dir = |d: &Path| -> Result<Option<ModelSource>, Failure> {
+            let cfg = d.join("config.json");
+            if !cfg.is_file() || !has_weights(d) {
+                return Ok(None);
+            }
+            let text = std::fs::read_to_string(&cfg).map_err(|e| Failure::model(format!("{}: cannot read: {e}", cfg.display())))?;
+            let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| Failure::model(format!("{}: not valid JSON: {e}", cfg.display())))?;
+            match v.get("model_type").and_then(|t| t.as_str()) {
+                // Language models, and unknown types (the language-model reader names model_type).
+                Some(t) if t != "bert" => Ok(Some(ModelSource::HfLlm(d.to_path_buf()))),
+                _ if d.join("model.safetensors").is_file() => Ok(Some(ModelSource::SafetensorsDir(d.to_path_buf()))),
+                _ => Ok(None),
+            }
+        };
         if meta.is_dir() {
-            if is_st_dir(p) {
-                return Ok(ModelSource::SafetensorsDir(p.to_path_buf()));
+            if let Some(s) = st_dir(p)? {
+                return Ok(s);
             }
             return Err(Failure::model(format!(
                 "'{}' is a folder but not a safetensors model (it needs config.json and model.safetensors)",
@@ -244,18 +262,18 @@ impl ModelSource {
             )));
         }
         let ext = p.extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_lowercase();
+        let name = p.file_name().and_then(|f| f.to_str()).unwrap_or("");
         match ext.as_str() {
-            "safetensors" => {
+            "safetensors" | "json" if name == "model.safetensors" || name == "model.safetensors.index.json" => {
                 let dir = p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-                if is_st_dir(dir) && p.file_name().is_some_and(|f| f == "model.safetensors") {
-                    Ok(ModelSource::SafetensorsDir(dir.to_path_buf()))
-                } else {
-                    Err(Failure::model(format!(
-                        "'{}': a safetensors file alone has no architecture; pass the folder holding config.json and model.safetensors",
-                        p.display()
-                    )))
-                }
+                st_dir(dir)?.ok_or_else(|| {
+                    Failure::model(format!("'{}': a safetensors file alone has no architecture; it needs config.json beside it", p.display()))
+                })
             }
+            "safetensors" => Err(Failure::model(format!(
+                "'{}': a safetensors file alone has no architecture; pass the folder holding config.json and model.safetensors",
+                p.display()
+            ))),
             "gguf" => Ok(ModelSource::Gguf(p.to_path_buf())),
             _ => Ok(ModelSource::Onnx(p.to_path_buf())),
         }
@@ -263,7 +281,7 @@ impl ModelSource {
 
     pub fn path(&self) -> &Path {
         match self {
-            ModelSource::Onnx(p) | ModelSource::SafetensorsDir(p) | ModelSource::Gguf(p) => p,
+            ModelSource::Onnx(p) | ModelSource::SafetensorsDir(p) | ModelSource::Gguf(p) | ModelSource::HfLlm(p) => p,
         }
     }
 
@@ -273,7 +291,7 @@ impl ModelSource {
     pub fn node_op_types(&self) -> BTreeMap<String, String> {
         match self {
             ModelSource::Onnx(p) => rlx_import::onnx_summary(p).map(|s| s.node_op_types).unwrap_or_default(),
-            ModelSource::SafetensorsDir(_) | ModelSource::Gguf(_) => BTreeMap::new(),
+            ModelSource::SafetensorsDir(_) | ModelSource::Gguf(_) | ModelSource::HfLlm(_) => BTreeMap::new(),
         }
     }
 
@@ -297,8 +315,8 @@ impl ModelSource {
                 }
                 Ok(hir)
             }
-            ModelSource::Gguf(p) => {
-                let f = phase("reading the model", || rlx_import::gguf::load_gguf(p)).map_err(Failure::model)?;
+            ModelSource::Gguf(p) | ModelSource::HfLlm(p) => {
+                let f = phase("reading the model", || rlx_models::llm::Checkpoint::open(p)).map_err(Failure::model)?;
                 // `--dim context=N [--dim chunk=C]`: the stateful step (KV cache of N positions as
                 // state, C tokens per call); otherwise the stateless full-sequence graph.
                 if let Some(&context) = dims.get("context") {
@@ -308,15 +326,14 @@ impl ModelSource {
                         ));
                     }
                     let chunk = dims.get("chunk").copied().unwrap_or(1);
-                    let (_, hir) = phase("building", || rlx_models::llm::llm_step_from_gguf(&f, chunk as usize, context as usize))
+                    let (_, hir) = phase("building", || f.step(chunk as usize, context as usize))
                         .map_err(|e| Failure::usage(format!("cannot build a cached step from '{}': {e}", p.display())))?;
                     return Ok(hir);
                 }
                 if dims.contains_key("chunk") {
                     return Err(Failure::usage("--dim chunk=C needs --dim context=N (the positions the KV cache holds)".to_string()));
                 }
-                let (_, mut hir) = phase("building", || rlx_models::llm::llm_from_gguf(&f))
-                    .map_err(|e| Failure::model(format!("cannot build a model from '{}': {e}", p.display())))?;
+                let (_, mut hir) = phase("building", || f.graph()).map_err(|e| Failure::model(format!("cannot build a model from '{}': {e}", p.display())))?;
                 if !dims.is_empty() {
                     bind_graph_dims(&mut hir, dims);
                     let probs = rlx_ir::verify::verify(&hir);
@@ -345,7 +362,7 @@ pub fn model_symbols(src: &ModelSource) -> Result<Vec<String>, Failure> {
         }
         ModelSource::SafetensorsDir(_) => Ok(src.import(&BTreeMap::new())?.input_symbols()),
         // `sequence`: the stateless graph; `context` and `chunk`: the stateful step (KV cache).
-        ModelSource::Gguf(_) => Ok(vec!["chunk".to_string(), "context".to_string(), "sequence".to_string()]),
+        ModelSource::Gguf(_) | ModelSource::HfLlm(_) => Ok(vec!["chunk".to_string(), "context".to_string(), "sequence".to_string()]),
     }
 }
 

@@ -62,7 +62,9 @@ pub enum Weights {
 
 #[derive(clap::Args, Debug)]
 pub struct CompileArgs {
-    /// The model: an .onnx file or a safetensors folder (config.json + model.safetensors)
+    /// The model: an .onnx file, a safetensors folder (config.json + model.safetensors: BERT, or a
+    /// llama/qwen2/qwen3/gemma3_text language model) or a GGUF language model; language models take
+    /// --dim sequence=N (stateless) or --dim context=N [--dim chunk=C] (a stateful KV-cache artifact)
     pub model: PathBuf,
     /// Target: host (this machine's CPU and features), x86_64 (x86-64-v3: AVX2+FMA unless --cpu), aarch64 (NEON)
     #[arg(long, value_enum, default_value_t = Target::Host)]

@@ -81,7 +81,7 @@ pub fn main(a: &InspectArgs) -> Result<(), Failure> {
             }
         }
         // GGUF files are summarized by cmd_llm::inspect (above); --hir/--mir return earlier.
-        ModelSource::SafetensorsDir(_) | ModelSource::Gguf(_) => {
+        ModelSource::SafetensorsDir(_) | ModelSource::Gguf(_) | ModelSource::HfLlm(_) => {
             let hir = src.import(&BTreeMap::new())?;
             let io = |vs: &[rlx_ir::ValueId], what: &str| -> Vec<(String, DType, Vec<Dim>)> {
                 vs.iter()

@@ -1,6 +1,6 @@
-//! GGUF language models on the command line: `rlxc inspect model.gguf` (metadata, tensors, block-type
-//! histogram) and `rlxc run model.gguf --prompt TEXT|--tokens 1,2,3 [-n N] [sampling]`: the prompt
-//! tokenized with the model's own vocabulary, tokens generated through `rlxc::llm` (the `Step` on
+//! Language models on the command line: `rlxc inspect model.gguf` (metadata, tensors, block-type
+//! histogram) and `rlxc run model.gguf|HF_FOLDER --prompt TEXT|--tokens 1,2,3 [-n N] [sampling]`: the
+//! prompt tokenized with the model's own vocabulary (GGUF; a Hugging Face folder takes `--tokens`), tokens generated through `rlxc::llm` (the `Step` on
 //! the interpreter, which recomputes the whole sequence per token: no KV cache yet), text streamed
 //! to stdout in whole UTF-8 characters, prefill and decode tokens/s to stderr. `--tokens` without
 //! `-n` writes the prompt's logits at every position to OUT_DIR/logits.npy.
@@ -8,6 +8,7 @@
 use crate::cmd_run::RunArgs;
 use crate::{phase, Failure, Target};
 use rlx_import::gguf::{load_gguf, GgufFile, GgufValue};
+use rlx_models::llm::Checkpoint;
 use rlx_models::{StreamDecoder, Tokenizer};
 use rlxc::llm::{self, CompiledStep, InterpStep, Sampler, Sampling, Step};
 use rlxc::pipeline::Timings;
@@ -120,15 +121,24 @@ fn stdout_failure(e: std::io::Error) -> Failure {
 
 pub fn run(a: &RunArgs, p: &Path) -> Result<(), Failure> {
     if !a.inputs.is_empty() {
-        return Err(Failure::usage("a GGUF model takes its prompt as --prompt TEXT or --tokens ID,ID,…, not --input".to_string()));
+        return Err(Failure::usage("a language model takes its prompt as --prompt TEXT or --tokens ID,ID,…, not --input".to_string()));
     }
     if a.prompt.is_none() && a.tokens.is_empty() {
-        return Err(Failure::usage("a GGUF model needs a prompt: --prompt TEXT, or --tokens ID,ID,…".to_string()));
+        return Err(Failure::usage("a language model needs a prompt: --prompt TEXT, or --tokens ID,ID,…".to_string()));
     }
     let sampling = sampling(a)?;
-    let f = read(p)?;
-    let tok = tokenizer(&f, p)?;
+    let f = phase("reading the model", || Checkpoint::open(p)).map_err(Failure::model)?;
+    let tok = match &f {
+        Checkpoint::Gguf(g) => tokenizer(g, p)?,
+        Checkpoint::Hf(_) => None,
+    };
     let prompt: Vec<i64> = match (&a.prompt, &tok) {
+        (Some(_), None) if matches!(f, Checkpoint::Hf(_)) => {
+            return Err(Failure::usage(format!(
+                "'{}' is a Hugging Face checkpoint: rlxc does not read its tokenizer.json, so --prompt cannot be tokenized: give the prompt as --tokens ID,ID,…",
+                p.display()
+            )))
+        }
         (Some(_), None) => {
             return Err(Failure::usage(format!(
                 "'{}' has no vocabulary (no tokenizer.ggml.tokens), so --prompt cannot be tokenized: give the prompt as --tokens ID,ID,…",
@@ -144,8 +154,7 @@ pub fn run(a: &RunArgs, p: &Path) -> Result<(), Failure> {
     let n = a.max_tokens.unwrap_or(if a.prompt.is_some() { 64 } else { 0 });
     let logits_only = a.prompt.is_none() && n == 0;
     let target = where_to_run(a, logits_only)?;
-    let cfg = rlx_models::llm::LlmConfig::from_gguf(&f)
-        .map_err(|e| Failure::model(format!("cannot build a model from '{}': {e}", p.display())))?;
+    let cfg = f.config().map_err(|e| Failure::model(format!("cannot build a model from '{}': {e}", p.display())))?;
     if let Some(bad) = prompt.iter().find(|&&t| t < 0 || t as usize >= cfg.vocab) {
         return Err(Failure::usage(format!("token id {bad} is outside the vocabulary (0..{})", cfg.vocab)));
     }
@@ -158,10 +167,9 @@ pub fn run(a: &RunArgs, p: &Path) -> Result<(), Failure> {
     // What runs the model: the interpreter (the reference), or the compiled KV-cache artifact.
     let mut step: Box<dyn Step> = if target == Target::Interp {
         if let Some((name, _)) = a.on.dims.first() {
-            return Err(Failure::usage(format!("--dim {name}: the interpreter sizes a GGUF model from the prompt; --dim context / chunk are for a compiled --target")));
+            return Err(Failure::usage(format!("--dim {name}: the interpreter sizes a language model from the prompt; --dim context / chunk are for a compiled --target")));
         }
-        let (_, hir) = phase("building", || rlx_models::llm::llm_from_gguf(&f))
-            .map_err(|e| Failure::model(format!("cannot build a model from '{}': {e}", p.display())))?;
+        let (_, hir) = phase("building", || f.graph()).map_err(|e| Failure::model(format!("cannot build a model from '{}': {e}", p.display())))?;
         let mir = crate::lower(&hir, p)?;
         if logits_only {
             return prompt_logits(a, &mir, &prompt, cfg.vocab);
@@ -239,7 +247,7 @@ pub const DEFAULT_CHUNK: usize = 8;
 /// The cached step of `f` compiled for `t` and loaded: context `--dim context=N` (default: the
 /// prompt and the new tokens, rounded up to 64, capped at the model's), `--dim chunk=C` tokens per
 /// prefill call. Prints the compile time (stderr) apart from generation's.
-fn compiled_step(a: &RunArgs, p: &Path, f: &GgufFile, t: Target, prompt: usize, n: usize, model_context: usize) -> Result<CompiledStep, Failure> {
+fn compiled_step(a: &RunArgs, p: &Path, f: &Checkpoint, t: Target, prompt: usize, n: usize, model_context: usize) -> Result<CompiledStep, Failure> {
     let mut context = default_context(prompt + n, model_context);
     let mut chunk = DEFAULT_CHUNK;
     for (name, v) in &a.on.dims {
@@ -248,7 +256,7 @@ fn compiled_step(a: &RunArgs, p: &Path, f: &GgufFile, t: Target, prompt: usize, 
             "chunk" => chunk = *v as usize,
             other => {
                 return Err(Failure::usage(format!(
-                    "--dim {other}: a GGUF language model run on --target {} takes --dim context=N (positions the KV cache holds) and --dim chunk=C (tokens per prefill call)",
+                    "--dim {other}: a language model run on --target {} takes --dim context=N (positions the KV cache holds) and --dim chunk=C (tokens per prefill call)",
                     t.name()
                 )))
             }
@@ -265,7 +273,7 @@ fn compiled_step(a: &RunArgs, p: &Path, f: &GgufFile, t: Target, prompt: usize, 
     }
     let chunk = chunk.min(context);
     let t0 = Instant::now();
-    let (_, hir) = phase("building the cached step", || rlx_models::llm::llm_step_from_gguf(f, chunk, context))
+    let (_, hir) = phase("building the cached step", || f.step(chunk, context))
         .map_err(|e| Failure::model(format!("cannot build a cached step from '{}': {e}", p.display())))?;
     let mir = crate::lower(&hir, p)?;
     drop(hir);

@@ -25,17 +25,20 @@ pub const LONG_ABOUT: &str = "Run a model on .npy inputs and write one .npy file
         the QEMU board), verilog (Icarus simulation of the int8 datapath; cycles reported). Float inputs \
         of an int8 target are quantized with its input's scale and zero point; its outputs are written \
         as int8. The time of each phase (import, lower, compile, link/build/setup, run) is printed apart.\n\n\
-        GGUF language models (MODEL.gguf) take a prompt instead of inputs: --prompt TEXT (tokenized with \
-        the file's own vocabulary; the generated text streams to stdout, prefill and decode tokens/s go \
+        Language models (MODEL.gguf, or a Hugging Face folder whose config.json says model_type llama, qwen2, \
+        qwen3 or gemma3_text, with model.safetensors or its shards) take a prompt instead of inputs: --prompt \
+        TEXT (GGUF only: tokenized with the file's own vocabulary; the generated text streams to stdout, prefill and decode tokens/s go \
         to stderr) or --tokens ID,ID,… (generated ids to stdout; without -n, the prompt's logits at every \
         position to DIR/logits.npy). Generation stops after -n tokens, at an end-of-generation token or a \
         full context. --temperature 0 (the default) is greedy; above 0, top-k, then top-p, then the \
-        temperature, then a draw seeded by --seed (the same seed gives the same text). They run on the \
-        interpreter for now.";
+        temperature, then a draw seeded by --seed (the same seed gives the same text). A language model \
+        runs as the stateful KV-cache artifact compiled for this CPU (--dim context=N, --dim chunk=C) when \
+        rlxc has the LLVM back end, else, and with --target interp, on the interpreter.";
 
 #[derive(clap::Args)]
 pub struct RunArgs {
-    /// The model: an ONNX file, a folder with config.json + model.safetensors, or a GGUF language model
+    /// The model: an ONNX file, a folder with config.json + model.safetensors (BERT, or a llama/qwen2/
+    /// qwen3/gemma3_text language model: the folder or its model.safetensors), or a GGUF language model
     pub model: PathBuf,
     /// A model input: NAME=FILE.npy (repeat once per model input)
     #[arg(long = "input", short = 'i', value_name = "NAME=FILE.npy", value_parser = parse_input)]
@@ -137,11 +140,11 @@ pub struct Model {
 
 pub fn main(a: &RunArgs) -> Result<(), Failure> {
     let t_start = Instant::now();
-    if let ModelSource::Gguf(p) = ModelSource::from_path(&a.model)? {
+    if let ModelSource::Gguf(p) | ModelSource::HfLlm(p) = ModelSource::from_path(&a.model)? {
         return crate::cmd_llm::run(a, &p);
     }
     if let Some(flag) = crate::cmd_llm::llm_flag(a) {
-        return Err(Failure::usage(format!("{flag} is for GGUF language models (MODEL.gguf)")));
+        return Err(Failure::usage(format!("{flag} is for language models (MODEL.gguf, or a Hugging Face folder with config.json and safetensors)")));
     }
     let mut m = load_model(&a.model, &a.inputs, &a.on.dims, false)?;
     let req = a.on.request(&m);

@@ -49,31 +49,37 @@ pub struct TrainArgs {
     pub weight_decay: f64,
 }
 
+/// The step's options from the flags (`rlxc compile --train` and `rlxc train` share them); a bad
+/// number is a usage error naming its flag.
+pub fn step_options(loss: LossArg, optimizer: OptimizerArg, lr: f64, momentum: f64, weight_decay: f64) -> Result<TrainOptions, Failure> {
+    let finite = |v: f64, what: &str| {
+        if v.is_finite() && v >= 0.0 {
+            Ok(v)
+        } else {
+            Err(Failure::usage(format!("{what} must be a finite number >= 0, got {v}")))
+        }
+    };
+    let lr = finite(lr, "--lr")?;
+    let optimizer = match optimizer {
+        OptimizerArg::Sgd => Optimizer::Sgd { lr, momentum: finite(momentum, "--momentum")? },
+        OptimizerArg::Adam | OptimizerArg::Adamw => Optimizer::Adam {
+            lr,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay: if optimizer == OptimizerArg::Adamw { finite(weight_decay, "--weight-decay")? } else { 0.0 },
+        },
+    };
+    let loss = match loss {
+        LossArg::CrossEntropy => Loss::CrossEntropy,
+        LossArg::Mse => Loss::Mse,
+    };
+    Ok(TrainOptions { loss, optimizer, output: 0 })
+}
+
 impl TrainArgs {
     pub fn options(&self) -> Result<TrainOptions, Failure> {
-        let finite = |v: f64, what: &str| {
-            if v.is_finite() && v >= 0.0 {
-                Ok(v)
-            } else {
-                Err(Failure::usage(format!("{what} must be a finite number >= 0, got {v}")))
-            }
-        };
-        let lr = finite(self.lr, "--lr")?;
-        let optimizer = match self.optimizer {
-            OptimizerArg::Sgd => Optimizer::Sgd { lr, momentum: finite(self.momentum, "--momentum")? },
-            OptimizerArg::Adam | OptimizerArg::Adamw => Optimizer::Adam {
-                lr,
-                beta1: 0.9,
-                beta2: 0.999,
-                eps: 1e-8,
-                weight_decay: if self.optimizer == OptimizerArg::Adamw { finite(self.weight_decay, "--weight-decay")? } else { 0.0 },
-            },
-        };
-        let loss = match self.loss {
-            LossArg::CrossEntropy => Loss::CrossEntropy,
-            LossArg::Mse => Loss::Mse,
-        };
-        Ok(TrainOptions { loss, optimizer, output: 0 })
+        step_options(self.loss, self.optimizer, self.lr, self.momentum, self.weight_decay)
     }
 
     /// The training step of `mir`, when --train was given.

@@ -5,6 +5,7 @@
 //! - [`conformance`]: the ONNX op conformance suite behind `rlxc conformance`.
 //! - [`targets`]: the target families behind one trait — compile, write, execute.
 //! - [`llm`]: token generation (the `Step` an executor implements, sampling, the loop).
+//! - [`train`]: `rlxc train` — the compiled training step with resident parameters, data, reports.
 
 #[cfg(not(any(feature = "llvm", feature = "cranelift")))]
 compile_error!("rlxc needs at least one native back end: cargo feature `llvm` or `cranelift`");
@@ -18,3 +19,4 @@ pub mod llm;
 pub use rlx_import::npy;
 pub mod pipeline;
 pub mod targets;
+pub mod train;

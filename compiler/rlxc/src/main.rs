@@ -1,4 +1,4 @@
-//! The `rlxc` command line: inspect · run · bench · check · compile · coverage · conformance ·
+//! The `rlxc` command line: inspect · run · bench · check · compile · train · coverage · conformance ·
 //! tokenize · detokenize.
 //!
 //! Exit codes: 0 success; 1 the model is invalid or unsupported (or a run fails); 2 the command line
@@ -12,6 +12,7 @@ mod cmd_inspect;
 mod cmd_llm;
 mod cmd_run;
 mod cmd_tokens;
+mod cmd_train;
 mod cmd_train_step;
 
 pub use rlxc::cli::*;
@@ -26,8 +27,10 @@ use std::process::ExitCode;
     version = VERSION,
     about = "rlxc: an ahead-of-time compiler for ML models (ONNX, safetensors, GGUF)",
     long_about = "rlxc: an ahead-of-time compiler for ML models.\n\n\
-        MODEL is an ONNX file (.onnx), a safetensors model folder (config.json + model.safetensors) or a GGUF \
-        language model (.gguf; `rlxc run model.gguf --prompt TEXT` generates text).\n\n\
+        MODEL is an ONNX file (.onnx), a safetensors model folder (config.json + model.safetensors: BERT \
+        encoders, or language models whose config.json says model_type llama, qwen2, qwen3 or gemma3_text; \
+        the folder or its model.safetensors) or a GGUF language model (.gguf; `rlxc run model.gguf --prompt \
+        TEXT` generates text, `rlxc run FOLDER --tokens 1,2,3 -n N` generates ids).\n\n\
         Exit codes: 0 success; 1 the model is invalid or unsupported, or running it failed; \
         2 usage error (bad flags, --dim/--input syntax, unknown target, inputs that do not match the model)."
 )]
@@ -53,6 +56,9 @@ enum Cmd {
     /// Report how every op of a model resolves on a target, without compiling
     #[command(long_about = cmd_check::LONG_ABOUT)]
     Check(cmd_check::CheckArgs),
+    /// Train a model with its compiled training step (parameters resident between steps) on .npy data
+    #[command(long_about = cmd_train::LONG_ABOUT)]
+    Train(cmd_train::TrainCmdArgs),
     /// Print (or write, or check) the op-coverage table generated from the targets' claim sets
     Coverage(cmd_coverage::CoverageArgs),
     /// Run the ONNX op conformance suite
@@ -79,6 +85,7 @@ fn main() -> ExitCode {
         Cmd::Bench(a) => cmd_bench::main(a),
         Cmd::Check(a) => cmd_check::main(a),
         Cmd::Compile(a) => cmd_compile::main(a),
+        Cmd::Train(a) => cmd_train::main(a),
         Cmd::Coverage(a) => cmd_coverage::main(a),
         Cmd::Tokenize(a) => cmd_tokens::tokenize(a),
         Cmd::Detokenize(a) => cmd_tokens::detokenize(a),

@@ -195,7 +195,7 @@ fn bad_prompts_and_values_are_usage_errors() {
     ok(Command::new(python()).arg(repo().join("tests/reference/llm_ref.py")).args(["tiny", "llama", "F32"]).arg(&plain));
     usage_error(&run(&plain, &["--prompt", "hello"]), "has no vocabulary (no tokenizer.ggml.tokens), so --prompt cannot be tokenized");
     usage_error(&run(&model, &["--prompt", "a", "--tokens", "1"]), "cannot be used with");
-    usage_error(&run(&model, &[]), "a GGUF model needs a prompt: --prompt TEXT, or --tokens ID,ID,…");
+    usage_error(&run(&model, &[]), "a language model needs a prompt: --prompt TEXT, or --tokens ID,ID,…");
     usage_error(&run(&model, &["--prompt", &"a ".repeat(40)]), "tokens, longer than the model's context of 32");
     usage_error(&run(&model, &["--tokens", &vec!["1"; 33].join(",")]), "the prompt is 33 tokens, longer than the model's context of 32");
     usage_error(&run(&model, &["--prompt", "a", "--temperature", "-1"]), "--temperature -1 must be a finite number ≥ 0");
@@ -209,7 +209,7 @@ fn bad_prompts_and_values_are_usage_errors() {
     // (checked before the file is read: any bytes will do)
     let onnx = dir.join("model.onnx");
     std::fs::write(&onnx, b"not read").unwrap();
-    usage_error(&run(&onnx, &["--temperature", "1"]), "--temperature is for GGUF language models");
+    usage_error(&run(&onnx, &["--temperature", "1"]), "--temperature is for language models (MODEL.gguf, or a Hugging Face folder");
 }
 
 #[test]

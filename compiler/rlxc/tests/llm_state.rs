@@ -184,6 +184,53 @@ fn compiled_step_generates_as_the_stateless_interpreter() {
     eprintln!("{}", report.join("\n"));
 }
 
+/// The same artifacts through their Rust binding (`NAME.rs`: `step`, `MAX_CONTEXT`, `MAX_CHUNK`,
+/// `VOCAB`, `ARENA_BYTES`, `STATE_BYTES`): tests/native/rust-llm, linked by cargo against the object,
+/// generates as tests/native/llm_generate.c does on the same object — the same ids and bit-identical
+/// logits at every position (the C program is checked against the interpreter above).
+#[test]
+fn rust_binding_of_a_stateful_artifact_generates_as_the_c_program() {
+    let dir = scratch("llm-state-rust");
+    let target = dir.join("cargo-target");
+    for (arch, qtype, backend) in [("llama", "Q8_0", "llvm"), ("gemma3", "F32", "cranelift")] {
+        let model = tiny(&dir, arch, qtype);
+        let out = dir.join(format!("{arch}-{qtype}"));
+        ok(rlxc().arg("compile").arg(&model).args(["--target", "host", "--backend", backend, "--name", "llm", "--dim", "context=16", "--dim", "chunk=4", "-o"]).arg(&out));
+        let rs = std::fs::read_to_string(out.join("llm.rs")).unwrap();
+        for want in ["pub const MAX_CONTEXT: usize = 16;", "pub const MAX_CHUNK: usize = 4;", "pub type State = rlx_rt::Arena<STATE_BYTES>;", "pub fn step(arena: &mut [u8], state: &mut [u8]"] {
+            assert!(rs.contains(want), "llm.rs lacks '{want}'");
+        }
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        ok(Command::new(cargo)
+            .args(["build", "--release", "--offline", "--quiet", "--manifest-path"])
+            .arg(repo().join("tests/native/rust-llm/Cargo.toml"))
+            .env("CARGO_TARGET_DIR", &target)
+            .env("RLX_MODEL_DIR", &out)
+            .env("RLX_MODEL_NAME", "llm")
+            .env_remove("CARGO_BUILD_TARGET")
+            .current_dir(repo().join("tests/native/rust-llm")));
+        let c_exe = out.join("generate");
+        ok(Command::new("cc")
+            .args(["-O2", "-std=c11", "-Wall", "-Werror", "-I"])
+            .arg(&out)
+            .arg(repo().join("tests/native/llm_generate.c"))
+            .arg(out.join("llm.o"))
+            .arg(out.join("librlx_rt.a"))
+            .args(["-lpthread", "-ldl", "-lm", "-lrt", "-lutil", "-o"])
+            .arg(&c_exe));
+        // Six prompt tokens: one full chunk and a padded one, then decode to a full context.
+        let args = ["12", "1,5,9,2,77,3"];
+        let (c_dump, rs_dump) = (out.join("c.f32"), out.join("rs.f32"));
+        let c_ids = ok(Command::new(&c_exe).args(args).arg(&c_dump));
+        let rs_ids = ok(Command::new(target.join("release/rlx-native-rust-llm")).args(args).arg(&rs_dump));
+        assert!(c_ids.starts_with("generated: ") && c_ids.split(',').count() == 11, "{arch}: {c_ids}");
+        assert_eq!(rs_ids, c_ids, "{arch} {qtype} {backend}: the Rust binding and the C program generate differently");
+        let (c, r) = (std::fs::read(&c_dump).unwrap(), std::fs::read(&rs_dump).unwrap());
+        assert_eq!(c.len(), 16 * 96 * 4);
+        assert!(c == r, "{arch} {qtype} {backend}: logits differ between the Rust binding and the C program");
+    }
+}
+
 /// Usage errors of the stateful compile (exit 2, nothing written), and a GPU target that does not
 /// claim `write_rows` lists every cache update it cannot compile (exit 1).
 #[test]

@@ -1,7 +1,9 @@
 //! Real-model checks of the ONNX breadth ops (issue 19) against ONNX Runtime: exporter-style graphs
 //! built by `tests/reference/onnx_seq_models.py` with `onnx.helper` — a bidirectional LSTM + GRU
-//! sequence classifier, a U-Net-style upsampler with nearest, bilinear and cubic `Resize`, and an
-//! STFT audio front end (power spectrum, mel-style projection, log) — run by
+//! sequence classifier, a U-Net-style upsampler with nearest, bilinear and cubic `Resize`, an
+//! STFT audio front end (power spectrum, mel-style projection, log), a scripted-module-style model
+//! with `Loop`, `Scan` and a run-time `If` (inputs taking each branch), and a spatial transformer
+//! (`AffineGrid` + `GridSample`) — run by
 //! `rlxc run` on the interpreter and on `--target host`: 1e-4 max abs difference.
 
 mod common;
@@ -71,4 +73,26 @@ fn stft_frontend_matches_onnxruntime_on_interp() {
 #[test]
 fn stft_frontend_matches_onnxruntime_on_host() {
     check("stft_frontend", "host", &[1, 5, 8]);
+}
+
+#[test]
+fn loop_scan_if_model_matches_onnxruntime_on_interp() {
+    check("control_flow", "interp", &[2, 4]);
+    check("control_flow_else", "interp", &[2, 4]);
+}
+
+#[test]
+fn loop_scan_if_model_matches_onnxruntime_on_host() {
+    check("control_flow", "host", &[2, 4]);
+    check("control_flow_else", "host", &[2, 4]);
+}
+
+#[test]
+fn spatial_transformer_matches_onnxruntime_on_interp() {
+    check("stn", "interp", &[2, 3, 10, 10]);
+}
+
+#[test]
+fn spatial_transformer_matches_onnxruntime_on_host() {
+    check("stn", "host", &[2, 3, 10, 10]);
 }

@@ -184,3 +184,167 @@ fn compile_train_writes_the_step_beside_the_model() {
     assert_eq!(bad.status.code(), Some(2), "--loss without --train");
     let _ = std::fs::remove_dir_all(&out);
 }
+
+/// The step with parameters and velocities as state: the planner updates every one in place (no
+/// copy into the state region), and the state region holds exactly them.
+#[test]
+fn resident_step_updates_parameters_in_place() {
+    let s = step();
+    let g = s.resident();
+    assert_eq!((g.inputs.len(), g.outputs.len(), g.state.len()), (10, 9, 8));
+    let c = rlxc::targets::cpu::compile(Target::Host, &g, &Request::named("mnist_resident"), &mut Timings::default()).unwrap();
+    let names: Vec<&str> = c.lir.launches.iter().map(|l| l.kernel.name.as_str()).collect();
+    assert!(!names.iter().any(|n| n.starts_with("copy_state")), "{names:?}");
+    let state: Vec<&str> = c.lir.state.iter().map(|s| s.port.name.as_str()).collect();
+    assert_eq!(state, ["w1", "b1", "w2", "b2", "w1.velocity", "b1.velocity", "w2.velocity", "b2.velocity"]);
+    assert_eq!((c.lir.inputs.len(), c.lir.outputs.len()), (2, 1));
+}
+
+fn csv_rows(p: &std::path::Path) -> Vec<Vec<String>> {
+    std::fs::read_to_string(p).unwrap().lines().skip(1).map(|l| l.split(',').map(str::to_string).collect()).collect()
+}
+
+/// `rlxc train` end to end on the MNIST subset: the same training as the numpy reference (same
+/// initial parameters, batches, SGD momentum 0.9, lr 0.05, 3 epochs) — each epoch's mean loss within
+/// 1e-3 of numpy's, the final test accuracy at least numpy's; the saved safetensors weights give that
+/// accuracy again on the interpreter, the trained ONNX model holds the same weights, the plot is SVG.
+#[test]
+fn rlxc_train_end_to_end_reaches_the_numpy_accuracy() {
+    let out = std::env::temp_dir().join(format!("rlxc-train-e2e-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let rlxc = env!("CARGO_BIN_EXE_rlxc");
+    let plot = out.join("mnist.svg");
+    let onnx = out.join("trained.onnx");
+    let epochs = f64s("accuracy.bin").len().to_string();
+    let o = ok(Command::new(rlxc)
+        .arg("train")
+        .arg(data().join("mlp_init.onnx"))
+        .arg("--data")
+        .arg(data())
+        .args(["--epochs", &epochs, "--batch", "128", "--optimizer", "sgd", "--momentum", "0.9", "--lr", "0.05", "--name", "mnist", "-o"])
+        .arg(&out)
+        .arg("--plot")
+        .arg(&plot)
+        .arg("--onnx")
+        .arg(&onnx));
+    eprintln!("{o}");
+    let rows = csv_rows(&out.join("mnist_metrics.csv"));
+    let (np_losses, np_acc) = (f64s("losses.bin"), f64s("accuracy.bin"));
+    assert_eq!(rows.len(), np_acc.len());
+    let per = np_losses.len() / rows.len();
+    for (e, r) in rows.iter().enumerate() {
+        let mean = np_losses[e * per..(e + 1) * per].iter().sum::<f64>() / per as f64;
+        let loss: f64 = r[1].parse().unwrap();
+        assert!((loss - mean).abs() < 1e-3 * (1.0 + mean), "epoch {}: train loss {loss}, numpy {mean}", e + 1);
+    }
+    let acc: f64 = rows.last().unwrap()[3].parse().unwrap();
+    assert!(acc >= *np_acc.last().unwrap(), "test accuracy {acc} below numpy's {:?}", np_acc.last());
+    // The saved weights, on the interpreter: the accuracy the compiled evaluation reported.
+    let bytes = std::fs::read(out.join("mnist.safetensors")).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let p: Vec<ConstData> = ["w1", "b1", "w2", "b2"]
+        .iter()
+        .map(|n| {
+            let t = st.tensor(n).unwrap();
+            ConstData::new(DType::F32, t.shape().to_vec(), Blob::from_vec(t.data().to_vec())).unwrap()
+        })
+        .collect();
+    let interp_acc = accuracy(&p);
+    assert!((interp_acc - acc).abs() <= 0.002, "interpreter accuracy {interp_acc} with the saved weights, compiled {acc}");
+    // The trained ONNX model: the same weights as initializers.
+    let opts = rlx_import::ImportOptions { dims: [("batch".to_string(), 1000)].into(), ..Default::default() };
+    let trained = rlx_opt::lower(&rlx_import::load_onnx(&onnx, &opts).unwrap()).unwrap();
+    for (k, n) in ["w1", "b1", "w2", "b2"].iter().enumerate() {
+        let v = trained.values.iter().find(|v| v.name.as_deref() == Some(*n)).unwrap();
+        let rlx_ir::Def::Const(c) = &v.def else { panic!("{n} is not a constant") };
+        assert_eq!(c.data.bytes(), p[k].data.bytes(), "{n} differs between the ONNX model and the safetensors file");
+    }
+    let svg = std::fs::read_to_string(&plot).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("test accuracy") && svg.contains("<polyline"), "{}", &svg[..svg.len().min(300)]);
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// Bad flags and bad data are usage errors (exit 2) naming the flag or the file.
+#[test]
+fn rlxc_train_bad_flags_exit_2_naming_the_flag() {
+    let out = std::env::temp_dir().join(format!("rlxc-train-bad-{}", std::process::id()));
+    let rlxc = env!("CARGO_BIN_EXE_rlxc");
+    let model = data().join("mlp_init.onnx");
+    let bad_data = out.join("bad-data");
+    std::fs::create_dir_all(&bad_data).unwrap();
+    // Labels outside the 10 classes.
+    std::fs::copy(data().join("train_x.npy"), bad_data.join("train_x.npy")).unwrap();
+    let ys = rlxc::npy::read(&data().join("train_y.npy")).unwrap();
+    let mut labels = ys.to_i64_vec();
+    labels[7] = 10;
+    rlxc::npy::write(&bad_data.join("train_y.npy"), &ConstData::from_i64(vec![labels.len()], &labels)).unwrap();
+    let d = data();
+    let dstr = d.to_str().unwrap();
+    let bstr = bad_data.to_str().unwrap();
+    for (flags, says) in [
+        (vec!["--data", dstr, "--epochs", "0", "--batch", "128"], "--epochs"),
+        (vec!["--data", dstr, "--lr=-1", "--batch", "128"], "--lr must be a finite number"),
+        (vec!["--data", dstr, "--batch", "128", "--plot", "loss.png"], "--plot"),
+        (vec!["--data", "/nonexistent-rlxc-data", "--batch", "128"], "--data"),
+        (vec!["--data", dstr, "--batch", "5000"], "--batch 5000"),
+        (vec!["--data", dstr], "--batch"),
+        (vec!["--data", bstr, "--batch", "128"], "row 7 is label 10"),
+        (vec!["--batch", "128"], "--data"),
+    ] {
+        let o = Command::new(rlxc).arg("train").arg(&model).args(&flags).arg("-o").arg(&out).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.code() == Some(2) && err.contains(says), "{flags:?}: {:?} {err}", o.status.code());
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// A state output that cannot be written in place (a transpose reads other elements of the state it
+/// replaces) is copied into its slot after every read; one that can (elementwise) is not. Three calls
+/// of the compiled step against the interpreter iterating the same graph.
+#[test]
+fn state_not_safe_in_place_is_copied_into_its_slot() {
+    use rlx_ir::{BinaryOp, MirOp, State, TensorType};
+    use rlxc::targets::cpu::dlopen;
+    let mut g = Mir::new();
+    let x = g.add_input("x", TensorType::fixed(DType::F32, &[3, 3]));
+    let s = g.add_input("s", TensorType::fixed(DType::F32, &[3, 3]));
+    let u = g.add_input("u", TensorType::fixed(DType::F32, &[3, 3]));
+    let t = g.add1("t", MirOp::Transpose { perm: vec![1, 0] }, &[s]).unwrap();
+    let s1 = g.add1("s1", MirOp::Binary(BinaryOp::Add), &[t, x]).unwrap();
+    let y = g.add1("y", MirOp::Binary(BinaryOp::Sub), &[u, s]).unwrap();
+    let u1 = g.add1("u1", MirOp::Binary(BinaryOp::Mul), &[u, s]).unwrap();
+    g.outputs = vec![y, s1, u1];
+    g.state = vec![State { input: 1, output: 1 }, State { input: 2, output: 2 }];
+    assert!(rlx_ir::verify::verify(&g).is_empty());
+    let c = rlxc::targets::cpu::compile(Target::Host, &g, &Request::named("state_copy"), &mut Timings::default()).unwrap();
+    let names: Vec<&str> = c.lir.launches.iter().map(|l| l.kernel.name.as_str()).collect();
+    assert!(names.contains(&"copy_state_0") && !names.contains(&"copy_state_1"), "{names:?}");
+    let lib = dlopen::open(&c, &mut Timings::default()).unwrap();
+    let f = *dlopen::symbol::<dlopen::StepFn>(&lib, "state_copy_step").unwrap();
+    let (mut arena, mut state) = (dlopen::lines(c.lir.arena_bytes), dlopen::lines(c.lir.state_bytes));
+    let xv: Vec<f32> = (0..9).map(|i| i as f32 * 0.5 - 1.0).collect();
+    let (mut sv, mut uv): (Vec<f32>, Vec<f32>) = ((0..9).map(|i| i as f32).collect(), (0..9).map(|i| 1.0 + i as f32 * 0.1).collect());
+    let off: Vec<usize> = c.lir.state.iter().map(|s| s.offset).collect();
+    {
+        let b = unsafe { std::slice::from_raw_parts_mut(state.as_mut_ptr() as *mut u8, state.len() * 64) };
+        for (k, v) in [&sv, &uv].iter().enumerate() {
+            b[off[k]..off[k] + 36].copy_from_slice(&v.iter().flat_map(|f| f.to_le_bytes()).collect::<Vec<u8>>());
+        }
+    }
+    for call in 0..3 {
+        let mut yv = [0f32; 9];
+        let ins = [xv.as_ptr() as *const u8];
+        let outs = [yv.as_mut_ptr() as *mut u8];
+        let code = unsafe { f(arena.as_mut_ptr() as *mut u8, state.as_mut_ptr() as *mut u8, ins.as_ptr(), outs.as_ptr()) };
+        assert_eq!(code, 0);
+        let want = rlx_interp::run(&g, &[ConstData::from_f32(vec![3, 3], &xv), ConstData::from_f32(vec![3, 3], &sv), ConstData::from_f32(vec![3, 3], &uv)]).unwrap();
+        let b = unsafe { std::slice::from_raw_parts(state.as_ptr() as *const u8, state.len() * 64) };
+        let got = |k: usize| -> Vec<f32> { b[off[k]..off[k] + 36].chunks(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect() };
+        let f32s = |c: &ConstData| -> Vec<f32> { c.to_f64_vec().iter().map(|&v| v as f32).collect() };
+        assert_eq!(yv.to_vec(), f32s(&want[0]), "call {call}: y");
+        assert_eq!(got(0), f32s(&want[1]), "call {call}: s");
+        assert_eq!(got(1), f32s(&want[2]), "call {call}: u");
+        sv = got(0);
+        uv = got(1);
+    }
+}

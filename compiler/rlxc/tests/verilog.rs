@@ -100,7 +100,7 @@ fn build_testbench(dir: &Path, model: &str) {
 /// Runs `dir/tb.vvp` with `args`: vvp's exit status and its output, pass or fail.
 fn run_testbench(dir: &Path, args: &[&str]) -> (Option<i32>, String) {
     let out = Command::new("timeout")
-        .args(["300", "vvp", "-n", "tb.vvp"])
+        .args(["900", "vvp", "-n", "tb.vvp"])
         .args(args)
         .current_dir(dir)
         .output()

@@ -4,8 +4,9 @@
 use rlx_import::gguf::GgufFile;
 
 /// How RoPE pairs dimensions: `Norm` rotates adjacent pairs (x[2i], x[2i+1]) — llama.cpp's
-/// LLAMA_ROPE_TYPE_NORM, used for `llama` (its converter permutes q/k to match) —, `Neox` rotates
-/// halves (x[i], x[i+d/2]) — qwen2, qwen3, gemma3.
+/// LLAMA_ROPE_TYPE_NORM, used for GGUF `llama` files (its converter permutes q/k to match) —, `Neox`
+/// rotates halves (x[i], x[i+d/2]) — qwen2, qwen3, gemma3, and every Hugging Face checkpoint (its
+/// `rotate_half`; llama's q/k unpermuted).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RopeStyle {
     Norm,
@@ -32,6 +33,9 @@ pub struct LlmConfig {
     pub vocab: usize,
     pub context: usize,
     pub eps: f64,
+    /// The factor on q·k before the softmax: 1/sqrt(head_dim), or Gemma 3's
+    /// 1/sqrt(query_pre_attn_scalar) from a Hugging Face config.
+    pub attn_scale: f64,
     pub rope_base: f64,
     pub rope: RopeStyle,
     /// Gemma 3: the sliding window of local layers, their RoPE base, and the global-layer period
@@ -127,6 +131,8 @@ impl LlmConfig {
             vocab,
             context,
             eps,
+            // llama.cpp's scale for these architectures (Gemma 3 270M..12B: query_pre_attn_scalar = head_dim).
+            attn_scale: 1.0 / (head_dim as f64).sqrt(),
             rope_base,
             rope: if arch == Arch::Llama { RopeStyle::Norm } else { RopeStyle::Neox },
             sliding_window: window,

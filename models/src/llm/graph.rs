@@ -1,6 +1,8 @@
 //! The LLaMA-family graph: token embedding, `layers` × (RMSNorm → attention with RoPE and a causal,
 //! optionally sliding-window mask → RMSNorm → gated MLP), final RMSNorm, logits. Weights stay in their
-//! GGUF blocks (`dequant_gather` for the embedding, `dequant_matmul` for every projection).
+//! GGUF blocks (`dequant_gather` for the embedding, `dequant_matmul` for every projection). The
+//! tensors are read by their GGUF names through [`Weights`] (a GGUF file, or a Hugging Face checkpoint
+//! mapped onto those names by `hf.rs`); errors name them as the checkpoint does.
 //!
 //! Two forms share every layer (`layer`, one function of hidden states, RoPE tables, masks and where
 //! the keys and values come from):
@@ -17,7 +19,7 @@
 //! every other type keeps `dequant_matmul` / `dequant_gather`.
 
 use super::config::{Arch, LlmConfig, RopeStyle};
-use rlx_import::gguf::GgufFile;
+use super::Weights;
 use rlx_ir::{BinaryOp, ConstData, DType, Dim, Hir, HirOp, MirOp, ReduceOp, Shape, State, TensorType, UnaryOp, ValueId};
 
 type R<T> = Result<T, String>;
@@ -30,11 +32,11 @@ fn seq() -> Dim {
 /// the step's fixed chunk).
 struct B<'a> {
     g: Hir,
-    f: &'a GgufFile,
+    f: &'a dyn Weights,
     rows: Dim,
 }
 
-impl B<'_> {
+impl<'a> B<'a> {
     fn op(&mut self, name: &str, op: MirOp, ins: &[ValueId]) -> R<ValueId> {
         self.g.add1(name, HirOp::Prim(op), ins)
     }
@@ -47,38 +49,45 @@ impl B<'_> {
     fn reshape(&mut self, name: &str, x: ValueId, shape: Vec<Dim>) -> R<ValueId> {
         self.op(name, MirOp::Reshape { shape }, &[x])
     }
+    /// The tensor `name` (a GGUF name), or an error naming it as the checkpoint does.
+    fn tensor(&self, name: &str) -> R<&'a ConstData> {
+        self.f.tensor(name).ok_or_else(|| format!("tensor '{}' is missing", self.f.shown(name)))
+    }
     /// A weight tensor as it is stored (block types stay blocks).
     fn raw(&mut self, name: &str) -> R<ValueId> {
-        let t = self.f.tensor(name).ok_or_else(|| format!("tensor '{name}' is missing"))?;
-        Ok(self.g.add_const(Some(name), t.data.clone()))
+        let t = self.tensor(name)?.clone();
+        Ok(self.g.add_const(Some(name), t))
     }
     /// A 1-D parameter (norm weight, bias) as f32.
     fn vector(&mut self, name: &str, len: usize) -> R<ValueId> {
-        let t = self.f.tensor(name).ok_or_else(|| format!("tensor '{name}' is missing"))?;
-        if t.data.shape != [len] || !t.data.dtype.is_float() {
-            return Err(format!("tensor '{name}' is {}{:?}, expected a float [{len}]", t.data.dtype, t.data.shape));
+        let t = self.tensor(name)?.clone();
+        if t.shape != [len] || !t.dtype.is_float() {
+            return Err(format!("tensor '{}' is {}{:?}, expected a float [{len}]", self.f.shown(name), t.dtype, t.shape));
         }
-        let v = self.g.add_const(Some(name), t.data.clone());
-        if t.data.dtype == DType::F32 {
+        let dtype = t.dtype;
+        let v = self.g.add_const(Some(name), t);
+        if dtype == DType::F32 {
             return Ok(v);
         }
         self.op(name, MirOp::Cast { to: DType::F32 }, &[v])
     }
-    /// x · Wᵀ for the GGUF matrix `name` ([out, in]), plus `bias` when the file has one.
+    /// x · Wᵀ for the GGUF matrix `name` ([out, in]), plus its bias when `bias` (Qwen 2's q/k/v:
+    /// required, as llama.cpp requires them).
     fn linear(&mut self, name: &str, x: ValueId, out: usize, inp: usize, bias: bool) -> R<ValueId> {
         let wname = format!("{name}.weight");
-        let t = self.f.tensor(&wname).ok_or_else(|| format!("tensor '{wname}' is missing"))?;
-        if t.data.shape != [out, inp] {
-            return Err(format!("tensor '{wname}' has shape {:?}, expected [{out}, {inp}]", t.data.shape));
+        let t = self.tensor(&wname)?;
+        if t.shape != [out, inp] {
+            return Err(format!("tensor '{}' has shape {:?}, expected [{out}, {inp}]", self.f.shown(&wname), t.shape));
         }
+        let f32 = t.dtype == DType::F32;
         let w = self.raw(&wname)?;
-        let y = if t.data.dtype == DType::F32 {
+        let y = if f32 {
             self.g.add1(name, HirOp::Linear { transpose_w: true }, &[x, w])?
         } else {
             self.op(name, MirOp::DequantMatMul, &[x, w])?
         };
         let bname = format!("{name}.bias");
-        if bias && self.f.tensor(&bname).is_some() {
+        if bias {
             let b = self.vector(&bname, out)?;
             return self.bin(&format!("{name}.add_bias"), BinaryOp::Add, y, b);
         }
@@ -193,30 +202,27 @@ fn layer(b: &mut B, c: &LlmConfig, i: usize, x: ValueId, s: &Shared, kv: &mut Kv
     let k = rope(b, &format!("{p}rope_k"), k, nkv, d, cos, sin, c.rope)?;
     let (k, v) = kv(b, i, k, v)?;
     let keys = b.g.ty(k).shape.0[0].clone();
-    // Grouped-query attention: query head j reads key/value head j / (nh / nkv).
-    let group = |b: &mut B, n: &str, t: ValueId| -> R<ValueId> {
-        if nkv == nh {
-            return Ok(t);
-        }
-        let t = b.reshape(&format!("{n}.split"), t, vec![keys.clone(), Dim::Fixed(nkv as u64), Dim::Fixed(1), Dim::Fixed(d as u64)])?;
-        let shape = vec![keys.clone(), Dim::Fixed(nkv as u64), Dim::Fixed((nh / nkv) as u64), Dim::Fixed(d as u64)];
-        let t = b.op(&format!("{n}.expand"), MirOp::Expand { shape }, &[t])?;
-        b.reshape(n, t, vec![keys.clone(), Dim::Fixed(nh as u64), Dim::Fixed(d as u64)])
-    };
-    let k = group(b, &format!("{p}attn_k.groups"), k)?;
-    let v = group(b, &format!("{p}attn_v.groups"), v)?;
-    let qt = b.op(&format!("{p}attn.q_t"), MirOp::Transpose { perm: vec![1, 0, 2] }, &[q])?;
-    let kt = b.op(&format!("{p}attn.k_t"), MirOp::Transpose { perm: vec![1, 2, 0] }, &[k])?;
-    let vt = b.op(&format!("{p}attn.v_t"), MirOp::Transpose { perm: vec![1, 0, 2] }, &[v])?;
+    // Grouped-query attention: query head j reads key/value head j / g (g = nh / nkv). The query heads
+    // are grouped by their key/value head, [nkv, g, rows, d], and the keys and values keep one head
+    // per group, [nkv, 1, …], broadcast by the matmuls: the cache is read where it is, never copied
+    // once per query head.
+    let g = nh / nkv;
+    let (fx, rows) = (|n: usize| Dim::Fixed(n as u64), b.rows.clone());
+    let q4 = b.reshape(&format!("{p}attn.q_groups"), q, vec![rows.clone(), fx(nkv), fx(g), fx(d)])?;
+    let k4 = b.reshape(&format!("{p}attn.k_groups"), k, vec![keys.clone(), fx(nkv), fx(1), fx(d)])?;
+    let v4 = b.reshape(&format!("{p}attn.v_groups"), v, vec![keys.clone(), fx(nkv), fx(1), fx(d)])?;
+    let qt = b.op(&format!("{p}attn.q_t"), MirOp::Transpose { perm: vec![1, 2, 0, 3] }, &[q4])?;
+    let kt = b.op(&format!("{p}attn.k_t"), MirOp::Transpose { perm: vec![1, 2, 3, 0] }, &[k4])?;
+    let vt = b.op(&format!("{p}attn.v_t"), MirOp::Transpose { perm: vec![1, 2, 0, 3] }, &[v4])?;
     let scores = b.op(&format!("{p}attn.scores"), MirOp::MatMul, &[qt, kt])?;
-    let sc = b.scalar((1.0 / (d as f64).sqrt()) as f32);
+    let sc = b.scalar(c.attn_scale as f32);
     let scores = b.bin(&format!("{p}attn.scale"), BinaryOp::Mul, scores, sc)?;
     let ninf = b.scalar(f32::NEG_INFINITY);
     let m = if local { s.mask_local } else { s.mask_global };
     let scores = b.op(&format!("{p}attn.mask"), MirOp::Where, &[m, scores, ninf])?;
-    let probs = b.g.add1(&format!("{p}attn.softmax"), HirOp::Softmax { axis: 2, log: false }, &[scores])?;
+    let probs = b.g.add1(&format!("{p}attn.softmax"), HirOp::Softmax { axis: 3, log: false }, &[scores])?;
     let ctx = b.op(&format!("{p}attn.context"), MirOp::MatMul, &[probs, vt])?;
-    let ctx = b.op(&format!("{p}attn.merge_t"), MirOp::Transpose { perm: vec![1, 0, 2] }, &[ctx])?;
+    let ctx = b.op(&format!("{p}attn.merge_t"), MirOp::Transpose { perm: vec![2, 0, 1, 3] }, &[ctx])?;
     let ctx = b.reshape(&format!("{p}attn.merge"), ctx, vec![b.rows.clone(), Dim::Fixed((nh * d) as u64)])?;
     let mut o = b.linear(&format!("{p}attn_output"), ctx, h, nh * d, false)?;
     if gemma {
@@ -243,7 +249,7 @@ fn layer(b: &mut B, c: &LlmConfig, i: usize, x: ValueId, s: &Shared, kv: &mut Kv
 }
 
 /// Builds the stateless full-sequence graph.
-pub fn build(c: &LlmConfig, f: &GgufFile) -> R<Hir> {
+pub fn build(c: &LlmConfig, f: &dyn Weights) -> R<Hir> {
     let mut b = B { g: Hir::new(), f, rows: seq() };
     let ids = b.g.add_input("tokens", TensorType::new(DType::I64, Shape(vec![seq()])));
     let pos = b.g.add_input("positions", TensorType::new(DType::I64, Shape(vec![seq()])));
@@ -254,7 +260,7 @@ pub fn build(c: &LlmConfig, f: &GgufFile) -> R<Hir> {
 }
 
 /// Builds one cached step over `chunk` tokens with caches of `context` positions (see the module doc).
-pub fn build_step(c: &LlmConfig, f: &GgufFile, chunk: usize, context: usize) -> R<Hir> {
+pub fn build_step(c: &LlmConfig, f: &dyn Weights, chunk: usize, context: usize) -> R<Hir> {
     if chunk == 0 || context == 0 || chunk > context || context > i32::MAX as usize {
         return Err(format!("a cached step needs 1 <= chunk ({chunk}) <= context ({context}) <= 2^31 - 1"));
     }
@@ -303,9 +309,9 @@ fn finish(g: Hir) -> R<Hir> {
 /// the positions of the keys attention reads (`kv` says where those keys come from).
 fn body(b: &mut B, c: &LlmConfig, ids: ValueId, pos: ValueId, key_pos: ValueId, kv: &mut Kv) -> R<ValueId> {
     let f = b.f;
-    let tt = f.tensor("token_embd.weight").ok_or("tensor 'token_embd.weight' is missing")?;
+    let f32_table = b.tensor("token_embd.weight")?.dtype == DType::F32;
     let table = b.raw("token_embd.weight")?;
-    let mut x = if tt.data.dtype == DType::F32 {
+    let mut x = if f32_table {
         b.op("token_embd", MirOp::Gather { axis: 0 }, &[table, ids])?
     } else {
         b.op("token_embd", MirOp::DequantGather, &[table, ids])?
@@ -330,9 +336,9 @@ fn body(b: &mut B, c: &LlmConfig, ids: ValueId, pos: ValueId, key_pos: ValueId, 
     // Tied embeddings: without an `output` matrix the logits read the token embedding table.
     let out = if f.tensor("output.weight").is_some() { "output" } else { "token_embd" };
     let wname = format!("{out}.weight");
-    let t = f.tensor(&wname).ok_or_else(|| format!("tensor '{wname}' is missing"))?;
-    if t.data.shape != [c.vocab, c.hidden] {
-        return Err(format!("tensor '{wname}' has shape {:?}, expected [{}, {}]", t.data.shape, c.vocab, c.hidden));
+    let t = b.tensor(&wname)?;
+    if t.shape != [c.vocab, c.hidden] {
+        return Err(format!("tensor '{}' has shape {:?}, expected [{}, {}]", f.shown(&wname), t.shape, c.vocab, c.hidden));
     }
     let logits = b.linear(out, x, c.vocab, c.hidden, false)?;
     b.g.values[logits.index()].name = Some("logits".to_string());

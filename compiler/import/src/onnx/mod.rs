@@ -257,6 +257,10 @@ pub(crate) struct Ctx<'a> {
     pub base_dir: Option<&'a Path>,
     /// Values of a narrow ONNX type (float8, int4 …) held widened in their carrier dtype.
     pub narrow: HashMap<ValueId, narrow::Narrow>,
+    /// Subgraph nodes translated so far by unrolled control flow, and the product of the trip counts
+    /// of the loops being unrolled now (`ops/control.rs` bounds their product up front).
+    pub unrolled: usize,
+    pub unroll_scale: usize,
 }
 
 /// Fold only small constants at import time.
@@ -367,7 +371,7 @@ pub(crate) fn import_model(model: &ModelProto, base_dir: Option<&Path>, opts: &I
         .map(|o| o.version)
         .unwrap_or(1);
     let mut problems = Vec::new();
-    let mut cx = Ctx { g: Hir::new(), names: HashMap::new(), opset, cur: String::new(), base_dir, narrow: HashMap::new() };
+    let mut cx = Ctx { g: Hir::new(), names: HashMap::new(), opset, cur: String::new(), base_dir, narrow: HashMap::new(), unrolled: 0, unroll_scale: 1 };
 
     // Initializers first: a graph input that is also an initializer is a constant.
     let mut init_names = HashSet::new();

@@ -192,7 +192,11 @@ pub fn fuse_with(g: &Mir, operands: bool) -> Fusion {
                 || matches!(cn.op, MirOp::MatMul | MirOp::Reduce { .. } | MirOp::ArgReduce { .. })
                 || (widen && matches!(cn.op, MirOp::Conv { .. } | MirOp::ConvTranspose { .. } | MirOp::Pool { .. }));
             let into_anchor = !is_inlinable(&cn.op);
-            if consumer_ok && cheap && (!into_anchor || is_data_movement(&node.op) || widen) && !(anchor_of.contains_key(&cv) && !is_inlinable(&cn.op)) {
+            // A concat read through a transpose or into a dot product would put a select between two
+            // clamped loads in the innermost loop (a gather per lane: attention's RoPE'd q read by the
+            // scores was 34% of a decode step); it is stored once instead, so the loads are unit-stride.
+            let concat_into_loads = matches!(node.op, MirOp::Concat { .. }) && !is_elementwise(&cn.op) && !matches!(cn.op, MirOp::Concat { .. });
+            if consumer_ok && cheap && !concat_into_loads && (!into_anchor || is_data_movement(&node.op) || widen) && !(anchor_of.contains_key(&cv) && !is_inlinable(&cn.op)) {
                 role[n.index()] = Role::Inlined;
             }
         } else if takes_epilogue(&node.op) && is_elementwise(&cn.op) && same_shape && !anchor_of.contains_key(&cv) {
@@ -246,4 +250,32 @@ pub fn fuse_with(g: &Mir, operands: bool) -> Fusion {
         dest[n.index()] = Some(d);
     }
     Fusion { role, anchor_of, row_reduces: HashMap::new() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rlx_ir::{DType, TensorType};
+
+    /// concat(a, b) → transpose → matmul, and concat(c, d) + 1: the first concat is stored (its
+    /// transpose is then index math in the matmul's loads), the second is part of the add's loop.
+    #[test]
+    fn a_concat_is_inlined_into_elementwise_consumers_only() {
+        let mut g = Mir::new();
+        let f = |s: &[usize]| TensorType::fixed(DType::F32, s);
+        let (a, b) = (g.add_input("a", f(&[2, 4, 3])), g.add_input("b", f(&[2, 4, 3])));
+        let cat = g.add_node("cat", MirOp::Concat { axis: 2 }, &[a, b]).unwrap()[0];
+        let t = g.add_node("t", MirOp::Transpose { perm: vec![1, 0, 2] }, &[cat]).unwrap()[0];
+        let k = g.add_input("k", f(&[4, 6, 5]));
+        let mm = g.add_node("mm", MirOp::MatMul, &[t, k]).unwrap()[0];
+        let (c, d) = (g.add_input("c", f(&[4, 3])), g.add_input("d", f(&[4, 3])));
+        let cat2 = g.add_node("cat2", MirOp::Concat { axis: 1 }, &[c, d]).unwrap()[0];
+        let e = g.add_node("e", MirOp::Unary(rlx_ir::UnaryOp::Neg), &[cat2]).unwrap()[0];
+        g.outputs = vec![mm, e];
+        let fu = fuse(&g);
+        let role = |v: ValueId| fu.role[g.producer(v).unwrap().index()];
+        assert_eq!(role(cat), Role::Root);
+        assert_eq!(role(t), Role::Inlined);
+        assert_eq!(role(cat2), Role::Inlined);
+    }
 }

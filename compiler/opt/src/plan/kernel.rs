@@ -184,7 +184,13 @@ impl Planner<'_> {
     /// input, a constant or a duplicate of another output).
     pub(super) fn copy_output(&mut self, i: usize, o: ValueId) -> Launch {
         let shape = self.shape(o);
-        let ob = self.add_buffer(Buffer { base: Base::Output(i as u32), offset: 0, dtype: self.dt(o), shape: shape.clone(), label: self.label(o) }, None);
+        let ob = self.add_buffer(Buffer { base: Base::Output(i as u32), offset: 0, dtype: self.dt(o), shape, label: self.label(o) }, None);
+        self.copy_into(ob, o, format!("copy_output_{i}"))
+    }
+
+    /// A kernel storing value `o` into buffer `ob` (of `o`'s shape), element by element.
+    pub(super) fn copy_into(&mut self, ob: u32, o: ValueId, name: String) -> Launch {
+        let shape = self.shape(o);
         let mut kb = KB { params: Vec::new(), bindings: Vec::new(), vars: 0, subst: HashMap::new() };
         let obuf = self.buffers[ob as usize].clone();
         let op = kb.param(ob, &obuf, Access::Write);
@@ -192,7 +198,7 @@ impl Planner<'_> {
             let v = self.elem(kb, o, idx);
             vec![Stmt::Store { buf: op, index: linear(idx, &shape), value: v }]
         });
-        let kernel = Kernel { name: format!("copy_output_{i}"), params: kb.params, body, vars: kb.vars };
+        let kernel = Kernel { name, params: kb.params, body, vars: kb.vars };
         Launch { nodes: vec![], kernel, bindings: kb.bindings }
     }
 }

@@ -183,7 +183,15 @@ impl Planner<'_> {
                             Some(&i) => Base::Output(i),
                             None => Base::Arena,
                         };
-                        let b = self.add_buffer(Buffer { base, offset: 0, dtype: self.dt(v), shape: self.shape(v), label: self.label(v) }, None);
+                        let b = match self.inplace_state.get(&v) {
+                            // A state output updated in place (`state.rs`): its slot's buffer.
+                            Some(&k) => {
+                                let sb = self.state_buffer(k);
+                                let (sbuf, root) = (self.buffers[sb as usize].clone(), self.root_of[sb as usize]);
+                                self.add_buffer(Buffer { label: self.label(v), ..sbuf }, Some(root))
+                            }
+                            None => self.add_buffer(Buffer { base, offset: 0, dtype: self.dt(v), shape: self.shape(v), label: self.label(v) }, None),
+                        };
                         self.buf_of[v.index()] = Some(b);
                     }
                     launches_nodes.push(n);

@@ -41,6 +41,7 @@ mod kernel;
 mod memory;
 mod pool;
 mod row_fuse;
+mod state;
 mod window;
 
 pub use fuse::{fuse, fuse_with, Fusion, Role};
@@ -130,6 +131,8 @@ struct Planner<'g> {
     state_bytes: usize,
     /// [`PlanOptions::window_lanes`].
     lanes: usize,
+    /// State outputs written in place into their slot (`state.rs`): value → state index.
+    inplace_state: HashMap<ValueId, usize>,
 }
 
 /// Columns per packed weight panel = lanes of the GEMM micro-kernel's vector accumulators.
@@ -206,6 +209,9 @@ pub fn plan(g: &Mir, opts: &PlanOptions) -> Result<Lir, Vec<Problem>> {
     if opts.row_fusion {
         row_fuse(g, &mut fusion, opts.row_recompute);
     }
+    if opts.window_lanes >= 8 && !opts.inline_operands {
+        gemm::materialize_short_k_rhs(g, &mut fusion);
+    }
     let mut p = Planner {
         g,
         fusion,
@@ -227,8 +233,10 @@ pub fn plan(g: &Mir, opts: &PlanOptions) -> Result<Lir, Vec<Problem>> {
         state_offsets: Vec::new(),
         state_bytes: 0,
         lanes: opts.window_lanes,
+        inplace_state: HashMap::new(),
     };
     p.place_inputs_and_constants();
+    p.inplace_state = p.plan_inplace_state();
     let out_slot = p.output_slots();
     let roots = p.place_values(&out_slot);
     // Kernels, in node order.
@@ -246,6 +254,9 @@ pub fn plan(g: &Mir, opts: &PlanOptions) -> Result<Lir, Vec<Problem>> {
             launches.push(copy);
         }
     }
+    // State outputs not updated in place, copied into their slots after every read of the old values.
+    let inplace = std::mem::take(&mut p.inplace_state);
+    launches.extend(p.state_copies(&inplace));
     let peak = p.assign_arena(&launches);
     let port = |v: ValueId, i: usize, what: &str| Port { name: g.value(v).name.clone().unwrap_or_else(|| format!("{what}{i}")), ty: g.ty(v).clone() };
     let state = g.inputs[p.plain_inputs..].iter().zip(&p.state_offsets).enumerate().map(|(k, (&v, &offset))| StateSlot { port: port(v, k, "state"), offset }).collect();

@@ -50,12 +50,64 @@ impl TrainStep {
     pub fn initial(&self) -> Vec<ConstData> {
         self.params.iter().chain(&self.state).map(|(_, c)| c.clone()).collect()
     }
+
+    /// The step with the parameters and the optimizer state as the graph's state (`Graph::state`):
+    /// inputs are the data, the output is the loss, and a compiled artifact keeps parameters and
+    /// state resident in its state region between calls (`NAME_step(arena, state, inputs, outputs)`),
+    /// updated in place where the planner proves it safe.
+    pub fn resident(&self) -> Mir {
+        let mut g = self.graph.clone();
+        let n = (self.params.len() + self.state.len()) as u32;
+        let (ni, no) = (g.inputs.len() as u32, g.outputs.len() as u32);
+        g.state = (0..n).map(|k| rlx_ir::State { input: ni - n + k, output: no - n + k }).collect();
+        g
+    }
 }
 
 fn zeros(t: &TensorType, what: &str) -> Result<ConstData, AdError> {
     let dims = t.shape.as_fixed().ok_or_else(|| AdError { node: None, op: None, msg: format!("{what} needs fixed dims, got {t}") })?;
     let n: usize = dims.iter().product();
     Ok(ConstData::from_f64s(t.dtype, dims, &vec![0.0; n]))
+}
+
+/// Turns the parameters of `g` — the named float constants some node reads, in value order — into
+/// inputs after the existing ones; returns their names and values, and their values' ids. A constant
+/// read only as a `fake_quantize` scale is a quantization parameter, not a trained one (quantization-
+/// aware training trains the weights through the straight-through estimator, with fixed scales).
+fn params_to_inputs(g: &mut Mir) -> Result<(Vec<(String, ConstData)>, Vec<ValueId>), AdError> {
+    let mut read = vec![false; g.values.len()];
+    for n in &g.nodes {
+        for (k, &i) in n.inputs.iter().enumerate() {
+            read[i.index()] |= !(matches!(n.op, rlx_ir::MirOp::FakeQuantize { .. }) && k > 0);
+        }
+    }
+    let mut params = Vec::new();
+    let mut pids: Vec<ValueId> = Vec::new();
+    for k in 0..g.values.len() {
+        let v = &g.values[k];
+        if let (Def::Const(c), Some(name)) = (&v.def, &v.name) {
+            if c.dtype.is_float() && read[k] {
+                params.push((name.clone(), c.clone()));
+                pids.push(ValueId(k as u32));
+            }
+        }
+    }
+    if params.is_empty() {
+        return Err(AdError { node: None, op: None, msg: "the model has no parameters (named float constants) to train".into() });
+    }
+    for &p in &pids {
+        g.values[p.index()].def = Def::Input(g.inputs.len() as u32);
+        g.inputs.push(p);
+    }
+    Ok((params, pids))
+}
+
+/// The model with its parameters as inputs after its own (`inputs = [model inputs…, params…]`, the
+/// parameters in [`TrainStep::params`] order): the forward pass run with trained values.
+pub fn with_params_as_inputs(model: &Mir) -> Result<Mir, AdError> {
+    let mut g = model.clone();
+    params_to_inputs(&mut g)?;
+    Ok(g)
 }
 
 /// Builds the training step of `model` (see the module doc for its inputs and outputs).
@@ -72,26 +124,7 @@ pub fn train_step(model: &Mir, o: &TrainOptions) -> Result<TrainStep, AdError> {
         Loss::Mse => g.add_input("target", pt.clone()),
     };
     let data = g.inputs.len();
-    // Parameters: the named float constants some node reads, in value order; they become inputs.
-    let read: Vec<bool> = g.consumers().iter().map(|c| !c.is_empty()).collect();
-    let mut params = Vec::new();
-    let mut pids: Vec<ValueId> = Vec::new();
-    for k in 0..g.values.len() {
-        let v = &g.values[k];
-        if let (Def::Const(c), Some(name)) = (&v.def, &v.name) {
-            if c.dtype.is_float() && read[k] {
-                params.push((name.clone(), c.clone()));
-                pids.push(ValueId(k as u32));
-            }
-        }
-    }
-    if params.is_empty() {
-        return Err(gerr("the model has no parameters (named float constants) to train".into()));
-    }
-    for &p in &pids {
-        g.values[p.index()].def = Def::Input(g.inputs.len() as u32);
-        g.inputs.push(p);
-    }
+    let (params, pids) = params_to_inputs(&mut g)?;
     let loss = {
         let mut b = B::new(&mut g, "loss".into());
         match o.loss {

@@ -10,22 +10,11 @@
 use super::Step;
 use crate::cli::{Failure, Target};
 use crate::pipeline::{CpuTarget, Timings};
-use crate::targets::cpu::{self, dlopen, Compiled};
+use crate::targets::cpu::dlopen::{self, lines, Line, StepFn};
+use crate::targets::cpu::{self, Compiled};
 use crate::targets::Request;
 use rlx_ir::lir::Lir;
 use rlx_ir::{DType, Mir};
-
-/// `int NAME_step(void *arena, void *state, const void *const *inputs, void *const *outputs)`.
-type StepFn = unsafe extern "C" fn(*mut u8, *mut u8, *const *const u8, *const *mut u8) -> i32;
-
-/// 64 bytes, 64-aligned: the unit of the arena and the state (both need 16).
-#[derive(Clone, Copy)]
-#[repr(C, align(64))]
-struct Line([u8; 64]);
-
-fn lines(bytes: usize) -> Vec<Line> {
-    vec![Line([0; 64]); bytes.div_ceil(64).max(1)]
-}
 
 /// The shape of a cached step: (chunk, context, vocab), checked against the LIR's ports.
 fn step_shape(lir: &Lir) -> Result<(usize, usize, usize), Failure> {

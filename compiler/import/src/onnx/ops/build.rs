@@ -82,6 +82,10 @@ impl<'a> Ctx<'a> {
     pub(super) fn reduce(&mut self, op: ReduceOp, x: ValueId, axes: Vec<usize>, keepdims: bool) -> Result<ValueId, String> {
         self.prim(MirOp::Reduce { op, axes, keepdims }, &[x])
     }
+    /// Slices `[lo, hi)` of axis `axis`.
+    pub(super) fn slice_axis(&mut self, x: ValueId, axis: usize, lo: usize, hi: usize) -> Result<ValueId, String> {
+        self.prim(MirOp::Slice { axes: vec![axis], starts: vec![lo as i64], ends: vec![hi as i64], steps: vec![1] }, &[x])
+    }
     /// Inserts size-1 dims at `axes` (positions in the output).
     pub(super) fn unsqueeze(&mut self, x: ValueId, axes: &[usize]) -> Result<ValueId, String> {
         let mut d = self.dims(x);

@@ -94,7 +94,14 @@ pub(super) fn convert(cx: &mut Ctx, nd: &Node) -> R {
             let x = req(0)?;
             if let Some(t) = inp(2) {
                 if cx.const_ints(t, "Dropout training_mode")?.first().copied().unwrap_or(0) != 0 {
-                    return Err("unsupported: Dropout in training mode".into());
+                    // Training mode drops at random; only ratio 0 (keep everything) is deterministic.
+                    let ratio = match inp(1) {
+                        Some(r) => cx.const_f64s(r, "Dropout ratio (training mode)")?.first().copied().unwrap_or(0.5),
+                        None => 0.5,
+                    };
+                    if ratio != 0.0 {
+                        return Err("unsupported: Dropout in training mode with a nonzero ratio (random)".into());
+                    }
                 }
             }
             if nout > 1 {

@@ -1,4 +1,5 @@
-//! Matrix products: MatMul, Gemm (a `linear` block when it is one), Einsum, and ONNX Attention.
+//! Matrix products: MatMul, Gemm (a `linear` block when it is one), Einsum, ONNX Attention, and Det
+//! (the Leibniz sum over permutations, for matrices up to 5×5).
 
 use super::{one, Node, R};
 use crate::onnx::{dtype_from_onnx, Attrs, Ctx};
@@ -6,8 +7,54 @@ use rlx_ir::{BinaryOp, ConstData, DType, Dim, HirOp, MirOp, PadMode, ReduceOp, U
 
 /// The ONNX op types this family translates.
 pub(super) const OPS: &[&str] = &[
-    "Attention", "Einsum", "Gemm", "MatMul",
+    "Attention", "Det", "Einsum", "Gemm", "MatMul",
 ];
+
+/// Det of [..., n, n], n ≤ 5: Σ over permutations σ of sign(σ)·Π x[i, σ(i)] (exact structure, no pivoting).
+fn det(cx: &mut Ctx, x: ValueId) -> Result<ValueId, String> {
+    let d = cx.fixed_dims(x, "Det input")?;
+    let r = d.len();
+    if r < 2 || d[r - 1] != d[r - 2] {
+        return Err(format!("Det: input {d:?} must be [..., n, n]"));
+    }
+    let n = d[r - 1];
+    if n == 0 || n > 5 {
+        return Err(format!("unsupported: Det of {n}×{n} matrices (rlxc expands 1×1 to 5×5)"));
+    }
+    if !cx.dtype(x).is_float() {
+        return Err(format!("Det of {} is not supported", cx.dtype(x)));
+    }
+    let mut flat: Vec<usize> = d[..r - 2].to_vec();
+    flat.push(n * n);
+    let xf = cx.reshape_u(x, &flat)?;
+    let ax = flat.len() - 1;
+    let el: Vec<ValueId> = (0..n * n).map(|k| cx.slice_axis(xf, ax, k, k + 1)).collect::<Result<_, _>>()?;
+    let mut perm: Vec<usize> = (0..n).collect();
+    let mut acc: Option<ValueId> = None;
+    loop {
+        let inversions = (0..n).flat_map(|i| (i + 1..n).map(move |j| (i, j))).filter(|&(i, j)| perm[i] > perm[j]).count();
+        let mut t = el[perm[0]];
+        for (i, &p) in perm.iter().enumerate().skip(1) {
+            t = cx.bin(BinaryOp::Mul, t, el[i * n + p])?;
+        }
+        acc = Some(match (acc, inversions % 2 == 1) {
+            (None, false) => t,
+            (None, true) => cx.un(UnaryOp::Neg, t)?,
+            (Some(a), false) => cx.bin(BinaryOp::Add, a, t)?,
+            (Some(a), true) => cx.bin(BinaryOp::Sub, a, t)?,
+        });
+        // Next permutation in lexicographic order.
+        let Some(i) = (0..n.saturating_sub(1)).rev().find(|&i| perm[i] < perm[i + 1]) else { break };
+        let j = (i + 1..n).rev().find(|&j| perm[j] > perm[i]).unwrap_or(i + 1);
+        perm.swap(i, j);
+        perm[i + 1..].reverse();
+    }
+    let out = d[..r - 2].to_vec();
+    match acc {
+        Some(a) => cx.reshape_u(a, &out),
+        None => Err("Det of a 0×0 matrix".into()),
+    }
+}
 
 pub(super) fn convert(cx: &mut Ctx, nd: &Node) -> R {
     let (a, op, ins, nout) = (&nd.a, nd.op, nd.ins, nd.nout);
@@ -15,6 +62,7 @@ pub(super) fn convert(cx: &mut Ctx, nd: &Node) -> R {
     let req = |i: usize| nd.req(i);
     match op {
         "MatMul" => one(cx.prim(MirOp::MatMul, &[req(0)?, req(1)?])?),
+        "Det" => one(det(cx, req(0)?)?),
         "Gemm" => {
             let (mut x, mut w) = (req(0)?, req(1)?);
             let (ta, tb) = (a.i("transA", 0) != 0, a.i("transB", 0) != 0);

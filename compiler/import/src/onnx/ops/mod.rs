@@ -5,22 +5,28 @@
 //! `elementwise.rs`, `linear.rs` (MatMul, Gemm, Einsum, Attention), `cast.rs` (Cast, CastLike; the narrow
 //! types), `shape.rs` (shape and data
 //! movement), `generate.rs` (Constant, Range, OneHot …), `nn.rs` (convolution, pooling), `norm.rs`
-//! (normalizations, softmax, losses), `reduce.rs`, `quant.rs`, `resize.rs` (Resize, Upsample), `rnn.rs` (RNN, GRU, LSTM), `rotary.rs` (RotaryEmbedding), `spectral.rs` (DFT, STFT); shared helpers in `build.rs`.
+//! (normalizations, softmax, losses), `reduce.rs`, `quant.rs`, `resize.rs` (Resize, Upsample), `rnn.rs` (RNN, GRU, LSTM), `rotary.rs` (RotaryEmbedding), `spectral.rs` (DFT, STFT),
+//! `control.rs` (If, Loop, Scan: subgraphs translated inline, loops unrolled), `sample.rs` (GridSample, AffineGrid),
+//! `state.rs` (TensorScatter, CausalConvWithState), `optional.rs` (OptionalHasElement/GetElement on tensors); shared helpers in `build.rs`.
 
 mod build;
 mod cast;
+mod control;
 mod elementwise;
 mod generate;
 mod linear;
 mod nn;
 mod norm;
+mod optional;
 mod quant;
 mod reduce;
 mod resize;
 mod rnn;
 mod rotary;
+mod sample;
 mod shape;
 mod spectral;
+mod state;
 
 
 use super::proto::NodeProto;
@@ -33,6 +39,7 @@ type R = Result<Vec<ValueId>, String>;
 const FAMILIES: &[(&[&str], fn(&mut Ctx, &Node) -> R)] = &[
     (elementwise::OPS, elementwise::convert),
     (cast::OPS, cast::convert),
+    (control::OPS, control::convert),
     (linear::OPS, linear::convert),
     (generate::OPS, generate::convert),
     (shape::OPS, shape::convert),
@@ -43,7 +50,10 @@ const FAMILIES: &[(&[&str], fn(&mut Ctx, &Node) -> R)] = &[
     (resize::OPS, resize::convert),
     (rnn::OPS, rnn::convert),
     (rotary::OPS, rotary::convert),
+    (sample::OPS, sample::convert),
     (spectral::OPS, spectral::convert),
+    (state::OPS, state::convert),
+    (optional::OPS, optional::convert),
 ];
 
 /// Whether the importer translates this op (default ONNX domain only).

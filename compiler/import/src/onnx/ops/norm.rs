@@ -20,22 +20,45 @@ pub(super) fn convert(cx: &mut Ctx, nd: &Node) -> R {
     let req = |i: usize| nd.req(i);
     match op {
         "BatchNormalization" => {
-            if a.i("training_mode", 0) != 0 || nout > 1 {
-                return Err("unsupported: BatchNormalization in training mode".into());
+            let training = a.i("training_mode", 0) != 0;
+            if nout > 1 && (!training || opset < 14) {
+                return Err("unsupported: BatchNormalization's mean/variance outputs before opset 14 (training with saved statistics)".into());
             }
             let x = req(0)?;
             let r = cx.rank(x);
             let eps = a.f("epsilon", 1e-5);
             let sc = cx.chan(req(1)?, r)?;
             let b = cx.chan(req(2)?, r)?;
-            let m = cx.chan(req(3)?, r)?;
-            let v = cx.chan(req(4)?, r)?;
+            let (mut m, mut v) = (cx.chan(req(3)?, r)?, cx.chan(req(4)?, r)?);
+            let mut running = None;
+            if training {
+                // Batch statistics over every axis but the channel; running ones updated by momentum.
+                let axes: Vec<usize> = (0..r).filter(|&i| i != 1).collect();
+                let bm = cx.reduce(ReduceOp::Mean, x, axes.clone(), true)?;
+                let d = cx.bin(BinaryOp::Sub, x, bm)?;
+                let d2 = cx.bin(BinaryOp::Mul, d, d)?;
+                let bv = cx.reduce(ReduceOp::Mean, d2, axes, true)?;
+                let mom = a.f("momentum", 0.9);
+                let upd = |cx: &mut Ctx, old: rlx_ir::ValueId, new: rlx_ir::ValueId| -> Result<rlx_ir::ValueId, String> {
+                    let o = cx.mul_sc(old, mom)?;
+                    let n = cx.mul_sc(new, 1.0 - mom)?;
+                    let s = cx.bin(BinaryOp::Add, o, n)?;
+                    let c = cx.dims(req(3)?);
+                    cx.reshape(s, c)
+                };
+                running = Some((upd(cx, m, bm)?, upd(cx, v, bv)?));
+                (m, v) = (bm, bv);
+            }
             let ve = cx.add_sc(v, eps)?;
             let sd = cx.un(UnaryOp::Sqrt, ve)?;
             let d = cx.bin(BinaryOp::Sub, x, m)?;
             let y = cx.bin(BinaryOp::Div, d, sd)?;
             let y = cx.bin(BinaryOp::Mul, y, sc)?;
-            one(cx.bin(BinaryOp::Add, y, b)?)
+            let y = cx.bin(BinaryOp::Add, y, b)?;
+            match running {
+                Some((rm, rv)) => Ok(vec![y, rm, rv]),
+                None => one(y),
+            }
         }
         "InstanceNormalization" | "MeanVarianceNormalization" => {
             let x = req(0)?;

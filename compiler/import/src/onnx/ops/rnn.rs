@@ -64,11 +64,6 @@ fn apply_act(cx: &mut Ctx, f: &Act, x: ValueId) -> Result<ValueId, String> {
     }
 }
 
-/// Slices `[lo, hi)` of axis `axis`.
-fn slice(cx: &mut Ctx, x: ValueId, axis: usize, lo: usize, hi: usize) -> Result<ValueId, String> {
-    cx.prim(MirOp::Slice { axes: vec![axis], starts: vec![lo as i64], ends: vec![hi as i64], steps: vec![1] }, &[x])
-}
-
 pub(super) fn convert(cx: &mut Ctx, nd: &Node) -> R {
     let a = &nd.a;
     let kind = match nd.op {
@@ -165,7 +160,7 @@ pub(super) fn convert(cx: &mut Ctx, nd: &Node) -> R {
     for (di, &rev) in dirs.iter().enumerate() {
         let f = &acts[di * per..di * per + per];
         let pick = |cx: &mut Ctx, v: ValueId| -> Result<ValueId, String> {
-            let s = slice(cx, v, 0, di, di + 1)?;
+            let s = cx.slice_axis(v, 0, di, di + 1)?;
             let mut d = cx.dims(s);
             d.remove(0);
             cx.reshape(s, d)
@@ -179,13 +174,13 @@ pub(super) fn convert(cx: &mut Ctx, nd: &Node) -> R {
         let mut rbh = None;
         if let Some(b) = b {
             let bd = pick(cx, b)?; // [2·G·h]
-            let wb = slice(cx, bd, 0, 0, g)?;
-            let rb = slice(cx, bd, 0, g, 2 * g)?;
+            let wb = cx.slice_axis(bd, 0, 0, g)?;
+            let rb = cx.slice_axis(bd, 0, g, 2 * g)?;
             let bias = if kind == Kind::Gru {
-                let rzr = slice(cx, rb, 0, 0, 2 * hs)?;
-                rbh = Some(slice(cx, rb, 0, 2 * hs, g)?);
-                let wzr = slice(cx, wb, 0, 0, 2 * hs)?;
-                let wh = slice(cx, wb, 0, 2 * hs, g)?;
+                let rzr = cx.slice_axis(rb, 0, 0, 2 * hs)?;
+                rbh = Some(cx.slice_axis(rb, 0, 2 * hs, g)?);
+                let wzr = cx.slice_axis(wb, 0, 0, 2 * hs)?;
+                let wh = cx.slice_axis(wb, 0, 2 * hs, g)?;
                 let zr = cx.bin(BinaryOp::Add, wzr, rzr)?;
                 cx.prim(MirOp::Concat { axis: 0 }, &[zr, wh])?
             } else {
@@ -210,7 +205,7 @@ pub(super) fn convert(cx: &mut Ctx, nd: &Node) -> R {
         let peep = match p {
             Some(pv) => {
                 let pd = pick(cx, pv)?;
-                Some((slice(cx, pd, 0, 0, hs)?, slice(cx, pd, 0, hs, 2 * hs)?, slice(cx, pd, 0, 2 * hs, 3 * hs)?))
+                Some((cx.slice_axis(pd, 0, 0, hs)?, cx.slice_axis(pd, 0, hs, 2 * hs)?, cx.slice_axis(pd, 0, 2 * hs, 3 * hs)?))
             }
             None => None,
         };
@@ -225,11 +220,11 @@ pub(super) fn convert(cx: &mut Ctx, nd: &Node) -> R {
                 None => Ok(v),
             }
         };
-        let gate = |cx: &mut Ctx, v: ValueId, k: usize| slice(cx, v, 1, k * hs, (k + 1) * hs);
+        let gate = |cx: &mut Ctx, v: ValueId, k: usize| cx.slice_axis(v, 1, k * hs, (k + 1) * hs);
         let mut y_steps = vec![None; seq];
         let order: Vec<usize> = if rev { (0..seq).rev().collect() } else { (0..seq).collect() };
         for &t in &order {
-            let xt = slice(cx, xw, 0, t, t + 1)?;
+            let xt = cx.slice_axis(xw, 0, t, t + 1)?;
             let xt = cx.reshape_u(xt, &[batch, g])?;
             let hr = cx.prim(MirOp::MatMul, &[h, rt])?; // [batch, G·h]
             let (h_new, c_new) = match kind {
@@ -255,7 +250,7 @@ pub(super) fn convert(cx: &mut Ctx, nd: &Node) -> R {
                         cx.bin(BinaryOp::Mul, rg, hh)?
                     } else {
                         let rh = cx.bin(BinaryOp::Mul, rg, h)?;
-                        let rht = slice(cx, rt, 1, 2 * hs, g)?;
+                        let rht = cx.slice_axis(rt, 1, 2 * hs, g)?;
                         let m = cx.prim(MirOp::MatMul, &[rh, rht])?;
                         match rbh {
                             Some(rb) => cx.bin(BinaryOp::Add, m, rb)?,

@@ -9,7 +9,22 @@ use crate::targets::Session;
 use rlx_ir::{ConstData, TensorType};
 use std::process::Command;
 
-type RunFn = unsafe extern "C" fn(*mut u8, *const *const u8, *const *mut u8) -> i32;
+/// `int NAME_run(void *arena, const void *const *inputs, void *const *outputs)`.
+pub type RunFn = unsafe extern "C" fn(*mut u8, *const *const u8, *const *mut u8) -> i32;
+/// `int NAME_step(void *arena, void *state, const void *const *inputs, void *const *outputs)`: a
+/// stateful artifact's entry point.
+pub type StepFn = unsafe extern "C" fn(*mut u8, *mut u8, *const *const u8, *const *mut u8) -> i32;
+
+/// 64 bytes, 64-aligned: the unit of the arena and the state region a loaded artifact is called
+/// with (both need 16).
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+pub struct Line(pub [u8; 64]);
+
+/// Zeroed lines holding at least `bytes` bytes (at least one line).
+pub fn lines(bytes: usize) -> Vec<Line> {
+    vec![Line([0; 64]); bytes.div_ceil(64).max(1)]
+}
 
 /// A compiled model loaded with dlopen.
 pub struct Loaded {

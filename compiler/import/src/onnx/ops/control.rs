@@ -1,0 +1,348 @@
+//! Control flow: If, Loop, Scan. Each subgraph (branch or body) is translated *inline*, node by node,
+//! into the graph being built — outer-scope names visible, its own names shadowing them and dropped
+//! afterwards. A Scan is unrolled over its static sequence length; a Loop over its trip count, with the
+//! condition evaluated at import (it must fold to a constant every iteration); an If whose condition is
+//! a constant translates only the branch taken, otherwise both branches and a `where` per output (so
+//! the branches must agree in dtype and shape). Regions are therefore never seen past the importer.
+
+use super::{Node, R};
+use crate::onnx::proto::{AttributeProto, GraphProto, NodeProto};
+use crate::onnx::{narrow, tensor_from_proto, Ctx};
+use rlx_ir::{ConstData, DType, Def, Dim, MirOp, ValueId};
+
+pub(super) const OPS: &[&str] = &["If", "Loop", "Scan"];
+
+/// Most iterations a Loop or Scan is unrolled to (the graph grows linearly with them).
+const MAX_ITERS: usize = 4096;
+/// Most subgraph nodes one model may unroll to in all (nested loops multiply).
+const MAX_UNROLLED: usize = 1 << 20;
+
+pub(super) fn convert(cx: &mut Ctx, nd: &Node) -> R {
+    match nd.op {
+        "If" => if_(cx, nd),
+        "Loop" => loop_(cx, nd),
+        _ => scan(cx, nd),
+    }
+}
+
+fn graph_attr<'n>(nd: &Node<'n>, k: &str) -> Result<&'n GraphProto, String> {
+    let a: Option<&AttributeProto> = nd.proto.attribute.iter().find(|a| a.name == k);
+    a.and_then(|a| a.g.as_ref()).ok_or_else(|| format!("{}: attribute '{k}' (a graph) is required", nd.op))
+}
+
+/// Translates `g` inline with its formal inputs bound to `args`; returns the values of its outputs.
+fn inline(cx: &mut Ctx, nd: &Node, what: &str, g: &GraphProto, args: &[ValueId]) -> Result<Vec<ValueId>, String> {
+    if g.input.len() != args.len() {
+        return Err(format!("{} {what} takes {} inputs, but {} are bound", nd.op, g.input.len(), args.len()));
+    }
+    let saved = cx.names.clone();
+    let outer = cx.cur.clone();
+    let r = inline_scoped(cx, nd, what, g, args);
+    cx.names = saved;
+    cx.cur = outer;
+    r
+}
+
+/// Refuses, before any work, a loop of `iters` iterations of `g` that would pass the unroll budget
+/// (counting the iterations of the loops it is nested in), then runs `f` with the scale raised.
+fn budgeted<T>(cx: &mut Ctx, g: &GraphProto, iters: usize, f: impl FnOnce(&mut Ctx) -> Result<T, String>) -> Result<T, String> {
+    let scale = cx.unroll_scale.saturating_mul(iters);
+    if cx.unrolled.saturating_add(scale.saturating_mul(g.node.len().max(1))) > MAX_UNROLLED {
+        return Err(format!("unsupported: control flow unrolls to more than {MAX_UNROLLED} subgraph nodes"));
+    }
+    let saved = cx.unroll_scale;
+    cx.unroll_scale = scale;
+    let r = f(cx);
+    cx.unroll_scale = saved;
+    r
+}
+
+fn inline_scoped(cx: &mut Ctx, nd: &Node, what: &str, g: &GraphProto, args: &[ValueId]) -> Result<Vec<ValueId>, String> {
+    cx.unrolled += g.node.len();
+    if cx.unrolled > MAX_UNROLLED {
+        return Err(format!("unsupported: control flow unrolls to more than {MAX_UNROLLED} subgraph nodes"));
+    }
+    let outer = cx.cur.clone();
+    for t in &g.initializer {
+        let c = tensor_from_proto(t, cx.base_dir).map_err(|e| format!("{} {what} initializer '{}': {e}", nd.op, t.name))?;
+        let id = cx.konst(c);
+        if let Some(n) = narrow::Narrow::from_onnx(t.data_type) {
+            cx.narrow.insert(id, n);
+        }
+        cx.names.insert(t.name.clone(), id);
+    }
+    for (vi, &a) in g.input.iter().zip(args) {
+        cx.names.insert(vi.name.clone(), a);
+    }
+    for (idx, n) in g.node.iter().enumerate() {
+        let name = if n.name.is_empty() { format!("{}_{idx}", n.op_type) } else { n.name.clone() };
+        let wrap = |e: String| {
+            if e.starts_with("unsupported") {
+                format!("{e} (in {} {what}, node '{name}' ({}))", nd.op, n.op_type)
+            } else {
+                format!("{} {what} node '{name}' ({}): {e}", nd.op, n.op_type)
+            }
+        };
+        if !super::is_onnx_supported(&n.op_type, &n.domain) {
+            let d = if n.domain.is_empty() { String::new() } else { format!(" in domain '{}'", n.domain) };
+            return Err(wrap(format!("unsupported op {}{d}", n.op_type)));
+        }
+        let ins = resolve(cx, n).map_err(wrap)?;
+        cx.cur = format!("{outer}/{name}");
+        let outs = super::convert(cx, n, &ins).map_err(wrap)?;
+        for (k, o) in n.output.iter().enumerate() {
+            if o.is_empty() {
+                continue;
+            }
+            let v = outs.get(k).ok_or_else(|| wrap(format!("unsupported: output {k} ('{o}') of {} is not implemented", n.op_type)))?;
+            cx.names.insert(o.clone(), *v);
+        }
+    }
+    g.output
+        .iter()
+        .map(|o| cx.names.get(&o.name).copied().ok_or_else(|| format!("{} {what} output '{}' is not produced by any node", nd.op, o.name)))
+        .collect()
+}
+
+fn resolve(cx: &Ctx, n: &NodeProto) -> Result<Vec<Option<ValueId>>, String> {
+    n.input
+        .iter()
+        .map(|i| {
+            if i.is_empty() {
+                Ok(None)
+            } else {
+                cx.names.get(i).copied().map(Some).ok_or_else(|| format!("input '{i}' is not defined in this scope or an enclosing one"))
+            }
+        })
+        .collect()
+}
+
+fn const_bool(cx: &Ctx, v: ValueId) -> Option<bool> {
+    let c = cx.cval(v)?;
+    (c.numel() == 1).then(|| c.get_f64(0) != 0.0)
+}
+
+fn if_(cx: &mut Ctx, nd: &Node) -> R {
+    let cond = nd.req(0)?;
+    let (then_g, else_g) = (graph_attr(nd, "then_branch")?, graph_attr(nd, "else_branch")?);
+    if then_g.output.len() != else_g.output.len() {
+        return Err(format!("If: then_branch has {} outputs, else_branch {}", then_g.output.len(), else_g.output.len()));
+    }
+    if let Some(b) = const_bool(cx, cond) {
+        return if b { inline(cx, nd, "then_branch", then_g, &[]) } else { inline(cx, nd, "else_branch", else_g, &[]) };
+    }
+    if cx.dims(cond).iter().any(|d| d != &Dim::Fixed(1)) {
+        return Err(format!("If: the condition must hold one element, got shape {}", cx.ty(cond).shape));
+    }
+    let c = cx.cast(cond, DType::Bool)?;
+    let c = cx.reshape(c, vec![])?;
+    let t = inline(cx, nd, "then_branch", then_g, &[])?;
+    let e = inline(cx, nd, "else_branch", else_g, &[])?;
+    let mut out = Vec::new();
+    for (k, (&a, &b)) in t.iter().zip(&e).enumerate() {
+        if cx.ty(a) != cx.ty(b) {
+            let why = format!("If condition, whose branches differ in output {k} ({} and {})", cx.ty(a), cx.ty(b));
+            return Err(cx.not_const(cond, &why));
+        }
+        out.push(cx.prim(MirOp::Where, &[c, a, b])?);
+    }
+    Ok(out)
+}
+
+/// Stacks per-iteration slices along a new axis `axis` (of the stacked rank).
+fn stack(cx: &mut Ctx, slices: &[ValueId], axis: usize) -> Result<ValueId, String> {
+    let us: Vec<ValueId> = slices.iter().map(|&s| cx.unsqueeze(s, &[axis])).collect::<Result<_, _>>()?;
+    if us.len() == 1 {
+        return Ok(us[0]);
+    }
+    cx.prim(MirOp::Concat { axis }, &us)
+}
+
+fn loop_(cx: &mut Ctx, nd: &Node) -> R {
+    let body = graph_attr(nd, "body")?;
+    let carried: Vec<ValueId> = (2..nd.ins.len()).map(|i| nd.req(i)).collect::<Result<_, _>>()?;
+    let n_scan = body.output.len().checked_sub(1 + carried.len()).ok_or_else(|| {
+        format!("Loop: body has {} outputs, fewer than the condition plus {} loop-carried values", body.output.len(), carried.len())
+    })?;
+    let trip = match nd.inp(0) {
+        Some(m) => {
+            if cx.cval(m).is_none() && matches!(cx.g.value(m).def, Def::Node(..)) {
+                return Err(format!(
+                    "unsupported: Loop trip count computed at run time (node output '{}'): rlxc unrolls Loop at import and needs it constant",
+                    cx.g.value(m).name.clone().unwrap_or_else(|| m.to_string())
+                ));
+            }
+            let v = cx.const_ints(m, "Loop trip count")?;
+            Some(v.first().copied().unwrap_or(0).max(0) as usize)
+        }
+        None => None,
+    };
+    let cond = match nd.inp(1) {
+        Some(c) => const_bool(cx, c).ok_or_else(|| cx.not_const(c, "Loop condition"))?,
+        None => true,
+    };
+    if trip.is_none() && nd.inp(1).is_none() {
+        return Err("unsupported: Loop without a trip count or a condition (an infinite loop)".into());
+    }
+    let limit = trip.unwrap_or(MAX_ITERS + 1);
+    budgeted(cx, body, limit.min(MAX_ITERS), |cx| loop_iters(cx, nd, body, carried, n_scan, limit, cond))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn loop_iters(cx: &mut Ctx, nd: &Node, body: &GraphProto, carried: Vec<ValueId>, n_scan: usize, limit: usize, mut cond: bool) -> R {
+    let mut state = carried;
+    let mut scans: Vec<Vec<ValueId>> = vec![Vec::new(); n_scan];
+    let mut i = 0usize;
+    while i < limit && cond {
+        if i == MAX_ITERS {
+            return Err(format!("unsupported: Loop runs more than {MAX_ITERS} iterations (it is unrolled at import)"));
+        }
+        let it = cx.konst(ConstData::from_i64(vec![], &[i as i64]));
+        let cv = cx.konst(ConstData::scalar(DType::Bool, 1.0));
+        let mut args = vec![it, cv];
+        args.extend(&state);
+        let outs = inline(cx, nd, "body", body, &args)?;
+        cond = const_bool(cx, outs[0]).ok_or_else(|| {
+            format!("unsupported: Loop condition computed at run time (iteration {i}); rlxc unrolls Loop at import and needs it constant")
+        })?;
+        state = outs[1..1 + state.len()].to_vec();
+        for (k, s) in outs[1 + state.len()..].iter().enumerate() {
+            scans[k].push(*s);
+        }
+        i += 1;
+    }
+    let mut out = state;
+    for (k, s) in scans.iter().enumerate() {
+        if s.is_empty() {
+            return Err(format!("unsupported: Loop scan output {k} of zero iterations (its element shape is unknown)"));
+        }
+        out.push(stack(cx, s, 0)?);
+    }
+    Ok(out)
+}
+
+/// Axis `a` of a rank-`r` value (negative counts from the end).
+fn axis(a: i64, r: usize, what: &str) -> Result<usize, String> {
+    super::build::norm_axis(a, r).map_err(|e| format!("Scan {what}: {e}"))
+}
+
+fn scan(cx: &mut Ctx, nd: &Node) -> R {
+    let body = graph_attr(nd, "body")?;
+    let m = nd.a.i("num_scan_inputs", -1);
+    if m < 1 {
+        return Err("Scan: attribute num_scan_inputs (≥ 1) is required".into());
+    }
+    let m = m as usize;
+    // Opset 8: input 0 is sequence_lens and every input has a leading batch axis the body does not see.
+    let batched = nd.opset < 9;
+    let first = usize::from(batched);
+    if batched {
+        if let Some(sl) = nd.inp(0) {
+            let _ = cx.const_ints(sl, "Scan sequence_lens")?;
+        }
+    }
+    let ins: Vec<ValueId> = (first..nd.ins.len()).map(|i| nd.req(i)).collect::<Result<_, _>>()?;
+    let n = ins.len().checked_sub(m).ok_or_else(|| format!("Scan: {} inputs, fewer than num_scan_inputs {m}", ins.len()))?;
+    let k = body.output.len().checked_sub(n).ok_or_else(|| format!("Scan: body has {} outputs, fewer than its {n} state values", body.output.len()))?;
+    let dir_key = if batched { "directions" } else { "scan_input_directions" };
+    let in_dirs = nd.a.ints(dir_key).unwrap_or_else(|| vec![0; m]);
+    let in_axes = nd.a.ints("scan_input_axes").unwrap_or_else(|| vec![0; m]);
+    let out_dirs = nd.a.ints("scan_output_directions").unwrap_or_else(|| vec![0; k]);
+    let out_axes = nd.a.ints("scan_output_axes").unwrap_or_else(|| vec![0; k]);
+    if in_dirs.len() != m || in_axes.len() != m || out_dirs.len() != k || out_axes.len() != k {
+        return Err("Scan: scan_input_*/scan_output_* attributes must have one entry per scan input/output".into());
+    }
+    if !batched {
+        return scan_one(cx, nd, body, &ins[..n], &ins[n..], &in_axes, &in_dirs, &out_axes, &out_dirs);
+    }
+    // Opset 8: run the body per batch row, then stack the rows.
+    let nb = *cx.fixed_dims(ins[0], "Scan (opset 8) batch")?.first().ok_or("Scan: inputs need a batch axis")?;
+    let mut rows: Vec<Vec<ValueId>> = Vec::new();
+    for b in 0..nb {
+        let pick: Vec<ValueId> = ins
+            .iter()
+            .map(|&v| {
+                let s = cx.slice_axis(v, 0, b, b + 1)?;
+                let mut d = cx.dims(s);
+                d.remove(0);
+                cx.reshape(s, d)
+            })
+            .collect::<Result<_, _>>()?;
+        rows.push(scan_one(cx, nd, body, &pick[..n], &pick[n..], &in_axes, &in_dirs, &out_axes, &out_dirs)?);
+    }
+    (0..n + k).map(|j| stack(cx, &rows.iter().map(|r| r[j]).collect::<Vec<_>>(), 0)).collect()
+}
+
+#[allow(clippy::too_many_arguments)]
+fn scan_one(
+    cx: &mut Ctx,
+    nd: &Node,
+    body: &GraphProto,
+    init: &[ValueId],
+    xs: &[ValueId],
+    in_axes: &[i64],
+    in_dirs: &[i64],
+    out_axes: &[i64],
+    out_dirs: &[i64],
+) -> R {
+    let mut len = None;
+    let mut ax = Vec::new();
+    for (j, &x) in xs.iter().enumerate() {
+        let a = axis(in_axes[j], cx.rank(x), "scan_input_axes")?;
+        let d = match cx.dims(x)[a] {
+            Dim::Fixed(d) => d as usize,
+            ref s => return Err(format!("Scan needs a static sequence length, got {s} (fix it with --dim NAME=N)")),
+        };
+        if *len.get_or_insert(d) != d {
+            return Err(format!("Scan: scan inputs disagree in sequence length ({} and {d})", len.unwrap_or(0)));
+        }
+        ax.push(a);
+    }
+    let t_len = len.unwrap_or(0);
+    if t_len == 0 || t_len > MAX_ITERS {
+        return Err(format!("unsupported: Scan over {t_len} steps (rlxc unrolls 1 to {MAX_ITERS} steps at import)"));
+    }
+    budgeted(cx, body, t_len, |cx| scan_iters(cx, nd, body, init, xs, &ax, in_dirs, out_axes, out_dirs, t_len))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn scan_iters(
+    cx: &mut Ctx,
+    nd: &Node,
+    body: &GraphProto,
+    init: &[ValueId],
+    xs: &[ValueId],
+    ax: &[usize],
+    in_dirs: &[i64],
+    out_axes: &[i64],
+    out_dirs: &[i64],
+    t_len: usize,
+) -> R {
+    let mut state = init.to_vec();
+    let k = body.output.len() - state.len();
+    let mut outs: Vec<Vec<ValueId>> = vec![Vec::new(); k];
+    for t in 0..t_len {
+        let mut args = state.clone();
+        for (j, &x) in xs.iter().enumerate() {
+            let i = if in_dirs[j] != 0 { t_len - 1 - t } else { t };
+            let s = cx.slice_axis(x, ax[j], i, i + 1)?;
+            let mut d = cx.dims(s);
+            d.remove(ax[j]);
+            args.push(cx.reshape(s, d)?);
+        }
+        let r = inline(cx, nd, "body", body, &args)?;
+        state = r[..state.len()].to_vec();
+        for (j, &y) in r[state.len()..].iter().enumerate() {
+            outs[j].push(y);
+        }
+    }
+    let mut res = state;
+    for (j, mut s) in outs.into_iter().enumerate() {
+        if out_dirs[j] != 0 {
+            s.reverse();
+        }
+        let a = axis(out_axes[j], cx.rank(s[0]) + 1, "scan_output_axes")?;
+        res.push(stack(cx, &s, a)?);
+    }
+    Ok(res)
+}
