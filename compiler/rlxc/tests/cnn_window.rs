@@ -15,15 +15,12 @@
 //! missing one fails the test, it never skips.
 
 mod common;
+use common::{rlxc};
 use common::{npy, ok, python, repo};
 use rlx_ir::ConstData;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
-
-fn rlxc() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_rlxc"))
-}
 
 fn scratch(name: &str) -> PathBuf {
     let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cnn_window").join(name);

@@ -21,13 +21,10 @@
 //! file); with one, `rlxc bench --json` reports the device and its runs.
 
 mod common;
+use common::{rlxc};
 use common::{ok, python, repo};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-fn rlxc() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_rlxc"))
-}
 
 fn s(p: &Path) -> &str {
     p.to_str().unwrap()

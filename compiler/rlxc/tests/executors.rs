@@ -8,16 +8,13 @@
 //!   instructions and on verilog the cycles the compiled design states.
 
 mod common;
+use common::{rlxc};
 use common::mnist::{self, data};
 use common::{npy, ok, python, repo};
 use rlx_ir::{ConstData, DType};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-fn rlxc() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_rlxc"))
-}
 
 fn scratch(name: &str) -> PathBuf {
     let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("executors").join(name);

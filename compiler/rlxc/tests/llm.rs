@@ -10,37 +10,13 @@
 //! The Gemma 3 270M file is checked by tests/llm_gemma.rs (`make test-llm`).
 
 mod common;
+use common::{rlxc, scratch, tiny_gguf as tiny};
 
 use common::{ok, python, repo};
-use std::path::{Path, PathBuf};
 use std::process::Command;
-
-fn rlxc() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_rlxc"))
-}
-
-fn scratch(name: &str) -> PathBuf {
-    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
 
 fn f32s(c: &rlx_ir::ConstData) -> Vec<f32> {
     c.data.bytes().chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect()
-}
-
-/// Writes a tiny model and its reference logits for `tokens`; returns (model, reference) paths.
-fn tiny(dir: &Path, arch: &str, qtype: &str, tokens: &str) -> (PathBuf, PathBuf) {
-    let model = dir.join(format!("{arch}-{qtype}.gguf"));
-    let refp = dir.join(format!("{arch}-{qtype}.ref.npy"));
-    ok(Command::new(python())
-        .arg(repo().join("tests/reference/llm_ref.py"))
-        .args(["tiny", arch, qtype])
-        .arg(&model)
-        .args(["--tokens", tokens, "--ref"])
-        .arg(&refp));
-    (model, refp)
 }
 
 #[test]

@@ -13,26 +13,15 @@
 //!   position of 8 prompts equals the numpy reference's.
 
 mod common;
+use common::{f32s, scratch, tiny_gguf as tiny};
 
-use common::{ok, python, repo};
+use common::repo;
 use rlx_ir::{ConstData, DType, Mir, MirOp, TensorType};
 use rlxc::cli::{Backend, ModelSource, Target};
 use rlxc::pipeline::Timings;
 use rlxc::targets::{self, Request};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
-
-fn scratch(name: &str) -> PathBuf {
-    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-fn f32s(c: &ConstData) -> Vec<f32> {
-    c.data.bytes().chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect()
-}
 
 /// The stateless graph of a GGUF model with `sequence` bound to `n`.
 fn gguf_mir(model: &Path, n: usize) -> Mir {
@@ -155,19 +144,6 @@ fn every_block_type_gathers_bit_exact_and_multiplies_within_tolerance() {
         }
     }
     eprintln!("{}", report.join("\n"));
-}
-
-/// Writes a tiny model and its numpy reference logits for `tokens`; returns (model, reference).
-fn tiny(dir: &Path, arch: &str, qtype: &str, tokens: &str) -> (PathBuf, PathBuf) {
-    let model = dir.join(format!("{arch}-{qtype}.gguf"));
-    let refp = dir.join(format!("{arch}-{qtype}.ref.npy"));
-    ok(Command::new(python())
-        .arg(repo().join("tests/reference/llm_ref.py"))
-        .args(["tiny", arch, qtype])
-        .arg(&model)
-        .args(["--tokens", tokens, "--ref"])
-        .arg(&refp));
-    (model, refp)
 }
 
 #[test]

@@ -12,23 +12,13 @@
 //!   closed pipe ends the process quietly.
 
 mod common;
+use common::{rlxc, scratch};
 
 use common::{ok, python, repo};
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-
-fn rlxc() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_rlxc"))
-}
-
-fn scratch(name: &str) -> PathBuf {
-    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
 
 /// The speller model in `dir` and its token ids by text.
 fn speller(dir: &Path) -> (PathBuf, BTreeMap<String, i64>) {

@@ -13,6 +13,7 @@
 //!   missing key — exit 1, the tensor or key named, nothing written.
 
 mod common;
+use common::{f32s, rlxc, scratch};
 
 use common::{ok, python, repo};
 use rlx_ir::ConstData;
@@ -22,21 +23,6 @@ use rlxc::targets::{self, Request};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-fn rlxc() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_rlxc"))
-}
-
-fn scratch(name: &str) -> PathBuf {
-    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-fn f32s(c: &ConstData) -> Vec<f32> {
-    c.data.bytes().chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect()
-}
 
 /// max |a − b| / (range of b).
 fn rel_err(a: &[f32], b: &[f32]) -> f32 {

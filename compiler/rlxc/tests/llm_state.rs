@@ -6,22 +6,12 @@
 //! has a sliding window of 3, so its local layers' window mask over the cache is exercised too.
 
 mod common;
+use common::{f32s, rlxc, scratch};
 
 use common::{ok, python, repo};
 use rlx_ir::{ConstData, Mir};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-fn scratch(name: &str) -> PathBuf {
-    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-fn f32s(c: &ConstData) -> Vec<f32> {
-    c.data.bytes().chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect()
-}
 
 fn tiny(dir: &Path, arch: &str, qtype: &str) -> PathBuf {
     let model = dir.join(format!("{arch}-{qtype}.gguf"));
@@ -117,10 +107,6 @@ fn step_graphs_round_trip_through_the_text_form_and_bad_sizes_are_errors() {
         let e = rlx_models::llm::llm_step_from_gguf(&f, chunk, context).unwrap_err();
         assert!(e.contains("chunk") && e.contains("context"), "{e}");
     }
-}
-
-fn rlxc() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_rlxc"))
 }
 
 /// The compiled host artifact through its C ABI: `rlxc compile --dim context=16 --dim chunk=4` (both

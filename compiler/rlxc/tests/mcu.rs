@@ -21,6 +21,7 @@
 //! qemu-system-arm (`make setup`); a missing one fails the test, it never skips.
 
 mod common;
+use common::{rlxc};
 use common::mnist::{self, data};
 use common::{npy, ok, python, repo};
 use rlx_ir::{Blob, ConstData, DType, MirOp};
@@ -31,10 +32,6 @@ use std::process::Command;
 
 
 
-
-fn rlxc() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_rlxc"))
-}
 
 fn size(elf: &Path) -> (u64, u64, u64) {
     let out = ok(Command::new("arm-none-eabi-size").arg(elf));

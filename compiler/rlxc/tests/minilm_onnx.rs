@@ -2,6 +2,7 @@
 //! dequantization) run by `rlxc run` against ONNX Runtime on the same file and inputs: 1e-4 max abs.
 
 mod common;
+use common::{scratch};
 use common::{python, repo};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -12,13 +13,6 @@ fn py(args: &[&str]) -> String {
     let out = Command::new(python()).args(args).current_dir(repo()).output().expect("run python");
     assert!(out.status.success(), "python {args:?} failed:\n{}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
-fn scratch(name: &str) -> PathBuf {
-    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
 }
 
 fn model() -> PathBuf {

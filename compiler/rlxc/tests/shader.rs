@@ -24,6 +24,7 @@
 //! `make test`, where lavapipe is installed by `make setup`), which makes them fail instead.
 
 mod common;
+use common::{rlxc};
 use common::{python, repo};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -41,10 +42,6 @@ fn ok(cmd: &mut Command) -> String {
     let out = output(cmd);
     assert!(out.status.success(), "{cmd:?} failed ({}):\n{}{}", out.status, String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn rlxc() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_rlxc"))
 }
 
 fn s(p: &Path) -> &str {

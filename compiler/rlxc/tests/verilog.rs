@@ -15,6 +15,7 @@
 //! (`make setup`); a missing one fails the test, it never skips.
 
 mod common;
+use common::{rlxc};
 use common::mnist::{self, data};
 use common::{npy, python, repo};
 use rlx_ir::{ConstData, DType, MirOp};
@@ -36,10 +37,6 @@ fn ok(cmd: &mut Command) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
-}
-
-fn rlxc() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_rlxc"))
 }
 
 fn compile(model: &str, macs: usize, out: &Path) -> serde_json::Value {

@@ -44,3 +44,35 @@ pub fn ok(cmd: &mut Command) -> String {
 pub fn npy(p: &Path) -> ConstData {
     rlxc::npy::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
+
+/// A fresh scratch folder under cargo's per-test-target temporary directory.
+pub fn scratch(name: &str) -> PathBuf {
+    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// The rlxc binary under test.
+pub fn rlxc() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_rlxc"))
+}
+
+/// An f32 tensor's values.
+pub fn f32s(c: &ConstData) -> Vec<f32> {
+    c.data.bytes().chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect()
+}
+
+/// Writes a tiny GGUF language model (`tests/reference/llm_ref.py tiny ARCH QTYPE`) and its numpy
+/// reference logits for `tokens`; returns (model, reference) paths.
+pub fn tiny_gguf(dir: &Path, arch: &str, qtype: &str, tokens: &str) -> (PathBuf, PathBuf) {
+    let model = dir.join(format!("{arch}-{qtype}.gguf"));
+    let refp = dir.join(format!("{arch}-{qtype}.ref.npy"));
+    ok(Command::new(python())
+        .arg(repo().join("tests/reference/llm_ref.py"))
+        .args(["tiny", arch, qtype])
+        .arg(&model)
+        .args(["--tokens", tokens, "--ref"])
+        .arg(&refp));
+    (model, refp)
+}
