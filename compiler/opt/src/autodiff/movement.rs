@@ -107,16 +107,8 @@ pub fn gather(axis: usize, b: &mut B, s: &Site, g: ValueId) -> Result<Vec<Option
     let v = dims[axis];
     let c: usize = dims[axis + 1..].iter().product();
     let fx = |d: &[usize]| Shape::fixed(d);
-    let mut i = b.reshape(idx, &fx(&[n, 1]))?;
-    if b.ty(i).dtype != DType::I64 {
-        i = b.op(MirOp::Cast { to: DType::I64 }, &[i])?;
-    }
-    // Negative indices count from the end.
-    let zero = b.constant(DType::I64, 0.0);
-    let vv = b.constant(DType::I64, v as f64);
-    let neg = b.bin(BinaryOp::Lt, i, zero)?;
-    let wrapped = b.add(i, vv)?;
-    let i = b.op(MirOp::Where, &[neg, wrapped, i])?;
+    let i = b.reshape(idx, &fx(&[n, 1]))?;
+    let i = wrap_index(b, i, v)?;
     let range: Vec<i64> = (0..v as i64).collect();
     let r = b.g.add_const(None, ConstData::from_i64(vec![v], &range));
     let hit = b.bin(BinaryOp::Eq, i, r)?;
@@ -136,15 +128,7 @@ fn scatter_along(b: &mut B, g: ValueId, idx: ValueId, axis: usize, dims: &[usize
     let r = dims.len();
     let v = dims[axis];
     let dt = b.ty(g).dtype;
-    let mut i = idx;
-    if b.ty(i).dtype != DType::I64 {
-        i = b.op(MirOp::Cast { to: DType::I64 }, &[i])?;
-    }
-    let zero = b.constant(DType::I64, 0.0);
-    let vv = b.constant(DType::I64, v as f64);
-    let neg = b.bin(BinaryOp::Lt, i, zero)?;
-    let wrapped = b.add(i, vv)?;
-    let i = b.op(MirOp::Where, &[neg, wrapped, i])?;
+    let i = wrap_index(b, idx, v)?;
     // [.., J, 1, ..] against [1.., 1, V, 1..].
     let mut split = ishape.clone();
     split.insert(axis + 1, 1);
@@ -182,4 +166,14 @@ pub fn gather_elements(axis: usize, b: &mut B, s: &Site, g: ValueId) -> Result<V
 pub fn topk(axis: usize, b: &mut B, s: &Site, g: ValueId) -> Result<Vec<Option<ValueId>>, String> {
     let dims = fixed_dims(b, s.ins[0], "the gradient of topk")?;
     Ok(vec![Some(scatter_along(b, g, s.outs[1], axis, &dims)?)])
+}
+
+/// Indices `i` into an axis of `v` entries as i64, negative ones counted from the end (`i + v`).
+fn wrap_index(b: &mut B, i: ValueId, v: usize) -> Result<ValueId, String> {
+    let i = if b.ty(i).dtype != DType::I64 { b.op(MirOp::Cast { to: DType::I64 }, &[i])? } else { i };
+    let zero = b.constant(DType::I64, 0.0);
+    let vv = b.constant(DType::I64, v as f64);
+    let neg = b.bin(BinaryOp::Lt, i, zero)?;
+    let wrapped = b.add(i, vv)?;
+    b.op(MirOp::Where, &[neg, wrapped, i])
 }
