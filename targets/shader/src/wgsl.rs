@@ -61,6 +61,16 @@ fn f32_lit(v: f64) -> String {
     format!("bitcast<f32>({}u)", (v as f32).to_bits())
 }
 
+/// An i64 value as an (i32) index: `i32(v)`, or for an i64 literal that fits, the i32 literal itself —
+/// naga's constant evaluator does not convert an i64 literal (`i32(0li)` fails to parse).
+fn i64_to_index(v: &str) -> String {
+    let lit = v.strip_prefix('(').and_then(|x| x.strip_suffix("li)")).and_then(|x| x.parse::<i64>().ok());
+    match lit.and_then(|i| i32::try_from(i).ok()) {
+        Some(i) => format!("({i}i)"),
+        None => format!("i32({v})"),
+    }
+}
+
 fn lit(v: f64, d: DType) -> Result<String, String> {
     if norm(d) == DType::I64 {
         let i = v as i64;
@@ -143,6 +153,11 @@ impl W<'_> {
         }
     }
 
+    /// C's fmod for f32 (see `BinaryOp::FMod`).
+    fn fmod_f32(&mut self) -> String {
+        self.helper("fmod_f32", "fn fmod_f32(x: f32, y: f32) -> f32 {\n  if (abs(y) > 3.4028235e38f && abs(x) <= 3.4028235e38f) { return x; }\n  return x % y;\n}\n".into())
+    }
+
     fn helper(&mut self, name: &str, body: String) -> String {
         self.helpers.entry(name.to_string()).or_insert(body);
         name.to_string()
@@ -154,7 +169,7 @@ impl W<'_> {
         let v = self.expr(e)?;
         Ok(match (self.ty_of(e), want) {
             (Ty::Index, Ty::S(DType::I64)) if norm(DType::I64) == DType::I64 => format!("i64({v})"),
-            (Ty::S(DType::I64), Ty::Index) if norm(DType::I64) == DType::I64 => format!("i32({v})"),
+            (Ty::S(DType::I64), Ty::Index) if norm(DType::I64) == DType::I64 => i64_to_index(&v),
             _ => v,
         })
     }
@@ -254,7 +269,8 @@ impl W<'_> {
                     DType::F32 => format!("i32({v})"),
                     DType::I32 => v,
                     DType::I64 if norm(DType::I64) == DType::I32 => v,
-                    DType::U32 | DType::I64 => format!("i32({v})"),
+                    DType::I64 => i64_to_index(&v),
+                    DType::U32 => format!("i32({v})"),
                     DType::Bool => format!("select(0i, 1i, {v})"),
                     d => return self.err(format!("{d} indices are not supported by the shader targets")),
                 }
@@ -421,10 +437,15 @@ impl W<'_> {
                 }
                 BinaryOp::Max => format!("max({x}, {y})"),
                 BinaryOp::Min => format!("min({x}, {y})"),
-                // WGSL's float % truncates, as C's fmod.
-                BinaryOp::FMod => format!("({x} % {y})"),
+                // WGSL's float % truncates, as C's fmod, but as x - y·trunc(x / y): a finite x over an
+                // infinite y gives NaN (∞·0) where fmod gives x.
+                BinaryOp::FMod => {
+                    let h = self.fmod_f32();
+                    format!("{h}({x}, {y})")
+                }
                 BinaryOp::Mod => {
-                    let h = self.helper("mod_f32", "fn mod_f32(x: f32, y: f32) -> f32 {\n  let r = x % y;\n  if (r != 0.0f && ((r < 0.0f) != (y < 0.0f))) { return r + y; }\n  return r;\n}\n".into());
+                    let f = self.fmod_f32();
+                    let h = self.helper("mod_f32", format!("fn mod_f32(x: f32, y: f32) -> f32 {{\n  let r = {f}(x, y);\n  if (r != 0.0f && ((r < 0.0f) != (y < 0.0f))) {{ return r + y; }}\n  return r;\n}}\n"));
                     format!("{h}({x}, {y})")
                 }
                 BinaryOp::Eq => format!("({x} == {y})"),
