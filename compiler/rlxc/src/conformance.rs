@@ -624,6 +624,8 @@ pub fn report_markdown(res: &[CaseResult]) -> String {
         }
         s.push('\n');
     }
+    let rest: Vec<&CaseResult> = res.iter().filter(|r| r.outcome != Outcome::Passed).collect();
+    s.push_str(&crate::conformance_gaps::section(&rest));
     for (title, o) in [("Failing cases", Outcome::Failed), ("Unsupported cases", Outcome::Unsupported)] {
         s.push_str(&format!("\n## {title}\n\n"));
         for r in res.iter().filter(|r| r.outcome == o) {

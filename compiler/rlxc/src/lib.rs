@@ -13,6 +13,7 @@ compile_error!("rlxc needs at least one native back end: cargo feature `llvm` or
 pub mod artifact;
 pub mod cli;
 pub mod conformance;
+pub mod conformance_gaps;
 pub mod cpus;
 pub mod dims;
 pub mod llm;
