@@ -129,6 +129,15 @@ pub fn kernel(li: usize, sig: &str, setup: &str, params: Vec<(DType, String)>, p
     Ok(Tiled { text, groups, block, globals })
 }
 
+/// The K slice a tiled matmul stages per step: 64 for 1×1 outputs per thread, 32 otherwise (fewer
+/// steps, each with more loads in flight: a short-M·N, long-K matmul is bound by one global-memory
+/// latency per step), never more than K rounded up to 16. A multiple of 16, so each of the
+/// [`BLOCK`] threads stages a whole number of elements of each operand.
+pub fn k_slice(r: i64, k: i64) -> i64 {
+    let want = if r == 1 { 64 } else { 32 };
+    want.min(cdiv(k.max(1), T) * T)
+}
+
 #[allow(clippy::too_many_arguments)]
 fn matmul(
     w: &mut Writer, li: usize, acc: &Acc, a: &Expr, b: &Expr, rows: &[(Var, i64)], cols: &[(Var, i64)], batch: &[(Var, i64)], r: i64, tc: Option<Mma>, globals: &mut Vec<String>,
@@ -136,8 +145,11 @@ fn matmul(
     let d = acc.dtype;
     let ty = llvm_type(d);
     let (m, n, nb): (i64, i64, i64) = (rows.iter().map(|d| d.1).product(), cols.iter().map(|d| d.1).product(), batch.iter().map(|d| d.1).product());
-    let (bm, bn, tk) = (T * r, T * r, T);
-    let (pa, pb) = (tk + 1, bn + 1);
+    let (bm, bn, tk) = (T * r, T * r, k_slice(r, acc.ks[0].1));
+    // Rows of a padded against bank conflicts: by one for the SIMT loop (a warp reads two rows, the
+    // stores walk K), by four for the tensor cores (a fragment's lanes 4·g + t read row g, column t:
+    // 32 different banks).
+    let (pa, pb) = (tk + if tc.is_some() { 4 } else { 1 }, bn + 1);
     let (la, lb) = (bm * pa, tk * pb);
     let (sa, sb) = (format!("@sa{li}"), format!("@sb{li}"));
     globals.push(format!("{sa} = internal addrspace(3) global [{la} x {ty}] undef, align 16"));
@@ -177,23 +189,29 @@ fn matmul(
     w.slot(&kslot, "i64");
     w.bind_index(kv, &kslot);
     let per = (T * T) as i64;
-    for_loop(w, "%s.k0", "0", &kext.to_string(), tk, &mut |w| {
-        let k0 = w.emit_op("load i64, ptr %s.k0".into());
-        // Stage a: (bm rows) × (tk of K), element e = tid + 256·q.
-        for (x, fast, lim, own, dims, sh, len, rows_of) in [(a, a_kfast, m, bm, rows, &sa, la, true), (b, b_kfast, n, bn, cols, &sb, lb, false)] {
+    // The staged elements: (operand, q) → its staging register `%s.st{a|b}{q}` and its place in
+    // shared memory (a function of `tid` and q only).
+    let ops = [(a, a_kfast, m, bm, rows, &sa, la, true), (b, b_kfast, n, bn, cols, &sb, lb, false)];
+    let split = |w: &mut Writer, fast: bool, own: i64, q: i64| {
+        let e = w.emit_op(format!("add nuw nsw i64 {tid}, {}", q * per));
+        // (o: the row of a / column of b within the tile; kk: the step within K)
+        if fast {
+            (w.emit_op(format!("udiv i64 {e}, {tk}")), w.emit_op(format!("urem i64 {e}, {tk}")))
+        } else {
+            (w.emit_op(format!("urem i64 {e}, {own}")), w.emit_op(format!("udiv i64 {e}, {own}")))
+        }
+    };
+    // Loads the K slice at `k0` into the staging registers: every load issued before any is used
+    // (the values reach shared memory only after the next compute), so they are in flight together.
+    let load_slice = |w: &mut Writer, k0: &str| -> Result<(), String> {
+        for (oi, &(x, fast, lim, own, dims, _, _, rows_of)) in ops.iter().enumerate() {
             for q in 0..own * tk / per {
-                let e = w.emit_op(format!("add nuw nsw i64 {tid}, {}", q * per));
-                // (o: the row of a / column of b within the tile; kk: the step within K)
-                let (o, kk) = if fast {
-                    (w.emit_op(format!("udiv i64 {e}, {tk}")), w.emit_op(format!("urem i64 {e}, {tk}")))
-                } else {
-                    (w.emit_op(format!("urem i64 {e}, {own}")), w.emit_op(format!("udiv i64 {e}, {own}")))
-                };
+                let (o, kk) = split(w, fast, own, q);
                 let base = if rows_of { &m0 } else { &n0 };
                 let g = w.emit_op(format!("add nuw nsw i64 {base}, {o}"));
                 let kg = w.emit_op(format!("add nuw nsw i64 {k0}, {kk}"));
-                let xs = "%s.stage";
-                w.slot(xs, ty);
+                let xs = format!("%s.st{oi}.{q}");
+                w.slot(&xs, ty);
                 w.emit(&format!("store {ty} {zero}, ptr {xs}"));
                 let c1 = w.emit_op(format!("icmp slt i64 {g}, {lim}"));
                 let c2 = w.emit_op(format!("icmp slt i64 {kg}, {kext}"));
@@ -205,8 +223,18 @@ fn matmul(
                     w.emit(&format!("store {ty} {v}, ptr {xs}"));
                     Ok(())
                 })?;
-                let v = w.emit_op(format!("load {ty}, ptr {xs}"));
-                // a: sa[o·pa + kk]; b: sb[kk·pb + o].
+            }
+        }
+        Ok(())
+    };
+    load_slice(w, "0")?;
+    for_loop(w, "%s.k0", "0", &kext.to_string(), tk, &mut |w| {
+        let k0 = w.emit_op("load i64, ptr %s.k0".into());
+        // The staged slice → shared memory: a: sa[o·pa + kk]; b: sb[kk·pb + o].
+        for (oi, &(_, fast, _, own, _, sh, len, rows_of)) in ops.iter().enumerate() {
+            for q in 0..own * tk / per {
+                let (o, kk) = split(w, fast, own, q);
+                let v = w.emit_op(format!("load {ty}, ptr %s.st{oi}.{q}"));
                 let idx = if rows_of {
                     let t = w.emit_op(format!("mul nuw nsw i64 {o}, {pa}"));
                     w.emit_op(format!("add nuw nsw i64 {t}, {kk}"))
@@ -219,8 +247,12 @@ fn matmul(
             }
         }
         barrier(w);
+        // Prefetch the next slice while this one is computed (double buffering through registers).
+        let k1 = w.emit_op(format!("add nuw nsw i64 {k0}, {tk}"));
+        let more = w.emit_op(format!("icmp slt i64 {k1}, {kext}"));
+        if_(w, &more, &mut |w| load_slice(w, &k1))?;
         if let Some(kind) = tc {
-            mma_step(w, kind, (&sa, la, pa), (&sb, lb, pb), (&wp, &gq, &tq), bn, frags, per_warp)?;
+            mma_step(w, kind, (&sa, la, pa), (&sb, lb, pb), (&wp, &gq, &tq), bn, tk, frags, per_warp)?;
             barrier(w);
             return Ok(());
         }
@@ -331,7 +363,7 @@ fn to_operand(w: &mut Writer, kind: Mma, lo: &str, hi: Option<&str>) -> String {
 /// pairs of adjacent k) and issues `mma.sync` (two k8 steps for tf32, one k16 step for bf16/f16),
 /// accumulating in f32.
 #[allow(clippy::too_many_arguments)]
-fn mma_step(w: &mut Writer, kind: Mma, (sa, la, pa): (&str, i64, i64), (sb, lb, pb): (&str, i64, i64), (wp, gq, tq): (&str, &str, &str), bn: i64, frags: i64, per_warp: i64) -> Result<(), String> {
+fn mma_step(w: &mut Writer, kind: Mma, (sa, la, pa): (&str, i64, i64), (sb, lb, pb): (&str, i64, i64), (wp, gq, tq): (&str, &str, &str), bn: i64, tk: i64, frags: i64, per_warp: i64) -> Result<(), String> {
     let (shape, ab) = match kind {
         Mma::Tf32 => ("m16n8k8", "tf32"),
         Mma::Bf16 => ("m16n8k16", "bf16"),
@@ -363,7 +395,7 @@ fn mma_step(w: &mut Writer, kind: Mma, (sa, la, pa): (&str, i64, i64), (sb, lb, 
                 let p = shared_at(w, sb, lb, "float", &idx);
                 w.emit_op(format!("load float, ptr addrspace(3) {p}"))
             };
-            for k0 in (0..16).step_by(kstep) {
+            for k0 in (0..tk).step_by(kstep) {
                 let mut av = Vec::new();
                 let mut bv = Vec::new();
                 if kind == Mma::Tf32 {
