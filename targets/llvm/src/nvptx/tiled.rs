@@ -189,11 +189,10 @@ fn matmul(
     let ty = llvm_type(d);
     let (m, n, nb): (i64, i64, i64) = (rows.iter().map(|d| d.1).product(), cols.iter().map(|d| d.1).product(), batch.iter().map(|d| d.1).product());
     let (bm, bn, tk) = (T * r, T * r, k_slice(r, acc.ks[0].1));
-    // Rows of a and b padded against bank conflicts: by one for the SIMT loop (a warp reads two rows,
-    // the stores walk K); for the tensor cores a by four (a fragment's lanes 4·g + t read row g,
-    // column t: bank 4·g + t) and b by eight (lane 4·g + t reads row k = t, column g: bank 8·t + g) —
-    // 32 different banks each.
-    let (pa, pb) = if tc.is_some() { (tk + 4, bn + 8) } else { (tk + 1, bn + 1) };
+    // Rows of a padded against bank conflicts: by one for the SIMT loop (a warp reads two rows, the
+    // stores walk K), by four for the tensor cores (a fragment's lanes 4·g + t read row g, column t:
+    // 32 different banks).
+    let (pa, pb) = (tk + if tc.is_some() { 4 } else { 1 }, bn + 1);
     let (la, lb) = (bm * pa, tk * pb);
     let (sa, sb) = (format!("@sa{li}"), format!("@sb{li}"));
     globals.push(format!("{sa} = internal addrspace(3) global [{la} x {ty}] undef, align 16"));
