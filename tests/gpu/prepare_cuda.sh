@@ -62,6 +62,8 @@ case_ cnn "$T/cnn.onnx" "" "image=$T/image.npy"
 case_ tiled "$T/tiled.onnx" "" "a=$T/a.npy" "b=$T/b.npy" "b2=$T/b2.npy" "c=$T/c.npy" "d=$T/d.npy" "e=$T/e.npy"
 case_ rows "$T/rows.onnx" "" "x=$T/x.npy" "l=$T/l.npy" "s=$T/s.npy" "u=$T/u.npy" "v=$T/v.npy" "w=$T/w.npy"
 TILES=0 case_ tiled_untiled "$T/tiled.onnx" ""
+# The awkward shapes on the tensor cores too (their f32 twin's references, the precision's tolerance).
+for p in tf32 bf16; do EXTRA="--precision $p" case_ tiled_$p "$T/tiled.onnx" ""; done
 TILES=0 case_ rows_untiled "$T/rows.onnx" ""
 TILES=0 case_ mlp_untiled "$T/mlp.onnx" "--dim batch=2"
 TILES=0 case_ cnn_untiled "$T/cnn.onnx" ""

@@ -67,6 +67,49 @@ fn for_loop(w: &mut Writer, slot: &str, lo: &str, hi: &str, step: i64, body: Bod
     Ok(())
 }
 
+/// A row kernel's per-lane element loop with at most this many elements per lane is unrolled whole;
+/// a longer one runs [`LANE_CHUNK`] elements per lane per trip. A warp issues in order: a rolled loop
+/// waits one memory latency per element (a 384-wide LayerNorm row: 12 per lane, three passes — ~10 µs
+/// on an H200, nearly all of it waiting), straight-line code has all of a lane's loads in flight at once.
+const LANE_UNROLL: i64 = 16;
+const LANE_CHUNK: i64 = 4;
+
+/// `for slot in lane..n step 32 { body }`, unrolled (above). Each element still runs `body` once, in
+/// the same order k = lane, lane + 32, …: the results are those of the rolled loop, bit for bit.
+fn lane_loop(w: &mut Writer, slot: &str, lane: &str, n: i64, body: Body) -> Result<(), String> {
+    w.slot(slot, "i64");
+    let whole = n / 32;
+    let tail = n % 32 != 0;
+    let at = |w: &mut Writer, base: &str, off: i64, body: Body| -> Result<(), String> {
+        let i = w.emit_op(format!("add nuw nsw i64 {base}, {off}"));
+        w.emit(&format!("store i64 {i}, ptr {slot}"));
+        body(w)
+    };
+    if whole + tail as i64 <= LANE_UNROLL {
+        for j in 0..whole {
+            at(w, lane, 32 * j, &mut *body)?;
+        }
+        if tail {
+            let i = w.emit_op(format!("add nuw nsw i64 {lane}, {}", 32 * whole));
+            let c = w.emit_op(format!("icmp slt i64 {i}, {n}"));
+            if_(w, &c, &mut |w| at(w, lane, 32 * whole, &mut *body))?;
+        }
+        return Ok(());
+    }
+    let chunked = whole / LANE_CHUNK * LANE_CHUNK * 32;
+    let c = format!("{slot}.c");
+    for_loop(w, &c, "0", &chunked.to_string(), LANE_CHUNK * 32, &mut |w| {
+        let cv = w.emit_op(format!("load i64, ptr {c}"));
+        let base = w.emit_op(format!("add nuw nsw i64 {cv}, {lane}"));
+        for u in 0..LANE_CHUNK {
+            at(w, &base, 32 * u, &mut *body)?;
+        }
+        Ok(())
+    })?;
+    let lo = w.emit_op(format!("add nuw nsw i64 {lane}, {chunked}"));
+    for_loop(w, slot, &lo, &n.to_string(), 32, body)
+}
+
 /// `if cond { body }` (`cond` an i1).
 fn if_(w: &mut Writer, cond: &str, body: Body) -> Result<(), String> {
     let (then, end) = (w.fresh("tthen"), w.fresh("tendif"));
@@ -129,6 +172,15 @@ pub fn kernel(li: usize, sig: &str, setup: &str, params: Vec<(DType, String)>, p
     Ok(Tiled { text, groups, block, globals })
 }
 
+/// The K slice a tiled matmul stages per step: 64 for 1×1 outputs per thread, 32 otherwise (fewer
+/// steps, each with more loads in flight: a short-M·N, long-K matmul is bound by one global-memory
+/// latency per step), never more than K rounded up to 16. A multiple of 16, so each of the
+/// [`BLOCK`] threads stages a whole number of elements of each operand.
+pub fn k_slice(r: i64, k: i64) -> i64 {
+    let want = if r == 1 { 64 } else { 32 };
+    want.min(cdiv(k.max(1), T) * T)
+}
+
 #[allow(clippy::too_many_arguments)]
 fn matmul(
     w: &mut Writer, li: usize, acc: &Acc, a: &Expr, b: &Expr, rows: &[(Var, i64)], cols: &[(Var, i64)], batch: &[(Var, i64)], r: i64, tc: Option<Mma>, globals: &mut Vec<String>,
@@ -136,8 +188,11 @@ fn matmul(
     let d = acc.dtype;
     let ty = llvm_type(d);
     let (m, n, nb): (i64, i64, i64) = (rows.iter().map(|d| d.1).product(), cols.iter().map(|d| d.1).product(), batch.iter().map(|d| d.1).product());
-    let (bm, bn, tk) = (T * r, T * r, T);
-    let (pa, pb) = (tk + 1, bn + 1);
+    let (bm, bn, tk) = (T * r, T * r, k_slice(r, acc.ks[0].1));
+    // Rows of a padded against bank conflicts: by one for the SIMT loop (a warp reads two rows, the
+    // stores walk K), by four for the tensor cores (a fragment's lanes 4·g + t read row g, column t:
+    // 32 different banks).
+    let (pa, pb) = (tk + if tc.is_some() { 4 } else { 1 }, bn + 1);
     let (la, lb) = (bm * pa, tk * pb);
     let (sa, sb) = (format!("@sa{li}"), format!("@sb{li}"));
     globals.push(format!("{sa} = internal addrspace(3) global [{la} x {ty}] undef, align 16"));
@@ -177,23 +232,29 @@ fn matmul(
     w.slot(&kslot, "i64");
     w.bind_index(kv, &kslot);
     let per = (T * T) as i64;
-    for_loop(w, "%s.k0", "0", &kext.to_string(), tk, &mut |w| {
-        let k0 = w.emit_op("load i64, ptr %s.k0".into());
-        // Stage a: (bm rows) × (tk of K), element e = tid + 256·q.
-        for (x, fast, lim, own, dims, sh, len, rows_of) in [(a, a_kfast, m, bm, rows, &sa, la, true), (b, b_kfast, n, bn, cols, &sb, lb, false)] {
+    // The staged elements: (operand, q) → its staging register `%s.st{a|b}{q}` and its place in
+    // shared memory (a function of `tid` and q only).
+    let ops = [(a, a_kfast, m, bm, rows, &sa, la, true), (b, b_kfast, n, bn, cols, &sb, lb, false)];
+    let split = |w: &mut Writer, fast: bool, own: i64, q: i64| {
+        let e = w.emit_op(format!("add nuw nsw i64 {tid}, {}", q * per));
+        // (o: the row of a / column of b within the tile; kk: the step within K)
+        if fast {
+            (w.emit_op(format!("udiv i64 {e}, {tk}")), w.emit_op(format!("urem i64 {e}, {tk}")))
+        } else {
+            (w.emit_op(format!("urem i64 {e}, {own}")), w.emit_op(format!("udiv i64 {e}, {own}")))
+        }
+    };
+    // Loads the K slice at `k0` into the staging registers: every load issued before any is used
+    // (the values reach shared memory only after the next compute), so they are in flight together.
+    let load_slice = |w: &mut Writer, k0: &str| -> Result<(), String> {
+        for (oi, &(x, fast, lim, own, dims, _, _, rows_of)) in ops.iter().enumerate() {
             for q in 0..own * tk / per {
-                let e = w.emit_op(format!("add nuw nsw i64 {tid}, {}", q * per));
-                // (o: the row of a / column of b within the tile; kk: the step within K)
-                let (o, kk) = if fast {
-                    (w.emit_op(format!("udiv i64 {e}, {tk}")), w.emit_op(format!("urem i64 {e}, {tk}")))
-                } else {
-                    (w.emit_op(format!("urem i64 {e}, {own}")), w.emit_op(format!("udiv i64 {e}, {own}")))
-                };
+                let (o, kk) = split(w, fast, own, q);
                 let base = if rows_of { &m0 } else { &n0 };
                 let g = w.emit_op(format!("add nuw nsw i64 {base}, {o}"));
                 let kg = w.emit_op(format!("add nuw nsw i64 {k0}, {kk}"));
-                let xs = "%s.stage";
-                w.slot(xs, ty);
+                let xs = format!("%s.st{oi}.{q}");
+                w.slot(&xs, ty);
                 w.emit(&format!("store {ty} {zero}, ptr {xs}"));
                 let c1 = w.emit_op(format!("icmp slt i64 {g}, {lim}"));
                 let c2 = w.emit_op(format!("icmp slt i64 {kg}, {kext}"));
@@ -205,8 +266,18 @@ fn matmul(
                     w.emit(&format!("store {ty} {v}, ptr {xs}"));
                     Ok(())
                 })?;
-                let v = w.emit_op(format!("load {ty}, ptr {xs}"));
-                // a: sa[o·pa + kk]; b: sb[kk·pb + o].
+            }
+        }
+        Ok(())
+    };
+    load_slice(w, "0")?;
+    for_loop(w, "%s.k0", "0", &kext.to_string(), tk, &mut |w| {
+        let k0 = w.emit_op("load i64, ptr %s.k0".into());
+        // The staged slice → shared memory: a: sa[o·pa + kk]; b: sb[kk·pb + o].
+        for (oi, &(_, fast, _, own, _, sh, len, rows_of)) in ops.iter().enumerate() {
+            for q in 0..own * tk / per {
+                let (o, kk) = split(w, fast, own, q);
+                let v = w.emit_op(format!("load {ty}, ptr %s.st{oi}.{q}"));
                 let idx = if rows_of {
                     let t = w.emit_op(format!("mul nuw nsw i64 {o}, {pa}"));
                     w.emit_op(format!("add nuw nsw i64 {t}, {kk}"))
@@ -215,12 +286,23 @@ fn matmul(
                     w.emit_op(format!("add nuw nsw i64 {t}, {o}"))
                 };
                 let p = shared_at(w, sh, len, ty, &idx);
+                // tf32: rounded once here (cvt.rna, kept in the f32 slot as its bits), not at each use.
+                let v = if tc == Some(Mma::Tf32) {
+                    let t = to_operand(w, Mma::Tf32, &v, None);
+                    w.emit_op(format!("bitcast i32 {t} to float"))
+                } else {
+                    v
+                };
                 w.emit(&format!("store {ty} {v}, ptr addrspace(3) {p}"));
             }
         }
         barrier(w);
+        // Prefetch the next slice while this one is computed (double buffering through registers).
+        let k1 = w.emit_op(format!("add nuw nsw i64 {k0}, {tk}"));
+        let more = w.emit_op(format!("icmp slt i64 {k1}, {kext}"));
+        if_(w, &more, &mut |w| load_slice(w, &k1))?;
         if let Some(kind) = tc {
-            mma_step(w, kind, (&sa, la, pa), (&sb, lb, pb), (&wp, &gq, &tq), bn, frags, per_warp)?;
+            mma_step(w, kind, (&sa, la, pa), (&sb, lb, pb), (&wp, &gq, &tq), bm, bn, tk)?;
             barrier(w);
             return Ok(());
         }
@@ -257,12 +339,10 @@ fn matmul(
     let accs_slot = format!("%s.v{}", acc.acc.0);
     w.slot(&accs_slot, ty);
     if tc.is_some() {
-        for s in 0..per_warp {
-            let ti = w.emit_op(format!("add nuw nsw i64 {wp}, {}", 8 * s));
-            let has = w.emit_op(format!("icmp ult i64 {ti}, {frags}"));
-            if_(w, &has, &mut |w| {
-                let mt = w.emit_op(format!("udiv i64 {ti}, {}", bn / 8));
-                let nt = w.emit_op(format!("urem i64 {ti}, {}", bn / 8));
+        let (rows_of, cols_of, owned) = warp_frags(w, &wp, bm, bn);
+        for (s, (i, j, has)) in owned.iter().enumerate() {
+            let (mt, nt) = (&rows_of[*i], &cols_of[*j]);
+            if_(w, has, &mut |w| {
                 let r0 = w.emit_op(format!("mul nuw nsw i64 {mt}, 16"));
                 let r0 = w.emit_op(format!("add nuw nsw i64 {r0}, {gq}"));
                 let r0 = w.emit_op(format!("add nuw nsw i64 {r0}, {m0}"));
@@ -325,13 +405,45 @@ fn to_operand(w: &mut Writer, kind: Mma, lo: &str, hi: Option<&str>) -> String {
     }
 }
 
-/// One K step of 16 on the tensor cores: each warp, for each m16×n8 fragment it owns, loads its A
-/// and B fragments from shared memory in the PTX ISA's layouts (lane = 4·g + t; tf32 m16n8k8: a_r
-/// at (g + 8·(r % 2), t + 4·(r / 2)), b_r at (k = t + 4·r, n = g); bf16/f16 m16n8k16: the same with
-/// pairs of adjacent k) and issues `mma.sync` (two k8 steps for tf32, one k16 step for bf16/f16),
-/// accumulating in f32.
+/// The m16×n8 fragments warp `wp` owns in a bm×bn tile: its fragment rows, its fragment columns, and
+/// per owned fragment s (accumulators `%d{s}.*`): (index into rows, index into columns, whether it
+/// exists — warp-uniform). Four per warp (a 64×64 tile: 32 fragments, 8 warps) form a 2×2 warp tile,
+/// warps 2 down × 4 across, so a warp loads two A and two B fragments per k step for its four
+/// `mma.sync`; with one per warp, warp wp owns fragment wp (row-major), if there is one.
+type Frags = (Vec<String>, Vec<String>, Vec<(usize, usize, String)>);
+fn warp_frags(w: &mut Writer, wp: &str, bm: i64, bn: i64) -> Frags {
+    let (mf, nf) = (bm / 16, bn / 8);
+    let per_warp = cdiv(mf * nf, 8);
+    if per_warp == 4 && mf % 2 == 0 && nf % 2 == 0 && (mf / 2) * (nf / 2) == 8 {
+        let wn = nf / 2;
+        let wm = w.emit_op(format!("udiv i64 {wp}, {wn}"));
+        let wc = w.emit_op(format!("urem i64 {wp}, {wn}"));
+        let m0 = w.emit_op(format!("mul nuw nsw i64 {wm}, 2"));
+        let n0 = w.emit_op(format!("mul nuw nsw i64 {wc}, 2"));
+        let m1 = w.emit_op(format!("add nuw nsw i64 {m0}, 1"));
+        let n1 = w.emit_op(format!("add nuw nsw i64 {n0}, 1"));
+        let list = (0..4).map(|s| (s / 2, s % 2, "true".to_string())).collect();
+        return (vec![m0, m1], vec![n0, n1], list);
+    }
+    let (mut rows, mut cols, mut list) = (Vec::new(), Vec::new(), Vec::new());
+    for s in 0..per_warp {
+        let ti = w.emit_op(format!("add nuw nsw i64 {wp}, {}", 8 * s));
+        let has = w.emit_op(format!("icmp ult i64 {ti}, {}", mf * nf));
+        rows.push(w.emit_op(format!("udiv i64 {ti}, {nf}")));
+        cols.push(w.emit_op(format!("urem i64 {ti}, {nf}")));
+        list.push((s as usize, s as usize, has));
+    }
+    (rows, cols, list)
+}
+
+/// One K slice on the tensor cores: per k step (8 for tf32 m16n8k8, 16 for bf16/f16 m16n8k16) each
+/// warp loads the A fragments of its fragment rows and the B fragments of its fragment columns from
+/// shared memory once, in the PTX ISA's layouts (lane = 4·g + t; tf32: a_r at (g + 8·(r % 2),
+/// t + 4·(r / 2)), b_r at (k = t + 4·r, n = g); bf16/f16 the same with pairs of adjacent k), and
+/// issues one `mma.sync` per fragment it owns ([`frag_at`]), accumulating in f32. tf32 operands were
+/// rounded when staged; bf16/f16 pairs are packed here.
 #[allow(clippy::too_many_arguments)]
-fn mma_step(w: &mut Writer, kind: Mma, (sa, la, pa): (&str, i64, i64), (sb, lb, pb): (&str, i64, i64), (wp, gq, tq): (&str, &str, &str), bn: i64, frags: i64, per_warp: i64) -> Result<(), String> {
+fn mma_step(w: &mut Writer, kind: Mma, (sa, la, pa): (&str, i64, i64), (sb, lb, pb): (&str, i64, i64), (wp, gq, tq): (&str, &str, &str), bm: i64, bn: i64, tk: i64) -> Result<(), String> {
     let (shape, ab) = match kind {
         Mma::Tf32 => ("m16n8k8", "tf32"),
         Mma::Bf16 => ("m16n8k16", "bf16"),
@@ -339,74 +451,89 @@ fn mma_step(w: &mut Writer, kind: Mma, (sa, la, pa): (&str, i64, i64), (sb, lb, 
     };
     let kstep = if kind == Mma::Tf32 { 8 } else { 16 };
     let ins = format!("mma.sync.aligned.{shape}.row.col.f32.{ab}.{ab}.f32 {{$0,$1,$2,$3}}, {{$4,$5,$6,$7}}, {{$8,$9}}, {{$10,$11,$12,$13}};");
-    for s in 0..per_warp {
-        let ti = w.emit_op(format!("add nuw nsw i64 {wp}, {}", 8 * s));
-        let has = w.emit_op(format!("icmp ult i64 {ti}, {frags}"));
-        // Warp-uniform: every lane of a warp has the same `ti`.
-        if_(w, &has, &mut |w| {
-            let mt = w.emit_op(format!("udiv i64 {ti}, {}", bn / 8));
-            let nt = w.emit_op(format!("urem i64 {ti}, {}", bn / 8));
-            let ar = w.emit_op(format!("mul nuw nsw i64 {mt}, 16"));
-            let ar = w.emit_op(format!("add nuw nsw i64 {ar}, {gq}"));
-            let bc = w.emit_op(format!("mul nuw nsw i64 {nt}, 8"));
-            let bc = w.emit_op(format!("add nuw nsw i64 {bc}, {gq}"));
-            let lda = |w: &mut Writer, row_off: i64, k: String| {
-                let row = w.emit_op(format!("add nuw nsw i64 {ar}, {row_off}"));
-                let t = w.emit_op(format!("mul nuw nsw i64 {row}, {pa}"));
-                let idx = w.emit_op(format!("add nuw nsw i64 {t}, {k}"));
-                let p = shared_at(w, sa, la, "float", &idx);
-                w.emit_op(format!("load float, ptr addrspace(3) {p}"))
-            };
-            let ldb = |w: &mut Writer, k: String| {
-                let t = w.emit_op(format!("mul nuw nsw i64 {k}, {pb}"));
-                let idx = w.emit_op(format!("add nuw nsw i64 {t}, {bc}"));
-                let p = shared_at(w, sb, lb, "float", &idx);
-                w.emit_op(format!("load float, ptr addrspace(3) {p}"))
-            };
-            for k0 in (0..16).step_by(kstep) {
-                let mut av = Vec::new();
-                let mut bv = Vec::new();
+    let (rows_of, cols_of, frags) = warp_frags(w, wp, bm, bn);
+    let t2 = w.emit_op(format!("shl i64 {tq}, 1"));
+    let lda = |w: &mut Writer, ar: &str, row_off: i64, k: String| {
+        let row = w.emit_op(format!("add nuw nsw i64 {ar}, {row_off}"));
+        let t = w.emit_op(format!("mul nuw nsw i64 {row}, {pa}"));
+        let idx = w.emit_op(format!("add nuw nsw i64 {t}, {k}"));
+        let p = shared_at(w, sa, la, "float", &idx);
+        w.emit_op(format!("load float, ptr addrspace(3) {p}"))
+    };
+    let ldb = |w: &mut Writer, bc: &str, k: String| {
+        let t = w.emit_op(format!("mul nuw nsw i64 {k}, {pb}"));
+        let idx = w.emit_op(format!("add nuw nsw i64 {t}, {bc}"));
+        let p = shared_at(w, sb, lb, "float", &idx);
+        w.emit_op(format!("load float, ptr addrspace(3) {p}"))
+    };
+    // A fragment of fragment row `mt`: four operands; B of fragment column `nt`: two.
+    let frag_a = |w: &mut Writer, mt: &str, k0: i64| -> Vec<String> {
+        let ar = w.emit_op(format!("mul nuw nsw i64 {mt}, 16"));
+        let ar = w.emit_op(format!("add nuw nsw i64 {ar}, {gq}"));
+        (0..4)
+            .map(|rr| {
                 if kind == Mma::Tf32 {
-                    for rr in 0..4 {
-                        let k = w.emit_op(format!("add nuw nsw i64 {tq}, {}", k0 + 4 * (rr / 2)));
-                        let x = lda(w, 8 * (rr % 2), k);
-                        av.push(to_operand(w, kind, &x, None));
-                    }
-                    for rr in 0..2 {
-                        let k = w.emit_op(format!("add nuw nsw i64 {tq}, {}", k0 + 4 * rr));
-                        let x = ldb(w, k);
-                        bv.push(to_operand(w, kind, &x, None));
-                    }
+                    let k = w.emit_op(format!("add nuw nsw i64 {tq}, {}", k0 + 4 * (rr / 2)));
+                    let x = lda(w, &ar, 8 * (rr % 2), k);
+                    w.emit_op(format!("bitcast float {x} to i32"))
                 } else {
-                    let t2 = w.emit_op(format!("shl i64 {tq}, 1"));
-                    for rr in 0..4 {
-                        let k = w.emit_op(format!("add nuw nsw i64 {t2}, {}", k0 + 8 * (rr / 2)));
-                        let k1 = w.emit_op(format!("add nuw nsw i64 {k}, 1"));
-                        let x0 = lda(w, 8 * (rr % 2), k);
-                        let x1 = lda(w, 8 * (rr % 2), k1);
-                        av.push(to_operand(w, kind, &x0, Some(&x1)));
-                    }
-                    for rr in 0..2 {
-                        let k = w.emit_op(format!("add nuw nsw i64 {t2}, {}", k0 + 8 * rr));
-                        let k1 = w.emit_op(format!("add nuw nsw i64 {k}, 1"));
-                        let x0 = ldb(w, k);
-                        let x1 = ldb(w, k1);
-                        bv.push(to_operand(w, kind, &x0, Some(&x1)));
-                    }
+                    let k = w.emit_op(format!("add nuw nsw i64 {t2}, {}", k0 + 8 * (rr / 2)));
+                    let k1 = w.emit_op(format!("add nuw nsw i64 {k}, 1"));
+                    let x0 = lda(w, &ar, 8 * (rr % 2), k);
+                    let x1 = lda(w, &ar, 8 * (rr % 2), k1);
+                    to_operand(w, kind, &x0, Some(&x1))
                 }
-                let cv: Vec<String> = (0..4).map(|q| w.emit_op(format!("load float, ptr %d{s}.{q}"))).collect();
-                let args: Vec<String> = av.iter().chain(&bv).map(|x| format!("i32 {x}")).chain(cv.iter().map(|x| format!("float {x}"))).collect();
-                let res = w.emit_op(format!(
-                    "call {{ float, float, float, float }} asm sideeffect \"{ins}\", \"=f,=f,=f,=f,r,r,r,r,r,r,f,f,f,f\"({}) #1",
-                    args.join(", ")
-                ));
-                for q in 0..4 {
-                    let v = w.emit_op(format!("extractvalue {{ float, float, float, float }} {res}, {q}"));
-                    w.emit(&format!("store float {v}, ptr %d{s}.{q}"));
+            })
+            .collect()
+    };
+    let frag_b = |w: &mut Writer, nt: &str, k0: i64| -> Vec<String> {
+        let bc = w.emit_op(format!("mul nuw nsw i64 {nt}, 8"));
+        let bc = w.emit_op(format!("add nuw nsw i64 {bc}, {gq}"));
+        (0..2)
+            .map(|rr| {
+                if kind == Mma::Tf32 {
+                    let k = w.emit_op(format!("add nuw nsw i64 {tq}, {}", k0 + 4 * rr));
+                    let x = ldb(w, &bc, k);
+                    w.emit_op(format!("bitcast float {x} to i32"))
+                } else {
+                    let k = w.emit_op(format!("add nuw nsw i64 {t2}, {}", k0 + 8 * rr));
+                    let k1 = w.emit_op(format!("add nuw nsw i64 {k}, 1"));
+                    let x0 = ldb(w, &bc, k);
+                    let x1 = ldb(w, &bc, k1);
+                    to_operand(w, kind, &x0, Some(&x1))
                 }
+            })
+            .collect()
+    };
+    // One fragment's `mma.sync` into its accumulators %d{s}.*.
+    let mma = |w: &mut Writer, s: usize, av: &[String], bv: &[String]| {
+        let cv: Vec<String> = (0..4).map(|q| w.emit_op(format!("load float, ptr %d{s}.{q}"))).collect();
+        let args: Vec<String> = av.iter().chain(bv).map(|x| format!("i32 {x}")).chain(cv.iter().map(|x| format!("float {x}"))).collect();
+        let res = w.emit_op(format!("call {{ float, float, float, float }} asm sideeffect \"{ins}\", \"=f,=f,=f,=f,r,r,r,r,r,r,f,f,f,f\"({}) #1", args.join(", ")));
+        for q in 0..4 {
+            let v = w.emit_op(format!("extractvalue {{ float, float, float, float }} {res}, {q}"));
+            w.emit(&format!("store float {v}, ptr %d{s}.{q}"));
+        }
+    };
+    let all = frags.iter().all(|f| f.2 == "true");
+    for k0 in (0..tk).step_by(kstep) {
+        if all {
+            // Every fragment exists: each A / B fragment is loaded once, then the mmas.
+            let av: Vec<Vec<String>> = rows_of.iter().map(|mt| frag_a(w, mt, k0)).collect();
+            let bv: Vec<Vec<String>> = cols_of.iter().map(|nt| frag_b(w, nt, k0)).collect();
+            for (s, (i, j, _)) in frags.iter().enumerate() {
+                mma(w, s, &av[*i], &bv[*j]);
             }
-            Ok(())
-        })?;
+        } else {
+            for (s, (i, j, has)) in frags.iter().enumerate() {
+                if_(w, has, &mut |w| {
+                    let av = frag_a(w, &rows_of[*i], k0);
+                    let bv = frag_b(w, &cols_of[*j], k0);
+                    mma(w, s, &av, &bv);
+                    Ok(())
+                })?;
+            }
+        }
     }
     Ok(())
 }
@@ -443,7 +570,7 @@ fn rows_kernel(w: &mut Writer, phases: &[Phase], reduce: Option<&Acc>, grid: &[(
                 w.bind_scalar(acc.acc, d, &slot);
                 let kn: i64 = acc.ks.iter().map(|d| d.1).product();
                 let f = format!("%s.f{pi}");
-                for_loop(w, &f, &lane, &kn.to_string(), 32, &mut |w| {
+                lane_loop(w, &f, &lane, kn, &mut |w| {
                     let fv = w.emit_op(format!("load i64, ptr {f}"));
                     unflatten(w, &fv, &acc.ks);
                     let x = w.value(acc.x);
@@ -464,7 +591,7 @@ fn rows_kernel(w: &mut Writer, phases: &[Phase], reduce: Option<&Acc>, grid: &[(
             Phase::Map { var, extent, body } => {
                 let slot = format!("%s.v{}", var.0);
                 if_(w, &inside, &mut |w| {
-                    for_loop(w, &slot, &lane, &extent.to_string(), 32, &mut |w| {
+                    lane_loop(w, &slot, &lane, *extent, &mut |w| {
                         w.bind_index(*var, &slot);
                         w.body(body);
                         Ok(())
