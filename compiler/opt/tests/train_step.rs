@@ -4,7 +4,7 @@
 //! value against its definition.
 
 use rlx_interp::run;
-use rlx_ir::{BinaryOp, ConstData, DType, Mir, MirOp, TensorType};
+use rlx_ir::{BinaryOp, ConstData, DType, Mir, MirOp, OpSet, TensorType};
 use rlx_opt::{train_step, Loss, Optimizer, TrainOptions};
 
 const N: usize = 4;
@@ -150,6 +150,17 @@ fn bad_requests_are_errors() {
 /// is the gradient with respect to the quantized weights (by hand below), applied to the float ones.
 #[test]
 fn quantization_aware_training_steps_through_fake_quantize() {
+    qat_steps(false);
+}
+
+/// The same model written as a QDQ model (`dequantize(quantize(w))`, ONNX's QuantizeLinear →
+/// DequantizeLinear pair): the pair trains as one fake_quantize, with the same steps.
+#[test]
+fn qdq_pairs_train_as_fake_quantize() {
+    qat_steps(true);
+}
+
+fn qat_steps(pair: bool) {
     let (scale, lr) = (0.05, 0.1);
     let mut g = Mir::new();
     let x = g.add_input("x", TensorType::fixed(DType::F64, &[N, K]));
@@ -157,12 +168,19 @@ fn quantization_aware_training_steps_through_fake_quantize() {
     let sv = g.add_const(Some("w_scale"), f64c(&[], &[scale]));
     let zv = g.add_const(Some("w_zero_point"), ConstData::from_f64s(DType::I8, vec![], &[0.0]));
     let bv = g.add_const(Some("b"), f64c(&[1], &[0.05]));
-    let wq = g.add1("fq", MirOp::FakeQuantize { axis: 0 }, &[wv, sv, zv]).unwrap();
+    let wq = if pair {
+        let q = g.add1("q", MirOp::Quantize { axis: 0 }, &[wv, sv, zv]).unwrap();
+        g.add1("dq", MirOp::Dequantize { axis: 0 }, &[q, sv, zv]).unwrap()
+    } else {
+        g.add1("fq", MirOp::FakeQuantize { axis: 0 }, &[wv, sv, zv]).unwrap()
+    };
     let y = g.add1("mm", MirOp::MatMul, &[x, wq]).unwrap();
     let y = g.add1("bias", MirOp::Binary(BinaryOp::Add), &[y, bv]).unwrap();
     g.outputs = vec![y];
     let step = train_step(&g, &TrainOptions { loss: Loss::Mse, optimizer: Optimizer::Sgd { lr, momentum: 0.0 }, output: 0 }).unwrap();
     assert_eq!(step.params.iter().map(|p| p.0.as_str()).collect::<Vec<_>>(), ["w", "b"]);
+    let kinds: Vec<&str> = step.graph.nodes.iter().map(|n| n.op.kind()).collect();
+    assert!(kinds.contains(&"fake_quantize") && !kinds.contains(&"quantize") && !kinds.contains(&"dequantize"), "{kinds:?}");
     let xs: Vec<f64> = (0..N * K).map(|i| ((i * 7 % 5) as f64 - 2.0) * 0.3).collect();
     let t = [0.5, -1.0, 2.0, 0.25];
     let (mut w, mut b) = (vec![0.13, -0.21, 0.34], 0.05);

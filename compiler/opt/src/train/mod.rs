@@ -9,10 +9,12 @@
 //!
 //! `outputs[1..]` are the next step's `inputs[data..]` (`TrainStep::data` = model inputs + 1): the
 //! caller feeds them back. State is per parameter, in parameter order (momentum: `NAME.velocity`;
-//! Adam: `NAME.m`, `NAME.v`), then Adam's step counter `step`.
+//! Adam: `NAME.m`, `NAME.v`), then Adam's step counter `step`. A QDQ model trains quantization-aware
+//! ([`qat`]: its QuantizeLinear → DequantizeLinear pairs become `fake_quantize`).
 
 pub mod loss;
 pub mod optim;
+pub mod qat;
 
 pub use optim::Optimizer;
 
@@ -73,7 +75,8 @@ fn zeros(t: &TensorType, what: &str) -> Result<ConstData, AdError> {
 /// Turns the parameters of `g` — the named float constants some node reads, in value order — into
 /// inputs after the existing ones; returns their names and values, and their values' ids. A constant
 /// read only as a `fake_quantize` scale is a quantization parameter, not a trained one (quantization-
-/// aware training trains the weights through the straight-through estimator, with fixed scales).
+/// aware training trains the weights through the straight-through estimator, with fixed scales; a
+/// QDQ model's QuantizeLinear → DequantizeLinear pairs are `fake_quantize` by then: [`qat`]).
 fn params_to_inputs(g: &mut Mir) -> Result<(Vec<(String, ConstData)>, Vec<ValueId>), AdError> {
     let mut read = vec![false; g.values.len()];
     for n in &g.nodes {
@@ -105,7 +108,7 @@ fn params_to_inputs(g: &mut Mir) -> Result<(Vec<(String, ConstData)>, Vec<ValueI
 /// The model with its parameters as inputs after its own (`inputs = [model inputs…, params…]`, the
 /// parameters in [`TrainStep::params`] order): the forward pass run with trained values.
 pub fn with_params_as_inputs(model: &Mir) -> Result<Mir, AdError> {
-    let mut g = model.clone();
+    let mut g = qat::fake_quantize_pairs(model);
     params_to_inputs(&mut g)?;
     Ok(g)
 }
@@ -113,7 +116,7 @@ pub fn with_params_as_inputs(model: &Mir) -> Result<Mir, AdError> {
 /// Builds the training step of `model` (see the module doc for its inputs and outputs).
 pub fn train_step(model: &Mir, o: &TrainOptions) -> Result<TrainStep, AdError> {
     let gerr = |msg: String| AdError { node: None, op: None, msg };
-    let mut g = model.clone();
+    let mut g = qat::fake_quantize_pairs(model);
     let pred = *g.outputs.get(o.output).ok_or_else(|| gerr(format!("the model has no output {}", o.output)))?;
     let pt = g.ty(pred).clone();
     let target = match o.loss {

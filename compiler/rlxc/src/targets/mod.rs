@@ -267,6 +267,9 @@ pub fn passes(t: Target, mir: &Mir, r: &Request, tm: &mut Timings) -> Result<(Mi
     let ports = |q: rlx_opt::Quantized| (q.mir, Some(QuantPorts { inputs: q.inputs, outputs: q.outputs }));
     let (out, quant) = match (family(t).quantization(t), &calib) {
         (Quantization::Never, _) => (tm.time("fold", || rlx_opt::simplify(mir, &eval_op)), None),
+        // A QDQ model on a target that is int8 only (Verilog) keeps its own scales and zero points;
+        // --calibrate, if given, only supplies the testbench's vectors.
+        (Quantization::Required(o), _) if rlx_opt::is_qdq(mir) => ports(tm.time("quantize (QDQ)", || crate::pipeline::quantize_qdq_mir_with(mir, &o))?),
         (Quantization::Required(_), None) => {
             return Err(Failure::usage(format!("--target {} builds an int8 program: pass --calibrate data.npy", t.name())))
         }
