@@ -181,6 +181,11 @@ fn compile_train_writes_the_step_beside_the_model() {
     }
     let bad = Command::new(rlxc).arg("compile").arg(&model).args(["--loss", "mse"]).arg("-o").arg(&out).output().unwrap();
     assert_eq!(bad.status.code(), Some(2), "--loss without --train");
+    // A GPU target has no state region: a model error naming the target, nothing written.
+    let gpu = out.join("gpu");
+    let bad = Command::new(rlxc).arg("compile").arg(&model).args(["--train", "--batch", "8", "--target", "vulkan"]).arg("-o").arg(&gpu).output().unwrap();
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(bad.status.code() == Some(1) && err.contains("target vulkan: the model keeps state") && !gpu.join("mlp_init.json").exists(), "{:?} {err}", bad.status.code());
     let _ = std::fs::remove_dir_all(&out);
 }
 
