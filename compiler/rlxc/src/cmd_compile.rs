@@ -44,7 +44,7 @@ parameters and state in place. NAME_train_step.init.bin is the initial state (NA
 model's parameters and zero optimizer state at their offsets, NAME_train_step_STATE_i_OFFSET); trained parameters are \
 read at those offsets. The manifest's `train` and `state` sections name them. A QDQ model (QuantizeLinear → \
 DequantizeLinear pairs) trains quantization-aware: each pair is a fake quantization with the straight-through \
-estimator.\n\n\
+estimator; --learn-scales trains its scales too (LSQ).\n\n\
 The same model and flags always give the same bytes.";
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]

@@ -49,11 +49,14 @@ pub struct TrainArgs {
     /// --train --optimizer adamw: decoupled weight decay
     #[arg(long, default_value_t = 0.01, requires = "train")]
     pub weight_decay: f64,
+    /// --train of a QDQ model: also train its quantization scales (LSQ) instead of keeping them fixed
+    #[arg(long, requires = "train")]
+    pub learn_scales: bool,
 }
 
 /// The step's options from the flags (`rlxc compile --train` and `rlxc train` share them); a bad
 /// number is a usage error naming its flag.
-pub fn step_options(loss: LossArg, optimizer: OptimizerArg, lr: f64, momentum: f64, weight_decay: f64) -> Result<TrainOptions, Failure> {
+pub fn step_options(loss: LossArg, optimizer: OptimizerArg, lr: f64, momentum: f64, weight_decay: f64, learn_scales: bool) -> Result<TrainOptions, Failure> {
     let finite = |v: f64, what: &str| {
         if v.is_finite() && v >= 0.0 {
             Ok(v)
@@ -76,12 +79,12 @@ pub fn step_options(loss: LossArg, optimizer: OptimizerArg, lr: f64, momentum: f
         LossArg::CrossEntropy => Loss::CrossEntropy,
         LossArg::Mse => Loss::Mse,
     };
-    Ok(TrainOptions { loss, optimizer, output: 0 })
+    Ok(TrainOptions { loss, optimizer, output: 0, learn_scales })
 }
 
 impl TrainArgs {
     pub fn options(&self) -> Result<TrainOptions, Failure> {
-        step_options(self.loss, self.optimizer, self.lr, self.momentum, self.weight_decay)
+        step_options(self.loss, self.optimizer, self.lr, self.momentum, self.weight_decay, self.learn_scales)
     }
 
     /// The training step of `mir`, when --train was given.
@@ -126,6 +129,7 @@ pub fn extras(step: &TrainStep, a: &TrainArgs, file: &str, state: &serde_json::V
         "lr": a.lr,
         "momentum": a.momentum,
         "weight_decay": if a.optimizer == OptimizerArg::Adamw { a.weight_decay } else { 0.0 },
+        "learn_scales": a.learn_scales,
         "data_inputs": step.data,
         "parameters": step.params.iter().map(|p| p.0.clone()).collect::<Vec<_>>(),
         "state": step.state.iter().map(|p| p.0.clone()).collect::<Vec<_>>(),

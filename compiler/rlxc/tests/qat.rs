@@ -4,14 +4,15 @@
 //! 1. `rlxc train` the float model (3 epochs, SGD momentum 0.9, lr 0.05) → `float.onnx`;
 //! 2. `tests/train/qat_prepare.py` inserts QuantizeLinear → DequantizeLinear pairs (input, weights,
 //!    ReLU output, logits) with scales from the float model's ranges on the training split;
-//! 3. `rlxc train` the QDQ model (2 epochs, lr 0.01): each pair is a fake quantization with the
-//!    straight-through estimator, the scales fixed → `qat.onnx` (trained weights, the same scales);
-//! 4. `rlxc compile qat.onnx --target cortex-m4` (no --calibrate: the scales it trained under) → the
+//! 3. `rlxc train --learn-scales` the QDQ model (2 epochs, lr 0.01): each pair is a fake quantization
+//!    with the straight-through estimator for its input and LSQ's for its scale → `qat.onnx` (trained
+//!    weights and scales, the same zero points);
+//! 4. `rlxc compile qat.onnx --target cortex-m4` (no --calibrate: the scales learned in training) → the
 //!    firmware in `qemu-system-arm -M mps2-an386` over the 1,000 test images, and `--target verilog`
 //!    (8 MACs per cycle) in Icarus over the first [`VERILOG_IMAGES`].
 //!
-//! Checks: the ports' scales and zero points are the prepared model's (no recalibration); QAT changed
-//! the weights; the firmware's and the Verilog design's int8 logits equal the interpreter's run of
+//! Checks: QAT changed the weights and the scales (not the zero points); the ports' scales and zero
+//! points are the trained model's (no recalibration); the firmware's and the Verilog design's int8 logits equal the interpreter's run of
 //! the same integer program bit for bit; the int8 deployment's top-1 accuracy on the 1,000 test images
 //! is within [`MARGIN`] of the float model's. Figures go to build/qat-test/summary.txt.
 //!
@@ -58,10 +59,11 @@ fn qat_mnist_mlp_deploys_to_cortex_m4_and_verilog() {
     let _ = std::fs::remove_dir_all(&out);
     std::fs::create_dir_all(&out).unwrap();
     let rlxc = env!("CARGO_BIN_EXE_rlxc");
-    let train = |model: &std::path::Path, name: &str, epochs: &str, lr: &str| {
+    let train = |model: &std::path::Path, name: &str, epochs: &str, lr: &str, extra: &[&str]| {
         let log = ok(Command::new(rlxc)
             .arg("train")
             .arg(model)
+            .args(extra)
             .arg("--data")
             .arg(&d)
             .args(["--epochs", epochs, "--batch", "128", "--optimizer", "sgd", "--momentum", "0.9", "--lr", lr, "--name", name, "-o"])
@@ -71,7 +73,7 @@ fn qat_mnist_mlp_deploys_to_cortex_m4_and_verilog() {
         eprintln!("{log}");
         last_accuracy(&out.join(format!("{name}_metrics.csv")))
     };
-    let float_acc = train(&d.join("mlp_init.onnx"), "float", "3", "0.05");
+    let float_acc = train(&d.join("mlp_init.onnx"), "float", "3", "0.05", &[]);
     ok(Command::new(python())
         .arg(repo().join("tests/train/qat_prepare.py"))
         .arg("--model")
@@ -82,23 +84,28 @@ fn qat_mnist_mlp_deploys_to_cortex_m4_and_verilog() {
         .arg(out.join("qat_init.onnx"))
         .arg("--ports")
         .arg(out.join("ports.json")));
-    let qat_acc = train(&out.join("qat_init.onnx"), "qat", "2", "0.01");
+    let qat_acc = train(&out.join("qat_init.onnx"), "qat", "2", "0.01", &["--learn-scales"]);
     let qat = out.join("qat.onnx");
-    for w in ["w1", "w2"] {
-        assert_ne!(initializer(&out.join("qat_init.onnx"), w).data.bytes(), initializer(&qat, w).data.bytes(), "{w}: QAT did not change it");
+    let before = |n: &str| initializer(&out.join("qat_init.onnx"), n);
+    let mut scales = String::new();
+    for w in ["w1", "w2", "w1.scale", "w2.scale", "r.scale", "logits.scale"] {
+        assert_ne!(before(w).data.bytes(), initializer(&qat, w).data.bytes(), "{w}: QAT did not change it");
     }
-    for s in ["x.scale", "r.scale", "w1.scale", "logits.scale", "logits.zero_point"] {
-        assert_eq!(initializer(&out.join("qat_init.onnx"), s).data.bytes(), initializer(&qat, s).data.bytes(), "{s} changed in training");
+    for s in ["x.scale", "w1.scale", "w2.scale", "r.scale", "logits.scale"] {
+        scales.push_str(&format!("{s} {:.6} -> {:.6}; ", before(s).get_f64(0), initializer(&qat, s).get_f64(0)));
+    }
+    for z in ["x.zero_point", "r.zero_point", "logits.zero_point", "w1.zero_point"] {
+        assert_eq!(before(z).data.bytes(), initializer(&qat, z).data.bytes(), "{z} changed in training");
     }
 
     // The integer program on the interpreter, over the test images quantized with its input port.
     let src = rlxc::cli::ModelSource::from_path(&qat).unwrap();
     let mir = rlx_opt::lower(&src.import(&BTreeMap::from([("batch".to_string(), 1)])).unwrap()).unwrap();
     let q = rlxc::pipeline::quantize_qdq_mir(&mir).unwrap_or_else(|e| panic!("{e:?}"));
-    let ports: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("ports.json")).unwrap()).unwrap();
     let (qi, qo) = (q.inputs[0], q.outputs[0]);
-    assert_eq!((qi.scale, qi.zero_point as i64), (ports["input_scale"].as_f64().unwrap() as f32, ports["input_zero_point"].as_i64().unwrap()));
-    assert_eq!((qo.scale, qo.zero_point as i64), (ports["output_scale"].as_f64().unwrap() as f32, ports["output_zero_point"].as_i64().unwrap()));
+    let trained = |n: &str| initializer(&qat, n).get_f64(0);
+    assert_eq!((qi.scale as f64, qi.zero_point as f64), (trained("x.scale") as f32 as f64, trained("x.zero_point")));
+    assert_eq!((qo.scale as f64, qo.zero_point as f64), (trained("logits.scale") as f32 as f64, trained("logits.zero_point")));
     let labels = npy(&d.join("test_y.npy")).to_i64_vec();
     let n = labels.len();
     assert_eq!(n, 1000);
@@ -132,7 +139,7 @@ fn qat_mnist_mlp_deploys_to_cortex_m4_and_verilog() {
     mnist::assert_bit_exact("qat (verilog)", &rtl, &host[..VERILOG_IMAGES * k]);
 
     let summary = format!(
-        "float model (rlxc train, 3 epochs): top-1 {:.1} %\nQAT model (2 more epochs under fake quantization, float evaluation): {:.1} %\n\
+        "float model (rlxc train, 3 epochs): top-1 {:.1} %\nQAT model (2 more epochs under fake quantization, scales learned, float evaluation): {:.1} %\nscales: {scales}\n\
          int8 on cortex-m4 (qemu, 1,000 images): {:.1} % (margin {:.1} points allowed)\nint8 Verilog (Icarus, {VERILOG_IMAGES} images): bit-exact to the interpreter, {:.1} % on them\n\
          ports: input scale {} zero point {}, output scale {} zero point {}\n",
         100.0 * float_acc,

@@ -45,7 +45,7 @@ fn mlp(batch: u64) -> Mir {
 }
 
 fn step() -> TrainStep {
-    let opts = TrainOptions { loss: Loss::CrossEntropy, optimizer: Optimizer::Sgd { lr: 0.05, momentum: 0.9 }, output: 0 };
+    let opts = TrainOptions { loss: Loss::CrossEntropy, optimizer: Optimizer::Sgd { lr: 0.05, momentum: 0.9 }, output: 0, learn_scales: false };
     let s = train_step(&mlp(BATCH as u64), &opts).unwrap();
     assert_eq!(s.params.iter().map(|p| p.0.as_str()).collect::<Vec<_>>(), ["w1", "b1", "w2", "b2"]);
     assert_eq!(s.data, 2);
@@ -220,7 +220,7 @@ fn compiled_train_step_from_c_matches_the_interpreter() {
     let o = ok(Command::new(&exe).arg(STEPS.to_string()).arg(out.join("mnist_train_step.init.bin")).arg(out.join("x.bin")).arg(out.join("y.bin")).arg(out.join("losses.f32")).arg(out.join("state.bin")));
     eprintln!("{o}");
     // The interpreter: the same step, stateless, its outputs fed back.
-    let opts = TrainOptions { loss: Loss::CrossEntropy, optimizer: Optimizer::Adam { lr: 0.001, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.0 }, output: 0 };
+    let opts = TrainOptions { loss: Loss::CrossEntropy, optimizer: Optimizer::Adam { lr: 0.001, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.0 }, output: 0, learn_scales: false };
     let s = train_step(&mlp(BATCH as u64), &opts).unwrap();
     let mut state = s.initial();
     let mut losses = Vec::new();

@@ -35,6 +35,9 @@ pub struct TrainOptions {
     pub optimizer: Optimizer,
     /// Which model output is the prediction.
     pub output: usize,
+    /// Quantization-aware training also trains the `fake_quantize` scales (named float constants;
+    /// LSQ's estimator, per-tensor scales) as parameters; otherwise they stay fixed.
+    pub learn_scales: bool,
 }
 
 pub struct TrainStep {
@@ -74,14 +77,16 @@ fn zeros(t: &TensorType, what: &str) -> Result<ConstData, AdError> {
 
 /// Turns the parameters of `g` — the named float constants some node reads, in value order — into
 /// inputs after the existing ones; returns their names and values, and their values' ids. A constant
-/// read only as a `fake_quantize` scale is a quantization parameter, not a trained one (quantization-
-/// aware training trains the weights through the straight-through estimator, with fixed scales; a
+/// read only as a `fake_quantize` scale is a quantization parameter, not a trained one unless
+/// `learn_scales` (quantization-aware training trains the weights through the straight-through
+/// estimator, with fixed scales or, with `learn_scales`, scales trained by LSQ's estimator; a
 /// QDQ model's QuantizeLinear → DequantizeLinear pairs are `fake_quantize` by then: [`qat`]).
-fn params_to_inputs(g: &mut Mir) -> Result<(Vec<(String, ConstData)>, Vec<ValueId>), AdError> {
+fn params_to_inputs(g: &mut Mir, learn_scales: bool) -> Result<(Vec<(String, ConstData)>, Vec<ValueId>), AdError> {
     let mut read = vec![false; g.values.len()];
     for n in &g.nodes {
         for (k, &i) in n.inputs.iter().enumerate() {
-            read[i.index()] |= !(matches!(n.op, rlx_ir::MirOp::FakeQuantize { .. }) && k > 0);
+            let fq = matches!(n.op, rlx_ir::MirOp::FakeQuantize { .. });
+            read[i.index()] |= !fq || k == 0 || (k == 1 && learn_scales);
         }
     }
     let mut params = Vec::new();
@@ -107,9 +112,9 @@ fn params_to_inputs(g: &mut Mir) -> Result<(Vec<(String, ConstData)>, Vec<ValueI
 
 /// The model with its parameters as inputs after its own (`inputs = [model inputs…, params…]`, the
 /// parameters in [`TrainStep::params`] order): the forward pass run with trained values.
-pub fn with_params_as_inputs(model: &Mir) -> Result<Mir, AdError> {
+pub fn with_params_as_inputs(model: &Mir, learn_scales: bool) -> Result<Mir, AdError> {
     let mut g = qat::fake_quantize_pairs(model);
-    params_to_inputs(&mut g)?;
+    params_to_inputs(&mut g, learn_scales)?;
     Ok(g)
 }
 
@@ -127,7 +132,7 @@ pub fn train_step(model: &Mir, o: &TrainOptions) -> Result<TrainStep, AdError> {
         Loss::Mse => g.add_input("target", pt.clone()),
     };
     let data = g.inputs.len();
-    let (params, pids) = params_to_inputs(&mut g)?;
+    let (params, pids) = params_to_inputs(&mut g, o.learn_scales)?;
     let loss = {
         let mut b = B::new(&mut g, "loss".into());
         match o.loss {

@@ -1,10 +1,11 @@
 //! Quantization-aware training of a QDQ model: each `dequantize(quantize(x, s, z), s, z)` pair (an
 //! ONNX QuantizeLinear → DequantizeLinear pair with one scale and zero point) becomes one
 //! `fake_quantize(x, s, z)` — the same values, and an op with a gradient (the straight-through
-//! estimator), so the weights train under the quantization the model declares. Its scales and zero
-//! points are not trained (they stay the model's constants), so the trained model, written back as
-//! ONNX with its initializers replaced, deploys to the int8 targets with exactly the scales it was
-//! trained under (`rlx_opt::quantize_qdq`).
+//! estimator), so the weights train under the quantization the model declares. Its scales stay the
+//! model's constants, or with `TrainOptions::learn_scales` are parameters trained by LSQ's estimator
+//! (zero points are never trained), so the trained model, written back as ONNX with its initializers
+//! replaced, deploys to the int8 targets with exactly the scales training ended with
+//! (`rlx_opt::quantize_qdq`).
 
 use crate::fold::{dce, rebuild};
 use rlx_ir::{Def, Mir, MirOp, ValueId};
