@@ -652,6 +652,21 @@ mod tests {
         }
     }
 
+    /// A training step's state: parameters, a velocity, a scalar step counter (names with dots).
+    fn stateful() -> ArtifactInfo {
+        ArtifactInfo {
+            name: "mlp_train_step".into(),
+            inputs: vec![port("x", DType::F32, &[8, 4]), port("labels", DType::I64, &[8])],
+            outputs: vec![port("loss", DType::F32, &[])],
+            external_weights: false,
+            state: Some(StateInfo {
+                bytes: 160,
+                tensors: vec![(port("w1", DType::F32, &[4, 3]), 0), (port("w1.velocity", DType::F32, &[4, 3]), 48), (port("step", DType::F32, &[]), 96)],
+            }),
+            ..sample()
+        }
+    }
+
     fn tmpdir(tag: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("rlxc-artifact-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
@@ -894,7 +909,7 @@ fn main() {
         extern_arg.push(&rlib);
 
         // 1. Both artifacts, `include!`d and `mod`-ed, in a no_std library, warnings denied.
-        for a in [sample(), minimal()] {
+        for a in [sample(), minimal(), stateful()] {
             std::fs::write(dir.join(format!("{}.rs", a.name)), rust_binding(&a)).unwrap();
             let lib = dir.join(format!("{}_nostd.rs", a.name));
             std::fs::write(
