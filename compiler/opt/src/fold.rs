@@ -63,8 +63,17 @@ pub fn simplify(g: &Mir, eval: Evaluator) -> Mir {
 
 /// Folds constant subgraphs. Nodes the evaluator rejects are kept as they are.
 pub fn fold(g: &Mir, eval: Evaluator) -> Mir {
+    fold_only(g, eval, &|_| true)
+}
+
+/// [`fold`] restricted to the nodes whose op `which` accepts (e.g. only `quantize` of a constant
+/// weight, so a QDQ model's other dequantized int8 constants stay int8).
+pub fn fold_only(g: &Mir, eval: Evaluator, which: &dyn Fn(&MirOp) -> bool) -> Mir {
     rebuild(g, |out, ni, ins, _| {
         let n = &g.nodes[ni];
+        if !which(&n.op) {
+            return None;
+        }
         let consts: Option<Vec<ConstData>> = ins.iter().map(|&i| out.const_data(i).cloned()).collect();
         let consts = consts?;
         let big = n.outputs.iter().any(|&o| g.ty(o).shape.numel().is_none_or(|e| e > FOLD_LIMIT_ELEMS));

@@ -13,7 +13,7 @@ pub use lower::lower;
 pub mod conv_affine;
 pub use conv_affine::fold_conv_affine;
 pub mod fold;
-pub use fold::{dce, fold, simplify, sink_gathers, Evaluator};
+pub use fold::{dce, fold, fold_only, simplify, sink_gathers, Evaluator};
 pub mod plan;
 pub use plan::{plan, PlanOptions};
 pub mod order;

@@ -345,6 +345,38 @@ fn fake_quantize_is_straight_through() {
     assert_eq!(out[0].to_f64_vec(), vec![2.0, -3.0, 0.5]);
 }
 
+/// A trained fake_quantize scale: LSQ's estimator, by hand — per element (q − z) − x/s where x/s + z
+/// rounds inside [−128, 127], (q − z) where it clips, summed with the output's cotangent and scaled
+/// by 1/√(n·255).
+#[test]
+fn fake_quantize_scale_follows_lsq() {
+    let mut g = Mir::new();
+    let x = g.add_input("x", TensorType::fixed(DType::F32, &[4]));
+    let s = g.add_input("s", TensorType::fixed(DType::F32, &[]));
+    let z = g.add_const(None, ConstData::scalar(DType::I8, 0.0));
+    let y = g.add1("fq", MirOp::FakeQuantize { axis: 0 }, &[x, s, z]).unwrap();
+    let wv = [2.0f32, -3.0, 0.5, 1.0];
+    let w = g.add_const(None, ConstData::from_f32(vec![4], &wv));
+    let p = g.add1("mul", MirOp::Binary(BinaryOp::Mul), &[y, w]).unwrap();
+    g.outputs = vec![p];
+    let gr = grad(&g, 0, &[0, 1]).unwrap();
+    let (xv, sv) = ([0.33f32, -1.0, 20.0, -13.0], 0.1f32);
+    let out = run(&gr, &[ConstData::from_f32(vec![4], &xv), ConstData::from_f32(vec![], &[sv])]).unwrap();
+    assert_eq!(out[0].to_f64_vec(), wv.iter().map(|&v| v as f64).collect::<Vec<_>>(), "input: straight-through");
+    let want: f64 = xv
+        .iter()
+        .zip(&wv)
+        .map(|(&xi, &wi)| {
+            let r = (xi / sv) as f64;
+            let q = r.round_ties_even().clamp(-128.0, 127.0);
+            wi as f64 * if (-128.5..=127.5).contains(&r) { q - r } else { q }
+        })
+        .sum::<f64>()
+        / (4.0f64 * 255.0).sqrt();
+    let got = out[1].get_f64(0);
+    assert!((got - want).abs() <= 1e-5 * want.abs(), "scale: {got} vs {want}");
+}
+
 /// Lowers a one-block HIR graph over f64 inputs to MIR.
 fn lowered(op: HirOp, shapes: &[&[usize]]) -> Mir {
     let mut h = Hir::new();

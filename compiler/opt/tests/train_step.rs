@@ -4,7 +4,7 @@
 //! value against its definition.
 
 use rlx_interp::run;
-use rlx_ir::{BinaryOp, ConstData, DType, Mir, MirOp, TensorType};
+use rlx_ir::{BinaryOp, ConstData, DType, Mir, MirOp, OpSet, TensorType};
 use rlx_opt::{train_step, Loss, Optimizer, TrainOptions};
 
 const N: usize = 4;
@@ -46,7 +46,7 @@ fn check(opt: Optimizer) {
     let x: Vec<f64> = (0..N * K).map(|i| ((i * 7 % 5) as f64 - 2.0) * 0.3).collect();
     let t = [0.5, -1.0, 2.0, 0.25];
     let (mut w, mut b) = (vec![0.1, -0.2, 0.3], 0.05);
-    let step = train_step(&model(&w, b), &TrainOptions { loss: Loss::Mse, optimizer: opt.clone(), output: 0 }).unwrap();
+    let step = train_step(&model(&w, b), &TrainOptions { loss: Loss::Mse, optimizer: opt.clone(), output: 0, learn_scales: false }).unwrap();
     let mut state = step.initial();
     // The reference's state: one slot vector per parameter element ([w…, b]).
     let mut s1 = vec![0.0; K + 1];
@@ -97,7 +97,7 @@ fn optimizers_match_their_update_rules() {
 #[test]
 fn step_layout_names_parameters_and_state() {
     let opt = Optimizer::Adam { lr: 0.01, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.0 };
-    let step = train_step(&model(&[0.0; K], 0.0), &TrainOptions { loss: Loss::Mse, optimizer: opt, output: 0 }).unwrap();
+    let step = train_step(&model(&[0.0; K], 0.0), &TrainOptions { loss: Loss::Mse, optimizer: opt, output: 0, learn_scales: false }).unwrap();
     let names: Vec<String> = step.graph.inputs.iter().map(|&i| step.graph.value(i).name.clone().unwrap_or_default()).collect();
     assert_eq!(names, ["x", "target", "w", "b", "w.m", "w.v", "b.m", "b.v", "step"]);
     assert_eq!(step.graph.outputs.len(), 1 + 2 + 4 + 1);
@@ -114,7 +114,7 @@ fn cross_entropy_matches_its_definition() {
     let s = g.add_const(Some("scale"), f64c(&[3], &[1.0, 2.0, -1.0]));
     let z = g.add1("mul", MirOp::Binary(BinaryOp::Mul), &[x, s]).unwrap();
     g.outputs = vec![z];
-    let step = train_step(&g, &TrainOptions { loss: Loss::CrossEntropy, optimizer: Optimizer::Sgd { lr: 0.0, momentum: 0.0 }, output: 0 }).unwrap();
+    let step = train_step(&g, &TrainOptions { loss: Loss::CrossEntropy, optimizer: Optimizer::Sgd { lr: 0.0, momentum: 0.0 }, output: 0, learn_scales: false }).unwrap();
     let xs = [0.3, -1.2, 2.0, 5.0, 1.0, -0.5];
     let labels = [2i64, 0];
     let ins = vec![f64c(&[2, 3], &xs), ConstData::from_i64(vec![2], &labels), f64c(&[3], &[1.0, 2.0, -1.0])];
@@ -133,7 +133,7 @@ fn bad_requests_are_errors() {
     let x = g.add_input("x", TensorType::fixed(DType::F64, &[2, 3]));
     let y = g.add1("exp", MirOp::Unary(rlx_ir::UnaryOp::Exp), &[x]).unwrap();
     g.outputs = vec![y];
-    let o = TrainOptions { loss: Loss::Mse, optimizer: Optimizer::Sgd { lr: 0.1, momentum: 0.0 }, output: 0 };
+    let o = TrainOptions { loss: Loss::Mse, optimizer: Optimizer::Sgd { lr: 0.1, momentum: 0.0 }, output: 0, learn_scales: false };
     assert!(train_step(&g, &o).err().unwrap().msg.contains("no parameters"));
     assert!(train_step(&model(&[0.0; K], 0.0), &TrainOptions { output: 1, ..o.clone() }).err().unwrap().msg.contains("no output 1"));
     // Cross-entropy on [N,1] regression outputs is fine shape-wise; on a rank-1 prediction it is not.
@@ -150,6 +150,17 @@ fn bad_requests_are_errors() {
 /// is the gradient with respect to the quantized weights (by hand below), applied to the float ones.
 #[test]
 fn quantization_aware_training_steps_through_fake_quantize() {
+    qat_steps(false);
+}
+
+/// The same model written as a QDQ model (`dequantize(quantize(w))`, ONNX's QuantizeLinear →
+/// DequantizeLinear pair): the pair trains as one fake_quantize, with the same steps.
+#[test]
+fn qdq_pairs_train_as_fake_quantize() {
+    qat_steps(true);
+}
+
+fn qat_steps(pair: bool) {
     let (scale, lr) = (0.05, 0.1);
     let mut g = Mir::new();
     let x = g.add_input("x", TensorType::fixed(DType::F64, &[N, K]));
@@ -157,12 +168,19 @@ fn quantization_aware_training_steps_through_fake_quantize() {
     let sv = g.add_const(Some("w_scale"), f64c(&[], &[scale]));
     let zv = g.add_const(Some("w_zero_point"), ConstData::from_f64s(DType::I8, vec![], &[0.0]));
     let bv = g.add_const(Some("b"), f64c(&[1], &[0.05]));
-    let wq = g.add1("fq", MirOp::FakeQuantize { axis: 0 }, &[wv, sv, zv]).unwrap();
+    let wq = if pair {
+        let q = g.add1("q", MirOp::Quantize { axis: 0 }, &[wv, sv, zv]).unwrap();
+        g.add1("dq", MirOp::Dequantize { axis: 0 }, &[q, sv, zv]).unwrap()
+    } else {
+        g.add1("fq", MirOp::FakeQuantize { axis: 0 }, &[wv, sv, zv]).unwrap()
+    };
     let y = g.add1("mm", MirOp::MatMul, &[x, wq]).unwrap();
     let y = g.add1("bias", MirOp::Binary(BinaryOp::Add), &[y, bv]).unwrap();
     g.outputs = vec![y];
-    let step = train_step(&g, &TrainOptions { loss: Loss::Mse, optimizer: Optimizer::Sgd { lr, momentum: 0.0 }, output: 0 }).unwrap();
+    let step = train_step(&g, &TrainOptions { loss: Loss::Mse, optimizer: Optimizer::Sgd { lr, momentum: 0.0 }, output: 0, learn_scales: false }).unwrap();
     assert_eq!(step.params.iter().map(|p| p.0.as_str()).collect::<Vec<_>>(), ["w", "b"]);
+    let kinds: Vec<&str> = step.graph.nodes.iter().map(|n| n.op.kind()).collect();
+    assert!(kinds.contains(&"fake_quantize") && !kinds.contains(&"quantize") && !kinds.contains(&"dequantize"), "{kinds:?}");
     let xs: Vec<f64> = (0..N * K).map(|i| ((i * 7 % 5) as f64 - 2.0) * 0.3).collect();
     let t = [0.5, -1.0, 2.0, 0.25];
     let (mut w, mut b) = (vec![0.13, -0.21, 0.34], 0.05);

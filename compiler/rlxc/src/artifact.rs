@@ -234,14 +234,22 @@ pub fn c_header(a: &ArtifactInfo) -> String {
     let _ = writeln!(h, "#define {n}_ARENA_BYTES {}", a.arena_bytes);
     let _ = writeln!(h, "#define {n}_ARENA_ALIGN {ARENA_ALIGN}");
     if let Some(st) = st {
-        let _ = writeln!(h, "/* State the model keeps between calls (its KV cache), owned by the caller: size in bytes and");
-        let _ = writeln!(h, " * alignment. Zero it ({n}_reset) before the first call of a new sequence. */");
+        if llm_step_shape(a).is_some() {
+            let _ = writeln!(h, "/* State the model keeps between calls (its KV cache), owned by the caller: size in bytes and");
+            let _ = writeln!(h, " * alignment. Zero it ({n}_reset) before the first call of a new sequence. */");
+        } else {
+            let _ = writeln!(h, "/* State the model keeps between calls (e.g. a training step's parameters and optimizer state),");
+            let _ = writeln!(h, " * owned by the caller: size in bytes and alignment. Each tensor lies at its offset, dense");
+            let _ = writeln!(h, " * row-major little-endian: write initial values there, read updated ones back. */");
+        }
         let _ = writeln!(h, "#define {n}_STATE_BYTES {}", st.bytes);
         let _ = writeln!(h, "#define {n}_STATE_ALIGN {ARENA_ALIGN}");
         let _ = writeln!(h, "#define {n}_NUM_STATE {}", st.tensors.len());
         for (i, (p, off)) in st.tensors.iter().enumerate() {
             let _ = writeln!(h, "/* state {i} {}: {} {} at byte {off} of the state. */", comment_text(&c_string(&p.name)), p.dtype, shape_text(&p.shape));
             let _ = writeln!(h, "#define {n}_STATE_{i}_OFFSET {off}");
+            let _ = writeln!(h, "#define {n}_STATE_{i}_NAME {}", c_string(&p.name));
+            let _ = writeln!(h, "#define {n}_STATE_{i}_BYTES {}", bytes(p));
         }
         if let Some((chunk, context, vocab)) = llm_step_shape(a) {
             let _ = writeln!(h, "/* Positions the state holds (--dim context), tokens per call (--dim chunk), vocabulary size. */");
@@ -458,9 +466,15 @@ pub fn rust_binding(a: &ArtifactInfo) -> String {
     let _ = writeln!(r, "/// An arena of the right size and alignment, for a `static` or (when small) the stack.");
     let _ = writeln!(r, "#[allow(dead_code)]\npub type Arena = rlx_rt::Arena<ARENA_BYTES>;\n");
     if let Some(st) = st {
-        let _ = writeln!(r, "/// Bytes of state (the KV cache) [`step`] reads and updates in place, aligned to [`ARENA_ALIGN`];");
-        let _ = writeln!(r, "/// the caller keeps it between calls and zeroes it to start a new sequence.");
+        let _ = writeln!(r, "/// Bytes of state (a KV cache, or a training step's parameters and optimizer state) [`step`] reads and");
+        let _ = writeln!(r, "/// updates in place, aligned to [`ARENA_ALIGN`]; the caller keeps it between calls.");
         let _ = writeln!(r, "#[allow(dead_code)]\npub const STATE_BYTES: usize = {};", st.bytes);
+        let _ = writeln!(r, "/// The state's tensors: spec and byte offset in the state (dense row-major, little-endian).");
+        let _ = writeln!(r, "#[allow(dead_code)]\npub const STATE_TENSORS: [(rlx_rt::TensorSpec, usize); {}] = [", st.tensors.len());
+        for (p, off) in &st.tensors {
+            let _ = writeln!(r, "    (rlx_rt::TensorSpec {{ name: {:?}, dtype: rlx_rt::DType::{}, shape: &{} }}, {off}),", p.name, rt_dtype(p.dtype), shape_text(&p.shape));
+        }
+        let _ = writeln!(r, "];");
         let _ = writeln!(r, "/// A state region of the right size and alignment (zeroed by `State::new()`).");
         let _ = writeln!(r, "#[allow(dead_code)]\npub type State = rlx_rt::Arena<STATE_BYTES>;");
         if let Some((chunk, context, vocab)) = llm_step_shape(a) {
@@ -634,6 +648,21 @@ mod tests {
             weights_bytes: 16,
             external_weights: false,
             model_file: "m.onnx".into(),
+            ..sample()
+        }
+    }
+
+    /// A training step's state: parameters, a velocity, a scalar step counter (names with dots).
+    fn stateful() -> ArtifactInfo {
+        ArtifactInfo {
+            name: "mlp_train_step".into(),
+            inputs: vec![port("x", DType::F32, &[8, 4]), port("labels", DType::I64, &[8])],
+            outputs: vec![port("loss", DType::F32, &[])],
+            external_weights: false,
+            state: Some(StateInfo {
+                bytes: 160,
+                tensors: vec![(port("w1", DType::F32, &[4, 3]), 0), (port("w1.velocity", DType::F32, &[4, 3]), 48), (port("step", DType::F32, &[]), 96)],
+            }),
             ..sample()
         }
     }
@@ -880,7 +909,7 @@ fn main() {
         extern_arg.push(&rlib);
 
         // 1. Both artifacts, `include!`d and `mod`-ed, in a no_std library, warnings denied.
-        for a in [sample(), minimal()] {
+        for a in [sample(), minimal(), stateful()] {
             std::fs::write(dir.join(format!("{}.rs", a.name)), rust_binding(&a)).unwrap();
             let lib = dir.join(format!("{}_nostd.rs", a.name));
             std::fs::write(

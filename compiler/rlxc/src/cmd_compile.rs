@@ -37,11 +37,14 @@ NAME.spv (SPIR-V, entry points k0, k1, …) or NAME.wgsl / NAME.metal / NAME.hls
 buffer), NAME.schedule.bin (buffers, then per dispatch its grid, block and byte ranges; read by runtime-min's CUDA \
 executor, which records them as one CUDA graph), NAME.weights.bin and NAME.json.\n\n\
 --train [--loss cross-entropy|mse] [--optimizer sgd|adam|adamw] [--lr X] [--momentum M] [--weight-decay L] also \
-compiles the model's training step beside it as NAME_train_step (entry point NAME_train_step_run): inputs are the model's \
-inputs, the target (i64 labels [batch] for cross-entropy, the output's type for mse), the parameters (the model's named \
-float constants) and the optimizer state; outputs are the loss, the updated parameters and the updated state, so \
-outputs[1..] feed the next step's inputs after the data. NAME_train_step.init.bin holds the initial parameters and zero \
-state (raw little-endian, input order); the manifest's `train` section names them.\n\n\
+compiles the model's training step beside it as NAME_train_step, with the parameters (the model's named float constants) \
+and the optimizer state resident in its state region: NAME_train_step_step(arena, state, inputs, outputs) takes the model's \
+inputs and the target (i64 labels [batch] for cross-entropy, the output's type for mse), returns the loss, and updates \
+parameters and state in place. NAME_train_step.init.bin is the initial state (NAME_train_step_STATE_BYTES bytes: the \
+model's parameters and zero optimizer state at their offsets, NAME_train_step_STATE_i_OFFSET); trained parameters are \
+read at those offsets. The manifest's `train` and `state` sections name them. A QDQ model (QuantizeLinear → \
+DequantizeLinear pairs) trains quantization-aware: each pair is a fake quantization with the straight-through \
+estimator; --learn-scales trains its scales too (LSQ).\n\n\
 The same model and flags always give the same bytes.";
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -188,10 +191,10 @@ pub fn main(a: &CompileArgs) -> Result<(), Failure> {
     if let Some(step) = &step {
         let tname = format!("{name}_train_step");
         let treq = Request { name: tname.clone(), ..req.clone() };
-        let t = targets::compile(a.target, &step.graph, &treq, &mut tm)?;
+        let t = targets::compile(a.target, &step.resident(), &treq, &mut tm)?;
         let (mut tfiles, mut tmanifest) = t.files(&tname, &a.model)?;
         let init = format!("{tname}.init.bin");
-        let (bytes, section) = crate::cmd_train_step::extras(step, &a.train, &init);
+        let (bytes, section) = crate::cmd_train_step::extras(step, &a.train, &init, &tmanifest["state"])?;
         tfiles.push((init, bytes));
         tmanifest["train"] = section;
         train_art = Some((tname, tfiles, tmanifest));

@@ -24,7 +24,11 @@ test_y.npy, evaluated after every epoch (test loss, and accuracy for cross-entro
 the last partial batch is dropped.\n\n\
 Writes OUT/NAME.safetensors (the trained parameters, named as in the model), OUT/NAME_metrics.csv (per epoch: \
 train loss, test loss, test accuracy, img/s), with --plot FILE.svg a plot of them, with --onnx FILE the ONNX model \
-with its initializers replaced by the trained values. RLX_NUM_THREADS sets the threads of the compiled step.";
+with its initializers replaced by the trained values. RLX_NUM_THREADS sets the threads of the compiled step.\n\n\
+A QDQ model (QuantizeLinear -> DequantizeLinear pairs with one scale and zero point) trains quantization-aware: each \
+pair is a fake quantization whose gradient is the straight-through estimator, its scale fixed, or trained too with \
+--learn-scales (LSQ's estimator, per-tensor scales). The trained ONNX model (--onnx) keeps the pairs and compiles for \
+the int8 targets (--target cortex-m*, verilog) with those scales, without --calibrate.";
 
 #[derive(clap::Args, Debug)]
 pub struct TrainCmdArgs {
@@ -57,6 +61,10 @@ pub struct TrainCmdArgs {
     /// --optimizer adamw: decoupled weight decay
     #[arg(long, default_value_t = 0.01)]
     pub weight_decay: f64,
+    /// A QDQ model (quantization-aware training): also train its quantization scales (LSQ, per-tensor
+    /// scales) instead of keeping them fixed; --onnx then writes the learned scales
+    #[arg(long)]
+    pub learn_scales: bool,
     /// Output folder for NAME.safetensors and NAME_metrics.csv (created if missing)
     #[arg(short = 'o', long = "out")]
     pub out: PathBuf,
@@ -87,7 +95,7 @@ fn bar(epoch: usize, epochs: usize, steps: usize) -> indicatif::ProgressBar {
 }
 
 pub fn main(a: &TrainCmdArgs) -> Result<(), Failure> {
-    let opts = step_options(a.loss, a.optimizer, a.lr, a.momentum, a.weight_decay)?;
+    let opts = step_options(a.loss, a.optimizer, a.lr, a.momentum, a.weight_decay, a.learn_scales)?;
     if a.epochs == 0 {
         return Err(Failure::usage("--epochs must be at least 1"));
     }
@@ -109,7 +117,7 @@ pub fn main(a: &TrainCmdArgs) -> Result<(), Failure> {
     }
     let mir = rlx_opt::lower(&hir).map_err(|p| Failure::model(problem_list("cannot lower the model to MIR", &p)))?;
     let step = rlx_opt::train_step(&mir, &opts).map_err(|e| Failure::model(format!("cannot build the training step: {e}")))?;
-    let eval = rlx_opt::train::with_params_as_inputs(&mir).map_err(|e| Failure::model(format!("cannot build the evaluation: {e}")))?;
+    let eval = rlx_opt::train::with_params_as_inputs(&mir, opts.learn_scales).map_err(|e| Failure::model(format!("cannot build the evaluation: {e}")))?;
     let g = &step.graph;
     let (xt, yt) = (g.ty(g.inputs[0]).clone(), g.ty(g.inputs[1]).clone());
     let classes = (opts.loss == rlx_opt::Loss::CrossEntropy).then(|| mir.ty(mir.outputs[0]).shape.as_fixed().and_then(|s| s.last().copied()).unwrap_or(0));

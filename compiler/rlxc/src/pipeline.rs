@@ -227,7 +227,15 @@ pub fn quantize_mir_with(mir: &Mir, calib: &[Vec<ConstData>], opts: &rlx_opt::Qu
 
 /// An already-quantized (QDQ) model's lowered MIR → the int8 integer MIR of the MCU path, with the
 /// model's own scales and zero points (`rlx_opt::quantize_qdq`; not folded first: folding would turn
-/// the int8 weights into floats).
+/// the int8 weights into floats). Only a `quantize` of constants is folded: a float weight quantized
+/// in the model (QuantizeLinear of an initializer, as a model trained quantization-aware by `rlxc
+/// train` keeps its weights) becomes the int8 constant its DequantizeLinear reads.
 pub fn quantize_qdq_mir(mir: &Mir) -> Result<rlx_opt::Quantized, Failure> {
-    rlx_opt::quantize_qdq(mir, &mcu_quant_options()).map_err(|p| Failure::model(problem_list("cannot map the QDQ model onto int8 kernels", &p)))
+    quantize_qdq_mir_with(mir, &mcu_quant_options())
+}
+
+/// [`quantize_qdq_mir`] with explicit options (the Verilog family's: weights not transposed).
+pub fn quantize_qdq_mir_with(mir: &Mir, opts: &rlx_opt::QuantOptions) -> Result<rlx_opt::Quantized, Failure> {
+    let mir = rlx_opt::fold_only(mir, &eval_op, &|op| matches!(op, MirOp::Quantize { .. }));
+    rlx_opt::quantize_qdq(&mir, opts).map_err(|p| Failure::model(problem_list("cannot map the QDQ model onto int8 kernels", &p)))
 }

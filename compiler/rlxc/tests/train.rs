@@ -5,36 +5,20 @@
 //! numpy implementation of the same training (same initial parameters, same batches in order, same
 //! hyperparameters, float32). Every step's loss must match numpy's (relative 1e-3) and the test
 //! accuracy after training must be at least numpy's. And `rlxc compile --train` writes the step's
-//! artifact beside the model's.
+//! resident artifact beside the model's, which a C program (tests/native/train_steps.c) loads and runs
+//! for N steps against the interpreter's N steps.
 
 mod common;
-use common::{ok, python, repo};
+use common::mnist_train::{csv_rows, data};
+use common::{ok, repo};
 use rlx_ir::{Blob, ConstData, DType, Mir};
 use rlx_opt::{train_step, Loss, Optimizer, TrainOptions, TrainStep};
 use rlxc::cli::Target;
 use rlxc::pipeline::Timings;
 use rlxc::targets::{self, Request};
-use std::path::PathBuf;
 use std::process::Command;
 
 const BATCH: usize = 128;
-
-/// The reference's data, model and results, made once per version of the script.
-fn data() -> PathBuf {
-    static DATA: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    DATA.get_or_init(|| {
-        let dir = repo().join("build/train-test/mnist");
-        let script = repo().join("tests/train/mnist_reference.py");
-        let stamp = dir.join("script.stamp");
-        let src = std::fs::read(&script).unwrap();
-        if std::fs::read(&stamp).ok().as_deref() != Some(&src[..]) || !dir.join("accuracy.bin").exists() {
-            ok(Command::new(python()).arg(&script).arg("--out").arg(&dir));
-            std::fs::write(&stamp, &src).unwrap();
-        }
-        dir
-    })
-    .clone()
-}
 
 fn load(name: &str, dtype: DType, shape: &[usize]) -> ConstData {
     let bytes = std::fs::read(data().join(name)).unwrap();
@@ -61,7 +45,7 @@ fn mlp(batch: u64) -> Mir {
 }
 
 fn step() -> TrainStep {
-    let opts = TrainOptions { loss: Loss::CrossEntropy, optimizer: Optimizer::Sgd { lr: 0.05, momentum: 0.9 }, output: 0 };
+    let opts = TrainOptions { loss: Loss::CrossEntropy, optimizer: Optimizer::Sgd { lr: 0.05, momentum: 0.9 }, output: 0, learn_scales: false };
     let s = train_step(&mlp(BATCH as u64), &opts).unwrap();
     assert_eq!(s.params.iter().map(|p| p.0.as_str()).collect::<Vec<_>>(), ["w1", "b1", "w2", "b2"]);
     assert_eq!(s.data, 2);
@@ -154,17 +138,32 @@ fn compile_train_writes_the_step_beside_the_model() {
         assert!(out.join(f).exists(), "{f} missing");
     }
     let h = std::fs::read_to_string(out.join("mnist_train_step.h")).unwrap();
-    assert!(h.contains("mnist_train_step_run("), "{h}");
+    assert!(h.contains("int mnist_train_step_step(void *arena, void *state,") && h.contains("#define mnist_train_step_STATE_0_NAME \"w1\""), "{h}");
+    let r = std::fs::read_to_string(out.join("mnist_train_step.rs")).unwrap();
+    assert!(r.contains("pub const STATE_TENSORS: [(rlx_rt::TensorSpec, usize); 8]") && r.contains("name: \"w1.velocity\""), "{r}");
     let m: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("mnist_train_step.json")).unwrap()).unwrap();
     let t = &m["train"];
     assert_eq!(t["parameters"], serde_json::json!(["w1", "b1", "w2", "b2"]));
     assert_eq!(t["state"], serde_json::json!(["w1.velocity", "b1.velocity", "w2.velocity", "b2.velocity"]));
     assert_eq!(t["data_inputs"], 2);
-    // Parameters as the model has them, then zero velocities.
+    assert_eq!(m["entry"], "mnist_train_step_step");
+    assert_eq!((m["inputs"].as_array().unwrap().len(), m["outputs"].as_array().unwrap().len()), (2, 1));
+    // The initial state image: each parameter as the model has it at its offset, zero velocities.
     let init = std::fs::read(out.join("mnist_train_step.init.bin")).unwrap();
-    let params: Vec<u8> = ["w1.bin", "b1.bin", "w2.bin", "b2.bin"].iter().flat_map(|f| std::fs::read(data().join(f)).unwrap()).collect();
-    assert_eq!(init.len(), 2 * params.len());
-    assert!(init[..params.len()] == params[..] && init[params.len()..].iter().all(|&b| b == 0));
+    assert_eq!(init.len() as u64, m["state"]["bytes"].as_u64().unwrap());
+    let tensors = m["state"]["tensors"].as_array().unwrap();
+    assert_eq!(tensors.len(), 8);
+    for (k, tm) in tensors.iter().enumerate() {
+        let (name, off) = (tm["name"].as_str().unwrap(), tm["offset"].as_u64().unwrap() as usize);
+        let p = std::fs::read(data().join(format!("{}.bin", name.trim_end_matches(".velocity")))).unwrap();
+        let got = &init[off..off + p.len()];
+        if k < 4 {
+            assert!(got == &p[..], "{name} at byte {off} is not the model's");
+        } else {
+            assert!(got.iter().all(|&b| b == 0), "{name} is not zero");
+        }
+        assert!(h.contains(&format!("#define mnist_train_step_STATE_{k}_OFFSET {off}\n")), "{name}");
+    }
     // The same flags give the same bytes.
     let again = out.join("again");
     ok(Command::new(rlxc).arg("compile").arg(&model).args(args).arg("-o").arg(&again));
@@ -182,6 +181,78 @@ fn compile_train_writes_the_step_beside_the_model() {
     }
     let bad = Command::new(rlxc).arg("compile").arg(&model).args(["--loss", "mse"]).arg("-o").arg(&out).output().unwrap();
     assert_eq!(bad.status.code(), Some(2), "--loss without --train");
+    // A GPU target has no state region: a model error naming the target, nothing written.
+    let gpu = out.join("gpu");
+    let bad = Command::new(rlxc).arg("compile").arg(&model).args(["--train", "--batch", "8", "--target", "vulkan"]).arg("-o").arg(&gpu).output().unwrap();
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(bad.status.code() == Some(1) && err.contains("target vulkan: the model keeps state") && !gpu.join("mlp_init.json").exists(), "{:?} {err}", bad.status.code());
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// `rlxc compile --train --optimizer adam` → the resident artifact linked into tests/native/train_steps.c,
+/// which loads NAME.init.bin into the state and runs STEPS steps on consecutive batches, updating the
+/// parameters, Adam's moments and its step counter in place; the C program's losses and final state
+/// (every tensor read back at its header offset) against the interpreter running the same step graph
+/// STEPS times with its outputs fed back. Tolerance: relative 1e-4 on the losses, and on each state
+/// tensor a max abs difference of 1e-4 of its largest magnitude (f32 kernels in their own summation
+/// order against the interpreter's f64 accumulation; measured 1.2e-5).
+#[test]
+fn compiled_train_step_from_c_matches_the_interpreter() {
+    const STEPS: usize = 12;
+    let out = std::env::temp_dir().join(format!("rlxc-train-c-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let rlxc = env!("CARGO_BIN_EXE_rlxc");
+    let args = ["--train", "--loss", "cross-entropy", "--optimizer", "adam", "--lr", "0.001", "--batch", "128", "--name", "mnist"];
+    ok(Command::new(rlxc).arg("compile").arg(data().join("mlp_init.onnx")).args(args).arg("-o").arg(&out));
+    let exe = out.join("train_steps");
+    ok(Command::new("cc")
+        .args(["-O2", "-std=c11", "-Wall", "-Wextra", "-Werror", "-DSTEP=mnist_train_step", "-I"])
+        .arg(&out)
+        .arg(repo().join("tests/native/train_steps.c"))
+        .arg(out.join("mnist_train_step.o"))
+        .arg(out.join("librlx_rt.a"))
+        .args(["-lpthread", "-ldl", "-lm", "-lrt", "-lutil", "-o"])
+        .arg(&exe));
+    let (xtr, ytr) = (load("train_x.bin", DType::F32, &[4000, 784]), load("train_y.bin", DType::I64, &[4000]));
+    let n = STEPS * BATCH;
+    std::fs::write(out.join("x.bin"), &xtr.data.bytes()[..n * 784 * 4]).unwrap();
+    std::fs::write(out.join("y.bin"), &ytr.data.bytes()[..n * 8]).unwrap();
+    let o = ok(Command::new(&exe).arg(STEPS.to_string()).arg(out.join("mnist_train_step.init.bin")).arg(out.join("x.bin")).arg(out.join("y.bin")).arg(out.join("losses.f32")).arg(out.join("state.bin")));
+    eprintln!("{o}");
+    // The interpreter: the same step, stateless, its outputs fed back.
+    let opts = TrainOptions { loss: Loss::CrossEntropy, optimizer: Optimizer::Adam { lr: 0.001, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.0 }, output: 0, learn_scales: false };
+    let s = train_step(&mlp(BATCH as u64), &opts).unwrap();
+    let mut state = s.initial();
+    let mut losses = Vec::new();
+    for i in 0..STEPS {
+        let mut ins = vec![rows(&xtr, i * BATCH, BATCH), rows(&ytr, i * BATCH, BATCH)];
+        ins.extend(state.iter().cloned());
+        let mut o = rlx_interp::run(&s.graph, &ins).unwrap();
+        losses.push(o[0].get_f64(0));
+        state = o.split_off(1);
+    }
+    let c_losses: Vec<f64> = std::fs::read(out.join("losses.f32")).unwrap().chunks(4).map(|c| f32::from_le_bytes(c.try_into().unwrap()) as f64).collect();
+    for (i, (a, b)) in c_losses.iter().zip(&losses).enumerate() {
+        assert!((a - b).abs() <= 1e-4 * b.abs(), "step {i}: loss {a} from C, interpreter {b}");
+    }
+    assert!(losses[STEPS - 1] < losses[0], "the loss did not decrease: {losses:?}");
+    let m: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("mnist_train_step.json")).unwrap()).unwrap();
+    let img = std::fs::read(out.join("state.bin")).unwrap();
+    let names: Vec<String> = s.params.iter().chain(&s.state).map(|p| p.0.clone()).collect();
+    let tensors = m["state"]["tensors"].as_array().unwrap();
+    assert_eq!(tensors.len(), names.len());
+    let mut worst = 0.0f64;
+    for ((tm, name), want) in tensors.iter().zip(&names).zip(&state) {
+        assert_eq!(tm["name"].as_str(), Some(name.as_str()));
+        let off = tm["offset"].as_u64().unwrap() as usize;
+        let want = want.to_f64_vec();
+        let got: Vec<f64> = img[off..off + 4 * want.len()].chunks(4).map(|c| f32::from_le_bytes(c.try_into().unwrap()) as f64).collect();
+        let scale = want.iter().fold(0.0f64, |m, v| m.max(v.abs())).max(1e-30);
+        let diff = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max) / scale;
+        worst = worst.max(diff);
+        assert!(diff <= 1e-4, "{name}: max abs difference {diff} of its largest magnitude after {STEPS} steps");
+    }
+    eprintln!("{STEPS} steps from C: loss {:.4} -> {:.4}; worst state difference {worst:.1e} of the tensor's largest magnitude", c_losses[0], c_losses[STEPS - 1]);
     let _ = std::fs::remove_dir_all(&out);
 }
 
@@ -198,10 +269,6 @@ fn resident_step_updates_parameters_in_place() {
     let state: Vec<&str> = c.lir.state.iter().map(|s| s.port.name.as_str()).collect();
     assert_eq!(state, ["w1", "b1", "w2", "b2", "w1.velocity", "b1.velocity", "w2.velocity", "b2.velocity"]);
     assert_eq!((c.lir.inputs.len(), c.lir.outputs.len()), (2, 1));
-}
-
-fn csv_rows(p: &std::path::Path) -> Vec<Vec<String>> {
-    std::fs::read_to_string(p).unwrap().lines().skip(1).map(|l| l.split(',').map(str::to_string).collect()).collect()
 }
 
 /// `rlxc train` end to end on the MNIST subset: the same training as the numpy reference (same

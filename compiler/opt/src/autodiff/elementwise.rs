@@ -1,11 +1,12 @@
 //! Backward rules of the elementwise family: unary and binary ops (numpy broadcasting undone by
-//! `unbroadcast`), `where`, float-to-float `cast`, and `fake_quantize` (straight-through estimator).
+//! `unbroadcast`), `where`, float-to-float `cast`, and `fake_quantize` (straight-through estimator;
+//! LSQ for a trained scale).
 //! Piecewise-constant ops (floor, ceil, round, sign) have the zero rule: their derivative is 0 wherever
 //! it exists.
 
 use super::build::B;
 use super::Site;
-use rlx_ir::{BinaryOp, MirOp, UnaryOp, ValueId};
+use rlx_ir::{BinaryOp, DType, MirOp, UnaryOp, ValueId};
 use std::f64::consts::PI;
 
 pub fn unary(b: &mut B, u: UnaryOp, s: &Site, g: ValueId) -> Result<Option<ValueId>, String> {
@@ -209,11 +210,41 @@ pub fn cast(b: &mut B, s: &Site, g: ValueId) -> Result<Vec<Option<ValueId>>, Str
     Ok(vec![Some(b.op(MirOp::Cast { to: from }, &[g])?)])
 }
 
-/// fake_quantize: the straight-through estimator (the rounding's derivative is taken as 1); no
-/// gradient to the scale or zero point.
-pub fn fake_quantize(s: &Site, g: ValueId) -> Result<Vec<Option<ValueId>>, String> {
-    if s.need[1] {
-        return Err("no gradient rule for the scale of fake_quantize (only its input has one: straight-through)".into());
+/// fake_quantize: the straight-through estimator for the input (the rounding's derivative is taken
+/// as 1); for a trained scale (`TrainOptions::learn_scales`), the estimator of LSQ (Esser et al.,
+/// "Learned Step Size Quantization", 2019): ∂y/∂s = (q − z) − x/s where x/s + z rounds inside
+/// [qmin, qmax], (q − z) where it clips, scaled by LSQ's 1/√(n·(qmax − qmin)) (n: elements of x) so
+/// the step size moves at the pace of the weights; per-tensor scales only. No gradient to the zero
+/// point.
+pub fn fake_quantize(b: &mut B, s: &Site, g: ValueId) -> Result<Vec<Option<ValueId>>, String> {
+    let gs = if s.need[1] { Some(lsq_scale(b, s, g)?) } else { None };
+    Ok(vec![Some(g), gs, None])
+}
+
+fn lsq_scale(b: &mut B, s: &Site, g: ValueId) -> Result<ValueId, String> {
+    let (x, sc, z, y) = (s.ins[0], s.ins[1], s.ins[2], s.outs[0]);
+    let st = b.ty(sc);
+    if st.shape.numel() != Some(1) {
+        return Err(format!("a trained fake_quantize scale must be per tensor (one value), got {}", st.shape));
     }
-    Ok(vec![Some(g), None, None])
+    let (qmin, qmax) = match b.ty(z).dtype {
+        DType::I8 => (-128.0, 127.0),
+        DType::U8 => (0.0, 255.0),
+        d => return Err(format!("a trained fake_quantize scale needs an int8 or uint8 zero point, got {d}")),
+    };
+    let n = b.ty(x).shape.numel().ok_or("a trained fake_quantize scale needs fixed dims")?;
+    let dt = b.ty(x).dtype;
+    let zf = b.op(MirOp::Cast { to: dt }, &[z])?;
+    let xs = b.div(x, sc)?;
+    let r = b.add(xs, zf)?;
+    let (lo, hi) = (b.scalar(x, qmin - 0.5), b.scalar(x, qmax + 0.5));
+    let ge = b.bin(BinaryOp::Ge, r, lo)?;
+    let le = b.bin(BinaryOp::Le, r, hi)?;
+    let inside = b.bin(BinaryOp::And, ge, le)?;
+    let qz = b.div(y, sc)?;
+    let xin = b.select(inside, xs, true)?;
+    let d = b.sub(qz, xin)?;
+    let gd = b.mul(g, d)?;
+    let gd = b.scale(gd, 1.0 / (n as f64 * (qmax - qmin)).sqrt())?;
+    b.unbroadcast(gd, &st.shape)
 }

@@ -61,7 +61,7 @@ pub const RULES: &[&str] = &[
     "atanh", "sigmoid", "erf", "relu", "floor (0)", "ceil (0)", "round (0)", "sign (0)", "add", "sub", "mul", "div", "pow", "max",
     "min", "mod", "fmod", "where", "cast (float→float)", "matmul", "dequant_matmul (input only)", "reduce_sum", "reduce_mean",
     "reduce_max", "reduce_min", "reduce_prod", "cumsum", "reshape", "transpose", "expand", "slice", "concat",
-    "gather (data)", "gather_elements (data)", "topk (values)", "pad (constant)", "conv, conv_transpose (input, bias; weights with groups 1)", "max_pool", "avg_pool", "fake_quantize (input, straight-through)",
+    "gather (data)", "gather_elements (data)", "topk (values)", "pad (constant)", "conv, conv_transpose (input, bias; weights with groups 1)", "max_pool", "avg_pool", "fake_quantize (input, straight-through; a per-tensor scale, LSQ)",
 ];
 
 /// Applies the rule of `op` at `s` to the output cotangents `gy`; one entry per input (None: no
@@ -75,7 +75,7 @@ fn rule(b: &mut B, op: &MirOp, s: &Site, gy: &[Option<ValueId>]) -> Result<Vec<O
         MirOp::Binary(o) => elementwise::binary(*o, b, s, g),
         MirOp::Where => elementwise::where_(b, s, g),
         MirOp::Cast { .. } => elementwise::cast(b, s, g),
-        MirOp::FakeQuantize { .. } => elementwise::fake_quantize(s, g),
+        MirOp::FakeQuantize { .. } => elementwise::fake_quantize(b, s, g),
         MirOp::MatMul => linear::matmul(b, s, g),
         MirOp::DequantMatMul => linear::dequant_matmul(b, s, g),
         MirOp::Reduce { op, axes, keepdims } => reduce::reduce(*op, axes, *keepdims, b, s, g),

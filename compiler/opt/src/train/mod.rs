@@ -9,10 +9,12 @@
 //!
 //! `outputs[1..]` are the next step's `inputs[data..]` (`TrainStep::data` = model inputs + 1): the
 //! caller feeds them back. State is per parameter, in parameter order (momentum: `NAME.velocity`;
-//! Adam: `NAME.m`, `NAME.v`), then Adam's step counter `step`.
+//! Adam: `NAME.m`, `NAME.v`), then Adam's step counter `step`. A QDQ model trains quantization-aware
+//! ([`qat`]: its QuantizeLinear → DequantizeLinear pairs become `fake_quantize`).
 
 pub mod loss;
 pub mod optim;
+pub mod qat;
 
 pub use optim::Optimizer;
 
@@ -33,6 +35,9 @@ pub struct TrainOptions {
     pub optimizer: Optimizer,
     /// Which model output is the prediction.
     pub output: usize,
+    /// Quantization-aware training also trains the `fake_quantize` scales (named float constants;
+    /// LSQ's estimator, per-tensor scales) as parameters; otherwise they stay fixed.
+    pub learn_scales: bool,
 }
 
 pub struct TrainStep {
@@ -72,13 +77,16 @@ fn zeros(t: &TensorType, what: &str) -> Result<ConstData, AdError> {
 
 /// Turns the parameters of `g` — the named float constants some node reads, in value order — into
 /// inputs after the existing ones; returns their names and values, and their values' ids. A constant
-/// read only as a `fake_quantize` scale is a quantization parameter, not a trained one (quantization-
-/// aware training trains the weights through the straight-through estimator, with fixed scales).
-fn params_to_inputs(g: &mut Mir) -> Result<(Vec<(String, ConstData)>, Vec<ValueId>), AdError> {
+/// read only as a `fake_quantize` scale is a quantization parameter, not a trained one unless
+/// `learn_scales` (quantization-aware training trains the weights through the straight-through
+/// estimator, with fixed scales or, with `learn_scales`, scales trained by LSQ's estimator; a
+/// QDQ model's QuantizeLinear → DequantizeLinear pairs are `fake_quantize` by then: [`qat`]).
+fn params_to_inputs(g: &mut Mir, learn_scales: bool) -> Result<(Vec<(String, ConstData)>, Vec<ValueId>), AdError> {
     let mut read = vec![false; g.values.len()];
     for n in &g.nodes {
         for (k, &i) in n.inputs.iter().enumerate() {
-            read[i.index()] |= !(matches!(n.op, rlx_ir::MirOp::FakeQuantize { .. }) && k > 0);
+            let fq = matches!(n.op, rlx_ir::MirOp::FakeQuantize { .. });
+            read[i.index()] |= !fq || k == 0 || (k == 1 && learn_scales);
         }
     }
     let mut params = Vec::new();
@@ -104,16 +112,16 @@ fn params_to_inputs(g: &mut Mir) -> Result<(Vec<(String, ConstData)>, Vec<ValueI
 
 /// The model with its parameters as inputs after its own (`inputs = [model inputs…, params…]`, the
 /// parameters in [`TrainStep::params`] order): the forward pass run with trained values.
-pub fn with_params_as_inputs(model: &Mir) -> Result<Mir, AdError> {
-    let mut g = model.clone();
-    params_to_inputs(&mut g)?;
+pub fn with_params_as_inputs(model: &Mir, learn_scales: bool) -> Result<Mir, AdError> {
+    let mut g = qat::fake_quantize_pairs(model);
+    params_to_inputs(&mut g, learn_scales)?;
     Ok(g)
 }
 
 /// Builds the training step of `model` (see the module doc for its inputs and outputs).
 pub fn train_step(model: &Mir, o: &TrainOptions) -> Result<TrainStep, AdError> {
     let gerr = |msg: String| AdError { node: None, op: None, msg };
-    let mut g = model.clone();
+    let mut g = qat::fake_quantize_pairs(model);
     let pred = *g.outputs.get(o.output).ok_or_else(|| gerr(format!("the model has no output {}", o.output)))?;
     let pt = g.ty(pred).clone();
     let target = match o.loss {
@@ -124,7 +132,7 @@ pub fn train_step(model: &Mir, o: &TrainOptions) -> Result<TrainStep, AdError> {
         Loss::Mse => g.add_input("target", pt.clone()),
     };
     let data = g.inputs.len();
-    let (params, pids) = params_to_inputs(&mut g)?;
+    let (params, pids) = params_to_inputs(&mut g, o.learn_scales)?;
     let loss = {
         let mut b = B::new(&mut g, "loss".into());
         match o.loss {

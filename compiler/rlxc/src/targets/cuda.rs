@@ -109,6 +109,7 @@ pub fn compile(t: Target, mir: &Mir, r: &Request, tm: &mut Timings) -> Result<Cu
 
 fn emit(p: Prepared, r: &Request, tm: &mut Timings) -> Result<CudaCompiled, Failure> {
     let lir = p.lir.ok_or_else(|| Failure::model("internal error: the CUDA family plans a LIR"))?;
+    super::refuse_state(Target::Cuda, &lir)?;
     let mut c = codegen(lir, p.report, r.sm.unwrap_or(DEFAULT_SM), r.precision.unwrap_or(Precision::F32), tm)?;
     if !r.emit_ir {
         c.llvm_ir = None;

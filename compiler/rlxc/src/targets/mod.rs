@@ -257,6 +257,20 @@ pub fn read_calibration(path: &Path, mir: &Mir) -> Result<Vec<Vec<ConstData>>, F
     calibration_samples(&data, mir.ty(mir.inputs[0])).map_err(|e| Failure::usage(format!("{}: {e}", path.display())))
 }
 
+/// A planned program that keeps state (a KV cache, a resident training step's parameters) on a
+/// family whose writer has no state region: a model error naming the target.
+pub fn refuse_state(t: Target, lir: &rlx_ir::lir::Lir) -> Result<(), Failure> {
+    if lir.state.is_empty() {
+        return Ok(());
+    }
+    Err(Failure::model(format!(
+        "target {}: the model keeps state between calls ({} tensors, e.g. '{}': a KV cache, or the parameters of a training step from --train); stateful artifacts compile for the CPU targets (host, x86_64, aarch64)",
+        t.name(),
+        lir.state.len(),
+        lir.state[0].port.name
+    )))
+}
+
 /// The family's passes: fold, or quantize (with the calibration samples, or a QDQ model's own
 /// parameters).
 pub fn passes(t: Target, mir: &Mir, r: &Request, tm: &mut Timings) -> Result<(Mir, Option<QuantPorts>, Option<Vec<Vec<ConstData>>>), Failure> {
@@ -267,6 +281,9 @@ pub fn passes(t: Target, mir: &Mir, r: &Request, tm: &mut Timings) -> Result<(Mi
     let ports = |q: rlx_opt::Quantized| (q.mir, Some(QuantPorts { inputs: q.inputs, outputs: q.outputs }));
     let (out, quant) = match (family(t).quantization(t), &calib) {
         (Quantization::Never, _) => (tm.time("fold", || rlx_opt::simplify(mir, &eval_op)), None),
+        // A QDQ model on a target that is int8 only (Verilog) keeps its own scales and zero points;
+        // --calibrate, if given, only supplies the testbench's vectors.
+        (Quantization::Required(o), _) if rlx_opt::is_qdq(mir) => ports(tm.time("quantize (QDQ)", || crate::pipeline::quantize_qdq_mir_with(mir, &o))?),
         (Quantization::Required(_), None) => {
             return Err(Failure::usage(format!("--target {} builds an int8 program: pass --calibrate data.npy", t.name())))
         }

@@ -98,6 +98,7 @@ pub fn compile(t: Target, mir: &Mir, r: &Request, tm: &mut Timings) -> Result<Sh
 fn emit(t: Target, p: Prepared, tm: &mut Timings) -> Result<ShaderCompiled, Failure> {
     let lang = lang_of(t)?;
     let lir = p.lir.ok_or_else(|| Failure::model("internal error: the shader family plans a LIR"))?;
+    super::refuse_state(t, &lir)?;
     // RLX_SHADER_TILES=0 keeps every kernel on the one-invocation-per-output mapping (no workgroup
     // memory), for comparisons.
     let tiles = std::env::var("RLX_SHADER_TILES").map_or(true, |v| v != "0");

@@ -1,4 +1,5 @@
-//! The Verilog family: int8 quantization (always; `--calibrate` is required) → legalize → the
+//! The Verilog family: int8 quantization (always: `--calibrate`, or a QDQ model's own scales and zero
+//! points, `--calibrate` then optional and only the testbench's vectors) → legalize → the
 //! Verilog writer on the MIR (no LIR) → testbench vectors from the interpreter; `NAME.v`,
 //! `NAME_tb.v`, the ROM images, the vectors and the manifest. Executor: Icarus Verilog ([`icarus`]).
 
@@ -62,7 +63,12 @@ pub struct VerilogCompiled {
 }
 
 fn emit(p: Prepared, r: &Request, tm: &mut Timings) -> Result<VerilogCompiled, Failure> {
-    let (Some(q), Some(calib)) = (p.quant, p.calib) else { return Err(Failure::usage("--target verilog builds an int8 datapath: pass --calibrate data.npy")) };
+    let Some(q) = p.quant else { return Err(Failure::usage("--target verilog builds an int8 datapath: pass --calibrate data.npy")) };
+    // A QDQ model compiled without --calibrate: one testbench vector, the all-zero input.
+    let calib = match p.calib {
+        Some(c) => c,
+        None => vec![p.mir.inputs.iter().map(|&i| ConstData::from_f32(p.mir.ty(i).shape.as_fixed().unwrap_or_default(), &vec![0.0; p.mir.ty(i).shape.numel().unwrap_or(0)])).collect()],
+    };
     let (qi, qo) = match (q.inputs.as_slice(), q.outputs.as_slice()) {
         ([i], [o]) => (*i, *o),
         (i, o) => return Err(Failure::model(format!("--target verilog maps models with one input and one output, this one has {} and {}", i.len(), o.len()))),

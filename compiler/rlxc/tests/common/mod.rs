@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod mnist;
+pub mod mnist_train;
 
 use rlx_ir::ConstData;
 use std::path::{Path, PathBuf};

