@@ -2,7 +2,7 @@
 //! Verilog test: the trained models and images, image quantization, the interpreter's reference
 //! outputs, and the Cortex-M4 firmware run in QEMU.
 
-use super::{ok, repo};
+use super::ok;
 use rlx_ir::{Blob, ConstData, DType, Mir, MirOp};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -11,18 +11,7 @@ use std::process::Command;
 /// tests/mcu/train_mnist.py once per version of the script (and once per process: tests share it).
 pub fn data() -> PathBuf {
     static DATA: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    DATA.get_or_init(|| {
-        let dir = repo().join("build/mcu-test/data");
-        let script = repo().join("tests/mcu/train_mnist.py");
-        let stamp = dir.join("script.stamp");
-        let src = std::fs::read(&script).unwrap();
-        if std::fs::read(&stamp).ok().as_deref() != Some(&src[..]) || !dir.join("meta.json").exists() {
-            ok(Command::new(super::python()).arg(&script).arg("--out").arg(&dir));
-            std::fs::write(&stamp, &src).unwrap();
-        }
-        dir
-    })
-    .clone()
+    DATA.get_or_init(|| super::made_by_script("build/mcu-test/data", "tests/mcu/train_mnist.py", "meta.json")).clone()
 }
 
 /// `x` quantized with the `quantize` op and a port's scale and zero point (int8).

@@ -41,6 +41,21 @@ pub fn ok(cmd: &mut Command) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// The folder `dir` (under the repository) that the Python script `script` fills when run with
+/// `--out dir`: run again only when the script changed since (a stamp holds the script's bytes) or
+/// `marker` (a file it writes last) is missing.
+pub fn made_by_script(dir: &str, script: &str, marker: &str) -> PathBuf {
+    let dir = repo().join(dir);
+    let script = repo().join(script);
+    let stamp = dir.join("script.stamp");
+    let src = std::fs::read(&script).unwrap();
+    if std::fs::read(&stamp).ok().as_deref() != Some(&src[..]) || !dir.join(marker).exists() {
+        ok(Command::new(python()).arg(&script).arg("--out").arg(&dir));
+        std::fs::write(&stamp, &src).unwrap();
+    }
+    dir
+}
+
 /// A .npy file (panics naming it when it cannot be read).
 pub fn npy(p: &Path) -> ConstData {
     rlxc::npy::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
