@@ -183,3 +183,53 @@ fn qat_mnist_mlp_deploys_to_cortex_m4_and_verilog() {
     std::fs::write(out.join("summary.txt"), &summary).unwrap();
     assert!(int8_acc >= float_acc - MARGIN, "int8 top-1 {int8_acc} more than {MARGIN} below the float model's {float_acc}");
 }
+
+/// `--qat` on models it cannot prepare: one whose activation has no int8 form on the targets (a
+/// Sigmoid) fails naming the node, one with nothing to quantize (MatMul weights from Constant nodes,
+/// not initializers) says so, both exit 1 before training; a model that already has pairs is trained
+/// under them, and say so. The variants of the MNIST MLP are written with onnx's helper.
+#[test]
+fn qat_refuses_models_it_cannot_quantize() {
+    let d = data();
+    let out = std::env::temp_dir().join(format!("rlxc-qat-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&out).unwrap();
+    let rlxc = env!("CARGO_BIN_EXE_rlxc");
+    let script = r#"
+import sys, onnx
+from onnx import helper
+src, out = sys.argv[1], sys.argv[2]
+m = onnx.load(src)
+for n in m.graph.node:
+    if n.op_type == "Relu":
+        n.op_type, n.name = "Sigmoid", "act"
+onnx.save(m, out + "/sigmoid.onnx")
+m = onnx.load(src)
+keep = [t for t in m.graph.initializer if t.name not in ("w1", "w2")]
+for t in m.graph.initializer:
+    if t.name in ("w1", "w2"):
+        m.graph.node.insert(0, helper.make_node("Constant", [], [t.name], value=t))
+del m.graph.initializer[:]
+m.graph.initializer.extend(keep)
+onnx.save(m, out + "/constants.onnx")
+"#;
+    ok(Command::new(python()).args(["-c", script]).arg(d.join("mlp_init.onnx")).arg(&out));
+    let train = |model: &str, extra: &[&str]| {
+        Command::new(rlxc).arg("train").arg(out.join(model)).args(["--qat", "--batch", "128", "--data"]).arg(&d).args(extra).arg("-o").arg(&out).output().unwrap()
+    };
+    for (model, says) in [
+        ("sigmoid.onnx", "--qat: the int8 targets (cortex-m*, verilog) cannot run this model"),
+        ("sigmoid.onnx", "act"),
+        ("constants.onnx", "has nothing to quantize: no MatMul or Gemm reads an f32 initializer weight"),
+    ] {
+        let o = train(model, &[]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.code() == Some(1) && err.contains(says) && !err.contains("epoch"), "{model}: {:?} {err}", o.status.code());
+    }
+    std::fs::copy(d.join("mlp_init.onnx"), out.join("mlp.onnx")).unwrap();
+    let first = ok(Command::new(rlxc).arg("train").arg(out.join("mlp.onnx")).args(["--qat", "--batch", "128", "--data"]).arg(&d).arg("-o").arg(&out).arg("--onnx").arg(out.join("mlp_qat.onnx")));
+    assert!(first.contains("qat: inserted 5 QuantizeLinear -> DequantizeLinear pairs"), "{first}");
+    let again = train("mlp_qat.onnx", &[]);
+    let said = String::from_utf8_lossy(&again.stdout);
+    assert!(again.status.success() && said.contains("already has QuantizeLinear nodes: trained under its own pairs") && !said.contains("inserted"), "{said}");
+    let _ = std::fs::remove_dir_all(&out);
+}
