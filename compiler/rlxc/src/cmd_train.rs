@@ -151,7 +151,7 @@ pub fn main(a: &TrainCmdArgs) -> Result<(), Failure> {
                 qat_bytes = Some(bytes);
             }
         }
-        rlxc::pipeline::quantize_qdq_mir(&mir).map_err(|f| Failure::model(format!("--qat: the int8 targets (cortex-m*, verilog) cannot run this model: {}", f.msg)))?;
+        rlxc::pipeline::quantize_qdq_mir(&mir).map_err(|f| Failure::model(format!("--qat: the int8 targets (cortex-m*, verilog) cannot run this model (each MatMul / Gemm layer must end in a Relu or a graph output, where rlxc puts the pairs): {}", f.msg)))?;
     }
     let eval = rlx_opt::train::with_params_as_inputs(&mir, opts.learn_scales).map_err(|e| Failure::model(format!("cannot build the evaluation: {e}")))?;
     let batch = xt.shape.as_fixed().and_then(|s| s.first().copied()).unwrap_or(1).max(1);
