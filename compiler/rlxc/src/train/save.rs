@@ -29,10 +29,10 @@ pub fn safetensors(path: &Path, params: &[(String, ConstData)]) -> Result<(), Fa
     std::fs::write(path, bytes).map_err(|e| Failure::model(format!("cannot write {}: {e}", path.display())))
 }
 
-/// The ONNX model at `model` with the initializers named in `params` replaced, written to `out`.
-pub fn onnx(model: &Path, out: &Path, params: &[(String, ConstData)]) -> Result<(), Failure> {
+/// The ONNX model `bytes` (read from `model`, or `rlxc train --qat`'s model with its pairs) with the
+/// initializers named in `params` replaced, written to `out`.
+pub fn onnx(model: &Path, bytes: &[u8], out: &Path, params: &[(String, ConstData)]) -> Result<(), Failure> {
     use prost::Message;
-    let bytes = std::fs::read(model).map_err(|e| Failure::model(format!("cannot read {}: {e}", model.display())))?;
     let mut m = rlx_import::proto::ModelProto::decode(&bytes[..]).map_err(|e| Failure::model(format!("{} is not an ONNX model: {e}", model.display())))?;
     let g = m.graph.as_mut().ok_or_else(|| Failure::model(format!("{} has no graph", model.display())))?;
     for (name, c) in params {
