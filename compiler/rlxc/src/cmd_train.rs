@@ -153,6 +153,9 @@ pub fn main(a: &TrainCmdArgs) -> Result<(), Failure> {
         }
         rlxc::pipeline::quantize_qdq_mir(&mir).map_err(|f| Failure::model(format!("--qat: the int8 targets (cortex-m*, verilog) cannot run this model (each MatMul / Gemm layer must end in a Relu or a graph output, where rlxc puts the pairs): {}", f.msg)))?;
     }
+    if opts.learn_scales && !mir.nodes.iter().any(|n| matches!(n.op, rlx_ir::MirOp::Quantize { .. } | rlx_ir::MirOp::FakeQuantize { .. })) {
+        return Err(Failure::usage("--learn-scales trains the scales of QuantizeLinear -> DequantizeLinear pairs, and the model has none: add --qat"));
+    }
     let eval = rlx_opt::train::with_params_as_inputs(&mir, opts.learn_scales).map_err(|e| Failure::model(format!("cannot build the evaluation: {e}")))?;
     let batch = xt.shape.as_fixed().and_then(|s| s.first().copied()).unwrap_or(1).max(1);
     let steps = ds.train.len() / batch;

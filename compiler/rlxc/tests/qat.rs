@@ -225,6 +225,10 @@ onnx.save(m, out + "/constants.onnx")
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(o.status.code() == Some(1) && err.contains(says) && !err.contains("epoch"), "{model}: {:?} {err}", o.status.code());
     }
+    // --learn-scales without pairs to learn: refused (a usage error), not silently ignored.
+    let o = Command::new(rlxc).arg("train").arg(d.join("mlp_init.onnx")).args(["--learn-scales", "--batch", "128", "--data"]).arg(&d).arg("-o").arg(&out).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.code() == Some(2) && err.contains("--learn-scales trains the scales of QuantizeLinear -> DequantizeLinear pairs, and the model has none: add --qat"), "{:?} {err}", o.status.code());
     std::fs::copy(d.join("mlp_init.onnx"), out.join("mlp.onnx")).unwrap();
     let first = ok(Command::new(rlxc).arg("train").arg(out.join("mlp.onnx")).args(["--qat", "--batch", "128", "--data"]).arg(&d).arg("-o").arg(&out).arg("--onnx").arg(out.join("mlp_qat.onnx")));
     assert!(first.contains("qat: inserted 5 QuantizeLinear -> DequantizeLinear pairs"), "{first}");
