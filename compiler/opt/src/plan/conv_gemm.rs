@@ -301,7 +301,13 @@ impl Planner<'_> {
     fn packed_positions(&mut self, kb: &mut KB, t: &Tiling, nb: usize, full: usize, pieces: &[(usize, usize)]) -> Vec<Stmt> {
         let nr = self.nr;
         let np = full + (!pieces.is_empty()) as usize;
-        let units = nb * np;
+        // Fewer panels than two a slot: the row tiles are cut in two blocks as well (each packs its own
+        // copy of the panel's chunks), so two threads still get equal shares of an odd panel count.
+        let tiles = t.groups * t.tpg;
+        let tb = if nb * np < 2 * SLOTS && tiles >= 2 { 2 } else { 1 };
+        let rbt = tiles.div_ceil(tb);
+        let tb = tiles.div_ceil(rbt);
+        let units = nb * np * tb;
         let slots = SLOTS.min(units);
         let per = units.div_ceil(slots);
         let label = format!("{} (packed B chunks)", self.g.node(t.a).name);
@@ -310,14 +316,24 @@ impl Planner<'_> {
         let slot = kb.var();
         let sbase = Expr::mul(Expr::Var(slot), Expr::Int((t.kc * nr) as i64));
         let chunk_outer = t.kdim * t.mg * 4 > A_L2;
-        // The units of the slot, each running `f(tiling, q)` (q: the panel within its image).
-        let units_loop = |kb: &mut KB, f: &mut dyn FnMut(&mut KB, &Tiling, &Expr) -> Vec<Stmt>| -> Vec<Stmt> {
+        // Slot s takes units r, r + 8, r + 16 … with r the bit reversal of s when there are 8 slots: the
+        // pool gives each thread a run of slots, so the units left over after whole rounds alternate
+        // between the halves (and quarters) and 2, 4 or 8 threads differ by at most one unit.
+        let first = if slots == 8 {
+            let sv = || Expr::Var(slot);
+            Expr::add(Expr::add(Expr::mul(Expr::i(IOp::Rem, sv(), Expr::Int(2)), Expr::Int(4)), Expr::mul(Expr::i(IOp::Rem, Expr::i(IOp::Div, sv(), Expr::Int(2)), Expr::Int(2)), Expr::Int(2))), Expr::i(IOp::Div, sv(), Expr::Int(4)))
+        } else {
+            Expr::Var(slot)
+        };
+        // The units of the slot, each running `f(tiling, q, first tile)` (q: the panel within its image).
+        let units_loop = |kb: &mut KB, f: &mut dyn FnMut(&mut KB, &Tiling, &Expr, &Expr) -> Vec<Stmt>| -> Vec<Stmt> {
             let (j, uv) = (kb.var(), kb.var());
-            let u = Expr::add(Expr::Var(slot), Expr::mul(Expr::Var(j), Expr::Int(slots as i64)));
-            let (nv, q) = if nb > 1 { (Expr::i(IOp::Div, Expr::Var(uv), Expr::Int(np as i64)), Expr::i(IOp::Rem, Expr::Var(uv), Expr::Int(np as i64))) } else { (Expr::Int(0), Expr::Var(uv)) };
+            let u = Expr::add(first.clone(), Expr::mul(Expr::Var(j), Expr::Int(slots as i64)));
+            let (w, t0) = if tb > 1 { (Expr::i(IOp::Div, Expr::Var(uv), Expr::Int(tb as i64)), Expr::mul(Expr::i(IOp::Rem, Expr::Var(uv), Expr::Int(tb as i64)), Expr::Int(rbt as i64))) } else { (Expr::Var(uv), Expr::Int(0)) };
+            let (nv, q) = if nb > 1 { (Expr::i(IOp::Div, w.clone(), Expr::Int(np as i64)), Expr::i(IOp::Rem, w, Expr::Int(np as i64))) } else { (Expr::Int(0), w) };
             let tu = Tiling { nv, ..t.clone() };
             let mut unit = vec![Stmt::Decl { var: uv, dtype: DType::I64, init: u.clone() }];
-            unit.extend(f(kb, &tu, &q));
+            unit.extend(f(kb, &tu, &q, &t0));
             if slots * per > units {
                 unit = vec![Stmt::If { cond: Expr::i(IOp::Lt, u, Expr::Int(units as i64)), body: unit }];
             }
@@ -336,21 +352,21 @@ impl Planner<'_> {
         };
         let body = if chunk_outer {
             self.conv_chunks(kb, t, &mut |me, kb, k0, klen, first, last| {
-                units_loop(kb, &mut |kb, tu, q| {
+                units_loop(kb, &mut |kb, tu, q, t0| {
                     let ps = panels(q);
                     let guarded = ps.len() > 1;
                     ps.into_iter().flat_map(|(cond, panel)| {
-                        let b = me.packed_chunk(kb, tu, &panel, sp, &sbase, k0.clone(), klen, first, last);
+                        let b = me.packed_chunk(kb, tu, &panel, sp, &sbase, (t0, rbt), k0.clone(), klen, first, last);
                         if guarded { vec![Stmt::If { cond, body: b }] } else { b }
                     }).collect()
                 })
             })
         } else {
-            units_loop(kb, &mut |kb, tu, q| {
+            units_loop(kb, &mut |kb, tu, q, t0| {
                 let ps = panels(q);
                 let guarded = ps.len() > 1;
                 ps.into_iter().flat_map(|(cond, panel)| {
-                    let b = self.conv_chunks(kb, tu, &mut |me, kb, k0, klen, first, last| me.packed_chunk(kb, tu, &panel, sp, &sbase, k0, klen, first, last));
+                    let b = self.conv_chunks(kb, tu, &mut |me, kb, k0, klen, first, last| me.packed_chunk(kb, tu, &panel, sp, &sbase, (t0, rbt), k0, klen, first, last));
                     if guarded { vec![Stmt::If { cond, body: b }] } else { b }
                 }).collect()
             })
@@ -359,9 +375,9 @@ impl Planner<'_> {
     }
 
     /// One K chunk of one unit with packed B: the copy `scratch[slot][kk][off + jj] = B[n][k0 + kk][p0 +
-    /// off + jj]`, then every tile over it.
+    /// off + jj]`, then the unit's `ntl` tiles from `t0` over it.
     #[allow(clippy::too_many_arguments)]
-    fn packed_chunk(&mut self, kb: &mut KB, t: &Tiling, panel: &[(Expr, usize, usize)], sp: u32, sbase: &Expr, k0: Expr, klen: usize, first: bool, last: bool) -> Vec<Stmt> {
+    fn packed_chunk(&mut self, kb: &mut KB, t: &Tiling, panel: &[(Expr, usize, usize)], sp: u32, sbase: &Expr, (t0, ntl): (&Expr, usize), k0: Expr, klen: usize, first: bool, last: bool) -> Vec<Stmt> {
         let nr = self.nr;
         let tiles = t.groups * t.tpg;
         let mut v = Vec::new();
@@ -377,8 +393,12 @@ impl Planner<'_> {
         for (p0, off, w) in panel {
             let tl = kb.var();
             let base = Expr::add(sbase.clone(), Expr::Int(*off as i64));
-            let tb = self.conv_tile(kb, t, Expr::Var(tl), Expr::add(p0.clone(), Expr::Int(*off as i64)), *w, k0.clone(), klen, first, last, Some((sp, base)));
-            v.push(Stmt::For { var: tl, extent: tiles as i64, kind: LoopKind::Serial, body: tb });
+            let gt = Expr::add(t0.clone(), Expr::Var(tl));
+            let mut tb = self.conv_tile(kb, t, gt.clone(), Expr::add(p0.clone(), Expr::Int(*off as i64)), *w, k0.clone(), klen, first, last, Some((sp, base)));
+            if tiles % ntl != 0 {
+                tb = vec![Stmt::If { cond: Expr::i(IOp::Lt, gt, Expr::Int(tiles as i64)), body: tb }];
+            }
+            v.push(Stmt::For { var: tl, extent: ntl as i64, kind: LoopKind::Serial, body: tb });
         }
         v
     }
