@@ -179,8 +179,10 @@ def worker(cfg: dict) -> dict:
         run_ort()
         if run_iree:
             run_iree()
-    ref = sess.run(None, feed)[0]
-    maxdiff = float(np.abs(ref - outs_np[0]).max())
+    # The output compared: cfg["check"] names one (zoo.py: the logits before a final Softmax), else the first.
+    oi = next((i for i, p in enumerate(man["outputs"]) if p["name"] == cfg.get("check")), 0)
+    ref = sess.run([man["outputs"][oi]["name"]], feed)[0]
+    maxdiff = float(np.abs(ref - outs_np[oi]).max())
     reldiff = maxdiff / max(float(np.abs(ref).max()), 1e-30)
     ta, tb, tc = [], [], []
     deadline = time.perf_counter() + cfg["budget_s"]

@@ -127,6 +127,12 @@ def main() -> None:
         "conv3x3_bcast": ([1, 3, 10, 10], [(12, (3, 3), {}, True)], bcast, ()),
         # Several row blocks (256 channels × K 576), 49 positions (3 panels + a 1-wide tail), batch 2.
         "conv3x3_deep_b2": ([2, 64, 7, 7], [(256, (3, 3), {"pads": [1, 1, 1, 1]}, True)], relu, ()),
+        # Packed B chunks over units dealt to thread slots: batch 2, K 360 (several chunks), 225 positions
+        # (full panels + a tail), 24 channels; 2 × 15 units is no multiple of the 8 slots.
+        "conv3x3_chunks_b2": ([2, 40, 15, 15], [(24, (3, 3), {"pads": [1, 1, 1, 1]}, True)], relu, ()),
+        # A weight over 512 KB (232 × 576 floats) with more positions than channels: each K chunk sweeps all
+        # of a thread slot's units before the next chunk (the partial sums wait in the output).
+        "conv3x3_big_weight": ([1, 64, 16, 16], [(232, (3, 3), {"pads": [1, 1, 1, 1]}, True)], relu, ()),
         # Enough work for the thread pool: 64×64 channels at 28×28.
         "conv3x3_wide": ([1, 64, 28, 28], [(64, (3, 3), {"pads": [1, 1, 1, 1]}, True)], relu, ()),
         # Grouped convolutions with ≥ 8 channels a group: one GEMM per group. 2 groups of 8 → 12 channels (2 tiles

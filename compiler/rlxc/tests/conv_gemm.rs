@@ -101,8 +101,10 @@ fn conv_gemm_paths_are_taken() {
     };
     let k3 = lir("conv3x3_silu");
     assert!(k3.contains("packed 6-row panels") && k3.contains("(im2col)"), "3×3: no packed weight or im2col launch:\n{k3}");
+    assert!(k3.contains("(packed B chunks)"), "3×3: B chunks are not packed:\n{k3}");
     let k1 = lir("conv1x1_relu");
     assert!(k1.contains("packed 6-row panels") && !k1.contains("(im2col)"), "1×1: x is read in place:\n{k1}");
+    assert!(k1.contains("(packed B chunks)"), "1×1: B chunks are not packed:\n{k1}");
     let kg = lir("conv3x3_grouped_b2");
     assert!(kg.contains("f32[4, 72, 6] \"w0 (packed 6-row panels)\"") && kg.contains("(im2col)"), "grouped 3×3: not one GEMM per group:\n{kg}");
     let kg1 = lir("conv1x1_grouped");

@@ -26,7 +26,7 @@ use rlx_ir::{BinaryOp, ConstData, DType, NodeId};
 /// instead of on the fly for every tile.
 const PANEL_TILES: usize = 3;
 /// Thread slots of the prefill form: a multiple of 1, 2, 4 and 8 threads.
-const SLOTS: usize = 8;
+pub(super) const SLOTS: usize = 8;
 
 /// Sub-blocks whose scale is factored out of the dot product: `before` resets the partial sums,
 /// `after(scale)` adds `scale · partial` to the accumulators.

@@ -7,17 +7,25 @@
 //! vector panels of power-of-two widths. The epilogue (bias as the accumulators' start, then the fused elementwise
 //! chain: activation, residual add) is applied per accumulator before the store. K is cut into chunks
 //! whose B panel stays in L1; the parallel loop runs over images × blocks of row tiles (when the
-//! weight is the larger operand) or position panels (see [`Planner::conv_gemm_body`]).
+//! weight is the larger operand, B read in place) or over thread slots that are dealt the position
+//! panels, each K chunk of a panel packed into the slot's contiguous scratch before the tiles read it
+//! (see [`Planner::conv_gemm_body`], [`Planner::packed_positions`]).
 
 use super::fuse::{is_elementwise, Role};
 use super::index::{clamp, linear};
+use super::blocks::SLOTS;
 use super::kernel::{lit, KB};
 use super::Planner;
+use rlx_ir::lir::{Base, Buffer};
 use rlx_ir::loops::{Access, Expr, IOp, LoopKind, Stmt};
 use rlx_ir::{BinaryOp, ConstData, DType, Def, MirOp, NodeId, ValueId};
 
 /// The fewest input and output channels per group for a grouped convolution to go on the GEMM.
 pub(super) const GROUP_MIN: usize = 8;
+
+/// The weight size (bytes) above which packed positions mode runs each K chunk over all of a slot's
+/// units (the chunk's weight slice stays in L2) instead of all chunks of one unit at a time.
+const A_L2: usize = 512 * 1024;
 
 /// A convolution planned on the GEMM micro-kernel.
 #[derive(Clone, Debug)]
@@ -152,8 +160,9 @@ impl Planner<'_> {
     /// sums stored by the previous one, and only the last chunk applies the epilogue. The operand that
     /// is larger is read once: with more weight than col (M ≥ P, deep layers over few positions) the
     /// parallel loop is over blocks of row tiles (8, or as many as there are tiles, so two threads get
-    /// equal shares) and every chunk of every panel sweeps the block's tiles; otherwise it is over the
-    /// position panels and every chunk sweeps all tiles.
+    /// equal shares) and every chunk of every panel sweeps the block's tiles; otherwise (groups = 1) B
+    /// is packed per chunk into a thread slot's scratch (`packed_positions`), or (grouped) the parallel
+    /// loop is over the position panels and every chunk sweeps all tiles.
     pub(super) fn conv_gemm_body(&mut self, kb: &mut KB, a: NodeId, r: NodeId, op: u32, out_shape: &[usize]) -> Vec<Stmt> {
         let node = self.g.node(a).clone();
         let cg = self.conv_gemm[&a].clone();
@@ -180,11 +189,13 @@ impl Planner<'_> {
         let tpg = mg.div_ceil(mr);
         let tiles = cg.groups * tpg;
         let (full, tail) = (pn / nr, pn % nr);
-        // K chunks: a B chunk of ~16 KB.
-        let kc_max = (16 * 1024 / (nr * 4)).max(16);
+        let by_rows = mg >= pn && tiles >= 2;
+        // K chunks: a B chunk of ~16 KB read in place (P floats between rows), 32 KB when packed
+        // (contiguous, so it still stays in L1 and the partial sums go through the output half as often).
+        let packed = !by_rows && cg.groups == 1;
+        let kc_max = ((if packed { 32 } else { 16 }) * 1024 / (nr * 4)).max(16);
         let nch = kdim.div_ceil(kc_max);
         let kc = kdim.div_ceil(nch);
-        let by_rows = mg >= pn && tiles >= 2;
         let (nblocks, rb_tiles) = if by_rows {
             let rb = tiles.div_ceil(tiles.min(8));
             (tiles.div_ceil(rb), rb)
@@ -234,18 +245,20 @@ impl Planner<'_> {
                     let p = kb.var();
                     let tl = kb.var();
                     let gt = Expr::add(Expr::mul(blk.clone(), Expr::Int(rb_tiles as i64)), Expr::Var(tl));
-                    let tb = me.conv_tile(kb, &t, gt.clone(), Expr::mul(Expr::Var(p), Expr::Int(nr as i64)), nr, k0.clone(), klen, first, last);
+                    let tb = me.conv_tile(kb, &t, gt.clone(), Expr::mul(Expr::Var(p), Expr::Int(nr as i64)), nr, k0.clone(), klen, first, last, None);
                     let tl_loop = Stmt::For { var: tl, extent: rb_tiles as i64, kind: LoopKind::Serial, body: guard(&gt, tb) };
                     v.push(Stmt::For { var: p, extent: full as i64, kind: LoopKind::Serial, body: vec![tl_loop] });
                 }
                 for &(off, w) in &pieces {
                     let tl = kb.var();
                     let gt = Expr::add(Expr::mul(blk.clone(), Expr::Int(rb_tiles as i64)), Expr::Var(tl));
-                    let tb = me.conv_tile(kb, &t, gt.clone(), Expr::Int(off as i64), w, k0.clone(), klen, first, last);
+                    let tb = me.conv_tile(kb, &t, gt.clone(), Expr::Int(off as i64), w, k0.clone(), klen, first, last, None);
                     v.push(Stmt::For { var: tl, extent: rb_tiles as i64, kind: LoopKind::Serial, body: guard(&gt, tb) });
                 }
                 v
             });
+        } else if packed {
+            return self.packed_positions(kb, &t, nb, full, &pieces);
         } else {
             // A panel of positions (the tail positions the last one): every chunk sweeps all tiles.
             let full_panel = vec![(Expr::mul(q.clone(), Expr::Int(nr as i64)), nr)];
@@ -261,7 +274,7 @@ impl Planner<'_> {
                     let mut v = Vec::new();
                     for (cbase, width) in &panel {
                         let tl = kb.var();
-                        let tb = me.conv_tile(kb, &t, Expr::Var(tl), cbase.clone(), *width, k0.clone(), klen, first, last);
+                        let tb = me.conv_tile(kb, &t, Expr::Var(tl), cbase.clone(), *width, k0.clone(), klen, first, last, None);
                         v.push(Stmt::For { var: tl, extent: tiles as i64, kind: LoopKind::Serial, body: tb });
                     }
                     v
@@ -274,6 +287,120 @@ impl Planner<'_> {
             }
         }
         vec![Stmt::For { var: it, extent: (nb * np) as i64, kind: LoopKind::Parallel, body }]
+    }
+
+    /// Positions mode with packed B (groups = 1): the units (image × position panel, the tail positions
+    /// the last panel of an image) are dealt to [`SLOTS`] thread slots (the parallel loop) round-robin,
+    /// so 1, 2, 4 and 8 threads get equal shares within one unit. For each K chunk of a unit, its B chunk
+    /// `[klen][width]` (rows of col, or of x itself, P floats apart: a page or more for large images)
+    /// is copied into the slot's scratch `[kc][nr]`, contiguous and L1-resident, which every tile then
+    /// reads: one strided row read per chunk instead of one per tile, so the micro-kernel's B loads
+    /// stay within a few pages. A weight larger than [`A_L2`] turns the loops around: each K chunk
+    /// sweeps all the slot's units, so the chunk's slice of the weight is read from L2, not streamed
+    /// from memory once per unit (the partial sums wait in the output between chunks).
+    fn packed_positions(&mut self, kb: &mut KB, t: &Tiling, nb: usize, full: usize, pieces: &[(usize, usize)]) -> Vec<Stmt> {
+        let nr = self.nr;
+        let np = full + (!pieces.is_empty()) as usize;
+        // Fewer panels than two a slot: the row tiles are cut in two blocks as well (each packs its own
+        // copy of the panel's chunks), so two threads still get equal shares of an odd panel count.
+        let tiles = t.groups * t.tpg;
+        let tb = if nb * np < 2 * SLOTS && tiles >= 2 { 2 } else { 1 };
+        let rbt = tiles.div_ceil(tb);
+        let tb = tiles.div_ceil(rbt);
+        let units = nb * np * tb;
+        let slots = SLOTS.min(units);
+        let per = units.div_ceil(slots);
+        let label = format!("{} (packed B chunks)", self.g.node(t.a).name);
+        let sb = self.add_buffer(Buffer { base: Base::Arena, offset: 0, dtype: DType::F32, shape: vec![slots, t.kc, nr], label }, None);
+        let sp = kb.param(sb, &self.buffers[sb as usize].clone(), Access::ReadWrite);
+        let slot = kb.var();
+        let sbase = Expr::mul(Expr::Var(slot), Expr::Int((t.kc * nr) as i64));
+        let chunk_outer = t.kdim * t.mg * 4 > A_L2;
+        // Slot s takes units r, r + 8, r + 16 … with r the bit reversal of s when there are 8 slots: the
+        // pool gives each thread a run of slots, so the units left over after whole rounds alternate
+        // between the halves (and quarters) and 2, 4 or 8 threads differ by at most one unit.
+        let first = if slots == 8 {
+            let sv = || Expr::Var(slot);
+            Expr::add(Expr::add(Expr::mul(Expr::i(IOp::Rem, sv(), Expr::Int(2)), Expr::Int(4)), Expr::mul(Expr::i(IOp::Rem, Expr::i(IOp::Div, sv(), Expr::Int(2)), Expr::Int(2)), Expr::Int(2))), Expr::i(IOp::Div, sv(), Expr::Int(4)))
+        } else {
+            Expr::Var(slot)
+        };
+        // The units of the slot, each running `f(tiling, q, first tile)` (q: the panel within its image).
+        let units_loop = |kb: &mut KB, f: &mut dyn FnMut(&mut KB, &Tiling, &Expr, &Expr) -> Vec<Stmt>| -> Vec<Stmt> {
+            let (j, uv) = (kb.var(), kb.var());
+            let u = Expr::add(first.clone(), Expr::mul(Expr::Var(j), Expr::Int(slots as i64)));
+            let (w, t0) = if tb > 1 { (Expr::i(IOp::Div, Expr::Var(uv), Expr::Int(tb as i64)), Expr::mul(Expr::i(IOp::Rem, Expr::Var(uv), Expr::Int(tb as i64)), Expr::Int(rbt as i64))) } else { (Expr::Var(uv), Expr::Int(0)) };
+            let (nv, q) = if nb > 1 { (Expr::i(IOp::Div, w.clone(), Expr::Int(np as i64)), Expr::i(IOp::Rem, w, Expr::Int(np as i64))) } else { (Expr::Int(0), w) };
+            let tu = Tiling { nv, ..t.clone() };
+            let mut unit = vec![Stmt::Decl { var: uv, dtype: DType::I64, init: u.clone() }];
+            unit.extend(f(kb, &tu, &q, &t0));
+            if slots * per > units {
+                unit = vec![Stmt::If { cond: Expr::i(IOp::Lt, u, Expr::Int(units as i64)), body: unit }];
+            }
+            vec![Stmt::For { var: j, extent: per as i64, kind: LoopKind::Serial, body: unit }]
+        };
+        // The full panel q or the tail panel, each as (first position, offset in the panel, width) pieces.
+        let panels = |q: &Expr| -> Vec<(Expr, Vec<(Expr, usize, usize)>)> {
+            let mut v = Vec::new();
+            if full > 0 {
+                v.push((Expr::i(IOp::Lt, q.clone(), Expr::Int(full as i64)), vec![(Expr::mul(q.clone(), Expr::Int(nr as i64)), 0usize, nr)]));
+            }
+            if !pieces.is_empty() {
+                v.push((Expr::i(IOp::Le, Expr::Int(full as i64), q.clone()), pieces.iter().map(|&(off, w)| (Expr::Int((full * nr) as i64), off - full * nr, w)).collect()));
+            }
+            v
+        };
+        let body = if chunk_outer {
+            self.conv_chunks(kb, t, &mut |me, kb, k0, klen, first, last| {
+                units_loop(kb, &mut |kb, tu, q, t0| {
+                    let ps = panels(q);
+                    let guarded = ps.len() > 1;
+                    ps.into_iter().flat_map(|(cond, panel)| {
+                        let b = me.packed_chunk(kb, tu, &panel, sp, &sbase, (t0, rbt), k0.clone(), klen, first, last);
+                        if guarded { vec![Stmt::If { cond, body: b }] } else { b }
+                    }).collect()
+                })
+            })
+        } else {
+            units_loop(kb, &mut |kb, tu, q, t0| {
+                let ps = panels(q);
+                let guarded = ps.len() > 1;
+                ps.into_iter().flat_map(|(cond, panel)| {
+                    let b = self.conv_chunks(kb, tu, &mut |me, kb, k0, klen, first, last| me.packed_chunk(kb, tu, &panel, sp, &sbase, (t0, rbt), k0, klen, first, last));
+                    if guarded { vec![Stmt::If { cond, body: b }] } else { b }
+                }).collect()
+            })
+        };
+        vec![Stmt::For { var: slot, extent: slots as i64, kind: LoopKind::Parallel, body }]
+    }
+
+    /// One K chunk of one unit with packed B: the copy `scratch[slot][kk][off + jj] = B[n][k0 + kk][p0 +
+    /// off + jj]`, then the unit's `ntl` tiles from `t0` over it.
+    #[allow(clippy::too_many_arguments)]
+    fn packed_chunk(&mut self, kb: &mut KB, t: &Tiling, panel: &[(Expr, usize, usize)], sp: u32, sbase: &Expr, (t0, ntl): (&Expr, usize), k0: Expr, klen: usize, first: bool, last: bool) -> Vec<Stmt> {
+        let nr = self.nr;
+        let tiles = t.groups * t.tpg;
+        let mut v = Vec::new();
+        for (p0, off, w) in panel {
+            let (kk, jj) = (kb.var(), kb.var());
+            let brow = Expr::add(Expr::mul(t.nv.clone(), Expr::Int(t.kdim as i64)), Expr::add(k0.clone(), Expr::Var(kk)));
+            let src = Expr::add(Expr::mul(brow, Expr::Int(t.pn as i64)), Expr::add(p0.clone(), Expr::add(Expr::Int(*off as i64), Expr::Var(jj))));
+            let dst = Expr::add(sbase.clone(), Expr::add(Expr::mul(Expr::Var(kk), Expr::Int(nr as i64)), Expr::add(Expr::Int(*off as i64), Expr::Var(jj))));
+            let kind = if *w >= 2 { LoopKind::Vector(*w as u32) } else { LoopKind::Serial };
+            let copy = Stmt::For { var: jj, extent: *w as i64, kind, body: vec![Stmt::Store { buf: sp, index: dst, value: Expr::load(t.bp, src) }] };
+            v.push(Stmt::For { var: kk, extent: klen as i64, kind: LoopKind::Serial, body: vec![copy] });
+        }
+        for (p0, off, w) in panel {
+            let tl = kb.var();
+            let base = Expr::add(sbase.clone(), Expr::Int(*off as i64));
+            let gt = Expr::add(t0.clone(), Expr::Var(tl));
+            let mut tb = self.conv_tile(kb, t, gt.clone(), Expr::add(p0.clone(), Expr::Int(*off as i64)), *w, k0.clone(), klen, first, last, Some((sp, base)));
+            if tiles % ntl != 0 {
+                tb = vec![Stmt::If { cond: Expr::i(IOp::Lt, gt, Expr::Int(tiles as i64)), body: tb }];
+            }
+            v.push(Stmt::For { var: tl, extent: ntl as i64, kind: LoopKind::Serial, body: tb });
+        }
+        v
     }
 
     /// The K chunks in order: `f(k0, length, first, last)` for the first, the middle ones (one serial
@@ -299,7 +426,9 @@ impl Planner<'_> {
     /// `k0 .. k0 + klen`; the accumulators start from the bias (`first`) or the stored partial sums, and
     /// the epilogue is applied when `last`.
     #[allow(clippy::too_many_arguments)]
-    fn conv_tile(&mut self, kb: &mut KB, t: &Tiling, gt: Expr, cbase: Expr, width: usize, k0: Expr, klen: usize, first: bool, last: bool) -> Vec<Stmt> {
+    /// With `packed` = (scratch param, the panel's first element there), B is read from the packed
+    /// chunk `[klen][nr]` (the tile's columns at `cbase` minus the panel's first position).
+    fn conv_tile(&mut self, kb: &mut KB, t: &Tiling, gt: Expr, cbase: Expr, width: usize, k0: Expr, klen: usize, first: bool, last: bool, packed: Option<(u32, Expr)>) -> Vec<Stmt> {
         let (mr, kdim, pn) = (t.mr, t.kdim as i64, t.pn as i64);
         let jv = kb.var();
         let kv = kb.var();
@@ -312,8 +441,11 @@ impl Planner<'_> {
         let mut inner = Vec::new();
         for (i, &acc) in accs.iter().enumerate() {
             let ai = Expr::add(Expr::mul(Expr::add(Expr::mul(gt.clone(), Expr::Int(kdim)), kx.clone()), Expr::Int(mr as i64)), Expr::Int(i as i64));
-            let bi = Expr::add(Expr::mul(brow.clone(), Expr::Int(pn)), colx.clone());
-            let prod = Expr::Bin(BinaryOp::Mul, DType::F32, Box::new(Expr::load(t.ap, ai)), Box::new(Expr::load(t.bp, bi)));
+            let bl = match &packed {
+                Some((sp, base)) => Expr::load(*sp, Expr::add(base.clone(), Expr::add(Expr::mul(Expr::Var(kv), Expr::Int(self.nr as i64)), Expr::Var(jv)))),
+                None => Expr::load(t.bp, Expr::add(Expr::mul(brow.clone(), Expr::Int(pn)), colx.clone())),
+            };
+            let prod = Expr::Bin(BinaryOp::Mul, DType::F32, Box::new(Expr::load(t.ap, ai)), Box::new(bl));
             inner.push(Stmt::Assign { var: acc, value: Expr::Bin(BinaryOp::Add, DType::F32, Box::new(Expr::Var(acc)), Box::new(prod)) });
         }
         let rows: Vec<Expr> = (0..mr).map(|i| Expr::add(Expr::mul(grp.clone(), Expr::Int(t.mg as i64)), clamp(Expr::add(Expr::mul(lt.clone(), Expr::Int(mr as i64)), Expr::Int(i as i64)), 0, t.mg as i64 - 1))).collect();
@@ -352,6 +484,7 @@ impl Planner<'_> {
 }
 
 /// What every tile of one convolution's GEMM kernel shares.
+#[derive(Clone)]
 struct Tiling<'a> {
     a: NodeId,
     r: NodeId,
