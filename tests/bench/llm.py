@@ -2,7 +2,7 @@
 """LLM speed on the CPU: rlxc's compiled GGUF artifact vs llama.cpp on the same file (`make bench-llm`).
 
     llm.py --rlxc target/release/rlxc [--model build/models/gemma-3-270m-q4_k_m.gguf] [--threads 1,2]
-           [--rounds 2] [--engines rlxc,llama] [--rows prefill128,…] [--chunk 8] [--decode-chunk 1]
+           [--rounds 2] [--engines rlxc,llama] [--rows prefill128,…] [--chunk 64] [--decode-chunk 1]
            [--out docs/benchmarks.md]
 
 Rows, each at 1 and 2 threads, both engines interleaved (rlxc, llama.cpp, rlxc, llama.cpp … one fresh
@@ -131,7 +131,7 @@ def main() -> int:
     ap.add_argument("--rlxc", default=str(ROOT / "target/release/rlxc"))
     ap.add_argument("--model", default=str(ROOT / "build/models/gemma-3-270m-q4_k_m.gguf"))
     ap.add_argument("--build", default=str(ROOT / "build/bench-llm"), help="folder for rlxc's artifacts (one per context) and their C driver")
-    ap.add_argument("--chunk", type=int, default=8, help="tokens per prefill call of rlxc's artifact for the prefill rows (--dim chunk)")
+    ap.add_argument("--chunk", type=int, default=64, help="tokens per prefill call of rlxc's artifact for the prefill rows (--dim chunk)")
     ap.add_argument("--decode-chunk", type=int, default=1, help="--dim chunk of rlxc's artifact for the decode rows")
     ap.add_argument("--rows", default=",".join(f"{k}{n}" for k, n in ROWS), help="which rows, e.g. prefill128,decode128")
     ap.add_argument("--threads", default="1,2")

@@ -7,9 +7,9 @@
  * Prefills the prompt in chunks of llm_MAX_CHUNK tokens (llm_prefill), then decodes greedily one
  * token at a time (llm_decode) until N tokens are generated or the state's llm_MAX_CONTEXT positions
  * are full. Prints "generated: ID,ID,..." on stdout and prefill / decode tokens per second on stderr.
- * With LOGITS.f32, writes the next-token logits after every prompt token and every decoded token
- * but the last (float32, llm_VOCAB per row): the rows a full-sequence run over prompt + generated
- * would give, for tests. With --bench, stdout is one JSON line instead (tests/bench/llm.py reads it):
+ * With LOGITS.f32, writes the logits every call returns (float32, llm_VOCAB per row): the next-token
+ * logits after each prompt chunk's last token and after every decoded token but the last — rows of
+ * a full-sequence run over prompt + generated, for tests (the step computes only its chunk's last row). With --bench, stdout is one JSON line instead (tests/bench/llm.py reads it):
  * {"prefill_s", "decode_s", "prefill_cpu_s", "decode_cpu_s" (the process's CPU time, all threads),
  *  "prompt_tokens", "decode_tokens", "tokens": [generated ids], "peak_rss_mb": the process's peak
  *  resident memory (getrusage)}.
@@ -81,7 +81,7 @@ int main(int argc, char **argv) {
   }
   void *arena = alloc16(llm_ARENA_BYTES);
   void *state = alloc16(llm_STATE_BYTES);
-  float *logits = alloc16(sizeof(float) * (size_t)llm_MAX_CHUNK * llm_VOCAB);
+  float *logits = alloc16(sizeof(float) * (size_t)llm_VOCAB);
   if (!arena || !state || !logits) {
     fprintf(stderr, "out of memory\n");
     return 1;
@@ -97,8 +97,8 @@ int main(int argc, char **argv) {
       fprintf(stderr, "llm_prefill at position %lld returned %d\n", (long long)s, rc);
       return 1;
     }
-    if (dump) fwrite(logits, sizeof(float), (size_t)n * llm_VOCAB, dump);
-    next = argmax(logits + (n - 1) * llm_VOCAB);
+    if (dump) fwrite(logits, sizeof(float), llm_VOCAB, dump);
+    next = argmax(logits);
   }
   double c1 = cpu(), t1 = now();
 

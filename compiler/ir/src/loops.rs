@@ -137,6 +137,12 @@ pub enum Stmt {
     Store { buf: u32, index: Expr, value: Expr },
     /// Executes `body` only when the index expression `cond` is non-zero.
     If { cond: Expr, body: Vec<Stmt> },
+    /// A hint that `buf[index]` will be read soon (a software prefetch of its cache line). It has no
+    /// effect on results: a writer without a prefetch instruction skips it, and `index` may lie past
+    /// the buffer's end (the LLVM writer's prefetch never faults; it computes the address without
+    /// `inbounds`). Emitted by the block-quantized decode kernels, whose weight streams cross a 4 KiB
+    /// page every few blocks, where the hardware prefetcher stops.
+    Prefetch { buf: u32, index: Expr },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -376,6 +382,11 @@ fn fmt_stmts(s: &[Stmt], depth: usize, out: &mut String) {
                 out.push_str("] = ");
                 fmt_expr(value, out);
                 out.push('\n');
+            }
+            Stmt::Prefetch { buf, index } => {
+                let _ = write!(out, "{pad}prefetch b{buf}[");
+                fmt_expr(index, out);
+                out.push_str("]\n");
             }
             Stmt::If { cond, body } => {
                 let _ = write!(out, "{pad}if ");

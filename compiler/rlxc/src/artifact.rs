@@ -53,8 +53,8 @@ pub struct StateInfo {
 }
 
 /// The language-model step shape (inputs `tokens`, `positions` i64[chunk], output 0 `logits`
-/// f32[chunk, vocab], state tensors of `context` rows): (chunk, context, vocab), for the header's
-/// prefill / decode helpers.
+/// f32[1, vocab] — the chunk's last row —, state tensors of `context` rows): (chunk, context, vocab),
+/// for the header's prefill / decode helpers.
 pub fn llm_step_shape(a: &ArtifactInfo) -> Option<(usize, usize, usize)> {
     let st = a.state.as_ref()?;
     let [t, p] = &a.inputs[..] else { return None };
@@ -62,7 +62,7 @@ pub fn llm_step_shape(a: &ArtifactInfo) -> Option<(usize, usize, usize)> {
     let chunk = *t.shape.first()?;
     let context = *st.tensors.first()?.0.shape.first()?;
     let ok = t.name == "tokens" && p.name == "positions" && l.name == "logits" && t.dtype == DType::I64 && p.dtype == DType::I64
-        && t.shape == [chunk] && p.shape == [chunk] && l.dtype == DType::F32 && l.shape.len() == 2 && l.shape[0] == chunk
+        && t.shape == [chunk] && p.shape == [chunk] && l.dtype == DType::F32 && l.shape.len() == 2 && l.shape[0] == 1
         && st.tensors.iter().all(|(s, _)| s.shape.first() == Some(&context));
     ok.then(|| (chunk, context, l.shape[1]))
 }
@@ -252,7 +252,7 @@ pub fn c_header(a: &ArtifactInfo) -> String {
             let _ = writeln!(h, "#define {n}_STATE_{i}_BYTES {}", bytes(p));
         }
         if let Some((chunk, context, vocab)) = llm_step_shape(a) {
-            let _ = writeln!(h, "/* Positions the state holds (--dim context), tokens per call (--dim chunk), vocabulary size. */");
+            let _ = writeln!(h, "/* Positions the state holds (--dim context), tokens per call (--dim chunk), vocabulary size (the\n * logits output: {n}_VOCAB floats, the next-token logits after the chunk's last row). */");
             let _ = writeln!(h, "#define {n}_MAX_CONTEXT {context}");
             let _ = writeln!(h, "#define {n}_MAX_CHUNK {chunk}");
             let _ = writeln!(h, "#define {n}_VOCAB {vocab}");
@@ -359,9 +359,9 @@ static inline void {n}_reset(void *state) {{ memset(state, 0, {n}_STATE_BYTES); 
 
 /* Prefill: n tokens (1..{n}_MAX_CHUNK) at positions start..start+n-1, their keys and values written
  * into the state. Positions before start must already be in the state (earlier calls).
- * logits: {n}_MAX_CHUNK x {n}_VOCAB floats; row i receives the next-token logits after tokens[i]
- * (rows n.. are scratch). The graph always runs {n}_MAX_CHUNK rows: padding rows have position
- * {n}_MAX_CONTEXT, which writes nothing to the state. */
+ * logits: {n}_VOCAB floats, the next-token logits after tokens[n-1] (only the chunk's last row is
+ * computed). The graph always runs {n}_MAX_CHUNK rows: the tokens go in the last n rows, the padding
+ * rows before them have position {n}_MAX_CONTEXT, which writes nothing to the state. */
 static inline int {n}_prefill(void *arena, void *state, const int64_t *tokens, int64_t n, int64_t start, float *logits) {{
   int64_t t[{n}_MAX_CHUNK], p[{n}_MAX_CHUNK];
   const void *in[2];
@@ -369,9 +369,10 @@ static inline int {n}_prefill(void *arena, void *state, const int64_t *tokens, i
   int64_t i;
   if (!tokens || !logits || n < 1 || n > {n}_MAX_CHUNK || start < 0 || start > {n}_MAX_CONTEXT - n) return {n}_ERR_BAD_STEP;
   for (i = 0; i < {n}_MAX_CHUNK; i++) {{
-    if (i < n && (tokens[i] < 0 || tokens[i] >= {n}_VOCAB)) return {n}_ERR_BAD_STEP;
-    t[i] = i < n ? tokens[i] : 0;
-    p[i] = i < n ? start + i : {n}_MAX_CONTEXT;
+    int64_t k = i - ({n}_MAX_CHUNK - n); /* the token in row i, when k >= 0 */
+    if (k >= 0 && (tokens[k] < 0 || tokens[k] >= {n}_VOCAB)) return {n}_ERR_BAD_STEP;
+    t[i] = k >= 0 ? tokens[k] : 0;
+    p[i] = k >= 0 ? start + k : {n}_MAX_CONTEXT;
   }}
   in[0] = t;
   in[1] = p;
@@ -379,8 +380,7 @@ static inline int {n}_prefill(void *arena, void *state, const int64_t *tokens, i
   return {n}_step(arena, state, in, out);
 }}
 
-/* Decode: one token at `position`; its next-token logits in row 0 of `logits` ({n}_MAX_CHUNK x
- * {n}_VOCAB floats, as for {n}_prefill). */
+/* Decode: one token at `position`; its next-token logits in `logits` ({n}_VOCAB floats). */
 static inline int {n}_decode(void *arena, void *state, int64_t token, int64_t position, float *logits) {{
   return {n}_prefill(arena, state, &token, 1, position, logits);
 }}
@@ -478,7 +478,8 @@ pub fn rust_binding(a: &ArtifactInfo) -> String {
         let _ = writeln!(r, "/// A state region of the right size and alignment (zeroed by `State::new()`).");
         let _ = writeln!(r, "#[allow(dead_code)]\npub type State = rlx_rt::Arena<STATE_BYTES>;");
         if let Some((chunk, context, vocab)) = llm_step_shape(a) {
-            let _ = writeln!(r, "/// Positions the state holds, tokens per call, vocabulary size.");
+            let _ = writeln!(r, "/// Positions the state holds, tokens per call, vocabulary size. `logits` is the next-token");
+            let _ = writeln!(r, "/// logits after the chunk's last row only: put n tokens in the last n rows of `tokens`.");
             let _ = writeln!(r, "#[allow(dead_code)]\npub const MAX_CONTEXT: usize = {context};");
             let _ = writeln!(r, "#[allow(dead_code)]\npub const MAX_CHUNK: usize = {chunk};");
             let _ = writeln!(r, "#[allow(dead_code)]\npub const VOCAB: usize = {vocab};");

@@ -1,9 +1,10 @@
 //! The cached step (KV cache as graph state, `rlx_models::llm::llm_step_from_gguf`) against the
 //! stateless full-sequence graph on the interpreter, on the tiny random models of tests/llm.rs (written
 //! by the `gguf` package through tests/reference/llm_ref.py): a prompt prefilled in chunks (the last one
-//! padded), then decoded token by token — by the chunk graph with padding rows and by a one-token graph
-//! sharing the same caches — gives the stateless graph's logits at every position. Gemma 3's tiny model
-//! has a sliding window of 3, so its local layers' window mask over the cache is exercised too.
+//! padded; or one token per call of the chunk graph), then decoded token by token — by the chunk graph
+//! with padding rows and by a one-token graph sharing the same caches — gives the stateless graph's
+//! logits at the position of every call's last token (the only row a step computes). Gemma 3's tiny
+//! model has a sliding window of 3, so its local layers' window mask over the cache is exercised too.
 
 mod common;
 use common::{f32s, rlxc, scratch};
@@ -23,25 +24,26 @@ fn lower(h: &rlx_ir::Hir) -> Mir {
     rlx_opt::lower::lower(h).unwrap_or_else(|p| panic!("lowering failed: {p:?}"))
 }
 
-/// One call of a step graph: `tokens` at `positions` (padded to the graph's chunk with position
-/// `context`, which writes nothing), the caches updated in place; returns the logits of the real rows.
-fn step(g: &Mir, chunk: usize, context: usize, tokens: &[i64], positions: &[i64], caches: &mut [ConstData]) -> Vec<Vec<f32>> {
+/// One call of a step graph: `tokens` at `positions` in the chunk's last rows (the rows before them
+/// padding at position `context`, which writes nothing), the caches updated in place; returns the
+/// logits of the last token (the step's only logits row).
+fn step(g: &Mir, chunk: usize, context: usize, tokens: &[i64], positions: &[i64], caches: &mut [ConstData]) -> Vec<f32> {
     let n = tokens.len();
     assert!(n <= chunk);
-    let mut t = tokens.to_vec();
-    let mut p = positions.to_vec();
-    t.resize(chunk, 0);
-    p.resize(chunk, context as i64);
+    let mut t = vec![0; chunk - n];
+    let mut p = vec![context as i64; chunk - n];
+    t.extend_from_slice(tokens);
+    p.extend_from_slice(positions);
     let mut ins = vec![ConstData::from_i64(vec![chunk], &t), ConstData::from_i64(vec![chunk], &p)];
     ins.extend(caches.iter().cloned());
     let mut out = rlx_interp::run(g, &ins).expect("step runs");
     assert_eq!(out.len(), 1 + caches.len());
+    assert!(out[0].shape.len() == 2 && out[0].shape[0] == 1, "logits: one row, not {:?}", out[0].shape);
     let logits = f32s(&out[0]);
-    let vocab = logits.len() / chunk;
     for (c, o) in caches.iter_mut().zip(out.drain(1..)) {
         *c = o;
     }
-    (0..n).map(|r| logits[r * vocab..(r + 1) * vocab].to_vec()).collect()
+    logits
 }
 
 #[test]
@@ -65,25 +67,33 @@ fn cached_steps_match_the_stateless_graph_on_every_arch() {
             let (_, g1) = rlx_models::llm::llm_step_from_gguf(&f, 1, context).unwrap();
             let (g4, g1) = (lower(&g4), lower(&g1));
             assert_eq!(g4.state.len(), 2 * cfg.layers);
-            // Two runs: decode with the chunk graph (padding rows), and with the one-token graph.
+            // Two runs: the prompt one token per call of the chunk graph (every position checked, three
+            // padding rows each) then decode with the chunk graph; and the prompt in full chunks (the
+            // last one padded) then decode with the one-token graph.
             for decode_chunk in [chunk, 1] {
                 let zero = ConstData::from_f32(vec![context, cfg.kv_heads, cfg.head_dim], &vec![0.0; context * cfg.kv_heads * cfg.head_dim]);
                 let mut caches = vec![zero; 2 * cfg.layers];
-                let mut got: Vec<Vec<f32>> = Vec::new();
-                for s in (0..prompt).step_by(chunk) {
-                    let e = (s + chunk).min(prompt);
-                    got.extend(step(&g4, chunk, context, &seq[s..e], &pos[s..e], &mut caches));
+                // (position of the call's last token, its logits)
+                let mut got: Vec<(usize, Vec<f32>)> = Vec::new();
+                let per_call = if decode_chunk == 1 { chunk } else { 1 };
+                for s in (0..prompt).step_by(per_call) {
+                    let e = (s + per_call).min(prompt);
+                    got.push((e - 1, step(&g4, chunk, context, &seq[s..e], &pos[s..e], &mut caches)));
                 }
                 for i in prompt..seq.len() {
                     let g = if decode_chunk == 1 { &g1 } else { &g4 };
-                    got.extend(step(g, decode_chunk, context, &seq[i..i + 1], &pos[i..i + 1], &mut caches));
+                    got.push((i, step(g, decode_chunk, context, &seq[i..i + 1], &pos[i..i + 1], &mut caches)));
                 }
-                let got: Vec<f32> = got.concat();
-                assert_eq!(got.len(), seq.len() * vocab);
+                let positions: Vec<usize> = got.iter().map(|(p, _)| *p).collect();
+                let expect: Vec<usize> = if decode_chunk == 1 { vec![3, 5, 6, 7, 8, 9] } else { (0..seq.len()).collect() };
+                assert_eq!(positions, expect);
+                let want: Vec<f32> = positions.iter().flat_map(|&p| want[p * vocab..(p + 1) * vocab].to_vec()).collect();
+                let got: Vec<f32> = got.into_iter().flat_map(|(_, l)| l).collect();
+                assert_eq!(got.len(), want.len());
                 let lo = want.iter().cloned().fold(f32::INFINITY, f32::min);
                 let hi = want.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
                 let err = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-                report.push(format!("{arch} {qtype} decode chunk {decode_chunk}: max |diff| {err:.2e} (logit range {:.2})", hi - lo));
+                report.push(format!("{arch} {qtype} decode chunk {decode_chunk}: max |diff| {err:.2e} (logit range {:.2}) at positions {positions:?}", hi - lo));
                 assert!(err <= 1e-5 * (hi - lo), "{arch} {qtype} decode chunk {decode_chunk}: max |diff| {err} over the logit range {lo}..{hi}");
             }
         }
@@ -111,9 +121,10 @@ fn step_graphs_round_trip_through_the_text_form_and_bad_sizes_are_errors() {
 
 /// The compiled host artifact through its C ABI: `rlxc compile --dim context=16 --dim chunk=4` (both
 /// back ends; F32 matrices as plain GEMMs, Q8_0 through the compiled `dequant_matmul`), linked into tests/native/llm_generate.c, which prefills the prompt in chunks
-/// (`llm_prefill`, the last one padded) and decodes greedily (`llm_decode`) — its logits at every
-/// position equal the interpreter's stateless full-sequence logits over prompt + generated tokens,
-/// and its tokens are their argmax chain.
+/// (`llm_prefill`, the last one padded) and decodes greedily (`llm_decode`) — the logits of every call
+/// (after each chunk's last token and each decoded token) equal the interpreter's stateless
+/// full-sequence logits at those positions over prompt + generated tokens, and its tokens are their
+/// argmax chain.
 #[test]
 fn compiled_step_generates_as_the_stateless_interpreter() {
     let dir = scratch("llm-state-host");
@@ -153,13 +164,16 @@ fn compiled_step_generates_as_the_stateless_interpreter() {
             let pos: Vec<i64> = (0..seq.len() as i64).collect();
             let want = rlx_interp::run(&full, &[ConstData::from_i64(vec![seq.len()], &seq), ConstData::from_i64(vec![seq.len()], &pos)]).unwrap();
             let want = f32s(&want[0]);
-            assert_eq!(got.len(), want.len(), "{arch} {backend}");
-            let lo = want.iter().cloned().fold(f32::INFINITY, f32::min);
-            let hi = want.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
-            let err = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+            let v = cfg.vocab;
+            // The rows dumped: the last token of each chunk of 4 (positions 3, 5), then each decoded one.
+            let rows: Vec<usize> = [3, 5].into_iter().chain(prompt.len()..seq.len()).collect();
+            let want_rows: Vec<f32> = rows.iter().flat_map(|&p| want[p * v..(p + 1) * v].to_vec()).collect();
+            assert_eq!(got.len(), want_rows.len(), "{arch} {backend}");
+            let lo = want_rows.iter().cloned().fold(f32::INFINITY, f32::min);
+            let hi = want_rows.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+            let err = got.iter().zip(&want_rows).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
             report.push(format!("{arch} {backend}: max |diff| {err:.2e} (logit range {:.2})", hi - lo));
             assert!(err <= 1e-4 * (hi - lo), "{arch} {backend}: max |diff| {err} over the logit range {lo}..{hi}");
-            let v = cfg.vocab;
             for (k, &g) in gen.iter().enumerate() {
                 let row = &want[(prompt.len() - 1 + k) * v..(prompt.len() + k) * v];
                 let best = (0..v).fold(0, |b, i| if row[i] > row[b] { i } else { b });
@@ -173,7 +187,7 @@ fn compiled_step_generates_as_the_stateless_interpreter() {
 /// The same artifacts through their Rust binding (`NAME.rs`: `step`, `MAX_CONTEXT`, `MAX_CHUNK`,
 /// `VOCAB`, `ARENA_BYTES`, `STATE_BYTES`): tests/native/rust-llm, linked by cargo against the object,
 /// generates as tests/native/llm_generate.c does on the same object — the same ids and bit-identical
-/// logits at every position (the C program is checked against the interpreter above).
+/// logits of every call (the C program is checked against the interpreter above).
 #[test]
 fn rust_binding_of_a_stateful_artifact_generates_as_the_c_program() {
     let dir = scratch("llm-state-rust");
@@ -212,7 +226,8 @@ fn rust_binding_of_a_stateful_artifact_generates_as_the_c_program() {
         assert!(c_ids.starts_with("generated: ") && c_ids.split(',').count() == 11, "{arch}: {c_ids}");
         assert_eq!(rs_ids, c_ids, "{arch} {qtype} {backend}: the Rust binding and the C program generate differently");
         let (c, r) = (std::fs::read(&c_dump).unwrap(), std::fs::read(&rs_dump).unwrap());
-        assert_eq!(c.len(), 16 * 96 * 4);
+        // Logits rows: 2 prefill calls (chunks of 4 and 2) and 10 decode calls.
+        assert_eq!(c.len(), 12 * 96 * 4);
         assert!(c == r, "{arch} {qtype} {backend}: logits differ between the Rust binding and the C program");
     }
 }

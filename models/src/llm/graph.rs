@@ -10,7 +10,8 @@
 //!   output `logits` f32[sequence, vocab];
 //! - a cached step ([`build_step`]): `tokens` and `positions` i64[chunk], then per layer the state
 //!   inputs `cache.{i}.k` and `cache.{i}.v` f32[context, kv_heads, head_dim] (keys after RoPE, values);
-//!   outputs `logits` f32[chunk, vocab] and the updated caches (the graph's state pairs). The step writes
+//!   outputs `logits` f32[1, vocab] — the next-token logits after the chunk's *last* row only (callers
+//!   put their n tokens in the last n rows) — and the updated caches (the graph's state pairs). The step writes
 //!   its keys and values at `positions` (`write_rows`; a position outside 0..context is a padding row and
 //!   writes nothing) and attends over the whole cache with the mask key position ≤ query position (and
 //!   within the sliding window on Gemma 3's local layers), so rows not yet written are never weighted.
@@ -254,7 +255,8 @@ pub fn build(c: &LlmConfig, f: &dyn Weights) -> R<Hir> {
     let ids = b.g.add_input("tokens", TensorType::new(DType::I64, Shape(vec![seq()])));
     let pos = b.g.add_input("positions", TensorType::new(DType::I64, Shape(vec![seq()])));
     let key_pos = b.reshape("mask.key_pos", pos, vec![Dim::Fixed(1), seq()])?;
-    let logits = body(&mut b, c, ids, pos, key_pos, &mut |_, _, k, v| Ok((k, v)))?;
+    let x = body(&mut b, c, ids, pos, key_pos, &mut |_, _, k, v| Ok((k, v)))?;
+    let logits = head(&mut b, c, x)?;
     b.g.outputs.push(logits);
     finish(b.g)
 }
@@ -278,7 +280,7 @@ pub fn build_step(c: &LlmConfig, f: &dyn Weights, chunk: usize, context: usize) 
     let iota: Vec<i64> = (0..context as i64).collect();
     let key_pos = b.g.add_const(Some("cache.positions"), ConstData::from_i64(vec![1, context], &iota));
     let mut written = Vec::with_capacity(2 * c.layers);
-    let logits = body(&mut b, c, ids, pos, key_pos, &mut |b, i, k, v| {
+    let x = body(&mut b, c, ids, pos, key_pos, &mut |b, i, k, v| {
         let (kc, vc) = caches[i];
         let k = b.op(&format!("cache.{i}.k"), MirOp::WriteRows, &[kc, k, pos])?;
         let v = b.op(&format!("cache.{i}.v"), MirOp::WriteRows, &[vc, v, pos])?;
@@ -286,6 +288,13 @@ pub fn build_step(c: &LlmConfig, f: &dyn Weights, chunk: usize, context: usize) 
         written.push((format!("cache.{i}.v"), v));
         Ok((k, v))
     })?;
+    // Only the chunk's last row is read out (the next token after the call's last real token; callers
+    // put their tokens at the end of the chunk): the final norm and the output projection — over the
+    // whole vocabulary, the largest matmul of a step — run on one row, not `chunk`.
+    let c1 = chunk as i64;
+    let last = b.op("last_row", MirOp::Slice { axes: vec![0], starts: vec![c1 - 1], ends: vec![c1], steps: vec![1] }, &[x])?;
+    b.rows = Dim::Fixed(1);
+    let logits = head(&mut b, c, last)?;
     b.g.outputs.push(logits);
     let (ni, no) = (b.g.inputs.len() as u32, b.g.outputs.len() as u32);
     for (k, (name, v)) in written.into_iter().enumerate() {
@@ -305,10 +314,9 @@ fn finish(g: Hir) -> R<Hir> {
     Ok(g)
 }
 
-/// Embedding, the layers and the logits for tokens `ids` at positions `pos`; `key_pos` [1, keys] are
-/// the positions of the keys attention reads (`kv` says where those keys come from).
+/// Embedding and the layers for tokens `ids` at positions `pos`: the hidden states [rows, hidden];
+/// `key_pos` [1, keys] are the positions of the keys attention reads (`kv` says where those keys come from).
 fn body(b: &mut B, c: &LlmConfig, ids: ValueId, pos: ValueId, key_pos: ValueId, kv: &mut Kv) -> R<ValueId> {
-    let f = b.f;
     let f32_table = b.tensor("token_embd.weight")?.dtype == DType::F32;
     let table = b.raw("token_embd.weight")?;
     let mut x = if f32_table {
@@ -332,6 +340,12 @@ fn body(b: &mut B, c: &LlmConfig, ids: ValueId, pos: ValueId, key_pos: ValueId, 
     for i in 0..c.layers {
         x = layer(b, c, i, x, &shared, kv)?;
     }
+    Ok(x)
+}
+
+/// The final norm and the logits of hidden states x [rows, hidden].
+fn head(b: &mut B, c: &LlmConfig, x: ValueId) -> R<ValueId> {
+    let f = b.f;
     let x = b.rms_norm("output_norm", x, "output_norm.weight", c.hidden, c.eps)?;
     // Tied embeddings: without an `output` matrix the logits read the token embedding table.
     let out = if f.tensor("output.weight").is_some() { "output" } else { "token_embd" };

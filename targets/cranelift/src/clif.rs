@@ -726,6 +726,8 @@ impl<'a, 'b> W<'a, 'b> {
                     let v = self.expr(value);
                     self.b.ins().store(MemFlagsData::trusted(), v, a, 0);
                 }
+                // A prefetch hint: Cranelift has no prefetch instruction; skipped.
+                Stmt::Prefetch { .. } => {}
                 Stmt::If { cond, body } => {
                     let c = self.cond(cond);
                     let (then, end) = (self.b.create_block(), self.b.create_block());

@@ -572,8 +572,23 @@ impl<'a> Writer<'a> {
                     self.line(&format!("br label %{end}"));
                     self.out.push_str(&format!("{end}:\n"));
                 }
+                Stmt::Prefetch { buf, index } => self.prefetch(*buf, index),
             }
         }
+    }
+
+    /// `llvm.prefetch` (read, high locality) of `buf[index]`'s cache line; nothing on a GPU. The
+    /// address is computed without `inbounds`: a prefetch past the buffer's end is allowed and never
+    /// faults.
+    fn prefetch(&mut self, buf: u32, index: &Expr) {
+        if self.scalar_only {
+            return;
+        }
+        let i = self.expr(index);
+        let (d, p) = self.params[buf as usize].clone();
+        let ptr = self.op(format!("getelementptr {}, ptr {p}, i64 {i}", memty(d)));
+        self.decls.insert("declare void @llvm.prefetch.p0(ptr, i32, i32, i32)".to_string());
+        self.line(&format!("call void @llvm.prefetch.p0(ptr {ptr}, i32 0, i32 3, i32 1)"));
     }
 }
 

@@ -623,6 +623,8 @@ impl W {
                     };
                     let _ = writeln!(out, "{pad}b{buf}[{}] = {v};", self.expr(index)?);
                 }
+                // A prefetch hint: no effect on results; the C writer skips it.
+                Stmt::Prefetch { .. } => {}
                 Stmt::If { cond, body } => {
                     let _ = writeln!(out, "{pad}if ({}) {{", self.expr(cond)?);
                     self.stmts(body, depth + 1, out)?;

@@ -519,6 +519,8 @@ impl W<'_> {
                         }
                     }
                 }
+                // A prefetch hint: no effect on results; the Rust writer skips it.
+                Stmt::Prefetch { .. } => {}
                 Stmt::If { cond, body } => {
                     let c = self.cond(cond)?;
                     let _ = writeln!(out, "{pad}if {c} {{");

@@ -620,6 +620,8 @@ impl W<'_> {
                     let w = self.word(*buf, &i)?;
                     self.line(depth, &format!("{w} = {sv};"));
                 }
+                // A prefetch hint: no effect on results; shaders skip it.
+                Stmt::Prefetch { .. } => {}
                 Stmt::If { cond, body } => {
                     let c = self.cond(cond)?;
                     self.line(depth, &format!("if ({c}) {{"));
@@ -649,6 +651,7 @@ pub fn casts_to_i64(s: &[Stmt]) -> bool {
         Stmt::Decl { init: e, .. } | Stmt::Assign { value: e, .. } => ex(e),
         Stmt::Store { index, value, .. } => ex(index) || ex(value),
         Stmt::If { cond, body } => ex(cond) || casts_to_i64(body),
+        Stmt::Prefetch { .. } => false,
     })
 }
 

@@ -50,6 +50,7 @@ pub fn collect(s: &[Stmt], declared: &mut BTreeSet<u32>, assigned: &mut BTreeSet
                 ex(cond, loads);
                 collect(body, declared, assigned, stores, loads);
             }
+            Stmt::Prefetch { index, .. } => ex(index, loads),
         }
     }
 }
@@ -93,6 +94,7 @@ pub fn buffers_of(s: &[Stmt], stores: bool) -> BTreeSet<u32> {
                     ex(cond, out, !stores);
                     st(body, out, stores);
                 }
+                Stmt::Prefetch { index, .. } => ex(index, out, !stores),
             }
         }
     }

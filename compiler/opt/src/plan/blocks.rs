@@ -27,6 +27,11 @@ use rlx_ir::{BinaryOp, ConstData, DType, NodeId};
 const PANEL_TILES: usize = 3;
 /// Thread slots of the prefill form: a multiple of 1, 2, 4 and 8 threads.
 pub(super) const SLOTS: usize = 8;
+/// How far ahead of the block being read both forms prefetch their weight stream, in bytes. The
+/// hardware prefetcher follows a stream only inside a 4 KiB page and restarts after each boundary;
+/// software prefetches this far ahead of every cache line make the next page's lines arrive before
+/// they are read.
+const PREFETCH_AHEAD: i64 = 2048;
 
 /// Sub-blocks whose scale is factored out of the dot product: `before` resets the partial sums,
 /// `after(scale)` adds `scale · partial` to the accumulators.
@@ -80,6 +85,16 @@ fn walk_block(kb: &mut KB, w: &BlockWeight, f: &Fields, b: Var, factor: Option<F
         out.push(Stmt::For { var: l, extent: len as i64, kind: LoopKind::Serial, body });
     }
     out
+}
+
+/// Prefetches of block `b` of panel `p`'s bytes, [`PREFETCH_AHEAD`] bytes ahead: a block's `bb·nr`
+/// bytes are contiguous in the panel layout and followed by the next block's, so this is one
+/// prefetch per cache line of the stream (the same address for every lane of the `vector(nr)` loop
+/// around it, so one instruction per line).
+fn prefetch_ahead(w: &BlockWeight, f: &Fields, p: Expr, b: Var) -> Vec<Stmt> {
+    let (bb, nr) = (w.dtype.block().1 as i64, w.nr as i64);
+    let start = Expr::mul(Expr::mul(Expr::add(Expr::mul(p, Expr::Int(w.nblk() as i64)), Expr::Var(b)), Expr::Int(bb)), Expr::Int(nr));
+    (0..(bb * nr + 63) / 64).map(|l| Stmt::Prefetch { buf: f.u8p, index: Expr::add(start.clone(), Expr::Int(PREFETCH_AHEAD + 64 * l)) }).collect()
 }
 
 impl Planner<'_> {
@@ -151,7 +166,8 @@ impl Planner<'_> {
                 .collect()
         };
         let factor = Factor { before: &before, after: &after };
-        let blk_body = walk_block(kb, &w, &f, b, Some(factor), &mut |kb, wv, k, factored| {
+        let mut blk_body = prefetch_ahead(&w, &f, Expr::Var(p), b);
+        blk_body.extend(walk_block(kb, &w, &f, b, Some(factor), &mut |kb, wv, k, factored| {
             accs.iter()
                 .zip(&parts)
                 .enumerate()
@@ -163,7 +179,7 @@ impl Planner<'_> {
                     Stmt::Assign { var: into, value: fb(BinaryOp::Add, Expr::Var(into), fb(BinaryOp::Mul, xa, wv.clone())) }
                 })
                 .collect()
-        });
+        }));
         let mut vbody: Vec<Stmt> = accs.iter().chain(&parts).map(|&v| Stmt::Decl { var: v, dtype: DType::F32, init: zero.clone() }).collect();
         vbody.push(Stmt::For { var: b, extent: w.nblk() as i64, kind: LoopKind::Serial, body: blk_body });
         vbody.extend(self.block_stores(kb, a, r, op, out_shape, &accs, &row, Expr::add(Expr::mul(Expr::Var(p), Expr::Int(nr as i64)), Expr::Var(jj))));
@@ -213,9 +229,10 @@ impl Planner<'_> {
         let f = self.fields(kb, w, blk, Expr::Var(jj));
         let base = Expr::mul(Expr::Var(slot), Expr::Int((kdim * nr) as i64));
         // Dequantize the panel: scratch[slot][k][jj].
-        let blk_body = walk_block(kb, w, &f, b, None, &mut |_, wv, k, _| {
+        let mut blk_body = prefetch_ahead(w, &f, p.clone(), b);
+        blk_body.extend(walk_block(kb, w, &f, b, None, &mut |_, wv, k, _| {
             vec![Stmt::Store { buf: sp, index: Expr::add(base.clone(), Expr::add(Expr::mul(k, Expr::Int(nr as i64)), Expr::Var(jj))), value: wv }]
-        });
+        }));
         let deq = Stmt::For {
             var: jj,
             extent: nr as i64,

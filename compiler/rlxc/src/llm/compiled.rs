@@ -1,8 +1,9 @@
 //! [`Step`] on a compiled stateful artifact: the cached step (`tokens`, `positions` i64[chunk] →
-//! `logits` f32[chunk, vocab], the KV cache as state; docs/targets.md "Stateful artifacts")
-//! compiled for this machine's CPU, linked into a shared object and loaded in this process
-//! (`targets::cpu::dlopen`). Prefill runs the prompt in chunks; decode runs one token (the other
-//! rows of the chunk are padding at position `context`, which writes nothing to the state).
+//! `logits` f32[1, vocab] of the chunk's last row, the KV cache as state; docs/targets.md "Stateful
+//! artifacts") compiled for this machine's CPU, linked into a shared object and loaded in this process
+//! (`targets::cpu::dlopen`). Prefill runs the prompt in chunks; decode runs one token. A call's tokens
+//! fill the chunk's last rows; the rows before them are padding at position `context`, which writes
+//! nothing to the state.
 //!
 //! The step owns the arena and the state; the weights live in the loaded object (one copy: the
 //! compile's own buffers are dropped once it is loaded).
@@ -16,7 +17,8 @@ use crate::targets::Request;
 use rlx_ir::lir::Lir;
 use rlx_ir::{DType, Mir};
 
-/// The shape of a cached step: (chunk, context, vocab), checked against the LIR's ports.
+/// The shape of a cached step: (chunk, context, vocab), checked against the LIR's ports (logits: the
+/// last row only).
 fn step_shape(lir: &Lir) -> Result<(usize, usize, usize), Failure> {
     let bad = |why: &str| Failure::model(format!("the compiled program is not a language-model step ({why})"));
     let [t, p] = &lir.inputs[..] else { return Err(bad("it does not take tokens and positions")) };
@@ -25,9 +27,9 @@ fn step_shape(lir: &Lir) -> Result<(usize, usize, usize), Failure> {
     let (ts, ps, ls) = (fixed(&t.ty)?, fixed(&p.ty)?, fixed(&l.ty)?);
     let chunk = *ts.first().ok_or_else(|| bad("tokens is a scalar"))?;
     let context = lir.state.first().and_then(|s| s.port.ty.shape.as_fixed()).and_then(|s| s.first().copied()).ok_or_else(|| bad("it has no state"))?;
-    let ok = t.ty.dtype == DType::I64 && p.ty.dtype == DType::I64 && l.ty.dtype == DType::F32 && ts == [chunk] && ps == [chunk] && ls.len() == 2 && ls[0] == chunk;
+    let ok = t.ty.dtype == DType::I64 && p.ty.dtype == DType::I64 && l.ty.dtype == DType::F32 && ts == [chunk] && ps == [chunk] && ls.len() == 2 && ls[0] == 1;
     if !ok || chunk == 0 || context == 0 {
-        return Err(bad("its ports are not tokens, positions i64[chunk] → logits f32[chunk, vocab]"));
+        return Err(bad("its ports are not tokens, positions i64[chunk] → logits f32[1, vocab]"));
     }
     Ok((chunk, context, ls[1]))
 }
@@ -84,7 +86,7 @@ impl CompiledStep {
             chunk,
             context,
             vocab,
-            logits: vec![0.0; chunk * vocab],
+            logits: vec![0.0; vocab],
             filled: 0,
             what,
         })
@@ -95,8 +97,9 @@ impl CompiledStep {
         self.chunk
     }
 
-    /// Runs `tokens` (1..=chunk of them) at positions `start..`; padding rows sit at position
-    /// `context`, which writes nothing. Returns the logits row of the last real token.
+    /// Runs `tokens` (1..=chunk of them, in the chunk's last rows) at positions `start..`; the padding
+    /// rows before them sit at position `context`, which writes nothing. Returns the logits of the last
+    /// token (the only row the step computes).
     fn call(&mut self, tokens: &[i64], start: usize) -> Result<Vec<f32>, Failure> {
         let n = tokens.len();
         if n == 0 || n > self.chunk || start + n > self.context {
@@ -107,21 +110,22 @@ impl CompiledStep {
         }
         let mut t = vec![0i64; self.chunk];
         let mut p = vec![self.context as i64; self.chunk];
+        let pad = self.chunk - n;
         for (i, &tok) in tokens.iter().enumerate() {
-            t[i] = tok;
-            p[i] = (start + i) as i64;
+            t[pad + i] = tok;
+            p[pad + i] = (start + i) as i64;
         }
         let ins = [t.as_ptr() as *const u8, p.as_ptr() as *const u8];
         let outs = [self.logits.as_mut_ptr() as *mut u8];
         // SAFETY: the ports' sizes are the LIR's (checked by `step_shape`): tokens and positions
-        // i64[chunk], logits f32[chunk × vocab]; the arena and the state are 64-aligned and at least
+        // i64[chunk], logits f32[vocab]; the arena and the state are 64-aligned and at least
         // arena_bytes / state_bytes long; positions are in 0..=context (context = padding).
         let code = unsafe { (self.step)(self.arena.as_mut_ptr() as *mut u8, self.state.as_mut_ptr() as *mut u8, ins.as_ptr(), outs.as_ptr()) };
         if code != 0 {
             return Err(Failure::model(format!("the compiled step returned error code {code} at position {start}")));
         }
         self.filled = start + n;
-        Ok(self.logits[(n - 1) * self.vocab..n * self.vocab].to_vec())
+        Ok(self.logits.clone())
     }
 }
 

@@ -212,7 +212,8 @@ impl Artifact for Compiled {
             manifest["entry"] = serde_json::json!(format!("{name}_step"));
             manifest["state"] = serde_json::json!({"bytes": st.bytes, "align": 16, "tensors": tensors});
             if let Some((chunk, context, vocab)) = artifact::llm_step_shape(&info) {
-                manifest["llm"] = serde_json::json!({"max_context": context, "max_chunk": chunk, "vocab": vocab});
+                // "logits": "last_row": a call's logits are the chunk's last row only (tokens right-aligned).
+                manifest["llm"] = serde_json::json!({"max_context": context, "max_chunk": chunk, "vocab": vocab, "logits": "last_row"});
             }
         }
         let mut files = vec![

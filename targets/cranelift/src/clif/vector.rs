@@ -66,6 +66,8 @@ fn stmts_ok(body: &[Stmt], var: Var, vary: &mut HashSet<Var>, params: &[DType]) 
                 params.get(*buf as usize) == Some(&DType::F32) && index_ok(index, var, vary) && coeff(index, var) == Some(1) && expr_ok(value, var, vary, params)
             }
             Stmt::If { .. } => false,
+            // A hint Cranelift has no instruction for: skipped.
+            Stmt::Prefetch { .. } => true,
         };
         if !ok {
             return false;
@@ -201,6 +203,7 @@ impl<'a, 'b> W<'a, 'b> {
                 let v = self.splat4(v);
                 self.b.ins().store(MemFlagsData::new().with_notrap(), v, a, 0);
             }
+            Stmt::Prefetch { .. } => {}
             Stmt::If { .. } | Stmt::For { .. } => self.fail("internal error: unexpected statement in a vector loop".into()),
         }
     }

@@ -486,6 +486,12 @@ impl<'a> Writer<'a> {
                     self.line(&format!("br label %{cond}"));
                     self.out.push_str(&format!("{end}:\n"));
                 }
+                // A prefetch is emitted once when its address is the same for every lane, else skipped.
+                Stmt::Prefetch { buf, index } => {
+                    if !mentions(index, var) && !self.mentions_vvar(index) {
+                        self.prefetch(*buf, index);
+                    }
+                }
                 Stmt::If { cond, body } => {
                     assert!(!mentions(cond, var) && !self.mentions_vvar(cond), "vector loop with a varying condition");
                     let c = self.cond(cond);
@@ -519,7 +525,7 @@ pub(super) fn vectorizable(body: &[Stmt], var: Var, inner_decls: &mut Vec<Var>) 
                     return false;
                 }
             }
-            Stmt::Store { .. } => {}
+            Stmt::Store { .. } | Stmt::Prefetch { .. } => {}
             Stmt::For { body, .. } => {
                 if !vectorizable(body, var, inner_decls) {
                     return false;

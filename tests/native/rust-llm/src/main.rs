@@ -3,10 +3,11 @@
 //!     rust-llm N ID,ID,… [LOGITS.f32]
 //!
 //! As tests/native/llm_generate.c: the prompt prefilled in chunks of `MAX_CHUNK` tokens (the last one
-//! padded with rows at position `MAX_CONTEXT`, outside the cache, which write nothing), then one token
-//! per `step` at its position until N tokens are generated or the context is full. Prints
-//! "generated: ID,ID,…"; with LOGITS.f32, writes the next-token logits after every prompt token and
-//! every decoded token but the last (f32, `VOCAB` per row). Exit: 0 success; 1 bad usage or I/O; 3
+//! padded: a call's tokens fill the chunk's last rows, the rows before them sit at position
+//! `MAX_CONTEXT`, outside the cache, and write nothing), then one token per `step` at its position
+//! until N tokens are generated or the context is full. Prints "generated: ID,ID,…"; with LOGITS.f32,
+//! writes the logits every call returns — after each prompt chunk's last token and every decoded token
+//! but the last (f32, `VOCAB` per row). Exit: 0 success; 1 bad usage or I/O; 3
 //! `step` returned an error.
 
 use std::process::ExitCode;
@@ -47,14 +48,15 @@ fn main() -> ExitCode {
     // aligned (on the heap: a model's `Arena` / `State` types can be too large for the stack).
     let mut arena = vec![0u128; model::ARENA_BYTES.div_ceil(16).max(1)];
     let mut state = vec![0u128; model::STATE_BYTES.div_ceil(16).max(1)];
-    let mut logits = vec![0f32; MAX_CHUNK * VOCAB];
+    let mut logits = vec![0f32; VOCAB];
     let mut dump = Vec::new();
     let mut step = |tokens: &[i64], start: usize, logits: &mut [f32]| -> Result<(), rlx_rt::Error> {
         let mut tok = [0i64; MAX_CHUNK];
         let mut pos = [MAX_CONTEXT as i64; MAX_CHUNK];
+        let pad = MAX_CHUNK - tokens.len();
         for (k, &t) in tokens.iter().enumerate() {
-            tok[k] = t;
-            pos[k] = (start + k) as i64;
+            tok[pad + k] = t;
+            pos[pad + k] = (start + k) as i64;
         }
         model::step(bytes(&mut arena, model::ARENA_BYTES), bytes(&mut state, model::STATE_BYTES), &Inputs { tokens: &tok, positions: &pos }, &mut Outputs { logits })
     };
@@ -64,8 +66,8 @@ fn main() -> ExitCode {
             eprintln!("step at position {} failed: {e:?}", c * MAX_CHUNK);
             return ExitCode::from(3);
         }
-        dump.extend_from_slice(&logits[..chunk.len() * VOCAB]);
-        next = argmax(&logits[(chunk.len() - 1) * VOCAB..chunk.len() * VOCAB]);
+        dump.extend_from_slice(&logits);
+        next = argmax(&logits);
     }
     let mut gen = vec![next];
     let mut pos = prompt.len();
@@ -74,8 +76,8 @@ fn main() -> ExitCode {
             eprintln!("step at position {pos} failed: {e:?}");
             return ExitCode::from(3);
         }
-        dump.extend_from_slice(&logits[..VOCAB]);
-        next = argmax(&logits[..VOCAB]);
+        dump.extend_from_slice(&logits);
+        next = argmax(&logits);
         gen.push(next);
         pos += 1;
     }
