@@ -4,8 +4,8 @@ DequantizeLinear pairs (QDQ) inserted where rlxc's int8 targets read them, with 
 from the float model's ranges on the training set — written with onnx's helper, the ranges from ONNX
 Runtime, none of rlxc's code.
 
-Pairs: on the graph input, on every MatMul / Gemm weight (an initializer; int8, symmetric, per tensor:
-scale max|w| / 127), on every Relu output and on the graph output (int8 activations, per tensor,
+Pairs: on the graph input, on every MatMul / Gemm weight and every Conv weight (input 1; an initializer;
+int8, symmetric, per tensor: scale max|w| / 127; a Conv bias stays float), on every Relu output and on the graph output (int8 activations, per tensor,
 asymmetric over [min(0, lo), max(0, hi)] of the observed values). The weights stay float
 initializers (QuantizeLinear of an initializer).
 
@@ -63,9 +63,9 @@ def main():
     pair(inp.name, rename[inp.name], *act_params(*ranges[inp.name]), inp.name)
     for n in g.node:
         ins = [rename.get(i, i) for i in n.input]
-        if n.op_type in ("MatMul", "Gemm"):
+        if n.op_type in ("MatMul", "Gemm", "Conv"):
             for k, i in enumerate(n.input[:2]):
-                if i in inits and inits[i].dtype == np.float32:
+                if (n.op_type != "Conv" or k == 1) and i in inits and inits[i].dtype == np.float32:
                     scale = np.float32(max(float(np.abs(inits[i]).max()), 1e-8) / 127.0)
                     pair(i, f"{i}.dq", scale, 0, i)
                     ins[k] = f"{i}.dq"
