@@ -45,8 +45,9 @@ const MARGIN: f64 = 0.01;
 const SCALE_RTOL: f64 = 1e-5;
 /// Icarus runs the MLP at ~13k cycles per image (8 MACs per cycle) at 50k–150k cycles/s here.
 const VERILOG_IMAGES: usize = 50;
-/// The CNN on Icarus: ~7.8k cycles per image at 8 MACs per cycle (conv 48,672 MACs, fc 13,520).
-const CNN_VERILOG_IMAGES: usize = 20;
+/// The CNN on Icarus: 25,830 cycles per image at 8 MACs per cycle (its conv has one input channel, so
+/// a 3×3 window does not fill the lanes), ~14k cycles/s here (measured: 20 images in 37 s).
+const CNN_VERILOG_IMAGES: usize = 5;
 
 fn argmax(row: &[u8]) -> usize {
     (0..row.len()).fold(0, |b, j| if (row[j] as i8) > (row[b] as i8) { j } else { b })
@@ -140,7 +141,6 @@ fn qat_mnist_mlp_deploys_to_cortex_m4_and_verilog() {
     let out = repo().join("build/qat-test");
     let _ = std::fs::remove_dir_all(&out);
     std::fs::create_dir_all(&out).unwrap();
-    let rlxc = env!("CARGO_BIN_EXE_rlxc");
     let (float_acc, _) = train(&d, &out, &d.join("mlp_init.onnx"), "float", "3", "0.05", &[]);
     let (qat_acc, log) = train(&d, &out, &out.join("float.onnx"), "qat", "2", "0.01", &["--qat", "--learn-scales"]);
     let inserted = printed_pairs(&log);
