@@ -95,6 +95,13 @@ fn printed_pairs(log: &str) -> BTreeMap<String, (f64, i64)> {
         .collect()
 }
 
+/// The nodes of an ONNX model: op type, name, inputs, outputs.
+fn onnx_nodes(p: &Path) -> Vec<(String, String, Vec<String>, Vec<String>)> {
+    use prost::Message;
+    let m = rlx_import::proto::ModelProto::decode(&std::fs::read(p).unwrap()[..]).unwrap();
+    m.graph.unwrap().node.into_iter().map(|n| (n.op_type, n.name, n.input, n.output)).collect()
+}
+
 /// The preparation against the independent script's (tests/train/qat_prepare.py on `out/float.onnx`):
 /// the same nodes in the same order, each printed pair's scale within [`SCALE_RTOL`] and zero point
 /// equal; training changed every scale but the input's (under --learn-scales), no zero point, and
@@ -123,12 +130,7 @@ fn check_preparation(d: &Path, out: &Path, inserted: &BTreeMap<String, (f64, i64
         }
         assert_eq!(initializer(&qat, &format!("{t}.zero_point")).get_f64(0) as i64, z, "{t}.zero_point changed in training");
     }
-    let nodes = |p: &Path| -> Vec<(String, String, Vec<String>, Vec<String>)> {
-        use prost::Message;
-        let m = rlx_import::proto::ModelProto::decode(&std::fs::read(p).unwrap()[..]).unwrap();
-        m.graph.unwrap().node.into_iter().map(|n| (n.op_type, n.name, n.input, n.output)).collect()
-    };
-    assert_eq!(nodes(&qat), nodes(&out.join("script.onnx")), "rlxc's pairs are not where the script puts them");
+    assert_eq!(onnx_nodes(&qat), onnx_nodes(&out.join("script.onnx")), "rlxc's pairs are not where the script puts them");
     for w in weights {
         assert_ne!(initializer(&out.join("float.onnx"), w).data.bytes(), initializer(&qat, w).data.bytes(), "{w}: QAT did not change it");
     }
@@ -236,7 +238,8 @@ fn deploy(d: &Path, out: &Path, verilog_images: usize) -> Deployed {
 /// argv[1]: x [batch, 784] → Reshape [batch, 1, 28, 28] → Conv 8×3×3 + b (`conv1`) → Relu (`r1`) →
 /// MaxPool 2 → Reshape [batch, 1352] → MatMul 1352×10 + b → logits; weights uniform in
 /// ±sqrt(6 / fan_in) from a fixed seed, biases zero (`cnn_init.onnx`). And `cnn_bn.onnx`: the same with
-/// a BatchNormalization (`bn1`) between the Conv and the Relu.
+/// a BatchNormalization (`bn1`) between the Conv and the Relu; `cnn_pool_relu.onnx`: the MaxPool before
+/// the Relu (Conv `c1` → MaxPool `p0` → Relu `p1`).
 const CNN_SCRIPT: &str = r#"
 import sys, numpy as np, onnx
 from onnx import TensorProto, helper, numpy_helper
@@ -245,7 +248,7 @@ def u(shape, fan_in):
     return (rng.uniform(-1, 1, shape) * np.sqrt(6.0 / fan_in)).astype(np.float32)
 p = {"c1w": u((8, 1, 3, 3), 9), "c1b": np.zeros(8, np.float32), "fw": u((1352, 10), 1352) / np.float32(2), "fb": np.zeros(10, np.float32),
      "img": np.array([-1, 1, 28, 28], np.int64), "flat": np.array([-1, 1352], np.int64)}
-def save(path, bn):
+def save(path, bn=False, pool_first=False):
     conv_out = "c1bn" if bn else "c1"
     nodes = [helper.make_node("Reshape", ["x", "img"], ["image"], name="to_image"),
              helper.make_node("Conv", ["image", "c1w", "c1b"], [conv_out], name="conv1", kernel_shape=[3, 3])]
@@ -253,9 +256,10 @@ def save(path, bn):
     if bn:
         nodes.append(helper.make_node("BatchNormalization", ["c1bn", "g", "b", "m", "v"], ["c1"], name="bn1"))
         inits.update(g=np.ones(8, np.float32), b=np.zeros(8, np.float32), m=np.zeros(8, np.float32), v=np.ones(8, np.float32))
-    nodes += [helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
-              helper.make_node("MaxPool", ["r1"], ["p1"], name="pool1", kernel_shape=[2, 2], strides=[2, 2]),
-              helper.make_node("Reshape", ["p1", "flat"], ["f"], name="flatten"),
+    relu = helper.make_node("Relu", ["p0" if pool_first else "c1"], ["p1" if pool_first else "r1"], name="relu1")
+    pool = helper.make_node("MaxPool", ["c1" if pool_first else "r1"], ["p0" if pool_first else "p1"], name="pool1", kernel_shape=[2, 2], strides=[2, 2])
+    nodes += [pool, relu] if pool_first else [relu, pool]
+    nodes += [helper.make_node("Reshape", ["p1", "flat"], ["f"], name="flatten"),
               helper.make_node("MatMul", ["f", "fw"], ["z"], name="fc"),
               helper.make_node("Add", ["z", "fb"], ["logits"], name="fc_bias")]
     graph = helper.make_graph(nodes, "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 784])],
@@ -265,8 +269,9 @@ def save(path, bn):
     model.ir_version = 8
     onnx.checker.check_model(model)
     onnx.save(model, path)
-save(sys.argv[1] + "/cnn_init.onnx", False)
-save(sys.argv[1] + "/cnn_bn.onnx", True)
+save(sys.argv[1] + "/cnn_init.onnx")
+save(sys.argv[1] + "/cnn_bn.onnx", bn=True)
+save(sys.argv[1] + "/cnn_pool_relu.onnx", pool_first=True)
 "#;
 
 /// Quantization-aware training of a small CNN (the MNIST data of the MLP test, the model of
@@ -304,7 +309,8 @@ fn qat_mnist_cnn_deploys_to_cortex_m4_and_verilog() {
 /// `--qat` on models it cannot prepare: one whose activation has no int8 form on the targets (a
 /// Sigmoid) fails naming the node, one with nothing to quantize (MatMul weights from Constant nodes,
 /// not initializers) says so, a CNN with a BatchNormalization after its Conv names both nodes, all
-/// exit 1 before training; a model that already has pairs is trained
+/// exit 1 before training; a CNN whose MaxPool comes before its Relu is prepared (a pair on the Conv's
+/// output, as the script places it) and compiles for cortex-m4; a model that already has pairs is trained
 /// under them, and say so. The variants of the MNIST MLP are written with onnx's helper.
 #[test]
 fn qat_refuses_models_it_cannot_quantize() {
@@ -352,6 +358,20 @@ onnx.save(m, out + "/constants.onnx")
     std::fs::copy(d.join("mlp_init.onnx"), out.join("mlp.onnx")).unwrap();
     let first = ok(Command::new(rlxc).arg("train").arg(out.join("mlp.onnx")).args(["--qat", "--batch", "128", "--data"]).arg(&d).arg("-o").arg(&out).arg("--onnx").arg(out.join("mlp_qat.onnx")));
     assert!(first.contains("qat: inserted 5 QuantizeLinear -> DequantizeLinear pairs"), "{first}");
+    // Conv -> MaxPool -> Relu: the Conv's output gets a pair of its own (no Relu follows it), node for
+    // node as the script places it, and the result compiles for cortex-m4 without --calibrate.
+    let pr = ok(Command::new(rlxc).arg("train").arg(out.join("cnn_pool_relu.onnx")).args(["--qat", "--batch", "128", "--data"]).arg(&d).arg("-o").arg(&out).arg("--onnx").arg(out.join("pool_relu_qat.onnx")));
+    let pairs = printed_pairs(&pr);
+    assert_eq!(pairs.keys().collect::<Vec<_>>(), ["c1", "c1w", "fw", "logits", "p1", "x"], "{pr}");
+    assert!(pr.contains("qat:   Layer c1: scale"), "{pr}");
+    ok(Command::new(python()).arg(repo().join("tests/train/qat_prepare.py")).arg("--model").arg(out.join("cnn_pool_relu.onnx")).arg("--data").arg(&d).arg("--out").arg(out.join("pool_relu_script.onnx")).arg("--ports").arg(out.join("pool_relu_ports.json")));
+    assert_eq!(onnx_nodes(&out.join("pool_relu_qat.onnx")), onnx_nodes(&out.join("pool_relu_script.onnx")), "Conv -> MaxPool -> Relu: rlxc's pairs are not where the script puts them");
+    for (t, &(s, z)) in &pairs {
+        let script = |n: &str| initializer(&out.join("pool_relu_script.onnx"), n).get_f64(0);
+        let (rs, rz) = (script(&format!("{t}.scale")), script(&format!("{t}.zero_point")) as i64);
+        assert!((s - rs).abs() <= SCALE_RTOL * rs && z == rz, "Conv -> MaxPool -> Relu, {t}: rlxc's pair (scale {s}, zero point {z}), the script's ({rs}, {rz})");
+    }
+    ok(Command::new(rlxc).arg("compile").arg(out.join("pool_relu_qat.onnx")).args(["--target", "cortex-m4", "--batch", "1", "-o"]).arg(out.join("pool_relu_m4")));
     let again = train("mlp_qat.onnx", &[]);
     let said = String::from_utf8_lossy(&again.stdout);
     assert!(again.status.success() && said.contains("already has QuantizeLinear nodes: trained under its own pairs") && !said.contains("inserted"), "{said}");

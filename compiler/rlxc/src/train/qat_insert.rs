@@ -11,7 +11,10 @@
 //!   initializer under QuantizeLinear, so training updates it and `--onnx` writes it back in place;
 //! - every Relu output (not a graph output): int8, asymmetric over its observed range. What follows a
 //!   Relu and is exact on int8 (MaxPool, Reshape, Flatten, Transpose) reads the dequantized value and
-//!   needs no pair of its own (`rlx_opt::quantize_qdq` keeps the Relu's parameters through it).
+//!   needs no pair of its own (`rlx_opt::quantize_qdq` keeps the Relu's parameters through it);
+//! - every layer output that no Relu follows and that is no graph output (a MatMul / Gemm / Conv with
+//!   a paired weight, after its bias Add if one with an initializer follows: Conv -> MaxPool -> Relu):
+//!   int8, asymmetric over its observed range, as the int8 layer must end in a requantization.
 //!
 //! A BatchNormalization is refused, naming the node: the int8 targets fold it into the convolution
 //! before it (`rlx_opt::fold_conv_affine`), which a convolution whose weight is already quantized
@@ -34,6 +37,8 @@ pub enum Role {
     Input,
     Weight,
     Relu,
+    /// A layer's output that no Relu follows (nor is it a graph output).
+    Layer,
     Output,
 }
 
@@ -114,7 +119,24 @@ pub fn prepare(path: &Path, dims: &BTreeMap<String, u64>, float: &Mir, train_x: 
             path.display()
         )));
     }
-    let ranges = observe(&m, base, dims, &relus, train_x)?;
+    // Layer ends that no Relu follows: a layer's output (after its bias Add, if one with an
+    // initializer follows) that is no graph output and not read by a Relu alone (Conv -> MaxPool -> Relu).
+    let readers = |t: &str| g.node.iter().filter(|c| c.input.iter().any(|i| i == t)).collect::<Vec<_>>();
+    let mut ends: Vec<&str> = Vec::new();
+    for n in g.node.iter().filter(|n| (0..2).any(|k| weight(n, k).is_some())) {
+        let Some(mut v) = n.output.first().map(String::as_str) else { continue };
+        if let [add] = readers(v)[..] {
+            if add.op_type == "Add" && add.input.iter().any(|i| inits.contains_key(i.as_str())) {
+                v = add.output[0].as_str();
+            }
+        }
+        let by_relu = matches!(readers(v)[..], [r] if r.op_type == "Relu");
+        if !outputs.contains(v) && !by_relu && !ends.contains(&v) {
+            ends.push(v);
+        }
+    }
+    let probed: Vec<&str> = relus.iter().chain(&ends).copied().collect();
+    let ranges = observe(&m, base, dims, &probed, train_x)?;
     let x_range = {
         let v = train_x.to_f64_vec();
         v.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &x| (lo.min(x), hi.max(x)))
@@ -175,10 +197,11 @@ pub fn prepare(path: &Path, dims: &BTreeMap<String, u64>, float: &Mir, train_x: 
             if outputs.contains(o.as_str()) {
                 let (lo, hi) = ranges[o.as_str()];
                 pair(&format!("{o}.float"), o, o, Role::Output, act_params(lo, hi), &mut nodes)?;
-            } else if relus.contains(&o.as_str()) {
+            } else if relus.contains(&o.as_str()) || ends.contains(&o.as_str()) {
                 rename.insert(o.clone(), format!("{o}.dq"));
                 let (lo, hi) = range(o);
-                pair(o, &format!("{o}.dq"), o, Role::Relu, act_params(lo, hi), &mut nodes)?;
+                let role = if relus.contains(&o.as_str()) { Role::Relu } else { Role::Layer };
+                pair(o, &format!("{o}.dq"), o, role, act_params(lo, hi), &mut nodes)?;
             }
         }
     }
