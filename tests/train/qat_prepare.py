@@ -4,9 +4,10 @@ DequantizeLinear pairs (QDQ) inserted where rlxc's int8 targets read them, with 
 from the float model's ranges on the training set — written with onnx's helper, the ranges from ONNX
 Runtime, none of rlxc's code.
 
-Pairs: on the graph input, on every MatMul / Gemm weight (an initializer; int8, symmetric, per tensor:
-scale max|w| / 127), on every Relu output and on the graph output (int8 activations, per tensor,
-asymmetric over [min(0, lo), max(0, hi)] of the observed values). The weights stay float
+Pairs: on the graph input, on every MatMul / Gemm weight and every Conv weight (input 1; an initializer;
+int8, symmetric, per tensor: scale max|w| / 127; a Conv bias stays float), on every Relu output, on
+every layer output that no Relu follows (after its bias Add; not the graph output) and on the graph
+output (int8 activations, per tensor, asymmetric over [min(0, lo), max(0, hi)] of the observed values). The weights stay float
 initializers (QuantizeLinear of an initializer).
 
 Writes --out (the QDQ model) and --ports (JSON: the input's and output's scale and zero point).
@@ -39,6 +40,29 @@ def main():
     inits = {t.name: numpy_helper.to_array(t) for t in g.initializer}
     (inp,), (outp,) = g.input, g.output
     relus = [n.output[0] for n in g.node if n.op_type == "Relu"]
+
+    def weight_slots(n):
+        if n.op_type in ("MatMul", "Gemm", "Conv"):
+            return [k for k, i in enumerate(n.input[:2]) if (n.op_type != "Conv" or k == 1) and i in inits and inits[i].dtype == np.float32]
+        return []
+
+    # Layer outputs (after a bias Add of an initializer) read by something other than one Relu, and
+    # no graph output: they end in a pair of their own.
+    def readers(t):
+        return [c for c in g.node if t in c.input]
+
+    ends = []
+    for n in g.node:
+        if not weight_slots(n):
+            continue
+        v = n.output[0]
+        r = readers(v)
+        if len(r) == 1 and r[0].op_type == "Add" and any(i in inits for i in r[0].input):
+            v = r[0].output[0]
+        r = readers(v)
+        if v != outp.name and not (len(r) == 1 and r[0].op_type == "Relu") and v not in ends:
+            ends.append(v)
+    relus += ends
     # Ranges of the observed activations: the float model on the whole training split.
     probe = onnx.ModelProto()
     probe.CopyFrom(m)
@@ -63,12 +87,11 @@ def main():
     pair(inp.name, rename[inp.name], *act_params(*ranges[inp.name]), inp.name)
     for n in g.node:
         ins = [rename.get(i, i) for i in n.input]
-        if n.op_type in ("MatMul", "Gemm"):
-            for k, i in enumerate(n.input[:2]):
-                if i in inits and inits[i].dtype == np.float32:
-                    scale = np.float32(max(float(np.abs(inits[i]).max()), 1e-8) / 127.0)
-                    pair(i, f"{i}.dq", scale, 0, i)
-                    ins[k] = f"{i}.dq"
+        for k in weight_slots(n):
+            i = n.input[k]
+            scale = np.float32(max(float(np.abs(inits[i]).max()), 1e-8) / 127.0)
+            pair(i, f"{i}.dq", scale, 0, i)
+            ins[k] = f"{i}.dq"
         outs = list(n.output)
         if outp.name in outs:
             outs[outs.index(outp.name)] = f"{outp.name}.float"

@@ -32,9 +32,12 @@ the int8 targets (--target cortex-m*, verilog) with those scales, without --cali
 --qat prepares a float ONNX model for that itself: rlxc inserts the pairs where the int8 targets read them — on the \
 graph input and output and on every Relu output (int8, asymmetric, per tensor, over the range [min(0, lo), max(0, hi)] \
 the reference interpreter observes running the float model on the training split), and on every f32 initializer \
-weight of a MatMul or Gemm (int8, symmetric, per tensor: scale max|w| / 127) — prints each pair's scale and zero \
-point, checks that the int8 targets can map the result (else names the node they cannot), and trains it; --onnx \
-then writes the model with its pairs. A model that already has QuantizeLinear nodes is trained under its own pairs.";
+weight of a MatMul, Gemm or Conv (int8, symmetric, per tensor: scale max|w| / 127; a Conv bias stays float) — prints \
+each pair's scale and zero point, checks that the int8 targets can map the result (else names the node they cannot), \
+and trains it; --onnx then writes the model with its pairs. MaxPool, Reshape and Flatten after a Relu keep its pair; \
+a layer output that no Relu follows (Conv -> MaxPool -> Relu) and that is no graph output gets a pair of its own. \
+A BatchNormalization is refused (fold it into the Conv before it first). A model that already has QuantizeLinear \
+nodes is trained under its own pairs.";
 
 #[derive(clap::Args, Debug)]
 pub struct TrainCmdArgs {
@@ -151,7 +154,7 @@ pub fn main(a: &TrainCmdArgs) -> Result<(), Failure> {
                 qat_bytes = Some(bytes);
             }
         }
-        rlxc::pipeline::quantize_qdq_mir(&mir).map_err(|f| Failure::model(format!("--qat: the int8 targets (cortex-m*, verilog) cannot run this model (each MatMul / Gemm layer must end in a Relu or a graph output, where rlxc puts the pairs): {}", f.msg)))?;
+        rlxc::pipeline::quantize_qdq_mir(&mir).map_err(|f| Failure::model(format!("--qat: the int8 targets (cortex-m*, verilog) cannot run this model (rlxc puts the pairs on layer weights, after each layer or its Relu, and on the graph's input and output): {}", f.msg)))?;
     }
     if opts.learn_scales && !mir.nodes.iter().any(|n| matches!(n.op, rlx_ir::MirOp::Quantize { .. } | rlx_ir::MirOp::FakeQuantize { .. })) {
         return Err(Failure::usage("--learn-scales trains the scales of QuantizeLinear -> DequantizeLinear pairs, and the model has none: add --qat"));

@@ -5,10 +5,20 @@
 //! - each graph input (f32) and each f32 graph output: int8, asymmetric over [min(0, lo), max(0, hi)]
 //!   of the values observed when the reference interpreter runs the float model on the training split
 //!   (scale (hi − lo) / 255, zero point round(−128 − lo / scale));
-//! - every MatMul / Gemm weight that is an f32 initializer (its first two inputs): int8, symmetric,
-//!   scale max|w| / 127, zero point 0 — the weight stays a float initializer under QuantizeLinear, so
-//!   training updates it and `--onnx` writes it back in place;
-//! - every Relu output (not a graph output): int8, asymmetric over its observed range.
+//! - every MatMul / Gemm weight that is an f32 initializer (its first two inputs) and every Conv
+//!   weight that is one (its second input; the bias stays float, the int8 targets round it to
+//!   s_x·s_w): int8, symmetric, per tensor, scale max|w| / 127, zero point 0 — the weight stays a float
+//!   initializer under QuantizeLinear, so training updates it and `--onnx` writes it back in place;
+//! - every Relu output (not a graph output): int8, asymmetric over its observed range. What follows a
+//!   Relu and is exact on int8 (MaxPool, Reshape, Flatten, Transpose) reads the dequantized value and
+//!   needs no pair of its own (`rlx_opt::quantize_qdq` keeps the Relu's parameters through it);
+//! - every layer output that no Relu follows and that is no graph output (a MatMul / Gemm / Conv with
+//!   a paired weight, after its bias Add if one with an initializer follows: Conv -> MaxPool -> Relu):
+//!   int8, asymmetric over its observed range, as the int8 layer must end in a requantization.
+//!
+//! A BatchNormalization is refused, naming the node: the int8 targets fold it into the convolution
+//! before it (`rlx_opt::fold_conv_affine`), which a convolution whose weight is already quantized
+//! cannot take, so the model must come with it folded into the Conv's weight and bias.
 //!
 //! A pair for tensor `T` is named `T/quantize`, `T/dequantize` with initializers `T.scale`,
 //! `T.zero_point` and the dequantized value `T.dq` (a graph output's producer writes `T.float`).
@@ -27,6 +37,8 @@ pub enum Role {
     Input,
     Weight,
     Relu,
+    /// A layer's output that no Relu follows (nor is it a graph output).
+    Layer,
     Output,
 }
 
@@ -82,18 +94,49 @@ pub fn prepare(path: &Path, dims: &BTreeMap<String, u64>, float: &Mir, train_x: 
     let inputs: Vec<&str> = g.input.iter().map(|v| v.name.as_str()).filter(|n| !inits.contains_key(n) && f32_port(n)).collect();
     let outputs: HashSet<&str> = g.output.iter().map(|v| v.name.as_str()).filter(|n| f32_port(n)).collect();
     let relus: Vec<&str> = g.node.iter().filter(|n| n.op_type == "Relu").flat_map(|n| n.output.iter().map(String::as_str)).filter(|r| !outputs.contains(r)).collect();
+    if let Some(bn) = g.node.iter().find(|n| n.op_type == "BatchNormalization") {
+        let after = g.node.iter().find(|c| c.op_type == "Conv" && bn.input.first().is_some_and(|x| c.output.contains(x))).map(|c| format!(" after Conv '{}'", c.name)).unwrap_or_default();
+        return Err(Failure::model(format!(
+            "--qat: {} has a BatchNormalization (node '{}'){after}: fold it into the convolution's weight and bias first (w·γ/√(var+ε), (b − mean)·γ/√(var+ε) + β); the int8 targets fold it only into a float convolution, and under --qat the Conv weight is quantized",
+            path.display(),
+            bn.name
+        )));
+    }
+    // A weight input: MatMul / Gemm inputs 0 and 1, Conv input 1, when it is an f32 initializer.
     fn weight<'a>(inits: &HashMap<&str, &TensorProto>, n: &'a NodeProto, k: usize) -> Option<&'a str> {
         let w = n.input.get(k)?.as_str();
-        (matches!(n.op_type.as_str(), "MatMul" | "Gemm") && inits.get(w).is_some_and(|t| t.data_type == 1)).then_some(w)
+        let slot = match n.op_type.as_str() {
+            "MatMul" | "Gemm" => k < 2,
+            "Conv" => k == 1,
+            _ => false,
+        };
+        (slot && inits.get(w).is_some_and(|t| t.data_type == 1)).then_some(w)
     }
     let weight = |n, k| weight(&inits, n, k);
     if !g.node.iter().any(|n| (0..2).any(|k| weight(n, k).is_some())) {
         return Err(Failure::model(format!(
-            "--qat: {} has nothing to quantize: no MatMul or Gemm reads an f32 initializer weight (rlxc inserts pairs on those weights, on Relu outputs and on the graph's input and output)",
+            "--qat: {} has nothing to quantize: no MatMul, Gemm or Conv reads an f32 initializer weight (rlxc inserts pairs on those weights, on Relu outputs and on the graph's input and output)",
             path.display()
         )));
     }
-    let ranges = observe(&m, base, dims, &relus, train_x)?;
+    // Layer ends that no Relu follows: a layer's output (after its bias Add, if one with an
+    // initializer follows) that is no graph output and not read by a Relu alone (Conv -> MaxPool -> Relu).
+    let readers = |t: &str| g.node.iter().filter(|c| c.input.iter().any(|i| i == t)).collect::<Vec<_>>();
+    let mut ends: Vec<&str> = Vec::new();
+    for n in g.node.iter().filter(|n| (0..2).any(|k| weight(n, k).is_some())) {
+        let Some(mut v) = n.output.first().map(String::as_str) else { continue };
+        if let [add] = readers(v)[..] {
+            if add.op_type == "Add" && add.input.iter().any(|i| inits.contains_key(i.as_str())) {
+                v = add.output[0].as_str();
+            }
+        }
+        let by_relu = matches!(readers(v)[..], [r] if r.op_type == "Relu");
+        if !outputs.contains(v) && !by_relu && !ends.contains(&v) {
+            ends.push(v);
+        }
+    }
+    let probed: Vec<&str> = relus.iter().chain(&ends).copied().collect();
+    let ranges = observe(&m, base, dims, &probed, train_x)?;
     let x_range = {
         let v = train_x.to_f64_vec();
         v.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &x| (lo.min(x), hi.max(x)))
@@ -154,10 +197,11 @@ pub fn prepare(path: &Path, dims: &BTreeMap<String, u64>, float: &Mir, train_x: 
             if outputs.contains(o.as_str()) {
                 let (lo, hi) = ranges[o.as_str()];
                 pair(&format!("{o}.float"), o, o, Role::Output, act_params(lo, hi), &mut nodes)?;
-            } else if relus.contains(&o.as_str()) {
+            } else if relus.contains(&o.as_str()) || ends.contains(&o.as_str()) {
                 rename.insert(o.clone(), format!("{o}.dq"));
                 let (lo, hi) = range(o);
-                pair(o, &format!("{o}.dq"), o, Role::Relu, act_params(lo, hi), &mut nodes)?;
+                let role = if relus.contains(&o.as_str()) { Role::Relu } else { Role::Layer };
+                pair(o, &format!("{o}.dq"), o, role, act_params(lo, hi), &mut nodes)?;
             }
         }
     }
