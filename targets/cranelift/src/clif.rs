@@ -726,6 +726,7 @@ impl<'a, 'b> W<'a, 'b> {
                     let v = self.expr(value);
                     self.b.ins().store(MemFlagsData::trusted(), v, a, 0);
                 }
+                Stmt::Comm { op, .. } => self.fail(format!("{} (a sharded model's collective) is compiled by the LLVM back end only", op.name())),
                 Stmt::If { cond, body } => {
                     let c = self.cond(cond);
                     let (then, end) = (self.b.create_block(), self.b.create_block());

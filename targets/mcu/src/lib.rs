@@ -623,6 +623,7 @@ impl W {
                     };
                     let _ = writeln!(out, "{pad}b{buf}[{}] = {v};", self.expr(index)?);
                 }
+                Stmt::Comm { op, .. } => return Err(format!("{} (a sharded model's collective) is not supported on MCU targets", op.name())),
                 Stmt::If { cond, body } => {
                     let _ = writeln!(out, "{pad}if ({}) {{", self.expr(cond)?);
                     self.stmts(body, depth + 1, out)?;

@@ -519,6 +519,7 @@ impl W<'_> {
                         }
                     }
                 }
+                Stmt::Comm { op, .. } => return Err(format!("{} (a sharded model's collective) is not supported on MCU targets", op.name())),
                 Stmt::If { cond, body } => {
                     let c = self.cond(cond)?;
                     let _ = writeln!(out, "{pad}if {c} {{");

@@ -599,6 +599,7 @@ impl W<'_> {
                     let w = self.word(*buf, &i)?;
                     self.line(depth, &format!("{w} = {sv};"));
                 }
+                Stmt::Comm { op, .. } => return Err(format!("{} (a sharded model's collective) is not supported by the shader writers", op.name())),
                 Stmt::If { cond, body } => {
                     let c = self.cond(cond)?;
                     self.line(depth, &format!("if ({c}) {{"));
@@ -628,6 +629,7 @@ pub fn casts_to_i64(s: &[Stmt]) -> bool {
         Stmt::Decl { init: e, .. } | Stmt::Assign { value: e, .. } => ex(e),
         Stmt::Store { index, value, .. } => ex(index) || ex(value),
         Stmt::If { cond, body } => ex(cond) || casts_to_i64(body),
+        Stmt::Comm { .. } => false,
     })
 }
 

@@ -50,6 +50,7 @@ pub fn collect(s: &[Stmt], declared: &mut BTreeSet<u32>, assigned: &mut BTreeSet
                 ex(cond, loads);
                 collect(body, declared, assigned, stores, loads);
             }
+            Stmt::Comm { .. } => {}
         }
     }
 }
@@ -92,6 +93,9 @@ pub fn buffers_of(s: &[Stmt], stores: bool) -> BTreeSet<u32> {
                 Stmt::If { cond, body } => {
                     ex(cond, out, !stores);
                     st(body, out, stores);
+                }
+                Stmt::Comm { send, recv, .. } => {
+                    out.extend(if stores { Some(*recv) } else { *send });
                 }
             }
         }

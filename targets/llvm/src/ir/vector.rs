@@ -486,6 +486,7 @@ impl<'a> Writer<'a> {
                     self.line(&format!("br label %{cond}"));
                     self.out.push_str(&format!("{end}:\n"));
                 }
+                Stmt::Comm { .. } => unreachable!("vectorizable() refuses a loop holding a collective"),
                 Stmt::If { cond, body } => {
                     assert!(!mentions(cond, var) && !self.mentions_vvar(cond), "vector loop with a varying condition");
                     let c = self.cond(cond);
@@ -530,6 +531,7 @@ pub(super) fn vectorizable(body: &[Stmt], var: Var, inner_decls: &mut Vec<Var>) 
                     return false;
                 }
             }
+            Stmt::Comm { .. } => return false,
         }
     }
     true
