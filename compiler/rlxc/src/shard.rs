@@ -106,12 +106,21 @@ pub fn run_mpi(
     if size != n {
         return Err(Failure::usage(format!("--shard {}={n} needs {n} MPI processes (mpirun -np {n}); started with {size}", s.shard.kind())));
     }
-    let mut sess = crate::targets::load(target, &s.ranks[rank], req, tm)?;
-    sess.set_comm(comm.as_comm() as *const std::ffi::c_void)?;
-    let mut outs = sess.run(&[rank_inputs(s, rank, inputs)])?;
-    drop(sess);
+    let run = |tm: &mut crate::pipeline::Timings| -> Result<Vec<ConstData>, Failure> {
+        let mut sess = crate::targets::load(target, &s.ranks[rank], req, tm)?;
+        sess.set_comm(comm.as_comm() as *const std::ffi::c_void)?;
+        let mut outs = sess.run(&[rank_inputs(s, rank, inputs)])?;
+        outs.pop().ok_or_else(|| Failure::model("the executor returned no outputs"))
+    };
+    let mine = match run(tm) {
+        Ok(o) => o,
+        Err(f) => {
+            // The other ranks would wait for this one in their next collective: end the job.
+            eprintln!("error: rank {rank}: {}", f.msg);
+            comm.abort(i32::from(f.code))
+        }
+    };
     drop(universe);
-    let mine = outs.pop().ok_or_else(|| Failure::model("the executor returned no outputs"))?;
     let has: std::collections::BTreeSet<usize> = s.outputs[rank].iter().flatten().copied().collect();
     let first = (0..n).find(|&r| s.outputs[r].iter().flatten().count() >= n_outputs && s.outputs[r].iter().flatten().copied().collect::<std::collections::BTreeSet<_>>().len() == n_outputs);
     if has.len() == n_outputs && first == Some(rank) {

@@ -33,6 +33,11 @@ impl MpiComm {
     pub fn size(&self) -> i32 {
         self.world.size()
     }
+    /// Ends every process of the job (MPI_Abort) with exit `code`: what a rank that cannot go on does,
+    /// since its peers would otherwise wait in their next collective for ever.
+    pub fn abort(&self, code: i32) -> ! {
+        self.world.abort(code)
+    }
     /// Sets this communicator as the one the statically linked runtime's collectives use.
     pub fn install(&self) {
         // SAFETY: `self` outlives the artifacts' runs (the caller's contract on `MpiComm`).

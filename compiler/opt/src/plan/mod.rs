@@ -174,7 +174,7 @@ pub fn plan(g: &Mir, opts: &PlanOptions) -> Result<Lir, Vec<Problem>> {
                 break;
             }
         }
-        if !lowerable_kinds().contains(&n.op.kind()) {
+        if !lowerable_kinds().contains(&n.op.kind()) && !n.op.is_comm() {
             probs.push(Problem { node: Some(n.name.clone()), msg: format!("no kernel lowering for {}", n.op.kind()) });
         }
         if let Some(w) = n.op.block_weight_input().and_then(|i| n.inputs.get(i)) {
