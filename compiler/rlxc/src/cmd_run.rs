@@ -146,6 +146,9 @@ pub struct Model {
 pub fn main(a: &RunArgs) -> Result<(), Failure> {
     let t_start = Instant::now();
     if let ModelSource::Gguf(p) | ModelSource::HfLlm(p) = ModelSource::from_path(&a.model)? {
+        if let Some(s) = a.shard {
+            return Err(Failure::usage(format!("--shard {}={}: generating text with a sharded language model is not supported (rlxc check / compile --shard take its stateless graph, --dim sequence=N)", s.kind(), s.ranks())));
+        }
         return crate::cmd_llm::run(a, &p);
     }
     if let Some(flag) = crate::cmd_llm::llm_flag(a) {
