@@ -95,6 +95,7 @@ $(GEMMA_GGUF): $(LLM_STAMP)
 # vs llama.cpp's greedy ids (RLX_LLM_PROMPTS prompts, default 2; RLX_LLM_STEPS tokens, default 3) (slow; not in make test).
 test-llm: models
 	cargo test --release -p rlxc --test llm_gemma -- --ignored --nocapture
+	cargo test --release -p rlxc --test shard -- --ignored --nocapture
 
 build: toolchains
 	cargo build --release --workspace --all-targets

@@ -126,3 +126,33 @@ fn bad_shard_values_are_clear_errors() {
     let out = ok(rlxc().arg("check").arg(&m).args(["--dim", "batch=1", "--dim", "sequence=8", "--shard", "pp=2"]));
     assert!(out.contains("stage 1 starts here"), "{out}");
 }
+
+/// Gemma 3 270M (GGUF Q4_K_M, the stateless graph over 8 tokens): tp=2 splits every feed-forward layer
+/// (gate and up column-parallel in whole Q4_K rows, down row-parallel in whole 256-value blocks, one
+/// all-reduce each; attention stays whole: one KV head does not divide) and pp=2 cuts it in two; every
+/// rank on the interpreter against the unsharded interpreter's logits.
+#[test]
+#[ignore = "needs build/models/gemma-3-270m-q4_k_m.gguf (make models); run by make test-llm"]
+fn gemma_sharded_on_the_interpreter_matches_unsharded() {
+    let model = repo().join("build/models/gemma-3-270m-q4_k_m.gguf");
+    let src = rlxc::cli::ModelSource::from_path(&model).unwrap();
+    let dims = std::collections::BTreeMap::from([("sequence".to_string(), 8u64)]);
+    let mir = rlx_opt::lower(&src.import(&dims).unwrap()).unwrap();
+    let tokens = rlx_ir::ConstData::from_i64(vec![8], &[2, 818, 5279, 529, 7001, 563, 496, 2184]);
+    let positions = rlx_ir::ConstData::from_i64(vec![8], &[0, 1, 2, 3, 4, 5, 6, 7]);
+    let inputs = vec![tokens, positions];
+    let reference = rlx_interp::run(&mir, &inputs).unwrap();
+    for s in ["tp=2", "pp=2"] {
+        let sh = rlxc::shard::shard(&mir, rlxc::shard::parse(s).unwrap()).unwrap();
+        if s == "tp=2" {
+            let reduces = rlx_opt::shard::schedule(&sh.ranks[0]).len();
+            assert_eq!(reduces, 18, "one all-reduce per feed-forward layer");
+        }
+        let outs = rlxc::shard::run_interp(&sh, &inputs, mir.outputs.len()).unwrap();
+        let (a, b) = (&reference[0], &outs[0]);
+        assert_eq!(a.shape, b.shape);
+        let d = (0..a.numel()).map(|i| (a.get_f64(i) - b.get_f64(i)).abs()).fold(0.0, f64::max);
+        println!("Gemma 3 270M --shard {s} on the interpreter: max abs diff of the logits vs unsharded {d:.3e}");
+        assert!(d <= 1e-3, "{s}: {d}");
+    }
+}
