@@ -102,6 +102,8 @@ fn compile_writes_one_artifact_per_rank_and_the_schedule() {
         assert!(o.join(format!("rank{r}/minilm.o")).exists());
         let a: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(o.join(format!("rank{r}/minilm.json"))).unwrap()).unwrap();
         assert_eq!(a["shard"]["rank"], r);
+        let h = std::fs::read_to_string(o.join(format!("rank{r}/minilm.h"))).unwrap();
+        assert!(h.contains("#define minilm_ERR_COMM 10"), "{h}");
         let sched = m["ranks"][r]["schedule"].as_array().unwrap();
         // MiniLM's 6 layers: one all-reduce after attention and one after the feed-forward layer each.
         assert_eq!(sched.len(), 12, "{sched:?}");
