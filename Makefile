@@ -9,7 +9,8 @@ APT_PACKAGES := llvm-19 llvm-19-dev libpolly-19-dev libzstd-dev libz3-dev libxml
                 gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user protobuf-compiler \
                 gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm \
                 spirv-tools glslang-tools mesa-vulkan-drivers libvulkan1 vulkan-tools \
-                iverilog verilator yosys
+                iverilog verilator yosys \
+                openmpi-bin libopenmpi-dev libclang-dev
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 VENV := .venv
@@ -94,6 +95,7 @@ $(GEMMA_GGUF): $(LLM_STAMP)
 # vs llama.cpp's greedy ids (RLX_LLM_PROMPTS prompts, default 2; RLX_LLM_STEPS tokens, default 3) (slow; not in make test).
 test-llm: models
 	cargo test --release -p rlxc --test llm_gemma -- --ignored --nocapture
+	cargo test --release -p rlxc --test shard -- --ignored --nocapture
 
 build: toolchains
 	cargo build --release --workspace --all-targets

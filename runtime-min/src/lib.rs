@@ -22,6 +22,8 @@ extern crate std;
 
 #[cfg(feature = "std")]
 mod pool;
+/// The communicator of sharded artifacts' collectives (`rlx_rt_comm_set`, `rlx_rt_collective`).
+pub mod comm;
 
 /// The GPU schedule format both device executors read (`NAME.schedule.bin`).
 #[cfg(feature = "std")]
@@ -184,6 +186,8 @@ pub enum Error {
     NullState,
     /// Code 9: the state is not aligned to [`ARENA_ALIGN`] bytes.
     MisalignedState,
+    /// Code 10 (sharded artifacts): a collective failed, or no communicator was set (`rlx_rt_comm_set`).
+    Comm,
     /// The state has `got` bytes where the artifact needs `need` (`NAME_STATE_BYTES`).
     StateTooSmall { need: usize, got: usize },
     /// Input `index` has `got` bytes where its spec needs `expected`.
@@ -216,6 +220,7 @@ impl Error {
             7 => Error::NullWeights,
             8 => Error::NullState,
             9 => Error::MisalignedState,
+            10 => Error::Comm,
             other => Error::Unknown(other),
         })
     }
@@ -226,6 +231,7 @@ impl fmt::Display for Error {
         match *self {
             Error::NullArena => f.write_str("the arena pointer is NULL"),
             Error::NullState => f.write_str("the state pointer is NULL"),
+            Error::Comm => f.write_str("a collective failed, or no communicator was set (rlx_rt_comm_set)"),
             Error::MisalignedState => write!(f, "the state is not aligned to {ARENA_ALIGN} bytes"),
             Error::StateTooSmall { need, got } => write!(f, "the state has {got} bytes, the model needs {need}"),
             Error::NullInputs => f.write_str("the inputs array is NULL"),

@@ -71,6 +71,19 @@ G
 glslang() { glslangValidator "$W/k.comp"; }
 lavapipe() { vulkaninfo --summary 2>&1 | tee /dev/stderr | grep -qi 'llvmpipe'; }
 protoc_check() { protoc --version; }
+# OpenMPI (the sharded artifacts' tests: mpirun -np 2/4 on loopback, as root in a container) and the
+# libclang the mpi crate's bindgen step loads.
+openmpi() {
+    cat >"$W/mpi.c" <<'C'
+#include <mpi.h>
+#include <stdio.h>
+int main(int argc, char **argv) { int r, n; MPI_Init(&argc, &argv); MPI_Comm_rank(MPI_COMM_WORLD, &r); MPI_Comm_size(MPI_COMM_WORLD, &n);
+  int s = 0, one = 1; MPI_Allreduce(&one, &s, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD); if (r == 0) printf("rlxc doctor %d\n", 21 * s); MPI_Finalize(); return 0; }
+C
+    mpicc -O2 -o "$W/mpi" "$W/mpi.c" &&
+        OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 60 mpirun --oversubscribe -np 2 "$W/mpi" | grep -qx 'rlxc doctor 42'
+}
+libclang() { ls /usr/lib/llvm-*/lib/libclang.so* /usr/lib/x86_64-linux-gnu/libclang-*.so* 2>/dev/null | grep -q .; }
 venv() {
     "$PY" -c 'import numpy, onnx, onnxruntime as ort
 from onnx import helper, TensorProto
@@ -94,6 +107,8 @@ ptxas_check() {
 check "C compiler (host)" "apt-get install gcc" cc_host
 check "LLVM 19 (llvm-config-19, llc-19)" "apt-get install llvm-19 llvm-19-dev" llvm
 check "protoc" "apt-get install protobuf-compiler" protoc_check
+check "OpenMPI (mpicc, mpirun -np 2)" "apt-get install openmpi-bin libopenmpi-dev" openmpi
+check "libclang (bindgen for the mpi crate)" "apt-get install libclang-dev" libclang
 check "aarch64 static C program under qemu-aarch64" "apt-get install gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user" aarch64
 check "Cortex-M4 firmware under qemu-system-arm (semihosting)" "apt-get install gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm" cortex_m
 check "Icarus Verilog (iverilog + vvp)" "apt-get install iverilog" icarus

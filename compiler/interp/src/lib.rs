@@ -13,6 +13,7 @@ mod index;
 mod linalg;
 mod movement;
 mod quant;
+pub mod ranks;
 mod reduce;
 mod tensor;
 
@@ -89,8 +90,14 @@ pub(crate) fn resolve_dims(dims: &[Dim], syms: &BTreeMap<String, u64>) -> Result
         .collect()
 }
 
-/// Runs `g` on `inputs` (graph-input order) and returns the outputs (graph-output order).
+/// Runs `g` on `inputs` (graph-input order) and returns the outputs (graph-output order). A graph with
+/// collectives (one rank of a sharded model) runs with its peers through [`ranks::run_ranks`].
 pub fn run(g: &Mir, inputs: &[ConstData]) -> Result<Vec<ConstData>, InterpError> {
+    run_rank(g, inputs, None)
+}
+
+/// `run` with the communicator that collectives and transfers go through.
+fn run_rank(g: &Mir, inputs: &[ConstData], comm: Option<&ranks::Member>) -> Result<Vec<ConstData>, InterpError> {
     if inputs.len() != g.inputs.len() {
         return Err(InterpError::graph(format!("graph takes {} inputs, got {}", g.inputs.len(), inputs.len())));
     }
@@ -122,7 +129,11 @@ pub fn run(g: &Mir, inputs: &[ConstData]) -> Result<Vec<ConstData>, InterpError>
                 }
             }
         }
-        let outs = if let Some(w) = raw {
+        let outs = if node.op.is_comm() {
+            let comm = comm.ok_or_else(|| err("a collective needs the other ranks: run the sharded graphs together (rlx_interp::ranks::run_ranks)".into()))?;
+            let ins: Vec<&T> = node.inputs.iter().map(|i| slots[i.index()].as_ref().unwrap()).collect();
+            vec![comm.exchange(&node.op, ins.first().copied()).map_err(&err)?]
+        } else if let Some(w) = raw {
             let Def::Const(c) = &g.value(node.inputs[w]).def else {
                 return Err(err(format!("input {w} (the weights) must be a constant")));
             };
@@ -251,5 +262,8 @@ fn exec(op: &MirOp, ins: &[&T], syms: &BTreeMap<String, u64>) -> Result<Vec<T>, 
         MirOp::Dequantize { axis } => one(quant::dequantize(ins[0], ins[1], ins[2], *axis)),
         MirOp::WriteRows => one(index::write_rows(ins[0], ins[1], ins[2])),
         MirOp::DequantMatMul | MirOp::DequantGather => Err(format!("{}: weights must be a constant", op.kind())),
+        MirOp::AllReduce { .. } | MirOp::AllGather { .. } | MirOp::ReduceScatter { .. } | MirOp::Send { .. } | MirOp::Recv { .. } => {
+            Err(format!("{}: a collective is run by rlx_interp::ranks, with the other ranks", op.kind()))
+        }
     }
 }

@@ -22,6 +22,10 @@ pub const ERROR_CODES: &[(i32, &str, &str)] = &[
     (7, "NULL_WEIGHTS", "external weights were not set (call NAME_set_weights first)"),
 ];
 
+/// The further return code of a sharded artifact's `NAME_run` (one rank of a `--shard` compile): a
+/// collective or transfer through the communicator failed, or no communicator was passed in.
+pub const COMM_ERROR_CODES: &[(i32, &str, &str)] = &[(10, "COMM", "a collective failed or no communicator was set (rlx_rt_comm_set)")];
+
 /// The further return codes of a stateful model's `NAME_step` (listed only in stateful artifacts, so a
 /// stateless artifact's header and object are what they were before state existed).
 pub const STATE_ERROR_CODES: &[(i32, &str, &str)] = &[

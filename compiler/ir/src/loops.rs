@@ -143,6 +143,39 @@ pub enum Stmt {
     /// `inbounds`). Emitted by the block-quantized decode kernels, whose weight streams cross a 4 KiB
     /// page every few blocks, where the hardware prefetcher stops.
     Prefetch { buf: u32, index: Expr },
+    /// A call into the communicator the application passed to the runtime (`rlx_rt_collective`): the
+    /// whole of buffer `send` (`count` elements of `dtype`; none for a receive) goes out, buffer `recv`
+    /// is filled. Always the only statement of its kernel; a CPU writer calls it from the entry point
+    /// and returns the artifact's COMM error code when it fails.
+    Comm { op: CommOp, send: Option<u32>, recv: u32, count: i64, dtype: DType, peer: i64 },
+}
+
+/// What a [`Stmt::Comm`] asks of the communicator; the value is the `op` argument of
+/// `int rlx_rt_collective(int op, int dtype, int64_t count, const void *send, void *recv, int64_t peer)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CommOp {
+    /// recv = Σ over ranks of send (`count` elements).
+    AllReduce = 0,
+    /// recv = every rank's send, in rank order (`count` × ranks elements).
+    AllGather = 1,
+    /// recv = this rank's `count` elements of the sum over ranks of send (`count` × ranks elements).
+    ReduceScatter = 2,
+    /// send goes to rank `peer`; recv = a copy of send (the node's output is the value sent).
+    Send = 3,
+    /// recv = the `count` elements rank `peer` sends.
+    Recv = 4,
+}
+
+impl CommOp {
+    pub fn name(self) -> &'static str {
+        match self {
+            CommOp::AllReduce => "all_reduce",
+            CommOp::AllGather => "all_gather",
+            CommOp::ReduceScatter => "reduce_scatter",
+            CommOp::Send => "send",
+            CommOp::Recv => "recv",
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -387,6 +420,10 @@ fn fmt_stmts(s: &[Stmt], depth: usize, out: &mut String) {
                 let _ = write!(out, "{pad}prefetch b{buf}[");
                 fmt_expr(index, out);
                 out.push_str("]\n");
+            }
+            Stmt::Comm { op, send, recv, count, dtype, peer } => {
+                let send = send.map_or("-".to_string(), |b| format!("b{b}"));
+                let _ = writeln!(out, "{pad}comm.{}.{dtype}({send} -> b{recv}, count {count}, peer {peer})", op.name());
             }
             Stmt::If { cond, body } => {
                 let _ = write!(out, "{pad}if ");

@@ -165,6 +165,20 @@ pub enum MirOp {
     /// When the cache is a state input (`Graph::state`) the compiled kernel writes the n rows in
     /// place and copies nothing.
     WriteRows,
+    /// (x) → x summed elementwise over the `ranks` ranks of the communicator, in rank order (MPI_Allreduce,
+    /// MPI_SUM). The collectives and `send`/`recv` are written by the sharding pass (`rlx_opt::shard`);
+    /// the interpreter runs every rank of a sharded model at once (`rlx_interp::ranks`).
+    AllReduce { ranks: usize },
+    /// (x) → every rank's x joined along `axis`, in rank order (`ranks` of them).
+    AllGather { axis: usize, ranks: usize },
+    /// (x) → the elementwise sum over the `ranks` ranks cut into `ranks` equal parts along `axis`;
+    /// rank r keeps part r.
+    ReduceScatter { axis: usize, ranks: usize },
+    /// (x) → x, after sending it to rank `peer` (the output is the value sent: a pipeline stage's result).
+    Send { peer: usize },
+    /// () → the tensor of type `dtype[shape]` that rank `peer` sends (messages between two ranks
+    /// arrive in the order they were sent).
+    Recv { peer: usize, dtype: DType, shape: Vec<Dim> },
 }
 
 fn same_dtype(op: &str, a: &TensorType, b: &TensorType) -> Result<(), String> {
@@ -189,6 +203,11 @@ fn block_rows(op: &str, w: &TensorType) -> Result<(Dim, Dim), String> {
 }
 
 impl MirOp {
+    /// A collective or point-to-point transfer: run through the communicator, never folded.
+    pub fn is_comm(&self) -> bool {
+        matches!(self, MirOp::AllReduce { .. } | MirOp::AllGather { .. } | MirOp::ReduceScatter { .. } | MirOp::Send { .. } | MirOp::Recv { .. })
+    }
+
     /// The input that these ops read as raw (possibly block-quantized) constant bytes, if any.
     pub fn block_weight_input(&self) -> Option<usize> {
         match self {
@@ -275,6 +294,11 @@ impl OpSet for MirOp {
             MirOp::DequantMatMul => "dequant_matmul",
             MirOp::DequantGather => "dequant_gather",
             MirOp::WriteRows => "write_rows",
+            MirOp::AllReduce { .. } => "all_reduce",
+            MirOp::AllGather { .. } => "all_gather",
+            MirOp::ReduceScatter { .. } => "reduce_scatter",
+            MirOp::Send { .. } => "send",
+            MirOp::Recv { .. } => "recv",
         }
     }
 
@@ -286,12 +310,21 @@ impl OpSet for MirOp {
             MirOp::Quantize { .. } | MirOp::Dequantize { .. } | MirOp::FakeQuantize { .. } => (3, 3),
             MirOp::Concat { .. } => (1, usize::MAX),
             MirOp::Conv { .. } | MirOp::ConvTranspose { .. } => (2, 3),
+            MirOp::Recv { .. } => (0, 0),
             _ => (1, 1),
         }
     }
 
     fn infer(&self, ins: &[&TensorType]) -> Result<Vec<TensorType>, String> {
-        let x = ins[0];
+        if let MirOp::Recv { dtype, shape, .. } = self {
+            if dtype.is_quantized_block() {
+                return Err(format!("recv: block-quantized dtype {dtype}"));
+            }
+            return Ok(vec![TensorType::new(*dtype, Shape(shape.clone()))]);
+        }
+        let Some(&x) = ins.first() else {
+            return Err(format!("{}: takes an input", self.kind()));
+        };
         let one = |dtype: DType, shape: Shape| Ok(vec![TensorType::new(dtype, shape)]);
         match self {
             MirOp::Unary(u) => {
@@ -709,6 +742,32 @@ impl OpSet for MirOp {
                 }
                 Ok(vec![x.clone()])
             }
+            MirOp::AllReduce { ranks } | MirOp::AllGather { ranks, .. } | MirOp::ReduceScatter { ranks, .. } if *ranks == 0 => {
+                Err(format!("{}: ranks must be at least 1", self.kind()))
+            }
+            MirOp::AllReduce { .. } | MirOp::Send { .. } => {
+                if x.dtype.is_quantized_block() {
+                    return Err(format!("{}: block-quantized input", self.kind()));
+                }
+                Ok(vec![x.clone()])
+            }
+            MirOp::AllGather { axis, ranks } | MirOp::ReduceScatter { axis, ranks } => {
+                check_axis(*axis, x.shape.rank())?;
+                let d = fixed(&x.shape.0[*axis], self.kind())?;
+                let gather = matches!(self, MirOp::AllGather { .. });
+                let n = *ranks as u64;
+                let e = if gather {
+                    d.checked_mul(n).ok_or_else(|| format!("all_gather: {d} x {n} overflows"))?
+                } else if d % n != 0 {
+                    return Err(format!("reduce_scatter: axis {axis} of {} is not divisible by {n} ranks", x.shape));
+                } else {
+                    d / n
+                };
+                let mut s = x.shape.0.clone();
+                s[*axis] = Dim::Fixed(e);
+                one(x.dtype, Shape(s))
+            }
+            MirOp::Recv { .. } => unreachable!("handled above"),
         }
     }
 
@@ -770,6 +829,12 @@ impl OpSet for MirOp {
                 vec![("axis", Attr::Int(*axis as i64)), ("k", Attr::Int(*k as i64)), ("largest", Attr::Bool(*largest))]
             }
             MirOp::Quantize { axis } | MirOp::Dequantize { axis } | MirOp::FakeQuantize { axis } => vec![("axis", Attr::Int(*axis as i64))],
+            MirOp::AllReduce { ranks } => vec![("ranks", Attr::Int(*ranks as i64))],
+            MirOp::AllGather { axis, ranks } | MirOp::ReduceScatter { axis, ranks } => {
+                vec![("axis", Attr::Int(*axis as i64)), ("ranks", Attr::Int(*ranks as i64))]
+            }
+            MirOp::Send { peer } => vec![("peer", Attr::Int(*peer as i64))],
+            MirOp::Recv { peer, dtype, shape } => vec![("peer", Attr::Int(*peer as i64)), ("dtype", Attr::DType(*dtype)), ("shape", dims_attr(shape))],
         }
     }
 
@@ -837,6 +902,11 @@ impl OpSet for MirOp {
             "dequant_matmul" => MirOp::DequantMatMul,
             "dequant_gather" => MirOp::DequantGather,
             "write_rows" => MirOp::WriteRows,
+            "all_reduce" => MirOp::AllReduce { ranks: a.usize("ranks")? },
+            "all_gather" => MirOp::AllGather { axis: a.usize("axis")?, ranks: a.usize("ranks")? },
+            "reduce_scatter" => MirOp::ReduceScatter { axis: a.usize("axis")?, ranks: a.usize("ranks")? },
+            "send" => MirOp::Send { peer: a.usize("peer")? },
+            "recv" => MirOp::Recv { peer: a.usize("peer")?, dtype: a.dtype("dtype")?, shape: a.dims("shape")? },
             _ => return Err(format!("unknown MIR op '{kind}'")),
         })
     }
@@ -874,7 +944,8 @@ pub fn all_mir_kinds() -> Vec<&'static str> {
         "where", "cast", "matmul", "reduce_sum", "reduce_prod", "reduce_max", "reduce_min", "reduce_mean", "argmax", "argmin",
         "reshape", "transpose", "expand", "slice", "concat", "gather", "gather_elements", "gather_nd", "scatter_elements",
         "scatter_nd", "pad", "conv", "conv_transpose", "max_pool", "avg_pool", "cumsum", "topk", "quantize", "dequantize",
-        "fake_quantize", "dequant_matmul", "dequant_gather", "write_rows",
+        "fake_quantize", "dequant_matmul", "dequant_gather", "write_rows", "all_reduce", "all_gather", "reduce_scatter",
+        "send", "recv",
     ]);
     v
 }

@@ -79,7 +79,8 @@ pub fn report(g: &Mir, caps: &TargetCaps) -> DispatchReport {
     let mut entries = Vec::with_capacity(g.nodes.len());
     for n in &g.nodes {
         let kind = n.op.kind();
-        let dtype = n.inputs.first().map(|&i| g.ty(i).dtype).unwrap_or(DType::F32);
+        // (A `recv` has no input: its claim is checked for what it receives.)
+        let dtype = n.inputs.first().or(n.outputs.first()).map(|&i| g.ty(i).dtype).unwrap_or(DType::F32);
         let input_shapes = n.inputs.iter().map(|&i| g.ty(i).to_string()).collect();
         let cast_to = match n.op {
             MirOp::Cast { to } if !caps.claims(kind, to) => Some(to),

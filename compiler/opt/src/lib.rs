@@ -25,6 +25,8 @@ pub use qdq::{is_qdq, quantize_qdq};
 pub mod autodiff;
 pub use autodiff::{grad, grad_with_loss, hvp, jvp, vjp, AdError};
 pub mod train;
+pub mod shard;
+pub use shard::{shard, Shard, Sharded};
 pub mod vmap;
 pub use vmap::vmap;
 pub use train::{train_step, Loss, Optimizer, TrainOptions, TrainStep};

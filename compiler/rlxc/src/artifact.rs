@@ -43,6 +43,8 @@ pub struct ArtifactInfo {
     /// The state a stateful model keeps between calls (its KV cache); `None` for a stateless model,
     /// whose files are exactly what they were before state existed.
     pub state: Option<StateInfo>,
+    /// A rank of a sharded model: its `NAME_run` calls the communicator and may return code 10.
+    pub comm: bool,
 }
 
 /// A stateful model's state region: its size and its tensors at their byte offsets.
@@ -288,7 +290,8 @@ pub fn c_header(a: &ArtifactInfo) -> String {
 
     let _ = writeln!(h, "/* Return codes of {n}_{entry}. */");
     let state_codes = if st.is_some() { rlx_ir::lir::STATE_ERROR_CODES } else { &[] };
-    for &(code, suffix, meaning) in ERROR_CODES.iter().chain(state_codes) {
+    let comm_codes = if a.comm { rlx_ir::lir::COMM_ERROR_CODES } else { &[] };
+    for &(code, suffix, meaning) in ERROR_CODES.iter().chain(state_codes).chain(comm_codes) {
         let macro_name = if code == 0 { format!("{n}_OK") } else { format!("{n}_ERR_{suffix}") };
         let _ = writeln!(h, "#define {macro_name} {code} /* {} */", meaning.replace("NAME", n));
     }
@@ -635,6 +638,7 @@ mod tests {
             rlxc_version: "0.1.0".into(),
             model_file: "weird */ name\n.onnx".into(),
             state: None,
+            comm: false,
             link_line: "my_model.o librlx_rt.a -lpthread -lm -ldl -lc".into(),
         }
     }

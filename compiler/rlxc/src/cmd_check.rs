@@ -27,6 +27,9 @@ pub struct CheckArgs {
     /// Fix a symbolic dim by name, e.g. --dim batch=1 (repeatable)
     #[arg(long = "dim", value_name = "NAME=N", value_parser = crate::parse_dim)]
     pub dims: Vec<(String, u64)>,
+    /// Shard the model first (tp=N or pp=N) and report, by node, what stays whole, then check every rank
+    #[arg(long, value_name = "tp=N|pp=N", value_parser = rlxc::shard::parse)]
+    pub shard: Option<rlxc::shard::Shard>,
 }
 
 pub fn main(a: &CheckArgs) -> Result<(), Failure> {
@@ -52,6 +55,9 @@ pub fn main(a: &CheckArgs) -> Result<(), Failure> {
         }
     };
     let mir = crate::lower(&hir, src.path())?;
+    if let Some(s) = a.shard {
+        return check_sharded(a, &mir, s);
+    }
     let report = rlx_opt::legalize::report(&mir, &a.target.caps());
     if a.json {
         print_json(&to_json(&a.model, a.target, &report));
@@ -135,4 +141,26 @@ fn to_json(model: &std::path::Path, target: Target, r: &DispatchReport) -> serde
         "summary": counts,
         "entries": entries,
     })
+}
+
+/// `rlxc check --shard`: the notes of the sharding pass (what stays whole, by node; the pipeline's
+/// stages), each rank's collectives, and each rank's graph checked against the target.
+fn check_sharded(a: &CheckArgs, mir: &rlx_ir::Mir, s: rlxc::shard::Shard) -> Result<(), Failure> {
+    let sh = rlxc::shard::shard(mir, s)?;
+    println!("--shard {}={}: {} ranks", s.kind(), s.ranks(), sh.ranks.len());
+    for n in &sh.notes {
+        println!("  node '{}' ({}): {}", n.node, n.op, n.msg);
+    }
+    let mut bad = Vec::new();
+    for (r, g) in sh.ranks.iter().enumerate() {
+        let steps = rlx_opt::shard::schedule(g);
+        println!("rank {r}: {} nodes, {} collective(s): {}", g.nodes.len(), steps.len(), steps.iter().map(|c| c.op).collect::<Vec<_>>().join(" "));
+        let report = rlx_opt::legalize::report(g, &a.target.caps());
+        bad.extend(report.unsupported().map(|e| format!("rank {r}: node '{}': {} {}: {}", e.node, e.op, e.dtype, e.note)));
+    }
+    if bad.is_empty() {
+        Ok(())
+    } else {
+        Err(Failure::model(crate::problem_list(&format!("{} node(s) are unsupported on target '{}'", bad.len(), a.target.name()), &bad)))
+    }
 }

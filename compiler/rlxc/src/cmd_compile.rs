@@ -132,6 +132,11 @@ pub struct CompileArgs {
     /// operands rounded to tf32, bf16 or fp16 and f32 accumulation (docs/targets.md states the tolerances)
     #[arg(long, value_enum, value_name = "P")]
     pub precision: Option<rlxc::cli::Precision>,
+    /// Shard the model over ranks: tp=N (tensor parallel: attention heads and feed-forward matmuls split,
+    /// one all-reduce per block) or pp=N (N pipeline stages of equal FLOPs). Writes DIR/rank0 … DIR/rankN-1
+    /// (one artifact each) and DIR/NAME.shard.json (world size, each rank's ports and collective schedule)
+    #[arg(long, value_name = "tp=N|pp=N", value_parser = rlxc::shard::parse)]
+    pub shard: Option<rlxc::shard::Shard>,
     #[command(flatten)]
     pub train: crate::cmd_train_step::TrainArgs,
 }
@@ -184,6 +189,12 @@ pub fn main(a: &CompileArgs) -> Result<(), Failure> {
     if a.train.train && (a.calibrate.is_some() || matches!(targets::family(a.target).quantization(a.target), targets::Quantization::Required(_))) {
         return Err(Failure::usage("--train compiles a float training step: it does not combine with int8 quantization (--calibrate, --target verilog)"));
     }
+    if let Some(s) = a.shard {
+        if a.train.train {
+            return Err(Failure::usage("--shard does not combine with --train"));
+        }
+        return compile_sharded(a, &mir, s, &req, &name, tm, total);
+    }
     let step = tm.time("train step", || a.train.step(&mir))?;
     let art = targets::compile(a.target, &mir, &req, &mut tm)?;
     let (files, manifest) = art.files(&name, &a.model)?;
@@ -215,6 +226,33 @@ pub fn main(a: &CompileArgs) -> Result<(), Failure> {
             println!("  {n:<16} {:>9.3} ms", d.as_secs_f64() * 1e3);
         }
         println!("  {:<16} {:>9.3} ms", "total", total.elapsed().as_secs_f64() * 1e3);
+    }
+    Ok(())
+}
+
+/// `--shard`: one artifact per rank in DIR/rankR, and DIR/NAME.shard.json.
+fn compile_sharded(a: &CompileArgs, mir: &rlx_ir::Mir, s: rlxc::shard::Shard, req: &Request, name: &str, mut tm: Timings, total: Instant) -> Result<(), Failure> {
+    let sh = tm.time("shard", || rlxc::shard::shard(mir, s))?;
+    let names = |vs: &[rlx_ir::ValueId]| vs.iter().map(|&v| mir.value(v).name.clone().unwrap_or_default()).collect::<Vec<_>>();
+    let mut arts = Vec::new();
+    for (r, g) in sh.ranks.iter().enumerate() {
+        let art = targets::compile(a.target, g, req, &mut tm)?;
+        let (files, mut manifest) = art.files(name, &a.model)?;
+        manifest["shard"] = serde_json::json!({"kind": s.kind(), "rank": r, "world_size": sh.ranks.len(), "manifest": format!("../{name}.shard.json")});
+        arts.push((files, manifest, art.summary()));
+    }
+    let mut written = Vec::new();
+    for (r, (files, manifest, _)) in arts.into_iter().enumerate() {
+        written.extend(tm.time("write", || targets::write::write_artifact(&a.out.join(format!("rank{r}")), name, files, &manifest))?);
+    }
+    let top = rlxc::shard::manifest(&sh, name, &names(&mir.inputs), &names(&mir.outputs));
+    written.extend(targets::write::write_artifact(&a.out, &format!("{name}.shard"), Vec::new(), &top)?);
+    for n in &sh.notes {
+        println!("note: node '{}' ({}): {}", n.node, n.op, n.msg);
+    }
+    println!("compiled {} as {} ranks ({}={}) for {}, in {:.2?}", a.model.display(), sh.ranks.len(), s.kind(), s.ranks(), a.target.name(), total.elapsed());
+    for f in written {
+        println!("  {}", f.display());
     }
     Ok(())
 }

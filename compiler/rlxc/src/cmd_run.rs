@@ -79,6 +79,11 @@ pub struct RunArgs {
     /// GGUF language models: also print the prompt's and the generated token ids (stderr)
     #[arg(long)]
     pub show_ids: bool,
+    /// Run the model sharded (tp=N or pp=N): with --target interp every rank in this process (the
+    /// oracle); with --target host one rank per process under `mpirun -np N`, over MPI_COMM_WORLD
+    /// (the rank that computes every output writes them)
+    #[arg(long, value_name = "tp=N|pp=N", value_parser = rlxc::shard::parse)]
+    pub shard: Option<rlxc::shard::Shard>,
 }
 
 /// Where a model runs: the flags `rlxc run` and `rlxc bench` share.
@@ -141,12 +146,18 @@ pub struct Model {
 pub fn main(a: &RunArgs) -> Result<(), Failure> {
     let t_start = Instant::now();
     if let ModelSource::Gguf(p) | ModelSource::HfLlm(p) = ModelSource::from_path(&a.model)? {
+        if let Some(s) = a.shard {
+            return Err(Failure::usage(format!("--shard {}={}: generating text with a sharded language model is not supported (rlxc check / compile --shard take its stateless graph, --dim sequence=N)", s.kind(), s.ranks())));
+        }
         return crate::cmd_llm::run(a, &p);
     }
     if let Some(flag) = crate::cmd_llm::llm_flag(a) {
         return Err(Failure::usage(format!("{flag} is for language models (MODEL.gguf, or a Hugging Face folder with config.json and safetensors)")));
     }
     let mut m = load_model(&a.model, &a.inputs, &a.on.dims, false)?;
+    if let Some(s) = a.shard {
+        return run_sharded(a, &mut m, s, t_start);
+    }
     let req = a.on.request(&m);
     let mut sess = targets::load(a.on.target(), &m.mir, &req, &mut m.tm)?;
     let ins = targets::run::quantize_inputs(sess.as_ref(), std::mem::take(&mut m.inputs))?;
@@ -420,4 +431,33 @@ pub fn ms(d: Duration) -> String {
     } else {
         format!("{s:.2} s")
     }
+}
+
+/// `rlxc run --shard`: every rank on the interpreter, or this process's rank under mpirun.
+fn run_sharded(a: &RunArgs, m: &mut Model, s: rlxc::shard::Shard, t_start: Instant) -> Result<(), Failure> {
+    let sh = m.tm.time("shard", || rlxc::shard::shard(&m.mir, s))?;
+    let n_out = m.mir.outputs.len();
+    let target = a.on.target();
+    if target == Target::Interp {
+        let outs = phase("running (interp, every rank)", || rlxc::shard::run_interp(&sh, &m.inputs, n_out))?;
+        write_outputs(m, &outs, &a.out)?;
+        println!("ran {} ranks ({}={}) on interp ({}; total {})", sh.ranks.len(), s.kind(), s.ranks(), phases(&m.tm), ms(t_start.elapsed()));
+        return Ok(());
+    }
+    #[cfg(feature = "mpi")]
+    {
+        let req = a.on.request(m);
+        let mut tm = std::mem::take(&mut m.tm);
+        let (rank, outs) = rlxc::shard::run_mpi(&sh, target, &req, &m.inputs, n_out, &mut tm)?;
+        m.tm = tm;
+        if let Some(outs) = outs {
+            write_outputs(m, &outs, &a.out)?;
+            println!("rank {rank} of {} ({}={}) ran on {} and wrote the outputs ({}; total {})", sh.ranks.len(), s.kind(), s.ranks(), target.name(), phases(&m.tm), ms(t_start.elapsed()));
+        } else {
+            println!("rank {rank} of {} ({}={}) ran on {}", sh.ranks.len(), s.kind(), s.ranks(), target.name());
+        }
+        Ok(())
+    }
+    #[cfg(not(feature = "mpi"))]
+    Err(Failure::usage(format!("--shard on --target {}: this rlxc is built without the mpi feature (use --target interp)", target.name())))
 }

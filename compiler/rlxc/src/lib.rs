@@ -19,5 +19,6 @@ pub mod dims;
 pub mod llm;
 pub use rlx_import::npy;
 pub mod pipeline;
+pub mod shard;
 pub mod targets;
 pub mod train;

@@ -4,4 +4,5 @@
 //! A C link also needs the system libraries that Rust's std uses; print them with
 //! `cargo rustc --release -p rlx-rt-capi -- --print native-static-libs`.
 
+pub use rlx_rt::comm::{rlx_rt_collective, rlx_rt_comm_set};
 pub use rlx_rt::rlx_rt_parallel_for;

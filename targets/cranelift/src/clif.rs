@@ -728,6 +728,7 @@ impl<'a, 'b> W<'a, 'b> {
                 }
                 // A prefetch hint: Cranelift has no prefetch instruction; skipped.
                 Stmt::Prefetch { .. } => {}
+                Stmt::Comm { op, .. } => self.fail(format!("{} (a sharded model's collective) is compiled by the LLVM back end only", op.name())),
                 Stmt::If { cond, body } => {
                     let c = self.cond(cond);
                     let (then, end) = (self.b.create_block(), self.b.create_block());

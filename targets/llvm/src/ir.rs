@@ -11,7 +11,10 @@ use std::fmt::Write;
 mod math;
 mod vector;
 
-pub use rlx_ir::lir::{ERROR_CODES, STATE_ERROR_CODES};
+pub use rlx_ir::lir::{COMM_ERROR_CODES, ERROR_CODES, STATE_ERROR_CODES};
+
+/// `NAME_run`'s return code when a collective fails.
+const COMM_CODE: i32 = COMM_ERROR_CODES[0].0;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Ty {
@@ -563,6 +566,13 @@ impl<'a> Writer<'a> {
                     let sv = if d == DType::Bool { self.op(format!("zext i1 {v} to i8")) } else { v };
                     self.line(&format!("store {mt} {sv}, ptr {ptr}"));
                 }
+                Stmt::Comm { op, send, recv, count, dtype, peer } => {
+                    // Reached only by a GPU body (module_text calls a CPU kernel's collective itself).
+                    let s = send.map_or("null".to_string(), |b| self.params[b as usize].1.clone());
+                    let r = self.params[*recv as usize].1.clone();
+                    self.decls.insert(COMM_DECL.to_string());
+                    self.op(format!("call i32 @rlx_rt_collective(i32 {}, i32 {}, i64 {count}, ptr {s}, ptr {r}, i64 {peer})", *op as i32, comm_dtype(*dtype)));
+                }
                 Stmt::If { cond, body } => {
                     let c = self.cond(cond);
                     let (then, end) = (self.l("then"), self.l("endif"));
@@ -674,6 +684,23 @@ pub(crate) fn llvm_lit(v: f64, d: DType) -> String {
     lit(v, d)
 }
 
+/// `int rlx_rt_collective(int op, int dtype, int64_t count, const void *send, void *recv, int64_t peer)`:
+/// runtime-min's call into the communicator the application set (`rlx_rt_comm_set`).
+const COMM_DECL: &str = "declare i32 @rlx_rt_collective(i32, i32, i64, ptr, ptr, i64)";
+
+/// The runtime's dtype code (`rlx_rt::DType`: rlx-ir's order).
+fn comm_dtype(d: DType) -> i32 {
+    d as i32
+}
+
+/// The collective of a kernel that is one (`Stmt::Comm`, alone in its kernel).
+fn comm_of(k: &Kernel) -> Option<&Stmt> {
+    match k.body.as_slice() {
+        [s @ Stmt::Comm { .. }] => Some(s),
+        _ => None,
+    }
+}
+
 fn kernel_fn(k: &Kernel, fname: &str, decls: &mut BTreeSet<String>) -> String {
     let params: Vec<(DType, String)> = k.params.iter().enumerate().map(|(i, p)| (p.dtype, format!("%p{i}"))).collect();
     let split = matches!(k.body.as_slice(), [Stmt::For { kind: LoopKind::Parallel, .. }]);
@@ -697,7 +724,7 @@ pub fn module_text(lir: &Lir, name: &str, triple: &str, cpu: &str, features: &st
     // Launches whose kernels are identical up to their name (the same op on the same shapes, e.g. every
     // encoder layer's) share one function: buffers are bound through the context, not baked in.
     let (fn_of, unique) = rlx_ir::loops::dedup_kernels(lir.launches.iter().map(|l| &l.kernel));
-    for &li in &unique {
+    for &li in unique.iter().filter(|&&li| comm_of(&lir.launches[li].kernel).is_none()) {
         body.push_str(&kernel_fn(&lir.launches[li].kernel, &format!("{name}_k{}", fn_of[li]), &mut decls));
     }
     let mut m = String::new();
@@ -758,6 +785,7 @@ pub fn module_text(lir: &Lir, name: &str, triple: &str, cpu: &str, features: &st
         }
     }
     let mut uses_runtime = false;
+    let mut uses_comm = false;
     for (li, l) in lir.launches.iter().enumerate() {
         for (pi, &b) in l.bindings.iter().enumerate() {
             let buf = &lir.buffers[b as usize];
@@ -771,6 +799,14 @@ pub fn module_text(lir: &Lir, name: &str, triple: &str, cpu: &str, features: &st
                 Base::State => "%state".to_string(),
             };
             let _ = writeln!(e, "  %a{li}.{pi} = getelementptr inbounds i8, ptr {base}, i64 {}", buf.offset);
+        }
+        if let Some(Stmt::Comm { op, send, recv, count, dtype, peer }) = comm_of(&l.kernel) {
+            // A collective: called here, its status checked (the COMM error code).
+            let s = send.map_or("null".to_string(), |b| format!("%a{li}.{b}"));
+            let _ = writeln!(e, "  %comm{li} = call i32 @rlx_rt_collective(i32 {}, i32 {}, i64 {count}, ptr {s}, ptr %a{li}.{recv}, i64 {peer})", *op as i32, comm_dtype(*dtype));
+            fail(&mut e, format!("icmp ne i32 %comm{li}, 0"), COMM_CODE, &mut t);
+            uses_comm = true;
+            continue;
         }
         let np = l.bindings.len().max(1);
         let sp = split_of(&l.kernel);
@@ -794,7 +830,8 @@ pub fn module_text(lir: &Lir, name: &str, triple: &str, cpu: &str, features: &st
     }
     let _ = writeln!(e, "  ret i32 0");
     let state_codes = if stateful { STATE_ERROR_CODES } else { &[] };
-    for (code, _, _) in ERROR_CODES.iter().skip(1).chain(state_codes) {
+    let comm_codes = if uses_comm { COMM_ERROR_CODES } else { &[] };
+    for (code, _, _) in ERROR_CODES.iter().skip(1).chain(state_codes).chain(comm_codes) {
         let _ = writeln!(e, "fail{code}:\n  ret i32 {code}");
     }
     m.push_str(&e);
@@ -802,6 +839,9 @@ pub fn module_text(lir: &Lir, name: &str, triple: &str, cpu: &str, features: &st
     m.push_str(&body);
     if uses_runtime {
         decls.insert("declare void @rlx_rt_parallel_for(ptr, ptr, i64, i64)".to_string());
+    }
+    if uses_comm {
+        decls.insert(COMM_DECL.to_string());
     }
     for d in &decls {
         m.push_str(d);

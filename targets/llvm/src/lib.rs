@@ -79,7 +79,14 @@ pub const KINDS: &[&str] = rlx_ir::loops::LOWERED_KINDS;
 
 /// The claim set for `--target NAME` ([`rlx_ir::loops::lowered_caps`], the same for every CPU writer).
 pub fn caps(name: &str) -> TargetCaps {
+    // Collectives and transfers: calls into runtime-min's communicator (`rlx_rt_collective`).
+    let sums = [DType::F32, DType::F64, DType::I32, DType::I64];
     rlx_ir::loops::lowered_caps(name)
+        .with("all_reduce", &sums)
+        .with("all_gather", DTYPES)
+        .with("reduce_scatter", &sums)
+        .with("send", DTYPES)
+        .with("recv", DTYPES)
 }
 
 /// Options for one compile.

@@ -625,6 +625,7 @@ impl W {
                 }
                 // A prefetch hint: no effect on results; the C writer skips it.
                 Stmt::Prefetch { .. } => {}
+                Stmt::Comm { op, .. } => return Err(format!("{} (a sharded model's collective) is not supported on MCU targets", op.name())),
                 Stmt::If { cond, body } => {
                     let _ = writeln!(out, "{pad}if ({}) {{", self.expr(cond)?);
                     self.stmts(body, depth + 1, out)?;

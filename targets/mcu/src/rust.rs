@@ -521,6 +521,7 @@ impl W<'_> {
                 }
                 // A prefetch hint: no effect on results; the Rust writer skips it.
                 Stmt::Prefetch { .. } => {}
+                Stmt::Comm { op, .. } => return Err(format!("{} (a sharded model's collective) is not supported on MCU targets", op.name())),
                 Stmt::If { cond, body } => {
                     let c = self.cond(cond)?;
                     let _ = writeln!(out, "{pad}if {c} {{");

@@ -622,6 +622,7 @@ impl W<'_> {
                 }
                 // A prefetch hint: no effect on results; shaders skip it.
                 Stmt::Prefetch { .. } => {}
+                Stmt::Comm { op, .. } => return Err(format!("{} (a sharded model's collective) is not supported by the shader writers", op.name())),
                 Stmt::If { cond, body } => {
                     let c = self.cond(cond)?;
                     self.line(depth, &format!("if ({c}) {{"));
@@ -652,6 +653,7 @@ pub fn casts_to_i64(s: &[Stmt]) -> bool {
         Stmt::Store { index, value, .. } => ex(index) || ex(value),
         Stmt::If { cond, body } => ex(cond) || casts_to_i64(body),
         Stmt::Prefetch { .. } => false,
+        Stmt::Comm { .. } => false,
     })
 }
 

@@ -51,6 +51,7 @@ pub fn collect(s: &[Stmt], declared: &mut BTreeSet<u32>, assigned: &mut BTreeSet
                 collect(body, declared, assigned, stores, loads);
             }
             Stmt::Prefetch { index, .. } => ex(index, loads),
+            Stmt::Comm { .. } => {}
         }
     }
 }
@@ -95,6 +96,9 @@ pub fn buffers_of(s: &[Stmt], stores: bool) -> BTreeSet<u32> {
                     st(body, out, stores);
                 }
                 Stmt::Prefetch { index, .. } => ex(index, out, !stores),
+                Stmt::Comm { send, recv, .. } => {
+                    out.extend(if stores { Some(*recv) } else { *send });
+                }
             }
         }
     }

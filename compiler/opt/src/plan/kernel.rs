@@ -65,6 +65,9 @@ impl Planner<'_> {
         if root.op == MirOp::WriteRows {
             return self.write_rows(r);
         }
+        if root.op.is_comm() {
+            return self.comm_kernel(r);
+        }
         let out = root.outputs[0];
         let out_buf = self.buf_of[out.index()].expect("roots are materialized");
         let out_shape = self.shape(out);

@@ -28,6 +28,7 @@
 mod anchor;
 mod block_layout;
 mod blocks;
+mod comm;
 mod conv;
 mod conv_gemm;
 mod conv_transpose;
@@ -173,7 +174,7 @@ pub fn plan(g: &Mir, opts: &PlanOptions) -> Result<Lir, Vec<Problem>> {
                 break;
             }
         }
-        if !lowerable_kinds().contains(&n.op.kind()) {
+        if !lowerable_kinds().contains(&n.op.kind()) && !n.op.is_comm() {
             probs.push(Problem { node: Some(n.name.clone()), msg: format!("no kernel lowering for {}", n.op.kind()) });
         }
         if let Some(w) = n.op.block_weight_input().and_then(|i| n.inputs.get(i)) {
@@ -200,6 +201,9 @@ pub fn plan(g: &Mir, opts: &PlanOptions) -> Result<Lir, Vec<Problem>> {
     for n in &g.nodes {
         if n.op == rlx_ir::MirOp::WriteRows && !state_inputs.contains(&n.inputs[0]) {
             probs.push(Problem { node: Some(n.name.clone()), msg: "write_rows compiles only as the in-place update of a state input".to_string() });
+        }
+        if let Some(msg) = n.op.is_comm().then(|| comm::check(g, n)).flatten() {
+            probs.push(Problem { node: Some(n.name.clone()), msg });
         }
     }
     if !probs.is_empty() {

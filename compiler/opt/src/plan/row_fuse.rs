@@ -9,7 +9,8 @@ use std::collections::HashMap;
 /// value, keeping the axis.
 fn is_row_reduce(g: &Mir, n: NodeId) -> bool {
     let node = g.node(n);
-    let rank = g.ty(node.inputs[0]).shape.rank();
+    let Some(&x) = node.inputs.first() else { return false };
+    let rank = g.ty(x).shape.rank();
     matches!(&node.op, MirOp::Reduce { op, axes, keepdims: true }
         if axes[..] == [rank - 1] && matches!(op, ReduceOp::Sum | ReduceOp::Mean | ReduceOp::Max | ReduceOp::Min))
         && g.ty(node.outputs[0]).dtype.is_float()

@@ -173,6 +173,7 @@ impl Artifact for Compiled {
                 bytes: c.lir.state_bytes,
                 tensors: c.lir.state.iter().map(|s| (port(&s.port), s.offset)).collect(),
             }),
+            comm: c.lir.launches.iter().any(|l| matches!(l.kernel.body.as_slice(), [rlx_ir::loops::Stmt::Comm { .. }])),
         };
         let ports = |ps: &[artifact::PortInfo]| -> serde_json::Value {
             ps.iter().map(|p| serde_json::json!({"name": p.name, "dtype": p.dtype.name(), "shape": p.shape})).collect()

@@ -43,6 +43,11 @@ pub trait Session {
     fn timed(&self) -> bool {
         true
     }
+    /// Passes the communicator a sharded artifact's collectives go through (`rlx_rt_comm_set` in the
+    /// loaded runtime); only executors that load the artifact into this process take one.
+    fn set_comm(&mut self, _comm: *const std::ffi::c_void) -> Result<(), Failure> {
+        Err(Failure::usage(format!("a sharded artifact runs here only on --target host (this executor: {})", self.device())))
+    }
     /// Extra lines `rlxc bench` prints (a profile, where the executor has one).
     fn notes(&self) -> Vec<String> {
         Vec::new()

@@ -65,7 +65,7 @@ fn stmts_ok(body: &[Stmt], var: Var, vary: &mut HashSet<Var>, params: &[DType]) 
             Stmt::Store { buf, index, value } => {
                 params.get(*buf as usize) == Some(&DType::F32) && index_ok(index, var, vary) && coeff(index, var) == Some(1) && expr_ok(value, var, vary, params)
             }
-            Stmt::If { .. } => false,
+            Stmt::If { .. } | Stmt::Comm { .. } => false,
             // A hint Cranelift has no instruction for: skipped.
             Stmt::Prefetch { .. } => true,
         };
@@ -204,7 +204,7 @@ impl<'a, 'b> W<'a, 'b> {
                 self.b.ins().store(MemFlagsData::new().with_notrap(), v, a, 0);
             }
             Stmt::Prefetch { .. } => {}
-            Stmt::If { .. } | Stmt::For { .. } => self.fail("internal error: unexpected statement in a vector loop".into()),
+            Stmt::If { .. } | Stmt::For { .. } | Stmt::Comm { .. } => self.fail("internal error: unexpected statement in a vector loop".into()),
         }
     }
 }

@@ -492,6 +492,7 @@ impl<'a> Writer<'a> {
                         self.prefetch(*buf, index);
                     }
                 }
+                Stmt::Comm { .. } => unreachable!("vectorizable() refuses a loop holding a collective"),
                 Stmt::If { cond, body } => {
                     assert!(!mentions(cond, var) && !self.mentions_vvar(cond), "vector loop with a varying condition");
                     let c = self.cond(cond);
@@ -536,6 +537,7 @@ pub(super) fn vectorizable(body: &[Stmt], var: Var, inner_decls: &mut Vec<Var>) 
                     return false;
                 }
             }
+            Stmt::Comm { .. } => return false,
         }
     }
     true

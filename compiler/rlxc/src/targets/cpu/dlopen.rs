@@ -82,6 +82,12 @@ impl Session for Loaded {
     fn inputs(&self) -> Vec<TensorType> {
         port_types(&self.c.lir.inputs)
     }
+    fn set_comm(&mut self, comm: *const std::ffi::c_void) -> Result<(), Failure> {
+        let set: libloading::Symbol<unsafe extern "C" fn(*const std::ffi::c_void)> = symbol(&self._lib, "rlx_rt_comm_set")?;
+        // SAFETY: the runtime's `rlx_rt_comm_set(const struct rlx_comm *)`; the caller keeps `comm` alive while it runs.
+        unsafe { set(comm) };
+        Ok(())
+    }
     fn run(&mut self, samples: &[Vec<ConstData>]) -> Result<Vec<Vec<ConstData>>, Failure> {
         check_inputs(&self.c.lir.inputs, samples)?;
         let mut res = Vec::with_capacity(samples.len());
