@@ -137,27 +137,36 @@ fn check_preparation(d: &Path, out: &Path, inserted: &BTreeMap<String, (f64, i64
     scales
 }
 
-#[test]
-fn qat_mnist_mlp_deploys_to_cortex_m4_and_verilog() {
-    let d = data();
-    let out = repo().join("build/qat-test");
-    let _ = std::fs::remove_dir_all(&out);
-    std::fs::create_dir_all(&out).unwrap();
-    let (float_acc, _) = train(&d, &out, &d.join("mlp_init.onnx"), "float", "3", "0.05", &[]);
-    let (qat_acc, log) = train(&d, &out, &out.join("float.onnx"), "qat", "2", "0.01", &["--qat", "--learn-scales"]);
+/// Float training, then `--qat --learn-scales`, the preparation checked against the script, the int8
+/// deployment (cortex-m4 on all test images, Verilog on `verilog_images`), a summary in `out`, and the int8
+/// accuracy within [`MARGIN`] of the float model's. `epochs`: (float, QAT).
+fn qat_end_to_end(d: &std::path::Path, out: &std::path::Path, init: &std::path::Path, what: &str, epochs: (&str, &str), pairs: &[&str], weights: &[&str], verilog_images: usize) {
+    let (float_acc, _) = train(d, out, init, "float", epochs.0, "0.05", &[]);
+    let (qat_acc, log) = train(d, out, &out.join("float.onnx"), "qat", epochs.1, "0.01", &["--qat", "--learn-scales"]);
     let inserted = printed_pairs(&log);
-    assert_eq!(inserted.keys().collect::<Vec<_>>(), ["logits", "r", "w1", "w2", "x"], "{log}");
-    let scales = check_preparation(&d, &out, &inserted, &["w1", "w2"]);
-    let dep = deploy(&d, &out, VERILOG_IMAGES);
+    assert_eq!(inserted.keys().collect::<Vec<_>>(), pairs, "{log}");
+    let scales = check_preparation(d, out, &inserted, weights);
+    let dep = deploy(d, out, verilog_images);
     let summary = format!(
-        "float model (rlxc train, 3 epochs): top-1 {:.1} %\nQAT model (2 more epochs under fake quantization, scales learned, float evaluation): {:.1} %\nscales: {scales}\n{}",
+        "float {what} (rlxc train, {} epochs): top-1 {:.1} %\nQAT {what} ({} more epochs under fake quantization, scales learned, float evaluation): {:.1} %\nscales: {scales}\n{}",
+        epochs.0,
         100.0 * float_acc,
+        epochs.1,
         100.0 * qat_acc,
         dep.summary(MARGIN)
     );
     eprintln!("{summary}");
     std::fs::write(out.join("summary.txt"), &summary).unwrap();
     assert!(dep.int8_acc >= float_acc - MARGIN, "int8 top-1 {} more than {MARGIN} below the float model's {float_acc}", dep.int8_acc);
+}
+
+#[test]
+fn qat_mnist_mlp_deploys_to_cortex_m4_and_verilog() {
+    let d = data();
+    let out = repo().join("build/qat-test");
+    let _ = std::fs::remove_dir_all(&out);
+    std::fs::create_dir_all(&out).unwrap();
+    qat_end_to_end(&d, &out, &d.join("mlp_init.onnx"), "MLP", ("3", "2"), &["logits", "r", "w1", "w2", "x"], &["w1", "w2"], VERILOG_IMAGES);
 }
 
 /// What [`deploy`] measured.
@@ -289,21 +298,7 @@ fn qat_mnist_cnn_deploys_to_cortex_m4_and_verilog() {
     let _ = std::fs::remove_dir_all(&out);
     std::fs::create_dir_all(&out).unwrap();
     ok(Command::new(python()).args(["-c", CNN_SCRIPT]).arg(&out));
-    let (float_acc, _) = train(&d, &out, &out.join("cnn_init.onnx"), "float", "2", "0.05", &[]);
-    let (qat_acc, log) = train(&d, &out, &out.join("float.onnx"), "qat", "1", "0.01", &["--qat", "--learn-scales"]);
-    let inserted = printed_pairs(&log);
-    assert_eq!(inserted.keys().collect::<Vec<_>>(), ["c1w", "fw", "logits", "r1", "x"], "{log}");
-    let scales = check_preparation(&d, &out, &inserted, &["c1w", "fw"]);
-    let dep = deploy(&d, &out, CNN_VERILOG_IMAGES);
-    let summary = format!(
-        "float CNN (rlxc train, 2 epochs): top-1 {:.1} %\nQAT CNN (1 more epoch under fake quantization, scales learned, float evaluation): {:.1} %\nscales: {scales}\n{}",
-        100.0 * float_acc,
-        100.0 * qat_acc,
-        dep.summary(MARGIN)
-    );
-    eprintln!("{summary}");
-    std::fs::write(out.join("summary.txt"), &summary).unwrap();
-    assert!(dep.int8_acc >= float_acc - MARGIN, "int8 top-1 {} more than {MARGIN} below the float model's {float_acc}", dep.int8_acc);
+    qat_end_to_end(&d, &out, &out.join("cnn_init.onnx"), "CNN", ("2", "1"), &["c1w", "fw", "logits", "r1", "x"], &["c1w", "fw"], CNN_VERILOG_IMAGES);
 }
 
 /// `--qat` on models it cannot prepare: one whose activation has no int8 form on the targets (a
