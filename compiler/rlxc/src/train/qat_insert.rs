@@ -151,7 +151,7 @@ pub fn prepare(path: &Path, dims: &BTreeMap<String, u64>, float: &Mir, train_x: 
 
     // The graph with the pairs, the script of the module doc.
     let mut out = m.clone();
-    let og = out.graph.as_mut().unwrap();
+    let og = out.graph.as_mut().ok_or_else(|| Failure::model("the ONNX model has no graph"))?;
     let taken: HashSet<String> = g.node.iter().flat_map(|n| n.output.iter().cloned()).chain(g.input.iter().map(|v| v.name.clone())).chain(g.initializer.iter().map(|t| t.name.clone())).collect();
     let mut nodes: Vec<NodeProto> = Vec::new();
     let mut pairs: Vec<Pair> = Vec::new();
@@ -217,7 +217,7 @@ pub fn prepare(path: &Path, dims: &BTreeMap<String, u64>, float: &Mir, train_x: 
 fn observe(m: &ModelProto, base: &Path, dims: &BTreeMap<String, u64>, extra: &[&str], train_x: &ConstData) -> Result<HashMap<String, (f64, f64)>, Failure> {
     use prost::Message;
     let mut probe = m.clone();
-    let pg = probe.graph.as_mut().unwrap();
+    let pg = probe.graph.as_mut().ok_or_else(|| Failure::model("the ONNX model has no graph"))?;
     pg.output.extend(extra.iter().map(|&r| ValueInfoProto { name: r.into(), ..Default::default() }));
     let names: Vec<String> = pg.output.iter().map(|v| v.name.clone()).collect();
     let opts = rlx_import::ImportOptions { dims: dims.clone(), bind: BTreeMap::new() };
