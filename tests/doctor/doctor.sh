@@ -104,6 +104,19 @@ ptxas_check() {
     "$ptxas" -arch=sm_90 "$W/k.ptx" -o "$W/k.cubin"
 }
 
+disk_space() {
+    # make build + make test write about 14 GiB under target/ (the release build with its incremental cache,
+    # the LLVM-free build, test artifacts): what target/ already holds counts towards it. A full disk shows up
+    # later as a linker's "No space left on device" in the middle of a test; here it is named up front.
+    local need_kib=$((14 * 1024 * 1024)) have_kib used_kib=0
+    [ -d target ] && used_kib=$(du -sk target 2>/dev/null | cut -f1)
+    have_kib=$(df -Pk . | awk 'NR == 2 { print $4 }')
+    need_kib=$((need_kib - used_kib))
+    [ "$need_kib" -lt $((2 * 1024 * 1024)) ] && need_kib=$((2 * 1024 * 1024))
+    echo "free: $((have_kib / 1024)) MiB, needed: $((need_kib / 1024)) MiB (target/ holds $((used_kib / 1024)) MiB)"
+    [ "$have_kib" -ge "$need_kib" ]
+}
+
 check "C compiler (host)" "apt-get install gcc" cc_host
 check "LLVM 19 (llvm-config-19, llc-19)" "apt-get install llvm-19 llvm-19-dev" llvm
 check "protoc" "apt-get install protobuf-compiler" protoc_check
@@ -117,6 +130,7 @@ check "Yosys synthesis" "apt-get install yosys" yosys_synth
 check "glslang + spirv-val" "apt-get install glslang-tools spirv-tools" spirv
 check "lavapipe found by the Vulkan loader" "apt-get install mesa-vulkan-drivers libvulkan1 vulkan-tools" lavapipe
 check "Rust targets aarch64 + thumbv7em" "rustup target add aarch64-unknown-linux-gnu thumbv7em-none-eabihf" rust_targets
+check "disk space for the build and the tests (~14 GiB)" "free space on the file system holding the checkout" disk_space
 check "venv: numpy, onnx, onnxruntime" "make venv (requirements.txt)" venv
 check "cargo fuzz on nightly" "make fuzz-setup (rustup toolchain install nightly; cargo install cargo-fuzz)" fuzz_tools
 for a in "$@"; do

@@ -247,11 +247,13 @@ fn gguf_bytes(tensors: &[(&str, &[u64], u32, u64)], data: &[u8]) -> Vec<u8> {
 }
 
 fn gguf_err(name: &str, bytes: &[u8]) -> String {
-    let dir = std::env::temp_dir().join(format!("rlx-gguf-bad-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("rlx-gguf-bad-{}-{name}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let p = dir.join(name);
     std::fs::write(&p, bytes).unwrap();
-    match rlx_import::gguf::load_gguf(&p) {
+    let r = rlx_import::gguf::load_gguf(&p);
+    let _ = std::fs::remove_dir_all(&dir);
+    match r {
         Ok(_) => panic!("{name}: expected an error"),
         Err(e) => {
             eprintln!("{name}: {e}");
@@ -277,6 +279,7 @@ fn a_valid_gguf_loads_without_copying_blocks() {
     let p = dir.join("ok.gguf");
     std::fs::write(&p, good_gguf()).unwrap();
     let f = rlx_import::gguf::load_gguf(&p).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(f.architecture(), "llama");
     let w = &f.tensor("w").unwrap().data;
     assert_eq!((w.dtype, w.shape.clone(), w.data.len()), (rlx_ir::DType::Q8_0, vec![2, 32], 68));
@@ -335,13 +338,14 @@ fn absurd_gguf_counts_and_dims_are_refused_before_allocating() {
 #[test]
 fn every_gguf_truncation_is_an_error_not_a_panic() {
     let full = good_gguf();
+    let dir = std::env::temp_dir().join(format!("rlx-gguf-cut-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join("cut.gguf");
     for n in 0..full.len() {
-        let dir = std::env::temp_dir().join(format!("rlx-gguf-cut-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let p = dir.join("cut.gguf");
         std::fs::write(&p, &full[..n]).unwrap();
         assert!(rlx_import::gguf::load_gguf(&p).is_err(), "a file cut to {n} bytes loaded");
     }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Narrow types are read widened; the packed encodings below are what the `onnx` package's
