@@ -56,9 +56,7 @@ pub fn open(c: &Compiled, tm: &mut Timings) -> Result<libloading::Library, Failu
     let so = dir.path().join(format!("{name}.so"));
     let rt = runtime_lib(c.target.triple()).map_err(Failure::model)?;
     tm.time("link", || {
-        // `-u rlx_rt_comm_set`: the communicator setter is linked in whether or not the object's first
-        // reference to the runtime pulls in the archive member that holds it (`set_comm` looks it up).
-        tool(Command::new("cc").arg("-shared").arg("-o").arg(&so).arg(&obj).arg("-Wl,-u,rlx_rt_comm_set").arg(&rt).args(["-lpthread", "-ldl", "-lm", "-lrt", "-lutil"]), "link the compiled model")
+        tool(Command::new("cc").arg("-shared").arg("-o").arg(&so).arg(&obj).arg(&rt).args(["-lpthread", "-ldl", "-lm", "-lrt", "-lutil"]), "link the compiled model")
     })?;
     let lib = tm.time("load", || {
         // SAFETY: the library was just built by us from our own object; loading runs no
