@@ -140,3 +140,50 @@ pub fn run_mpi(
         Ok((rank, None))
     }
 }
+
+/// `rlxc bench --shard` under `mpirun -np N`: this process's rank compiled, loaded and given
+/// MPI_COMM_WORLD, then `warmup` untimed and `runs` timed runs — the same counts on every rank, as
+/// each run meets the others in its collectives. Returns (rank, the timed runs' durations).
+#[cfg(feature = "mpi")]
+pub fn bench_mpi(
+    s: &Sharded,
+    target: crate::cli::Target,
+    req: &crate::targets::Request,
+    inputs: &[ConstData],
+    warmup: usize,
+    runs: usize,
+    tm: &mut crate::pipeline::Timings,
+) -> Result<(usize, Vec<std::time::Duration>), Failure> {
+    let (universe, comm) = rlx_rt::comm::mpi::init().ok_or_else(|| Failure::model("MPI was already initialized in this process"))?;
+    let (rank, size) = (comm.rank() as usize, comm.size() as usize);
+    let n = s.ranks.len();
+    whole_state(s)?;
+    if size != n {
+        return Err(Failure::usage(format!("--shard {}={n} needs {n} MPI processes (mpirun -np {n}); started with {size}", s.shard.kind())));
+    }
+    let run = |tm: &mut crate::pipeline::Timings| -> Result<Vec<std::time::Duration>, Failure> {
+        let mut sess = crate::targets::load(target, &s.ranks[rank], req, tm)?;
+        sess.set_comm(comm.as_comm() as *const std::ffi::c_void)?;
+        let ins = [rank_inputs(s, rank, inputs)?];
+        for _ in 0..warmup {
+            sess.run(&ins)?;
+        }
+        let mut times = Vec::with_capacity(runs);
+        for _ in 0..runs {
+            let t0 = std::time::Instant::now();
+            sess.run(&ins)?;
+            times.push(t0.elapsed());
+        }
+        Ok(times)
+    };
+    match run(tm) {
+        Ok(t) => {
+            drop(universe);
+            Ok((rank, t))
+        }
+        Err(f) => {
+            eprintln!("error: rank {rank}: {}", f.msg);
+            comm.abort(i32::from(f.code))
+        }
+    }
+}
