@@ -473,9 +473,11 @@ fn rule(b: &mut B, ni: usize, ins: &[(ValueId, L)], allowed: &BTreeMap<usize, us
                 return refuse("is a matmul whose split is not along a batch axis");
             }
             for ((_, l), &vr) in ins.iter().zip(&ranks) {
-                if let L::Split { cut, .. } = l {
+                if let L::Split { cut, src } = l {
                     if cut.axis + 2 + usize::from(cut.sub) >= vr {
-                        return refuse("is a matmul whose split is not along a batch axis");
+                        // Only this operand's candidates are at fault (e.g. one key/value head cut
+                        // along head_dim), not the other operand's head split.
+                        return Ok(Err(("is a matmul whose split is not along a batch axis".into(), src.clone())));
                     }
                 }
             }
