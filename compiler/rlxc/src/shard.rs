@@ -40,9 +40,16 @@ pub fn manifest(s: &Sharded, name: &str, model_inputs: &[String], model_outputs:
                 .into_iter()
                 .map(|c| json!({"node": c.node, "op": c.op, "dtype": c.dtype, "shape": c.shape, "peer": c.peer}))
                 .collect();
+            // Inputs the rank holds in part (a KV cache cut by key/value heads): which part.
+            let parts: Vec<serde_json::Value> = s.inputs[r]
+                .iter()
+                .zip(&s.parts[r])
+                .filter_map(|(&k, p)| p.map(|p| json!({"input": model_inputs.get(k), "axis": p.axis, "start": p.start, "len": p.len})))
+                .collect();
             json!({
                 "rank": r,
                 "dir": format!("rank{r}"),
+                "parts": parts,
                 "artifact": format!("rank{r}/{name}.json"),
                 "inputs": s.inputs[r].iter().map(|&k| model_inputs.get(k)).collect::<Vec<_>>(),
                 "outputs": outs,

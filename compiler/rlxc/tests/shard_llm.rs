@@ -190,3 +190,22 @@ fn a_sharded_kv_cache_is_refused_by_rlxc_run_and_pp() {
     let e = rlxc::shard::run_interp(&sh, &[], 1).unwrap_err();
     assert!(e.msg.contains("hold the model's state (its KV cache) in parts"), "{}", e.msg);
 }
+
+#[test]
+fn a_sharded_step_artifact_states_each_ranks_part_of_the_cache() {
+    let dir = scratch("shard_llm_compile");
+    let model = tiny(&dir, "qwen3", "F32");
+    let o = dir.join("out");
+    ok(common::rlxc().arg("compile").arg(&model).args(["--dim", "context=16", "--dim", "chunk=4", "--shard", "tp=2", "--name", "tiny", "-o"]).arg(&o));
+    let m: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(o.join("tiny.shard.json")).unwrap()).unwrap();
+    for r in 0..2 {
+        let a: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(o.join(format!("rank{r}/tiny.json"))).unwrap()).unwrap();
+        let state = a["state"]["tensors"].as_array().unwrap();
+        assert_eq!(state.len(), 4, "{state:?}");
+        assert!(state.iter().all(|t| t["shape"] == serde_json::json!([16, 1, 16])), "rank {r} holds one key/value head: {state:?}");
+        let parts = m["ranks"][r]["parts"].as_array().unwrap();
+        assert_eq!(parts.len(), 4);
+        assert!(parts.iter().all(|p| p["axis"] == 1 && p["start"] == r && p["len"] == 1), "{parts:?}");
+        assert_eq!(m["ranks"][r]["schedule"].as_array().unwrap().len(), 4, "two all-reduces per layer");
+    }
+}
