@@ -149,9 +149,6 @@ pub fn main(a: &RunArgs) -> Result<(), Failure> {
     // like any other model; generating text with it does not.
     let stateless_sharded = a.shard.is_some() && !a.inputs.is_empty() && crate::cmd_llm::llm_flag(a).is_none();
     if let (ModelSource::Gguf(p) | ModelSource::HfLlm(p), false) = (ModelSource::from_path(&a.model)?, stateless_sharded) {
-        if let Some(s) = a.shard {
-            return Err(Failure::usage(format!("--shard {}={}: generating text with a sharded language model is not supported (rlxc check / compile --shard take its stateless graph, --dim sequence=N; rlxc run --shard runs it on --input tokens=… --input positions=…)", s.kind(), s.ranks())));
-        }
         return crate::cmd_llm::run(a, &p);
     }
     if let Some(flag) = crate::cmd_llm::llm_flag(a) {

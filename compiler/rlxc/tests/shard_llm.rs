@@ -209,3 +209,27 @@ fn a_sharded_step_artifact_states_each_ranks_part_of_the_cache() {
         assert_eq!(m["ranks"][r]["schedule"].as_array().unwrap().len(), 4, "two all-reduces per layer");
     }
 }
+
+/// `mpirun -np N rlxc run MODEL.gguf --tokens … -n 6 --shard tp=N --target host`: every rank runs its
+/// compiled KV-cache step (its cache the key/value heads it reads; prefill in chunks, then one token
+/// per call) and prints the same greedy tokens as the unsharded compiled step.
+#[test]
+fn mpi_ranks_generate_the_unsharded_greedy_tokens() {
+    let dir = scratch("shard_llm_generate");
+    for (arch, qtype, np) in [("llama", "Q8_0", 2), ("qwen2", "F32", 4)] {
+        let model = tiny(&dir, arch, qtype);
+        let args = ["--tokens", "1,5,9,2,77", "-n", "6", "--dim", "context=16", "--dim", "chunk=4", "--target", "host"];
+        let plain = ok(common::rlxc().arg("run").arg(&model).args(args));
+        let want = plain.lines().find(|l| l.starts_with("generated: ")).unwrap_or_else(|| panic!("no generated line:\n{plain}")).to_string();
+        assert_eq!(want.split(',').count(), 6, "{want}");
+        // Each rank's output in its own file (the ranks print token by token, concurrently).
+        let logs = dir.join(format!("out_{arch}"));
+        let shard = format!("tp={np}");
+        ok(mpirun(np).arg("--output-filename").arg(&logs).arg(env!("CARGO_BIN_EXE_rlxc")).arg("run").arg(&model).args(args).args(["--shard", &shard]));
+        for r in 0..np {
+            let text = std::fs::read_to_string(logs.join(format!("1/rank.{r}/stdout"))).unwrap();
+            println!("tiny {arch} {qtype} --shard {shard}, mpirun -np {np}, rank {r}: {} (unsharded: {want})", text.trim());
+            assert_eq!(text.trim(), want, "rank {r}");
+        }
+    }
+}
