@@ -71,6 +71,14 @@ def main() -> int:
         f"`rlxc bench --target host`, median over {a.reps} alternating repetitions of each run's p50 over {a.runs} runs. This machine has",
         f"{os.cpu_count()} cores (load average {load:.1f} when the table was written), so tp=2 puts one rank on each core: the",
         "comparison that matters is tp=2 against the unsharded artifact on the same 2 threads.",
+    ]
+    if load > 1.0:
+        lines += [
+            f"The machine was shared while this ran (load average {load:.1f} on {os.cpu_count()} cores: other builds): the",
+            "2-thread and 2-process rows did not get two free cores, so they measure contention as much as",
+            "parallelism; rerun `make bench-shard` on a quiet machine for the speed-up itself.",
+        ]
+    lines += [
         "",
         "| configuration | processes × threads | p50 ms | sequences/s | vs unsharded 1 thread |",
         "|---|---|---|---|---|",
