@@ -385,6 +385,7 @@ fn rule(b: &mut B, ni: usize, ins: &[(ValueId, L)], allowed: &BTreeMap<usize, us
                 let s = b.out.add1(&node.name, MirOp::AllReduce { ranks: n }, &[y])?;
                 return Ok(Ok(vec![(s, L::Rep)]));
             }
+            L::Split { cut, .. } if cut.rep > 1 || cut.sub => return refuse("contracts a split whose parts are held by several ranks each (a row-parallel sum would count them more than once)"),
             _ => return refuse("needs its activation whole or split along the contracted axis"),
         }
     }
