@@ -39,7 +39,7 @@ FUZZ_J ?= 2
 
 export RLX_PY := $(CURDIR)/$(PY)
 
-.PHONY: setup apt venv toolchains doctor models llama-ref test-llm build install test conformance-data conformance conformance-check nollvm-check demo demo-llm bench bench-llm bench-zoo bench-backends bench-train verilog-report clean \
+.PHONY: setup apt venv toolchains doctor models llama-ref test-llm build install test conformance-data conformance conformance-check nollvm-check demo demo-llm bench bench-llm bench-zoo bench-backends bench-train bench-shard verilog-report clean \
         fuzz-setup fuzz-corpus fuzz fuzz-smoke
 
 # make setup: system packages, the venv, the Rust toolchains; then `make doctor` proves every tool works
@@ -207,6 +207,11 @@ bench-train: build $(VENV_STAMP)
 # The CNN model zoo alone (the onnx wheel's nine light models + a MobileNet-style model, batch 1/8, 1/2 threads).
 bench-zoo: build $(VENV_STAMP)
 	$(PY) tests/bench/zoo.py --rlxc $(RLXC) --out docs/benchmarks.md
+
+# Tensor parallelism on the CPU: MiniLM batch 32 at tp=2 under mpirun -np 2 (1 thread per rank) vs the
+# unsharded artifact with 1 and 2 threads, alternating (never part of make test).
+bench-shard: build $(VENV_STAMP)
+	$(PY) tests/bench/shard.py --rlxc $(RLXC) --out docs/benchmarks.md
 
 # Cranelift vs LLVM objects: compile time and run time side by side (MiniLM batch 1 seq 128, the MLP).
 bench-backends: build $(VENV_STAMP)

@@ -40,6 +40,11 @@ pub struct BenchArgs {
     /// Print one JSON object
     #[arg(long)]
     pub json: bool,
+    /// Bench one rank of a sharded model (tp=N or pp=N) under `mpirun -np N` (--target host): every
+    /// rank runs 2 untimed runs then --runs timed ones (the same count everywhere, as the runs meet in
+    /// their collectives); rank 0 reports
+    #[arg(long, value_name = "tp=N|pp=N", value_parser = rlxc::shard::parse)]
+    pub shard: Option<rlxc::shard::Shard>,
 }
 
 pub fn main(a: &BenchArgs) -> Result<(), Failure> {
@@ -56,6 +61,9 @@ pub fn main(a: &BenchArgs) -> Result<(), Failure> {
     let t = a.on.target();
     let tn = t.name();
     let mut m = load_model(&a.model, &a.inputs, &a.on.dims, true)?;
+    if let Some(s) = a.shard {
+        return bench_sharded(a, &mut m, s);
+    }
     let mut sess = targets::load(t, &m.mir, &a.on.request(&m), &mut m.tm)?;
     let ins = targets::run::quantize_inputs(sess.as_ref(), std::mem::take(&mut m.inputs))?;
     let one = std::slice::from_ref(&ins);
@@ -125,6 +133,33 @@ pub fn main(a: &BenchArgs) -> Result<(), Failure> {
         }
     }
     Ok(())
+}
+
+/// `--shard`: this process's rank under mpirun; rank 0 prints the latency of a whole sharded run.
+#[cfg(feature = "mpi")]
+fn bench_sharded(a: &BenchArgs, m: &mut crate::cmd_run::Model, s: rlxc::shard::Shard) -> Result<(), Failure> {
+    let t = a.on.target();
+    let sh = m.tm.time("shard", || rlxc::shard::shard(&m.mir, s))?;
+    let req = a.on.request(m);
+    let mut tm = std::mem::take(&mut m.tm);
+    let (rank, mut runs) = rlxc::shard::bench_mpi(&sh, t, &req, &m.inputs, 2, a.runs, &mut tm)?;
+    if rank != 0 {
+        return Ok(());
+    }
+    runs.sort();
+    let q = |p: f64| runs.get(((runs.len() as f64 - 1.0) * p).round() as usize).copied().unwrap_or_default().as_secs_f64() * 1e6;
+    if a.json {
+        print_json(&serde_json::json!({"target": t.name(), "shard": format!("{}={}", s.kind(), s.ranks()), "runs": runs.len(), "latency_us": {"p50": q(0.5), "p10": q(0.1), "p90": q(0.9), "min": q(0.0), "max": q(1.0)}}));
+    } else {
+        println!("{} --shard {}={}, rank 0 of {} ({})", t.name(), s.kind(), s.ranks(), sh.ranks.len(), phases(&tm));
+        println!("bench: {} runs after 2 warmup runs: p50 {:.1} µs  p10 {:.1} µs  p90 {:.1} µs  min {:.1} µs  max {:.1} µs", runs.len(), q(0.5), q(0.1), q(0.9), q(0.0), q(1.0));
+    }
+    Ok(())
+}
+
+#[cfg(not(feature = "mpi"))]
+fn bench_sharded(a: &BenchArgs, _m: &mut crate::cmd_run::Model, _s: rlxc::shard::Shard) -> Result<(), Failure> {
+    Err(Failure::usage(format!("--shard on --target {}: this rlxc is built without the mpi feature", a.on.target().name())))
 }
 
 /// Phases that load an artifact rather than compile it.

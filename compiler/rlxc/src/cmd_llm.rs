@@ -165,6 +165,9 @@ pub fn run(a: &RunArgs, p: &Path) -> Result<(), Failure> {
         eprintln!("prompt ids: {}", ids(&prompt));
     }
     // What runs the model: the interpreter (the reference), or the compiled KV-cache artifact.
+    if let (Some(s), Target::Interp) = (a.shard, target) {
+        return Err(Failure::usage(format!("--shard {}={}: a sharded language model generates on its compiled ranks under mpirun (mpirun -np {} rlxc run … --shard {}={} --target host)", s.kind(), s.ranks(), s.ranks(), s.kind(), s.ranks())));
+    }
     let mut step: Box<dyn Step> = if target == Target::Interp {
         if let Some((name, _)) = a.on.dims.first() {
             return Err(Failure::usage(format!("--dim {name}: the interpreter sizes a language model from the prompt; --dim context / chunk are for a compiled --target")));
@@ -176,7 +179,7 @@ pub fn run(a: &RunArgs, p: &Path) -> Result<(), Failure> {
         }
         Box::new(InterpStep::new(mir, cfg.context))
     } else {
-        Box::new(compiled_step(a, p, &f, target, prompt.len(), n, cfg.context)?)
+        compiled_step(a, p, &f, target, prompt.len(), n, cfg.context)?
     };
     let mut sampler = Sampler::new(sampling);
     let is_eog = |t: i64| tok.as_ref().is_some_and(|k| u32::try_from(t).is_ok_and(|t| k.is_eog(t)));
@@ -247,7 +250,7 @@ pub const DEFAULT_CHUNK: usize = 8;
 /// The cached step of `f` compiled for `t` and loaded: context `--dim context=N` (default: the
 /// prompt and the new tokens, rounded up to 64, capped at the model's), `--dim chunk=C` tokens per
 /// prefill call. Prints the compile time (stderr) apart from generation's.
-fn compiled_step(a: &RunArgs, p: &Path, f: &Checkpoint, t: Target, prompt: usize, n: usize, model_context: usize) -> Result<CompiledStep, Failure> {
+fn compiled_step(a: &RunArgs, p: &Path, f: &Checkpoint, t: Target, prompt: usize, n: usize, model_context: usize) -> Result<Box<dyn Step>, Failure> {
     let mut context = default_context(prompt + n, model_context);
     let mut chunk = DEFAULT_CHUNK;
     for (name, v) in &a.on.dims {
@@ -279,7 +282,13 @@ fn compiled_step(a: &RunArgs, p: &Path, f: &Checkpoint, t: Target, prompt: usize
     drop(hir);
     let req = Request { backend: a.on.backend, ..Request::named("rlxllm") };
     let mut tm = Timings::default();
-    let step = phase(&format!("compiling for {}", t.name()), || CompiledStep::compile(t, &mir, &req, &mut tm))?;
+    let step: Box<dyn Step> = match a.shard {
+        None => Box::new(phase(&format!("compiling for {}", t.name()), || CompiledStep::compile(t, &mir, &req, &mut tm))?),
+        #[cfg(feature = "mpi")]
+        Some(s) => Box::new(phase(&format!("compiling this rank of --shard {}={} for {}", s.kind(), s.ranks(), t.name()), || llm::ShardedStep::compile(t, &mir, s, &req, &mut tm))?),
+        #[cfg(not(feature = "mpi"))]
+        Some(s) => return Err(Failure::usage(format!("--shard {}={}: this rlxc is built without the mpi feature", s.kind(), s.ranks()))),
+    };
     eprintln!("compiled in {:.2} s ({}; {})", t0.elapsed().as_secs_f64(), step.describe(), crate::cmd_run::phases(&tm));
     Ok(step)
 }

@@ -145,10 +145,10 @@ pub struct Model {
 
 pub fn main(a: &RunArgs) -> Result<(), Failure> {
     let t_start = Instant::now();
-    if let ModelSource::Gguf(p) | ModelSource::HfLlm(p) = ModelSource::from_path(&a.model)? {
-        if let Some(s) = a.shard {
-            return Err(Failure::usage(format!("--shard {}={}: generating text with a sharded language model is not supported (rlxc check / compile --shard take its stateless graph, --dim sequence=N)", s.kind(), s.ranks())));
-        }
+    // A sharded language model's stateless graph on given `tokens` / `positions` (--input) runs below
+    // like any other model; generating text with it does not.
+    let stateless_sharded = a.shard.is_some() && !a.inputs.is_empty() && crate::cmd_llm::llm_flag(a).is_none();
+    if let (ModelSource::Gguf(p) | ModelSource::HfLlm(p), false) = (ModelSource::from_path(&a.model)?, stateless_sharded) {
         return crate::cmd_llm::run(a, &p);
     }
     if let Some(flag) = crate::cmd_llm::llm_flag(a) {

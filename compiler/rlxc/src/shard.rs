@@ -40,9 +40,16 @@ pub fn manifest(s: &Sharded, name: &str, model_inputs: &[String], model_outputs:
                 .into_iter()
                 .map(|c| json!({"node": c.node, "op": c.op, "dtype": c.dtype, "shape": c.shape, "peer": c.peer}))
                 .collect();
+            // Inputs the rank holds in part (a KV cache cut by key/value heads): which part.
+            let parts: Vec<serde_json::Value> = s.inputs[r]
+                .iter()
+                .zip(&s.parts[r])
+                .filter_map(|(&k, p)| p.map(|p| json!({"input": model_inputs.get(k), "axis": p.axis, "start": p.start, "len": p.len})))
+                .collect();
             json!({
                 "rank": r,
                 "dir": format!("rank{r}"),
+                "parts": parts,
                 "artifact": format!("rank{r}/{name}.json"),
                 "inputs": s.inputs[r].iter().map(|&k| model_inputs.get(k)).collect::<Vec<_>>(),
                 "outputs": outs,
@@ -60,9 +67,18 @@ pub fn manifest(s: &Sharded, name: &str, model_inputs: &[String], model_outputs:
     })
 }
 
-/// Rank r's inputs, picked from the model's.
-pub fn rank_inputs(s: &Sharded, r: usize, inputs: &[ConstData]) -> Vec<ConstData> {
-    s.inputs[r].iter().map(|&k| inputs[k].clone()).collect()
+/// Rank r's inputs, picked (and cut, for a sharded state) from the model's.
+pub fn rank_inputs(s: &Sharded, r: usize, inputs: &[ConstData]) -> Result<Vec<ConstData>, Failure> {
+    rlx_opt::shard::rank_inputs(s, r, inputs).map_err(|e| Failure::model(format!("rank {r}'s inputs: {e}")))
+}
+
+/// Refuses a run whose state the ranks hold in parts (a KV cache cut by heads): one call of `rlxc run`
+/// would return only a part of it.
+fn whole_state(s: &Sharded) -> Result<(), Failure> {
+    if s.parts.iter().flatten().any(|p| p.is_some()) {
+        return Err(Failure::usage(format!("--shard {}={}: the ranks hold the model's state (its KV cache) in parts, so rlxc run cannot return it whole; drive the ranks' steps from an application (rlx_opt::shard::rank_inputs cuts the state)", s.shard.kind(), s.ranks.len())));
+    }
+    Ok(())
 }
 
 /// The model's outputs from the ranks' (tensor parallel: rank 0's; pipeline: each from its stage).
@@ -82,7 +98,8 @@ pub fn model_outputs(s: &Sharded, n_outputs: usize, per_rank: &[(usize, Vec<Cons
 
 /// Every rank on the interpreter, in this process.
 pub fn run_interp(s: &Sharded, inputs: &[ConstData], n_outputs: usize) -> Result<Vec<ConstData>, Failure> {
-    let ins: Vec<Vec<ConstData>> = (0..s.ranks.len()).map(|r| rank_inputs(s, r, inputs)).collect();
+    whole_state(s)?;
+    let ins: Vec<Vec<ConstData>> = (0..s.ranks.len()).map(|r| rank_inputs(s, r, inputs)).collect::<Result<_, _>>()?;
     let outs = rlx_interp::ranks::run_ranks(&s.ranks, &ins).map_err(|e| Failure::model(format!("sharded run failed: {e}")))?;
     model_outputs(s, n_outputs, &outs.into_iter().enumerate().collect::<Vec<_>>())
 }
@@ -103,13 +120,14 @@ pub fn run_mpi(
     let (universe, comm) = rlx_rt::comm::mpi::init().ok_or_else(|| Failure::model("MPI was already initialized in this process"))?;
     let (rank, size) = (comm.rank() as usize, comm.size() as usize);
     let n = s.ranks.len();
+    whole_state(s)?;
     if size != n {
         return Err(Failure::usage(format!("--shard {}={n} needs {n} MPI processes (mpirun -np {n}); started with {size}", s.shard.kind())));
     }
     let run = |tm: &mut crate::pipeline::Timings| -> Result<Vec<ConstData>, Failure> {
         let mut sess = crate::targets::load(target, &s.ranks[rank], req, tm)?;
         sess.set_comm(comm.as_comm() as *const std::ffi::c_void)?;
-        let mut outs = sess.run(&[rank_inputs(s, rank, inputs)])?;
+        let mut outs = sess.run(&[rank_inputs(s, rank, inputs)?])?;
         outs.pop().ok_or_else(|| Failure::model("the executor returned no outputs"))
     };
     let mine = match run(tm) {
@@ -127,5 +145,52 @@ pub fn run_mpi(
         Ok((rank, Some(model_outputs(s, n_outputs, &[(rank, mine)])?)))
     } else {
         Ok((rank, None))
+    }
+}
+
+/// `rlxc bench --shard` under `mpirun -np N`: this process's rank compiled, loaded and given
+/// MPI_COMM_WORLD, then `warmup` untimed and `runs` timed runs — the same counts on every rank, as
+/// each run meets the others in its collectives. Returns (rank, the timed runs' durations).
+#[cfg(feature = "mpi")]
+pub fn bench_mpi(
+    s: &Sharded,
+    target: crate::cli::Target,
+    req: &crate::targets::Request,
+    inputs: &[ConstData],
+    warmup: usize,
+    runs: usize,
+    tm: &mut crate::pipeline::Timings,
+) -> Result<(usize, Vec<std::time::Duration>), Failure> {
+    let (universe, comm) = rlx_rt::comm::mpi::init().ok_or_else(|| Failure::model("MPI was already initialized in this process"))?;
+    let (rank, size) = (comm.rank() as usize, comm.size() as usize);
+    let n = s.ranks.len();
+    whole_state(s)?;
+    if size != n {
+        return Err(Failure::usage(format!("--shard {}={n} needs {n} MPI processes (mpirun -np {n}); started with {size}", s.shard.kind())));
+    }
+    let run = |tm: &mut crate::pipeline::Timings| -> Result<Vec<std::time::Duration>, Failure> {
+        let mut sess = crate::targets::load(target, &s.ranks[rank], req, tm)?;
+        sess.set_comm(comm.as_comm() as *const std::ffi::c_void)?;
+        let ins = [rank_inputs(s, rank, inputs)?];
+        for _ in 0..warmup {
+            sess.run(&ins)?;
+        }
+        let mut times = Vec::with_capacity(runs);
+        for _ in 0..runs {
+            let t0 = std::time::Instant::now();
+            sess.run(&ins)?;
+            times.push(t0.elapsed());
+        }
+        Ok(times)
+    };
+    match run(tm) {
+        Ok(t) => {
+            drop(universe);
+            Ok((rank, t))
+        }
+        Err(f) => {
+            eprintln!("error: rank {rank}: {}", f.msg);
+            comm.abort(i32::from(f.code))
+        }
     }
 }

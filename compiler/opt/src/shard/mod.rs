@@ -4,11 +4,12 @@
 //! stages balanced by FLOPs with `send`/`recv` between them; `slice.rs` cuts constants. The
 //! interpreter runs every rank at once (`rlx_interp::ranks::run_ranks`), the oracle for the result.
 
+mod cut;
 mod pp;
 mod slice;
 mod tp;
 
-use rlx_ir::{Mir, OpSet};
+use rlx_ir::{ConstData, Mir, OpSet};
 
 /// How to shard: `tp=N` (tensor parallel over N ranks) or `pp=N` (N pipeline stages).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -68,6 +69,32 @@ pub struct Sharded {
     pub outputs: Vec<Vec<Option<usize>>>,
     /// For each rank: which of the model's inputs its graph inputs are.
     pub inputs: Vec<Vec<usize>>,
+    /// For each rank and each of its graph inputs: `Some` when the rank holds only a part of that input
+    /// (tensor parallel: a KV cache cut by key/value heads), `None` when it takes it whole.
+    pub parts: Vec<Vec<Option<Part>>>,
+}
+
+/// A rank's part of a tensor: `len` entries of `axis` from `start`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Part {
+    pub axis: usize,
+    pub start: usize,
+    pub len: usize,
+}
+
+impl Part {
+    /// The part of a whole value `c`.
+    pub fn of(&self, c: &ConstData) -> Result<ConstData, String> {
+        slice::along(c, self.axis, self.start, self.len)
+    }
+}
+
+/// Rank r's inputs, picked (and cut) from the model's.
+pub fn rank_inputs(s: &Sharded, r: usize, inputs: &[ConstData]) -> Result<Vec<ConstData>, String> {
+    s.inputs[r].iter().zip(&s.parts[r]).map(|(&k, p)| match p {
+        Some(p) => p.of(&inputs[k]),
+        None => Ok(inputs[k].clone()),
+    }).collect()
 }
 
 /// One step of a rank's collective schedule, in the order the rank runs them.
@@ -80,10 +107,10 @@ pub struct CommStep {
     pub peer: Option<usize>,
 }
 
-/// Shards `g` (fixed shapes, no state).
+/// Shards `g` (fixed shapes; state only under tensor parallelism).
 pub fn shard(g: &Mir, s: Shard) -> Result<Sharded, String> {
-    if !g.state.is_empty() {
-        return Err("--shard: the model carries state (a KV cache); sharding a stateful model is not supported".into());
+    if !g.state.is_empty() && matches!(s, Shard::Pp(_)) {
+        return Err("--shard pp: the model carries state (a KV cache); pipeline stages of a stateful model are not supported (tp=N shards its cache by key/value heads)".into());
     }
     for &v in g.inputs.iter().chain(&g.outputs) {
         if g.ty(v).shape.as_fixed().is_none() {

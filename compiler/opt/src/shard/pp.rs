@@ -152,5 +152,6 @@ pub(super) fn pp(g: &Mir, n: usize) -> Result<Sharded, String> {
         inputs.push(ins);
         ranks.push(m);
     }
-    Ok(Sharded { shard: Shard::Pp(n), ranks, notes, outputs, inputs })
+    let parts = inputs.iter().map(|i: &Vec<usize>| vec![None; i.len()]).collect();
+    Ok(Sharded { shard: Shard::Pp(n), ranks, notes, outputs, inputs, parts })
 }

@@ -92,6 +92,15 @@ impl CompiledStep {
         })
     }
 
+    /// Passes the communicator a sharded rank's collectives go through (`rlx_rt_comm_set` in the
+    /// loaded library); the caller keeps it alive while the step runs.
+    pub fn set_comm(&mut self, comm: *const std::ffi::c_void) -> Result<(), Failure> {
+        let set = dlopen::symbol::<unsafe extern "C" fn(*const std::ffi::c_void)>(&self._lib, "rlx_rt_comm_set")?;
+        // SAFETY: the runtime's `rlx_rt_comm_set(const struct rlx_comm *)`; the caller keeps `comm` alive.
+        unsafe { set(comm) };
+        Ok(())
+    }
+
     /// Tokens per call of the compiled step (prefill runs the prompt in chunks of this many).
     pub fn chunk(&self) -> usize {
         self.chunk

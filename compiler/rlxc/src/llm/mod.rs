@@ -5,6 +5,8 @@
 //!   (every step recomputes the whole sequence: correct, slow);
 //! - `compiled.rs`: [`CompiledStep`], the stateful KV-cache artifact compiled for this machine's CPU
 //!   and loaded in process (prefill in chunks, decode one token per call);
+//! - `sharded.rs` (feature `mpi`): [`ShardedStep`], one rank of the step sharded `--shard tp=N`, run
+//!   under `mpirun` with its collectives over MPI_COMM_WORLD;
 //! - `sample.rs`: greedy and temperature / top-k / top-p sampling with a seeded RNG of our own;
 //! - `generate.rs`: the loop — prefill, sample, stop at end-of-generation, the context or N tokens —
 //!   and its timings (prefill and decode tokens/s).
@@ -16,10 +18,14 @@ pub mod compiled;
 pub mod generate;
 pub mod interp;
 pub mod sample;
+#[cfg(feature = "mpi")]
+pub mod sharded;
 pub mod step;
 
 pub use compiled::CompiledStep;
 pub use generate::{generate, Stats, Stop};
 pub use interp::InterpStep;
 pub use sample::{Sampler, Sampling};
+#[cfg(feature = "mpi")]
+pub use sharded::ShardedStep;
 pub use step::Step;

@@ -92,3 +92,11 @@ pub fn tiny_gguf(dir: &Path, arch: &str, qtype: &str, tokens: &str) -> (PathBuf,
         .arg(&refp));
     (model, refp)
 }
+
+/// `mpirun -np NP` as root in a container, ranks oversubscribing the machine's cores.
+pub fn mpirun(np: usize) -> Command {
+    let mut c = Command::new("mpirun");
+    c.env("OMPI_ALLOW_RUN_AS_ROOT", "1").env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+    c.args(["--oversubscribe", "--bind-to", "none", "-np", &np.to_string()]);
+    c
+}
