@@ -2,8 +2,9 @@
 //! `out[n][M = output channels][P = output positions] = W[M, K = C·k₁·k₂…] · col[n][K, P]`.
 //! The weight (A) is packed at compile time into `gemm_mr`-row panels `[M/mr][K][mr]` and read as
 //! broadcast scalars; B is read as `vector(nr)` rows along P: x itself for a 1×1, stride-1 unpadded
-//! convolution (x[n] viewed as [C, H·W]), else the im2col copy (its own launch before the GEMM: col in
-//! the arena, zero where the window reads padding). Positions past the last full panel are narrower
+//! convolution (x[n] viewed as [C, H·W]), packed per chunk straight from x under a window mask for a
+//! stride-1 one whose output rows are as wide as its input's ([`Direct`]), else the im2col copy (its own
+//! launch before the GEMM: col in the arena, zero where the window reads padding). Positions past the last full panel are narrower
 //! vector panels of power-of-two widths. The epilogue (bias as the accumulators' start, then the fused elementwise
 //! chain: activation, residual add) is applied per accumulator before the store. K is cut into chunks
 //! whose B panel stays in L1; the parallel loop runs over images × blocks of row tiles (when the
@@ -45,8 +46,8 @@ pub(super) struct ConvGemm {
     pub(super) direct: Option<Direct>,
 }
 
-/// A stride-1, dilation-1 2-D convolution whose output rows are as wide as its input rows, in packed
-/// positions mode: its B chunks are packed from x itself. Row `(c, kh, kw)` of col at flat output
+/// A dense stride-1, dilation-1 2-D convolution whose output rows are as wide as its input rows: its B
+/// chunks are packed from x itself (in either loop order). Row `(c, kh, kw)` of col at flat output
 /// position `p` is `x[n][c]` at flat `p + (kh − ph)·W + (kw − pw)` — contiguous along p, across output
 /// rows too — where the window is inside the input, and zero elsewhere: a constant mask
 /// `[KH·KW, P]` (1.0 inside) selects which, so no im2col copy is written or read.
@@ -175,10 +176,7 @@ impl Planner<'_> {
             let (sx, so) = (self.shape(node.inputs[0]), self.shape(node.outputs[0]));
             let one = sw[2..].iter().all(|&k| k == 1) && strides.iter().all(|&s| s == 1) && pads.iter().all(|&p| p == 0);
             let mr = self.mr.min(sw[0] / groups).max(1);
-            let pn: usize = so[2..].iter().product();
-            let mg = sw[0] / groups;
-            let packed_mode = groups == 1 && !by_rows(mg, pn, mg.div_ceil(mr));
-            let direct = if !one && packed_mode && sx.len() == 4 && strides.iter().all(|&s| s == 1) && dilations.iter().all(|&d| d == 1) && so[3] == sx[3] {
+            let direct = if !one && groups == 1 && sx.len() == 4 && strides.iter().all(|&s| s == 1) && dilations.iter().all(|&d| d == 1) && so[3] == sx[3] {
                 let (kh, kw, h, wd, oh) = (sw[2], sw[3], sx[2], sx[3], so[2]);
                 let (ph, pw) = (pads[0], pads[1]);
                 let key = [h, wd, oh, kh, kw, ph * 1000 + pw];
@@ -242,7 +240,7 @@ impl Planner<'_> {
         // K chunks: a B chunk of ~16 KB read in place (P floats between rows), 32 KB when packed
         // (contiguous, so it still stays in L1 and the partial sums go through the output half as often).
         let packed = !by_rows && cg.groups == 1;
-        let kc_max = ((if packed { 32 } else { 16 }) * 1024 / (nr * 4)).max(16);
+        let kc_max = ((if packed || cg.direct.is_some() { 32 } else { 16 }) * 1024 / (nr * 4)).max(16);
         let nch = kdim.div_ceil(kc_max);
         let kc = kdim.div_ceil(nch);
         let (nblocks, rb_tiles) = if by_rows {
@@ -277,7 +275,7 @@ impl Planner<'_> {
             (Expr::Int(0), Expr::Var(it))
         };
         let direct = cg.direct.clone().map(|d| {
-            assert!(packed, "a Direct convolution runs in packed positions mode");
+            assert_eq!(cg.groups, 1, "a Direct convolution is dense");
             let mp = kb.param(d.mask, &self.buffers[d.mask as usize].clone(), Access::Read);
             (d, mp, 0)
         });
@@ -293,20 +291,37 @@ impl Planner<'_> {
         if by_rows {
             // A block of row tiles: every chunk of every panel sweeps the block's tiles.
             let blk = q.clone();
+            // A Direct convolution packs each panel's chunk from x into the iteration's own scratch
+            // `[kc][nr]` first (x is read, not an im2col copy K/C times its size; contiguous for the tiles).
+            let scratch = t.direct.as_ref().map(|_| {
+                let label = format!("{} (packed B chunks)", self.g.node(a).name);
+                let sb = self.add_buffer(Buffer { base: Base::Arena, offset: 0, dtype: DType::F32, shape: vec![nb * np, kc, nr], label }, None);
+                let sp = kb.param(sb, &self.buffers[sb as usize].clone(), Access::ReadWrite);
+                (sp, Expr::mul(Expr::Var(it), Expr::Int((kc * nr) as i64)))
+            });
             body = self.conv_chunks(kb, &t, &mut |me, kb, k0, klen, first, last| {
                 let mut v = Vec::new();
+                let pack = |me: &mut Self, kb: &mut KB, p0: Expr, w: usize| -> Vec<Stmt> {
+                    match (&t.direct, &scratch) {
+                        (Some((d, mp, _)), Some((sp, sbase))) => vec![me.direct_pack(kb, &t, d, (*mp, 0), *sp, sbase, p0, 0, w, k0.clone(), klen)],
+                        _ => Vec::new(),
+                    }
+                };
                 if full > 0 {
                     let p = kb.var();
                     let tl = kb.var();
                     let gt = Expr::add(Expr::mul(blk.clone(), Expr::Int(rb_tiles as i64)), Expr::Var(tl));
-                    let tb = me.conv_tile(kb, &t, gt.clone(), Expr::mul(Expr::Var(p), Expr::Int(nr as i64)), nr, k0.clone(), klen, first, last, None);
-                    let tl_loop = Stmt::For { var: tl, extent: rb_tiles as i64, kind: LoopKind::Serial, body: guard(&gt, tb) };
-                    v.push(Stmt::For { var: p, extent: full as i64, kind: LoopKind::Serial, body: vec![tl_loop] });
+                    let p0 = Expr::mul(Expr::Var(p), Expr::Int(nr as i64));
+                    let mut pb = pack(me, kb, p0.clone(), nr);
+                    let tb = me.conv_tile(kb, &t, gt.clone(), p0, nr, k0.clone(), klen, first, last, scratch.clone());
+                    pb.push(Stmt::For { var: tl, extent: rb_tiles as i64, kind: LoopKind::Serial, body: guard(&gt, tb) });
+                    v.push(Stmt::For { var: p, extent: full as i64, kind: LoopKind::Serial, body: pb });
                 }
                 for &(off, w) in &pieces {
                     let tl = kb.var();
                     let gt = Expr::add(Expr::mul(blk.clone(), Expr::Int(rb_tiles as i64)), Expr::Var(tl));
-                    let tb = me.conv_tile(kb, &t, gt.clone(), Expr::Int(off as i64), w, k0.clone(), klen, first, last, None);
+                    v.extend(pack(me, kb, Expr::Int(off as i64), w));
+                    let tb = me.conv_tile(kb, &t, gt.clone(), Expr::Int(off as i64), w, k0.clone(), klen, first, last, scratch.clone());
                     v.push(Stmt::For { var: tl, extent: rb_tiles as i64, kind: LoopKind::Serial, body: guard(&gt, tb) });
                 }
                 v
