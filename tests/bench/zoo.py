@@ -5,6 +5,9 @@ depthwise model, batch 1 and 8, 1 and 2 threads (part of `make bench`; `make ben
     zoo.py --rlxc target/release/rlxc [--models resnet50,shufflenet] [--batches 1,8] [--threads 1,2]
            [--reps 10] [--budget-s 20] [--out docs/benchmarks.md]
 
+A model named `conv{cin}x{cout}h{h}k{k}s{s}` (e.g. conv64x64h56k3s1) is one convolution layer with bias and
+ReLU (`tests/bench/conv_layer.py`), for measuring single layers side by side.
+
 Measured exactly as bench.py measures MiniLM (its `compile_rlxc` and `worker`): rlxc's host artifact loaded
 as a shared object and ORT in one process per row, same thread count, interleaved blocks of calls, p50.
 The light models carry constant-filled weights (ConstantOfShape), so their pre-softmax values are huge
@@ -158,6 +161,11 @@ def mobilenet_like(dst: Path) -> None:
                    stdout=subprocess.DEVNULL)
 
 
+def conv_layer(dst: Path, spec: str) -> None:
+    """tests/bench/conv_layer.py's single convolution layer (`conv{cin}x{cout}h{h}k{k}s{s}`)."""
+    subprocess.run([sys.executable, str(ROOT / "tests/bench/conv_layer.py"), "--out", str(dst), "--spec", spec], check=True)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rlxc", default=str(ROOT / "target/release/rlxc"))
@@ -181,6 +189,9 @@ def main() -> int:
                     print("mobilenet_like: tests/bench/mobilenet_like.py is missing", flush=True)
                     continue
                 mobilenet_like(base)
+            elif name.startswith("conv"):
+                base = work / f"{name}.onnx"
+                conv_layer(base, name)
             else:
                 base = light_dir() / f"light_{name}.onnx"
             for batch in [int(b) for b in a.batches.split(",")]:

@@ -133,6 +133,10 @@ def main() -> None:
         # A weight over 512 KB (232 × 576 floats) with more positions than channels: each K chunk sweeps all
         # of a thread slot's units before the next chunk (the partial sums wait in the output).
         "conv3x3_big_weight": ([1, 64, 16, 16], [(232, (3, 3), {"pads": [1, 1, 1, 1]}, True)], relu, ()),
+        # B packed from x itself (stride 1, output rows as wide as the input's): a 3×4 kernel with asymmetric
+        # pads (top 0, bottom 2, left 1, right 2), batch 2, residual input; two convs in a row.
+        "conv3x4_direct_asym_b2": ([2, 6, 12, 13], [(10, (3, 4), {"pads": [0, 1, 2, 2]}, True), (9, (3, 4), {"pads": [0, 1, 2, 2]}, False)],
+                                   residual_relu, (("r", [2, 9, 12, 13]),)),
         # Enough work for the thread pool: 64×64 channels at 28×28.
         "conv3x3_wide": ([1, 64, 28, 28], [(64, (3, 3), {"pads": [1, 1, 1, 1]}, True)], relu, ()),
         # Grouped convolutions with ≥ 8 channels a group: one GEMM per group. 2 groups of 8 → 12 channels (2 tiles

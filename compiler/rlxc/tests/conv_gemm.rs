@@ -1,6 +1,6 @@
 //! Dense convolution on the GEMM micro-kernel (`rlx-opt`'s `plan/conv_gemm.rs`): the cases of
 //! `tests/native/make_convs.py` (1×1 read in place, im2col for k×k, strides, dilations, asymmetric pads,
-//! 1-D and 3-D, batch 2, tiles and panels with tails, several row blocks, grouped convolutions (one GEMM
+//! 1-D and 3-D, batch 2, B packed from x itself for stride 1 with asymmetric pads, tiles and panels with tails, several row blocks, grouped convolutions (one GEMM
 //! per group), the fused epilogues) compiled
 //! for x86_64 (AVX2: 6-row tiles × 16 lanes), the host (its own vector width, 1 and 2 threads) and
 //! Cranelift, each within 1e-4 of the reference interpreter; and ConvTranspose (`plan/conv_transpose.rs`:
@@ -87,7 +87,8 @@ fn conv_gemm_cranelift_matches_interp() {
 }
 
 /// The planner really takes the GEMM paths (the planned program, `--emit-ir`'s NAME.lir): packed weight
-/// rows and an im2col launch for a k×k convolution, no copy for a 1×1 one, a GEMM launch and the packed
+/// rows and an im2col launch for a k×k convolution (none for a stride-1 one whose output rows are as wide
+/// as its input's: B packed from x under a window mask), no copy for a 1×1 one, a GEMM launch and the packed
 /// transposed weight for a transposed convolution.
 #[test]
 fn conv_gemm_paths_are_taken() {
@@ -102,6 +103,8 @@ fn conv_gemm_paths_are_taken() {
     let k3 = lir("conv3x3_silu");
     assert!(k3.contains("packed 6-row panels") && k3.contains("(im2col)"), "3×3: no packed weight or im2col launch:\n{k3}");
     assert!(k3.contains("(packed B chunks)"), "3×3: B chunks are not packed:\n{k3}");
+    let kd = lir("conv3x3_wide");
+    assert!(kd.contains("(window mask)") && !kd.contains("(im2col)") && kd.contains("(packed B chunks)"), "3×3 pad 1, stride 1: B is not packed from x:\n{kd}");
     let k1 = lir("conv1x1_relu");
     assert!(k1.contains("packed 6-row panels") && !k1.contains("(im2col)"), "1×1: x is read in place:\n{k1}");
     assert!(k1.contains("(packed B chunks)"), "1×1: B chunks are not packed:\n{k1}");

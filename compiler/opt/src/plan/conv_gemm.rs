@@ -2,8 +2,9 @@
 //! `out[n][M = output channels][P = output positions] = W[M, K = C·k₁·k₂…] · col[n][K, P]`.
 //! The weight (A) is packed at compile time into `gemm_mr`-row panels `[M/mr][K][mr]` and read as
 //! broadcast scalars; B is read as `vector(nr)` rows along P: x itself for a 1×1, stride-1 unpadded
-//! convolution (x[n] viewed as [C, H·W]), else the im2col copy (its own launch before the GEMM: col in
-//! the arena, zero where the window reads padding). Positions past the last full panel are narrower
+//! convolution (x[n] viewed as [C, H·W]), packed per chunk straight from x under a window mask for a
+//! stride-1 one whose output rows are as wide as its input's ([`Direct`]), else the im2col copy (its own
+//! launch before the GEMM: col in the arena, zero where the window reads padding). Positions past the last full panel are narrower
 //! vector panels of power-of-two widths. The epilogue (bias as the accumulators' start, then the fused elementwise
 //! chain: activation, residual add) is applied per accumulator before the store. K is cut into chunks
 //! whose B panel stays in L1; the parallel loop runs over images × blocks of row tiles (when the
@@ -41,6 +42,33 @@ pub(super) struct ConvGemm {
     /// Groups: each group's output channels are their own row tiles (the packing's), reading the
     /// group's slice of B's K rows.
     pub(super) groups: usize,
+    /// Packed positions mode reading the image itself (no im2col; see [`Direct`]).
+    pub(super) direct: Option<Direct>,
+}
+
+/// A dense stride-1, dilation-1 2-D convolution whose output rows are as wide as its input rows: its B
+/// chunks are packed from x itself (in either loop order). Row `(c, kh, kw)` of col at flat output
+/// position `p` is `x[n][c]` at flat `p + (kh − ph)·W + (kw − pw)` — contiguous along p, across output
+/// rows too — where the window is inside the input, and zero elsewhere: a constant mask
+/// `[KH·KW, P]` (1.0 inside) selects which, so no im2col copy is written or read.
+#[derive(Clone, Debug)]
+pub(super) struct Direct {
+    /// The mask buffer `[KH·KW, P]` (f32 0/1), shared by convolutions of the same geometry.
+    pub(super) mask: u32,
+    /// Input channels, kernel taps (KH·KW), kernel width, input width, input elements per channel (H·W).
+    pub(super) c: usize,
+    pub(super) taps: usize,
+    pub(super) kw: usize,
+    pub(super) w: usize,
+    pub(super) hw: usize,
+    /// The flat offset of tap (0, 0): ph·W + pw.
+    pub(super) shift0: i64,
+}
+
+/// Whether the GEMM of `mg` output channels a group, `tiles` row tiles, over `pn` positions runs with
+/// blocks of row tiles as the parallel loop (the weight is the larger operand), B read in place.
+fn by_rows(mg: usize, pn: usize, tiles: usize) -> bool {
+    mg >= pn && tiles >= 2
 }
 
 impl Planner<'_> {
@@ -137,17 +165,36 @@ impl Planner<'_> {
     /// packed (they need no other copy in the blob).
     pub(super) fn pack_conv_weights(&mut self) -> Vec<ValueId> {
         let mut packed = Vec::new();
+        // Masks of `Direct` convolutions by geometry (input H, W, output H, kernel, leading pads).
+        let mut masks: std::collections::HashMap<[usize; 6], u32> = std::collections::HashMap::new();
         for (a, w) in self.conv_gemm_candidates() {
             let Def::Const(c) = &self.g.value(w).def else { continue };
             let node = self.g.node(a);
-            let MirOp::Conv { strides, pads, groups, .. } = &node.op else { continue };
+            let MirOp::Conv { strides, pads, dilations, groups } = &node.op else { continue };
             let groups = *groups;
             let sw = self.shape(w);
+            let (sx, so) = (self.shape(node.inputs[0]), self.shape(node.outputs[0]));
             let one = sw[2..].iter().all(|&k| k == 1) && strides.iter().all(|&s| s == 1) && pads.iter().all(|&p| p == 0);
             let mr = self.mr.min(sw[0] / groups).max(1);
+            let direct = if !one && groups == 1 && sx.len() == 4 && strides.iter().all(|&s| s == 1) && dilations.iter().all(|&d| d == 1) && so[3] == sx[3] {
+                let (kh, kw, h, wd, oh) = (sw[2], sw[3], sx[2], sx[3], so[2]);
+                let (ph, pw) = (pads[0], pads[1]);
+                let key = [h, wd, oh, kh, kw, ph * 1000 + pw];
+                let mask = match masks.get(&key) {
+                    Some(&m) => m,
+                    None => {
+                        let m = self.add_weight(format!("{} (window mask)", node.name), &window_mask(kh, kw, h, wd, oh, ph, pw));
+                        masks.insert(key, m);
+                        m
+                    }
+                };
+                Some(Direct { mask, c: sx[1], taps: kh * kw, kw, w: wd, hw: h * wd, shift0: (ph * wd + pw) as i64 })
+            } else {
+                None
+            };
             let pc = pack_rows(c, mr, groups);
             let b = self.add_weight(format!("{} (packed {mr}-row panels)", self.label(w)), &pc);
-            self.conv_gemm.insert(a, ConvGemm { apack: b, mr, col: None, im2col: !one, groups });
+            self.conv_gemm.insert(a, ConvGemm { apack: b, mr, col: None, im2col: !one && direct.is_none(), groups, direct });
             packed.push(w);
         }
         packed
@@ -189,11 +236,11 @@ impl Planner<'_> {
         let tpg = mg.div_ceil(mr);
         let tiles = cg.groups * tpg;
         let (full, tail) = (pn / nr, pn % nr);
-        let by_rows = mg >= pn && tiles >= 2;
+        let by_rows = by_rows(mg, pn, tiles);
         // K chunks: a B chunk of ~16 KB read in place (P floats between rows), 32 KB when packed
         // (contiguous, so it still stays in L1 and the partial sums go through the output half as often).
         let packed = !by_rows && cg.groups == 1;
-        let kc_max = ((if packed { 32 } else { 16 }) * 1024 / (nr * 4)).max(16);
+        let kc_max = ((if packed || cg.direct.is_some() { 32 } else { 16 }) * 1024 / (nr * 4)).max(16);
         let nch = kdim.div_ceil(kc_max);
         let kc = kdim.div_ceil(nch);
         let (nblocks, rb_tiles) = if by_rows {
@@ -227,7 +274,12 @@ impl Planner<'_> {
         } else {
             (Expr::Int(0), Expr::Var(it))
         };
-        let t = Tiling { a, r, av, bias, op, out_shape, ap, bp, nv, kdim, pn, mr, pdim, kc, nch, groups: cg.groups, tpg, mg };
+        let direct = cg.direct.clone().map(|d| {
+            assert_eq!(cg.groups, 1, "a Direct convolution is dense");
+            let mp = kb.param(d.mask, &self.buffers[d.mask as usize].clone(), Access::Read);
+            (d, mp, 0)
+        });
+        let t = Tiling { a, r, av, bias, op, out_shape, ap, bp, nv, kdim, pn, mr, pdim, kc, nch, groups: cg.groups, tpg, mg, direct };
         let guard = |gt: &Expr, body: Vec<Stmt>| -> Vec<Stmt> {
             if nblocks * rb_tiles > tiles {
                 vec![Stmt::If { cond: Expr::i(IOp::Lt, gt.clone(), Expr::Int(tiles as i64)), body }]
@@ -239,20 +291,37 @@ impl Planner<'_> {
         if by_rows {
             // A block of row tiles: every chunk of every panel sweeps the block's tiles.
             let blk = q.clone();
+            // A Direct convolution packs each panel's chunk from x into the iteration's own scratch
+            // `[kc][nr]` first (x is read, not an im2col copy K/C times its size; contiguous for the tiles).
+            let scratch = t.direct.as_ref().map(|_| {
+                let label = format!("{} (packed B chunks)", self.g.node(a).name);
+                let sb = self.add_buffer(Buffer { base: Base::Arena, offset: 0, dtype: DType::F32, shape: vec![nb * np, kc, nr], label }, None);
+                let sp = kb.param(sb, &self.buffers[sb as usize].clone(), Access::ReadWrite);
+                (sp, Expr::mul(Expr::Var(it), Expr::Int((kc * nr) as i64)))
+            });
             body = self.conv_chunks(kb, &t, &mut |me, kb, k0, klen, first, last| {
                 let mut v = Vec::new();
+                let pack = |me: &mut Self, kb: &mut KB, p0: Expr, w: usize| -> Vec<Stmt> {
+                    match (&t.direct, &scratch) {
+                        (Some((d, mp, _)), Some((sp, sbase))) => vec![me.direct_pack(kb, &t, d, (*mp, 0), *sp, sbase, p0, 0, w, k0.clone(), klen)],
+                        _ => Vec::new(),
+                    }
+                };
                 if full > 0 {
                     let p = kb.var();
                     let tl = kb.var();
                     let gt = Expr::add(Expr::mul(blk.clone(), Expr::Int(rb_tiles as i64)), Expr::Var(tl));
-                    let tb = me.conv_tile(kb, &t, gt.clone(), Expr::mul(Expr::Var(p), Expr::Int(nr as i64)), nr, k0.clone(), klen, first, last, None);
-                    let tl_loop = Stmt::For { var: tl, extent: rb_tiles as i64, kind: LoopKind::Serial, body: guard(&gt, tb) };
-                    v.push(Stmt::For { var: p, extent: full as i64, kind: LoopKind::Serial, body: vec![tl_loop] });
+                    let p0 = Expr::mul(Expr::Var(p), Expr::Int(nr as i64));
+                    let mut pb = pack(me, kb, p0.clone(), nr);
+                    let tb = me.conv_tile(kb, &t, gt.clone(), p0, nr, k0.clone(), klen, first, last, scratch.clone());
+                    pb.push(Stmt::For { var: tl, extent: rb_tiles as i64, kind: LoopKind::Serial, body: guard(&gt, tb) });
+                    v.push(Stmt::For { var: p, extent: full as i64, kind: LoopKind::Serial, body: pb });
                 }
                 for &(off, w) in &pieces {
                     let tl = kb.var();
                     let gt = Expr::add(Expr::mul(blk.clone(), Expr::Int(rb_tiles as i64)), Expr::Var(tl));
-                    let tb = me.conv_tile(kb, &t, gt.clone(), Expr::Int(off as i64), w, k0.clone(), klen, first, last, None);
+                    v.extend(pack(me, kb, Expr::Int(off as i64), w));
+                    let tb = me.conv_tile(kb, &t, gt.clone(), Expr::Int(off as i64), w, k0.clone(), klen, first, last, scratch.clone());
                     v.push(Stmt::For { var: tl, extent: rb_tiles as i64, kind: LoopKind::Serial, body: guard(&gt, tb) });
                 }
                 v
@@ -316,6 +385,10 @@ impl Planner<'_> {
         let slot = kb.var();
         let sbase = Expr::mul(Expr::Var(slot), Expr::Int((t.kc * nr) as i64));
         let chunk_outer = t.kdim * t.mg * 4 > A_L2;
+        // A Direct convolution prefetches the rows of x that the slot's next unit (`slots` units on:
+        // `slots / tb` panels) will pack: x is read in a pattern the hardware prefetcher does not
+        // follow (a few lines of every channel per unit), and from a large image each first touch missed.
+        let t = &Tiling { direct: t.direct.clone().map(|(d, mp, _)| (d, mp, ((slots / tb).max(1) * nr) as i64)), ..t.clone() };
         // Slot s takes units r, r + 8, r + 16 … with r the bit reversal of s when there are 8 slots: the
         // pool gives each thread a run of slots, so the units left over after whole rounds alternate
         // between the halves (and quarters) and 2, 4 or 8 threads differ by at most one unit.
@@ -382,6 +455,10 @@ impl Planner<'_> {
         let tiles = t.groups * t.tpg;
         let mut v = Vec::new();
         for (p0, off, w) in panel {
+            if let Some((d, mp, ahead)) = &t.direct {
+                v.push(self.direct_pack(kb, t, d, (*mp, *ahead), sp, sbase, Expr::add(p0.clone(), Expr::Int(*off as i64)), *off, *w, k0.clone(), klen));
+                continue;
+            }
             let (kk, jj) = (kb.var(), kb.var());
             let brow = Expr::add(Expr::mul(t.nv.clone(), Expr::Int(t.kdim as i64)), Expr::add(k0.clone(), Expr::Var(kk)));
             let src = Expr::add(Expr::mul(brow, Expr::Int(t.pn as i64)), Expr::add(p0.clone(), Expr::add(Expr::Int(*off as i64), Expr::Var(jj))));
@@ -401,6 +478,49 @@ impl Planner<'_> {
             v.push(Stmt::For { var: tl, extent: ntl as i64, kind: LoopKind::Serial, body: tb });
         }
         v
+    }
+
+    /// The copy of a `Direct` convolution's B chunk from x: `scratch[slot][kk][off + jj] = mask[tap][p +
+    /// jj] > 0 ? x[n][c][p + jj + shift(tap)] : 0` for the `width` positions from `p`, with `(c, tap)` =
+    /// `k0 + kk` split by the taps; each row first prefetches the same row `ahead` positions on (the
+    /// slot's next unit). The rows whose span reaches before or past x (the first and last
+    /// channels' padding rows) clamp each lane's index instead (the masked lanes' values are discarded).
+    #[allow(clippy::too_many_arguments)]
+    fn direct_pack(&mut self, kb: &mut KB, t: &Tiling, d: &Direct, (mp, ahead): (u32, i64), sp: u32, sbase: &Expr, p: Expr, off: usize, width: usize, k0: Expr, klen: usize) -> Stmt {
+        let nr = self.nr;
+        let total = (self.shape(self.g.node(t.a).inputs[0]).iter().product::<usize>()) as i64;
+        let (kk, base, mrow) = (kb.var(), kb.var(), kb.var());
+        let k = Expr::add(k0, Expr::Var(kk));
+        let (c, tap) = (Expr::i(IOp::Div, k.clone(), Expr::Int(d.taps as i64)), Expr::i(IOp::Rem, k, Expr::Int(d.taps as i64)));
+        let shift = Expr::add(Expr::mul(Expr::i(IOp::Div, tap.clone(), Expr::Int(d.kw as i64)), Expr::Int(d.w as i64)), Expr::i(IOp::Rem, tap.clone(), Expr::Int(d.kw as i64)));
+        let chan = Expr::add(Expr::mul(t.nv.clone(), Expr::Int(d.c as i64)), c);
+        // The first lane's element of x: (n·C + c)·HW + p + shift(tap) − shift(0, 0).
+        let b = Expr::i(IOp::Sub, Expr::add(Expr::add(Expr::mul(chan, Expr::Int(d.hw as i64)), p.clone()), shift), Expr::Int(d.shift0));
+        let mut body = vec![
+            Stmt::Decl { var: base, dtype: DType::I64, init: b },
+            Stmt::Decl { var: mrow, dtype: DType::I64, init: Expr::add(Expr::mul(tap, Expr::Int(t.pn as i64)), p) },
+        ];
+        if ahead > 0 {
+            let mut offs: Vec<i64> = (0..width as i64).step_by(16).collect();
+            offs.push(width as i64 - 1);
+            offs.dedup();
+            body.extend(offs.into_iter().map(|o| Stmt::Prefetch { buf: t.bp, index: Expr::add(Expr::Var(base), Expr::Int(ahead + o)) }));
+        }
+        let dst = |jj: Expr| Expr::add(sbase.clone(), Expr::add(Expr::mul(Expr::Var(kk), Expr::Int(nr as i64)), Expr::add(Expr::Int(off as i64), jj)));
+        let inside = Expr::i(IOp::And, Expr::i(IOp::Le, Expr::Int(0), Expr::Var(base)), Expr::i(IOp::Le, Expr::add(Expr::Var(base), Expr::Int(width as i64)), Expr::Int(total)));
+        for (cond, clamped) in [(inside.clone(), false), (Expr::i(IOp::Eq, inside, Expr::Int(0)), true)] {
+            let jj = kb.var();
+            let mut xi = Expr::add(Expr::Var(base), Expr::Var(jj));
+            if clamped {
+                xi = clamp(xi, 0, total - 1);
+            }
+            let keep = Expr::Bin(BinaryOp::Gt, DType::F32, Box::new(Expr::load(mp, Expr::add(Expr::Var(mrow), Expr::Var(jj)))), Box::new(lit(0.0, DType::F32)));
+            let val = Expr::Select(Box::new(keep), Box::new(Expr::load(t.bp, xi)), Box::new(lit(0.0, DType::F32)));
+            let kind = if width >= 2 { LoopKind::Vector(width as u32) } else { LoopKind::Serial };
+            let copy = Stmt::For { var: jj, extent: width as i64, kind, body: vec![Stmt::Store { buf: sp, index: dst(Expr::Var(jj)), value: val }] };
+            body.push(Stmt::If { cond, body: vec![copy] });
+        }
+        Stmt::For { var: kk, extent: klen as i64, kind: LoopKind::Serial, body }
     }
 
     /// The K chunks in order: `f(k0, length, first, last)` for the first, the middle ones (one serial
@@ -507,6 +627,26 @@ struct Tiling<'a> {
     tpg: usize,
     /// Output channels per group.
     mg: usize,
+    /// A `Direct` convolution, its mask's param and the prefetch distance (positions: the slot's next
+    /// unit's panel): B chunks packed from x.
+    direct: Option<(Direct, u32, i64)>,
+}
+
+/// The mask of a `Direct` convolution: `[KH·KW, OH·W]` f32, 1.0 where tap (kh, kw) of output position
+/// (oh, ow) reads inside the input (0 ≤ oh + kh − ph < H, 0 ≤ ow + kw − pw < W), else 0.0.
+fn window_mask(kh: usize, kw: usize, h: usize, w: usize, oh: usize, ph: usize, pw: usize) -> ConstData {
+    let mut v = Vec::with_capacity(kh * kw * oh * w * 4);
+    for a in 0..kh {
+        for b in 0..kw {
+            for y in 0..oh {
+                for x in 0..w {
+                    let inside = (y + a).checked_sub(ph).is_some_and(|i| i < h) && (x + b).checked_sub(pw).is_some_and(|j| j < w);
+                    v.extend_from_slice(&(if inside { 1.0f32 } else { 0.0 }).to_le_bytes());
+                }
+            }
+        }
+    }
+    ConstData { dtype: DType::F32, shape: vec![kh * kw, oh * w], data: rlx_ir::Blob::from_vec(v) }
 }
 
 /// A float weight `[M, …]` (rows of K elements) packed in panels of `mr` rows per group of `M / groups`
