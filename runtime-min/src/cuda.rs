@@ -15,9 +15,14 @@
 //! Dispatches are ordered by the stream, so the schedule's byte ranges are checked against the buffers
 //! but need no barriers here.
 //!
+//! A sharded rank's schedule (version 4) also holds collectives: [`Executor::with_nccl`] (feature
+//! `nccl`) issues each one through the application's NCCL communicator ([`crate::nccl::Nccl`]) on the
+//! same stream, in schedule order, inside the same captured graph; [`Executor::new`] refuses such a
+//! schedule.
+//!
 //! Unlike the rest of runtime-min this module allocates (at setup) and uses `std`.
 
-use crate::schedule::{BaseKind, Schedule};
+use crate::schedule::{BaseKind, Collective, Schedule};
 use cudarc::driver::{result, sys};
 use std::ffi::{c_void, CString};
 use std::format;
@@ -54,17 +59,27 @@ pub fn probe() -> Result<(String, (i32, i32)), CudaError> {
     Ok((name, capability(dev)?))
 }
 
-fn open_device() -> Result<sys::CUdevice, CudaError> {
+/// The number of CUDA devices the driver reports (an error without a driver).
+pub fn device_count() -> Result<i32, CudaError> {
     // SAFETY: only looks for the library file; no driver function is called.
     if !unsafe { sys::is_culib_present() } {
         return Err(CudaError("no CUDA driver: libcuda.so could not be loaded (no NVIDIA driver on this machine)".into()));
     }
     result::init().map_err(drv("cuInit"))?;
-    let n = result::device::get_count().map_err(drv("cuDeviceGetCount"))?;
+    result::device::get_count().map_err(drv("cuDeviceGetCount"))
+}
+
+fn open_device() -> Result<sys::CUdevice, CudaError> {
     let want = match std::env::var("RLX_CUDA_DEVICE") {
         Ok(v) => v.parse::<i32>().map_err(|_| CudaError(format!("RLX_CUDA_DEVICE={v}: expected a device index")))?,
         Err(_) => 0,
     };
+    open_device_index(want)
+}
+
+/// Device `want` (an error naming it when the driver has fewer).
+pub(crate) fn open_device_index(want: i32) -> Result<sys::CUdevice, CudaError> {
+    let n = device_count()?;
     if want < 0 || want >= n {
         return Err(CudaError(format!("CUDA device {want} requested, the driver reports {n}")));
     }
@@ -87,6 +102,9 @@ pub struct Executor {
     ctx: sys::CUcontext,
     stream: sys::CUstream,
     module: sys::CUmodule,
+    /// The communicator the graph's collectives use: kept alive as long as the graph.
+    #[cfg(feature = "nccl")]
+    _nccl: Option<std::sync::Arc<crate::nccl::Nccl>>,
     /// One device allocation per schedule buffer: (kind, pointer, exact bytes).
     bufs: Vec<(BaseKind, sys::CUdeviceptr, u64)>,
     graph: sys::CUgraph,
@@ -96,7 +114,9 @@ pub struct Executor {
     outputs: Vec<usize>,
     name: String,
     dispatches: usize,
-    /// Per dispatch: its function, grid and block (for [`Executor::kernel_times`]).
+    /// Collectives in the graph (a sharded rank's).
+    collectives: usize,
+    /// Per kernel dispatch: its function, grid and block (for [`Executor::kernel_times`]).
     launches: Vec<(sys::CUfunction, (u32, u32, u32), (u32, u32, u32))>,
 }
 
@@ -112,9 +132,62 @@ impl Executor {
     }
 
     /// Sets up the program (see the module documentation). Checks the schedule and the weights' size
-    /// before touching the driver.
+    /// before touching the driver. A schedule with collectives is refused: [`Executor::with_nccl`].
     pub fn new(ptx: &str, schedule: &[u8], weights: &[u8]) -> Result<Executor, CudaError> {
+        Executor::setup(ptx, schedule, weights, None)
+    }
+
+    /// A sharded rank: sets up the program on the communicator's device and issues each collective
+    /// of the schedule through `comm` on the executor's stream, between the kernels, inside the
+    /// captured graph. Every collective's rank count must be the communicator's size.
+    #[cfg(feature = "nccl")]
+    pub fn with_nccl(ptx: &str, schedule: &[u8], weights: &[u8], comm: std::sync::Arc<crate::nccl::Nccl>) -> Result<Executor, CudaError> {
+        Executor::setup(ptx, schedule, weights, Some(comm))
+    }
+
+    #[cfg(feature = "nccl")]
+    fn setup(ptx: &str, schedule: &[u8], weights: &[u8], comm: Option<std::sync::Arc<crate::nccl::Nccl>>) -> Result<Executor, CudaError> {
         let sched = Schedule::parse(schedule)?;
+        if let Some(n) = &comm {
+            if let Some(c) = sched.dispatches.iter().filter_map(|d| d.comm).find(|c| c.ranks > 1 && c.ranks as i32 != n.size()) {
+                return Err(CudaError(format!("the schedule has a collective over {} ranks, the NCCL communicator has {}", c.ranks, n.size())));
+            }
+        }
+        let dev = comm.as_ref().map(|n| n.device());
+        let issue = comm.clone();
+        let issue = move |c: &Collective, s: sys::CUdeviceptr, r: sys::CUdeviceptr, st: sys::CUstream| match &issue {
+            // SAFETY: the executor's buffers hold the bytes the schedule's ranges state (checked at
+            // parse), on the communicator's device; `st` is the executor's stream.
+            Some(n) => unsafe { n.issue(c, s, r, st) },
+            None => Err(CudaError("no communicator".into())),
+        };
+        let mut ex = Executor::build(ptx, &sched, weights, dev, comm.is_some(), &issue)?;
+        ex._nccl = comm;
+        Ok(ex)
+    }
+
+    #[cfg(not(feature = "nccl"))]
+    fn setup(ptx: &str, schedule: &[u8], weights: &[u8], _comm: Option<()>) -> Result<Executor, CudaError> {
+        let sched = Schedule::parse(schedule)?;
+        let none = |_: &Collective, _: sys::CUdeviceptr, _: sys::CUdeviceptr, _: sys::CUstream| Err(CudaError("no communicator".into()));
+        Executor::build(ptx, &sched, weights, None, false, &none)
+    }
+
+    /// The setup of [`Executor::new`] on device index `device` (`None`: `RLX_CUDA_DEVICE`, else 0),
+    /// opened after the schedule's checks; `has_comm`: a communicator issues the collectives through
+    /// `issue` (without one a schedule with collectives is refused).
+    fn build(
+        ptx: &str,
+        sched: &Schedule,
+        weights: &[u8],
+        device: Option<i32>,
+        has_comm: bool,
+        issue: &dyn Fn(&Collective, sys::CUdeviceptr, sys::CUdeviceptr, sys::CUstream) -> Result<(), CudaError>,
+    ) -> Result<Executor, CudaError> {
+        if !has_comm && sched.collectives() > 0 {
+            let how = if cfg!(feature = "nccl") { "load it with Executor::with_nccl and the application's NCCL communicator" } else { "this runtime was built without the nccl feature" };
+            return Err(CudaError(format!("the schedule has {} collectives (a sharded rank): {how}", sched.collectives())));
+        }
         if sched.dispatches.iter().any(|d| d.block == [0; 3]) {
             return Err(CudaError("the schedule has no block sizes (version 2, a shader artifact): compile with --target cuda".into()));
         }
@@ -133,12 +206,15 @@ impl Executor {
         };
         let inputs = port(|k| if let BaseKind::Input(i) = k { Some(i) } else { None })?;
         let outputs = port(|k| if let BaseKind::Output(i) = k { Some(i) } else { None })?;
-        let dev = open_device()?;
+        let dev = match device {
+            Some(i) => open_device_index(i)?,
+            None => open_device()?,
+        };
         let name = result::device::get_name(dev).map_err(drv("cuDeviceGetName"))?;
         // SAFETY: `dev` came from cuDeviceGet; every handle below is created here and destroyed in Drop
         // (or right away when setup fails), and every copy's host slice outlives the call (sync copies).
         let ctx = unsafe { result::primary_ctx::retain(dev) }.map_err(drv("cuDevicePrimaryCtxRetain"))?;
-        let mut ex = Executor { dev, ctx, stream: core::ptr::null_mut(), module: core::ptr::null_mut(), bufs: Vec::new(), graph: core::ptr::null_mut(), exec: core::ptr::null_mut(), inputs, outputs, name, dispatches: sched.dispatches.len(), launches: Vec::new() };
+        let mut ex = Executor { dev, ctx, stream: core::ptr::null_mut(), module: core::ptr::null_mut(), bufs: Vec::new(), graph: core::ptr::null_mut(), exec: core::ptr::null_mut(), inputs, outputs, name, dispatches: sched.dispatches.len(), launches: Vec::new(), collectives: sched.collectives(), #[cfg(feature = "nccl")] _nccl: None };
         unsafe { result::ctx::set_current(ctx) }.map_err(drv("cuCtxSetCurrent"))?;
         ex.stream = result::stream::create(result::stream::StreamKind::NonBlocking).map_err(drv("cuStreamCreate"))?;
         ex.module = unsafe { result::module::load_data(ptx_c.as_ptr() as *const c_void) }.map_err(drv("cuModuleLoadData (the PTX does not load on this device)"))?;
@@ -154,6 +230,10 @@ impl Executor {
         }
         let mut funcs = Vec::with_capacity(sched.dispatches.len());
         for d in &sched.dispatches {
+            if d.comm.is_some() {
+                funcs.push(core::ptr::null_mut());
+                continue;
+            }
             let entry = CString::new(format!("k{}", d.entry)).map_err(|_| CudaError("bad entry name".into()))?;
             funcs.push(unsafe { result::module::get_function(ex.module, entry) }.map_err(drv(&format!("the PTX has no entry point k{}", d.entry)))?);
         }
@@ -163,6 +243,17 @@ impl Executor {
         unsafe { result::stream::begin_capture(ex.stream, sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) }.map_err(drv("cuStreamBeginCapture"))?;
         let mut launched = Ok(());
         for (d, f) in sched.dispatches.iter().zip(&funcs) {
+            if let Some(c) = &d.comm {
+                // A collective: its send (none for a receive) and receive buffers, at their bytes.
+                let at = |r: &crate::schedule::Range| ex.bufs[r.base as usize].1 + r.start;
+                let recv = d.ranges.last().map_or(0, at);
+                let send = if d.ranges.len() == 2 { at(&d.ranges[0]) } else { recv };
+                launched = issue(c, send, recv, ex.stream);
+                if launched.is_err() {
+                    break;
+                }
+                continue;
+            }
             let g = (d.groups[0], d.groups[1], d.groups[2]);
             let b = (d.block[0], d.block[1], d.block[2]);
             ex.launches.push((*f, g, b));
@@ -194,7 +285,12 @@ impl Executor {
         capability(self.dev)
     }
 
-    /// Kernel launches in the graph.
+    /// Collectives in the graph.
+    pub fn collectives(&self) -> usize {
+        self.collectives
+    }
+
+    /// Kernel launches and collectives in the graph.
     pub fn dispatches(&self) -> usize {
         self.dispatches
     }
@@ -203,6 +299,9 @@ impl Executor {
     /// `RLX_CUDA_KERNEL_TIMES=1`). The dispatches are launched one by one outside the graph, in order
     /// (a whole run on the inputs last copied in), each between two events; the median of `reps` runs.
     pub fn kernel_times(&mut self, reps: usize) -> Result<Vec<f32>, CudaError> {
+        if self.collectives > 0 {
+            return Err(CudaError("kernel times are not measured for a sharded rank (its collectives run only inside the graph)".into()));
+        }
         let mut args: Vec<sys::CUdeviceptr> = self.bufs.iter().map(|b| b.1).collect();
         let mut argp: Vec<*mut c_void> = args.iter_mut().map(|a| a as *mut sys::CUdeviceptr as *mut c_void).collect();
         let n = self.launches.len();

@@ -33,6 +33,8 @@ pub mod schedule;
 /// allocates at setup).
 #[cfg(feature = "cuda")]
 pub mod cuda;
+#[cfg(feature = "nccl")]
+pub mod nccl;
 
 /// The Vulkan executor for shader artifacts (feature `vulkan`; uses std and allocates at setup).
 #[cfg(feature = "vulkan")]

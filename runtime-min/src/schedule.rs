@@ -9,10 +9,14 @@ use std::vec::Vec;
 
 /// The schedule file's magic (`RLXS`) and the versions this runtime reads. Version 2 added each
 /// dispatch's byte ranges (a version 1 file, with none, is refused with an error saying to
-/// recompile); version 3 adds each dispatch's block size (CUDA: PTX states no launch dimensions).
+/// recompile); version 3 adds each dispatch's block size (CUDA: PTX states no launch dimensions);
+/// version 4 adds collectives between the kernels.
 pub const SCHEDULE_MAGIC: u32 = u32::from_le_bytes(*b"RLXS");
 pub const SCHEDULE_VERSION: u32 = 2;
 pub const SCHEDULE_VERSION_BLOCKS: u32 = 3;
+/// Version 4 (CUDA, a sharded rank): version 3 with a tag word before each entry — 0 a kernel, 1 a
+/// collective ([`Collective`]).
+pub const SCHEDULE_VERSION_COMM: u32 = 4;
 
 /// A malformed or unreadable schedule, in words.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -60,6 +64,39 @@ pub struct Dispatch {
     /// workgroup sizes.
     pub block: [u32; 3],
     pub ranges: Vec<Range>,
+    /// A collective in place of a kernel (version 4): `entry`, `groups` and `block` are unused; the
+    /// ranges are the send buffer's exact bytes (read; none for a receive), then the receive
+    /// buffer's (write).
+    pub comm: Option<Collective>,
+}
+
+/// A collective of a sharded rank: `op` one of [`crate::comm`]'s codes (`ALL_REDUCE` … `RECV`), on
+/// `count` elements of `dtype` per rank (sent by an all-reduce, all-gather or send; received by a
+/// reduce-scatter or receive), `ranks` the communicator size its ranges assume, `peer` the other
+/// rank of a send or receive (-1 otherwise).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Collective {
+    pub op: i32,
+    pub dtype: crate::DType,
+    pub count: u64,
+    pub ranks: u32,
+    pub peer: i32,
+}
+
+impl Collective {
+    /// Bytes (sent, received) per the op: the ranges must be exactly these.
+    pub fn bytes(&self) -> Option<(u64, u64)> {
+        use crate::comm::*;
+        let one = self.count.checked_mul(self.dtype.size()? as u64)?;
+        let all = one.checked_mul(self.ranks as u64)?;
+        Some(match self.op {
+            ALL_REDUCE | SEND => (one, one),
+            ALL_GATHER => (one, all),
+            REDUCE_SCATTER => (all, one),
+            RECV => (0, one),
+            _ => return None,
+        })
+    }
 }
 
 /// Whether `b` must wait for `a` (or `a` for `b`): some range of one and some range of the other
@@ -102,6 +139,18 @@ pub struct Schedule {
     pub dispatches: Vec<Dispatch>,
 }
 
+/// A collective's ranges: its send buffer (read; none for a receive) and its receive buffer (write),
+/// each exactly the bytes the op moves.
+fn check_comm(d: usize, c: &Collective, ranges: &[Range]) -> Result<(), String> {
+    let (send, recv) = c.bytes().ok_or_else(|| format!("dispatch {d}: collective {c:?}"))?;
+    let want: &[(Access, u64)] = if c.op == crate::comm::RECV { &[(Access::Write, recv)] } else { &[(Access::Read, send), (Access::Write, recv)] };
+    let got: Vec<(Access, u64)> = ranges.iter().map(|r| (r.access, r.end - r.start)).collect();
+    if got != want {
+        return Err(format!("dispatch {d}: a collective of {c:?} has ranges {got:?}, expected {want:?}"));
+    }
+    Ok(())
+}
+
 impl Schedule {
     /// Parses `NAME.schedule.bin` (format in docs/targets.md). Never panics on malformed bytes.
     pub fn parse(b: &[u8]) -> Result<Schedule, ScheduleError> {
@@ -120,9 +169,10 @@ impl Schedule {
             return Err(bad("bad magic (not an rlxc schedule)"));
         }
         let ver = next("version")?;
-        if ver != SCHEDULE_VERSION && ver != SCHEDULE_VERSION_BLOCKS {
-            return Err(ScheduleError(format!("schedule version {ver}, this runtime reads versions {SCHEDULE_VERSION} and {SCHEDULE_VERSION_BLOCKS}: recompile the model with a matching rlxc")));
+        if !(SCHEDULE_VERSION..=SCHEDULE_VERSION_COMM).contains(&ver) {
+            return Err(ScheduleError(format!("schedule version {ver}, this runtime reads versions {SCHEDULE_VERSION} to {SCHEDULE_VERSION_COMM}: recompile the model with a matching rlxc")));
         }
+        let blocks = ver >= SCHEDULE_VERSION_BLOCKS;
         let nb = next("base count")? as usize;
         if nb > w.len() {
             return Err(bad("base count exceeds the file"));
@@ -148,15 +198,42 @@ impl Schedule {
         }
         let mut dispatches = Vec::with_capacity(nd);
         for d in 0..nd {
-            let entry = next("entry")?;
-            let groups = [next("groups")?, next("groups")?, next("groups")?];
-            if groups.contains(&0) {
-                return Err(bad(&format!("dispatch {d} has zero workgroups")));
-            }
-            let block = if ver == SCHEDULE_VERSION_BLOCKS { [next("block")?, next("block")?, next("block")?] } else { [0; 3] };
-            if ver == SCHEDULE_VERSION_BLOCKS && (block.contains(&0) || block.iter().try_fold(1u64, |a, &b| a.checked_mul(b as u64)).is_none_or(|n| n > 1024)) {
-                return Err(bad(&format!("dispatch {d} has a block of {block:?} threads (1 to 1024 in all)")));
-            }
+            let tag = if ver == SCHEDULE_VERSION_COMM { next("entry tag")? } else { 0 };
+            let comm = match tag {
+                0 => None,
+                1 => {
+                    let op = next("collective op")?;
+                    let code = next("collective dtype")?;
+                    let count = next("collective count")? as u64 | (next("collective count")? as u64) << 32;
+                    let ranks = next("collective ranks")?;
+                    let peer = next("collective peer")? as i32;
+                    let dtype = u8::try_from(code).ok().and_then(crate::DType::from_code).ok_or_else(|| bad(&format!("dispatch {d}: unknown dtype code {code}")))?;
+                    if op > crate::comm::RECV as u32 || ranks == 0 {
+                        return Err(bad(&format!("dispatch {d}: collective op {op} over {ranks} ranks")));
+                    }
+                    let c = Collective { op: op as i32, dtype, count, ranks, peer };
+                    let p2p = c.op == crate::comm::SEND || c.op == crate::comm::RECV;
+                    if p2p != (peer >= 0) || c.bytes().is_none() {
+                        return Err(bad(&format!("dispatch {d}: collective {c:?}")));
+                    }
+                    Some(c)
+                }
+                t => return Err(bad(&format!("dispatch {d}: unknown entry tag {t}"))),
+            };
+            let (entry, groups, block) = if comm.is_some() {
+                (0, [1; 3], [1; 3])
+            } else {
+                let entry = next("entry")?;
+                let groups = [next("groups")?, next("groups")?, next("groups")?];
+                if groups.contains(&0) {
+                    return Err(bad(&format!("dispatch {d} has zero workgroups")));
+                }
+                let block = if blocks { [next("block")?, next("block")?, next("block")?] } else { [0; 3] };
+                if blocks && (block.contains(&0) || block.iter().try_fold(1u64, |a, &b| a.checked_mul(b as u64)).is_none_or(|n| n > 1024)) {
+                    return Err(bad(&format!("dispatch {d} has a block of {block:?} threads (1 to 1024 in all)")));
+                }
+                (entry, groups, block)
+            };
             let nr = next("range count")? as usize;
             if nr > w.len() {
                 return Err(bad("range count exceeds the file"));
@@ -182,12 +259,20 @@ impl Schedule {
                 }
                 ranges.push(Range { base, access, start, end });
             }
-            dispatches.push(Dispatch { entry, groups, block, ranges });
+            if let Some(c) = &comm {
+                check_comm(d, c, &ranges).map_err(|m| bad(&m))?;
+            }
+            dispatches.push(Dispatch { entry, groups, block, ranges, comm });
         }
         if i != w.len() {
             return Err(bad("trailing bytes"));
         }
         Ok(Schedule { bases, dispatches })
+    }
+
+    /// The collectives' count (a schedule with any runs only where a communicator is given).
+    pub fn collectives(&self) -> usize {
+        self.dispatches.iter().filter(|d| d.comm.is_some()).count()
     }
 
     pub fn count(&self, f: impl Fn(BaseKind) -> bool) -> usize {

@@ -109,6 +109,9 @@ impl Executor {
     /// Sets up the device, buffers, pipelines and the command buffer.
     pub fn new(spirv: &[u8], schedule: &[u8], weights: &[u8]) -> Result<Executor, VkError> {
         let sched = Schedule::parse(schedule)?;
+        if sched.collectives() > 0 {
+            return Err(VkError(format!("the schedule has {} collectives (a sharded CUDA rank): the Vulkan executor runs no collectives; compile the shards with --target cuda and run them with the nccl feature", sched.collectives())));
+        }
         let how = Barriers::from_env()?;
         if spirv.len() % 4 != 0 || spirv.len() < 20 {
             return Err(VkError("the SPIR-V module's length is not a positive multiple of 4".into()));
@@ -551,7 +554,7 @@ mod tests {
         let s = Schedule::parse(&good).unwrap();
         assert_eq!(s.bases, vec![(BaseKind::Arena, 64), (BaseKind::Input(0), 16)]);
         let r = |base, access, start, end| Range { base, access, start, end };
-        assert_eq!(s.dispatches, vec![Dispatch { entry: 0, groups: [1, 1, 1], block: [0; 3], ranges: vec![r(1, Access::Read, 0, 16), r(0, Access::Write, 8, 64)] }]);
+        assert_eq!(s.dispatches, vec![Dispatch { entry: 0, groups: [1, 1, 1], block: [0; 3], ranges: vec![r(1, Access::Read, 0, 16), r(0, Access::Write, 8, 64)], comm: None }]);
         for n in 0..good.len() {
             assert!(Schedule::parse(&good[..n]).is_err(), "truncated at {n}");
         }
@@ -582,7 +585,7 @@ mod tests {
         // Version 1 (rlxc before dispatch ranges): one base, one dispatch, no ranges.
         let v1 = words(&[SCHEDULE_MAGIC, 1, 1, 0, 0, 64, 0, 1, 0, 1, 1, 1]);
         let e = Schedule::parse(&v1).unwrap_err().0;
-        assert_eq!(e, "schedule version 1, this runtime reads versions 2 and 3: recompile the model with a matching rlxc");
+        assert_eq!(e, "schedule version 1, this runtime reads versions 2 to 4: recompile the model with a matching rlxc");
         assert!(Executor::new(&[0; 20], &v1, &[]).err().map(|e| e.0).unwrap_or_default().contains("schedule version 1"));
     }
 
@@ -604,7 +607,7 @@ mod tests {
         let dispatches = ds
             .iter()
             .enumerate()
-            .map(|(i, rs)| Dispatch { entry: i as u32, groups: [1, 1, 1], block: [0; 3], ranges: rs.iter().map(|&(base, access, start, end)| Range { base, access, start, end }).collect() })
+            .map(|(i, rs)| Dispatch { entry: i as u32, groups: [1, 1, 1], block: [0; 3], ranges: rs.iter().map(|&(base, access, start, end)| Range { base, access, start, end }).collect(), comm: None })
             .collect();
         Schedule { bases: vec![(BaseKind::Arena, 1 << 20), (BaseKind::Weights, 1 << 20)], dispatches }
     }

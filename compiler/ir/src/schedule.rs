@@ -13,6 +13,10 @@ pub const SCHEDULE_VERSION: u32 = 2;
 /// Version 3: version 2 plus each dispatch's block (workgroup) size after its grid (CUDA artifacts:
 /// PTX has no launch dimensions of its own).
 pub const SCHEDULE_VERSION_BLOCKS: u32 = 3;
+/// Version 4: version 3 with a tag word before each entry — 0 a kernel launch (as in version 3), 1 a
+/// collective (a sharded CUDA rank's `Stmt::Comm`: [`SchedComm`]). Written only when the program has
+/// a collective, so every other artifact keeps version 3 bytes.
+pub const SCHEDULE_VERSION_COMM: u32 = 4;
 
 /// One storage buffer of the program: a LIR base and its size in bytes.
 #[derive(Clone, Debug, PartialEq)]
@@ -44,6 +48,24 @@ pub struct SchedDispatch {
     /// Threads per block / workgroup (written only in version 3).
     pub block: [u32; 3],
     pub ranges: Vec<ByteRange>,
+    /// A collective in place of a kernel (version 4; `entry`, `groups`, `block` unused): its ranges
+    /// are the send buffer's exact bytes (read; none for a receive) then the receive buffer's (write).
+    pub comm: Option<SchedComm>,
+}
+
+/// A collective as the schedule records it: what the executor asks of the communicator the
+/// application passed in (NCCL on CUDA), on the dispatch's two byte ranges.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SchedComm {
+    pub op: crate::loops::CommOp,
+    pub dtype: crate::DType,
+    /// Elements per rank: sent (all-reduce, all-gather, send), received (reduce-scatter, receive).
+    pub count: u64,
+    /// The communicator's size the ranges assume (the receive of an all-gather and the send of a
+    /// reduce-scatter are `count` × ranks elements; 1 for the others, where the ranges say nothing).
+    pub ranks: u32,
+    /// The other rank of a send or receive; -1 for the collectives.
+    pub peer: i64,
 }
 
 /// The storage buffers of a LIR program, in binding order: arena, weights, inputs, outputs (each
@@ -72,11 +94,14 @@ pub fn param_range(lir: &Lir, buf: u32, bind: usize, declared: Access, loaded: b
 }
 
 /// The schedule as little-endian u32 words — `magic, version, n_bases, {kind (0 arena, 1 weights,
-/// 2 input, 3 output), index, bytes_lo, bytes_hi} × n_bases, n_dispatches, {entry, groups_x,
-/// groups_y, groups_z, [block_x, block_y, block_z: version 3 only,] n_ranges, {binding, access
-/// (1 read, 2 write, 3 read-write), start_lo, start_hi, end_lo, end_hi} × n_ranges} × n_dispatches`.
+/// 2 input, 3 output), index, bytes_lo, bytes_hi} × n_bases, n_dispatches, {[tag: version 4 only,]
+/// entry, groups_x, groups_y, groups_z, [block_x, block_y, block_z: versions 3 and 4,] n_ranges,
+/// {binding, access (1 read, 2 write, 3 read-write), start_lo, start_hi, end_lo, end_hi} × n_ranges}
+/// × n_dispatches`; in version 4 (with blocks, and some dispatch a collective) a tag-1 entry is
+/// `1, op (CommOp), dtype (DType code), count_lo, count_hi, ranks, peer (i32, -1 none), n_ranges, ranges`.
 pub fn encode(bases: &[BaseBuf], dispatches: &[SchedDispatch], with_blocks: bool) -> Vec<u8> {
-    let version = if with_blocks { SCHEDULE_VERSION_BLOCKS } else { SCHEDULE_VERSION };
+    let comm = with_blocks && dispatches.iter().any(|d| d.comm.is_some());
+    let version = if comm { SCHEDULE_VERSION_COMM } else if with_blocks { SCHEDULE_VERSION_BLOCKS } else { SCHEDULE_VERSION };
     let mut w: Vec<u32> = vec![SCHEDULE_MAGIC, version, bases.len() as u32];
     for b in bases {
         let (kind, idx) = match b.base {
@@ -91,9 +116,17 @@ pub fn encode(bases: &[BaseBuf], dispatches: &[SchedDispatch], with_blocks: bool
     }
     w.push(dispatches.len() as u32);
     for d in dispatches {
-        w.extend([d.entry, d.groups[0], d.groups[1], d.groups[2]]);
-        if with_blocks {
-            w.extend(d.block);
+        match &d.comm {
+            Some(c) if comm => w.extend([1, c.op as u32, c.dtype as u32, c.count as u32, (c.count >> 32) as u32, c.ranks, c.peer as i32 as u32]),
+            _ => {
+                if comm {
+                    w.push(0);
+                }
+                w.extend([d.entry, d.groups[0], d.groups[1], d.groups[2]]);
+                if with_blocks {
+                    w.extend(d.block);
+                }
+            }
         }
         w.push(d.ranges.len() as u32);
         for r in &d.ranges {

@@ -61,7 +61,7 @@ pub fn manifest(s: &Sharded, name: &str, model_inputs: &[String], model_outputs:
     json!({
         "shard": s.shard.kind(),
         "world_size": s.ranks.len(),
-        "communicator": "the application's: rlx_rt_comm_set (runtime-min; feature mpi: rlx_rt::comm::mpi::MpiComm over MPI_COMM_WORLD)",
+        "communicator": "the application's: CPU artifacts rlx_rt_comm_set (runtime-min; feature mpi: rlx_rt::comm::mpi::MpiComm over MPI_COMM_WORLD); CUDA artifacts an NCCL communicator (feature nccl: rlx_rt::cuda::Executor::with_nccl)",
         "ranks": ranks,
         "notes": notes,
     })
@@ -125,8 +125,7 @@ pub fn run_mpi(
         return Err(Failure::usage(format!("--shard {}={n} needs {n} MPI processes (mpirun -np {n}); started with {size}", s.shard.kind())));
     }
     let run = |tm: &mut crate::pipeline::Timings| -> Result<Vec<ConstData>, Failure> {
-        let mut sess = crate::targets::load(target, &s.ranks[rank], req, tm)?;
-        sess.set_comm(comm.as_comm() as *const std::ffi::c_void)?;
+        let mut sess = rank_session(target, &s.ranks[rank], req, &comm, tm)?;
         let mut outs = sess.run(&[rank_inputs(s, rank, inputs)?])?;
         outs.pop().ok_or_else(|| Failure::model("the executor returned no outputs"))
     };
@@ -146,6 +145,36 @@ pub fn run_mpi(
     } else {
         Ok((rank, None))
     }
+}
+
+/// This process's rank `g` loaded on `target` with its collectives going through MPI_COMM_WORLD —
+/// or, on `--target cuda`, through an NCCL communicator over the ranks' GPUs (GPU rank % the
+/// device count; rank 0's NCCL unique id broadcast over MPI; NCCL then talks over its own transports).
+#[cfg(feature = "mpi")]
+fn rank_session(
+    target: crate::cli::Target,
+    g: &Mir,
+    req: &crate::targets::Request,
+    comm: &rlx_rt::comm::mpi::MpiComm,
+    tm: &mut crate::pipeline::Timings,
+) -> Result<Box<dyn crate::targets::Session>, Failure> {
+    if target == crate::cli::Target::Cuda {
+        let cuda = |e: rlx_rt::cuda::CudaError| Failure::model(format!("rank {}: {e}", comm.rank()));
+        let devices = rlx_rt::cuda::device_count().map_err(cuda)?;
+        if devices < 1 {
+            return Err(Failure::model(format!("rank {}: the CUDA driver reports no device", comm.rank())));
+        }
+        let mut id = [0u8; 128];
+        if comm.rank() == 0 {
+            id = rlx_rt::nccl::unique_id().map_err(cuda)?;
+        }
+        comm.broadcast(0, &mut id);
+        let nccl = tm.time("NCCL init", || rlx_rt::nccl::Nccl::init(comm.rank() % devices, comm.rank(), comm.size(), &id)).map_err(cuda)?;
+        return crate::targets::cuda::load_nccl(g, req, tm, std::sync::Arc::new(nccl));
+    }
+    let mut sess = crate::targets::load(target, g, req, tm)?;
+    sess.set_comm(comm.as_comm() as *const std::ffi::c_void)?;
+    Ok(sess)
 }
 
 /// `rlxc bench --shard` under `mpirun -np N`: this process's rank compiled, loaded and given
@@ -169,8 +198,7 @@ pub fn bench_mpi(
         return Err(Failure::usage(format!("--shard {}={n} needs {n} MPI processes (mpirun -np {n}); started with {size}", s.shard.kind())));
     }
     let run = |tm: &mut crate::pipeline::Timings| -> Result<Vec<std::time::Duration>, Failure> {
-        let mut sess = crate::targets::load(target, &s.ranks[rank], req, tm)?;
-        sess.set_comm(comm.as_comm() as *const std::ffi::c_void)?;
+        let mut sess = rank_session(target, &s.ranks[rank], req, &comm, tm)?;
         let ins = [rank_inputs(s, rank, inputs)?];
         for _ in 0..warmup {
             sess.run(&ins)?;

@@ -38,6 +38,11 @@ impl MpiComm {
     pub fn abort(&self, code: i32) -> ! {
         self.world.abort(code)
     }
+    /// `buf` from rank `root` to every rank (MPI_Bcast of bytes): how an application shares an NCCL
+    /// unique id before each rank joins the NCCL communicator.
+    pub fn broadcast(&self, root: i32, buf: &mut [u8]) {
+        self.world.process_at_rank(root).broadcast_into(buf)
+    }
     /// Sets this communicator as the one the statically linked runtime's collectives use.
     pub fn install(&self) {
         // SAFETY: `self` outlives the artifacts' runs (the caller's contract on `MpiComm`).

@@ -97,8 +97,8 @@ pub struct CudaCompiled {
     pub precision: Precision,
     /// With `--emit-ir`: the LLVM IR handed to the NVPTX back end (`NAME.ll`).
     pub llvm_ir: Option<String>,
-    /// Per dispatch: (kernel name, grid, block), for the manifest.
-    pub dispatches: Vec<(String, [u32; 3], [u32; 3])>,
+    /// Per dispatch: (kernel name, grid, block, the collective in place of a kernel), for the manifest.
+    pub dispatches: Vec<(String, [u32; 3], [u32; 3], Option<rlx_ir::schedule::SchedComm>)>,
 }
 
 /// MIR → PTX + schedule (the family's script, typed). Fails listing every unsupported node.
@@ -130,7 +130,7 @@ fn codegen(lir: Lir, report: DispatchReport, sm: u32, precision: Precision, tm: 
     // as RLX_SHADER_TILES=0 is for the shader family's).
     let tiles = std::env::var("RLX_CUDA_TILES").map_or(true, |v| v != "0");
     let p = tm.time("codegen (nvptx)", || rlx_target_llvm::nvptx::compile(&lir, sm, tiles, mma)).map_err(|e| Failure::model(format!("target cuda: {e}")))?;
-    let dispatches = p.dispatches.iter().zip(&p.names).map(|(d, n)| (n.clone(), d.groups, d.block)).collect();
+    let dispatches = p.dispatches.iter().zip(&p.names).map(|(d, n)| (n.clone(), d.groups, d.block, d.comm.clone())).collect();
     Ok(CudaCompiled { schedule: p.schedule_bytes(), ptx: p.ptx, lir, report, sm, precision, llvm_ir: Some(p.ir), dispatches })
 }
 
@@ -158,8 +158,16 @@ impl Artifact for CudaCompiled {
                 serde_json::json!({"param": i, "buffer": what, "bytes": b.bytes})
             })
             .collect();
-        let dispatches: Vec<serde_json::Value> =
-            c.dispatches.iter().enumerate().map(|(i, (n, g, b))| serde_json::json!({"entry": format!("k{i}"), "kernel": n, "grid": g, "block": b})).collect();
+        let dispatches: Vec<serde_json::Value> = c
+            .dispatches
+            .iter()
+            .enumerate()
+            .map(|(i, (n, g, b, comm))| match comm {
+                Some(c) => serde_json::json!({"collective": c.op.name(), "node": n, "dtype": c.dtype.to_string(), "count": c.count, "ranks": c.ranks, "peer": c.peer, "via": "NCCL"}),
+                None => serde_json::json!({"entry": format!("k{i}"), "kernel": n, "grid": g, "block": b}),
+            })
+            .collect();
+        let version = c.schedule.get(4..8).map_or(0, |w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]));
         let manifest = serde_json::json!({
             "name": name,
             "rlxc_version": env!("CARGO_PKG_VERSION"),
@@ -171,7 +179,7 @@ impl Artifact for CudaCompiled {
             "weights_bytes": c.lir.weights.len(),
             "kernels": c.lir.launches.len(),
             "ptx": {"file": format!("{name}.ptx"), "sha256": sha256_hex(c.ptx.as_bytes())},
-            "schedule": {"file": format!("{name}.schedule.bin"), "sha256": sha256_hex(&c.schedule), "version": 3, "params": bases, "dispatches": dispatches},
+            "schedule": {"file": format!("{name}.schedule.bin"), "sha256": sha256_hex(&c.schedule), "version": version, "params": bases, "dispatches": dispatches},
             "weights_file": {"file": format!("{name}.weights.bin"), "sha256": sha256_hex(&c.lir.weights)},
             "dispatch": dispatch_counts(&c.report),
         });
@@ -186,6 +194,17 @@ impl Artifact for CudaCompiled {
         }
         Ok((files, manifest))
     }
+}
+
+/// A sharded rank on the GPU of `comm` (the application's NCCL communicator): compiled, then loaded
+/// with each collective issued through `comm` inside the captured graph.
+pub fn load_nccl(mir: &Mir, r: &Request, tm: &mut Timings, comm: std::sync::Arc<rlx_rt::nccl::Nccl>) -> Result<Box<dyn Session>, Failure> {
+    super::check_flags(Target::Cuda, r)?;
+    let c = compile(Target::Cuda, mir, r, tm)?;
+    let ex = tm
+        .time("setup (CUDA)", || rlx_rt::cuda::Executor::with_nccl(&c.ptx, &c.schedule, &c.lir.weights, comm))
+        .map_err(|e| Failure::model(format!("CUDA: {e}")))?;
+    Ok(Box::new(Loaded { c, ex }))
 }
 
 /// A CUDA compile loaded into runtime-min's CUDA executor (`Executor::new`: context, module JIT,
@@ -217,6 +236,10 @@ impl Session for Loaded {
         })
     }
     fn notes(&self) -> Vec<String> {
-        vec![format!("{} kernel launches in one CUDA graph (sm_{} PTX, {} matmuls)", self.ex.dispatches(), self.c.sm, self.c.precision.name())]
+        let comm = match self.ex.collectives() {
+            0 => String::new(),
+            n => format!(", {n} of them NCCL collectives"),
+        };
+        vec![format!("{} launches in one CUDA graph (sm_{} PTX, {} matmuls{comm})", self.ex.dispatches(), self.c.sm, self.c.precision.name())]
     }
 }

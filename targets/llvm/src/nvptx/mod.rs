@@ -12,6 +12,7 @@
 //! (`ir.rs`), f32 `exp`/`erf`/`tanh` as its inline sequences (`ir/math.rs`): the PTX calls no
 //! library function (checked: a module that would is an error naming the kernels).
 
+mod comm;
 mod module;
 mod tiled;
 
@@ -52,7 +53,17 @@ pub const DTYPES: &[DType] = &[DType::F32, DType::I8, DType::U8, DType::I16, DTy
 /// The claim set for `--target NAME`.
 pub fn caps(name: &str) -> TargetCaps {
     let half = [DType::F16, DType::BF16];
-    TargetCaps::uniform(name, KINDS, DTYPES).with("cast", &half).with("reshape", &half)
+    // Collectives and transfers: schedule entries the CUDA executor issues through the application's
+    // NCCL communicator (`nvptx/comm.rs`); NCCL sums f32/i32/i64 and moves any of these.
+    let sums = [DType::F32, DType::I32, DType::I64];
+    TargetCaps::uniform(name, KINDS, DTYPES)
+        .with("cast", &half)
+        .with("reshape", &half)
+        .with("all_reduce", &sums)
+        .with("all_gather", DTYPES)
+        .with("reduce_scatter", &sums)
+        .with("send", DTYPES)
+        .with("recv", DTYPES)
 }
 
 /// The arithmetic of f32 matmuls (`--precision`): f32 FMAs on the SIMT cores, or the tensor cores
@@ -71,7 +82,8 @@ pub struct PtxProgram {
     /// The LLVM IR handed to the NVPTX back end (`--emit-ir`).
     pub ir: String,
     pub bases: Vec<BaseBuf>,
-    /// One per launch, in order: entry point `k{entry}`, grid, block, byte ranges.
+    /// One per launch, in order: entry point `k{entry}`, grid, block, byte ranges (a collective: its
+    /// `comm`, and no PTX function).
     pub dispatches: Vec<SchedDispatch>,
     /// Launch names, parallel to `dispatches` (the fused MIR nodes), for reports.
     pub names: Vec<String>,
@@ -79,7 +91,7 @@ pub struct PtxProgram {
 }
 
 impl PtxProgram {
-    /// `NAME.schedule.bin` (version 3: grid and block per dispatch).
+    /// `NAME.schedule.bin` (version 3: grid and block per dispatch; version 4 when there are collectives).
     pub fn schedule_bytes(&self) -> Vec<u8> {
         rlx_ir::schedule::encode(&self.bases, &self.dispatches, true)
     }

@@ -34,7 +34,15 @@ pub fn module_text(lir: &Lir, bases: &[BaseBuf], tiles: bool, mma: super::Mma) -
     let mut names = Vec::new();
     let nb = bases.len();
     let sig: Vec<String> = (0..nb).map(|b| format!("ptr addrspace(1) noalias %b{b}")).collect();
+    let mut kernels = Vec::new();
     for (li, l) in lir.launches.iter().enumerate() {
+        // A collective: a schedule entry the executor issues through NCCL, no PTX function.
+        if let Some(d) = super::comm::dispatch(lir, bases, li, l)? {
+            dispatches.push(d);
+            names.push(l.kernel.name.clone());
+            continue;
+        }
+        kernels.push(li);
         let k = &l.kernel;
         let (loads, stores) = (buffers_of(&k.body, false), buffers_of(&k.body, true));
         let mut params = Vec::new();
@@ -70,7 +78,7 @@ pub fn module_text(lir: &Lir, bases: &[BaseBuf], tiles: bool, mma: super::Mma) -
             let _ = writeln!(fns, "; launch {li}: {:?} ({})", k.name, plan_name(&plan));
             fns.push_str(&t.text);
             globals.extend(t.globals);
-            dispatches.push(SchedDispatch { entry: li as u32, groups: t.groups, block: [t.block, 1, 1], ranges });
+            dispatches.push(SchedDispatch { entry: li as u32, groups: t.groups, block: [t.block, 1, 1], ranges, comm: None });
             names.push(k.name.clone());
             continue;
         }
@@ -104,7 +112,7 @@ pub fn module_text(lir: &Lir, bases: &[BaseBuf], tiles: bool, mma: super::Mma) -
         if groups > i32::MAX as u64 {
             return Err(format!("kernel '{}': {total} threads need more than 2^31 - 1 blocks", k.name));
         }
-        dispatches.push(SchedDispatch { entry: li as u32, groups: [groups as u32, 1, 1], block: [BLOCK, 1, 1], ranges });
+        dispatches.push(SchedDispatch { entry: li as u32, groups: [groups as u32, 1, 1], block: [BLOCK, 1, 1], ranges, comm: None });
         names.push(k.name.clone());
     }
     let mut m = String::new();
@@ -127,10 +135,10 @@ pub fn module_text(lir: &Lir, bases: &[BaseBuf], tiles: bool, mma: super::Mma) -
     }
     let _ = writeln!(m, "\nattributes #0 = {{ nounwind }}\nattributes #1 = {{ convergent nounwind }}\n");
     // Every kernel runs BLOCK threads per block: the register allocator may assume it.
-    let ann: Vec<String> = (0..lir.launches.len()).map(|li| format!("!{li}")).collect();
+    let ann: Vec<String> = kernels.iter().map(|li| format!("!{li}")).collect();
     if !ann.is_empty() {
         let _ = writeln!(m, "!nvvm.annotations = !{{{}}}", ann.join(", "));
-        for li in 0..lir.launches.len() {
+        for &li in &kernels {
             let _ = writeln!(m, "!{li} = !{{ptr @k{li}, !\"maxntidx\", i32 {BLOCK}}}");
         }
     }
