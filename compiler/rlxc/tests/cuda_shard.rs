@@ -11,7 +11,7 @@
 //!
 //! With two or more CUDA GPUs and NCCL, `mpirun -np 2 rlxc run --target cuda --shard tp=2` must match
 //! the unsharded interpreter within 1e-4; with fewer the test says so and passes
-//! (tests/gpu/run_shard_nccl.sh is the script for a 2-GPU machine).
+//! (tests/gpu/shard_nccl.py is the script for a 2-GPU machine: parity at batch 2 and one GPU vs two at batch 32).
 
 mod common;
 use common::{mpirun, npy, ok, python, repo, rlxc, scratch};
@@ -117,7 +117,7 @@ fn refusals(bytes: &[u8], sched: &Schedule) {
 fn tp2_over_nccl_matches_the_interpreter_on_two_gpus() {
     let gpus = rlx_rt::cuda::device_count().unwrap_or(0);
     if gpus < 2 {
-        println!("skipped: tp=2 over NCCL needs 2 CUDA GPUs, this machine has {gpus} (tests/gpu/run_shard_nccl.sh runs it on a 2-GPU machine)");
+        println!("skipped: tp=2 over NCCL needs 2 CUDA GPUs, this machine has {gpus} (tests/gpu/shard_nccl.py runs it on a 2-GPU machine)");
         return;
     }
     let dir = scratch("cuda_shard_nccl");
