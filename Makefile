@@ -136,6 +136,7 @@ llama-ref: $(VENV_STAMP)
 
 test: build
 	RLX_REQUIRE_VULKAN=1 cargo test --release --workspace
+	cargo build --release -p rlx-rt --features nccl
 	$(RLXC) coverage --check docs/op-coverage.md
 	$(MAKE) conformance-check
 	$(MAKE) nollvm-check
