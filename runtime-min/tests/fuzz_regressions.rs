@@ -42,3 +42,15 @@ fn a_block_size_whose_product_overflows_is_a_malformed_schedule() {
     let e = Schedule::parse(&std::fs::read(dir().join("block-size-product-overflow.bin")).unwrap()).unwrap_err();
     assert!(e.0.starts_with("malformed schedule: dispatch ") && e.0.contains("threads (1 to 1024 in all)"), "{e}");
 }
+
+#[test]
+fn a_version_4_collective_parses_and_a_count_near_2_64_is_malformed() {
+    let s = Schedule::parse(&std::fs::read(dir().join("collective-all-reduce.bin")).unwrap()).expect("a well-formed schedule");
+    let c = s.dispatches[0].comm.expect("a collective");
+    assert_eq!((c.op, c.dtype, c.count, c.ranks, c.peer), (rlx_rt::comm::ALL_REDUCE, rlx_rt::DType::F32, 4, 1, -1));
+    assert_eq!(c.bytes(), Some((16, 16)));
+    assert_eq!(s.collectives(), 1);
+    // count × 4 bytes × ranks overflows u64: an error naming the dispatch, not an overflow.
+    let e = Schedule::parse(&std::fs::read(dir().join("collective-count-overflow.bin")).unwrap()).unwrap_err();
+    assert!(e.0.starts_with("malformed schedule: dispatch 0: collective"), "{e}");
+}
