@@ -152,6 +152,9 @@ impl Executor {
             if let Some(c) = sched.dispatches.iter().filter_map(|d| d.comm).find(|c| c.ranks > 1 && c.ranks as i32 != n.size()) {
                 return Err(CudaError(format!("the schedule has a collective over {} ranks, the NCCL communicator has {}", c.ranks, n.size())));
             }
+            if let Some(c) = sched.dispatches.iter().filter_map(|d| d.comm).find(|c| c.peer >= n.size() || c.peer == n.rank()) {
+                return Err(CudaError(format!("the schedule has a transfer with rank {} (this is rank {} of {})", c.peer, n.rank(), n.size())));
+            }
         }
         let dev = comm.as_ref().map(|n| n.device());
         let issue = comm.clone();

@@ -38,6 +38,7 @@ pub fn unique_id() -> Result<[u8; 128], CudaError> {
 /// One rank's NCCL communicator on one GPU (destroyed on drop).
 pub struct Nccl {
     comm: sys::ncclComm_t,
+    dev: dsys::CUdevice,
     device: i32,
     rank: i32,
     size: i32,
@@ -53,17 +54,24 @@ impl Nccl {
             return Err(CudaError(format!("NCCL rank {rank} of {size}")));
         }
         let dev = open_device_index(device)?;
-        // SAFETY: `dev` came from cuDeviceGet; the primary context stays retained by the executor
-        // (and released here only on failure paths by the driver's reference count).
+        // SAFETY: `dev` came from cuDeviceGet; the primary context stays retained while the
+        // communicator lives (released in Drop, or here when joining fails).
         unsafe {
             let ctx = drv::primary_ctx::retain(dev).map_err(|e| CudaError(format!("cuDevicePrimaryCtxRetain: {e:?}")))?;
-            drv::ctx::set_current(ctx).map_err(|e| CudaError(format!("cuCtxSetCurrent: {e:?}")))?;
+            if let Err(e) = drv::ctx::set_current(ctx) {
+                let _ = drv::primary_ctx::release(dev);
+                return Err(CudaError(format!("cuCtxSetCurrent: {e:?}")));
+            }
         }
         let id = sys::ncclUniqueId { internal: id.map(|b| b as core::ffi::c_char) };
         let mut comm: sys::ncclComm_t = core::ptr::null_mut();
         // SAFETY: `comm` is written by NCCL; the id is the one the application shared.
-        unsafe { result::comm_init_rank(&mut comm, size, id, rank) }.map_err(nccl("ncclCommInitRank"))?;
-        Ok(Nccl { comm, device, rank, size })
+        if let Err(e) = unsafe { result::comm_init_rank(&mut comm, size, id, rank) } {
+            // SAFETY: retained above.
+            let _ = unsafe { drv::primary_ctx::release(dev) };
+            return Err(nccl("ncclCommInitRank")(e));
+        }
+        Ok(Nccl { comm, dev, device, rank, size })
     }
 
     pub fn device(&self) -> i32 {
@@ -117,7 +125,10 @@ impl Nccl {
 
 impl Drop for Nccl {
     fn drop(&mut self) {
-        // SAFETY: created in `init`, destroyed once.
-        let _ = unsafe { result::comm_destroy(self.comm) };
+        // SAFETY: created in `init`, destroyed once; then the primary context `init` retained.
+        unsafe {
+            let _ = result::comm_destroy(self.comm);
+            let _ = drv::primary_ctx::release(self.dev);
+        }
     }
 }
