@@ -40,7 +40,7 @@ pub struct BenchArgs {
     /// Print one JSON object
     #[arg(long)]
     pub json: bool,
-    /// Bench one rank of a sharded model (tp=N or pp=N) under `mpirun -np N` (--target host): every
+    /// Bench one rank of a sharded model (tp=N or pp=N) under `mpirun -np N` (--target host over MPI, --target cuda over NCCL): every
     /// rank runs 2 untimed runs then --runs timed ones (the same count everywhere, as the runs meet in
     /// their collectives); rank 0 reports
     #[arg(long, value_name = "tp=N|pp=N", value_parser = rlxc::shard::parse)]

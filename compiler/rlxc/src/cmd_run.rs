@@ -80,8 +80,9 @@ pub struct RunArgs {
     #[arg(long)]
     pub show_ids: bool,
     /// Run the model sharded (tp=N or pp=N): with --target interp every rank in this process (the
-    /// oracle); with --target host one rank per process under `mpirun -np N`, over MPI_COMM_WORLD
-    /// (the rank that computes every output writes them)
+    /// oracle); with --target host one rank per process under `mpirun -np N`, over MPI_COMM_WORLD;
+    /// with --target cuda one rank per GPU (rank % devices), over NCCL (the rank that computes every
+    /// output writes them)
     #[arg(long, value_name = "tp=N|pp=N", value_parser = rlxc::shard::parse)]
     pub shard: Option<rlxc::shard::Shard>,
 }

@@ -159,10 +159,10 @@ fn rank_session(
     tm: &mut crate::pipeline::Timings,
 ) -> Result<Box<dyn crate::targets::Session>, Failure> {
     if target == crate::cli::Target::Cuda {
-        let cuda = |e: rlx_rt::cuda::CudaError| Failure::model(format!("rank {}: {e}", comm.rank()));
+        let cuda = |e: rlx_rt::cuda::CudaError| Failure::model(format!("--target cuda: {e}"));
         let devices = rlx_rt::cuda::device_count().map_err(cuda)?;
         if devices < 1 {
-            return Err(Failure::model(format!("rank {}: the CUDA driver reports no device", comm.rank())));
+            return Err(Failure::model("--target cuda: the CUDA driver reports no device"));
         }
         let mut id = [0u8; 128];
         if comm.rank() == 0 {
