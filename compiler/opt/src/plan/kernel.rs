@@ -4,7 +4,8 @@
 //! expressions as the value stored.
 
 use super::fuse::is_inlinable;
-use super::index::linear;
+use super::causal::masked_anchor;
+use super::index::{bidx, linear};
 use super::Planner;
 use rlx_ir::lir::{Base, Buffer, Launch};
 use rlx_ir::loops::{Access, Expr, IOp, Kernel, LoopKind, Param, Stmt, Var};
@@ -141,8 +142,16 @@ impl Planner<'_> {
                 }
                 let anode = g.node(a).clone();
                 let av = anode.outputs[0];
+                // A dot product under a `where` with a constant false branch runs only where its
+                // condition holds (attention's scores: the keys a query may see; causal.rs).
+                let masked = if anode.op == MirOp::MatMul { masked_anchor(g, r, a) } else { None };
                 nest(&mut kb, &out_shape, LoopKind::Parallel, &mut |kb, idx| {
                     let (mut pre, acc) = self.anchor_body(kb, &anode, idx);
+                    if let (Some(m), [Stmt::Decl { .. }, Stmt::For { .. }]) = (masked, pre.as_slice()) {
+                        let cond = self.elem(kb, m, &bidx(idx, &self.shape(m)));
+                        let dot = pre.pop().expect("the dot product's loop");
+                        pre.push(Stmt::If { cond, body: vec![dot] });
+                    }
                     kb.subst.insert(av, acc);
                     let v = if a == r { kb.subst[&av].clone() } else { self.node_expr(kb, r, idx) };
                     kb.subst.remove(&av);
