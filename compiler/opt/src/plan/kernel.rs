@@ -143,8 +143,9 @@ impl Planner<'_> {
                 let anode = g.node(a).clone();
                 let av = anode.outputs[0];
                 // A dot product under a `where` with a constant false branch runs only where its
-                // condition holds (attention's scores: the keys a query may see; causal.rs).
-                let masked = if anode.op == MirOp::MatMul { masked_anchor(g, r, a) } else { None };
+                // condition holds (attention's scores: the keys a query may see; causal.rs). CPU
+                // targets (vector lanes set) only: the GPU writers' tiled matmul wants the bare form.
+                let masked = if anode.op == MirOp::MatMul && self.lanes > 0 { masked_anchor(g, r, a) } else { None };
                 nest(&mut kb, &out_shape, LoopKind::Parallel, &mut |kb, idx| {
                     let (mut pre, acc) = self.anchor_body(kb, &anode, idx);
                     if let (Some(m), [Stmt::Decl { .. }, Stmt::For { .. }]) = (masked, pre.as_slice()) {
