@@ -140,7 +140,8 @@ fn compiled_step_generates_as_the_stateless_interpreter() {
         for backend in ["llvm", "cranelift"] {
             let arch = format!("{arch} {qtype}");
             let out = dir.join(format!("{}-{backend}", arch.replace(' ', "-")));
-            ok(rlxc().arg("compile").arg(&model).args(["--target", "host", "--backend", backend, "--name", "llm", "--dim", "context=16", "--dim", "chunk=4", "-o"]).arg(&out));
+            ok(rlxc().arg("compile").arg(&model).args(["--target", "host", "--backend", backend, "--name", "llm", "--dim", "context=16", "--dim", "chunk=4", "--emit-ir", "-o"]).arg(&out));
+            attends_over_the_filled_positions(&out.join("llm.lir"), &arch);
             let h = std::fs::read_to_string(out.join("llm.h")).unwrap();
             for want in ["#define llm_MAX_CONTEXT 16", "#define llm_MAX_CHUNK 4", "#define llm_STATE_BYTES ", "int llm_step(void *arena, void *state,"] {
                 assert!(h.contains(want), "llm.h lacks '{want}'");
@@ -182,6 +183,24 @@ fn compiled_step_generates_as_the_stateless_interpreter() {
         }
     }
     eprintln!("{}", report.join("\n"));
+}
+
+/// The planned attention skips what the mask discards (compiler/opt/src/plan/causal.rs): layer 0's
+/// scores dot products run under the mask's `if` (per query row, or per tile of 4 rows), and its probabilities × values GEMM declares the
+/// tile's bound (largest position + 1, an i64 read at run time) and skips K chunks past it — the
+/// forms whose results the test above checks against the interpreter.
+fn attends_over_the_filled_positions(lir: &Path, arch: &str) {
+    let text = std::fs::read_to_string(lir).unwrap();
+    let kernel = |name: &str| -> String {
+        let head = format!("kernel \"{name}\"(");
+        let at = text.find(&head).unwrap_or_else(|| panic!("{arch}: no kernel {name} in {}", lir.display()));
+        let body = &text[at..];
+        body[..body.find("\n}\n").unwrap_or(body.len())].to_string()
+    };
+    let scores = kernel("blk.0.attn.scores+blk.0.attn.mask");
+    assert!(scores.lines().any(|l| l.trim_start().starts_with("if ")), "{arch}: the scores dot product is not under the mask:\n{scores}");
+    let context = kernel("blk.0.attn.context");
+    assert!(context.contains(": i64 = ") && context.contains(" < index.i64(v"), "{arch}: the context GEMM has no run-time key bound:\n{context}");
 }
 
 /// The same artifacts through their Rust binding (`NAME.rs`: `step`, `MAX_CONTEXT`, `MAX_CHUNK`,

@@ -16,48 +16,10 @@ impl Planner<'_> {
         let odt = self.dt(n.outputs[0]);
         match &n.op {
             MirOp::MatMul => {
-                let (sa, sb) = (self.shape(ins[0]), self.shape(ins[1]));
-                let (a1, b1) = (sa.len() == 1, sb.len() == 1);
-                let k = if a1 { sa[0] } else { sa[sa.len() - 1] };
-                let nb = if a1 { 0 } else { sa.len() - 2 };
-                let mb = if b1 { 0 } else { sb.len() - 2 };
-                let batch_rank = idx.len() - (!a1) as usize - (!b1) as usize;
-                let batch = &idx[..batch_rank];
                 let kv = kb.var();
-                let kx = Expr::Var(kv);
-                let mut ai: Vec<Expr> = bidx(batch, &sa[..nb]);
-                if !a1 {
-                    ai.push(idx[batch_rank].clone());
-                }
-                ai.push(kx.clone());
-                let mut bi: Vec<Expr> = bidx(batch, &sb[..mb]);
-                bi.push(kx.clone());
-                if !b1 {
-                    bi.push(idx[idx.len() - 1].clone());
-                }
-                let av = self.elem(kb, ins[0], &ai);
-                let packed = self.packed_weight.get(&ins[1]).copied();
-                let bv = match (packed, self.transposed_weight.get(&ins[1]).copied()) {
-                    (Some(pb), _) => {
-                        let (n, kx) = (bi[1].clone(), bi[0].clone());
-                        let nr = self.buffers[pb as usize].shape[2] as i64;
-                        let idx = Expr::add(
-                            Expr::mul(Expr::add(Expr::mul(Expr::i(IOp::Div, n.clone(), Expr::Int(nr)), Expr::Int(k as i64)), kx), Expr::Int(nr)),
-                            Expr::i(IOp::Rem, n, Expr::Int(nr)),
-                        );
-                        let p = kb.param(pb, &self.buffers[pb as usize].clone(), Access::Read);
-                        Expr::load(p, idx)
-                    }
-                    (None, Some(tb)) => {
-                        // Weight stored as [N, K]: element (k, n) is at n*K + k.
-                        let shape = self.buffers[tb as usize].shape.clone();
-                        let p = kb.param(tb, &self.buffers[tb as usize].clone(), Access::Read);
-                        Expr::load(p, linear(&[bi[1].clone(), bi[0].clone()], &shape))
-                    }
-                    (None, None) => self.elem(kb, ins[1], &bi),
-                };
+                let k = self.matmul_k(n);
+                let prod = self.matmul_term(kb, n, idx, Expr::Var(kv));
                 let acc = kb.var();
-                let prod = Expr::Bin(BinaryOp::Mul, odt, Box::new(av), Box::new(bv));
                 let stmts = vec![
                     Stmt::Decl { var: acc, dtype: odt, init: lit(0.0, odt) },
                     Stmt::For {
@@ -182,6 +144,64 @@ impl Planner<'_> {
             }
             other => unreachable!("anchor_body on {}", other.kind()),
         }
+    }
+}
+
+impl Planner<'_> {
+    /// The reduction length K of a matmul node.
+    pub(super) fn matmul_k(&self, n: &rlx_ir::Node<MirOp>) -> usize {
+        let sa = self.shape(n.inputs[0]);
+        if sa.len() == 1 {
+            sa[0]
+        } else {
+            sa[sa.len() - 1]
+        }
+    }
+
+    /// The product a[.., k] · b[k, ..] of a matmul node at output index `idx` and reduction index `kx`
+    /// (the weight read packed or transposed where the planner stored it so).
+    pub(super) fn matmul_term(&mut self, kb: &mut KB, n: &rlx_ir::Node<MirOp>, idx: &[Expr], kx: Expr) -> Expr {
+        let ins = &n.inputs;
+        let odt = self.dt(n.outputs[0]);
+        let (sa, sb) = (self.shape(ins[0]), self.shape(ins[1]));
+        let (a1, b1) = (sa.len() == 1, sb.len() == 1);
+        let k = self.matmul_k(n);
+        let nb = if a1 { 0 } else { sa.len() - 2 };
+        let mb = if b1 { 0 } else { sb.len() - 2 };
+        let batch_rank = idx.len() - (!a1) as usize - (!b1) as usize;
+        let batch = &idx[..batch_rank];
+        let mut ai: Vec<Expr> = bidx(batch, &sa[..nb]);
+        if !a1 {
+            ai.push(idx[batch_rank].clone());
+        }
+        ai.push(kx.clone());
+        let mut bi: Vec<Expr> = bidx(batch, &sb[..mb]);
+        bi.push(kx);
+        if !b1 {
+            bi.push(idx[idx.len() - 1].clone());
+        }
+        let av = self.elem(kb, ins[0], &ai);
+        let packed = self.packed_weight.get(&ins[1]).copied();
+        let bv = match (packed, self.transposed_weight.get(&ins[1]).copied()) {
+            (Some(pb), _) => {
+                let (n, kx) = (bi[1].clone(), bi[0].clone());
+                let nr = self.buffers[pb as usize].shape[2] as i64;
+                let idx = Expr::add(
+                    Expr::mul(Expr::add(Expr::mul(Expr::i(IOp::Div, n.clone(), Expr::Int(nr)), Expr::Int(k as i64)), kx), Expr::Int(nr)),
+                    Expr::i(IOp::Rem, n, Expr::Int(nr)),
+                );
+                let p = kb.param(pb, &self.buffers[pb as usize].clone(), Access::Read);
+                Expr::load(p, idx)
+            }
+            (None, Some(tb)) => {
+                // Weight stored as [N, K]: element (k, n) is at n*K + k.
+                let shape = self.buffers[tb as usize].shape.clone();
+                let p = kb.param(tb, &self.buffers[tb as usize].clone(), Access::Read);
+                Expr::load(p, linear(&[bi[1].clone(), bi[0].clone()], &shape))
+            }
+            (None, None) => self.elem(kb, ins[1], &bi),
+        };
+        Expr::Bin(BinaryOp::Mul, odt, Box::new(av), Box::new(bv))
     }
 }
 

@@ -3,6 +3,7 @@
 //! tiles of `gemm_mr` rows × one panel of `gemm_nr` columns held in vector accumulators across K,
 //! with cache blocking over row tiles and the epilogue applied per accumulator before the store.
 
+use super::causal::causal_positions;
 use super::fuse::{Fusion, Role};
 use super::index::{bidx, clamp, linear, unflatten};
 use super::kernel::{lit, KB};
@@ -100,22 +101,26 @@ impl Planner<'_> {
             let jv = kb.var();
             let kv = kb.var();
             let accs: Vec<Var> = (0..mr).map(|_| kb.var()).collect();
+            // Causal attention's probabilities × values (causal.rs): K runs in chunks of `kg`, a chunk
+            // past the largest position of the tile's rows skipped (its probabilities are exact zeros).
+            let causal = causal_positions(self.g, x).map(|pos| (pos, kb.var(), kb.var(), key_chunk(kdim)));
+            let kx = match causal {
+                Some((_, _, kc, kg)) => Expr::add(Expr::mul(Expr::Var(kc), Expr::Int(kg as i64)), Expr::Var(kv)),
+                None => Expr::Var(kv),
+            };
             let mut inner = Vec::new();
             for (i, &acc) in accs.iter().enumerate() {
                 let mut ai = unflatten(&row(i), &sa[..sa.len() - 1]);
-                ai.push(Expr::Var(kv));
+                ai.push(kx.clone());
                 let xa = self.elem(kb, x, &ai);
                 let bv = match pp {
                     // packed[(p*K + k)*NR + jv]
-                    Some(pp) => Expr::load(
-                        pp,
-                        Expr::add(Expr::mul(Expr::add(Expr::mul(Expr::Var(p), Expr::Int(kdim as i64)), Expr::Var(kv)), Expr::Int(nr as i64)), Expr::Var(jv)),
-                    ),
+                    Some(pp) => Expr::load(pp, Expr::add(Expr::mul(Expr::add(Expr::mul(Expr::Var(p), Expr::Int(kdim as i64)), kx.clone()), Expr::Int(nr as i64)), Expr::Var(jv))),
                     None => {
                         // B[batch…, k, n] with B's batch dims broadcast against the output's.
                         let batch = unflatten(&row(i), &rows_shape);
                         let mut bi = bidx(&batch[..batch.len() - 1], &sb[..sb.len() - 2]);
-                        bi.push(Expr::Var(kv));
+                        bi.push(kx.clone());
                         bi.push(Expr::add(Expr::mul(Expr::Var(p), Expr::Int(nr as i64)), Expr::Var(jv)));
                         self.elem(kb, w, &bi)
                     }
@@ -124,7 +129,28 @@ impl Planner<'_> {
                 inner.push(Stmt::Assign { var: acc, value: Expr::Bin(BinaryOp::Add, odt, Box::new(Expr::Var(acc)), Box::new(prod)) });
             }
             let mut vbody: Vec<Stmt> = accs.iter().map(|&acc| Stmt::Decl { var: acc, dtype: odt, init: lit(0.0, odt) }).collect();
-            vbody.push(Stmt::For { var: kv, extent: kdim as i64, kind: LoopKind::Serial, body: inner });
+            let mut before = Vec::new();
+            match causal {
+                Some((pos, bound, kc, kg)) => {
+                    // bound = max over the tile's rows of position + 1 (declared outside the vector loop).
+                    let pdt = self.dt(pos);
+                    let mut e: Option<Expr> = None;
+                    for i in 0..mr {
+                        let ai = unflatten(&row(i), &sa[..sa.len() - 1]);
+                        let pi = Expr::ToIndex { from: pdt, x: Box::new(self.elem(kb, pos, &ai[ai.len() - 1..])) };
+                        e = Some(match e {
+                            None => pi,
+                            Some(m) => Expr::i(IOp::Max, m, pi),
+                        });
+                    }
+                    let e = Expr::add(e.expect("a tile has rows"), Expr::Int(1));
+                    before.push(Stmt::Decl { var: bound, dtype: rlx_ir::DType::I64, init: e });
+                    let cond = Expr::i(IOp::Lt, Expr::mul(Expr::Var(kc), Expr::Int(kg as i64)), Expr::ToIndex { from: rlx_ir::DType::I64, x: Box::new(Expr::Var(bound)) });
+                    let chunk = Stmt::For { var: kv, extent: kg as i64, kind: LoopKind::Serial, body: inner };
+                    vbody.push(Stmt::For { var: kc, extent: (kdim / kg) as i64, kind: LoopKind::Serial, body: vec![Stmt::If { cond, body: vec![chunk] }] });
+                }
+                None => vbody.push(Stmt::For { var: kv, extent: kdim as i64, kind: LoopKind::Serial, body: inner }),
+            }
             for (i, &acc) in accs.iter().enumerate() {
                 let col = Expr::add(Expr::mul(Expr::Var(p), Expr::Int(nr as i64)), Expr::Var(jv));
                 let mut idx = unflatten(&row(i), &rows_shape);
@@ -134,8 +160,8 @@ impl Planner<'_> {
                 kb.subst.remove(&av);
                 vbody.push(Stmt::Store { buf: op, index: linear(&idx, out_shape), value: v });
             }
-            let vl = Stmt::For { var: jv, extent: nr as i64, kind: LoopKind::Vector(nr as u32), body: vbody };
-            panels = vec![Stmt::For { var: tl, extent: rb_tiles as i64, kind: LoopKind::Serial, body: guard(vec![vl]) }];
+            before.push(Stmt::For { var: jv, extent: nr as i64, kind: LoopKind::Vector(nr as u32), body: vbody });
+            panels = vec![Stmt::For { var: tl, extent: rb_tiles as i64, kind: LoopKind::Serial, body: guard(before) }];
         }
         let mut tail_body = Vec::new();
         if tail > 0 {
@@ -187,6 +213,16 @@ impl Planner<'_> {
         }
         vec![Stmt::For { var: p, extent: np as i64, kind: LoopKind::Parallel, body }]
     }
+}
+
+/// The chunk of K a causal attention matmul skips at once: the largest power of two dividing K, at
+/// most 64 and at most K / 4 (so a short context still has chunks to skip).
+fn key_chunk(kdim: usize) -> usize {
+    let mut g = 1;
+    while g < 64 && kdim % (2 * g) == 0 && 2 * g <= (kdim / 4).max(1) {
+        g *= 2;
+    }
+    g
 }
 
 /// On vector CPU targets: a transpose that feeds a float matmul's right operand across its last axis,

@@ -4,12 +4,16 @@
 //! expressions as the value stored.
 
 use super::fuse::is_inlinable;
-use super::index::linear;
+use super::causal::masked_anchor;
+use super::index::{bidx, linear};
 use super::Planner;
 use rlx_ir::lir::{Base, Buffer, Launch};
 use rlx_ir::loops::{Access, Expr, IOp, Kernel, LoopKind, Param, Stmt, Var};
 use rlx_ir::{DType, MirOp, NodeId, ValueId};
 use std::collections::HashMap;
+
+/// Rows of a masked matmul's tile (`masked_rows_body`): 4 dot products share each load of the other operand.
+const SCORE_ROWS: usize = 4;
 
 /// Per-kernel lowering state.
 pub(super) struct KB {
@@ -141,8 +145,23 @@ impl Planner<'_> {
                 }
                 let anode = g.node(a).clone();
                 let av = anode.outputs[0];
+                // A dot product under a `where` with a constant false branch runs only where its
+                // condition holds (attention's scores: the keys a query may see; causal.rs). CPU
+                // targets (vector lanes set) only: the GPU writers' tiled matmul wants the bare form.
+                let masked = if anode.op == MirOp::MatMul && self.lanes > 0 { masked_anchor(g, r, a) } else { None };
+                let rank = out_shape.len();
+                if let Some(m) = masked.filter(|_| rank >= 2 && out_shape[rank - 2] % SCORE_ROWS == 0) {
+                    let body = self.masked_rows_body(&mut kb, &anode, r, m, op, &out_shape);
+                    let name = format!("{}+{}", g.node(a).name, root.name);
+                    return (Kernel { name, params: kb.params, body, vars: kb.vars }, kb.bindings, nodes);
+                }
                 nest(&mut kb, &out_shape, LoopKind::Parallel, &mut |kb, idx| {
                     let (mut pre, acc) = self.anchor_body(kb, &anode, idx);
+                    if let (Some(m), [Stmt::Decl { .. }, Stmt::For { .. }]) = (masked, pre.as_slice()) {
+                        let cond = self.elem(kb, m, &bidx(idx, &self.shape(m)));
+                        let dot = pre.pop().expect("the dot product's loop");
+                        pre.push(Stmt::If { cond, body: vec![dot] });
+                    }
                     kb.subst.insert(av, acc);
                     let v = if a == r { kb.subst[&av].clone() } else { self.node_expr(kb, r, idx) };
                     kb.subst.remove(&av);
@@ -156,6 +175,52 @@ impl Planner<'_> {
             _ => root.name.clone(),
         };
         (Kernel { name, params: kb.params, body, vars: kb.vars }, kb.bindings, nodes)
+    }
+
+    /// A masked matmul (`masked_anchor`) over [.., rows, cols] in tiles of `SCORE_ROWS` rows: for each
+    /// column, the tile's dot products share one loop over K (each b[k, col] loaded once for all of
+    /// them: attention's key rows are the whole cache, its query rows one chunk), run when any of the
+    /// tile's mask entries holds; each output is the root's value under its own mask entry.
+    fn masked_rows_body(&mut self, kb: &mut KB, anode: &rlx_ir::Node<MirOp>, r: NodeId, m: ValueId, op: u32, out_shape: &[usize]) -> Vec<Stmt> {
+        let rank = out_shape.len();
+        let av = anode.outputs[0];
+        let odt = self.dt(av);
+        let k = self.matmul_k(anode);
+        let mut tiles = out_shape.to_vec();
+        tiles[rank - 2] /= SCORE_ROWS;
+        let ms = self.shape(m);
+        nest(kb, &tiles, LoopKind::Parallel, &mut |kb, tidx| {
+            let rows: Vec<Vec<Expr>> = (0..SCORE_ROWS)
+                .map(|i| {
+                    let mut idx = tidx.to_vec();
+                    idx[rank - 2] = Expr::add(Expr::mul(tidx[rank - 2].clone(), Expr::Int(SCORE_ROWS as i64)), Expr::Int(i as i64));
+                    idx
+                })
+                .collect();
+            let kv = kb.var();
+            let accs: Vec<Var> = (0..SCORE_ROWS).map(|_| kb.var()).collect();
+            let mut stmts: Vec<Stmt> = accs.iter().map(|&acc| Stmt::Decl { var: acc, dtype: odt, init: lit(0.0, odt) }).collect();
+            let mut body = Vec::new();
+            let mut any: Option<Expr> = None;
+            for (idx, &acc) in rows.iter().zip(&accs) {
+                let prod = self.matmul_term(kb, anode, idx, Expr::Var(kv));
+                body.push(Stmt::Assign { var: acc, value: Expr::Bin(rlx_ir::BinaryOp::Add, odt, Box::new(Expr::Var(acc)), Box::new(prod)) });
+                let c = self.elem(kb, m, &bidx(idx, &ms));
+                any = Some(match any {
+                    None => c,
+                    Some(x) => Expr::Bin(rlx_ir::BinaryOp::Or, DType::Bool, Box::new(x), Box::new(c)),
+                });
+            }
+            let dot = Stmt::For { var: kv, extent: k as i64, kind: LoopKind::Serial, body };
+            stmts.push(Stmt::If { cond: any.expect("a tile has rows"), body: vec![dot] });
+            for (idx, &acc) in rows.iter().zip(&accs) {
+                kb.subst.insert(av, Expr::Var(acc));
+                let v = self.node_expr(kb, r, idx);
+                kb.subst.remove(&av);
+                stmts.push(Stmt::Store { buf: op, index: linear(idx, out_shape), value: v });
+            }
+            stmts
+        })
     }
 
     /// `write_rows` in place: for each of the n rows, when its position p is inside the cache, the row

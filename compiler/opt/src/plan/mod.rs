@@ -28,6 +28,7 @@
 mod anchor;
 mod block_layout;
 mod blocks;
+mod causal;
 mod comm;
 mod conv;
 mod conv_gemm;
