@@ -158,7 +158,7 @@ def main() -> int:
             diffs.append(float(np.abs(got.astype(np.float64) - want.astype(np.float64)).max()))
         p = precision_of(c)
         res["parity"][c] = {"max_abs_vs_interp": max(diffs), "per_output": diffs, "precision": p, "tolerance": TOL_INTERP[p], "cuda_run": text}
-        print(f"{c}: cuda ({p}) vs interp max abs {max(diffs):.3e} (tolerance {TOL_INTERP[p]:.0e}; per output {', '.join(f'{x:.2e}' for x in diffs)}); {text}", flush=True)
+        print(f"{c}: cuda ({p}) vs interp max abs {max(diffs):.3e} (tolerance {TOL_INTERP[p]:.1e}; per output {', '.join(f'{x:.2e}' for x in diffs)}); {text}", flush=True)
         if not max(diffs) <= TOL_INTERP[p]:
             bad.append(c)
     # Where the time goes: each kernel's device time, launched one by one.
