@@ -104,6 +104,21 @@ pub fn run_interp(s: &Sharded, inputs: &[ConstData], n_outputs: usize) -> Result
     model_outputs(s, n_outputs, &outs.into_iter().enumerate().collect::<Vec<_>>())
 }
 
+/// MPI initialized for a sharded run: (the MPI universe — finalized when dropped —, MPI_COMM_WORLD,
+/// this process's rank, the world size), once the ranks are known to hold no state in parts and
+/// `mpirun -np` matches the shard.
+#[cfg(feature = "mpi")]
+fn mpi_world(s: &Sharded) -> Result<(impl Sized, Box<rlx_rt::comm::mpi::MpiComm>, usize, usize), Failure> {
+    let (universe, comm) = rlx_rt::comm::mpi::init().ok_or_else(|| Failure::model("MPI was already initialized in this process"))?;
+    let (rank, size) = (comm.rank() as usize, comm.size() as usize);
+    let n = s.ranks.len();
+    whole_state(s)?;
+    if size != n {
+        return Err(Failure::usage(format!("--shard {}={n} needs {n} MPI processes (mpirun -np {n}); started with {size}", s.shard.kind())));
+    }
+    Ok((universe, comm, rank, n))
+}
+
 /// This process's rank of a sharded compile, run under `mpirun -np N` (N = the world size) on
 /// `target`: MPI is initialized, the rank's graph compiled and loaded, MPI_COMM_WORLD passed to its
 /// runtime (`rlx_rt_comm_set`), and the rank run on its inputs. Returns the model's outputs on the rank
@@ -117,13 +132,7 @@ pub fn run_mpi(
     n_outputs: usize,
     tm: &mut crate::pipeline::Timings,
 ) -> Result<(usize, Option<Vec<ConstData>>), Failure> {
-    let (universe, comm) = rlx_rt::comm::mpi::init().ok_or_else(|| Failure::model("MPI was already initialized in this process"))?;
-    let (rank, size) = (comm.rank() as usize, comm.size() as usize);
-    let n = s.ranks.len();
-    whole_state(s)?;
-    if size != n {
-        return Err(Failure::usage(format!("--shard {}={n} needs {n} MPI processes (mpirun -np {n}); started with {size}", s.shard.kind())));
-    }
+    let (universe, comm, rank, n) = mpi_world(s)?;
     let run = |tm: &mut crate::pipeline::Timings| -> Result<Vec<ConstData>, Failure> {
         let mut sess = rank_session(target, &s.ranks[rank], req, &comm, tm)?;
         let mut outs = sess.run(&[rank_inputs(s, rank, inputs)?])?;
@@ -190,13 +199,7 @@ pub fn bench_mpi(
     runs: usize,
     tm: &mut crate::pipeline::Timings,
 ) -> Result<(usize, Vec<std::time::Duration>), Failure> {
-    let (universe, comm) = rlx_rt::comm::mpi::init().ok_or_else(|| Failure::model("MPI was already initialized in this process"))?;
-    let (rank, size) = (comm.rank() as usize, comm.size() as usize);
-    let n = s.ranks.len();
-    whole_state(s)?;
-    if size != n {
-        return Err(Failure::usage(format!("--shard {}={n} needs {n} MPI processes (mpirun -np {n}); started with {size}", s.shard.kind())));
-    }
+    let (universe, comm, rank, _) = mpi_world(s)?;
     let run = |tm: &mut crate::pipeline::Timings| -> Result<Vec<std::time::Duration>, Failure> {
         let mut sess = rank_session(target, &s.ranks[rank], req, &comm, tm)?;
         let ins = [rank_inputs(s, rank, inputs)?];
