@@ -72,7 +72,7 @@ c = ["#include <pthread.h>", "#include <stdio.h>", "#include <stdlib.h>", "#incl
 for i in range(len(ds)):
     c.append(f"void k{i}({', '.join(['void*'] * nb)});")
 c.append("""
-static __thread int t_tid, t_cx, t_cy, t_cz, t_ntid;
+static __thread int t_tid, t_cx, t_cy, t_cz; static int t_ntid; /* blockDim: set by main, read by every worker */
 int emu_tid_x(void){return t_tid;} int emu_ntid_x(void){return t_ntid;}
 int emu_ctaid_x(void){return t_cx;} int emu_ctaid_y(void){return t_cy;} int emu_ctaid_z(void){return t_cz;}
 static pthread_barrier_t bar, wbar[8]; static float fs[8][32]; static int is_[8][32];

@@ -338,6 +338,8 @@ impl<'a> Writer<'a> {
                 UnaryOp::Log => self.intr("log", d, &[v]),
                 UnaryOp::Sqrt => self.intr("sqrt", d, &[v]),
                 UnaryOp::Recip => self.op(format!("fdiv {t} {one}, {v}")),
+                UnaryOp::Sin if d == DType::F32 && self.scalar_only => self.sin_cos_f32(v, false),
+                UnaryOp::Cos if d == DType::F32 && self.scalar_only => self.sin_cos_f32(v, true),
                 UnaryOp::Sin => self.intr("sin", d, &[v]),
                 UnaryOp::Cos => self.intr("cos", d, &[v]),
                 UnaryOp::Tan => self.libm("tan", d, &[v]),

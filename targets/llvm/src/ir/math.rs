@@ -169,4 +169,67 @@ impl<'a> Writer<'a> {
         let is_big = self.op(format!("fcmp oge {t} {ax}, {}", k(0.5)));
         self.op(format!("select {cmp_t} {is_big}, {t} {big}, {t} {small}"))
     }
+
+    /// sin(x) or cos(x) (`cos`) of an f32 scalar in plain LLVM instructions, for the GPU writer (the
+    /// NVPTX back end has no lowering for `llvm.sin`/`llvm.cos` short of the approximate `sin.approx`,
+    /// whose error grows with |x|: RoPE's angles reach thousands of radians). Computed in f64: the
+    /// quadrant k = round(x·2/π), r = x − k·π/2 with π/2 in two parts (fma, so r is exact to f64 for
+    /// |x| below 2^50; beyond, NaN: k has lost the quadrant), Taylor series to r¹³ / r¹² on |r| ≤ π/4 (truncation below
+    /// 1e-12), the quadrant's sign and swap, rounded once to f32 — within an ulp of the f32 result of
+    /// the exact function (the interpreter's f64 libm rounded). ±inf and NaN give NaN.
+    pub(super) fn sin_cos_f32(&mut self, x: &str, cos: bool) -> String {
+        let dk = |c: f64| format!("0x{:016X}", c.to_bits());
+        let xd = self.op(format!("fpext float {x} to double"));
+        let q = self.op(format!("fmul double {xd}, {}", dk(std::f64::consts::FRAC_2_PI)));
+        self.decls.insert("declare double @llvm.roundeven.f64(double)".into());
+        self.decls.insert("declare double @llvm.floor.f64(double)".into());
+        self.decls.insert("declare double @llvm.fma.f64(double, double, double)".into());
+        let k = self.op(format!("call double @llvm.roundeven.f64(double {q})"));
+        let nk = self.op(format!("fneg double {k}"));
+        let (hi, lo) = (std::f64::consts::FRAC_PI_2, 6.123_233_995_736_766e-17);
+        let r = self.op(format!("call double @llvm.fma.f64(double {nk}, double {}, double {xd})", dk(hi)));
+        let r = self.op(format!("call double @llvm.fma.f64(double {nk}, double {}, double {r})", dk(lo)));
+        let z = self.op(format!("fmul double {r}, {r}"));
+        // Horner in z over 1/n! with alternating signs: sin r = r·(1 − z/3! + z²/5! − …), cos r = 1 − z/2! + z²/4! − ….
+        let series = |me: &mut Self, first: u32| -> String {
+            let terms: Vec<f64> = (0..7)
+                .map(|i| {
+                    let n = first + 2 * i;
+                    let f: f64 = (1..=n).map(|j| j as f64).product();
+                    if i % 2 == 0 { 1.0 / f } else { -1.0 / f }
+                })
+                .collect();
+            let mut p = dk(terms[6]);
+            for &c in terms[..6].iter().rev() {
+                let m = me.op(format!("fmul double {p}, {z}"));
+                p = me.op(format!("fadd double {m}, {}", dk(c)));
+            }
+            p
+        };
+        let ps = series(self, 1);
+        let s = self.op(format!("fmul double {ps}, {r}"));
+        let c = series(self, 0);
+        // The quadrant k mod 4 (exact while |k| < 2^53; NaN/inf give NaN through r anyway, the quadrant
+        // is taken as 0 so the conversion below is never poison); cos x = sin(x + π/2): quadrant + 1.
+        let k4 = self.op(format!("fmul double {k}, 0x3FD0000000000000"));
+        let fl = self.op(format!("call double @llvm.floor.f64(double {k4})"));
+        let m = self.op(format!("call double @llvm.fma.f64(double {fl}, double 0xC010000000000000, double {k})"));
+        let ok = self.op(format!("fcmp ord double {m}, 0.0"));
+        let m = self.op(format!("select i1 {ok}, double {m}, double 0.0"));
+        let qi = self.op(format!("fptosi double {m} to i32"));
+        let qi = if cos { self.op(format!("add i32 {qi}, 1")) } else { qi };
+        let odd = self.op(format!("and i32 {qi}, 1"));
+        let odd = self.op(format!("icmp ne i32 {odd}, 0"));
+        let neg = self.op(format!("and i32 {qi}, 2"));
+        let neg = self.op(format!("icmp ne i32 {neg}, 0"));
+        let v = self.op(format!("select i1 {odd}, double {c}, double {s}"));
+        let nv = self.op(format!("fneg double {v}"));
+        let v = self.op(format!("select i1 {neg}, double {nv}, double {v}"));
+        // Past 2^50 the quadrant's low bits are lost in k: NaN rather than a wrong number.
+        self.decls.insert("declare double @llvm.fabs.f64(double)".into());
+        let ax = self.op(format!("call double @llvm.fabs.f64(double {xd})"));
+        let big = self.op(format!("fcmp oge double {ax}, {}", dk(2f64.powi(50))));
+        let v = self.op(format!("select i1 {big}, double 0x7FF8000000000000, double {v}"));
+        self.op(format!("fptrunc double {v} to float"))
+    }
 }

@@ -35,11 +35,11 @@ pub const BLOCK: u32 = 256;
 pub const SMS: &[u32] = &[80, 86, 89, 90];
 
 /// MIR op kinds claimed: the shared lowering's kinds whose f32 math has an inline form here (exp, erf,
-/// tanh, sigmoid) or a PTX instruction (sqrt, floor, ceil, round, min/max, …). Not claimed: functions
-/// that would need libm or libdevice on the GPU (log, trigonometric and hyperbolic functions but tanh,
-/// pow), float `mod`/`fmod`, and the quantization ops.
+/// tanh, sigmoid; sin and cos through f64 range reduction and series, `ir/math.rs`) or a PTX
+/// instruction (sqrt, floor, ceil, round, min/max, …). Not claimed: functions that would need libm or
+/// libdevice on the GPU (log, tan and the inverse and hyperbolic functions but tanh, pow), float `mod`/`fmod`, and the quantization ops.
 pub const KINDS: &[&str] = &[
-    "neg", "abs", "exp", "sqrt", "recip", "tanh", "sigmoid", "erf", "relu", "floor", "ceil", "round", "sign", "not", "bit_not", "is_nan",
+    "neg", "abs", "exp", "sin", "cos", "sqrt", "recip", "tanh", "sigmoid", "erf", "relu", "floor", "ceil", "round", "sign", "not", "bit_not", "is_nan",
     "is_inf", "is_pos_inf", "is_neg_inf", "add", "sub", "mul", "div", "max", "min", "eq", "lt", "le", "gt", "ge", "and", "or", "xor",
     "bit_and", "bit_or", "bit_xor", "shl", "shr", "where", "cast", "matmul", "reduce_sum", "reduce_prod", "reduce_max", "reduce_min",
     "reduce_mean", "argmax", "argmin", "reshape", "transpose", "expand", "slice", "concat", "gather", "gather_elements", "gather_nd", "pad",
