@@ -105,18 +105,16 @@ pub fn run_interp(s: &Sharded, inputs: &[ConstData], n_outputs: usize) -> Result
 }
 
 /// MPI initialized for a sharded run: (the MPI universe — finalized when dropped —, MPI_COMM_WORLD,
-/// this process's rank, the world size), once the ranks are known to hold no state in parts and
-/// `mpirun -np` matches the shard.
+/// this process's rank, the world size), once `mpirun -np` is known to match the shard.
 #[cfg(feature = "mpi")]
-fn mpi_world(s: &Sharded) -> Result<(impl Sized, Box<rlx_rt::comm::mpi::MpiComm>, usize, usize), Failure> {
+pub(crate) fn mpi_world(s: &Sharded) -> Result<(Box<dyn std::any::Any>, Box<rlx_rt::comm::mpi::MpiComm>, usize, usize), Failure> {
     let (universe, comm) = rlx_rt::comm::mpi::init().ok_or_else(|| Failure::model("MPI was already initialized in this process"))?;
     let (rank, size) = (comm.rank() as usize, comm.size() as usize);
     let n = s.ranks.len();
-    whole_state(s)?;
     if size != n {
         return Err(Failure::usage(format!("--shard {}={n} needs {n} MPI processes (mpirun -np {n}); started with {size}", s.shard.kind())));
     }
-    Ok((universe, comm, rank, n))
+    Ok((Box::new(universe), comm, rank, n))
 }
 
 /// This process's rank of a sharded compile, run under `mpirun -np N` (N = the world size) on
@@ -132,6 +130,7 @@ pub fn run_mpi(
     n_outputs: usize,
     tm: &mut crate::pipeline::Timings,
 ) -> Result<(usize, Option<Vec<ConstData>>), Failure> {
+    whole_state(s)?;
     let (universe, comm, rank, n) = mpi_world(s)?;
     let run = |tm: &mut crate::pipeline::Timings| -> Result<Vec<ConstData>, Failure> {
         let mut sess = rank_session(target, &s.ranks[rank], req, &comm, tm)?;
@@ -199,6 +198,7 @@ pub fn bench_mpi(
     runs: usize,
     tm: &mut crate::pipeline::Timings,
 ) -> Result<(usize, Vec<std::time::Duration>), Failure> {
+    whole_state(s)?;
     let (universe, comm, rank, _) = mpi_world(s)?;
     let run = |tm: &mut crate::pipeline::Timings| -> Result<Vec<std::time::Duration>, Failure> {
         let mut sess = rank_session(target, &s.ranks[rank], req, &comm, tm)?;

@@ -27,14 +27,10 @@ impl ShardedStep {
     /// and loads this process's rank for `t`, and gives it MPI_COMM_WORLD.
     pub fn compile(t: Target, mir: &Mir, s: Shard, req: &Request, tm: &mut Timings) -> Result<ShardedStep, Failure> {
         let sh = tm.time("shard", || crate::shard::shard(mir, s))?;
-        let (universe, comm) = rlx_rt::comm::mpi::init().ok_or_else(|| Failure::model("MPI was already initialized in this process"))?;
-        let (rank, size) = (comm.rank() as usize, comm.size() as usize);
-        if size != sh.ranks.len() {
-            return Err(Failure::usage(format!("--shard {}={} needs {} MPI processes (mpirun -np {}); started with {size}", s.kind(), s.ranks(), s.ranks(), s.ranks())));
-        }
+        let (universe, comm, rank, size) = crate::shard::mpi_world(&sh)?;
         let mut step = CompiledStep::compile(t, &sh.ranks[rank], req, tm)?;
         step.set_comm(comm.as_comm() as *const std::ffi::c_void)?;
-        Ok(ShardedStep { step, comm, _universe: Box::new(universe), rank, size })
+        Ok(ShardedStep { step, comm, _universe: universe, rank, size })
     }
 
     /// A failure on this rank ends the job (the others would wait for it in their next collective).
