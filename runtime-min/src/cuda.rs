@@ -20,6 +20,10 @@
 //! same stream, in schedule order, inside the same captured graph; [`Executor::new`] refuses such a
 //! schedule.
 //!
+//! A stateful model (a KV cache: schedule base kind 4) keeps its state region on the device between
+//! runs, zeroed at setup and by [`Executor::reset_state`]; each run's kernels read and write it in
+//! place, so a decode step moves only its inputs and outputs over PCIe.
+//!
 //! Unlike the rest of runtime-min this module allocates (at setup) and uses `std`.
 
 use crate::schedule::{BaseKind, Collective, Schedule};
@@ -109,9 +113,10 @@ pub struct Executor {
     bufs: Vec<(BaseKind, sys::CUdeviceptr, u64)>,
     graph: sys::CUgraph,
     exec: sys::CUgraphExec,
-    /// Buffer index of input i / output i.
+    /// Buffer index of input i / output i, and of the state region (a stateful model's).
     inputs: Vec<usize>,
     outputs: Vec<usize>,
+    state: Option<usize>,
     name: String,
     dispatches: usize,
     /// Collectives in the graph (a sharded rank's).
@@ -217,7 +222,8 @@ impl Executor {
         // SAFETY: `dev` came from cuDeviceGet; every handle below is created here and destroyed in Drop
         // (or right away when setup fails), and every copy's host slice outlives the call (sync copies).
         let ctx = unsafe { result::primary_ctx::retain(dev) }.map_err(drv("cuDevicePrimaryCtxRetain"))?;
-        let mut ex = Executor { dev, ctx, stream: core::ptr::null_mut(), module: core::ptr::null_mut(), bufs: Vec::new(), graph: core::ptr::null_mut(), exec: core::ptr::null_mut(), inputs, outputs, name, dispatches: sched.dispatches.len(), launches: Vec::new(), collectives: sched.collectives(), #[cfg(feature = "nccl")] _nccl: None };
+        let state = sched.bases.iter().position(|b| b.0 == BaseKind::State);
+        let mut ex = Executor { dev, ctx, stream: core::ptr::null_mut(), module: core::ptr::null_mut(), bufs: Vec::new(), graph: core::ptr::null_mut(), exec: core::ptr::null_mut(), inputs, outputs, state, name, dispatches: sched.dispatches.len(), launches: Vec::new(), collectives: sched.collectives(), #[cfg(feature = "nccl")] _nccl: None };
         unsafe { result::ctx::set_current(ctx) }.map_err(drv("cuCtxSetCurrent"))?;
         ex.stream = result::stream::create(result::stream::StreamKind::NonBlocking).map_err(drv("cuStreamCreate"))?;
         ex.module = unsafe { result::module::load_data(ptx_c.as_ptr() as *const c_void) }.map_err(drv("cuModuleLoadData (the PTX does not load on this device)"))?;
@@ -286,6 +292,40 @@ impl Executor {
     /// The device's compute capability (major, minor).
     pub fn capability(&self) -> Result<(i32, i32), CudaError> {
         capability(self.dev)
+    }
+
+    /// Bytes of the state region kept on the device between runs (0: a stateless model).
+    pub fn state_bytes(&self) -> u64 {
+        self.state.map_or(0, |i| self.bufs[i].2)
+    }
+
+    /// Zeroes the state region (a new sequence for a KV cache; the state is zero after setup too).
+    pub fn reset_state(&mut self) -> Result<(), CudaError> {
+        let Some(i) = self.state else { return Ok(()) };
+        let (_, p, n) = self.bufs[i];
+        // SAFETY: `p` is this executor's allocation of at least `n` rounded up to words; the stream is
+        // synchronized first so no graph launch still reads it.
+        unsafe {
+            result::ctx::set_current(self.ctx).map_err(drv("cuCtxSetCurrent"))?;
+            result::stream::synchronize(self.stream).map_err(drv("cuStreamSynchronize"))?;
+            result::memset_d8_sync(p, 0, (n as usize).div_ceil(4).max(1) * 4).map_err(drv("cuMemsetD8 (state)"))
+        }
+    }
+
+    /// A copy of the state region's bytes (for checks: a KV cache as the device holds it).
+    pub fn read_state(&mut self) -> Result<Vec<u8>, CudaError> {
+        let Some(i) = self.state else { return Ok(Vec::new()) };
+        let (_, p, n) = self.bufs[i];
+        let mut out = std::vec![0u8; n as usize];
+        // SAFETY: `out` is exactly the region's bytes; synchronous copy after the stream's work.
+        unsafe {
+            result::ctx::set_current(self.ctx).map_err(drv("cuCtxSetCurrent"))?;
+            result::stream::synchronize(self.stream).map_err(drv("cuStreamSynchronize"))?;
+            if n > 0 {
+                result::memcpy_dtoh_sync(&mut out, p).map_err(drv("copying the state out"))?;
+            }
+        }
+        Ok(out)
     }
 
     /// Collectives in the graph.

@@ -35,6 +35,9 @@ pub enum BaseKind {
     Weights,
     Input(u32),
     Output(u32),
+    /// The state region of a stateful model (a KV cache): kept on the device between runs, zeroed
+    /// when the executor is set up and by its `reset_state`. At most one.
+    State,
 }
 
 /// How a dispatch touches a byte range (file code 1, 2, 3).
@@ -188,6 +191,8 @@ impl Schedule {
                 1 => BaseKind::Weights,
                 2 => BaseKind::Input(idx),
                 3 => BaseKind::Output(idx),
+                4 if idx == 0 && !bases.iter().any(|b: &(BaseKind, u64)| b.0 == BaseKind::State) => BaseKind::State,
+                4 => return Err(bad("a second state base, or a state base with an index")),
                 _ => return Err(bad(&format!("unknown base kind {kind}"))),
             };
             bases.push((k, lo | (hi << 32)));

@@ -112,6 +112,9 @@ impl Executor {
         if sched.collectives() > 0 {
             return Err(VkError(format!("the schedule has {} collectives (a sharded CUDA rank): the Vulkan executor runs no collectives; compile the shards with --target cuda and run them with the nccl feature", sched.collectives())));
         }
+        if sched.bases.iter().any(|b| b.0 == BaseKind::State) {
+            return Err(VkError("the schedule keeps state between runs (a KV cache): the Vulkan executor does not; compile it with --target cuda or a CPU target".into()));
+        }
         let how = Barriers::from_env()?;
         if spirv.len() % 4 != 0 || spirv.len() < 20 {
             return Err(VkError("the SPIR-V module's length is not a positive multiple of 4".into()));
@@ -565,6 +568,20 @@ mod tests {
         };
         assert!(patch(0, 0).contains("bad magic"));
         assert!(patch(3, 9).contains("unknown base kind 9"));
+        // Base 1 as a state region (kind 4): it parses; a second one, or one with an index, does not;
+        // the Vulkan executor refuses a stateful schedule before loading Vulkan.
+        let mut st = good.clone();
+        st[4 * 7..4 * 8].copy_from_slice(&4u32.to_le_bytes());
+        st[4 * 8..4 * 9].copy_from_slice(&0u32.to_le_bytes());
+        assert_eq!(Schedule::parse(&st).unwrap().bases, vec![(BaseKind::Arena, 64), (BaseKind::State, 16)]);
+        let e = Executor::new(&[0; 20], &st, &[]).err().unwrap().0;
+        assert!(e.contains("keeps state between runs") && e.contains("--target cuda"), "{e}");
+        let mut two = st.clone();
+        two[4 * 3..4 * 4].copy_from_slice(&4u32.to_le_bytes());
+        assert!(Schedule::parse(&two).unwrap_err().0.contains("a second state base"));
+        let mut idx = st.clone();
+        idx[4 * 8..4 * 9].copy_from_slice(&1u32.to_le_bytes());
+        assert!(Schedule::parse(&idx).unwrap_err().0.contains("a state base with an index"));
         assert!(patch(13, 0).contains("zero workgroups"));
         assert!(patch(18, 4).contains("unknown access 4"));
         assert!(patch(17, 2).contains("a range of buffer 2, the schedule has 2"));

@@ -69,12 +69,16 @@ pub struct SchedComm {
 }
 
 /// The storage buffers of a LIR program, in binding order: arena, weights, inputs, outputs (each
-/// port's exact bytes).
+/// port's exact bytes), then the state region when the program keeps state (a KV cache: the executor
+/// keeps it on the device between runs).
 pub fn bases_of(lir: &Lir) -> Vec<BaseBuf> {
     let port = |p: &crate::lir::Port| p.ty.dtype.bytes_for(p.ty.shape.numel().unwrap_or(0)).unwrap_or(0) as u64;
     let mut v = vec![BaseBuf { base: Base::Arena, bytes: lir.arena_bytes as u64 }, BaseBuf { base: Base::Weights, bytes: lir.weights.len() as u64 }];
     v.extend(lir.inputs.iter().enumerate().map(|(i, p)| BaseBuf { base: Base::Input(i as u32), bytes: port(p) }));
     v.extend(lir.outputs.iter().enumerate().map(|(i, p)| BaseBuf { base: Base::Output(i as u32), bytes: port(p) }));
+    if lir.state_bytes > 0 {
+        v.push(BaseBuf { base: Base::State, bytes: lir.state_bytes as u64 });
+    }
     v
 }
 
@@ -94,7 +98,7 @@ pub fn param_range(lir: &Lir, buf: u32, bind: usize, declared: Access, loaded: b
 }
 
 /// The schedule as little-endian u32 words — `magic, version, n_bases, {kind (0 arena, 1 weights,
-/// 2 input, 3 output), index, bytes_lo, bytes_hi} × n_bases, n_dispatches, {[tag: version 4 only,]
+/// 2 input, 3 output, 4 state), index, bytes_lo, bytes_hi} × n_bases, n_dispatches, {[tag: version 4 only,]
 /// entry, groups_x, groups_y, groups_z, [block_x, block_y, block_z: versions 3 and 4,] n_ranges,
 /// {binding, access (1 read, 2 write, 3 read-write), start_lo, start_hi, end_lo, end_hi} × n_ranges}
 /// × n_dispatches`; in version 4 (with blocks, and some dispatch a collective) a tag-1 entry is
@@ -109,7 +113,6 @@ pub fn encode(bases: &[BaseBuf], dispatches: &[SchedDispatch], with_blocks: bool
             Base::Weights => (1, 0),
             Base::Input(i) => (2, i),
             Base::Output(i) => (3, i),
-            // GPU targets claim no `write_rows`, so no state reaches a schedule; kind 4 if it ever does.
             Base::State => (4, 0),
         };
         w.extend([kind, idx, b.bytes as u32, (b.bytes >> 32) as u32]);

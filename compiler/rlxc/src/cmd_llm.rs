@@ -283,6 +283,7 @@ fn compiled_step(a: &RunArgs, p: &Path, f: &Checkpoint, t: Target, prompt: usize
     let req = Request { backend: a.on.backend, ..Request::named("rlxllm") };
     let mut tm = Timings::default();
     let step: Box<dyn Step> = match a.shard {
+        None if t == Target::Cuda => Box::new(phase("compiling for cuda", || llm::CudaStep::compile(&mir, &req, &mut tm))?),
         None => Box::new(phase(&format!("compiling for {}", t.name()), || CompiledStep::compile(t, &mir, &req, &mut tm))?),
         #[cfg(feature = "mpi")]
         Some(s) => Box::new(phase(&format!("compiling this rank of --shard {}={} for {}", s.kind(), s.ranks(), t.name()), || llm::ShardedStep::compile(t, &mir, s, &req, &mut tm))?),

@@ -137,7 +137,8 @@ pub fn independent(k: &Kernel, var: Var, body: &[Stmt], kernel_loads: &BTreeSet<
 }
 
 /// The kernel's grid: the outermost `parallel` loop and the nested loops under it whose iterations are
-/// [`independent`], while their product stays within `max_total` invocations — the flattened
+/// [`independent`] (a loop of one iteration always is: it runs once either way), while their product
+/// stays within `max_total` invocations — the flattened
 /// (var, extent) loops, outermost first — and the body left inside them. Every GPU writer (shaders,
 /// PTX) maps a kernel onto its invocation grid with this one analysis.
 pub fn grid(k: &Kernel, max_total: i64) -> (Vec<(Var, i64)>, &[Stmt]) {
@@ -150,7 +151,7 @@ pub fn grid(k: &Kernel, max_total: i64) -> (Vec<(Var, i64)>, &[Stmt]) {
         collect(&k.body, &mut BTreeSet::new(), &mut BTreeSet::new(), &mut ks, &mut kl);
         let mut total = *extent;
         while let [Stmt::For { var, extent, body, .. }] = cur {
-            if total.saturating_mul(*extent) > max_total || !independent(k, *var, body, &kl) {
+            if total.saturating_mul(*extent) > max_total || (*extent != 1 && !independent(k, *var, body, &kl)) {
                 break;
             }
             total *= extent;

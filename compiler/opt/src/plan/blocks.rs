@@ -102,7 +102,8 @@ impl Planner<'_> {
     /// weights blob, with views for each field width.
     pub(super) fn place_block_weight(&mut self, label: String, c: &ConstData) -> BlockWeight {
         let (rows, cols) = (c.shape[0], c.shape[1]);
-        let nr = panel_rows(rows, self.nr);
+        // The flat form reads each row's blocks in their own order (panels of one row).
+        let nr = if self.flat_blocks { 1 } else { panel_rows(rows, self.nr) };
         let bytes = pack_blocks(c, nr);
         let n = bytes.len();
         let off = super::index::align_up(self.weights.len(), self.align);
@@ -142,6 +143,9 @@ impl Planner<'_> {
         let anode = self.g.node(a).clone();
         let x = anode.inputs[0];
         let w = self.block_weight[&anode.inputs[1]].clone();
+        if self.flat_blocks {
+            return self.block_flat_body(kb, a, r, op, out_shape, &w);
+        }
         let rows: usize = out_shape[..out_shape.len() - 1].iter().product();
         let mr = self.mr.min(rows.max(1));
         if rows.div_ceil(mr) >= PANEL_TILES && w.nr > 1 {
@@ -187,6 +191,55 @@ impl Planner<'_> {
         let vl = Stmt::For { var: jj, extent: nr as i64, kind, body: vbody };
         let tl = Stmt::For { var: t, extent: tiles as i64, kind: LoopKind::Serial, body: vec![vl] };
         vec![Stmt::For { var: p, extent: (w.rows / nr) as i64, kind: LoopKind::Parallel, body: vec![tl] }]
+    }
+
+    /// The flat form (`PlanOptions::flat_block_dots`, the GPU's): `for i parallel (rows of x) { for j
+    /// (weight rows) { acc = 0; for b (blocks) { for l (values of a sub-block) { acc += Σ_s x[i, b·bs +
+    /// s·len + l] · w[j, b, s, l] } }; store } }` — a pure expression per term (each sub-block's
+    /// scale recomputed per value: on a GPU the loads are cached and the dot product is bound by
+    /// the weight stream), so the GPU writers split (b, l) over a warp's lanes, consecutive lanes
+    /// reading consecutive bytes of the row, and reduce with shuffles.
+    fn block_flat_body(&mut self, kb: &mut KB, a: NodeId, r: NodeId, op: u32, out_shape: &[usize], w: &BlockWeight) -> Vec<Stmt> {
+        let x = self.g.node(a).inputs[0];
+        let sx = self.shape(x);
+        let rows: usize = out_shape[..out_shape.len() - 1].iter().product();
+        let (bs, _) = w.dtype.block();
+        let (nsub, len) = subs(w.dtype);
+        let (i, j, b, l, acc) = (kb.var(), kb.var(), kb.var(), kb.var(), kb.var());
+        let blk = Expr::add(Expr::mul(Expr::Var(j), Expr::Int(w.nblk() as i64)), Expr::Var(b));
+        let f = self.fields(kb, w, blk, Expr::Int(0));
+        let mut term: Option<Expr> = None;
+        for s in 0..nsub {
+            let (dl, ml, q) = value(w.dtype, &f, s, &Expr::Var(l));
+            let mut val = match dl {
+                Some(d) => fb(BinaryOp::Mul, d, q),
+                None => q,
+            };
+            if let Some(m) = ml {
+                val = fb(BinaryOp::Sub, val, m);
+            }
+            let k = Expr::add(Expr::add(Expr::mul(Expr::Var(b), Expr::Int(bs as i64)), Expr::Int((s * len) as i64)), Expr::Var(l));
+            let mut xi = unflatten(&Expr::Var(i), &sx[..sx.len() - 1]);
+            xi.push(k);
+            let t = fb(BinaryOp::Mul, self.elem(kb, x, &xi), val);
+            term = Some(match term {
+                None => t,
+                Some(p) => fb(BinaryOp::Add, p, t),
+            });
+        }
+        let term = term.expect("a block has a sub-block");
+        let mut body = vec![
+            Stmt::Decl { var: acc, dtype: DType::F32, init: lit(0.0, DType::F32) },
+            Stmt::For {
+                var: b,
+                extent: w.nblk() as i64,
+                kind: LoopKind::Serial,
+                body: vec![Stmt::For { var: l, extent: len as i64, kind: LoopKind::Serial, body: vec![Stmt::Assign { var: acc, value: fb(BinaryOp::Add, Expr::Var(acc), term) }] }],
+            },
+        ];
+        body.extend(self.block_stores(kb, a, r, op, out_shape, &[acc], &|_| Expr::Var(i), Expr::Var(j)));
+        let jl = Stmt::For { var: j, extent: w.rows as i64, kind: LoopKind::Serial, body };
+        vec![Stmt::For { var: i, extent: rows as i64, kind: LoopKind::Parallel, body: vec![jl] }]
     }
 
     /// The stores of a tile's accumulators at column `col`, each through the epilogue chain.

@@ -95,11 +95,16 @@ pub struct PlanOptions {
     /// loop); 0 keeps the per-element form (the shader, CUDA and MCU targets, whose grid or scalar
     /// code wants one output per iteration). The CPU targets set the f32 vector width (8 or 16).
     pub window_lanes: usize,
+    /// `dequant_matmul` as one flat dot product per output over the weight rows in their own block
+    /// layout (no interleaved panels): `for i parallel { for j { acc += Σ_sub x · w } }`, which the GPU
+    /// writers run one warp per output with each lane's loads contiguous (`loops/tiled.rs`'s row
+    /// reduction). The CUDA target turns it on; the CPU targets keep the panel form (`blocks.rs`).
+    pub flat_block_dots: bool,
 }
 
 impl Default for PlanOptions {
     fn default() -> Self {
-        PlanOptions { align: 64, gemm_nr: GEMM_NR, gemm_mr: GEMM_MR, row_fusion: false, row_recompute: false, inline_operands: false, conv_gemm: false, window_lanes: 0 }
+        PlanOptions { align: 64, gemm_nr: GEMM_NR, gemm_mr: GEMM_MR, row_fusion: false, row_recompute: false, inline_operands: false, conv_gemm: false, window_lanes: 0, flat_block_dots: false }
     }
 }
 
@@ -125,6 +130,8 @@ struct Planner<'g> {
     align: usize,
     nr: usize,
     mr: usize,
+    /// [`PlanOptions::flat_block_dots`].
+    flat_blocks: bool,
     /// Graph inputs / outputs before the state pairs (the caller's own buffers).
     plain_inputs: usize,
     plain_outputs: usize,
@@ -233,6 +240,7 @@ pub fn plan(g: &Mir, opts: &PlanOptions) -> Result<Lir, Vec<Problem>> {
         align: opts.align,
         nr: opts.gemm_nr.max(1),
         mr: opts.gemm_mr.max(1),
+        flat_blocks: opts.flat_block_dots,
         plain_inputs: g.inputs.len() - ns,
         plain_outputs: g.outputs.len() - ns,
         state_offsets: Vec::new(),

@@ -35,7 +35,7 @@ pub fn caps() -> TargetCaps {
 /// As for the shader targets: matmuls in their per-element form (no CPU GEMM panels), LayerNorm and
 /// softmax one row kernel each, transposes and scalings inlined into matmul operand loads.
 pub fn plan_options() -> rlx_opt::PlanOptions {
-    rlx_opt::PlanOptions { gemm_nr: 1 << 30, row_fusion: true, row_recompute: true, inline_operands: true, ..Default::default() }
+    rlx_opt::PlanOptions { gemm_nr: 1 << 30, row_fusion: true, row_recompute: true, inline_operands: true, flat_block_dots: true, ..Default::default() }
 }
 
 impl Family for Cuda {
@@ -109,7 +109,6 @@ pub fn compile(t: Target, mir: &Mir, r: &Request, tm: &mut Timings) -> Result<Cu
 
 fn emit(p: Prepared, r: &Request, tm: &mut Timings) -> Result<CudaCompiled, Failure> {
     let lir = p.lir.ok_or_else(|| Failure::model("internal error: the CUDA family plans a LIR"))?;
-    super::refuse_state(Target::Cuda, &lir)?;
     let mut c = codegen(lir, p.report, r.sm.unwrap_or(DEFAULT_SM), r.precision.unwrap_or(Precision::F32), tm)?;
     if !r.emit_ir {
         c.llvm_ir = None;
@@ -183,6 +182,13 @@ impl Artifact for CudaCompiled {
             "weights_file": {"file": format!("{name}.weights.bin"), "sha256": sha256_hex(&c.lir.weights)},
             "dispatch": dispatch_counts(&c.report),
         });
+        let mut manifest = manifest;
+        if c.lir.state_bytes > 0 {
+            // A stateful model (a KV cache): the schedule's state base, which the executor keeps on
+            // the device between runs and zeroes on reset; each tensor at its byte offset in it.
+            let tensors: Vec<serde_json::Value> = c.lir.state.iter().map(|s| serde_json::json!({"port": port_json(&s.port), "offset": s.offset})).collect();
+            manifest["state"] = serde_json::json!({"bytes": c.lir.state_bytes, "tensors": tensors});
+        }
         let files = vec![
             (format!("{name}.ptx"), c.ptx.clone().into_bytes()),
             (format!("{name}.schedule.bin"), c.schedule.clone()),

@@ -264,7 +264,7 @@ pub fn refuse_state(t: Target, lir: &rlx_ir::lir::Lir) -> Result<(), Failure> {
         return Ok(());
     }
     Err(Failure::model(format!(
-        "target {}: the model keeps state between calls ({} tensors, e.g. '{}': a KV cache, or the parameters of a training step from --train); stateful artifacts compile for the CPU targets (host, x86_64, aarch64)",
+        "target {}: the model keeps state between calls ({} tensors, e.g. '{}': a KV cache, or the parameters of a training step from --train); stateful artifacts compile for the CPU targets (host, x86_64, aarch64) and cuda",
         t.name(),
         lir.state.len(),
         lir.state[0].port.name

@@ -43,7 +43,7 @@ pub const KINDS: &[&str] = &[
     "is_inf", "is_pos_inf", "is_neg_inf", "add", "sub", "mul", "div", "max", "min", "eq", "lt", "le", "gt", "ge", "and", "or", "xor",
     "bit_and", "bit_or", "bit_xor", "shl", "shr", "where", "cast", "matmul", "reduce_sum", "reduce_prod", "reduce_max", "reduce_min",
     "reduce_mean", "argmax", "argmin", "reshape", "transpose", "expand", "slice", "concat", "gather", "gather_elements", "gather_nd", "pad",
-    "conv", "max_pool", "avg_pool", "cumsum",
+    "conv", "max_pool", "avg_pool", "cumsum", "write_rows",
 ];
 
 /// Dtypes claimed: f32 and the integer types and bool (f64 is not: its transcendental functions
@@ -59,6 +59,11 @@ pub fn caps(name: &str) -> TargetCaps {
     TargetCaps::uniform(name, KINDS, DTYPES)
         .with("cast", &half)
         .with("reshape", &half)
+        // GGUF weights read in their blocks (`plan/blocks.rs`): the language models' matmuls and
+        // embedding lookups.
+        .with("dequant_matmul", &[DType::F32])
+        .with("dequant_gather", &[DType::F32, DType::F16, DType::BF16])
+        .with("dequant_gather", &rlx_ir::dtype::BLOCK_DTYPES)
         .with("all_reduce", &sums)
         .with("all_gather", DTYPES)
         .with("reduce_scatter", &sums)

@@ -67,7 +67,9 @@ pub fn module_text(lir: &Lir, bases: &[BaseBuf], tiles: bool, mma: super::Mma) -
         let bound: Vec<(rlx_ir::loops::Var, String)> = dims.iter().map(|(v, _)| (*v, format!("%g.v{}", v.0))).collect();
         // Matmuls, row kernels and row reductions of the shapes the shared recognizer finds: shared
         // memory, barriers and warp shuffles (tiled.rs). Everything else: one thread per grid point.
-        let plan = if total > 0 && !dims.is_empty() && tiles { rlx_ir::loops::tiled::recognize(k, &dims, inner) } else { None };
+        // A kernel without a grid loop (one row: a decode step's norms) is a grid of one, as in the
+        // shader writer: its row phases still spread over a block's threads.
+        let plan = if total > 0 && tiles { rlx_ir::loops::tiled::recognize(k, &dims, body) } else { None };
         if let Some(plan) = plan {
             let mut casts = String::new();
             for bind in 0..nb {

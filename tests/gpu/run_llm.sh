@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# On the GPU machine (an NVIDIA H200): Gemma 3 270M compiled for --target cuda (tests/gpu/prepare_llm.sh),
+# after every part of its weights has been copied into STAGE by earlier calls (`stage`), then `run`:
+# greedy generation with runtime-min's CUDA executor (chunk 8 and chunk 1 artifacts) — its tokens must
+# equal the host's — decode tokens/s at 128 and ~1000 positions, and PyTorch's decode rate on the same
+# architecture (bench_gemma_torch.py). Raw output to $OUT/h200-llm.log.
+# Usage: run_llm.sh stage CARRIED_PART_DIR STAGE | run_llm.sh run BASE_DIR STAGE
+set -euo pipefail
+case $1 in
+  stage) mkdir -p "$3" && cp "$2"/* "$3"/ && ls -la "$3" && exit 0 ;;
+  run) ;;
+  *) echo "usage: run_llm.sh stage PART STAGE | run BASE STAGE" >&2; exit 2 ;;
+esac
+B=$2; S=$3
+export PYTHONUNBUFFERED=1
+{
+  nvidia-smi -L || true
+  cat "$S"/weights.part* > "$S/gemma.weights.bin"
+  ls -la "$S/gemma.weights.bin"
+  for c in 8 1; do ln -sf "$S/gemma.weights.bin" "$B/art$c/gemma.weights.bin"; done
+  prompt=$(cat "$B/prompt.txt")
+  host=$(cat "$B/host.txt")
+  n=$(echo "$host" | tr ',' '\n' | wc -l)
+  for c in 8 1; do
+    echo "== chunk $c: $n tokens after the prompt"
+    out=$("$B/cuda_llm" "$B/art$c" gemma 1024 "$prompt" "$n")
+    echo "$out"
+    got=$(echo "$out" | sed -n 's/^generated: //p')
+    if [ "$got" = "$host" ]; then echo "tokens: equal to the host's ($n)"; else echo "tokens: DIFFER from the host's: $host"; fi
+    echo "== chunk $c: decode to ~1000 positions"
+    RLX_CUDA_KERNEL_TIMES=1 "$B/cuda_llm" "$B/art$c" gemma 1024 "$prompt" 1000 | grep -v '^generated'
+  done
+  p=$(echo "$prompt" | tr ',' '\n' | wc -l)
+  echo "== PyTorch (prompt $p): decode 128 and 1000 tokens"
+  python3 "$B/bench_gemma_torch.py" "$B/config.json" "$p" 128 || echo "torch bench failed"
+  python3 "$B/bench_gemma_torch.py" "$B/config.json" "$p" 1000 || echo "torch bench failed"
+} 2>&1 | tee "$OUT/h200-llm.log"
