@@ -3,7 +3,8 @@
 # after every part of its weights has been copied into STAGE by earlier calls (`stage`), then `run`:
 # greedy generation with runtime-min's CUDA executor (chunk 8 and chunk 1 artifacts) — its tokens must
 # equal the host's — decode tokens/s at 128 and ~1000 positions, and PyTorch's decode rate on the same
-# architecture (bench_gemma_torch.py). Raw output to $OUT/h200-llm.log.
+# architecture (bench_gemma_torch.py). Raw output to $OUT/h200-llm.log; every kernel's device time of a
+# decode call at ~1000 positions (slowest first) to $OUT/kernels-chunkC.txt.
 # Usage: run_llm.sh stage CARRIED_PART_DIR STAGE | run_llm.sh run BASE_DIR STAGE
 set -euo pipefail
 case $1 in
@@ -28,10 +29,14 @@ export PYTHONUNBUFFERED=1
     got=$(echo "$out" | sed -n 's/^generated: //p')
     if [ "$got" = "$host" ]; then echo "tokens: equal to the host's ($n)"; else echo "tokens: DIFFER from the host's: $host"; fi
     echo "== chunk $c: decode to ~1000 positions"
-    RLX_CUDA_KERNEL_TIMES=1 "$B/cuda_llm" "$B/art$c" gemma 1024 "$prompt" 1000 | grep -v '^generated'
+    RLX_CUDA_KERNEL_TIMES=1 "$B/cuda_llm" "$B/art$c" gemma 1024 "$prompt" 1000 > "$OUT/kernels-chunk$c.txt"
+    grep -v "^generated" "$OUT/kernels-chunk$c.txt" | head -16 || true
+    tail -1 "$OUT/kernels-chunk$c.txt"
   done
   p=$(echo "$prompt" | tr ',' '\n' | wc -l)
   echo "== PyTorch (prompt $p): decode 128 and 1000 tokens"
-  python3 "$B/bench_gemma_torch.py" "$B/config.json" "$p" 128 || echo "torch bench failed"
-  python3 "$B/bench_gemma_torch.py" "$B/config.json" "$p" 1000 || echo "torch bench failed"
+  if [ "${TORCH:-1}" = 1 ]; then
+    python3 "$B/bench_gemma_torch.py" "$B/config.json" "$p" 128 || echo "torch bench failed"
+    python3 "$B/bench_gemma_torch.py" "$B/config.json" "$p" 1000 || echo "torch bench failed"
+  fi
 } 2>&1 | tee "$OUT/h200-llm.log"

@@ -14,10 +14,13 @@
 //!   store — whatever the planner fused) once per output it owns, inside M × N.
 //! - **Row kernels** ([`Plan::Rows`]: LayerNorm, softmax, RMSNorm rows) and **row reductions**
 //!   ([`Plan::Reduce`]): one warp per row, 1, 2, 4 or 8 rows per block ([`rows_per_block`]: few rows
-//!   spread over the SMs, many fill blocks of 256). Each reduction: lane l folds terms
-//!   l, l + 32, …, then five `llvm.nvvm.shfl.sync.bfly` steps leave the total in every lane (a
-//!   butterfly of a commutative ⊕: every lane ends with the same bits); scalars are computed by every
-//!   lane; element loops are strided over the lanes. No shared memory, no barriers. A warp past the
+//!   spread over the SMs, many fill blocks of 256) — or, when the rows are few (a decode step's: one
+//!   RMSNorm row, a projection's 640 outputs), 2, 4 or 8 warps per row, one row per block
+//!   ([`warps_per_row`]). Each reduction: thread l of the row's S (32 per warp) folds terms
+//!   l, l + S, …, then five `llvm.nvvm.shfl.sync.bfly` steps leave the warp's total in every lane (a
+//!   butterfly of a commutative ⊕: every lane ends with the same bits); with several warps their
+//!   totals meet in shared memory after one barrier and every thread folds them in warp order; scalars
+//!   are computed by every thread; element loops are strided over the row's threads. A warp past the
 //!   last row recomputes the last one and stores nothing (a whole warp: the shuffles stay uniform).
 //!   The summation order differs from a serial loop's (f32 results differ in the last bits).
 
@@ -35,6 +38,17 @@ const ROW_FILL: i64 = 264;
 /// gives [`ROW_FILL`] blocks.
 pub fn rows_per_block(total: i64) -> i64 {
     [8, 4, 2].into_iter().find(|&r| total / r >= ROW_FILL).unwrap_or(1)
+}
+
+/// Warps in flight a row kernel aims for before one row gets more than one warp: 8 per SM of an H200.
+const ROW_WARPS: i64 = 1056;
+
+/// Warps sharing one row of a row kernel over `total` rows: 8, 4, 2 or 1 — the most that keeps
+/// `total` × warps within twice [`ROW_WARPS`]. A decode step's rows are few (one RMSNorm row, 4 heads'
+/// softmax rows, 640 outputs of a projection): one warp each would leave most SMs idle and each lane
+/// waiting on a long chain of loads.
+pub fn warps_per_row(total: i64) -> i64 {
+    [8, 4, 2].into_iter().find(|&w| total * w <= 2 * ROW_WARPS).unwrap_or(1)
 }
 
 /// A cooperative kernel's function text, its grid and block, and the shared-memory globals it uses.
@@ -74,12 +88,13 @@ fn for_loop(w: &mut Writer, slot: &str, lo: &str, hi: &str, step: i64, body: Bod
 const LANE_UNROLL: i64 = 16;
 const LANE_CHUNK: i64 = 4;
 
-/// `for slot in lane..n step 32 { body }`, unrolled (above). Each element still runs `body` once, in
-/// the same order k = lane, lane + 32, …: the results are those of the rolled loop, bit for bit.
-fn lane_loop(w: &mut Writer, slot: &str, lane: &str, n: i64, body: Body) -> Result<(), String> {
+/// `for slot in lane..n step st { body }` (`st` the threads sharing a row: 32 per warp), unrolled
+/// (above). Each element still runs `body` once, in the same order k = lane, lane + st, …: the results
+/// are those of the rolled loop, bit for bit.
+fn lane_loop(w: &mut Writer, slot: &str, lane: &str, n: i64, st: i64, body: Body) -> Result<(), String> {
     w.slot(slot, "i64");
-    let whole = n / 32;
-    let tail = n % 32 != 0;
+    let whole = n / st;
+    let tail = n % st != 0;
     let at = |w: &mut Writer, base: &str, off: i64, body: Body| -> Result<(), String> {
         let i = w.emit_op(format!("add nuw nsw i64 {base}, {off}"));
         w.emit(&format!("store i64 {i}, ptr {slot}"));
@@ -87,27 +102,27 @@ fn lane_loop(w: &mut Writer, slot: &str, lane: &str, n: i64, body: Body) -> Resu
     };
     if whole + tail as i64 <= LANE_UNROLL {
         for j in 0..whole {
-            at(w, lane, 32 * j, &mut *body)?;
+            at(w, lane, st * j, &mut *body)?;
         }
         if tail {
-            let i = w.emit_op(format!("add nuw nsw i64 {lane}, {}", 32 * whole));
+            let i = w.emit_op(format!("add nuw nsw i64 {lane}, {}", st * whole));
             let c = w.emit_op(format!("icmp slt i64 {i}, {n}"));
-            if_(w, &c, &mut |w| at(w, lane, 32 * whole, &mut *body))?;
+            if_(w, &c, &mut |w| at(w, lane, st * whole, &mut *body))?;
         }
         return Ok(());
     }
-    let chunked = whole / LANE_CHUNK * LANE_CHUNK * 32;
+    let chunked = whole / LANE_CHUNK * LANE_CHUNK * st;
     let c = format!("{slot}.c");
-    for_loop(w, &c, "0", &chunked.to_string(), LANE_CHUNK * 32, &mut |w| {
+    for_loop(w, &c, "0", &chunked.to_string(), LANE_CHUNK * st, &mut |w| {
         let cv = w.emit_op(format!("load i64, ptr {c}"));
         let base = w.emit_op(format!("add nuw nsw i64 {cv}, {lane}"));
         for u in 0..LANE_CHUNK {
-            at(w, &base, 32 * u, &mut *body)?;
+            at(w, &base, st * u, &mut *body)?;
         }
         Ok(())
     })?;
     let lo = w.emit_op(format!("add nuw nsw i64 {lane}, {chunked}"));
-    for_loop(w, slot, &lo, &n.to_string(), 32, body)
+    for_loop(w, slot, &lo, &n.to_string(), st, body)
 }
 
 /// `if cond { body }` (`cond` an i1).
@@ -164,8 +179,8 @@ pub fn kernel(li: usize, sig: &str, setup: &str, params: Vec<(DType, String)>, p
             let tc = if acc.dtype == DType::F32 && mma != Mma::F32 { Some(mma) } else { None };
             (matmul(&mut w, li, acc, a, b, rows, cols, batch, *r, tc, &mut globals)?, BLOCK)
         }
-        Plan::Reduce { acc, grid } => rows_kernel(&mut w, &[Phase::Reduce(acc.clone())], Some(acc), grid)?,
-        Plan::Rows { phases, grid, .. } => rows_kernel(&mut w, phases, None, grid)?,
+        Plan::Reduce { acc, grid } => rows_kernel(&mut w, li, &[Phase::Reduce(acc.clone())], Some(acc), grid, &mut globals)?,
+        Plan::Rows { phases, grid, .. } => rows_kernel(&mut w, li, phases, None, grid, &mut globals)?,
     };
     let (allocas, body) = w.finish();
     let text = format!("define ptx_kernel void @k{li}({sig}) #0 {{\nentry:\n{allocas}{setup}  br label %start.bb\nstart.bb:\n{body}  ret void\n}}\n\n");
@@ -549,15 +564,25 @@ fn mma_step(w: &mut Writer, kind: Mma, (sa, la, pa): (&str, i64, i64), (sb, lb, 
 
 /// One warp per grid point (row), [`rows_per_block`] warps per block: the phases in order; for a row
 /// reduction (`reduce`), lane 0 then runs the reduction's `rest`. Returns the grid and the block.
-fn rows_kernel(w: &mut Writer, phases: &[Phase], reduce: Option<&Acc>, grid: &[(Var, i64)]) -> Result<([u32; 3], u32), String> {
+fn rows_kernel(w: &mut Writer, li: usize, phases: &[Phase], reduce: Option<&Acc>, grid: &[(Var, i64)], globals: &mut Vec<String>) -> Result<([u32; 3], u32), String> {
     let total: i64 = grid.iter().map(|d| d.1).product::<i64>().max(1);
-    let rpb = rows_per_block(total);
+    // Several warps per row (one row per block), or several rows (one warp each) per block.
+    let wpr = warps_per_row(total);
+    let rpb = if wpr > 1 { 1 } else { rows_per_block(total) };
+    let st = 32 * wpr;
     let tid = sreg(w, "tid.x");
-    let warp = w.emit_op(format!("lshr i64 {tid}, 5"));
-    let lane = w.emit_op(format!("and i64 {tid}, 31"));
-    let cx = sreg(w, "ctaid.x");
-    let g0 = w.emit_op(format!("mul nuw nsw i64 {cx}, {rpb}"));
-    let g = w.emit_op(format!("add nuw nsw i64 {g0}, {warp}"));
+    let (warp, lane, g) = if wpr > 1 {
+        let warp = w.emit_op(format!("lshr i64 {tid}, 5"));
+        (warp, tid.clone(), sreg(w, "ctaid.x"))
+    } else {
+        let warp = w.emit_op(format!("lshr i64 {tid}, 5"));
+        let lane = w.emit_op(format!("and i64 {tid}, 31"));
+        let cx = sreg(w, "ctaid.x");
+        let g0 = w.emit_op(format!("mul nuw nsw i64 {cx}, {rpb}"));
+        let g = w.emit_op(format!("add nuw nsw i64 {g0}, {warp}"));
+        (warp, lane, g)
+    };
+    let wl = w.emit_op(format!("and i64 {tid}, 31"));
     let lt = w.emit_op(format!("icmp slt i64 {g}, {}", total - 1));
     let gi = w.emit_op(format!("select i1 {lt}, i64 {g}, i64 {}", total - 1));
     let inside = w.emit_op(format!("icmp slt i64 {g}, {total}"));
@@ -579,7 +604,7 @@ fn rows_kernel(w: &mut Writer, phases: &[Phase], reduce: Option<&Acc>, grid: &[(
                 w.bind_scalar(acc.acc, d, &slot);
                 let kn: i64 = acc.ks.iter().map(|d| d.1).product();
                 let f = format!("%s.f{pi}");
-                lane_loop(w, &f, &lane, kn, &mut |w| {
+                lane_loop(w, &f, &lane, kn, st, &mut |w| {
                     let fv = w.emit_op(format!("load i64, ptr {f}"));
                     unflatten(w, &fv, &acc.ks);
                     let x = w.value(acc.x);
@@ -595,12 +620,35 @@ fn rows_kernel(w: &mut Writer, phases: &[Phase], reduce: Option<&Acc>, grid: &[(
                     let s = w.bin(acc.op, d, &cur, &o);
                     w.emit(&format!("store {ty} {s}, ptr {slot}"));
                 }
+                if wpr > 1 {
+                    // The warps' totals through shared memory: lane 0 of each writes its own, then every
+                    // thread folds them in warp order (the same bits in every thread). Each reduction
+                    // has its own array, so no second barrier guards its reuse.
+                    let sh = format!("@sr{li}_{pi}");
+                    globals.push(format!("{sh} = internal addrspace(3) global [{wpr} x {ty}] undef, align 16"));
+                    let first = w.emit_op(format!("icmp eq i64 {wl}, 0"));
+                    if_(w, &first, &mut |w| {
+                        let cur = w.emit_op(format!("load {ty}, ptr {slot}"));
+                        let p = shared_at(w, &sh, wpr, ty, &warp);
+                        w.emit(&format!("store {ty} {cur}, ptr addrspace(3) {p}"));
+                        Ok(())
+                    })?;
+                    barrier(w);
+                    let p0 = shared_at(w, &sh, wpr, ty, "0");
+                    let mut tot = w.emit_op(format!("load {ty}, ptr addrspace(3) {p0}"));
+                    for i in 1..wpr {
+                        let p = shared_at(w, &sh, wpr, ty, &i.to_string());
+                        let v = w.emit_op(format!("load {ty}, ptr addrspace(3) {p}"));
+                        tot = w.bin(acc.op, d, &tot, &v);
+                    }
+                    w.emit(&format!("store {ty} {tot}, ptr {slot}"));
+                }
             }
             Phase::Scalar(st) => w.body(std::slice::from_ref(*st)),
             Phase::Map { var, extent, body } => {
                 let slot = format!("%s.v{}", var.0);
                 if_(w, &inside, &mut |w| {
-                    lane_loop(w, &slot, &lane, *extent, &mut |w| {
+                    lane_loop(w, &slot, &lane, *extent, st, &mut |w| {
                         w.bind_index(*var, &slot);
                         w.body(body);
                         Ok(())
@@ -621,5 +669,5 @@ fn rows_kernel(w: &mut Writer, phases: &[Phase], reduce: Option<&Acc>, grid: &[(
     if blocks > i32::MAX as i64 {
         return Err(format!("a row kernel of {total} rows needs more than 2^31 - 1 blocks"));
     }
-    Ok(([blocks as u32, 1, 1], 32 * rpb as u32))
+    Ok(([blocks as u32, 1, 1], (32 * rpb * wpr) as u32))
 }
