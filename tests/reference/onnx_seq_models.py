@@ -3,7 +3,7 @@
 
     onnx_seq_models.py --out DIR
 
-Writes, per model NAME in (lstm_gru, unet_resize, stft_frontend, control_flow, control_flow_else, stn): DIR/NAME.onnx, DIR/NAME.x.npy (the input, "x")
+Writes, per model NAME in (lstm_gru, unet_resize, stft_frontend, control_flow, control_flow_else, stn, detector): DIR/NAME.onnx, DIR/NAME.x.npy (the input, "x")
 and DIR/NAME.ort.npy (ONNX Runtime's output "y", float32).
 
 - lstm_gru: a PyTorch-style sequence classifier. batch-first input [2, 12, 8] transposed to
@@ -31,6 +31,13 @@ and DIR/NAME.ort.npy (ONNX Runtime's output "y", float32).
   on the same grid. Output y: [2, 3, 10, 10] (their sum). (Bicubic with border or reflection padding is
   left out: ONNX Runtime clamps each cubic tap, the ONNX reference — which rlxc follows — clamps the
   coordinate first, and they differ near the edges.)
+- detector: an SSD-style detector head [1, 48, 7] (4 box deltas + 3 class logits per anchor; opset 17):
+  boxes decoded from 48 anchors (initializer, center form) with variances 0.1 / 0.2 (Slice, Mul, Exp,
+  Add, Concat) into corners [y1, x1, y2, x2], Sigmoid scores transposed to [1, 3, 48],
+  NonMaxSuppression (max 20 per class, IoU 0.45, score 0.75), then what exporters emit after it: Gather of
+  the box and class columns of the selected indices, Squeeze + Gather of the selected boxes, Gather of
+  their scores from the flattened score map by class·48 + box. Output y: [K, 6] (box, score, class),
+  K known only at run time.
 """
 from __future__ import annotations
 
@@ -257,6 +264,64 @@ def stn(rng: np.random.Generator) -> tuple[onnx.ModelProto, np.ndarray]:
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 20)]), x
 
 
+def detector(rng: np.random.Generator) -> tuple[onnx.ModelProto, np.ndarray]:
+    a, c = 48, 3
+    # Anchors on a 4x4 grid, three sizes each, in center form (cx, cy, w, h), overlapping.
+    g = (np.arange(4, dtype=np.float32) + 0.5) / 4
+    cx, cy = np.meshgrid(g, g)
+    anchors = np.stack([np.repeat(cx.ravel(), 3), np.repeat(cy.ravel(), 3), np.tile([0.2, 0.35, 0.5], 16), np.tile([0.25, 0.35, 0.45], 16)], 1).astype(np.float32)
+    i64 = lambda *v: np.array(v, np.int64)
+    inits = [
+        init("anchors", anchors[None]),
+        init("var_xy", np.array([0.1], np.float32)),
+        init("var_wh", np.array([0.2], np.float32)),
+        init("half", np.array([0.5], np.float32)),
+        init("s0", i64(0)), init("s2", i64(2)), init("s4", i64(4)), init("s7", i64(7)), init("ax2", i64(2)),
+        init("max_out", i64(20)), init("iou", np.array([0.45], np.float32)), init("score_th", np.array([0.75], np.float32)),
+        init("col1", np.array(1, np.int64)), init("col2", np.array(2, np.int64)),
+        init("n_anchors", np.array(a, np.int64)), init("flat", i64(-1)), init("ax0", i64(0)),
+    ]
+    nodes = [
+        helper.make_node("Slice", ["x", "s0", "s2", "ax2"], ["d_xy"]),
+        helper.make_node("Slice", ["x", "s2", "s4", "ax2"], ["d_wh"]),
+        helper.make_node("Slice", ["x", "s4", "s7", "ax2"], ["logits"]),
+        helper.make_node("Slice", ["anchors", "s0", "s2", "ax2"], ["a_xy"]),
+        helper.make_node("Slice", ["anchors", "s2", "s4", "ax2"], ["a_wh"]),
+        helper.make_node("Mul", ["d_xy", "var_xy"], ["t0"]),
+        helper.make_node("Mul", ["t0", "a_wh"], ["t1"]),
+        helper.make_node("Add", ["t1", "a_xy"], ["ctr"]),
+        helper.make_node("Mul", ["d_wh", "var_wh"], ["t2"]),
+        helper.make_node("Exp", ["t2"], ["t3"]),
+        helper.make_node("Mul", ["t3", "a_wh"], ["wh"]),
+        helper.make_node("Mul", ["wh", "half"], ["hwh"]),
+        helper.make_node("Sub", ["ctr", "hwh"], ["p_min"]),
+        helper.make_node("Add", ["ctr", "hwh"], ["p_max"]),
+        # (x, y) pairs → [y1, x1, y2, x2] as the ONNX box format wants.
+        helper.make_node("Split", ["p_min"], ["x1", "y1"], axis=2),
+        helper.make_node("Split", ["p_max"], ["x2", "y2"], axis=2),
+        helper.make_node("Concat", ["y1", "x1", "y2", "x2"], ["boxes"], axis=2),
+        helper.make_node("Sigmoid", ["logits"], ["probs"]),
+        helper.make_node("Transpose", ["probs"], ["scores"], perm=[0, 2, 1]),
+        helper.make_node("NonMaxSuppression", ["boxes", "scores", "max_out", "iou", "score_th"], ["selected"], center_point_box=0),
+        helper.make_node("Gather", ["selected", "col2"], ["box_idx"], axis=1),
+        helper.make_node("Gather", ["selected", "col1"], ["cls"], axis=1),
+        helper.make_node("Squeeze", ["boxes", "ax0"], ["boxes0"]),
+        helper.make_node("Gather", ["boxes0", "box_idx"], ["sel_boxes"], axis=0),
+        helper.make_node("Reshape", ["scores", "flat"], ["scores_flat"]),
+        helper.make_node("Mul", ["cls", "n_anchors"], ["t4"]),
+        helper.make_node("Add", ["t4", "box_idx"], ["score_idx"]),
+        helper.make_node("Gather", ["scores_flat", "score_idx"], ["sel_scores"], axis=0),
+        helper.make_node("Unsqueeze", ["sel_scores", "flat"], ["sel_scores1"]),
+        helper.make_node("Cast", ["cls"], ["cls_f"], to=TensorProto.FLOAT),
+        helper.make_node("Unsqueeze", ["cls_f", "flat"], ["cls1"]),
+        helper.make_node("Concat", ["sel_boxes", "sel_scores1", "cls1"], ["y"], axis=1),
+    ]
+    g = helper.make_graph(nodes, "detector", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, a, 4 + c])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["K", 6])], inits)
+    x = np.concatenate([rng.standard_normal((1, a, 4)) * 0.8, rng.standard_normal((1, a, c)) * 1.5], 2).astype(np.float32)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)]), x
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
@@ -266,7 +331,7 @@ def main() -> int:
     cf = control_flow_graph(rng)
     builds = [("lstm_gru", lstm_gru), ("unet_resize", unet_resize), ("stft_frontend", stft_frontend),
               ("control_flow", lambda r: (cf, control_flow_inputs(cf, r, True))),
-              ("control_flow_else", lambda r: (cf, control_flow_inputs(cf, r, False))), ("stn", stn)]
+              ("control_flow_else", lambda r: (cf, control_flow_inputs(cf, r, False))), ("stn", stn), ("detector", detector)]
     for name, build in builds:
         model, x = build(rng)
         model.ir_version = 8

@@ -15,6 +15,7 @@ mod movement;
 mod quant;
 pub mod ranks;
 mod reduce;
+mod select;
 mod tensor;
 
 pub use elementwise::erf;
@@ -257,6 +258,10 @@ fn exec(op: &MirOp, ins: &[&T], syms: &BTreeMap<String, u64>) -> Result<Vec<T>, 
         }
         MirOp::CumSum { axis, exclusive, reverse } => one(reduce::cumsum(ins[0], *axis, *exclusive, *reverse)),
         MirOp::TopK { axis, k, largest } => reduce::topk(ins[0], *axis, *k, *largest),
+        MirOp::NonZero => one(select::nonzero(ins[0])),
+        MirOp::Compress { axis } => one(select::compress(ins[0], ins[1], *axis)),
+        MirOp::Nms { center_point_box, max_per_class } => select::nms(ins[0], ins[1], ins[2], ins[3], *center_point_box, *max_per_class),
+        MirOp::Unique { axis, sorted } => select::unique(ins[0], *axis, *sorted),
         MirOp::Quantize { axis } => one(quant::quantize(ins[0], ins[1], ins[2], *axis, false)),
         MirOp::FakeQuantize { axis } => one(quant::quantize(ins[0], ins[1], ins[2], *axis, true)),
         MirOp::Dequantize { axis } => one(quant::dequantize(ins[0], ins[1], ins[2], *axis)),

@@ -122,7 +122,7 @@ fn fcmp(a: f64, b: f64) -> Ordering {
     }
 }
 
-fn elem_cmp(x: &T, i: usize, j: usize) -> Ordering {
+pub(crate) fn elem_cmp(x: &T, i: usize, j: usize) -> Ordering {
     match &x.data {
         Buf::I(v) => icmp(x.dtype, v[i], v[j]),
         d => fcmp(d.f(i), d.f(j)),

@@ -82,6 +82,18 @@ pub struct State {
     pub output: u32,
 }
 
+/// A graph output whose length along `axis` is data-dependent (`crate::bounded`): its static size
+/// there is an upper bound, and graph output `count` (an i64 scalar) holds how many of its slices along
+/// `axis` are the result; the rest is padding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bounded {
+    /// Index into `Graph::outputs`.
+    pub output: u32,
+    pub axis: u32,
+    /// Index into `Graph::outputs` of the count.
+    pub count: u32,
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct Graph<O> {
     pub nodes: Vec<Node<O>>,
@@ -90,11 +102,13 @@ pub struct Graph<O> {
     pub outputs: Vec<ValueId>,
     /// State carried between calls (empty for a stateless model).
     pub state: Vec<State>,
+    /// Outputs of data-dependent length (empty for most models).
+    pub bounded: Vec<Bounded>,
 }
 
 impl<O> Default for Graph<O> {
     fn default() -> Self {
-        Graph { nodes: Vec::new(), values: Vec::new(), inputs: Vec::new(), outputs: Vec::new(), state: Vec::new() }
+        Graph { nodes: Vec::new(), values: Vec::new(), inputs: Vec::new(), outputs: Vec::new(), state: Vec::new(), bounded: Vec::new() }
     }
 }
 

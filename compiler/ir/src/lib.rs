@@ -3,6 +3,7 @@
 //! sets. It depends on nothing of ours.
 
 pub mod attr;
+pub mod bounded;
 pub mod caps;
 pub mod dtype;
 pub mod graph;
@@ -19,7 +20,7 @@ pub mod verify;
 pub use attr::{Attr, Attrs};
 pub use caps::TargetCaps;
 pub use dtype::DType;
-pub use graph::{Def, Graph, Node, NodeId, OpSet, State, Value, ValueId};
+pub use graph::{Bounded, Def, Graph, Node, NodeId, OpSet, State, Value, ValueId};
 pub use hir::HirOp;
 pub use mir::{ArgOp, BinaryOp, MirOp, PadMode, PoolKind, ReduceOp, ScatterRed, UnaryOp};
 pub use shape::{broadcast, broadcast_fixed, Dim, Shape, TensorType};

@@ -142,6 +142,28 @@ pub enum MirOp {
     CumSum { axis: usize, exclusive: bool, reverse: bool },
     /// (x) → (values, i64 indices) of the `k` largest (or smallest) along `axis`; ties pick the lower index.
     TopK { axis: usize, k: usize, largest: bool },
+    /// The data-dependent-length ops (`crate::bounded`): each result is padded along one axis to a static
+    /// bound with values that are valid indices (zeros), so row-wise readers such as gathers stay in range;
+    /// the run-time count is computed beside it (by the importer from primitives, or by `nms` itself) and
+    /// the graph says which outputs are bounded (`Graph::bounded`).
+    /// (x, rank ≥ 1) → i64[rank, numel]: ONNX NonZero — column j the multi-index of the j-th non-zero
+    /// element in row-major order; the columns past the count are 0.
+    NonZero,
+    /// (x, cond: bool[n ≤ x.shape[axis]]) → x's type: the slices along `axis` where cond holds, first, in
+    /// order (ONNX Compress); the slices past the count are zeros.
+    Compress { axis: usize },
+    /// (boxes: f32[B,N,4], scores: f32[B,C,N], iou_threshold: f32[], score_threshold: f32[]) →
+    /// (i64[B·C·min(max_per_class, N), 3], i64[] count): ONNX NonMaxSuppression — per batch and class, boxes with a
+    /// score above score_threshold greedily kept in order of descending score (ties: lower index
+    /// first) unless their IoU with a kept box exceeds iou_threshold, at most `max_per_class`; rows
+    /// (batch, class, box) in batch, class, selection order; the rows past the count are 0.
+    /// `center_point_box`: boxes are [x_c, y_c, w, h], else [y1, x1, y2, x2] in any corner order.
+    Nms { center_point_box: bool, max_per_class: usize },
+    /// (x) → (y, indices: i64[M], inverse: i64[len], counts: i64[M]): ONNX Unique over slices along
+    /// `axis` (`None`: the flattened elements, then len = M = numel), M = x.shape[axis]. `sorted`:
+    /// ascending (slices compared lexicographically), else in order of first occurrence. Past the count
+    /// y, indices and counts are 0.
+    Unique { axis: Option<usize>, sorted: bool },
     /// (x: float, scale: float scalar or [C], zero_point: int scalar or [C]) → zero_point's dtype:
     /// saturate(round_half_to_even(x / scale) + zero_point), the division in x's dtype (ONNX
     /// QuantizeLinear). A [C] scale/zero_point is per channel along `axis` (C = x.shape[axis]); a
@@ -288,6 +310,10 @@ impl OpSet for MirOp {
             MirOp::Pool { kind: PoolKind::Avg, .. } => "avg_pool",
             MirOp::CumSum { .. } => "cumsum",
             MirOp::TopK { .. } => "topk",
+            MirOp::NonZero => "nonzero",
+            MirOp::Compress { .. } => "compress",
+            MirOp::Nms { .. } => "nms",
+            MirOp::Unique { .. } => "unique",
             MirOp::Quantize { .. } => "quantize",
             MirOp::Dequantize { .. } => "dequantize",
             MirOp::FakeQuantize { .. } => "fake_quantize",
@@ -304,6 +330,8 @@ impl OpSet for MirOp {
 
     fn arity(&self) -> (usize, usize) {
         match self {
+            MirOp::Compress { .. } => (2, 2),
+            MirOp::Nms { .. } => (4, 4),
             MirOp::Binary(_) | MirOp::MatMul | MirOp::Gather { .. } | MirOp::GatherElements { .. } | MirOp::GatherNd { .. } => (2, 2),
             MirOp::DequantMatMul | MirOp::DequantGather => (2, 2),
             MirOp::Where | MirOp::ScatterElements { .. } | MirOp::ScatterNd { .. } | MirOp::WriteRows => (3, 3),
@@ -678,6 +706,52 @@ impl OpSet for MirOp {
                 s[*axis] = Dim::Fixed(*k as u64);
                 Ok(vec![TensorType::new(x.dtype, Shape(s.clone())), TensorType::new(DType::I64, Shape(s))])
             }
+            MirOp::NonZero => {
+                let n = x.shape.numel().ok_or_else(|| format!("nonzero needs a static shape, got {}", x.shape))?;
+                if x.shape.rank() == 0 {
+                    return Err("nonzero: rank-0 input".into());
+                }
+                one(DType::I64, Shape(vec![Dim::Fixed(x.shape.rank() as u64), Dim::Fixed(n as u64)]))
+            }
+            MirOp::Compress { axis } => {
+                check_axis(*axis, x.shape.rank())?;
+                let c = ins[1];
+                let len = fixed(&x.shape.0[*axis], "compress axis")?;
+                let n = c.shape.numel().ok_or("compress: the condition needs a static shape")?;
+                if c.dtype != DType::Bool || c.shape.rank() != 1 || n as u64 > len {
+                    return Err(format!("compress: condition must be bool[n <= {len}], got {c}"));
+                }
+                one(x.dtype, x.shape.clone())
+            }
+            MirOp::Nms { max_per_class, .. } => {
+                let (s, it, st) = (ins[1], ins[2], ins[3]);
+                let (Some(b), Some(sc)) = (x.shape.as_fixed(), s.shape.as_fixed()) else {
+                    return Err(format!("nms: boxes {} and scores {} need static shapes", x.shape, s.shape));
+                };
+                if b.len() != 3 || b[2] != 4 || sc.len() != 3 || sc[0] != b[0] || sc[2] != b[1] {
+                    return Err(format!("nms: boxes must be [B,N,4] and scores [B,C,N], got {} and {}", x.shape, s.shape));
+                }
+                if x.dtype != DType::F32 || s.dtype != DType::F32 || it.dtype != DType::F32 || st.dtype != DType::F32 || it.shape.numel() != Some(1) || st.shape.numel() != Some(1) {
+                    return Err(format!("nms: needs f32 boxes, scores and scalar thresholds, got {x}, {s}, {it}, {st}"));
+                }
+                let bound = (b[0] as u64).checked_mul(sc[1] as u64).and_then(|v| v.checked_mul((*max_per_class).min(b[1]) as u64));
+                let bound = bound.ok_or("nms: the output bound overflows")?;
+                Ok(vec![TensorType::new(DType::I64, Shape(vec![Dim::Fixed(bound), Dim::Fixed(3)])), TensorType::new(DType::I64, Shape(vec![]))])
+            }
+            MirOp::Unique { axis, .. } => {
+                let (y, len) = match axis {
+                    None => {
+                        let n = x.shape.numel().ok_or_else(|| format!("unique needs a static shape, got {}", x.shape))?;
+                        (Shape(vec![Dim::Fixed(n as u64)]), n as u64)
+                    }
+                    Some(a) => {
+                        check_axis(*a, x.shape.rank())?;
+                        (x.shape.clone(), fixed(&x.shape.0[*a], "unique axis")?)
+                    }
+                };
+                let i = |n: u64| TensorType::new(DType::I64, Shape(vec![Dim::Fixed(n)]));
+                Ok(vec![TensorType::new(x.dtype, y), i(len), i(len), i(len)])
+            }
             MirOp::Quantize { axis } | MirOp::Dequantize { axis } | MirOp::FakeQuantize { axis } => {
                 let (scale, zp) = (ins[1], ins[2]);
                 let k = self.kind();
@@ -773,7 +847,12 @@ impl OpSet for MirOp {
 
     fn attrs(&self) -> Vec<(&'static str, Attr)> {
         match self {
-            MirOp::Unary(_) | MirOp::Binary(_) | MirOp::Where | MirOp::MatMul | MirOp::DequantMatMul | MirOp::DequantGather | MirOp::WriteRows => vec![],
+            MirOp::Unary(_) | MirOp::Binary(_) | MirOp::Where | MirOp::MatMul | MirOp::DequantMatMul | MirOp::DequantGather | MirOp::WriteRows | MirOp::NonZero => vec![],
+            MirOp::Compress { axis } => vec![("axis", Attr::Int(*axis as i64))],
+            MirOp::Nms { center_point_box, max_per_class } => {
+                vec![("center_point_box", Attr::Bool(*center_point_box)), ("max_per_class", Attr::Int(*max_per_class as i64))]
+            }
+            MirOp::Unique { axis, sorted } => vec![("axis", Attr::Int(axis.map_or(-1, |a| a as i64))), ("sorted", Attr::Bool(*sorted))],
             MirOp::Cast { to } => vec![("to", Attr::DType(*to))],
             MirOp::Reduce { axes, keepdims, .. } => vec![("axes", usizes_attr(axes)), ("keepdims", Attr::Bool(*keepdims))],
             MirOp::ArgReduce { axis, keepdims, select_last, .. } => vec![
@@ -896,6 +975,16 @@ impl OpSet for MirOp {
             },
             "cumsum" => MirOp::CumSum { axis: a.usize("axis")?, exclusive: a.bool("exclusive")?, reverse: a.bool("reverse")? },
             "topk" => MirOp::TopK { axis: a.usize("axis")?, k: a.usize("k")?, largest: a.bool("largest")? },
+            "nonzero" => MirOp::NonZero,
+            "compress" => MirOp::Compress { axis: a.usize("axis")? },
+            "nms" => MirOp::Nms { center_point_box: a.bool("center_point_box")?, max_per_class: a.usize("max_per_class")? },
+            "unique" => MirOp::Unique {
+                axis: match a.int("axis")? {
+                    -1 => None,
+                    v => Some(usize::try_from(v).map_err(|_| format!("unique: axis {v}"))?),
+                },
+                sorted: a.bool("sorted")?,
+            },
             "quantize" => MirOp::Quantize { axis: a.usize("axis")? },
             "dequantize" => MirOp::Dequantize { axis: a.usize("axis")? },
             "fake_quantize" => MirOp::FakeQuantize { axis: a.usize("axis")? },
@@ -943,8 +1032,8 @@ pub fn all_mir_kinds() -> Vec<&'static str> {
     v.extend([
         "where", "cast", "matmul", "reduce_sum", "reduce_prod", "reduce_max", "reduce_min", "reduce_mean", "argmax", "argmin",
         "reshape", "transpose", "expand", "slice", "concat", "gather", "gather_elements", "gather_nd", "scatter_elements",
-        "scatter_nd", "pad", "conv", "conv_transpose", "max_pool", "avg_pool", "cumsum", "topk", "quantize", "dequantize",
-        "fake_quantize", "dequant_matmul", "dequant_gather", "write_rows", "all_reduce", "all_gather", "reduce_scatter",
+        "scatter_nd", "pad", "conv", "conv_transpose", "max_pool", "avg_pool", "cumsum", "topk", "nonzero", "compress", "nms", "unique",
+        "quantize", "dequantize", "fake_quantize", "dequant_matmul", "dequant_gather", "write_rows", "all_reduce", "all_gather", "reduce_scatter",
         "send", "recv",
     ]);
     v

@@ -105,6 +105,10 @@ pub fn print<O: OpSet>(g: &Graph<O>) -> String {
     if !g.state.is_empty() {
         let _ = writeln!(out, "  state {}", g.state.len());
     }
+    // Outputs of data-dependent length: `bounded OUTPUT AXIS COUNT_OUTPUT` (indices into `out`).
+    for b in &g.bounded {
+        let _ = writeln!(out, "  bounded {} {} {}", b.output, b.axis, b.count);
+    }
     out.push_str("}\n");
     out
 }
@@ -502,7 +506,16 @@ pub fn parse<O: OpSet>(text: &str) -> Result<Graph<O>, ParseError> {
                 let Ok(n) = w.parse::<u32>() else { return p.err(format!("expected a state count, found '{w}'")) };
                 state = Some(n);
             }
-            _ => return p.err(format!("expected 'in', 'const', 'out', 'state' or a node, found '{w}'")),
+            "bounded" => {
+                let mut n = [0u32; 3];
+                for (k, what) in ["an output index", "an axis", "a count output index"].iter().enumerate() {
+                    let w = p.word()?;
+                    let Ok(v) = w.parse::<u32>() else { return p.err(format!("bounded: expected {what}, found '{w}'")) };
+                    n[k] = v;
+                }
+                g.bounded.push(crate::Bounded { output: n[0], axis: n[1], count: n[2] });
+            }
+            _ => return p.err(format!("expected 'in', 'const', 'out', 'state', 'bounded' or a node, found '{w}'")),
         }
     }
     if let Some(n) = state {

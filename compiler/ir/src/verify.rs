@@ -108,7 +108,30 @@ pub fn verify<O: OpSet>(g: &Graph<O>) -> Vec<Problem> {
         }
     }
     verify_state(g, &mut probs);
+    verify_bounded(g, &mut probs);
     probs
+}
+
+/// Outputs of data-dependent length: each names an existing output, one of its axes, and a count
+/// output that is an i64 scalar.
+fn verify_bounded<O: OpSet>(g: &Graph<O>, probs: &mut Vec<Problem>) {
+    let nv = g.values.len();
+    for (k, b) in g.bounded.iter().enumerate() {
+        let (Some(&o), Some(&c)) = (g.outputs.get(b.output as usize), g.outputs.get(b.count as usize)) else {
+            probs.push(Problem { node: None, msg: format!("bounded {k} names output {} / count output {}, which do not exist", b.output, b.count) });
+            continue;
+        };
+        if o.index() >= nv || c.index() >= nv {
+            continue;
+        }
+        if b.axis as usize >= g.ty(o).shape.rank() {
+            probs.push(Problem { node: None, msg: format!("bounded {k}: axis {} out of range for output {} of type {}", b.axis, b.output, g.ty(o)) });
+        }
+        let ct = g.ty(c);
+        if ct.dtype != crate::DType::I64 || ct.shape.numel() != Some(1) {
+            probs.push(Problem { node: None, msg: format!("bounded {k}: count output {} must be an i64 scalar, is {ct}", b.count) });
+        }
+    }
 }
 
 /// State pairs: trailing inputs and outputs in the same order, one type each; a cache input read by a

@@ -46,6 +46,7 @@ pub(crate) fn rebuild(g: &Mir, mut step: impl FnMut(&mut Mir, usize, &[ValueId],
     }
     out.outputs = g.outputs.iter().map(|o| map[o.index()].expect("graph outputs are defined")).collect();
     out.state = g.state.clone();
+    out.bounded = g.bounded.clone();
     out
 }
 
@@ -136,6 +137,7 @@ pub fn dce(g: &Mir) -> Mir {
     }
     out.outputs = g.outputs.iter().map(|o| map[o.index()].expect("outputs are live")).collect();
     out.state = g.state.clone();
+    out.bounded = g.bounded.clone();
     out
 }
 

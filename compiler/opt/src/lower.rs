@@ -211,6 +211,7 @@ pub fn lower(h: &Hir) -> Result<Mir, Vec<Problem>> {
         }
     }
     l.mir.state = h.state.clone();
+    l.mir.bounded = h.bounded.clone();
     if probs.is_empty() {
         probs = rlx_ir::verify::verify(&l.mir);
     }

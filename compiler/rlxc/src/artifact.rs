@@ -45,6 +45,9 @@ pub struct ArtifactInfo {
     pub state: Option<StateInfo>,
     /// A rank of a sharded model: its `NAME_run` calls the communicator and may return code 10.
     pub comm: bool,
+    /// Outputs of data-dependent length (`rlx_ir::bounded`): each written padded to its static shape,
+    /// with the number of valid slices along `axis` in output `count` (an int64 scalar).
+    pub bounded: Vec<rlx_ir::Bounded>,
 }
 
 /// A stateful model's state region: its size and its tensors at their byte offsets.
@@ -287,6 +290,15 @@ pub fn c_header(a: &ArtifactInfo) -> String {
             let _ = writeln!(h, "#define {n}_{kind}_{i}_BYTES {}\n", bytes(p));
         }
     }
+    for b in &a.bounded {
+        let (i, axis, c) = (b.output, b.axis, b.count);
+        let bound = a.outputs.get(i as usize).and_then(|p| p.shape.get(axis as usize)).copied().unwrap_or(0);
+        let _ = writeln!(h, "/* output {i} has a data-dependent length along axis {axis}: its buffer holds the bound, {bound}");
+        let _ = writeln!(h, " * slices, of which the first (int64 output {c}) are the result; the rest is padding. */");
+        let _ = writeln!(h, "#define {n}_OUTPUT_{i}_BOUNDED_AXIS {axis}");
+        let _ = writeln!(h, "#define {n}_OUTPUT_{i}_BOUND {bound}");
+        let _ = writeln!(h, "#define {n}_OUTPUT_{i}_COUNT_OUTPUT {c}\n");
+    }
 
     let _ = writeln!(h, "/* Return codes of {n}_{entry}. */");
     let state_codes = if st.is_some() { rlx_ir::lir::STATE_ERROR_CODES } else { &[] };
@@ -490,6 +502,13 @@ pub fn rust_binding(a: &ArtifactInfo) -> String {
         r.push('\n');
     }
 
+    if !a.bounded.is_empty() {
+        let _ = writeln!(r, "/// Outputs of data-dependent length: (output, axis, count output). The output's buffer holds its");
+        let _ = writeln!(r, "/// static shape (the bound along `axis`); the i64 count output says how many slices along `axis`");
+        let _ = writeln!(r, "/// are the result; the rest is padding.");
+        let list: Vec<String> = a.bounded.iter().map(|b| format!("({}, {}, {})", b.output, b.axis, b.count)).collect();
+        let _ = writeln!(r, "#[allow(dead_code)]\npub const BOUNDED: [(usize, usize, usize); {}] = [{}];\n", list.len(), list.join(", "));
+    }
     let fields = [rust_fields(&a.inputs), rust_fields(&a.outputs)];
     for (k, (konst, ports)) in [("INPUTS", &a.inputs), ("OUTPUTS", &a.outputs)].into_iter().enumerate() {
         let _ = writeln!(r, "/// The {}, in manifest order.", if k == 0 { "inputs" } else { "outputs" });
@@ -639,6 +658,7 @@ mod tests {
             model_file: "weird */ name\n.onnx".into(),
             state: None,
             comm: false,
+            bounded: vec![],
             link_line: "my_model.o librlx_rt.a -lpthread -lm -ldl -lc".into(),
         }
     }

@@ -306,7 +306,21 @@ pub fn write_outputs(m: &Model, outs: &[ConstData], dir: &Path) -> Result<(), Fa
     let mut files = Vec::with_capacity(outs.len());
     let mut used: BTreeSet<String> = BTreeSet::new();
     let mut rows = Vec::new();
+    // An output of data-dependent length is written cut to its count; the counts are not written.
+    let counts = rlx_ir::bounded::count_outputs(mir);
     for (i, (out, &v)) in outs.iter().zip(&mir.outputs).enumerate() {
+        if counts.contains(&i) {
+            continue;
+        }
+        let cut;
+        let out = match (mir.bounded.iter().find(|b| b.output as usize == i), outs.get(i)) {
+            (Some(b), Some(_)) => {
+                let c = outs.get(b.count as usize).ok_or_else(|| Failure::model(format!("output {i}: its count is missing")))?;
+                cut = rlx_ir::bounded::cut(out, b, c).map_err(|e| Failure::model(format!("output {i}: {e}")))?;
+                &cut
+            }
+            _ => out,
+        };
         let name = mir
             .value(v)
             .name

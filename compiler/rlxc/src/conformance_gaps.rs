@@ -17,12 +17,13 @@ pub const FAMILIES: &[(&str, &[&str], &[&str], &str)] = &[
          are unrolled at import; sequence-valued graph inputs and outputs are not representable.",
     ),
     (
-        "Data-dependent output shapes",
+        "Loops with a trip count computed at run time",
         &[],
-        &["NonMaxSuppression", "Unique", "NonZero", "trip count computed at run time"],
-        "The output's shape depends on the input values (boxes kept, distinct values, non-zero positions, a loop's trip \
-         count). A planned schedule fixes every buffer at compile time; these need an output bound plus a count, which the \
-         artifact interface does not have yet.",
+        &["trip count computed at run time"],
+        "rlxc unrolls Loop at import, so it needs the trip count then; a count computed from run-time values would make the \
+         number of unrolled iterations, and the scan outputs' lengths, data-dependent. (Ops whose output length is \
+         data-dependent — NonMaxSuppression, NonZero, Unique, Compress — run: their outputs are padded to a static bound \
+         with a run-time count beside them, docs/targets.md.)",
     ),
     (
         "Strings",

@@ -3,7 +3,9 @@
 //! sequence classifier, a U-Net-style upsampler with nearest, bilinear and cubic `Resize`, an
 //! STFT audio front end (power spectrum, mel-style projection, log), a scripted-module-style model
 //! with `Loop`, `Scan` and a run-time `If` (inputs taking each branch), and a spatial transformer
-//! (`AffineGrid` + `GridSample`) — run by
+//! (`AffineGrid` + `GridSample`), and an SSD-style detector head (anchor decoding, `NonMaxSuppression`,
+//! gathers of the selected boxes and scores: an output whose row count is known only at run time,
+//! written cut to its count) — run by
 //! `rlxc run` on the interpreter and on `--target host`: 1e-4 max abs difference.
 
 mod common;
@@ -95,4 +97,32 @@ fn spatial_transformer_matches_onnxruntime_on_interp() {
 #[test]
 fn spatial_transformer_matches_onnxruntime_on_host() {
     check("stn", "host", &[2, 3, 10, 10]);
+}
+
+#[test]
+fn detector_head_with_nms_matches_onnxruntime_on_interp() {
+    check("detector", "interp", &[28, 6]);
+}
+
+#[test]
+fn detector_head_with_nms_matches_onnxruntime_on_host() {
+    check("detector", "host", &[28, 6]);
+}
+
+#[test]
+fn detector_artifact_declares_its_bounded_output_and_count() {
+    let dir = models();
+    let out = dir.join("detector.artifact");
+    ok(Command::new(env!("CARGO_BIN_EXE_rlxc")).arg("compile").arg(dir.join("detector.onnx")).arg("--target").arg("host").arg("-o").arg(&out));
+    let m: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("detector.json")).unwrap()).unwrap();
+    // 1 batch × 3 classes × min(20 per class, 48 boxes) rows; the count is output 1, an i64 scalar.
+    assert_eq!(m["bounded"], serde_json::json!([{"output": 0, "axis": 0, "bound": 60, "count_output": 1}]));
+    assert_eq!(m["outputs"][0]["shape"], serde_json::json!([60, 6]));
+    assert_eq!(m["outputs"][1], serde_json::json!({"name": "y_count", "dtype": "i64", "shape": []}));
+    let h = std::fs::read_to_string(out.join("detector.h")).unwrap();
+    for line in ["#define detector_OUTPUT_0_BOUNDED_AXIS 0", "#define detector_OUTPUT_0_BOUND 60", "#define detector_OUTPUT_0_COUNT_OUTPUT 1"] {
+        assert!(h.contains(line), "{line} missing from the header");
+    }
+    let rs = std::fs::read_to_string(out.join("detector.rs")).unwrap();
+    assert!(rs.contains("pub const BOUNDED: [(usize, usize, usize); 1] = [(0, 0, 1)];"));
 }

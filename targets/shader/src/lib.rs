@@ -75,17 +75,24 @@ pub const KINDS: &[&str] = &[
     "is_neg_inf", "add", "sub", "mul", "div", "pow", "max", "min", "mod", "fmod", "eq", "lt", "le", "gt", "ge", "and", "or", "xor",
     "bit_and", "bit_or", "bit_xor", "shl", "shr", "where", "cast", "matmul", "reduce_sum", "reduce_prod", "reduce_max", "reduce_min",
     "reduce_mean", "argmax", "argmin", "reshape", "transpose", "expand", "slice", "concat", "gather", "gather_elements", "gather_nd", "pad",
-    "conv", "max_pool", "avg_pool", "cumsum",
+    "conv", "max_pool", "avg_pool", "cumsum", "compress", "nonzero", "nms", "unique",
 ];
 
 /// Kinds that only move data (loads and stores, no arithmetic): these, and `cast`, are also claimed
 /// for i8/u8 (bytes are read by shifting, written through an atomic view, held widened in 32 bits).
 pub const BYTE_KINDS: &[&str] = &["cast", "reshape", "transpose", "expand", "slice", "concat", "gather", "gather_elements", "gather_nd", "pad"];
 
+/// Kinds whose result is i64 whatever their input: claimed for SPIR-V only (`dtypes`).
+pub const I64_KINDS: &[&str] = &["nonzero", "nms", "unique"];
+
 /// The claim set for `--target NAME` writing `lang`.
 pub fn caps(name: &str, lang: Lang) -> TargetCaps {
     let mut native = BTreeMap::new();
     for &k in KINDS {
+        // Their results are i64 (indices, counts), which only SPIR-V has.
+        if I64_KINDS.contains(&k) && lang != Lang::Spirv {
+            continue;
+        }
         let mut d = dtypes(lang);
         if BYTE_KINDS.contains(&k) {
             d.extend([DType::I8, DType::U8]);

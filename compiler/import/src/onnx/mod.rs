@@ -7,6 +7,7 @@ pub mod proto;
 mod fold;
 mod narrow;
 mod ops;
+mod rows;
 
 use crate::{ImportError, ImportOptions, ImportProblem, OnnxSummary};
 use proto::tensor_proto::{DataLocation, DataType};
@@ -261,6 +262,10 @@ pub(crate) struct Ctx<'a> {
     /// of the loops being unrolled now (`ops/control.rs` bounds their product up front).
     pub unrolled: usize,
     pub unroll_scale: usize,
+    /// Values of data-dependent length: their padded axis and count (`rows.rs`).
+    pub rows: HashMap<ValueId, rlx_ir::bounded::Row>,
+    /// Rows the node being translated produced, registered once it is done (`rows::propagate`).
+    pub seed_rows: Vec<(ValueId, rlx_ir::bounded::Row)>,
 }
 
 /// Fold only small constants at import time.
@@ -371,7 +376,7 @@ pub(crate) fn import_model(model: &ModelProto, base_dir: Option<&Path>, opts: &I
         .map(|o| o.version)
         .unwrap_or(1);
     let mut problems = Vec::new();
-    let mut cx = Ctx { g: Hir::new(), names: HashMap::new(), opset, cur: String::new(), base_dir, narrow: HashMap::new(), unrolled: 0, unroll_scale: 1 };
+    let mut cx = Ctx { g: Hir::new(), names: HashMap::new(), opset, cur: String::new(), base_dir, narrow: HashMap::new(), unrolled: 0, unroll_scale: 1, rows: HashMap::new(), seed_rows: Vec::new() };
 
     // Initializers first: a graph input that is also an initializer is a constant.
     let mut init_names = HashSet::new();
@@ -464,7 +469,9 @@ pub(crate) fn import_model(model: &ModelProto, base_dir: Option<&Path>, opts: &I
         cx.cur = name.clone();
         let nodes_before = cx.g.nodes.len();
         let vals_before = cx.g.values.len();
-        match ops::convert(&mut cx, node, &ins) {
+        let converted = ops::convert(&mut cx, node, &ins).and_then(|outs| rows::propagate(&mut cx, nodes_before).map(|_| outs));
+        cx.seed_rows.clear();
+        match converted {
             Ok(outs) => {
                 let mut bad = None;
                 for (k, oname) in node.output.iter().enumerate() {
@@ -487,6 +494,7 @@ pub(crate) fn import_model(model: &ModelProto, base_dir: Option<&Path>, opts: &I
                 // Drop whatever the failed translation added (keeps the graph consistent).
                 cx.g.nodes.truncate(nodes_before);
                 cx.g.values.truncate(vals_before);
+                cx.rows.retain(|v, _| v.index() < vals_before);
                 problems.push(here(e));
                 poisoned.extend(node.output.iter().cloned());
             }
@@ -494,6 +502,7 @@ pub(crate) fn import_model(model: &ModelProto, base_dir: Option<&Path>, opts: &I
     }
 
     let mut used_names: HashSet<ValueId> = HashSet::new();
+    let mut srcs = Vec::new();
     for vi in &graph.output {
         if poisoned.contains(&vi.name) {
             continue;
@@ -520,6 +529,10 @@ pub(crate) fn import_model(model: &ModelProto, base_dir: Option<&Path>, opts: &I
         used_names.insert(out);
         cx.g.values[out.index()].name = Some(vi.name.clone());
         cx.g.outputs.push(out);
+        srcs.push(v);
+    }
+    if let Err(e) = rows::close(&mut cx, &srcs) {
+        problems.push(ImportProblem::msg(e));
     }
     if problems.is_empty() {
         Ok(cx.g)

@@ -72,6 +72,9 @@ impl Planner<'_> {
         if root.op.is_comm() {
             return self.comm_kernel(r);
         }
+        if rlx_ir::bounded::is_source(&root.op) {
+            return self.select_kernel(r);
+        }
         let out = root.outputs[0];
         let out_buf = self.buf_of[out.index()].expect("roots are materialized");
         let out_shape = self.shape(out);

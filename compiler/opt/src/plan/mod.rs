@@ -43,6 +43,7 @@ mod kernel;
 mod memory;
 mod pool;
 mod row_fuse;
+mod select;
 mod state;
 mod window;
 
@@ -62,7 +63,7 @@ pub fn lowerable_kinds() -> Vec<&'static str> {
     v.extend([
         "where", "cast", "matmul", "reduce_sum", "reduce_prod", "reduce_max", "reduce_min", "reduce_mean", "argmax", "argmin",
         "reshape", "transpose", "expand", "slice", "concat", "gather", "gather_elements", "gather_nd", "pad", "conv", "conv_transpose", "max_pool", "avg_pool", "cumsum",
-        "quantize", "dequantize", "fake_quantize", "dequant_matmul", "dequant_gather", "write_rows",
+        "quantize", "dequantize", "fake_quantize", "dequant_matmul", "dequant_gather", "write_rows", "nonzero", "compress", "nms", "unique",
     ]);
     v
 }

@@ -88,6 +88,8 @@ pub struct Compiled {
     pub external: bool,
     /// The artifact name (`NAME_run`).
     pub object_name: String,
+    /// The graph's outputs of data-dependent length (`rlx_ir::bounded`).
+    pub bounded: Vec<rlx_ir::Bounded>,
 }
 
 /// MIR → object for a CPU target (the family's script, typed). Fails listing every unsupported node.
@@ -98,9 +100,10 @@ pub fn compile(t: Target, mir: &Mir, r: &Request, tm: &mut Timings) -> Result<Co
 
 fn emit(t: Target, p: Prepared, r: &Request, tm: &mut Timings) -> Result<Compiled, Failure> {
     let cpu = cpu_of(t, r)?;
+    let p_bounded = p.mir.bounded.clone();
     let lir = p.lir.ok_or_else(|| Failure::model("internal error: the CPU family plans a LIR"))?;
     let (object, llvm_ir) = codegen(&lir, &cpu, &r.name, r.external_weights, r.emit_ir, tm)?;
-    Ok(Compiled { lir, report: p.report, object, target: cpu, llvm_ir, external: r.external_weights, object_name: r.name.clone() })
+    Ok(Compiled { lir, report: p.report, object, target: cpu, llvm_ir, external: r.external_weights, object_name: r.name.clone(), bounded: p_bounded })
 }
 
 /// LIR → object with the chosen back end; with `emit_ir` also its IR text (LLVM IR or CLIF).
@@ -174,6 +177,7 @@ impl Artifact for Compiled {
                 tensors: c.lir.state.iter().map(|s| (port(&s.port), s.offset)).collect(),
             }),
             comm: c.lir.launches.iter().any(|l| matches!(l.kernel.body.as_slice(), [rlx_ir::loops::Stmt::Comm { .. }])),
+            bounded: c.bounded.clone(),
         };
         let ports = |ps: &[artifact::PortInfo]| -> serde_json::Value {
             ps.iter().map(|p| serde_json::json!({"name": p.name, "dtype": p.dtype.name(), "shape": p.shape})).collect()
@@ -203,6 +207,18 @@ impl Artifact for Compiled {
             "link_line": link_line,
             "dispatch": dispatch,
         });
+        if !info.bounded.is_empty() {
+            // Only artifacts with outputs of data-dependent length carry this key.
+            let b: Vec<serde_json::Value> = info
+                .bounded
+                .iter()
+                .map(|b| {
+                    let bound = info.outputs.get(b.output as usize).and_then(|p| p.shape.get(b.axis as usize)).copied().unwrap_or(0);
+                    serde_json::json!({"output": b.output, "axis": b.axis, "bound": bound, "count_output": b.count})
+                })
+                .collect();
+            manifest["bounded"] = serde_json::Value::Array(b);
+        }
         if let Some(st) = &info.state {
             // Only stateful artifacts carry these keys (a stateless manifest is unchanged).
             let tensors: Vec<serde_json::Value> = st

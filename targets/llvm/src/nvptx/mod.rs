@@ -43,7 +43,7 @@ pub const KINDS: &[&str] = &[
     "is_inf", "is_pos_inf", "is_neg_inf", "add", "sub", "mul", "div", "max", "min", "eq", "lt", "le", "gt", "ge", "and", "or", "xor",
     "bit_and", "bit_or", "bit_xor", "shl", "shr", "where", "cast", "matmul", "reduce_sum", "reduce_prod", "reduce_max", "reduce_min",
     "reduce_mean", "argmax", "argmin", "reshape", "transpose", "expand", "slice", "concat", "gather", "gather_elements", "gather_nd", "pad",
-    "conv", "max_pool", "avg_pool", "cumsum", "write_rows",
+    "conv", "max_pool", "avg_pool", "cumsum", "write_rows", "compress", "nonzero", "nms", "unique",
 ];
 
 /// Dtypes claimed: f32 and the integer types and bool (f64 is not: its transcendental functions

@@ -7,7 +7,7 @@
 //! movement), `generate.rs` (Constant, Range, OneHot …), `nn.rs` (convolution, pooling), `norm.rs`
 //! (normalizations, softmax, losses), `reduce.rs`, `quant.rs`, `resize.rs` (Resize, Upsample), `rnn.rs` (RNN, GRU, LSTM), `rotary.rs` (RotaryEmbedding), `spectral.rs` (DFT, STFT),
 //! `control.rs` (If, Loop, Scan: subgraphs translated inline, loops unrolled), `sample.rs` (GridSample, AffineGrid),
-//! `state.rs` (TensorScatter, CausalConvWithState), `optional.rs` (OptionalHasElement/GetElement on tensors); shared helpers in `build.rs`.
+//! `state.rs` (TensorScatter, CausalConvWithState), `optional.rs` (OptionalHasElement/GetElement on tensors), `select.rs` (NonMaxSuppression, NonZero, Unique, run-time Compress: outputs of data-dependent length); shared helpers in `build.rs`.
 
 mod build;
 mod cast;
@@ -24,6 +24,7 @@ mod resize;
 mod rnn;
 mod rotary;
 mod sample;
+mod select;
 mod shape;
 mod spectral;
 mod state;
@@ -54,6 +55,7 @@ const FAMILIES: &[(&[&str], fn(&mut Ctx, &Node) -> R)] = &[
     (spectral::OPS, spectral::convert),
     (state::OPS, state::convert),
     (optional::OPS, optional::convert),
+    (select::OPS, select::convert),
 ];
 
 /// Whether the importer translates this op (default ONNX domain only).

@@ -78,9 +78,8 @@ pub(super) fn convert(cx: &mut Ctx, nd: &Node) -> R {
             one(cx.prim(MirOp::GatherElements { axis: ta }, &[x, i])?)
         }
         "Compress" => {
-            // A constant condition: a gather of the selected positions.
+            // A constant condition: a gather of the selected positions; else `select::compress`.
             let x = req(0)?;
-            let cond = cx.const_ints(req(1)?, "Compress condition")?;
             let (x, axis) = match a.has("axis") {
                 true => {
                     let r = cx.rank(x);
@@ -92,6 +91,10 @@ pub(super) fn convert(cx: &mut Ctx, nd: &Node) -> R {
                 }
             };
             let len = cx.fixed_dims(x, op)?[axis];
+            if cx.cval(req(1)?).is_none() {
+                return super::select::compress(cx, x, req(1)?, axis);
+            }
+            let cond = cx.const_ints(req(1)?, "Compress condition")?;
             if cond.len() > len {
                 return Err(format!("condition has {} values, the axis {len}", cond.len()));
             }
