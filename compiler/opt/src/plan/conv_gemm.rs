@@ -243,8 +243,13 @@ impl Planner<'_> {
         let kc_max = ((if packed || cg.direct.is_some() { 32 } else { 16 }) * 1024 / (nr * 4)).max(16);
         let nch = kdim.div_ceil(kc_max);
         let kc = kdim.div_ceil(nch);
+        // Blocks of row tiles: 8 (2, 4 and 8 threads get equal shares). A Direct convolution's block packs
+        // every B chunk itself, so its blocks keep at least 8 tiles (64 output channels with AVX-512) to
+        // share each packed chunk, in 2, 4 or 8 blocks: ResNet-50's 256-channel 3×3 layer at 14×14 went
+        // from 8 blocks of 4 tiles to 4 of 8 and 13% less time (1 thread).
         let (nblocks, rb_tiles) = if by_rows {
-            let rb = tiles.div_ceil(tiles.min(8));
+            let want = if cg.direct.is_some() { 1usize << (usize::BITS - 1 - (tiles / 8).clamp(2, 8).leading_zeros()) } else { 8 };
+            let rb = tiles.div_ceil(tiles.min(want));
             (tiles.div_ceil(rb), rb)
         } else {
             (1, tiles)
