@@ -95,7 +95,7 @@ pub struct CompileArgs {
     #[arg(long, value_enum)]
     pub backend: Option<rlxc::cli::Backend>,
     /// CPU targets: keep f32 activations in block-quantized matmuls. By default, with the LLVM back end
-    /// on a CPU with AVX-512 VNNI, a Q8_0 matmul over few rows (decode) quantizes its activations to
+    /// on a CPU with AVX-512 VNNI, a Q8_0 / Q5_0 matmul over few rows (decode) quantizes its activations to
     /// int8 per 32 values (as llama.cpp's q8_0) for integer dot products: faster, slightly different
     /// results (docs/benchmarks.md)
     #[arg(long)]

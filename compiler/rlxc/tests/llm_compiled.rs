@@ -6,7 +6,7 @@
 //!   run under qemu-aarch64): a row gather is bit-identical to the interpreter's dequantization (same
 //!   bytes, same f32 arithmetic), a matmul within 1e-5 of the output's range (f32 accumulation in the
 //!   kernel, f64 in the interpreter; with `--exact-activations`);
-//! - a Q8_0 matmul on int8-quantized activations (host, LLVM, where the CPU has AVX-512 VNNI): every
+//! - Q8_0 and Q5_0 matmuls on int8-quantized activations (host, LLVM, where the CPU has AVX-512 VNNI): every
 //!   output within the bound that rounding x to q8_0 allows (the test states it);
 //! - the tiny llama / qwen2 / qwen3 / gemma3 models in every type `gguf` writes, compiled to host
 //!   (LLVM) and Cranelift, and the llama ones to aarch64 (qemu): logits within 1e-4 of the logit range
@@ -158,7 +158,7 @@ fn every_block_type_gathers_bit_exact_and_multiplies_within_tolerance() {
     eprintln!("{}", report.join("\n"));
 }
 
-/// A Q8_0 matmul over 1, 3 and 9 rows (one and two tiles) on int8-quantized activations (host, LLVM;
+/// Q8_0 and Q5_0 matmuls over 1, 3 and 9 rows (one and two tiles) on int8-quantized activations (host, LLVM;
 /// the int8 form is planned where the CPU has AVX-512 VNNI): each output within the quantization bound
 /// of the interpreter's f32 result. x rounded to q8_0 (per 32 values, steps of max|x|/127) moves each
 /// value by at most half a step, and the f16 rounding of the block's scale by at most 2⁻¹¹·max|x| more,
@@ -167,14 +167,14 @@ fn every_block_type_gathers_bit_exact_and_multiplies_within_tolerance() {
 /// added for the f32 accumulation. 24 rows are panels of 8 lanes (the Dot4 written with plain vector ops),
 /// 64 rows panels of 32 (two `vpdpbusd` per group of 4 values).
 #[test]
-fn q8_0_matmul_on_int8_activations_is_within_the_quantization_bound() {
+fn q8_0_and_q5_0_matmuls_on_int8_activations_are_within_the_quantization_bound() {
     let host = rlxc::pipeline::CpuTarget::host().unwrap();
     let vnni = rlxc::targets::cpu::has_avx512_vnni(&host);
     let mut seed = 0x2545_F491_4F6C_DD1Du64;
     let mut report = Vec::new();
-    for rows in [24usize, 64] {
+    for (dt, rows) in [(DType::Q8_0, 24usize), (DType::Q8_0, 64), (DType::Q5_0, 24), (DType::Q5_0, 64)] {
         let cols = 512usize;
-        let w = ConstData::new(DType::Q8_0, vec![rows, cols], rlx_ir::Blob::from_vec(random_blocks(DType::Q8_0, rows, cols, &mut seed))).unwrap();
+        let w = ConstData::new(dt, vec![rows, cols], rlx_ir::Blob::from_vec(random_blocks(dt, rows, cols, &mut seed))).unwrap();
         for m in [1usize, 3, 9] {
             let mut g = Mir::new();
             let x = g.add_input("x", TensorType::fixed(DType::F32, &[m, cols]));
@@ -216,7 +216,7 @@ fn q8_0_matmul_on_int8_activations_is_within_the_quantization_bound() {
             if vnni {
                 assert!(diff > 0.0, "{rows}x{cols}, {m} rows: int8 activations should round something");
             }
-            report.push(format!("{rows}x{cols}, {m} rows: max |diff| {diff:.2e} of range {range:.2e}, {:.0}% of the bound at worst", worst * 100.0));
+            report.push(format!("{dt} {rows}x{cols}, {m} rows: max |diff| {diff:.2e} of range {range:.2e}, {:.0}% of the bound at worst", worst * 100.0));
         }
     }
     eprintln!("{}", report.join("\n"));
@@ -245,10 +245,10 @@ fn tiny_models_compiled_match_the_interpreter_and_numpy() {
                 worst.push(format!("{arch} {qtype} {} {backend:?}: {ri:.1e} (interpreter), {rn:.1e} (numpy) of the logit range", target.name()));
                 assert!(ri <= 1e-4 && rn <= 1e-4, "{}", worst.last().unwrap());
             }
-            // The default compile of a Q8_0 model takes int8 activations where the host has AVX-512
-            // VNNI: every matmul within its rounding bound (the test above), the logits within 1e-2 of
-            // their range of the interpreter's (measured: 4.6e-3 for llama, the largest).
-            if qtype == "Q8_0" {
+            // The default compile of a Q8_0 / Q5_0 model takes int8 activations where the host has
+            // AVX-512 VNNI: every matmul within its rounding bound (the test above), the logits within
+            // 1e-2 of their range of the interpreter's (measured: 1.5e-3 … 7.0e-3, qwen2 Q5_0 the largest).
+            if qtype == "Q8_0" || qtype == "Q5_0" {
                 let got = f32s(&run_on(Target::Host, &mir, Backend::Llvm, tokens_and_positions(&tokens))[0]);
                 let ri = rel_err(&got, &interp);
                 worst.push(format!("{arch} {qtype} host Llvm, int8 activations where the CPU has VNNI: {ri:.1e} (interpreter) of the logit range"));

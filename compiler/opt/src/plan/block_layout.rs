@@ -8,9 +8,10 @@
 //! grows by nothing), and every value is computed from the same fields with the interpreter's f32
 //! arithmetic (`rlx-interp`'s `blocks.rs`, ggml's order). Block layouts: see that file's header.
 //!
-//! A Q8_0 weight that the int8 form reads (`int8_dot.rs`) keeps its quants in groups of 4 per row
-//! instead ("quads"): quant `l` of row `jj` at `((p·nblk + b)·34 + 2 + 4·(l/4))·nr + 4·jj + l%4`, so
-//! the 4 quants of a row's group are one i32 and a group for all `nr` rows one unit-stride vector.
+//! A Q8_0 or Q5_0 weight that the int8 form reads (`int8_dot.rs`) keeps the bytes after its f16 scale
+//! in groups of 4 per row instead ("quads"): byte `t ≥ 2` of row `jj` at `((p·nblk + b)·bb + 2 +
+//! 4·((t−2)/4))·nr + 4·jj + (t−2)%4`, so a row's group (4 quants; Q5_0's high bits `qh`) is one i32
+//! and a group for all `nr` rows one unit-stride vector.
 
 use super::kernel::lit;
 use rlx_ir::loops::{Expr, IOp};
@@ -31,7 +32,7 @@ pub(super) struct BlockWeight {
     pub i8v: u32,
     pub f16v: u32,
     pub valv: u32,
-    /// A Q8_0 weight packed in quads (module doc): its bytes viewed as i32.
+    /// A Q8_0 / Q5_0 weight packed in quads (module doc): its bytes viewed as i32.
     pub quads: Option<u32>,
 }
 
@@ -73,7 +74,7 @@ pub(super) fn f16_fields(d: DType) -> &'static [usize] {
 }
 
 /// Repacks a 2-D block (or plain float) constant `[rows, cols]` into interleaved panels of `nr` rows
-/// (with `quads`, a Q8_0 weight's quants in groups of 4 per row: module doc).
+/// (with `quads`, a Q8_0 / Q5_0 weight's bytes after the scale in groups of 4 per row: module doc).
 pub(super) fn pack_blocks(c: &ConstData, nr: usize, quads: bool) -> Vec<u8> {
     let (rows, cols) = (c.shape[0], c.shape[1]);
     let (bs, bb) = c.dtype.block();
@@ -152,7 +153,7 @@ pub(super) struct Fields {
     pub nr: i64,
     pub blk: Expr,
     pub jj: Expr,
-    /// Q8_0 quants in quads (module doc).
+    /// Bytes after the f16 scale in quads (module doc).
     pub quads: bool,
 }
 

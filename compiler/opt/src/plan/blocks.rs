@@ -103,7 +103,7 @@ impl Planner<'_> {
     pub(super) fn place_block_weight(&mut self, label: String, c: &ConstData) -> BlockWeight {
         let (rows, cols) = (c.shape[0], c.shape[1]);
         let nr = panel_rows(rows, self.nr);
-        let quads = self.int8_dot && c.dtype == DType::Q8_0 && nr % 4 == 0;
+        let quads = self.int8_dot && super::int8_dot::takes(c.dtype) && nr % 4 == 0;
         let bytes = pack_blocks(c, nr, quads);
         let n = bytes.len();
         let off = super::index::align_up(self.weights.len(), self.align);
@@ -147,8 +147,8 @@ impl Planner<'_> {
         let w = self.block_weight[&anode.inputs[1]].clone();
         let rows: usize = out_shape[..out_shape.len() - 1].iter().product();
         let mr = self.mr.min(rows.max(1));
-        if let Some(&(qx, qs)) = self.int8_act.get(&a) {
-            return self.int8_gemv_body(kb, a, r, op, out_shape, &w, qx, qs);
+        if let Some(&act) = self.int8_act.get(&a) {
+            return self.int8_gemv_body(kb, a, r, op, out_shape, &w, act);
         }
         if rows.div_ceil(mr) >= PANEL_TILES && w.nr > 1 {
             return self.block_gemm_body(kb, a, r, op, out_shape, &w);

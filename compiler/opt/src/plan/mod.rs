@@ -96,12 +96,12 @@ pub struct PlanOptions {
     /// loop); 0 keeps the per-element form (the shader, CUDA and MCU targets, whose grid or scalar
     /// code wants one output per iteration). The CPU targets set the f32 vector width (8 or 16).
     pub window_lanes: usize,
-    /// `dequant_matmul` of a Q8_0 weight over few rows (decode, a prefill's last-row logits) as integer
-    /// dot products on int8-quantized activations (`blocks.rs`'s int8 form: x quantized per 32 values
-    /// with an f32 scale as llama.cpp's q8_0, [`rlx_ir::loops::Expr::Dot4`] per 4 values, which the
-    /// LLVM writer emits as AVX-512 VNNI's `vpdpbusd`). Changes results slightly (module doc of
-    /// `blocks.rs`); the CPU family sets it where the CPU has AVX-512 VNNI and the back end is LLVM,
-    /// unless `--exact-activations`.
+    /// `dequant_matmul` of a Q8_0 or Q5_0 weight over few rows (decode, a prefill's last-row logits) as
+    /// integer dot products on int8-quantized activations (`int8_dot.rs`: x quantized per 32 values as
+    /// llama.cpp's q8_0, [`rlx_ir::loops::Expr::Dot4`] per 4 values, which the LLVM writer emits as
+    /// AVX-512 VNNI's `vpdpbusd`). Changes results slightly (that module's doc states the bound); the
+    /// CPU family sets it where the CPU has AVX-512 VNNI and the back end is LLVM, unless
+    /// `--exact-activations`.
     pub int8_dot: bool,
 }
 
@@ -143,9 +143,9 @@ struct Planner<'g> {
     lanes: usize,
     /// [`PlanOptions::int8_dot`].
     int8_dot: bool,
-    /// `dequant_matmul` anchors in the int8 form → their quantized activations (i32 words of 4 biased
-    /// bytes `[rows, K/4]`) and scales (`[rows, K/32]`), written by the launch before them.
-    int8_act: HashMap<NodeId, (u32, u32)>,
+    /// `dequant_matmul` anchors in the int8 form → their quantized activations, written by the
+    /// launch before them (`int8_dot.rs`).
+    int8_act: HashMap<NodeId, int8_dot::Int8Act>,
     /// State outputs written in place into their slot (`state.rs`): value → state index.
     inplace_state: HashMap<ValueId, usize>,
 }
