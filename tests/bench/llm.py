@@ -88,13 +88,13 @@ def run_llama(model: str, prompt: list[int], new: int, threads: int) -> dict:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def build_rlxc(rlxc: str, model: str, out: Path, context: int, chunk: int) -> dict:
+def build_rlxc(rlxc: str, model: str, out: Path, context: int, chunk: int, flags: list[str]) -> dict:
     """rlxc's stateful artifact for `context` positions (`chunk` tokens per prefill call) linked into
     tests/native/llm_generate.c; the compile (rlxc compile alone, not the C link) is timed."""
     d = out / f"context{context}-chunk{chunk}"
     t = time.perf_counter()
     r = subprocess.run([rlxc, "compile", model, "--target", "host", "--name", "llm", "--dim", f"context={context}",
-                        "--dim", f"chunk={chunk}", "-o", str(d)], capture_output=True, text=True)
+                        "--dim", f"chunk={chunk}", "-o", str(d), *flags], capture_output=True, text=True)
     compile_s = time.perf_counter() - t
     if r.returncode != 0:
         raise RuntimeError("rlxc compile failed: " + r.stderr.strip()[-400:])
@@ -138,6 +138,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--engines", default="rlxc,llama")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--exact-activations", action="store_true", help="compile rlxc's artifacts with --exact-activations (f32 activations in every matmul)")
+    ap.add_argument("--show-tokens", action="store_true", help="print both engines' greedy tokens where they differ")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.worker:
@@ -154,7 +156,7 @@ def main() -> int:
         for kind, n in todo:
             key = (n, chunk_of[kind])
             if key not in arts:
-                arts[key] = build_rlxc(a.rlxc, a.model, Path(a.build), *key)
+                arts[key] = build_rlxc(a.rlxc, a.model, Path(a.build), *key, ["--exact-activations"] if a.exact_activations else [])
                 print(f"rlxc compile, context {n}, chunk {key[1]}: {arts[key]['compile_s']:.1f} s, object {arts[key]['object_mb']:.0f} MB", flush=True)
     rows = []
     for kind, n in todo:
@@ -184,6 +186,9 @@ def main() -> int:
                 line += (f"  rlxc/llama.cpp {best['rlxc']['rate'] / best['llama']['rate']:.2f}"
                          f" (per CPU-s {best['rlxc']['cpu_rate'] / best['llama']['cpu_rate']:.2f})  same greedy tokens: {same}")
             print(line, flush=True)
+            if a.show_tokens and not same:
+                for e in engines:
+                    print(f"  {e}: {best[e]['tokens']}", flush=True)
     floor = []
     if arts:
         wb = max(v["weights_bytes"] for v in arts.values())

@@ -75,6 +75,11 @@ pub enum Expr {
     Cast { from: DType, to: DType, x: Box<Expr> },
     /// An index expression converted from a scalar of `from` (for data-dependent indices: gather).
     ToIndex { from: DType, x: Box<Expr> },
+    /// `Dot4(acc, a, b)`: i32 `acc + Σᵢ u8(a byte i) · i8(b byte i)` over the 4 bytes of the i32s `a`
+    /// and `b` (little-endian), wrapping — x86's `vpdpbusd` lane. Planned only for CPUs that have it
+    /// (the LLVM writer emits the instruction); [`Expr::dot4_expanded`] is the same value from plain
+    /// ops, for writers without it.
+    Dot4(Box<Expr>, Box<Expr>, Box<Expr>),
 }
 
 impl Expr {
@@ -113,6 +118,19 @@ impl Expr {
     }
     pub fn load(buf: u32, index: Expr) -> Expr {
         Expr::Load { buf, index: Box::new(index) }
+    }
+    /// [`Expr::Dot4`]'s value written with i32 shifts, masks, casts, multiplies and adds.
+    pub fn dot4_expanded(acc: &Expr, a: &Expr, b: &Expr) -> Expr {
+        let i32b = |op: BinaryOp, x: Expr, y: Expr| Expr::Bin(op, DType::I32, Box::new(x), Box::new(y));
+        let c = |v: i64| Expr::Lit(v as f64, DType::I32);
+        let mut sum = acc.clone();
+        for i in 0..4 {
+            let ua = i32b(BinaryOp::BitAnd, i32b(BinaryOp::Shr, a.clone(), c(8 * i)), c(255));
+            let byte = Expr::Cast { from: DType::I32, to: DType::I8, x: Box::new(i32b(BinaryOp::Shr, b.clone(), c(8 * i))) };
+            let sb = Expr::Cast { from: DType::I8, to: DType::I32, x: Box::new(byte) };
+            sum = i32b(BinaryOp::Add, sum, i32b(BinaryOp::Mul, ua, sb));
+        }
+        sum
     }
 }
 
@@ -381,6 +399,15 @@ fn fmt_expr(e: &Expr, out: &mut String) {
         Expr::ToIndex { from, x } => {
             let _ = write!(out, "index.{from}(");
             fmt_expr(x, out);
+            out.push(')');
+        }
+        Expr::Dot4(c, a, b) => {
+            out.push_str("dot4(");
+            fmt_expr(c, out);
+            out.push_str(", ");
+            fmt_expr(a, out);
+            out.push_str(", ");
+            fmt_expr(b, out);
             out.push(')');
         }
     }

@@ -94,6 +94,12 @@ pub struct CompileArgs {
     /// (no LLVM needed, faster compiles, slower code). The artifacts are the same contract.
     #[arg(long, value_enum)]
     pub backend: Option<rlxc::cli::Backend>,
+    /// CPU targets: keep f32 activations in block-quantized matmuls. By default, with the LLVM back end
+    /// on a CPU with AVX-512 VNNI, a Q8_0 / Q5_0 matmul over few rows (decode) quantizes its activations to
+    /// int8 per 32 values (as llama.cpp's q8_0) for integer dot products: faster, slightly different
+    /// results (docs/benchmarks.md)
+    #[arg(long)]
+    pub exact_activations: bool,
     /// Print the dispatch report (every node: native / common-IR / rewritten / unsupported)
     #[arg(long)]
     pub report: bool,
@@ -150,6 +156,7 @@ impl CompileArgs {
             backend: self.backend,
             external_weights: self.weights == Weights::External,
             emit_ir: self.emit_ir,
+            exact_activations: self.exact_activations,
             emit_rust: self.emit == Emit::Rust,
             calibrate: self.calibrate.clone(),
             ram_budget: self.ram_budget,

@@ -280,7 +280,7 @@ fn compiled_step(a: &RunArgs, p: &Path, f: &Checkpoint, t: Target, prompt: usize
         .map_err(|e| Failure::model(format!("cannot build a cached step from '{}': {e}", p.display())))?;
     let mir = crate::lower(&hir, p)?;
     drop(hir);
-    let req = Request { backend: a.on.backend, ..Request::named("rlxllm") };
+    let req = Request { backend: a.on.backend, exact_activations: a.on.exact_activations, ..Request::named("rlxllm") };
     let mut tm = Timings::default();
     let step: Box<dyn Step> = match a.shard {
         None if t == Target::Cuda => Box::new(phase("compiling for cuda", || llm::CudaStep::compile(&mir, &req, &mut tm))?),

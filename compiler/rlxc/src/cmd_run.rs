@@ -107,6 +107,10 @@ pub struct On {
     /// cortex-m*: the QEMU board the firmware runs on (default: the core's first board)
     #[arg(long, value_name = "NAME")]
     pub board: Option<String>,
+    /// CPU targets: keep f32 activations in block-quantized matmuls (no int8 dot products; see
+    /// `rlxc compile --help`)
+    #[arg(long)]
+    pub exact_activations: bool,
 }
 
 impl On {
@@ -116,7 +120,7 @@ impl On {
     }
     /// The flags that go to the target's family, for model `m`.
     pub fn request(&self, m: &Model) -> Request {
-        Request { backend: self.backend, calibrate: self.calibrate.clone(), board: self.board.clone(), source_ops: m.src.node_op_types(), ..Request::named("rlxmodel") }
+        Request { backend: self.backend, calibrate: self.calibrate.clone(), board: self.board.clone(), exact_activations: self.exact_activations, source_ops: m.src.node_op_types(), ..Request::named("rlxmodel") }
     }
 }
 

@@ -137,10 +137,17 @@ fn compiled_step_generates_as_the_stateless_interpreter() {
         let f = rlx_import::gguf::load_gguf(&model).unwrap();
         let (cfg, full) = rlx_models::llm::llm_from_gguf(&f).unwrap();
         let full = lower(&full);
-        for backend in ["llvm", "cranelift"] {
+        // f32 activations within 1e-4 of the logit range; the default LLVM compile of a Q8_0 model
+        // (int8 activations where the host has AVX-512 VNNI: compiler/opt/src/plan/int8_dot.rs) within
+        // 1e-2 (measured: 5.1e-3, tiny llama), its tokens still the interpreter's argmax chain.
+        let mut configs = vec![("llvm", "--exact-activations", 1e-4f32), ("cranelift", "--exact-activations", 1e-4)];
+        if qtype == "Q8_0" {
+            configs.push(("llvm", "", 1e-2));
+        }
+        for (backend, flag, tol) in configs {
             let arch = format!("{arch} {qtype}");
-            let out = dir.join(format!("{}-{backend}", arch.replace(' ', "-")));
-            ok(rlxc().arg("compile").arg(&model).args(["--target", "host", "--backend", backend, "--name", "llm", "--dim", "context=16", "--dim", "chunk=4", "--emit-ir", "-o"]).arg(&out));
+            let out = dir.join(format!("{}-{backend}{flag}", arch.replace(' ', "-")));
+            ok(rlxc().arg("compile").arg(&model).args(["--target", "host", "--backend", backend, "--name", "llm", "--dim", "context=16", "--dim", "chunk=4", "--emit-ir", "-o"]).arg(&out).args((!flag.is_empty()).then_some(flag)));
             attends_over_the_filled_positions(&out.join("llm.lir"), &arch);
             let h = std::fs::read_to_string(out.join("llm.h")).unwrap();
             for want in ["#define llm_MAX_CONTEXT 16", "#define llm_MAX_CHUNK 4", "#define llm_STATE_BYTES ", "int llm_step(void *arena, void *state,"] {
@@ -173,8 +180,8 @@ fn compiled_step_generates_as_the_stateless_interpreter() {
             let lo = want_rows.iter().cloned().fold(f32::INFINITY, f32::min);
             let hi = want_rows.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
             let err = got.iter().zip(&want_rows).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-            report.push(format!("{arch} {backend}: max |diff| {err:.2e} (logit range {:.2})", hi - lo));
-            assert!(err <= 1e-4 * (hi - lo), "{arch} {backend}: max |diff| {err} over the logit range {lo}..{hi}");
+            report.push(format!("{arch} {backend} {flag}: max |diff| {err:.2e} (logit range {:.2})", hi - lo));
+            assert!(err <= tol * (hi - lo), "{arch} {backend} {flag}: max |diff| {err} over the logit range {lo}..{hi}");
             for (k, &g) in gen.iter().enumerate() {
                 let row = &want[(prompt.len() - 1 + k) * v..(prompt.len() + k) * v];
                 let best = (0..v).fold(0, |b, i| if row[i] > row[b] { i } else { b });

@@ -156,6 +156,7 @@ impl<'a, 'b> W<'a, 'b> {
             Expr::Load { buf, .. } => Ty::S(self.params[*buf as usize].0),
             Expr::Un(u, d, _) => Ty::S(u.out_dtype(*d)),
             Expr::Bin(b, d, _, _) => Ty::S(if b.is_compare() || b.is_logical() { DType::Bool } else { *d }),
+            Expr::Dot4(..) => Ty::S(DType::I32),
             Expr::Select(_, a, _) => self.ty_of(a),
             Expr::Cast { to, .. } => Ty::S(*to),
         }
@@ -247,6 +248,7 @@ impl<'a, 'b> W<'a, 'b> {
                     }
                 }
             }
+            Expr::Dot4(c, a, b) => self.expr(&Expr::dot4_expanded(c, a, b)),
             Expr::Select(c, a, b) => {
                 let cv = self.cond(c);
                 let (x, y) = (self.expr(a), self.expr(b));

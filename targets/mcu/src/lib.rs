@@ -270,7 +270,7 @@ fn uses(e: &Expr, v: Var) -> bool {
         Expr::Load { index, .. } => uses(index, v),
         Expr::I(_, a, b) | Expr::Bin(_, _, a, b) => uses(a, v) || uses(b, v),
         Expr::Un(_, _, x) | Expr::Cast { x, .. } | Expr::ToIndex { x, .. } => uses(x, v),
-        Expr::Select(c, a, b) => uses(c, v) || uses(a, v) || uses(b, v),
+        Expr::Select(c, a, b) | Expr::Dot4(c, a, b) => uses(c, v) || uses(a, v) || uses(b, v),
     }
 }
 
@@ -371,6 +371,7 @@ impl W {
                 *d
             }),
             Expr::Cast { to, .. } => Some(*to),
+            Expr::Dot4(..) => Some(DType::I32),
             Expr::Select(_, a, _) => self.dt_of(a),
             _ => None,
         }
@@ -412,6 +413,7 @@ impl W {
             }
             Expr::Un(op, d, x) => self.unary(*op, *d, x)?,
             Expr::Bin(op, d, a, b) => self.binary(*op, *d, a, b)?,
+            Expr::Dot4(c, a, b) => self.expr(&Expr::dot4_expanded(c, a, b))?,
             Expr::Select(c, a, b) => format!(
                 "({} ? {} : {})",
                 self.expr(c)?,

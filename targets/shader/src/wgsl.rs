@@ -142,6 +142,7 @@ impl W<'_> {
             Expr::Load { buf, .. } => Ty::S(norm(self.params[*buf as usize].dtype)),
             Expr::Un(u, d, _) => Ty::S(norm(u.out_dtype(*d))),
             Expr::Bin(b, d, _, _) => Ty::S(if b.is_compare() || b.is_logical() { DType::Bool } else { norm(*d) }),
+            Expr::Dot4(..) => Ty::S(norm(DType::I32)),
             Expr::Select(_, a, b) => {
                 if self.ty_of(b) == Ty::S(norm(DType::I64)) {
                     self.ty_of(b)
@@ -252,6 +253,7 @@ impl W<'_> {
                     IOp::And => format!("select(0i, 1i, ({x} != 0i) && ({y} != 0i))"),
                 }
             }
+            Expr::Dot4(c, a, b) => self.expr(&Expr::dot4_expanded(c, a, b))?,
             Expr::Select(c, a, b) => {
                 let cv = self.cond(c)?;
                 // The branches' common type: a real i64 wins over an index.
@@ -643,7 +645,7 @@ pub fn casts_to_i64(s: &[Stmt]) -> bool {
             Expr::Cast { to: DType::I64, .. } => true,
             Expr::Load { index: a, .. } | Expr::Un(_, _, a) | Expr::Cast { x: a, .. } | Expr::ToIndex { x: a, .. } => ex(a),
             Expr::I(_, a, b) | Expr::Bin(_, _, a, b) => ex(a) || ex(b),
-            Expr::Select(c, a, b) => ex(c) || ex(a) || ex(b),
+            Expr::Select(c, a, b) | Expr::Dot4(c, a, b) => ex(c) || ex(a) || ex(b),
             Expr::Int(_) | Expr::Lit(..) | Expr::Var(_) => false,
         }
     }

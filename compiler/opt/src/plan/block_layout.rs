@@ -7,6 +7,11 @@
 //! together at `((p·nblk + b)·bb + t0)·nr + 2·jj`. The bytes are the same bytes, permuted (the artifact
 //! grows by nothing), and every value is computed from the same fields with the interpreter's f32
 //! arithmetic (`rlx-interp`'s `blocks.rs`, ggml's order). Block layouts: see that file's header.
+//!
+//! A Q8_0 or Q5_0 weight that the int8 form reads (`int8_dot.rs`) keeps the bytes after its f16 scale
+//! in groups of 4 per row instead ("quads"): byte `t ≥ 2` of row `jj` at `((p·nblk + b)·bb + 2 +
+//! 4·((t−2)/4))·nr + 4·jj + (t−2)%4`, so a row's group (4 quants; Q5_0's high bits `qh`) is one i32
+//! and a group for all `nr` rows one unit-stride vector.
 
 use super::kernel::lit;
 use rlx_ir::loops::{Expr, IOp};
@@ -27,6 +32,8 @@ pub(super) struct BlockWeight {
     pub i8v: u32,
     pub f16v: u32,
     pub valv: u32,
+    /// A Q8_0 / Q5_0 weight packed in quads (module doc): its bytes viewed as i32.
+    pub quads: Option<u32>,
 }
 
 impl BlockWeight {
@@ -66,8 +73,9 @@ pub(super) fn f16_fields(d: DType) -> &'static [usize] {
     }
 }
 
-/// Repacks a 2-D block (or plain float) constant `[rows, cols]` into interleaved panels of `nr` rows.
-pub(super) fn pack_blocks(c: &ConstData, nr: usize) -> Vec<u8> {
+/// Repacks a 2-D block (or plain float) constant `[rows, cols]` into interleaved panels of `nr` rows
+/// (with `quads`, a Q8_0 / Q5_0 weight's bytes after the scale in groups of 4 per row: module doc).
+pub(super) fn pack_blocks(c: &ConstData, nr: usize, quads: bool) -> Vec<u8> {
     let (rows, cols) = (c.shape[0], c.shape[1]);
     let (bs, bb) = c.dtype.block();
     let nblk = cols / bs;
@@ -92,7 +100,7 @@ pub(super) fn pack_blocks(c: &ConstData, nr: usize) -> Vec<u8> {
             let s = &src[j * row_bytes + b * bb..][..bb];
             let base = (p * nblk + b) * bb * nr;
             for &(t0, us) in &units {
-                let d = base + t0 * nr + jj * us;
+                let d = if quads && t0 >= 2 { base + (2 + (t0 - 2) / 4 * 4) * nr + 4 * jj + (t0 - 2) % 4 } else { base + t0 * nr + jj * us };
                 out[d..d + us].copy_from_slice(&s[t0..t0 + us]);
             }
         }
@@ -145,10 +153,18 @@ pub(super) struct Fields {
     pub nr: i64,
     pub blk: Expr,
     pub jj: Expr,
+    /// Bytes after the f16 scale in quads (module doc).
+    pub quads: bool,
 }
 
 impl Fields {
     fn at(&self, t: Expr) -> Expr {
+        if self.quads {
+            let q = Expr::i(IOp::Sub, t, Expr::Int(2));
+            let (g, r) = (Expr::i(IOp::Div, q.clone(), Expr::Int(4)), Expr::i(IOp::Rem, q, Expr::Int(4)));
+            let row = Expr::add(Expr::mul(self.blk.clone(), Expr::Int(self.bb)), Expr::add(Expr::Int(2), Expr::mul(g, Expr::Int(4))));
+            return Expr::add(Expr::add(Expr::mul(row, Expr::Int(self.nr)), Expr::mul(self.jj.clone(), Expr::Int(4))), r);
+        }
         let row = Expr::add(Expr::mul(self.blk.clone(), Expr::Int(self.bb)), t);
         Expr::add(Expr::mul(row, Expr::Int(self.nr)), self.jj.clone())
     }
@@ -164,7 +180,7 @@ impl Fields {
         Expr::Cast { from: DType::I8, to: DType::F32, x: Box::new(Expr::load(self.i8p, self.at(t))) }
     }
     /// The f16 field at byte `t0` (even), as f32.
-    fn h(&self, t0: usize) -> Expr {
+    pub(super) fn h(&self, t0: usize) -> Expr {
         let row = Expr::add(Expr::mul(self.blk.clone(), Expr::Int(self.bb / 2)), Expr::Int(t0 as i64 / 2));
         let i = Expr::add(Expr::mul(row, Expr::Int(self.nr)), self.jj.clone());
         Expr::Cast { from: DType::F16, to: DType::F32, x: Box::new(Expr::load(self.f16p, i)) }

@@ -24,7 +24,7 @@ use rlx_ir::{BinaryOp, ConstData, DType, NodeId};
 
 /// Row tiles from which `dequant_matmul` dequantizes each panel once into a scratch (the prefill form)
 /// instead of on the fly for every tile.
-const PANEL_TILES: usize = 3;
+pub(super) const PANEL_TILES: usize = 3;
 /// Thread slots of the prefill form: a multiple of 1, 2, 4 and 8 threads.
 pub(super) const SLOTS: usize = 8;
 /// How far ahead of the block being read both forms prefetch their weight stream, in bytes. The
@@ -91,7 +91,7 @@ fn walk_block(kb: &mut KB, w: &BlockWeight, f: &Fields, b: Var, factor: Option<F
 /// bytes are contiguous in the panel layout and followed by the next block's, so this is one
 /// prefetch per cache line of the stream (the same address for every lane of the `vector(nr)` loop
 /// around it, so one instruction per line).
-fn prefetch_ahead(w: &BlockWeight, f: &Fields, p: Expr, b: Var) -> Vec<Stmt> {
+pub(super) fn prefetch_ahead(w: &BlockWeight, f: &Fields, p: Expr, b: Var) -> Vec<Stmt> {
     let (bb, nr) = (w.dtype.block().1 as i64, w.nr as i64);
     let start = Expr::mul(Expr::mul(Expr::add(Expr::mul(p, Expr::Int(w.nblk() as i64)), Expr::Var(b)), Expr::Int(bb)), Expr::Int(nr));
     (0..(bb * nr + 63) / 64).map(|l| Stmt::Prefetch { buf: f.u8p, index: Expr::add(start.clone(), Expr::Int(PREFETCH_AHEAD + 64 * l)) }).collect()
@@ -104,7 +104,8 @@ impl Planner<'_> {
         let (rows, cols) = (c.shape[0], c.shape[1]);
         // The flat form reads each row's blocks in their own order (panels of one row).
         let nr = if self.flat_blocks { 1 } else { panel_rows(rows, self.nr) };
-        let bytes = pack_blocks(c, nr);
+        let quads = self.int8_dot && super::int8_dot::takes(c.dtype) && nr % 4 == 0;
+        let bytes = pack_blocks(c, nr, quads);
         let n = bytes.len();
         let off = super::index::align_up(self.weights.len(), self.align);
         self.weights.resize(off, 0);
@@ -117,10 +118,11 @@ impl Planner<'_> {
         let i8v = view(self, DType::I8, "signed bytes");
         let f16v = view(self, DType::F16, "f16 fields");
         let valv = if c.dtype.is_float() { view(self, c.dtype, "values") } else { u8v };
-        BlockWeight { dtype: c.dtype, rows, cols, nr, u8v, i8v, f16v, valv }
+        let quads = quads.then(|| view(self, DType::I32, "quant quads"));
+        BlockWeight { dtype: c.dtype, rows, cols, nr, u8v, i8v, f16v, valv, quads }
     }
 
-    fn fields(&self, kb: &mut KB, w: &BlockWeight, blk: Expr, jj: Expr) -> Fields {
+    pub(super) fn fields(&self, kb: &mut KB, w: &BlockWeight, blk: Expr, jj: Expr) -> Fields {
         let mut p = |b: u32| kb.param(b, &self.buffers[b as usize].clone(), Access::Read);
         Fields {
             u8p: p(w.u8v),
@@ -131,6 +133,7 @@ impl Planner<'_> {
             nr: w.nr as i64,
             blk,
             jj,
+            quads: w.quads.is_some(),
         }
     }
 
@@ -148,6 +151,9 @@ impl Planner<'_> {
         }
         let rows: usize = out_shape[..out_shape.len() - 1].iter().product();
         let mr = self.mr.min(rows.max(1));
+        if let Some(&act) = self.int8_act.get(&a) {
+            return self.int8_gemv_body(kb, a, r, op, out_shape, &w, act);
+        }
         if rows.div_ceil(mr) >= PANEL_TILES && w.nr > 1 {
             return self.block_gemm_body(kb, a, r, op, out_shape, &w);
         }
@@ -244,7 +250,7 @@ impl Planner<'_> {
 
     /// The stores of a tile's accumulators at column `col`, each through the epilogue chain.
     #[allow(clippy::too_many_arguments)]
-    fn block_stores(&mut self, kb: &mut KB, a: NodeId, r: NodeId, op: u32, out_shape: &[usize], accs: &[Var], row: &dyn Fn(usize) -> Expr, col: Expr) -> Vec<Stmt> {
+    pub(super) fn block_stores(&mut self, kb: &mut KB, a: NodeId, r: NodeId, op: u32, out_shape: &[usize], accs: &[Var], row: &dyn Fn(usize) -> Expr, col: Expr) -> Vec<Stmt> {
         let av = self.g.node(a).outputs[0];
         let rows_shape = &out_shape[..out_shape.len() - 1];
         let mut out = Vec::new();
@@ -380,7 +386,7 @@ mod tests {
         let bytes: Vec<u8> = (0..rows * 2 * 18).map(|i| (i * 31 % 251) as u8).collect();
         let c = ConstData::new(DType::Q4_0, vec![rows, cols], Blob::from_vec(bytes.clone())).unwrap();
         let nr = 4;
-        let p = pack_blocks(&c, nr);
+        let p = pack_blocks(&c, nr, false);
         assert_eq!(p.len(), bytes.len());
         for j in 0..rows {
             for b in 0..2 {

@@ -39,6 +39,7 @@ mod gemm;
 mod im2col;
 mod index;
 mod inline;
+mod int8_dot;
 mod kernel;
 mod memory;
 mod pool;
@@ -101,11 +102,18 @@ pub struct PlanOptions {
     /// writers run one warp per output with each lane's loads contiguous (`loops/tiled.rs`'s row
     /// reduction). The CUDA target turns it on; the CPU targets keep the panel form (`blocks.rs`).
     pub flat_block_dots: bool,
+    /// `dequant_matmul` of a Q8_0 or Q5_0 weight over few rows (decode, a prefill's last-row logits) as
+    /// integer dot products on int8-quantized activations (`int8_dot.rs`: x quantized per 32 values as
+    /// llama.cpp's q8_0, [`rlx_ir::loops::Expr::Dot4`] per 4 values, which the LLVM writer emits as
+    /// AVX-512 VNNI's `vpdpbusd`). Changes results slightly (that module's doc states the bound); the
+    /// CPU family sets it where the CPU has AVX-512 VNNI and the back end is LLVM, unless
+    /// `--exact-activations`.
+    pub int8_dot: bool,
 }
 
 impl Default for PlanOptions {
     fn default() -> Self {
-        PlanOptions { align: 64, gemm_nr: GEMM_NR, gemm_mr: GEMM_MR, row_fusion: false, row_recompute: false, inline_operands: false, conv_gemm: false, window_lanes: 0, flat_block_dots: false }
+        PlanOptions { align: 64, gemm_nr: GEMM_NR, gemm_mr: GEMM_MR, row_fusion: false, row_recompute: false, inline_operands: false, conv_gemm: false, window_lanes: 0, flat_block_dots: false, int8_dot: false }
     }
 }
 
@@ -141,6 +149,11 @@ struct Planner<'g> {
     state_bytes: usize,
     /// [`PlanOptions::window_lanes`].
     lanes: usize,
+    /// [`PlanOptions::int8_dot`].
+    int8_dot: bool,
+    /// `dequant_matmul` anchors in the int8 form → their quantized activations, written by the
+    /// launch before them (`int8_dot.rs`).
+    int8_act: HashMap<NodeId, int8_dot::Int8Act>,
     /// State outputs written in place into their slot (`state.rs`): value → state index.
     inplace_state: HashMap<ValueId, usize>,
 }
@@ -247,6 +260,8 @@ pub fn plan(g: &Mir, opts: &PlanOptions) -> Result<Lir, Vec<Problem>> {
         state_offsets: Vec::new(),
         state_bytes: 0,
         lanes: opts.window_lanes,
+        int8_dot: opts.int8_dot,
+        int8_act: HashMap::new(),
         inplace_state: HashMap::new(),
     };
     p.place_inputs_and_constants();
@@ -257,6 +272,7 @@ pub fn plan(g: &Mir, opts: &PlanOptions) -> Result<Lir, Vec<Problem>> {
     let mut launches = Vec::new();
     for &n in &roots {
         launches.extend(p.im2col_launch(n));
+        launches.extend(p.int8_launch(n));
         launches.extend(p.conv_transpose_launch(n));
         let (kernel, bindings, nodes) = p.kernel(n);
         launches.push(Launch { nodes, kernel, bindings });

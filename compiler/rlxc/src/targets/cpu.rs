@@ -26,15 +26,27 @@ pub fn cpu_of(t: Target, r: &Request) -> Result<CpuTarget, Failure> {
     Ok(c)
 }
 
+/// Whether the CPU has AVX-512 VNNI (`vpdpbusd` on zmm registers): by its features, or its name.
+pub fn has_avx512_vnni(cpu: &CpuTarget) -> bool {
+    cpu.features.split(',').any(|f| f == "+avx512vnni")
+        || ["icelake-client", "icelake-server", "tigerlake", "rocketlake", "cascadelake", "cooperlake", "sapphirerapids", "emeraldrapids", "graniterapids", "graniterapids-d", "znver4", "znver5"].contains(&cpu.cpu.as_str())
+}
+
 /// Planning parameters for a CPU: GEMM panels are two vectors wide (AVX-512: 32 f32 lanes; AVX2 and
-/// NEON: 16).
-pub fn plan_options(cpu: &CpuTarget) -> rlx_opt::PlanOptions {
+/// NEON: 16). Block-quantized matmuls over few rows take int8 activations (`PlanOptions::int8_dot`)
+/// with the LLVM back end on a CPU with AVX-512 VNNI, unless `exact` (`--exact-activations`).
+pub fn plan_options(cpu: &CpuTarget, exact: bool) -> rlx_opt::PlanOptions {
     let avx512 = cpu.features.split(',').any(|f| f == "+avx512f")
         || ["skylake-avx512", "icelake-server", "sapphirerapids", "znver4", "znver5", "x86-64-v4"].contains(&cpu.cpu.as_str());
     // AVX-512: 8 rows × 2 zmm = 16 accumulators (measured on MiniLM: 8 beats 6 and 12 by 4–5%).
     // Row fusion: softmax and LayerNorm in one or two kernels each (MiniLM: 171 launches → 100).
     // Window kernels (pools, depthwise / grouped convolution) in vectors of the f32 width.
-    rlx_opt::PlanOptions { gemm_nr: if avx512 { 32 } else { 16 }, gemm_mr: if avx512 { 8 } else { 6 }, row_fusion: true, conv_gemm: true, window_lanes: if avx512 { 16 } else { 8 }, ..Default::default() }
+    #[cfg(feature = "llvm")]
+    let llvm = cpu.backend == Backend::Llvm;
+    #[cfg(not(feature = "llvm"))]
+    let llvm = false;
+    let int8_dot = !exact && llvm && has_avx512_vnni(cpu);
+    rlx_opt::PlanOptions { gemm_nr: if avx512 { 32 } else { 16 }, gemm_mr: if avx512 { 8 } else { 6 }, row_fusion: true, conv_gemm: true, window_lanes: if avx512 { 16 } else { 8 }, int8_dot, ..Default::default() }
 }
 
 impl Family for Cpu {
@@ -45,7 +57,7 @@ impl Family for Cpu {
         crate::cli::cpu_caps(t.name())
     }
     fn flags(&self) -> &'static [Flag] {
-        &[Flag::Cpu, Flag::Backend, Flag::WeightsExternal, Flag::EmitIr]
+        &[Flag::Cpu, Flag::Backend, Flag::WeightsExternal, Flag::EmitIr, Flag::ExactActivations]
     }
     fn check(&self, t: Target, r: &Request) -> Result<(), Failure> {
         cpu_of(t, r).map(|_| ())
@@ -57,7 +69,7 @@ impl Family for Cpu {
         t != Target::Host
     }
     fn planning(&self, t: Target, r: &Request) -> Result<Planning, Failure> {
-        Ok(Planning::Plan(plan_options(&cpu_of(t, r)?)))
+        Ok(Planning::Plan(plan_options(&cpu_of(t, r)?, r.exact_activations)))
     }
     fn emit(&self, t: Target, p: Prepared, r: &Request, tm: &mut Timings) -> Result<Box<dyn Artifact>, Failure> {
         Ok(Box::new(emit(t, p, r, tm)?))
@@ -143,13 +155,15 @@ impl Artifact for Compiled {
         &self.report
     }
     fn summary(&self) -> String {
+        let int8 = int8_matmuls(&self.lir);
         format!(
-            "{} ({}): {} kernels, arena {} bytes, weights {} bytes",
+            "{} ({}): {} kernels, arena {} bytes, weights {} bytes{}",
             self.target.triple(),
             self.target.cpu,
             self.lir.launches.len(),
             self.lir.arena_bytes,
-            self.lir.weights.len()
+            self.lir.weights.len(),
+            if int8 > 0 { format!(", int8 activations in {int8} matmuls (VNNI; --exact-activations keeps f32)") } else { String::new() }
         )
     }
     fn files(&self, name: &str, model: &Path) -> Result<(Vec<(String, Vec<u8>)>, serde_json::Value), Failure> {
@@ -202,6 +216,7 @@ impl Artifact for Compiled {
             "weights_bytes": info.weights_bytes,
             "weights": if external { "external" } else { "embedded" },
             "kernels": c.lir.launches.len(),
+            "int8_activation_matmuls": int8_matmuls(&c.lir),
             "object": {"file": format!("{name}.o"), "sha256": sha256_hex(&c.object)},
             "runtime": {"file": "librlx_rt.a", "sha256": sha256_hex(&rt_bytes)},
             "link_line": link_line,
@@ -255,4 +270,10 @@ impl Artifact for Compiled {
         }
         Ok((files, manifest))
     }
+}
+
+/// Matmuls planned on int8-quantized activations (each has its quantization launch, named so by
+/// `rlx_opt`'s `int8_dot.rs`).
+pub fn int8_matmuls(lir: &Lir) -> usize {
+    lir.launches.iter().filter(|l| l.kernel.name.ends_with("(int8 activations)")).count()
 }

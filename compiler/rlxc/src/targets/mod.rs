@@ -51,6 +51,7 @@ pub enum Flag {
     Cpu,
     Backend,
     WeightsExternal,
+    ExactActivations,
     EmitIr,
     EmitRust,
     Calibrate,
@@ -68,6 +69,7 @@ impl Flag {
             Flag::Cpu => "--cpu",
             Flag::Backend => "--backend",
             Flag::WeightsExternal => "--weights external",
+            Flag::ExactActivations => "--exact-activations",
             Flag::EmitIr => "--emit-ir",
             Flag::EmitRust => "--emit rust",
             Flag::Calibrate => "--calibrate",
@@ -100,6 +102,9 @@ pub struct Request {
     pub sm: Option<u32>,
     /// `--precision`: the arithmetic of a CUDA compile's f32 matmuls.
     pub precision: Option<crate::cli::Precision>,
+    /// `--exact-activations`: CPU targets keep f32 activations in block-quantized matmuls (no int8
+    /// dot products; `rlx_opt::PlanOptions::int8_dot`).
+    pub exact_activations: bool,
     /// The model's node names → op types (`ModelSource::node_op_types`), for errors that speak of
     /// the model's ops rather than the MIR's.
     pub source_ops: BTreeMap<String, String>,
@@ -120,6 +125,7 @@ impl Request {
         on(self.cpu.is_some(), Flag::Cpu);
         on(self.backend.is_some(), Flag::Backend);
         on(self.external_weights, Flag::WeightsExternal);
+        on(self.exact_activations, Flag::ExactActivations);
         on(self.emit_ir, Flag::EmitIr);
         on(self.emit_rust, Flag::EmitRust);
         on(self.calibrate.is_some(), Flag::Calibrate);

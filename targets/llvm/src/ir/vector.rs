@@ -58,7 +58,7 @@ pub(super) fn mentions(e: &Expr, var: Var) -> bool {
         Expr::Load { index, .. } => mentions(index, var),
         Expr::I(_, a, b) | Expr::Bin(_, _, a, b) => mentions(a, var) || mentions(b, var),
         Expr::Un(_, _, a) | Expr::Cast { x: a, .. } | Expr::ToIndex { x: a, .. } => mentions(a, var),
-        Expr::Select(c, a, b) => mentions(c, var) || mentions(a, var) || mentions(b, var),
+        Expr::Select(c, a, b) | Expr::Dot4(c, a, b) => mentions(c, var) || mentions(a, var) || mentions(b, var),
     }
 }
 
@@ -223,6 +223,29 @@ impl<'a> Writer<'a> {
                 let vt = self.vt(Ty::S(*d));
                 VV { v: self.op(format!("fneg {vt} {xs}")), varying: true, ty: Ty::S(*d) }
             }
+            Expr::Dot4(c, a, b) if self.lanes % 16 == 0 => {
+                // vpdpbusd on each 16-lane part (the planner emits Dot4 only for CPUs with AVX-512 VNNI).
+                let vs: Vec<VV> = [c, a, b].iter().map(|e| self.vexpr(e)).collect();
+                let vs: Vec<String> = vs.iter().map(|v| self.splat(v)).collect();
+                let n = self.lanes;
+                let vt = format!("<{n} x i32>");
+                self.decls.insert("declare <16 x i32> @llvm.x86.avx512.vpdpbusd.512(<16 x i32>, <16 x i32>, <16 x i32>)".into());
+                let mut parts = Vec::new();
+                for h in 0..n / 16 {
+                    let idx: Vec<String> = (h * 16..h * 16 + 16).map(|i| format!("i32 {i}")).collect();
+                    let p: Vec<String> = if n == 16 { vs.clone() } else { vs.iter().map(|x| self.op(format!("shufflevector {vt} {x}, {vt} poison, <16 x i32> <{}>", idx.join(", ")))).collect() };
+                    parts.push(self.op(format!("call <16 x i32> @llvm.x86.avx512.vpdpbusd.512(<16 x i32> {}, <16 x i32> {}, <16 x i32> {})", p[0], p[1], p[2])));
+                }
+                // Concatenate the parts pairwise back into n lanes.
+                let mut w = 16;
+                while parts.len() > 1 {
+                    let all: Vec<String> = (0..2 * w).map(|i| format!("i32 {i}")).collect();
+                    parts = parts.chunks(2).map(|q| self.op(format!("shufflevector <{w} x i32> {}, <{w} x i32> {}, <{} x i32> <{}>", q[0], q[1], 2 * w, all.join(", ")))).collect();
+                    w *= 2;
+                }
+                VV { v: parts.pop().unwrap_or_default(), varying: true, ty: Ty::S(DType::I32) }
+            }
+            Expr::Dot4(c, a, b) => self.vexpr(&Expr::dot4_expanded(c, a, b)),
             Expr::Select(c, a, b) => {
                 let cv = self.vexpr(c);
                 let (x, y) = (self.vexpr(a), self.vexpr(b));
@@ -388,7 +411,7 @@ impl<'a> Writer<'a> {
             Expr::Load { index, .. } => self.mentions_vvar(index),
             Expr::I(_, a, b) | Expr::Bin(_, _, a, b) => self.mentions_vvar(a) || self.mentions_vvar(b),
             Expr::Un(_, _, a) | Expr::Cast { x: a, .. } | Expr::ToIndex { x: a, .. } => self.mentions_vvar(a),
-            Expr::Select(c, a, b) => self.mentions_vvar(c) || self.mentions_vvar(a) || self.mentions_vvar(b),
+            Expr::Select(c, a, b) | Expr::Dot4(c, a, b) => self.mentions_vvar(c) || self.mentions_vvar(a) || self.mentions_vvar(b),
         }
     }
 
