@@ -54,14 +54,17 @@ pub fn through(op: &MirOp, ins: &[Option<Row>], in_tys: &[&TensorType], out_tys:
             // Every bounded operand must land on the same output axis with the same count.
             let mut axis = None;
             for &i in &bounded {
-                let r = ins[i].unwrap();
-                let a = r.axis + out_rank - rank(i);
+                let Some(r) = ins[i] else { continue };
+                let a = (r.axis + out_rank).saturating_sub(rank(i));
                 if r.count != row.count || axis.is_some_and(|b| b != a) {
                     return refuse();
                 }
                 axis = Some(a);
             }
-            same(axis.unwrap())
+            match axis {
+                Some(a) => same(a),
+                None => refuse(),
+            }
         }
         MirOp::Reshape { .. } => {
             let (Some(i), Some(o)) = (in_tys[0].shape.as_fixed(), out_tys[0].shape.as_fixed()) else { return refuse() };
