@@ -3,45 +3,11 @@
 
 use prost::Message;
 use rlx_import::proto::tensor_proto::{DataLocation, DataType};
-use rlx_import::proto::tensor_shape_proto::{dimension, Dimension};
 use rlx_import::proto::*;
 use rlx_import::{load_onnx, load_onnx_bytes, tensor_from_proto, ImportOptions};
 
-fn vi(name: &str, dims: &[i64]) -> ValueInfoProto {
-    ValueInfoProto {
-        name: name.into(),
-        r#type: Some(TypeProto {
-            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
-                elem_type: DataType::Float as i32,
-                shape: Some(TensorShapeProto {
-                    dim: dims.iter().map(|&d| Dimension { value: Some(dimension::Value::DimValue(d)), denotation: String::new() }).collect(),
-                }),
-            })),
-            denotation: String::new(),
-        }),
-        ..Default::default()
-    }
-}
-
-fn node(name: &str, op: &str, ins: &[&str], outs: &[&str]) -> NodeProto {
-    NodeProto {
-        name: name.into(),
-        op_type: op.into(),
-        input: ins.iter().map(|s| s.to_string()).collect(),
-        output: outs.iter().map(|s| s.to_string()).collect(),
-        ..Default::default()
-    }
-}
-
-fn model(nodes: Vec<NodeProto>, inputs: Vec<ValueInfoProto>, outputs: Vec<ValueInfoProto>, inits: Vec<TensorProto>) -> Vec<u8> {
-    ModelProto {
-        ir_version: 9,
-        opset_import: vec![OperatorSetIdProto { domain: String::new(), version: 17 }],
-        graph: Some(GraphProto { node: nodes, input: inputs, output: outputs, initializer: inits, name: "g".into(), ..Default::default() }),
-        ..Default::default()
-    }
-    .encode_to_vec()
-}
+mod common;
+use common::{model, node, vi};
 
 fn err(bytes: &[u8]) -> String {
     match load_onnx_bytes(bytes, None, &ImportOptions::default()) {

@@ -2,49 +2,12 @@
 //! adds their count as a further graph output, and refuses, naming the node, a reader that would mix
 //! the padding into the result.
 
-use prost::Message;
-use rlx_import::proto::tensor_proto::DataType;
-use rlx_import::proto::tensor_shape_proto::{dimension, Dimension};
 use rlx_import::proto::*;
 use rlx_import::{load_onnx_bytes, ImportOptions};
 use rlx_ir::Bounded;
 
-fn vi(name: &str, dims: &[i64]) -> ValueInfoProto {
-    ValueInfoProto {
-        name: name.into(),
-        r#type: Some(TypeProto {
-            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
-                elem_type: DataType::Float as i32,
-                shape: Some(TensorShapeProto {
-                    dim: dims.iter().map(|&d| Dimension { value: Some(dimension::Value::DimValue(d)), denotation: String::new() }).collect(),
-                }),
-            })),
-            denotation: String::new(),
-        }),
-        ..Default::default()
-    }
-}
-
-fn node(name: &str, op: &str, ins: &[&str], outs: &[&str], attrs: Vec<AttributeProto>) -> NodeProto {
-    NodeProto {
-        name: name.into(),
-        op_type: op.into(),
-        input: ins.iter().map(|s| s.to_string()).collect(),
-        output: outs.iter().map(|s| s.to_string()).collect(),
-        attribute: attrs,
-        ..Default::default()
-    }
-}
-
-fn model(nodes: Vec<NodeProto>, inputs: Vec<ValueInfoProto>, outputs: Vec<ValueInfoProto>) -> Vec<u8> {
-    ModelProto {
-        ir_version: 9,
-        opset_import: vec![OperatorSetIdProto { domain: String::new(), version: 17 }],
-        graph: Some(GraphProto { node: nodes, input: inputs, output: outputs, name: "g".into(), ..Default::default() }),
-        ..Default::default()
-    }
-    .encode_to_vec()
-}
+mod common;
+use common::{model, node_with as node, vi};
 
 fn ints(name: &str, v: &[i64]) -> AttributeProto {
     AttributeProto { name: name.into(), ints: v.to_vec(), r#type: attribute_proto::AttributeType::Ints as i32, ..Default::default() }
@@ -52,7 +15,7 @@ fn ints(name: &str, v: &[i64]) -> AttributeProto {
 
 #[test]
 fn nonzero_output_is_bounded_with_its_count_as_a_further_output() {
-    let b = model(vec![node("nz", "NonZero", &["x"], &["y"], vec![])], vec![vi("x", &[2, 3])], vec![vi("y", &[2, 6])]);
+    let b = model(vec![node("nz", "NonZero", &["x"], &["y"], vec![])], vec![vi("x", &[2, 3])], vec![vi("y", &[2, 6])], vec![]);
     let g = load_onnx_bytes(&b, None, &ImportOptions::default()).expect("import");
     assert_eq!(g.outputs.len(), 2);
     assert_eq!(g.bounded, vec![Bounded { output: 0, axis: 1, count: 1 }]);
@@ -67,6 +30,7 @@ fn a_reduction_over_the_data_dependent_axis_is_refused_naming_the_node() {
         vec![node("nz", "NonZero", &["x"], &["i"], vec![]), node("total", "ReduceMax", &["i"], &["y"], vec![ints("axes", &[1])])],
         vec![vi("x", &[2, 3])],
         vec![vi("y", &[2, 1])],
+        vec![],
     );
     let e = load_onnx_bytes(&b, None, &ImportOptions::default()).unwrap_err();
     assert!(e.is_unsupported(), "{e}");

@@ -347,6 +347,19 @@ impl Kernel {
     }
 }
 
+/// `name(a, b, …)` of expressions.
+fn fmt_call(out: &mut String, name: &str, args: &[&Expr]) {
+    out.push_str(name);
+    out.push('(');
+    for (i, a) in args.iter().enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        fmt_expr(a, out);
+    }
+    out.push(')');
+}
+
 fn fmt_expr(e: &Expr, out: &mut String) {
     match e {
         Expr::Int(i) => {
@@ -382,15 +395,7 @@ fn fmt_expr(e: &Expr, out: &mut String) {
             fmt_expr(b, out);
             out.push(')');
         }
-        Expr::Select(c, a, b) => {
-            out.push_str("select(");
-            fmt_expr(c, out);
-            out.push_str(", ");
-            fmt_expr(a, out);
-            out.push_str(", ");
-            fmt_expr(b, out);
-            out.push(')');
-        }
+        Expr::Select(c, a, b) => fmt_call(out, "select", &[c, a, b]),
         Expr::Cast { from, to, x } => {
             let _ = write!(out, "cast.{from}.{to}(");
             fmt_expr(x, out);
@@ -401,15 +406,7 @@ fn fmt_expr(e: &Expr, out: &mut String) {
             fmt_expr(x, out);
             out.push(')');
         }
-        Expr::Dot4(c, a, b) => {
-            out.push_str("dot4(");
-            fmt_expr(c, out);
-            out.push_str(", ");
-            fmt_expr(a, out);
-            out.push_str(", ");
-            fmt_expr(b, out);
-            out.push(')');
-        }
+        Expr::Dot4(c, a, b) => fmt_call(out, "dot4", &[c, a, b]),
     }
 }
 
