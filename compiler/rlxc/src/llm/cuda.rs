@@ -11,6 +11,8 @@ use rlx_ir::Mir;
 
 pub struct CudaRunner {
     ex: rlx_rt::cuda::Executor,
+    /// The logits' bytes as the executor copies them out (kept: a decode call allocates nothing).
+    out: Vec<u8>,
 }
 
 fn cuda(e: rlx_rt::cuda::CudaError) -> Failure {
@@ -21,9 +23,9 @@ impl Runner for CudaRunner {
     fn run(&mut self, tokens: &[i64], positions: &[i64], logits: &mut [f32]) -> Result<(), Failure> {
         let bytes = |v: &[i64]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
         let (t, p) = (bytes(tokens), bytes(positions));
-        let mut out = vec![0u8; logits.len() * 4];
-        self.ex.run(&[&t, &p], &mut [&mut out]).map_err(cuda)?;
-        for (l, b) in logits.iter_mut().zip(out.chunks_exact(4)) {
+        self.out.resize(logits.len() * 4, 0);
+        self.ex.run(&[&t, &p], &mut [&mut self.out]).map_err(cuda)?;
+        for (l, b) in logits.iter_mut().zip(self.out.chunks_exact(4)) {
             *l = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
         }
         Ok(())
@@ -46,6 +48,6 @@ impl Chunked<CudaRunner> {
         let shape = step_shape(&c.lir)?;
         let ex = tm.time("setup (CUDA)", || rlx_rt::cuda::Executor::new(&c.ptx, &c.schedule, &c.lir.weights)).map_err(cuda)?;
         let what = format!("cuda ({}, sm_{} PTX, {} launches in one CUDA graph), context {}, chunk {}", ex.device_name(), c.sm, ex.dispatches(), shape.1, shape.0);
-        Ok(Chunked::new(CudaRunner { ex }, shape, what))
+        Ok(Chunked::new(CudaRunner { ex, out: Vec::new() }, shape, what))
     }
 }

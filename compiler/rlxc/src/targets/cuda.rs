@@ -186,7 +186,17 @@ impl Artifact for CudaCompiled {
         if c.lir.state_bytes > 0 {
             // A stateful model (a KV cache): the schedule's state base, which the executor keeps on
             // the device between runs and zeroes on reset; each tensor at its byte offset in it.
-            let tensors: Vec<serde_json::Value> = c.lir.state.iter().map(|s| serde_json::json!({"port": port_json(&s.port), "offset": s.offset})).collect();
+            // The CPU manifest's form: name, dtype, shape and offset per tensor.
+            let tensors: Vec<serde_json::Value> = c
+                .lir
+                .state
+                .iter()
+                .map(|s| {
+                    let mut t = port_json(&s.port);
+                    t["offset"] = serde_json::json!(s.offset);
+                    t
+                })
+                .collect();
             manifest["state"] = serde_json::json!({"bytes": c.lir.state_bytes, "tensors": tensors});
         }
         let files = vec![

@@ -571,18 +571,16 @@ fn rows_kernel(w: &mut Writer, li: usize, phases: &[Phase], reduce: Option<&Acc>
     let rpb = if wpr > 1 { 1 } else { rows_per_block(total) };
     let st = 32 * wpr;
     let tid = sreg(w, "tid.x");
-    let (warp, lane, g) = if wpr > 1 {
-        let warp = w.emit_op(format!("lshr i64 {tid}, 5"));
-        (warp, tid.clone(), sreg(w, "ctaid.x"))
-    } else {
-        let warp = w.emit_op(format!("lshr i64 {tid}, 5"));
-        let lane = w.emit_op(format!("and i64 {tid}, 31"));
-        let cx = sreg(w, "ctaid.x");
-        let g0 = w.emit_op(format!("mul nuw nsw i64 {cx}, {rpb}"));
-        let g = w.emit_op(format!("add nuw nsw i64 {g0}, {warp}"));
-        (warp, lane, g)
-    };
+    let warp = w.emit_op(format!("lshr i64 {tid}, 5"));
+    // `wl`: the lane in its warp; `lane`: the thread's index among the row's threads.
     let wl = w.emit_op(format!("and i64 {tid}, 31"));
+    let cx = sreg(w, "ctaid.x");
+    let (lane, g) = if wpr > 1 {
+        (tid.clone(), cx)
+    } else {
+        let g0 = w.emit_op(format!("mul nuw nsw i64 {cx}, {rpb}"));
+        (wl.clone(), w.emit_op(format!("add nuw nsw i64 {g0}, {warp}")))
+    };
     let lt = w.emit_op(format!("icmp slt i64 {g}, {}", total - 1));
     let gi = w.emit_op(format!("select i1 {lt}, i64 {g}, i64 {}", total - 1));
     let inside = w.emit_op(format!("icmp slt i64 {g}, {total}"));
