@@ -31,6 +31,13 @@ pub(super) fn is_view(g: &Mir, n: NodeId) -> bool {
             axes.len() == 1 && steps[0] == 1 && shape[..axes[0]].iter().all(|&d| d == 1)
         }
         MirOp::Cast { to } => *to == g.ty(node.inputs[0]).dtype,
+        // A transpose that keeps the order of the axes longer than 1 moves no element: the same
+        // bytes (attention's head merge at one query row: [1, heads, 1, d] → [1, 1, heads, d]).
+        MirOp::Transpose { perm } => {
+            let shape = g.ty(node.inputs[0]).shape.as_fixed().unwrap_or_default();
+            let long: Vec<usize> = perm.iter().copied().filter(|&a| shape.get(a).is_some_and(|&d| d > 1)).collect();
+            !shape.is_empty() && long.windows(2).all(|w| w[0] < w[1])
+        }
         _ => false,
     }
 }
@@ -187,7 +194,9 @@ pub fn fuse_with(g: &Mir, operands: bool) -> Fusion {
             // A cast is cheaper to redo at each load than to materialize in a wider type (int8
             // operands widened to i32 stay int8 in memory).
             let widen = matches!(node.op, MirOp::Cast { .. });
-            let cheap = is_data_movement(&node.op) || widen || numel(g, v) >= numel(g, cv);
+            // A concat reads each element of each input once: inlining an input recomputes nothing
+            // (RoPE's two rotated halves and their concat are one kernel).
+            let cheap = is_data_movement(&node.op) || widen || numel(g, v) >= numel(g, cv) || matches!(cn.op, MirOp::Concat { .. });
             let consumer_ok = is_inlinable(&cn.op)
                 || matches!(cn.op, MirOp::MatMul | MirOp::Reduce { .. } | MirOp::ArgReduce { .. })
                 || (widen && matches!(cn.op, MirOp::Conv { .. } | MirOp::ConvTranspose { .. } | MirOp::Pool { .. }));
@@ -221,7 +230,8 @@ pub fn fuse_with(g: &Mir, operands: bool) -> Fusion {
     }
     for n in g.node_ids() {
         let node = g.node(n);
-        if role[n.index()] != Role::Root || node.outputs.len() != 1 || !is_elementwise(&node.op) {
+        // (A slice is index math: RoPE's halves, each read by both rotated outputs, are recomputed.)
+        if role[n.index()] != Role::Root || node.outputs.len() != 1 || !(is_elementwise(&node.op) || matches!(node.op, MirOp::Slice { .. })) {
             continue;
         }
         let v = node.outputs[0];
@@ -277,5 +287,20 @@ mod tests {
         assert_eq!(role(cat), Role::Root);
         assert_eq!(role(t), Role::Inlined);
         assert_eq!(role(cat2), Role::Inlined);
+    }
+
+    /// A transpose that moves only axes of length 1 is a view (no kernel); one that moves a longer
+    /// axis past another is not.
+    #[test]
+    fn a_transpose_of_unit_axes_is_a_view() {
+        let mut g = Mir::new();
+        let x = g.add_input("x", TensorType::fixed(DType::F32, &[1, 4, 1, 8]));
+        let t = g.add_node("t", MirOp::Transpose { perm: vec![0, 2, 1, 3] }, &[x]).unwrap()[0];
+        let u = g.add_node("u", MirOp::Transpose { perm: vec![0, 3, 2, 1] }, &[x]).unwrap()[0];
+        g.outputs = vec![t, u];
+        let fu = fuse(&g);
+        let role = |v: ValueId| fu.role[g.producer(v).unwrap().index()];
+        assert_eq!(role(t), Role::View);
+        assert_eq!(role(u), Role::Root);
     }
 }

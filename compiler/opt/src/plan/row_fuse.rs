@@ -36,23 +36,33 @@ pub fn row_fuse(g: &Mir, f: &mut Fusion, recompute: bool) {
     let ids: Vec<NodeId> = g.node_ids().collect();
     for &r in ids.iter().rev() {
         let root = g.node(r);
-        if f.role[r.index()] != Role::Root || root.outputs.len() != 1 || !is_elementwise(&root.op) {
-            continue;
-        }
         let rv = root.outputs[0];
         let Some(full) = g.ty(rv).shape.as_fixed() else { continue };
+        // The root: elementwise, or a concat along the last axis (RoPE's rotated halves of a normalized
+        // head: its norm's reduction is computed in the rotation's kernel).
+        let last_concat = matches!(root.op, MirOp::Concat { axis } if axis + 1 == full.len());
+        if f.role[r.index()] != Role::Root || root.outputs.len() != 1 || !(is_elementwise(&root.op) || last_concat) {
+            continue;
+        }
         if full.is_empty() || full[full.len() - 1] < 2 || f.anchor_of.contains_key(&rv) {
             continue;
         }
         let mut row = full.clone();
         row[full.len() - 1] = 1;
         // Candidates: the backward closure through eligible nodes.
+        // A value whose rows are the root's rows (same leading dims, any last length): what a slice
+        // along the last axis yields, and the elementwise ops on it.
+        let rowlike = |sh: &[usize]| sh.len() == full.len() && sh[..sh.len() - 1] == full[..full.len() - 1];
         let eligible = |n: NodeId| -> bool {
             let node = g.node(n);
-            if node.outputs.len() != 1 || f.role[n.index()] == Role::View || is_out[node.outputs[0].index()] {
+            let last_slice = matches!(&node.op, MirOp::Slice { axes, steps, .. } if axes[..] == [full.len() - 1] && steps[0] == 1);
+            if node.outputs.len() != 1 || (f.role[n.index()] == Role::View && !last_slice) || is_out[node.outputs[0].index()] {
                 return false;
             }
             let Some(sh) = g.ty(node.outputs[0]).shape.as_fixed() else { return false };
+            if last_slice {
+                return rowlike(&sh) && g.ty(node.inputs[0]).shape.as_fixed().is_some_and(|s| rowlike(&s));
+            }
             // The epilogue of a matmul or conv stays in its anchor's kernel (a row reduction's may move).
             if f.anchor_of.get(&node.outputs[0]).is_some_and(|&a| !is_row_reduce(g, a)) {
                 return false;
@@ -68,7 +78,7 @@ pub fn row_fuse(g: &Mir, f: &mut Fusion, recompute: bool) {
             if costly && !recompute && sh == full && consumers[node.outputs[0].index()].len() > 1 {
                 return false;
             }
-            is_elementwise(&node.op) && (sh == full || sh == row)
+            is_elementwise(&node.op) && (sh == full || sh == row || (last_concat && rowlike(&sh)))
         };
         // At most two reductions chained (LayerNorm: mean then variance; softmax: max then sum): every
         // reduction is one more pass over the row recomputing the region's expression. A longer chain
@@ -119,5 +129,44 @@ pub fn row_fuse(g: &Mir, f: &mut Fusion, recompute: bool) {
             f.anchor_of.remove(&g.node(n).outputs[0]);
         }
         f.row_reduces.insert(r, reduces);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::fuse::fuse;
+    use rlx_ir::{BinaryOp, DType, ReduceOp, TensorType, UnaryOp, ValueId};
+
+    /// RoPE on RMS-normalized heads, as a language model's attention builds it: x / √mean(x²) split
+    /// into halves along the head, each half rotated by the other, the halves concatenated. With 4
+    /// heads the slices are real slices, with 1 head views; either way the whole is one row kernel
+    /// (the concat) computing the norm's reduction per head.
+    #[test]
+    fn rope_of_a_normalized_head_is_one_row_kernel() {
+        for heads in [4, 1] {
+            let mut g = Mir::new();
+            let f = |s: &[usize]| TensorType::fixed(DType::F32, s);
+            let x = g.add_input("x", f(&[1, heads, 1, 8]));
+            let (c, s) = (g.add_input("cos", f(&[1, 1, 1, 4])), g.add_input("sin", f(&[1, 1, 1, 4])));
+            let mut op = |name: &str, op: MirOp, ins: &[ValueId]| g.add_node(name, op, ins).unwrap()[0];
+            let sq = op("sq", MirOp::Binary(BinaryOp::Mul), &[x, x]);
+            let ms = op("ms", MirOp::Reduce { op: ReduceOp::Mean, axes: vec![3], keepdims: true }, &[sq]);
+            let rt = op("rt", MirOp::Unary(UnaryOp::Sqrt), &[ms]);
+            let n = op("n", MirOp::Binary(BinaryOp::Div), &[x, rt]);
+            let half = |lo| MirOp::Slice { axes: vec![3], starts: vec![lo], ends: vec![lo + 4], steps: vec![1] };
+            let (x1, x2) = (op("x1", half(0), &[n]), op("x2", half(4), &[n]));
+            let (a, b) = (op("a", MirOp::Binary(BinaryOp::Mul), &[x1, c]), op("b", MirOp::Binary(BinaryOp::Mul), &[x2, s]));
+            let o1 = op("o1", MirOp::Binary(BinaryOp::Sub), &[a, b]);
+            let (a2, b2) = (op("a2", MirOp::Binary(BinaryOp::Mul), &[x2, c]), op("b2", MirOp::Binary(BinaryOp::Mul), &[x1, s]));
+            let o2 = op("o2", MirOp::Binary(BinaryOp::Add), &[a2, b2]);
+            let out = op("rope", MirOp::Concat { axis: 3 }, &[o1, o2]);
+            g.outputs = vec![out];
+            let mut fu = fuse(&g);
+            row_fuse(&g, &mut fu, true);
+            let roots: Vec<&str> = g.node_ids().filter(|n| fu.role[n.index()] == Role::Root).map(|n| g.node(n).name.as_str()).collect();
+            assert_eq!(roots, ["rope"], "{heads} heads");
+            assert_eq!(fu.row_reduces[&g.producer(out).unwrap()].len(), 1);
+        }
     }
 }
