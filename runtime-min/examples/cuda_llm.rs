@@ -65,8 +65,15 @@ fn run(a: &[String]) -> Result<(), String> {
             p[pad + i] = (start + i) as i64;
         }
         ex.run(&[&bytes(&t), &bytes(&p)], &mut [logits]).map_err(|e| e.to_string())?;
-        let f = |i: usize| f32::from_le_bytes([logits[4 * i], logits[4 * i + 1], logits[4 * i + 2], logits[4 * i + 3]]);
-        Ok((0..vocab).fold(0, |best, i| if f(i) > f(best) { i } else { best }) as i64)
+        // Greedy: the first largest logit, each read once.
+        let (mut best, mut top) = (0, f32::NEG_INFINITY);
+        for (i, b) in logits.chunks_exact(4).enumerate() {
+            let v = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+            if v > top || i == 0 {
+                (best, top) = (i, v);
+            }
+        }
+        Ok(best as i64)
     };
     let t1 = Instant::now();
     let mut next = 0;

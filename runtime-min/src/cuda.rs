@@ -123,6 +123,10 @@ pub struct Executor {
     collectives: usize,
     /// Per kernel dispatch: its function, grid and block (for [`Executor::kernel_times`]).
     launches: Vec<(sys::CUfunction, (u32, u32, u32), (u32, u32, u32))>,
+    /// Per output: page-locked host memory of its size the device copies into (a copy into pageable
+    /// memory is staged by the driver, several times slower: a language model's 1 MB of logits per
+    /// token), then copied into the caller's slice.
+    staging: Vec<(*mut c_void, usize)>,
 }
 
 impl Executor {
@@ -223,7 +227,7 @@ impl Executor {
         // (or right away when setup fails), and every copy's host slice outlives the call (sync copies).
         let ctx = unsafe { result::primary_ctx::retain(dev) }.map_err(drv("cuDevicePrimaryCtxRetain"))?;
         let state = sched.bases.iter().position(|b| b.0 == BaseKind::State);
-        let mut ex = Executor { dev, ctx, stream: core::ptr::null_mut(), module: core::ptr::null_mut(), bufs: Vec::new(), graph: core::ptr::null_mut(), exec: core::ptr::null_mut(), inputs, outputs, state, name, dispatches: sched.dispatches.len(), launches: Vec::new(), collectives: sched.collectives(), #[cfg(feature = "nccl")] _nccl: None };
+        let mut ex = Executor { dev, ctx, stream: core::ptr::null_mut(), module: core::ptr::null_mut(), bufs: Vec::new(), graph: core::ptr::null_mut(), exec: core::ptr::null_mut(), inputs, outputs, state, name, dispatches: sched.dispatches.len(), launches: Vec::new(), collectives: sched.collectives(), staging: Vec::new(), #[cfg(feature = "nccl")] _nccl: None };
         unsafe { result::ctx::set_current(ctx) }.map_err(drv("cuCtxSetCurrent"))?;
         ex.stream = result::stream::create(result::stream::StreamKind::NonBlocking).map_err(drv("cuStreamCreate"))?;
         ex.module = unsafe { result::module::load_data(ptx_c.as_ptr() as *const c_void) }.map_err(drv("cuModuleLoadData (the PTX does not load on this device)"))?;
@@ -236,6 +240,11 @@ impl Executor {
             if kind == BaseKind::Weights && n > 0 {
                 unsafe { result::memcpy_htod_sync(p, weights) }.map_err(drv("uploading the weights"))?;
             }
+        }
+        for &b in &ex.outputs {
+            let n = ex.bufs[b].2 as usize;
+            let p = if n == 0 { core::ptr::null_mut() } else { unsafe { result::malloc_host(n, 0) }.map_err(drv(&format!("cuMemHostAlloc of {n} bytes")))? };
+            ex.staging.push((p, n));
         }
         let mut funcs = Vec::with_capacity(sched.dispatches.len());
         for d in &sched.dispatches {
@@ -409,12 +418,18 @@ impl Executor {
                 }
             }
             result::graph::launch(self.exec, self.stream).map_err(drv("cuGraphLaunch"))?;
-            for (y, &b) in outputs.iter_mut().zip(&self.outputs) {
-                if !y.is_empty() {
-                    result::memcpy_dtoh_async(y, self.bufs[b].1, self.stream).map_err(drv("copying an output out"))?;
+            for (&(h, n), &b) in self.staging.iter().zip(&self.outputs) {
+                if n > 0 {
+                    let host = core::slice::from_raw_parts_mut(h as *mut u8, n);
+                    result::memcpy_dtoh_async(host, self.bufs[b].1, self.stream).map_err(drv("copying an output out"))?;
                 }
             }
             result::stream::synchronize(self.stream).map_err(drv("running the graph (a kernel failed)"))?;
+            for (y, &(h, n)) in outputs.iter_mut().zip(&self.staging) {
+                if n > 0 {
+                    y.copy_from_slice(core::slice::from_raw_parts(h as *const u8, n));
+                }
+            }
         }
         Ok(())
     }
@@ -436,6 +451,11 @@ impl Drop for Executor {
             }
             for &(_, p, _) in &self.bufs {
                 let _ = result::free_sync(p);
+            }
+            for &(h, _) in &self.staging {
+                if !h.is_null() {
+                    let _ = result::free_host(h);
+                }
             }
             if !self.module.is_null() {
                 let _ = result::module::unload(self.module);

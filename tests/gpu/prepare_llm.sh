@@ -10,6 +10,8 @@
 #   base/prompt.txt          the prompt's token ids; base/host.txt the tokens `rlxc run --target host`
 #                            generates from it (the reference the GPU's tokens must equal)
 #   base/config.json         the model's shapes for tests/gpu/bench_gemma_torch.py
+#   base/tensors.json        each GGUF tensor's type, shape and offset in the weights blob, and
+#   base/pylib/gguf          the gguf package: PyTorch gets the same dequantized weights
 #   base/run_llm.sh, base/bench_gemma_torch.py
 #   partI/weights.partI      consecutive slices of the weights blob (cat them in order)
 # Usage: tests/gpu/prepare_llm.sh [OUT_DIR]   (from the repository root; needs target/release/rlxc and
@@ -48,6 +50,26 @@ json.dump({"vocab_size": vocab, "hidden_size": f("gemma3.embedding_length"), "in
            "rms_norm_eps": f("gemma3.attention.layer_norm_rms_epsilon"), "sliding_window": f("gemma3.attention.sliding_window"),
            "max_position_embeddings": 32768, "query_pre_attn_scalar": f("gemma3.attention.key_length")}, open(sys.argv[2], "w"), indent=1)
 PY
+# The GGUF's tensors lie verbatim in the CUDA weights blob (block weights keep their bytes): their
+# offsets there (base/tensors.json) and the gguf package (base/pylib, its dequantizers) let
+# bench_gemma_torch.py give PyTorch the same dequantized weights without carrying the GGUF too.
+${RLX_PY:-.venv/bin/python} - "$M" "$D/weights.bin" "$D/base/tensors.json" <<'PY'
+import json, sys, gguf
+r = gguf.GGUFReader(sys.argv[1])
+blob = open(sys.argv[2], "rb").read()
+table = []
+for t in r.tensors:
+    b = bytes(t.data.tobytes())
+    at = blob.find(b[:4096])
+    while at >= 0 and blob[at:at + len(b)] != b:
+        at = blob.find(b[:4096], at + 1)
+    if at < 0:
+        sys.exit(f"tensor {t.name} is not in the weights blob")
+    table.append({"name": t.name, "type": int(t.tensor_type), "shape": [int(d) for d in reversed(t.shape.tolist())], "offset": at, "bytes": len(b)})
+json.dump(table, open(sys.argv[3], "w"))
+PY
+mkdir -p "$D/base/pylib" && cp -r "$(${RLX_PY:-.venv/bin/python} -c 'import gguf, os; print(os.path.dirname(gguf.__file__))')" "$D/base/pylib/"
+rm -rf "$D/base/pylib/gguf/__pycache__" "$D/base/pylib/gguf/scripts"
 # Parts that fit a call beside the working tree and base/.
 split -b 50M -d -a 1 "$D/weights.bin" "$D/weights.part"
 rm "$D/weights.bin"

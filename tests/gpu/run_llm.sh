@@ -3,7 +3,7 @@
 # after every part of its weights has been copied into STAGE by earlier calls (`stage`), then `run`:
 # greedy generation with runtime-min's CUDA executor (chunk 8 and chunk 1 artifacts) — its tokens must
 # equal the host's — decode tokens/s at 128 and ~1000 positions, and PyTorch's decode rate on the same
-# architecture (bench_gemma_torch.py). Raw output to $OUT/h200-llm.log; every kernel's device time of a
+# model with the same weights, dequantized (bench_gemma_torch.py). Raw output to $OUT/h200-llm.log; every kernel's device time of a
 # decode call at ~1000 positions (slowest first) to $OUT/kernels-chunkC.txt.
 # Usage: run_llm.sh stage CARRIED_PART_DIR STAGE | run_llm.sh run BASE_DIR STAGE
 set -euo pipefail
@@ -36,7 +36,8 @@ export PYTHONUNBUFFERED=1
   p=$(echo "$prompt" | tr ',' '\n' | wc -l)
   echo "== PyTorch (prompt $p): decode 128 and 1000 tokens"
   if [ "${TORCH:-1}" = 1 ]; then
-    python3 "$B/bench_gemma_torch.py" "$B/config.json" "$p" 128 || echo "torch bench failed"
-    python3 "$B/bench_gemma_torch.py" "$B/config.json" "$p" 1000 || echo "torch bench failed"
+    W="--weights $S/gemma.weights.bin --tensors $B/tensors.json --prompt $B/prompt.txt --host $B/host.txt"
+    python3 "$B/bench_gemma_torch.py" "$B/config.json" "$p" 128 $W || echo "torch bench failed"
+    python3 "$B/bench_gemma_torch.py" "$B/config.json" "$p" 1000 $W || echo "torch bench failed"
   fi
 } 2>&1 | tee "$OUT/h200-llm.log"

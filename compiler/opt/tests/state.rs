@@ -30,8 +30,10 @@ fn write_rows_updates_the_state_in_place() {
     let w = lir.launches.iter().find(|l| l.kernel.name == "cache.update").expect("a write_rows kernel");
     let out = &lir.buffers[w.bindings[0] as usize];
     assert_eq!((out.base, out.offset, out.shape.clone()), (Base::State, 0, vec![8, 3]));
-    // One loop over the rows, each guarded; no copy of the cache anywhere.
-    let [Stmt::For { extent: 2, body, .. }] = &w.kernel.body[..] else { panic!("{:?}", w.kernel.body) };
+    // A parallel loop over a row's elements, inside it the rows in order, each guarded; no copy of
+    // the cache anywhere.
+    let [Stmt::For { extent: 3, kind: rlx_ir::loops::LoopKind::Parallel, body, .. }] = &w.kernel.body[..] else { panic!("{:?}", w.kernel.body) };
+    let [Stmt::For { extent: 2, body, .. }] = &body[..] else { panic!("{body:?}") };
     assert!(matches!(body[..], [Stmt::If { .. }]), "{body:?}");
     assert_eq!(lir.launches.len(), 2, "{lir}");
     // The reduction reads the updated cache from the state region.

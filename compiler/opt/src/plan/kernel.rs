@@ -228,7 +228,8 @@ impl Planner<'_> {
 
     /// `write_rows` in place: for each of the n rows, when its position p is inside the cache, the row
     /// is stored at row p of the cache's own buffer (the node's output aliases it); nothing else is
-    /// touched. Rows run in order, so on repeated positions the later row wins (as the interpreter).
+    /// touched. At each element the rows run in order, so on repeated positions the later row wins
+    /// (as the interpreter).
     fn write_rows(&mut self, r: NodeId) -> (Kernel, Vec<u32>, Vec<NodeId>) {
         let node = self.g.node(r).clone();
         let (cache, rows, pos) = (node.inputs[0], node.inputs[1], node.inputs[2]);
@@ -241,13 +242,15 @@ impl Planner<'_> {
         let raw = self.elem(&mut kb, pos, &[Expr::Var(i)]);
         let p = Expr::ToIndex { from: self.dt(pos), x: Box::new(raw) };
         let inside = Expr::i(IOp::Mul, Expr::i(IOp::Le, Expr::Int(0), p.clone()), Expr::i(IOp::Lt, p.clone(), Expr::Int(cshape[0] as i64)));
-        let inner = nest(&mut kb, &rshape[1..], LoopKind::Serial, &mut |kb, idx| {
+        // The element loops outside, parallel (a GPU's grid: one decode row of 256 values ran on one
+        // thread, 7 µs), the rows inside in order at each element, so the later row still wins.
+        let body = nest(&mut kb, &rshape[1..], LoopKind::Parallel, &mut |kb, idx| {
             let ri: Vec<Expr> = std::iter::once(Expr::Var(i)).chain(idx.iter().cloned()).collect();
             let ci: Vec<Expr> = std::iter::once(p.clone()).chain(idx.iter().cloned()).collect();
             let v = self.elem(kb, rows, &ri);
-            vec![Stmt::Store { buf: op, index: linear(&ci, &cshape), value: v }]
+            let store = Stmt::Store { buf: op, index: linear(&ci, &cshape), value: v };
+            vec![Stmt::For { var: i, extent: rshape[0] as i64, kind: LoopKind::Serial, body: vec![Stmt::If { cond: inside.clone(), body: vec![store] }] }]
         });
-        let body = vec![Stmt::For { var: i, extent: rshape[0] as i64, kind: LoopKind::Serial, body: vec![Stmt::If { cond: inside, body: inner }] }];
         (Kernel { name: node.name.clone(), params: kb.params, body, vars: kb.vars }, kb.bindings, vec![r])
     }
 
