@@ -102,12 +102,12 @@ pub struct PlanOptions {
     /// writers run one warp per output with each lane's loads contiguous (`loops/tiled.rs`'s row
     /// reduction). The CUDA target turns it on; the CPU targets keep the panel form (`blocks.rs`).
     pub flat_block_dots: bool,
-    /// `dequant_matmul` of a Q8_0 or Q5_0 weight over few rows (decode, a prefill's last-row logits) as
-    /// integer dot products on int8-quantized activations (`int8_dot.rs`: x quantized per 32 values as
-    /// llama.cpp's q8_0, [`rlx_ir::loops::Expr::Dot4`] per 4 values, which the LLVM writer emits as
-    /// AVX-512 VNNI's `vpdpbusd`). Changes results slightly (that module's doc states the bound); the
-    /// CPU family sets it where the CPU has AVX-512 VNNI and the back end is LLVM, unless
-    /// `--exact-activations`.
+    /// `dequant_matmul` of a Q8_0, Q5_0, Q4_K or Q6_K weight (decode and prefill) as integer dot
+    /// products on int8-quantized activations (`int8_dot.rs`: x quantized per 32 values as llama.cpp's
+    /// q8_0, [`rlx_ir::loops::Expr::Dot4`] per 4 values, which the LLVM writer emits as the CPU's
+    /// instruction: `vpdpbusd`, `vpmaddubsw` + `vpmaddwd`, `sdot`). Changes results slightly (that
+    /// module's doc states the bound); the CPU family sets it where the CPU has one of those and the
+    /// back end is LLVM, unless `--exact-activations`.
     pub int8_dot: bool,
 }
 
