@@ -1,4 +1,5 @@
-//! `dequant_matmul` of a Q8_0, Q5_0, Q4_K or Q6_K weight (decode's few rows and prefill's many) as
+//! `dequant_matmul` of a Q8_0, Q5_0, Q4_K or Q6_K weight (decode's few rows, and prefill's many with
+//! [`PlanOptions::int8_gemm`](super::PlanOptions)) as
 //! integer dot products on int8-quantized activations ([`PlanOptions::int8_dot`](super::PlanOptions),
 //! CPUs with an int8 dot product instruction), as llama.cpp's `ggml_vec_dot_q8_0_q8_0`, `_q5_0_q8_0`,
 //! `_q4_K_q8_K`, `_q6_K_q8_K`.
@@ -23,7 +24,7 @@
 //! interpreter for every type here and every `Dot4` instruction).
 
 use super::block_layout::{fb, quad_bytes, value, BlockWeight};
-use super::blocks::prefetch_ahead;
+use super::blocks::{prefetch_ahead, PANEL_TILES};
 use super::index::{clamp, unflatten};
 use super::kernel::{lit, KB};
 use super::Planner;
@@ -76,7 +77,8 @@ impl Planner<'_> {
         let x = node.inputs[0];
         let sx = self.shape(x);
         let rows: usize = sx[..sx.len() - 1].iter().product();
-        if self.dt(x) != DType::F32 || w.cols % QK != 0 {
+        let mr = self.mr.min(rows.max(1));
+        if self.dt(x) != DType::F32 || w.cols % QK != 0 || (!self.int8_gemm && rows.div_ceil(mr) >= PANEL_TILES) {
             return None;
         }
         let (kdim, nblk) = (w.cols, w.cols / QK);

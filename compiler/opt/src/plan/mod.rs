@@ -109,11 +109,14 @@ pub struct PlanOptions {
     /// module's doc states the bound); the CPU family sets it where the CPU has one of those and the
     /// back end is LLVM, unless `--exact-activations`.
     pub int8_dot: bool,
+    /// With `int8_dot`, prefill's many-row matmuls take the int8 form too (else they keep the f32
+    /// panels): the CPU family sets it where that pays (measured: AVX-512 VNNI yes, AVX2 no).
+    pub int8_gemm: bool,
 }
 
 impl Default for PlanOptions {
     fn default() -> Self {
-        PlanOptions { align: 64, gemm_nr: GEMM_NR, gemm_mr: GEMM_MR, row_fusion: false, row_recompute: false, inline_operands: false, conv_gemm: false, window_lanes: 0, flat_block_dots: false, int8_dot: false }
+        PlanOptions { align: 64, gemm_nr: GEMM_NR, gemm_mr: GEMM_MR, row_fusion: false, row_recompute: false, inline_operands: false, conv_gemm: false, window_lanes: 0, flat_block_dots: false, int8_dot: false, int8_gemm: false }
     }
 }
 
@@ -151,6 +154,8 @@ struct Planner<'g> {
     lanes: usize,
     /// [`PlanOptions::int8_dot`].
     int8_dot: bool,
+    /// [`PlanOptions::int8_gemm`].
+    int8_gemm: bool,
     /// `dequant_matmul` anchors in the int8 form → their quantized activations, written by the
     /// launch before them (`int8_dot.rs`).
     int8_act: HashMap<NodeId, int8_dot::Int8Act>,
@@ -261,6 +266,7 @@ pub fn plan(g: &Mir, opts: &PlanOptions) -> Result<Lir, Vec<Problem>> {
         state_bytes: 0,
         lanes: opts.window_lanes,
         int8_dot: opts.int8_dot,
+        int8_gemm: opts.int8_gemm,
         int8_act: HashMap::new(),
         inplace_state: HashMap::new(),
     };
