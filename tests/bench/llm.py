@@ -139,6 +139,7 @@ def main() -> int:
     ap.add_argument("--engines", default="rlxc,llama")
     ap.add_argument("--out", default=None)
     ap.add_argument("--exact-activations", action="store_true", help="compile rlxc's artifacts with --exact-activations (f32 activations in every matmul)")
+    ap.add_argument("--cpu", help="compile rlxc's artifacts with --cpu CPU (e.g. haswell: the AVX2 int8 path on an AVX-512 host)")
     ap.add_argument("--show-tokens", action="store_true", help="print both engines' greedy tokens where they differ")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -156,7 +157,7 @@ def main() -> int:
         for kind, n in todo:
             key = (n, chunk_of[kind])
             if key not in arts:
-                arts[key] = build_rlxc(a.rlxc, a.model, Path(a.build), *key, ["--exact-activations"] if a.exact_activations else [])
+                arts[key] = build_rlxc(a.rlxc, a.model, Path(a.build), *key, (["--exact-activations"] if a.exact_activations else []) + (["--cpu", a.cpu] if a.cpu else []))
                 print(f"rlxc compile, context {n}, chunk {key[1]}: {arts[key]['compile_s']:.1f} s, object {arts[key]['object_mb']:.0f} MB", flush=True)
     rows = []
     for kind, n in todo:

@@ -75,11 +75,14 @@ pub enum Expr {
     Cast { from: DType, to: DType, x: Box<Expr> },
     /// An index expression converted from a scalar of `from` (for data-dependent indices: gather).
     ToIndex { from: DType, x: Box<Expr> },
-    /// `Dot4(acc, a, b)`: i32 `acc + Σᵢ u8(a byte i) · i8(b byte i)` over the 4 bytes of the i32s `a`
-    /// and `b` (little-endian), wrapping — x86's `vpdpbusd` lane. Planned only for CPUs that have it
-    /// (the LLVM writer emits the instruction); [`Expr::dot4_expanded`] is the same value from plain
-    /// ops, for writers without it.
-    Dot4(Box<Expr>, Box<Expr>, Box<Expr>),
+    /// `Dot4(acc, a, b, amax)`: i32 `acc + Σᵢ u8(a byte i) · i8(b byte i)` over the 4 bytes of the i32s
+    /// `a` and `b` (little-endian), wrapping — x86's `vpdpbusd` lane. `amax` is the largest value a
+    /// byte of `a` takes (the planner's guarantee): a writer may use an instruction that is exact only
+    /// under it (AVX2's `vpmaddubsw` sums two products into a saturating i16: exact when
+    /// 2·amax·128 ≤ 32767, i.e. amax ≤ 127; aarch64's `sdot` reads `a` signed: the same bytes when
+    /// amax ≤ 127). Planned only for CPUs with one of those instructions (the LLVM writer picks it from
+    /// the CPU); [`Expr::dot4_expanded`] is the same value from plain ops, for writers without them.
+    Dot4(Box<Expr>, Box<Expr>, Box<Expr>, u8),
 }
 
 impl Expr {
@@ -132,6 +135,20 @@ impl Expr {
         }
         sum
     }
+}
+
+/// The instruction a vector [`Expr::Dot4`] becomes on a CPU (its integer dot product), chosen from the
+/// CPU's features by the driver and followed by the LLVM writer; `Plain` is its expansion in plain ops.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Int8Dot {
+    #[default]
+    Plain,
+    /// AVX-512 VNNI `vpdpbusd` (512-bit).
+    Vnni,
+    /// AVX2 `vpmaddubsw` + `vpmaddwd` (256-bit).
+    Avx2,
+    /// aarch64 `sdot` (the dotprod feature; 128-bit).
+    Sdot,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -406,7 +423,8 @@ fn fmt_expr(e: &Expr, out: &mut String) {
             fmt_expr(x, out);
             out.push(')');
         }
-        Expr::Dot4(c, a, b) => fmt_call(out, "dot4", &[c, a, b]),
+        Expr::Dot4(c, a, b, 255) => fmt_call(out, "dot4", &[c, a, b]),
+        Expr::Dot4(c, a, b, m) => fmt_call(out, &format!("dot4.u{m}"), &[c, a, b]),
     }
 }
 

@@ -6,8 +6,9 @@
 //!   run under qemu-aarch64): a row gather is bit-identical to the interpreter's dequantization (same
 //!   bytes, same f32 arithmetic), a matmul within 1e-5 of the output's range (f32 accumulation in the
 //!   kernel, f64 in the interpreter; with `--exact-activations`);
-//! - Q8_0 and Q5_0 matmuls on int8-quantized activations (host, LLVM, where the CPU has AVX-512 VNNI): every
-//!   output within the bound that rounding x to q8_0 allows (the test states it);
+//! - Q8_0, Q5_0, Q4_K and Q6_K matmuls on int8-quantized activations (LLVM: the host's VNNI, AVX2 with
+//!   `--cpu haswell`, aarch64 `sdot` with `--cpu neoverse-n1` under qemu): every output within the bound
+//!   that rounding x to q8_0 allows (the test states it);
 //! - the tiny llama / qwen2 / qwen3 / gemma3 models in every type `gguf` writes, compiled to host
 //!   (LLVM) and Cranelift, and the llama ones to aarch64 (qemu): logits within 1e-4 of the logit range
 //!   of the interpreter's and of the numpy reference's (measured: ≤ 3e-7) with f32 activations, within
@@ -158,24 +159,34 @@ fn every_block_type_gathers_bit_exact_and_multiplies_within_tolerance() {
     eprintln!("{}", report.join("\n"));
 }
 
-/// Q8_0 and Q5_0 matmuls over 1, 3 and 9 rows (one and two tiles) on int8-quantized activations (host, LLVM;
-/// the int8 form is planned where the CPU has AVX-512 VNNI): each output within the quantization bound
-/// of the interpreter's f32 result. x rounded to q8_0 (per 32 values, steps of max|x|/127) moves each
-/// value by at most half a step, and the f16 rounding of the block's scale by at most 2⁻¹¹·max|x| more,
-/// so output j moves by at most Σ_blocks (max|x_block|/254 + max|x_block|/2048)·Σ_block |w_j| (the
-/// weights are the file's integers times their scale, not rounded again); 1e-5 of the output range is
-/// added for the f32 accumulation. 24 rows are panels of 8 lanes (the Dot4 written with plain vector ops),
-/// 64 rows panels of 32 (two `vpdpbusd` per group of 4 values).
+/// Q8_0, Q5_0, Q4_K and Q6_K matmuls over 1, 3, 9 and 40 rows (one, two and five tiles: decode and
+/// prefill) on int8-quantized activations, each output within the quantization bound of the
+/// interpreter's f32 result. x rounded to q8_0 (per 32 values, steps of max|x|/127) moves each value by
+/// at most half a step, and the f16 rounding of the block's scale by at most 2⁻¹¹·max|x| more, so
+/// output j moves by at most Σ_blocks (max|x_block|/254 + max|x_block|/2048)·Σ_block |w_j| (the weights
+/// are the file's integers times their scales, not rounded again; a K-quant's sub-block scale and min
+/// are applied to the exact integer sums); 1e-5 of the output range is added for the f32 accumulation.
+/// Each `Dot4` instruction: the host's (AVX-512 VNNI `vpdpbusd` here; 24 rows are panels of 8 lanes,
+/// written with plain vector ops, 64 rows panels of 32), AVX2's `vpmaddubsw` + `vpmaddwd` (`--cpu
+/// haswell`, run natively where the host has AVX2) and aarch64's `sdot` (`--cpu neoverse-n1`, under
+/// qemu-aarch64), the last two on 64 rows, 3 and 40 rows of x (40 rows: the f32 panels there, the int8
+/// form of prefill only with VNNI).
 #[test]
-fn q8_0_and_q5_0_matmuls_on_int8_activations_are_within_the_quantization_bound() {
+fn block_matmuls_on_int8_activations_are_within_the_quantization_bound() {
+    use rlx_ir::loops::Int8Dot;
     let host = rlxc::pipeline::CpuTarget::host().unwrap();
-    let vnni = rlxc::targets::cpu::has_avx512_vnni(&host);
+    let isa = rlxc::targets::cpu::int8_dot_isa(&host);
+    let avx2 = rlxc::targets::cpu::int8_dot_isa(&rlxc::pipeline::cpu_target(Target::Host, Some("haswell")).unwrap()) == Int8Dot::Avx2;
+    assert!(avx2, "--cpu haswell takes the AVX2 int8 path");
+    let n1 = rlxc::pipeline::cpu_target(Target::Aarch64, Some("neoverse-n1")).unwrap();
+    assert_eq!(rlxc::targets::cpu::int8_dot_isa(&n1), Int8Dot::Sdot, "--cpu neoverse-n1 takes the sdot path");
+    let host_avx2 = host.features.split(',').any(|f| f == "+avx2");
     let mut seed = 0x2545_F491_4F6C_DD1Du64;
     let mut report = Vec::new();
-    for (dt, rows) in [(DType::Q8_0, 24usize), (DType::Q8_0, 64), (DType::Q5_0, 24), (DType::Q5_0, 64)] {
+    for (dt, rows) in [(DType::Q8_0, 24usize), (DType::Q8_0, 64), (DType::Q5_0, 24), (DType::Q5_0, 64), (DType::Q4_K, 24), (DType::Q4_K, 64), (DType::Q6_K, 24), (DType::Q6_K, 64)] {
         let cols = 512usize;
         let w = ConstData::new(dt, vec![rows, cols], rlx_ir::Blob::from_vec(random_blocks(dt, rows, cols, &mut seed))).unwrap();
-        for m in [1usize, 3, 9] {
+        for m in [1usize, 3, 9, 40] {
             let mut g = Mir::new();
             let x = g.add_input("x", TensorType::fixed(DType::F32, &[m, cols]));
             let idx = g.add_input("idx", TensorType::fixed(DType::I64, &[rows]));
@@ -187,36 +198,49 @@ fn q8_0_and_q5_0_matmuls_on_int8_activations_are_within_the_quantization_bound()
             let all: Vec<i64> = (0..rows as i64).collect();
             let ins = vec![ConstData::from_f32(vec![m, cols], &xs), ConstData::from_i64(vec![rows], &all)];
             let want = rlx_interp::run(&g, &ins).unwrap();
-            let mut tm = Timings::default();
-            let compiled = rlxc::targets::cpu::compile(Target::Host, &g, &request(Backend::Llvm), &mut tm).unwrap_or_else(|e| panic!("{e:?}"));
-            assert_eq!(rlxc::targets::cpu::int8_matmuls(&compiled.lir), usize::from(vnni), "int8 form planned iff the host has AVX-512 VNNI");
-            let exact = rlxc::targets::cpu::compile(Target::Host, &g, &exact_request(Backend::Llvm), &mut tm).unwrap_or_else(|e| panic!("{e:?}"));
-            assert_eq!(rlxc::targets::cpu::int8_matmuls(&exact.lir), 0, "--exact-activations plans no int8 form");
-            let got = run_on(Target::Host, &g, Backend::Llvm, ins.clone());
-            // The gather reads the same repacked bytes: still bit-exact.
-            assert_eq!(got[1].data.bytes(), want[1].data.bytes(), "{rows} rows: the gather differs from the interpreter's");
             let wf = f32s(&want[1]);
-            let (gy, wy) = (f32s(&got[0]), f32s(&want[0]));
+            let wy = f32s(&want[0]);
             let range = wy.iter().cloned().fold(f32::NEG_INFINITY, f32::max) - wy.iter().cloned().fold(f32::INFINITY, f32::min);
-            let (mut worst, mut diff) = (0f64, 0f64);
-            for i in 0..m {
-                for j in 0..rows {
-                    let mut bound = 0f64;
-                    for b in 0..cols / 32 {
-                        let amax = (0..32).map(|l| xs[i * cols + b * 32 + l].abs()).fold(0f32, f32::max) as f64;
-                        let wsum: f64 = (0..32).map(|l| wf[j * cols + b * 32 + l].abs() as f64).sum();
-                        bound += (amax / 254.0 + amax / 2048.0) * wsum;
-                    }
-                    let d = (gy[i * rows + j] - wy[i * rows + j]).abs() as f64;
-                    diff = diff.max(d);
-                    worst = worst.max(d / (bound + 1e-5 * range as f64));
-                    assert!(d <= bound + 1e-5 * range as f64, "{rows}x{cols}, {m} rows: output ({i}, {j}) off by {d:.3e}, bound {bound:.3e}");
+            let mut configs: Vec<(Target, Option<&str>, Int8Dot)> = vec![(Target::Host, None, isa)];
+            if rows == 64 && matches!(m, 3 | 40) {
+                if host_avx2 {
+                    configs.push((Target::Host, Some("haswell"), Int8Dot::Avx2));
                 }
+                configs.push((Target::Aarch64, Some("neoverse-n1"), Int8Dot::Sdot));
             }
-            if vnni {
-                assert!(diff > 0.0, "{rows}x{cols}, {m} rows: int8 activations should round something");
+            for (target, cpu, isa) in configs {
+                let req = Request { cpu: cpu.map(str::to_string), ..request(Backend::Llvm) };
+                let mut tm = Timings::default();
+                let compiled = rlxc::targets::cpu::compile(target, &g, &req, &mut tm).unwrap_or_else(|e| panic!("{e:?}"));
+                // Prefill's many rows (5 tiles) take the int8 form only with VNNI (where it pays).
+                let int8 = isa != Int8Dot::Plain && (m < 40 || isa == Int8Dot::Vnni);
+                assert_eq!(rlxc::targets::cpu::int8_matmuls(&compiled.lir), usize::from(int8), "int8 form planned iff the CPU has an int8 dot product instruction");
+                let exact = rlxc::targets::cpu::compile(target, &g, &Request { exact_activations: true, ..req.clone() }, &mut tm).unwrap_or_else(|e| panic!("{e:?}"));
+                assert_eq!(rlxc::targets::cpu::int8_matmuls(&exact.lir), 0, "--exact-activations plans no int8 form");
+                let got = run_with(target, &g, &req, ins.clone());
+                // The gather reads the same repacked bytes: still bit-exact.
+                assert_eq!(got[1].data.bytes(), want[1].data.bytes(), "{rows} rows: the gather differs from the interpreter's");
+                let gy = f32s(&got[0]);
+                let (mut worst, mut diff) = (0f64, 0f64);
+                for i in 0..m {
+                    for j in 0..rows {
+                        let mut bound = 0f64;
+                        for b in 0..cols / 32 {
+                            let amax = (0..32).map(|l| xs[i * cols + b * 32 + l].abs()).fold(0f32, f32::max) as f64;
+                            let wsum: f64 = (0..32).map(|l| wf[j * cols + b * 32 + l].abs() as f64).sum();
+                            bound += (amax / 254.0 + amax / 2048.0) * wsum;
+                        }
+                        let d = (gy[i * rows + j] - wy[i * rows + j]).abs() as f64;
+                        diff = diff.max(d);
+                        worst = worst.max(d / (bound + 1e-5 * range as f64));
+                        assert!(d <= bound + 1e-5 * range as f64, "{dt} {rows}x{cols}, {m} rows, {isa:?}: output ({i}, {j}) off by {d:.3e}, bound {bound:.3e}");
+                    }
+                }
+                if int8 {
+                    assert!(diff > 0.0, "{rows}x{cols}, {m} rows: int8 activations should round something");
+                }
+                report.push(format!("{dt} {rows}x{cols}, {m} rows, {isa:?}: max |diff| {diff:.2e} of range {range:.2e}, {:.0}% of the bound at worst", worst * 100.0));
             }
-            report.push(format!("{dt} {rows}x{cols}, {m} rows: max |diff| {diff:.2e} of range {range:.2e}, {:.0}% of the bound at worst", worst * 100.0));
         }
     }
     eprintln!("{}", report.join("\n"));
@@ -280,8 +304,17 @@ fn gemma() -> PathBuf {
 /// logits at position i depend on tokens 0..=i only) and its first positions compared with the numpy
 /// reference's argmax, checked in as tests/reference/gemma3_270m_argmax.txt (the float64 reference
 /// takes minutes; `make test-llm` runs it live against the interpreter, with the same prompts).
+/// With `--exact-activations` every position matches. The default compile (int8 activations in every
+/// block-quantized matmul where the host has an int8 dot product: Gemma's activation outliers make a
+/// block's int8 step coarse, as in llama.cpp's q8 path) moves logits by up to 2.26 here (measured; at
+/// most [`INT8_LOGIT_MOVE`] asserted) and must still give numpy's argmax wherever numpy's top-2 gap is
+/// at least [`INT8_GAP`] (measured: it differs at 1 of 51 positions, a gap of 0.11).
 #[test]
 fn gemma3_270m_compiled_next_token_matches_numpy_at_every_position() {
+    /// The largest |Δ logit| the int8 activations may cause on these prompts (logits span ≈ ±30).
+    const INT8_LOGIT_MOVE: f32 = 3.0;
+    /// The smallest numpy top-2 gap at which the int8 compile must agree with numpy's argmax.
+    const INT8_GAP: f32 = 0.25;
     let model = gemma();
     // The numpy reference's answers (written by llm_ref.py argmax; `make test-llm` runs it live).
     let reference = std::fs::read_to_string(repo().join("tests/reference/gemma3_270m_argmax.txt")).unwrap();
@@ -290,28 +323,36 @@ fn gemma3_270m_compiled_next_token_matches_numpy_at_every_position() {
     let t = std::time::Instant::now();
     let mir = gguf_mir(&model, 8);
     let mut tm = Timings::default();
-    let mut s = targets::load(Target::Host, &mir, &request(Backend::Llvm), &mut tm).unwrap_or_else(|e| panic!("{e:?}"));
-    eprintln!("compile + load: {:.1} s", t.elapsed().as_secs_f64());
+    let mut exact = targets::load(Target::Host, &mir, &exact_request(Backend::Llvm), &mut tm).unwrap_or_else(|e| panic!("{e:?}"));
+    let mut int8 = targets::load(Target::Host, &mir, &request(Backend::Llvm), &mut tm).unwrap_or_else(|e| panic!("{e:?}"));
+    eprintln!("compile + load (both): {:.1} s", t.elapsed().as_secs_f64());
     let mut mismatches = Vec::new();
-    let mut positions = 0;
+    let (mut positions, mut moved) = (0, 0f32);
     for (p, want) in PROMPTS.iter().zip(reference) {
         let mut toks: Vec<i64> = p.split(',').map(|t| t.parse().unwrap()).collect();
         let n = toks.len();
         toks.resize(8, 0);
         let t = std::time::Instant::now();
-        let out = s.run(&[tokens_and_positions(&toks)]).unwrap_or_else(|e| panic!("{e:?}")).pop().unwrap();
-        eprintln!("prompt of {n} tokens: {:.0} ms", t.elapsed().as_secs_f64() * 1e3);
-        let l = f32s(&out[0]);
-        let vocab = l.len() / 8;
+        let le = f32s(&exact.run(&[tokens_and_positions(&toks)]).unwrap_or_else(|e| panic!("{e:?}")).pop().unwrap()[0]);
+        let li = f32s(&int8.run(&[tokens_and_positions(&toks)]).unwrap_or_else(|e| panic!("{e:?}")).pop().unwrap()[0]);
+        eprintln!("prompt of {n} tokens: {:.0} ms (both)", t.elapsed().as_secs_f64() * 1e3);
+        let vocab = le.len() / 8;
         for (i, w) in want.split(' ').enumerate().take(n) {
             let (tok, gap) = w.split_once(':').unwrap();
-            let row = &l[i * vocab..(i + 1) * vocab];
-            let best = row.iter().enumerate().fold((0, f32::NEG_INFINITY), |b, (j, &x)| if x > b.1 { (j, x) } else { b }).0;
+            let gap: f32 = gap.parse().unwrap();
+            let argmax = |l: &[f32]| l[i * vocab..(i + 1) * vocab].iter().enumerate().fold((0, f32::NEG_INFINITY), |b, (j, &x)| if x > b.1 { (j, x) } else { b }).0;
+            moved = (i * vocab..(i + 1) * vocab).map(|j| (li[j] - le[j]).abs()).fold(moved, f32::max);
             positions += 1;
-            if best.to_string() != tok {
-                mismatches.push(format!("prompt {p}, position {i}: ours {best}, numpy {tok} (numpy's top-2 gap {gap})"));
+            let (be, bi) = (argmax(&le), argmax(&li));
+            if be.to_string() != tok {
+                mismatches.push(format!("exact: prompt {p}, position {i}: ours {be}, numpy {tok} (numpy's top-2 gap {gap})"));
+            }
+            if bi.to_string() != tok && gap >= INT8_GAP {
+                mismatches.push(format!("int8: prompt {p}, position {i}: ours {bi}, numpy {tok} (numpy's top-2 gap {gap})"));
             }
         }
     }
+    eprintln!("int8 activations: largest logit move {moved:.3} (allowed {INT8_LOGIT_MOVE})");
+    assert!(moved <= INT8_LOGIT_MOVE, "int8 activations moved a logit by {moved}, more than {INT8_LOGIT_MOVE}");
     assert!(mismatches.is_empty(), "{} of {positions} positions differ:\n{}", mismatches.len(), mismatches.join("\n"));
 }

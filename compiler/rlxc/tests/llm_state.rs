@@ -138,7 +138,7 @@ fn compiled_step_generates_as_the_stateless_interpreter() {
         let (cfg, full) = rlx_models::llm::llm_from_gguf(&f).unwrap();
         let full = lower(&full);
         // f32 activations within 1e-4 of the logit range; the default LLVM compile of a Q8_0 model
-        // (int8 activations where the host has AVX-512 VNNI: compiler/opt/src/plan/int8_dot.rs) within
+        // (int8 activations where the host has an int8 dot product: compiler/opt/src/plan/int8_dot.rs) within
         // 1e-2 (measured: 5.1e-3, tiny llama), its tokens still the interpreter's argmax chain.
         let mut configs = vec![("llvm", "--exact-activations", 1e-4f32), ("cranelift", "--exact-activations", 1e-4)];
         if qtype == "Q8_0" {

@@ -248,7 +248,7 @@ impl<'a, 'b> W<'a, 'b> {
                     }
                 }
             }
-            Expr::Dot4(c, a, b) => self.expr(&Expr::dot4_expanded(c, a, b)),
+            Expr::Dot4(c, a, b, _) => self.expr(&Expr::dot4_expanded(c, a, b)),
             Expr::Select(c, a, b) => {
                 let cv = self.cond(c);
                 let (x, y) = (self.expr(a), self.expr(b));

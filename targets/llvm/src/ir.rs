@@ -101,6 +101,8 @@ pub struct Writer<'a> {
     vvars: HashMap<Var, (Ty, String)>,
     /// `vector(n)` loops are written as scalar loops (the GPU writer: its threads are the lanes).
     scalar_only: bool,
+    /// The instruction a vector `Dot4` becomes.
+    int8: crate::Int8Dot,
     /// Slots already in `allocas` (a body written more than once — a tiled GPU kernel's epilogue, once
     /// per output a thread owns — reuses its slots).
     allocated: BTreeSet<String>,
@@ -222,7 +224,7 @@ impl<'a> Writer<'a> {
                     }
                 }
             }
-            Expr::Dot4(c, a, b) => self.expr(&Expr::dot4_expanded(c, a, b)),
+            Expr::Dot4(c, a, b, _) => self.expr(&Expr::dot4_expanded(c, a, b)),
             Expr::Select(c, a, b) => {
                 let cv = self.cond(c);
                 let (x, y) = (self.expr(a), self.expr(b));
@@ -627,7 +629,7 @@ pub(crate) fn gpu_body(body: &[Stmt], params: Vec<(DType, String)>, bound: &[(Va
 impl<'a> Writer<'a> {
     /// A writer for a GPU kernel body: `vector(n)` loops are scalar loops.
     pub(crate) fn gpu(params: Vec<(DType, String)>, decls: &'a mut BTreeSet<String>) -> Writer<'a> {
-        Writer { out: String::new(), tmp: 0, label: 0, decls, vars: HashMap::new(), params, allocas: String::new(), split_next: false, vec_var: None, lanes: 1, vvars: HashMap::new(), scalar_only: true, allocated: BTreeSet::new() }
+        Writer { out: String::new(), tmp: 0, label: 0, decls, vars: HashMap::new(), params, allocas: String::new(), split_next: false, vec_var: None, lanes: 1, vvars: HashMap::new(), scalar_only: true, int8: crate::Int8Dot::Plain, allocated: BTreeSet::new() }
     }
     /// Index variable `v` lives in the `i64` slot `slot` (allocated with [`Writer::slot`]).
     pub(crate) fn bind_index(&mut self, v: Var, slot: &str) {
@@ -705,10 +707,10 @@ fn comm_of(k: &Kernel) -> Option<&Stmt> {
     }
 }
 
-fn kernel_fn(k: &Kernel, fname: &str, decls: &mut BTreeSet<String>) -> String {
+fn kernel_fn(k: &Kernel, fname: &str, decls: &mut BTreeSet<String>, int8: crate::Int8Dot) -> String {
     let params: Vec<(DType, String)> = k.params.iter().enumerate().map(|(i, p)| (p.dtype, format!("%p{i}"))).collect();
     let split = matches!(k.body.as_slice(), [Stmt::For { kind: LoopKind::Parallel, .. }]);
-    let mut w = Writer { out: String::new(), tmp: 0, label: 0, decls, vars: HashMap::new(), params, allocas: String::new(), split_next: split, vec_var: None, lanes: 1, vvars: HashMap::new(), scalar_only: false, allocated: BTreeSet::new() };
+    let mut w = Writer { out: String::new(), tmp: 0, label: 0, decls, vars: HashMap::new(), params, allocas: String::new(), split_next: split, vec_var: None, lanes: 1, vvars: HashMap::new(), scalar_only: false, int8, allocated: BTreeSet::new() };
     w.stmts(&k.body);
     let mut loads = String::new();
     for i in 0..k.params.len() {
@@ -722,14 +724,14 @@ fn kernel_fn(k: &Kernel, fname: &str, decls: &mut BTreeSet<String>) -> String {
 
 /// The whole module as LLVM IR text. `weights_len` > 0 declares `@NAME_weights`, whose initializer the
 /// caller attaches (embedded weights), or a pointer set at run time (external weights).
-pub fn module_text(lir: &Lir, name: &str, triple: &str, cpu: &str, features: &str, external_weights: bool) -> String {
+pub fn module_text(lir: &Lir, name: &str, triple: &str, cpu: &str, features: &str, external_weights: bool, int8: crate::Int8Dot) -> String {
     let mut decls = BTreeSet::new();
     let mut body = String::new();
     // Launches whose kernels are identical up to their name (the same op on the same shapes, e.g. every
     // encoder layer's) share one function: buffers are bound through the context, not baked in.
     let (fn_of, unique) = rlx_ir::loops::dedup_kernels(lir.launches.iter().map(|l| &l.kernel));
     for &li in unique.iter().filter(|&&li| comm_of(&lir.launches[li].kernel).is_none()) {
-        body.push_str(&kernel_fn(&lir.launches[li].kernel, &format!("{name}_k{}", fn_of[li]), &mut decls));
+        body.push_str(&kernel_fn(&lir.launches[li].kernel, &format!("{name}_k{}", fn_of[li]), &mut decls, int8));
     }
     let mut m = String::new();
     let _ = writeln!(m, "; rlxc {} — model {name}", env!("CARGO_PKG_VERSION"));

@@ -89,6 +89,8 @@ pub fn caps(name: &str) -> TargetCaps {
         .with("recv", DTYPES)
 }
 
+pub use rlx_ir::loops::Int8Dot;
+
 /// Options for one compile.
 #[derive(Clone, Debug)]
 pub struct CompileOptions {
@@ -97,11 +99,13 @@ pub struct CompileOptions {
     pub target: CpuTarget,
     /// Weights are loaded by the caller (`NAME_set_weights`) instead of embedded.
     pub external_weights: bool,
+    /// The CPU's int8 dot product instruction, for `Dot4`.
+    pub int8: Int8Dot,
 }
 
 /// The generated LLVM IR (before optimization), for `--emit llvm` and filetests.
 pub fn emit_ir(lir: &Lir, opts: &CompileOptions) -> String {
-    ir::module_text(lir, &opts.name, opts.target.triple(), &opts.target.cpu, &opts.target.features, opts.external_weights)
+    ir::module_text(lir, &opts.name, opts.target.triple(), &opts.target.cpu, &opts.target.features, opts.external_weights, opts.int8)
 }
 
 /// Compiles LIR to an ELF object. Deterministic: the same LIR and options give the same bytes.

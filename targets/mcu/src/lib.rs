@@ -270,7 +270,7 @@ fn uses(e: &Expr, v: Var) -> bool {
         Expr::Load { index, .. } => uses(index, v),
         Expr::I(_, a, b) | Expr::Bin(_, _, a, b) => uses(a, v) || uses(b, v),
         Expr::Un(_, _, x) | Expr::Cast { x, .. } | Expr::ToIndex { x, .. } => uses(x, v),
-        Expr::Select(c, a, b) | Expr::Dot4(c, a, b) => uses(c, v) || uses(a, v) || uses(b, v),
+        Expr::Select(c, a, b) | Expr::Dot4(c, a, b, _) => uses(c, v) || uses(a, v) || uses(b, v),
     }
 }
 
@@ -413,7 +413,7 @@ impl W {
             }
             Expr::Un(op, d, x) => self.unary(*op, *d, x)?,
             Expr::Bin(op, d, a, b) => self.binary(*op, *d, a, b)?,
-            Expr::Dot4(c, a, b) => self.expr(&Expr::dot4_expanded(c, a, b))?,
+            Expr::Dot4(c, a, b, _) => self.expr(&Expr::dot4_expanded(c, a, b))?,
             Expr::Select(c, a, b) => format!(
                 "({} ? {} : {})",
                 self.expr(c)?,

@@ -342,7 +342,7 @@ impl W<'_> {
                 let out = if op.is_compare() || op.is_logical() { DType::Bool } else { *d };
                 (self.binary(*op, *d, a, b)?, Ty::S(out))
             }
-            Expr::Dot4(c, a, b) => self.expr(&Expr::dot4_expanded(c, a, b))?,
+            Expr::Dot4(c, a, b, _) => self.expr(&Expr::dot4_expanded(c, a, b))?,
             Expr::Select(c, a, b) => {
                 let c = self.cond(c)?;
                 let (sa, ta) = self.expr(a)?;

@@ -253,7 +253,7 @@ impl W<'_> {
                     IOp::And => format!("select(0i, 1i, ({x} != 0i) && ({y} != 0i))"),
                 }
             }
-            Expr::Dot4(c, a, b) => self.expr(&Expr::dot4_expanded(c, a, b))?,
+            Expr::Dot4(c, a, b, _) => self.expr(&Expr::dot4_expanded(c, a, b))?,
             Expr::Select(c, a, b) => {
                 let cv = self.cond(c)?;
                 // The branches' common type: a real i64 wins over an index.
@@ -645,7 +645,7 @@ pub fn casts_to_i64(s: &[Stmt]) -> bool {
             Expr::Cast { to: DType::I64, .. } => true,
             Expr::Load { index: a, .. } | Expr::Un(_, _, a) | Expr::Cast { x: a, .. } | Expr::ToIndex { x: a, .. } => ex(a),
             Expr::I(_, a, b) | Expr::Bin(_, _, a, b) => ex(a) || ex(b),
-            Expr::Select(c, a, b) | Expr::Dot4(c, a, b) => ex(c) || ex(a) || ex(b),
+            Expr::Select(c, a, b) | Expr::Dot4(c, a, b, _) => ex(c) || ex(a) || ex(b),
             Expr::Int(_) | Expr::Lit(..) | Expr::Var(_) => false,
         }
     }

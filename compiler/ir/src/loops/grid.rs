@@ -19,7 +19,7 @@ pub fn collect(s: &[Stmt], declared: &mut BTreeSet<u32>, assigned: &mut BTreeSet
                 ex(b, loads);
             }
             Expr::Un(_, _, a) | Expr::Cast { x: a, .. } | Expr::ToIndex { x: a, .. } => ex(a, loads),
-            Expr::Select(c, a, b) | Expr::Dot4(c, a, b) => {
+            Expr::Select(c, a, b) | Expr::Dot4(c, a, b, _) => {
                 ex(c, loads);
                 ex(a, loads);
                 ex(b, loads);
@@ -71,7 +71,7 @@ pub fn buffers_of(s: &[Stmt], stores: bool) -> BTreeSet<u32> {
                 ex(a, out, loads);
                 ex(b, out, loads);
             }
-            Expr::Select(c, a, b) | Expr::Dot4(c, a, b) => {
+            Expr::Select(c, a, b) | Expr::Dot4(c, a, b, _) => {
                 ex(c, out, loads);
                 ex(a, out, loads);
                 ex(b, out, loads);
@@ -113,7 +113,7 @@ pub fn mentions(e: &Expr, v: Var) -> bool {
         Expr::Load { index, .. } => mentions(index, v),
         Expr::I(_, a, b) | Expr::Bin(_, _, a, b) => mentions(a, v) || mentions(b, v),
         Expr::Un(_, _, a) | Expr::Cast { x: a, .. } | Expr::ToIndex { x: a, .. } => mentions(a, v),
-        Expr::Select(c, a, b) | Expr::Dot4(c, a, b) => mentions(c, v) || mentions(a, v) || mentions(b, v),
+        Expr::Select(c, a, b) | Expr::Dot4(c, a, b, _) => mentions(c, v) || mentions(a, v) || mentions(b, v),
         Expr::Int(_) | Expr::Lit(..) => false,
     }
 }

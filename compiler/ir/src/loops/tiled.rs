@@ -148,7 +148,7 @@ fn vars(e: &Expr, out: &mut BTreeSet<Var>) {
             vars(a, out);
             vars(b, out);
         }
-        Expr::Select(c, a, b) | Expr::Dot4(c, a, b) => {
+        Expr::Select(c, a, b) | Expr::Dot4(c, a, b, _) => {
             vars(c, out);
             vars(a, out);
             vars(b, out);
@@ -265,7 +265,7 @@ fn load_index(e: &Expr, k: Var) -> Option<&Expr> {
         Expr::Load { index, .. } if var_set(index).contains(&k) => Some(index),
         Expr::Load { index: a, .. } | Expr::Un(_, _, a) | Expr::Cast { x: a, .. } | Expr::ToIndex { x: a, .. } => load_index(a, k),
         Expr::I(_, a, b) | Expr::Bin(_, _, a, b) => load_index(a, k).or_else(|| load_index(b, k)),
-        Expr::Select(c, a, b) | Expr::Dot4(c, a, b) => load_index(c, k).or_else(|| load_index(a, k)).or_else(|| load_index(b, k)),
+        Expr::Select(c, a, b) | Expr::Dot4(c, a, b, _) => load_index(c, k).or_else(|| load_index(a, k)).or_else(|| load_index(b, k)),
         Expr::Int(_) | Expr::Lit(..) | Expr::Var(_) => None,
     }
 }

@@ -8,10 +8,11 @@
 //! grows by nothing), and every value is computed from the same fields with the interpreter's f32
 //! arithmetic (`rlx-interp`'s `blocks.rs`, ggml's order). Block layouts: see that file's header.
 //!
-//! A Q8_0 or Q5_0 weight that the int8 form reads (`int8_dot.rs`) keeps the bytes after its f16 scale
-//! in groups of 4 per row instead ("quads"): byte `t ≥ 2` of row `jj` at `((p·nblk + b)·bb + 2 +
-//! 4·((t−2)/4))·nr + 4·jj + (t−2)%4`, so a row's group (4 quants; Q5_0's high bits `qh`) is one i32
-//! and a group for all `nr` rows one unit-stride vector.
+//! A Q8_0, Q5_0, Q4_K or Q6_K weight that the int8 form reads (`int8_dot.rs`) keeps its quant bytes
+//! (`quad_bytes`: `s ≤ t < e`; Q8_0 / Q5_0 after the f16 scale, Q4_K after its scales, Q6_K's `ql`
+//! and `qh`) in groups of 4 per row instead ("quads"): byte `t` of row `jj` at `((p·nblk + b)·bb + s +
+//! 4·((t−s)/4))·nr + 4·jj + (t−s)%4`, so a row's group (4 quants; Q5_0's high bits `qh`) is one i32
+//! and a group for all `nr` rows one unit-stride vector. The other bytes keep the plain layout.
 
 use super::kernel::lit;
 use rlx_ir::loops::{Expr, IOp};
@@ -32,7 +33,7 @@ pub(super) struct BlockWeight {
     pub i8v: u32,
     pub f16v: u32,
     pub valv: u32,
-    /// A Q8_0 / Q5_0 weight packed in quads (module doc): its bytes viewed as i32.
+    /// A weight packed in quads (module doc): its bytes viewed as i32.
     pub quads: Option<u32>,
 }
 
@@ -73,9 +74,21 @@ pub(super) fn f16_fields(d: DType) -> &'static [usize] {
     }
 }
 
+/// The bytes `s..e` of a block that the int8 form reads in quads (module doc), for the types it takes.
+pub(super) fn quad_bytes(d: DType) -> Option<(usize, usize)> {
+    match d {
+        DType::Q8_0 => Some((2, 34)),
+        DType::Q5_0 => Some((2, 22)),
+        DType::Q4_K => Some((16, 144)),
+        DType::Q6_K => Some((0, 192)),
+        _ => None,
+    }
+}
+
 /// Repacks a 2-D block (or plain float) constant `[rows, cols]` into interleaved panels of `nr` rows
-/// (with `quads`, a Q8_0 / Q5_0 weight's bytes after the scale in groups of 4 per row: module doc).
+/// (with `quads`, the bytes `quad_bytes` names in groups of 4 per row: module doc).
 pub(super) fn pack_blocks(c: &ConstData, nr: usize, quads: bool) -> Vec<u8> {
+    let qb = quad_bytes(c.dtype).filter(|_| quads);
     let (rows, cols) = (c.shape[0], c.shape[1]);
     let (bs, bb) = c.dtype.block();
     let nblk = cols / bs;
@@ -100,7 +113,10 @@ pub(super) fn pack_blocks(c: &ConstData, nr: usize, quads: bool) -> Vec<u8> {
             let s = &src[j * row_bytes + b * bb..][..bb];
             let base = (p * nblk + b) * bb * nr;
             for &(t0, us) in &units {
-                let d = if quads && t0 >= 2 { base + (2 + (t0 - 2) / 4 * 4) * nr + 4 * jj + (t0 - 2) % 4 } else { base + t0 * nr + jj * us };
+                let d = match qb {
+                    Some((qs, qe)) if (qs..qe).contains(&t0) => base + (qs + (t0 - qs) / 4 * 4) * nr + 4 * jj + (t0 - qs) % 4,
+                    _ => base + t0 * nr + jj * us,
+                };
                 out[d..d + us].copy_from_slice(&s[t0..t0 + us]);
             }
         }
@@ -153,16 +169,22 @@ pub(super) struct Fields {
     pub nr: i64,
     pub blk: Expr,
     pub jj: Expr,
-    /// Bytes after the f16 scale in quads (module doc).
-    pub quads: bool,
+    /// The bytes `s..e` in quads (module doc), when the weight is packed so.
+    pub quads: Option<(i64, i64)>,
 }
 
 impl Fields {
+    /// Where byte `t` of the block is. A byte the kernels read at a non-constant offset is always a
+    /// quant byte (inside the quad range); a constant one is placed by the range.
     fn at(&self, t: Expr) -> Expr {
-        if self.quads {
-            let q = Expr::i(IOp::Sub, t, Expr::Int(2));
+        let quad = match (self.quads, &t) {
+            (Some((s, e)), Expr::Int(c)) => (s..e).contains(c).then_some(s),
+            (q, _) => q.map(|(s, _)| s),
+        };
+        if let Some(s) = quad {
+            let q = Expr::i(IOp::Sub, t, Expr::Int(s));
             let (g, r) = (Expr::i(IOp::Div, q.clone(), Expr::Int(4)), Expr::i(IOp::Rem, q, Expr::Int(4)));
-            let row = Expr::add(Expr::mul(self.blk.clone(), Expr::Int(self.bb)), Expr::add(Expr::Int(2), Expr::mul(g, Expr::Int(4))));
+            let row = Expr::add(Expr::mul(self.blk.clone(), Expr::Int(self.bb)), Expr::add(Expr::Int(s), Expr::mul(g, Expr::Int(4))));
             return Expr::add(Expr::add(Expr::mul(row, Expr::Int(self.nr)), Expr::mul(self.jj.clone(), Expr::Int(4))), r);
         }
         let row = Expr::add(Expr::mul(self.blk.clone(), Expr::Int(self.bb)), t);

@@ -14,7 +14,7 @@
 //! micro-kernel runs over every tile from it.
 
 pub(super) use super::block_layout::{lowers, BlockWeight};
-use super::block_layout::{fb, pack_blocks, panel_rows, subs, value, Fields};
+use super::block_layout::{fb, pack_blocks, panel_rows, quad_bytes, subs, value, Fields};
 use super::index::{clamp, linear, unflatten};
 use super::kernel::{lit, KB};
 use super::Planner;
@@ -133,7 +133,7 @@ impl Planner<'_> {
             nr: w.nr as i64,
             blk,
             jj,
-            quads: w.quads.is_some(),
+            quads: w.quads.and(quad_bytes(w.dtype)).map(|(s, e)| (s as i64, e as i64)),
         }
     }
 

@@ -102,18 +102,21 @@ pub struct PlanOptions {
     /// writers run one warp per output with each lane's loads contiguous (`loops/tiled.rs`'s row
     /// reduction). The CUDA target turns it on; the CPU targets keep the panel form (`blocks.rs`).
     pub flat_block_dots: bool,
-    /// `dequant_matmul` of a Q8_0 or Q5_0 weight over few rows (decode, a prefill's last-row logits) as
-    /// integer dot products on int8-quantized activations (`int8_dot.rs`: x quantized per 32 values as
-    /// llama.cpp's q8_0, [`rlx_ir::loops::Expr::Dot4`] per 4 values, which the LLVM writer emits as
-    /// AVX-512 VNNI's `vpdpbusd`). Changes results slightly (that module's doc states the bound); the
-    /// CPU family sets it where the CPU has AVX-512 VNNI and the back end is LLVM, unless
-    /// `--exact-activations`.
+    /// `dequant_matmul` of a Q8_0, Q5_0, Q4_K or Q6_K weight (decode and prefill) as integer dot
+    /// products on int8-quantized activations (`int8_dot.rs`: x quantized per 32 values as llama.cpp's
+    /// q8_0, [`rlx_ir::loops::Expr::Dot4`] per 4 values, which the LLVM writer emits as the CPU's
+    /// instruction: `vpdpbusd`, `vpmaddubsw` + `vpmaddwd`, `sdot`). Changes results slightly (that
+    /// module's doc states the bound); the CPU family sets it where the CPU has one of those and the
+    /// back end is LLVM, unless `--exact-activations`.
     pub int8_dot: bool,
+    /// With `int8_dot`, prefill's many-row matmuls take the int8 form too (else they keep the f32
+    /// panels): the CPU family sets it where that pays (measured: AVX-512 VNNI yes, AVX2 no).
+    pub int8_gemm: bool,
 }
 
 impl Default for PlanOptions {
     fn default() -> Self {
-        PlanOptions { align: 64, gemm_nr: GEMM_NR, gemm_mr: GEMM_MR, row_fusion: false, row_recompute: false, inline_operands: false, conv_gemm: false, window_lanes: 0, flat_block_dots: false, int8_dot: false }
+        PlanOptions { align: 64, gemm_nr: GEMM_NR, gemm_mr: GEMM_MR, row_fusion: false, row_recompute: false, inline_operands: false, conv_gemm: false, window_lanes: 0, flat_block_dots: false, int8_dot: false, int8_gemm: false }
     }
 }
 
@@ -151,6 +154,8 @@ struct Planner<'g> {
     lanes: usize,
     /// [`PlanOptions::int8_dot`].
     int8_dot: bool,
+    /// [`PlanOptions::int8_gemm`].
+    int8_gemm: bool,
     /// `dequant_matmul` anchors in the int8 form → their quantized activations, written by the
     /// launch before them (`int8_dot.rs`).
     int8_act: HashMap<NodeId, int8_dot::Int8Act>,
@@ -261,6 +266,7 @@ pub fn plan(g: &Mir, opts: &PlanOptions) -> Result<Lir, Vec<Problem>> {
         state_bytes: 0,
         lanes: opts.window_lanes,
         int8_dot: opts.int8_dot,
+        int8_gemm: opts.int8_gemm,
         int8_act: HashMap::new(),
         inplace_state: HashMap::new(),
     };

@@ -32,9 +32,31 @@ pub fn has_avx512_vnni(cpu: &CpuTarget) -> bool {
         || ["icelake-client", "icelake-server", "tigerlake", "rocketlake", "cascadelake", "cooperlake", "sapphirerapids", "emeraldrapids", "graniterapids", "graniterapids-d", "znver4", "znver5"].contains(&cpu.cpu.as_str())
 }
 
+/// The CPU's int8 dot product instruction for `Dot4`: AVX-512 VNNI, else AVX2, else aarch64's dotprod
+/// (by its features, or its name), else none.
+pub fn int8_dot_isa(cpu: &CpuTarget) -> rlx_ir::loops::Int8Dot {
+    use rlx_ir::loops::Int8Dot;
+    let has = |f: &str| cpu.features.split(',').any(|x| x == f);
+    const AVX2: &[&str] = &[
+        "haswell", "broadwell", "skylake", "skylake-avx512", "skx", "cannonlake", "alderlake", "raptorlake", "meteorlake", "arrowlake", "arrowlake-s", "lunarlake", "pantherlake", "gracemont", "sierraforest",
+        "grandridge", "clearwaterforest", "core-avx2", "x86-64-v3", "x86-64-v4", "znver1", "znver2", "znver3", "bdver4",
+    ];
+    const DOTPROD: &[&str] = &[
+        "cortex-a55", "cortex-a75", "cortex-a76", "cortex-a76ae", "cortex-a77", "cortex-a78", "cortex-a78ae", "cortex-a78c", "cortex-a710", "cortex-a715", "cortex-a720", "cortex-x1", "cortex-x1c", "cortex-x2",
+        "cortex-x3", "cortex-x4", "neoverse-n1", "neoverse-n2", "neoverse-v1", "neoverse-v2", "ampere1", "ampere1a", "ampere1b", "apple-a13", "apple-a14", "apple-a15", "apple-a16", "apple-a17", "apple-m4",
+    ];
+    match cpu.arch {
+        Arch::X86_64 if has_avx512_vnni(cpu) => Int8Dot::Vnni,
+        Arch::X86_64 if has("+avx2") || AVX2.contains(&cpu.cpu.as_str()) => Int8Dot::Avx2,
+        Arch::Aarch64 if has("+dotprod") || DOTPROD.contains(&cpu.cpu.as_str()) => Int8Dot::Sdot,
+        _ => Int8Dot::Plain,
+    }
+}
+
 /// Planning parameters for a CPU: GEMM panels are two vectors wide (AVX-512: 32 f32 lanes; AVX2 and
-/// NEON: 16). Block-quantized matmuls over few rows take int8 activations (`PlanOptions::int8_dot`)
-/// with the LLVM back end on a CPU with AVX-512 VNNI, unless `exact` (`--exact-activations`).
+/// NEON: 16). Block-quantized matmuls take int8 activations (`PlanOptions::int8_dot`) with the LLVM
+/// back end on a CPU with an int8 dot product instruction (`int8_dot_isa`), unless `exact`
+/// (`--exact-activations`); prefill's many-row ones only with AVX-512 VNNI (`int8_gemm`).
 pub fn plan_options(cpu: &CpuTarget, exact: bool) -> rlx_opt::PlanOptions {
     let avx512 = cpu.features.split(',').any(|f| f == "+avx512f")
         || ["skylake-avx512", "icelake-server", "sapphirerapids", "znver4", "znver5", "x86-64-v4"].contains(&cpu.cpu.as_str());
@@ -45,8 +67,12 @@ pub fn plan_options(cpu: &CpuTarget, exact: bool) -> rlx_opt::PlanOptions {
     let llvm = cpu.backend == Backend::Llvm;
     #[cfg(not(feature = "llvm"))]
     let llvm = false;
-    let int8_dot = !exact && llvm && has_avx512_vnni(cpu);
-    rlx_opt::PlanOptions { gemm_nr: if avx512 { 32 } else { 16 }, gemm_mr: if avx512 { 8 } else { 6 }, row_fusion: true, conv_gemm: true, window_lanes: if avx512 { 16 } else { 8 }, int8_dot, ..Default::default() }
+    let isa = int8_dot_isa(cpu);
+    let int8_dot = !exact && llvm && isa != rlx_ir::loops::Int8Dot::Plain;
+    // Prefill's GEMMs on int8 where it pays (Gemma 3 270M, prefill 128 at one thread, tokens per
+    // CPU-second: VNNI 470 against 269 on f32 panels; AVX2 (--cpu haswell) 252 against 314; sdot not
+    // measured: f32 kept).
+    rlx_opt::PlanOptions { gemm_nr: if avx512 { 32 } else { 16 }, gemm_mr: if avx512 { 8 } else { 6 }, row_fusion: true, conv_gemm: true, window_lanes: if avx512 { 16 } else { 8 }, int8_dot, int8_gemm: isa == rlx_ir::loops::Int8Dot::Vnni, ..Default::default() }
 }
 
 impl Family for Cpu {
@@ -128,7 +154,7 @@ fn codegen(lir: &Lir, cpu: &CpuTarget, name: &str, external: bool, emit_ir: bool
                 Arch::Aarch64 => rlx_target_llvm::Arch::Aarch64,
             };
             let target = rlx_target_llvm::CpuTarget { arch, cpu: cpu.cpu.clone(), features: cpu.features.clone() };
-            let opts = rlx_target_llvm::CompileOptions { name: name.to_string(), target, external_weights: external };
+            let opts = rlx_target_llvm::CompileOptions { name: name.to_string(), target, external_weights: external, int8: int8_dot_isa(cpu) };
             let ir = emit_ir.then(|| rlx_target_llvm::emit_ir(lir, &opts));
             let object = tm.time("codegen (LLVM)", || rlx_target_llvm::compile(lir, &opts)).map_err(Failure::model)?;
             Ok((object, ir))

@@ -22,7 +22,7 @@ fn mentions(e: &Expr, vs: &HashSet<Var>) -> bool {
         Expr::Load { index, .. } => mentions(index, vs),
         Expr::I(_, a, b) | Expr::Bin(_, _, a, b) => mentions(a, vs) || mentions(b, vs),
         Expr::Un(_, _, a) | Expr::Cast { x: a, .. } | Expr::ToIndex { x: a, .. } => mentions(a, vs),
-        Expr::Select(c, a, b) | Expr::Dot4(c, a, b) => mentions(c, vs) || mentions(a, vs) || mentions(b, vs),
+        Expr::Select(c, a, b) | Expr::Dot4(c, a, b, _) => mentions(c, vs) || mentions(a, vs) || mentions(b, vs),
     }
 }
 

@@ -58,7 +58,7 @@ pub(super) fn mentions(e: &Expr, var: Var) -> bool {
         Expr::Load { index, .. } => mentions(index, var),
         Expr::I(_, a, b) | Expr::Bin(_, _, a, b) => mentions(a, var) || mentions(b, var),
         Expr::Un(_, _, a) | Expr::Cast { x: a, .. } | Expr::ToIndex { x: a, .. } => mentions(a, var),
-        Expr::Select(c, a, b) | Expr::Dot4(c, a, b) => mentions(c, var) || mentions(a, var) || mentions(b, var),
+        Expr::Select(c, a, b) | Expr::Dot4(c, a, b, _) => mentions(c, var) || mentions(a, var) || mentions(b, var),
     }
 }
 
@@ -223,21 +223,21 @@ impl<'a> Writer<'a> {
                 let vt = self.vt(Ty::S(*d));
                 VV { v: self.op(format!("fneg {vt} {xs}")), varying: true, ty: Ty::S(*d) }
             }
-            Expr::Dot4(c, a, b) if self.lanes % 16 == 0 => {
-                // vpdpbusd on each 16-lane part (the planner emits Dot4 only for CPUs with AVX-512 VNNI).
+            Expr::Dot4(c, a, b, amax) if self.int8 != crate::Int8Dot::Plain && self.lanes % dot4_part(self.int8) == 0 => {
+                // The CPU's dot product instruction on each part of `dot4_part` lanes, concatenated back.
                 let vs: Vec<VV> = [c, a, b].iter().map(|e| self.vexpr(e)).collect();
                 let vs: Vec<String> = vs.iter().map(|v| self.splat(v)).collect();
-                let n = self.lanes;
+                let (n, w0) = (self.lanes, dot4_part(self.int8));
                 let vt = format!("<{n} x i32>");
-                self.decls.insert("declare <16 x i32> @llvm.x86.avx512.vpdpbusd.512(<16 x i32>, <16 x i32>, <16 x i32>)".into());
                 let mut parts = Vec::new();
-                for h in 0..n / 16 {
-                    let idx: Vec<String> = (h * 16..h * 16 + 16).map(|i| format!("i32 {i}")).collect();
-                    let p: Vec<String> = if n == 16 { vs.clone() } else { vs.iter().map(|x| self.op(format!("shufflevector {vt} {x}, {vt} poison, <16 x i32> <{}>", idx.join(", ")))).collect() };
-                    parts.push(self.op(format!("call <16 x i32> @llvm.x86.avx512.vpdpbusd.512(<16 x i32> {}, <16 x i32> {}, <16 x i32> {})", p[0], p[1], p[2])));
+                for h in 0..n / w0 {
+                    let idx: Vec<String> = (h * w0..h * w0 + w0).map(|i| format!("i32 {i}")).collect();
+                    let p: Vec<String> = if n == w0 { vs.clone() } else { vs.iter().map(|x| self.op(format!("shufflevector {vt} {x}, {vt} poison, <{w0} x i32> <{}>", idx.join(", ")))).collect() };
+                    let part = self.dot4_part(&p[0], &p[1], &p[2], *amax);
+                    parts.push(part);
                 }
                 // Concatenate the parts pairwise back into n lanes.
-                let mut w = 16;
+                let mut w = w0;
                 while parts.len() > 1 {
                     let all: Vec<String> = (0..2 * w).map(|i| format!("i32 {i}")).collect();
                     parts = parts.chunks(2).map(|q| self.op(format!("shufflevector <{w} x i32> {}, <{w} x i32> {}, <{} x i32> <{}>", q[0], q[1], 2 * w, all.join(", ")))).collect();
@@ -245,7 +245,7 @@ impl<'a> Writer<'a> {
                 }
                 VV { v: parts.pop().unwrap_or_default(), varying: true, ty: Ty::S(DType::I32) }
             }
-            Expr::Dot4(c, a, b) => self.vexpr(&Expr::dot4_expanded(c, a, b)),
+            Expr::Dot4(c, a, b, _) => self.vexpr(&Expr::dot4_expanded(c, a, b)),
             Expr::Select(c, a, b) => {
                 let cv = self.vexpr(c);
                 let (x, y) = (self.vexpr(a), self.vexpr(b));
@@ -411,7 +411,7 @@ impl<'a> Writer<'a> {
             Expr::Load { index, .. } => self.mentions_vvar(index),
             Expr::I(_, a, b) | Expr::Bin(_, _, a, b) => self.mentions_vvar(a) || self.mentions_vvar(b),
             Expr::Un(_, _, a) | Expr::Cast { x: a, .. } | Expr::ToIndex { x: a, .. } => self.mentions_vvar(a),
-            Expr::Select(c, a, b) | Expr::Dot4(c, a, b) => self.mentions_vvar(c) || self.mentions_vvar(a) || self.mentions_vvar(b),
+            Expr::Select(c, a, b) | Expr::Dot4(c, a, b, _) => self.mentions_vvar(c) || self.mentions_vvar(a) || self.mentions_vvar(b),
         }
     }
 
@@ -566,3 +566,74 @@ pub(super) fn vectorizable(body: &[Stmt], var: Var, inner_decls: &mut Vec<Var>) 
     true
 }
 
+
+/// Lanes (i32 words of 4 bytes) per `Dot4` instruction: one register of the CPU's vector width.
+fn dot4_part(isa: crate::Int8Dot) -> u32 {
+    match isa {
+        crate::Int8Dot::Vnni => 16,
+        crate::Int8Dot::Avx2 => 8,
+        crate::Int8Dot::Sdot | crate::Int8Dot::Plain => 4,
+    }
+}
+
+impl Writer<'_> {
+    /// `acc + Σ u8(a)·i8(b)` per i32 lane of one register (`dot4_part` lanes; operands `<w x i32>`),
+    /// exact for every `a` whose bytes are ≤ `amax` (`Expr::Dot4`).
+    fn dot4_part(&mut self, acc: &str, a: &str, b: &str, amax: u8) -> String {
+        let w = dot4_part(self.int8);
+        let (vt, bt) = (format!("<{w} x i32>"), format!("<{} x i8>", 4 * w));
+        let splat = |v: u32| format!("<{}>", vec![format!("i32 {}", v as i32); w as usize].join(", "));
+        match self.int8 {
+            crate::Int8Dot::Vnni => {
+                self.decls.insert("declare <16 x i32> @llvm.x86.avx512.vpdpbusd.512(<16 x i32>, <16 x i32>, <16 x i32>)".into());
+                self.op(format!("call <16 x i32> @llvm.x86.avx512.vpdpbusd.512(<16 x i32> {acc}, <16 x i32> {a}, <16 x i32> {b})"))
+            }
+            crate::Int8Dot::Avx2 => {
+                // vpmaddubsw sums the two u8·i8 products of each byte pair into an i16 with saturation:
+                // exact when 2·amax·128 ≤ 32767. A larger amax (Q8_0's w + 128) is split into its low 7
+                // bits and its top bit, two exact vpmaddubsw; vpmaddwd by 1 (by 128 for the top bits)
+                // sums the i16 pairs into i32 exactly.
+                self.decls.insert("declare <16 x i16> @llvm.x86.avx2.pmadd.ub.sw(<32 x i8>, <32 x i8>)".into());
+                self.decls.insert("declare <8 x i32> @llvm.x86.avx2.pmadd.wd(<16 x i16>, <16 x i16>)".into());
+                let bb = self.op(format!("bitcast {vt} {b} to {bt}"));
+                let madd = |me: &mut Self, av: &str, mul: i16| {
+                    let ab = me.op(format!("bitcast {vt} {av} to {bt}"));
+                    let m = me.op(format!("call <16 x i16> @llvm.x86.avx2.pmadd.ub.sw(<32 x i8> {ab}, <32 x i8> {bb})"));
+                    let k = format!("<{}>", vec![format!("i16 {mul}"); 16].join(", "));
+                    me.op(format!("call <8 x i32> @llvm.x86.avx2.pmadd.wd(<16 x i16> {m}, <16 x i16> {k})"))
+                };
+                if amax <= 127 {
+                    let s = madd(self, a, 1);
+                    self.op(format!("add {vt} {acc}, {s}"))
+                } else {
+                    let lo = self.op(format!("and {vt} {a}, {}", splat(0x7F7F_7F7F)));
+                    let hi = self.op(format!("lshr {vt} {a}, {}", splat(7)));
+                    let hi = self.op(format!("and {vt} {hi}, {}", splat(0x0101_0101)));
+                    let s1 = madd(self, &lo, 1);
+                    let s2 = madd(self, &hi, 128);
+                    let t = self.op(format!("add {vt} {acc}, {s1}"));
+                    self.op(format!("add {vt} {t}, {s2}"))
+                }
+            }
+            _ => {
+                // sdot multiplies signed bytes: a's bytes are the same values when amax ≤ 127; otherwise
+                // its low 7 bits and its top bit (× 128, a shift) in two sdot.
+                self.decls.insert("declare <4 x i32> @llvm.aarch64.neon.sdot.v4i32.v16i8(<4 x i32>, <16 x i8>, <16 x i8>)".into());
+                let bb = self.op(format!("bitcast {vt} {b} to {bt}"));
+                if amax <= 127 {
+                    let ab = self.op(format!("bitcast {vt} {a} to {bt}"));
+                    self.op(format!("call <4 x i32> @llvm.aarch64.neon.sdot.v4i32.v16i8(<4 x i32> {acc}, <16 x i8> {ab}, <16 x i8> {bb})"))
+                } else {
+                    let lo = self.op(format!("and {vt} {a}, {}", splat(0x7F7F_7F7F)));
+                    let hi = self.op(format!("lshr {vt} {a}, {}", splat(7)));
+                    let hi = self.op(format!("and {vt} {hi}, {}", splat(0x0101_0101)));
+                    let (lb, hb) = (self.op(format!("bitcast {vt} {lo} to {bt}")), self.op(format!("bitcast {vt} {hi} to {bt}")));
+                    let s1 = self.op(format!("call <4 x i32> @llvm.aarch64.neon.sdot.v4i32.v16i8(<4 x i32> {acc}, <16 x i8> {lb}, <16 x i8> {bb})"));
+                    let s2 = self.op(format!("call <4 x i32> @llvm.aarch64.neon.sdot.v4i32.v16i8(<4 x i32> zeroinitializer, <16 x i8> {hb}, <16 x i8> {bb})"));
+                    let s2 = self.op(format!("shl {vt} {s2}, {}", splat(7)));
+                    self.op(format!("add {vt} {s1}, {s2}"))
+                }
+            }
+        }
+    }
+}
