@@ -232,13 +232,15 @@ impl Planner<'_> {
             let at = |v: &[usize], i: usize| v.get(i).copied().unwrap_or(0);
             let (kh, kw, h, wd, oh, ow) = (at(&sw, 2), at(&sw, 3), at(&sx, 2), at(&sx, 3), at(&so, 2), at(&so, 3));
             let (ph, pw) = (pads[0], at(pads, 1));
-            // A strided one whose weight is the larger operand over 8 blocks of row tiles keeps im2col: each
-            // block would pack every B chunk itself (ResNet-50's 512-channel 3×3 at 14² → 7²: 1.03–1.12× the
-            // im2col form's time, CPU time; at 28² → 14², 32 tiles in 4 blocks, 0.93×).
+            // One whose weight is the larger operand over 8 blocks of row tiles and fewer than two panels of
+            // positions keeps im2col: each block would pack every B chunk itself, mostly in narrow pieces
+            // (ResNet-50's 512-channel 3×3 at 7²: the im2col form 0.90× the packed one's time, CPU time; its
+            // stride-2 one at 14² → 7² 0.90–0.97×; VGG-19's 512-channel 3×3 at 14², 196 positions, 1.11–1.14×
+            // with im2col, so it packs; ResNet's stride-2 256-channel at 28² → 14² in 4 blocks packs, 0.79–0.95×).
             let tiles = sw[0].div_ceil(mr);
-            let eight = by_rows(sw[0], oh * ow, tiles) && tiles / 8 >= 8;
+            let eight = by_rows(sw[0], oh * ow, tiles) && tiles / 8 >= 8 && oh * ow < 2 * self.nr;
             let toff = if plain && s > 1 && !eight { strided_direct(s, [(kh, h, oh, ph), (kw, wd, ow, pw)], sx[1]) } else { None };
-            let direct = if plain && ((s == 1 && ow == wd) || toff.is_some()) {
+            let direct = if plain && ((s == 1 && ow == wd && !eight) || toff.is_some()) {
                 let key = [h, wd, oh, ow, kh, kw, ph * 1000 + pw, s];
                 let mask = match masks.get(&key) {
                     Some(&m) => m,
