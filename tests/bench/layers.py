@@ -2,11 +2,11 @@
 """Per-layer time of a zoo model: every distinct Conv / MaxPool / AveragePool geometry of it as a one-node
 model (a Conv with bias, then ReLU), rlxc vs ONNX Runtime side by side, with how often the model uses it.
 
-    layers.py --rlxc target/release/rlxc --model resnet50 [--threads 1] [--reps 10] [--budget-s 2] [--only 0,7]
+    layers.py --rlxc target/release/rlxc --model resnet50 [--threads 1] [--reps 10] [--budget-s 2] [--only 0,7] [--cpu-time]
 
 `--model` is a zoo name (tests/bench/zoo.py: the onnx wheel's `light` models, mobilenet_like) at batch 1.
 Each row is measured as zoo.py measures a model (bench.py's `worker`: one process, interleaved blocks,
-p50). ORT's time of an isolated layer includes its layout conversion to and from its blocked format
+p50; with --cpu-time each call's process CPU time instead of wall time, for a shared machine at 1 thread). ORT's time of an isolated layer includes its layout conversion to and from its blocked format
 (NCHWc), which it skips between the layers of a whole model, so the sum of the ORT column exceeds its
 whole-model time; rlxc has no such conversion. Weights are random (He-scaled), the input uniform.
 """
@@ -80,6 +80,7 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--budget-s", type=float, default=2.0, help="time limit per row (after 2 blocks)")
     ap.add_argument("--only", default=None, help="comma-separated row numbers")
+    ap.add_argument("--cpu-time", action="store_true", help="time each call as the process's CPU time (a loaded machine; 1 thread)")
     a = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="rlxc-layers-"))
     if a.model == "mobilenet_like":
@@ -106,7 +107,8 @@ def main() -> int:
         np.save(d / "x.npy", np.random.RandomState(i).rand(*key[1]).astype(np.float32))
         so, _, _ = bench.compile_rlxc(a.rlxc, d / "model.onnx", {}, d / "rlxc")
         cfg = {"threads": a.threads, "so": str(so), "manifest": str(d / "rlxc" / "m.json"), "model": str(d / "model.onnx"),
-               "inputs": {"x": str(d / "x.npy")}, "reps": a.reps, "budget_s": a.budget_s, "flops": fl, "vmfb": None, "check": None}
+               "inputs": {"x": str(d / "x.npy")}, "reps": a.reps, "budget_s": a.budget_s, "flops": fl, "vmfb": None, "check": None,
+               "cpu_time": a.cpu_time}
         r = subprocess.run([sys.executable, str(ROOT / "tests/bench/bench.py"), "--worker", json.dumps(cfg)], env=env, capture_output=True, text=True)
         if r.returncode != 0:
             print(f"| {i} | {key} | {len(names)} | run failed: {(r.stderr.strip().splitlines() or ['?'])[-1][:120]} |||||")

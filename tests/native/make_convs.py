@@ -113,6 +113,14 @@ def main() -> None:
                                 residual_relu, (("r", [2, 16, 9, 11]),)),
         # 7×7 stride 2, asymmetric pads, no bias, ReLU6.
         "conv7x7_s2_relu6": ([1, 3, 23, 23], [(10, (7, 7), {"strides": [2, 2], "pads": [3, 2, 2, 3]}, False)], clip6, ()),
+        # Strided, B packed from x's s² phases (`phase.rs`): 3×3 stride 2 pad 1 on an odd height, batch 2,
+        # residual input; a 7×7 stride 2 pad 3 stem on 22×22; 3×3 stride 3 without pads; 5×5 stride 2 with
+        # the right pad short (the phases' columns still fit).
+        "conv3x3_s2_phases_b2": ([2, 6, 13, 14], [(10, (3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]}, True)], residual_relu,
+                                 (("r", [2, 10, 7, 7]),)),
+        "conv7x7_s2_phases": ([1, 3, 22, 22], [(16, (7, 7), {"strides": [2, 2], "pads": [3, 3, 3, 3]}, True)], relu, ()),
+        "conv3x3_s3_phases": ([1, 4, 12, 12], [(9, (3, 3), {"strides": [3, 3]}, False)], identity, ()),
+        "conv5x5_s2_phases": ([1, 5, 17, 16], [(12, (5, 5), {"strides": [2, 2], "pads": [2, 2, 1, 1]}, True)], relu, ()),
         # Dilation 2, 7 output channels (one partial tile), HardSwish.
         "conv3x3_dil2_hardswish": ([1, 4, 12, 12], [(7, (3, 3), {"dilations": [2, 2], "pads": [2, 2, 2, 2]}, True)], hardswish, ()),
         # SiLU (the conv value read twice), no padding.

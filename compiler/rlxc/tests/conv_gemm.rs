@@ -88,7 +88,7 @@ fn conv_gemm_cranelift_matches_interp() {
 
 /// The planner really takes the GEMM paths (the planned program, `--emit-ir`'s NAME.lir): packed weight
 /// rows and an im2col launch for a k×k convolution (none for a stride-1 one whose output rows are as wide
-/// as its input's: B packed from x under a window mask), no copy for a 1×1 one, a GEMM launch and the packed
+/// as its input's: B packed from x under a window mask; a strided one packs from x's phases), no copy for a 1×1 one, a GEMM launch and the packed
 /// transposed weight for a transposed convolution.
 #[test]
 fn conv_gemm_paths_are_taken() {
@@ -105,6 +105,10 @@ fn conv_gemm_paths_are_taken() {
     assert!(k3.contains("(packed B chunks)"), "3×3: B chunks are not packed:\n{k3}");
     let kd = lir("conv3x3_wide");
     assert!(kd.contains("(window mask)") && !kd.contains("(im2col)") && kd.contains("(packed B chunks)"), "3×3 pad 1, stride 1: B is not packed from x:\n{kd}");
+    let ks = lir("conv3x3_s2_phases_b2");
+    assert!(ks.contains("(phases)") && ks.contains("(window mask)") && !ks.contains("(im2col)"), "3×3 stride 2: B is not packed from x's phases:\n{ks}");
+    let k7 = lir("conv7x7_s2_relu6");
+    assert!(k7.contains("(im2col)") && !k7.contains("(phases)"), "7×7 stride 2 whose phase columns would wrap: not im2col:\n{k7}");
     let k1 = lir("conv1x1_relu");
     assert!(k1.contains("packed 6-row panels") && !k1.contains("(im2col)"), "1×1: x is read in place:\n{k1}");
     assert!(k1.contains("(packed B chunks)"), "1×1: B chunks are not packed:\n{k1}");

@@ -3,7 +3,8 @@
 //! The weight (A) is packed at compile time into `gemm_mr`-row panels `[M/mr][K][mr]` and read as
 //! broadcast scalars; B is read as `vector(nr)` rows along P: x itself for a 1×1, stride-1 unpadded
 //! convolution (x[n] viewed as [C, H·W]), packed per chunk straight from x under a window mask for a
-//! stride-1 one whose output rows are as wide as its input's ([`Direct`]), else the im2col copy (its own
+//! stride-1 one whose output rows are as wide as its input's ([`Direct`]) or from x's s² phases for a strided
+//! one (`phase.rs`), else the im2col copy (its own
 //! launch before the GEMM: col in the arena, zero where the window reads padding). Positions past the last full panel are narrower
 //! vector panels of power-of-two widths. The epilogue (bias as the accumulators' start, then the fused elementwise
 //! chain: activation, residual add) is applied per accumulator before the store. K is cut into chunks
@@ -50,19 +51,68 @@ pub(super) struct ConvGemm {
 /// chunks are packed from x itself (in either loop order). Row `(c, kh, kw)` of col at flat output
 /// position `p` is `x[n][c]` at flat `p + (kh − ph)·W + (kw − pw)` — contiguous along p, across output
 /// rows too — where the window is inside the input, and zero elsewhere: a constant mask
-/// `[KH·KW, P]` (1.0 inside) selects which, so no im2col copy is written or read.
+/// `[KH·KW, P]` (1.0 inside) selects which, so no im2col copy is written or read. A strided one
+/// (stride s of 2–4 on both axes, see [`strided_direct`]) reads the same way from x split into its s²
+/// phases by a launch of its own (`phase.rs`): phase (a, b) is `x[c][s·i + a][s·j + b]` stored
+/// `[⌈H/s⌉][OW]`, so tap (kh, kw) reads phase ((kh − ph) mod s, (kw − pw) mod s) at flat
+/// `p + ⌊(kh − ph)/s⌋·OW + ⌊(kw − pw)/s⌋`, contiguous along p again.
 #[derive(Clone, Debug)]
 pub(super) struct Direct {
     /// The mask buffer `[KH·KW, P]` (f32 0/1), shared by convolutions of the same geometry.
     pub(super) mask: u32,
-    /// Input channels, kernel taps (KH·KW), kernel width, input width, input elements per channel (H·W).
+    /// Input channels, kernel taps (KH·KW), kernel width, input width, elements per channel of the
+    /// source read (x: H·W; the phases: ⌈H/s⌉·OW).
     pub(super) c: usize,
     pub(super) taps: usize,
     pub(super) kw: usize,
     pub(super) w: usize,
     pub(super) hw: usize,
-    /// The flat offset of tap (0, 0): ph·W + pw.
+    /// The flat offset of tap (0, 0): ph·W + pw (stride 1).
     pub(super) shift0: i64,
+    /// Strided: the stride and the weight buffer of each tap's offset in an image's phases (i64
+    /// `[KH·KW]`: phase·C·⌈H/s⌉·OW + ⌊(kh − ph)/s⌋·OW + ⌊(kw − pw)/s⌋).
+    pub(super) phases: Option<(usize, u32)>,
+}
+
+impl Direct {
+    /// Elements per image of the source the B chunks are packed from (x, or its s² phases).
+    fn image(&self) -> usize {
+        self.phases.map_or(1, |(s, _)| s * s) * self.c * self.hw
+    }
+}
+
+/// The tap offsets of a strided `Direct` convolution (see [`Direct`]) when its geometry allows them:
+/// every tap that reads inside x at output column ow finds its phase element at column ow + ⌊(kw − pw)/s⌋
+/// inside `[0, OW)` (so the flat offset never wraps into a neighbouring row; the phases have ⌈H/s⌉ rows,
+/// so rows always fit). `geo` = (kernel, input, output, leading pad) per spatial axis (H, then W); `c`
+/// the input channels. Returns the offsets and the phases' rows.
+fn strided_direct(s: usize, geo: [(usize, usize, usize, usize); 2], c: usize) -> Option<(Vec<i64>, usize)> {
+    let (kw, w, ow, pw) = geo[1];
+    let fits = (0..kw).all(|t| {
+        let d = (t as i64 - pw as i64).div_euclid(s as i64);
+        (0..ow as i64).all(|o| {
+            let i = o * s as i64 + t as i64 - pw as i64;
+            !(0..w as i64).contains(&i) || (0..ow as i64).contains(&(o + d))
+        })
+    });
+    // A kernel narrower than the stride reads only some phases (a 1×1 s2 one: one of four): its im2col is smaller.
+    if !(2..=4).contains(&s) || geo.iter().any(|g| g.0 < s) || !fits {
+        return None;
+    }
+    let hp = geo[0].1.div_ceil(s);
+    let (ow, hw) = (ow as i64, (hp * geo[1].2) as i64);
+    let split = |t: usize, pad: usize| {
+        let e = t as i64 - pad as i64;
+        (e.rem_euclid(s as i64), e.div_euclid(s as i64))
+    };
+    let mut v = Vec::new();
+    for kh in 0..geo[0].0 {
+        for kw in 0..geo[1].0 {
+            let ((a, dh), (b, dw)) = (split(kh, geo[0].3), split(kw, geo[1].3));
+            v.push((a * s as i64 + b) * c as i64 * hw + dh * ow + dw);
+        }
+    }
+    Some((v, hp))
 }
 
 /// Whether the GEMM of `mg` output channels a group, `tiles` row tiles, over `pn` positions runs with
@@ -166,7 +216,7 @@ impl Planner<'_> {
     pub(super) fn pack_conv_weights(&mut self) -> Vec<ValueId> {
         let mut packed = Vec::new();
         // Masks of `Direct` convolutions by geometry (input H, W, output H, kernel, leading pads).
-        let mut masks: std::collections::HashMap<[usize; 6], u32> = std::collections::HashMap::new();
+        let mut masks: std::collections::HashMap<[usize; 8], u32> = std::collections::HashMap::new();
         for (a, w) in self.conv_gemm_candidates() {
             let Def::Const(c) = &self.g.value(w).def else { continue };
             let node = self.g.node(a);
@@ -176,19 +226,37 @@ impl Planner<'_> {
             let (sx, so) = (self.shape(node.inputs[0]), self.shape(node.outputs[0]));
             let one = sw[2..].iter().all(|&k| k == 1) && strides.iter().all(|&s| s == 1) && pads.iter().all(|&p| p == 0);
             let mr = self.mr.min(sw[0] / groups).max(1);
-            let direct = if !one && groups == 1 && sx.len() == 4 && strides.iter().all(|&s| s == 1) && dilations.iter().all(|&d| d == 1) && so[3] == sx[3] {
-                let (kh, kw, h, wd, oh) = (sw[2], sw[3], sx[2], sx[3], so[2]);
-                let (ph, pw) = (pads[0], pads[1]);
-                let key = [h, wd, oh, kh, kw, ph * 1000 + pw];
+            let plain = !one && groups == 1 && sx.len() == 4 && dilations.iter().all(|&d| d == 1) && strides[0] == strides[1];
+            let s = strides[0];
+            // (2-D only: `plain` checks the rank first.)
+            let at = |v: &[usize], i: usize| v.get(i).copied().unwrap_or(0);
+            let (kh, kw, h, wd, oh, ow) = (at(&sw, 2), at(&sw, 3), at(&sx, 2), at(&sx, 3), at(&so, 2), at(&so, 3));
+            let (ph, pw) = (pads[0], at(pads, 1));
+            // One whose weight is the larger operand over 8 blocks of row tiles and fewer than two panels of
+            // positions keeps im2col: each block would pack every B chunk itself, mostly in narrow pieces
+            // (ResNet-50's 512-channel 3×3 at 7²: the im2col form 0.90× the packed one's time, CPU time; its
+            // stride-2 one at 14² → 7² 0.90–0.97×; VGG-19's 512-channel 3×3 at 14², 196 positions, 1.11–1.14×
+            // with im2col, so it packs; ResNet's stride-2 256-channel at 28² → 14² in 4 blocks packs, 0.79–0.95×).
+            let tiles = sw[0].div_ceil(mr);
+            let eight = by_rows(sw[0], oh * ow, tiles) && tiles / 8 >= 8 && oh * ow < 2 * self.nr;
+            let toff = if plain && s > 1 && !eight { strided_direct(s, [(kh, h, oh, ph), (kw, wd, ow, pw)], sx[1]) } else { None };
+            let direct = if plain && ((s == 1 && ow == wd && !eight) || toff.is_some()) {
+                let key = [h, wd, oh, ow, kh, kw, ph * 1000 + pw, s];
                 let mask = match masks.get(&key) {
                     Some(&m) => m,
                     None => {
-                        let m = self.add_weight(format!("{} (window mask)", node.name), &window_mask(kh, kw, h, wd, oh, ph, pw));
+                        let m = self.add_weight(format!("{} (window mask)", node.name), &window_mask((kh, kw), (h, wd), (oh, ow), s, (ph, pw)));
                         masks.insert(key, m);
                         m
                     }
                 };
-                Some(Direct { mask, c: sx[1], taps: kh * kw, kw, w: wd, hw: h * wd, shift0: (ph * wd + pw) as i64 })
+                let hw = toff.as_ref().map_or(h * wd, |(_, hp)| hp * ow);
+                let phases = toff.map(|(t, _)| {
+                    let bytes: Vec<u8> = t.iter().flat_map(|v| v.to_le_bytes()).collect();
+                    let cd = ConstData { dtype: DType::I64, shape: vec![t.len()], data: rlx_ir::Blob::from_vec(bytes) };
+                    (s, self.add_weight(format!("{} (phase tap offsets)", node.name), &cd))
+                });
+                Some(Direct { mask, c: sx[1], taps: kh * kw, kw, w: wd, hw, shift0: (ph * wd + pw) as i64, phases })
             } else {
                 None
             };
@@ -493,14 +561,24 @@ impl Planner<'_> {
     #[allow(clippy::too_many_arguments)]
     fn direct_pack(&mut self, kb: &mut KB, t: &Tiling, d: &Direct, (mp, ahead): (u32, i64), sp: u32, sbase: &Expr, p: Expr, off: usize, width: usize, k0: Expr, klen: usize) -> Stmt {
         let nr = self.nr;
-        let total = (self.shape(self.g.node(t.a).inputs[0]).iter().product::<usize>()) as i64;
+        let total = (t.out_shape[0] * d.image()) as i64;
         let (kk, base, mrow) = (kb.var(), kb.var(), kb.var());
         let k = Expr::add(k0, Expr::Var(kk));
         let (c, tap) = (Expr::i(IOp::Div, k.clone(), Expr::Int(d.taps as i64)), Expr::i(IOp::Rem, k, Expr::Int(d.taps as i64)));
-        let shift = Expr::add(Expr::mul(Expr::i(IOp::Div, tap.clone(), Expr::Int(d.kw as i64)), Expr::Int(d.w as i64)), Expr::i(IOp::Rem, tap.clone(), Expr::Int(d.kw as i64)));
-        let chan = Expr::add(Expr::mul(t.nv.clone(), Expr::Int(d.c as i64)), c);
-        // The first lane's element of x: (n·C + c)·HW + p + shift(tap) − shift(0, 0).
-        let b = Expr::i(IOp::Sub, Expr::add(Expr::add(Expr::mul(chan, Expr::Int(d.hw as i64)), p.clone()), shift), Expr::Int(d.shift0));
+        let b = match d.phases {
+            // The first lane's element of x: (n·C + c)·HW + p + shift(tap) − shift(0, 0).
+            None => {
+                let shift = Expr::add(Expr::mul(Expr::i(IOp::Div, tap.clone(), Expr::Int(d.kw as i64)), Expr::Int(d.w as i64)), Expr::i(IOp::Rem, tap.clone(), Expr::Int(d.kw as i64)));
+                let chan = Expr::add(Expr::mul(t.nv.clone(), Expr::Int(d.c as i64)), c);
+                Expr::i(IOp::Sub, Expr::add(Expr::add(Expr::mul(chan, Expr::Int(d.hw as i64)), p.clone()), shift), Expr::Int(d.shift0))
+            }
+            // Of the phases: n·s²·C·⌈H/s⌉·OW + c·⌈H/s⌉·OW + p + offset(tap).
+            Some((_, tb)) => {
+                let tp = kb.param(tb, &self.buffers[tb as usize].clone(), Access::Read);
+                let off = Expr::ToIndex { from: DType::I64, x: Box::new(Expr::load(tp, tap.clone())) };
+                Expr::add(Expr::add(Expr::add(Expr::mul(t.nv.clone(), Expr::Int(d.image() as i64)), Expr::mul(c, Expr::Int(d.hw as i64))), p.clone()), off)
+            }
+        };
         let mut body = vec![
             Stmt::Decl { var: base, dtype: DType::I64, init: b },
             Stmt::Decl { var: mrow, dtype: DType::I64, init: Expr::add(Expr::mul(tap, Expr::Int(t.pn as i64)), p) },
@@ -613,26 +691,35 @@ impl Planner<'_> {
 
 impl Planner<'_> {
     /// A tile one position wide (the last of an odd position count): the vector runs over the tile's
-    /// `mr` rows instead, one accumulator, each k step one load of the packed weight's `mr` contiguous
-    /// values times the broadcast B element. (As `mr` scalar accumulators the k loop was vectorized by
+    /// `mr` rows instead, four accumulators over interleaved k steps, each k step one load of the packed
+    /// weight's `mr` contiguous values times the broadcast B element. (As `mr` scalar accumulators the k loop was vectorized by
     /// LLVM into gathers of B and shuffles of A, with spills: 13% of a 512-channel layer at 7×7 for 1
     /// of its 49 positions.) The stores and the bias and epilogue operands are per row.
     #[allow(clippy::too_many_arguments)]
     fn conv_column(&mut self, kb: &mut KB, t: &Tiling, gt: Expr, col: Expr, k0: Expr, klen: usize, first: bool, last: bool, packed: Option<(u32, Expr)>) -> Vec<Stmt> {
         let (mr, kdim) = (t.mr, t.kdim as i64);
-        let (iv, kv, acc) = (kb.var(), kb.var(), kb.var());
-        let kx = Expr::add(k0, Expr::Var(kv));
+        let (iv, kv, kr, acc) = (kb.var(), kb.var(), kb.var(), kb.var());
         let (grp, lt) = if t.groups == 1 { (Expr::Int(0), gt.clone()) } else { (Expr::i(IOp::Div, gt.clone(), Expr::Int(t.tpg as i64)), Expr::i(IOp::Rem, gt.clone(), Expr::Int(t.tpg as i64))) };
-        let ai = Expr::add(Expr::mul(Expr::add(Expr::mul(gt, Expr::Int(kdim)), kx.clone()), Expr::Int(mr as i64)), Expr::Var(iv));
-        let bl = match &packed {
-            Some((sp, base)) => Expr::load(*sp, Expr::add(base.clone(), Expr::mul(Expr::Var(kv), Expr::Int(self.nr as i64)))),
-            None => {
-                let brow = Expr::add(Expr::mul(Expr::add(Expr::mul(t.nv.clone(), Expr::Int(t.groups as i64)), grp.clone()), Expr::Int(kdim)), kx);
-                Expr::load(t.bp, Expr::add(Expr::mul(brow, Expr::Int(t.pn as i64)), col.clone()))
-            }
+        // `acc += A[k0 + kl] · B[k0 + kl]` (kl: the k step within the chunk).
+        let step = |acc: rlx_ir::loops::Var, kl: Expr| {
+            let kx = Expr::add(k0.clone(), kl.clone());
+            let ai = Expr::add(Expr::mul(Expr::add(Expr::mul(gt.clone(), Expr::Int(kdim)), kx.clone()), Expr::Int(mr as i64)), Expr::Var(iv));
+            let bl = match &packed {
+                Some((sp, base)) => Expr::load(*sp, Expr::add(base.clone(), Expr::mul(kl, Expr::Int(self.nr as i64)))),
+                None => {
+                    let brow = Expr::add(Expr::mul(Expr::add(Expr::mul(t.nv.clone(), Expr::Int(t.groups as i64)), grp.clone()), Expr::Int(kdim)), kx);
+                    Expr::load(t.bp, Expr::add(Expr::mul(brow, Expr::Int(t.pn as i64)), col.clone()))
+                }
+            };
+            let prod = Expr::Bin(BinaryOp::Mul, DType::F32, Box::new(Expr::load(t.ap, ai)), Box::new(bl));
+            Stmt::Assign { var: acc, value: Expr::Bin(BinaryOp::Add, DType::F32, Box::new(Expr::Var(acc)), Box::new(prod)) }
         };
-        let prod = Expr::Bin(BinaryOp::Mul, DType::F32, Box::new(Expr::load(t.ap, ai)), Box::new(bl));
-        let step = Stmt::Assign { var: acc, value: Expr::Bin(BinaryOp::Add, DType::F32, Box::new(Expr::Var(acc)), Box::new(prod)) };
+        // Four partial sums over interleaved k steps, so the FMAs do not wait on one another (one
+        // accumulator ran at the FMA's latency: a quarter of the throughput).
+        const U: usize = 4;
+        let parts: Vec<_> = (0..U).map(|_| kb.var()).collect();
+        let unrolled: Vec<Stmt> = parts.iter().enumerate().map(|(u, &pa)| step(pa, Expr::add(Expr::mul(Expr::Var(kv), Expr::Int(U as i64)), Expr::Int(u as i64)))).collect();
+        let rest = step(parts[0], Expr::add(Expr::Int((klen / U * U) as i64), Expr::Var(kr)));
         let row = Expr::add(Expr::mul(grp, Expr::Int(t.mg as i64)), clamp(Expr::add(Expr::mul(lt, Expr::Int(mr as i64)), Expr::Var(iv)), 0, t.mg as i64 - 1));
         let mut idx = vec![Expr::Int(0); t.out_shape.len()];
         idx[0] = t.nv.clone();
@@ -651,11 +738,17 @@ impl Planner<'_> {
         } else {
             Expr::Var(acc)
         };
-        let body = vec![
-            Stmt::Decl { var: acc, dtype: DType::F32, init },
-            Stmt::For { var: kv, extent: klen as i64, kind: LoopKind::Serial, body: vec![step] },
-            Stmt::Store { buf: t.op, index: linear(&idx, t.out_shape), value: v },
-        ];
+        let f32s = |a: Expr, b: Expr| Expr::Bin(BinaryOp::Add, DType::F32, Box::new(a), Box::new(b));
+        let mut body: Vec<Stmt> = parts.iter().enumerate().map(|(u, &pa)| Stmt::Decl { var: pa, dtype: DType::F32, init: if u == 0 { init.clone() } else { lit(0.0, DType::F32) } }).collect();
+        if klen >= U {
+            body.push(Stmt::For { var: kv, extent: (klen / U) as i64, kind: LoopKind::Serial, body: unrolled });
+        }
+        if klen % U > 0 {
+            body.push(Stmt::For { var: kr, extent: (klen % U) as i64, kind: LoopKind::Serial, body: vec![rest] });
+        }
+        let pv = |u: usize| Expr::Var(parts[u]);
+        body.push(Stmt::Decl { var: acc, dtype: DType::F32, init: f32s(f32s(pv(0), pv(1)), f32s(pv(2), pv(3))) });
+        body.push(Stmt::Store { buf: t.op, index: linear(&idx, t.out_shape), value: v });
         vec![Stmt::For { var: iv, extent: mr as i64, kind: LoopKind::Vector(mr as u32), body }]
     }
 }
@@ -689,21 +782,21 @@ struct Tiling<'a> {
     direct: Option<(Direct, u32, i64)>,
 }
 
-/// The mask of a `Direct` convolution: `[KH·KW, OH·W]` f32, 1.0 where tap (kh, kw) of output position
-/// (oh, ow) reads inside the input (0 ≤ oh + kh − ph < H, 0 ≤ ow + kw − pw < W), else 0.0.
-fn window_mask(kh: usize, kw: usize, h: usize, w: usize, oh: usize, ph: usize, pw: usize) -> ConstData {
-    let mut v = Vec::with_capacity(kh * kw * oh * w * 4);
+/// The mask of a `Direct` convolution: `[KH·KW, OH·OW]` f32, 1.0 where tap (kh, kw) of output position
+/// (oh, ow) reads inside the input (0 ≤ s·oh + kh − ph < H, 0 ≤ s·ow + kw − pw < W), else 0.0.
+fn window_mask((kh, kw): (usize, usize), (h, w): (usize, usize), (oh, ow): (usize, usize), s: usize, (ph, pw): (usize, usize)) -> ConstData {
+    let mut v = Vec::with_capacity(kh * kw * oh * ow * 4);
     for a in 0..kh {
         for b in 0..kw {
             for y in 0..oh {
-                for x in 0..w {
-                    let inside = (y + a).checked_sub(ph).is_some_and(|i| i < h) && (x + b).checked_sub(pw).is_some_and(|j| j < w);
+                for x in 0..ow {
+                    let inside = (s * y + a).checked_sub(ph).is_some_and(|i| i < h) && (s * x + b).checked_sub(pw).is_some_and(|j| j < w);
                     v.extend_from_slice(&(if inside { 1.0f32 } else { 0.0 }).to_le_bytes());
                 }
             }
         }
     }
-    ConstData { dtype: DType::F32, shape: vec![kh * kw, oh * w], data: rlx_ir::Blob::from_vec(v) }
+    ConstData { dtype: DType::F32, shape: vec![kh * kw, oh * ow], data: rlx_ir::Blob::from_vec(v) }
 }
 
 /// A float weight `[M, …]` (rows of K elements) packed in panels of `mr` rows per group of `M / groups`

@@ -18,7 +18,8 @@
 //! bodies (dot product, reductions, cumsum) in `anchor.rs`, the kernels that read GGUF block
 //! constants (`dequant_matmul`, `dequant_gather`) in `blocks.rs`, their weights' packed row panels and
 //! per-type dequantization in `block_layout.rs`, direct convolution in `conv.rs`, dense convolution
-//! on the GEMM micro-kernel (packed weight rows) in `conv_gemm.rs`, its im2col copy in `im2col.rs`,
+//! on the GEMM micro-kernel (packed weight rows) in `conv_gemm.rs`, its im2col copy in `im2col.rs`
+//! (or a strided one's phase split in `phase.rs`),
 //! transposed convolution
 //! (GEMM then col2im gather, or direct) in `conv_transpose.rs`, grouped / depthwise convolution in
 //! `depthwise.rs`, pooling in `pool.rs`, the vectorized window kernels of both (interior and border
@@ -42,6 +43,7 @@ mod inline;
 mod int8_dot;
 mod kernel;
 mod memory;
+mod phase;
 mod pool;
 mod row_fuse;
 mod select;
@@ -278,6 +280,7 @@ pub fn plan(g: &Mir, opts: &PlanOptions) -> Result<Lir, Vec<Problem>> {
     let mut launches = Vec::new();
     for &n in &roots {
         launches.extend(p.im2col_launch(n));
+        launches.extend(p.phase_launch(n));
         launches.extend(p.int8_launch(n));
         launches.extend(p.conv_transpose_launch(n));
         let (kernel, bindings, nodes) = p.kernel(n);

@@ -1,0 +1,76 @@
+//! The phase launch of a strided `Direct` convolution (`conv_gemm.rs`): x split into its s² phases,
+//! `phases[n][a·s + b][c][i][j] = x[n][c][s·i + a][s·j + b]` stored `[⌈H/s⌉][OW]`, so the GEMM packs its B
+//! chunks from rows contiguous along the flat output position, as a stride-1 `Direct` one does from x
+//! (x is read once and written once: the im2col copy it replaces is KH·KW / s² times larger). Images ×
+//! channels are the parallel loop; the phases are unrolled, each row one strided load of x (one
+//! contiguous load and a shuffle per vector) in `vector(lanes)` loops, the remainder one more vector
+//! ending at the row's last element. Elements past x's edge are not written: the window mask selects
+//! zero wherever a tap reads them.
+
+use super::kernel::{nest, KB};
+use super::Planner;
+use rlx_ir::lir::{Base, Buffer, Launch};
+use rlx_ir::loops::{Access, Expr, Kernel, LoopKind, Stmt};
+use rlx_ir::{DType, NodeId};
+use std::collections::HashMap;
+
+impl Planner<'_> {
+    /// The phase launch before the kernel rooted at `r`, when its anchor is a strided `Direct`
+    /// convolution (see the module doc).
+    pub(super) fn phase_launch(&mut self, r: NodeId) -> Option<Launch> {
+        let out = self.g.node(r).outputs[0];
+        let a = self.fusion.anchor_of.get(&out).copied().unwrap_or(r);
+        let d = self.conv_gemm.get(&a)?.direct.clone()?;
+        let (s, _) = d.phases?;
+        let node = self.g.node(a).clone();
+        let x = node.inputs[0];
+        let (sx, so) = (self.shape(x), self.shape(node.outputs[0]));
+        let (nb, c, h, w, ow) = (sx[0], sx[1], sx[2] as i64, sx[3] as i64, so[3] as i64);
+        let hp = (d.hw / so[3]) as i64;
+        let shape = vec![nb, s * s, c, hp as usize, ow as usize];
+        let pb = self.add_buffer(Buffer { base: Base::Arena, offset: 0, dtype: DType::F32, shape: shape.clone(), label: format!("{} (phases)", node.name) }, None);
+        self.conv_gemm.get_mut(&a)?.col = Some(pb);
+        let mut kb = KB { params: Vec::new(), bindings: Vec::new(), vars: 0, subst: HashMap::new() };
+        let pp = kb.param(pb, &self.buffers[pb as usize].clone(), Access::Write);
+        let (s, lanes) = (s as i64, self.lanes as i64);
+        let body = nest(&mut kb, &[nb, c], LoopKind::Parallel, &mut |kb, nc| {
+            let mut stmts = Vec::new();
+            for ph in 0..s {
+                // Rows i with s·i + ph < H, columns j with s·j + pw < W (at most OW).
+                let rows = (h - ph + s - 1) / s;
+                for pw in 0..s {
+                    let cols = ((w - pw + s - 1) / s).clamp(0, ow);
+                    if rows == 0 || cols == 0 {
+                        continue;
+                    }
+                    let mut vl = lanes;
+                    while vl > 4 && vl > cols {
+                        vl /= 2;
+                    }
+                    let vl = if vl >= 4 && cols >= vl { vl } else { 1 };
+                    let full = cols / vl * vl;
+                    // (first column, count, width): the vectors, then one more ending at the last column.
+                    let mut ranges = vec![(0, full, vl)];
+                    if full < cols {
+                        ranges.push(if vl > 1 { (cols - vl, vl, vl) } else { (full, cols - full, 1) });
+                    }
+                    let i = kb.var();
+                    let mut row = Vec::new();
+                    for (start, count, width) in ranges {
+                        let j = kb.var();
+                        let col = Expr::add(Expr::Int(start), Expr::Var(j));
+                        let xi = [nc[0].clone(), nc[1].clone(), Expr::add(Expr::mul(Expr::Var(i), Expr::Int(s)), Expr::Int(ph)), Expr::add(Expr::mul(col.clone(), Expr::Int(s)), Expr::Int(pw))];
+                        let v = self.elem(kb, x, &xi);
+                        let pi = [nc[0].clone(), Expr::Int(ph * s + pw), nc[1].clone(), Expr::Var(i), col];
+                        let kind = if width > 1 { LoopKind::Vector(width as u32) } else { LoopKind::Serial };
+                        row.push(Stmt::For { var: j, extent: count, kind, body: vec![Stmt::Store { buf: pp, index: super::index::linear(&pi, &shape), value: v }] });
+                    }
+                    stmts.push(Stmt::For { var: i, extent: rows, kind: LoopKind::Serial, body: row });
+                }
+            }
+            stmts
+        });
+        let kernel = Kernel { name: format!("{} (phases)", node.name), params: kb.params, body, vars: kb.vars };
+        Some(Launch { nodes: vec![], kernel, bindings: kb.bindings })
+    }
+}
