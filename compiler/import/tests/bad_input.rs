@@ -354,8 +354,9 @@ fn bool_vi(name: &str) -> ValueInfoProto {
 }
 
 #[test]
-fn loop_with_a_run_time_condition_names_the_node() {
-    // cond_out = max(s) > 0: computed at run time, so the unrolled Loop cannot know when it stops.
+fn loop_with_a_run_time_condition_is_a_region() {
+    // cond_out = max(s) > 0: computed at run time, so the Loop cannot unroll; it is a `loop` region
+    // (bounded by its constant trip count 3, its one-element condition made a scalar).
     let body = GraphProto {
         node: vec![node("mx", "ReduceMax", &["s_in"], &["m_s"]), node("gt", "Greater", &["m_s", "zero"], &["c_out"])],
         input: vec![vi("i", &[]), bool_vi("c_in"), vi("s_in", &[2])],
@@ -367,9 +368,12 @@ fn loop_with_a_run_time_condition_names_the_node() {
     let m = TensorProto { name: "m".into(), data_type: DataType::Int64 as i32, int64_data: vec![3], ..Default::default() };
     let zero = TensorProto { name: "zero".into(), data_type: DataType::Float as i32, float_data: vec![0.0], ..Default::default() };
     let b = model(vec![lp], vec![vi("x", &[2])], vec![vi("y", &[2])], vec![m, zero]);
-    let e = err(&b);
-    assert!(e.contains("node 'the_loop'") && e.contains("Loop"), "{e}");
-    assert!(e.contains("condition computed at run time"), "{e}");
+    let h = load_onnx_bytes(&b, None, &ImportOptions::default()).unwrap();
+    let lp = h.nodes.iter().find(|n| n.name == "the_loop").expect("the loop node");
+    let rlx_ir::HirOp::Loop { max_trips, carried, body } = &lp.op else { panic!("not a loop region: {:?}", lp.op) };
+    assert_eq!((*max_trips, *carried), (Some(3), 1));
+    assert!(rlx_ir::verify::verify(&body[0]).is_empty());
+    assert_eq!(body[0].ty(body[0].outputs[0]).to_string(), "bool[]");
 }
 
 #[test]

@@ -6,7 +6,9 @@
 //! (`AffineGrid` + `GridSample`), and an SSD-style detector head (anchor decoding, `NonMaxSuppression`,
 //! gathers of the selected boxes and scores: an output whose row count is known only at run time,
 //! written cut to its count) — run by
-//! `rlxc run` on the interpreter and on `--target host`: 1e-4 max abs difference.
+//! `rlxc run` on the interpreter and on `--target host`: 1e-4 max abs difference. And a scripted
+//! `while` loop with an `if` around a second one (`while_loop`): loop and if regions, which the
+//! interpreter runs and `--target host` reports per node.
 
 mod common;
 use common::{ok, python, repo};
@@ -87,6 +89,34 @@ fn loop_scan_if_model_matches_onnxruntime_on_interp() {
 fn loop_scan_if_model_matches_onnxruntime_on_host() {
     check("control_flow", "host", &[2, 4]);
     check("control_flow_else", "host", &[2, 4]);
+}
+
+#[test]
+fn while_loop_and_if_regions_match_onnxruntime_on_interp() {
+    check("while_loop", "interp", &[2, 4]);
+    check("while_loop_else", "interp", &[2, 4]);
+}
+
+/// The CPU back ends do not run region ops yet: `--target host` refuses the model naming each region
+/// node with the reason (the loop form has no loop over launches).
+#[test]
+fn while_loop_and_if_regions_are_reported_per_node_on_host() {
+    let dir = models();
+    let out = Command::new(env!("CARGO_BIN_EXE_rlxc")).arg("check").arg(dir.join("while_loop.onnx")).arg("--target").arg("host").output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    for line in ["node 'Loop_3': loop i64", "node 'If_5': if bool", "does not run control-flow regions (loop: a loop whose trip count or condition is known only at run time)"] {
+        assert!(text.contains(line), "'{line}' missing from:\n{text}");
+    }
+}
+
+#[test]
+fn loop_body_changing_a_carried_shape_is_refused_naming_the_node() {
+    let dir = models();
+    let out = Command::new(env!("CARGO_BIN_EXE_rlxc")).arg("check").arg(dir.join("bad_loop.onnx")).arg("--target").arg("interp").output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("node 'rows_loop' (Loop, opset 17)") && err.contains("loop body changes loop-carried value 0 from f32[2,4] to f32[4,4] across an iteration"), "{err}");
 }
 
 #[test]
