@@ -3,7 +3,7 @@
 
     onnx_seq_models.py --out DIR
 
-Writes, per model NAME in (lstm_gru, unet_resize, stft_frontend, control_flow, control_flow_else, stn, detector, while_loop, while_loop_else): DIR/NAME.onnx, DIR/NAME.x.npy (the input, "x")
+Writes, per model NAME in (lstm_gru, unet_resize, stft_frontend, control_flow, control_flow_else, stn, detector, while_loop, while_loop_else, while_scan): DIR/NAME.onnx, DIR/NAME.x.npy (the input, "x")
 and DIR/NAME.ort.npy (ONNX Runtime's output "y", float32).
 
 - lstm_gru: a PyTorch-style sequence classifier. batch-first input [2, 12, 8] transposed to
@@ -32,6 +32,8 @@ and DIR/NAME.ort.npy (ONNX Runtime's output "y", float32).
   branch subtracts 1; plus 0.01 * count. Neither loop's trip count is known before it runs.
   while_loop_else: an input that takes the else branch. Also bad_loop.onnx (no ONNX Runtime output):
   a `while` whose body doubles its carried value's rows each iteration.
+- while_scan: a Loop of trip count 6 whose body computes its condition (abs(h).sum() < 40, h = 1.3 h + x)
+  and emits h per iteration [2, 4]: output y [K, 2, 4], K the iterations run (4 for the input written).
 - stn: a spatial transformer [2, 3, 12, 12] (opset 20): GlobalAveragePool → Flatten → Gemm predicting
   theta [2, 6] around the identity → Reshape [2, 2, 3] → AffineGrid to [2, 3, 10, 10] → GridSample
   bilinear (zeros padding), GridSample bicubic (zeros, align_corners) and bilinear (border, align_corners)
@@ -337,6 +339,29 @@ def while_loop_input(model: onnx.ModelProto, rng: np.random.Generator, want: boo
     raise SystemExit("no input found for the If branch")
 
 
+def while_scan(rng: np.random.Generator) -> tuple[onnx.ModelProto, np.ndarray]:
+    """A Loop with a constant trip count (6) whose condition its body computes, emitting its state per
+    iteration: the scan output's length is the iterations run (module doc)."""
+    b, f = 2, 4
+    f32 = TensorProto.FLOAT
+    inits = [init("six", np.array(6, np.int64)), init("true", np.array(True)), init("limit", np.array(40.0, np.float32)),
+             init("grow", np.array(1.3, np.float32))]
+    body = helper.make_graph(
+        [helper.make_node("Mul", ["h_in", "grow"], ["hg"]), helper.make_node("Add", ["hg", "x"], ["h_out"]),
+         helper.make_node("Abs", ["h_out"], ["ha"]), helper.make_node("ReduceSum", ["ha"], ["hs"], keepdims=0),
+         helper.make_node("Less", ["hs", "limit"], ["c_out"]), helper.make_node("Identity", ["h_out"], ["h_scan"])],
+        "grow_emit",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []), helper.make_tensor_value_info("c_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("h_in", f32, [b, f])],
+        [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []), helper.make_tensor_value_info("h_out", f32, [b, f]),
+         helper.make_tensor_value_info("h_scan", f32, [b, f])])
+    nodes = [helper.make_node("Loop", ["six", "true", "x"], ["hT", "y"], body=body)]
+    g = helper.make_graph(nodes, "while_scan", [helper.make_tensor_value_info("x", f32, [b, f])],
+                          [helper.make_tensor_value_info("y", f32, ["K", b, f])], inits)
+    x = rng.standard_normal((b, f)).astype(np.float32)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)]), x
+
+
 def bad_loop(rng: np.random.Generator) -> onnx.ModelProto:
     """A while loop whose body doubles its loop-carried value's rows every iteration (valid ONNX,
     not a static-shape loop): rlxc refuses it naming the Loop node."""
@@ -451,7 +476,7 @@ def main() -> int:
               ("control_flow", lambda r: (cf, control_flow_inputs(cf, r, True))),
               ("control_flow_else", lambda r: (cf, control_flow_inputs(cf, r, False))), ("stn", stn), ("detector", detector),
               ("while_loop", lambda r: (wl, while_loop_input(wl, r, True))),
-              ("while_loop_else", lambda r: (wl, while_loop_input(wl, r, False)))]
+              ("while_loop_else", lambda r: (wl, while_loop_input(wl, r, False))), ("while_scan", while_scan)]
     for name, build in builds:
         model, x = build(rng)
         model.ir_version = 8

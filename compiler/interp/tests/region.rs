@@ -119,3 +119,16 @@ fn if_runs_the_branch_its_condition_picks() {
 fn f32s(c: &ConstData) -> Vec<f32> {
     (0..c.numel()).map(|i| c.get_f64(i) as f32).collect()
 }
+
+#[test]
+fn regions_nested_too_deep_are_a_parse_error_not_a_stack_overflow() {
+    let mut g = String::from("graph { }");
+    for _ in 0..65 {
+        g = format!("graph {{\n  %0 = loop() {{max_trips=1, carried=0}} [{g}] : i64[] @\"n\"\n}}");
+    }
+    let e = text::parse::<MirOp>(&g).unwrap_err();
+    assert!(e.msg.contains("regions nested more than 64 deep"), "{e}");
+    // A region op without its regions is refused too.
+    let e = text::parse::<MirOp>("graph {\n  %0 = loop() {max_trips=1, carried=0} : i64[] @\"n\"\n}").unwrap_err();
+    assert!(e.msg.contains("loop needs its regions"), "{e}");
+}

@@ -4,7 +4,8 @@
 //! trip count whose condition folds at import every iteration; an If whose condition is a constant
 //! translates only the branch taken, otherwise both branches and a `where` per output (so the branches
 //! must agree in dtype and shape). What unrolling cannot do becomes a region op (`region.rs`,
-//! `rlx_ir::region`): a Loop whose trip count or condition is computed at run time is a `loop`, and an
+//! `rlx_ir::region`): a Loop whose trip count or condition is computed at run time, or whose constant
+//! trip count unrolls past the budget, is a `loop`, and an
 //! If with a run-time condition whose branches hold such a loop is an `if` (computing the untaken
 //! branch's loop could run past its bound).
 
@@ -224,14 +225,18 @@ fn loop_(cx: &mut Ctx, nd: &Node) -> R {
     };
     let limit = trip.unwrap_or(MAX_ITERS + 1);
     let (nodes, values, unrolled) = (cx.g.nodes.len(), cx.g.values.len(), cx.unrolled);
-    match budgeted(cx, body, limit.min(MAX_ITERS), |cx| loop_iters(cx, nd, body, carried.clone(), n_scan, limit, cond))? {
-        Some(out) => Ok(out),
-        None => {
-            // The body computes its condition at run time: drop the partial unrolling, make a region.
+    match budgeted(cx, body, limit.min(MAX_ITERS), |cx| loop_iters(cx, nd, body, carried.clone(), n_scan, limit, cond)) {
+        Ok(Some(out)) => Ok(out),
+        // Past the unroll budget with a constant trip count to bound it (the outermost such loop: one
+        // being unrolled itself passes the error up), or a condition the body computes at run time:
+        // drop the partial unrolling, make a region.
+        Err(e) if trip.is_none() || cx.unroll_scale != 1 || !(e.starts_with("unsupported: control flow unrolls") || e.starts_with("unsupported: Loop runs more than")) => Err(e),
+        Ok(None) | Err(_) => {
             cx.g.nodes.truncate(nodes);
             cx.g.values.truncate(values);
             cx.narrow.retain(|v, _| v.index() < values);
             cx.rows.retain(|v, _| v.index() < values);
+            cx.seed_rows.retain(|(v, _)| v.index() < values);
             cx.unrolled = unrolled;
             loop_region(cx, nd, body, carried, n_scan)
         }
