@@ -280,10 +280,7 @@ fn source_input(cx: &Ctx, v: ValueId) -> Option<ValueId> {
 /// A Loop as a `loop` region: run-time trip count and condition, carried values of static shapes,
 /// scan outputs padded to the constant trip count with the iteration count beside them.
 fn loop_region(cx: &mut Ctx, nd: &Node, body: &GraphProto, carried: Vec<ValueId>, n_scan: usize) -> R {
-    let max_trips = match nd.inp(0).and_then(|m| cx.cval(m)) {
-        Some(c) => Some(c.get_i64(0).max(0) as u64),
-        None => None,
-    };
+    let max_trips = nd.inp(0).and_then(|m| cx.cval(m)).map(|c| c.get_i64(0).max(0) as u64);
     if n_scan > 0 {
         match max_trips {
             Some(m) if m as usize <= MAX_ITERS => {}
