@@ -10,11 +10,15 @@ fn region(g: &Mir, args: &[ConstData], what: &str) -> Result<Vec<ConstData>, Str
 
 /// `loop`: the body run while iteration < trip and the condition holds; (carried…, scans…, count).
 pub(crate) fn run_loop(max_trips: Option<u64>, carried: usize, body: &Mir, ins: &[&T]) -> Result<Vec<T>, String> {
-    let trip = ins[0].to_i64()[0];
-    let mut cond = ins[1].to_i64()[0] != 0;
+    // The graph may not have been verified: its shape is checked here rather than trusted.
+    let n_scan = body.outputs.len().checked_sub(1 + carried).ok_or("the loop body yields fewer values than the condition and the carried values")?;
+    if ins.len() < 2 + carried || body.inputs.len() != ins.len() {
+        return Err(format!("the loop binds {} operands to a body of {} inputs", ins.len(), body.inputs.len()));
+    }
+    let trip = *ins[0].to_i64().first().ok_or("the trip count is empty")?;
+    let mut cond = *ins[1].to_i64().first().ok_or("the condition is empty")? != 0;
     let mut state: Vec<ConstData> = ins[2..2 + carried].iter().map(|t| t.to_const()).collect();
     let captured: Vec<ConstData> = ins[2 + carried..].iter().map(|t| t.to_const()).collect();
-    let n_scan = body.outputs.len() - 1 - carried;
     let mut scans: Vec<Vec<u8>> = vec![Vec::new(); n_scan];
     let mut i: i64 = 0;
     while i < trip && cond {
@@ -25,6 +29,9 @@ pub(crate) fn run_loop(max_trips: Option<u64>, carried: usize, body: &Mir, ins: 
         args.extend(state.iter().cloned());
         args.extend(captured.iter().cloned());
         let outs = region(body, &args, &format!("loop body, iteration {i}"))?;
+        if outs[0].numel() != 1 {
+            return Err(format!("the loop body's condition has {} elements", outs[0].numel()));
+        }
         cond = outs[0].get_i64(0) != 0;
         state = outs[1..1 + carried].to_vec();
         for (k, s) in outs[1 + carried..].iter().enumerate() {
@@ -49,7 +56,10 @@ pub(crate) fn run_loop(max_trips: Option<u64>, carried: usize, body: &Mir, ins: 
 
 /// `if`: the branch the condition picks, run on the captured operands.
 pub(crate) fn run_if(branches: &[Mir], ins: &[&T]) -> Result<Vec<T>, String> {
-    let take = ins[0].to_i64()[0] != 0;
+    if branches.len() != 2 {
+        return Err(format!("an if has 2 branches, this one {}", branches.len()));
+    }
+    let take = *ins[0].to_i64().first().ok_or("the condition is empty")? != 0;
     let args: Vec<ConstData> = ins[1..].iter().map(|t| t.to_const()).collect();
     let (g, what) = if take { (&branches[0], "then-branch") } else { (&branches[1], "else-branch") };
     region(g, &args, what)?.iter().map(T::from_const).collect()
