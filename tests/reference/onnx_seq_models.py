@@ -3,7 +3,7 @@
 
     onnx_seq_models.py --out DIR
 
-Writes, per model NAME in (lstm_gru, unet_resize, stft_frontend, control_flow, control_flow_else, stn, detector): DIR/NAME.onnx, DIR/NAME.x.npy (the input, "x")
+Writes, per model NAME in (lstm_gru, unet_resize, stft_frontend, control_flow, control_flow_else, stn, detector, while_loop, while_loop_else, while_scan): DIR/NAME.onnx, DIR/NAME.x.npy (the input, "x")
 and DIR/NAME.ort.npy (ONNX Runtime's output "y", float32).
 
 - lstm_gru: a PyTorch-style sequence classifier. batch-first input [2, 12, 8] transposed to
@@ -25,6 +25,15 @@ and DIR/NAME.ort.npy (ONNX Runtime's output "y", float32).
   (scan_output_directions 1); an If on a run-time condition (mean of the final state > 0) choosing
   between two Gemm heads. Output y: [2, 4] plus the Scan's reversed output summed into it.
   control_flow_else: the same graph with an input that takes the else branch.
+- while_loop: a scripted `while` as torch.onnx exports it [2, 4]: a Loop with no trip count whose
+  condition (abs(h).sum() < 50) is computed before it and again in its body, carrying h (grown by 1.5
+  plus a mix of x, an outer value the body reads) and an iteration counter; an If on the computed count
+  (> 3) whose then branch is itself a `while` (halving until abs(g).sum() <= 20) and whose else
+  branch subtracts 1; plus 0.01 * count. Neither loop's trip count is known before it runs.
+  while_loop_else: an input that takes the else branch. Also bad_loop.onnx (no ONNX Runtime output):
+  a `while` whose body doubles its carried value's rows each iteration.
+- while_scan: a Loop of trip count 6 whose body computes its condition (abs(h).sum() < 40, h = 1.3 h + x)
+  and emits h per iteration [2, 4]: output y [K, 2, 4], K the iterations run (4 for the input written).
 - stn: a spatial transformer [2, 3, 12, 12] (opset 20): GlobalAveragePool → Flatten → Gemm predicting
   theta [2, 6] around the identity → Reshape [2, 2, 3] → AffineGrid to [2, 3, 10, 10] → GridSample
   bilinear (zeros padding), GridSample bicubic (zeros, align_corners) and bilinear (border, align_corners)
@@ -239,6 +248,139 @@ def control_flow_inputs(model: onnx.ModelProto, rng: np.random.Generator, want: 
     raise SystemExit("no input found for the If branch")
 
 
+def while_loop_graph(rng: np.random.Generator) -> onnx.ModelProto:
+    """torch.onnx's export of a scripted `while` loop and an `if` on a computed scalar (module doc)."""
+    b, f = 2, 4
+    inits = [
+        init("limit", np.array(50.0, np.float32)),
+        init("small", np.array(20.0, np.float32)),
+        init("grow", np.array(1.5, np.float32)),
+        init("mix", (rng.standard_normal((b, f)) * 0.1).astype(np.float32)),
+        init("halve", np.array(0.5, np.float32)),
+        init("one", np.array(1.0, np.float32)),
+        init("n0", np.array(0, np.int64)),
+        init("n1", np.array(1, np.int64)),
+        init("three", np.array(3, np.int64)),
+        init("pct", np.array(0.01, np.float32)),
+    ]
+    f32 = TensorProto.FLOAT
+    # while abs(h).sum() < limit: h = h * grow + x * mix; n += 1
+    grow_body = helper.make_graph(
+        [
+            helper.make_node("Mul", ["h_in", "grow"], ["hg"]),
+            helper.make_node("Mul", ["x", "mix"], ["xm"]),
+            helper.make_node("Add", ["hg", "xm"], ["h_out"]),
+            helper.make_node("Add", ["n_in", "n1"], ["n_out"]),
+            helper.make_node("Abs", ["h_out"], ["ha"]),
+            helper.make_node("ReduceSum", ["ha"], ["hs"], keepdims=0),
+            helper.make_node("Less", ["hs", "limit"], ["cond_out"]),
+        ],
+        "grow_step",
+        [helper.make_tensor_value_info("it", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("h_in", f32, [b, f]),
+         helper.make_tensor_value_info("n_in", TensorProto.INT64, [])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("h_out", f32, [b, f]),
+         helper.make_tensor_value_info("n_out", TensorProto.INT64, [])],
+    )
+    # then: while abs(g).sum() > small: g = g * halve   (a loop inside a branch)
+    shrink_body = helper.make_graph(
+        [
+            helper.make_node("Mul", ["g_in", "halve"], ["g_out"]),
+            helper.make_node("Abs", ["g_out"], ["ga"]),
+            helper.make_node("ReduceSum", ["ga"], ["gs"], keepdims=0),
+            helper.make_node("Greater", ["gs", "small"], ["c_out"]),
+        ],
+        "shrink_step",
+        [helper.make_tensor_value_info("j", TensorProto.INT64, []),
+         helper.make_tensor_value_info("c_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("g_in", f32, [b, f])],
+        [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("g_out", f32, [b, f])],
+    )
+    then_g = helper.make_graph(
+        [
+            helper.make_node("Abs", ["hT"], ["ta"]),
+            helper.make_node("ReduceSum", ["ta"], ["ts"], keepdims=0),
+            helper.make_node("Greater", ["ts", "small"], ["c0"]),
+            helper.make_node("Loop", ["", "c0", "hT"], ["gT"], body=shrink_body),
+        ],
+        "then_shrink", [], [helper.make_tensor_value_info("gT", f32, [b, f])])
+    else_g = helper.make_graph([helper.make_node("Sub", ["hT", "one"], ["e"])], "else_shift", [],
+                               [helper.make_tensor_value_info("e", f32, [b, f])])
+    nodes = [
+        helper.make_node("Abs", ["x"], ["xa"]),
+        helper.make_node("ReduceSum", ["xa"], ["xs"], keepdims=0),
+        helper.make_node("Less", ["xs", "limit"], ["cond0"]),
+        helper.make_node("Loop", ["", "cond0", "x", "n0"], ["hT", "nT"], body=grow_body),
+        helper.make_node("Greater", ["nT", "three"], ["c"]),
+        helper.make_node("If", ["c"], ["head"], then_branch=then_g, else_branch=else_g),
+        helper.make_node("Cast", ["nT"], ["nf"], to=f32),
+        helper.make_node("Mul", ["nf", "pct"], ["np"]),
+        helper.make_node("Add", ["head", "np"], ["y"]),
+    ]
+    g = helper.make_graph(nodes, "while_loop", [helper.make_tensor_value_info("x", f32, [b, f])],
+                          [helper.make_tensor_value_info("y", f32, [b, f])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)])
+
+
+def while_loop_input(model: onnx.ModelProto, rng: np.random.Generator, want: bool) -> np.ndarray:
+    """An input [2, 4] for which the If takes the then branch (want) or not, by ONNX Runtime."""
+    m2 = onnx.ModelProto()
+    m2.CopyFrom(model)
+    m2.graph.output.append(helper.make_tensor_value_info("c", TensorProto.BOOL, []))
+    sess = ort.InferenceSession(m2.SerializeToString(), providers=["CPUExecutionProvider"])
+    for k in range(200):
+        x = (rng.standard_normal((2, 4)) * (1 + k % 8)).astype(np.float32)
+        (_, c) = sess.run(None, {"x": x})
+        if bool(c) == want:
+            return x
+    raise SystemExit("no input found for the If branch")
+
+
+def while_scan(rng: np.random.Generator) -> tuple[onnx.ModelProto, np.ndarray]:
+    """A Loop with a constant trip count (6) whose condition its body computes, emitting its state per
+    iteration: the scan output's length is the iterations run (module doc)."""
+    b, f = 2, 4
+    f32 = TensorProto.FLOAT
+    inits = [init("six", np.array(6, np.int64)), init("true", np.array(True)), init("limit", np.array(40.0, np.float32)),
+             init("grow", np.array(1.3, np.float32))]
+    body = helper.make_graph(
+        [helper.make_node("Mul", ["h_in", "grow"], ["hg"]), helper.make_node("Add", ["hg", "x"], ["h_out"]),
+         helper.make_node("Abs", ["h_out"], ["ha"]), helper.make_node("ReduceSum", ["ha"], ["hs"], keepdims=0),
+         helper.make_node("Less", ["hs", "limit"], ["c_out"]), helper.make_node("Identity", ["h_out"], ["h_scan"])],
+        "grow_emit",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []), helper.make_tensor_value_info("c_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("h_in", f32, [b, f])],
+        [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []), helper.make_tensor_value_info("h_out", f32, [b, f]),
+         helper.make_tensor_value_info("h_scan", f32, [b, f])])
+    nodes = [helper.make_node("Loop", ["six", "true", "x"], ["hT", "y"], body=body)]
+    g = helper.make_graph(nodes, "while_scan", [helper.make_tensor_value_info("x", f32, [b, f])],
+                          [helper.make_tensor_value_info("y", f32, ["K", b, f])], inits)
+    x = rng.standard_normal((b, f)).astype(np.float32)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)]), x
+
+
+def bad_loop(rng: np.random.Generator) -> onnx.ModelProto:
+    """A while loop whose body doubles its loop-carried value's rows every iteration (valid ONNX,
+    not a static-shape loop): rlxc refuses it naming the Loop node."""
+    f32 = TensorProto.FLOAT
+    body = helper.make_graph(
+        [helper.make_node("Concat", ["h_in", "h_in"], ["h_out"], axis=0),
+         helper.make_node("ReduceSum", ["h_out"], ["s"], keepdims=0),
+         helper.make_node("Less", ["s", "limit"], ["c_out"])],
+        "grow_rows",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []), helper.make_tensor_value_info("c_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("h_in", f32, ["r", 4])],
+        [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []), helper.make_tensor_value_info("h_out", f32, ["r2", 4])])
+    nodes = [helper.make_node("ReduceSum", ["x"], ["s0"], keepdims=0), helper.make_node("Less", ["s0", "limit"], ["c0"]),
+             helper.make_node("Loop", ["", "c0", "x"], ["y"], body=body, name="rows_loop")]
+    g = helper.make_graph(nodes, "bad_loop", [helper.make_tensor_value_info("x", f32, [2, 4])],
+                          [helper.make_tensor_value_info("y", f32, ["R", 4])], [init("limit", np.array(100.0, np.float32))])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)])
+
+
 def stn(rng: np.random.Generator) -> tuple[onnx.ModelProto, np.ndarray]:
     n, c, hw, out = 2, 3, 12, 10
     inits = [
@@ -329,9 +471,12 @@ def main() -> int:
     os.makedirs(args.out, exist_ok=True)
     rng = np.random.default_rng(19)
     cf = control_flow_graph(rng)
+    wl = while_loop_graph(np.random.default_rng(23))  # its own generator: the other models keep their inputs
     builds = [("lstm_gru", lstm_gru), ("unet_resize", unet_resize), ("stft_frontend", stft_frontend),
               ("control_flow", lambda r: (cf, control_flow_inputs(cf, r, True))),
-              ("control_flow_else", lambda r: (cf, control_flow_inputs(cf, r, False))), ("stn", stn), ("detector", detector)]
+              ("control_flow_else", lambda r: (cf, control_flow_inputs(cf, r, False))), ("stn", stn), ("detector", detector),
+              ("while_loop", lambda r: (wl, while_loop_input(wl, r, True))),
+              ("while_loop_else", lambda r: (wl, while_loop_input(wl, r, False))), ("while_scan", while_scan)]
     for name, build in builds:
         model, x = build(rng)
         model.ir_version = 8
@@ -343,6 +488,10 @@ def main() -> int:
         np.save(os.path.join(args.out, f"{name}.x.npy"), x)
         np.save(os.path.join(args.out, f"{name}.ort.npy"), y.astype(np.float32))
         print(f"{name}: x {list(x.shape)} -> y {list(y.shape)}")
+    bad = bad_loop(rng)
+    bad.ir_version = 8
+    onnx.checker.check_model(bad, full_check=True)
+    onnx.save(bad, os.path.join(args.out, "bad_loop.onnx"))
     return 0
 
 

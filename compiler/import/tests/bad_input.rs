@@ -354,8 +354,9 @@ fn bool_vi(name: &str) -> ValueInfoProto {
 }
 
 #[test]
-fn loop_with_a_run_time_condition_names_the_node() {
-    // cond_out = max(s) > 0: computed at run time, so the unrolled Loop cannot know when it stops.
+fn loop_with_a_run_time_condition_is_a_region() {
+    // cond_out = max(s) > 0: computed at run time, so the Loop cannot unroll; it is a `loop` region
+    // (bounded by its constant trip count 3, its one-element condition made a scalar).
     let body = GraphProto {
         node: vec![node("mx", "ReduceMax", &["s_in"], &["m_s"]), node("gt", "Greater", &["m_s", "zero"], &["c_out"])],
         input: vec![vi("i", &[]), bool_vi("c_in"), vi("s_in", &[2])],
@@ -367,9 +368,12 @@ fn loop_with_a_run_time_condition_names_the_node() {
     let m = TensorProto { name: "m".into(), data_type: DataType::Int64 as i32, int64_data: vec![3], ..Default::default() };
     let zero = TensorProto { name: "zero".into(), data_type: DataType::Float as i32, float_data: vec![0.0], ..Default::default() };
     let b = model(vec![lp], vec![vi("x", &[2])], vec![vi("y", &[2])], vec![m, zero]);
-    let e = err(&b);
-    assert!(e.contains("node 'the_loop'") && e.contains("Loop"), "{e}");
-    assert!(e.contains("condition computed at run time"), "{e}");
+    let h = load_onnx_bytes(&b, None, &ImportOptions::default()).unwrap();
+    let lp = h.nodes.iter().find(|n| n.name == "the_loop").expect("the loop node");
+    let rlx_ir::HirOp::Loop { max_trips, carried, body } = &lp.op else { panic!("not a loop region: {:?}", lp.op) };
+    assert_eq!((*max_trips, *carried), (Some(3), 1));
+    assert!(rlx_ir::verify::verify(&body[0]).is_empty());
+    assert_eq!(body[0].ty(body[0].outputs[0]).to_string(), "bool[]");
 }
 
 #[test]
@@ -399,8 +403,9 @@ fn if_without_a_branch_is_an_error() {
 }
 
 #[test]
-fn nested_loops_past_the_unroll_budget_are_refused() {
-    // 2,000 × 2,000 iterations of an Identity: past the 2^20-node unroll budget, refused quickly.
+fn nested_loops_past_the_unroll_budget_become_a_loop_region() {
+    // 2,000 × 2,000 iterations of an Identity: past the 2^20-node unroll budget (found before any
+    // work), so the outer Loop is a `loop` region bounded by its trip count; its body unrolls the inner.
     let inner_body = GraphProto {
         node: vec![node("id", "Identity", &["s_in"], &["s_out"])],
         input: vec![vi("j", &[]), bool_vi("c_in"), vi("s_in", &[2])],
@@ -419,6 +424,27 @@ fn nested_loops_past_the_unroll_budget_are_refused() {
     outer.attribute.push(graph_attr("body", outer_body));
     let m = TensorProto { name: "m".into(), data_type: DataType::Int64 as i32, int64_data: vec![2000], ..Default::default() };
     let b = model(vec![outer], vec![vi("x", &[2])], vec![vi("y", &[2])], vec![m]);
+    let h = load_onnx_bytes(&b, None, &ImportOptions::default()).unwrap();
+    let outer = h.nodes.iter().find(|n| n.name == "outer").expect("the outer loop");
+    let rlx_ir::HirOp::Loop { max_trips, carried, body } = &outer.op else { panic!("not a loop region: {:?}", outer.op) };
+    assert_eq!((*max_trips, *carried), (Some(2000), 1));
+    assert!(body[0].nodes.iter().all(|n| !matches!(n.op, rlx_ir::HirOp::Loop { .. })), "the inner loop unrolls");
+}
+
+#[test]
+fn a_loop_with_no_trip_count_past_the_unroll_limit_is_refused() {
+    // No trip count and a condition that stays a constant true: unrolling stops at 4,096 iterations,
+    // and with no trip count to bound it there is no region either.
+    let body = GraphProto {
+        node: vec![node("id", "Identity", &["s_in"], &["s_out"])],
+        input: vec![vi("i", &[]), bool_vi("c_in"), vi("s_in", &[2])],
+        output: vec![bool_vi("c_in"), vi("s_out", &[2])],
+        ..Default::default()
+    };
+    let mut lp = node("forever", "Loop", &["", "t", "x"], &["y"]);
+    lp.attribute.push(graph_attr("body", body));
+    let t = TensorProto { name: "t".into(), data_type: DataType::Bool as i32, int32_data: vec![1], ..Default::default() };
+    let b = model(vec![lp], vec![vi("x", &[2])], vec![vi("y", &[2])], vec![t]);
     let e = err(&b);
-    assert!(e.contains("node 'outer'") && e.contains("unrolls to more than"), "{e}");
+    assert!(e.contains("node 'forever'") && e.contains("more than 4096 iterations"), "{e}");
 }

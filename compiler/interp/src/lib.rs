@@ -15,6 +15,7 @@ mod movement;
 mod quant;
 pub mod ranks;
 mod reduce;
+mod region;
 mod select;
 mod tensor;
 
@@ -270,5 +271,7 @@ fn exec(op: &MirOp, ins: &[&T], syms: &BTreeMap<String, u64>) -> Result<Vec<T>, 
         MirOp::AllReduce { .. } | MirOp::AllGather { .. } | MirOp::ReduceScatter { .. } | MirOp::Send { .. } | MirOp::Recv { .. } => {
             Err(format!("{}: a collective is run by rlx_interp::ranks, with the other ranks", op.kind()))
         }
+        MirOp::Loop { max_trips, carried, body } => region::run_loop(*max_trips, *carried, &body[0], ins),
+        MirOp::If { branches } => region::run_if(&branches[..], ins),
     }
 }

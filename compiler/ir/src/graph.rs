@@ -65,6 +65,26 @@ pub trait OpSet: Clone + PartialEq + fmt::Debug {
     fn from_parts(kind: &str, attrs: &[(String, crate::Attr)]) -> Result<Self, String>;
     /// Allowed input counts (min, max).
     fn arity(&self) -> (usize, usize);
+    /// The sub-graphs this op owns (a `loop`'s body, an `if`'s branches: `crate::region`); none for
+    /// every other op.
+    fn regions(&self) -> &[Graph<Self>]
+    where
+        Self: Sized,
+    {
+        &[]
+    }
+    /// Moves parsed sub-graphs into this op's region slots (the text form's parser; the inverse of
+    /// `regions`). An op without regions takes none.
+    fn set_regions(&mut self, regions: Vec<Graph<Self>>) -> Result<(), String>
+    where
+        Self: Sized,
+    {
+        if regions.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("{} owns no regions, got {}", self.kind(), regions.len()))
+        }
+    }
 }
 
 /// A state tensor (a KV cache, a training step's parameters and optimizer state): graph input `input`

@@ -3,7 +3,7 @@
 
 use crate::attr::{Attr, Attrs};
 use crate::mir::MirOp;
-use crate::{Dim, OpSet, Shape, TensorType};
+use crate::{Dim, Graph, OpSet, Shape, TensorType};
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum HirOp {
@@ -20,6 +20,10 @@ pub enum HirOp {
     /// attention with `heads` heads, scores scaled by `scale`; positions where mask == 0 are excluded;
     /// `causal` also excludes keys after the query position.
     Attention { heads: usize, scale: f64, causal: bool },
+    /// MIR's `loop` over an HIR body (lowered body and all): `crate::region`.
+    Loop { max_trips: Option<u64>, carried: usize, body: Box<[Graph<HirOp>; 1]> },
+    /// MIR's `if` over HIR branches: `crate::region`.
+    If { branches: Box<[Graph<HirOp>; 2]> },
 }
 
 impl OpSet for HirOp {
@@ -31,6 +35,8 @@ impl OpSet for HirOp {
             HirOp::Gelu { .. } => "gelu",
             HirOp::Softmax { .. } => "softmax",
             HirOp::Attention { .. } => "attention",
+            HirOp::Loop { .. } => "loop",
+            HirOp::If { .. } => "if",
         }
     }
 
@@ -40,10 +46,17 @@ impl OpSet for HirOp {
             HirOp::Linear { .. } | HirOp::LayerNorm { .. } => (2, 3),
             HirOp::Gelu { .. } | HirOp::Softmax { .. } => (1, 1),
             HirOp::Attention { .. } => (3, 4),
+            HirOp::Loop { carried, body, .. } => (2 + carried, (2 + carried).max(body[0].inputs.len())),
+            HirOp::If { branches } => (1, 1 + branches[0].inputs.len()),
         }
     }
 
     fn infer(&self, ins: &[&TensorType]) -> Result<Vec<TensorType>, String> {
+        match self {
+            HirOp::Loop { max_trips, carried, body } => return crate::region::infer_loop(*max_trips, *carried, &body[0], ins),
+            HirOp::If { branches } => return crate::region::infer_if(&branches[..], ins),
+            _ => {}
+        }
         let x = ins[0];
         let float = |t: &TensorType, what: &str| {
             if t.dtype.is_float() {
@@ -125,6 +138,7 @@ impl OpSet for HirOp {
                 s[2] = v.shape.0[2].clone();
                 Ok(vec![TensorType::new(q.dtype, Shape(s))])
             }
+            HirOp::Loop { .. } | HirOp::If { .. } => unreachable!("handled above"),
         }
     }
 
@@ -138,6 +152,8 @@ impl OpSet for HirOp {
             HirOp::Attention { heads, scale, causal } => {
                 vec![("heads", Attr::Int(*heads as i64)), ("scale", Attr::Float(*scale)), ("causal", Attr::Bool(*causal))]
             }
+            HirOp::Loop { max_trips, carried, .. } => crate::region::loop_attrs(*max_trips, *carried),
+            HirOp::If { .. } => vec![],
         }
     }
 
@@ -149,8 +165,31 @@ impl OpSet for HirOp {
             "gelu" => HirOp::Gelu { tanh: a.bool("tanh")? },
             "softmax" => HirOp::Softmax { axis: a.usize("axis")?, log: a.bool("log")? },
             "attention" => HirOp::Attention { heads: a.usize("heads")?, scale: a.float("scale")?, causal: a.bool("causal")? },
+            "loop" => {
+                let (max_trips, carried) = crate::region::loop_from_attrs(attrs)?;
+                HirOp::Loop { max_trips, carried, body: Box::new([Graph::new()]) }
+            }
+            "if" => HirOp::If { branches: Box::new([Graph::new(), Graph::new()]) },
             _ => HirOp::Prim(MirOp::from_parts(kind, attrs)?),
         })
+    }
+
+    fn regions(&self) -> &[Graph<HirOp>] {
+        match self {
+            HirOp::Loop { body, .. } => &body[..],
+            HirOp::If { branches } => &branches[..],
+            _ => &[],
+        }
+    }
+
+    fn set_regions(&mut self, regions: Vec<Graph<HirOp>>) -> Result<(), String> {
+        let kind = self.kind();
+        match self {
+            HirOp::Loop { body, .. } => crate::region::fill(kind, &mut body[..], regions),
+            HirOp::If { branches } => crate::region::fill(kind, &mut branches[..], regions),
+            _ if regions.is_empty() => Ok(()),
+            _ => Err(format!("{kind} owns no regions, got {}", regions.len())),
+        }
     }
 }
 

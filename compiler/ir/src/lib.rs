@@ -11,6 +11,7 @@ pub mod hir;
 pub mod lir;
 pub mod loops;
 pub mod mir;
+pub mod region;
 pub mod schedule;
 pub mod shape;
 pub mod tensor;

@@ -4,7 +4,7 @@
 
 use crate::attr::{dims_attr, usizes_attr, Attr, Attrs};
 use crate::shape::broadcast;
-use crate::{DType, Dim, OpSet, Shape, TensorType};
+use crate::{DType, Dim, Graph, OpSet, Shape, TensorType};
 
 macro_rules! name_enum {
     ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $v:ident = $s:literal),* $(,)? }) => {
@@ -201,6 +201,13 @@ pub enum MirOp {
     /// () → the tensor of type `dtype[shape]` that rank `peer` sends (messages between two ranks
     /// arrive in the order they were sent).
     Recv { peer: usize, dtype: DType, shape: Vec<Dim> },
+    /// (trip: i64[], cond: bool[], carried…, captured…) → (carried…, scans…: [max_trips, …], count: i64[]):
+    /// the body run while iteration < trip and cond holds (ONNX Loop with a run-time trip count or
+    /// condition). Semantics and the body's signature: `crate::region`.
+    Loop { max_trips: Option<u64>, carried: usize, body: Box<[Graph<MirOp>; 1]> },
+    /// (cond: bool[], captured…) → the outputs of `branches[0]` when cond holds, else of `branches[1]`
+    /// (ONNX If with a run-time condition): `crate::region`.
+    If { branches: Box<[Graph<MirOp>; 2]> },
 }
 
 fn same_dtype(op: &str, a: &TensorType, b: &TensorType) -> Result<(), String> {
@@ -325,6 +332,8 @@ impl OpSet for MirOp {
             MirOp::ReduceScatter { .. } => "reduce_scatter",
             MirOp::Send { .. } => "send",
             MirOp::Recv { .. } => "recv",
+            MirOp::Loop { .. } => "loop",
+            MirOp::If { .. } => "if",
         }
     }
 
@@ -339,6 +348,8 @@ impl OpSet for MirOp {
             MirOp::Concat { .. } => (1, usize::MAX),
             MirOp::Conv { .. } | MirOp::ConvTranspose { .. } => (2, 3),
             MirOp::Recv { .. } => (0, 0),
+            MirOp::Loop { carried, body, .. } => (2 + carried, (2 + carried).max(body[0].inputs.len())),
+            MirOp::If { branches } => (1, 1 + branches[0].inputs.len()),
             _ => (1, 1),
         }
     }
@@ -349,6 +360,11 @@ impl OpSet for MirOp {
                 return Err(format!("recv: block-quantized dtype {dtype}"));
             }
             return Ok(vec![TensorType::new(*dtype, Shape(shape.clone()))]);
+        }
+        match self {
+            MirOp::Loop { max_trips, carried, body } => return crate::region::infer_loop(*max_trips, *carried, &body[0], ins),
+            MirOp::If { branches } => return crate::region::infer_if(&branches[..], ins),
+            _ => {}
         }
         let Some(&x) = ins.first() else {
             return Err(format!("{}: takes an input", self.kind()));
@@ -841,7 +857,7 @@ impl OpSet for MirOp {
                 s[*axis] = Dim::Fixed(e);
                 one(x.dtype, Shape(s))
             }
-            MirOp::Recv { .. } => unreachable!("handled above"),
+            MirOp::Recv { .. } | MirOp::Loop { .. } | MirOp::If { .. } => unreachable!("handled above"),
         }
     }
 
@@ -914,6 +930,8 @@ impl OpSet for MirOp {
             }
             MirOp::Send { peer } => vec![("peer", Attr::Int(*peer as i64))],
             MirOp::Recv { peer, dtype, shape } => vec![("peer", Attr::Int(*peer as i64)), ("dtype", Attr::DType(*dtype)), ("shape", dims_attr(shape))],
+            MirOp::Loop { max_trips, carried, .. } => crate::region::loop_attrs(*max_trips, *carried),
+            MirOp::If { .. } => vec![],
         }
     }
 
@@ -996,8 +1014,31 @@ impl OpSet for MirOp {
             "reduce_scatter" => MirOp::ReduceScatter { axis: a.usize("axis")?, ranks: a.usize("ranks")? },
             "send" => MirOp::Send { peer: a.usize("peer")? },
             "recv" => MirOp::Recv { peer: a.usize("peer")?, dtype: a.dtype("dtype")?, shape: a.dims("shape")? },
+            "loop" => {
+                let (max_trips, carried) = crate::region::loop_from_attrs(attrs)?;
+                MirOp::Loop { max_trips, carried, body: Box::new([Graph::new()]) }
+            }
+            "if" => MirOp::If { branches: Box::new([Graph::new(), Graph::new()]) },
             _ => return Err(format!("unknown MIR op '{kind}'")),
         })
+    }
+
+    fn regions(&self) -> &[Graph<MirOp>] {
+        match self {
+            MirOp::Loop { body, .. } => &body[..],
+            MirOp::If { branches } => &branches[..],
+            _ => &[],
+        }
+    }
+
+    fn set_regions(&mut self, regions: Vec<Graph<MirOp>>) -> Result<(), String> {
+        let kind = self.kind();
+        match self {
+            MirOp::Loop { body, .. } => crate::region::fill(kind, &mut body[..], regions),
+            MirOp::If { branches } => crate::region::fill(kind, &mut branches[..], regions),
+            _ if regions.is_empty() => Ok(()),
+            _ => Err(format!("{kind} owns no regions, got {}", regions.len())),
+        }
     }
 }
 
@@ -1034,7 +1075,7 @@ pub fn all_mir_kinds() -> Vec<&'static str> {
         "reshape", "transpose", "expand", "slice", "concat", "gather", "gather_elements", "gather_nd", "scatter_elements",
         "scatter_nd", "pad", "conv", "conv_transpose", "max_pool", "avg_pool", "cumsum", "topk", "nonzero", "compress", "nms", "unique",
         "quantize", "dequantize", "fake_quantize", "dequant_matmul", "dequant_gather", "write_rows", "all_reduce", "all_gather", "reduce_scatter",
-        "send", "recv",
+        "send", "recv", "loop", "if",
     ]);
     v
 }

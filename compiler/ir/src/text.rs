@@ -93,6 +93,12 @@ pub fn print<O: OpSet>(g: &Graph<O>) -> String {
             let a: Vec<String> = attrs.iter().map(|(k, v)| format!("{k}={v}")).collect();
             let _ = write!(out, " {{{}}}", a.join(", "));
         }
+        // A region op's sub-graphs, each in this form (its own value numbers), indented.
+        let regions = n.op.regions();
+        if !regions.is_empty() {
+            let rs: Vec<String> = regions.iter().map(|r| print(r).trim_end().replace('\n', "\n    ")).collect();
+            let _ = write!(out, " [{}]", rs.join(", "));
+        }
         let tys: Vec<String> = n.outputs.iter().map(|&o| g.ty(o).to_string()).collect();
         let _ = writeln!(out, " : {} @{}", tys.join(", "), quote(&n.name));
     }
@@ -394,6 +400,18 @@ impl<'a> P<'a> {
 /// them against inference.
 pub fn parse<O: OpSet>(text: &str) -> Result<Graph<O>, ParseError> {
     let mut p = P { s: text.as_bytes(), i: 0 };
+    let g = graph(&mut p, 0)?;
+    if p.peek().is_some() {
+        return p.err("trailing text after graph");
+    }
+    Ok(g)
+}
+
+/// Most region ops nested in one another that the parser reads (a bound on its recursion).
+const MAX_NESTING: usize = 64;
+
+/// One `graph { … }`, nested `depth` regions deep.
+fn graph<O: OpSet>(p: &mut P, depth: usize) -> Result<Graph<O>, ParseError> {
     let mut g: Graph<O> = Graph::new();
     let mut ids: HashMap<usize, ValueId> = HashMap::new();
     let mut state: Option<u32> = None;
@@ -476,10 +494,28 @@ pub fn parse<O: OpSet>(text: &str) -> Result<Graph<O>, ParseError> {
                         p.expect(b',')?;
                     }
                 }
-                let op = match O::from_parts(&kind, &attrs) {
+                let mut op = match O::from_parts(&kind, &attrs) {
                     Ok(op) => op,
                     Err(e) => return p.err(e),
                 };
+                if p.eat(b'[') {
+                    if depth == MAX_NESTING {
+                        return p.err(format!("regions nested more than {MAX_NESTING} deep"));
+                    }
+                    let mut regions = Vec::new();
+                    loop {
+                        regions.push(graph(p, depth + 1)?);
+                        if p.eat(b']') {
+                            break;
+                        }
+                        p.expect(b',')?;
+                    }
+                    if let Err(e) = op.set_regions(regions) {
+                        return p.err(e);
+                    }
+                } else if !op.regions().is_empty() {
+                    return p.err(format!("{kind} needs its regions ('[graph {{ … }}, …]')"));
+                }
                 p.expect(b':')?;
                 let mut tys = Vec::new();
                 loop {
@@ -524,9 +560,6 @@ pub fn parse<O: OpSet>(text: &str) -> Result<Graph<O>, ParseError> {
             return p.err(format!("state {n}: the graph has {ni} inputs and {no} outputs"));
         }
         g.state = (0..n).map(|k| crate::State { input: ni - n + k, output: no - n + k }).collect();
-    }
-    if p.peek().is_some() {
-        return p.err("trailing text after graph");
     }
     Ok(g)
 }

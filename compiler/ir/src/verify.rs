@@ -84,6 +84,12 @@ pub fn verify<O: OpSet>(g: &Graph<O>) -> Vec<Problem> {
                 defined[o.index()] = true;
             }
         }
+        // A region op's sub-graphs are graphs of their own: every problem in them, named by the op.
+        for (k, r) in n.op.regions().iter().enumerate() {
+            for p in verify(r) {
+                probs.push(here(format!("{} region {k}: {p}", n.op.kind())));
+            }
+        }
         if inputs_ok && n.inputs.len() >= lo && n.inputs.len() <= hi {
             let tys: Vec<_> = n.inputs.iter().map(|&i| g.ty(i)).collect();
             match n.op.infer(&tys) {

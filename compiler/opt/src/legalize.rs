@@ -90,6 +90,9 @@ pub fn report(g: &Mir, caps: &TargetCaps) -> DispatchReport {
             (Resolution::Unsupported, format!("target '{}' does not implement cast to {to}; legal if the target would claim cast/{to}", caps.name))
         } else if caps.claims(kind, dtype) {
             (Resolution::Native, String::new())
+        } else if !n.op.regions().is_empty() {
+            let what = if kind == "loop" { "a loop whose trip count or condition is known only at run time" } else { "an if whose branch holds such a loop" };
+            (Resolution::Unsupported, format!("target '{}' does not run control-flow regions ({kind}: {what}); legal if the target would claim {kind}/{dtype}", caps.name))
         } else if let Some((_, prims)) = COMMON_IR.iter().find(|(k, prims)| *k == kind && prims.iter().all(|p| caps.claims(p, dtype))) {
             (Resolution::CommonIr, format!("via {}", prims.join(" + ")))
         } else {

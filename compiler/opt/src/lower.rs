@@ -51,6 +51,15 @@ impl Lowerer {
         let dt = self.mir.ty(x).dtype;
         let out = match op {
             HirOp::Prim(p) => return self.mir.add_node(name, p.clone(), ins),
+            // A region's sub-graphs are lowered as graphs of their own (their problems named by the op).
+            HirOp::Loop { max_trips, carried, body } => {
+                let body = Box::new([lower_region(name, &body[0])?]);
+                return self.mir.add_node(name, MirOp::Loop { max_trips: *max_trips, carried: *carried, body }, ins);
+            }
+            HirOp::If { branches } => {
+                let branches = Box::new([lower_region(name, &branches[0])?, lower_region(name, &branches[1])?]);
+                return self.mir.add_node(name, MirOp::If { branches }, ins);
+            }
             HirOp::Linear { transpose_w } => {
                 let mut w = ins[1];
                 if *transpose_w {
@@ -164,6 +173,11 @@ impl Lowerer {
 
 /// Lowers a HIR graph to MIR. Graph inputs, constants and outputs keep their names; every problem found
 /// is returned (a node that fails to lower is reported and lowering continues where it can).
+/// A region op's sub-graph lowered, its problems folded into one message for the op's node.
+fn lower_region(name: &str, g: &Hir) -> R<Mir> {
+    lower(g).map_err(|ps| format!("in a region of '{name}': {}", ps.iter().map(|p| p.to_string()).collect::<Vec<_>>().join("; ")))
+}
+
 pub fn lower(h: &Hir) -> Result<Mir, Vec<Problem>> {
     let mut probs = rlx_ir::verify::verify(h);
     if !probs.is_empty() {

@@ -17,13 +17,13 @@ pub const FAMILIES: &[(&str, &[&str], &[&str], &str)] = &[
          are unrolled at import; sequence-valued graph inputs and outputs are not representable.",
     ),
     (
-        "Loops with a trip count computed at run time",
+        "Loops with scan outputs over a trip count computed at run time",
         &[],
-        &["trip count computed at run time"],
-        "rlxc unrolls Loop at import, so it needs the trip count then; a count computed from run-time values would make the \
-         number of unrolled iterations, and the scan outputs' lengths, data-dependent. (Ops whose output length is \
-         data-dependent — NonMaxSuppression, NonZero, Unique, Compress — run: their outputs are padded to a static bound \
-         with a run-time count beside them, docs/targets.md.)",
+        &["scan outputs need a constant trip count"],
+        "A Loop whose trip count or condition is computed at run time is a `loop` region the interpreter runs, but its scan \
+         outputs are padded to a static bound — the constant trip count — with the iteration count beside them (as the \
+         outputs of NonMaxSuppression, NonZero, Unique, Compress: docs/targets.md); with no constant trip count there is no \
+         bound, and rlxc asks for the graph input the count is computed from as a constant.",
     ),
     (
         "Strings",

@@ -6,7 +6,9 @@
 //! (`AffineGrid` + `GridSample`), and an SSD-style detector head (anchor decoding, `NonMaxSuppression`,
 //! gathers of the selected boxes and scores: an output whose row count is known only at run time,
 //! written cut to its count) — run by
-//! `rlxc run` on the interpreter and on `--target host`: 1e-4 max abs difference.
+//! `rlxc run` on the interpreter and on `--target host`: 1e-4 max abs difference. And a scripted
+//! `while` loop with an `if` around a second one (`while_loop`): loop and if regions, which the
+//! interpreter runs and `--target host` reports per node.
 
 mod common;
 use common::{ok, python, repo};
@@ -87,6 +89,47 @@ fn loop_scan_if_model_matches_onnxruntime_on_interp() {
 fn loop_scan_if_model_matches_onnxruntime_on_host() {
     check("control_flow", "host", &[2, 4]);
     check("control_flow_else", "host", &[2, 4]);
+}
+
+#[test]
+fn while_loop_and_if_regions_match_onnxruntime_on_interp() {
+    check("while_loop", "interp", &[2, 4]);
+    check("while_loop_else", "interp", &[2, 4]);
+}
+
+/// A loop region's scan output: padded to the trip count 6, written cut to the 4 iterations run.
+#[test]
+fn while_loop_scan_output_matches_onnxruntime_on_interp() {
+    check("while_scan", "interp", &[4, 2, 4]);
+}
+
+/// No compiled target runs region ops yet (the CPU writers lack a loop over launches; shaders, CUDA, MCU
+/// and Verilog do not claim them): each refuses the model naming every region node with the reason.
+#[test]
+fn while_loop_and_if_regions_are_reported_per_node_on_compiled_targets() {
+    let dir = models();
+    for target in ["host", "aarch64", "vulkan", "cuda", "cortex-m4", "verilog"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_rlxc")).arg("check").arg(dir.join("while_loop.onnx")).arg("--target").arg(target).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{target}: {text}");
+        for line in [
+            "node 'Loop_3': loop i64".to_string(),
+            "node 'If_5': if bool".to_string(),
+            format!("target '{target}' does not run control-flow regions (loop: a loop whose trip count or condition is known only at run time)"),
+            format!("target '{target}' does not run control-flow regions (if: an if whose branch holds such a loop)"),
+        ] {
+            assert!(text.contains(&line), "{target}: '{line}' missing from:\n{text}");
+        }
+    }
+}
+
+#[test]
+fn loop_body_changing_a_carried_shape_is_refused_naming_the_node() {
+    let dir = models();
+    let out = Command::new(env!("CARGO_BIN_EXE_rlxc")).arg("check").arg(dir.join("bad_loop.onnx")).arg("--target").arg("interp").output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("node 'rows_loop' (Loop, opset 17)") && err.contains("loop body changes loop-carried value 0 from f32[2,4] to f32[4,4] across an iteration"), "{err}");
 }
 
 #[test]

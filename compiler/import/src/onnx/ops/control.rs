@@ -1,14 +1,19 @@
-//! Control flow: If, Loop, Scan. Each subgraph (branch or body) is translated *inline*, node by node,
-//! into the graph being built — outer-scope names visible, its own names shadowing them and dropped
-//! afterwards. A Scan is unrolled over its static sequence length; a Loop over its trip count, with the
-//! condition evaluated at import (it must fold to a constant every iteration); an If whose condition is
-//! a constant translates only the branch taken, otherwise both branches and a `where` per output (so
-//! the branches must agree in dtype and shape). Regions are therefore never seen past the importer.
+//! Control flow: If, Loop, Scan. Where it can, each subgraph (branch or body) is translated *inline*,
+//! node by node, into the graph being built — outer-scope names visible, its own names shadowing them
+//! and dropped afterwards: a Scan is unrolled over its static sequence length; a Loop over a constant
+//! trip count whose condition folds at import every iteration; an If whose condition is a constant
+//! translates only the branch taken, otherwise both branches and a `where` per output (so the branches
+//! must agree in dtype and shape). What unrolling cannot do becomes a region op (`region.rs`,
+//! `rlx_ir::region`): a Loop whose trip count or condition is computed at run time, or whose constant
+//! trip count unrolls past the budget, is a `loop`, and an
+//! If with a run-time condition whose branches hold such a loop is an `if` (computing the untaken
+//! branch's loop could run past its bound).
 
 use super::{Node, R};
 use crate::onnx::proto::{AttributeProto, GraphProto, NodeProto};
 use crate::onnx::{narrow, tensor_from_proto, Ctx};
-use rlx_ir::{ConstData, DType, Def, Dim, MirOp, ValueId};
+use super::region;
+use rlx_ir::{ConstData, DType, Def, Dim, Hir, HirOp, MirOp, TensorType, ValueId};
 
 pub(super) const OPS: &[&str] = &["If", "Loop", "Scan"];
 
@@ -57,7 +62,7 @@ fn budgeted<T>(cx: &mut Ctx, g: &GraphProto, iters: usize, f: impl FnOnce(&mut C
     r
 }
 
-fn inline_scoped(cx: &mut Ctx, nd: &Node, what: &str, g: &GraphProto, args: &[ValueId]) -> Result<Vec<ValueId>, String> {
+pub(super) fn inline_scoped(cx: &mut Ctx, nd: &Node, what: &str, g: &GraphProto, args: &[ValueId]) -> Result<Vec<ValueId>, String> {
     cx.unrolled += g.node.len();
     if cx.unrolled > MAX_UNROLLED {
         return Err(format!("unsupported: control flow unrolls to more than {MAX_UNROLLED} subgraph nodes"));
@@ -136,6 +141,15 @@ fn if_(cx: &mut Ctx, nd: &Node) -> R {
     }
     let c = cx.cast(cond, DType::Bool)?;
     let c = cx.reshape(c, vec![])?;
+    // Built as regions first: kept only when a branch holds a `loop` (else both branches inline).
+    let unrolled = cx.unrolled;
+    let regions = region::build(cx, nd, "then_branch", then_g, &[]).and_then(|t| Ok((t, region::build(cx, nd, "else_branch", else_g, &[])?)));
+    cx.unrolled = unrolled;
+    if let Ok(((then_r, then_cap), (else_r, else_cap))) = regions {
+        if region::has_loop(&then_r) || region::has_loop(&else_r) {
+            return if_region(cx, c, then_r, then_cap, else_r, else_cap);
+        }
+    }
     let t = inline(cx, nd, "then_branch", then_g, &[])?;
     let e = inline(cx, nd, "else_branch", else_g, &[])?;
     let mut out = Vec::new();
@@ -147,6 +161,34 @@ fn if_(cx: &mut Ctx, nd: &Node) -> R {
         out.push(cx.prim(MirOp::Where, &[c, a, b])?);
     }
     Ok(out)
+}
+
+/// An `if` region: both branches take the union of their captures (each ignores the other's).
+fn if_region(cx: &mut Ctx, c: ValueId, mut t: Hir, tc: Vec<ValueId>, mut e: Hir, ec: Vec<ValueId>) -> R {
+    let mut caps = tc.clone();
+    caps.extend(ec.iter().filter(|v| !tc.contains(v)));
+    for (g, own) in [(&mut t, &tc), (&mut e, &ec)] {
+        let mut inputs = Vec::with_capacity(caps.len());
+        let own_inputs = g.inputs.clone();
+        for (k, &v) in caps.iter().enumerate() {
+            inputs.push(match own.iter().position(|&o| o == v) {
+                Some(i) => own_inputs[i],
+                None => {
+                    let id = ValueId(g.values.len() as u32);
+                    g.values.push(rlx_ir::Value { ty: cx.ty(v).clone(), name: Some(format!("captured{k}")), def: Def::Input(0) });
+                    id
+                }
+            });
+        }
+        for (i, &v) in inputs.iter().enumerate() {
+            g.values[v.index()].def = Def::Input(i as u32);
+        }
+        g.inputs = inputs;
+    }
+    let mut ins = vec![c];
+    ins.extend(&caps);
+    let name = cx.cur.clone();
+    cx.g.add_node(&name, HirOp::If { branches: Box::new([t, e]) }, &ins)
 }
 
 /// Stacks per-iteration slices along a new axis `axis` (of the stacked rank).
@@ -164,32 +206,132 @@ fn loop_(cx: &mut Ctx, nd: &Node) -> R {
     let n_scan = body.output.len().checked_sub(1 + carried.len()).ok_or_else(|| {
         format!("Loop: body has {} outputs, fewer than the condition plus {} loop-carried values", body.output.len(), carried.len())
     })?;
+    if nd.inp(0).is_none() && nd.inp(1).is_none() {
+        return Err("unsupported: Loop without a trip count or a condition (an infinite loop)".into());
+    }
+    // A constant trip count and condition unroll (the condition must also fold every iteration);
+    // anything computed at run time is a `loop` region.
     let trip = match nd.inp(0) {
-        Some(m) => {
-            if cx.cval(m).is_none() && matches!(cx.g.value(m).def, Def::Node(..)) {
-                return Err(format!(
-                    "unsupported: Loop trip count computed at run time (node output '{}'): rlxc unrolls Loop at import and needs it constant",
-                    cx.g.value(m).name.clone().unwrap_or_else(|| m.to_string())
-                ));
-            }
-            let v = cx.const_ints(m, "Loop trip count")?;
-            Some(v.first().copied().unwrap_or(0).max(0) as usize)
-        }
+        Some(m) if cx.cval(m).is_some() => Some(cx.const_ints(m, "Loop trip count")?.first().copied().unwrap_or(0).max(0) as usize),
+        Some(m) => return loop_region(cx, nd, body, carried, n_scan).map_err(|e| ask_const(cx, m, "Loop trip count", e)),
         None => None,
     };
     let cond = match nd.inp(1) {
-        Some(c) => const_bool(cx, c).ok_or_else(|| cx.not_const(c, "Loop condition"))?,
+        Some(c) => match const_bool(cx, c) {
+            Some(b) => b,
+            None => return loop_region(cx, nd, body, carried, n_scan).map_err(|e| ask_const(cx, c, "Loop condition", e)),
+        },
         None => true,
     };
-    if trip.is_none() && nd.inp(1).is_none() {
-        return Err("unsupported: Loop without a trip count or a condition (an infinite loop)".into());
-    }
     let limit = trip.unwrap_or(MAX_ITERS + 1);
-    budgeted(cx, body, limit.min(MAX_ITERS), |cx| loop_iters(cx, nd, body, carried, n_scan, limit, cond))
+    let (nodes, values, unrolled) = (cx.g.nodes.len(), cx.g.values.len(), cx.unrolled);
+    match budgeted(cx, body, limit.min(MAX_ITERS), |cx| loop_iters(cx, nd, body, carried.clone(), n_scan, limit, cond)) {
+        Ok(Some(out)) => Ok(out),
+        // Past the unroll budget with a constant trip count to bound it (the outermost such loop: one
+        // being unrolled itself passes the error up), or a condition the body computes at run time:
+        // drop the partial unrolling, make a region.
+        Err(e) if trip.is_none() || cx.unroll_scale != 1 || !(e.starts_with("unsupported: control flow unrolls") || e.starts_with("unsupported: Loop runs more than")) => Err(e),
+        Ok(None) | Err(_) => {
+            cx.g.nodes.truncate(nodes);
+            cx.g.values.truncate(values);
+            cx.narrow.retain(|v, _| v.index() < values);
+            cx.rows.retain(|v, _| v.index() < values);
+            cx.seed_rows.retain(|(v, _)| v.index() < values);
+            cx.unrolled = unrolled;
+            loop_region(cx, nd, body, carried, n_scan)
+        }
+    }
 }
 
+/// A Loop that a run-time operand `v` made a region, and that cannot be one (`e`): the graph input `v`
+/// is computed from is asked for as a constant (then the Loop unrolls), with the region's reason.
+fn ask_const(cx: &Ctx, v: ValueId, what: &str, e: String) -> String {
+    match source_input(cx, v) {
+        Some(src) if !e.contains("') is not a constant") || src == v => {
+            format!("{} ({what}; as a loop computed at run time: {e})", cx.not_const(src, "input"))
+        }
+        _ => e,
+    }
+}
+
+/// A scalar operand of a `loop` in `dt`, shape [] (ONNX allows [1]).
+fn scalar_operand(cx: &mut Ctx, v: ValueId, dt: DType, what: &str) -> Result<ValueId, String> {
+    if cx.dims(v).iter().any(|d| d != &Dim::Fixed(1)) {
+        return Err(format!("Loop: the {what} must hold one element, got shape {}", cx.ty(v).shape));
+    }
+    let c = cx.cast(v, dt)?;
+    cx.reshape(c, vec![])
+}
+
+/// The first graph input `v` is computed from (for the message asking for it as a constant).
+fn source_input(cx: &Ctx, v: ValueId) -> Option<ValueId> {
+    let mut stack = vec![v];
+    let mut seen = std::collections::HashSet::new();
+    while let Some(v) = stack.pop() {
+        match cx.g.value(v).def {
+            Def::Input(_) => return Some(v),
+            Def::Node(n, _) if seen.insert(n) => stack.extend(cx.g.node(n).inputs.iter().rev()),
+            _ => {}
+        }
+    }
+    None
+}
+
+/// A Loop as a `loop` region: run-time trip count and condition, carried values of static shapes,
+/// scan outputs padded to the constant trip count with the iteration count beside them.
+fn loop_region(cx: &mut Ctx, nd: &Node, body: &GraphProto, carried: Vec<ValueId>, n_scan: usize) -> R {
+    let max_trips = nd.inp(0).and_then(|m| cx.cval(m)).map(|c| c.get_i64(0).max(0) as u64);
+    if n_scan > 0 {
+        match max_trips {
+            Some(m) if m as usize <= MAX_ITERS => {}
+            Some(m) => return Err(format!("unsupported: Loop scan outputs over up to {m} iterations (their padded length is at most {MAX_ITERS})")),
+            None => {
+                // The scan outputs' length would be data-dependent with no bound: ask for the inputs
+                // the trip count is computed from, as constants.
+                let m = nd.req(0)?;
+                let src = source_input(cx, m).unwrap_or(m);
+                return Err(format!("{} (the Loop's scan outputs need a constant trip count, and it is computed from it)", cx.not_const(src, "input")));
+            }
+        }
+    }
+    let trip = match nd.inp(0) {
+        Some(m) => scalar_operand(cx, m, DType::I64, "trip count")?,
+        None => cx.konst(ConstData::from_i64(vec![], &[i64::MAX])),
+    };
+    let cond = match nd.inp(1) {
+        Some(c) => scalar_operand(cx, c, DType::Bool, "condition")?,
+        None => cx.konst(ConstData::scalar(DType::Bool, 1.0)),
+    };
+    let mut formal = vec![TensorType::new(DType::I64, rlx_ir::Shape(vec![])), TensorType::new(DType::Bool, rlx_ir::Shape(vec![]))];
+    for &v in &carried {
+        if cx.ty(v).shape.as_fixed().is_none() {
+            return Err(format!("unsupported: Loop-carried value '{}' of type {} has no static shape", cx.g.value(v).name.clone().unwrap_or_else(|| v.to_string()), cx.ty(v)));
+        }
+        formal.push(cx.ty(v).clone());
+    }
+    let (mut g, captured) = region::build(cx, nd, "body", body, &formal)?;
+    // ONNX allows the body's condition as a one-element tensor: the op's is a bool scalar.
+    let c = g.outputs[0];
+    if g.ty(c).shape.rank() != 0 && g.ty(c).shape.numel() == Some(1) {
+        let name = format!("{}/cond", cx.cur);
+        g.outputs[0] = g.add1(&name, HirOp::Prim(MirOp::Reshape { shape: vec![] }), &[c])?;
+    }
+    let mut ins = vec![trip, cond];
+    ins.extend(&carried);
+    ins.extend(&captured);
+    let name = cx.cur.clone();
+    let op = HirOp::Loop { max_trips: if n_scan > 0 { max_trips } else { max_trips.filter(|&m| m < i64::MAX as u64) }, carried: carried.len(), body: Box::new([g]) };
+    let outs = cx.g.add_node(&name, op, &ins)?;
+    let count = outs[outs.len() - 1];
+    for &s in &outs[carried.len()..outs.len() - 1] {
+        cx.seed_rows.push((s, rlx_ir::bounded::Row { axis: 0, count }));
+    }
+    Ok(outs[..outs.len() - 1].to_vec())
+}
+
+/// Unrolls the Loop; `None` when the body's condition is computed at run time (a region instead).
 #[allow(clippy::too_many_arguments)]
-fn loop_iters(cx: &mut Ctx, nd: &Node, body: &GraphProto, carried: Vec<ValueId>, n_scan: usize, limit: usize, mut cond: bool) -> R {
+fn loop_iters(cx: &mut Ctx, nd: &Node, body: &GraphProto, carried: Vec<ValueId>, n_scan: usize, limit: usize, mut cond: bool) -> Result<Option<Vec<ValueId>>, String> {
     let mut state = carried;
     let mut scans: Vec<Vec<ValueId>> = vec![Vec::new(); n_scan];
     let mut i = 0usize;
@@ -202,9 +344,8 @@ fn loop_iters(cx: &mut Ctx, nd: &Node, body: &GraphProto, carried: Vec<ValueId>,
         let mut args = vec![it, cv];
         args.extend(&state);
         let outs = inline(cx, nd, "body", body, &args)?;
-        cond = const_bool(cx, outs[0]).ok_or_else(|| {
-            format!("unsupported: Loop condition computed at run time (iteration {i}); rlxc unrolls Loop at import and needs it constant")
-        })?;
+        let Some(c) = const_bool(cx, outs[0]) else { return Ok(None) };
+        cond = c;
         state = outs[1..1 + state.len()].to_vec();
         for (k, s) in outs[1 + state.len()..].iter().enumerate() {
             scans[k].push(*s);
@@ -218,7 +359,7 @@ fn loop_iters(cx: &mut Ctx, nd: &Node, body: &GraphProto, carried: Vec<ValueId>,
         }
         out.push(stack(cx, s, 0)?);
     }
-    Ok(out)
+    Ok(Some(out))
 }
 
 /// Axis `a` of a rank-`r` value (negative counts from the end).

@@ -12,6 +12,7 @@
 mod build;
 mod cast;
 mod control;
+mod region;
 mod elementwise;
 mod generate;
 mod linear;
