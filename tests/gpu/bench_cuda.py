@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """On the GPU machine: rlxc's CUDA artifacts against the interpreter, and MiniLM seq 128 latency
-against PyTorch (eager and CUDA-graph replay) at the same precision — f32 (TF32 off), tf32
+against PyTorch (eager, CUDA-graph replay and torch.compile "reduce-overhead") at the same precision — f32 (TF32 off), tf32
 (`--precision tf32` against allow_tf32) and bf16 (`--precision bf16` against bf16 autocast) — in one run.
 
     bench_cuda.py --carry DIR --out DIR [--runs 100] [--rounds 3]
@@ -20,7 +20,7 @@ warp-per-row kernels). Then, per MiniLM batch, each kernel's device time (`cuda_
 RLX_CUDA_KERNEL_TIMES=1: the kernels launched one by one between events) with the kernel names of the
 manifest, the slowest first. For MiniLM, per round and
 batch (interleaved): `cuda_run` p50 of `Executor::run` (copy the inputs in, one CUDA graph launch,
-copy the output out; after one untimed run), PyTorch eager and CUDA-graph replay p50 (inputs and
+copy the output out; after one untimed run), PyTorch eager, CUDA-graph replay and torch.compile p50 (inputs and
 output on the GPU; 20 warm-ups), and eager + copies, for each precision. The figure reported is the
 median over rounds of each round's p50. Everything goes to OUT/h200-cuda-bench.json; exit 1 when a
 difference exceeds its tolerance (TOL_INTERP against the interpreter, TOL_TORCH against PyTorch f32:
@@ -193,7 +193,11 @@ def main() -> int:
     fwd = bm.torch_model(bm.onnx_weights(os.path.join(a.carry, "minilm.onnx")), "cuda")
     batches = [1, 8, 32]
     precs = [p for p in PRECISIONS if os.path.isdir(os.path.join(work, "art", "minilm_b1" + PRECISIONS[p]))]
-    per = {(b, p): {"rlxc_cuda": [], "eager": [], "graph": [], "eager_copies": []} for b in batches for p in precs}
+    per = {(b, p): {"rlxc_cuda": [], "eager": [], "graph": [], "compiled": [], "eager_copies": []} for b in batches for p in precs}
+    # torch.compile (inductor's fused kernels, mode "reduce-overhead": replayed as CUDA graphs), one
+    # compiled callable per batch and precision, compiled in the first round, timed in every round.
+    torch._dynamo.config.cache_size_limit = 64
+    compiled = {}
     for r in range(a.rounds):
         for b in batches:
             d = os.path.join(work, f"in_b{b}")
@@ -226,6 +230,19 @@ def main() -> int:
                     with torch.cuda.graph(graph):
                         fwd(*g)
                     q["graph"].append(bm.time_torch(graph.replay, a.runs))
+                    if os.environ.get("TORCH_COMPILE", "1") == "1":
+                        try:
+                            if (b, p) not in compiled:
+                                cf = torch.compile(fwd, mode="reduce-overhead", dynamic=False)
+                                for _ in range(3):
+                                    cf(*g)
+                                torch.cuda.synchronize()
+                                compiled[(b, p)] = cf
+                            cf = compiled[(b, p)]
+                            q["compiled"].append(bm.time_torch(lambda: cf(*g), a.runs))
+                        except Exception as ex:  # reported, not fatal: the other columns stand
+                            print(f"torch.compile batch {b} {p} failed: {str(ex)[:300]}", flush=True)
+                            compiled[(b, p)] = None
                 # rlxc at precision p against PyTorch f32 (the reference), beside PyTorch at p against
                 # PyTorch f32 (what that precision costs PyTorch itself).
                 diff = float(np.abs(y32 - y_rlxc).max())
@@ -237,18 +254,19 @@ def main() -> int:
                 if diff > TOL_TORCH[p]:
                     bad.append(f"minilm_b{b} {p} vs torch ({diff:.2e} > {TOL_TORCH[p]:.0e})")
                 print(f"round {r} batch {b} {p}: rlxc cuda {us:.1f} µs, eager {q['eager'][-1]:.1f} µs, eager+copies {q['eager_copies'][-1]:.1f} µs, "
-                      f"graph {q['graph'][-1]:.1f} µs (rlxc/graph {us / q['graph'][-1]:.2f}); max abs vs torch f32: rlxc {diff:.2e}, torch {p} {own:.2e}", flush=True)
+                      f"graph {q['graph'][-1]:.1f} µs (rlxc/graph {us / q['graph'][-1]:.2f}), compiled {q['compiled'][-1] if q['compiled'] else float('nan'):.1f} µs; max abs vs torch f32: rlxc {diff:.2e}, torch {p} {own:.2e}", flush=True)
     for (b, p), q in per.items():
         e = res["minilm"][f"{b}{PRECISIONS[p]}"]
         for k, v in q.items():
-            e[k + "_p50_us"] = statistics.median(v)
+            e[k + "_p50_us"] = statistics.median(v) if v else float("nan")
             e[k + "_rounds_us"] = v
-        e["rlxc_over_best_torch"] = e["rlxc_cuda_p50_us"] / min(e["graph_p50_us"], e["eager_p50_us"])
+        best = min(x for x in (e["graph_p50_us"], e["eager_p50_us"], e["compiled_p50_us"]) if x == x)
+        e["rlxc_over_best_torch"] = e["rlxc_cuda_p50_us"] / best
     print("\nMiniLM seq 128 p50 (median of rounds), rlxc / PyTorch's best at the same precision:")
     for p in precs:
         for b in batches:
             e = res["minilm"][f"{b}{PRECISIONS[p]}"]
-            print(f"  {p:5} batch {b:2}: rlxc {e['rlxc_cuda_p50_us']:9.1f} µs  torch graph {e['graph_p50_us']:9.1f} µs  eager {e['eager_p50_us']:9.1f} µs  "
+            print(f"  {p:5} batch {b:2}: rlxc {e['rlxc_cuda_p50_us']:9.1f} µs  torch graph {e['graph_p50_us']:9.1f} µs  compiled {e['compiled_p50_us']:9.1f} µs  eager {e['eager_p50_us']:9.1f} µs  "
                   f"ratio {e['rlxc_over_best_torch']:.2f}  max abs vs torch f32 {e['max_abs_rlxc_vs_torch_f32']:.2e} (torch {p}: {e['max_abs_torch_vs_torch_f32']:.2e})", flush=True)
     res["failed"] = bad
     print(json.dumps(res, indent=1))

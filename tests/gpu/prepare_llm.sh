@@ -30,9 +30,10 @@ done
 cmp "$D/base/art8/gemma.weights.bin" "$D/base/art1/gemma.weights.bin"
 mv "$D/base/art8/gemma.weights.bin" "$D/weights.bin"
 rm "$D/base/art1/gemma.weights.bin"
-# The prompt and the host's greedy tokens (the compiled CPU artifact; it stops early at an
-# end-of-generation token, so the GPU's first tokens are compared with however many it gave).
-$R run "$M" --prompt "The history of the printing press begins" -n "$N" --show-ids --dim context=1024 --target host \
+# The prompt and the host's greedy tokens (the compiled CPU artifact with f32 activations, as the GPU
+# computes; it stops early at an end-of-generation token, so the GPU's first tokens are compared with
+# however many it gave).
+$R run "$M" --prompt "The history of the printing press begins" -n "$N" --show-ids --dim context=1024 --target host --exact-activations \
   2> "$D/host.err" >/dev/null
 sed -n 's/^prompt ids: //p' "$D/host.err" > "$D/base/prompt.txt"
 sed -n 's/^generated ids: //p' "$D/host.err" > "$D/base/host.txt"

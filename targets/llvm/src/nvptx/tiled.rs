@@ -187,25 +187,16 @@ pub fn kernel(li: usize, sig: &str, setup: &str, params: Vec<(DType, String)>, p
     Ok(Tiled { text, groups, block, globals })
 }
 
-/// The K slice a tiled matmul of `blocks` blocks stages per step: 64 for 1×1 outputs per thread, 32
-/// otherwise (fewer steps, each with more loads in flight: a short-M·N, long-K matmul is bound by one
-/// global-memory latency per step), 256 for 1×1 outputs over few blocks — at most 4 per SM of an
-/// H200, all resident at once, so the kernel takes as long as one block's chain of steps (a decode
-/// step's attention: 4 heads × 256 values over 1,024 cached keys is 16 blocks; MiniLM's batch-1
-/// FFN matmuls 192) — 4-byte types only (the two tiles then fill 34 KB of shared memory), never more than K rounded up to 16. A multiple of 16, so each of the [`BLOCK`]
-/// threads stages a whole number of elements of each operand.
-pub fn k_slice(r: i64, k: i64, blocks: i64) -> i64 {
-    let want = match r {
-        1 if blocks <= FEW_BLOCKS => 256,
-        1 => 64,
-        _ => 32,
-    };
+/// The K slice a tiled matmul stages per step: 64 for 1×1 outputs per thread, 32 otherwise (fewer
+/// steps, each with more loads in flight: a short-M·N, long-K matmul is bound by one global-memory
+/// latency per step), never more than K rounded up to 16. A multiple of 16, so each of the
+/// [`BLOCK`] threads stages a whole number of elements of each operand. (Slices of 256 for one
+/// output per thread over few blocks, tried on the H200: a decode step's attention scores 7 → 50 µs,
+/// its probabilities × values unchanged.)
+pub fn k_slice(r: i64, k: i64) -> i64 {
+    let want = if r == 1 { 64 } else { 32 };
     want.min(cdiv(k.max(1), T) * T)
 }
-
-/// Up to this many blocks (4 per SM of an H200's 132) a matmul of one output per thread is bound by
-/// the latency of its K steps, not by throughput.
-const FEW_BLOCKS: i64 = 4 * 132;
 
 #[allow(clippy::too_many_arguments)]
 fn matmul(
@@ -214,8 +205,7 @@ fn matmul(
     let d = acc.dtype;
     let ty = llvm_type(d);
     let (m, n, nb): (i64, i64, i64) = (rows.iter().map(|d| d.1).product(), cols.iter().map(|d| d.1).product(), batch.iter().map(|d| d.1).product());
-    let blocks = cdiv(m, T * r) * cdiv(n, T * r) * nb;
-    let (bm, bn, tk) = (T * r, T * r, k_slice(r, acc.ks[0].1, if tc.is_some() || d.size().unwrap_or(8) > 4 { i64::MAX } else { blocks }));
+    let (bm, bn, tk) = (T * r, T * r, k_slice(r, acc.ks[0].1));
     // Rows of a padded against bank conflicts: by one for the SIMT loop (a warp reads two rows, the
     // stores walk K), by four for the tensor cores (a fragment's lanes 4·g + t read row g, column t:
     // 32 different banks).
