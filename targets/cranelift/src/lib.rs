@@ -89,7 +89,8 @@ pub const KINDS: &[&str] = rlx_ir::loops::LOWERED_KINDS;
 
 /// The claim set for `--target NAME` ([`rlx_ir::loops::lowered_caps`], the same for every CPU writer).
 pub fn caps(name: &str) -> TargetCaps {
-    rlx_ir::loops::lowered_caps(name)
+    // Control-flow regions (`rlx_ir::lir::Region`): control flow in the driver.
+    rlx_ir::loops::lowered_caps(name).with("loop", &[rlx_ir::DType::I64]).with("if", &[rlx_ir::DType::Bool])
 }
 
 /// Options for one compile.

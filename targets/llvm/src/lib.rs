@@ -87,6 +87,9 @@ pub fn caps(name: &str) -> TargetCaps {
         .with("reduce_scatter", &sums)
         .with("send", DTYPES)
         .with("recv", DTYPES)
+        // Control-flow regions (`rlx_ir::lir::Region`): control flow in the driver.
+        .with("loop", &[DType::I64])
+        .with("if", &[DType::Bool])
 }
 
 /// Options for one compile.
