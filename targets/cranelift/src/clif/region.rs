@@ -77,10 +77,10 @@ pub(super) fn emit(
             let temps: Vec<Value> = r.temps.iter().map(|&o| addr(b, o)).collect();
             let truth = addr(b, r.truth.expect("a loop region has its true constant"));
             // The carried values start as the operands; scans start as zeros; the count at 0.
-            for k in 0..carried {
+            for (k, &dst) in carried_res.iter().enumerate() {
                 let src = addr(b, r.operands[2 + k]);
                 let n = bytes(b, r.results[k]);
-                b.call_memcpy(cfg, carried_res[k], src, n);
+                b.call_memcpy(cfg, dst, src, n);
             }
             for (&s, &o) in scan_res.iter().zip(scans) {
                 let (z, n) = (b.ins().iconst(types::I8, 0), bytes(b, o));
@@ -122,9 +122,9 @@ pub(super) fn emit(
             }
             let (insp, outsp) = (b.ins().stack_addr(ptr, si, 0), b.ins().stack_addr(ptr, so, 0));
             call_checked(b, calls[0], [scratch, insp, outsp]);
-            for k in 0..carried {
+            for (k, &dst) in carried_res.iter().enumerate() {
                 let n = bytes(b, r.results[k]);
-                b.call_memcpy(cfg, carried_res[k], temps[1 + k], n);
+                b.call_memcpy(cfg, dst, temps[1 + k], n);
             }
             let i1 = b.ins().iadd_imm_s(i, 1);
             b.ins().store(flags, i1, count, 0);

@@ -61,9 +61,9 @@ pub(super) fn emit(e: &mut String, lir: &Lir, r: &Region, li: usize, prefix: &st
             let temps: Vec<String> = r.temps.iter().map(|&b| ptr(e, b)).collect();
             let truth = ptr(e, r.truth.expect("a loop region has its true constant"));
             // The carried values start as the operands; scans start as zeros; the count at 0.
-            for k in 0..carried {
+            for (k, dst) in carried_res.iter().enumerate() {
                 let src = ptr(e, r.operands[2 + k]);
-                let _ = writeln!(e, "  call void @llvm.memcpy.p0.p0.i64(ptr {}, ptr {src}, i64 {}, i1 false)", carried_res[k], bytes(r.results[k]));
+                let _ = writeln!(e, "  call void @llvm.memcpy.p0.p0.i64(ptr {dst}, ptr {src}, i64 {}, i1 false)", bytes(r.results[k]));
             }
             for (s, &b) in scan_res.iter().zip(scans) {
                 let _ = writeln!(e, "  call void @llvm.memset.p0.i64(ptr {s}, i8 0, i64 {}, i1 false)", bytes(b));
@@ -93,8 +93,8 @@ pub(super) fn emit(e: &mut String, lir: &Lir, r: &Region, li: usize, prefix: &st
             }
             let _ = writeln!(e, "  %r{li}.rc = call i32 @{prefix}_0_run(ptr {scratch}, ptr %r{li}.ins, ptr %r{li}.outs)");
             let _ = writeln!(e, "  %r{li}.bad = icmp ne i32 %r{li}.rc, 0\n  br i1 %r{li}.bad, label %r{li}.err, label %r{li}.next\nr{li}.err:\n  ret i32 %r{li}.rc\nr{li}.next:");
-            for k in 0..carried {
-                let _ = writeln!(e, "  call void @llvm.memcpy.p0.p0.i64(ptr {}, ptr {}, i64 {}, i1 false)", carried_res[k], temps[1 + k], bytes(r.results[k]));
+            for (k, dst) in carried_res.iter().enumerate() {
+                let _ = writeln!(e, "  call void @llvm.memcpy.p0.p0.i64(ptr {dst}, ptr {}, i64 {}, i1 false)", temps[1 + k], bytes(r.results[k]));
             }
             let _ = writeln!(e, "  %r{li}.i1 = add i64 %r{li}.i, 1\n  store i64 %r{li}.i1, ptr {count}, align 8\n  br label %r{li}.head\nr{li}.done:");
             max_trips.is_some()
