@@ -33,6 +33,10 @@ pub const STATE_ERROR_CODES: &[(i32, &str, &str)] = &[
     (9, "MISALIGNED_STATE", "state is not 16-byte aligned"),
 ];
 
+/// The further return code of a `NAME_run` whose model holds a `loop` region with a maximum trip count:
+/// the loop was still running when it reached it (the interpreter's error, as a code).
+pub const LOOP_ERROR_CODES: &[(i32, &str, &str)] = &[(11, "LOOP_BOUND", "a loop region was still running at its maximum trip count")];
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Base {
     /// The caller-provided scratch arena (`NAME_ARENA_BYTES`).
@@ -76,6 +80,42 @@ pub struct Launch {
     pub bindings: Vec<u32>,
 }
 
+/// What a [`Region`] runs.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RegionKind {
+    /// `loop` (`crate::region`): the body run while iteration < trip and the condition holds.
+    Loop { max_trips: Option<u64>, carried: usize },
+    /// `if`: body 0 (then) or body 1 (else) by the condition.
+    If,
+}
+
+/// A control-flow region (`crate::region`), run by the driver in place of launch `launch`, whose kernel
+/// has no body and whose bindings are every buffer named here (so the arena plan keeps them alive
+/// across the whole region). Each body is a program of its own — `NAME_rK_run(arena, inputs, outputs)`
+/// over its own launches —, its arena at `scratch`, its constants in the outer weights blob.
+///
+/// A loop: the carried results hold the loop-carried values (the operands copied in first), the count
+/// result is the iteration, scan results are zeroed first; per iteration the body reads (count, `truth`,
+/// carried results…, captured operands…) and writes (`temps[0]`: the condition, `temps[1..]`: the
+/// carried values, each scan result at the iteration's slice), then the carried temps are copied back
+/// and the count incremented. An if: the branch the condition picks reads the captured operands and
+/// writes the results.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Region {
+    pub launch: usize,
+    pub kind: RegionKind,
+    pub bodies: Vec<Lir>,
+    /// The op's operands' buffers, then its results'.
+    pub operands: Vec<u32>,
+    pub results: Vec<u32>,
+    /// The bodies' arena: `None` when they need none.
+    pub scratch: Option<u32>,
+    /// A loop's condition and carried temporaries (above); empty for an if.
+    pub temps: Vec<u32>,
+    /// A loop's constant `true` (bool[]) in the weights, the body's condition input.
+    pub truth: Option<u32>,
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct Port {
     pub name: String,
@@ -100,12 +140,21 @@ pub struct Lir {
     pub state_bytes: usize,
     pub buffers: Vec<Buffer>,
     pub launches: Vec<Launch>,
+    /// Control-flow regions, each in place of one launch (ordered by launch).
+    pub regions: Vec<Region>,
     /// Peak arena bytes: the scratch memory the caller reserves.
     pub arena_bytes: usize,
     /// All constants, each at an aligned offset.
     pub weights: Vec<u8>,
     /// Alignment of every arena and weights offset, in bytes.
     pub align: usize,
+}
+
+impl Lir {
+    /// The region run in place of launch `li`, if it is one.
+    pub fn region_at(&self, li: usize) -> Option<&Region> {
+        self.regions.iter().find(|r| r.launch == li)
+    }
 }
 
 impl fmt::Display for Lir {
@@ -131,9 +180,22 @@ impl fmt::Display for Lir {
             };
             let _ = writeln!(out, "buf {i} = {base}+{} : {}{:?} {:?}", b.offset, b.dtype, b.shape, b.label);
         }
-        for l in &self.launches {
+        for (li, l) in self.launches.iter().enumerate() {
             let binds: Vec<String> = l.bindings.iter().map(|b| format!("buf{b}")).collect();
-            let _ = writeln!(out, "launch {:?} ({})", l.kernel.name, binds.join(", "));
+            match self.region_at(li) {
+                Some(r) => {
+                    let _ = writeln!(out, "region {:?} {:?} ({}) {{", l.kernel.name, r.kind, binds.join(", "));
+                    for b in &r.bodies {
+                        for line in b.to_string().lines() {
+                            let _ = writeln!(out, "  {line}");
+                        }
+                    }
+                    let _ = writeln!(out, "}}");
+                }
+                None => {
+                    let _ = writeln!(out, "launch {:?} ({})", l.kernel.name, binds.join(", "));
+                }
+            }
         }
         f.write_str(&out)
     }

@@ -102,7 +102,15 @@ pub fn report(g: &Mir, caps: &TargetCaps) -> DispatchReport {
             };
             (Resolution::Unsupported, format!("target '{}' does not implement {kind} for {dtype}; legal if the target would {what}", caps.name))
         };
+        let native = resolution == Resolution::Native;
         entries.push(DispatchEntry { node: n.name.clone(), op: kind.to_string(), dtype, input_shapes, resolution, note });
+        // A region the target runs: its bodies' nodes are compiled too, each resolved the same way.
+        if native {
+            for (k, body) in n.op.regions().iter().enumerate() {
+                let sub = report(body, caps);
+                entries.extend(sub.entries.into_iter().map(|e| DispatchEntry { node: format!("{}, region {k}, {}", n.name, e.node), ..e }));
+            }
+        }
     }
     // An output that no kernel computes (a graph input, a constant — folded subgraphs end as one — or
     // a reshape of either) is written by a copy kernel: the target must move its dtype.

@@ -7,8 +7,9 @@
 //! gathers of the selected boxes and scores: an output whose row count is known only at run time,
 //! written cut to its count) — run by
 //! `rlxc run` on the interpreter and on `--target host`: 1e-4 max abs difference. And a scripted
-//! `while` loop with an `if` around a second one (`while_loop`): loop and if regions, which the
-//! interpreter runs and `--target host` reports per node.
+//! `while` loop with an `if` around a second one (`while_loop`) and a `while` with a scan output
+//! (`while_scan`): loop and if regions, which the interpreter and `--target host` (LLVM and Cranelift)
+//! run and the other targets report per node.
 
 mod common;
 use common::{ok, python, repo};
@@ -29,9 +30,16 @@ fn models() -> &'static Path {
 }
 
 fn check(name: &str, target: &str, shape: &[usize]) {
+    check_on(name, target, None, shape)
+}
+
+/// [`check`] with `--backend BACKEND` (a CPU target's code generator).
+fn check_on(name: &str, target: &str, backend: Option<&str>, shape: &[usize]) {
     let dir = models();
-    let out = dir.join(format!("{name}.{target}"));
-    ok(Command::new(env!("CARGO_BIN_EXE_rlxc"))
+    let tag = backend.map_or(target.to_string(), |b| format!("{target}-{b}"));
+    let out = dir.join(format!("{name}.{tag}"));
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rlxc"));
+    cmd
         .arg("run")
         .arg(dir.join(format!("{name}.onnx")))
         .arg("--input")
@@ -39,14 +47,18 @@ fn check(name: &str, target: &str, shape: &[usize]) {
         .arg("--target")
         .arg(target)
         .arg("-o")
-        .arg(&out));
+        .arg(&out);
+    if let Some(b) = backend {
+        cmd.arg("--backend").arg(b);
+    }
+    ok(&mut cmd);
     let got = rlxc::npy::read(&out.join("y.npy")).unwrap();
     let want = rlxc::npy::read(&dir.join(format!("{name}.ort.npy"))).unwrap();
     assert_eq!(got.shape, shape, "{name} on {target}: output shape");
     assert_eq!(got.shape, want.shape);
     let diff = (0..want.numel()).map(|i| (got.get_f64(i) - want.get_f64(i)).abs()).fold(0.0, f64::max);
-    println!("{name} on {target}: max abs diff vs ONNX Runtime {diff:.3e}");
-    assert!(diff <= 1e-4, "{name} on {target}: max abs diff {diff} > 1e-4");
+    println!("{name} on {tag}: max abs diff vs ONNX Runtime {diff:.3e}");
+    assert!(diff <= 1e-4, "{name} on {tag}: max abs diff {diff} > 1e-4");
 }
 
 #[test]
@@ -103,12 +115,28 @@ fn while_loop_scan_output_matches_onnxruntime_on_interp() {
     check("while_scan", "interp", &[4, 2, 4]);
 }
 
-/// No compiled target runs region ops yet (the CPU writers lack a loop over launches; shaders, CUDA, MCU
-/// and Verilog do not claim them): each refuses the model naming every region node with the reason.
+/// The CPU targets run the regions as control flow in the driver (`rlx_ir::lir::Region`), on both
+/// code generators.
 #[test]
-fn while_loop_and_if_regions_are_reported_per_node_on_compiled_targets() {
+fn while_loop_and_if_regions_match_onnxruntime_on_host() {
+    for backend in ["llvm", "cranelift"] {
+        check_on("while_loop", "host", Some(backend), &[2, 4]);
+        check_on("while_loop_else", "host", Some(backend), &[2, 4]);
+        check_on("while_scan", "host", Some(backend), &[4, 2, 4]);
+    }
+}
+
+/// The CPU targets claim the region ops (and their bodies' nodes); shaders, CUDA, MCU and Verilog do
+/// not: each refuses the model naming every region node with the reason.
+#[test]
+fn while_loop_and_if_regions_are_reported_per_node_on_non_cpu_targets() {
     let dir = models();
-    for target in ["host", "aarch64", "vulkan", "cuda", "cortex-m4", "verilog"] {
+    for target in ["aarch64", "x86_64"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_rlxc")).arg("check").arg(dir.join("while_loop.onnx")).arg("--target").arg(target).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{target}: {text}");
+    }
+    for target in ["vulkan", "cuda", "cortex-m4", "verilog"] {
         let out = Command::new(env!("CARGO_BIN_EXE_rlxc")).arg("check").arg(dir.join("while_loop.onnx")).arg("--target").arg(target).output().unwrap();
         let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{target}: {text}");

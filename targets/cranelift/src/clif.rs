@@ -23,6 +23,7 @@ use rlx_ir::loops::{split_of, Expr, IOp, Kernel, LoopKind, Stmt, Var};
 use rlx_ir::{BinaryOp, DType, UnaryOp};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+mod region;
 mod vector;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -846,15 +847,31 @@ pub fn translate(lir: &Lir, name: &str, external_weights: bool, isa: OwnedTarget
         }
     }
 
+    program(&mut m, lir, name, None, weights, external_weights, &mut fctx, &mut text)?;
+    let obj = m.finish().emit().map_err(err)?;
+    Ok((obj, text.unwrap_or_default()))
+}
+
+/// One program's driver and kernels: the entry point `NAME_run` / `NAME_step` (`body_of` None) or a
+/// region body's local driver `FNAME_run`, kernels `FNAME_kN`, its regions' bodies `FNAME_rK_B_run`.
+#[allow(clippy::too_many_arguments)]
+fn program(m: &mut ObjectModule, lir: &Lir, fname: &str, body_of: Option<()>, weights: Option<DataId>, external_weights: bool, fctx: &mut FunctionBuilderContext, text: &mut Option<String>) -> Result<FuncId, String> {
     // Kernel functions.
     // Launches with identical kernels share one function (as in the LLVM writer).
-    let ksig = kernel_sig(&m);
+    let ksig = kernel_sig(m);
+    let ptr = m.target_config().pointer_type();
     let (fn_of, unique) = rlx_ir::loops::dedup_kernels(lir.launches.iter().map(|l| &l.kernel));
-    let mut fids = Vec::new();
-    for f in 0..unique.len() {
-        fids.push(m.declare_function(&format!("{name}_k{f}"), Linkage::Local, &ksig).map_err(err)?);
+    let unique: Vec<usize> = unique.into_iter().filter(|&li| lir.region_at(li).is_none()).collect();
+    let mut fids = HashMap::new();
+    for &li in &unique {
+        fids.insert(fn_of[li], m.declare_function(&format!("{fname}_k{}", fn_of[li]), Linkage::Local, &ksig).map_err(err)?);
     }
-    let kids: Vec<FuncId> = fn_of.iter().map(|&f| fids[f]).collect();
+    // Region bodies: drivers of their own (`region.rs`), defined first.
+    let mut bodies = Vec::new();
+    for (ri, r) in lir.regions.iter().enumerate() {
+        let ids = r.bodies.iter().enumerate().map(|(bi, body)| program(m, body, &format!("{fname}_r{ri}_{bi}"), Some(()), weights, external_weights, fctx, text)).collect::<Result<Vec<_>, _>>()?;
+        bodies.push(ids);
+    }
 
     // Entry point: int NAME_run(void *arena, const void *const *inputs, void *const *outputs), or for
     // a model with state int NAME_step(void *arena, void *state, const void *const *inputs, void *const *outputs).
@@ -864,13 +881,17 @@ pub fn translate(lir: &Lir, name: &str, external_weights: bool, isa: OwnedTarget
         sig.params.push(AbiParam::new(ptr));
     }
     sig.returns.push(AbiParam::new(types::I32));
-    let entry_name = if stateful { format!("{name}_step") } else { format!("{name}_run") };
-    let run_id = m.declare_function(&entry_name, Linkage::Export, &sig).map_err(err)?;
+    let (entry_name, linkage) = match (body_of, stateful) {
+        (Some(()), _) => (format!("{fname}_run"), Linkage::Local),
+        (None, true) => (format!("{fname}_step"), Linkage::Export),
+        (None, false) => (format!("{fname}_run"), Linkage::Export),
+    };
+    let run_id = m.declare_function(&entry_name, linkage, &sig).map_err(err)?;
     let mut pfor: Option<FuncId> = None;
     {
         let mut ctx = m.make_context();
         ctx.func.signature = sig;
-        let mut b = FunctionBuilder::new(&mut ctx.func, &mut fctx);
+        let mut b = FunctionBuilder::new(&mut ctx.func, fctx);
         let entry = b.create_block();
         b.append_block_params_for_function_params(entry);
         b.switch_to_block(entry);
@@ -945,22 +966,34 @@ pub fn translate(lir: &Lir, name: &str, external_weights: bool, isa: OwnedTarget
         // One pointer array for the kernel being called (kernels run one after another).
         let np = lir.launches.iter().map(|l| l.bindings.len()).max().unwrap_or(0).max(1);
         let slot = b.create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, (np * 8) as u32, 3));
+        let addr = |b: &mut FunctionBuilder, bi: u32| {
+            let buf = &lir.buffers[bi as usize];
+            let base = match buf.base {
+                Base::Arena => arena,
+                Base::Weights => wbase,
+                Base::Input(k) => ins[k as usize],
+                Base::Output(k) => outs[k as usize],
+                // `state` is Some whenever a buffer lives there (stateful LIR).
+                Base::State => state.unwrap_or(arena),
+            };
+            if buf.offset == 0 {
+                base
+            } else {
+                b.ins().iadd_imm_s(base, buf.offset as i64)
+            }
+        };
         for (li, l) in lir.launches.iter().enumerate() {
+            if let Some((ri, r)) = lir.regions.iter().enumerate().find(|(_, r)| r.launch == li) {
+                let calls: Vec<FuncRef> = bodies[ri].iter().map(|&id| m.declare_func_in_func(id, b.func)).collect();
+                region::emit(&mut b, m.target_config(), lir, r, &calls, &addr, &mut check);
+                continue;
+            }
             for (pi, &bi) in l.bindings.iter().enumerate() {
-                let buf = &lir.buffers[bi as usize];
-                let base = match buf.base {
-                    Base::Arena => arena,
-                    Base::Weights => wbase,
-                    Base::Input(k) => ins[k as usize],
-                    Base::Output(k) => outs[k as usize],
-                    // `state` is Some whenever a buffer lives there (stateful LIR).
-                    Base::State => state.unwrap_or(arena),
-                };
-                let a = if buf.offset == 0 { base } else { b.ins().iadd_imm_s(base, buf.offset as i64) };
+                let a = addr(&mut b, bi);
                 b.ins().stack_store(ptr, a, slot, (pi * 8) as i32);
             }
             let ctxp = b.ins().stack_addr(ptr, slot, 0);
-            let kref = m.declare_func_in_func(kids[li], b.func);
+            let kref = m.declare_func_in_func(fids[&fn_of[li]], b.func);
             let sp = split_of(&l.kernel);
             match sp.grain {
                 Some(grain) => {
@@ -999,12 +1032,11 @@ pub fn translate(lir: &Lir, name: &str, external_weights: bool, isa: OwnedTarget
             b.ins().return_(&[v]);
         }
         b.finalize(m.target_config());
-        define(&mut m, run_id, &mut ctx, &mut text)?;
+        define(m, run_id, &mut ctx, text)?;
     }
 
-    for (f, &li) in unique.iter().enumerate() {
-        kernel_fn(&mut m, fids[f], &lir.launches[li].kernel, &mut fctx, &mut text)?;
+    for &li in &unique {
+        kernel_fn(m, fids[&fn_of[li]], &lir.launches[li].kernel, fctx, text)?;
     }
-    let obj = m.finish().emit().map_err(err)?;
-    Ok((obj, text.unwrap_or_default()))
+    Ok(run_id)
 }

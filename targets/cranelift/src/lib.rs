@@ -89,7 +89,10 @@ pub const KINDS: &[&str] = rlx_ir::loops::LOWERED_KINDS;
 
 /// The claim set for `--target NAME` ([`rlx_ir::loops::lowered_caps`], the same for every CPU writer).
 pub fn caps(name: &str) -> TargetCaps {
-    rlx_ir::loops::lowered_caps(name)
+    // Control-flow regions (`rlx_ir::lir::Region`): control flow in the driver, values of any dtype
+    // copied bytewise (the bodies' nodes are resolved one by one).
+    let all = rlx_ir::loops::LOWERED_DTYPES;
+    rlx_ir::loops::lowered_caps(name).with("loop", all).with("if", all)
 }
 
 /// Options for one compile.

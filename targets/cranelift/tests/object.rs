@@ -23,6 +23,7 @@ fn program() -> Lir {
         outputs: vec![Port { name: "y".into(), ty: TensorType::fixed(DType::F32, &[4]) }],
         buffers: vec![buf(Base::Input(0), "x"), buf(Base::Output(0), "y"), buf(Base::Weights, "w")],
         launches: vec![Launch { nodes: vec![], kernel, bindings: vec![0, 1, 2] }],
+        regions: Vec::new(),
         arena_bytes: 0,
         state: vec![],
         state_bytes: 0,

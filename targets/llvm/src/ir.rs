@@ -9,9 +9,10 @@ use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write;
 
 mod math;
+mod region;
 mod vector;
 
-pub use rlx_ir::lir::{COMM_ERROR_CODES, ERROR_CODES, STATE_ERROR_CODES};
+pub use rlx_ir::lir::{COMM_ERROR_CODES, ERROR_CODES, LOOP_ERROR_CODES, STATE_ERROR_CODES};
 
 /// `NAME_run`'s return code when a collective fails.
 const COMM_CODE: i32 = COMM_ERROR_CODES[0].0;
@@ -727,12 +728,6 @@ fn kernel_fn(k: &Kernel, fname: &str, decls: &mut BTreeSet<String>, int8: crate:
 pub fn module_text(lir: &Lir, name: &str, triple: &str, cpu: &str, features: &str, external_weights: bool, int8: crate::Int8Dot) -> String {
     let mut decls = BTreeSet::new();
     let mut body = String::new();
-    // Launches whose kernels are identical up to their name (the same op on the same shapes, e.g. every
-    // encoder layer's) share one function: buffers are bound through the context, not baked in.
-    let (fn_of, unique) = rlx_ir::loops::dedup_kernels(lir.launches.iter().map(|l| &l.kernel));
-    for &li in unique.iter().filter(|&&li| comm_of(&lir.launches[li].kernel).is_none()) {
-        body.push_str(&kernel_fn(&lir.launches[li].kernel, &format!("{name}_k{}", fn_of[li]), &mut decls, int8));
-    }
     let mut m = String::new();
     let _ = writeln!(m, "; rlxc {} — model {name}", env!("CARGO_PKG_VERSION"));
     let _ = writeln!(m, "target triple = \"{triple}\"\n");
@@ -745,9 +740,53 @@ pub fn module_text(lir: &Lir, name: &str, triple: &str, cpu: &str, features: &st
             let _ = writeln!(m, "@{name}_weights = internal constant [{wl} x i8] zeroinitializer, align {}\n", lir.align.max(16));
         }
     }
+    let w = Weights { name, len: wl, external: external_weights, int8 };
+    m.push_str(&program(lir, name, true, &w, &mut decls, &mut body));
+    m.push_str(&body);
+    for d in &decls {
+        m.push_str(d);
+        m.push('\n');
+    }
+    let _ = writeln!(m, "\nattributes #0 = {{ nounwind \"target-cpu\"=\"{cpu}\" \"target-features\"=\"{features}\" }}");
+    // Kernels stay out of line: shared by every launch of the same shape (see `dedup_kernels`), and
+    // inlining a model's serial kernels into NAME_run only multiplies LLVM's work (and the code size).
+    let _ = writeln!(m, "attributes #1 = {{ noinline nounwind \"target-cpu\"=\"{cpu}\" \"target-features\"=\"{features}\" }}");
+    m
+}
+
+/// Where a program's constants are: the model's weights (`@NAME_weights` or the pointer set at run
+/// time), `len` bytes — shared by the entry point and every region body.
+pub(crate) struct Weights<'a> {
+    pub name: &'a str,
+    pub len: usize,
+    pub external: bool,
+    /// The int8 dot-product instruction the CPU has (how kernels write `Expr::Dot4`).
+    pub int8: crate::Int8Dot,
+}
+
+/// One program's driver `FNAME_run` (the entry point when `entry`: `NAME_run` / `NAME_step`; else a
+/// region body's internal driver), its kernels `FNAME_kN` and its regions' bodies `FNAME_rK_*` appended
+/// to `body`. Returns the driver's text.
+pub(crate) fn program(lir: &Lir, fname: &str, entry: bool, w: &Weights, decls: &mut BTreeSet<String>, body: &mut String) -> String {
+    // Launches whose kernels are identical up to their name (the same op on the same shapes, e.g. every
+    // encoder layer's) share one function: buffers are bound through the context, not baked in.
+    let (fn_of, unique) = rlx_ir::loops::dedup_kernels(lir.launches.iter().map(|l| &l.kernel));
+    for &li in unique.iter().filter(|&&li| comm_of(&lir.launches[li].kernel).is_none() && lir.region_at(li).is_none()) {
+        body.push_str(&kernel_fn(&lir.launches[li].kernel, &format!("{fname}_k{}", fn_of[li]), decls, w.int8));
+    }
+    let mut bodies = Vec::new();
+    for (ri, r) in lir.regions.iter().enumerate() {
+        for (bi, b) in r.bodies.iter().enumerate() {
+            bodies.push(program(b, &format!("{fname}_r{ri}_{bi}"), false, w, decls, body));
+        }
+    }
+    let name = w.name;
+    let mut m = String::new();
     // Entry point: `NAME_run`, or for a model with state `NAME_step`, which also takes the state region.
     let stateful = lir.state_bytes > 0;
-    if stateful {
+    if !entry {
+        let _ = writeln!(m, "define internal i32 @{fname}_run(ptr %arena, ptr %inputs, ptr %outputs) #0 {{\nentry:");
+    } else if stateful {
         let _ = writeln!(m, "define i32 @{name}_step(ptr %arena, ptr %state, ptr %inputs, ptr %outputs) #0 {{\nentry:");
     } else {
         let _ = writeln!(m, "define i32 @{name}_run(ptr %arena, ptr %inputs, ptr %outputs) #0 {{\nentry:");
@@ -782,29 +821,35 @@ pub fn module_text(lir: &Lir, name: &str, triple: &str, cpu: &str, features: &st
         let _ = writeln!(e, "  %outp{i}.p = getelementptr inbounds ptr, ptr %outputs, i64 {i}\n  %out{i} = load ptr, ptr %outp{i}.p, align 8");
         fail(&mut e, format!("icmp eq ptr %out{i}, null"), 5, &mut t);
     }
+    let wl = w.len;
     if wl > 0 {
-        if external_weights {
+        if w.external {
             let _ = writeln!(e, "  %wbase = load ptr, ptr @{name}_weights_ptr, align 8");
             fail(&mut e, "icmp eq ptr %wbase, null".into(), 7, &mut t);
         } else {
             let _ = writeln!(e, "  %wbase = getelementptr inbounds i8, ptr @{name}_weights, i64 0");
         }
     }
+    let base_of = |b: &rlx_ir::lir::Buffer| match b.base {
+        Base::Arena => "%arena".to_string(),
+        // No weights: only zero-byte constants live here, never dereferenced.
+        Base::Weights if wl == 0 => "null".to_string(),
+        Base::Weights => "%wbase".to_string(),
+        Base::Input(k) => format!("%in{k}"),
+        Base::Output(k) => format!("%out{k}"),
+        Base::State => "%state".to_string(),
+    };
     let mut uses_runtime = false;
     let mut uses_comm = false;
+    let mut uses_loop = false;
     for (li, l) in lir.launches.iter().enumerate() {
+        if let Some((ri, r)) = lir.regions.iter().enumerate().find(|(_, r)| r.launch == li) {
+            uses_loop |= region::emit(&mut e, lir, r, li, &format!("{fname}_r{ri}"), &base_of, decls);
+            continue;
+        }
         for (pi, &b) in l.bindings.iter().enumerate() {
             let buf = &lir.buffers[b as usize];
-            let base = match buf.base {
-                Base::Arena => "%arena".to_string(),
-                // No weights: only zero-byte constants live here, never dereferenced.
-                Base::Weights if wl == 0 => "null".to_string(),
-                Base::Weights => "%wbase".to_string(),
-                Base::Input(k) => format!("%in{k}"),
-                Base::Output(k) => format!("%out{k}"),
-                Base::State => "%state".to_string(),
-            };
-            let _ = writeln!(e, "  %a{li}.{pi} = getelementptr inbounds i8, ptr {base}, i64 {}", buf.offset);
+            let _ = writeln!(e, "  %a{li}.{pi} = getelementptr inbounds i8, ptr {}, i64 {}", base_of(buf), buf.offset);
         }
         if let Some(Stmt::Comm { op, send, recv, count, dtype, peer }) = comm_of(&l.kernel) {
             // A collective: called here, its status checked (the COMM error code).
@@ -826,36 +871,31 @@ pub fn module_text(lir: &Lir, name: &str, triple: &str, cpu: &str, features: &st
         }
         match sp.grain {
             Some(grain) => {
-                let _ = writeln!(e, "  call void @rlx_rt_parallel_for(ptr @{name}_k{}, ptr %ctx{li}, i64 {}, i64 {grain})", fn_of[li], sp.extent);
+                let _ = writeln!(e, "  call void @rlx_rt_parallel_for(ptr @{fname}_k{}, ptr %ctx{li}, i64 {}, i64 {grain})", fn_of[li], sp.extent);
                 uses_runtime = true;
             }
             None => {
-                let _ = writeln!(e, "  call void @{name}_k{}(ptr %ctx{li}, i64 0, i64 {})", fn_of[li], sp.extent);
+                let _ = writeln!(e, "  call void @{fname}_k{}(ptr %ctx{li}, i64 0, i64 {})", fn_of[li], sp.extent);
             }
         }
     }
     let _ = writeln!(e, "  ret i32 0");
     let state_codes = if stateful { STATE_ERROR_CODES } else { &[] };
     let comm_codes = if uses_comm { COMM_ERROR_CODES } else { &[] };
-    for (code, _, _) in ERROR_CODES.iter().skip(1).chain(state_codes).chain(comm_codes) {
+    let loop_codes = if uses_loop { LOOP_ERROR_CODES } else { &[] };
+    for (code, _, _) in ERROR_CODES.iter().skip(1).chain(state_codes).chain(comm_codes).chain(loop_codes) {
         let _ = writeln!(e, "fail{code}:\n  ret i32 {code}");
     }
     m.push_str(&e);
     m.push_str("}\n\n");
-    m.push_str(&body);
+    for b in bodies {
+        m.push_str(&b);
+    }
     if uses_runtime {
         decls.insert("declare void @rlx_rt_parallel_for(ptr, ptr, i64, i64)".to_string());
     }
     if uses_comm {
         decls.insert(COMM_DECL.to_string());
     }
-    for d in &decls {
-        m.push_str(d);
-        m.push('\n');
-    }
-    let _ = writeln!(m, "\nattributes #0 = {{ nounwind \"target-cpu\"=\"{cpu}\" \"target-features\"=\"{features}\" }}");
-    // Kernels stay out of line: shared by every launch of the same shape (see `dedup_kernels`), and
-    // inlining a model's serial kernels into NAME_run only multiplies LLVM's work (and the code size).
-    let _ = writeln!(m, "attributes #1 = {{ noinline nounwind \"target-cpu\"=\"{cpu}\" \"target-features\"=\"{features}\" }}");
     m
 }

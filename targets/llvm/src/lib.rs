@@ -87,6 +87,10 @@ pub fn caps(name: &str) -> TargetCaps {
         .with("reduce_scatter", &sums)
         .with("send", DTYPES)
         .with("recv", DTYPES)
+        // Control-flow regions (`rlx_ir::lir::Region`): control flow in the driver, values of any
+        // dtype copied bytewise (the bodies' nodes are resolved one by one).
+        .with("loop", rlx_ir::loops::LOWERED_DTYPES)
+        .with("if", rlx_ir::loops::LOWERED_DTYPES)
 }
 
 pub use rlx_ir::loops::Int8Dot;

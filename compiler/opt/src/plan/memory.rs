@@ -11,7 +11,7 @@ use super::index::{align_up, strides};
 use super::Planner;
 use rlx_ir::lir::{Base, Buffer, Launch};
 use rlx_ir::mir::slice_range;
-use rlx_ir::{ConstData, Def, MirOp, NodeId, ValueId};
+use rlx_ir::{ConstData, Def, MirOp, NodeId, OpSet, ValueId};
 use std::collections::HashMap;
 
 impl Planner<'_> {
@@ -81,7 +81,9 @@ impl Planner<'_> {
                 }
             }
             let only_kernel_users = g.node_ids().all(|n| !g.node(n).inputs.contains(&vid) || !is_view(g, n));
-            if !needs_load[k] || (c.numel() == 1 && !c.dtype.is_quantized_block() && !g.outputs.contains(&vid) && only_kernel_users) {
+            // A region op reads its operands through pointers (`region.rs`): even a scalar is stored.
+            let region_use = g.nodes.iter().any(|n| !n.op.regions().is_empty() && n.inputs.contains(&vid));
+            if !region_use && (!needs_load[k] || (c.numel() == 1 && !c.dtype.is_quantized_block() && !g.outputs.contains(&vid) && only_kernel_users)) {
                 continue;
             }
             let users_all_matmul_rhs = weight_rhs[k]

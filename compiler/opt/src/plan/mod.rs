@@ -45,6 +45,7 @@ mod kernel;
 mod memory;
 mod phase;
 mod pool;
+mod region;
 mod row_fuse;
 mod select;
 mod state;
@@ -163,6 +164,10 @@ struct Planner<'g> {
     int8_act: HashMap<NodeId, int8_dot::Int8Act>,
     /// State outputs written in place into their slot (`state.rs`): value → state index.
     inplace_state: HashMap<ValueId, usize>,
+    /// The options, for planning region bodies (`region.rs`).
+    opts: PlanOptions,
+    /// Control-flow regions, in launch order (`region.rs`).
+    regions: Vec<rlx_ir::lir::Region>,
 }
 
 /// Columns per packed weight panel = lanes of the GEMM micro-kernel's vector accumulators.
@@ -203,7 +208,7 @@ pub fn plan(g: &Mir, opts: &PlanOptions) -> Result<Lir, Vec<Problem>> {
                 break;
             }
         }
-        if !lowerable_kinds().contains(&n.op.kind()) && !n.op.is_comm() {
+        if !lowerable_kinds().contains(&n.op.kind()) && !n.op.is_comm() && n.op.regions().is_empty() {
             probs.push(Problem { node: Some(n.name.clone()), msg: format!("no kernel lowering for {}", n.op.kind()) });
         }
         if let Some(w) = n.op.block_weight_input().and_then(|i| n.inputs.get(i)) {
@@ -271,6 +276,8 @@ pub fn plan(g: &Mir, opts: &PlanOptions) -> Result<Lir, Vec<Problem>> {
         int8_gemm: opts.int8_gemm,
         int8_act: HashMap::new(),
         inplace_state: HashMap::new(),
+        opts: opts.clone(),
+        regions: Vec::new(),
     };
     p.place_inputs_and_constants();
     p.inplace_state = p.plan_inplace_state();
@@ -279,6 +286,12 @@ pub fn plan(g: &Mir, opts: &PlanOptions) -> Result<Lir, Vec<Problem>> {
     // Kernels, in node order.
     let mut launches = Vec::new();
     for &n in &roots {
+        if !g.node(n).op.regions().is_empty() {
+            let (launch, region) = p.region_launch(n, launches.len())?;
+            launches.push(launch);
+            p.regions.push(region);
+            continue;
+        }
         launches.extend(p.im2col_launch(n));
         launches.extend(p.phase_launch(n));
         launches.extend(p.int8_launch(n));
@@ -306,6 +319,7 @@ pub fn plan(g: &Mir, opts: &PlanOptions) -> Result<Lir, Vec<Problem>> {
         state_bytes: p.state_bytes,
         buffers: p.buffers,
         launches,
+        regions: p.regions,
         arena_bytes: peak,
         weights: p.weights,
         align: opts.align,
