@@ -190,6 +190,8 @@ pub enum Error {
     MisalignedState,
     /// Code 10 (sharded artifacts): a collective failed, or no communicator was set (`rlx_rt_comm_set`).
     Comm,
+    /// Code 11 (artifacts with a loop region): a loop was still running at its maximum trip count.
+    LoopBound,
     /// The state has `got` bytes where the artifact needs `need` (`NAME_STATE_BYTES`).
     StateTooSmall { need: usize, got: usize },
     /// Input `index` has `got` bytes where its spec needs `expected`.
@@ -223,6 +225,7 @@ impl Error {
             8 => Error::NullState,
             9 => Error::MisalignedState,
             10 => Error::Comm,
+            11 => Error::LoopBound,
             other => Error::Unknown(other),
         })
     }
@@ -234,6 +237,7 @@ impl fmt::Display for Error {
             Error::NullArena => f.write_str("the arena pointer is NULL"),
             Error::NullState => f.write_str("the state pointer is NULL"),
             Error::Comm => f.write_str("a collective failed, or no communicator was set (rlx_rt_comm_set)"),
+            Error::LoopBound => f.write_str("a loop region was still running at its maximum trip count"),
             Error::MisalignedState => write!(f, "the state is not aligned to {ARENA_ALIGN} bytes"),
             Error::StateTooSmall { need, got } => write!(f, "the state has {got} bytes, the model needs {need}"),
             Error::NullInputs => f.write_str("the inputs array is NULL"),

@@ -155,6 +155,12 @@ impl Lir {
     pub fn region_at(&self, li: usize) -> Option<&Region> {
         self.regions.iter().find(|r| r.launch == li)
     }
+
+    /// Whether a loop region with a maximum trip count runs anywhere in the program (its bodies
+    /// included): then the driver may return [`LOOP_ERROR_CODES`]' code.
+    pub fn has_bounded_loop(&self) -> bool {
+        self.regions.iter().any(|r| matches!(r.kind, RegionKind::Loop { max_trips: Some(_), .. }) || r.bodies.iter().any(Lir::has_bounded_loop))
+    }
 }
 
 impl fmt::Display for Lir {

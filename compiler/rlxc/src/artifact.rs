@@ -45,6 +45,8 @@ pub struct ArtifactInfo {
     pub state: Option<StateInfo>,
     /// A rank of a sharded model: its `NAME_run` calls the communicator and may return code 10.
     pub comm: bool,
+    /// The program has a loop region: its `NAME_run` may return code 11.
+    pub loops: bool,
     /// Outputs of data-dependent length (`rlx_ir::bounded`): each written padded to its static shape,
     /// with the number of valid slices along `axis` in output `count` (an int64 scalar).
     pub bounded: Vec<rlx_ir::Bounded>,
@@ -303,7 +305,8 @@ pub fn c_header(a: &ArtifactInfo) -> String {
     let _ = writeln!(h, "/* Return codes of {n}_{entry}. */");
     let state_codes = if st.is_some() { rlx_ir::lir::STATE_ERROR_CODES } else { &[] };
     let comm_codes = if a.comm { rlx_ir::lir::COMM_ERROR_CODES } else { &[] };
-    for &(code, suffix, meaning) in ERROR_CODES.iter().chain(state_codes).chain(comm_codes) {
+    let loop_codes = if a.loops { rlx_ir::lir::LOOP_ERROR_CODES } else { &[] };
+    for &(code, suffix, meaning) in ERROR_CODES.iter().chain(state_codes).chain(comm_codes).chain(loop_codes) {
         let macro_name = if code == 0 { format!("{n}_OK") } else { format!("{n}_ERR_{suffix}") };
         let _ = writeln!(h, "#define {macro_name} {code} /* {} */", meaning.replace("NAME", n));
     }
@@ -658,6 +661,7 @@ mod tests {
             model_file: "weird */ name\n.onnx".into(),
             state: None,
             comm: false,
+            loops: false,
             bounded: vec![],
             link_line: "my_model.o librlx_rt.a -lpthread -lm -ldl -lc".into(),
         }

@@ -126,6 +126,19 @@ fn while_loop_and_if_regions_match_onnxruntime_on_host() {
     }
 }
 
+/// A compiled loop region with a maximum trip count may stop there: its header lists return code 11
+/// (and runtime-min names it); an artifact without one does not.
+#[test]
+fn a_bounded_loop_region_lists_its_return_code_in_the_header() {
+    let dir = models();
+    let out_dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("while_scan_header");
+    let out = Command::new(env!("CARGO_BIN_EXE_rlxc")).arg("compile").arg(dir.join("while_scan.onnx")).args(["--target", "host", "--name", "ws", "-o"]).arg(&out_dir).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let h = std::fs::read_to_string(out_dir.join("ws.h")).unwrap();
+    assert!(h.contains("#define ws_ERR_LOOP_BOUND 11 /* a loop region was still running at its maximum trip count */"), "{h}");
+    assert_eq!(rlx_rt::Error::from_code(11), Some(rlx_rt::Error::LoopBound));
+}
+
 /// The CPU targets claim the region ops (and their bodies' nodes); shaders, CUDA, MCU and Verilog do
 /// not: each refuses the model naming every region node with the reason.
 #[test]

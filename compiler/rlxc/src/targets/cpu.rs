@@ -217,6 +217,7 @@ impl Artifact for Compiled {
                 tensors: c.lir.state.iter().map(|s| (port(&s.port), s.offset)).collect(),
             }),
             comm: c.lir.launches.iter().any(|l| matches!(l.kernel.body.as_slice(), [rlx_ir::loops::Stmt::Comm { .. }])),
+            loops: c.lir.has_bounded_loop(),
             bounded: c.bounded.clone(),
         };
         let ports = |ps: &[artifact::PortInfo]| -> serde_json::Value {
