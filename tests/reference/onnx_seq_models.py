@@ -234,18 +234,24 @@ def control_flow_graph(rng: np.random.Generator) -> onnx.ModelProto:
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)])
 
 
-def control_flow_inputs(model: onnx.ModelProto, rng: np.random.Generator, want: bool) -> np.ndarray:
-    """An input [2, 6, 8] whose final state's mean is > 0 (want) or not, by ONNX Runtime."""
+def branch_input(model: onnx.ModelProto, draw, want: bool) -> np.ndarray:
+    """The first input draw(k), k = 0, 1, …, for which the model's If takes its then branch (want) or
+    not: its condition `c` read by ONNX Runtime."""
     m2 = onnx.ModelProto()
     m2.CopyFrom(model)
     m2.graph.output.append(helper.make_tensor_value_info("c", TensorProto.BOOL, []))
     sess = ort.InferenceSession(m2.SerializeToString(), providers=["CPUExecutionProvider"])
-    for _ in range(200):
-        x = rng.standard_normal((2, 6, 8)).astype(np.float32)
+    for k in range(200):
+        x = draw(k)
         (_, c) = sess.run(None, {"x": x})
         if bool(c) == want:
             return x
     raise SystemExit("no input found for the If branch")
+
+
+def control_flow_inputs(model: onnx.ModelProto, rng: np.random.Generator, want: bool) -> np.ndarray:
+    """An input [2, 6, 8] whose final state's mean is > 0 (want) or not."""
+    return branch_input(model, lambda k: rng.standard_normal((2, 6, 8)).astype(np.float32), want)
 
 
 def while_loop_graph(rng: np.random.Generator) -> onnx.ModelProto:
@@ -326,17 +332,8 @@ def while_loop_graph(rng: np.random.Generator) -> onnx.ModelProto:
 
 
 def while_loop_input(model: onnx.ModelProto, rng: np.random.Generator, want: bool) -> np.ndarray:
-    """An input [2, 4] for which the If takes the then branch (want) or not, by ONNX Runtime."""
-    m2 = onnx.ModelProto()
-    m2.CopyFrom(model)
-    m2.graph.output.append(helper.make_tensor_value_info("c", TensorProto.BOOL, []))
-    sess = ort.InferenceSession(m2.SerializeToString(), providers=["CPUExecutionProvider"])
-    for k in range(200):
-        x = (rng.standard_normal((2, 4)) * (1 + k % 8)).astype(np.float32)
-        (_, c) = sess.run(None, {"x": x})
-        if bool(c) == want:
-            return x
-    raise SystemExit("no input found for the If branch")
+    """An input [2, 4] for which the If takes the then branch (want) or not."""
+    return branch_input(model, lambda k: (rng.standard_normal((2, 4)) * (1 + k % 8)).astype(np.float32), want)
 
 
 def while_scan(rng: np.random.Generator) -> tuple[onnx.ModelProto, np.ndarray]:
