@@ -116,6 +116,44 @@ pub struct Region {
     pub truth: Option<u32>,
 }
 
+/// A loop region's operand and result buffers by role, in the order the `loop` op has them (trip count,
+/// condition, initial carried values, captured values; carried results, scan results, iteration count).
+pub struct LoopParts<'a> {
+    pub trip: u32,
+    pub cond: u32,
+    pub init: &'a [u32],
+    pub captured: &'a [u32],
+    pub carried: &'a [u32],
+    pub scans: &'a [u32],
+    pub count: u32,
+    pub max_trips: Option<u64>,
+}
+
+impl Region {
+    /// The buffers of a loop region by role; `None` for an if.
+    pub fn loop_parts(&self) -> Option<LoopParts<'_>> {
+        let RegionKind::Loop { max_trips, carried } = self.kind else { return None };
+        let n = self.results.len();
+        Some(LoopParts {
+            trip: self.operands[0],
+            cond: self.operands[1],
+            init: &self.operands[2..2 + carried],
+            captured: &self.operands[2 + carried..],
+            carried: &self.results[..carried],
+            scans: &self.results[carried..n - 1],
+            count: self.results[n - 1],
+            max_trips,
+        })
+    }
+}
+
+impl LoopParts<'_> {
+    /// Bytes of one iteration's slice of scan result `b` (its buffer holds `max_trips` slices).
+    pub fn scan_slice_bytes(&self, lir: &Lir, b: u32) -> usize {
+        lir.buffers[b as usize].bytes() / self.max_trips.unwrap_or(1).max(1) as usize
+    }
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct Port {
     pub name: String,

@@ -171,13 +171,13 @@ impl Lowerer {
     }
 }
 
-/// Lowers a HIR graph to MIR. Graph inputs, constants and outputs keep their names; every problem found
-/// is returned (a node that fails to lower is reported and lowering continues where it can).
 /// A region op's sub-graph lowered, its problems folded into one message for the op's node.
 fn lower_region(name: &str, g: &Hir) -> R<Mir> {
     lower(g).map_err(|ps| format!("in a region of '{name}': {}", ps.iter().map(|p| p.to_string()).collect::<Vec<_>>().join("; ")))
 }
 
+/// Lowers a HIR graph to MIR. Graph inputs, constants and outputs keep their names; every problem found
+/// is returned (a node that fails to lower is reported and lowering continues where it can).
 pub fn lower(h: &Hir) -> Result<Mir, Vec<Problem>> {
     let mut probs = rlx_ir::verify::verify(h);
     if !probs.is_empty() {

@@ -15,6 +15,25 @@ use rlx_ir::loops::{Access, Expr, IOp, Kernel, LoopKind, Stmt};
 use rlx_ir::{DType, MirOp, NodeId};
 use std::collections::HashMap;
 
+/// A run of `n` columns from `lo` as (first column, count, width) loops: vectors of the lanes (halved
+/// down to 4 for a short run), then one more vector ending at the run's last column; one scalar loop
+/// when the run is under 4 columns.
+pub(super) fn vector_runs(lo: i64, n: i64, lanes: i64) -> Vec<(i64, i64, i64)> {
+    let mut vl = lanes;
+    while vl > 4 && vl > n {
+        vl /= 2;
+    }
+    if vl < 4 || n < vl {
+        return vec![(lo, n, 1)];
+    }
+    let full = n / vl * vl;
+    let mut runs = vec![(lo, full, vl)];
+    if full < n {
+        runs.push((lo + n - vl, vl, vl));
+    }
+    runs
+}
+
 impl Planner<'_> {
     /// The im2col launch before the kernel rooted at `r`, when its anchor is a convolution on the GEMM
     /// path that needs one (see the module doc).
@@ -84,23 +103,8 @@ impl Planner<'_> {
                         linear(&i, &space)
                     };
                     // (first column, count, lanes, copy?): zeros before, the copy, its last vector, zeros after.
-                    let n = hi - lo;
-                    // Vector width: the lanes, halved down to 4 for a short run; none under 4 columns.
-                    let mut vl = lanes;
-                    while vl > 4 && vl > n {
-                        vl /= 2;
-                    }
-                    let vl = if vl >= 4 && n >= vl { vl } else { 0 };
-                    let full = if vl > 0 { n / vl * vl } else { 0 };
                     let mut ranges = vec![(0, lo, 1, false)];
-                    if vl > 0 {
-                        ranges.push((lo, full, vl, true));
-                        if full < n {
-                            ranges.push((hi - vl, vl, vl, true));
-                        }
-                    } else {
-                        ranges.push((lo, n, 1, true));
-                    }
+                    ranges.extend(vector_runs(lo, hi - lo, lanes).into_iter().map(|(s, c, w)| (s, c, w, true)));
                     ranges.push((hi, ol - hi, 1, false));
                     for (start, count, width, copy) in ranges {
                         if count <= 0 {

@@ -43,20 +43,9 @@ impl Planner<'_> {
                     if rows == 0 || cols == 0 {
                         continue;
                     }
-                    let mut vl = lanes;
-                    while vl > 4 && vl > cols {
-                        vl /= 2;
-                    }
-                    let vl = if vl >= 4 && cols >= vl { vl } else { 1 };
-                    let full = cols / vl * vl;
-                    // (first column, count, width): the vectors, then one more ending at the last column.
-                    let mut ranges = vec![(0, full, vl)];
-                    if full < cols {
-                        ranges.push(if vl > 1 { (cols - vl, vl, vl) } else { (full, cols - full, 1) });
-                    }
                     let i = kb.var();
                     let mut row = Vec::new();
-                    for (start, count, width) in ranges {
+                    for (start, count, width) in super::im2col::vector_runs(0, cols, lanes) {
                         let j = kb.var();
                         let col = Expr::add(Expr::Int(start), Expr::Var(j));
                         let xi = [nc[0].clone(), nc[1].clone(), Expr::add(Expr::mul(Expr::Var(i), Expr::Int(s)), Expr::Int(ph)), Expr::add(Expr::mul(col.clone(), Expr::Int(s)), Expr::Int(pw))];

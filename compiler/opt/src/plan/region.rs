@@ -63,7 +63,9 @@ impl Planner<'_> {
             for k in 0..1 + carried {
                 let v = body.outputs[k];
                 let ty = body.ty(v);
-                let shape = ty.shape.as_fixed().expect("loop-carried values have static shapes");
+                let Some(shape) = ty.shape.as_fixed() else {
+                    return Err(vec![Problem { node: Some(name.clone()), msg: format!("loop-carried value {k} has the symbolic shape {} (bind its dims with --dim)", ty.shape) }]);
+                };
                 temps.push(self.region_temp(ty.dtype, shape, format!("{name} (next {})", if k == 0 { "condition".to_string() } else { format!("carried {}", k - 1) })));
             }
             truth = Some(self.add_weight(format!("{name} (true)"), &ConstData::scalar(DType::Bool, 1.0)));

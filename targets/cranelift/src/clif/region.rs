@@ -67,19 +67,20 @@ pub(super) fn emit(
             b.switch_to_block(join);
             b.seal_block(join);
         }
-        RegionKind::Loop { max_trips, carried } => {
-            let trip = addr(b, r.operands[0]);
-            let cond_in = addr(b, r.operands[1]);
-            let carried_res: Vec<Value> = r.results[..carried].iter().map(|&o| addr(b, o)).collect();
-            let scans = &r.results[carried..r.results.len() - 1];
+        RegionKind::Loop { .. } => {
+            let lp = r.loop_parts().expect("a loop region");
+            let trip = addr(b, lp.trip);
+            let cond_in = addr(b, lp.cond);
+            let carried_res: Vec<Value> = lp.carried.iter().map(|&o| addr(b, o)).collect();
+            let scans = lp.scans;
             let scan_res: Vec<Value> = scans.iter().map(|&o| addr(b, o)).collect();
-            let count = addr(b, r.results[r.results.len() - 1]);
+            let count = addr(b, lp.count);
             let temps: Vec<Value> = r.temps.iter().map(|&o| addr(b, o)).collect();
             let truth = addr(b, r.truth.expect("a loop region has its true constant"));
             // The carried values start as the operands; scans start as zeros; the count at 0.
             for (k, &dst) in carried_res.iter().enumerate() {
-                let src = addr(b, r.operands[2 + k]);
-                let n = bytes(b, r.results[k]);
+                let src = addr(b, lp.init[k]);
+                let n = bytes(b, lp.carried[k]);
                 b.call_memcpy(cfg, dst, src, n);
             }
             for (&s, &o) in scan_res.iter().zip(scans) {
@@ -92,7 +93,7 @@ pub(super) fn emit(
             b.ins().store(flags, c0, temps[0], 0);
             let mut ins = vec![count, truth];
             ins.extend(&carried_res);
-            for &o in &r.operands[2 + carried..] {
+            for &o in lp.captured {
                 ins.push(addr(b, o));
             }
             let si = array(b, ptr, ins.len(), &ins);
@@ -109,13 +110,13 @@ pub(super) fn emit(
             b.ins().brif(go, body, &[], done, &[]);
             b.switch_to_block(body);
             b.seal_block(body);
-            if let Some(m) = max_trips {
+            if let Some(m) = lp.max_trips {
                 let over = b.ins().icmp_imm_s(IntCC::SignedGreaterThanOrEqual, i, m as i64);
                 check(b, over, LOOP_ERROR_CODES[0].0);
             }
             // Each scan output's slice of this iteration.
             for (s, (&p, &o)) in scan_res.iter().zip(scans).enumerate() {
-                let slice = lir.buffers[o as usize].bytes() / max_trips.unwrap_or(1).max(1) as usize;
+                let slice = lp.scan_slice_bytes(lir, o);
                 let off = b.ins().imul_imm_s(i, slice as i64);
                 let sp = b.ins().iadd(p, off);
                 b.ins().stack_store(ptr, sp, so, ((temps.len() + s) * 8) as i32);
@@ -123,7 +124,7 @@ pub(super) fn emit(
             let (insp, outsp) = (b.ins().stack_addr(ptr, si, 0), b.ins().stack_addr(ptr, so, 0));
             call_checked(b, calls[0], [scratch, insp, outsp]);
             for (k, &dst) in carried_res.iter().enumerate() {
-                let n = bytes(b, r.results[k]);
+                let n = bytes(b, lp.carried[k]);
                 b.call_memcpy(cfg, dst, temps[1 + k], n);
             }
             let i1 = b.ins().iadd_imm_s(i, 1);

@@ -577,6 +577,15 @@ fn dot4_part(isa: crate::Int8Dot) -> u32 {
 }
 
 impl Writer<'_> {
+    /// Each byte of the words `a` (type `vt`) split into its low 7 bits and its top bit (0 or 1): the
+    /// two operands of a u8 × i8 dot product done with signed or saturating instructions (× 1, × 128).
+    fn split_top_bit(&mut self, vt: &str, a: &str, splat: &dyn Fn(u32) -> String) -> (String, String) {
+        let lo = self.op(format!("and {vt} {a}, {}", splat(0x7F7F_7F7F)));
+        let hi = self.op(format!("lshr {vt} {a}, {}", splat(7)));
+        let hi = self.op(format!("and {vt} {hi}, {}", splat(0x0101_0101)));
+        (lo, hi)
+    }
+
     /// `acc + Σ u8(a)·i8(b)` per i32 lane of one register (`dot4_part` lanes; operands `<w x i32>`),
     /// exact for every `a` whose bytes are ≤ `amax` (`Expr::Dot4`).
     fn dot4_part(&mut self, acc: &str, a: &str, b: &str, amax: u8) -> String {
@@ -606,9 +615,7 @@ impl Writer<'_> {
                     let s = madd(self, a, 1);
                     self.op(format!("add {vt} {acc}, {s}"))
                 } else {
-                    let lo = self.op(format!("and {vt} {a}, {}", splat(0x7F7F_7F7F)));
-                    let hi = self.op(format!("lshr {vt} {a}, {}", splat(7)));
-                    let hi = self.op(format!("and {vt} {hi}, {}", splat(0x0101_0101)));
+                    let (lo, hi) = self.split_top_bit(&vt, a, &splat);
                     let s1 = madd(self, &lo, 1);
                     let s2 = madd(self, &hi, 128);
                     let t = self.op(format!("add {vt} {acc}, {s1}"));
@@ -624,9 +631,7 @@ impl Writer<'_> {
                     let ab = self.op(format!("bitcast {vt} {a} to {bt}"));
                     self.op(format!("call <4 x i32> @llvm.aarch64.neon.sdot.v4i32.v16i8(<4 x i32> {acc}, <16 x i8> {ab}, <16 x i8> {bb})"))
                 } else {
-                    let lo = self.op(format!("and {vt} {a}, {}", splat(0x7F7F_7F7F)));
-                    let hi = self.op(format!("lshr {vt} {a}, {}", splat(7)));
-                    let hi = self.op(format!("and {vt} {hi}, {}", splat(0x0101_0101)));
+                    let (lo, hi) = self.split_top_bit(&vt, a, &splat);
                     let (lb, hb) = (self.op(format!("bitcast {vt} {lo} to {bt}")), self.op(format!("bitcast {vt} {hi} to {bt}")));
                     let s1 = self.op(format!("call <4 x i32> @llvm.aarch64.neon.sdot.v4i32.v16i8(<4 x i32> {acc}, <16 x i8> {lb}, <16 x i8> {bb})"));
                     let s2 = self.op(format!("call <4 x i32> @llvm.aarch64.neon.sdot.v4i32.v16i8(<4 x i32> zeroinitializer, <16 x i8> {hb}, <16 x i8> {bb})"));
