@@ -14,7 +14,10 @@ KV cache, what `model(…)` in a loop does) and, when it works here, `generate` 
 (transformers compiles the forward with torch.compile "reduce-overhead": CUDA graphs). Prints one JSON
 line per measurement: decode tokens/s after a prompt of P tokens, over N tokens.
 
-    bench_gemma_torch.py CONFIG.json P N [--weights BLOB --tensors TENSORS.json --prompt IDS --host IDS]"""
+    bench_gemma_torch.py CONFIG.json P N [--weights BLOB --tensors TENSORS.json --prompt IDS --host IDS]
+
+With --prefill IDS (a file of at least P ids): the prefill instead — one forward over the first P ids,
+eager and torch.compile'd, f32 and bf16, the median of 10 in ms and tokens/s."""
 import json, sys, time
 import torch
 
@@ -93,7 +96,43 @@ def static_generate(model, ids):
     return (N - 8) / (long - short)
 
 
+def prefill(model, ids):
+    # One forward over the whole prompt (no cache kept): warm-ups, then the median of 10, in ms.
+    with torch.no_grad():
+        for _ in range(3):
+            model(input_ids=ids, use_cache=False)
+        ts = []
+        for _ in range(10):
+            torch.cuda.synchronize()
+            t = time.perf_counter()
+            model(input_ids=ids, use_cache=False)
+            torch.cuda.synchronize()
+            ts.append(time.perf_counter() - t)
+        return sorted(ts)[len(ts) // 2] * 1e3
+
+
 sd = gguf_state_dict(opt["--weights"], opt["--tensors"]) if "--weights" in opt else None
+if "--prefill" in opt:
+    # Prefill mode: the forward over the prompt's P tokens (--prefill IDS), eager and torch.compile'd
+    # (default mode), f32 (no TF32) and bf16.
+    torch.backends.cuda.matmul.allow_tf32 = False
+    ids = torch.tensor([[int(t) for t in open(opt["--prefill"]).read().strip().split(",")][:P]], device=dev)
+    for dtype in (torch.float32, torch.bfloat16):
+        model = Gemma3ForCausalLM(cfg)
+        if sd is not None:
+            model.load_state_dict(sd, strict=False)
+        model = model.to(dev, dtype=dtype).eval()
+        name = str(dtype).split(".")[-1]
+        ms = prefill(model, ids)
+        print(json.dumps({"mode": "prefill-eager", "dtype": name, "prompt": ids.shape[1], "ms": round(ms, 3), "tok_s": round(ids.shape[1] / ms * 1e3, 1)}), flush=True)
+        try:
+            ms = prefill(torch.compile(model), ids)
+            print(json.dumps({"mode": "prefill-compiled", "dtype": name, "prompt": ids.shape[1], "ms": round(ms, 3), "tok_s": round(ids.shape[1] / ms * 1e3, 1)}), flush=True)
+        except Exception as e:  # reported, not fatal
+            print(json.dumps({"mode": "prefill-compiled", "dtype": name, "error": str(e)[:300]}), flush=True)
+        del model
+        torch.cuda.empty_cache()
+    sys.exit(0)
 for dtype in (torch.float32, torch.bfloat16):
     model = Gemma3ForCausalLM(cfg)
     if sd is not None:

@@ -24,12 +24,13 @@ N=${N:-128}
 rm -rf "$D" && mkdir -p "$D/base"
 cargo build --release -p rlx-rt --features cuda --example cuda_llm
 cp target/release/examples/cuda_llm tests/gpu/run_llm.sh tests/gpu/bench_gemma_torch.py "$D/base/"
-for c in 8 1; do
+for c in 8 1 128; do
   $R compile "$M" --target cuda --name gemma --dim context=1024 --dim chunk=$c -o "$D/base/art$c" >/dev/null
 done
 cmp "$D/base/art8/gemma.weights.bin" "$D/base/art1/gemma.weights.bin"
+cmp "$D/base/art8/gemma.weights.bin" "$D/base/art128/gemma.weights.bin"
 mv "$D/base/art8/gemma.weights.bin" "$D/weights.bin"
-rm "$D/base/art1/gemma.weights.bin"
+rm "$D/base/art1/gemma.weights.bin" "$D/base/art128/gemma.weights.bin"
 # The prompt and the host's greedy tokens (the compiled CPU artifact with f32 activations, as the GPU
 # computes; it stops early at an end-of-generation token, so the GPU's first tokens are compared with
 # however many it gave).
@@ -38,6 +39,14 @@ $R run "$M" --prompt "The history of the printing press begins" -n "$N" --show-i
 sed -n 's/^prompt ids: //p' "$D/host.err" > "$D/base/prompt.txt"
 sed -n 's/^generated ids: //p' "$D/host.err" > "$D/base/host.txt"
 test -s "$D/base/prompt.txt" && test -s "$D/base/host.txt"
+# The prefill prompt: 512 ids (the prompt and its generation repeated), and the host's next 16 tokens after it.
+ids=$(cat "$D/base/prompt.txt" "$D/base/host.txt" | tr ',' '\n')
+for _ in 1 2 3 4 5 6; do ids="$ids"$'\n'"$ids"; done
+echo "$ids" | head -512 | paste -sd, > "$D/base/prompt512.txt"
+$R run "$M" --tokens "$(cat "$D/base/prompt512.txt")" -n 16 --show-ids --dim context=1024 --target host --exact-activations \
+  2> "$D/host.err" >/dev/null
+sed -n 's/^generated ids: //p' "$D/host.err" > "$D/base/host512.txt"
+test -s "$D/base/host512.txt"
 rm "$D/host.err"
 # The shapes for PyTorch's Gemma3TextConfig, from the GGUF's metadata.
 ${RLX_PY:-.venv/bin/python} - "$M" "$D/base/config.json" <<'PY'
@@ -72,7 +81,7 @@ PY
 mkdir -p "$D/base/pylib" && cp -r "$(${RLX_PY:-.venv/bin/python} -c 'import gguf, os; print(os.path.dirname(gguf.__file__))')" "$D/base/pylib/"
 rm -rf "$D/base/pylib/gguf/__pycache__" "$D/base/pylib/gguf/scripts"
 # Parts that fit a call beside the working tree and base/.
-split -b 50M -d -a 1 "$D/weights.bin" "$D/weights.part"
+split -b 45M -d -a 1 "$D/weights.bin" "$D/weights.part"
 rm "$D/weights.bin"
 i=0
 for p in "$D"/weights.part*; do i=$((i + 1)); mkdir -p "$D/part$i"; mv "$p" "$D/part$i/"; done

@@ -146,6 +146,9 @@ impl Planner<'_> {
         let anode = self.g.node(a).clone();
         let x = anode.inputs[0];
         let w = self.block_weight[&anode.inputs[1]].clone();
+        if let Some(&scratch) = self.gpu_dequant.get(&a) {
+            return self.block_gemm_gpu_body(kb, a, r, op, out_shape, &w, scratch);
+        }
         if self.flat_blocks {
             return self.block_flat_body(kb, a, r, op, out_shape, &w);
         }

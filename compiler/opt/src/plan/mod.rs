@@ -16,7 +16,8 @@
 //! `memory.rs` places inputs, constants and values and assigns arena offsets; `kernel.rs` lowers a
 //! root to its loop nest, with the per-element expressions of inlined nodes in `inline.rs`, anchor
 //! bodies (dot product, reductions, cumsum) in `anchor.rs`, the kernels that read GGUF block
-//! constants (`dequant_matmul`, `dequant_gather`) in `blocks.rs`, their weights' packed row panels and
+//! constants (`dequant_matmul`, `dequant_gather`) in `blocks.rs` (a GPU one over many rows through an f32
+//! scratch and a tiled matmul in `block_gemm_gpu.rs`), their weights' packed row panels and
 //! per-type dequantization in `block_layout.rs`, direct convolution in `conv.rs`, dense convolution
 //! on the GEMM micro-kernel (packed weight rows) in `conv_gemm.rs`, its im2col copy in `im2col.rs`
 //! (or a strided one's phase split in `phase.rs`),
@@ -28,6 +29,7 @@
 
 mod anchor;
 mod block_layout;
+mod block_gemm_gpu;
 mod blocks;
 mod causal;
 mod comm;
@@ -137,6 +139,8 @@ struct Planner<'g> {
     packed_weight: HashMap<ValueId, u32>,
     /// Constants read by `dequant_matmul` / `dequant_gather`, packed in interleaved row panels.
     block_weight: HashMap<ValueId, blocks::BlockWeight>,
+    /// GPU `dequant_matmul` anchors over many rows → the f32 scratch their dequantization launch fills (`block_gemm_gpu.rs`).
+    gpu_dequant: HashMap<NodeId, u32>,
     /// Convolutions on the GEMM micro-kernel (`conv_gemm.rs`), by anchor node.
     conv_gemm: HashMap<NodeId, conv_gemm::ConvGemm>,
     /// Transposed convolutions whose product goes through the same GEMM loops (`conv_transpose.rs`).
@@ -260,6 +264,7 @@ pub fn plan(g: &Mir, opts: &PlanOptions) -> Result<Lir, Vec<Problem>> {
         transposed_weight: HashMap::new(),
         packed_weight: HashMap::new(),
         block_weight: HashMap::new(),
+        gpu_dequant: HashMap::new(),
         conv_gemm: HashMap::new(),
         conv_transpose_gemm: HashMap::new(),
         conv_gemm_on: opts.conv_gemm,
@@ -295,6 +300,7 @@ pub fn plan(g: &Mir, opts: &PlanOptions) -> Result<Lir, Vec<Problem>> {
         launches.extend(p.im2col_launch(n));
         launches.extend(p.phase_launch(n));
         launches.extend(p.int8_launch(n));
+        launches.extend(p.gpu_dequant_launch(n));
         launches.extend(p.conv_transpose_launch(n));
         let (kernel, bindings, nodes) = p.kernel(n);
         launches.push(Launch { nodes, kernel, bindings });
