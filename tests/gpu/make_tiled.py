@@ -14,6 +14,12 @@ Outputs:
   sum12    reduce_sum(d[5,33,20], axes 1 and 2)     a nest of two reduction loops
   max_last reduce_max(e[4,6,100], last axis)
   mean_all reduce_mean(e) to a scalar               a kernel without a parallel loop
+
+and splitk.onnx (inputs g.npy, h.npy): matmuls of few 16×16 tiles over a long K, which the PTX writer
+splits inside the block (K = 300 with a bias: slices of 4 × 32; K = 1100: 4 × 64; both end in a
+partial slice):
+  mm_k300  g[40,300] @ w5[300,50] + bias5
+  mm_k1100 h[20,1100] @ w6[1100,24]
 """
 from __future__ import annotations
 
@@ -77,6 +83,22 @@ def main() -> int:
     onnx.checker.check_model(m)
     os.makedirs(a.out, exist_ok=True)
     onnx.save(m, os.path.join(a.out, "tiled.onnx"))
+    for n, s in shapes.items():
+        np.save(os.path.join(a.out, f"{n}.npy"), f(*s))
+    # splitk.onnx: matmuls with few tiles over a long K, which the PTX writer splits inside the block.
+    inits = [numpy_helper.from_array(f(300, 50), "w5"), numpy_helper.from_array(f(50), "bias5"), numpy_helper.from_array(f(1100, 24), "w6")]
+    nodes = [
+        helper.make_node("MatMul", ["g", "w5"], ["t5"]),
+        helper.make_node("Add", ["t5", "bias5"], ["mm_k300"]),
+        helper.make_node("MatMul", ["h", "w6"], ["mm_k1100"]),
+    ]
+    shapes = {"g": [40, 300], "h": [20, 1100]}
+    ins = [helper.make_tensor_value_info(n, T.FLOAT, s) for n, s in shapes.items()]
+    outs = [helper.make_tensor_value_info("mm_k300", T.FLOAT, [40, 50]), helper.make_tensor_value_info("mm_k1100", T.FLOAT, [20, 24])]
+    m = helper.make_model(helper.make_graph(nodes, "splitk", ins, outs, inits), opset_imports=[helper.make_opsetid("", 18)])
+    m.ir_version = 8
+    onnx.checker.check_model(m)
+    onnx.save(m, os.path.join(a.out, "splitk.onnx"))
     for n, s in shapes.items():
         np.save(os.path.join(a.out, f"{n}.npy"), f(*s))
     return 0

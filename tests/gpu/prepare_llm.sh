@@ -81,7 +81,7 @@ PY
 mkdir -p "$D/base/pylib" && cp -r "$(${RLX_PY:-.venv/bin/python} -c 'import gguf, os; print(os.path.dirname(gguf.__file__))')" "$D/base/pylib/"
 rm -rf "$D/base/pylib/gguf/__pycache__" "$D/base/pylib/gguf/scripts"
 # Parts that fit a call beside the working tree and base/.
-split -b 45M -d -a 1 "$D/weights.bin" "$D/weights.part"
+split -b 40M -d -a 1 "$D/weights.bin" "$D/weights.part"
 rm "$D/weights.bin"
 i=0
 for p in "$D"/weights.part*; do i=$((i + 1)); mkdir -p "$D/part$i"; mv "$p" "$D/part$i/"; done

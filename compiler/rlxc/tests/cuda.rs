@@ -233,6 +233,27 @@ fn tiled_kernels_match_the_interpreter_in_cpu_emulation() {
         }
         assert_eq!(seen, 8);
     }
+    // splitk.onnx: few tiles over K = 300 and 1100, split inside the block into four groups whose
+    // partial sums meet in shared memory — within 1e-4 of the interpreter (sums of 300 / 1100 products
+    // of N(0,1) values in another order).
+    let (g, h) = (dir.join("g.npy"), dir.join("h.npy"));
+    let model = dir.join("splitk.onnx");
+    let it = dir.join("interp-splitk");
+    ok(rlxc().args(["run", s(&model), "--target", "interp", "-o", s(&it), "--input", &format!("g={}", s(&g)), "--input", &format!("h={}", s(&h))]));
+    let art = dir.join("art-splitk");
+    ok(rlxc().args(["compile", s(&model), "--target", "cuda", "--emit-ir", "-o", s(&art)]));
+    let ir = std::fs::read_to_string(art.join("splitk.ll")).unwrap();
+    assert!(ir.matches("barrier0").count() >= 2 * 3, "the split-K matmuls are not tiled");
+    let emu = dir.join("emu-splitk");
+    ok(Command::new(python()).arg("tests/gpu/emulate_cuda.py").args([s(&art), "splitk", s(&emu), s(&g), s(&h)]).current_dir(repo()));
+    for out in ["mm_k300", "mm_k1100"] {
+        let f = format!("{out}.npy");
+        let (want, got) = (common::npy(&it.join(&f)).to_f64_vec(), common::npy(&emu.join(&f)).to_f64_vec());
+        assert_eq!(want.len(), got.len(), "{out}");
+        let d = want.iter().zip(&got).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max);
+        eprintln!("f32 {out}: emulated cuda (split K) vs interp max abs {d:.3e}");
+        assert!(d <= 1e-4, "{out}: {d}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -20,8 +20,10 @@ use rlx_ir::{BinaryOp, DType, MirOp, NodeId};
 use std::collections::HashMap;
 
 /// Rows of x from which a GPU `dequant_matmul` dequantizes its weight once into a scratch and runs
-/// as a tiled matmul (below: one warp per output, the weight read in its blocks).
-pub(super) const GPU_GEMM_ROWS: usize = 8;
+/// as a tiled matmul (below: one warp per output, the weight read in its blocks). Measured on the
+/// H200 with Gemma 3 270M: at 8 rows (a chunk-8 step decoding one token) the scratch form took
+/// 3.07 ms a call against the flat form's 2.45 (326 against 408 tokens/s).
+pub(super) const GPU_GEMM_ROWS: usize = 16;
 
 impl Planner<'_> {
     /// The dequantization launch before the kernel rooted at `r`, when its anchor is a GPU

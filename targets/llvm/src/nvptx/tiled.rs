@@ -11,7 +11,10 @@
 //!   elements past M, N or K are staged as 0), `llvm.nvvm.barrier0`, accumulates from shared memory
 //!   (the 16 steps unrolled), barrier again. Each output sums its products in order k = 0, 1, …, as the
 //!   per-thread kernel does. Then each thread runs the epilogue (`rest`: bias, GELU, residual, the
-//!   store — whatever the planner fused) once per output it owns, inside M × N.
+//!   store — whatever the planner fused) once per output it owns, inside M × N. A one-output-per-thread
+//!   tile over a long K splits K inside the block ([`split_slice`]): four groups of 64 threads, 2×2
+//!   outputs each, compute their quarter of a 4× wider staged slice, and their partial sums are added
+//!   in group order through shared memory before the epilogue.
 //! - **Row kernels** ([`Plan::Rows`]: LayerNorm, softmax, RMSNorm rows) and **row reductions**
 //!   ([`Plan::Reduce`]): one warp per row, 1, 2, 4 or 8 rows per block ([`rows_per_block`]: few rows
 //!   spread over the SMs, many fill blocks of 256) — or, when the rows are few (a decode step's: one
@@ -198,6 +201,21 @@ pub fn k_slice(r: i64, k: i64) -> i64 {
     want.min(cdiv(k.max(1), T) * T)
 }
 
+/// Groups of a one-output-per-thread SIMT tile that split K inside the block (`SPLIT_K` groups of
+/// 64 threads, each 2×2 outputs of the 16×16 tile over every `SPLIT_K`-th part of a staged slice,
+/// their partial sums added in group order through shared memory at the end): a tile with few
+/// blocks over a long K (a batch-1 projection, a prefill chunk's FFN) is bound by one global-memory
+/// latency per staged slice, and this stages `SPLIT_K` times wider slices (all their loads in flight
+/// together) while each thread's unrolled compute stays one K slice long.
+pub const SPLIT_K: i64 = 4;
+
+/// The K slice each split group computes per step, or `None` when the tile does not split K: SIMT,
+/// one output per thread, and K at least [`SPLIT_K`] × 64 (32 per group below 1024, so K = 384 or
+/// 640 stage whole slices).
+pub fn split_slice(r: i64, k: i64, tensor_cores: bool) -> Option<i64> {
+    (r == 1 && !tensor_cores && k >= SPLIT_K * 64).then_some(if k >= 1024 { 64 } else { 32 })
+}
+
 #[allow(clippy::too_many_arguments)]
 fn matmul(
     w: &mut Writer, li: usize, acc: &Acc, a: &Expr, b: &Expr, rows: &[(Var, i64)], cols: &[(Var, i64)], batch: &[(Var, i64)], r: i64, tc: Option<Mma>, globals: &mut Vec<String>,
@@ -205,7 +223,10 @@ fn matmul(
     let d = acc.dtype;
     let ty = llvm_type(d);
     let (m, n, nb): (i64, i64, i64) = (rows.iter().map(|d| d.1).product(), cols.iter().map(|d| d.1).product(), batch.iter().map(|d| d.1).product());
-    let (bm, bn, tk) = (T * r, T * r, k_slice(r, acc.ks[0].1));
+    let split = split_slice(r, acc.ks[0].1, tc.is_some());
+    // tk: the K slice staged per step (with split K, `SPLIT_K` groups' slices of `gk` each).
+    let gk = split.unwrap_or(0);
+    let (bm, bn, tk) = (T * r, T * r, split.map_or(k_slice(r, acc.ks[0].1), |s| s * SPLIT_K));
     // Rows of a padded against bank conflicts: by one for the SIMT loop (a warp reads two rows, the
     // stores walk K), by four for the tensor cores (a fragment's lanes 4·g + t read row g, column t:
     // 32 different banks).
@@ -235,16 +256,27 @@ fn matmul(
     } else {
         Default::default()
     };
+    // With split K each thread holds 2×2 partial sums (from zero: `init` joins once, in the sum).
+    let rr = if split.is_some() { 2 } else { r };
     let accs: Vec<String> = if tc.is_some() {
         (0..per_warp).flat_map(|s| (0..4).map(move |q| format!("%d{s}.{q}"))).collect()
     } else {
-        (0..r).flat_map(|i| (0..r).map(move |j| format!("%c{i}.{j}"))).collect()
+        (0..rr).flat_map(|i| (0..rr).map(move |j| format!("%c{i}.{j}"))).collect()
     };
+    let zero = llvm_lit(0.0, d);
     for c in &accs {
         w.slot(c, ty);
-        w.emit(&format!("store {ty} {init}, ptr {c}"));
+        w.emit(&format!("store {ty} {}, ptr {c}", if split.is_some() { &zero } else { &init }));
     }
-    let zero = llvm_lit(0.0, d);
+    // Split K: group g = tid / 64 computes K steps [g·gk, (g + 1)·gk) of each staged slice; its thread
+    // (x8, y8) = (t % 8, t / 8) owns rows y8, y8 + 8 and columns x8, x8 + 8 of the tile.
+    let (gbase, x8, y8) = if split.is_some() {
+        let g = w.emit_op(format!("lshr i64 {tid}, 6"));
+        let t64 = w.emit_op(format!("and i64 {tid}, 63"));
+        (w.emit_op(format!("mul nuw nsw i64 {g}, {gk}")), w.emit_op(format!("and i64 {t64}, 7")), w.emit_op(format!("lshr i64 {t64}, 3")))
+    } else {
+        Default::default()
+    };
     let kslot = format!("%s.v{}", kv.0);
     w.slot(&kslot, "i64");
     w.bind_index(kv, &kslot);
@@ -252,7 +284,7 @@ fn matmul(
     // The staged elements: (operand, q) → its staging register `%s.st{a|b}{q}` and its place in
     // shared memory (a function of `tid` and q only).
     let ops = [(a, a_kfast, m, bm, rows, &sa, la, true), (b, b_kfast, n, bn, cols, &sb, lb, false)];
-    let split = |w: &mut Writer, fast: bool, own: i64, q: i64| {
+    let part = |w: &mut Writer, fast: bool, own: i64, q: i64| {
         let e = w.emit_op(format!("add nuw nsw i64 {tid}, {}", q * per));
         // (o: the row of a / column of b within the tile; kk: the step within K)
         if fast {
@@ -266,7 +298,7 @@ fn matmul(
     let load_slice = |w: &mut Writer, k0: &str| -> Result<(), String> {
         for (oi, &(x, fast, lim, own, dims, _, _, rows_of)) in ops.iter().enumerate() {
             for q in 0..own * tk / per {
-                let (o, kk) = split(w, fast, own, q);
+                let (o, kk) = part(w, fast, own, q);
                 let base = if rows_of { &m0 } else { &n0 };
                 let g = w.emit_op(format!("add nuw nsw i64 {base}, {o}"));
                 let kg = w.emit_op(format!("add nuw nsw i64 {k0}, {kk}"));
@@ -302,7 +334,7 @@ fn matmul(
         // The staged slice → shared memory: a: sa[o·pa + kk]; b: sb[kk·pb + o].
         for (oi, &(_, fast, _, own, _, sh, len, rows_of)) in ops.iter().enumerate() {
             for q in 0..own * tk / per {
-                let (o, kk) = split(w, fast, own, q);
+                let (o, kk) = part(w, fast, own, q);
                 let v = w.emit_op(format!("load {ty}, ptr %s.st{oi}.{q}"));
                 let idx = if rows_of {
                     let t = w.emit_op(format!("mul nuw nsw i64 {o}, {pa}"));
@@ -329,6 +361,38 @@ fn matmul(
         if_(w, &more, &mut |w| load_slice(w, &k1))?;
         if let Some(kind) = tc {
             mma_step(w, kind, (&sa, la, pa), (&sb, lb, pb), (&wp, &gq, &tq), bm, bn, tk)?;
+            barrier(w);
+            return Ok(());
+        }
+        if split.is_some() {
+            for kk in 0..gk {
+                let kg = w.emit_op(format!("add nuw nsw i64 {gbase}, {kk}"));
+                let mut ra = Vec::new();
+                for i in 0..2 {
+                    let row = w.emit_op(format!("add nuw nsw i64 {y8}, {}", i * 8));
+                    let t = w.emit_op(format!("mul nuw nsw i64 {row}, {pa}"));
+                    let idx = w.emit_op(format!("add nuw nsw i64 {t}, {kg}"));
+                    let p = shared_at(w, &sa, la, ty, &idx);
+                    ra.push(w.emit_op(format!("load {ty}, ptr addrspace(3) {p}")));
+                }
+                let mut rb = Vec::new();
+                let krow = w.emit_op(format!("mul nuw nsw i64 {kg}, {pb}"));
+                for j in 0..2 {
+                    let t = w.emit_op(format!("add nuw nsw i64 {krow}, {x8}"));
+                    let idx = w.emit_op(format!("add nuw nsw i64 {t}, {}", j * 8));
+                    let p = shared_at(w, &sb, lb, ty, &idx);
+                    rb.push(w.emit_op(format!("load {ty}, ptr addrspace(3) {p}")));
+                }
+                for i in 0..2 {
+                    for j in 0..2 {
+                        let c = format!("%c{i}.{j}");
+                        let cv = w.emit_op(format!("load {ty}, ptr {c}"));
+                        let p = w.bin(BinaryOp::Mul, d, &ra[i], &rb[j]);
+                        let s = w.bin(BinaryOp::Add, d, &cv, &p);
+                        w.emit(&format!("store {ty} {s}, ptr {c}"));
+                    }
+                }
+            }
             barrier(w);
             return Ok(());
         }
@@ -361,6 +425,34 @@ fn matmul(
         barrier(w);
         Ok(())
     })?;
+    if split.is_some() {
+        // The groups' partial sums meet in shared memory (sa, free after the loop's last barrier):
+        // red[g·256 + row·16 + column]; then thread (ty, tx) adds its output's in group order, after
+        // `init`, into %c0.0 for the one-output epilogue below.
+        for i in 0..2 {
+            for j in 0..2 {
+                let row = w.emit_op(format!("add nuw nsw i64 {y8}, {}", i * 8));
+                let o = w.emit_op(format!("mul nuw nsw i64 {row}, {T}"));
+                let o = w.emit_op(format!("add nuw nsw i64 {o}, {x8}"));
+                let o = w.emit_op(format!("add nuw nsw i64 {o}, {}", j * 8));
+                let g = w.emit_op(format!("lshr i64 {tid}, 6"));
+                let gb = w.emit_op(format!("mul nuw nsw i64 {g}, {}", T * T));
+                let idx = w.emit_op(format!("add nuw nsw i64 {gb}, {o}"));
+                let p = shared_at(w, &sa, la, ty, &idx);
+                let v = w.emit_op(format!("load {ty}, ptr %c{i}.{j}"));
+                w.emit(&format!("store {ty} {v}, ptr addrspace(3) {p}"));
+            }
+        }
+        barrier(w);
+        let mut sum = init.clone();
+        for g in 0..SPLIT_K {
+            let idx = w.emit_op(format!("add nuw nsw i64 {tid}, {}", g * T * T));
+            let p = shared_at(w, &sa, la, ty, &idx);
+            let v = w.emit_op(format!("load {ty}, ptr addrspace(3) {p}"));
+            sum = w.bin(BinaryOp::Add, d, &sum, &v);
+        }
+        w.emit(&format!("store {ty} {sum}, ptr %c0.0"));
+    }
     // The epilogue, once per owned output (SIMT: rows ty + 16·i, columns tx + 16·j).
     let accs_slot = format!("%s.v{}", acc.acc.0);
     w.slot(&accs_slot, ty);
