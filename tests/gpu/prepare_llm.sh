@@ -29,6 +29,10 @@ for c in 8 1 128; do
 done
 cmp "$D/base/art8/gemma.weights.bin" "$D/base/art1/gemma.weights.bin"
 cmp "$D/base/art8/gemma.weights.bin" "$D/base/art128/gemma.weights.bin"
+# The prefill artifact with its matmuls on the tensor cores (bf16 operands, f32 accumulation).
+$R compile "$M" --target cuda --name gemma --dim context=1024 --dim chunk=128 --precision bf16 -o "$D/base/art128bf16" >/dev/null
+cmp "$D/base/art8/gemma.weights.bin" "$D/base/art128bf16/gemma.weights.bin"
+rm "$D/base/art128bf16/gemma.weights.bin"
 mv "$D/base/art8/gemma.weights.bin" "$D/weights.bin"
 rm "$D/base/art1/gemma.weights.bin" "$D/base/art128/gemma.weights.bin"
 # The prompt and the host's greedy tokens (the compiled CPU artifact with f32 activations, as the GPU

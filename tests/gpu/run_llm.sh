@@ -3,7 +3,8 @@
 # after every part of its weights has been copied into STAGE by earlier calls (`stage`), then `run`:
 # greedy generation with runtime-min's CUDA executor (chunk 8 and chunk 1 artifacts) — its tokens must
 # equal the host's — decode tokens/s at 128 and ~1000 positions; the prefill of a 512-token prompt with
-# the chunk 128 and chunk 8 artifacts (the next 16 tokens must equal the host's); and PyTorch's decode
+# the chunk 128 and chunk 8 artifacts (the next 16 tokens must equal the host's) and chunk 128 with
+# --precision bf16 (its tokens may part from the f32 host's); and PyTorch's decode
 # and prefill rates on the same model with the same weights, dequantized (bench_gemma_torch.py;
 # TORCH=0 skips its decode runs, TORCH_PREFILL=0 its prefill run). Raw output to $OUT/h200-llm.log; every kernel's device time of a
 # decode call at ~1000 positions (slowest first) to $OUT/kernels-chunkC.txt.
@@ -20,7 +21,7 @@ export PYTHONUNBUFFERED=1
   nvidia-smi -L || true
   cat "$S"/weights.part* > "$S/gemma.weights.bin"
   ls -la "$S/gemma.weights.bin"
-  for c in 8 1 128; do ln -sf "$S/gemma.weights.bin" "$B/art$c/gemma.weights.bin"; done
+  for c in 8 1 128 128bf16; do ln -sf "$S/gemma.weights.bin" "$B/art$c/gemma.weights.bin"; done
   prompt=$(cat "$B/prompt.txt")
   host=$(cat "$B/host.txt")
   n=$(echo "$host" | tr ',' '\n' | wc -l)
@@ -36,11 +37,12 @@ export PYTHONUNBUFFERED=1
     tail -1 "$OUT/kernels-chunk$c.txt"
   done
   long=$(cat "$B/prompt512.txt"); host512=$(cat "$B/host512.txt")
-  for c in 128 8; do
+  for c in 128 8 128bf16; do
     echo "== chunk $c: prefill of 512 tokens, then 16 tokens"
     out=$("$B/cuda_llm" "$B/art$c" gemma 1024 "$long" 16)
     echo "$out" | grep -v "^generated"
     got=$(echo "$out" | sed -n 's/^generated: //p')
+    # (bf16 operands change the logits' last bits: its tokens may part from the host's f32 ones.)
     if [ "$got" = "$host512" ]; then echo "tokens: equal to the host's (16)"; else echo "tokens: DIFFER from the host's: $host512 vs $got"; fi
   done
   RLX_CUDA_KERNEL_TIMES=1 "$B/cuda_llm" "$B/art128" gemma 1024 "$long" 2 > "$OUT/kernels-chunk128.txt" || true

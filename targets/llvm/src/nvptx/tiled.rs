@@ -230,11 +230,19 @@ fn matmul(
     // Rows of a padded against bank conflicts: by one for the SIMT loop (a warp reads two rows, the
     // stores walk K), by four for the tensor cores (a fragment's lanes 4·g + t read row g, column t:
     // 32 different banks).
-    let (pa, pb) = (tk + if tc.is_some() { 4 } else { 1 }, bn + 1);
-    let (la, lb) = (bm * pa, tk * pb);
+    // bf16 / fp16 on the tensor cores stage pairs of adjacent K values packed into one 32-bit word
+    // (`pk` = 2 values a unit; each thread converts its own pairs once, and a fragment register is one
+    // shared load): words of a row padded by four (lanes 4·g + t read row g, word t), rows of b by
+    // eight (lanes read word row t, column g). Needs whole pairs per thread: bm·tk/2 a multiple of 256.
+    let per = (T * T) as i64;
+    let packed = matches!(tc, Some(Mma::Bf16) | Some(Mma::Fp16)) && (bm * tk / 2) % per == 0;
+    let pk = if packed { 2 } else { 1 };
+    let sty = if packed { "i32" } else { ty };
+    let (pa, pb) = if packed { (tk / 2 + 4, bn + 8) } else { (tk + if tc.is_some() { 4 } else { 1 }, bn + 1) };
+    let (la, lb) = (bm * pa, tk / pk * pb);
     let (sa, sb) = (format!("@sa{li}"), format!("@sb{li}"));
-    globals.push(format!("{sa} = internal addrspace(3) global [{la} x {ty}] undef, align 16"));
-    globals.push(format!("{sb} = internal addrspace(3) global [{lb} x {ty}] undef, align 16"));
+    globals.push(format!("{sa} = internal addrspace(3) global [{la} x {sty}] undef, align 16"));
+    globals.push(format!("{sb} = internal addrspace(3) global [{lb} x {sty}] undef, align 16"));
     let (kv, kext) = acc.ks[0];
     let (a_kfast, b_kfast) = (unit_stride(a, kv, &rows.to_vec()), unit_stride(b, kv, &cols.to_vec()));
     let tid = sreg(w, "tid.x");
@@ -280,15 +288,14 @@ fn matmul(
     let kslot = format!("%s.v{}", kv.0);
     w.slot(&kslot, "i64");
     w.bind_index(kv, &kslot);
-    let per = (T * T) as i64;
     // The staged elements: (operand, q) → its staging register `%s.st{a|b}{q}` and its place in
     // shared memory (a function of `tid` and q only).
     let ops = [(a, a_kfast, m, bm, rows, &sa, la, true), (b, b_kfast, n, bn, cols, &sb, lb, false)];
     let part = |w: &mut Writer, fast: bool, own: i64, q: i64| {
         let e = w.emit_op(format!("add nuw nsw i64 {tid}, {}", q * per));
-        // (o: the row of a / column of b within the tile; kk: the step within K)
+        // (o: the row of a / column of b within the tile; kk: the step (packed: the pair) within K)
         if fast {
-            (w.emit_op(format!("udiv i64 {e}, {tk}")), w.emit_op(format!("urem i64 {e}, {tk}")))
+            (w.emit_op(format!("udiv i64 {e}, {}", tk / pk)), w.emit_op(format!("urem i64 {e}, {}", tk / pk)))
         } else {
             (w.emit_op(format!("urem i64 {e}, {own}")), w.emit_op(format!("udiv i64 {e}, {own}")))
         }
@@ -297,12 +304,14 @@ fn matmul(
     // (the values reach shared memory only after the next compute), so they are in flight together.
     let load_slice = |w: &mut Writer, k0: &str| -> Result<(), String> {
         for (oi, &(x, fast, lim, own, dims, _, _, rows_of)) in ops.iter().enumerate() {
-            for q in 0..own * tk / per {
+            for (q, h) in (0..own * tk / pk / per).flat_map(|q| (0..pk).map(move |h| (q, h))) {
                 let (o, kk) = part(w, fast, own, q);
                 let base = if rows_of { &m0 } else { &n0 };
                 let g = w.emit_op(format!("add nuw nsw i64 {base}, {o}"));
+                let kk = if packed { w.emit_op(format!("add nuw nsw i64 {kk}, {kk}")) } else { kk };
+                let kk = if h > 0 { w.emit_op(format!("add nuw nsw i64 {kk}, {h}")) } else { kk };
                 let kg = w.emit_op(format!("add nuw nsw i64 {k0}, {kk}"));
-                let xs = format!("%s.st{oi}.{q}");
+                let xs = format!("%s.st{oi}.{q}.{h}");
                 w.slot(&xs, ty);
                 let mut stage = |w: &mut Writer| {
                     unflatten(w, &g, dims);
@@ -333,9 +342,16 @@ fn matmul(
         let k0 = w.emit_op("load i64, ptr %s.k0".into());
         // The staged slice → shared memory: a: sa[o·pa + kk]; b: sb[kk·pb + o].
         for (oi, &(_, fast, _, own, _, sh, len, rows_of)) in ops.iter().enumerate() {
-            for q in 0..own * tk / per {
+            for q in 0..own * tk / pk / per {
                 let (o, kk) = part(w, fast, own, q);
-                let v = w.emit_op(format!("load {ty}, ptr %s.st{oi}.{q}"));
+                let v = w.emit_op(format!("load {ty}, ptr %s.st{oi}.{q}.0"));
+                // A packed pair: its two values as one word (the lower half the even K).
+                let v = if packed {
+                    let v1 = w.emit_op(format!("load {ty}, ptr %s.st{oi}.{q}.1"));
+                    to_operand(w, tc.unwrap_or(Mma::Bf16), &v, Some(&v1))
+                } else {
+                    v
+                };
                 let idx = if rows_of {
                     let t = w.emit_op(format!("mul nuw nsw i64 {o}, {pa}"));
                     w.emit_op(format!("add nuw nsw i64 {t}, {kk}"))
@@ -343,7 +359,7 @@ fn matmul(
                     let t = w.emit_op(format!("mul nuw nsw i64 {kk}, {pb}"));
                     w.emit_op(format!("add nuw nsw i64 {t}, {o}"))
                 };
-                let p = shared_at(w, sh, len, ty, &idx);
+                let p = shared_at(w, sh, len, sty, &idx);
                 // tf32: rounded once here (cvt.rna, kept in the f32 slot as its bits), not at each use.
                 let v = if tc == Some(Mma::Tf32) {
                     let t = to_operand(w, Mma::Tf32, &v, None);
@@ -351,7 +367,7 @@ fn matmul(
                 } else {
                     v
                 };
-                w.emit(&format!("store {ty} {v}, ptr addrspace(3) {p}"));
+                w.emit(&format!("store {sty} {v}, ptr addrspace(3) {p}"));
             }
         }
         barrier(w);
@@ -360,7 +376,7 @@ fn matmul(
         let more = w.emit_op(format!("icmp slt i64 {k1}, {kext}"));
         if_(w, &more, &mut |w| load_slice(w, &k1))?;
         if let Some(kind) = tc {
-            mma_step(w, kind, (&sa, la, pa), (&sb, lb, pb), (&wp, &gq, &tq), bm, bn, tk)?;
+            mma_step(w, kind, packed, (&sa, la, pa), (&sb, lb, pb), (&wp, &gq, &tq), bm, bn, tk)?;
             barrier(w);
             return Ok(());
         }
@@ -559,9 +575,10 @@ fn warp_frags(w: &mut Writer, wp: &str, bm: i64, bn: i64) -> Frags {
 /// shared memory once, in the PTX ISA's layouts (lane = 4·g + t; tf32: a_r at (g + 8·(r % 2),
 /// t + 4·(r / 2)), b_r at (k = t + 4·r, n = g); bf16/f16 the same with pairs of adjacent k), and
 /// issues one `mma.sync` per fragment it owns ([`frag_at`]), accumulating in f32. tf32 operands were
-/// rounded when staged; bf16/f16 pairs are packed here.
+/// rounded when staged; bf16/f16 pairs are packed here, or were packed when staged (`packed`: shared
+/// memory holds 32-bit words of two adjacent K values, a fragment register is one load).
 #[allow(clippy::too_many_arguments)]
-fn mma_step(w: &mut Writer, kind: Mma, (sa, la, pa): (&str, i64, i64), (sb, lb, pb): (&str, i64, i64), (wp, gq, tq): (&str, &str, &str), bm: i64, bn: i64, tk: i64) -> Result<(), String> {
+fn mma_step(w: &mut Writer, kind: Mma, packed: bool, (sa, la, pa): (&str, i64, i64), (sb, lb, pb): (&str, i64, i64), (wp, gq, tq): (&str, &str, &str), bm: i64, bn: i64, tk: i64) -> Result<(), String> {
     let (shape, ab) = match kind {
         Mma::Tf32 => ("m16n8k8", "tf32"),
         Mma::Bf16 => ("m16n8k16", "bf16"),
@@ -584,13 +601,25 @@ fn mma_step(w: &mut Writer, kind: Mma, (sa, la, pa): (&str, i64, i64), (sb, lb, 
         let p = shared_at(w, sb, lb, "float", &idx);
         w.emit_op(format!("load float, ptr addrspace(3) {p}"))
     };
+    // Packed words: A register rr at (row g + 8·(rr % 2), word t + k0/2 + 4·(rr / 2)); B register rr
+    // at (word row t + k0/2 + 4·rr, column g).
+    let word = |w: &mut Writer, sh: &str, len: i64, idx: String| {
+        let p = shared_at(w, sh, len, "i32", &idx);
+        w.emit_op(format!("load i32, ptr addrspace(3) {p}"))
+    };
     // A fragment of fragment row `mt`: four operands; B of fragment column `nt`: two.
     let frag_a = |w: &mut Writer, mt: &str, k0: i64| -> Vec<String> {
         let ar = w.emit_op(format!("mul nuw nsw i64 {mt}, 16"));
         let ar = w.emit_op(format!("add nuw nsw i64 {ar}, {gq}"));
         (0..4)
             .map(|rr| {
-                if kind == Mma::Tf32 {
+                if packed {
+                    let row = w.emit_op(format!("add nuw nsw i64 {ar}, {}", 8 * (rr % 2)));
+                    let t = w.emit_op(format!("mul nuw nsw i64 {row}, {pa}"));
+                    let t = w.emit_op(format!("add nuw nsw i64 {t}, {tq}"));
+                    let idx = w.emit_op(format!("add nuw nsw i64 {t}, {}", k0 / 2 + 4 * (rr / 2)));
+                    word(w, sa, la, idx)
+                } else if kind == Mma::Tf32 {
                     let k = w.emit_op(format!("add nuw nsw i64 {tq}, {}", k0 + 4 * (rr / 2)));
                     let x = lda(w, &ar, 8 * (rr % 2), k);
                     w.emit_op(format!("bitcast float {x} to i32"))
@@ -609,7 +638,12 @@ fn mma_step(w: &mut Writer, kind: Mma, (sa, la, pa): (&str, i64, i64), (sb, lb, 
         let bc = w.emit_op(format!("add nuw nsw i64 {bc}, {gq}"));
         (0..2)
             .map(|rr| {
-                if kind == Mma::Tf32 {
+                if packed {
+                    let kr = w.emit_op(format!("add nuw nsw i64 {tq}, {}", k0 / 2 + 4 * rr));
+                    let t = w.emit_op(format!("mul nuw nsw i64 {kr}, {pb}"));
+                    let idx = w.emit_op(format!("add nuw nsw i64 {t}, {bc}"));
+                    word(w, sb, lb, idx)
+                } else if kind == Mma::Tf32 {
                     let k = w.emit_op(format!("add nuw nsw i64 {tq}, {}", k0 + 4 * rr));
                     let x = ldb(w, &bc, k);
                     w.emit_op(format!("bitcast float {x} to i32"))
