@@ -238,8 +238,19 @@ fn matmul(
     let packed = matches!(tc, Some(Mma::Bf16) | Some(Mma::Fp16)) && (bm * tk / 2) % per == 0;
     let pk = if packed { 2 } else { 1 };
     let sty = if packed { "i32" } else { ty };
-    let (pa, pb) = if packed { (tk / 2 + 4, bn + 8) } else { (tk + if tc.is_some() { 4 } else { 1 }, bn + 1) };
-    let (la, lb) = (bm * pa, tk / pk * pb);
+    // SIMT with R = 2 or 4 outputs per thread along each side: thread (tx, ty) owns the contiguous rows
+    // ty·R + i and columns tx·R + j, a stored transposed (`sa[kk·pa + o]`) so both operands' R values
+    // of a step are one vector shared load each (2 loads per R² FMAs instead of 2R); rows padded by
+    // four floats, which keeps the vectors aligned.
+    let vec = tc.is_none() && split.is_none() && r > 1;
+    let (pa, pb) = if packed {
+        (tk / 2 + 4, bn + 8)
+    } else if vec {
+        (bm + 4, bn + 4)
+    } else {
+        (tk + if tc.is_some() { 4 } else { 1 }, bn + 1)
+    };
+    let (la, lb) = (if vec { tk * pa } else { bm * pa }, tk / pk * pb);
     let (sa, sb) = (format!("@sa{li}"), format!("@sb{li}"));
     globals.push(format!("{sa} = internal addrspace(3) global [{la} x {sty}] undef, align 16"));
     globals.push(format!("{sb} = internal addrspace(3) global [{lb} x {sty}] undef, align 16"));
@@ -352,9 +363,12 @@ fn matmul(
                 } else {
                     v
                 };
-                let idx = if rows_of {
+                let idx = if rows_of && !vec {
                     let t = w.emit_op(format!("mul nuw nsw i64 {o}, {pa}"));
                     w.emit_op(format!("add nuw nsw i64 {t}, {kk}"))
+                } else if rows_of {
+                    let t = w.emit_op(format!("mul nuw nsw i64 {kk}, {pa}"));
+                    w.emit_op(format!("add nuw nsw i64 {t}, {o}"))
                 } else {
                     let t = w.emit_op(format!("mul nuw nsw i64 {kk}, {pb}"));
                     w.emit_op(format!("add nuw nsw i64 {t}, {o}"))
@@ -413,6 +427,32 @@ fn matmul(
             return Ok(());
         }
         // Out-of-range K steps were staged as 0, so the last (partial) step adds exact zeros.
+        if vec {
+            let vt = format!("<{r} x {ty}>");
+            let ar = w.emit_op(format!("mul nuw nsw i64 {tyi}, {r}"));
+            let bc = w.emit_op(format!("mul nuw nsw i64 {tx}, {r}"));
+            for kk in 0..tk {
+                let vload = |w: &mut Writer, sh: &str, len: i64, off: &str, row: i64| {
+                    let idx = w.emit_op(format!("add nuw nsw i64 {off}, {}", kk * row));
+                    let p = shared_at(w, sh, len, ty, &idx);
+                    let v = w.emit_op(format!("load {vt}, ptr addrspace(3) {p}, align {}", 4 * r));
+                    (0..r).map(|i| w.emit_op(format!("extractelement {vt} {v}, i64 {i}"))).collect::<Vec<_>>()
+                };
+                let ra = vload(w, &sa, la, &ar, pa);
+                let rb = vload(w, &sb, lb, &bc, pb);
+                for i in 0..r as usize {
+                    for j in 0..r as usize {
+                        let c = format!("%c{i}.{j}");
+                        let cv = w.emit_op(format!("load {ty}, ptr {c}"));
+                        let p = w.bin(BinaryOp::Mul, d, &ra[i], &rb[j]);
+                        let s = w.bin(BinaryOp::Add, d, &cv, &p);
+                        w.emit(&format!("store {ty} {s}, ptr {c}"));
+                    }
+                }
+            }
+            barrier(w);
+            return Ok(());
+        }
         for kk in 0..tk {
             let mut ra = Vec::new();
             for i in 0..r {
@@ -494,12 +534,14 @@ fn matmul(
             })?;
         }
     }
+    // (SIMT: rows ty + 16·i, columns tx + 16·j; with vector loads rows ty·R + i, columns tx·R + j.)
+    let (own_r, own_c, step) = if vec { (w.emit_op(format!("mul nuw nsw i64 {tyi}, {r}")), w.emit_op(format!("mul nuw nsw i64 {tx}, {r}")), 1) } else { (tyi.clone(), tx.clone(), T) };
     for i in 0..if tc.is_some() { 0 } else { r } {
         for j in 0..r {
-            let mm = w.emit_op(format!("add nuw nsw i64 {m0}, {tyi}"));
-            let mm = w.emit_op(format!("add nuw nsw i64 {mm}, {}", i * T));
-            let nn = w.emit_op(format!("add nuw nsw i64 {n0}, {tx}"));
-            let nn = w.emit_op(format!("add nuw nsw i64 {nn}, {}", j * T));
+            let mm = w.emit_op(format!("add nuw nsw i64 {m0}, {own_r}"));
+            let mm = w.emit_op(format!("add nuw nsw i64 {mm}, {}", i * step));
+            let nn = w.emit_op(format!("add nuw nsw i64 {n0}, {own_c}"));
+            let nn = w.emit_op(format!("add nuw nsw i64 {nn}, {}", j * step));
             epilogue(w, acc, &format!("%c{i}.{j}"), &accs_slot, (&mm, m, rows), (&nn, n, cols))?;
         }
     }
