@@ -36,6 +36,10 @@ pub(super) struct ConvGemm {
     pub(super) apack: u32,
     /// Rows per tile (the packing's).
     pub(super) mr: usize,
+    /// Lanes per tile: the width of a panel of positions ([`PlanOptions::wide_tile`]'s, or `gemm_nr`).
+    ///
+    /// [`PlanOptions::wide_tile`]: super::PlanOptions::wide_tile
+    pub(super) nr: usize,
     /// The im2col buffer `[N, K, P]` (None: B is x itself, a 1×1 stride-1 unpadded convolution).
     pub(super) col: Option<u32>,
     /// Whether the convolution needs the im2col copy.
@@ -225,7 +229,10 @@ impl Planner<'_> {
             let sw = self.shape(w);
             let (sx, so) = (self.shape(node.inputs[0]), self.shape(node.outputs[0]));
             let one = sw[2..].iter().all(|&k| k == 1) && strides.iter().all(|&s| s == 1) && pads.iter().all(|&p| p == 0);
-            let mr = self.mr.min(sw[0] / groups).max(1);
+            // The wide tile (AVX-512: 6 × 64) where the positions fill one of its panels, else the GEMM's.
+            let (cmr, cnr) = self.wide_tile;
+            let (mr, nr) = if cmr > 0 && cnr > 0 && so[2..].iter().product::<usize>() >= cnr { (cmr, cnr) } else { (self.mr, self.nr) };
+            let mr = mr.min(sw[0] / groups).max(1);
             let plain = !one && groups == 1 && sx.len() == 4 && dilations.iter().all(|&d| d == 1) && strides[0] == strides[1];
             let s = strides[0];
             // (2-D only: `plain` checks the rank first.)
@@ -238,7 +245,7 @@ impl Planner<'_> {
             // stride-2 one at 14² → 7² 0.90–0.97×; VGG-19's 512-channel 3×3 at 14², 196 positions, 1.11–1.14×
             // with im2col, so it packs; ResNet's stride-2 256-channel at 28² → 14² in 4 blocks packs, 0.79–0.95×).
             let tiles = sw[0].div_ceil(mr);
-            let eight = by_rows(sw[0], oh * ow, tiles) && tiles / 8 >= 8 && oh * ow < 2 * self.nr;
+            let eight = by_rows(sw[0], oh * ow, tiles) && tiles / 8 >= 8 && oh * ow < 2 * nr;
             let toff = if plain && s > 1 && !eight { strided_direct(s, [(kh, h, oh, ph), (kw, wd, ow, pw)], sx[1]) } else { None };
             let direct = if plain && ((s == 1 && ow == wd && !eight) || toff.is_some()) {
                 let key = [h, wd, oh, ow, kh, kw, ph * 1000 + pw, s];
@@ -262,7 +269,7 @@ impl Planner<'_> {
             };
             let pc = pack_rows(c, mr, groups);
             let b = self.add_weight(format!("{} (packed {mr}-row panels)", self.label(w)), &pc);
-            self.conv_gemm.insert(a, ConvGemm { apack: b, mr, col: None, im2col: !one && direct.is_none(), groups, direct });
+            self.conv_gemm.insert(a, ConvGemm { apack: b, mr, nr, col: None, im2col: !one && direct.is_none(), groups, direct });
             packed.push(w);
         }
         packed
@@ -298,7 +305,7 @@ impl Planner<'_> {
         let av = self.g.node(a).outputs[0];
         let (nb, m) = (out_shape[0], out_shape[1]);
         let pn: usize = out_shape[2..].iter().product();
-        let (mr, nr) = (cg.mr, self.nr);
+        let (mr, nr) = (cg.mr, cg.nr);
         // Row tiles: each group's own (`tpg` a group), in group order.
         let mg = m / cg.groups;
         let tpg = mg.div_ceil(mr);
@@ -352,7 +359,7 @@ impl Planner<'_> {
             let mp = kb.param(d.mask, &self.buffers[d.mask as usize].clone(), Access::Read);
             (d, mp, 0)
         });
-        let t = Tiling { a, r, av, bias, op, out_shape, ap, bp, nv, kdim, pn, mr, pdim, kc, nch, groups: cg.groups, tpg, mg, direct };
+        let t = Tiling { a, r, av, bias, op, out_shape, ap, bp, nv, kdim, pn, mr, nr, pdim, kc, nch, groups: cg.groups, tpg, mg, direct };
         let guard = |gt: &Expr, body: Vec<Stmt>| -> Vec<Stmt> {
             if nblocks * rb_tiles > tiles {
                 vec![Stmt::If { cond: Expr::i(IOp::Lt, gt.clone(), Expr::Int(tiles as i64)), body }]
@@ -441,7 +448,7 @@ impl Planner<'_> {
     /// sweeps all the slot's units, so the chunk's slice of the weight is read from L2, not streamed
     /// from memory once per unit (the partial sums wait in the output between chunks).
     fn packed_positions(&mut self, kb: &mut KB, t: &Tiling, nb: usize, full: usize, pieces: &[(usize, usize)]) -> Vec<Stmt> {
-        let nr = self.nr;
+        let nr = t.nr;
         let np = full + (!pieces.is_empty()) as usize;
         // Fewer panels than two a slot: the row tiles are cut in two blocks as well (each packs its own
         // copy of the panel's chunks), so two threads still get equal shares of an odd panel count.
@@ -524,7 +531,7 @@ impl Planner<'_> {
     /// off + jj]`, then the unit's `ntl` tiles from `t0` over it.
     #[allow(clippy::too_many_arguments)]
     fn packed_chunk(&mut self, kb: &mut KB, t: &Tiling, panel: &[(Expr, usize, usize)], sp: u32, sbase: &Expr, (t0, ntl): (&Expr, usize), k0: Expr, klen: usize, first: bool, last: bool) -> Vec<Stmt> {
-        let nr = self.nr;
+        let nr = t.nr;
         let tiles = t.groups * t.tpg;
         let mut v = Vec::new();
         for (p0, off, w) in panel {
@@ -560,7 +567,7 @@ impl Planner<'_> {
     /// channels' padding rows) clamp each lane's index instead (the masked lanes' values are discarded).
     #[allow(clippy::too_many_arguments)]
     fn direct_pack(&mut self, kb: &mut KB, t: &Tiling, d: &Direct, (mp, ahead): (u32, i64), sp: u32, sbase: &Expr, p: Expr, off: usize, width: usize, k0: Expr, klen: usize) -> Stmt {
-        let nr = self.nr;
+        let nr = t.nr;
         let total = (t.out_shape[0] * d.image()) as i64;
         let (kk, base, mrow) = (kb.var(), kb.var(), kb.var());
         let k = Expr::add(k0, Expr::Var(kk));
@@ -648,7 +655,7 @@ impl Planner<'_> {
         for (i, &acc) in accs.iter().enumerate() {
             let ai = Expr::add(Expr::mul(Expr::add(Expr::mul(gt.clone(), Expr::Int(kdim)), kx.clone()), Expr::Int(mr as i64)), Expr::Int(i as i64));
             let bl = match &packed {
-                Some((sp, base)) => Expr::load(*sp, Expr::add(base.clone(), Expr::add(Expr::mul(Expr::Var(kv), Expr::Int(self.nr as i64)), Expr::Var(jv)))),
+                Some((sp, base)) => Expr::load(*sp, Expr::add(base.clone(), Expr::add(Expr::mul(Expr::Var(kv), Expr::Int(t.nr as i64)), Expr::Var(jv)))),
                 None => Expr::load(t.bp, Expr::add(Expr::mul(brow.clone(), Expr::Int(pn)), colx.clone())),
             };
             let prod = Expr::Bin(BinaryOp::Mul, DType::F32, Box::new(Expr::load(t.ap, ai)), Box::new(bl));
@@ -705,7 +712,7 @@ impl Planner<'_> {
             let kx = Expr::add(k0.clone(), kl.clone());
             let ai = Expr::add(Expr::mul(Expr::add(Expr::mul(gt.clone(), Expr::Int(kdim)), kx.clone()), Expr::Int(mr as i64)), Expr::Var(iv));
             let bl = match &packed {
-                Some((sp, base)) => Expr::load(*sp, Expr::add(base.clone(), Expr::mul(kl, Expr::Int(self.nr as i64)))),
+                Some((sp, base)) => Expr::load(*sp, Expr::add(base.clone(), Expr::mul(kl, Expr::Int(t.nr as i64)))),
                 None => {
                     let brow = Expr::add(Expr::mul(Expr::add(Expr::mul(t.nv.clone(), Expr::Int(t.groups as i64)), grp.clone()), Expr::Int(kdim)), kx);
                     Expr::load(t.bp, Expr::add(Expr::mul(brow, Expr::Int(t.pn as i64)), col.clone()))
@@ -769,6 +776,8 @@ struct Tiling<'a> {
     kdim: usize,
     pn: usize,
     mr: usize,
+    /// Lanes of a full panel of positions.
+    nr: usize,
     pdim: usize,
     kc: usize,
     nch: usize,

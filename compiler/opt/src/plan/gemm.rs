@@ -70,7 +70,9 @@ impl Planner<'_> {
         let packed = self.packed_weight.get(&w).copied();
         // Panel width: the packed weight's own (it may be widened for few rows), else the target's.
         let nr = packed.map_or(self.panel_nr(n), |pb| self.buffers[pb as usize].shape[2]);
-        let mr = self.mr.min(rows.max(1));
+        // The wide tile's rows with its panels (`memory.rs` packs those), else the GEMM's.
+        let mr = if packed.is_some() && self.wide_tile.0 > 0 && nr >= self.wide_tile.1 { self.wide_tile.0 } else { self.mr };
+        let mr = mr.min(rows.max(1));
         let full = n / nr;
         let tail = n % nr;
         let pp = packed.map(|pb| kb.param(pb, &self.buffers[pb as usize].clone(), Access::Read));

@@ -104,7 +104,10 @@ impl Planner<'_> {
                     .unwrap_or(0);
                 // A weight worth splitting across threads (≥ 128 KB) keeps at least two panels: panels are
                 // the parallel dimension when there are this few rows.
-                let mut nr = self.nr;
+                // The wide tile's panels (AVX-512: 64 columns) where they leave no more tail columns
+                // than the GEMM's (a 1000-column classifier keeps 32: 40 tail columns against 8).
+                let (_, wn) = self.wide_tile;
+                let mut nr = if wn > 0 && c.shape[1] >= wn && c.shape[1] % wn == c.shape[1] % self.nr { wn } else { self.nr };
                 let split = c.data.bytes().len() >= 128 * 1024;
                 if rows <= 2 {
                     while nr * 2 <= c.shape[1] && nr < self.nr * 4 && (!split || c.shape[1] / (nr * 2) >= 2) {

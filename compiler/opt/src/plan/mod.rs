@@ -85,6 +85,12 @@ pub struct PlanOptions {
     /// Rows per GEMM micro-kernel tile: `gemm_mr` × 2 vector accumulators must fit the register file
     /// with room for the B vectors (AVX2: 6 rows, 12 of 16 ymm; AVX-512: 8 rows, 16 of 32 zmm).
     pub gemm_mr: usize,
+    /// Rows × lanes of the f32 micro-kernel's wide tile: taken by a convolution on the GEMM
+    /// (`conv_gemm.rs`) with at least `lanes` output positions, and by a matmul over a packed constant
+    /// weight (`gemm.rs`) with at least `lanes` columns and no more tail columns than `gemm_nr` leaves;
+    /// the others keep `gemm_mr` × `gemm_nr`. (0, 0): none. The CPU family sets 6 × 64 with AVX-512
+    /// (24 zmm accumulators and 4 B vectors of the 32 registers).
+    pub wide_tile: (usize, usize),
     /// Softmax / LayerNorm as one row kernel each ([`row_fuse`]); CPU targets turn it on.
     pub row_fusion: bool,
     /// Row kernels recompute a transcendental that several passes read instead of storing it
@@ -121,7 +127,7 @@ pub struct PlanOptions {
 
 impl Default for PlanOptions {
     fn default() -> Self {
-        PlanOptions { align: 64, gemm_nr: GEMM_NR, gemm_mr: GEMM_MR, row_fusion: false, row_recompute: false, inline_operands: false, conv_gemm: false, window_lanes: 0, flat_block_dots: false, int8_dot: false, int8_gemm: false }
+        PlanOptions { align: 64, gemm_nr: GEMM_NR, gemm_mr: GEMM_MR, wide_tile: (0, 0), row_fusion: false, row_recompute: false, inline_operands: false, conv_gemm: false, window_lanes: 0, flat_block_dots: false, int8_dot: false, int8_gemm: false }
     }
 }
 
@@ -149,6 +155,8 @@ struct Planner<'g> {
     align: usize,
     nr: usize,
     mr: usize,
+    /// [`PlanOptions::wide_tile`] (rows, lanes), (0, 0) when unset.
+    wide_tile: (usize, usize),
     /// [`PlanOptions::flat_block_dots`].
     flat_blocks: bool,
     /// Graph inputs / outputs before the state pairs (the caller's own buffers).
@@ -271,6 +279,7 @@ pub fn plan(g: &Mir, opts: &PlanOptions) -> Result<Lir, Vec<Problem>> {
         align: opts.align,
         nr: opts.gemm_nr.max(1),
         mr: opts.gemm_mr.max(1),
+        wide_tile: opts.wide_tile,
         flat_blocks: opts.flat_block_dots,
         plain_inputs: g.inputs.len() - ns,
         plain_outputs: g.outputs.len() - ns,

@@ -60,7 +60,11 @@ pub fn int8_dot_isa(cpu: &CpuTarget) -> rlx_ir::loops::Int8Dot {
 pub fn plan_options(cpu: &CpuTarget, exact: bool) -> rlx_opt::PlanOptions {
     let avx512 = cpu.features.split(',').any(|f| f == "+avx512f")
         || ["skylake-avx512", "icelake-server", "sapphirerapids", "znver4", "znver5", "x86-64-v4"].contains(&cpu.cpu.as_str());
-    // AVX-512: 8 rows × 2 zmm = 16 accumulators (measured on MiniLM: 8 beats 6 and 12 by 4–5%).
+    // AVX-512: 8 rows × 2 zmm = 16 accumulators (measured on MiniLM: 8 beats 6 and 12 by 4–5%), and the
+    // wide tile 6 rows × 4 zmm = 24 accumulators for the convolutions over ≥ 64 positions and the
+    // matmuls over packed weights of ≥ 64 columns (one thread, best CPU time of interleaved runs: 64
+    // channels 3×3 at 56² 113 → 132 GFLOP/s, VGG's 512 at 28² 107 → 130, a 1024² matmul 103 → 131,
+    // MiniLM's 128×384·384×1536 125 → 152; the register-only FMA peak is ~180).
     // Row fusion: softmax and LayerNorm in one or two kernels each (MiniLM: 171 launches → 100).
     // Window kernels (pools, depthwise / grouped convolution) in vectors of the f32 width.
     #[cfg(feature = "llvm")]
@@ -72,7 +76,7 @@ pub fn plan_options(cpu: &CpuTarget, exact: bool) -> rlx_opt::PlanOptions {
     // Prefill's GEMMs on int8 where it pays (Gemma 3 270M, prefill 128 at one thread, tokens per
     // CPU-second: VNNI 470 against 269 on f32 panels; AVX2 (--cpu haswell) 252 against 314; sdot not
     // measured: f32 kept).
-    rlx_opt::PlanOptions { gemm_nr: if avx512 { 32 } else { 16 }, gemm_mr: if avx512 { 8 } else { 6 }, row_fusion: true, conv_gemm: true, window_lanes: if avx512 { 16 } else { 8 }, int8_dot, int8_gemm: isa == rlx_ir::loops::Int8Dot::Vnni, ..Default::default() }
+    rlx_opt::PlanOptions { gemm_nr: if avx512 { 32 } else { 16 }, gemm_mr: if avx512 { 8 } else { 6 }, wide_tile: if avx512 { (6, 64) } else { (0, 0) }, row_fusion: true, conv_gemm: true, window_lanes: if avx512 { 16 } else { 8 }, int8_dot, int8_gemm: isa == rlx_ir::loops::Int8Dot::Vnni, ..Default::default() }
 }
 
 impl Family for Cpu {
