@@ -10,13 +10,13 @@
 //! The scratch is the weight's size in f32 (Gemma 3 270M's largest per-layer matrix: 5 MB), live
 //! from its launch to the matmul's, so the arena reuses it across layers.
 
-use super::block_layout::{fb, subs, value, BlockWeight};
+use super::block_layout::{fb, subs, value_f32, BlockWeight};
 use super::index::{linear, unflatten};
 use super::kernel::{lit, KB};
 use super::Planner;
 use rlx_ir::lir::{Base, Buffer, Launch};
 use rlx_ir::loops::{Access, Expr, Kernel, LoopKind, Stmt};
-use rlx_ir::{BinaryOp, DType, MirOp, NodeId};
+use rlx_ir::{BinaryOp, DType, NodeId};
 use std::collections::HashMap;
 
 /// Rows of x from which a GPU `dequant_matmul` dequantizes its weight once into a scratch and runs
@@ -33,15 +33,7 @@ impl Planner<'_> {
         if !self.flat_blocks {
             return None;
         }
-        let out = self.g.node(r).outputs[0];
-        let a = self.fusion.anchor_of.get(&out).copied().unwrap_or(r);
-        let node = self.g.node(a).clone();
-        if node.op != MirOp::DequantMatMul {
-            return None;
-        }
-        let w = self.block_weight.get(&node.inputs[1])?.clone();
-        let sx = self.shape(node.inputs[0]);
-        let rows: usize = sx[..sx.len() - 1].iter().product();
+        let (a, node, w, rows) = self.dequant_matmul_at(r)?;
         if rows < GPU_GEMM_ROWS {
             return None;
         }
@@ -56,14 +48,7 @@ impl Planner<'_> {
         let f = self.fields(&mut kb, &w, blk, Expr::Int(0));
         let mut stores = Vec::new();
         for s in 0..nsub {
-            let (dl, ml, q) = value(w.dtype, &f, s, &Expr::Var(l));
-            let mut val = match dl {
-                Some(d) => fb(BinaryOp::Mul, d, q),
-                None => q,
-            };
-            if let Some(m) = ml {
-                val = fb(BinaryOp::Sub, val, m);
-            }
+            let val = value_f32(w.dtype, &f, s, &Expr::Var(l));
             let k = Expr::add(Expr::add(Expr::mul(Expr::Var(b), Expr::Int(bs as i64)), Expr::Int((s * len) as i64)), Expr::Var(l));
             stores.push(Stmt::Store { buf: sp, index: linear(&[Expr::Var(j), k], &[w.rows, w.cols]), value: val });
         }

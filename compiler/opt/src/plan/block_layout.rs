@@ -209,6 +209,19 @@ impl Fields {
     }
 }
 
+/// Value `l` of sub-block `s` as one f32 expression: `scale · q − min` from [`value`]'s parts.
+pub(super) fn value_f32(d: DType, f: &Fields, s: usize, l: &Expr) -> Expr {
+    let (dl, ml, q) = value(d, f, s, l);
+    let val = match dl {
+        Some(d) => fb(BinaryOp::Mul, d, q),
+        None => q,
+    };
+    match ml {
+        Some(m) => fb(BinaryOp::Sub, val, m),
+        None => val,
+    }
+}
+
 /// Value `l` of sub-block `s`: `(scale, min, q)` with the value `scale · q − min` (`q` an f32 of a small
 /// integer), or `(None, None, v)` for plain floats (the value itself). `scale` and `min` do not depend
 /// on `l`. The arithmetic is the interpreter's (`rlx-interp`'s `blocks.rs`), in the same order: an

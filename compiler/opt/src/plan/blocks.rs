@@ -14,7 +14,7 @@
 //! micro-kernel runs over every tile from it.
 
 pub(super) use super::block_layout::{lowers, BlockWeight};
-use super::block_layout::{fb, pack_blocks, panel_rows, quad_bytes, subs, value, Fields};
+use super::block_layout::{fb, pack_blocks, panel_rows, quad_bytes, subs, value, value_f32, Fields};
 use super::index::{clamp, linear, unflatten};
 use super::kernel::{lit, KB};
 use super::Planner;
@@ -98,6 +98,21 @@ pub(super) fn prefetch_ahead(w: &BlockWeight, f: &Fields, p: Expr, b: Var) -> Ve
 }
 
 impl Planner<'_> {
+    /// The `dequant_matmul` anchoring the kernel rooted at `r`, if its anchor is one: (anchor, its
+    /// node, its block weight, the rows of x).
+    pub(super) fn dequant_matmul_at(&self, r: NodeId) -> Option<(NodeId, rlx_ir::Node<rlx_ir::MirOp>, BlockWeight, usize)> {
+        let out = self.g.node(r).outputs[0];
+        let a = self.fusion.anchor_of.get(&out).copied().unwrap_or(r);
+        let node = self.g.node(a).clone();
+        if node.op != rlx_ir::MirOp::DequantMatMul {
+            return None;
+        }
+        let w = self.block_weight.get(&node.inputs[1])?.clone();
+        let sx = self.shape(node.inputs[0]);
+        let rows: usize = sx[..sx.len() - 1].iter().product();
+        Some((a, node, w, rows))
+    }
+
     /// Places a constant that `dequant_matmul` / `dequant_gather` read: its packed bytes once in the
     /// weights blob, with views for each field width.
     pub(super) fn place_block_weight(&mut self, label: String, c: &ConstData) -> BlockWeight {
@@ -219,14 +234,7 @@ impl Planner<'_> {
         let f = self.fields(kb, w, blk, Expr::Int(0));
         let mut term: Option<Expr> = None;
         for s in 0..nsub {
-            let (dl, ml, q) = value(w.dtype, &f, s, &Expr::Var(l));
-            let mut val = match dl {
-                Some(d) => fb(BinaryOp::Mul, d, q),
-                None => q,
-            };
-            if let Some(m) = ml {
-                val = fb(BinaryOp::Sub, val, m);
-            }
+            let val = value_f32(w.dtype, &f, s, &Expr::Var(l));
             let k = Expr::add(Expr::add(Expr::mul(Expr::Var(b), Expr::Int(bs as i64)), Expr::Int((s * len) as i64)), Expr::Var(l));
             let mut xi = unflatten(&Expr::Var(i), &sx[..sx.len() - 1]);
             xi.push(k);

@@ -30,7 +30,7 @@ use super::kernel::{lit, KB};
 use super::Planner;
 use rlx_ir::lir::{Base, Buffer, Launch};
 use rlx_ir::loops::{Access, Expr, Kernel, LoopKind, Stmt, Var};
-use rlx_ir::{BinaryOp, DType, MirOp, NodeId, UnaryOp};
+use rlx_ir::{BinaryOp, DType, NodeId, UnaryOp};
 use std::collections::HashMap;
 
 /// Values per activation block (Q8_0's and Q5_0's block).
@@ -66,17 +66,10 @@ impl Planner<'_> {
         if !self.int8_dot {
             return None;
         }
-        let out = self.g.node(r).outputs[0];
-        let a = self.fusion.anchor_of.get(&out).copied().unwrap_or(r);
-        let node = self.g.node(a).clone();
-        if node.op != MirOp::DequantMatMul {
-            return None;
-        }
-        let w = self.block_weight.get(&node.inputs[1])?.clone();
+        let (a, node, w, rows) = self.dequant_matmul_at(r)?;
         w.quads?;
         let x = node.inputs[0];
         let sx = self.shape(x);
-        let rows: usize = sx[..sx.len() - 1].iter().product();
         let mr = self.mr.min(rows.max(1));
         if self.dt(x) != DType::F32 || w.cols % QK != 0 || (!self.int8_gemm && rows.div_ceil(mr) >= PANEL_TILES) {
             return None;

@@ -166,6 +166,15 @@ fn barrier(w: &mut Writer) {
 }
 
 /// `base[idx]` of a shared array `[len x ty]`: its address.
+/// `c += a · b` on the accumulator slot `c` of dtype `d`.
+fn accumulate(w: &mut Writer, d: DType, c: &str, a: &str, b: &str) {
+    let ty = llvm_type(d);
+    let cv = w.emit_op(format!("load {ty}, ptr {c}"));
+    let p = w.bin(BinaryOp::Mul, d, a, b);
+    let s = w.bin(BinaryOp::Add, d, &cv, &p);
+    w.emit(&format!("store {ty} {s}, ptr {c}"));
+}
+
 fn shared_at(w: &mut Writer, base: &str, len: i64, ty: &str, idx: &str) -> String {
     w.emit_op(format!("getelementptr inbounds [{len} x {ty}], ptr addrspace(3) {base}, i64 0, i64 {idx}"))
 }
@@ -415,11 +424,7 @@ fn matmul(
                 }
                 for i in 0..2 {
                     for j in 0..2 {
-                        let c = format!("%c{i}.{j}");
-                        let cv = w.emit_op(format!("load {ty}, ptr {c}"));
-                        let p = w.bin(BinaryOp::Mul, d, &ra[i], &rb[j]);
-                        let s = w.bin(BinaryOp::Add, d, &cv, &p);
-                        w.emit(&format!("store {ty} {s}, ptr {c}"));
+                        accumulate(w, d, &format!("%c{i}.{j}"), &ra[i], &rb[j]);
                     }
                 }
             }
@@ -442,11 +447,7 @@ fn matmul(
                 let rb = vload(w, &sb, lb, &bc, pb);
                 for i in 0..r as usize {
                     for j in 0..r as usize {
-                        let c = format!("%c{i}.{j}");
-                        let cv = w.emit_op(format!("load {ty}, ptr {c}"));
-                        let p = w.bin(BinaryOp::Mul, d, &ra[i], &rb[j]);
-                        let s = w.bin(BinaryOp::Add, d, &cv, &p);
-                        w.emit(&format!("store {ty} {s}, ptr {c}"));
+                        accumulate(w, d, &format!("%c{i}.{j}"), &ra[i], &rb[j]);
                     }
                 }
             }
@@ -470,11 +471,7 @@ fn matmul(
             }
             for i in 0..r as usize {
                 for j in 0..r as usize {
-                    let c = format!("%c{i}.{j}");
-                    let cv = w.emit_op(format!("load {ty}, ptr {c}"));
-                    let p = w.bin(BinaryOp::Mul, d, &ra[i], &rb[j]);
-                    let s = w.bin(BinaryOp::Add, d, &cv, &p);
-                    w.emit(&format!("store {ty} {s}, ptr {c}"));
+                    accumulate(w, d, &format!("%c{i}.{j}"), &ra[i], &rb[j]);
                 }
             }
         }
