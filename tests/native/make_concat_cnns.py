@@ -8,8 +8,9 @@ Writes into DIR, for each model NAME below: NAME.onnx, NAME_x.npy (a determinist
 NAME_ort_<output>.npy (ONNX Runtime's outputs on it).
 - `fire` (x f32[1,8,13,13]): a fire module's branches — 1×1 conv + Relu, 3×3 pad 1 conv + Relu, MaxPool 3×3
   stride 1 pad 1, a depthwise 3×3 + Clip — concatenated along channels (`cat`); then two DenseNet steps:
-  `d1` = concat(cat, conv(relu(cat))), `d2` = concat(d1, conv(relu(d1))) (a concat inside a concat), read by
-  a 1×1 conv (`y`); `r2` (read from `d1` in place) and `y` are the outputs.
+  `d1` = concat(cat, conv(relu(bn(cat)))), `d2` = concat(d1, conv(relu(bn(d1)))) (a concat inside a concat;
+  a BatchNormalization that no convolution absorbs, collapsed to one mul and add), read by a 1×1 conv
+  (`y`); `r2` (read from `d1` in place) and `y` are the outputs.
 - `fire2`: the same at batch 2 (the slices are not contiguous: concats stay copies).
 Weights and inputs from numpy's RandomState(0).
 """
@@ -36,9 +37,9 @@ def fire(x_shape):
     c = g.node("MaxPool", ["x"], "c", kernel_shape=[3, 3], pads=[1] * 4)
     d = g.node("Clip", [g.conv("x", "dwc", 8, 8, 3, 8, pad=1), "lo", "hi"], "d")
     cat = g.node("Concat", [a, b, c, d], "cat", axis=1)
-    n1 = g.conv(g.node("Relu", [cat], "r1"), "n1", 32, 4, 3, 1, pad=1)
+    n1 = g.conv(g.node("Relu", [g.bn(cat, "bn1", 32)], "r1"), "n1", 32, 4, 3, 1, pad=1)
     d1 = g.node("Concat", [cat, n1], "d1", axis=1)
-    n2 = g.conv(g.node("Relu", [d1], "r2"), "n2", 36, 4, 3, 1, pad=1)
+    n2 = g.conv(g.node("Relu", [g.bn(d1, "bn2", 36)], "r2"), "n2", 36, 4, 3, 1, pad=1)
     d2 = g.node("Concat", [d1, n2], "d2", axis=1)
     g.conv(d2, "y", 40, 5, 1, 1, bias=True)
     return g.model("fire", x_shape, ["r2", "y"])
