@@ -7,7 +7,9 @@
 //! `reshape`/`mul`/`add`… nodes on the constants — and the caller's constant folding evaluates them
 //! with the evaluator it is given (the optimizer owns no numerics). Only chains whose every
 //! intermediate value has one use and is no graph output are folded, with the constant on either side
-//! of `add`/`mul` and on the right of `sub`/`div` (a divisor with a zero is left as it is).
+//! of `add`/`mul` and on the right of `sub`/`div` (a divisor with a zero is left as it is). The chains
+//! no convolution absorbs (after a concat or a pool, or a convolution whose weight is no constant) are
+//! collapsed into one `mul` and one `add` instead ([`collapse_affine_chains`]).
 
 use crate::fold::rebuild;
 use rlx_ir::{BinaryOp, Blob, ConstData, DType, Dim, Mir, MirOp, ValueId};
@@ -37,32 +39,11 @@ pub fn fold_conv_affine(g: &Mir) -> Option<Mir> {
         if n.inputs.get(2).is_some_and(|&b| g.const_data(b).is_none() || g.ty(b).dtype != ty.dtype) {
             continue;
         }
-        let Some(oshape) = ty.shape.as_fixed() else { continue };
-        let Some(&m) = oshape.get(1) else { continue };
-        let mut steps = Vec::new();
-        let mut v = y;
-        while uses[v.index()] == 1 && !outs[v.index()] {
-            let Some(&c) = consumers[v.index()].first() else { break };
-            let cn = g.node(c);
-            let MirOp::Binary(op) = cn.op else { break };
-            let (a, b) = (cn.inputs[0], cn.inputs[1]);
-            let k = match op {
-                BinaryOp::Add | BinaryOp::Mul if a == v => b,
-                BinaryOp::Add | BinaryOp::Mul => a,
-                BinaryOp::Sub | BinaryOp::Div if a == v => b,
-                _ => break,
-            };
-            if g.ty(cn.outputs[0]) != ty || !per_channel(g, k, oshape.len(), m) {
-                break;
-            }
-            // y / 0 is ±inf or NaN by the sign of y; a folded weight / 0 would not keep that.
-            if op == BinaryOp::Div && g.const_data(k).is_some_and(|c| c.to_f64_vec().contains(&0.0)) {
-                break;
-            }
-            steps.push((op, k));
-            links.insert(c.index(), (ni, v));
-            v = cn.outputs[0];
+        let steps = chain(g, y, None, &uses, &outs, &consumers);
+        for &(_, c, v) in &steps {
+            links.insert(c, (ni, v));
         }
+        let steps: Vec<Step> = steps.into_iter().map(|(s, _, _)| s).collect();
         if !steps.is_empty() {
             chains.insert(ni, steps);
         }
@@ -101,6 +82,109 @@ pub fn fold_conv_affine(g: &Mir) -> Option<Mir> {
         let v = out.add1(name, n.op.clone(), &[ins[0], w, b]).ok()?;
         done[ni] = out.ty(v) == g.ty(n.outputs[0]);
         done[ni].then(|| vec![v])
+    }))
+}
+
+/// The per-channel affine chain on `y` (see the module doc): each step, the node applying it and the
+/// value it continues. With `first`, the chain starts at that consumer of `y` (which may have others).
+fn chain(g: &Mir, y: ValueId, first: Option<rlx_ir::NodeId>, uses: &[u32], outs: &[bool], consumers: &[Vec<rlx_ir::NodeId>]) -> Vec<(Step, usize, ValueId)> {
+    let ty = g.ty(y);
+    let mut steps = Vec::new();
+    let Some(oshape) = ty.shape.as_fixed() else { return steps };
+    let Some(&m) = oshape.get(1) else { return steps };
+    if !matches!(ty.dtype, DType::F32 | DType::F64) {
+        return steps;
+    }
+    let mut v = y;
+    let mut first = first;
+    while first.is_some() || (uses[v.index()] == 1 && !outs[v.index()]) {
+        let Some(c) = first.take().or_else(|| consumers[v.index()].first().copied()) else { break };
+        let cn = g.node(c);
+        let MirOp::Binary(op) = cn.op else { break };
+        let (a, b) = (cn.inputs[0], cn.inputs[1]);
+        let k = match op {
+            BinaryOp::Add | BinaryOp::Mul if a == v => b,
+            BinaryOp::Add | BinaryOp::Mul => a,
+            BinaryOp::Sub | BinaryOp::Div if a == v => b,
+            _ => break,
+        };
+        if g.ty(cn.outputs[0]) != ty || !per_channel(g, k, oshape.len(), m) {
+            break;
+        }
+        // y / 0 is ±inf or NaN by the sign of y; a folded weight / 0 would not keep that.
+        if op == BinaryOp::Div && g.const_data(k).is_some_and(|c| c.to_f64_vec().contains(&0.0)) {
+            break;
+        }
+        steps.push(((op, k), c.index(), v));
+        v = cn.outputs[0];
+    }
+    steps
+}
+
+/// Per-channel affine chains that no convolution absorbed (a BatchNormalization after a concat or a
+/// pool: DenseNet's BatchNormalization → Relu before each convolution, where the Relu keeps it out of
+/// the convolution after it) collapsed into `x · A + B`, one `mul` and one `add` by per-channel
+/// constants built from the chain's (`A` = the product of the scalings, `B` = the shifts carried
+/// through the later scalings) — BatchNormalization's `sub`, `div`, `mul`, `add` (and a scale layer's
+/// `mul`, `add` after it) become two ops and no division. Chains of one `mul` and one `add` or fewer
+/// are left alone. Like [`fold_conv_affine`], the new constants are nodes the caller's folding
+/// evaluates. `None` when there is nothing to collapse.
+pub fn collapse_affine_chains(g: &Mir) -> Option<Mir> {
+    let uses = g.use_counts();
+    let outs = g.output_mask();
+    let consumers = g.consumers();
+    // Last node of a chain → (the chained value x, the steps); chain nodes before it → x.
+    let mut last: BTreeMap<usize, (ValueId, Vec<Step>)> = BTreeMap::new();
+    let mut inner: BTreeMap<usize, ValueId> = BTreeMap::new();
+    for (ci, cn) in g.nodes.iter().enumerate() {
+        // A chain's first op: a binary op by a constant, on a value no chain op produced.
+        let MirOp::Binary(_) = cn.op else { continue };
+        let x = if g.const_data(cn.inputs[0]).is_none() { cn.inputs[0] } else { cn.inputs[1] };
+        if g.producer(x).is_some_and(|p| inner.contains_key(&p.index()) || last.contains_key(&p.index())) {
+            continue;
+        }
+        let steps = chain(g, x, Some(rlx_ir::NodeId(ci as u32)), &uses, &outs, &consumers);
+        let scales = steps.iter().filter(|((op, _), _, _)| matches!(op, BinaryOp::Mul | BinaryOp::Div)).count();
+        let divides = steps.iter().any(|((op, _), _, _)| *op == BinaryOp::Div);
+        if !divides && steps.len() <= scales.min(1) + (steps.len() - scales).min(1) {
+            continue;
+        }
+        let Some(&(_, end, _)) = steps.last() else { continue };
+        for &(_, c, _) in &steps[..steps.len() - 1] {
+            inner.insert(c, x);
+        }
+        last.insert(end, (x, steps.into_iter().map(|(s, _, _)| s).collect()));
+    }
+    if last.is_empty() {
+        return None;
+    }
+    Some(rebuild(g, |out, ni, _, map| {
+        if let Some(&x) = inner.get(&ni) {
+            return Some(vec![map[x.index()]?]);
+        }
+        let (x, steps) = last.get(&ni)?;
+        let n = &g.nodes[ni];
+        let ty = g.ty(*x);
+        let (dt, shape) = (ty.dtype, ty.shape.as_fixed()?);
+        let m = shape[1];
+        let name = n.name.as_str();
+        let mut a = out.add_const(None, ConstData::from_f64s(dt, vec![m], &vec![1.0; m]));
+        let mut b = out.add_const(None, ConstData::from_f64s(dt, vec![m], &vec![0.0; m]));
+        for &(op, k) in steps {
+            let kn = g.ty(k).shape.numel()? as u64;
+            let kv = out.add1(name, MirOp::Reshape { shape: vec![Dim::Fixed(kn)] }, &[map[k.index()]?]).ok()?;
+            if matches!(op, BinaryOp::Mul | BinaryOp::Div) {
+                a = out.add1(name, MirOp::Binary(op), &[a, kv]).ok()?;
+            }
+            b = out.add1(name, MirOp::Binary(op), &[b, kv]).ok()?;
+        }
+        // [M] → [M, 1, …] against x's [N, M, …].
+        let bshape: Vec<Dim> = std::iter::once(Dim::Fixed(m as u64)).chain(shape[2..].iter().map(|_| Dim::Fixed(1))).collect();
+        let a = out.add1(name, MirOp::Reshape { shape: bshape.clone() }, &[a]).ok()?;
+        let b = out.add1(name, MirOp::Reshape { shape: bshape }, &[b]).ok()?;
+        let ax = out.add1(name, MirOp::Binary(BinaryOp::Mul), &[map[x.index()]?, a]).ok()?;
+        let y = out.add1(name, MirOp::Binary(BinaryOp::Add), &[ax, b]).ok()?;
+        (out.ty(y) == g.ty(n.outputs[0])).then(|| vec![y])
     }))
 }
 

@@ -11,7 +11,7 @@ pub mod lower;
 pub use legalize::{report, DispatchEntry, DispatchReport, Resolution};
 pub use lower::lower;
 pub mod conv_affine;
-pub use conv_affine::fold_conv_affine;
+pub use conv_affine::{collapse_affine_chains, fold_conv_affine};
 pub mod fold;
 pub use fold::{dce, fold, fold_only, simplify, sink_gathers, Evaluator};
 pub mod plan;

@@ -148,9 +148,14 @@ impl Planner<'_> {
     pub(super) fn place_values(&mut self, out_slot: &HashMap<ValueId, u32>) -> Vec<NodeId> {
         let g = self.g;
         let mut launches_nodes: Vec<NodeId> = Vec::new();
+        let homes = self.concat_homes(out_slot);
         for n in g.node_ids() {
             let node = g.node(n);
             match self.fusion.role[n.index()] {
+                // Its inputs' kernels wrote every slice (`concat.rs`): a buffer, no launch.
+                Role::Root if homes.in_place.contains(&n) => {
+                    self.home_buffer(node.outputs[0], &homes);
+                }
                 Role::View => {
                     let src = node.inputs[0];
                     let Some(sb) = self.buf_of[src.index()] else {
@@ -188,6 +193,10 @@ impl Planner<'_> {
                             Some(&i) => Base::Output(i),
                             None => Base::Arena,
                         };
+                        if homes.home.contains_key(&v) {
+                            self.home_buffer(v, &homes);
+                            continue;
+                        }
                         let b = match self.inplace_state.get(&v) {
                             // A state output updated in place (`state.rs`): its slot's buffer.
                             Some(&k) => {

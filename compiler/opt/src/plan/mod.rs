@@ -13,7 +13,8 @@
 //! 3. **Kernel lowering**: each kernel root becomes one loop-form [`Kernel`].
 //!
 //! Where things live: [`fuse`] and [`row_fuse`] decide the roles (`fuse.rs`, `row_fuse.rs`);
-//! `memory.rs` places inputs, constants and values and assigns arena offsets; `kernel.rs` lowers a
+//! `memory.rs` places inputs, constants and values and assigns arena offsets (`concat.rs`: concats
+//! whose inputs' kernels store into their slices, with no launch of their own); `kernel.rs` lowers a
 //! root to its loop nest, with the per-element expressions of inlined nodes in `inline.rs`, anchor
 //! bodies (dot product, reductions, cumsum) in `anchor.rs`, the kernels that read GGUF block
 //! constants (`dequant_matmul`, `dequant_gather`) in `blocks.rs` (a GPU one over many rows through an f32
@@ -30,6 +31,7 @@
 mod anchor;
 mod block_layout;
 mod block_gemm_gpu;
+mod concat;
 mod blocks;
 mod causal;
 mod comm;
@@ -103,6 +105,10 @@ pub struct PlanOptions {
     /// Dense f32 convolutions on the GEMM micro-kernel (`conv_gemm.rs`: packed weight rows × im2col or
     /// x itself); CPU targets turn it on. Off, every convolution is the direct per-output loop.
     pub conv_gemm: bool,
+    /// A concat whose slices are contiguous and whose inputs each have a kernel of their own is no
+    /// launch: each input's kernel stores into its slice of the concat's buffer (`concat.rs`); CPU
+    /// targets turn it on.
+    pub concat_in_place: bool,
     /// Vector lanes of the window kernels (`window.rs`: 2-D pools and grouped / depthwise
     /// convolutions with their interior columns in `vector(lanes)` loops and channels as the parallel
     /// loop); 0 keeps the per-element form (the shader, CUDA and MCU targets, whose grid or scalar
@@ -127,7 +133,7 @@ pub struct PlanOptions {
 
 impl Default for PlanOptions {
     fn default() -> Self {
-        PlanOptions { align: 64, gemm_nr: GEMM_NR, gemm_mr: GEMM_MR, wide_tile: (0, 0), row_fusion: false, row_recompute: false, inline_operands: false, conv_gemm: false, window_lanes: 0, flat_block_dots: false, int8_dot: false, int8_gemm: false }
+        PlanOptions { align: 64, gemm_nr: GEMM_NR, gemm_mr: GEMM_MR, wide_tile: (0, 0), row_fusion: false, row_recompute: false, inline_operands: false, conv_gemm: false, concat_in_place: false, window_lanes: 0, flat_block_dots: false, int8_dot: false, int8_gemm: false }
     }
 }
 

@@ -2,7 +2,7 @@
 //! (batch ×) channels, a serial loop over output rows, and each row cut into three column ranges — the
 //! left border, the interior (every tap along the width inside the input) and the right border. The
 //! interior is a `vector(lanes)` loop over output columns: at stride 1 its input loads are unit-stride
-//! vector loads, at stride 2 a span load and a deinterleave (the LLVM writer); padding checks stay out
+//! vector loads, at stride 2 two overlapping vector loads and one two-source shuffle (the LLVM writer); padding checks stay out
 //! of it (the kernel row's bounds are one condition on the row alone). The interior's remainder is one
 //! more vector ending at its last column (overlapping the previous one: those columns are stored twice,
 //! with the same values). Up to 8 border columns on each side are unrolled, each summing only the
