@@ -75,12 +75,28 @@ pub const KINDS: &[&str] = &[
     "is_neg_inf", "add", "sub", "mul", "div", "pow", "max", "min", "mod", "fmod", "eq", "lt", "le", "gt", "ge", "and", "or", "xor",
     "bit_and", "bit_or", "bit_xor", "shl", "shr", "where", "cast", "matmul", "reduce_sum", "reduce_prod", "reduce_max", "reduce_min",
     "reduce_mean", "argmax", "argmin", "reshape", "transpose", "expand", "slice", "concat", "gather", "gather_elements", "gather_nd", "pad",
-    "conv", "max_pool", "avg_pool", "cumsum", "compress", "nonzero", "nms", "unique",
+    "conv", "max_pool", "avg_pool", "cumsum", "compress", "nonzero", "nms", "unique", "quantize", "dequantize", "fake_quantize",
 ];
 
 /// Kinds that only move data (loads and stores, no arithmetic): these, and `cast`, are also claimed
-/// for i8/u8 (bytes are read by shifting, written through an atomic view, held widened in 32 bits).
+/// for the storage-only dtypes [`NARROW`] (bytes and 16-bit values are read by shifting, written
+/// through an atomic view, held widened in 32 bits; f16/bf16 exactly in f32, rounded to nearest
+/// even by a cast to them: `wgsl/half.rs`).
 pub const BYTE_KINDS: &[&str] = &["cast", "reshape", "transpose", "expand", "slice", "concat", "gather", "gather_elements", "gather_nd", "pad"];
+
+/// The quantization ops, claimed for the narrow dtypes too (their operands and results; the
+/// arithmetic is f32 and i32).
+pub const QUANT_KINDS: &[&str] = &["quantize", "dequantize", "fake_quantize"];
+
+/// Elementwise integer kinds also claimed for i8/u8/i16/u16: computed in the 32-bit carrier, the
+/// result wrapped to the narrow width (`wgsl.rs`'s `wrap_small`).
+pub const SMALL_INT_KINDS: &[&str] = &[
+    "neg", "abs", "sign", "relu", "bit_not", "add", "sub", "mul", "div", "mod", "fmod", "max", "min", "eq", "lt", "le", "gt", "ge", "bit_and",
+    "bit_or", "bit_xor", "shl", "shr", "where",
+];
+
+/// The storage-only dtypes of [`BYTE_KINDS`].
+pub const NARROW: &[DType] = &[DType::I8, DType::U8, DType::I16, DType::U16, DType::F16, DType::BF16];
 
 /// Kinds whose result is i64 whatever their input: claimed for SPIR-V only (`dtypes`).
 pub const I64_KINDS: &[&str] = &["nonzero", "nms", "unique"];
@@ -95,7 +111,13 @@ pub fn caps(name: &str, lang: Lang) -> TargetCaps {
         }
         let mut d = dtypes(lang);
         if BYTE_KINDS.contains(&k) {
-            d.extend([DType::I8, DType::U8]);
+            d.extend(NARROW);
+        }
+        if QUANT_KINDS.contains(&k) {
+            d.extend(NARROW);
+        }
+        if SMALL_INT_KINDS.contains(&k) {
+            d.extend(&NARROW[..4]);
         }
         native.insert(k, d);
     }
