@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
-"""The GPU writer's inline f32 functions (log, sinh, cosh, tan, pow) as one ONNX model with inputs,
-for compiler/rlxc/tests/cuda_math.rs:
+"""The GPU writer's inline functions (f32 log, sinh, cosh, tan, pow; f64 exp, log) as one ONNX model
+with inputs, for compiler/rlxc/tests/cuda_math.rs:
 
-    make_math.py OUT_DIR   → OUT_DIR/math.onnx, x.npy (Log/Sinh/Cosh/Tan), a.npy and b.npy (Pow a^b)
+    make_math.py OUT_DIR   → OUT_DIR/math.onnx, x.npy (Log/Sinh/Cosh/Tan), a.npy and b.npy (Pow a^b),
+                             d.npy (f64: Exp → exp64, Log → log64)
 
 x spans the f32 range log-uniformly (e^-103 … e^88.7) plus [0.5, 2], [-20, 20] and the special values
 (±0, ±1, subnormals, FLT_MAX, ±inf, NaN); a^b has integer and fractional exponents on negative and
 positive bases, and C powf's special cases (0^neg, (-1)^±inf, 1^NaN, NaN^0, -inf^0.5, overflow and
-underflow)."""
+underflow); d spans the f64 range (e^-745 … e^709.8 for log; exp's whole domain and beyond) with
+the special values."""
 import sys
 from pathlib import Path
 
@@ -28,10 +30,14 @@ sb = [3, 3, -3, -2, np.nan, np.inf, np.inf, -np.inf, 0, -0.0, 0.5, 3, 1 / 3, 3, 
 m = n - len(sa)
 a = np.concatenate([r.uniform(-10, 10, m), sa]).astype(np.float32)
 b = np.concatenate([np.where(r.rand(m) < 0.5, r.randint(-6, 7, m), r.uniform(-5, 5, m)), sb]).astype(np.float32)
-for k, v in dict(x=x, a=a, b=b).items():
+dd = np.concatenate([np.exp(r.uniform(-744, 709.7, 2000)), r.uniform(-760, 720, 2000), r.uniform(-2, 2, 1000),
+                     [0.0, -0.0, 1.0, -1.0, 5e-324, 1e-310, 2.2250738585072014e-308, 1.7976931348623157e308, np.inf, -np.inf, np.nan]])
+dd = np.concatenate([dd, np.zeros(n - len(dd))])
+for k, v in dict(x=x, a=a, b=b, d=dd).items():
     np.save(d / f"{k}.npy", v)
 outs = ["log", "sinh", "cosh", "tan", "pow"]
 nodes = [h.make_node(o.capitalize(), ["x"], [o]) for o in outs[:4]] + [h.make_node("Pow", ["a", "b"], ["pow"])]
-io = lambda k: h.make_tensor_value_info(k, T.FLOAT, [n])
-g = h.make_graph(nodes, "math", [io("x"), io("a"), io("b")], [io(o) for o in outs])
+nodes += [h.make_node("Exp", ["d"], ["exp64"]), h.make_node("Log", ["d"], ["log64"])]
+io = lambda k, t=T.FLOAT: h.make_tensor_value_info(k, t, [n])
+g = h.make_graph(nodes, "math", [io("x"), io("a"), io("b"), io("d", T.DOUBLE)], [io(o) for o in outs] + [io(o, T.DOUBLE) for o in ["exp64", "log64"]])
 onnx.save(h.make_model(g, opset_imports=[h.make_opsetid("", 17)]), d / "math.onnx")

@@ -339,7 +339,9 @@ impl<'a> Writer<'a> {
                 UnaryOp::Neg => self.op(format!("fneg {t} {v}")),
                 UnaryOp::Abs => self.intr("fabs", d, &[v]),
                 UnaryOp::Exp if d == DType::F32 => self.fast_exp(v, 1),
+                UnaryOp::Exp if d == DType::F64 && self.scalar_only => self.exp_f64(v),
                 UnaryOp::Exp => self.intr("exp", d, &[v]),
+                UnaryOp::Log if d == DType::F64 && self.scalar_only => self.log_f64(v),
                 UnaryOp::Log if d == DType::F32 && self.scalar_only => self.fast_log(v, 1),
                 UnaryOp::Log => self.intr("log", d, &[v]),
                 UnaryOp::Sqrt => self.intr("sqrt", d, &[v]),
@@ -366,7 +368,7 @@ impl<'a> Writer<'a> {
                 UnaryOp::Erf => self.libm("erf", d, &[v]),
                 UnaryOp::Sigmoid => {
                     let n = self.op(format!("fneg {t} {v}"));
-                    let e = if d == DType::F32 { self.fast_exp(&n, 1) } else { self.intr("exp", d, &[&n]) };
+                    let e = if d == DType::F32 { self.fast_exp(&n, 1) } else if d == DType::F64 && self.scalar_only { self.exp_f64(&n) } else { self.intr("exp", d, &[&n]) };
                     let s = self.op(format!("fadd {t} {one}, {e}"));
                     self.op(format!("fdiv {t} {one}, {s}"))
                 }

@@ -75,7 +75,7 @@ pub const KINDS: &[&str] = &[
     "is_neg_inf", "add", "sub", "mul", "div", "pow", "max", "min", "mod", "fmod", "eq", "lt", "le", "gt", "ge", "and", "or", "xor",
     "bit_and", "bit_or", "bit_xor", "shl", "shr", "where", "cast", "matmul", "reduce_sum", "reduce_prod", "reduce_max", "reduce_min",
     "reduce_mean", "argmax", "argmin", "reshape", "transpose", "expand", "slice", "concat", "gather", "gather_elements", "gather_nd", "pad",
-    "conv", "max_pool", "avg_pool", "cumsum", "compress", "nonzero", "nms", "unique", "quantize", "dequantize", "fake_quantize",
+    "conv", "conv_transpose", "max_pool", "avg_pool", "cumsum", "compress", "nonzero", "nms", "unique", "quantize", "dequantize", "fake_quantize",
 ];
 
 /// Kinds that only move data (loads and stores, no arithmetic): these, and `cast`, are also claimed

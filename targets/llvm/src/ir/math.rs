@@ -11,7 +11,7 @@
 //!
 //! - log (`fast_log`): Cephes `logf`, for the GPU writer (NVPTX lowers `llvm.log.f32` to a library
 //!   call); with it and exp, the GPU writer's f32 pow, sinh and cosh (`pow_f32`, `sinh_cosh_f32`);
-//!   its tan is sin / cos of the f64 forms below.
+//!   its tan is sin / cos of the f64 forms below; f64 exp and log (`exp_f64`, `log_f64`).
 //!
 //! Measured errors (f64 references, a dense grid and special values) are checked by
 //! `tests/native/math_accuracy.py` (run from `compiler/rlxc/tests/native.rs`), which states the bounds.
@@ -379,5 +379,95 @@ impl<'a> Writer<'a> {
         // NaN fails the comparison and takes the series, which keeps it NaN.
         let is_big = self.op(format!("fcmp oge float {ax}, {}", k(1.0)));
         self.op(format!("select i1 {is_big}, float {d}, float {small}"))
+    }
+
+    /// e^x of an f64 scalar for the GPU writer: n = round(x·log2 e), r = x − n·ln2 with ln2 in two
+    /// parts (fma, exact), the Taylor series to r¹³ on |r| ≤ 0.347 (truncation below 5e-18), times 2^n
+    /// in two normal factors; +inf above 709.78, 0 below −745.13, NaN stays NaN. A few f64 ulps
+    /// (`compiler/rlxc/tests/cuda_math.rs` measures it against the interpreter's libm).
+    pub(super) fn exp_f64(&mut self, x: &str) -> String {
+        let dk = |c: f64| format!("0x{:016X}", c.to_bits());
+        for d in ["roundeven", "fma"] {
+            let args = if d == "fma" { "double, double, double" } else { "double" };
+            self.decls.insert(format!("declare double @llvm.{d}.f64({args})"));
+        }
+        let (hi_c, lo_c) = (709.782_712_893_384, -745.133_219_101_941_2);
+        let hi = self.op(format!("fcmp ogt double {x}, {}", dk(hi_c)));
+        let xc = self.op(format!("select i1 {hi}, double {}, double {x}", dk(hi_c)));
+        let lo = self.op(format!("fcmp olt double {xc}, {}", dk(lo_c)));
+        let xc = self.op(format!("select i1 {lo}, double {}, double {xc}", dk(lo_c)));
+        let xl = self.op(format!("fmul double {xc}, {}", dk(std::f64::consts::LOG2_E)));
+        let n = self.op(format!("call double @llvm.roundeven.f64(double {xl})"));
+        let nn = self.op(format!("fneg double {n}"));
+        let r = self.op(format!("call double @llvm.fma.f64(double {nn}, double {}, double {xc})", dk(f64::from_bits(0x3FE6_2E42_FEE0_0000))));
+        let r = self.op(format!("call double @llvm.fma.f64(double {nn}, double {}, double {r})", dk(f64::from_bits(0x3DEA_39EF_3579_3C76))));
+        let mut p = dk(1.0 / (1..=13).map(|j| j as f64).product::<f64>());
+        for i in (0..13).rev() {
+            let c = 1.0 / (1..=i).map(|j| j as f64).product::<f64>();
+            let m = self.op(format!("fmul double {p}, {r}"));
+            p = self.op(format!("fadd double {m}, {}", dk(c)));
+        }
+        // n in [-1075, 1024] after the clamp: 2^n as 2^(n>>1)·2^(n − (n>>1)), each factor normal.
+        let ord = self.op(format!("fcmp ord double {n}, 0.0"));
+        let n0 = self.op(format!("select i1 {ord}, double {n}, double 0.0"));
+        let ni = self.op(format!("fptosi double {n0} to i64"));
+        let n1 = self.op(format!("ashr i64 {ni}, 1"));
+        let n2 = self.op(format!("sub i64 {ni}, {n1}"));
+        let mut res = p;
+        for part in [n1, n2] {
+            let e = self.op(format!("add i64 {part}, 1023"));
+            let e = self.op(format!("shl i64 {e}, 52"));
+            let f = self.op(format!("bitcast i64 {e} to double"));
+            res = self.op(format!("fmul double {res}, {f}"));
+        }
+        let over = self.op(format!("fcmp ogt double {x}, {}", dk(hi_c)));
+        let res = self.op(format!("select i1 {over}, double 0x7FF0000000000000, double {res}"));
+        let under = self.op(format!("fcmp olt double {x}, {}", dk(lo_c)));
+        self.op(format!("select i1 {under}, double 0.0, double {res}"))
+    }
+
+    /// ln(x) of an f64 scalar for the GPU writer: subnormals scaled by 2^54, x = m·2^e with m in
+    /// [√½, √2), f = m − 1, s = f/(2 + f), ln m = 2s·Σ s^2k/(2k+1) to k = 12 (|s| ≤ 0.172: truncation
+    /// below 1e-19), plus e·ln2 in two parts. ln(+inf) = +inf, ln(±0) = −inf, negative or NaN x give NaN.
+    pub(super) fn log_f64(&mut self, x: &str) -> String {
+        let dk = |c: f64| format!("0x{:016X}", c.to_bits());
+        let small = self.op(format!("fcmp olt double {x}, {}", dk(f64::MIN_POSITIVE)));
+        let xs = self.op(format!("fmul double {x}, {}", dk(2f64.powi(54))));
+        let xn = self.op(format!("select i1 {small}, double {xs}, double {x}"));
+        let adj = self.op(format!("select i1 {small}, i64 -54, i64 0"));
+        let bits = self.op(format!("bitcast double {xn} to i64"));
+        let eb = self.op(format!("lshr i64 {bits}, 52"));
+        let e = self.op(format!("add i64 {eb}, -1022"));
+        let e = self.op(format!("add i64 {e}, {adj}"));
+        let mb = self.op(format!("and i64 {bits}, 4503599627370495"));
+        let mb = self.op(format!("or i64 {mb}, 4602678819172646912"));
+        let m = self.op(format!("bitcast i64 {mb} to double"));
+        let lo = self.op(format!("fcmp olt double {m}, {}", dk(std::f64::consts::FRAC_1_SQRT_2)));
+        let m2 = self.op(format!("fadd double {m}, {m}"));
+        let m = self.op(format!("select i1 {lo}, double {m2}, double {m}"));
+        let e1 = self.op(format!("add i64 {e}, -1"));
+        let e = self.op(format!("select i1 {lo}, i64 {e1}, i64 {e}"));
+        let f = self.op(format!("fsub double {m}, 1.0"));
+        let d = self.op(format!("fadd double {f}, 2.0"));
+        let sv = self.op(format!("fdiv double {f}, {d}"));
+        let z = self.op(format!("fmul double {sv}, {sv}"));
+        let mut p = dk(1.0 / 25.0);
+        for k in (0..12).rev() {
+            let m = self.op(format!("fmul double {p}, {z}"));
+            p = self.op(format!("fadd double {m}, {}", dk(1.0 / (2 * k + 1) as f64)));
+        }
+        let s2 = self.op(format!("fadd double {sv}, {sv}"));
+        let lm = self.op(format!("fmul double {s2}, {p}"));
+        let fe = self.op(format!("sitofp i64 {e} to double"));
+        let a = self.op(format!("fmul double {fe}, {}", dk(f64::from_bits(0x3DEA_39EF_3579_3C76))));
+        let lm = self.op(format!("fadd double {lm}, {a}"));
+        let b = self.op(format!("fmul double {fe}, {}", dk(f64::from_bits(0x3FE6_2E42_FEE0_0000))));
+        let r = self.op(format!("fadd double {b}, {lm}"));
+        let pinf = self.op(format!("fcmp oeq double {x}, 0x7FF0000000000000"));
+        let r = self.op(format!("select i1 {pinf}, double 0x7FF0000000000000, double {r}"));
+        let zero = self.op(format!("fcmp oeq double {x}, 0.0"));
+        let r = self.op(format!("select i1 {zero}, double 0xFFF0000000000000, double {r}"));
+        let bad = self.op(format!("fcmp ult double {x}, 0.0"));
+        self.op(format!("select i1 {bad}, double 0x7FF8000000000000, double {r}"))
     }
 }

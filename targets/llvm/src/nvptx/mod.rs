@@ -45,14 +45,15 @@ pub const KINDS: &[&str] = &[
     "is_inf", "is_pos_inf", "is_neg_inf", "add", "sub", "mul", "div", "max", "min", "eq", "lt", "le", "gt", "ge", "and", "or", "xor",
     "bit_and", "bit_or", "bit_xor", "shl", "shr", "where", "cast", "matmul", "reduce_sum", "reduce_prod", "reduce_max", "reduce_min",
     "reduce_mean", "argmax", "argmin", "reshape", "transpose", "expand", "slice", "concat", "gather", "gather_elements", "gather_nd", "pad",
-    "conv", "max_pool", "avg_pool", "cumsum", "write_rows", "compress", "nonzero", "nms", "unique", "log", "tan", "sinh", "cosh",
+    "conv", "conv_transpose", "max_pool", "avg_pool", "cumsum", "write_rows", "compress", "nonzero", "nms", "unique", "log", "tan", "sinh", "cosh",
     "quantize", "dequantize", "fake_quantize",
 ];
 
-/// Kinds claimed for f64 too: the ones whose f64 form is PTX's own f64 instructions (no
-/// transcendental function, which would be a library call; no matmul, whose tiled kernels are f32).
+/// Kinds claimed for f64 too: the ones whose f64 form is PTX's own f64 instructions or, for exp, log
+/// and sigmoid, the writer's inline f64 forms (`ir/math.rs`); not the other transcendental functions
+/// (library calls) nor matmul (its tiled kernels are f32).
 pub const F64_KINDS: &[&str] = &[
-    "neg", "abs", "sqrt", "recip", "relu", "floor", "ceil", "round", "sign", "is_nan", "is_inf", "is_pos_inf", "is_neg_inf", "add", "sub",
+    "exp", "log", "sigmoid", "neg", "abs", "sqrt", "recip", "relu", "floor", "ceil", "round", "sign", "is_nan", "is_inf", "is_pos_inf", "is_neg_inf", "add", "sub",
     "mul", "div", "max", "min", "eq", "lt", "le", "gt", "ge", "where", "cast", "reduce_sum", "reduce_prod", "reduce_max", "reduce_min",
     "reduce_mean", "argmax", "argmin", "reshape", "transpose", "expand", "slice", "concat", "gather", "gather_elements", "gather_nd", "pad",
     "cumsum",
