@@ -76,6 +76,7 @@ pub const KINDS: &[&str] = &[
     "bit_and", "bit_or", "bit_xor", "shl", "shr", "where", "cast", "matmul", "reduce_sum", "reduce_prod", "reduce_max", "reduce_min",
     "reduce_mean", "argmax", "argmin", "reshape", "transpose", "expand", "slice", "concat", "gather", "gather_elements", "gather_nd", "pad",
     "conv", "conv_transpose", "max_pool", "avg_pool", "cumsum", "compress", "nonzero", "nms", "unique", "quantize", "dequantize", "fake_quantize",
+    "scatter_elements", "scatter_nd",
 ];
 
 /// Kinds that only move data (loads and stores, no arithmetic): these, and `cast`, are also claimed
