@@ -76,7 +76,7 @@ pub const KINDS: &[&str] = &[
     "bit_and", "bit_or", "bit_xor", "shl", "shr", "where", "cast", "matmul", "reduce_sum", "reduce_prod", "reduce_max", "reduce_min",
     "reduce_mean", "argmax", "argmin", "reshape", "transpose", "expand", "slice", "concat", "gather", "gather_elements", "gather_nd", "pad",
     "conv", "conv_transpose", "max_pool", "avg_pool", "cumsum", "compress", "nonzero", "nms", "unique", "quantize", "dequantize", "fake_quantize",
-    "scatter_elements", "scatter_nd",
+    "scatter_elements", "scatter_nd", "topk",
 ];
 
 /// Kinds that only move data (loads and stores, no arithmetic): these, and `cast`, are also claimed
@@ -100,7 +100,7 @@ pub const SMALL_INT_KINDS: &[&str] = &[
 pub const NARROW: &[DType] = &[DType::I8, DType::U8, DType::I16, DType::U16, DType::F16, DType::BF16];
 
 /// Kinds whose result is i64 whatever their input: claimed for SPIR-V only (`dtypes`).
-pub const I64_KINDS: &[&str] = &["nonzero", "nms", "unique"];
+pub const I64_KINDS: &[&str] = &["nonzero", "nms", "unique", "topk"];
 
 /// The claim set for `--target NAME` writing `lang`.
 pub fn caps(name: &str, lang: Lang) -> TargetCaps {

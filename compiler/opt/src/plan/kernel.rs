@@ -78,6 +78,9 @@ impl Planner<'_> {
         if matches!(root.op, MirOp::ScatterElements { .. } | MirOp::ScatterNd { .. }) {
             return self.scatter_kernel(r);
         }
+        if matches!(root.op, MirOp::TopK { .. }) {
+            return self.topk_kernel(r);
+        }
         let out = root.outputs[0];
         let out_buf = self.buf_of[out.index()].expect("roots are materialized");
         let out_shape = self.shape(out);

@@ -46,7 +46,7 @@ pub const KINDS: &[&str] = &[
     "bit_and", "bit_or", "bit_xor", "shl", "shr", "where", "cast", "matmul", "reduce_sum", "reduce_prod", "reduce_max", "reduce_min",
     "reduce_mean", "argmax", "argmin", "reshape", "transpose", "expand", "slice", "concat", "gather", "gather_elements", "gather_nd", "pad",
     "conv", "conv_transpose", "max_pool", "avg_pool", "cumsum", "write_rows", "compress", "nonzero", "nms", "unique", "log", "tan", "sinh", "cosh",
-    "quantize", "dequantize", "fake_quantize", "scatter_elements", "scatter_nd",
+    "quantize", "dequantize", "fake_quantize", "scatter_elements", "scatter_nd", "topk",
 ];
 
 /// Kinds claimed for f64 too: the ones whose f64 form is PTX's own f64 instructions or, for exp, log
