@@ -96,6 +96,13 @@ pub const SMALL_INT_KINDS: &[&str] = &[
     "bit_or", "bit_xor", "shl", "shr", "where",
 ];
 
+/// Elementwise kinds also claimed for f16/bf16: computed in f32, each result rounded to the narrow
+/// type (`wgsl.rs`'s `round_half`), as the interpreter rounds each op's f64 result.
+pub const HALF_KINDS: &[&str] = &[
+    "neg", "abs", "exp", "log", "sqrt", "recip", "sin", "cos", "tanh", "sigmoid", "erf", "relu", "floor", "ceil", "round", "sign", "is_nan",
+    "is_inf", "is_pos_inf", "is_neg_inf", "add", "sub", "mul", "div", "max", "min", "mod", "fmod", "eq", "lt", "le", "gt", "ge", "where",
+];
+
 /// The storage-only dtypes of [`BYTE_KINDS`].
 pub const NARROW: &[DType] = &[DType::I8, DType::U8, DType::I16, DType::U16, DType::F16, DType::BF16];
 
@@ -119,6 +126,9 @@ pub fn caps(name: &str, lang: Lang) -> TargetCaps {
         }
         if SMALL_INT_KINDS.contains(&k) {
             d.extend(&NARROW[..4]);
+        }
+        if HALF_KINDS.contains(&k) {
+            d.extend([DType::F16, DType::BF16]);
         }
         native.insert(k, d);
     }

@@ -329,6 +329,18 @@ impl W<'_> {
         })
     }
 
+    /// An f32 value rounded to f16 or bf16 (`d`) and held in f32 again: each f16/bf16 operation is
+    /// computed in f32 and rounded once more, which for + − × ÷ and sqrt is the correctly rounded
+    /// result (f32 carries more than 2·11 + 2 bits) and for the other functions within an f16 ulp.
+    fn round_half(&mut self, r: &str, d: DType) -> String {
+        if d == DType::F16 {
+            let (h2f, f2h) = (self.helper("h2f", half::H2F.into()), self.helper("f2h", half::F2H.into()));
+            format!("{h2f}({f2h}({r}))")
+        } else {
+            format!("bitcast<f32>({}({r}) << 16u)", self.helper("f2bf", half::F2BF.into()))
+        }
+    }
+
     fn cast(&mut self, v: &str, from: DType, to: DType) -> Result<String, String> {
         wty(from).or_else(|m| self.err(m))?;
         wty(to).or_else(|m| self.err(m))?;
@@ -407,7 +419,8 @@ impl W<'_> {
             return Ok(if u.out_dtype(d) == d { wrap_small(&r, d) } else { r });
         }
         if matches!(d, DType::F16 | DType::BF16) {
-            return self.err(format!("{} on {d}: arithmetic on storage-only dtypes is not supported by the shader targets", u.name()));
+            let r = self.unary(u, DType::F32, v)?;
+            return Ok(if u.out_dtype(d) == d { self.round_half(&r, d) } else { r });
         }
         if d == DType::F32 {
             let f = |n: &str| format!("{n}({v})");
@@ -483,7 +496,8 @@ impl W<'_> {
             return Ok(if b.is_compare() || b.is_logical() { r } else { wrap_small(&r, d) });
         }
         if matches!(d, DType::F16 | DType::BF16) {
-            return self.err(format!("{} on {d}: arithmetic on storage-only dtypes is not supported by the shader targets", b.name()));
+            let r = self.binary(b, DType::F32, x, y)?;
+            return Ok(if b.is_compare() || b.is_logical() { r } else { self.round_half(&r, d) });
         }
         if d == DType::F32 {
             return Ok(match b {
