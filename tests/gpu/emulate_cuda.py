@@ -153,6 +153,6 @@ for i, p in enumerate(ins):
     bins.append(b)
 subprocess.run([f"{out}/emu"] + bins + [out], check=True)
 for i, o in enumerate(m["outputs"]):
-    dt = {"f32": np.float32, "i32": np.int32, "i64": np.int64}[o["dtype"]]
+    dt = {"f32": np.float32, "f64": np.float64, "i32": np.int32, "i64": np.int64}[o["dtype"]]
     np.save(f"{out}/{o['name']}.npy", np.fromfile(f"{out}/out{i}.bin", dtype=dt).reshape(o["shape"]))
 print("emulated", len(ds), "dispatches")

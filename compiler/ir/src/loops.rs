@@ -246,7 +246,7 @@ pub const LOWERED_KINDS: &[&str] = &[
     "bit_and", "bit_or", "bit_xor", "shl", "shr", "where", "cast", "matmul", "reduce_sum", "reduce_prod", "reduce_max", "reduce_min",
     "reduce_mean", "argmax", "argmin", "reshape", "transpose", "expand", "slice", "concat", "gather", "gather_elements", "gather_nd", "pad",
     "conv", "conv_transpose", "max_pool", "avg_pool", "cumsum", "quantize", "dequantize", "fake_quantize", "write_rows",
-    "nonzero", "compress", "nms", "unique",
+    "nonzero", "compress", "nms", "unique", "scatter_elements", "scatter_nd", "topk",
 ];
 
 /// Dtypes every writer of the full loop form (LLVM, Cranelift) implements. f16/bf16 are storage types

@@ -339,7 +339,10 @@ impl<'a> Writer<'a> {
                 UnaryOp::Neg => self.op(format!("fneg {t} {v}")),
                 UnaryOp::Abs => self.intr("fabs", d, &[v]),
                 UnaryOp::Exp if d == DType::F32 => self.fast_exp(v, 1),
+                UnaryOp::Exp if d == DType::F64 && self.scalar_only => self.exp_f64(v),
                 UnaryOp::Exp => self.intr("exp", d, &[v]),
+                UnaryOp::Log if d == DType::F64 && self.scalar_only => self.log_f64(v),
+                UnaryOp::Log if d == DType::F32 && self.scalar_only => self.fast_log(v, 1),
                 UnaryOp::Log => self.intr("log", d, &[v]),
                 UnaryOp::Sqrt => self.intr("sqrt", d, &[v]),
                 UnaryOp::Recip => self.op(format!("fdiv {t} {one}, {v}")),
@@ -347,10 +350,13 @@ impl<'a> Writer<'a> {
                 UnaryOp::Cos if d == DType::F32 && self.scalar_only => self.sin_cos_f32(v, true),
                 UnaryOp::Sin => self.intr("sin", d, &[v]),
                 UnaryOp::Cos => self.intr("cos", d, &[v]),
+                UnaryOp::Tan if d == DType::F32 && self.scalar_only => self.tan_f32(v),
                 UnaryOp::Tan => self.libm("tan", d, &[v]),
                 UnaryOp::Asin => self.libm("asin", d, &[v]),
                 UnaryOp::Acos => self.libm("acos", d, &[v]),
                 UnaryOp::Atan => self.libm("atan", d, &[v]),
+                UnaryOp::Sinh if d == DType::F32 && self.scalar_only => self.sinh_cosh_f32(v, false),
+                UnaryOp::Cosh if d == DType::F32 && self.scalar_only => self.sinh_cosh_f32(v, true),
                 UnaryOp::Sinh => self.libm("sinh", d, &[v]),
                 UnaryOp::Cosh => self.libm("cosh", d, &[v]),
                 UnaryOp::Tanh if d == DType::F32 => self.fast_tanh(v, 1),
@@ -362,7 +368,7 @@ impl<'a> Writer<'a> {
                 UnaryOp::Erf => self.libm("erf", d, &[v]),
                 UnaryOp::Sigmoid => {
                     let n = self.op(format!("fneg {t} {v}"));
-                    let e = if d == DType::F32 { self.fast_exp(&n, 1) } else { self.intr("exp", d, &[&n]) };
+                    let e = if d == DType::F32 { self.fast_exp(&n, 1) } else if d == DType::F64 && self.scalar_only { self.exp_f64(&n) } else { self.intr("exp", d, &[&n]) };
                     let s = self.op(format!("fadd {t} {one}, {e}"));
                     self.op(format!("fdiv {t} {one}, {s}"))
                 }
@@ -430,6 +436,7 @@ impl<'a> Writer<'a> {
                 BinaryOp::Sub => self.op(format!("fsub {t} {x}, {y}")),
                 BinaryOp::Mul => self.op(format!("fmul {fl} {t} {x}, {y}")),
                 BinaryOp::Div => self.op(format!("fdiv {t} {x}, {y}")),
+                BinaryOp::Pow if d == DType::F32 && self.scalar_only => self.pow_f32(x, y),
                 BinaryOp::Pow => self.intr("pow", d, &[x, y]),
                 BinaryOp::Max => self.intr("maximum", d, &[x, y]),
                 BinaryOp::Min => self.intr("minimum", d, &[x, y]),

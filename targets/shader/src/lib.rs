@@ -75,15 +75,39 @@ pub const KINDS: &[&str] = &[
     "is_neg_inf", "add", "sub", "mul", "div", "pow", "max", "min", "mod", "fmod", "eq", "lt", "le", "gt", "ge", "and", "or", "xor",
     "bit_and", "bit_or", "bit_xor", "shl", "shr", "where", "cast", "matmul", "reduce_sum", "reduce_prod", "reduce_max", "reduce_min",
     "reduce_mean", "argmax", "argmin", "reshape", "transpose", "expand", "slice", "concat", "gather", "gather_elements", "gather_nd", "pad",
-    "conv", "max_pool", "avg_pool", "cumsum", "compress", "nonzero", "nms", "unique",
+    "conv", "conv_transpose", "max_pool", "avg_pool", "cumsum", "compress", "nonzero", "nms", "unique", "quantize", "dequantize", "fake_quantize",
+    "scatter_elements", "scatter_nd", "topk",
 ];
 
 /// Kinds that only move data (loads and stores, no arithmetic): these, and `cast`, are also claimed
-/// for i8/u8 (bytes are read by shifting, written through an atomic view, held widened in 32 bits).
+/// for the storage-only dtypes [`NARROW`] (bytes and 16-bit values are read by shifting, written
+/// through an atomic view, held widened in 32 bits; f16/bf16 exactly in f32, rounded to nearest
+/// even by a cast to them: `wgsl/half.rs`).
 pub const BYTE_KINDS: &[&str] = &["cast", "reshape", "transpose", "expand", "slice", "concat", "gather", "gather_elements", "gather_nd", "pad"];
 
+/// The quantization ops, claimed for the narrow dtypes too (their operands and results; the
+/// arithmetic is f32 and i32).
+pub const QUANT_KINDS: &[&str] = &["quantize", "dequantize", "fake_quantize"];
+
+/// Elementwise integer kinds also claimed for i8/u8/i16/u16: computed in the 32-bit carrier, the
+/// result wrapped to the narrow width (`wgsl.rs`'s `wrap_small`).
+pub const SMALL_INT_KINDS: &[&str] = &[
+    "neg", "abs", "sign", "relu", "bit_not", "add", "sub", "mul", "div", "mod", "fmod", "max", "min", "eq", "lt", "le", "gt", "ge", "bit_and",
+    "bit_or", "bit_xor", "shl", "shr", "where",
+];
+
+/// Elementwise kinds also claimed for f16/bf16: computed in f32, each result rounded to the narrow
+/// type (`wgsl.rs`'s `round_half`), as the interpreter rounds each op's f64 result.
+pub const HALF_KINDS: &[&str] = &[
+    "neg", "abs", "exp", "log", "sqrt", "recip", "sin", "cos", "tanh", "sigmoid", "erf", "relu", "floor", "ceil", "round", "sign", "is_nan",
+    "is_inf", "is_pos_inf", "is_neg_inf", "add", "sub", "mul", "div", "max", "min", "mod", "fmod", "eq", "lt", "le", "gt", "ge", "where",
+];
+
+/// The storage-only dtypes of [`BYTE_KINDS`].
+pub const NARROW: &[DType] = &[DType::I8, DType::U8, DType::I16, DType::U16, DType::F16, DType::BF16];
+
 /// Kinds whose result is i64 whatever their input: claimed for SPIR-V only (`dtypes`).
-pub const I64_KINDS: &[&str] = &["nonzero", "nms", "unique"];
+pub const I64_KINDS: &[&str] = &["nonzero", "nms", "unique", "topk"];
 
 /// The claim set for `--target NAME` writing `lang`.
 pub fn caps(name: &str, lang: Lang) -> TargetCaps {
@@ -95,7 +119,16 @@ pub fn caps(name: &str, lang: Lang) -> TargetCaps {
         }
         let mut d = dtypes(lang);
         if BYTE_KINDS.contains(&k) {
-            d.extend([DType::I8, DType::U8]);
+            d.extend(NARROW);
+        }
+        if QUANT_KINDS.contains(&k) {
+            d.extend(NARROW);
+        }
+        if SMALL_INT_KINDS.contains(&k) {
+            d.extend(&NARROW[..4]);
+        }
+        if HALF_KINDS.contains(&k) {
+            d.extend([DType::F16, DType::BF16]);
         }
         native.insert(k, d);
     }

@@ -3,6 +3,7 @@
 //! semantics): saturating float → int casts (NaN → 0), integer division by zero gives `x`, shifts by
 //! ≥ the width give 0 (signed right shift: the sign fill), Python-style `mod`.
 
+mod half;
 mod tiled;
 
 use crate::{BaseBuf, Dispatch};
@@ -46,9 +47,10 @@ fn wty(d: DType) -> Result<&'static str, String> {
     Ok(match norm(d) {
         DType::I64 => "i64",
         // Bytes are held widened (sign- or zero-extended) in 32 bits.
-        DType::I8 => "i32",
-        DType::U8 => "u32",
-        DType::F32 => "f32",
+        DType::I8 | DType::I16 => "i32",
+        DType::U8 | DType::U16 => "u32",
+        // Half-precision storage types held widened (exactly) in f32 (`wgsl/half.rs`).
+        DType::F32 | DType::F16 | DType::BF16 => "f32",
         DType::I32 => "i32",
         DType::U32 => "u32",
         DType::Bool => "bool",
@@ -83,7 +85,9 @@ fn lit(v: f64, d: DType) -> Result<String, String> {
     Ok(match norm(d) {
         DType::I8 => format!("bitcast<i32>({}u)", (v as i64 as i8) as i32 as u32),
         DType::U8 => format!("{}u", v as i64 as u8),
-        DType::F32 => {
+        DType::I16 => format!("bitcast<i32>({}u)", (v as i64 as i16) as i32 as u32),
+        DType::U16 => format!("{}u", v as i64 as u16),
+        DType::F32 | DType::F16 | DType::BF16 => {
             let x = v as f32;
             // Finite values print exactly (Rust's shortest round-trip form); others as their bits.
             if x.is_finite() {
@@ -99,12 +103,35 @@ fn lit(v: f64, d: DType) -> Result<String, String> {
     })
 }
 
+/// The 32-bit type an 8- or 16-bit integer is held in (sign- or zero-extended).
+fn small_int_carrier(d: DType) -> Option<DType> {
+    match d {
+        DType::I8 | DType::I16 => Some(DType::I32),
+        DType::U8 | DType::U16 => Some(DType::U32),
+        _ => None,
+    }
+}
+
+/// A result computed in the carrier, wrapped to `d`'s width (two's complement, as LLVM's i8/i16
+/// arithmetic): the low bits kept, sign- or zero-extended again. Every carrier operation whose low
+/// bits depend only on the operands' low bits (add, sub, mul, bit ops, shl) or whose result already
+/// fits (div, rem, max, min, abs and neg but of the most negative value, which wraps to itself) is
+/// then exact; shifts by 8..31 (16..31) give 0 / the sign fill as at the narrow width.
+fn wrap_small(v: &str, d: DType) -> String {
+    match d {
+        DType::I8 => format!("((({v}) << 24u) >> 24u)"),
+        DType::I16 => format!("((({v}) << 16u) >> 16u)"),
+        DType::U8 => format!("(({v}) & 255u)"),
+        _ => format!("(({v}) & 65535u)"),
+    }
+}
+
 fn zero(d: DType) -> &'static str {
     match norm(d) {
         DType::I64 => "0li",
-        DType::I8 => "0i",
-        DType::U8 => "0u",
-        DType::F32 => "0.0f",
+        DType::I8 | DType::I16 => "0i",
+        DType::U8 | DType::U16 => "0u",
+        DType::F32 | DType::F16 | DType::BF16 => "0.0f",
         DType::I32 => "0i",
         DType::U32 => "0u",
         _ => "false",
@@ -234,6 +261,20 @@ impl W<'_> {
                             _ => format!("(bitcast<i32>({byte} << 24u) >> 24u)"),
                         }
                     }
+                    DType::I16 | DType::U16 | DType::F16 | DType::BF16 => {
+                        // Two bytes per value: the half of its word at byte address offset + 2·index.
+                        let (b, off, d) = (p.bind, p.offset, p.dtype);
+                        if off % 2 != 0 {
+                            return self.err(format!("{d} buffer {buf} is at byte offset {off}, not a multiple of 2"));
+                        }
+                        let h = format!("((b{b}[({off}i + 2i * ({i})) / 4i] >> (u32(({off}i + 2i * ({i})) % 4i) * 8u)) & 65535u)");
+                        match d {
+                            DType::U16 => h,
+                            DType::I16 => format!("(bitcast<i32>({h} << 16u) >> 16u)"),
+                            DType::BF16 => format!("bitcast<f32>({h} << 16u)"),
+                            _ => format!("{}({h})", self.helper("h2f", half::H2F.into())),
+                        }
+                    }
                     d => return self.err(format!("loads of {d} are not supported by the shader targets")),
                 }
             }
@@ -288,6 +329,18 @@ impl W<'_> {
         })
     }
 
+    /// An f32 value rounded to f16 or bf16 (`d`) and held in f32 again: each f16/bf16 operation is
+    /// computed in f32 and rounded once more, which for + − × ÷ and sqrt is the correctly rounded
+    /// result (f32 carries more than 2·11 + 2 bits) and for the other functions within an f16 ulp.
+    fn round_half(&mut self, r: &str, d: DType) -> String {
+        if d == DType::F16 {
+            let (h2f, f2h) = (self.helper("h2f", half::H2F.into()), self.helper("f2h", half::F2H.into()));
+            format!("{h2f}({f2h}({r}))")
+        } else {
+            format!("bitcast<f32>({}({r}) << 16u)", self.helper("f2bf", half::F2BF.into()))
+        }
+    }
+
     fn cast(&mut self, v: &str, from: DType, to: DType) -> Result<String, String> {
         wty(from).or_else(|m| self.err(m))?;
         wty(to).or_else(|m| self.err(m))?;
@@ -296,26 +349,40 @@ impl W<'_> {
         }
         // Bytes: held widened, so a byte source casts as its 32-bit carrier; a byte destination
         // saturates from float (as LLVM's fpto*i.sat) and wraps from integers (keeps the low byte).
+        // The same for 16-bit integers; f16 and bf16 are held exactly in f32, so a cast to them
+        // rounds there (`wgsl/half.rs`) and a cast from them is a cast from f32.
         let carrier = |d: DType| match d {
-            DType::I8 => DType::I32,
-            DType::U8 => DType::U32,
+            DType::I8 | DType::I16 => DType::I32,
+            DType::U8 | DType::U16 => DType::U32,
+            DType::F16 | DType::BF16 => DType::F32,
             d => d,
         };
-        if matches!(from, DType::I8 | DType::U8) {
+        if matches!(from, DType::I8 | DType::U8 | DType::I16 | DType::U16 | DType::F16 | DType::BF16) {
             return self.cast(v, carrier(from), to);
         }
-        if matches!(to, DType::I8 | DType::U8) {
-            let signed = to == DType::I8;
+        if matches!(to, DType::F16 | DType::BF16) {
+            let f = self.cast(v, from, DType::F32)?;
+            return Ok(if to == DType::F16 {
+                let (h2f, f2h) = (self.helper("h2f", half::H2F.into()), self.helper("f2h", half::F2H.into()));
+                format!("{h2f}({f2h}({f}))")
+            } else {
+                format!("bitcast<f32>({}({f}) << 16u)", self.helper("f2bf", half::F2BF.into()))
+            });
+        }
+        if matches!(to, DType::I8 | DType::U8 | DType::I16 | DType::U16) {
+            let signed = matches!(to, DType::I8 | DType::I16);
+            let bits = if matches!(to, DType::I8 | DType::U8) { 8 } else { 16 };
+            let (lo, hi) = if signed { (-(1i64 << (bits - 1)), (1i64 << (bits - 1)) - 1) } else { (0, (1i64 << bits) - 1) };
             return Ok(match from {
                 DType::Bool => self.cast(v, from, carrier(to))?,
-                DType::F32 if signed => format!("clamp({}, -128i, 127i)", self.cast(v, from, DType::I32)?),
-                DType::F32 => format!("min({}, 255u)", self.cast(v, from, DType::U32)?),
+                DType::F32 if signed => format!("clamp({}, {lo}i, {hi}i)", self.cast(v, from, DType::I32)?),
+                DType::F32 => format!("min({}, {hi}u)", self.cast(v, from, DType::U32)?),
                 _ => {
                     let w = self.cast(v, from, DType::U32)?;
                     if signed {
-                        format!("(bitcast<i32>({w} << 24u) >> 24u)")
+                        format!("(bitcast<i32>({w} << {}u) >> {}u)", 32 - bits, 32 - bits)
                     } else {
-                        format!("({w} & 255u)")
+                        format!("({w} & {hi}u)")
                     }
                 }
             });
@@ -347,8 +414,13 @@ impl W<'_> {
 
     fn unary(&mut self, u: UnaryOp, d: DType, v: &str) -> Result<String, String> {
         wty(d).or_else(|m| self.err(m))?;
-        if matches!(d, DType::I8 | DType::U8) {
-            return self.err(format!("{} on {d}: byte arithmetic is not supported by the shader targets", u.name()));
+        if let Some(c) = small_int_carrier(d) {
+            let r = self.unary(u, c, v)?;
+            return Ok(if u.out_dtype(d) == d { wrap_small(&r, d) } else { r });
+        }
+        if matches!(d, DType::F16 | DType::BF16) {
+            let r = self.unary(u, DType::F32, v)?;
+            return Ok(if u.out_dtype(d) == d { self.round_half(&r, d) } else { r });
         }
         if d == DType::F32 {
             let f = |n: &str| format!("{n}({v})");
@@ -419,8 +491,13 @@ impl W<'_> {
 
     fn binary(&mut self, b: BinaryOp, d: DType, x: &str, y: &str) -> Result<String, String> {
         let t = wty(d).or_else(|m| self.err(m))?;
-        if matches!(d, DType::I8 | DType::U8) {
-            return self.err(format!("{} on {d}: byte arithmetic is not supported by the shader targets", b.name()));
+        if let Some(c) = small_int_carrier(d) {
+            let r = self.binary(b, c, x, y)?;
+            return Ok(if b.is_compare() || b.is_logical() { r } else { wrap_small(&r, d) });
+        }
+        if matches!(d, DType::F16 | DType::BF16) {
+            let r = self.binary(b, DType::F32, x, y)?;
+            return Ok(if b.is_compare() || b.is_logical() { r } else { self.round_half(&r, d) });
         }
         if d == DType::F32 {
             return Ok(match b {
@@ -613,6 +690,30 @@ impl W<'_> {
                             self.line(depth + 1, &format!("let ba = {off}i + ({i});"));
                             self.line(depth + 1, "let sh = u32(ba % 4i) * 8u;");
                             self.line(depth + 1, &format!("atomicAnd(&a{b}[ba / 4i], ~(255u << sh));"));
+                            self.line(depth + 1, &format!("atomicOr(&a{b}[ba / 4i], x << sh);"));
+                            self.line(depth, "}");
+                            continue;
+                        }
+                        DType::I16 | DType::U16 | DType::F16 | DType::BF16 => {
+                            // Two bytes per value: clear and set this half of its word through the
+                            // base's atomic view, as for bytes.
+                            let p = &self.params[*buf as usize];
+                            let (b, off) = (p.bind, p.offset);
+                            if off % 2 != 0 {
+                                return self.err(format!("{d} buffer {buf} is at byte offset {off}, not a multiple of 2"));
+                            }
+                            self.atomics.insert(b);
+                            let x = match d {
+                                DType::U16 => format!("({v} & 65535u)"),
+                                DType::I16 => format!("(bitcast<u32>({v}) & 65535u)"),
+                                DType::BF16 => format!("{}({v})", self.helper("f2bf", half::F2BF.into())),
+                                _ => format!("{}({v})", self.helper("f2h", half::F2H.into())),
+                            };
+                            self.line(depth, "{");
+                            self.line(depth + 1, &format!("let x = {x};"));
+                            self.line(depth + 1, &format!("let ba = {off}i + 2i * ({i});"));
+                            self.line(depth + 1, "let sh = u32(ba % 4i) * 8u;");
+                            self.line(depth + 1, &format!("atomicAnd(&a{b}[ba / 4i], ~(65535u << sh));"));
                             self.line(depth + 1, &format!("atomicOr(&a{b}[ba / 4i], x << sh);"));
                             self.line(depth, "}");
                             continue;

@@ -75,6 +75,12 @@ impl Planner<'_> {
         if rlx_ir::bounded::is_source(&root.op) {
             return self.select_kernel(r);
         }
+        if matches!(root.op, MirOp::ScatterElements { .. } | MirOp::ScatterNd { .. }) {
+            return self.scatter_kernel(r);
+        }
+        if matches!(root.op, MirOp::TopK { .. }) {
+            return self.topk_kernel(r);
+        }
         let out = root.outputs[0];
         let out_buf = self.buf_of[out.index()].expect("roots are materialized");
         let out_shape = self.shape(out);

@@ -51,8 +51,10 @@ mod phase;
 mod pool;
 mod region;
 mod row_fuse;
+mod scatter;
 mod select;
 mod state;
+mod topk;
 mod window;
 
 pub use fuse::{fuse, fuse_with, Fusion, Role};
@@ -72,6 +74,7 @@ pub fn lowerable_kinds() -> Vec<&'static str> {
         "where", "cast", "matmul", "reduce_sum", "reduce_prod", "reduce_max", "reduce_min", "reduce_mean", "argmax", "argmin",
         "reshape", "transpose", "expand", "slice", "concat", "gather", "gather_elements", "gather_nd", "pad", "conv", "conv_transpose", "max_pool", "avg_pool", "cumsum",
         "quantize", "dequantize", "fake_quantize", "dequant_matmul", "dequant_gather", "write_rows", "nonzero", "compress", "nms", "unique",
+        "scatter_elements", "scatter_nd", "topk",
     ]);
     v
 }

@@ -9,6 +9,10 @@
 //! - tanh: Cephes `tanhf`: x + x³·P(x²) (degree-4 P) for |x| < 0.625, else 1 − 2/(e^{2|x|} + 1) with the
 //!   exp above, sign restored with copysign; ±1 for large |x|, NaN stays NaN.
 //!
+//! - log (`fast_log`): Cephes `logf`, for the GPU writer (NVPTX lowers `llvm.log.f32` to a library
+//!   call); with it and exp, the GPU writer's f32 pow, sinh and cosh (`pow_f32`, `sinh_cosh_f32`);
+//!   its tan is sin / cos of the f64 forms below; f64 exp and log (`exp_f64`, `log_f64`).
+//!
 //! Measured errors (f64 references, a dense grid and special values) are checked by
 //! `tests/native/math_accuracy.py` (run from `compiler/rlxc/tests/native.rs`), which states the bounds.
 //! f64 keeps LLVM's intrinsics / libm.
@@ -178,8 +182,25 @@ impl<'a> Writer<'a> {
     /// 1e-12), the quadrant's sign and swap, rounded once to f32 — within an ulp of the f32 result of
     /// the exact function (the interpreter's f64 libm rounded). ±inf and NaN give NaN.
     pub(super) fn sin_cos_f32(&mut self, x: &str, cos: bool) -> String {
-        let dk = |c: f64| format!("0x{:016X}", c.to_bits());
         let xd = self.op(format!("fpext float {x} to double"));
+        let v = self.sin_cos_f64(&xd, cos);
+        self.op(format!("fptrunc double {v} to float"))
+    }
+
+    /// tan(x) of an f32 scalar for the GPU writer: sin / cos of the f64 forms above, divided in f64
+    /// and rounded once (relative error a few f64 ulps before the rounding, so within an ulp of the
+    /// rounded exact value except where cos x is within ~1e-9 of 0 and tan is huge anyway).
+    pub(super) fn tan_f32(&mut self, x: &str) -> String {
+        let xd = self.op(format!("fpext float {x} to double"));
+        let s = self.sin_cos_f64(&xd, false);
+        let c = self.sin_cos_f64(&xd, true);
+        let t = self.op(format!("fdiv double {s}, {c}"));
+        self.op(format!("fptrunc double {t} to float"))
+    }
+
+    /// sin or cos (`cos`) of a double `xd` holding an f32 value: the body of [`Self::sin_cos_f32`].
+    fn sin_cos_f64(&mut self, xd: &str, cos: bool) -> String {
+        let dk = |c: f64| format!("0x{:016X}", c.to_bits());
         let q = self.op(format!("fmul double {xd}, {}", dk(std::f64::consts::FRAC_2_PI)));
         self.decls.insert("declare double @llvm.roundeven.f64(double)".into());
         self.decls.insert("declare double @llvm.floor.f64(double)".into());
@@ -229,7 +250,224 @@ impl<'a> Writer<'a> {
         self.decls.insert("declare double @llvm.fabs.f64(double)".into());
         let ax = self.op(format!("call double @llvm.fabs.f64(double {xd})"));
         let big = self.op(format!("fcmp oge double {ax}, {}", dk(2f64.powi(50))));
-        let v = self.op(format!("select i1 {big}, double 0x7FF8000000000000, double {v}"));
-        self.op(format!("fptrunc double {v} to float"))
+        self.op(format!("select i1 {big}, double 0x7FF8000000000000, double {v}"))
+    }
+
+    /// ln(x) for f32 scalars or vectors (Cephes `logf`): subnormals scaled by 2^25 first; x = m·2^e
+    /// with m in [√½, √2) from the exponent bits, f = m − 1, ln x = f − f²/2 + f³·P(f) (degree-8 P)
+    /// + e·ln2 with ln2 in two parts. Cephes states 7.6e-8 peak relative error over the f32 range;
+    /// `tests/gpu/emulate_cuda.py` measures it (`compiler/rlxc/tests/cuda.rs`). ln(+inf) = +inf,
+    /// ln(±0) = −inf, negative or NaN x give NaN. The GPU writer's log (NVPTX has no lowering for
+    /// `llvm.log.f32` but a library call).
+    pub(super) fn fast_log(&mut self, x: &str, lanes: u32) -> String {
+        let (t, it) = Self::fty(lanes);
+        let k = |c: f64| Self::fk(lanes, c);
+        let ik = |c: i32| Self::ik(lanes, c);
+        let cmp_t = if lanes == 1 { "i1".to_string() } else { format!("<{lanes} x i1>") };
+        let small = self.op(format!("fcmp olt {t} {x}, {}", k(f32::MIN_POSITIVE as f64)));
+        let xs = self.op(format!("fmul {t} {x}, {}", k(33_554_432.0)));
+        let xn = self.op(format!("select {cmp_t} {small}, {t} {xs}, {t} {x}"));
+        let adj = self.op(format!("select {cmp_t} {small}, {it} {}, {it} {}", ik(-25), ik(0)));
+        let bits = self.op(format!("bitcast {t} {xn} to {it}"));
+        let eb = self.op(format!("lshr {it} {bits}, {}", ik(23)));
+        let e = self.op(format!("add {it} {eb}, {}", ik(-126)));
+        let e = self.op(format!("add {it} {e}, {adj}"));
+        let mb = self.op(format!("and {it} {bits}, {}", ik(0x007F_FFFF)));
+        let mb = self.op(format!("or {it} {mb}, {}", ik(0x3F00_0000)));
+        let m = self.op(format!("bitcast {it} {mb} to {t}"));
+        // m in [0.5, 1): below √½ take 2m and e − 1, so f = m − 1 is in [−0.293, 0.414].
+        let lo = self.op(format!("fcmp olt {t} {m}, {}", k(std::f64::consts::FRAC_1_SQRT_2)));
+        let m2 = self.op(format!("fadd {t} {m}, {m}"));
+        let m = self.op(format!("select {cmp_t} {lo}, {t} {m2}, {t} {m}"));
+        let e1 = self.op(format!("add {it} {e}, {}", ik(-1)));
+        let e = self.op(format!("select {cmp_t} {lo}, {it} {e1}, {it} {e}"));
+        let f = self.op(format!("fsub {t} {m}, {}", k(1.0)));
+        let fe = self.op(format!("sitofp {it} {e} to {t}"));
+        let z = self.op(format!("fmul {t} {f}, {f}"));
+        let coeffs = [7.037_683_629_2e-2, -1.151_461_031_0e-1, 1.167_699_874_0e-1, -1.242_014_084_6e-1, 1.424_932_278_7e-1, -1.666_805_766_5e-1, 2.000_071_476_5e-1, -2.499_999_399_3e-1, 3.333_333_117_4e-1];
+        let mut p = k(coeffs[0]);
+        for &c in &coeffs[1..] {
+            let m = self.op(format!("fmul contract {t} {p}, {f}"));
+            p = self.op(format!("fadd contract {t} {m}, {}", k(c)));
+        }
+        let pf = self.op(format!("fmul {t} {p}, {f}"));
+        let y = self.op(format!("fmul {t} {pf}, {z}"));
+        let a = self.op(format!("fmul {t} {fe}, {}", k(-2.121_944_40e-4)));
+        let y = self.op(format!("fadd {t} {y}, {a}"));
+        let hz = self.op(format!("fmul {t} {z}, {}", k(-0.5)));
+        let y = self.op(format!("fadd {t} {y}, {hz}"));
+        let r = self.op(format!("fadd {t} {f}, {y}"));
+        let b = self.op(format!("fmul {t} {fe}, {}", k(0.693_359_375)));
+        let r = self.op(format!("fadd {t} {r}, {b}"));
+        let inf = if lanes == 1 { "0x7FF0000000000000".to_string() } else { "splat (float 0x7FF0000000000000)".to_string() };
+        let ninf = if lanes == 1 { "0xFFF0000000000000".to_string() } else { "splat (float 0xFFF0000000000000)".to_string() };
+        let nan = if lanes == 1 { "0x7FF8000000000000".to_string() } else { "splat (float 0x7FF8000000000000)".to_string() };
+        let pinf = self.op(format!("fcmp oeq {t} {x}, {inf}"));
+        let r = self.op(format!("select {cmp_t} {pinf}, {t} {inf}, {t} {r}"));
+        let zero = self.op(format!("fcmp oeq {t} {x}, {}", k(0.0)));
+        let r = self.op(format!("select {cmp_t} {zero}, {t} {ninf}, {t} {r}"));
+        let bad = self.op(format!("fcmp ult {t} {x}, {}", k(0.0)));
+        self.op(format!("select {cmp_t} {bad}, {t} {nan}, {t} {r}"))
+    }
+
+    /// x^y of f32 scalars for the GPU writer: e^(y·ln|x|) with the log and exp above, the sign of x
+    /// for an odd integer y, and C's `powf` special cases: x^±0 = 1 and 1^y = 1 (NaN included),
+    /// (−1)^±inf = 1, a finite negative x with a non-integer y gives NaN. y·ln|x| is rounded once
+    /// (relative 6e-8) on top of the log's error, so the result's relative error is about
+    /// 2e-7·(1 + |y·ln|x||) plus exp's: below 3e-5 wherever the result is a normal f32.
+    pub(super) fn pow_f32(&mut self, x: &str, y: &str) -> String {
+        let k = |c: f64| hexf(c);
+        let ax = self.fintr("fabs", 1, &[x]);
+        let l = self.fast_log(&ax, 1);
+        let p = self.op(format!("fmul float {y}, {l}"));
+        let m = self.fast_exp(&p, 1);
+        let fy = self.fintr("floor", 1, &[y]);
+        let is_int = self.op(format!("fcmp oeq float {fy}, {y}"));
+        let hy = self.op(format!("fmul float {y}, {}", k(0.5)));
+        let fhy = self.fintr("floor", 1, &[&hy]);
+        let even = self.op(format!("fcmp oeq float {fhy}, {hy}"));
+        let odd = self.op(format!("xor i1 {even}, true"));
+        let odd = self.op(format!("and i1 {is_int}, {odd}"));
+        let sm = self.fintr("copysign", 1, &[&m, x]);
+        let r = self.op(format!("select i1 {odd}, float {sm}, float {m}"));
+        // A finite negative base with a non-integer exponent (NaN included): NaN.
+        let neg = self.op(format!("fcmp olt float {x}, {}", k(0.0)));
+        let fin = self.op(format!("fcmp one float {x}, 0xFFF0000000000000"));
+        let frac = self.op(format!("xor i1 {is_int}, true"));
+        let bad = self.op(format!("and i1 {neg}, {fin}"));
+        let bad = self.op(format!("and i1 {bad}, {frac}"));
+        let r = self.op(format!("select i1 {bad}, float 0x7FF8000000000000, float {r}"));
+        // The ones: y = ±0, x = 1, and |x| = 1 with y = ±inf.
+        let y0 = self.op(format!("fcmp oeq float {y}, {}", k(0.0)));
+        let x1 = self.op(format!("fcmp oeq float {x}, {}", k(1.0)));
+        let ax1 = self.op(format!("fcmp oeq float {ax}, {}", k(1.0)));
+        let ay = self.fintr("fabs", 1, &[y]);
+        let yinf = self.op(format!("fcmp oeq float {ay}, 0x7FF0000000000000"));
+        let one = self.op(format!("and i1 {ax1}, {yinf}"));
+        let one = self.op(format!("or i1 {one}, {y0}"));
+        let one = self.op(format!("or i1 {one}, {x1}"));
+        self.op(format!("select i1 {one}, float {}, float {r}", k(1.0)))
+    }
+
+    /// sinh(x) or cosh(x) (`cosh`) of an f32 scalar for the GPU writer, from h = e^(|x|/2) (the exp
+    /// above): e^|x|/2 as h·(h/2), so it overflows only where the result does, and e^−|x|/2 as
+    /// ½/h²; cosh the sum, sinh the difference with the sign of x for |x| ≥ 1 and the Taylor series
+    /// to x¹¹ (truncation below 3e-8 relative) for |x| < 1, where the difference cancels. Relative
+    /// error a few f32 ulps; ±inf and NaN pass through.
+    pub(super) fn sinh_cosh_f32(&mut self, x: &str, cosh: bool) -> String {
+        let k = |c: f64| hexf(c);
+        let ax = self.fintr("fabs", 1, &[x]);
+        let half = self.op(format!("fmul float {ax}, {}", k(0.5)));
+        let h = self.fast_exp(&half, 1);
+        let hh = self.op(format!("fmul float {h}, {h}"));
+        let h2 = self.op(format!("fmul float {h}, {}", k(0.5)));
+        let big = self.op(format!("fmul float {h}, {h2}"));
+        let inv = self.op(format!("fdiv float {}, {hh}", k(0.5)));
+        if cosh {
+            return self.op(format!("fadd float {big}, {inv}"));
+        }
+        let d = self.op(format!("fsub float {big}, {inv}"));
+        let d = self.fintr("copysign", 1, &[&d, x]);
+        let z = self.op(format!("fmul float {x}, {x}"));
+        let terms = [1.0 / 39_916_800.0, 1.0 / 362_880.0, 1.0 / 5040.0, 1.0 / 120.0, 1.0 / 6.0, 1.0];
+        let mut p = k(terms[0]);
+        for &c in &terms[1..] {
+            let m = self.op(format!("fmul contract float {p}, {z}"));
+            p = self.op(format!("fadd contract float {m}, {}", k(c)));
+        }
+        let small = self.op(format!("fmul float {p}, {x}"));
+        // NaN fails the comparison and takes the series, which keeps it NaN.
+        let is_big = self.op(format!("fcmp oge float {ax}, {}", k(1.0)));
+        self.op(format!("select i1 {is_big}, float {d}, float {small}"))
+    }
+
+    /// e^x of an f64 scalar for the GPU writer: n = round(x·log2 e), r = x − n·ln2 with ln2 in two
+    /// parts (fma, exact), the Taylor series to r¹³ on |r| ≤ 0.347 (truncation below 5e-18), times 2^n
+    /// in two normal factors; +inf above 709.78, 0 below −745.13, NaN stays NaN. A few f64 ulps
+    /// (`compiler/rlxc/tests/cuda_math.rs` measures it against the interpreter's libm).
+    pub(super) fn exp_f64(&mut self, x: &str) -> String {
+        let dk = |c: f64| format!("0x{:016X}", c.to_bits());
+        for d in ["roundeven", "fma"] {
+            let args = if d == "fma" { "double, double, double" } else { "double" };
+            self.decls.insert(format!("declare double @llvm.{d}.f64({args})"));
+        }
+        let (hi_c, lo_c) = (709.782_712_893_384, -745.133_219_101_941_2);
+        let hi = self.op(format!("fcmp ogt double {x}, {}", dk(hi_c)));
+        let xc = self.op(format!("select i1 {hi}, double {}, double {x}", dk(hi_c)));
+        let lo = self.op(format!("fcmp olt double {xc}, {}", dk(lo_c)));
+        let xc = self.op(format!("select i1 {lo}, double {}, double {xc}", dk(lo_c)));
+        let xl = self.op(format!("fmul double {xc}, {}", dk(std::f64::consts::LOG2_E)));
+        let n = self.op(format!("call double @llvm.roundeven.f64(double {xl})"));
+        let nn = self.op(format!("fneg double {n}"));
+        let r = self.op(format!("call double @llvm.fma.f64(double {nn}, double {}, double {xc})", dk(f64::from_bits(0x3FE6_2E42_FEE0_0000))));
+        let r = self.op(format!("call double @llvm.fma.f64(double {nn}, double {}, double {r})", dk(f64::from_bits(0x3DEA_39EF_3579_3C76))));
+        let mut p = dk(1.0 / (1..=13).map(|j| j as f64).product::<f64>());
+        for i in (0..13).rev() {
+            let c = 1.0 / (1..=i).map(|j| j as f64).product::<f64>();
+            let m = self.op(format!("fmul double {p}, {r}"));
+            p = self.op(format!("fadd double {m}, {}", dk(c)));
+        }
+        // n in [-1075, 1024] after the clamp: 2^n as 2^(n>>1)·2^(n − (n>>1)), each factor normal.
+        let ord = self.op(format!("fcmp ord double {n}, 0.0"));
+        let n0 = self.op(format!("select i1 {ord}, double {n}, double 0.0"));
+        let ni = self.op(format!("fptosi double {n0} to i64"));
+        let n1 = self.op(format!("ashr i64 {ni}, 1"));
+        let n2 = self.op(format!("sub i64 {ni}, {n1}"));
+        let mut res = p;
+        for part in [n1, n2] {
+            let e = self.op(format!("add i64 {part}, 1023"));
+            let e = self.op(format!("shl i64 {e}, 52"));
+            let f = self.op(format!("bitcast i64 {e} to double"));
+            res = self.op(format!("fmul double {res}, {f}"));
+        }
+        let over = self.op(format!("fcmp ogt double {x}, {}", dk(hi_c)));
+        let res = self.op(format!("select i1 {over}, double 0x7FF0000000000000, double {res}"));
+        let under = self.op(format!("fcmp olt double {x}, {}", dk(lo_c)));
+        self.op(format!("select i1 {under}, double 0.0, double {res}"))
+    }
+
+    /// ln(x) of an f64 scalar for the GPU writer: subnormals scaled by 2^54, x = m·2^e with m in
+    /// [√½, √2), f = m − 1, s = f/(2 + f), ln m = 2s·Σ s^2k/(2k+1) to k = 12 (|s| ≤ 0.172: truncation
+    /// below 1e-19), plus e·ln2 in two parts. ln(+inf) = +inf, ln(±0) = −inf, negative or NaN x give NaN.
+    pub(super) fn log_f64(&mut self, x: &str) -> String {
+        let dk = |c: f64| format!("0x{:016X}", c.to_bits());
+        let small = self.op(format!("fcmp olt double {x}, {}", dk(f64::MIN_POSITIVE)));
+        let xs = self.op(format!("fmul double {x}, {}", dk(2f64.powi(54))));
+        let xn = self.op(format!("select i1 {small}, double {xs}, double {x}"));
+        let adj = self.op(format!("select i1 {small}, i64 -54, i64 0"));
+        let bits = self.op(format!("bitcast double {xn} to i64"));
+        let eb = self.op(format!("lshr i64 {bits}, 52"));
+        let e = self.op(format!("add i64 {eb}, -1022"));
+        let e = self.op(format!("add i64 {e}, {adj}"));
+        let mb = self.op(format!("and i64 {bits}, 4503599627370495"));
+        let mb = self.op(format!("or i64 {mb}, 4602678819172646912"));
+        let m = self.op(format!("bitcast i64 {mb} to double"));
+        let lo = self.op(format!("fcmp olt double {m}, {}", dk(std::f64::consts::FRAC_1_SQRT_2)));
+        let m2 = self.op(format!("fadd double {m}, {m}"));
+        let m = self.op(format!("select i1 {lo}, double {m2}, double {m}"));
+        let e1 = self.op(format!("add i64 {e}, -1"));
+        let e = self.op(format!("select i1 {lo}, i64 {e1}, i64 {e}"));
+        let f = self.op(format!("fsub double {m}, 1.0"));
+        let d = self.op(format!("fadd double {f}, 2.0"));
+        let sv = self.op(format!("fdiv double {f}, {d}"));
+        let z = self.op(format!("fmul double {sv}, {sv}"));
+        let mut p = dk(1.0 / 25.0);
+        for k in (0..12).rev() {
+            let m = self.op(format!("fmul double {p}, {z}"));
+            p = self.op(format!("fadd double {m}, {}", dk(1.0 / (2 * k + 1) as f64)));
+        }
+        let s2 = self.op(format!("fadd double {sv}, {sv}"));
+        let lm = self.op(format!("fmul double {s2}, {p}"));
+        let fe = self.op(format!("sitofp i64 {e} to double"));
+        let a = self.op(format!("fmul double {fe}, {}", dk(f64::from_bits(0x3DEA_39EF_3579_3C76))));
+        let lm = self.op(format!("fadd double {lm}, {a}"));
+        let b = self.op(format!("fmul double {fe}, {}", dk(f64::from_bits(0x3FE6_2E42_FEE0_0000))));
+        let r = self.op(format!("fadd double {b}, {lm}"));
+        let pinf = self.op(format!("fcmp oeq double {x}, 0x7FF0000000000000"));
+        let r = self.op(format!("select i1 {pinf}, double 0x7FF0000000000000, double {r}"));
+        let zero = self.op(format!("fcmp oeq double {x}, 0.0"));
+        let r = self.op(format!("select i1 {zero}, double 0xFFF0000000000000, double {r}"));
+        let bad = self.op(format!("fcmp ult double {x}, 0.0"));
+        self.op(format!("select i1 {bad}, double 0x7FF8000000000000, double {r}"))
     }
 }

@@ -35,16 +35,33 @@ pub const BLOCK: u32 = 256;
 pub const SMS: &[u32] = &[80, 86, 89, 90];
 
 /// MIR op kinds claimed: the shared lowering's kinds whose f32 math has an inline form here (exp, erf,
-/// tanh, sigmoid; sin and cos through f64 range reduction and series, `ir/math.rs`) or a PTX
-/// instruction (sqrt, floor, ceil, round, min/max, …). Not claimed: functions that would need libm or
-/// libdevice on the GPU (log, tan and the inverse and hyperbolic functions but tanh, pow), float `mod`/`fmod`, and the quantization ops.
+/// tanh, sigmoid, log, sinh, cosh, pow (f32 only: `caps`); sin, cos and tan through f64 range
+/// reduction and series, `ir/math.rs`) or a PTX instruction (sqrt, floor, ceil, round — `cvt.rni`,
+/// half to even, which the quantization ops' rounding is —, min/max, …). Not claimed: functions that
+/// would need libm or libdevice on the GPU (the inverse trigonometric and hyperbolic functions), float
+/// `mod`/`fmod`.
 pub const KINDS: &[&str] = &[
     "neg", "abs", "exp", "sin", "cos", "sqrt", "recip", "tanh", "sigmoid", "erf", "relu", "floor", "ceil", "round", "sign", "not", "bit_not", "is_nan",
     "is_inf", "is_pos_inf", "is_neg_inf", "add", "sub", "mul", "div", "max", "min", "eq", "lt", "le", "gt", "ge", "and", "or", "xor",
     "bit_and", "bit_or", "bit_xor", "shl", "shr", "where", "cast", "matmul", "reduce_sum", "reduce_prod", "reduce_max", "reduce_min",
     "reduce_mean", "argmax", "argmin", "reshape", "transpose", "expand", "slice", "concat", "gather", "gather_elements", "gather_nd", "pad",
-    "conv", "max_pool", "avg_pool", "cumsum", "write_rows", "compress", "nonzero", "nms", "unique",
+    "conv", "conv_transpose", "max_pool", "avg_pool", "cumsum", "write_rows", "compress", "nonzero", "nms", "unique", "log", "tan", "sinh", "cosh",
+    "quantize", "dequantize", "fake_quantize", "scatter_elements", "scatter_nd", "topk",
 ];
+
+/// Kinds claimed for f64 too: the ones whose f64 form is PTX's own f64 instructions or, for exp, log
+/// and sigmoid, the writer's inline f64 forms (`ir/math.rs`); not the other transcendental functions
+/// (library calls) nor matmul (its tiled kernels are f32).
+pub const F64_KINDS: &[&str] = &[
+    "exp", "log", "sigmoid", "neg", "abs", "sqrt", "recip", "relu", "floor", "ceil", "round", "sign", "is_nan", "is_inf", "is_pos_inf", "is_neg_inf", "add", "sub",
+    "mul", "div", "max", "min", "eq", "lt", "le", "gt", "ge", "where", "cast", "reduce_sum", "reduce_prod", "reduce_max", "reduce_min",
+    "reduce_mean", "argmax", "argmin", "reshape", "transpose", "expand", "slice", "concat", "gather", "gather_elements", "gather_nd", "pad",
+    "cumsum",
+];
+
+/// Integer dtypes (`mod` / `fmod`: `srem` / `urem`; float remainders are NVPTX's inexact `frem`
+/// expansion, not claimed).
+const INTS: &[DType] = &[DType::I8, DType::U8, DType::I16, DType::U16, DType::I32, DType::U32, DType::I64, DType::U64];
 
 /// Dtypes claimed: f32 and the integer types and bool (f64 is not: its transcendental functions
 /// would be libm calls); f16/bf16 as storage (`cast`, `reshape`), as on the CPU.
@@ -56,8 +73,15 @@ pub fn caps(name: &str) -> TargetCaps {
     // Collectives and transfers: schedule entries the CUDA executor issues through the application's
     // NCCL communicator (`nvptx/comm.rs`); NCCL sums f32/i32/i64 and moves any of these.
     let sums = [DType::F32, DType::I32, DType::I64];
-    TargetCaps::uniform(name, KINDS, DTYPES)
-        .with("cast", &half)
+    let mut caps = TargetCaps::uniform(name, KINDS, DTYPES);
+    for &k in F64_KINDS {
+        caps = caps.with(k, &[DType::F64]);
+    }
+    caps.with("cast", &half)
+        // f32 pow from the GPU writer's log and exp (`ir/math.rs`); integer pow would be f64 pow.
+        .with("pow", &[DType::F32])
+        .with("mod", INTS)
+        .with("fmod", INTS)
         .with("reshape", &half)
         // GGUF weights read in their blocks (`plan/blocks.rs`): the language models' matmuls and
         // embedding lookups.
