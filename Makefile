@@ -152,7 +152,7 @@ conformance-data: $(VENV_STAMP)
 	$(PY) tests/conformance/gen_node_cases.py --out $(NODE_CASES)
 
 conformance: conformance-data
-	$(RLXC) conformance $(NODE_CASES) --target x86_64 --target aarch64 --target x86_64-cranelift --target aarch64-cranelift --target vulkan --write docs/conformance.md
+	$(RLXC) conformance $(NODE_CASES) --target x86_64 --target x86_64-cranelift --target vulkan --target cuda-ptxas --write docs/conformance.md
 
 # Interpreter + full x86_64 columns (LLVM and Cranelift) and the Vulkan column (lavapipe); the aarch64 columns on a subset (qemu-aarch64).
 conformance-check: conformance-data
