@@ -62,6 +62,12 @@ pub(super) fn nest(kb: &mut KB, shape: &[usize], kind_outer: LoopKind, inner: &m
 }
 
 impl Planner<'_> {
+    /// The kernel parameter of value `v`, a node's own output (its buffer placed by memory planning).
+    pub(super) fn output_param(&self, kb: &mut KB, v: ValueId, access: Access) -> u32 {
+        let ob = self.buf_of[v.index()].expect("a kernel's own output is materialized");
+        kb.param(ob, &self.buffers[ob as usize].clone(), access)
+    }
+
     /// Lowers the kernel rooted at node `r`.
     pub(super) fn kernel(&mut self, r: NodeId) -> (Kernel, Vec<u32>, Vec<NodeId>) {
         let g = self.g;

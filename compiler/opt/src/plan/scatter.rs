@@ -25,10 +25,8 @@ impl Planner<'_> {
     pub(super) fn scatter_kernel(&mut self, r: NodeId) -> (Kernel, Vec<u32>, Vec<NodeId>) {
         let node = self.g.node(r).clone();
         let out = node.outputs[0];
-        let ob = self.buf_of[out.index()].expect("a scatter's output is materialized");
         let mut kb = KB { params: Vec::new(), bindings: Vec::new(), vars: 0, subst: HashMap::new() };
-        let obuf = self.buffers[ob as usize].clone();
-        let o = kb.param(ob, &obuf, Access::ReadWrite);
+        let o = self.output_param(&mut kb, out, Access::ReadWrite);
         let (data, ind, upd) = (node.inputs[0], node.inputs[1], node.inputs[2]);
         let (ds, dt, it) = (self.shape(data), self.dt(data), self.dt(ind));
         let mut body = nest(&mut kb, &ds, LoopKind::Serial, &mut |kb, ix| vec![Stmt::Store { buf: o, index: linear(ix, &ds), value: self.elem(kb, data, ix) }]);

@@ -44,10 +44,8 @@ impl Planner<'_> {
             return self.unique_kernel(&node, r, axis, sorted);
         }
         let out = node.outputs[0];
-        let ob = self.buf_of[out.index()].expect("a data-dependent op's output is materialized");
         let mut kb = KB { params: Vec::new(), bindings: Vec::new(), vars: 0, subst: HashMap::new() };
-        let obuf = self.buffers[ob as usize].clone();
-        let o = kb.param(ob, &obuf, Access::Write);
+        let o = self.output_param(&mut kb, out, Access::Write);
         let (odt, oshape) = (self.dt(out), self.shape(out));
         let total: usize = oshape.iter().product();
         let fill = kb.var();
@@ -165,15 +163,7 @@ impl Planner<'_> {
     /// elements are written; (C) each slice's inverse: the place of its value's first slice.
     fn unique_kernel(&mut self, node: &rlx_ir::Node<MirOp>, r: NodeId, axis: Option<usize>, sorted: bool) -> (Kernel, Vec<u32>, Vec<NodeId>) {
         let mut kb = KB { params: Vec::new(), bindings: Vec::new(), vars: 0, subst: HashMap::new() };
-        let p: Vec<u32> = node
-            .outputs
-            .iter()
-            .map(|&v| {
-                let ob = self.buf_of[v.index()].expect("unique's outputs are materialized");
-                let obuf = self.buffers[ob as usize].clone();
-                kb.param(ob, &obuf, Access::Write)
-            })
-            .collect();
+        let p: Vec<u32> = node.outputs.iter().map(|&v| self.output_param(&mut kb, v, Access::Write)).collect();
         let (y, ind, inv, cnt) = (p[0], p[1], p[2], p[3]);
         let x = node.inputs[0];
         let (s, dt) = (self.shape(x), self.dt(x));

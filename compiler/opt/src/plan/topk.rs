@@ -24,15 +24,7 @@ impl Planner<'_> {
         let node = self.g.node(r).clone();
         let MirOp::TopK { axis, k, largest } = node.op else { unreachable!("topk_kernel on another op") };
         let mut kb = KB { params: Vec::new(), bindings: Vec::new(), vars: 0, subst: HashMap::new() };
-        let p: Vec<u32> = node
-            .outputs
-            .iter()
-            .map(|&v| {
-                let ob = self.buf_of[v.index()].expect("topk's outputs are materialized");
-                let obuf = self.buffers[ob as usize].clone();
-                kb.param(ob, &obuf, Access::Write)
-            })
-            .collect();
+        let p: Vec<u32> = node.outputs.iter().map(|&v| self.output_param(&mut kb, v, Access::Write)).collect();
         let (vals, inds) = (p[0], p[1]);
         let x = node.inputs[0];
         let (s, dt) = (self.shape(x), self.dt(x));
