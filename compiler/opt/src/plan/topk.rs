@@ -1,13 +1,14 @@
 //! `topk`: one serial kernel. For each slice along the axis, k scans each pick the best element after
 //! the previous pick in (value, index) order — descending values for `largest`, ascending otherwise,
 //! ties by ascending index — so the outputs are the interpreter's stable sort's first k, without a sort
-//! or scratch memory (O(k·n) per slice). NaN values compare false and are never picked (the
-//! interpreter orders them; ONNX leaves them unspecified). Serial on every target, one thread on a GPU.
+//! or scratch memory (O(k·n) per slice). Floats are compared in the interpreter's total order: NaN
+//! above every number and equal to NaN (so `largest` picks NaNs first, in index order, and smallest
+//! picks them last, as ONNX Runtime does), -0 equal to +0. Serial on every target, one thread on a GPU.
 
 use super::kernel::KB;
 use super::Planner;
 use rlx_ir::loops::{Access, Expr, IOp, Kernel, LoopKind, Stmt, Var};
-use rlx_ir::{BinaryOp, DType, MirOp, NodeId};
+use rlx_ir::{BinaryOp, DType, MirOp, NodeId, UnaryOp};
 use std::collections::HashMap;
 
 fn b(op: BinaryOp, dt: DType, x: Expr, y: Expr) -> Expr {
@@ -47,19 +48,31 @@ impl Planner<'_> {
         ix.push(Expr::Var(j));
         ix.extend(unflat(Expr::Var(iv), is));
         let v = self.elem(&mut kb, x, &ix);
-        let (ahead, beats) = if largest { (BinaryOp::Lt, BinaryOp::Gt) } else { (BinaryOp::Gt, BinaryOp::Lt) };
-        let idx = |v: Var| Expr::ToIndex { from: DType::I64, x: Box::new(Expr::Var(v)) };
-        // After the previous pick (any element for the first): strictly behind it in value, or equal
-        // with a higher index.
-        let after = b(
-            BinaryOp::Or,
-            DType::Bool,
-            b(ahead, dt, v.clone(), Expr::Var(prev_v)),
-            b(BinaryOp::And, DType::Bool, b(BinaryOp::Eq, dt, v.clone(), Expr::Var(prev_v)), b(BinaryOp::Gt, DType::I64, Expr::Var(j), Expr::Var(prev_i))),
-        );
+        // The interpreter's total order on floats (NaN above every number, equal to NaN); plain
+        // comparisons for integers.
+        let nan = |e: &Expr| Expr::Un(UnaryOp::IsNan, dt, Box::new(e.clone()));
+        let not = |e: Expr| Expr::Un(UnaryOp::Not, DType::Bool, Box::new(e));
+        let float = dt.is_float();
+        let gt = |x: &Expr, y: &Expr| {
+            let c = b(BinaryOp::Gt, dt, x.clone(), y.clone());
+            if float { b(BinaryOp::Or, DType::Bool, b(BinaryOp::And, DType::Bool, nan(x), not(nan(y))), c) } else { c }
+        };
+        let lt = |x: &Expr, y: &Expr| {
+            let c = b(BinaryOp::Lt, dt, x.clone(), y.clone());
+            if float { b(BinaryOp::Or, DType::Bool, b(BinaryOp::And, DType::Bool, not(nan(x)), nan(y)), c) } else { c }
+        };
+        let eq = |x: &Expr, y: &Expr| {
+            let c = b(BinaryOp::Eq, dt, x.clone(), y.clone());
+            if float { b(BinaryOp::Or, DType::Bool, b(BinaryOp::And, DType::Bool, nan(x), nan(y)), c) } else { c }
+        };
+        let (pv, bv) = (Expr::Var(prev_v), Expr::Var(best_v));
+        let (behind, beats) = if largest { (lt(&v, &pv), gt(&v, &bv)) } else { (gt(&v, &pv), lt(&v, &bv)) };
+        // After the previous pick (any element for the first): strictly behind it in the order, or
+        // equal with a higher index.
+        let after = b(BinaryOp::Or, DType::Bool, behind, b(BinaryOp::And, DType::Bool, eq(&v, &pv), b(BinaryOp::Gt, DType::I64, Expr::Var(j), Expr::Var(prev_i))));
         let first = b(BinaryOp::Lt, DType::I64, Expr::Var(prev_i), Expr::Lit(0.0, DType::I64));
         let after = b(BinaryOp::Or, DType::Bool, first, after);
-        let better = b(BinaryOp::Or, DType::Bool, b(BinaryOp::Lt, DType::I64, Expr::Var(best_i), Expr::Lit(0.0, DType::I64)), b(beats, dt, v.clone(), Expr::Var(best_v)));
+        let better = b(BinaryOp::Or, DType::Bool, b(BinaryOp::Lt, DType::I64, Expr::Var(best_i), Expr::Lit(0.0, DType::I64)), beats);
         let pick = b(BinaryOp::And, DType::Bool, after, better);
         let truth = |c: Expr| Expr::Select(Box::new(c), Box::new(Expr::Int(1)), Box::new(Expr::Int(0)));
         let scan = serial(j, n, vec![Stmt::If { cond: truth(pick), body: vec![Stmt::Assign { var: best_v, value: v }, Stmt::Assign { var: best_i, value: Expr::Var(j) }] }]);
@@ -69,8 +82,6 @@ impl Planner<'_> {
             Stmt::Assign { var: best_i, value: Expr::Lit(-1.0, DType::I64) },
             Stmt::Assign { var: best_v, value: zero(dt) },
             scan,
-            // No pick (NaN only): index 0 rather than a negative one.
-            Stmt::If { cond: Expr::i(IOp::Lt, idx(best_i), Expr::Int(0)), body: vec![Stmt::Assign { var: best_i, value: Expr::Lit(0.0, DType::I64) }] },
             Stmt::Store { buf: vals, index: at.clone(), value: Expr::Var(best_v) },
             Stmt::Store { buf: inds, index: at, value: Expr::Var(best_i) },
             Stmt::Assign { var: prev_v, value: Expr::Var(best_v) },
