@@ -3,7 +3,7 @@
 
     onnx_seq_models.py --out DIR
 
-Writes, per model NAME in (lstm_gru, unet_resize, stft_frontend, control_flow, control_flow_else, stn, detector, while_loop, while_loop_else, while_scan): DIR/NAME.onnx, DIR/NAME.x.npy (the input, "x")
+Writes, per model NAME in (lstm_gru, unet_resize, stft_frontend, control_flow, control_flow_else, stn, detector, while_loop, while_loop_else, while_scan, scan_rnn, scan_axes, scan_dim, topk_nan): DIR/NAME.onnx, DIR/NAME.x.npy (the input, "x")
 and DIR/NAME.ort.npy (ONNX Runtime's output "y", float32).
 
 - lstm_gru: a PyTorch-style sequence classifier. batch-first input [2, 12, 8] transposed to
@@ -34,6 +34,14 @@ and DIR/NAME.ort.npy (ONNX Runtime's output "y", float32).
   a `while` whose body doubles its carried value's rows each iteration.
 - while_scan: a Loop of trip count 6 whose body computes its condition (abs(h).sum() < 40, h = 1.3 h + x)
   and emits h per iteration [2, 4]: output y [K, 2, 4], K the iterations run (4 for the input written).
+- scan_rnn: a Scan over 5000 steps (past rlxc's unroll limit of 4096: a loop region) of a tanh RNN
+  step h = tanh(x_t W + h U) (input [5000, 4], state [8]), emitting h per step: y [5000, 8].
+- scan_axes: a Scan over 4100 steps with two scan inputs — x [2, 4100, 3] read along axis 1 in
+  reverse, and its transpose [4100, 2, 3] along axis 0 forward — state [2, 6], emitting the state
+  along scan_output_axes 1 in reverse (scan_output_directions 1): y [2, 4100, 6].
+- scan_dim: scan_rnn with a symbolic sequence length "T" (fixed by --dim T=5000 or by the input).
+- topk_nan: TopK (k 4, axis 1) of x [3, 7] holding NaNs, largest and smallest: y [3, 16] is the
+  largest values, their indices (as floats), the smallest values, their indices.
 - stn: a spatial transformer [2, 3, 12, 12] (opset 20): GlobalAveragePool → Flatten → Gemm predicting
   theta [2, 6] around the identity → Reshape [2, 2, 3] → AffineGrid to [2, 3, 10, 10] → GridSample
   bilinear (zeros padding), GridSample bicubic (zeros, align_corners) and bilinear (border, align_corners)
@@ -359,6 +367,80 @@ def while_scan(rng: np.random.Generator) -> tuple[onnx.ModelProto, np.ndarray]:
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)]), x
 
 
+def scan_rnn_graph(rng: np.random.Generator, steps) -> onnx.ModelProto:
+    """A Scan of a tanh RNN step over `steps` (an int or a symbolic name) rows of x [steps, 4]."""
+    f, h = 4, 8
+    f32 = TensorProto.FLOAT
+    inits = [init("W", (rng.standard_normal((f, h)) * 0.5).astype(np.float32)),
+             init("U", (rng.standard_normal((h, h)) * 0.25).astype(np.float32)), init("h0", np.zeros((h,), np.float32))]
+    body = helper.make_graph(
+        [helper.make_node("Unsqueeze", ["x_t", "axis0"], ["x_row"]), helper.make_node("MatMul", ["x_row", "W"], ["xw1"]),
+         helper.make_node("Squeeze", ["xw1", "axis0"], ["xw"]), helper.make_node("Unsqueeze", ["h_in", "axis0"], ["h_row"]),
+         helper.make_node("MatMul", ["h_row", "U"], ["hu1"]), helper.make_node("Squeeze", ["hu1", "axis0"], ["hu"]),
+         helper.make_node("Add", ["xw", "hu"], ["pre"]), helper.make_node("Tanh", ["pre"], ["h_out"]),
+         helper.make_node("Identity", ["h_out"], ["h_scan"])],
+        "rnn_step",
+        [helper.make_tensor_value_info("h_in", f32, [h]), helper.make_tensor_value_info("x_t", f32, [f])],
+        [helper.make_tensor_value_info("h_out", f32, [h]), helper.make_tensor_value_info("h_scan", f32, [h])],
+        [init("axis0", np.array([0], np.int64))])
+    nodes = [helper.make_node("Scan", ["h0", "x"], ["hT", "y"], body=body, num_scan_inputs=1, name="rnn_scan")]
+    g = helper.make_graph(nodes, "scan_rnn", [helper.make_tensor_value_info("x", f32, [steps, f])],
+                          [helper.make_tensor_value_info("y", f32, [steps, h])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)])
+
+
+def scan_rnn(rng: np.random.Generator) -> tuple[onnx.ModelProto, np.ndarray]:
+    return scan_rnn_graph(rng, 5000), rng.standard_normal((5000, 4)).astype(np.float32)
+
+
+def scan_dim(rng: np.random.Generator) -> tuple[onnx.ModelProto, np.ndarray]:
+    return scan_rnn_graph(rng, "T"), rng.standard_normal((5000, 4)).astype(np.float32)
+
+
+def scan_axes(rng: np.random.Generator) -> tuple[onnx.ModelProto, np.ndarray]:
+    """Scan inputs on axes 1 (reversed) and 0, the output on axis 1 reversed (module doc)."""
+    b, t, f, h = 2, 4100, 3, 6
+    f32 = TensorProto.FLOAT
+    inits = [init("W1", (rng.standard_normal((f, h)) * 0.5).astype(np.float32)),
+             init("W2", (rng.standard_normal((f, h)) * 0.5).astype(np.float32)),
+             init("U", (rng.standard_normal((h, h)) * 0.25).astype(np.float32)), init("s0", np.zeros((b, h), np.float32))]
+    body = helper.make_graph(
+        [helper.make_node("MatMul", ["a_t", "W1"], ["aw"]), helper.make_node("MatMul", ["b_t", "W2"], ["bw"]),
+         helper.make_node("MatMul", ["s_in", "U"], ["su"]), helper.make_node("Add", ["aw", "bw"], ["ab"]),
+         helper.make_node("Add", ["ab", "su"], ["pre"]), helper.make_node("Tanh", ["pre"], ["s_out"]),
+         helper.make_node("Identity", ["s_out"], ["s_scan"])],
+        "two_inputs_step",
+        [helper.make_tensor_value_info("s_in", f32, [b, h]), helper.make_tensor_value_info("a_t", f32, [b, f]),
+         helper.make_tensor_value_info("b_t", f32, [b, f])],
+        [helper.make_tensor_value_info("s_out", f32, [b, h]), helper.make_tensor_value_info("s_scan", f32, [b, h])])
+    nodes = [helper.make_node("Transpose", ["x"], ["xt"], perm=[1, 0, 2]),
+             helper.make_node("Scan", ["s0", "x", "xt"], ["sT", "y"], body=body, num_scan_inputs=2,
+                              scan_input_axes=[1, 0], scan_input_directions=[1, 0], scan_output_axes=[1],
+                              scan_output_directions=[1])]
+    g = helper.make_graph(nodes, "scan_axes", [helper.make_tensor_value_info("x", f32, [b, t, f])],
+                          [helper.make_tensor_value_info("y", f32, [b, t, h])], inits)
+    x = rng.standard_normal((b, t, f)).astype(np.float32)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)]), x
+
+
+def topk_nan(rng: np.random.Generator) -> tuple[onnx.ModelProto, np.ndarray]:
+    """TopK over rows holding NaNs, largest and smallest (module doc)."""
+    f32 = TensorProto.FLOAT
+    x = rng.standard_normal((3, 7)).astype(np.float32)
+    x[0, [1, 4]] = np.nan
+    x[1, 6] = np.nan
+    x[1, 2] = x[1, 5]  # a tie: the lower index first
+    x[2, :] = np.nan
+    x[2, 3] = 1.0
+    nodes = [helper.make_node("TopK", ["x", "k"], ["vl", "il"], axis=1, largest=1),
+             helper.make_node("TopK", ["x", "k"], ["vs", "is"], axis=1, largest=0),
+             helper.make_node("Cast", ["il"], ["ilf"], to=f32), helper.make_node("Cast", ["is"], ["isf"], to=f32),
+             helper.make_node("Concat", ["vl", "ilf", "vs", "isf"], ["y"], axis=1)]
+    g = helper.make_graph(nodes, "topk_nan", [helper.make_tensor_value_info("x", f32, [3, 7])],
+                          [helper.make_tensor_value_info("y", f32, [3, 16])], [init("k", np.array([4], np.int64))])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)]), x
+
+
 def bad_loop(rng: np.random.Generator) -> onnx.ModelProto:
     """A while loop whose body doubles its loop-carried value's rows every iteration (valid ONNX,
     not a static-shape loop): rlxc refuses it naming the Loop node."""
@@ -474,6 +556,10 @@ def main() -> int:
               ("control_flow_else", lambda r: (cf, control_flow_inputs(cf, r, False))), ("stn", stn), ("detector", detector),
               ("while_loop", lambda r: (wl, while_loop_input(wl, r, True))),
               ("while_loop_else", lambda r: (wl, while_loop_input(wl, r, False))), ("while_scan", while_scan)]
+    # Each with its own generator: the models above keep their inputs.
+    builds += [(name, lambda r, f=f, seed=seed: f(np.random.default_rng(seed)))
+               for name, f, seed in [("scan_rnn", scan_rnn, 31), ("scan_axes", scan_axes, 37), ("scan_dim", scan_dim, 31),
+                                     ("topk_nan", topk_nan, 41)]]
     for name, build in builds:
         model, x = build(rng)
         model.ir_version = 8

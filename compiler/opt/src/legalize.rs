@@ -91,7 +91,7 @@ pub fn report(g: &Mir, caps: &TargetCaps) -> DispatchReport {
         } else if caps.claims(kind, dtype) {
             (Resolution::Native, String::new())
         } else if !n.op.regions().is_empty() {
-            let what = if kind == "loop" { "a loop whose trip count or condition is known only at run time" } else { "an if whose branch holds such a loop" };
+            let what = if kind == "loop" { "a Loop or Scan that does not unroll: a trip count or condition known only at run time, or past the unroll limits" } else { "an if whose branch holds such a loop" };
             (Resolution::Unsupported, format!("target '{}' does not run control-flow regions ({kind}: {what}); legal if the target would claim {kind}/{dtype}", caps.name))
         } else if let Some((_, prims)) = COMMON_IR.iter().find(|(k, prims)| *k == kind && prims.iter().all(|p| caps.claims(p, dtype))) {
             (Resolution::CommonIr, format!("via {}", prims.join(" + ")))

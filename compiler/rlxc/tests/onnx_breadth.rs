@@ -9,7 +9,9 @@
 //! `rlxc run` on the interpreter and on `--target host`: 1e-4 max abs difference. And a scripted
 //! `while` loop with an `if` around a second one (`while_loop`) and a `while` with a scan output
 //! (`while_scan`): loop and if regions, which the interpreter and `--target host` (LLVM and Cranelift)
-//! run and the other targets report per node.
+//! run and the other targets report per node. Scans past the unroll limit (`scan_rnn`, `scan_axes`,
+//! `scan_dim`): loop regions on the interpreter and both CPU code generators. TopK over NaNs
+//! (`topk_nan`): NaN-aware comparison (NaN must meet NaN).
 
 mod common;
 use common::{ok, python, repo};
@@ -35,6 +37,11 @@ fn check(name: &str, target: &str, shape: &[usize]) {
 
 /// [`check`] with `--backend BACKEND` (a CPU target's code generator).
 fn check_on(name: &str, target: &str, backend: Option<&str>, shape: &[usize]) {
+    check_with(name, target, backend, &[], shape)
+}
+
+/// [`check_on`] with further `rlxc run` arguments (`--dim T=N`). NaN must meet NaN.
+fn check_with(name: &str, target: &str, backend: Option<&str>, args: &[&str], shape: &[usize]) {
     let dir = models();
     let tag = backend.map_or(target.to_string(), |b| format!("{target}-{b}"));
     let out = dir.join(format!("{name}.{tag}"));
@@ -51,12 +58,18 @@ fn check_on(name: &str, target: &str, backend: Option<&str>, shape: &[usize]) {
     if let Some(b) = backend {
         cmd.arg("--backend").arg(b);
     }
+    cmd.args(args);
     ok(&mut cmd);
     let got = rlxc::npy::read(&out.join("y.npy")).unwrap();
     let want = rlxc::npy::read(&dir.join(format!("{name}.ort.npy"))).unwrap();
     assert_eq!(got.shape, shape, "{name} on {target}: output shape");
     assert_eq!(got.shape, want.shape);
-    let diff = (0..want.numel()).map(|i| (got.get_f64(i) - want.get_f64(i)).abs()).fold(0.0, f64::max);
+    let diff = (0..want.numel())
+        .map(|i| match (got.get_f64(i), want.get_f64(i)) {
+            (g, w) if g.is_nan() || w.is_nan() => if g.is_nan() && w.is_nan() { 0.0 } else { f64::INFINITY },
+            (g, w) => (g - w).abs(),
+        })
+        .fold(0.0, f64::max);
     println!("{name} on {tag}: max abs diff vs ONNX Runtime {diff:.3e}");
     assert!(diff <= 1e-4, "{name} on {tag}: max abs diff {diff} > 1e-4");
 }
@@ -156,11 +169,58 @@ fn while_loop_and_if_regions_are_reported_per_node_on_non_cpu_targets() {
         for line in [
             "node 'Loop_3': loop i64".to_string(),
             "node 'If_5': if bool".to_string(),
-            format!("target '{target}' does not run control-flow regions (loop: a loop whose trip count or condition is known only at run time)"),
+            format!("target '{target}' does not run control-flow regions (loop: a Loop or Scan that does not unroll: a trip count or condition known only at run time, or past the unroll limits)"),
             format!("target '{target}' does not run control-flow regions (if: an if whose branch holds such a loop)"),
         ] {
             assert!(text.contains(&line), "{target}: '{line}' missing from:\n{text}");
         }
+    }
+}
+
+/// A Scan past the unroll limit (5000 and 4100 steps) is a `loop` region: a tanh RNN over a long
+/// sequence; two scan inputs on axes 1 (reversed) and 0 with the output on axis 1 reversed; a
+/// symbolic sequence length fixed by `--dim`.
+#[test]
+fn long_scans_as_loop_regions_match_onnxruntime_on_interp() {
+    check("scan_rnn", "interp", &[5000, 8]);
+    check("scan_axes", "interp", &[2, 4100, 6]);
+    check_with("scan_dim", "interp", None, &["--dim", "T=5000"], &[5000, 8]);
+}
+
+#[test]
+fn long_scans_as_loop_regions_match_onnxruntime_on_host() {
+    for backend in ["llvm", "cranelift"] {
+        check_on("scan_rnn", "host", Some(backend), &[5000, 8]);
+        check_on("scan_axes", "host", Some(backend), &[2, 4100, 6]);
+        check_with("scan_dim", "host", Some(backend), &["--dim", "T=5000"], &[5000, 8]);
+    }
+}
+
+/// The long Scan is a region (a GPU target names it as one); over an unbound symbolic length it is
+/// refused naming the node and the `--dim` that fixes it.
+#[test]
+fn a_long_scan_is_a_region_and_an_unbound_one_is_refused_naming_the_dim() {
+    let dir = models();
+    let out = Command::new(env!("CARGO_BIN_EXE_rlxc")).arg("check").arg(dir.join("scan_rnn.onnx")).args(["--target", "vulkan"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("node 'rnn_scan': loop i64") && text.contains("target 'vulkan' does not run control-flow regions (loop:"), "{text}");
+    // (`check` binds an unset dim to 1; `compile` leaves it unbound.)
+    let out_dir = dir.join("scan_dim.unbound");
+    let out = Command::new(env!("CARGO_BIN_EXE_rlxc")).arg("compile").arg(dir.join("scan_dim.onnx")).args(["--target", "host", "-o"]).arg(&out_dir).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("node 'rnn_scan' (Scan, opset 17)") && err.contains("(fix it with --dim T=N)"), "{err}");
+}
+
+/// TopK over rows holding NaNs: NaN is the largest value (picked first by largest=1, last by
+/// largest=0, in index order), as the interpreter and ONNX Runtime order them; compiled on both CPU
+/// code generators.
+#[test]
+fn topk_with_nan_matches_onnxruntime_everywhere() {
+    check("topk_nan", "interp", &[3, 16]);
+    for backend in ["llvm", "cranelift"] {
+        check_on("topk_nan", "host", Some(backend), &[3, 16]);
     }
 }
 

@@ -5,12 +5,14 @@
 //! translates only the branch taken, otherwise both branches and a `where` per output (so the branches
 //! must agree in dtype and shape). What unrolling cannot do becomes a region op (`region.rs`,
 //! `rlx_ir::region`): a Loop whose trip count or condition is computed at run time, or whose constant
-//! trip count unrolls past the budget, is a `loop`, and an
+//! trip count unrolls past the budget, is a `loop`; so is a Scan past the budget (its sequence length
+//! the trip count, its state the carried values, its scan inputs read per iteration by a `Gather` in
+//! the body), and an
 //! If with a run-time condition whose branches hold such a loop is an `if` (computing the untaken
 //! branch's loop could run past its bound).
 
 use super::{Node, R};
-use crate::onnx::proto::{AttributeProto, GraphProto, NodeProto};
+use crate::onnx::proto::{AttributeProto, GraphProto, NodeProto, TensorProto, ValueInfoProto};
 use crate::onnx::{narrow, tensor_from_proto, Ctx};
 use super::region;
 use rlx_ir::{ConstData, DType, Def, Dim, Hir, HirOp, MirOp, TensorType, ValueId};
@@ -232,15 +234,20 @@ fn loop_(cx: &mut Ctx, nd: &Node) -> R {
         // drop the partial unrolling, make a region.
         Err(e) if trip.is_none() || cx.unroll_scale != 1 || !(e.starts_with("unsupported: control flow unrolls") || e.starts_with("unsupported: Loop runs more than")) => Err(e),
         Ok(None) | Err(_) => {
-            cx.g.nodes.truncate(nodes);
-            cx.g.values.truncate(values);
-            cx.narrow.retain(|v, _| v.index() < values);
-            cx.rows.retain(|v, _| v.index() < values);
-            cx.seed_rows.retain(|(v, _)| v.index() < values);
-            cx.unrolled = unrolled;
+            rollback(cx, (nodes, values, unrolled));
             loop_region(cx, nd, body, carried, n_scan)
         }
     }
+}
+
+/// Drops a partial unrolling: the graph and the import state back to (nodes, values, unrolled).
+fn rollback(cx: &mut Ctx, (nodes, values, unrolled): (usize, usize, usize)) {
+    cx.g.nodes.truncate(nodes);
+    cx.g.values.truncate(values);
+    cx.narrow.retain(|v, _| v.index() < values);
+    cx.rows.retain(|v, _| v.index() < values);
+    cx.seed_rows.retain(|(v, _)| v.index() < values);
+    cx.unrolled = unrolled;
 }
 
 /// A Loop that a run-time operand `v` made a region, and that cannot be one (`e`): the graph input `v`
@@ -377,13 +384,17 @@ fn scan(cx: &mut Ctx, nd: &Node) -> R {
     // Opset 8: input 0 is sequence_lens and every input has a leading batch axis the body does not see.
     let batched = nd.opset < 9;
     let first = usize::from(batched);
-    if batched {
-        if let Some(sl) = nd.inp(0) {
-            let _ = cx.const_ints(sl, "Scan sequence_lens")?;
-        }
-    }
     let ins: Vec<ValueId> = (first..nd.ins.len()).map(|i| nd.req(i)).collect::<Result<_, _>>()?;
     let n = ins.len().checked_sub(m).ok_or_else(|| format!("Scan: {} inputs, fewer than num_scan_inputs {m}", ins.len()))?;
+    if let Some(sl) = nd.inp(0).filter(|_| batched) {
+        // Every sequence runs the whole length (a shorter one would stop its state early and pad its
+        // outputs with zeros, which is not translated).
+        let lens = cx.const_ints(sl, "Scan sequence_lens")?;
+        let full = cx.dims(ins[n]).get(1).and_then(Dim::fixed);
+        if let Some(&l) = lens.iter().find(|&&l| Some(l as u64) != full) {
+            return Err(format!("unsupported: Scan (opset 8) sequence_lens entry {l}, not the whole sequence length {}", cx.ty(ins[n]).shape));
+        }
+    }
     let k = body.output.len().checked_sub(n).ok_or_else(|| format!("Scan: body has {} outputs, fewer than its {n} state values", body.output.len()))?;
     let dir_key = if batched { "directions" } else { "scan_input_directions" };
     let in_dirs = nd.a.ints(dir_key).unwrap_or_else(|| vec![0; m]);
@@ -432,7 +443,10 @@ fn scan_one(
         let a = axis(in_axes[j], cx.rank(x), "scan_input_axes")?;
         let d = match cx.dims(x)[a] {
             Dim::Fixed(d) => d as usize,
-            ref s => return Err(format!("Scan needs a static sequence length, got {s} (fix it with --dim NAME=N)")),
+            Dim::Sym(ref s) if s.chars().all(|c| c.is_alphanumeric() || c == '_') => {
+                return Err(format!("Scan needs a static sequence length, got the symbolic dim '{s}' (fix it with --dim {s}=N)"))
+            }
+            ref s => return Err(format!("Scan needs a static sequence length, got {s} (fix the symbolic dims it is computed from with --dim NAME=N)")),
         };
         if *len.get_or_insert(d) != d {
             return Err(format!("Scan: scan inputs disagree in sequence length ({} and {d})", len.unwrap_or(0)));
@@ -440,10 +454,103 @@ fn scan_one(
         ax.push(a);
     }
     let t_len = len.unwrap_or(0);
-    if t_len == 0 || t_len > MAX_ITERS {
-        return Err(format!("unsupported: Scan over {t_len} steps (rlxc unrolls 1 to {MAX_ITERS} steps at import)"));
+    if t_len == 0 {
+        return Err("unsupported: Scan over 0 steps (its outputs' element shapes are unknown)".into());
     }
-    budgeted(cx, body, t_len, |cx| scan_iters(cx, nd, body, init, xs, &ax, in_dirs, out_axes, out_dirs, t_len))
+    if t_len <= MAX_ITERS {
+        let mark = (cx.g.nodes.len(), cx.g.values.len(), cx.unrolled);
+        match budgeted(cx, body, t_len, |cx| scan_iters(cx, nd, body, init, xs, &ax, in_dirs, out_axes, out_dirs, t_len)) {
+            Ok(out) => return Ok(out),
+            // Past the budget: the outermost loop becomes the region (one being unrolled passes it up).
+            Err(e) if cx.unroll_scale != 1 || !e.starts_with("unsupported: control flow unrolls") => return Err(e),
+            Err(_) => rollback(cx, mark),
+        }
+    }
+    scan_region(cx, nd, body, init, xs, &ax, in_dirs, out_axes, out_dirs, t_len)
+}
+
+/// A Scan as a `loop` region (past the unroll limits), on the Loop's region machinery: the trip count
+/// is the sequence length, the state the carried values; the body, as a Loop body taking (iteration,
+/// condition, state…), first reads each scan input's slice — a `Gather` at the iteration, or at
+/// length − 1 − iteration for a reversed input — from the whole outer value, a capture like any outer
+/// value a body reads. The loop's scan outputs (stacked on axis 0, exactly `t_len` slices: the
+/// condition stays true) are then reversed and moved to their axes outside the region.
+#[allow(clippy::too_many_arguments)]
+fn scan_region(
+    cx: &mut Ctx,
+    nd: &Node,
+    body: &GraphProto,
+    init: &[ValueId],
+    xs: &[ValueId],
+    ax: &[usize],
+    in_dirs: &[i64],
+    out_axes: &[i64],
+    out_dirs: &[i64],
+    t_len: usize,
+) -> R {
+    let n = init.len();
+    if body.input.len() != n + xs.len() {
+        return Err(format!("Scan body takes {} inputs, but {n} state values and {} scan inputs are bound", body.input.len(), xs.len()));
+    }
+    let mut formal = vec![TensorType::new(DType::I64, rlx_ir::Shape(vec![])), TensorType::new(DType::Bool, rlx_ir::Shape(vec![]))];
+    for (j, &v) in init.iter().enumerate() {
+        if cx.ty(v).shape.as_fixed().is_none() {
+            return Err(format!("unsupported: Scan state value {j} of type {} has no static shape (as a loop region)", cx.ty(v)));
+        }
+        formal.push(cx.ty(v).clone());
+    }
+    // Names of the Loop body's own values, out of the way of the body's (ONNX names hold no '#').
+    let tag = format!("#scan{}", cx.g.nodes.len());
+    let named = |name: String| ValueInfoProto { name, ..Default::default() };
+    let (t, c, back) = (format!("{tag}.t"), format!("{tag}.cond"), format!("{tag}.back"));
+    let mut g = GraphProto { name: body.name.clone(), initializer: body.initializer.clone(), ..Default::default() };
+    g.input = vec![named(t.clone()), named(c.clone())];
+    g.input.extend(body.input[..n].iter().cloned());
+    if in_dirs.iter().any(|&d| d != 0) {
+        let last = format!("{tag}.last");
+        g.initializer.push(TensorProto { name: last.clone(), data_type: 7, int64_data: vec![t_len as i64 - 1], ..Default::default() });
+        g.node.push(NodeProto { op_type: "Sub".into(), name: back.clone(), input: vec![last, t.clone()], output: vec![back.clone()], ..Default::default() });
+    }
+    let saved = cx.names.clone();
+    for (j, &x) in xs.iter().enumerate() {
+        let whole = format!("{tag}.x{j}");
+        cx.names.insert(whole.clone(), x);
+        let at = if in_dirs[j] != 0 { back.clone() } else { t.clone() };
+        let axis = AttributeProto { name: "axis".into(), r#type: 2, i: ax[j] as i64, ..Default::default() };
+        let slice = body.input[n + j].name.clone();
+        g.node.push(NodeProto { op_type: "Gather".into(), name: format!("{tag}.slice{j}"), input: vec![whole, at], output: vec![slice], attribute: vec![axis], ..Default::default() });
+    }
+    g.node.extend(body.node.iter().cloned());
+    g.output = vec![named(c)];
+    g.output.extend(body.output.iter().cloned());
+    let built = region::build(cx, nd, "body", &g, &formal);
+    cx.names = saved;
+    let (g, captured) = built?;
+    let trip = cx.konst(ConstData::from_i64(vec![], &[t_len as i64]));
+    let cond = cx.konst(ConstData::scalar(DType::Bool, 1.0));
+    let mut ins = vec![trip, cond];
+    ins.extend(init);
+    ins.extend(&captured);
+    let name = cx.cur.clone();
+    let op = HirOp::Loop { max_trips: Some(t_len as u64), carried: n, body: Box::new([g]) };
+    let outs = cx.g.add_node(&name, op, &ins)?;
+    let mut res = outs[..n].to_vec();
+    for (j, &y) in outs[n..outs.len() - 1].iter().enumerate() {
+        let mut y = y;
+        if out_dirs[j] != 0 {
+            let rev: Vec<i64> = (0..t_len as i64).rev().collect();
+            let idx = cx.konst(ConstData::from_i64(vec![t_len], &rev));
+            y = cx.prim(MirOp::Gather { axis: 0 }, &[y, idx])?;
+        }
+        let r = cx.rank(y);
+        let a = axis(out_axes[j], r, "scan_output_axes")?;
+        if a != 0 {
+            let perm: Vec<usize> = (0..r).map(|i| if i < a { i + 1 } else if i == a { 0 } else { i }).collect();
+            y = cx.transpose(y, perm)?;
+        }
+        res.push(y);
+    }
+    Ok(res)
 }
 
 #[allow(clippy::too_many_arguments)]
