@@ -215,13 +215,14 @@ fn a_long_scan_is_a_region_and_an_unbound_one_is_refused_naming_the_dim() {
 
 /// TopK over rows holding NaNs: NaN is the largest value (picked first by largest=1, last by
 /// largest=0, in index order), as the interpreter and ONNX Runtime order them; compiled on both CPU
-/// code generators.
+/// code generators and on Vulkan (lavapipe), which runs the same loop form through the shader writer.
 #[test]
 fn topk_with_nan_matches_onnxruntime_everywhere() {
     check("topk_nan", "interp", &[3, 16]);
     for backend in ["llvm", "cranelift"] {
         check_on("topk_nan", "host", Some(backend), &[3, 16]);
     }
+    check("topk_nan", "vulkan", &[3, 16]);
 }
 
 #[test]
