@@ -34,7 +34,7 @@ and DIR/NAME.ort.npy (ONNX Runtime's output "y", float32).
   a `while` whose body doubles its carried value's rows each iteration.
 - while_scan: a Loop of trip count 6 whose body computes its condition (abs(h).sum() < 40, h = 1.3 h + x)
   and emits h per iteration [2, 4]: output y [K, 2, 4], K the iterations run (4 for the input written).
-- scan_rnn: a Scan over 5000 steps (past rlxc's unroll limit of 4096: a loop region) of a tanh RNN
+- scan_rnn: a Scan over 5000 steps (past rlxc's Scan unroll limit of 256 steps: a loop region) of a tanh RNN
   step h = tanh(x_t W + h U) (input [5000, 4], state [8]), emitting h per step: y [5000, 8].
 - scan_axes: a Scan over 4100 steps with two scan inputs — x [2, 4100, 3] read along axis 1 in
   reverse, and its transpose [4100, 2, 3] along axis 0 forward — state [2, 6], emitting the state
