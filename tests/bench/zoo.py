@@ -2,7 +2,7 @@
 """The CNN model zoo: rlxc vs ONNX Runtime on the onnx wheel's nine `light` models and a MobileNet-style
 depthwise model, batch 1 and 8, 1 and 2 threads (part of `make bench`; `make bench-zoo` runs it alone).
 
-    zoo.py --rlxc target/release/rlxc [--models resnet50,shufflenet] [--batches 1,8] [--threads 1,2]
+    zoo.py --rlxc target/release/rlxc [--models resnet50,shufflenet] [--batches 1,8] [--threads 1,2] [--cpu-time]
            [--reps 10] [--budget-s 20] [--out docs/benchmarks.md]
 
 A model named `conv{cin}x{cout}h{h}k{k}s{s}` (e.g. conv64x64h56k3s1) is one convolution layer with bias and
@@ -175,6 +175,7 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--budget-s", type=float, default=20.0, help="time limit per row (after 2 blocks)")
     ap.add_argument("--out", default=None, help="write the markdown table into this file's zoo section")
+    ap.add_argument("--cpu-time", action="store_true", help="time each call as the process's CPU time (a loaded machine; 1 thread)")
     a = ap.parse_args()
     import onnx
     import onnxruntime as ort
@@ -226,7 +227,7 @@ def main() -> int:
                     env = dict(os.environ, RLX_NUM_THREADS=str(t), OMP_NUM_THREADS=str(t), OPENBLAS_NUM_THREADS=str(t))
                     cfg = {"threads": t, "so": str(so), "manifest": str(d / "rlxc" / "m.json"), "model": str(model),
                            "inputs": {inp: str(d / "x.npy")}, "reps": a.reps, "budget_s": a.budget_s, "flops": fl,
-                           "vmfb": None, "check": m_check(model)}
+                           "vmfb": None, "check": m_check(model), "cpu_time": a.cpu_time}
                     r = subprocess.run([sys.executable, str(ROOT / "tests/bench/bench.py"), "--worker", json.dumps(cfg)],
                                        env=env, capture_output=True, text=True)
                     if r.returncode != 0:

@@ -135,6 +135,16 @@ def main() -> None:
         "conv3x3_bcast": ([1, 3, 10, 10], [(12, (3, 3), {}, True)], bcast, ()),
         # Several row blocks (256 channels × K 576), 49 positions (3 panels + a 1-wide tail), batch 2.
         "conv3x3_deep_b2": ([2, 64, 7, 7], [(256, (3, 3), {"pads": [1, 1, 1, 1]}, True)], relu, ()),
+        # Few positions and a long K (≥ 2304): output channels as the vector lanes (`conv_lanes.rs`, with AVX-512's wide
+        # tile; other CPUs take the forms above). 128 channels × K 2304 (three K chunks), 49 positions (8 tiles
+        # of 6 + 1), batch 2: 4 units, so the position tiles split into blocks across the thread slots.
+        "conv3x3_lanes_b2": ([2, 256, 7, 7], [(128, (3, 3), {"pads": [1, 1, 1, 1]}, True)], relu, ()),
+        # One 64-channel panel over 36 positions (a block of one tile per slot), residual input.
+        "conv3x3_lanes_residual": ([1, 256, 6, 6], [(64, (3, 3), {"pads": [1, 1, 1, 1]}, True)], residual_relu, (("r", [1, 64, 6, 6]),)),
+        # 96 channels: 32-channel panels of 12 positions (25 = 2 tiles + 1), 1×1 read in place, Sigmoid.
+        "conv1x1_lanes32_sigmoid": ([1, 2304, 5, 5], [(96, (1, 1), {}, True)], sigmoid, ()),
+        # 1×1 stride 2 (ResNet's downsampling: im2col), 64 channels over 25 positions, batch 2, no bias.
+        "conv1x1_s2_lanes_b2": ([2, 2304, 9, 9], [(64, (1, 1), {"strides": [2, 2]}, False)], identity, ()),
         # Packed B chunks over units dealt to thread slots: batch 2, K 360 (several chunks), 225 positions
         # (full panels + a tail), 24 channels; 2 × 15 units is no multiple of the 8 slots.
         "conv3x3_chunks_b2": ([2, 40, 15, 15], [(24, (3, 3), {"pads": [1, 1, 1, 1]}, True)], relu, ()),

@@ -1,7 +1,7 @@
 //! Dense convolution on the GEMM micro-kernel (`rlx-opt`'s `plan/conv_gemm.rs`): the cases of
 //! `tests/native/make_convs.py` (1×1 read in place, im2col for k×k, strides, dilations, asymmetric pads,
 //! 1-D and 3-D, batch 2, B packed from x itself for stride 1 with asymmetric pads, tiles and panels with tails, several row blocks, grouped convolutions (one GEMM
-//! per group), the fused epilogues) compiled
+//! per group), the fused epilogues, output channels as the vector lanes over few positions) compiled
 //! for x86_64 (AVX2: 6-row tiles × 16 lanes), the host (its own vector width, 1 and 2 threads) and
 //! Cranelift, each within 1e-4 of the reference interpreter; and ConvTranspose (`plan/conv_transpose.rs`:
 //! the same GEMM loops then a col2im gather, or a direct gather when grouped).
@@ -83,7 +83,7 @@ fn conv_gemm_llvm_matches_interp() {
 
 #[test]
 fn conv_gemm_cranelift_matches_interp() {
-    check(&[("x86_64-cranelift", 2)], "cranelift");
+    check(&[("x86_64-cranelift", 2), ("host-cranelift", 1)], "cranelift");
 }
 
 /// The planner really takes the GEMM paths (the planned program, `--emit-ir`'s NAME.lir): packed weight
@@ -116,6 +116,23 @@ fn conv_gemm_paths_are_taken() {
     assert!(kg.contains("f32[4, 72, 6] \"w0 (packed 6-row panels)\"") && kg.contains("(im2col)"), "grouped 3×3: not one GEMM per group:\n{kg}");
     let kg1 = lir("conv1x1_grouped");
     assert!(kg1.contains("f32[8, 8, 6] \"w0 (packed 6-row panels)\"") && !kg1.contains("(im2col)"), "grouped 1×1: not one GEMM per group over x in place:\n{kg1}");
+    // x86_64 (AVX2) has no wide tile: the host's own CPU decides whether the channels are the lanes.
+    let host = |case: &str| {
+        let (_, model, _) = cases.iter().find(|(n, _, _)| n == case).unwrap_or_else(|| panic!("case {case}"));
+        let out = dir.join(format!("{case}-host"));
+        ok(Command::new(env!("CARGO_BIN_EXE_rlxc")).current_dir(repo()).arg("compile").arg(model).args(["--target", "host", "--name", "m", "--emit-ir", "-o"]).arg(&out));
+        std::fs::read_to_string(out.join("m.lir")).unwrap()
+    };
+    if std::fs::read_to_string("/proc/cpuinfo").is_ok_and(|c| c.contains(" avx512f ")) {
+        let kl = host("conv3x3_lanes_b2");
+        assert!(kl.contains("(packed 64-channel panels)") && kl.contains("(im2col)") && kl.contains("(partial sums)"), "3×3 over 49 positions, K 2304: channels are not the lanes over K chunks:\n{kl}");
+        let kl = host("conv1x1_lanes32_sigmoid");
+        assert!(kl.contains("(packed 32-channel panels)") && !kl.contains("(im2col)"), "1×1 with 96 channels: not 32-channel panels over x in place:\n{kl}");
+        let kl = host("conv3x3_deep_b2");
+        assert!(!kl.contains("-channel panels)"), "3×3 with K 576: channels as lanes (its per-lane stores outweigh it):\n{kl}");
+    } else {
+        println!("no AVX-512 on this host: the channels-as-lanes path is not checked here");
+    }
     let kt = lir("convt2x2_s2_relu");
     assert!(kt.contains("(transposed, packed 6-row panels)") && kt.contains("(gemm)"), "ConvTranspose: no GEMM launch:\n{kt}");
 }

@@ -16,6 +16,7 @@
 use super::fuse::{is_elementwise, Role};
 use super::index::{clamp, linear};
 use super::blocks::SLOTS;
+use super::conv_lanes::lanes_tile;
 use super::kernel::{lit, KB};
 use super::Planner;
 use rlx_ir::lir::{Base, Buffer};
@@ -49,6 +50,9 @@ pub(super) struct ConvGemm {
     pub(super) groups: usize,
     /// Packed positions mode reading the image itself (no im2col; see [`Direct`]).
     pub(super) direct: Option<Direct>,
+    /// Output channels as the vector lanes (`conv_lanes.rs`): `mr` positions per tile × `nr` channels,
+    /// the weight packed in `nr`-channel panels.
+    pub(super) lanes: bool,
 }
 
 /// A dense stride-1, dilation-1 2-D convolution whose output rows are as wide as its input rows: its B
@@ -229,6 +233,14 @@ impl Planner<'_> {
             let sw = self.shape(w);
             let (sx, so) = (self.shape(node.inputs[0]), self.shape(node.outputs[0]));
             let one = sw[2..].iter().all(|&k| k == 1) && strides.iter().all(|&s| s == 1) && pads.iter().all(|&p| p == 0);
+            // Few positions and channels that fill whole panels: the channels are the lanes.
+            if let Some((rows, lanes)) = lanes_tile(self.wide_tile, sw[0], sw[1..].iter().product(), so[2..].iter().product()).filter(|_| groups == 1) {
+                let pc = pack_rows(c, lanes, 1);
+                let b = self.add_weight(format!("{} (packed {lanes}-channel panels)", self.label(w)), &pc);
+                self.conv_gemm.insert(a, ConvGemm { apack: b, mr: rows, nr: lanes, col: None, im2col: !one, groups, direct: None, lanes: true });
+                packed.push(w);
+                continue;
+            }
             // The wide tile (AVX-512: 6 × 64) where the positions fill one of its panels, else the GEMM's.
             let (cmr, cnr) = self.wide_tile;
             let (mr, nr) = if cmr > 0 && cnr > 0 && so[2..].iter().product::<usize>() >= cnr { (cmr, cnr) } else { (self.mr, self.nr) };
@@ -269,7 +281,7 @@ impl Planner<'_> {
             };
             let pc = pack_rows(c, mr, groups);
             let b = self.add_weight(format!("{} (packed {mr}-row panels)", self.label(w)), &pc);
-            self.conv_gemm.insert(a, ConvGemm { apack: b, mr, nr, col: None, im2col: !one && direct.is_none(), groups, direct });
+            self.conv_gemm.insert(a, ConvGemm { apack: b, mr, nr, col: None, im2col: !one && direct.is_none(), groups, direct, lanes: false });
             packed.push(w);
         }
         packed
@@ -294,6 +306,9 @@ impl Planner<'_> {
             Some(c) => c,
             None => self.buf_of[node.inputs[0].index()].expect("conv GEMM input is materialized"),
         };
+        if cg.lanes {
+            return self.lanes_gemm(kb, a, r, node.inputs.get(2).copied(), op, out_shape, &cg, bbuf, kdim);
+        }
         self.nchw_gemm(kb, a, r, node.inputs.get(2).copied(), op, out_shape, &cg, bbuf, kdim)
     }
 
@@ -613,22 +628,28 @@ impl Planner<'_> {
         Stmt::For { var: kk, extent: klen as i64, kind: LoopKind::Serial, body }
     }
 
-    /// The K chunks in order: `f(k0, length, first, last)` for the first, the middle ones (one serial
-    /// loop) and the last.
+    /// The K chunks of convolution tiling `t` (see [`Planner::k_chunks`]).
     #[allow(clippy::type_complexity)]
     fn conv_chunks(&mut self, kb: &mut KB, t: &Tiling, f: &mut dyn FnMut(&mut Self, &mut KB, Expr, usize, bool, bool) -> Vec<Stmt>) -> Vec<Stmt> {
-        if t.nch == 1 {
-            return f(self, kb, Expr::Int(0), t.kdim, true, true);
+        self.k_chunks(kb, (t.kdim, t.kc, t.nch), f)
+    }
+
+    /// The `nch` chunks of `kc` of K = `kdim` in order: `f(k0, length, first, last)` for the first, the
+    /// middle ones (one serial loop) and the last.
+    #[allow(clippy::type_complexity)]
+    pub(super) fn k_chunks(&mut self, kb: &mut KB, (kdim, kc, nch): (usize, usize, usize), f: &mut dyn FnMut(&mut Self, &mut KB, Expr, usize, bool, bool) -> Vec<Stmt>) -> Vec<Stmt> {
+        if nch == 1 {
+            return f(self, kb, Expr::Int(0), kdim, true, true);
         }
-        let mut v = f(self, kb, Expr::Int(0), t.kc, true, false);
-        if t.nch > 2 {
+        let mut v = f(self, kb, Expr::Int(0), kc, true, false);
+        if nch > 2 {
             let c = kb.var();
             // Chunks 1 ..= nch − 2.
-            let body = f(self, kb, Expr::mul(Expr::add(Expr::Var(c), Expr::Int(1)), Expr::Int(t.kc as i64)), t.kc, false, false);
-            v.push(Stmt::For { var: c, extent: t.nch as i64 - 2, kind: LoopKind::Serial, body });
+            let body = f(self, kb, Expr::mul(Expr::add(Expr::Var(c), Expr::Int(1)), Expr::Int(kc as i64)), kc, false, false);
+            v.push(Stmt::For { var: c, extent: nch as i64 - 2, kind: LoopKind::Serial, body });
         }
-        let k0 = (t.nch - 1) * t.kc;
-        v.extend(f(self, kb, Expr::Int(k0 as i64), t.kdim - k0, false, true));
+        let k0 = (nch - 1) * kc;
+        v.extend(f(self, kb, Expr::Int(k0 as i64), kdim - k0, false, true));
         v
     }
 

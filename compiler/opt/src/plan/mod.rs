@@ -37,6 +37,7 @@ mod causal;
 mod comm;
 mod conv;
 mod conv_gemm;
+mod conv_lanes;
 mod conv_transpose;
 mod depthwise;
 mod fuse;
