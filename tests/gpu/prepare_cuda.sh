@@ -69,7 +69,7 @@ case_ tiled "$T/tiled.onnx" "" "a=$T/a.npy" "b=$T/b.npy" "b2=$T/b2.npy" "c=$T/c.
 case_ rows "$T/rows.onnx" "" "x=$T/x.npy" "l=$T/l.npy" "s=$T/s.npy" "u=$T/u.npy" "v=$T/v.npy" "w=$T/w.npy"
 TILES=0 case_ tiled_untiled "$T/tiled.onnx" ""
 "$PY" tests/gpu/make_attention.py --out "$T/att" >/dev/null
-case_ attention "$T/att/attention.onnx" "" $(for n in q k v mask qt kt vt qs ks vs; do echo "$n=$T/att/$n.npy"; done)
+case_ attention "$T/att/attention.onnx" "" $(for n in q k v mask mask2 qt kt vt qs ks vs; do echo "$n=$T/att/$n.npy"; done)
 TILES=0 case_ attention_untiled "$T/att/attention.onnx" ""
 # The awkward shapes on the tensor cores too (their f32 twin's references, the precision's tolerance).
 for p in tf32 bf16; do EXTRA="--precision $p" case_ tiled_$p "$T/tiled.onnx" ""; done

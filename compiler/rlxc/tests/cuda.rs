@@ -260,7 +260,8 @@ fn tiled_kernels_match_the_interpreter_in_cpu_emulation() {
 /// Fused attention (rlx-opt's plan/attention.rs: scores, softmax and probabilities × values as one
 /// kernel; the PTX writer's nvptx/attention.rs: a block per head and tile of query rows, a warp per
 /// row, keys and values in shared memory) on tests/gpu/make_attention.py's four patterns — with and
-/// without a mask and a scale (mul, div), q/k/v transposed from the exporters' [batch, seq, heads, d],
+/// without a mask ([batch, 1, 1, keys], or per (row, key) as torch exports it) and a scale (mul, div),
+/// q/k/v transposed from the exporters' [batch, seq, heads, d],
 /// head dim 24, 40 keys (partial lane loops and row tiles), values 20 wide, and 600 keys read from
 /// global memory. Each attention is one kernel (three with RLX_CUDA_FUSED_ATTENTION=0); the module
 /// assembles for sm_80 and sm_90; run in CPU emulation (tests/gpu/emulate_cuda.py) the outputs match
@@ -273,7 +274,7 @@ fn fused_attention_matches_the_interpreter_in_cpu_emulation() {
     let dir = tmp("attention");
     let ptxas = ptxas();
     ok(Command::new(python()).args(["tests/gpu/make_attention.py", "--out", s(&dir)]).current_dir(repo()));
-    let names = ["q", "k", "v", "mask", "qt", "kt", "vt", "qs", "ks", "vs"];
+    let names = ["q", "k", "v", "mask", "mask2", "qt", "kt", "vt", "qs", "ks", "vs"];
     let npys: Vec<String> = names.iter().map(|n| s(&dir.join(format!("{n}.npy"))).to_string()).collect();
     let model = dir.join("attention.onnx");
     let it = dir.join("interp");

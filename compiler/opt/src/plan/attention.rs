@@ -1,6 +1,6 @@
 //! Fused attention (`PlanOptions::fused_attention`, set by the CUDA target): `matmul(Q, Kᵀ)`, an
-//! optional scaling and mask that do not vary over the query rows (elementwise ops with a scalar, a
-//! per-head constant, a `[batch, 1, 1, keys]` padding mask, or a `where` of such a mask), the softmax
+//! optional scaling and mask (elementwise ops with a scalar, a per-head constant, an additive mask, or
+//! a `where` of a boolean mask that does not vary over the query rows), the softmax
 //! over the keys as lowering writes it (`reduce_max`, `sub`, `exp`, `reduce_sum`, `div`; optionally
 //! followed by `where(is_nan(P), c, P)`, as torch exports it) and `matmul(P, V)` become ONE kernel
 //! whose scores and probabilities are never stored.
@@ -23,9 +23,9 @@
 //! interpreter's order of operations. Recognized only where every intermediate value is read by the
 //! chain alone (not a graph output), dtypes are f32, and the keys and the head dimension are at most
 //! [`rlx_ir::loops::tiled::ATTENTION_MAX_KEYS`] and `ATTENTION_MAX_DEPTH` (the GPU writer keeps its
-//! query rows and their scores in shared memory). Masks that vary per query row (a causal `where`)
-//! and single query rows (a decode step) are not taken: language models keep their scores matmul,
-//! softmax row kernel and probabilities × values matmul.
+//! query rows and their scores in shared memory). A `where` mask that varies over the query rows (a
+//! causal one) and single query rows (a decode step) are not taken: the language models keep their
+//! scores matmul, softmax row kernel and probabilities × values matmul.
 
 use super::fuse::{Fusion, Role};
 use super::index::{bidx, linear};
@@ -56,17 +56,18 @@ fn scalar_const(g: &Mir, v: ValueId) -> bool {
 }
 
 /// From the softmax input `w` back to the scores matmul through elementwise `mul`, `div`, `add`,
-/// `sub` with an operand that does not vary over the query rows (a scalar, a per-head constant — the
-/// folder's collapsed affine chains give `[heads, 1, 1]` —, a padding mask `[batch, 1, 1, keys]`) and
-/// `where`s of such a boolean mask with such a value: the matmul and the nodes walked. A mask over
-/// (row, key) — causal — ends the walk.
+/// `sub` with another operand (a scalar, a per-head constant — the folder's collapsed affine chains
+/// give `[heads, 1, 1]` —, an additive mask: BERT's `[batch, 1, 1, keys]`, torch's exported
+/// `[batch, 1, rows, keys]`) and `where`s of a boolean mask that does not vary over the query rows
+/// (the HIR attention's padding mask; a causal `where` — the language models' — ends the walk): the
+/// matmul and the nodes walked.
 fn walk_to_scores(g: &Mir, w: ValueId, shape: &[usize]) -> Option<(NodeId, Vec<NodeId>)> {
     let rank = shape.len();
     let full = |v: ValueId| g.ty(v).shape.as_fixed().as_deref() == Some(shape);
-    // Broadcast over the rows: right-aligned, size 1 (or absent) at the row axis (the caller has more
-    // than one row, so the path's full shape never is).
+    // Broadcast over the rows: right-aligned, size 1 (or absent) at the row axis.
     let row_broadcast = |v: ValueId| g.ty(v).shape.as_fixed().is_some_and(|s| s.len() <= rank && (s.len() < 2 || s[s.len() - 2] == 1));
-    let path = |v: ValueId| full(v) && g.producer(v).is_some_and(|p| !matches!(g.node(p).op, MirOp::Reshape { .. } | MirOp::Expand { .. }));
+    // The walk's side of a binary op: of the full shape, computed by the ops it walks through.
+    let path = |v: ValueId| full(v) && g.producer(v).is_some_and(|p| matches!(g.node(p).op, MirOp::MatMul | MirOp::Binary(_) | MirOp::Where));
     let (mut cur, mut walked) = (w, Vec::new());
     for _ in 0..8 {
         if !full(cur) || g.ty(cur).dtype != DType::F32 {
@@ -77,12 +78,12 @@ fn walk_to_scores(g: &Mir, w: ValueId, shape: &[usize]) -> Option<(NodeId, Vec<N
         let ins = &node.inputs;
         cur = match node.op {
             MirOp::MatMul => return Some((n, walked)),
-            MirOp::Where if row_broadcast(ins[0]) && row_broadcast(ins[2]) && path(ins[1]) => ins[1],
+            MirOp::Where if row_broadcast(ins[0]) && path(ins[1]) && !path(ins[2]) => ins[1],
             MirOp::Binary(BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Div) => {
                 let commutes = matches!(node.op, MirOp::Binary(BinaryOp::Add | BinaryOp::Mul));
-                if path(ins[0]) && row_broadcast(ins[1]) {
+                if path(ins[0]) && !path(ins[1]) {
                     ins[0]
-                } else if commutes && path(ins[1]) && row_broadcast(ins[0]) {
+                } else if commutes && path(ins[1]) && !path(ins[0]) {
                     ins[1]
                 } else {
                     return None;
