@@ -143,8 +143,10 @@ def main() -> int:
     for c, twin in cases:
         ref = os.path.join(a.carry, "ref", twin)
         name = c.split("_")[0]
-        ins = sorted(glob.glob(os.path.join(ref, "in*.bin")))
-        outs = sorted(glob.glob(os.path.join(ref, "out*.npy")))
+        # In port order: in10.bin after in9.bin (the attention case has 11 inputs).
+        port = lambda p: int(re.search(r"(\d+)\.\w+$", p).group(1))
+        ins = sorted(glob.glob(os.path.join(ref, "in*.bin")), key=port)
+        outs = sorted(glob.glob(os.path.join(ref, "out*.npy")), key=port)
         o = os.path.join(work, "out", c)
         try:
             us, text = cuda_run(a.carry, os.path.join(work, "art", c), name, ins, 10, o)

@@ -11,6 +11,8 @@
 //!   LayerNorm and softmax rows one warp each (`shfl.sync.bfly`); with RLX_CUDA_TILES=0 neither;
 //!   `--precision tf32|bf16|fp16` puts its matmuls on the tensor cores (`mma.sync` of that type),
 //!   and each of those modules assembles for sm_80 and sm_90 too;
+//! - attention is one fused kernel per layer (2 launches fewer than with RLX_CUDA_FUSED_ATTENTION=0),
+//!   and tests/gpu/make_attention.py's attention patterns match the interpreter in CPU emulation;
 //! - `--sm` outside 80/86/89/90, `--sm` or `--precision` with another target, and an unknown
 //!   `--precision` are usage errors (exit 2).
 //!
