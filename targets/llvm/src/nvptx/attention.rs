@@ -39,7 +39,7 @@ const SHARED: i64 = 48 << 10;
 
 /// Whether a block's scratch (its warps' query rows and scores) fits in shared memory; the
 /// recognizer's plans always do (`ATTENTION_MAX_KEYS`), this guards the writer.
-pub fn fits(keys: i64, depth: i64) -> bool {
+fn fits(keys: i64, depth: i64) -> bool {
     WARPS * (keys + depth) * 4 <= SHARED
 }
 

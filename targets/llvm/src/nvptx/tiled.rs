@@ -26,6 +26,8 @@
 //!   are computed by every thread; element loops are strided over the row's threads. A warp past the
 //!   last row recomputes the last one and stores nothing (a whole warp: the shuffles stay uniform).
 //!   The summation order differs from a serial loop's (f32 results differ in the last bits).
+//! - **Fused attention** ([`Plan::Attention`]): `attention.rs`, with this file's loop, barrier and
+//!   shared-memory helpers.
 
 use super::{Mma, BLOCK};
 use crate::ir::{llvm_lit, llvm_type, Writer};
