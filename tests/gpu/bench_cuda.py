@@ -16,7 +16,9 @@ For each case: max abs difference of every output against the interpreter (MiniL
 PyTorch eager, whose batch-1 agreement with the interpreter is checked too); the `*_untiled` cases are
 the same models compiled with RLX_CUDA_TILES=0 (one thread per output everywhere), so a failing tiled
 artifact beside a passing untiled twin points at the cooperative kernels (shared-memory matmul tiles,
-warp-per-row kernels). Then, per MiniLM batch, each kernel's device time (`cuda_run` with
+warp-per-row kernels, fused attention); the `minilm_bB_unfused` cases are MiniLM compiled with
+RLX_CUDA_FUSED_ATTENTION=0 (attention as three launches per layer instead of one fused kernel), timed
+in every round beside the fused f32 default (`rlxc_cuda_unfused`). Then, per MiniLM batch, each kernel's device time (`cuda_run` with
 RLX_CUDA_KERNEL_TIMES=1: the kernels launched one by one between events) with the kernel names of the
 manifest, the slowest first. For MiniLM, per round and
 batch (interleaved): `cuda_run` p50 of `Executor::run` (copy the inputs in, one CUDA graph launch,
@@ -135,14 +137,16 @@ def main() -> int:
     refs = set(os.listdir(os.path.join(a.carry, "ref")))
     cases = []
     for c in sorted(os.listdir(os.path.join(work, "art"))):
-        twin = c if c in refs else re.sub(r"_(untiled|tf32|bf16)$", "", c)
+        twin = c if c in refs else re.sub(r"_(untiled|unfused|tf32|bf16)$", "", c)
         if twin in refs:
             cases.append((c, twin))
     for c, twin in cases:
         ref = os.path.join(a.carry, "ref", twin)
         name = c.split("_")[0]
-        ins = sorted(glob.glob(os.path.join(ref, "in*.bin")))
-        outs = sorted(glob.glob(os.path.join(ref, "out*.npy")))
+        # In port order: in10.bin after in9.bin (the attention case has 11 inputs).
+        port = lambda p: int(re.search(r"(\d+)\.\w+$", p).group(1))
+        ins = sorted(glob.glob(os.path.join(ref, "in*.bin")), key=port)
+        outs = sorted(glob.glob(os.path.join(ref, "out*.npy")), key=port)
         o = os.path.join(work, "out", c)
         try:
             us, text = cuda_run(a.carry, os.path.join(work, "art", c), name, ins, 10, o)
@@ -193,7 +197,7 @@ def main() -> int:
     fwd = bm.torch_model(bm.onnx_weights(os.path.join(a.carry, "minilm.onnx")), "cuda")
     batches = [1, 8, 32]
     precs = [p for p in PRECISIONS if os.path.isdir(os.path.join(work, "art", "minilm_b1" + PRECISIONS[p]))]
-    per = {(b, p): {"rlxc_cuda": [], "eager": [], "graph": [], "compiled": [], "eager_copies": []} for b in batches for p in precs}
+    per = {(b, p): {"rlxc_cuda": [], "rlxc_cuda_unfused": [], "eager": [], "graph": [], "compiled": [], "eager_copies": []} for b in batches for p in precs}
     # torch.compile (inductor's fused kernels, mode "reduce-overhead": replayed as CUDA graphs), one
     # compiled callable per batch and precision, compiled in the first round, timed in every round.
     torch._dynamo.config.cache_size_limit = 64
@@ -215,6 +219,12 @@ def main() -> int:
                 o = os.path.join(work, "out", f"bench_b{b}{PRECISIONS[p]}")
                 us, text = cuda_run(a.carry, os.path.join(work, "art", f"minilm_b{b}{PRECISIONS[p]}"), "minilm", ins, a.runs, o)
                 q["rlxc_cuda"].append(us)
+                unfused = os.path.join(work, "art", f"minilm_b{b}_unfused")
+                if p == "f32" and os.path.isdir(unfused):
+                    # The same model with attention as three launches per layer (RLX_CUDA_FUSED_ATTENTION=0).
+                    uus, _ = cuda_run(a.carry, unfused, "minilm", ins, a.runs, o + "_unfused")
+                    q["rlxc_cuda_unfused"].append(uus)
+                    print(f"round {r} batch {b} f32: rlxc cuda fused attention {us:.1f} µs, unfused {uus:.1f} µs", flush=True)
                 y_rlxc = np.fromfile(os.path.join(o, "out0.bin"), dtype=np.float32).reshape(b, bm.SEQ, bm.H)
                 with torch.no_grad(), torch_precision(torch, p):
                     y = fwd(*g).float().cpu().numpy()
@@ -267,7 +277,8 @@ def main() -> int:
         for b in batches:
             e = res["minilm"][f"{b}{PRECISIONS[p]}"]
             print(f"  {p:5} batch {b:2}: rlxc {e['rlxc_cuda_p50_us']:9.1f} µs  torch graph {e['graph_p50_us']:9.1f} µs  compiled {e['compiled_p50_us']:9.1f} µs  eager {e['eager_p50_us']:9.1f} µs  "
-                  f"ratio {e['rlxc_over_best_torch']:.2f}  max abs vs torch f32 {e['max_abs_rlxc_vs_torch_f32']:.2e} (torch {p}: {e['max_abs_torch_vs_torch_f32']:.2e})", flush=True)
+                  f"ratio {e['rlxc_over_best_torch']:.2f}  max abs vs torch f32 {e['max_abs_rlxc_vs_torch_f32']:.2e} (torch {p}: {e['max_abs_torch_vs_torch_f32']:.2e})"
+                  + (f"  unfused attention {e['rlxc_cuda_unfused_p50_us']:9.1f} µs" if e["rlxc_cuda_unfused_rounds_us"] else ""), flush=True)
     res["failed"] = bad
     print(json.dumps(res, indent=1))
     with open(os.path.join(a.out, "h200-cuda-bench.json"), "w") as f:

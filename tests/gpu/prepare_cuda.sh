@@ -12,6 +12,12 @@
 #                       their f32 twin's, byte for byte — checked here, copied there)
 #   art/tiled/, art/rows/  tests/gpu/make_tiled.py's and make_rows.py's (--cuda) awkward matmul, reduction and
 #                       row shapes, with references
+#   art/minilm_bB_unfused/  MiniLM batch 1 / 8 / 32 (f32) compiled with RLX_CUDA_FUSED_ATTENTION=0: attention as
+#                       its scores matmul, softmax row kernel and probabilities × values matmul (three launches
+#                       per layer) instead of the one fused kernel, timed beside the fused default
+#   art/attention/      tests/gpu/make_attention.py's attention patterns (mask, scale, 24-wide heads, 40 and
+#                       600 keys), each one fused kernel, with references (and attention_untiled: the plain
+#                       loop form of the same kernels)
 #   art/NAME_untiled/   the tiled and rows models, the MLP, the CNN and MiniLM batch 1 compiled with RLX_CUDA_TILES=0 (every kernel one
 #                       thread per output: no shared memory, no shuffles), with their references: when a
 #                       tiled artifact is wrong and its untiled twin right, the cooperative kernels are at fault
@@ -36,7 +42,7 @@ cp "$MINILM" "$D/minilm.onnx"
 case_() {
   local c=$1 model=$2 args=$3; shift 3
   local name=${c%%_*}
-  RLX_CUDA_TILES=${TILES:-1} $R compile "$model" --target cuda --name "$name" -o "$D/art/$c" $args ${EXTRA:-} >/dev/null
+  RLX_CUDA_TILES=${TILES:-1} RLX_CUDA_FUSED_ATTENTION=${FUSED:-1} $R compile "$model" --target cuda --name "$name" -o "$D/art/$c" $args ${EXTRA:-} >/dev/null
   [ $# -eq 0 ] && return 0
   mkdir -p "$D/ref/$c"
   local i=0 ins=()
@@ -62,6 +68,9 @@ case_ cnn "$T/cnn.onnx" "" "image=$T/image.npy"
 case_ tiled "$T/tiled.onnx" "" "a=$T/a.npy" "b=$T/b.npy" "b2=$T/b2.npy" "c=$T/c.npy" "d=$T/d.npy" "e=$T/e.npy"
 case_ rows "$T/rows.onnx" "" "x=$T/x.npy" "l=$T/l.npy" "s=$T/s.npy" "u=$T/u.npy" "v=$T/v.npy" "w=$T/w.npy"
 TILES=0 case_ tiled_untiled "$T/tiled.onnx" ""
+"$PY" tests/gpu/make_attention.py --out "$T/att" >/dev/null
+case_ attention "$T/att/attention.onnx" "" $(for n in q k v mask mask2 qt kt vt qs ks vs; do echo "$n=$T/att/$n.npy"; done)
+TILES=0 case_ attention_untiled "$T/att/attention.onnx" ""
 # The awkward shapes on the tensor cores too (their f32 twin's references, the precision's tolerance).
 for p in tf32 bf16; do EXTRA="--precision $p" case_ tiled_$p "$T/tiled.onnx" ""; done
 TILES=0 case_ rows_untiled "$T/rows.onnx" ""
@@ -72,6 +81,7 @@ for b in 1 8 32; do
   ins=("input_ids=$T/b$b/input_ids.npy" "attention_mask=$T/b$b/attention_mask.npy" "token_type_ids=$T/b$b/token_type_ids.npy")
   if [ $b -le 8 ]; then case_ minilm_b$b "$D/minilm.onnx" "--dim batch=$b --dim sequence=128" "${ins[@]}"; else case_ minilm_b$b "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; fi
   if [ $b -eq 1 ]; then TILES=0 case_ minilm_b1_untiled "$D/minilm.onnx" "--dim batch=1 --dim sequence=128"; fi
+  FUSED=0 case_ minilm_b${b}_unfused "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"
   for p in tf32 bf16; do EXTRA="--precision $p" case_ minilm_b${b}_$p "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; done
 done
 # The three blobs differ only in a few batch-shaped constants: one xz stream over all three with a

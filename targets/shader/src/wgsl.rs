@@ -804,7 +804,9 @@ fn module_text_inner(lir: &Lir, bases: &[BaseBuf], use_tiles: bool) -> Result<(S
         let mut w = W { params, atomics: &mut atomics, vars: HashMap::new(), helpers: &mut helpers, out: String::new(), kname: k.name.clone() };
         let body = if dims.is_empty() { &k.body[..] } else if total == 0 { &[][..] } else { inner };
         // Matmuls and reductions with workgroup memory and barriers (tiled.rs), when recognized.
+        // (Fused attention, which only the CUDA target plans, keeps the per-invocation form here.)
         let plan = if total > 0 && use_tiles { rlx_ir::loops::tiled::recognize(k, &dims, body) } else { None };
+        let plan = plan.filter(|p| !matches!(p, rlx_ir::loops::tiled::Plan::Attention(_)));
         let (header, groups, wg) = if let Some(plan) = plan {
             match w.tiled(li, &plan) {
                 Ok(e) => {

@@ -24,6 +24,14 @@
 //!   one reduction, one element loop, and a row of at least [`MIN_REDUCE`]. A reduction followed by
 //!   loops is never taken as a [`Plan::Reduce`] (one invocation would run the loops alone).
 //!
+//! - [`Plan::Attention`] (the planner's fused attention, `rlx-opt`'s `plan/attention.rs`): per output
+//!   element three passes over the keys, each recomputing the score `s = Σ_d a · b` (a: the query
+//!   row, b: the key), `mx = max(mx, w(s))`, `l = l + e(s, mx)`, `acc = acc + p(s, mx, l) · v`, then
+//!   `rest` (the store). The grid variables split into the *heads* (what the keys and values depend
+//!   on), the *rows* (the query rows sharing a head's keys: every other variable of the query, the
+//!   scores or the store) and the *columns* (what only the values and the store depend on); a writer
+//!   computes each score once per row and shares a head's keys and values among its rows.
+//!
 //! Anything else keeps the one-invocation-per-grid-point mapping.
 
 use super::{Expr, IOp, Kernel, Stmt, Var};
@@ -40,6 +48,11 @@ pub const T: i64 = 16;
 /// Workgroups wanted before a larger per-invocation block is used (about one per SM of a large GPU).
 pub const FILL: i64 = 128;
 pub const MAX_GROUPS: i64 = 65535;
+/// The most keys a fused attention kernel takes (the planner fuses no longer one: `rlx-opt`'s
+/// `plan/attention.rs`): a GPU writer keeps each query row's scores in shared memory.
+pub const ATTENTION_MAX_KEYS: i64 = 1024;
+/// The longest dot product (head dimension) of a fused attention kernel's scores, likewise.
+pub const ATTENTION_MAX_DEPTH: i64 = 256;
 
 pub type Dims = Vec<(Var, i64)>;
 
@@ -64,6 +77,37 @@ pub enum Plan<'a> {
     Matmul { acc: Acc<'a>, a: &'a Expr, b: &'a Expr, rows: Dims, cols: Dims, batch: Dims, r: i64 },
     Reduce { acc: Acc<'a>, grid: Dims },
     Rows { phases: Vec<Phase<'a>>, grid: Dims, wg: u32 },
+    Attention(Attention<'a>),
+}
+
+/// A fused attention kernel (see the module doc). Each pass has its own key variable and score
+/// scalar; the writer binds them to the one score it computed.
+pub struct Attention<'a> {
+    pub heads: Dims,
+    pub rows: Dims,
+    pub cols: Dims,
+    /// Keys (the passes' extent) and the score's dot-product length.
+    pub keys: i64,
+    pub depth: i64,
+    /// Per pass: its key variable, its score scalar.
+    pub key: [Var; 3],
+    pub score: [Var; 3],
+    /// The dot product's variable (pass 1) and its two factors: `a` the query row's element (grid
+    /// variables and `dv`), `b` the key's (heads, `key[0]`, `dv`).
+    pub dv: Var,
+    pub a: &'a Expr,
+    pub b: &'a Expr,
+    /// The running max, the sum, the output accumulator.
+    pub mx: Var,
+    pub l: Var,
+    pub acc: Var,
+    /// The max's term (of `score[0]`, `key[0]`), the sum's (of `score[1]`, `key[1]`, `mx`), the
+    /// probability (of `score[2]`, `key[2]`, `mx`, `l`) and the value (of `key[2]` and the columns).
+    pub w: &'a Expr,
+    pub e: &'a Expr,
+    pub p: &'a Expr,
+    pub v: &'a Expr,
+    pub rest: &'a [Stmt],
 }
 
 /// One phase of a row kernel, in order.
@@ -189,6 +233,9 @@ fn accumulation(body: &[Stmt]) -> Option<Acc<'_>> {
 /// Recognizes a row kernel, a tiled matmul or a row reduction in `body`, the statements of kernel `k`
 /// under the grid `dims`.
 pub fn recognize<'a>(k: &Kernel, dims: &[(Var, i64)], body: &'a [Stmt]) -> Option<Plan<'a>> {
+    if let Some(a) = attention(k, dims, body) {
+        return Some(Plan::Attention(a));
+    }
     if let Some(p) = row_phases(k, dims, body) {
         return Some(p);
     }
@@ -231,6 +278,113 @@ pub fn recognize<'a>(k: &Kernel, dims: &[(Var, i64)], body: &'a [Stmt]) -> Optio
         return Some(Plan::Reduce { acc, grid: dims.to_vec() });
     }
     None
+}
+
+/// `e` with variables renamed (`map`: from → to).
+fn rename(e: &Expr, map: &[(Var, Var)]) -> Expr {
+    let r = |x: &Expr| Box::new(rename(x, map));
+    match e {
+        Expr::Var(v) => Expr::Var(map.iter().find(|m| m.0 == *v).map_or(*v, |m| m.1)),
+        Expr::Load { buf, index } => Expr::Load { buf: *buf, index: r(index) },
+        Expr::I(op, a, b) => Expr::I(*op, r(a), r(b)),
+        Expr::Un(op, d, a) => Expr::Un(*op, *d, r(a)),
+        Expr::Bin(op, d, a, b) => Expr::Bin(*op, *d, r(a), r(b)),
+        Expr::Select(c, a, b) => Expr::Select(r(c), r(a), r(b)),
+        Expr::Cast { from, to, x } => Expr::Cast { from: *from, to: *to, x: r(x) },
+        Expr::ToIndex { from, x } => Expr::ToIndex { from: *from, x: r(x) },
+        Expr::Dot4(c, a, b, m) => Expr::Dot4(r(c), r(a), r(b), *m),
+        Expr::Int(_) | Expr::Lit(..) => e.clone(),
+    }
+}
+
+/// One pass of a fused attention: `for key { decl s = 0; for d { s = s + a · b }; assign x = x ⊕ term }`
+/// → (key, keys, s, d, depth, a, b, x, ⊕, term).
+#[allow(clippy::type_complexity)]
+fn attention_pass(st: &Stmt) -> Option<(Var, i64, Var, Var, i64, &Expr, &Expr, Var, BinaryOp, &Expr)> {
+    let Stmt::For { var: key, extent: keys, body, .. } = st else { return None };
+    let [Stmt::Decl { var: s, dtype: DType::F32, init: Expr::Lit(z, DType::F32) }, Stmt::For { var: d, extent: depth, body: dot, .. }, Stmt::Assign { var: x, value: Expr::Bin(op, DType::F32, lhs, term) }] = body.as_slice() else {
+        return None;
+    };
+    let [Stmt::Assign { var: sv, value: Expr::Bin(BinaryOp::Add, DType::F32, sl, prod) }] = dot.as_slice() else { return None };
+    let Expr::Bin(BinaryOp::Mul, DType::F32, a, b) = &**prod else { return None };
+    if *z != 0.0 || sv != s || **sl != Expr::Var(*s) || **lhs != Expr::Var(*x) || *keys <= 0 || *depth <= 0 {
+        return None;
+    }
+    Some((*key, *keys, *s, *d, *depth, &**a, &**b, *x, *op, &**term))
+}
+
+/// [`Plan::Attention`]: the planner's fused attention kernel under `dims` (module doc).
+fn attention<'a>(k: &Kernel, dims: &[(Var, i64)], body: &'a [Stmt]) -> Option<Attention<'a>> {
+    let [Stmt::Decl { var: mx, dtype: DType::F32, init: Expr::Lit(ninf, DType::F32) }, p1, Stmt::Decl { var: l, dtype: DType::F32, init: Expr::Lit(z1, DType::F32) }, p2, Stmt::Decl { var: acc, dtype: DType::F32, init: Expr::Lit(z2, DType::F32) }, p3, rest @ ..] = body else {
+        return None;
+    };
+    if *ninf != f64::NEG_INFINITY || *z1 != 0.0 || *z2 != 0.0 || has_loop(rest) || rest.is_empty() {
+        return None;
+    }
+    let (k1, keys, s1, d1, depth, a, b, x1, op1, w) = attention_pass(p1)?;
+    let (k2, keys2, s2, d2, depth2, a2, b2, x2, op2, e) = attention_pass(p2)?;
+    let (k3, keys3, s3, d3, depth3, a3, b3, x3, op3, pv) = attention_pass(p3)?;
+    let Expr::Bin(BinaryOp::Mul, DType::F32, p, v) = pv else { return None };
+    let (p, v): (&Expr, &Expr) = (p, v);
+    if (x1, op1, x2, op2, x3, op3) != (*mx, BinaryOp::Max, *l, BinaryOp::Add, *acc, BinaryOp::Add) || (keys2, keys3, depth2, depth3) != (keys, keys, depth, depth) {
+        return None;
+    }
+    // The three passes compute the same score.
+    for (ka, da, aa, ba) in [(k2, d2, a2, b2), (k3, d3, a3, b3)] {
+        let map = [(ka, k1), (da, d1)];
+        if rename(aa, &map) != *a || rename(ba, &map) != *b {
+            return None;
+        }
+    }
+    let grid: BTreeSet<Var> = dims.iter().map(|d| d.0).collect();
+    let within = |e: &Expr, extra: &[Var]| var_set(e).iter().all(|v| grid.contains(v) || extra.contains(v));
+    if !(within(a, &[d1]) && within(b, &[k1, d1]) && within(w, &[s1, k1]) && within(e, &[s2, k2, *mx]) && within(p, &[s3, k3, *mx, *l]) && within(v, &[k3])) {
+        return None;
+    }
+    let mut rest_vars = BTreeSet::new();
+    let mut stores = Vec::new();
+    super::grid::collect(rest, &mut BTreeSet::new(), &mut BTreeSet::new(), &mut stores, &mut BTreeSet::new());
+    for st in rest {
+        match st {
+            Stmt::Store { index, value, .. } => {
+                rest_vars.extend(var_set(index));
+                rest_vars.extend(var_set(value));
+            }
+            _ => return None,
+        }
+    }
+    if !rest_vars.iter().all(|v| grid.contains(v) || v == acc) {
+        return None;
+    }
+    // Stored buffers are write-only (no pass reads what another row wrote).
+    let mut kernel_loads = BTreeSet::new();
+    super::grid::collect(&k.body, &mut BTreeSet::new(), &mut BTreeSet::new(), &mut Vec::new(), &mut kernel_loads);
+    if stores.iter().any(|(b, _)| kernel_loads.contains(b)) {
+        return None;
+    }
+    let query: BTreeSet<Var> = [a, w, e, p].iter().flat_map(|x| var_set(x)).collect();
+    let kv: BTreeSet<Var> = var_set(b).union(&var_set(v)).copied().collect();
+    let (mut heads, mut rows, mut cols) = (Vec::new(), Vec::new(), Vec::new());
+    for &(g, n) in dims {
+        if kv.contains(&g) && !query.contains(&g) && !var_set(b).contains(&g) {
+            cols.push((g, n));
+        } else if kv.contains(&g) {
+            heads.push((g, n));
+        } else if query.contains(&g) || rest_vars.contains(&g) {
+            rows.push((g, n));
+        } else {
+            heads.push((g, n));
+        }
+    }
+    // A column variable the query or the key reads, or a row variable the values read, would tie
+    // rows or columns together.
+    if cols.iter().any(|c| query.contains(&c.0) || var_set(b).contains(&c.0)) || rows.iter().any(|r| var_set(v).contains(&r.0)) {
+        return None;
+    }
+    if keys > ATTENTION_MAX_KEYS || depth > ATTENTION_MAX_DEPTH || dims.iter().any(|d| d.1 <= 0) {
+        return None;
+    }
+    Some(Attention { heads, rows, cols, keys, depth, key: [k1, k2, k3], score: [s1, s2, s3], dv: d1, a, b, mx: *mx, l: *l, acc: *acc, w, e, p, v, rest })
 }
 
 /// Integer value of an index expression with the variables in `env` (others 0); `None` for anything

@@ -87,6 +87,9 @@ impl Planner<'_> {
         if matches!(root.op, MirOp::TopK { .. }) {
             return self.topk_kernel(r);
         }
+        if let Some(a) = self.attention.get(&r).cloned() {
+            return self.attention_kernel(r, &a);
+        }
         let out = root.outputs[0];
         let out_buf = self.buf_of[out.index()].expect("roots are materialized");
         let out_shape = self.shape(out);

@@ -29,6 +29,7 @@
 //! arithmetic in `index.rs`.
 
 mod anchor;
+mod attention;
 mod block_layout;
 mod block_gemm_gpu;
 mod concat;
@@ -133,11 +134,16 @@ pub struct PlanOptions {
     /// With `int8_dot`, prefill's many-row matmuls take the int8 form too (else they keep the f32
     /// panels): the CPU family sets it where that pays (measured: AVX-512 VNNI yes, AVX2 no).
     pub int8_gemm: bool,
+    /// Attention — `matmul(Q, Kᵀ)`, a scalar scaling and a mask broadcast over the query rows, the
+    /// softmax over the keys, `matmul(P, V)` — as one kernel whose scores never reach memory
+    /// (`attention.rs`), which the GPU writers run one warp per query row with the head's keys and
+    /// values in shared memory. The CUDA target turns it on (unless `RLX_CUDA_FUSED_ATTENTION=0`).
+    pub fused_attention: bool,
 }
 
 impl Default for PlanOptions {
     fn default() -> Self {
-        PlanOptions { align: 64, gemm_nr: GEMM_NR, gemm_mr: GEMM_MR, wide_tile: (0, 0), row_fusion: false, row_recompute: false, inline_operands: false, conv_gemm: false, concat_in_place: false, window_lanes: 0, flat_block_dots: false, int8_dot: false, int8_gemm: false }
+        PlanOptions { align: 64, gemm_nr: GEMM_NR, gemm_mr: GEMM_MR, wide_tile: (0, 0), row_fusion: false, row_recompute: false, inline_operands: false, conv_gemm: false, concat_in_place: false, window_lanes: 0, flat_block_dots: false, int8_dot: false, int8_gemm: false, fused_attention: false }
     }
 }
 
@@ -190,6 +196,8 @@ struct Planner<'g> {
     opts: PlanOptions,
     /// Control-flow regions, in launch order (`region.rs`).
     regions: Vec<rlx_ir::lir::Region>,
+    /// Fused attentions (`attention.rs`), by their `matmul(P, V)` node.
+    attention: HashMap<NodeId, attention::Attention>,
 }
 
 /// Columns per packed weight panel = lanes of the GEMM micro-kernel's vector accumulators.
@@ -272,6 +280,7 @@ pub fn plan(g: &Mir, opts: &PlanOptions) -> Result<Lir, Vec<Problem>> {
     if opts.window_lanes >= 8 && !opts.inline_operands {
         gemm::materialize_short_k_rhs(g, &mut fusion);
     }
+    let attention = if opts.fused_attention { attention::fuse(g, &mut fusion) } else { HashMap::new() };
     let mut p = Planner {
         g,
         fusion,
@@ -302,6 +311,7 @@ pub fn plan(g: &Mir, opts: &PlanOptions) -> Result<Lir, Vec<Problem>> {
         inplace_state: HashMap::new(),
         opts: opts.clone(),
         regions: Vec::new(),
+        attention,
     };
     p.place_inputs_and_constants();
     p.inplace_state = p.plan_inplace_state();

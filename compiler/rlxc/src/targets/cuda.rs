@@ -33,9 +33,12 @@ pub fn caps() -> TargetCaps {
 }
 
 /// As for the shader targets: matmuls in their per-element form (no CPU GEMM panels), LayerNorm and
-/// softmax one row kernel each, transposes and scalings inlined into matmul operand loads.
+/// softmax one row kernel each, transposes and scalings inlined into matmul operand loads; attention
+/// (scores, softmax, probabilities × values) one kernel (`rlx_opt`'s `plan/attention.rs`) unless
+/// `RLX_CUDA_FUSED_ATTENTION=0` at compile time, which keeps its three launches (to time both).
 pub fn plan_options() -> rlx_opt::PlanOptions {
-    rlx_opt::PlanOptions { gemm_nr: 1 << 30, row_fusion: true, row_recompute: true, inline_operands: true, flat_block_dots: true, ..Default::default() }
+    let fused_attention = std::env::var("RLX_CUDA_FUSED_ATTENTION").map_or(true, |v| v != "0");
+    rlx_opt::PlanOptions { gemm_nr: 1 << 30, row_fusion: true, row_recompute: true, inline_operands: true, flat_block_dots: true, fused_attention, ..Default::default() }
 }
 
 impl Family for Cuda {

@@ -20,6 +20,7 @@ fn plan_name(p: &Plan) -> String {
         Plan::Matmul { r, .. } => format!("tiled matmul, {r}x{r} outputs per thread"),
         Plan::Reduce { .. } => "row reduction, one warp per row".into(),
         Plan::Rows { .. } => "row kernel, one warp per row".into(),
+        Plan::Attention(a) => format!("fused attention over {} keys, one warp per query row", a.keys),
     }
 }
 

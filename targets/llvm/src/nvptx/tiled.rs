@@ -26,6 +26,8 @@
 //!   are computed by every thread; element loops are strided over the row's threads. A warp past the
 //!   last row recomputes the last one and stores nothing (a whole warp: the shuffles stay uniform).
 //!   The summation order differs from a serial loop's (f32 results differ in the last bits).
+//! - **Fused attention** ([`Plan::Attention`]): `attention.rs`, with this file's loop, barrier and
+//!   shared-memory helpers.
 
 use super::{Mma, BLOCK};
 use crate::ir::{llvm_lit, llvm_type, Writer};
@@ -65,7 +67,7 @@ pub struct Tiled {
 type Body<'b> = &'b mut dyn FnMut(&mut Writer) -> Result<(), String>;
 
 /// `for slot in lo..hi step step { body }` (i64; `slot` an entry-block alloca).
-fn for_loop(w: &mut Writer, slot: &str, lo: &str, hi: &str, step: i64, body: Body) -> Result<(), String> {
+pub(super) fn for_loop(w: &mut Writer, slot: &str, lo: &str, hi: &str, step: i64, body: Body) -> Result<(), String> {
     w.slot(slot, "i64");
     let (cond, bl, end) = (w.fresh("tcond"), w.fresh("tbody"), w.fresh("tend"));
     w.emit(&format!("store i64 {lo}, ptr {slot}"));
@@ -94,7 +96,7 @@ const LANE_CHUNK: i64 = 4;
 /// `for slot in lane..n step st { body }` (`st` the threads sharing a row: 32 per warp), unrolled
 /// (above). Each element still runs `body` once, in the same order k = lane, lane + st, …: the results
 /// are those of the rolled loop, bit for bit.
-fn lane_loop(w: &mut Writer, slot: &str, lane: &str, n: i64, st: i64, body: Body) -> Result<(), String> {
+pub(super) fn lane_loop(w: &mut Writer, slot: &str, lane: &str, n: i64, st: i64, body: Body) -> Result<(), String> {
     w.slot(slot, "i64");
     let whole = n / st;
     let tail = n % st != 0;
@@ -129,7 +131,7 @@ fn lane_loop(w: &mut Writer, slot: &str, lane: &str, n: i64, st: i64, body: Body
 }
 
 /// `if cond { body }` (`cond` an i1).
-fn if_(w: &mut Writer, cond: &str, body: Body) -> Result<(), String> {
+pub(super) fn if_(w: &mut Writer, cond: &str, body: Body) -> Result<(), String> {
     let (then, end) = (w.fresh("tthen"), w.fresh("tendif"));
     w.emit(&format!("br i1 {cond}, label %{then}, label %{end}"));
     w.block(&then);
@@ -140,7 +142,7 @@ fn if_(w: &mut Writer, cond: &str, body: Body) -> Result<(), String> {
 }
 
 /// Stores `(flat / stride) % extent` into each variable's slot (the last varies fastest) and binds it.
-fn unflatten(w: &mut Writer, flat: &str, dims: &[(Var, i64)]) {
+pub(super) fn unflatten(w: &mut Writer, flat: &str, dims: &[(Var, i64)]) {
     let mut stride: i64 = dims.iter().map(|d| d.1.max(1)).product();
     for &(v, e) in dims {
         stride /= e.max(1);
@@ -154,13 +156,13 @@ fn unflatten(w: &mut Writer, flat: &str, dims: &[(Var, i64)]) {
 }
 
 /// A special register (`tid.x`, `ctaid.y`, …) as i64.
-fn sreg(w: &mut Writer, name: &str) -> String {
+pub(super) fn sreg(w: &mut Writer, name: &str) -> String {
     w.declare(&format!("declare i32 @llvm.nvvm.read.ptx.sreg.{name}()"));
     let v = w.emit_op(format!("call i32 @llvm.nvvm.read.ptx.sreg.{name}()"));
     w.emit_op(format!("zext i32 {v} to i64"))
 }
 
-fn barrier(w: &mut Writer) {
+pub(super) fn barrier(w: &mut Writer) {
     w.declare("declare void @llvm.nvvm.barrier0()");
     w.emit("call void @llvm.nvvm.barrier0()");
 }
@@ -175,7 +177,7 @@ fn accumulate(w: &mut Writer, d: DType, c: &str, a: &str, b: &str) {
     w.emit(&format!("store {ty} {s}, ptr {c}"));
 }
 
-fn shared_at(w: &mut Writer, base: &str, len: i64, ty: &str, idx: &str) -> String {
+pub(super) fn shared_at(w: &mut Writer, base: &str, len: i64, ty: &str, idx: &str) -> String {
     w.emit_op(format!("getelementptr inbounds [{len} x {ty}], ptr addrspace(3) {base}, i64 0, i64 {idx}"))
 }
 
@@ -193,6 +195,7 @@ pub fn kernel(li: usize, sig: &str, setup: &str, params: Vec<(DType, String)>, p
         }
         Plan::Reduce { acc, grid } => rows_kernel(&mut w, li, &[Phase::Reduce(acc.clone())], Some(acc), grid, &mut globals)?,
         Plan::Rows { phases, grid, .. } => rows_kernel(&mut w, li, phases, None, grid, &mut globals)?,
+        Plan::Attention(a) => super::attention::attention(&mut w, li, a, &mut globals)?,
     };
     let (allocas, body) = w.finish();
     let text = format!("define ptx_kernel void @k{li}({sig}) #0 {{\nentry:\n{allocas}{setup}  br label %start.bb\nstart.bb:\n{body}  ret void\n}}\n\n");

@@ -62,6 +62,7 @@ impl W<'_> {
             Plan::Matmul { acc, a, b, rows, cols, batch, r } => self.matmul(li, acc, a, b, rows, cols, batch, *r),
             Plan::Reduce { acc, grid } => self.reduce(li, acc, grid),
             Plan::Rows { phases, grid, wg } => self.rows(li, phases, grid, *wg),
+            Plan::Attention(_) => Err(format!("kernel '{}': fused attention has no cooperative WGSL form", self.kname)),
         }
     }
 
