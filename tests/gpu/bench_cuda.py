@@ -16,9 +16,10 @@ For each case: max abs difference of every output against the interpreter (MiniL
 PyTorch eager, whose batch-1 agreement with the interpreter is checked too); the `*_untiled` cases are
 the same models compiled with RLX_CUDA_TILES=0 (one thread per output everywhere), so a failing tiled
 artifact beside a passing untiled twin points at the cooperative kernels (shared-memory matmul tiles,
-warp-per-row kernels, fused attention); the `minilm_bB_unfused` cases are MiniLM compiled with
-RLX_CUDA_FUSED_ATTENTION=0 (attention as three launches per layer instead of one fused kernel), timed
-in every round beside the fused f32 default (`rlxc_cuda_unfused`). Then, per MiniLM batch, each kernel's device time (`cuda_run` with
+warp-per-row kernels, fused attention); the `minilm_bB_unfused` cases (`minilm_bB_P_unfused` for
+precision P where a run carries them) are MiniLM compiled with RLX_CUDA_FUSED_ATTENTION=0 (attention
+as three launches per layer instead of one fused kernel), timed in every round beside the fused
+default of the same precision (`rlxc_cuda_unfused`). Then, per MiniLM batch, each kernel's device time (`cuda_run` with
 RLX_CUDA_KERNEL_TIMES=1: the kernels launched one by one between events) with the kernel names of the
 manifest, the slowest first. For MiniLM, per round and
 batch (interleaved): `cuda_run` p50 of `Executor::run` (copy the inputs in, one CUDA graph launch,
@@ -61,7 +62,7 @@ TOL_TORCH = {"f32": 1e-3, "tf32": 3e-2, "bf16": 1.5e-1}
 def precision_of(case):
     """The precision a case's artifact was compiled with (its folder suffix)."""
     for p, sfx in PRECISIONS.items():
-        if sfx and case.endswith(sfx):
+        if sfx and re.sub(r"_(untiled|unfused)$", "", case).endswith(sfx):
             return p
     return "f32"
 
@@ -137,7 +138,7 @@ def main() -> int:
     refs = set(os.listdir(os.path.join(a.carry, "ref")))
     cases = []
     for c in sorted(os.listdir(os.path.join(work, "art"))):
-        twin = c if c in refs else re.sub(r"_(untiled|unfused|tf32|bf16)$", "", c)
+        twin = c if c in refs else re.sub(r"(_(untiled|unfused|tf32|bf16))+$", "", c)
         if twin in refs:
             cases.append((c, twin))
     for c, twin in cases:
@@ -219,12 +220,12 @@ def main() -> int:
                 o = os.path.join(work, "out", f"bench_b{b}{PRECISIONS[p]}")
                 us, text = cuda_run(a.carry, os.path.join(work, "art", f"minilm_b{b}{PRECISIONS[p]}"), "minilm", ins, a.runs, o)
                 q["rlxc_cuda"].append(us)
-                unfused = os.path.join(work, "art", f"minilm_b{b}_unfused")
-                if p == "f32" and os.path.isdir(unfused):
+                unfused = os.path.join(work, "art", f"minilm_b{b}{PRECISIONS[p]}_unfused")
+                if os.path.isdir(unfused):
                     # The same model with attention as three launches per layer (RLX_CUDA_FUSED_ATTENTION=0).
                     uus, _ = cuda_run(a.carry, unfused, "minilm", ins, a.runs, o + "_unfused")
                     q["rlxc_cuda_unfused"].append(uus)
-                    print(f"round {r} batch {b} f32: rlxc cuda fused attention {us:.1f} µs, unfused {uus:.1f} µs", flush=True)
+                    print(f"round {r} batch {b} {p}: rlxc cuda fused attention {us:.1f} µs, unfused {uus:.1f} µs", flush=True)
                 y_rlxc = np.fromfile(os.path.join(o, "out0.bin"), dtype=np.float32).reshape(b, bm.SEQ, bm.H)
                 with torch.no_grad(), torch_precision(torch, p):
                     y = fwd(*g).float().cpu().numpy()
