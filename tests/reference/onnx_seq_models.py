@@ -55,6 +55,12 @@ and DIR/NAME.ort.npy (ONNX Runtime's output "y", float32).
   the box and class columns of the selected indices, Squeeze + Gather of the selected boxes, Gather of
   their scores from the flattened score map by class·48 + box. Output y: [K, 6] (box, score, class),
   K known only at run time.
+- roi_head: a two-stage detector's box head (input [2, 3, 16, 16], opset 16): Conv 3x3 + Relu as the feature
+  map, RoiAlign over 5 constant boxes (batch indices [0, 1, 1, 0, 1], one partly off the map) at
+  spatial_scale 1/4 — avg with sampling_ratio 2 (half_pixel) and max with sampling_ratio 0 (adaptive:
+  each box's grid sized by the box, output_half_pixel) — each [5, 8, 3, 3], concatenated on channels,
+  Flatten, Gemm to 6 scores. Output y: [5, 6]. Also bad_roi.onnx (no ONNX Runtime output): RoiAlign
+  with sampling_ratio 0 over boxes given at run time.
 """
 from __future__ import annotations
 
@@ -543,6 +549,45 @@ def detector(rng: np.random.Generator) -> tuple[onnx.ModelProto, np.ndarray]:
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)]), x
 
 
+def roi_head(rng: np.random.Generator) -> tuple[onnx.ModelProto, np.ndarray]:
+    n, c, hw, r = 2, 8, 16, 5
+    # Boxes in image pixels (x1, y1, x2, y2) on a 64x64 image: sizes 8..60, the last partly off the map.
+    rois = np.array([[4, 6, 30, 20], [10, 10, 18, 50], [0, 0, 63, 63], [33.5, 12.25, 41, 19], [40, 44, 72, 70]], np.float32)
+    inits = [
+        init("Wc", (rng.standard_normal((c, 3, 3, 3)) * 0.3).astype(np.float32)),
+        init("bc", (rng.standard_normal(c) * 0.1).astype(np.float32)),
+        init("rois", rois),
+        init("bidx", np.array([0, 1, 1, 0, 1], np.int64)),
+        init("Wf", (rng.standard_normal((6, 2 * c * 9)) * 0.1).astype(np.float32)),
+        init("bf", (rng.standard_normal(6) * 0.1).astype(np.float32)),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "Wc", "bc"], ["f0"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["f0"], ["feat"]),
+        helper.make_node("RoiAlign", ["feat", "rois", "bidx"], ["ra"], mode="avg", output_height=3, output_width=3,
+                         sampling_ratio=2, spatial_scale=0.25, coordinate_transformation_mode="half_pixel"),
+        helper.make_node("RoiAlign", ["feat", "rois", "bidx"], ["rm"], mode="max", output_height=3, output_width=3,
+                         sampling_ratio=0, spatial_scale=0.25, coordinate_transformation_mode="output_half_pixel"),
+        helper.make_node("Concat", ["ra", "rm"], ["pooled"], axis=1),
+        helper.make_node("Flatten", ["pooled"], ["flat"]),
+        helper.make_node("Gemm", ["flat", "Wf", "bf"], ["y"], transB=1),
+    ]
+    g = helper.make_graph(nodes, "roi_head", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, 3, hw, hw])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [r, 6])], inits)
+    x = rng.standard_normal((n, 3, hw, hw)).astype(np.float32)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 16)]), x
+
+
+def bad_roi() -> onnx.ModelProto:
+    """RoiAlign with sampling_ratio 0 (a grid sized by each box) over boxes given at run time: rlxc
+    refuses it naming the node and the rois input."""
+    f32 = TensorProto.FLOAT
+    nodes = [helper.make_node("RoiAlign", ["x", "rois", "bidx"], ["y"], output_height=2, output_width=2, name="box_pool")]
+    g = helper.make_graph(nodes, "bad_roi", [helper.make_tensor_value_info("x", f32, [1, 2, 8, 8]), helper.make_tensor_value_info("rois", f32, [3, 4])],
+                          [helper.make_tensor_value_info("y", f32, [3, 2, 2, 2])], [init("bidx", np.zeros(3, np.int64))])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 16)])
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
@@ -559,7 +604,7 @@ def main() -> int:
     # Each with its own generator: the models above keep their inputs.
     builds += [(name, lambda r, f=f, seed=seed: f(np.random.default_rng(seed)))
                for name, f, seed in [("scan_rnn", scan_rnn, 31), ("scan_axes", scan_axes, 37), ("scan_dim", scan_dim, 31),
-                                     ("topk_nan", topk_nan, 41)]]
+                                     ("topk_nan", topk_nan, 41), ("roi_head", roi_head, 43)]]
     for name, build in builds:
         model, x = build(rng)
         model.ir_version = 8
@@ -575,6 +620,10 @@ def main() -> int:
     bad.ir_version = 8
     onnx.checker.check_model(bad, full_check=True)
     onnx.save(bad, os.path.join(args.out, "bad_loop.onnx"))
+    bad = bad_roi()
+    bad.ir_version = 8
+    onnx.checker.check_model(bad, full_check=True)
+    onnx.save(bad, os.path.join(args.out, "bad_roi.onnx"))
     return 0
 
 

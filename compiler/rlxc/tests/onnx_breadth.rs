@@ -11,7 +11,9 @@
 //! (`while_scan`): loop and if regions, which the interpreter and `--target host` (LLVM and Cranelift)
 //! run and the other targets report per node. Scans past the unroll limit (`scan_rnn`, `scan_axes`,
 //! `scan_dim`): loop regions on the interpreter and both CPU code generators. TopK over NaNs
-//! (`topk_nan`): NaN-aware comparison (NaN must meet NaN).
+//! (`topk_nan`): NaN-aware comparison (NaN must meet NaN). A two-stage detector's box head
+//! (`roi_head`): `RoiAlign` avg and max (an adaptive sampling grid over constant boxes) into a `Gemm`,
+//! on the interpreter and both CPU code generators.
 
 mod common;
 use common::{ok, python, repo};
@@ -270,4 +272,25 @@ fn detector_artifact_declares_its_bounded_output_and_count() {
     }
     let rs = std::fs::read_to_string(out.join("detector.rs")).unwrap();
     assert!(rs.contains("pub const BOUNDED: [(usize, usize, usize); 1] = [(0, 0, 1)];"));
+}
+
+#[test]
+fn roi_align_box_head_matches_onnxruntime_on_interp() {
+    check("roi_head", "interp", &[5, 6]);
+}
+
+#[test]
+fn roi_align_box_head_matches_onnxruntime_on_host() {
+    for backend in ["llvm", "cranelift"] {
+        check_on("roi_head", "host", Some(backend), &[5, 6]);
+    }
+}
+
+#[test]
+fn roi_align_with_an_adaptive_grid_over_run_time_boxes_is_refused_naming_the_node() {
+    let dir = models();
+    let out = Command::new(env!("CARGO_BIN_EXE_rlxc")).arg("check").arg(dir.join("bad_roi.onnx")).arg("--target").arg("interp").output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("node 'box_pool' (RoiAlign, opset 16)") && err.contains("rois") && err.contains("sampling_ratio > 0"), "{err}");
 }

@@ -6,7 +6,7 @@
 //! types), `shape.rs` (shape and data
 //! movement), `generate.rs` (Constant, Range, OneHot …), `nn.rs` (convolution, pooling), `norm.rs`
 //! (normalizations, softmax, losses), `reduce.rs`, `quant.rs`, `resize.rs` (Resize, Upsample), `rnn.rs` (RNN, GRU, LSTM), `rotary.rs` (RotaryEmbedding), `spectral.rs` (DFT, STFT),
-//! `control.rs` (If, Loop, Scan: subgraphs translated inline, loops unrolled), `sample.rs` (GridSample, AffineGrid),
+//! `control.rs` (If, Loop, Scan: subgraphs translated inline, loops unrolled), `sample.rs` (GridSample, AffineGrid, RoiAlign, DeformConv),
 //! `state.rs` (TensorScatter, CausalConvWithState), `optional.rs` (OptionalHasElement/GetElement on tensors), `select.rs` (NonMaxSuppression, NonZero, Unique, run-time Compress: outputs of data-dependent length); shared helpers in `build.rs`.
 
 mod build;
