@@ -61,6 +61,9 @@ and DIR/NAME.ort.npy (ONNX Runtime's output "y", float32).
   each box's grid sized by the box, output_half_pixel) — each [5, 8, 3, 3], concatenated on channels,
   Flatten, Gemm to 6 scores. Output y: [5, 6]. Also bad_roi.onnx (no ONNX Runtime output): RoiAlign
   with sampling_ratio 0 over boxes given at run time.
+- bitcast_mix: x [4, 8] (opset 26): 3x, BitCast to int32, the sign bit cleared (BitwiseAnd), BitCast
+  back to float (|3x|), plus 0.01 x the biased exponent (BitCast to uint32, BitShift right 23, Cast): BitCast in the middle
+  of a graph, between kernels. Output y: [4, 8].
 """
 from __future__ import annotations
 
@@ -578,6 +581,27 @@ def roi_head(rng: np.random.Generator) -> tuple[onnx.ModelProto, np.ndarray]:
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 16)]), x
 
 
+def bitcast_mix(rng: np.random.Generator) -> tuple[onnx.ModelProto, np.ndarray]:
+    f32, i32 = TensorProto.FLOAT, TensorProto.INT32
+    inits = [init("three", np.array([3.0], np.float32)), init("no_sign", np.array([0x7FFFFFFF], np.int32)),
+             init("shift", np.array([23], np.uint32)), init("scale", np.array([0.01], np.float32))]
+    nodes = [
+        helper.make_node("Mul", ["x", "three"], ["x3"]),
+        helper.make_node("BitCast", ["x3"], ["bits"], to=i32),
+        helper.make_node("BitwiseAnd", ["bits", "no_sign"], ["abs_bits"]),
+        helper.make_node("BitCast", ["abs_bits"], ["abs3"], to=f32),
+        helper.make_node("BitCast", ["abs_bits"], ["ubits"], to=TensorProto.UINT32),
+        helper.make_node("BitShift", ["ubits", "shift"], ["expo"], direction="RIGHT"),
+        helper.make_node("Cast", ["expo"], ["expo_f"], to=f32),
+        helper.make_node("Mul", ["expo_f", "scale"], ["e1"]),
+        helper.make_node("Add", ["abs3", "e1"], ["y"]),
+    ]
+    g = helper.make_graph(nodes, "bitcast_mix", [helper.make_tensor_value_info("x", f32, [4, 8])],
+                          [helper.make_tensor_value_info("y", f32, [4, 8])], inits)
+    x = (rng.standard_normal((4, 8)) * 10).astype(np.float32)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 26)]), x
+
+
 def bad_roi() -> onnx.ModelProto:
     """RoiAlign with sampling_ratio 0 (a grid sized by each box) over boxes given at run time: rlxc
     refuses it naming the node and the rois input."""
@@ -604,10 +628,10 @@ def main() -> int:
     # Each with its own generator: the models above keep their inputs.
     builds += [(name, lambda r, f=f, seed=seed: f(np.random.default_rng(seed)))
                for name, f, seed in [("scan_rnn", scan_rnn, 31), ("scan_axes", scan_axes, 37), ("scan_dim", scan_dim, 31),
-                                     ("topk_nan", topk_nan, 41), ("roi_head", roi_head, 43)]]
+                                     ("topk_nan", topk_nan, 41), ("roi_head", roi_head, 43), ("bitcast_mix", bitcast_mix, 47)]]
     for name, build in builds:
         model, x = build(rng)
-        model.ir_version = 8
+        model.ir_version = 11 if name == "bitcast_mix" else 8  # BitCast is opset 26 (IR 11)
         onnx.checker.check_model(model, full_check=True)
         path = os.path.join(args.out, f"{name}.onnx")
         onnx.save(model, path)

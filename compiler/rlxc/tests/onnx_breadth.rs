@@ -13,7 +13,8 @@
 //! `scan_dim`): loop regions on the interpreter and both CPU code generators. TopK over NaNs
 //! (`topk_nan`): NaN-aware comparison (NaN must meet NaN). A two-stage detector's box head
 //! (`roi_head`): `RoiAlign` avg and max (an adaptive sampling grid over constant boxes) into a `Gemm`,
-//! on the interpreter and both CPU code generators.
+//! on the interpreter and both CPU code generators. BitCast between kernels (`bitcast_mix`): a view
+//! with another dtype on the CPU back ends, reported per node on the others.
 
 mod common;
 use common::{ok, python, repo};
@@ -293,4 +294,23 @@ fn roi_align_with_an_adaptive_grid_over_run_time_boxes_is_refused_naming_the_nod
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("node 'box_pool' (RoiAlign, opset 16)") && err.contains("rois") && err.contains("sampling_ratio > 0"), "{err}");
+}
+
+#[test]
+fn bitcast_between_kernels_matches_onnxruntime_on_interp_and_host() {
+    check("bitcast_mix", "interp", &[4, 8]);
+    for backend in ["llvm", "cranelift"] {
+        check_on("bitcast_mix", "host", Some(backend), &[4, 8]);
+    }
+}
+
+#[test]
+fn bitcast_is_reported_per_node_on_targets_that_do_not_claim_it() {
+    let dir = models();
+    let out = Command::new(env!("CARGO_BIN_EXE_rlxc")).arg("check").arg(dir.join("bitcast_mix.onnx")).arg("--target").arg("vulkan").output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    for (node, to) in [("BitCast_1", "i32"), ("BitCast_3", "f32"), ("BitCast_4", "u32")] {
+        assert!(text.contains(&format!("node '{node}': bitcast")) && text.contains(&format!("does not implement bitcast to {to}")), "{text}");
+    }
 }
