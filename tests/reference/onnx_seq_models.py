@@ -64,6 +64,9 @@ and DIR/NAME.ort.npy (ONNX Runtime's output "y", float32).
 - bitcast_mix: x [4, 8] (opset 26): 3x, BitCast to int32, the sign bit cleared (BitwiseAnd), BitCast
   back to float (|3x|), plus 0.01 x the biased exponent (BitCast to uint32, BitShift right 23, Cast): BitCast in the middle
   of a graph, between kernels. Output y: [4, 8].
+- deform_block: a modulated deformable convolution (DCNv2-style, opset 19) on x [2, 4, 9, 8]: offsets
+  [2, 36, 5, 4] and a Sigmoid mask [2, 18, 5, 4] predicted by stride-2 3x3 convolutions, then DeformConv
+  3x3 (group 2, offset_group 2, stride 2, dilation 2, pads 2) with bias, Relu. Output y: [2, 6, 5, 4].
 """
 from __future__ import annotations
 
@@ -602,6 +605,31 @@ def bitcast_mix(rng: np.random.Generator) -> tuple[onnx.ModelProto, np.ndarray]:
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 26)]), x
 
 
+def deform_block(rng: np.random.Generator) -> tuple[onnx.ModelProto, np.ndarray]:
+    n, c, h, w, m, g, og = 2, 4, 9, 8, 6, 2, 2
+    taps = 9
+    inits = [
+        init("Wo", (rng.standard_normal((og * taps * 2, c, 3, 3)) * 0.3).astype(np.float32)),
+        init("bo", (rng.standard_normal(og * taps * 2) * 0.5).astype(np.float32)),
+        init("Wm", (rng.standard_normal((og * taps, c, 3, 3)) * 0.3).astype(np.float32)),
+        init("Wd", (rng.standard_normal((m, c // g, 3, 3)) * 0.3).astype(np.float32)),
+        init("bd", (rng.standard_normal(m) * 0.1).astype(np.float32)),
+    ]
+    strided = dict(strides=[2, 2], pads=[1, 1, 1, 1])
+    nodes = [
+        helper.make_node("Conv", ["x", "Wo", "bo"], ["offset"], **strided),
+        helper.make_node("Conv", ["x", "Wm"], ["m0"], **strided),
+        helper.make_node("Sigmoid", ["m0"], ["mask"]),
+        helper.make_node("DeformConv", ["x", "Wd", "offset", "bd", "mask"], ["d"], group=g, offset_group=og,
+                         kernel_shape=[3, 3], strides=[2, 2], dilations=[2, 2], pads=[2, 2, 2, 2]),
+        helper.make_node("Relu", ["d"], ["y"]),
+    ]
+    gr = helper.make_graph(nodes, "deform_block", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, c, h, w])],
+                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [n, m, 5, 4])], inits)
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    return helper.make_model(gr, opset_imports=[helper.make_opsetid("", 19)]), x
+
+
 def bad_roi() -> onnx.ModelProto:
     """RoiAlign with sampling_ratio 0 (a grid sized by each box) over boxes given at run time: rlxc
     refuses it naming the node and the rois input."""
@@ -628,7 +656,8 @@ def main() -> int:
     # Each with its own generator: the models above keep their inputs.
     builds += [(name, lambda r, f=f, seed=seed: f(np.random.default_rng(seed)))
                for name, f, seed in [("scan_rnn", scan_rnn, 31), ("scan_axes", scan_axes, 37), ("scan_dim", scan_dim, 31),
-                                     ("topk_nan", topk_nan, 41), ("roi_head", roi_head, 43), ("bitcast_mix", bitcast_mix, 47)]]
+                                     ("topk_nan", topk_nan, 41), ("roi_head", roi_head, 43), ("bitcast_mix", bitcast_mix, 47),
+                                     ("deform_block", deform_block, 53)]]
     for name, build in builds:
         model, x = build(rng)
         model.ir_version = 11 if name == "bitcast_mix" else 8  # BitCast is opset 26 (IR 11)

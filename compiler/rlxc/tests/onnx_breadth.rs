@@ -14,7 +14,8 @@
 //! (`topk_nan`): NaN-aware comparison (NaN must meet NaN). A two-stage detector's box head
 //! (`roi_head`): `RoiAlign` avg and max (an adaptive sampling grid over constant boxes) into a `Gemm`,
 //! on the interpreter and both CPU code generators. BitCast between kernels (`bitcast_mix`): a view
-//! with another dtype on the CPU back ends, reported per node on the others.
+//! with another dtype on the CPU back ends, reported per node on the others. A modulated deformable
+//! convolution block (`deform_block`): `DeformConv` with offsets and mask from convolutions.
 
 mod common;
 use common::{ok, python, repo};
@@ -312,5 +313,13 @@ fn bitcast_is_reported_per_node_on_targets_that_do_not_claim_it() {
     assert_eq!(out.status.code(), Some(1), "{text}");
     for (node, to) in [("BitCast_1", "i32"), ("BitCast_3", "f32"), ("BitCast_4", "u32")] {
         assert!(text.contains(&format!("node '{node}': bitcast")) && text.contains(&format!("does not implement bitcast to {to}")), "{text}");
+    }
+}
+
+#[test]
+fn deformable_conv_block_matches_onnxruntime_on_interp_and_host() {
+    check("deform_block", "interp", &[2, 6, 5, 4]);
+    for backend in ["llvm", "cranelift"] {
+        check_on("deform_block", "host", Some(backend), &[2, 6, 5, 4]);
     }
 }

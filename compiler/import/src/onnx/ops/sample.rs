@@ -5,6 +5,18 @@
 //! Σ over tap combinations of gather_elements(X, flat index) · Π weights. Coordinates are f32 (as the
 //! reference computes them). AffineGrid: theta [N, nd, nd+1] times the constant homogeneous grid of
 //! `size` (x fastest, then y, z, then 1), as GridSample reads it.
+//!
+//! RoiAlign: each roi's image (`gather` of X by batch index) sampled by the same tap terms at the
+//! bins' sample points, laid out [out_h, grid_h, out_w, grid_w] and reduced per bin (avg: Σ/count;
+//! max: the reference's max over samples of the max of the four weighted taps). A sample outside
+//! [-1, d] weighs 0; inside, the coordinate is clamped to [0, d-1] (the ONNX reference and ONNX Runtime).
+//! `sampling_ratio` 0 makes the grid depend on each roi's size: the rois must then be constant, the
+//! grid is the largest roi's and the samples a smaller roi does not have are masked out.
+//!
+//! DeformConv (2-D): per offset group, the input sampled bilinearly (zeros outside, pixel coordinates:
+//! GridSample's linear taps with align_corners) at every kernel tap's offset position, times the
+//! mask, is an im2col tensor [N, group, C/group·kh·kw, oh·ow]; a batched `matmul` with the weights
+//! [1, group, M/group, C/group·kh·kw] (+ bias) is the convolution.
 
 use super::{one, Node, R};
 use crate::onnx::Ctx;
@@ -543,7 +555,9 @@ fn deform_conv(cx: &mut Ctx, nd: &Node) -> R {
     // im2col: [N, group, C/group·kh·kw, oh·ow] (channel-major, then tap: W's layout).
     let cpg = c / group;
     let cols = cx.reshape_u(cols, &[n, group, cpg * taps, l])?;
-    let wm = cx.reshape_u(wt, &[group, m / group, cpg * taps])?;
+    // (Rank 4 like the columns: the CPU GEMM mis-broadcasts a lower-rank left operand, [G, M, K] ×
+    // [N, G, K, L] with N > 1.)
+    let wm = cx.reshape_u(wt, &[1, group, m / group, cpg * taps])?;
     let y = cx.prim(MirOp::MatMul, &[wm, cols])?; // [N, group, M/group, L]
     let mut y = cx.reshape_u(y, &[n, m, oh, ow])?;
     if let Some(b) = nd.inp(3) {
