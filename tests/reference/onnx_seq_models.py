@@ -67,6 +67,8 @@ and DIR/NAME.ort.npy (ONNX Runtime's output "y", float32).
 - deform_block: a modulated deformable convolution (DCNv2-style, opset 19) on x [2, 4, 9, 8]: offsets
   [2, 36, 5, 4] and a Sigmoid mask [2, 18, 5, 4] predicted by stride-2 3x3 convolutions, then DeformConv
   3x3 (group 2, offset_group 2, stride 2, dilation 2, pads 2) with bias, Relu. Output y: [2, 6, 5, 4].
+- matmul_bcast: MatMul of a lower-rank left operand a [2, 3, 36] by x [5, 2, 36, 32] (a broadcast over x's
+  leading dim), Relu, MatMul by b [5, 1, 32, 7] (b's size-1 dim broadcast). Output y: [5, 2, 3, 7].
 """
 from __future__ import annotations
 
@@ -630,6 +632,17 @@ def deform_block(rng: np.random.Generator) -> tuple[onnx.ModelProto, np.ndarray]
     return helper.make_model(gr, opset_imports=[helper.make_opsetid("", 19)]), x
 
 
+def matmul_bcast(rng: np.random.Generator) -> tuple[onnx.ModelProto, np.ndarray]:
+    a = (rng.standard_normal((2, 3, 36)) * 0.3).astype(np.float32)
+    b = (rng.standard_normal((5, 1, 32, 7)) * 0.3).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["a", "x"], ["ax"]), helper.make_node("Relu", ["ax"], ["r"]),
+             helper.make_node("MatMul", ["r", "b"], ["y"])]
+    g = helper.make_graph(nodes, "matmul_bcast", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5, 2, 36, 32])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [5, 2, 3, 7])], [init("a", a), init("b", b)])
+    x = rng.standard_normal((5, 2, 36, 32)).astype(np.float32)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)]), x
+
+
 def bad_roi() -> onnx.ModelProto:
     """RoiAlign with sampling_ratio 0 (a grid sized by each box) over boxes given at run time: rlxc
     refuses it naming the node and the rois input."""
@@ -657,7 +670,7 @@ def main() -> int:
     builds += [(name, lambda r, f=f, seed=seed: f(np.random.default_rng(seed)))
                for name, f, seed in [("scan_rnn", scan_rnn, 31), ("scan_axes", scan_axes, 37), ("scan_dim", scan_dim, 31),
                                      ("topk_nan", topk_nan, 41), ("roi_head", roi_head, 43), ("bitcast_mix", bitcast_mix, 47),
-                                     ("deform_block", deform_block, 53)]]
+                                     ("deform_block", deform_block, 53), ("matmul_bcast", matmul_bcast, 59)]]
     for name, build in builds:
         model, x = build(rng)
         model.ir_version = 11 if name == "bitcast_mix" else 8  # BitCast is opset 26 (IR 11)

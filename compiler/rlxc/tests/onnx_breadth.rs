@@ -15,7 +15,8 @@
 //! (`roi_head`): `RoiAlign` avg and max (an adaptive sampling grid over constant boxes) into a `Gemm`,
 //! on the interpreter and both CPU code generators. BitCast between kernels (`bitcast_mix`): a view
 //! with another dtype on the CPU back ends, reported per node on the others. A modulated deformable
-//! convolution block (`deform_block`): `DeformConv` with offsets and mask from convolutions.
+//! convolution block (`deform_block`): `DeformConv` with offsets and mask from convolutions. MatMul
+//! with a lower-rank left operand (`matmul_bcast`): the CPU GEMM broadcasts A's batch dims.
 
 mod common;
 use common::{ok, python, repo};
@@ -321,5 +322,13 @@ fn deformable_conv_block_matches_onnxruntime_on_interp_and_host() {
     check("deform_block", "interp", &[2, 6, 5, 4]);
     for backend in ["llvm", "cranelift"] {
         check_on("deform_block", "host", Some(backend), &[2, 6, 5, 4]);
+    }
+}
+
+#[test]
+fn matmul_with_a_broadcast_left_operand_matches_onnxruntime_on_interp_and_host() {
+    check("matmul_bcast", "interp", &[5, 2, 3, 7]);
+    for backend in ["llvm", "cranelift"] {
+        check_on("matmul_bcast", "host", Some(backend), &[5, 2, 3, 7]);
     }
 }
