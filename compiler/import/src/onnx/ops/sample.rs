@@ -6,43 +6,31 @@
 //! reference computes them). AffineGrid: theta [N, nd, nd+1] times the constant homogeneous grid of
 //! `size` (x fastest, then y, z, then 1), as GridSample reads it.
 //!
-//! RoiAlign: each roi's image (`gather` of X by batch index) sampled by the same tap terms at the
-//! bins' sample points, laid out [out_h, grid_h, out_w, grid_w] and reduced per bin (avg: Σ/count;
-//! max: the reference's max over samples of the max of the four weighted taps). A sample outside
-//! [-1, d] weighs 0; inside, the coordinate is clamped to [0, d-1] (the ONNX reference and ONNX Runtime).
-//! `sampling_ratio` 0 makes the grid depend on each roi's size: the rois must then be constant, the
-//! grid is the largest roi's and the samples a smaller roi does not have are masked out.
-//!
-//! DeformConv (2-D): per offset group, the input sampled bilinearly (zeros outside, pixel coordinates:
-//! GridSample's linear taps with align_corners) at every kernel tap's offset position, times the
-//! mask, is an im2col tensor [N, group, C/group·kh·kw, oh·ow]; a batched `matmul` with the weights
-//! [1, group, M/group, C/group·kh·kw] (+ bias) is the convolution.
+//! The sampler — per-axis taps (index, weight) and `tap_terms`, the gathers of their combinations — is
+//! shared with RoiAlign (`roi_align.rs`) and DeformConv (`deform_conv.rs`).
 
 use super::{one, Node, R};
 use crate::onnx::Ctx;
-use rlx_ir::{BinaryOp as B, ConstData, DType, Dim, MirOp, ReduceOp, UnaryOp as U, ValueId};
+use rlx_ir::{BinaryOp as B, ConstData, DType, Dim, MirOp, UnaryOp as U, ValueId};
 
-pub(super) const OPS: &[&str] = &["GridSample", "AffineGrid", "RoiAlign", "DeformConv"];
+pub(super) const OPS: &[&str] = &["GridSample", "AffineGrid"];
 
 #[derive(Clone, Copy, PartialEq)]
-enum Mode {
+pub(super) enum Mode {
     Nearest,
     Linear,
     Cubic,
 }
 #[derive(Clone, Copy, PartialEq)]
-enum Pad {
+pub(super) enum Pad {
     Zeros,
     Border,
     Reflection,
 }
 
 pub(super) fn convert(cx: &mut Ctx, nd: &Node) -> R {
-    match nd.op {
-        "AffineGrid" => return affine_grid(cx, nd),
-        "RoiAlign" => return roi_align(cx, nd),
-        "DeformConv" => return deform_conv(cx, nd),
-        _ => {}
+    if nd.op == "AffineGrid" {
+        return affine_grid(cx, nd);
     }
     let (x, grid) = (nd.req(0)?, nd.req(1)?);
     let mode = match nd.a.s("mode").as_deref().unwrap_or("linear") {
@@ -96,7 +84,7 @@ pub(super) fn convert(cx: &mut Ctx, nd: &Node) -> R {
 /// The sampler's terms: per combination of one tap of each spatial axis, gather_elements(xf, flat index)
 /// · Π weights, each [N, C, P]. `xf` is X as [N, C, Π sp]; `taps[i]` are axis i's (i64 [N,1,P] index,
 /// f32 [N,1,P] weight) pairs. GridSample sums the terms; RoiAlign sums them or takes their max.
-fn tap_terms(cx: &mut Ctx, xf: ValueId, sp: &[usize], taps: &[Vec<(ValueId, ValueId)>], c: usize) -> Result<Vec<ValueId>, String> {
+pub(super) fn tap_terms(cx: &mut Ctx, xf: ValueId, sp: &[usize], taps: &[Vec<(ValueId, ValueId)>], c: usize) -> Result<Vec<ValueId>, String> {
     let nsp = sp.len();
     let dims = cx.dims(taps[0][0].0);
     let (n, p) = (dims[0].fixed().unwrap_or(1), dims[2].fixed().unwrap_or(1));
@@ -167,7 +155,7 @@ fn reflect(cx: &mut Ctx, x: ValueId, lo: f64, hi: f64) -> Result<ValueId, String
     cx.prim(MirOp::Where, &[is_lo, below, t])
 }
 
-fn clamp(cx: &mut Ctx, x: ValueId, lo: f64, hi: f64) -> Result<ValueId, String> {
+pub(super) fn clamp(cx: &mut Ctx, x: ValueId, lo: f64, hi: f64) -> Result<ValueId, String> {
     let (l, h) = (cx.sc(x, lo), cx.sc(x, hi));
     let a = cx.bin(B::Max, x, l)?;
     cx.bin(B::Min, a, h)
@@ -187,7 +175,7 @@ fn axis_taps(cx: &mut Ctx, nx: ValueId, d: usize, align: bool, mode: Mode, pad: 
 }
 
 /// The taps of pixel coordinates `x` on an axis of size `d` (as `axis_taps`, after unnormalizing).
-fn pixel_taps(cx: &mut Ctx, mut x: ValueId, d: usize, align: bool, mode: Mode, pad: Pad) -> Result<Vec<(ValueId, ValueId)>, String> {
+pub(super) fn pixel_taps(cx: &mut Ctx, mut x: ValueId, d: usize, align: bool, mode: Mode, pad: Pad) -> Result<Vec<(ValueId, ValueId)>, String> {
     let df = d as f64;
     if mode == Mode::Nearest {
         x = cx.un(U::Round, x)?;
@@ -321,252 +309,4 @@ fn affine_grid(cx: &mut Ctx, nd: &Node) -> R {
     out.extend(&sp);
     out.push(nsp);
     Ok(vec![cx.reshape_u(g, &out)?])
-}
-
-/// RoiAlign (opset 10/16/22): X [N, C, H, W], rois [R, 4] (x1, y1, x2, y2), batch_indices [R] → [R, C, oh, ow].
-fn roi_align(cx: &mut Ctx, nd: &Node) -> R {
-    let (x, rois, bidx) = (nd.req(0)?, nd.req(1)?, nd.req(2)?);
-    let max_mode = match nd.a.s("mode").as_deref().unwrap_or("avg") {
-        "avg" => false,
-        "max" => true,
-        m => return Err(format!("RoiAlign: unknown mode '{m}' (avg or max)")),
-    };
-    // Opset 16 added the attribute with default half_pixel; opset 10 behaved as output_half_pixel.
-    let default_ctm = if nd.opset >= 16 { "half_pixel" } else { "output_half_pixel" };
-    let half_pixel = match nd.a.s("coordinate_transformation_mode").as_deref().unwrap_or(default_ctm) {
-        "half_pixel" => true,
-        "output_half_pixel" => false,
-        m => return Err(format!("RoiAlign: unknown coordinate_transformation_mode '{m}'")),
-    };
-    let (oh, ow) = (nd.a.i("output_height", 1), nd.a.i("output_width", 1));
-    let sr = nd.a.i("sampling_ratio", 0);
-    let scale = nd.a.f("spatial_scale", 1.0);
-    if oh < 1 || ow < 1 || sr < 0 {
-        return Err(format!("RoiAlign: output_height {oh}, output_width {ow} must be >= 1 and sampling_ratio {sr} >= 0"));
-    }
-    let (oh, ow) = (oh as usize, ow as usize);
-    let xd = cx.fixed_dims(x, "RoiAlign X")?;
-    let rd = cx.fixed_dims(rois, "RoiAlign rois")?;
-    let bd = cx.fixed_dims(bidx, "RoiAlign batch_indices")?;
-    if xd.len() != 4 || rd.len() != 2 || rd[1] != 4 || bd != [rd[0]] {
-        return Err(format!("RoiAlign: want X [N, C, H, W], rois [R, 4], batch_indices [R]; got {xd:?}, {rd:?}, {bd:?}"));
-    }
-    if !cx.dtype(x).is_float() {
-        return Err(format!("unsupported: RoiAlign of {}", cx.dtype(x)));
-    }
-    let (c, h, w, r) = (xd[1], xd[2], xd[3], rd[0]);
-    let off = if half_pixel { 0.5 } else { 0.0 };
-    // Per roi sample grid (gh, gw): the attribute, or (sampling_ratio 0) ceil(roi size / output size) of
-    // constant rois, computed in f32 as the reference does.
-    let grids: Vec<(usize, usize)> = if sr > 0 {
-        vec![(sr as usize, sr as usize); r]
-    } else {
-        let rv = cx.const_f64s(rois, "RoiAlign rois (sampling_ratio 0 sizes the sample grid by each roi, so the rois must be constant; or set sampling_ratio > 0)")?;
-        (0..r)
-            .map(|i| {
-                let at = |k: usize| (rv[i * 4 + k] as f32) * scale as f32 - off as f32;
-                let (mut rw, mut rh) = (at(2) - at(0), at(3) - at(1));
-                if !half_pixel {
-                    rw = rw.max(1.0);
-                    rh = rh.max(1.0);
-                }
-                let g = |v: f32, o: usize| (v / o as f32).ceil().max(0.0) as usize;
-                (g(rh, oh), g(rw, ow))
-            })
-            .collect()
-    };
-    let gh = grids.iter().map(|g| g.0).max().unwrap_or(1).max(1);
-    let gw = grids.iter().map(|g| g.1).max().unwrap_or(1).max(1);
-    let uniform = grids.iter().all(|&g| g == (gh, gw));
-    let p = oh * gh * ow * gw;
-    // Per sample p = ((ph·gh + iy)·ow + pw)·gw + ix: its position in bin units, kh = ph + (iy + ½)/gh_r
-    // (kw likewise), whether roi r has it, and (avg) its weight 1/count_r.
-    let rr = if uniform { 1 } else { r };
-    let (mut kh, mut kw, mut has, mut wt) = (vec![0f64; rr * p], vec![0f64; rr * p], vec![0f64; rr * p], vec![0f64; rr * p]);
-    for ri in 0..rr {
-        let (g_h, g_w) = grids[ri];
-        let count = (g_h * g_w).max(1) as f64;
-        for ph in 0..oh {
-            for iy in 0..gh {
-                for pw in 0..ow {
-                    for ix in 0..gw {
-                        let k = ri * p + ((ph * gh + iy) * ow + pw) * gw + ix;
-                        kh[k] = ph as f64 + (iy as f64 + 0.5) / g_h.max(1) as f64;
-                        kw[k] = pw as f64 + (ix as f64 + 0.5) / g_w.max(1) as f64;
-                        let inside = iy < g_h && ix < g_w;
-                        has[k] = inside as u8 as f64;
-                        wt[k] = if inside { 1.0 / count } else { 0.0 };
-                    }
-                }
-            }
-        }
-    }
-    let kconst = |cx: &mut Ctx, dt: DType, v: &[f64]| cx.konst(ConstData::from_f64s(dt, vec![rr, 1, p], v));
-    // Roi corners in feature-map pixels, [R, 1, 1] each.
-    let rf = cx.cast(rois, DType::F32)?;
-    let rf = cx.mul_sc(rf, scale)?;
-    let rf = cx.add_sc(rf, -off)?;
-    let corner = |cx: &mut Ctx, k: usize| -> Result<ValueId, String> {
-        let v = cx.slice_axis(rf, 1, k, k + 1)?;
-        cx.reshape_u(v, &[r, 1, 1])
-    };
-    let (x1, y1, x2, y2) = (corner(cx, 0)?, corner(cx, 1)?, corner(cx, 2)?, corner(cx, 3)?);
-    let mut taps = Vec::new();
-    for (lo, hi, o, d, k) in [(y1, y2, oh, h, &kh), (x1, x2, ow, w, &kw)] {
-        let mut size = cx.bin(B::Sub, hi, lo)?;
-        if !half_pixel {
-            let one_f = cx.scalar(DType::F32, 1.0);
-            size = cx.bin(B::Max, size, one_f)?;
-        }
-        let bin = cx.mul_sc(size, 1.0 / o as f64)?;
-        let kc = kconst(cx, DType::F32, k);
-        let t = cx.bin(B::Mul, bin, kc)?;
-        let pos = cx.bin(B::Add, lo, t)?; // [R, 1, P]
-        taps.push(roi_axis_taps(cx, pos, d)?);
-    }
-    // Each roi's image: X gathered by batch index, [R, C, H·W].
-    let bi = cx.cast(bidx, DType::I64)?;
-    let xr = cx.prim(MirOp::Gather { axis: 0 }, &[x, bi])?;
-    let xf = cx.reshape_u(xr, &[r, c, h * w])?;
-    let terms = tap_terms(cx, xf, &[h, w], &taps, c)?;
-    let dt = cx.dtype(x);
-    let mut acc = terms[0];
-    for &t in &terms[1..] {
-        acc = cx.bin(if max_mode { B::Max } else { B::Add }, acc, t)?;
-    }
-    let red = if max_mode {
-        if !has.iter().all(|&v| v != 0.0) {
-            // A sample the roi does not have: -inf (or 0 for a roi with no samples, as the reference).
-            let fill: Vec<f64> = (0..rr * p).map(|k| if grids[k / p].0 * grids[k / p].1 == 0 { 0.0 } else { f64::NEG_INFINITY }).collect();
-            let m = kconst(cx, DType::Bool, &has);
-            let f = kconst(cx, dt, &fill);
-            acc = cx.prim(MirOp::Where, &[m, acc, f])?;
-        }
-        ReduceOp::Max
-    } else {
-        let wc = kconst(cx, dt, &wt);
-        acc = cx.bin(B::Mul, acc, wc)?;
-        ReduceOp::Sum
-    };
-    let acc = cx.reshape_u(acc, &[r, c, oh, gh, ow, gw])?;
-    one(cx.reduce(red, acc, vec![3, 5], false)?)
-}
-
-/// RoiAlign's two taps of one axis of size `d` at pixel positions `pos` (f32): outside [-1, d] both
-/// weigh 0; else the position clamped to [0, d-1] splits into floor (weight 1 - frac) and the next
-/// pixel, clamped (weight frac).
-fn roi_axis_taps(cx: &mut Ctx, pos: ValueId, d: usize) -> Result<Vec<(ValueId, ValueId)>, String> {
-    let (lo, hi) = (cx.sc(pos, -1.0), cx.sc(pos, d as f64));
-    let ge = cx.bin(B::Ge, pos, lo)?;
-    let le = cx.bin(B::Le, pos, hi)?;
-    let ok = cx.bin(B::And, ge, le)?;
-    let y = clamp(cx, pos, 0.0, d as f64 - 1.0)?;
-    let f = cx.un(U::Floor, y)?;
-    let fr = cx.bin(B::Sub, y, f)?;
-    let one_f = cx.scalar(DType::F32, 1.0);
-    let w0 = cx.bin(B::Sub, one_f, fr)?;
-    let zero = cx.scalar(DType::F32, 0.0);
-    let w0 = cx.prim(MirOp::Where, &[ok, w0, zero])?;
-    let w1 = cx.prim(MirOp::Where, &[ok, fr, zero])?;
-    let i0 = cx.cast(f, DType::I64)?;
-    let i1 = cx.add_sc(i0, 1.0)?;
-    let i1 = clamp(cx, i1, 0.0, d as f64 - 1.0)?;
-    Ok(vec![(i0, w0), (i1, w1)])
-}
-
-/// DeformConv (opset 19/22, 2-D): X [N, C, H, W], W [M, C/group, kh, kw], offset [N, G·kh·kw·2, oh, ow],
-/// B [M]?, mask [N, G·kh·kw, oh, ow]? → [N, M, oh, ow].
-fn deform_conv(cx: &mut Ctx, nd: &Node) -> R {
-    let (x, wt, offset) = (nd.req(0)?, nd.req(1)?, nd.req(2)?);
-    let xd = cx.fixed_dims(x, "DeformConv X")?;
-    let wd = cx.fixed_dims(wt, "DeformConv W")?;
-    let od = cx.fixed_dims(offset, "DeformConv offset")?;
-    if xd.len() != 4 || wd.len() != 4 || od.len() != 4 {
-        return Err(format!("unsupported: DeformConv with X {xd:?}, W {wd:?} (only 2-D: rank-4 X, W and offset)"));
-    }
-    if !cx.dtype(x).is_float() {
-        return Err(format!("unsupported: DeformConv of {}", cx.dtype(x)));
-    }
-    let ints = |k: &str, d: Vec<i64>| -> Vec<i64> { nd.a.ints(k).unwrap_or(d) };
-    let ks = ints("kernel_shape", vec![wd[2] as i64, wd[3] as i64]);
-    let st = ints("strides", vec![1, 1]);
-    let dl = ints("dilations", vec![1, 1]);
-    let pads = ints("pads", vec![0, 0, 0, 0]);
-    let (group, og) = (nd.a.i("group", 1), nd.a.i("offset_group", 1));
-    let (n, c, h, w) = (xd[0], xd[1], xd[2], xd[3]);
-    let (m, (kh, kw), (oh, ow)) = (wd[0], (wd[2], wd[3]), (od[2], od[3]));
-    let bad = |what: String| Err(format!("DeformConv: {what} (X {xd:?}, W {wd:?}, offset {od:?})"));
-    if ks != [kh as i64, kw as i64] || st.len() != 2 || dl.len() != 2 || pads.len() != 4 || st.iter().chain(&dl).any(|&v| v < 1) || pads.iter().any(|&v| v < 0) {
-        return bad(format!("kernel_shape {ks:?}, strides {st:?}, dilations {dl:?}, pads {pads:?} do not fit W"));
-    }
-    if group < 1 || og < 1 || c % group as usize != 0 || m % group as usize != 0 || wd[1] * group as usize != c || c % og as usize != 0 {
-        return bad(format!("group {group} and offset_group {og} must divide the channels"));
-    }
-    let (group, og) = (group as usize, og as usize);
-    let span = |i: usize, k: usize, d: i64, s: i64, p0: i64, p1: i64| (i as i64 + p0 + p1 - (k as i64 - 1) * d - 1) / s + 1;
-    if od[0] != n || od[1] != og * kh * kw * 2 || oh as i64 != span(h, kh, dl[0], st[0], pads[0], pads[2]) || ow as i64 != span(w, kw, dl[1], st[1], pads[1], pads[3]) {
-        return bad("offset must be [N, offset_group·kh·kw·2, oh, ow] with the convolution's output size".into());
-    }
-    let (taps, l) = (kh * kw, oh * ow);
-    let p = taps * l;
-    let ng = n * og;
-    // Per sample p = (tap, output position): the undeformed pixel position of each axis, [1, 1, P].
-    let (mut by, mut bx) = (vec![0f64; p], vec![0f64; p]);
-    for i in 0..kh {
-        for j in 0..kw {
-            for a in 0..oh {
-                for b in 0..ow {
-                    let k = ((i * kw + j) * oh + a) * ow + b;
-                    by[k] = (a as i64 * st[0] - pads[0] + i as i64 * dl[0]) as f64;
-                    bx[k] = (b as i64 * st[1] - pads[1] + j as i64 * dl[1]) as f64;
-                }
-            }
-        }
-    }
-    let of = cx.cast(offset, DType::F32)?;
-    let of = cx.reshape_u(of, &[ng, taps, 2, l])?;
-    let mut axis = Vec::new();
-    for (k, base, d) in [(0, &by, h), (1, &bx, w)] {
-        let dv = cx.slice_axis(of, 2, k, k + 1)?;
-        let dv = cx.reshape_u(dv, &[ng, 1, p])?;
-        let bc = cx.konst(ConstData::from_f64s(DType::F32, vec![1, 1, p], base));
-        let pos = cx.bin(B::Add, dv, bc)?;
-        axis.push(pixel_taps(cx, pos, d, true, Mode::Linear, Pad::Zeros)?);
-    }
-    let cg = c / og;
-    let xf = cx.reshape_u(x, &[ng, cg, h * w])?;
-    let mut cols: Option<ValueId> = None;
-    for t in tap_terms(cx, xf, &[h, w], &axis, cg)? {
-        cols = Some(match cols {
-            Some(a) => cx.bin(B::Add, a, t)?,
-            None => t,
-        });
-    }
-    let mut cols = cols.ok_or("DeformConv: no taps")?; // [N·G, C/G, P]
-    if let Some(mask) = nd.inp(4) {
-        let md = cx.fixed_dims(mask, "DeformConv mask")?;
-        if md != [n, og * taps, oh, ow] {
-            return bad(format!("mask {md:?} must be [N, offset_group·kh·kw, oh, ow]"));
-        }
-        let mk = cx.cast(mask, cx.dtype(x))?;
-        let mk = cx.reshape_u(mk, &[ng, 1, p])?;
-        cols = cx.bin(B::Mul, cols, mk)?;
-    }
-    // im2col: [N, group, C/group·kh·kw, oh·ow] (channel-major, then tap: W's layout).
-    let cpg = c / group;
-    let cols = cx.reshape_u(cols, &[n, group, cpg * taps, l])?;
-    // (Rank 4 like the columns: the CPU GEMM mis-broadcasts a lower-rank left operand, [G, M, K] ×
-    // [N, G, K, L] with N > 1.)
-    let wm = cx.reshape_u(wt, &[1, group, m / group, cpg * taps])?;
-    let y = cx.prim(MirOp::MatMul, &[wm, cols])?; // [N, group, M/group, L]
-    let mut y = cx.reshape_u(y, &[n, m, oh, ow])?;
-    if let Some(b) = nd.inp(3) {
-        let bd = cx.fixed_dims(b, "DeformConv B")?;
-        if bd != [m] {
-            return bad(format!("B {bd:?} must be [M]"));
-        }
-        let b = cx.reshape_u(b, &[1, m, 1, 1])?;
-        y = cx.bin(B::Add, y, b)?;
-    }
-    one(y)
 }
