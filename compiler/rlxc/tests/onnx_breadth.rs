@@ -13,7 +13,7 @@
 //! `scan_dim`): loop regions on the interpreter and both CPU code generators. TopK over NaNs
 //! (`topk_nan`): NaN-aware comparison (NaN must meet NaN). A two-stage detector's box head
 //! (`roi_head`): `RoiAlign` avg and max (an adaptive sampling grid over constant boxes) into a `Gemm`,
-//! on the interpreter and both CPU code generators. BitCast between kernels (`bitcast_mix`): a view
+//! on the interpreter, both CPU code generators and vulkan. BitCast between kernels (`bitcast_mix`): a view
 //! with another dtype on the CPU back ends, reported per node on the others. A modulated deformable
 //! convolution block (`deform_block`): `DeformConv` with offsets and mask from convolutions. MatMul
 //! with a lower-rank left operand (`matmul_bcast`): the CPU GEMM broadcasts A's batch dims.
@@ -283,10 +283,11 @@ fn roi_align_box_head_matches_onnxruntime_on_interp() {
 }
 
 #[test]
-fn roi_align_box_head_matches_onnxruntime_on_host() {
+fn roi_align_box_head_matches_onnxruntime_on_host_and_vulkan() {
     for backend in ["llvm", "cranelift"] {
         check_on("roi_head", "host", Some(backend), &[5, 6]);
     }
+    check("roi_head", "vulkan", &[5, 6]);
 }
 
 #[test]
@@ -318,11 +319,12 @@ fn bitcast_is_reported_per_node_on_targets_that_do_not_claim_it() {
 }
 
 #[test]
-fn deformable_conv_block_matches_onnxruntime_on_interp_and_host() {
+fn deformable_conv_block_matches_onnxruntime_on_interp_host_and_vulkan() {
     check("deform_block", "interp", &[2, 6, 5, 4]);
     for backend in ["llvm", "cranelift"] {
         check_on("deform_block", "host", Some(backend), &[2, 6, 5, 4]);
     }
+    check("deform_block", "vulkan", &[2, 6, 5, 4]);
 }
 
 #[test]
