@@ -55,6 +55,20 @@ and DIR/NAME.ort.npy (ONNX Runtime's output "y", float32).
   the box and class columns of the selected indices, Squeeze + Gather of the selected boxes, Gather of
   their scores from the flattened score map by class·48 + box. Output y: [K, 6] (box, score, class),
   K known only at run time.
+- roi_head: a two-stage detector's box head (input [2, 3, 16, 16], opset 16): Conv 3x3 + Relu as the feature
+  map, RoiAlign over 5 constant boxes (batch indices [0, 1, 1, 0, 1], one partly off the map) at
+  spatial_scale 1/4 — avg with sampling_ratio 2 (half_pixel) and max with sampling_ratio 0 (adaptive:
+  each box's grid sized by the box, output_half_pixel) — each [5, 8, 3, 3], concatenated on channels,
+  Flatten, Gemm to 6 scores. Output y: [5, 6]. Also bad_roi.onnx (no ONNX Runtime output): RoiAlign
+  with sampling_ratio 0 over boxes given at run time.
+- bitcast_mix: x [4, 8] (opset 26): 3x, BitCast to int32, the sign bit cleared (BitwiseAnd), BitCast
+  back to float (|3x|), plus 0.01 x the biased exponent (BitCast to uint32, BitShift right 23, Cast): BitCast in the middle
+  of a graph, between kernels. Output y: [4, 8].
+- deform_block: a modulated deformable convolution (DCNv2-style, opset 19) on x [2, 4, 9, 8]: offsets
+  [2, 36, 5, 4] and a Sigmoid mask [2, 18, 5, 4] predicted by stride-2 3x3 convolutions, then DeformConv
+  3x3 (group 2, offset_group 2, stride 2, dilation 2, pads 2) with bias, Relu. Output y: [2, 6, 5, 4].
+- matmul_bcast: MatMul of a lower-rank left operand a [2, 3, 36] by x [5, 2, 36, 32] (a broadcast over x's
+  leading dim), Relu, MatMul by b [5, 1, 32, 7] (b's size-1 dim broadcast). Output y: [5, 2, 3, 7].
 """
 from __future__ import annotations
 
@@ -543,6 +557,102 @@ def detector(rng: np.random.Generator) -> tuple[onnx.ModelProto, np.ndarray]:
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)]), x
 
 
+def roi_head(rng: np.random.Generator) -> tuple[onnx.ModelProto, np.ndarray]:
+    n, c, hw, r = 2, 8, 16, 5
+    # Boxes in image pixels (x1, y1, x2, y2) on a 64x64 image: sizes 8..60, the last partly off the map.
+    rois = np.array([[4, 6, 30, 20], [10, 10, 18, 50], [0, 0, 63, 63], [33.5, 12.25, 41, 19], [40, 44, 72, 70]], np.float32)
+    inits = [
+        init("Wc", (rng.standard_normal((c, 3, 3, 3)) * 0.3).astype(np.float32)),
+        init("bc", (rng.standard_normal(c) * 0.1).astype(np.float32)),
+        init("rois", rois),
+        init("bidx", np.array([0, 1, 1, 0, 1], np.int64)),
+        init("Wf", (rng.standard_normal((6, 2 * c * 9)) * 0.1).astype(np.float32)),
+        init("bf", (rng.standard_normal(6) * 0.1).astype(np.float32)),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "Wc", "bc"], ["f0"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["f0"], ["feat"]),
+        helper.make_node("RoiAlign", ["feat", "rois", "bidx"], ["ra"], mode="avg", output_height=3, output_width=3,
+                         sampling_ratio=2, spatial_scale=0.25, coordinate_transformation_mode="half_pixel"),
+        helper.make_node("RoiAlign", ["feat", "rois", "bidx"], ["rm"], mode="max", output_height=3, output_width=3,
+                         sampling_ratio=0, spatial_scale=0.25, coordinate_transformation_mode="output_half_pixel"),
+        helper.make_node("Concat", ["ra", "rm"], ["pooled"], axis=1),
+        helper.make_node("Flatten", ["pooled"], ["flat"]),
+        helper.make_node("Gemm", ["flat", "Wf", "bf"], ["y"], transB=1),
+    ]
+    g = helper.make_graph(nodes, "roi_head", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, 3, hw, hw])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [r, 6])], inits)
+    x = rng.standard_normal((n, 3, hw, hw)).astype(np.float32)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 16)]), x
+
+
+def bitcast_mix(rng: np.random.Generator) -> tuple[onnx.ModelProto, np.ndarray]:
+    f32, i32 = TensorProto.FLOAT, TensorProto.INT32
+    inits = [init("three", np.array([3.0], np.float32)), init("no_sign", np.array([0x7FFFFFFF], np.int32)),
+             init("shift", np.array([23], np.uint32)), init("scale", np.array([0.01], np.float32))]
+    nodes = [
+        helper.make_node("Mul", ["x", "three"], ["x3"]),
+        helper.make_node("BitCast", ["x3"], ["bits"], to=i32),
+        helper.make_node("BitwiseAnd", ["bits", "no_sign"], ["abs_bits"]),
+        helper.make_node("BitCast", ["abs_bits"], ["abs3"], to=f32),
+        helper.make_node("BitCast", ["abs_bits"], ["ubits"], to=TensorProto.UINT32),
+        helper.make_node("BitShift", ["ubits", "shift"], ["expo"], direction="RIGHT"),
+        helper.make_node("Cast", ["expo"], ["expo_f"], to=f32),
+        helper.make_node("Mul", ["expo_f", "scale"], ["e1"]),
+        helper.make_node("Add", ["abs3", "e1"], ["y"]),
+    ]
+    g = helper.make_graph(nodes, "bitcast_mix", [helper.make_tensor_value_info("x", f32, [4, 8])],
+                          [helper.make_tensor_value_info("y", f32, [4, 8])], inits)
+    x = (rng.standard_normal((4, 8)) * 10).astype(np.float32)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 26)]), x
+
+
+def deform_block(rng: np.random.Generator) -> tuple[onnx.ModelProto, np.ndarray]:
+    n, c, h, w, m, g, og = 2, 4, 9, 8, 6, 2, 2
+    taps = 9
+    inits = [
+        init("Wo", (rng.standard_normal((og * taps * 2, c, 3, 3)) * 0.3).astype(np.float32)),
+        init("bo", (rng.standard_normal(og * taps * 2) * 0.5).astype(np.float32)),
+        init("Wm", (rng.standard_normal((og * taps, c, 3, 3)) * 0.3).astype(np.float32)),
+        init("Wd", (rng.standard_normal((m, c // g, 3, 3)) * 0.3).astype(np.float32)),
+        init("bd", (rng.standard_normal(m) * 0.1).astype(np.float32)),
+    ]
+    strided = dict(strides=[2, 2], pads=[1, 1, 1, 1])
+    nodes = [
+        helper.make_node("Conv", ["x", "Wo", "bo"], ["offset"], **strided),
+        helper.make_node("Conv", ["x", "Wm"], ["m0"], **strided),
+        helper.make_node("Sigmoid", ["m0"], ["mask"]),
+        helper.make_node("DeformConv", ["x", "Wd", "offset", "bd", "mask"], ["d"], group=g, offset_group=og,
+                         kernel_shape=[3, 3], strides=[2, 2], dilations=[2, 2], pads=[2, 2, 2, 2]),
+        helper.make_node("Relu", ["d"], ["y"]),
+    ]
+    gr = helper.make_graph(nodes, "deform_block", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, c, h, w])],
+                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [n, m, 5, 4])], inits)
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    return helper.make_model(gr, opset_imports=[helper.make_opsetid("", 19)]), x
+
+
+def matmul_bcast(rng: np.random.Generator) -> tuple[onnx.ModelProto, np.ndarray]:
+    a = (rng.standard_normal((2, 3, 36)) * 0.3).astype(np.float32)
+    b = (rng.standard_normal((5, 1, 32, 7)) * 0.3).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["a", "x"], ["ax"]), helper.make_node("Relu", ["ax"], ["r"]),
+             helper.make_node("MatMul", ["r", "b"], ["y"])]
+    g = helper.make_graph(nodes, "matmul_bcast", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5, 2, 36, 32])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [5, 2, 3, 7])], [init("a", a), init("b", b)])
+    x = rng.standard_normal((5, 2, 36, 32)).astype(np.float32)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)]), x
+
+
+def bad_roi() -> onnx.ModelProto:
+    """RoiAlign with sampling_ratio 0 (a grid sized by each box) over boxes given at run time: rlxc
+    refuses it naming the node and the rois input."""
+    f32 = TensorProto.FLOAT
+    nodes = [helper.make_node("RoiAlign", ["x", "rois", "bidx"], ["y"], output_height=2, output_width=2, name="box_pool")]
+    g = helper.make_graph(nodes, "bad_roi", [helper.make_tensor_value_info("x", f32, [1, 2, 8, 8]), helper.make_tensor_value_info("rois", f32, [3, 4])],
+                          [helper.make_tensor_value_info("y", f32, [3, 2, 2, 2])], [init("bidx", np.zeros(3, np.int64))])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 16)])
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
@@ -559,10 +669,11 @@ def main() -> int:
     # Each with its own generator: the models above keep their inputs.
     builds += [(name, lambda r, f=f, seed=seed: f(np.random.default_rng(seed)))
                for name, f, seed in [("scan_rnn", scan_rnn, 31), ("scan_axes", scan_axes, 37), ("scan_dim", scan_dim, 31),
-                                     ("topk_nan", topk_nan, 41)]]
+                                     ("topk_nan", topk_nan, 41), ("roi_head", roi_head, 43), ("bitcast_mix", bitcast_mix, 47),
+                                     ("deform_block", deform_block, 53), ("matmul_bcast", matmul_bcast, 59)]]
     for name, build in builds:
         model, x = build(rng)
-        model.ir_version = 8
+        model.ir_version = 11 if name == "bitcast_mix" else 8  # BitCast is opset 26 (IR 11)
         onnx.checker.check_model(model, full_check=True)
         path = os.path.join(args.out, f"{name}.onnx")
         onnx.save(model, path)
@@ -575,6 +686,10 @@ def main() -> int:
     bad.ir_version = 8
     onnx.checker.check_model(bad, full_check=True)
     onnx.save(bad, os.path.join(args.out, "bad_loop.onnx"))
+    bad = bad_roi()
+    bad.ir_version = 8
+    onnx.checker.check_model(bad, full_check=True)
+    onnx.save(bad, os.path.join(args.out, "bad_roi.onnx"))
     return 0
 
 

@@ -11,6 +11,12 @@ pub fn reshape(x: &T, shape: &[usize]) -> Result<T, String> {
     Ok(T::new(x.dtype, shape.to_vec(), x.data.clone()))
 }
 
+/// The bytes of `x` read as `to` (same width: the type rule checked it).
+pub fn bitcast(x: &T, to: DType) -> Result<T, String> {
+    let c = x.to_const();
+    T::from_const(&rlx_ir::ConstData { dtype: to, shape: c.shape, data: c.data })
+}
+
 pub fn transpose(x: &T, perm: &[usize]) -> Result<T, String> {
     let r = x.shape.len();
     let mut seen = vec![false; r];

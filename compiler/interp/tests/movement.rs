@@ -1,4 +1,4 @@
-//! Reshape, transpose, expand, slice, concat, pad.
+//! Reshape, transpose, expand, slice, concat, pad, bitcast.
 #![allow(clippy::cloned_ref_to_slice_refs)] // tests read better as &[x.clone()]
 mod common;
 use common::*;
@@ -73,4 +73,23 @@ fn pad_2d_constant() {
     let out = op1(MirOp::Pad { pads: vec![1, 0, 0, 1], mode: PadMode::Constant, value: 0.0 }, &[x]);
     assert_eq!(out.shape, vec![2, 3]);
     close(&f64s(&out), &[0., 0., 0., 1., 2., 0.], 0.0);
+}
+
+#[test]
+fn bitcast_reads_the_same_bytes_as_another_type() {
+    // Expected bits from Rust's own `to_bits` / `from_bits` and two's complement, not from the interpreter.
+    let v = [1.0f32, -2.5, 0.0, f32::INFINITY];
+    let out = op1(MirOp::Bitcast { to: rlx_ir::DType::I32 }, &[f32t(&[2, 2], &v)]);
+    assert_eq!(out.shape, vec![2, 2]);
+    assert_eq!(i64s(&out), v.iter().map(|x| x.to_bits() as i32 as i64).collect::<Vec<_>>());
+    let bits = [0x3f80_0000i64, -0x4000_0000, 0x7f7f_ffff];
+    let back = op1(MirOp::Bitcast { to: rlx_ir::DType::F32 }, &[anyt(rlx_ir::DType::I32, &[3], &bits.map(|b| b as f64))]);
+    close(&f64s(&back), &bits.map(|b| f32::from_bits(b as i32 as u32) as f64), 0.0);
+    let u = op1(MirOp::Bitcast { to: rlx_ir::DType::U8 }, &[anyt(rlx_ir::DType::I8, &[3], &[-1.0, -128.0, 5.0])]);
+    assert_eq!(i64s(&u), vec![255, 128, 5]);
+    // Widths must match: the type rule refuses f32 → i64 when the node is built.
+    let mut g = rlx_ir::Mir::new();
+    let x = g.add_input("x", rlx_ir::TensorType::fixed(rlx_ir::DType::F32, &[1]));
+    let err = g.add_node("node0", MirOp::Bitcast { to: rlx_ir::DType::I64 }, &[x]).unwrap_err();
+    assert!(err.contains("bitcast: f32 and i64 differ in width"), "{err}");
 }

@@ -48,7 +48,7 @@ pub fn through(op: &MirOp, ins: &[Option<Row>], in_tys: &[&TensorType], out_tys:
     let same = |axis: usize| Ok(vec![Some(Row { axis, count: row.count }); n]);
     let bounded: Vec<usize> = (0..ins.len()).filter(|&i| ins[i].is_some()).collect();
     match op {
-        MirOp::Unary(_) | MirOp::Cast { .. } if first == 0 => same(row.axis),
+        MirOp::Unary(_) | MirOp::Cast { .. } | MirOp::Bitcast { .. } if first == 0 => same(row.axis),
         MirOp::Quantize { .. } | MirOp::Dequantize { .. } | MirOp::FakeQuantize { .. } if bounded == [0] => same(row.axis),
         MirOp::Binary(_) | MirOp::Where => {
             // Every bounded operand must land on the same output axis with the same count.

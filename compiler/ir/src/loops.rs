@@ -243,7 +243,7 @@ pub const LOWERED_KINDS: &[&str] = &[
     "neg", "abs", "exp", "log", "sqrt", "recip", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh",
     "atanh", "sigmoid", "erf", "relu", "floor", "ceil", "round", "sign", "not", "bit_not", "is_nan", "is_inf", "is_pos_inf",
     "is_neg_inf", "add", "sub", "mul", "div", "pow", "max", "min", "mod", "fmod", "eq", "lt", "le", "gt", "ge", "and", "or", "xor",
-    "bit_and", "bit_or", "bit_xor", "shl", "shr", "where", "cast", "matmul", "reduce_sum", "reduce_prod", "reduce_max", "reduce_min",
+    "bit_and", "bit_or", "bit_xor", "shl", "shr", "where", "cast", "bitcast", "matmul", "reduce_sum", "reduce_prod", "reduce_max", "reduce_min",
     "reduce_mean", "argmax", "argmin", "reshape", "transpose", "expand", "slice", "concat", "gather", "gather_elements", "gather_nd", "pad",
     "conv", "conv_transpose", "max_pool", "avg_pool", "cumsum", "quantize", "dequantize", "fake_quantize", "write_rows",
     "nonzero", "compress", "nms", "unique", "scatter_elements", "scatter_nd", "topk",
@@ -255,13 +255,14 @@ pub const LOWERED_DTYPES: &[DType] =
     &[DType::F32, DType::F64, DType::I8, DType::U8, DType::I16, DType::U16, DType::I32, DType::U32, DType::I64, DType::U64, DType::Bool];
 
 /// The claim set of a CPU back end that translates every loop-form construct: [`LOWERED_KINDS`] ×
-/// [`LOWERED_DTYPES`], plus `cast` and `reshape` for f16/bf16, `dequant_matmul` (claimed by its f32
+/// [`LOWERED_DTYPES`], plus `cast`, `reshape` and `bitcast` for f16/bf16, `dequant_matmul` (claimed by its f32
 /// input) and `dequant_gather` of tables in f32, f16, bf16 and every GGUF block type.
 pub fn lowered_caps(name: &str) -> crate::TargetCaps {
     let half = [DType::F16, DType::BF16];
     crate::TargetCaps::uniform(name, LOWERED_KINDS, LOWERED_DTYPES)
         .with("cast", &half)
         .with("reshape", &half)
+        .with("bitcast", &half)
         .with("dequant_matmul", &[DType::F32])
         .with("dequant_gather", &[DType::F32, DType::F16, DType::BF16])
         .with("dequant_gather", &crate::dtype::BLOCK_DTYPES)

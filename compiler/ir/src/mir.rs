@@ -99,6 +99,9 @@ pub enum MirOp {
     Where,
     /// (x) → x converted to `to`. Float→int truncates toward zero; int→narrower int wraps; x != 0 → bool.
     Cast { to: DType },
+    /// (x) → each element's bits reinterpreted as `to`, a dtype of the same width (ONNX BitCast). The
+    /// planner makes it a view (the same bytes, another dtype), so a target runs it by claiming it.
+    Bitcast { to: DType },
     /// (a, b): numpy matmul — 1-D operands are promoted and the added dim removed; leading dims broadcast.
     MatMul,
     /// (x): reduce over `axes` (sorted, unique; empty = identity).
@@ -291,6 +294,7 @@ impl OpSet for MirOp {
             MirOp::Binary(b) => b.name(),
             MirOp::Where => "where",
             MirOp::Cast { .. } => "cast",
+            MirOp::Bitcast { .. } => "bitcast",
             MirOp::MatMul => "matmul",
             MirOp::Reduce { op, .. } => match op {
                 ReduceOp::Sum => "reduce_sum",
@@ -409,6 +413,12 @@ impl OpSet for MirOp {
             MirOp::Cast { to } => {
                 if to.is_quantized_block() || x.dtype.is_quantized_block() {
                     return Err("cast: block-quantized types are converted by dequantize ops, not cast".into());
+                }
+                one(*to, x.shape.clone())
+            }
+            MirOp::Bitcast { to } => {
+                if to.size().is_none() || to.size() != x.dtype.size() {
+                    return Err(format!("bitcast: {} and {to} differ in width", x.dtype));
                 }
                 one(*to, x.shape.clone())
             }
@@ -869,7 +879,7 @@ impl OpSet for MirOp {
                 vec![("center_point_box", Attr::Bool(*center_point_box)), ("max_per_class", Attr::Int(*max_per_class as i64))]
             }
             MirOp::Unique { axis, sorted } => vec![("axis", Attr::Int(axis.map_or(-1, |a| a as i64))), ("sorted", Attr::Bool(*sorted))],
-            MirOp::Cast { to } => vec![("to", Attr::DType(*to))],
+            MirOp::Cast { to } | MirOp::Bitcast { to } => vec![("to", Attr::DType(*to))],
             MirOp::Reduce { axes, keepdims, .. } => vec![("axes", usizes_attr(axes)), ("keepdims", Attr::Bool(*keepdims))],
             MirOp::ArgReduce { axis, keepdims, select_last, .. } => vec![
                 ("axis", Attr::Int(*axis as i64)),
@@ -948,6 +958,7 @@ impl OpSet for MirOp {
             "where" => MirOp::Where,
             "matmul" => MirOp::MatMul,
             "cast" => MirOp::Cast { to: a.dtype("to")? },
+            "bitcast" => MirOp::Bitcast { to: a.dtype("to")? },
             k if k.starts_with("reduce_") => MirOp::Reduce {
                 op: ReduceOp::parse(&k[7..]).ok_or_else(|| format!("unknown reduction '{k}'"))?,
                 axes: a.usizes("axes")?,
@@ -1071,7 +1082,7 @@ pub fn all_mir_kinds() -> Vec<&'static str> {
     let mut v: Vec<&'static str> = UnaryOp::ALL.iter().map(|u| u.name()).collect();
     v.extend(BinaryOp::ALL.iter().map(|b| b.name()));
     v.extend([
-        "where", "cast", "matmul", "reduce_sum", "reduce_prod", "reduce_max", "reduce_min", "reduce_mean", "argmax", "argmin",
+        "where", "cast", "bitcast", "matmul", "reduce_sum", "reduce_prod", "reduce_max", "reduce_min", "reduce_mean", "argmax", "argmin",
         "reshape", "transpose", "expand", "slice", "concat", "gather", "gather_elements", "gather_nd", "scatter_elements",
         "scatter_nd", "pad", "conv", "conv_transpose", "max_pool", "avg_pool", "cumsum", "topk", "nonzero", "compress", "nms", "unique",
         "quantize", "dequantize", "fake_quantize", "dequant_matmul", "dequant_gather", "write_rows", "all_reduce", "all_gather", "reduce_scatter",

@@ -6,7 +6,7 @@
 //!   registered yet beyond the common-IR table);
 //! - **unsupported**: none of the above. The compile fails and the report lists every such node.
 //!
-//! The dtype a claim is checked against is the node's first input's dtype. A `cast` must be claimed
+//! The dtype a claim is checked against is the node's first input's dtype. A `cast` (or `bitcast`) must be claimed
 //! for its source and for its destination dtype (a target without f64 cannot produce one either), and
 //! an output written by a copy kernel (a constant or input) needs `reshape` for its dtype, so `rlxc
 //! check` reports what the compile would otherwise fail on.
@@ -83,11 +83,11 @@ pub fn report(g: &Mir, caps: &TargetCaps) -> DispatchReport {
         let dtype = n.inputs.first().or(n.outputs.first()).map(|&i| g.ty(i).dtype).unwrap_or(DType::F32);
         let input_shapes = n.inputs.iter().map(|&i| g.ty(i).to_string()).collect();
         let cast_to = match n.op {
-            MirOp::Cast { to } if !caps.claims(kind, to) => Some(to),
+            MirOp::Cast { to } | MirOp::Bitcast { to } if !caps.claims(kind, to) => Some(to),
             _ => None,
         };
         let (resolution, note) = if let Some(to) = cast_to {
-            (Resolution::Unsupported, format!("target '{}' does not implement cast to {to}; legal if the target would claim cast/{to}", caps.name))
+            (Resolution::Unsupported, format!("target '{}' does not implement {kind} to {to}; legal if the target would claim {kind}/{to}", caps.name))
         } else if caps.claims(kind, dtype) {
             (Resolution::Native, String::new())
         } else if !n.op.regions().is_empty() {
@@ -117,7 +117,7 @@ pub fn report(g: &Mir, caps: &TargetCaps) -> DispatchReport {
     for (i, &o) in g.outputs.iter().enumerate() {
         let copied = match g.producer(o) {
             None => true,
-            Some(p) => matches!(g.node(p).op, MirOp::Reshape { .. }) && g.producer(g.node(p).inputs[0]).is_none(),
+            Some(p) => matches!(g.node(p).op, MirOp::Reshape { .. } | MirOp::Bitcast { .. }) && g.producer(g.node(p).inputs[0]).is_none(),
         };
         let dtype = g.ty(o).dtype;
         if copied && !caps.claims("reshape", dtype) {

@@ -67,8 +67,8 @@ pub const FAMILIES: &[(&str, &[&str], &[&str], &str)] = &[
     (
         "Not implemented yet",
         &[],
-        &["BitCast", "DeformConv", "RoiAlign", "MelWeightMatrix", "TfIdfVectorizer", "repeated index", "MaxPool indices", "float8e8m0", "dtype undefined"],
-        "Ops and attributes with no lowering yet: BitCast, DeformConv, RoiAlign, MelWeightMatrix, TfIdfVectorizer, Einsum with a repeated \
+        &["TfIdfVectorizer", "repeated index", "MaxPool indices", "float8e8m0", "dtype undefined"],
+        "Ops and attributes with no lowering yet: TfIdfVectorizer, Einsum with a repeated \
          index in one operand, MaxPool's indices output, the float8e8m0 dtype.",
     ),
     (

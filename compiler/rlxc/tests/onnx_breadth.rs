@@ -11,7 +11,12 @@
 //! (`while_scan`): loop and if regions, which the interpreter and `--target host` (LLVM and Cranelift)
 //! run and the other targets report per node. Scans past the unroll limit (`scan_rnn`, `scan_axes`,
 //! `scan_dim`): loop regions on the interpreter and both CPU code generators. TopK over NaNs
-//! (`topk_nan`): NaN-aware comparison (NaN must meet NaN).
+//! (`topk_nan`): NaN-aware comparison (NaN must meet NaN). A two-stage detector's box head
+//! (`roi_head`): `RoiAlign` avg and max (an adaptive sampling grid over constant boxes) into a `Gemm`,
+//! on the interpreter, both CPU code generators and vulkan. BitCast between kernels (`bitcast_mix`): a view
+//! with another dtype on the CPU back ends, reported per node on the others. A modulated deformable
+//! convolution block (`deform_block`): `DeformConv` with offsets and mask from convolutions. MatMul
+//! with a lower-rank left operand (`matmul_bcast`): the CPU GEMM broadcasts A's batch dims.
 
 mod common;
 use common::{ok, python, repo};
@@ -270,4 +275,62 @@ fn detector_artifact_declares_its_bounded_output_and_count() {
     }
     let rs = std::fs::read_to_string(out.join("detector.rs")).unwrap();
     assert!(rs.contains("pub const BOUNDED: [(usize, usize, usize); 1] = [(0, 0, 1)];"));
+}
+
+#[test]
+fn roi_align_box_head_matches_onnxruntime_on_interp() {
+    check("roi_head", "interp", &[5, 6]);
+}
+
+#[test]
+fn roi_align_box_head_matches_onnxruntime_on_host_and_vulkan() {
+    for backend in ["llvm", "cranelift"] {
+        check_on("roi_head", "host", Some(backend), &[5, 6]);
+    }
+    check("roi_head", "vulkan", &[5, 6]);
+}
+
+#[test]
+fn roi_align_with_an_adaptive_grid_over_run_time_boxes_is_refused_naming_the_node() {
+    let dir = models();
+    let out = Command::new(env!("CARGO_BIN_EXE_rlxc")).arg("check").arg(dir.join("bad_roi.onnx")).arg("--target").arg("interp").output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("node 'box_pool' (RoiAlign, opset 16)") && err.contains("rois") && err.contains("sampling_ratio > 0"), "{err}");
+}
+
+#[test]
+fn bitcast_between_kernels_matches_onnxruntime_on_interp_and_host() {
+    check("bitcast_mix", "interp", &[4, 8]);
+    for backend in ["llvm", "cranelift"] {
+        check_on("bitcast_mix", "host", Some(backend), &[4, 8]);
+    }
+}
+
+#[test]
+fn bitcast_is_reported_per_node_on_targets_that_do_not_claim_it() {
+    let dir = models();
+    let out = Command::new(env!("CARGO_BIN_EXE_rlxc")).arg("check").arg(dir.join("bitcast_mix.onnx")).arg("--target").arg("vulkan").output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    for (node, to) in [("BitCast_1", "i32"), ("BitCast_3", "f32"), ("BitCast_4", "u32")] {
+        assert!(text.contains(&format!("node '{node}': bitcast")) && text.contains(&format!("does not implement bitcast to {to}")), "{text}");
+    }
+}
+
+#[test]
+fn deformable_conv_block_matches_onnxruntime_on_interp_host_and_vulkan() {
+    check("deform_block", "interp", &[2, 6, 5, 4]);
+    for backend in ["llvm", "cranelift"] {
+        check_on("deform_block", "host", Some(backend), &[2, 6, 5, 4]);
+    }
+    check("deform_block", "vulkan", &[2, 6, 5, 4]);
+}
+
+#[test]
+fn matmul_with_a_broadcast_left_operand_matches_onnxruntime_on_interp_and_host() {
+    check("matmul_bcast", "interp", &[5, 2, 3, 7]);
+    for backend in ["llvm", "cranelift"] {
+        check_on("matmul_bcast", "host", Some(backend), &[5, 2, 3, 7]);
+    }
 }

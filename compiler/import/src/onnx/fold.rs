@@ -80,6 +80,7 @@ pub fn eval(op: &MirOp, ins: &[&ConstData]) -> Option<Vec<ConstData>> {
             let s: Vec<usize> = shape.iter().map(|d| d.fixed().map(|n| n as usize)).collect::<Option<_>>()?;
             one(ConstData::new(x.dtype, s, x.data.clone()).ok())
         }
+        MirOp::Bitcast { to } => one(ConstData::new(*to, x.shape.clone(), x.data.clone()).ok()),
         MirOp::Transpose { perm } => {
             let s = &x.shape;
             let out: Vec<usize> = perm.iter().map(|&p| s[p]).collect();

@@ -1,4 +1,4 @@
-//! Fusion: the role of every MIR node — a *view* (reshape, leading-axis slice, same-dtype cast: no
+//! Fusion: the role of every MIR node — a *view* (reshape, leading-axis slice, same-dtype cast, bitcast: no
 //! kernel, aliases its input), *inlined* into its single consumer (elementwise and data-movement ops
 //! become part of the consumer's per-element expression, so chains of elementwise ops are one loop),
 //! an *anchor* (matmul / reduce / conv whose single same-shape elementwise consumer chain is its
@@ -31,6 +31,8 @@ pub(super) fn is_view(g: &Mir, n: NodeId) -> bool {
             axes.len() == 1 && steps[0] == 1 && shape[..axes[0]].iter().all(|&d| d == 1)
         }
         MirOp::Cast { to } => *to == g.ty(node.inputs[0]).dtype,
+        // The same bytes read as another dtype of the same width.
+        MirOp::Bitcast { .. } => true,
         // A transpose that keeps the order of the axes longer than 1 moves no element: the same
         // bytes (attention's head merge at one query row: [1, heads, 1, d] → [1, 1, heads, d]).
         MirOp::Transpose { perm } => {

@@ -67,6 +67,10 @@ impl Planner<'_> {
         let rows_shape = out_shape[..out_shape.len() - 1].to_vec();
         let rows: usize = rows_shape.iter().product();
         let n = out_shape[out_shape.len() - 1];
+        // A's index of an output row: its batch dims broadcast against the output's (a left operand
+        // of lower rank, or with size-1 batch dims, such as [G, M, K] × [N, G, K, L]).
+        let a_rows = sa[..sa.len() - 1].to_vec();
+        let a_index = |r: &Expr| if a_rows == rows_shape { unflatten(r, &a_rows) } else { bidx(&unflatten(r, &rows_shape), &a_rows) };
         let packed = self.packed_weight.get(&w).copied();
         // Panel width: the packed weight's own (it may be widened for few rows), else the target's.
         let nr = packed.map_or(self.panel_nr(n), |pb| self.buffers[pb as usize].shape[2]);
@@ -112,7 +116,7 @@ impl Planner<'_> {
             };
             let mut inner = Vec::new();
             for (i, &acc) in accs.iter().enumerate() {
-                let mut ai = unflatten(&row(i), &sa[..sa.len() - 1]);
+                let mut ai = a_index(&row(i));
                 ai.push(kx.clone());
                 let xa = self.elem(kb, x, &ai);
                 let bv = match pp {
@@ -138,7 +142,7 @@ impl Planner<'_> {
                     let pdt = self.dt(pos);
                     let mut e: Option<Expr> = None;
                     for i in 0..mr {
-                        let ai = unflatten(&row(i), &sa[..sa.len() - 1]);
+                        let ai = a_index(&row(i));
                         let pi = Expr::ToIndex { from: pdt, x: Box::new(self.elem(kb, pos, &ai[ai.len() - 1..])) };
                         e = Some(match e {
                             None => pi,

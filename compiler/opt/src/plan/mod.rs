@@ -73,7 +73,7 @@ pub fn lowerable_kinds() -> Vec<&'static str> {
     let mut v: Vec<&'static str> = rlx_ir::UnaryOp::ALL.iter().map(|u| u.name()).collect();
     v.extend(rlx_ir::BinaryOp::ALL.iter().map(|b| b.name()));
     v.extend([
-        "where", "cast", "matmul", "reduce_sum", "reduce_prod", "reduce_max", "reduce_min", "reduce_mean", "argmax", "argmin",
+        "where", "cast", "bitcast", "matmul", "reduce_sum", "reduce_prod", "reduce_max", "reduce_min", "reduce_mean", "argmax", "argmin",
         "reshape", "transpose", "expand", "slice", "concat", "gather", "gather_elements", "gather_nd", "pad", "conv", "conv_transpose", "max_pool", "avg_pool", "cumsum",
         "quantize", "dequantize", "fake_quantize", "dequant_matmul", "dequant_gather", "write_rows", "nonzero", "compress", "nms", "unique",
         "scatter_elements", "scatter_nd", "topk",

@@ -8,6 +8,9 @@
 //!   for float4) or overflow to NaN (±inf for e5m2); float4 has no NaN: NaN becomes 0.
 //! - int4 / uint4 / int2 / uint2: truncation toward zero as any float → int cast, and a value
 //!   outside the type's range becomes 0 (what the ONNX reference, ml_dtypes, produces).
+//!
+//! BitCast (opset 26) is MIR `bitcast`: the same bytes read as another dtype of the same width, a view
+//! in the plan. A narrow type's bits are not its carrier's, so a BitCast from or to one is refused.
 
 use super::{one, Node, R};
 use crate::onnx::narrow::{FloatFormat, Narrow};
@@ -15,10 +18,21 @@ use crate::onnx::{dtype_from_onnx, Ctx};
 use rlx_ir::{BinaryOp, DType, MirOp, UnaryOp, ValueId};
 
 /// The ONNX op types this family translates.
-pub(super) const OPS: &[&str] = &["Cast", "CastLike"];
+pub(super) const OPS: &[&str] = &["Cast", "CastLike", "BitCast"];
 
 pub(super) fn convert(cx: &mut Ctx, nd: &Node) -> R {
     let x = nd.req(0)?;
+    if nd.op == "BitCast" {
+        let t = nd.a.i("to", 0) as i32;
+        if let Some(n) = Narrow::from_onnx(t).or(cx.narrow.get(&x).copied()) {
+            return Err(format!("unsupported: BitCast from or to the narrow type {n:?} (held widened, so its bits are not stored)"));
+        }
+        let (from, to) = (cx.dtype(x), dtype_from_onnx(t)?);
+        if from.size().is_none() || from.size() != to.size() {
+            return Err(format!("BitCast: {from} and {to} differ in bit width"));
+        }
+        return one(if from == to { x } else { cx.prim(MirOp::Bitcast { to }, &[x])? });
+    }
     let (narrow, to) = if nd.op == "Cast" {
         let t = nd.a.i("to", 0) as i32;
         (Narrow::from_onnx(t), dtype_from_onnx(t)?)

@@ -1,5 +1,5 @@
 //! Ops that make tensors from attributes and constants: Constant, ConstantOfShape, OneHot, EyeLike,
-//! Range.
+//! Range, the window functions and MelWeightMatrix (constants computed at import from constant inputs).
 
 use super::build::norm_axis;
 use super::{one, Node, R};
@@ -8,7 +8,7 @@ use rlx_ir::{BinaryOp, ConstData, DType, Dim, MirOp};
 
 /// The ONNX op types this family translates.
 pub(super) const OPS: &[&str] = &[
-    "BlackmanWindow", "Constant", "ConstantOfShape", "EyeLike", "HammingWindow", "HannWindow", "OneHot", "Range",
+    "BlackmanWindow", "Constant", "ConstantOfShape", "EyeLike", "HammingWindow", "HannWindow", "MelWeightMatrix", "OneHot", "Range",
 ];
 
 pub(super) fn convert(cx: &mut Ctx, nd: &Node) -> R {
@@ -107,6 +107,21 @@ pub(super) fn convert(cx: &mut Ctx, nd: &Node) -> R {
                 .collect();
             one(cx.konst(ConstData::from_f64s(dt, vec![n], &w)))
         }
+        "MelWeightMatrix" => {
+            let scalar = |cx: &mut Ctx, i: usize, what: &str| -> Result<f64, String> {
+                match cx.const_f64s(req(i)?, &format!("MelWeightMatrix {what}"))?.as_slice() {
+                    [x] => Ok(*x),
+                    v => Err(format!("MelWeightMatrix {what} must be a scalar, it has {} values", v.len())),
+                }
+            };
+            let (bins, dft, rate) = (scalar(cx, 0, "num_mel_bins")?, scalar(cx, 1, "dft_length")?, scalar(cx, 2, "sample_rate")?);
+            let (lo, hi) = (scalar(cx, 3, "lower_edge_hertz")?, scalar(cx, 4, "upper_edge_hertz")?);
+            if !(1.0..=65536.0).contains(&bins) || !(1.0..=(1 << 24) as f64).contains(&dft) || rate < 1.0 {
+                return Err(format!("MelWeightMatrix: num_mel_bins {bins}, dft_length {dft}, sample_rate {rate} out of range"));
+            }
+            let dt = dtype_from_onnx(a.i("output_datatype", 1) as i32)?;
+            one(cx.konst(mel_weight_matrix(bins as usize, dft as i64, rate, lo as f32, hi as f32, dt)))
+        }
         "Range" => {
             let (s, l, d) = (req(0)?, req(1)?, req(2)?);
             let dt = cx.dtype(s);
@@ -133,4 +148,46 @@ pub(super) fn convert(cx: &mut Ctx, nd: &Node) -> R {
         }
         _ => Err(format!("unsupported op {op}")),
     }
+}
+
+/// The ONNX reference's triangular mel filters, [dft_length/2 + 1, num_mel_bins]: num_mel_bins + 2
+/// points evenly spaced in mel (2595·log10(1 + f/700)) between the edges, mapped back to Hz and to the
+/// DFT bin ⌊(dft_length + 1)·f / sample_rate⌋; filter i rises from point i to i+1 and falls to i+2.
+/// The edge frequencies' mels are computed in f32 as the reference's numpy does, the rest in f64.
+fn mel_weight_matrix(bins: usize, dft: i64, rate: f64, lo: f32, hi: f32, dt: DType) -> ConstData {
+    let spec = (dft / 2 + 1) as usize;
+    let ln10 = std::f64::consts::LN_10;
+    let mel = |f: f32| (2595.0f32 * (f / 700.0).ln_1p()) as f64 / ln10;
+    let (lm, hm) = (mel(lo), mel(hi));
+    let step = (hm - lm) / (bins + 2) as f64;
+    let pts: Vec<i64> = (0..bins + 2)
+        .map(|k| {
+            let f = 700.0 * ((k as f64 * step + lm) / 2595.0 * ln10).exp_m1();
+            (((dft + 1) as f64 * f) / rate).floor() as i64
+        })
+        .collect();
+    let mut out = vec![0f64; spec * bins];
+    let mut set = |j: i64, i: usize, v: f64| {
+        // numpy's negative indices count from the end; anything else out of range is skipped.
+        let j = if j < 0 { j + spec as i64 } else { j };
+        if (0..spec as i64).contains(&j) {
+            out[j as usize * bins + i] = v;
+        }
+    };
+    for i in 0..bins {
+        let (l, c, h) = (pts[i], pts[i + 1], pts[i + 2]);
+        if c == l {
+            set(c, i, 1.0);
+        } else {
+            for j in l..=c {
+                set(j, i, (j - l) as f64 / (c - l) as f64);
+            }
+        }
+        if h > c {
+            for j in c..h {
+                set(j, i, (h - j) as f64 / (h - c) as f64);
+            }
+        }
+    }
+    ConstData::from_f64s(dt, vec![spec, bins], &out)
 }

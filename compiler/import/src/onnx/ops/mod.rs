@@ -6,12 +6,13 @@
 //! types), `shape.rs` (shape and data
 //! movement), `generate.rs` (Constant, Range, OneHot …), `nn.rs` (convolution, pooling), `norm.rs`
 //! (normalizations, softmax, losses), `reduce.rs`, `quant.rs`, `resize.rs` (Resize, Upsample), `rnn.rs` (RNN, GRU, LSTM), `rotary.rs` (RotaryEmbedding), `spectral.rs` (DFT, STFT),
-//! `control.rs` (If, Loop, Scan: subgraphs translated inline, loops unrolled), `sample.rs` (GridSample, AffineGrid),
+//! `control.rs` (If, Loop, Scan: subgraphs translated inline, loops unrolled), `sample.rs` (GridSample, AffineGrid: the bilinear/cubic sampler), `roi_align.rs` and `deform_conv.rs` (on that sampler),
 //! `state.rs` (TensorScatter, CausalConvWithState), `optional.rs` (OptionalHasElement/GetElement on tensors), `select.rs` (NonMaxSuppression, NonZero, Unique, run-time Compress: outputs of data-dependent length); shared helpers in `build.rs`.
 
 mod build;
 mod cast;
 mod control;
+mod deform_conv;
 mod region;
 mod elementwise;
 mod generate;
@@ -23,6 +24,7 @@ mod quant;
 mod reduce;
 mod resize;
 mod rnn;
+mod roi_align;
 mod rotary;
 mod sample;
 mod select;
@@ -53,6 +55,8 @@ const FAMILIES: &[(&[&str], fn(&mut Ctx, &Node) -> R)] = &[
     (rnn::OPS, rnn::convert),
     (rotary::OPS, rotary::convert),
     (sample::OPS, sample::convert),
+    (roi_align::OPS, roi_align::convert),
+    (deform_conv::OPS, deform_conv::convert),
     (spectral::OPS, spectral::convert),
     (state::OPS, state::convert),
     (optional::OPS, optional::convert),

@@ -5,6 +5,9 @@
 //! Σ over tap combinations of gather_elements(X, flat index) · Π weights. Coordinates are f32 (as the
 //! reference computes them). AffineGrid: theta [N, nd, nd+1] times the constant homogeneous grid of
 //! `size` (x fastest, then y, z, then 1), as GridSample reads it.
+//!
+//! The sampler — per-axis taps (index, weight) and `tap_terms`, the gathers of their combinations — is
+//! shared with RoiAlign (`roi_align.rs`) and DeformConv (`deform_conv.rs`).
 
 use super::{one, Node, R};
 use crate::onnx::Ctx;
@@ -13,13 +16,13 @@ use rlx_ir::{BinaryOp as B, ConstData, DType, Dim, MirOp, UnaryOp as U, ValueId}
 pub(super) const OPS: &[&str] = &["GridSample", "AffineGrid"];
 
 #[derive(Clone, Copy, PartialEq)]
-enum Mode {
+pub(super) enum Mode {
     Nearest,
     Linear,
     Cubic,
 }
 #[derive(Clone, Copy, PartialEq)]
-enum Pad {
+pub(super) enum Pad {
     Zeros,
     Border,
     Reflection,
@@ -66,8 +69,28 @@ pub(super) fn convert(cx: &mut Ctx, nd: &Node) -> R {
     }
     let xf = cx.reshape_u(x, &[n, c, q])?;
     let mut acc: Option<ValueId> = None;
+    for t in tap_terms(cx, xf, sp, &taps, c)? {
+        acc = Some(match acc {
+            Some(a) => cx.bin(B::Add, a, t)?,
+            None => t,
+        });
+    }
+    let mut out = vec![n, c];
+    out.extend_from_slice(&gd[1..=nsp]);
+    let y = cx.reshape_u(acc.ok_or("GridSample: no taps")?, &out)?;
+    one(y)
+}
+
+/// The sampler's terms: per combination of one tap of each spatial axis, gather_elements(xf, flat index)
+/// · Π weights, each [N, C, P]. `xf` is X as [N, C, Π sp]; `taps[i]` are axis i's (i64 [N,1,P] index,
+/// f32 [N,1,P] weight) pairs. GridSample sums the terms; RoiAlign sums them or takes their max.
+pub(super) fn tap_terms(cx: &mut Ctx, xf: ValueId, sp: &[usize], taps: &[Vec<(ValueId, ValueId)>], c: usize) -> Result<Vec<ValueId>, String> {
+    let nsp = sp.len();
+    let dims = cx.dims(taps[0][0].0);
+    let (n, p) = (dims[0].fixed().unwrap_or(1), dims[2].fixed().unwrap_or(1));
     let strides: Vec<usize> = (0..nsp).map(|i| sp[i + 1..].iter().product()).collect();
     let total: usize = taps.iter().map(|t| t.len()).product();
+    let mut terms = Vec::with_capacity(total);
     for combo in 0..total {
         let (mut idx, mut w): (Option<ValueId>, Option<ValueId>) = (None, None);
         let mut rest = combo;
@@ -85,20 +108,13 @@ pub(super) fn convert(cx: &mut Ctx, nd: &Node) -> R {
                 None => tw,
             });
         }
-        let (idx, w) = (idx.ok_or("GridSample: no spatial axes")?, w.ok_or("GridSample: no spatial axes")?);
-        let ie = cx.prim(MirOp::Expand { shape: vec![Dim::Fixed(n as u64), Dim::Fixed(c as u64), Dim::Fixed(p as u64)] }, &[idx])?;
+        let (idx, w) = (idx.ok_or("sampler: no spatial axes")?, w.ok_or("sampler: no spatial axes")?);
+        let ie = cx.prim(MirOp::Expand { shape: vec![Dim::Fixed(n), Dim::Fixed(c as u64), Dim::Fixed(p)] }, &[idx])?;
         let v = cx.prim(MirOp::GatherElements { axis: 2 }, &[xf, ie])?;
-        let w = cx.cast(w, cx.dtype(x))?;
-        let t = cx.bin(B::Mul, v, w)?;
-        acc = Some(match acc {
-            Some(a) => cx.bin(B::Add, a, t)?,
-            None => t,
-        });
+        let w = cx.cast(w, cx.dtype(xf))?;
+        terms.push(cx.bin(B::Mul, v, w)?);
     }
-    let mut out = vec![n, c];
-    out.extend_from_slice(&gd[1..=nsp]);
-    let y = cx.reshape_u(acc.ok_or("GridSample: no taps")?, &out)?;
-    one(y)
+    Ok(terms)
 }
 
 /// Reflects `x` into [lo, hi] by the nearer border, repeatedly (the reference's `_gs_reflect`).
@@ -139,7 +155,7 @@ fn reflect(cx: &mut Ctx, x: ValueId, lo: f64, hi: f64) -> Result<ValueId, String
     cx.prim(MirOp::Where, &[is_lo, below, t])
 }
 
-fn clamp(cx: &mut Ctx, x: ValueId, lo: f64, hi: f64) -> Result<ValueId, String> {
+pub(super) fn clamp(cx: &mut Ctx, x: ValueId, lo: f64, hi: f64) -> Result<ValueId, String> {
     let (l, h) = (cx.sc(x, lo), cx.sc(x, hi));
     let a = cx.bin(B::Max, x, l)?;
     cx.bin(B::Min, a, h)
@@ -150,11 +166,17 @@ fn axis_taps(cx: &mut Ctx, nx: ValueId, d: usize, align: bool, mode: Mode, pad: 
     let df = d as f64;
     // Unnormalize: align ? (n+1)/2·(d-1) : ((n+1)·d - 1)/2.
     let n1 = cx.add_sc(nx, 1.0)?;
-    let mut x = if align { cx.mul_sc(n1, (df - 1.0) / 2.0)? } else {
+    let x = if align { cx.mul_sc(n1, (df - 1.0) / 2.0)? } else {
         let t = cx.mul_sc(n1, df)?;
         let t = cx.add_sc(t, -1.0)?;
         cx.mul_sc(t, 0.5)?
     };
+    pixel_taps(cx, x, d, align, mode, pad)
+}
+
+/// The taps of pixel coordinates `x` on an axis of size `d` (as `axis_taps`, after unnormalizing).
+pub(super) fn pixel_taps(cx: &mut Ctx, mut x: ValueId, d: usize, align: bool, mode: Mode, pad: Pad) -> Result<Vec<(ValueId, ValueId)>, String> {
+    let df = d as f64;
     if mode == Mode::Nearest {
         x = cx.un(U::Round, x)?;
     }
