@@ -40,6 +40,15 @@ fn tmp(name: &str) -> PathBuf {
 }
 
 /// ptxas of the venv's nvidia-cuda-nvcc-cu12 (fails, naming the fix, when it is not installed).
+/// The largest absolute difference between output `out` (`out.npy`) of the interpreter's folder `want`
+/// and of the emulated module's folder `got`, which must hold as many elements.
+fn max_abs(want: &Path, got: &Path, out: &str) -> f64 {
+    let f = format!("{out}.npy");
+    let (w, g) = (common::npy(&want.join(&f)).to_f64_vec(), common::npy(&got.join(&f)).to_f64_vec());
+    assert_eq!(w.len(), g.len(), "{out}: element count");
+    w.iter().zip(&g).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max)
+}
+
 fn ptxas() -> PathBuf {
     rlxc::targets::cuda::ptxas_of(&python()).unwrap_or_else(|e| panic!("{e}"))
 }
@@ -249,10 +258,7 @@ fn tiled_kernels_match_the_interpreter_in_cpu_emulation() {
     let emu = dir.join("emu-splitk");
     ok(Command::new(python()).arg("tests/gpu/emulate_cuda.py").args([s(&art), "splitk", s(&emu), s(&g), s(&h)]).current_dir(repo()));
     for out in ["mm_k300", "mm_k1100"] {
-        let f = format!("{out}.npy");
-        let (want, got) = (common::npy(&it.join(&f)).to_f64_vec(), common::npy(&emu.join(&f)).to_f64_vec());
-        assert_eq!(want.len(), got.len(), "{out}");
-        let d = want.iter().zip(&got).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max);
+        let d = max_abs(&it, &emu, out);
         eprintln!("f32 {out}: emulated cuda (split K) vs interp max abs {d:.3e}");
         assert!(d <= 1e-4, "{out}: {d}");
     }
@@ -309,10 +315,7 @@ fn fused_attention_matches_the_interpreter_in_cpu_emulation() {
         let emu = dir.join(format!("emu-{tag}"));
         ok(Command::new(python()).arg("tests/gpu/emulate_cuda.py").args([s(&art), "attention", s(&emu)]).args(&npys).current_dir(repo()));
         for out in ["att_mask", "att_plain", "att_heads", "att_long"] {
-            let f = format!("{out}.npy");
-            let (want, got) = (common::npy(&it.join(&f)).to_f64_vec(), common::npy(&emu.join(&f)).to_f64_vec());
-            assert_eq!(want.len(), got.len(), "{tag} {out}");
-            let d = want.iter().zip(&got).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max);
+            let d = max_abs(&it, &emu, out);
             eprintln!("{tag} {out}: emulated cuda vs interp max abs {d:.3e}");
             assert!(d <= 1e-5, "{tag} {out}: {d}");
         }

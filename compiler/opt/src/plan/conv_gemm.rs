@@ -702,14 +702,7 @@ impl Planner<'_> {
         vbody.push(Stmt::For { var: kv, extent: klen as i64, kind: LoopKind::Serial, body: inner });
         for (i, &acc) in accs.iter().enumerate() {
             let ix = idx(i);
-            let v = if last && t.a != t.r {
-                kb.subst.insert(t.av, Expr::Var(acc));
-                let v = self.node_expr(kb, t.r, &ix);
-                kb.subst.remove(&t.av);
-                v
-            } else {
-                Expr::Var(acc)
-            };
+            let v = self.conv_epilogue(kb, (t.a, t.r, t.av), acc, &ix, last);
             vbody.push(Stmt::Store { buf: t.op, index: linear(&ix, t.out_shape), value: v });
         }
         let kind = if width >= 2 { LoopKind::Vector(width as u32) } else { LoopKind::Serial };
@@ -718,6 +711,19 @@ impl Planner<'_> {
 }
 
 impl Planner<'_> {
+    /// The value a convolution tile stores for accumulator `acc` at output index `idx`: on the last K
+    /// chunk the fused epilogue of anchor `a` in root `r`'s kernel (the chain with `a`'s value `av`
+    /// substituted by the accumulator), else the accumulator itself (a partial sum).
+    pub(super) fn conv_epilogue(&mut self, kb: &mut KB, (a, r, av): (NodeId, NodeId, ValueId), acc: rlx_ir::loops::Var, idx: &[Expr], last: bool) -> Expr {
+        if !last || a == r {
+            return Expr::Var(acc);
+        }
+        kb.subst.insert(av, Expr::Var(acc));
+        let v = self.node_expr(kb, r, idx);
+        kb.subst.remove(&av);
+        v
+    }
+
     /// A tile one position wide (the last of an odd position count): the vector runs over the tile's
     /// `mr` rows instead, four accumulators over interleaved k steps, each k step one load of the packed
     /// weight's `mr` contiguous values times the broadcast B element. (As `mr` scalar accumulators the k loop was vectorized by
@@ -758,14 +764,7 @@ impl Planner<'_> {
             (true, Some(b)) => self.elem(kb, b, &[row]),
             (true, None) => lit(0.0, DType::F32),
         };
-        let v = if last && t.a != t.r {
-            kb.subst.insert(t.av, Expr::Var(acc));
-            let v = self.node_expr(kb, t.r, &idx);
-            kb.subst.remove(&t.av);
-            v
-        } else {
-            Expr::Var(acc)
-        };
+        let v = self.conv_epilogue(kb, (t.a, t.r, t.av), acc, &idx, last);
         let f32s = |a: Expr, b: Expr| Expr::Bin(BinaryOp::Add, DType::F32, Box::new(a), Box::new(b));
         let mut body: Vec<Stmt> = parts.iter().enumerate().map(|(u, &pa)| Stmt::Decl { var: pa, dtype: DType::F32, init: if u == 0 { init.clone() } else { lit(0.0, DType::F32) } }).collect();
         if klen >= U {

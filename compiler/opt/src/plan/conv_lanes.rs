@@ -154,14 +154,7 @@ impl Planner<'_> {
                 continue;
             }
             let ix = idx(i);
-            let v = if t.a != t.r {
-                kb.subst.insert(t.av, Expr::Var(acc));
-                let v = self.node_expr(kb, t.r, &ix);
-                kb.subst.remove(&t.av);
-                v
-            } else {
-                Expr::Var(acc)
-            };
+            let v = self.conv_epilogue(kb, (t.a, t.r, t.av), acc, &ix, true);
             body.push(Stmt::Store { buf: t.op, index: linear(&ix, t.out_shape), value: v });
         }
         vec![Stmt::For { var: jv, extent: lanes, kind: LoopKind::Vector(t.lanes as u32), body }]

@@ -462,16 +462,31 @@ fn scan_one(
     if t_len == 0 {
         return Err("unsupported: Scan over 0 steps (its outputs' element shapes are unknown)".into());
     }
+    let sc = Scan { body, init, xs, ax: &ax, in_dirs, out_axes, out_dirs, t_len };
     if t_len <= MAX_SCAN_STEPS {
         let mark = (cx.g.nodes.len(), cx.g.values.len(), cx.unrolled);
-        match budgeted(cx, body, t_len, |cx| scan_iters(cx, nd, body, init, xs, &ax, in_dirs, out_axes, out_dirs, t_len)) {
+        match budgeted(cx, body, t_len, |cx| scan_iters(cx, nd, &sc)) {
             Ok(out) => return Ok(out),
             // Past the budget: the outermost loop becomes the region (one being unrolled passes it up).
             Err(e) if cx.unroll_scale != 1 || !e.starts_with("unsupported: control flow unrolls") => return Err(e),
             Err(_) => rollback(cx, mark),
         }
     }
-    scan_region(cx, nd, body, init, xs, &ax, in_dirs, out_axes, out_dirs, t_len)
+    scan_region(cx, nd, &sc)
+}
+
+/// One Scan (a batch row of opset 8's) with its attributes read: the body, the state and scan inputs,
+/// each scan input's axis and direction, each scan output's axis and direction, the sequence length.
+#[derive(Clone, Copy)]
+struct Scan<'a> {
+    body: &'a GraphProto,
+    init: &'a [ValueId],
+    xs: &'a [ValueId],
+    ax: &'a [usize],
+    in_dirs: &'a [i64],
+    out_axes: &'a [i64],
+    out_dirs: &'a [i64],
+    t_len: usize,
 }
 
 /// A Scan as a `loop` region (past the unroll limits), on the Loop's region machinery: the trip count
@@ -480,19 +495,8 @@ fn scan_one(
 /// length − 1 − iteration for a reversed input — from the whole outer value, a capture like any outer
 /// value a body reads. The loop's scan outputs (stacked on axis 0, exactly `t_len` slices: the
 /// condition stays true) are then reversed and moved to their axes outside the region.
-#[allow(clippy::too_many_arguments)]
-fn scan_region(
-    cx: &mut Ctx,
-    nd: &Node,
-    body: &GraphProto,
-    init: &[ValueId],
-    xs: &[ValueId],
-    ax: &[usize],
-    in_dirs: &[i64],
-    out_axes: &[i64],
-    out_dirs: &[i64],
-    t_len: usize,
-) -> R {
+fn scan_region(cx: &mut Ctx, nd: &Node, sc: &Scan) -> R {
+    let Scan { body, init, xs, ax, in_dirs, out_axes, out_dirs, t_len } = *sc;
     let n = init.len();
     if body.input.len() != n + xs.len() {
         return Err(format!("Scan body takes {} inputs, but {n} state values and {} scan inputs are bound", body.input.len(), xs.len()));
@@ -558,19 +562,8 @@ fn scan_region(
     Ok(res)
 }
 
-#[allow(clippy::too_many_arguments)]
-fn scan_iters(
-    cx: &mut Ctx,
-    nd: &Node,
-    body: &GraphProto,
-    init: &[ValueId],
-    xs: &[ValueId],
-    ax: &[usize],
-    in_dirs: &[i64],
-    out_axes: &[i64],
-    out_dirs: &[i64],
-    t_len: usize,
-) -> R {
+fn scan_iters(cx: &mut Ctx, nd: &Node, sc: &Scan) -> R {
+    let Scan { body, init, xs, ax, in_dirs, out_axes, out_dirs, t_len } = *sc;
     let mut state = init.to_vec();
     let k = body.output.len() - state.len();
     let mut outs: Vec<Vec<ValueId>> = vec![Vec::new(); k];
