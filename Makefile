@@ -7,7 +7,7 @@ SHELL := bash
 # System packages the build and tests need. Later issues append here.
 APT_PACKAGES := llvm-19 llvm-19-dev libpolly-19-dev libzstd-dev libz3-dev libxml2-dev \
                 gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user protobuf-compiler \
-                gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm \
+                gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm qemu-utils \
                 spirv-tools glslang-tools mesa-vulkan-drivers libvulkan1 vulkan-tools \
                 iverilog verilator yosys \
                 openmpi-bin libopenmpi-dev libclang-dev
@@ -54,7 +54,7 @@ toolchains: fuzz-setup
 	rustup target list --installed | grep -qx $(AARCH64_TRIPLE) || rustup target add $(AARCH64_TRIPLE)
 	rustup target list --installed | grep -qx thumbv7em-none-eabihf || rustup target add thumbv7em-none-eabihf
 
-# qemu-system-arm replaces the machine's qemu-utils: apt puts it back right after, so qemu-img stays.
+# qemu-utils (qemu-img) is named so it stays installed beside qemu-system-arm, which only recommends it.
 apt:
 	@missing=""; \
 	for p in $(APT_PACKAGES); do \
@@ -64,9 +64,6 @@ apt:
 	  echo "apt: installing$$missing"; \
 	  $(SUDO) apt-get update; \
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing; \
-	fi; \
-	if ! dpkg -s qemu-utils 2>/dev/null | grep -q '^Status: install ok installed'; then \
-	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends qemu-utils; \
 	fi
 
 venv: $(VENV_STAMP)
