@@ -16,7 +16,7 @@
 use super::fuse::{is_elementwise, Role};
 use super::index::{clamp, linear};
 use super::blocks::SLOTS;
-use super::conv_lanes::lanes_tile;
+use super::conv_lanes::lanes_shape;
 use super::kernel::{lit, KB};
 use super::Planner;
 use rlx_ir::lir::{Base, Buffer};
@@ -234,7 +234,7 @@ impl Planner<'_> {
             let (sx, so) = (self.shape(node.inputs[0]), self.shape(node.outputs[0]));
             let one = sw[2..].iter().all(|&k| k == 1) && strides.iter().all(|&s| s == 1) && pads.iter().all(|&p| p == 0);
             // Few positions and channels that fill whole panels: the channels are the lanes.
-            if let Some((rows, lanes)) = lanes_tile(self.wide_tile, sw[0], sw[1..].iter().product(), so[2..].iter().product()).filter(|_| groups == 1) {
+            if let Some((rows, lanes)) = lanes_shape(self.wide_tile, sw[0], sw[1..].iter().product(), so[2..].iter().product()).filter(|_| groups == 1) {
                 let pc = pack_rows(c, lanes, 1);
                 let b = self.add_weight(format!("{} (packed {lanes}-channel panels)", self.label(w)), &pc);
                 self.conv_gemm.insert(a, ConvGemm { apack: b, mr: rows, nr: lanes, col: None, im2col: !one, groups, direct: None, lanes: true });

@@ -34,7 +34,7 @@ const CHUNK: usize = 256 * 1024;
 /// wide tile's (rows, lanes), when it runs with channels as the lanes: (positions per tile, lanes).
 /// Taken over fewer than [`MAX_P`] positions with K ≥ [`MIN_K`]: each tile's stores are one per lane
 /// (rows × lanes scalar stores, P floats apart), which a long K amortizes (see the module doc).
-pub(super) fn lanes_tile(wide: (usize, usize), m: usize, kdim: usize, pn: usize) -> Option<(usize, usize)> {
+pub(super) fn lanes_shape(wide: (usize, usize), m: usize, kdim: usize, pn: usize) -> Option<(usize, usize)> {
     let (rows, lanes) = wide;
     if rows == 0 || lanes == 0 || pn >= MAX_P || kdim < MIN_K {
         return None;

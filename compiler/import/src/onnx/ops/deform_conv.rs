@@ -3,10 +3,10 @@
 //! mask, is an im2col tensor [N, group, C/group·kh·kw, oh·ow]; a batched `matmul` with the weights
 //! [1, group, M/group, C/group·kh·kw] (+ bias) is the convolution.
 
-use super::sample::{pixel_taps, tap_terms, Mode, Pad};
+use super::sample::{combine, pixel_taps, tap_terms, Mode, Pad};
 use super::{one, Node, R};
 use crate::onnx::Ctx;
-use rlx_ir::{BinaryOp as B, ConstData, DType, MirOp, ValueId};
+use rlx_ir::{BinaryOp as B, ConstData, DType, MirOp};
 
 pub(super) const OPS: &[&str] = &["DeformConv"];
 
@@ -71,14 +71,8 @@ pub(super) fn convert(cx: &mut Ctx, nd: &Node) -> R {
     }
     let cg = c / og;
     let xf = cx.reshape_u(x, &[ng, cg, h * w])?;
-    let mut cols: Option<ValueId> = None;
-    for t in tap_terms(cx, xf, &[h, w], &axis, cg)? {
-        cols = Some(match cols {
-            Some(a) => cx.bin(B::Add, a, t)?,
-            None => t,
-        });
-    }
-    let mut cols = cols.ok_or("DeformConv: no taps")?; // [N·G, C/G, P]
+    let terms = tap_terms(cx, xf, &[h, w], &axis, cg)?;
+    let mut cols = combine(cx, &terms, B::Add)?; // [N·G, C/G, P]
     if let Some(mask) = nd.inp(4) {
         let md = cx.fixed_dims(mask, "DeformConv mask")?;
         if md != [n, og * taps, oh, ow] {
@@ -91,8 +85,7 @@ pub(super) fn convert(cx: &mut Ctx, nd: &Node) -> R {
     // im2col: [N, group, C/group·kh·kw, oh·ow] (channel-major, then tap: W's layout).
     let cpg = c / group;
     let cols = cx.reshape_u(cols, &[n, group, cpg * taps, l])?;
-    // (Rank 4 like the columns: the CPU GEMM mis-broadcasts a lower-rank left operand, [G, M, K] ×
-    // [N, G, K, L] with N > 1.)
+    // (Rank 4 like the columns, broadcast over the images.)
     let wm = cx.reshape_u(wt, &[1, group, m / group, cpg * taps])?;
     let y = cx.prim(MirOp::MatMul, &[wm, cols])?; // [N, group, M/group, L]
     let mut y = cx.reshape_u(y, &[n, m, oh, ow])?;

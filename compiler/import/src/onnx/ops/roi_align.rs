@@ -5,7 +5,7 @@
 //! `sampling_ratio` 0 makes the grid depend on each roi's size: the rois must then be constant, the
 //! grid is the largest roi's and the samples a smaller roi does not have are masked out.
 
-use super::sample::{clamp, tap_terms};
+use super::sample::{clamp, combine, tap_terms};
 use super::{one, Node, R};
 use crate::onnx::Ctx;
 use rlx_ir::{BinaryOp as B, ConstData, DType, MirOp, ReduceOp, UnaryOp as U, ValueId};
@@ -119,10 +119,7 @@ pub(super) fn convert(cx: &mut Ctx, nd: &Node) -> R {
     let xf = cx.reshape_u(xr, &[r, c, h * w])?;
     let terms = tap_terms(cx, xf, &[h, w], &taps, c)?;
     let dt = cx.dtype(x);
-    let mut acc = terms[0];
-    for &t in &terms[1..] {
-        acc = cx.bin(if max_mode { B::Max } else { B::Add }, acc, t)?;
-    }
+    let mut acc = combine(cx, &terms, if max_mode { B::Max } else { B::Add })?;
     let red = if max_mode {
         if !has.iter().all(|&v| v != 0.0) {
             // A sample the roi does not have: -inf (or 0 for a roi with no samples, as the reference).

@@ -68,17 +68,18 @@ pub(super) fn convert(cx: &mut Ctx, nd: &Node) -> R {
         taps.push(axis_taps(cx, comp, d, align, mode, pad)?);
     }
     let xf = cx.reshape_u(x, &[n, c, q])?;
-    let mut acc: Option<ValueId> = None;
-    for t in tap_terms(cx, xf, sp, &taps, c)? {
-        acc = Some(match acc {
-            Some(a) => cx.bin(B::Add, a, t)?,
-            None => t,
-        });
-    }
+    let terms = tap_terms(cx, xf, sp, &taps, c)?;
+    let acc = combine(cx, &terms, B::Add)?;
     let mut out = vec![n, c];
     out.extend_from_slice(&gd[1..=nsp]);
-    let y = cx.reshape_u(acc.ok_or("GridSample: no taps")?, &out)?;
+    let y = cx.reshape_u(acc, &out)?;
     one(y)
+}
+
+/// The sampler's terms combined elementwise by `op` in order (a sum; RoiAlign's max mode takes their max).
+pub(super) fn combine(cx: &mut Ctx, terms: &[ValueId], op: B) -> Result<ValueId, String> {
+    let (&first, rest) = terms.split_first().ok_or("sampler: no taps")?;
+    rest.iter().try_fold(first, |a, &t| cx.bin(op, a, t))
 }
 
 /// The sampler's terms: per combination of one tap of each spatial axis, gather_elements(xf, flat index)
