@@ -110,7 +110,8 @@ fn conv_gemm_paths_are_taken() {
     let k7 = lir("conv7x7_s2_relu6");
     assert!(k7.contains("(im2col)") && !k7.contains("(phases)"), "7×7 stride 2 whose phase columns would wrap: not im2col:\n{k7}");
     let k1 = lir("conv1x1_relu");
-    assert!(k1.contains("packed 6-row panels") && !k1.contains("(im2col)"), "1×1: x is read in place:\n{k1}");
+    // 20 output channels: 4-row tiles (6-row ones would compute 24 rows).
+    assert!(k1.contains("packed 4-row panels") && !k1.contains("(im2col)"), "1×1: x is read in place:\n{k1}");
     assert!(k1.contains("(packed B chunks)"), "1×1: B chunks are not packed:\n{k1}");
     let kg = lir("conv3x3_grouped_b2");
     assert!(kg.contains("f32[4, 72, 6] \"w0 (packed 6-row panels)\"") && kg.contains("(im2col)"), "grouped 3×3: not one GEMM per group:\n{kg}");

@@ -123,6 +123,16 @@ fn strided_direct(s: usize, geo: [(usize, usize, usize, usize); 2], c: usize) ->
     Some((v, hp))
 }
 
+/// Rows per tile for `mg` output channels a group on a tile of `mr` rows: `mr`, or 4 where `mr`-row
+/// tiles would compute more than 1/16 of their rows past the last channel (the wide tile's 6 rows over
+/// DenseNet's 32-channel growth convolutions: 36 rows for 32, where 4-row tiles compute 32; a 4 × 64
+/// tile keeps 16 accumulators, and an AVX-512 core issues one 512-bit FMA per cycle either way).
+fn tile_rows(mr: usize, mg: usize) -> usize {
+    let mr = mr.min(mg).max(1);
+    let waste = |r: usize| mg.div_ceil(r) * r - mg;
+    if mr > 4 && waste(mr) * 16 > mg && waste(4) < waste(mr) { 4 } else { mr }
+}
+
 /// Whether the GEMM of `mg` output channels a group, `tiles` row tiles, over `pn` positions runs with
 /// blocks of row tiles as the parallel loop (the weight is the larger operand), B read in place.
 fn by_rows(mg: usize, pn: usize, tiles: usize) -> bool {
@@ -244,7 +254,7 @@ impl Planner<'_> {
             // The wide tile (AVX-512: 6 × 64) where the positions fill one of its panels, else the GEMM's.
             let (cmr, cnr) = self.wide_tile;
             let (mr, nr) = if cmr > 0 && cnr > 0 && so[2..].iter().product::<usize>() >= cnr { (cmr, cnr) } else { (self.mr, self.nr) };
-            let mr = mr.min(sw[0] / groups).max(1);
+            let mr = tile_rows(mr, sw[0] / groups);
             let plain = !one && groups == 1 && sx.len() == 4 && dilations.iter().all(|&d| d == 1) && strides[0] == strides[1];
             let s = strides[0];
             // (2-D only: `plain` checks the rank first.)
@@ -454,8 +464,8 @@ impl Planner<'_> {
     }
 
     /// Positions mode with packed B (groups = 1): the units (image × position panel, the tail positions
-    /// the last panel of an image) are dealt to [`SLOTS`] thread slots (the parallel loop) round-robin,
-    /// so 1, 2, 4 and 8 threads get equal shares within one unit. For each K chunk of a unit, its B chunk
+    /// the last panel of an image) are dealt to [`SLOTS`] thread slots (the parallel loop) in contiguous
+    /// runs, so 1, 2, 4 and 8 threads get equal shares within one unit. For each K chunk of a unit, its B chunk
     /// `[klen][width]` (rows of col, or of x itself, P floats apart: a page or more for large images)
     /// is copied into the slot's scratch `[kc][nr]`, contiguous and L1-resident, which every tile then
     /// reads: one strided row read per chunk instead of one per tile, so the micro-kernel's B loads
@@ -480,30 +490,29 @@ impl Planner<'_> {
         let slot = kb.var();
         let sbase = Expr::mul(Expr::Var(slot), Expr::Int((t.kc * nr) as i64));
         let chunk_outer = t.kdim * t.mg * 4 > A_L2;
-        // A Direct convolution prefetches the rows of x that the slot's next unit (`slots` units on:
-        // `slots / tb` panels) will pack: x is read in a pattern the hardware prefetcher does not
-        // follow (a few lines of every channel per unit), and from a large image each first touch missed.
-        let t = &Tiling { direct: t.direct.clone().map(|(d, mp, _)| (d, mp, ((slots / tb).max(1) * nr) as i64)), ..t.clone() };
-        // Slot s takes units r, r + 8, r + 16 … with r the bit reversal of s when there are 8 slots: the
-        // pool gives each thread a run of slots, so the units left over after whole rounds alternate
-        // between the halves (and quarters) and 2, 4 or 8 threads differ by at most one unit.
-        let first = if slots == 8 {
-            let sv = || Expr::Var(slot);
-            Expr::add(Expr::add(Expr::mul(Expr::i(IOp::Rem, sv(), Expr::Int(2)), Expr::Int(4)), Expr::mul(Expr::i(IOp::Rem, Expr::i(IOp::Div, sv(), Expr::Int(2)), Expr::Int(2)), Expr::Int(2))), Expr::i(IOp::Div, sv(), Expr::Int(4)))
-        } else {
-            Expr::Var(slot)
-        };
+        // A Direct convolution prefetches the rows of x that the slot's next unit (the next panel)
+        // will pack: x is read in a pattern the hardware prefetcher does not follow (a few lines of
+        // every channel per unit), and from a large image each first touch missed.
+        let t = &Tiling { direct: t.direct.clone().map(|(d, mp, _)| (d, mp, nr as i64)), ..t.clone() };
+        // Slot s takes the contiguous run of units ⌊units·s/slots⌋ … ⌊units·(s + 1)/slots⌋ − 1: one
+        // thread walks an image's panels in order (its output rows, residual and x rows are read and
+        // written line after line, as the hardware prefetcher follows them), and since the pool gives each
+        // thread a run of slots whose boundaries are those of a power-of-two split, 2, 4 or 8 threads
+        // differ by at most one unit.
+        let bound = |s: Expr| Expr::i(IOp::Div, Expr::mul(s, Expr::Int(units as i64)), Expr::Int(slots as i64));
+        let first = bound(Expr::Var(slot));
+        let end = bound(Expr::add(Expr::Var(slot), Expr::Int(1)));
         // The units of the slot, each running `f(tiling, q, first tile)` (q: the panel within its image).
         let units_loop = |kb: &mut KB, f: &mut dyn FnMut(&mut KB, &Tiling, &Expr, &Expr) -> Vec<Stmt>| -> Vec<Stmt> {
             let (j, uv) = (kb.var(), kb.var());
-            let u = Expr::add(first.clone(), Expr::mul(Expr::Var(j), Expr::Int(slots as i64)));
+            let u = Expr::add(first.clone(), Expr::Var(j));
             let (w, t0) = if tb > 1 { (Expr::i(IOp::Div, Expr::Var(uv), Expr::Int(tb as i64)), Expr::mul(Expr::i(IOp::Rem, Expr::Var(uv), Expr::Int(tb as i64)), Expr::Int(rbt as i64))) } else { (Expr::Var(uv), Expr::Int(0)) };
             let (nv, q) = if nb > 1 { (Expr::i(IOp::Div, w.clone(), Expr::Int(np as i64)), Expr::i(IOp::Rem, w, Expr::Int(np as i64))) } else { (Expr::Int(0), w) };
             let tu = Tiling { nv, ..t.clone() };
             let mut unit = vec![Stmt::Decl { var: uv, dtype: DType::I64, init: u.clone() }];
             unit.extend(f(kb, &tu, &q, &t0));
-            if slots * per > units {
-                unit = vec![Stmt::If { cond: Expr::i(IOp::Lt, u, Expr::Int(units as i64)), body: unit }];
+            if units % slots != 0 {
+                unit = vec![Stmt::If { cond: Expr::i(IOp::Lt, u, end.clone()), body: unit }];
             }
             vec![Stmt::For { var: j, extent: per as i64, kind: LoopKind::Serial, body: unit }]
         };
