@@ -17,6 +17,7 @@ use super::fuse::{is_elementwise, Role};
 use super::index::{clamp, linear};
 use super::blocks::SLOTS;
 use super::conv_lanes::lanes_shape;
+use super::winograd::{self, Wino};
 use super::kernel::{lit, KB};
 use super::Planner;
 use rlx_ir::lir::{Base, Buffer};
@@ -53,6 +54,8 @@ pub(super) struct ConvGemm {
     /// Output channels as the vector lanes (`conv_lanes.rs`): `mr` positions per tile × `nr` channels,
     /// the weight packed in `nr`-channel panels.
     pub(super) lanes: bool,
+    /// The Winograd form (`winograd.rs`): `apack` is the transformed weight's 16 groups of panels.
+    pub(super) winograd: Option<Wino>,
 }
 
 /// A dense stride-1, dilation-1 2-D convolution whose output rows are as wide as its input rows: its B
@@ -243,11 +246,22 @@ impl Planner<'_> {
             let sw = self.shape(w);
             let (sx, so) = (self.shape(node.inputs[0]), self.shape(node.outputs[0]));
             let one = sw[2..].iter().all(|&k| k == 1) && strides.iter().all(|&s| s == 1) && pads.iter().all(|&p| p == 0);
+            // A 3×3 stride-1 one over a large image: Winograd F(2×2, 3×3), its 16 GEMMs one grouped GEMM.
+            if let Some(wg) = winograd::fits(&sw, &so, strides, dilations, groups).filter(|_| self.opts.winograd) {
+                let (cmr, cnr) = self.wide_tile;
+                let (mr, nr) = if cmr > 0 && cnr > 0 { (cmr, cnr) } else { (self.mr, self.nr) };
+                let mr = tile_rows(mr, sw[0]);
+                let pc = pack_rows(&winograd::transform(c), mr, 16);
+                let b = self.add_weight(format!("{} (winograd, packed {mr}-row panels)", self.label(w)), &pc);
+                self.conv_gemm.insert(a, ConvGemm { apack: b, mr, nr, col: None, im2col: false, groups: 16, direct: None, lanes: false, winograd: Some(wg) });
+                packed.push(w);
+                continue;
+            }
             // Few positions and channels that fill whole panels: the channels are the lanes.
             if let Some((rows, lanes)) = lanes_shape(self.wide_tile, sw[0], sw[1..].iter().product(), so[2..].iter().product()).filter(|_| groups == 1) {
                 let pc = pack_rows(c, lanes, 1);
                 let b = self.add_weight(format!("{} (packed {lanes}-channel panels)", self.label(w)), &pc);
-                self.conv_gemm.insert(a, ConvGemm { apack: b, mr: rows, nr: lanes, col: None, im2col: !one, groups, direct: None, lanes: true });
+                self.conv_gemm.insert(a, ConvGemm { apack: b, mr: rows, nr: lanes, col: None, im2col: !one, groups, direct: None, lanes: true, winograd: None });
                 packed.push(w);
                 continue;
             }
@@ -291,7 +305,7 @@ impl Planner<'_> {
             };
             let pc = pack_rows(c, mr, groups);
             let b = self.add_weight(format!("{} (packed {mr}-row panels)", self.label(w)), &pc);
-            self.conv_gemm.insert(a, ConvGemm { apack: b, mr, nr, col: None, im2col: !one && direct.is_none(), groups, direct, lanes: false });
+            self.conv_gemm.insert(a, ConvGemm { apack: b, mr, nr, col: None, im2col: !one && direct.is_none(), groups, direct, lanes: false, winograd: None });
             packed.push(w);
         }
         packed
@@ -316,6 +330,9 @@ impl Planner<'_> {
             Some(c) => c,
             None => self.buf_of[node.inputs[0].index()].expect("conv GEMM input is materialized"),
         };
+        if cg.winograd.is_some() {
+            return self.winograd_out_body(kb, a, r, op, out_shape);
+        }
         if cg.lanes {
             return self.lanes_gemm(kb, a, r, node.inputs.get(2).copied(), op, out_shape, &cg, bbuf, kdim);
         }

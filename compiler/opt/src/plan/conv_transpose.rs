@@ -62,7 +62,7 @@ impl Planner<'_> {
             let mr = self.mr.min(rows).max(1);
             let pc = pack_rows(&at, mr, 1);
             let b = self.add_weight(format!("{} (transposed, packed {mr}-row panels)", self.label(w)), &pc);
-            self.conv_transpose_gemm.insert(a, ConvGemm { apack: b, mr, nr: self.nr, col: None, im2col: false, groups: 1, direct: None, lanes: false });
+            self.conv_transpose_gemm.insert(a, ConvGemm { apack: b, mr, nr: self.nr, col: None, im2col: false, groups: 1, direct: None, lanes: false, winograd: None });
             packed.push(w);
         }
         packed

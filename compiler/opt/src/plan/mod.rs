@@ -58,6 +58,7 @@ mod select;
 mod state;
 mod topk;
 mod window;
+mod winograd;
 
 pub use fuse::{fuse, fuse_with, Fusion, Role};
 pub use row_fuse::row_fuse;
@@ -110,6 +111,10 @@ pub struct PlanOptions {
     /// Dense f32 convolutions on the GEMM micro-kernel (`conv_gemm.rs`: packed weight rows × im2col or
     /// x itself); CPU targets turn it on. Off, every convolution is the direct per-output loop.
     pub conv_gemm: bool,
+    /// With `conv_gemm`, dense 3×3 stride-1 convolutions over large images in the Winograd F(2×2, 3×3)
+    /// form (`winograd.rs`: input transform, 16 GEMMs as one grouped GEMM, output transform with the
+    /// epilogue); CPU targets turn it on (unless `RLX_WINOGRAD=0`).
+    pub winograd: bool,
     /// A concat whose slices are contiguous and whose inputs each have a kernel of their own is no
     /// launch: each input's kernel stores into its slice of the concat's buffer (`concat.rs`); CPU
     /// targets turn it on.
@@ -143,7 +148,7 @@ pub struct PlanOptions {
 
 impl Default for PlanOptions {
     fn default() -> Self {
-        PlanOptions { align: 64, gemm_nr: GEMM_NR, gemm_mr: GEMM_MR, wide_tile: (0, 0), row_fusion: false, row_recompute: false, inline_operands: false, conv_gemm: false, concat_in_place: false, window_lanes: 0, flat_block_dots: false, int8_dot: false, int8_gemm: false, fused_attention: false }
+        PlanOptions { align: 64, gemm_nr: GEMM_NR, gemm_mr: GEMM_MR, wide_tile: (0, 0), row_fusion: false, row_recompute: false, inline_operands: false, conv_gemm: false, winograd: false, concat_in_place: false, window_lanes: 0, flat_block_dots: false, int8_dot: false, int8_gemm: false, fused_attention: false }
     }
 }
 
@@ -328,6 +333,7 @@ pub fn plan(g: &Mir, opts: &PlanOptions) -> Result<Lir, Vec<Problem>> {
         }
         launches.extend(p.im2col_launch(n));
         launches.extend(p.phase_launch(n));
+        launches.extend(p.winograd_launches(n));
         launches.extend(p.int8_launch(n));
         launches.extend(p.gpu_dequant_launch(n));
         launches.extend(p.conv_transpose_launch(n));
