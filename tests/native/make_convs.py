@@ -155,8 +155,18 @@ def main() -> None:
         # pads (top 0, bottom 2, left 1, right 2), batch 2, residual input; two convs in a row.
         "conv3x4_direct_asym_b2": ([2, 6, 12, 13], [(10, (3, 4), {"pads": [0, 1, 2, 2]}, True), (9, (3, 4), {"pads": [0, 1, 2, 2]}, False)],
                                    residual_relu, (("r", [2, 9, 12, 13]),)),
-        # Enough work for the thread pool: 64×64 channels at 28×28.
-        "conv3x3_wide": ([1, 64, 28, 28], [(64, (3, 3), {"pads": [1, 1, 1, 1]}, True)], relu, ()),
+        # Enough work for the thread pool: 64×64 channels at 26×26 (169 tiles of 2×2: under the Winograd form's 196).
+        "conv3x3_wide": ([1, 64, 26, 26], [(64, (3, 3), {"pads": [1, 1, 1, 1]}, True)], relu, ()),
+        # Winograd F(2×2, 3×3) (`winograd.rs`): 196 tiles in blocks of 5 tile rows (the last one short), ReLU.
+        "conv3x3_winograd": ([1, 64, 28, 28], [(64, (3, 3), {"pads": [1, 1, 1, 1]}, True)], relu, ()),
+        # Odd output rows and columns (a last tile row and column of one output), batch 2, 20 channels
+        # (4-row tiles, one group tile short), two in a row, the second without bias, residual input.
+        "conv3x3_winograd_res_b2": ([2, 24, 29, 31], [(20, (3, 3), {"pads": [1, 1, 1, 1]}, True), (20, (3, 3), {"pads": [1, 1, 1, 1]}, False)],
+                                    residual_relu, (("r", [2, 20, 29, 31]),)),
+        # Asymmetric pads (top 2, left 1, bottom 0, right 2), no bias, SiLU (the conv value read twice).
+        "conv3x3_winograd_asym": ([1, 16, 30, 29], [(18, (3, 3), {"pads": [2, 1, 0, 2]}, False)], silu, ()),
+        # 160 input channels: three K chunks of the 16 GEMMs through the products.
+        "conv3x3_winograd_chunks": ([1, 160, 28, 28], [(32, (3, 3), {"pads": [1, 1, 1, 1]}, True)], identity, ()),
         # Grouped convolutions with ≥ 8 channels a group: one GEMM per group. 2 groups of 8 → 12 channels (2 tiles
         # a group), 3×3 pad 1, batch 2 (AlexNet's form).
         "conv3x3_grouped_b2": ([2, 16, 9, 9], [(24, (3, 3), {"pads": [1, 1, 1, 1], "group": 2}, True)], relu, ()),

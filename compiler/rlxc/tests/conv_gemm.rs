@@ -1,7 +1,8 @@
 //! Dense convolution on the GEMM micro-kernel (`rlx-opt`'s `plan/conv_gemm.rs`): the cases of
 //! `tests/native/make_convs.py` (1×1 read in place, im2col for k×k, strides, dilations, asymmetric pads,
 //! 1-D and 3-D, batch 2, B packed from x itself for stride 1 with asymmetric pads, tiles and panels with tails, several row blocks, grouped convolutions (one GEMM
-//! per group), the fused epilogues, output channels as the vector lanes over few positions) compiled
+//! per group), the fused epilogues, output channels as the vector lanes over few positions, Winograd
+//! F(2×2, 3×3) for 3×3 stride-1 ones over ≥ 196 tiles with odd sizes, asymmetric pads and K chunks) compiled
 //! for x86_64 (AVX2: 6-row tiles × 16 lanes), the host (its own vector width, 1 and 2 threads) and
 //! Cranelift, each within 1e-4 of the reference interpreter; and ConvTranspose (`plan/conv_transpose.rs`:
 //! the same GEMM loops then a col2im gather, or a direct gather when grouped).
@@ -88,7 +89,8 @@ fn conv_gemm_cranelift_matches_interp() {
 
 /// The planner really takes the GEMM paths (the planned program, `--emit-ir`'s NAME.lir): packed weight
 /// rows and an im2col launch for a k×k convolution (none for a stride-1 one whose output rows are as wide
-/// as its input's: B packed from x under a window mask; a strided one packs from x's phases), no copy for a 1×1 one, a GEMM launch and the packed
+/// as its input's: B packed from x under a window mask; a strided one packs from x's phases; over 196
+/// tiles or more the Winograd form), no copy for a 1×1 one, a GEMM launch and the packed
 /// transposed weight for a transposed convolution.
 #[test]
 fn conv_gemm_paths_are_taken() {
@@ -105,6 +107,8 @@ fn conv_gemm_paths_are_taken() {
     assert!(k3.contains("(packed B chunks)"), "3×3: B chunks are not packed:\n{k3}");
     let kd = lir("conv3x3_wide");
     assert!(kd.contains("(window mask)") && !kd.contains("(im2col)") && kd.contains("(packed B chunks)"), "3×3 pad 1, stride 1: B is not packed from x:\n{kd}");
+    let kw = lir("conv3x3_winograd");
+    assert!(kw.contains("(winograd, packed") && kw.contains("(winograd input)") && kw.contains("(winograd products)") && !kw.contains("(im2col)") && !kw.contains("(window mask)"), "3×3 pad 1 over 196 tiles: not the Winograd form:\n{kw}");
     let ks = lir("conv3x3_s2_phases_b2");
     assert!(ks.contains("(phases)") && ks.contains("(window mask)") && !ks.contains("(im2col)"), "3×3 stride 2: B is not packed from x's phases:\n{ks}");
     let k7 = lir("conv7x7_s2_relu6");

@@ -331,7 +331,7 @@ impl Planner<'_> {
             None => self.buf_of[node.inputs[0].index()].expect("conv GEMM input is materialized"),
         };
         if cg.winograd.is_some() {
-            return self.winograd_out_body(kb, a, r, op, out_shape);
+            return self.winograd_body(kb, a, r, op, out_shape);
         }
         if cg.lanes {
             return self.lanes_gemm(kb, a, r, node.inputs.get(2).copied(), op, out_shape, &cg, bbuf, kdim);
@@ -685,7 +685,7 @@ impl Planner<'_> {
     #[allow(clippy::too_many_arguments)]
     /// With `packed` = (scratch param, the panel's first element there), B is read from the packed
     /// chunk `[klen][nr]` (the tile's columns at `cbase` minus the panel's first position).
-    fn conv_tile(&mut self, kb: &mut KB, t: &Tiling, gt: Expr, cbase: Expr, width: usize, k0: Expr, klen: usize, first: bool, last: bool, packed: Option<(u32, Expr)>) -> Vec<Stmt> {
+    pub(super) fn conv_tile(&mut self, kb: &mut KB, t: &Tiling, gt: Expr, cbase: Expr, width: usize, k0: Expr, klen: usize, first: bool, last: bool, packed: Option<(u32, Expr)>) -> Vec<Stmt> {
         let (mr, kdim, pn) = (t.mr, t.kdim as i64, t.pn as i64);
         if width == 1 && mr >= 4 && mr.is_power_of_two() {
             return self.conv_column(kb, t, gt, cbase, k0, klen, first, last, packed);
@@ -808,33 +808,33 @@ impl Planner<'_> {
 
 /// What every tile of one convolution's GEMM kernel shares.
 #[derive(Clone)]
-struct Tiling<'a> {
-    a: NodeId,
-    r: NodeId,
-    av: ValueId,
-    bias: Option<ValueId>,
-    op: u32,
-    out_shape: &'a [usize],
-    ap: u32,
-    bp: u32,
+pub(super) struct Tiling<'a> {
+    pub(super) a: NodeId,
+    pub(super) r: NodeId,
+    pub(super) av: ValueId,
+    pub(super) bias: Option<ValueId>,
+    pub(super) op: u32,
+    pub(super) out_shape: &'a [usize],
+    pub(super) ap: u32,
+    pub(super) bp: u32,
     /// The image index.
-    nv: Expr,
-    kdim: usize,
-    pn: usize,
-    mr: usize,
+    pub(super) nv: Expr,
+    pub(super) kdim: usize,
+    pub(super) pn: usize,
+    pub(super) mr: usize,
     /// Lanes of a full panel of positions.
-    nr: usize,
-    pdim: usize,
-    kc: usize,
-    nch: usize,
-    groups: usize,
+    pub(super) nr: usize,
+    pub(super) pdim: usize,
+    pub(super) kc: usize,
+    pub(super) nch: usize,
+    pub(super) groups: usize,
     /// Row tiles per group.
-    tpg: usize,
+    pub(super) tpg: usize,
     /// Output channels per group.
-    mg: usize,
+    pub(super) mg: usize,
     /// A `Direct` convolution, its mask's param and the prefetch distance (positions: the slot's next
     /// unit's panel): B chunks packed from x.
-    direct: Option<(Direct, u32, i64)>,
+    pub(super) direct: Option<(Direct, u32, i64)>,
 }
 
 /// The mask of a `Direct` convolution: `[KH·KW, OH·OW]` f32, 1.0 where tap (kh, kw) of output position

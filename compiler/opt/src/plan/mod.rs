@@ -112,8 +112,9 @@ pub struct PlanOptions {
     /// x itself); CPU targets turn it on. Off, every convolution is the direct per-output loop.
     pub conv_gemm: bool,
     /// With `conv_gemm`, dense 3×3 stride-1 convolutions over large images in the Winograd F(2×2, 3×3)
-    /// form (`winograd.rs`: input transform, 16 GEMMs as one grouped GEMM, output transform with the
-    /// epilogue); CPU targets turn it on (unless `RLX_WINOGRAD=0`).
+    /// form (`winograd.rs`: per block of tile rows, input transform, 16 GEMMs on the micro-kernel,
+    /// output transform with the epilogue, in one kernel); CPU targets turn it on (unless
+    /// `RLX_WINOGRAD=0`).
     pub winograd: bool,
     /// A concat whose slices are contiguous and whose inputs each have a kernel of their own is no
     /// launch: each input's kernel stores into its slice of the concat's buffer (`concat.rs`); CPU
@@ -333,7 +334,6 @@ pub fn plan(g: &Mir, opts: &PlanOptions) -> Result<Lir, Vec<Problem>> {
         }
         launches.extend(p.im2col_launch(n));
         launches.extend(p.phase_launch(n));
-        launches.extend(p.winograd_launches(n));
         launches.extend(p.int8_launch(n));
         launches.extend(p.gpu_dequant_launch(n));
         launches.extend(p.conv_transpose_launch(n));

@@ -3,45 +3,49 @@
 //! channel k is `Aᵀ [Σ_c (G g_kc Gᵀ) ⊙ (Bᵀ d_c B)] A`, with d_c the tile's 4×4 input window of channel
 //! c (Lavin & Gray's matrices: `Bᵀ = [1 0 −1 0; 0 1 1 0; 0 −1 1 0; 0 1 0 −1]`, `G = [1 0 0; ½ ½ ½; ½ −½ ½;
 //! 0 0 1]`, `Aᵀ = [1 1 1 0; 0 1 −1 −1]`), so 16 products a tile and channel pair instead of 36: the sum
-//! over c is 16 independent GEMMs `M[ξ] = U[ξ] · V[ξ]` of K × C by C × T (T = tiles), which run on the
-//! GEMM micro-kernel as one grouped 1×1 convolution of 16 groups (`conv_gemm.rs`'s `nchw_gemm`). Three
-//! launches:
-//! - **input transform** (`NAME (winograd input)`): `V[n][ξ·C + c][t] = (Bᵀ d B)[ξ]`, images ×
-//!   channels the parallel loop, the tiles of a row in `vector(lanes)` loops (each window row a
-//!   stride-2 load of x), the tiles whose window crosses the left or right edge scalar with each
-//!   element selected against zero, a window row in the padding selected as zero (one condition);
-//! - **the GEMM** (`NAME (winograd gemm)`): `M[n][ξ·K + k][t]`, U (`[16·K, C]`, `G g Gᵀ` computed at
-//!   compile time in f64) packed in the micro-kernel's row panels per ξ;
-//! - **output transform**, the convolution's own kernel: `Aᵀ M[·][k][t] A` + bias, then the fused
-//!   epilogue (activation, residual add) per output, stored at (2·ti + p, 2·tj + q); images × output
-//!   channels the parallel loop, the tiles of a row in vector loops (non-overlapping: a run of the lanes,
-//!   then halves, then single tiles), an odd last row or column of outputs by tiles of one row or column.
+//! over c is 16 independent GEMMs `M[ξ] = U[ξ] · V[ξ]` (K × C by C × tiles). U (`[16·K, C]`, `G g Gᵀ`
+//! computed at compile time in f64) is packed in the micro-kernel's row panels per ξ.
+//!
+//! One kernel, the convolution's own: the units — an image's block of `R` tile rows, `R·TW ≥ 64`
+//! tiles (one panel of the wide tile) — are dealt to thread slots in contiguous runs, and each unit runs
+//! three phases through its slot's scratch, which stays in the cache (V and M of a whole layer would
+//! not: VGG-19's 224² layers take 51 MB each, ResNet-50's 56² ones at batch 8 26 MB, and as separate
+//! launches they ran at memory speed — ResNet-50 at batch 8 1.04× the direct form's time):
+//! - **input transform**: `V[ξ·C + c][r·TW + tj] = (Bᵀ d B)[ξ]`, the tiles of a row in `vector(lanes)`
+//!   loops (each window row a stride-2 load of x), the tiles whose window crosses the left or right
+//!   edge scalar with each element selected against zero, a window row in the padding (or past the
+//!   last tile row) selected as zero (one condition);
+//! - **the GEMM** `M[ξ·K + k][·] = U[ξ] · V[ξ]`: `conv_gemm.rs`'s tiles over the block's positions as
+//!   16 groups, V read in place, K chunks through M;
+//! - **output transform**: `Aᵀ M[·][k][t] A` + bias, then the fused epilogue (activation, residual
+//!   add) per output, stored at (2·ti + p, 2·tj + q); the tiles of a row in vector loops
+//!   (non-overlapping: runs of the lanes, then halves, then single tiles), an odd last row or column of
+//!   outputs by tiles of one row or column.
+//!
 //! Rounding: the transforms only add and subtract (and U's halves are exact), so the results differ
 //! from the direct sum in the last bits, as any reordering of the sum does.
 
-use super::conv_gemm::ConvGemm;
+use super::blocks::SLOTS;
+use super::conv_gemm::Tiling;
 use super::im2col::vector_runs;
 use super::index::{clamp, linear};
-use super::kernel::{lit, nest, KB};
+use super::kernel::{lit, KB};
 use super::Planner;
-use rlx_ir::lir::{Base, Buffer, Launch};
-use rlx_ir::loops::{Access, Expr, IOp, Kernel, LoopKind, Stmt, Var};
+use rlx_ir::lir::{Base, Buffer};
+use rlx_ir::loops::{Access, Expr, IOp, LoopKind, Stmt, Var};
 use rlx_ir::{BinaryOp, ConstData, DType, MirOp, NodeId};
-use std::collections::HashMap;
 
 /// The fewest tiles (2×2 output blocks) an image for the Winograd form, and the fewest input and output
 /// channels: below them the transforms' memory passes outweigh the 2.25× fewer products.
 const MIN_TILES: usize = 196;
 const MIN_CHANNELS: usize = 16;
 
-/// A convolution planned in the Winograd form: its tile rows and columns, and the buffers of the
-/// transformed input and the products (set when the launches are planned).
+
+/// A convolution planned in the Winograd form: its tile rows and columns.
 #[derive(Clone, Debug)]
 pub(super) struct Wino {
     pub(super) th: usize,
     pub(super) tw: usize,
-    pub(super) v: Option<u32>,
-    pub(super) m: Option<u32>,
 }
 
 /// The Winograd form of a convolution with weight shape `sw` and output shape `so`, if it takes one:
@@ -55,7 +59,7 @@ pub(super) fn fits(sw: &[usize], so: &[usize], strides: &[usize], dilations: &[u
         return None;
     }
     let (th, tw) = (so[2].div_ceil(2), so[3].div_ceil(2));
-    (th * tw >= MIN_TILES).then_some(Wino { th, tw, v: None, m: None })
+    (th * tw >= MIN_TILES).then_some(Wino { th, tw })
 }
 
 /// U = G g Gᵀ for every (k, c) of an f32 weight `[K, C, 3, 3]`, as `[16·K, C]` with row ξ·K + k
@@ -119,199 +123,233 @@ fn exact_runs(lo: i64, n: i64, lanes: i64) -> Vec<(i64, i64, i64)> {
     runs
 }
 
+
+/// The tile rows of a unit: enough that a unit has one wide panel of tiles (64), at most the image's.
+fn block_rows(th: usize, tw: usize) -> usize {
+    64usize.div_ceil(tw).clamp(1, th)
+}
+
 impl Planner<'_> {
-    /// The convolution anchor of the kernel rooted at `r`, when it is planned in the Winograd form.
-    fn winograd_anchor(&self, r: NodeId) -> Option<(NodeId, ConvGemm, Wino)> {
-        let out = self.g.node(r).outputs[0];
-        let a = self.fusion.anchor_of.get(&out).copied().unwrap_or(r);
-        let cg = self.conv_gemm.get(&a)?.clone();
-        let w = cg.winograd.clone()?;
-        Some((a, cg, w))
+    /// The kernel of convolution anchor `a` in the Winograd form (root `r`, output param `op`; see the
+    /// module doc).
+    pub(super) fn winograd_body(&mut self, kb: &mut KB, a: NodeId, r: NodeId, op: u32, out_shape: &[usize]) -> Vec<Stmt> {
+        let node = self.g.node(a).clone();
+        let cg = self.conv_gemm[&a].clone();
+        let wg = cg.winograd.clone().expect("a Winograd convolution");
+        let pads = match &node.op {
+            MirOp::Conv { pads, .. } => (pads[0] as i64, pads[1] as i64),
+            _ => (0, 0),
+        };
+        let sx = self.shape(node.inputs[0]);
+        let (nb, c, k) = (sx[0], sx[1], out_shape[1]);
+        let (th, tw) = (wg.th, wg.tw);
+        let rows = block_rows(th, tw);
+        let pb = rows * tw;
+        let nblk = th.div_ceil(rows);
+        let units = nb * nblk;
+        let slots = SLOTS.min(units);
+        let per = units.div_ceil(slots);
+        let vshape = vec![slots, 16 * c, pb];
+        let mshape = vec![slots, 16 * k, pb];
+        let vb = self.add_buffer(Buffer { base: Base::Arena, offset: 0, dtype: DType::F32, shape: vshape.clone(), label: format!("{} (winograd input)", node.name) }, None);
+        let mb = self.add_buffer(Buffer { base: Base::Arena, offset: 0, dtype: DType::F32, shape: mshape.clone(), label: format!("{} (winograd products)", node.name) }, None);
+        let vp = kb.param(vb, &self.buffers[vb as usize].clone(), Access::ReadWrite);
+        let mp = kb.param(mb, &self.buffers[mb as usize].clone(), Access::ReadWrite);
+        let ap = kb.param(cg.apack, &self.buffers[cg.apack as usize].clone(), Access::Read);
+        // Slot s takes the contiguous run of units ⌊units·s/slots⌋ … (as `conv_gemm.rs`'s packed positions).
+        let slot = kb.var();
+        let bound = |s: Expr| Expr::i(IOp::Div, Expr::mul(s, Expr::Int(units as i64)), Expr::Int(slots as i64));
+        let (j, uv) = (kb.var(), kb.var());
+        let u = Expr::add(bound(Expr::Var(slot)), Expr::Var(j));
+        let (nv, blk) = if nb > 1 { (Expr::i(IOp::Div, Expr::Var(uv), Expr::Int(nblk as i64)), Expr::i(IOp::Rem, Expr::Var(uv), Expr::Int(nblk as i64))) } else { (Expr::Int(0), Expr::Var(uv)) };
+        let ti0 = Expr::mul(blk, Expr::Int(rows as i64));
+        let sv = Expr::Var(slot);
+        let geo = Geo { c, k, rows, tw, pads, sv: sv.clone(), nv: nv.clone(), ti0 };
+        let mut unit = vec![Stmt::Decl { var: uv, dtype: DType::I64, init: u.clone() }];
+        unit.extend(self.wino_input(kb, node.inputs[0], &geo, vp, &vshape));
+        // The 16 GEMMs: `conv_gemm.rs`'s tiles, 16 groups over the unit's positions, V read in place.
+        let (mr, nr) = (cg.mr, cg.nr);
+        let nch = c.div_ceil((16 * 1024 / (nr * 4)).max(16));
+        let kc = c.div_ceil(nch);
+        let tpg = k.div_ceil(mr);
+        let t = Tiling { a, r: a, av: node.outputs[0], bias: None, op: mp, out_shape: &mshape, ap, bp: vp, nv: sv, kdim: c, pn: pb, mr, nr, pdim: 2, kc, nch, groups: 16, tpg, mg: k, direct: None };
+        let full = pb / nr;
+        let mut pieces = Vec::new();
+        let mut off = full * nr;
+        while off < pb {
+            let w = 1usize << (usize::BITS - 1 - (pb - off).leading_zeros());
+            pieces.push((off, w));
+            off += w;
+        }
+        unit.extend(self.k_chunks(kb, (c, kc, nch), &mut |me, kb, k0, klen, first, last| {
+            let mut v = Vec::new();
+            let panel = |me: &mut Self, kb: &mut KB, cbase: Expr, width: usize| -> Stmt {
+                let tl = kb.var();
+                let body = me.conv_tile(kb, &t, Expr::Var(tl), cbase, width, k0.clone(), klen, first, last, None);
+                Stmt::For { var: tl, extent: (16 * tpg) as i64, kind: LoopKind::Serial, body }
+            };
+            if full > 0 {
+                let p = kb.var();
+                let s = panel(me, kb, Expr::mul(Expr::Var(p), Expr::Int(nr as i64)), nr);
+                v.push(Stmt::For { var: p, extent: full as i64, kind: LoopKind::Serial, body: vec![s] });
+            }
+            for &(off, w) in &pieces {
+                v.push(panel(me, kb, Expr::Int(off as i64), w));
+            }
+            v
+        }));
+        unit.extend(self.wino_output(kb, (a, r, node.outputs[0]), node.inputs.get(2).copied(), &geo, (mp, &mshape), (op, out_shape)));
+        if units % slots != 0 {
+            unit = vec![Stmt::If { cond: Expr::i(IOp::Lt, u, bound(Expr::add(Expr::Var(slot), Expr::Int(1)))), body: unit }];
+        }
+        vec![Stmt::For { var: slot, extent: slots as i64, kind: LoopKind::Parallel, body: vec![Stmt::For { var: j, extent: per as i64, kind: LoopKind::Serial, body: unit }] }]
     }
 
-    /// The input transform and GEMM launches before the kernel rooted at `r` (see the module doc).
-    pub(super) fn winograd_launches(&mut self, r: NodeId) -> Vec<Launch> {
-        let Some((a, cg, wg)) = self.winograd_anchor(r) else { return Vec::new() };
-        let node = self.g.node(a).clone();
-        let MirOp::Conv { pads, .. } = &node.op else { return Vec::new() };
-        let x = node.inputs[0];
-        let (sx, sw) = (self.shape(x), self.shape(node.inputs[1]));
-        let (nb, c, k) = (sx[0], sx[1], sw[0]);
+    /// The input transform of a unit: `V[slot][ξ·C + c][r·TW + tj]` for its tile rows.
+    fn wino_input(&mut self, kb: &mut KB, x: rlx_ir::ValueId, geo: &Geo, vp: u32, vshape: &[usize]) -> Vec<Stmt> {
+        let sx = self.shape(x);
         let (h, w) = (sx[2] as i64, sx[3] as i64);
-        let (ph, pw) = (pads[0] as i64, pads[1] as i64);
-        let (th, tw) = (wg.th as i64, wg.tw as i64);
-        let t = wg.th * wg.tw;
-        let vshape = vec![nb, 16 * c, t];
-        let vb = self.add_buffer(Buffer { base: Base::Arena, offset: 0, dtype: DType::F32, shape: vshape.clone(), label: format!("{} (winograd input)", node.name) }, None);
-        let mshape = vec![nb, 16 * k, t];
-        let mb = self.add_buffer(Buffer { base: Base::Arena, offset: 0, dtype: DType::F32, shape: mshape.clone(), label: format!("{} (winograd products)", node.name) }, None);
-        if let Some(g) = self.conv_gemm.get_mut(&a).and_then(|g| g.winograd.as_mut()) {
-            g.v = Some(vb);
-            g.m = Some(mb);
-        }
-
-        // Input transform.
-        let mut kb = KB { params: Vec::new(), bindings: Vec::new(), vars: 0, subst: HashMap::new() };
-        let vp = kb.param(vb, &self.buffers[vb as usize].clone(), Access::Write);
+        let (ph, pw) = geo.pads;
+        let tw = geo.tw as i64;
         let lanes = self.lanes as i64;
-        let body = nest(&mut kb, &[nb, c], LoopKind::Parallel, &mut |kb, nc| {
-            let ti = kb.var();
-            // Tiles whose four window columns 2·tj − pw … + 3 are all inside x: [lo, hi).
-            let lo = ((pw + 1) / 2).min(tw);
-            let hi = if w - 4 + pw < 0 { lo } else { ((w - 4 + pw) / 2 + 1).clamp(lo, tw) };
-            let mut row = Vec::new();
-            let tile = |me: &mut Self, kb: &mut KB, tj: Expr, guarded: bool| -> Vec<Stmt> {
-                let mut s = Vec::new();
-                let mut d = Vec::new();
-                for ai in 0..4 {
-                    let r = Expr::add(Expr::mul(Expr::Var(ti), Expr::Int(2)), Expr::Int(ai - ph));
-                    let rin = Expr::i(IOp::And, Expr::i(IOp::Le, Expr::Int(0), r.clone()), Expr::i(IOp::Lt, r.clone(), Expr::Int(h)));
-                    for bi in 0..4 {
-                        let col = Expr::add(Expr::mul(tj.clone(), Expr::Int(2)), Expr::Int(bi - pw));
-                        let (cond, col) = if guarded {
-                            let cin = Expr::i(IOp::And, Expr::i(IOp::Le, Expr::Int(0), col.clone()), Expr::i(IOp::Lt, col.clone(), Expr::Int(w)));
-                            (Expr::i(IOp::And, rin.clone(), cin), clamp(col, 0, w - 1))
-                        } else {
-                            (rin.clone(), col)
-                        };
-                        let v = me.elem(kb, x, &[nc[0].clone(), nc[1].clone(), clamp(r.clone(), 0, h - 1), col]);
-                        d.push(Expr::Select(Box::new(cond), Box::new(v), Box::new(lit(0.0, DType::F32))));
-                    }
+        let (ci, rr) = (kb.var(), kb.var());
+        let ti = Expr::add(geo.ti0.clone(), Expr::Var(rr));
+        // Tiles whose four window columns 2·tj − pw … + 3 are all inside x: [lo, hi).
+        let lo = ((pw + 1) / 2).min(tw);
+        let hi = if w - 4 + pw < 0 { lo } else { ((w - 4 + pw) / 2 + 1).clamp(lo, tw) };
+        let mut row = Vec::new();
+        let runs = [(0, lo, 1, true)].into_iter().chain(vector_runs(lo, hi - lo, lanes).into_iter().map(|(s, n, wd)| (s, n, wd, false))).chain([(hi, tw - hi, 1, true)]);
+        for (start, count, width, guarded) in runs {
+            if count <= 0 {
+                continue;
+            }
+            let j = kb.var();
+            let tj = Expr::add(Expr::Int(start), Expr::Var(j));
+            let mut s = Vec::new();
+            let mut d = Vec::new();
+            for ai in 0..4 {
+                let r = Expr::add(Expr::mul(ti.clone(), Expr::Int(2)), Expr::Int(ai - ph));
+                let rin = Expr::i(IOp::And, Expr::i(IOp::Le, Expr::Int(0), r.clone()), Expr::i(IOp::Lt, r.clone(), Expr::Int(h)));
+                for bi in 0..4 {
+                    let col = Expr::add(Expr::mul(tj.clone(), Expr::Int(2)), Expr::Int(bi - pw));
+                    let (cond, col) = if guarded {
+                        let cin = Expr::i(IOp::And, Expr::i(IOp::Le, Expr::Int(0), col.clone()), Expr::i(IOp::Lt, col.clone(), Expr::Int(w)));
+                        (Expr::i(IOp::And, rin.clone(), cin), clamp(col, 0, w - 1))
+                    } else {
+                        (rin.clone(), col)
+                    };
+                    let v = self.elem(kb, x, &[geo.nv.clone(), Expr::Var(ci), clamp(r.clone(), 0, h - 1), col]);
+                    d.push(Expr::Select(Box::new(cond), Box::new(v), Box::new(lit(0.0, DType::F32))));
                 }
-                let d = decls(kb, &mut s, d);
-                let dv = |a: usize, b: usize| Expr::Var(d[a * 4 + b]);
-                // Bᵀ d, row by row of the result.
-                let mut bt = Vec::new();
+            }
+            let d = decls(kb, &mut s, d);
+            let dv = |a: usize, b: usize| Expr::Var(d[a * 4 + b]);
+            // Bᵀ d, by rows of the result: d0 − d2, d1 + d2, d2 − d1, d1 − d3.
+            let mut bt = Vec::new();
+            for (p, q, op) in [(0, 2, BinaryOp::Sub), (1, 2, BinaryOp::Add), (2, 1, BinaryOp::Sub), (1, 3, BinaryOp::Sub)] {
                 for b in 0..4 {
-                    bt.push(f(BinaryOp::Sub, dv(0, b), dv(2, b)));
+                    bt.push(f(op, dv(p, b), dv(q, b)));
                 }
-                for b in 0..4 {
-                    bt.push(f(BinaryOp::Add, dv(1, b), dv(2, b)));
+            }
+            let tv = decls(kb, &mut s, bt);
+            let tt = |i: usize, b: usize| Expr::Var(tv[i * 4 + b]);
+            let col = Expr::add(Expr::mul(Expr::Var(rr), Expr::Int(tw)), tj.clone());
+            for i in 0..4 {
+                for (jj, (p, q, op)) in [(0, 2, BinaryOp::Sub), (1, 2, BinaryOp::Add), (2, 1, BinaryOp::Sub), (1, 3, BinaryOp::Sub)].into_iter().enumerate() {
+                    let ch = Expr::add(Expr::Int(((i * 4 + jj) * geo.c) as i64), Expr::Var(ci));
+                    s.push(Stmt::Store { buf: vp, index: linear(&[geo.sv.clone(), ch, col.clone()], vshape), value: f(op, tt(i, p), tt(i, q)) });
                 }
-                for b in 0..4 {
-                    bt.push(f(BinaryOp::Sub, dv(2, b), dv(1, b)));
-                }
-                for b in 0..4 {
-                    bt.push(f(BinaryOp::Sub, dv(1, b), dv(3, b)));
-                }
-                let tv = decls(kb, &mut s, bt);
-                let tt = |i: usize, b: usize| Expr::Var(tv[i * 4 + b]);
-                let tidx = Expr::add(Expr::mul(Expr::Var(ti), Expr::Int(tw)), tj.clone());
-                for i in 0..4 {
-                    let vals = [
-                        f(BinaryOp::Sub, tt(i, 0), tt(i, 2)),
-                        f(BinaryOp::Add, tt(i, 1), tt(i, 2)),
-                        f(BinaryOp::Sub, tt(i, 2), tt(i, 1)),
-                        f(BinaryOp::Sub, tt(i, 1), tt(i, 3)),
-                    ];
-                    for (j, v) in vals.into_iter().enumerate() {
-                        let ch = Expr::add(Expr::Int(((i * 4 + j) * c) as i64), nc[1].clone());
-                        s.push(Stmt::Store { buf: vp, index: linear(&[nc[0].clone(), ch, tidx.clone()], &vshape), value: v });
-                    }
-                }
-                s
-            };
-            for (start, count, width, guarded) in [(0, lo, 1, true)].into_iter().chain(vector_runs(lo, hi - lo, lanes).into_iter().map(|(s, n, wd)| (s, n, wd, false))).chain([(hi, tw - hi, 1, true)]) {
-                if count <= 0 {
-                    continue;
-                }
+            }
+            let kind = if width > 1 { LoopKind::Vector(width as u32) } else { LoopKind::Serial };
+            row.push(Stmt::For { var: j, extent: count, kind, body: s });
+        }
+        let rows = Stmt::For { var: rr, extent: geo.rows as i64, kind: LoopKind::Serial, body: row };
+        vec![Stmt::For { var: ci, extent: geo.c as i64, kind: LoopKind::Serial, body: vec![rows] }]
+    }
+
+    /// The output transform of a unit: `Aᵀ M A` + bias and the epilogue of anchor `a` in root `r`'s
+    /// kernel, stored into `op` for the unit's tile rows.
+    fn wino_output(&mut self, kb: &mut KB, (a, r, av): (NodeId, NodeId, rlx_ir::ValueId), bias: Option<rlx_ir::ValueId>, geo: &Geo, (mp, mshape): (u32, &[usize]), (op, out_shape): (u32, &[usize])) -> Vec<Stmt> {
+        let (oh, ow) = (out_shape[2] as i64, out_shape[3] as i64);
+        let tw = geo.tw as i64;
+        let lanes = self.lanes as i64;
+        let (kv, rr) = (kb.var(), kb.var());
+        let ti = Expr::add(geo.ti0.clone(), Expr::Var(rr));
+        let mut per_row = Vec::new();
+        // Tile rows with both output rows, then an odd last one with its first row only.
+        for (cond, rows) in [(Expr::i(IOp::Lt, ti.clone(), Expr::Int(oh / 2)), 2usize), (Expr::i(IOp::Eq, ti.clone(), Expr::Int(oh / 2)), 1)] {
+            if rows == 1 && oh % 2 == 0 {
+                continue;
+            }
+            let mut runs: Vec<(i64, i64, i64, usize)> = exact_runs(0, ow / 2, lanes).into_iter().map(|(s, n, w)| (s, n, w, 2)).collect();
+            if ow % 2 == 1 {
+                runs.push((ow / 2, 1, 1, 1));
+            }
+            let mut body = Vec::new();
+            for (start, count, width, cols) in runs {
                 let j = kb.var();
                 let tj = Expr::add(Expr::Int(start), Expr::Var(j));
+                let mut s = Vec::new();
+                let col = Expr::add(Expr::mul(Expr::Var(rr), Expr::Int(tw)), tj.clone());
+                let m: Vec<Expr> = (0..16).map(|xi| {
+                    let ch = Expr::add(Expr::Int((xi * geo.k) as i64), Expr::Var(kv));
+                    Expr::load(mp, linear(&[geo.sv.clone(), ch, col.clone()], mshape))
+                }).collect();
+                let m = decls(kb, &mut s, m);
+                let mv = |i: usize, j: usize| Expr::Var(m[i * 4 + j]);
+                // Aᵀ M: row 0 = M0 + M1 + M2, row 1 = M1 − M2 − M3.
+                let mut at = Vec::new();
+                for jj in 0..4 {
+                    at.push(f(BinaryOp::Add, f(BinaryOp::Add, mv(0, jj), mv(1, jj)), mv(2, jj)));
+                }
+                for jj in 0..4 {
+                    at.push(f(BinaryOp::Sub, f(BinaryOp::Sub, mv(1, jj), mv(2, jj)), mv(3, jj)));
+                }
+                let st = decls(kb, &mut s, at);
+                let sv = |p: usize, j: usize| Expr::Var(st[p * 4 + j]);
+                let b = bias.map(|b| self.elem(kb, b, &[Expr::Var(kv)]));
+                for p in 0..rows {
+                    for q in 0..cols {
+                        let y = if q == 0 {
+                            f(BinaryOp::Add, f(BinaryOp::Add, sv(p, 0), sv(p, 1)), sv(p, 2))
+                        } else {
+                            f(BinaryOp::Sub, f(BinaryOp::Sub, sv(p, 1), sv(p, 2)), sv(p, 3))
+                        };
+                        let y = match &b {
+                            Some(b) => f(BinaryOp::Add, y, b.clone()),
+                            None => y,
+                        };
+                        let acc = kb.var();
+                        s.push(Stmt::Decl { var: acc, dtype: DType::F32, init: y });
+                        let idx = [
+                            geo.nv.clone(),
+                            Expr::Var(kv),
+                            Expr::add(Expr::mul(ti.clone(), Expr::Int(2)), Expr::Int(p as i64)),
+                            Expr::add(Expr::mul(tj.clone(), Expr::Int(2)), Expr::Int(q as i64)),
+                        ];
+                        let v = self.conv_epilogue(kb, (a, r, av), acc, &idx, true);
+                        s.push(Stmt::Store { buf: op, index: linear(&idx, out_shape), value: v });
+                    }
+                }
                 let kind = if width > 1 { LoopKind::Vector(width as u32) } else { LoopKind::Serial };
-                let b = tile(self, kb, tj, guarded);
-                row.push(Stmt::For { var: j, extent: count, kind, body: b });
+                body.push(Stmt::For { var: j, extent: count, kind, body: s });
             }
-            vec![Stmt::For { var: ti, extent: th, kind: LoopKind::Serial, body: row }]
-        });
-        let input = Launch { nodes: vec![], kernel: Kernel { name: format!("{} (winograd input)", node.name), params: kb.params, body, vars: kb.vars }, bindings: kb.bindings };
-
-        // The 16 GEMMs, one grouped 1×1 convolution over V.
-        let mut kb = KB { params: Vec::new(), bindings: Vec::new(), vars: 0, subst: HashMap::new() };
-        let mp = kb.param(mb, &self.buffers[mb as usize].clone(), Access::Write);
-        let gcg = ConvGemm { groups: 16, winograd: None, ..cg };
-        let body = self.nchw_gemm(&mut kb, a, a, None, mp, &mshape, &gcg, vb, c);
-        let gemm = Launch { nodes: vec![], kernel: Kernel { name: format!("{} (winograd gemm)", node.name), params: kb.params, body, vars: kb.vars }, bindings: kb.bindings };
-        vec![input, gemm]
+            per_row.push(Stmt::If { cond, body });
+        }
+        let rows = Stmt::For { var: rr, extent: geo.rows as i64, kind: LoopKind::Serial, body: per_row };
+        vec![Stmt::For { var: kv, extent: geo.k as i64, kind: LoopKind::Serial, body: vec![rows] }]
     }
+}
 
-    /// The output transform: the kernel of convolution anchor `a` in the Winograd form (root `r`, output
-    /// param `op`), with the fused epilogue (see the module doc).
-    pub(super) fn winograd_out_body(&mut self, kb: &mut KB, a: NodeId, r: NodeId, op: u32, out_shape: &[usize]) -> Vec<Stmt> {
-        let node = self.g.node(a).clone();
-        let wg = self.conv_gemm[&a].winograd.clone().expect("a Winograd convolution");
-        let mb = wg.m.expect("the Winograd launches are planned before the output transform");
-        let mshape = self.buffers[mb as usize].shape.clone();
-        let mp = kb.param(mb, &self.buffers[mb as usize].clone(), Access::Read);
-        let bias = node.inputs.get(2).copied();
-        let av = node.outputs[0];
-        let (nb, k, oh, ow) = (out_shape[0], out_shape[1], out_shape[2] as i64, out_shape[3] as i64);
-        let tw = wg.tw as i64;
-        let lanes = self.lanes as i64;
-        nest(kb, &[nb, k], LoopKind::Parallel, &mut |kb, nk| {
-            let mut out = Vec::new();
-            // Tile rows with both output rows, then an odd last one with its first row only.
-            for (t0, tn, rows) in [(0, oh / 2, 2), (oh / 2, oh % 2, 1)] {
-                if tn == 0 {
-                    continue;
-                }
-                let ti = kb.var();
-                let tiv = Expr::add(Expr::Int(t0), Expr::Var(ti));
-                let mut row = Vec::new();
-                let mut runs: Vec<(i64, i64, i64, i64)> = exact_runs(0, ow / 2, lanes).into_iter().map(|(s, n, w)| (s, n, w, 2)).collect();
-                if ow % 2 == 1 {
-                    runs.push((ow / 2, 1, 1, 1));
-                }
-                for (start, count, width, cols) in runs {
-                    let j = kb.var();
-                    let tj = Expr::add(Expr::Int(start), Expr::Var(j));
-                    let mut s = Vec::new();
-                    let tidx = Expr::add(Expr::mul(tiv.clone(), Expr::Int(tw)), tj.clone());
-                    let m: Vec<Expr> = (0..16).map(|xi| {
-                        let ch = Expr::add(Expr::Int((xi * k) as i64), nk[1].clone());
-                        Expr::load(mp, linear(&[nk[0].clone(), ch, tidx.clone()], &mshape))
-                    }).collect();
-                    let m = decls(kb, &mut s, m);
-                    let mv = |i: usize, j: usize| Expr::Var(m[i * 4 + j]);
-                    // Aᵀ M: row 0 = M0 + M1 + M2, row 1 = M1 − M2 − M3.
-                    let mut at = Vec::new();
-                    for jj in 0..4 {
-                        at.push(f(BinaryOp::Add, f(BinaryOp::Add, mv(0, jj), mv(1, jj)), mv(2, jj)));
-                    }
-                    for jj in 0..4 {
-                        at.push(f(BinaryOp::Sub, f(BinaryOp::Sub, mv(1, jj), mv(2, jj)), mv(3, jj)));
-                    }
-                    let sv = decls(kb, &mut s, at);
-                    let st = |p: usize, j: usize| Expr::Var(sv[p * 4 + j]);
-                    let b = bias.map(|b| self.elem(kb, b, &[nk[1].clone()]));
-                    for p in 0..rows as usize {
-                        for q in 0..cols as usize {
-                            let y = if q == 0 {
-                                f(BinaryOp::Add, f(BinaryOp::Add, st(p, 0), st(p, 1)), st(p, 2))
-                            } else {
-                                f(BinaryOp::Sub, f(BinaryOp::Sub, st(p, 1), st(p, 2)), st(p, 3))
-                            };
-                            let y = match &b {
-                                Some(b) => f(BinaryOp::Add, y, b.clone()),
-                                None => y,
-                            };
-                            let acc = kb.var();
-                            s.push(Stmt::Decl { var: acc, dtype: DType::F32, init: y });
-                            let idx = [
-                                nk[0].clone(),
-                                nk[1].clone(),
-                                Expr::add(Expr::mul(tiv.clone(), Expr::Int(2)), Expr::Int(p as i64)),
-                                Expr::add(Expr::mul(tj.clone(), Expr::Int(2)), Expr::Int(q as i64)),
-                            ];
-                            let v = self.conv_epilogue(kb, (a, r, av), acc, &idx, true);
-                            s.push(Stmt::Store { buf: op, index: linear(&idx, out_shape), value: v });
-                        }
-                    }
-                    let kind = if width > 1 { LoopKind::Vector(width as u32) } else { LoopKind::Serial };
-                    row.push(Stmt::For { var: j, extent: count, kind, body: s });
-                }
-                out.push(Stmt::For { var: ti, extent: tn, kind: LoopKind::Serial, body: row });
-            }
-            out
-        })
-    }
+/// A unit's geometry: input and output channels, tile rows a unit and tiles a row, leading pads
+/// (rows, columns), and its slot, image and first tile row.
+struct Geo {
+    c: usize,
+    k: usize,
+    rows: usize,
+    tw: usize,
+    pads: (i64, i64),
+    sv: Expr,
+    nv: Expr,
+    ti0: Expr,
 }
