@@ -14,6 +14,7 @@
 
 mod attention;
 mod comm;
+mod mma_tile;
 mod module;
 mod tiled;
 
