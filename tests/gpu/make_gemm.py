@@ -7,7 +7,8 @@ along K), with MiniLM's erf GELU after the FFN-up one.
 
 Cases (NAME = gemm_bB_KxN[_gelu]): K×N ∈ {384×384 (Q/K/V/output), 384×1536 + GELU (FFN up),
 1536×384 (FFN down)} at each batch. `arrays(name)` regenerates a case's x, W [N, K] and bias from a
-fixed seed (tests/gpu/bench_gemm.py does that on the GPU machine rather than carrying them).
+fixed seed (tests/gpu/bench_gemm.py does that on the GPU machine rather than carrying them; onnx is
+imported only to write models).
 --small writes gemm_small (x[2, 64, 96] @ W[96, 128] + bias + GELU, then a second matmul over
 K = 128, N = 64): whole 128×64 tiles, small enough for tests/gpu/emulate_cuda.py.
 """
@@ -18,9 +19,6 @@ import os
 import zlib
 
 import numpy as np
-import onnx
-from onnx import TensorProto as T
-from onnx import helper, numpy_helper
 
 SHAPES = [(384, 384, False), (384, 1536, True), (1536, 384, False)]
 SEQ = 128
@@ -49,6 +47,8 @@ def arrays(name: str):
 
 def gelu_nodes(x: str, out: str, p: str):
     """MiniLM's GELU: 0.5 · x · (1 + erf(x / sqrt(2)))."""
+    from onnx import helper
+
     return [
         helper.make_node("Div", [x, f"{p}sqrt2"], [f"{p}g0"]),
         helper.make_node("Erf", [f"{p}g0"], [f"{p}g1"]),
@@ -59,12 +59,16 @@ def gelu_nodes(x: str, out: str, p: str):
 
 
 def gelu_inits(p: str):
+    from onnx import numpy_helper
+
     c = lambda v, n: numpy_helper.from_array(np.array(v, dtype=np.float32), p + n)
     return [c(np.sqrt(2.0), "sqrt2"), c(1.0, "one"), c(0.5, "half")]
 
 
 def linear(x: str, out: str, w: np.ndarray, bias: np.ndarray, gelu: bool, p: str):
     """x @ transpose(w) + bias (+ GELU): nodes and initializers."""
+    from onnx import helper, numpy_helper
+
     inits = [numpy_helper.from_array(w, p + "w"), numpy_helper.from_array(bias, p + "b")]
     y = p + "y" if gelu else out
     nodes = [
@@ -79,6 +83,9 @@ def linear(x: str, out: str, w: np.ndarray, bias: np.ndarray, gelu: bool, p: str
 
 
 def save(path: str, nodes, inits, ins, outs) -> None:
+    import onnx
+    from onnx import helper
+
     m = helper.make_model(helper.make_graph(nodes, "gemm", ins, outs, inits), opset_imports=[helper.make_opsetid("", 18)])
     m.ir_version = 8
     onnx.checker.check_model(m)
@@ -91,6 +98,9 @@ def main() -> int:
     ap.add_argument("--batch", type=int, nargs="*", default=[8, 32])
     ap.add_argument("--small", action="store_true")
     a = ap.parse_args()
+    from onnx import TensorProto as T
+    from onnx import helper
+
     os.makedirs(a.out, exist_ok=True)
     for b in a.batch:
         for k, n, gelu in SHAPES:

@@ -14,7 +14,7 @@
 
 mod attention;
 mod comm;
-mod mma_tile;
+mod vec_tile;
 mod module;
 mod tiled;
 
