@@ -16,8 +16,9 @@
 //! - **SIMT** (f32): 16×16 threads, thread (ty, tx) owning rows ty·4 + 64·h + 0..3 and columns tx·4 +
 //!   64·h + 0..3 (128×128: 8×8 outputs), both operands stored transposed (K-major, rows padded by four
 //!   floats), so a k step is one 128-bit shared load per four rows or columns — 4 loads for 64 FMAs.
-//!   The staging threads of a warp take 32 consecutive rows at one K offset (the transposed stores hit
-//!   32 banks). Each output sums k = 0, 1, … in order, as the per-thread kernel does.
+//!   A staging warp takes 16 consecutive rows at two adjacent K offsets (whole 32-byte sectors; the
+//!   transposed stores hit 32 banks). Each output sums k = 0, 1, … in order, as the per-thread kernel
+//!   does.
 //!
 //! Taken when the operand is `buf[e + k]` with `e` free of k and a multiple of four elements (checked
 //! on the expression), the buffer 16-byte aligned, and M, N, K multiples of the tile and the slice;
@@ -147,8 +148,10 @@ pub fn matmul(
     w.slot(&kslot, "i64");
     w.bind_index(kv, &kslot);
     // Staging: vector e = tid + 256·q of an operand's slice is row o, K values kq + 0..3 — tensor
-    // cores: o = e / (tk/4), kq = 4·(e % (tk/4)) (a warp's stores fill whole rows); SIMT: o = e % own,
-    // kq = 4·(e / own) (a warp's 32 rows at one kq: the transposed stores hit 32 banks). Its global
+    // cores: o = e / (tk/4), kq = 4·(e % (tk/4)) (a warp's loads and stores fill whole rows); SIMT: a
+    // warp takes 16 consecutive rows at two adjacent kq (its loads whole 32-byte sectors, its
+    // transposed stores 32 banks, where the tensor cores' mapping — 8 vectors of 4 rows — conflicts 4
+    // ways). Its global
     // pointer (at K = kq) computed once, the slice start added per step; its place in shared memory:
     // word o·pw + kq / pk, or float kq·(own + 4) + o (+ i·(own + 4) for value i).
     let per_row = tk / 4;
@@ -159,7 +162,16 @@ pub fn matmul(
             let (o, kq) = if tc.is_some() {
                 (w.emit_op(format!("udiv i64 {e}, {per_row}")), w.emit_op(format!("urem i64 {e}, {per_row}")))
             } else {
-                (w.emit_op(format!("urem i64 {e}, {own}")), w.emit_op(format!("udiv i64 {e}, {own}")))
+                // Warp chunk c = e / 32, lane l: row (c % (own/16))·16 + l % 16, vector (c / (own/16))·2 + l / 16.
+                let c = w.emit_op(format!("lshr i64 {e}, 5"));
+                let l = w.emit_op(format!("and i64 {e}, 31"));
+                let rg = w.emit_op(format!("urem i64 {c}, {}", own / 16));
+                let rg = w.emit_op(format!("mul nuw nsw i64 {rg}, 16"));
+                let lo = w.emit_op(format!("and i64 {l}, 15"));
+                let vp = w.emit_op(format!("udiv i64 {c}, {}", own / 16));
+                let vp = w.emit_op(format!("mul nuw nsw i64 {vp}, 2"));
+                let hi = w.emit_op(format!("lshr i64 {l}, 4"));
+                (w.emit_op(format!("add nuw nsw i64 {rg}, {lo}")), w.emit_op(format!("add nuw nsw i64 {vp}, {hi}")))
             };
             let kq = w.emit_op(format!("mul nuw nsw i64 {kq}, 4"));
             let g = w.emit_op(format!("add nuw nsw i64 {base}, {o}"));
