@@ -169,7 +169,7 @@ pub(super) fn barrier(w: &mut Writer) {
 
 /// `base[idx]` of a shared array `[len x ty]`: its address.
 /// `c += a · b` on the accumulator slot `c` of dtype `d`.
-pub(super) fn accumulate(w: &mut Writer, d: DType, c: &str, a: &str, b: &str) {
+fn accumulate(w: &mut Writer, d: DType, c: &str, a: &str, b: &str) {
     let ty = llvm_type(d);
     let cv = w.emit_op(format!("load {ty}, ptr {c}"));
     let p = w.bin(BinaryOp::Mul, d, a, b);
@@ -193,16 +193,16 @@ pub fn kernel(li: usize, sig: &str, setup: &str, params: Vec<(DType, String)>, o
             // Tensor cores for f32 matmuls under --precision tf32|bf16|fp16; integer matmuls and f32
             // stay on the SIMT cores.
             let tc = if acc.dtype == DType::F32 && mma != Mma::F32 { Some(mma) } else { None };
-            // Whole tiles of f32 operands contiguous along K: 128-bit staging loads, larger tiles (vec_tile.rs).
+            // Whole tiles of operands contiguous along K: 128-bit staging loads, larger tiles (vec_tile.rs).
             let (m, n, nb) = (rows.iter().map(|d| d.1).product(), cols.iter().map(|d| d.1).product(), batch.iter().map(|d| d.1).product());
             let kv = acc.ks[0].0;
             let direct = (acc.ks.len() == 1).then(|| (vec_tile::direct(a, kv, &layout), vec_tile::direct(b, kv, &layout)));
-            let fast = match direct {
-                Some((Some(da), Some(db))) if acc.dtype == DType::F32 => vec_tile::tile(m, n, nb, acc.ks[0].1, tc).map(|t| (da, db, t)),
+            let fast = match (tc, direct) {
+                (Some(kind), Some((Some(da), Some(db)))) => vec_tile::tile(m, n, nb, acc.ks[0].1, kind).map(|t| (kind, da, db, t)),
                 _ => None,
             };
-            if let Some((da, db, t)) = fast {
-                let g = vec_tile::matmul(&mut w, li, acc, (&da, &db), &ptrs, (rows, cols, batch), t, tc, &mut globals)?;
+            if let Some((kind, da, db, t)) = fast {
+                let g = vec_tile::matmul(&mut w, li, acc, (&da, &db), &ptrs, (rows, cols, batch), t, kind, &mut globals)?;
                 let (allocas, body) = w.finish();
                 let text = format!("define ptx_kernel void @k{li}({sig}) #0 {{\nentry:\n{allocas}{setup}  br label %start.bb\nstart.bb:\n{body}  ret void\n}}\n\n");
                 return Ok(Tiled { text, groups: g, block: BLOCK, globals });

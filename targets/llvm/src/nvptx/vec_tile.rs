@@ -1,32 +1,29 @@
-//! Matmul tiles for whole tiles of operands read straight from memory and contiguous along K
-//! (MiniLM's projections: activations [rows, K] times a Linear weight [N, K]), on the tensor cores
-//! (`--precision tf32|bf16|fp16`) or, for f32, on the SIMT cores. The general form (`tiled.rs`) stages
-//! each element by evaluating the operand's expression; this one loads four consecutive K values of a
-//! row as one aligned 128-bit global load from a pointer computed once per thread (the slice's K start
-//! added per step), so a slice's staging is a few vector loads per thread, and uses larger block tiles
-//! (64×64, 128×64, 128×128: [`tile`]).
+//! Tensor-core matmul tiles (`--precision tf32|bf16|fp16`) for whole tiles of f32 operands read
+//! straight from memory and contiguous along K (MiniLM's projections: activations [rows, K] times a
+//! Linear weight [N, K]). The general form (`tiled.rs`) stages each element by evaluating the
+//! operand's expression; this one loads four consecutive K values of a row as one aligned 128-bit
+//! global load from a pointer computed once per thread (the slice's K start added per step), so a
+//! slice's staging is a few vector loads per thread, and uses larger block tiles: 8 warps, 2 along M
+//! × 4 along N, each a (bm/2)×(bn/4) tile of m16×n8 fragments (128×128: 4×4 fragments, 16 `mma.sync`
+//! per k step sharing 4 A and 4 B fragments).
 //!
 //! Per K slice (64 or 32: [`tile`]) the next slice's vectors are loaded into registers while this one
-//! computes (as in `tiled.rs`), between two barriers.
-//! - **Tensor cores**: 8 warps, 2 along M × 4 along N, each a (bm/2)×(bn/4) tile of m16×n8 fragments
-//!   (128×128: 4×4 fragments, 16 `mma.sync` per k step sharing 4 A and 4 B fragments). Shared memory
-//!   holds both operands row-major along K (a: bm rows, b: bn rows), tf32 rounded (`cvt.rna`) or bf16 /
-//!   fp16 pairs packed when stored, rows padded by four words (a fragment's lanes 4·g + t read row g,
-//!   word t: 32 banks).
-//! - **SIMT** (f32): 16×16 threads, thread (ty, tx) owning rows ty·4 + 64·h + 0..3 and columns tx·4 +
-//!   64·h + 0..3 (128×128: 8×8 outputs), both operands stored transposed (K-major, rows padded by four
-//!   floats), so a k step is one 128-bit shared load per four rows or columns — 4 loads for 64 FMAs.
-//!   A staging warp takes 16 consecutive rows at two adjacent K offsets (whole 32-byte sectors; the
-//!   transposed stores hit 32 banks). Each output sums k = 0, 1, … in order, as the per-thread kernel
-//!   does.
+//! computes (as in `tiled.rs`), between two barriers. Shared memory holds both operands row-major
+//! along K (a: bm rows, b: bn rows), tf32 rounded (`cvt.rna`) or bf16 / fp16 pairs packed when
+//! stored, rows padded by four words (a fragment's lanes 4·g + t read row g, word t: 32 banks).
 //!
 //! Taken when the operand is `buf[e + k]` with `e` free of k and a multiple of four elements (checked
 //! on the expression), the buffer 16-byte aligned, and M, N, K multiples of the tile and the slice;
 //! anything else keeps `tiled.rs`'s form. `RLX_CUDA_VEC_TILE` at compile time: `0` turns this form off,
 //! `BMxBN` (64x64, 128x64, 64x128, 128x128) forces a tile, `RLX_CUDA_VEC_TK=32` the shorter slice, to
-//! time them against each other.
+//! time them against each other (tests/gpu/bench_gemm.py).
+//!
+//! (The same staging for f32 on the SIMT cores — 128×128 / 128×64 / 64×64 tiles, 8×8 / 8×4 / 4×4
+//! outputs per thread, both operands K-major in shared memory — was measured on the H200 against
+//! `tiled.rs`'s R×R tiles at MiniLM's batch 8 / 32 shapes: 9–14% faster on three of six, 6–10%
+//! slower on three, ~4% on a whole layer's matmuls; not kept.)
 
-use super::tiled::{accumulate, barrier, epilogue, for_loop, if_, mma_issue, shared_at, sreg, to_operand, unflatten};
+use super::tiled::{barrier, epilogue, for_loop, if_, mma_issue, shared_at, sreg, to_operand, unflatten};
 use super::Mma;
 use crate::ir::Writer;
 use rlx_ir::loops::tiled::Acc;
@@ -90,55 +87,47 @@ pub fn direct<'e>(x: &'e Expr, k: Var, params: &[(DType, u64)]) -> Option<Direct
 }
 
 /// The block tile (bm, bn) and K slice of an M×N matmul (`nb` of them) over K, or `None` (this form
-/// not taken): the largest of 128×128, 128×64, 64×64 whose grid still has [`MIN_BLOCKS`] blocks —
-/// on the tensor cores else 64×64; on the SIMT cores (`tc` None) nothing (few blocks: `tiled.rs`'s
-/// smaller tiles and split K) —; whole tiles only. The slice: 64 where both operands' slices fit
+/// not taken): the largest of 128×128, 128×64, 64×64 whose grid still has [`MIN_BLOCKS`] blocks,
+/// else 64×64; whole tiles only. The slice: 64 where both operands' slices fit
 /// [`SMEM`] and K is a multiple (each step's loads, all in flight together, feed twice the work), else
 /// 32. `RLX_CUDA_VEC_TILE` / `RLX_CUDA_VEC_TK` override (module doc).
-pub fn tile(m: i64, n: i64, nb: i64, k: i64, tc: Option<Mma>) -> Option<(i64, i64, i64)> {
+pub fn tile(m: i64, n: i64, nb: i64, k: i64, kind: Mma) -> Option<(i64, i64, i64)> {
     if k % 32 != 0 || k == 0 {
         return None;
     }
     let whole = |&(bm, bn): &(i64, i64)| m % bm == 0 && n % bn == 0;
     let blocks = |(bm, bn): (i64, i64)| (m / bm) * (n / bn) * nb;
-    let big = [(128, 128), (128, 64), (64, 64)].into_iter().filter(whole).find(|&t| blocks(t) >= MIN_BLOCKS);
-    let pick = if tc.is_some() { big.or_else(|| Some((64, 64)).filter(whole)) } else { big };
+    let pick = [(128, 128), (128, 64), (64, 64)].into_iter().filter(whole).find(|&t| blocks(t) >= MIN_BLOCKS).or_else(|| Some((64, 64)).filter(whole));
     let pick = match std::env::var("RLX_CUDA_VEC_TILE").ok().as_deref() {
         Some("0") => return None,
         Some(v) => v.split_once('x').and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?))).filter(|t| [(64, 64), (128, 64), (64, 128), (128, 128)].contains(t)).map_or(pick, |t| whole(&t).then_some(t)),
         None => pick,
     };
     let (bm, bn) = pick?;
-    // Shared words per K step of both operands: tensor cores bm + bn rows of tk/pk + 4 words; SIMT
-    // tk rows of bm + 4 and bn + 4 floats.
-    let words = |tk: i64| match tc {
-        Some(Mma::Tf32) => (bm + bn) * (tk + 4),
-        Some(_) => (bm + bn) * (tk / 2 + 4),
-        None => tk * (bm + bn + 8),
-    };
-    let long = words(64) * 4 <= SMEM && k % 64 == 0 && std::env::var("RLX_CUDA_VEC_TK").map_or(true, |v| v != "32");
+    // Shared words: bm + bn rows of tk/pk + 4 words.
+    let pk = if kind == Mma::Tf32 { 1 } else { 2 };
+    let long = (bm + bn) * (64 / pk + 4) * 4 <= SMEM && k % 64 == 0 && std::env::var("RLX_CUDA_VEC_TK").map_or(true, |v| v != "32");
     Some((bm, bn, if long { 64 } else { 32 }))
 }
 
-/// The matmul kernel's body (see the module doc): on the tensor cores with `tc`, else SIMT; returns
-/// its grid. `ptrs`: each buffer's element pointer (the kernel's parameters).
+/// The matmul kernel's body (see the module doc); returns its grid. `ptrs`: each buffer's element
+/// pointer (the kernel's parameters).
 #[allow(clippy::too_many_arguments)]
 pub fn matmul(
-    w: &mut Writer, li: usize, acc: &Acc, (a, b): (&Direct, &Direct), ptrs: &[String], (rows, cols, batch): (&[(Var, i64)], &[(Var, i64)], &[(Var, i64)]), (bm, bn, tk): (i64, i64, i64), tc: Option<Mma>,
+    w: &mut Writer, li: usize, acc: &Acc, (a, b): (&Direct, &Direct), ptrs: &[String], (rows, cols, batch): (&[(Var, i64)], &[(Var, i64)], &[(Var, i64)]), (bm, bn, tk): (i64, i64, i64), kind: Mma,
     globals: &mut Vec<String>,
 ) -> Result<[u32; 3], String> {
     let (m, n, nb): (i64, i64, i64) = (rows.iter().map(|d| d.1).product(), cols.iter().map(|d| d.1).product(), batch.iter().map(|d| d.1).product());
     let (kv, kext) = acc.ks[0];
-    let packed = matches!(tc, Some(Mma::Bf16) | Some(Mma::Fp16));
-    // Tensor cores: shared memory in 32-bit words, rows of pw words (a tf32 value, or a bf16 / fp16
-    // pair of adjacent K values); SIMT: floats, K-major, rows of own + 4.
+    let packed = kind != Mma::Tf32;
+    // Shared memory in 32-bit words, rows of pw words: a tf32 value, or a bf16 / fp16 pair of
+    // adjacent K values.
     let pk = if packed { 2 } else { 1 };
     let pw = tk / pk + 4;
-    let (la, lb) = if tc.is_some() { (bm * pw, bn * pw) } else { (tk * (bm + 4), tk * (bn + 4)) };
-    let sty = if tc.is_some() { "i32" } else { "float" };
+    let (la, lb) = (bm * pw, bn * pw);
     let (sa, sb) = (format!("@sa{li}"), format!("@sb{li}"));
-    globals.push(format!("{sa} = internal addrspace(3) global [{la} x {sty}] undef, align 16"));
-    globals.push(format!("{sb} = internal addrspace(3) global [{lb} x {sty}] undef, align 16"));
+    globals.push(format!("{sa} = internal addrspace(3) global [{la} x i32] undef, align 16"));
+    globals.push(format!("{sb} = internal addrspace(3) global [{lb} x i32] undef, align 16"));
     let tid = sreg(w, "tid.x");
     let (cx, cy, cz) = (sreg(w, "ctaid.x"), sreg(w, "ctaid.y"), sreg(w, "ctaid.z"));
     let m0 = w.emit_op(format!("mul nuw nsw i64 {cy}, {bm}"));
@@ -147,71 +136,43 @@ pub fn matmul(
     let kslot = format!("%s.v{}", kv.0);
     w.slot(&kslot, "i64");
     w.bind_index(kv, &kslot);
-    // Staging: vector e = tid + 256·q of an operand's slice is row o, K values kq + 0..3 — tensor
-    // cores: o = e / (tk/4), kq = 4·(e % (tk/4)) (a warp's loads and stores fill whole rows); SIMT: a
-    // warp takes 16 consecutive rows at two adjacent kq (its loads whole 32-byte sectors, its
-    // transposed stores 32 banks, where the tensor cores' mapping — 8 vectors of 4 rows — conflicts 4
-    // ways). Its global
-    // pointer (at K = kq) computed once, the slice start added per step; its place in shared memory:
-    // word o·pw + kq / pk, or float kq·(own + 4) + o (+ i·(own + 4) for value i).
+    // Staging: vector e = tid + 256·q of an operand's slice is row e / (tk/4), K values 4·(e % (tk/4))
+    // + 0..3 (a warp's loads and stores fill whole rows); its global pointer (at K = that offset)
+    // computed once, the slice start added per step; its place in shared memory word o·pw + kq / pk.
     let per_row = tk / 4;
     let mut stage = Vec::new();
     for (oi, (x, own, base, dims)) in [(a, bm, &m0, rows), (b, bn, &n0, cols)].into_iter().enumerate() {
         for q in 0..own * per_row / 256 {
             let e = w.emit_op(format!("add nuw nsw i64 {tid}, {}", 256 * q));
-            let (o, kq) = if tc.is_some() {
-                (w.emit_op(format!("udiv i64 {e}, {per_row}")), w.emit_op(format!("urem i64 {e}, {per_row}")))
-            } else {
-                // Warp chunk c = e / 32, lane l: row (c % (own/16))·16 + l % 16, vector (c / (own/16))·2 + l / 16.
-                let c = w.emit_op(format!("lshr i64 {e}, 5"));
-                let l = w.emit_op(format!("and i64 {e}, 31"));
-                let rg = w.emit_op(format!("urem i64 {c}, {}", own / 16));
-                let rg = w.emit_op(format!("mul nuw nsw i64 {rg}, 16"));
-                let lo = w.emit_op(format!("and i64 {l}, 15"));
-                let vp = w.emit_op(format!("udiv i64 {c}, {}", own / 16));
-                let vp = w.emit_op(format!("mul nuw nsw i64 {vp}, 2"));
-                let hi = w.emit_op(format!("lshr i64 {l}, 4"));
-                (w.emit_op(format!("add nuw nsw i64 {rg}, {lo}")), w.emit_op(format!("add nuw nsw i64 {vp}, {hi}")))
-            };
+            let o = w.emit_op(format!("udiv i64 {e}, {per_row}"));
+            let kq = w.emit_op(format!("urem i64 {e}, {per_row}"));
             let kq = w.emit_op(format!("mul nuw nsw i64 {kq}, 4"));
             let g = w.emit_op(format!("add nuw nsw i64 {base}, {o}"));
             unflatten(w, &g, dims);
             w.emit(&format!("store i64 {kq}, ptr {kslot}"));
             let idx = w.value(x.index);
             let p = w.emit_op(format!("getelementptr inbounds float, ptr {}, i64 {idx}", ptrs[x.buf as usize]));
-            let si = if tc.is_some() {
-                let t = w.emit_op(format!("mul nuw nsw i64 {o}, {pw}"));
-                let kw = w.emit_op(format!("udiv i64 {kq}, {pk}"));
-                w.emit_op(format!("add nuw nsw i64 {t}, {kw}"))
-            } else {
-                let t = w.emit_op(format!("mul nuw nsw i64 {kq}, {}", own + 4));
-                w.emit_op(format!("add nuw nsw i64 {t}, {o}"))
-            };
-            let sp = shared_at(w, if oi == 0 { &sa } else { &sb }, if oi == 0 { la } else { lb }, sty, &si);
+            let t = w.emit_op(format!("mul nuw nsw i64 {o}, {pw}"));
+            let kw = w.emit_op(format!("udiv i64 {kq}, {pk}"));
+            let si = w.emit_op(format!("add nuw nsw i64 {t}, {kw}"));
+            let sp = shared_at(w, if oi == 0 { &sa } else { &sb }, if oi == 0 { la } else { lb }, "i32", &si);
             let reg = format!("%s.vx{oi}.{q}");
             w.slot(&reg, "<4 x float>");
-            stage.push((p, sp, reg, own));
+            stage.push((p, sp, reg));
         }
     }
     let load_slice = |w: &mut Writer, k0: &str| {
-        for (p, _, reg, _) in &stage {
+        for (p, _, reg) in &stage {
             let at = w.emit_op(format!("getelementptr inbounds float, ptr {p}, i64 {k0}"));
             let v = w.emit_op(format!("load <4 x float>, ptr {at}, align 16"));
             w.emit(&format!("store <4 x float> {v}, ptr {reg}"));
         }
     };
-    // The staged vectors → shared memory (tf32 rounded, bf16 / fp16 pairs packed; SIMT transposed).
+    // The staged vectors → shared memory (tf32 rounded, bf16 / fp16 pairs packed).
     let store_slice = |w: &mut Writer| {
-        for (_, sp, reg, own) in &stage {
+        for (_, sp, reg) in &stage {
             let v = w.emit_op(format!("load <4 x float>, ptr {reg}"));
             let x: Vec<String> = (0..4).map(|i| w.emit_op(format!("extractelement <4 x float> {v}, i64 {i}"))).collect();
-            let Some(kind) = tc else {
-                for (i, e) in x.iter().enumerate() {
-                    let q = w.emit_op(format!("getelementptr inbounds float, ptr addrspace(3) {sp}, i64 {}", i as i64 * (own + 4)));
-                    w.emit(&format!("store float {e}, ptr addrspace(3) {q}"));
-                }
-                continue;
-            };
             let words: Vec<String> = if packed { vec![to_operand(w, kind, &x[0], Some(&x[1])), to_operand(w, kind, &x[2], Some(&x[3]))] } else { x.iter().map(|e| to_operand(w, kind, e, None)).collect() };
             let vt = format!("<{} x i32>", words.len());
             let mut vv = "poison".to_string();
@@ -224,63 +185,7 @@ pub fn matmul(
     let init = w.value(acc.init);
     let slot = format!("%s.v{}", acc.acc.0);
     w.slot(&slot, "float");
-    let Some(kind) = tc else {
-        // SIMT: thread (ty, tx) owns rows ty·4 + 64·h + i and columns tx·4 + 64·h + j.
-        let tx = w.emit_op(format!("and i64 {tid}, 15"));
-        let ty = w.emit_op(format!("lshr i64 {tid}, 4"));
-        let (hm, hn) = (bm / 64, bn / 64);
-        let (rm, rn) = (4 * hm, 4 * hn);
-        for i in 0..rm {
-            for j in 0..rn {
-                let c = format!("%c{i}.{j}");
-                w.slot(&c, "float");
-                w.emit(&format!("store float {init}, ptr {c}"));
-            }
-        }
-        let ar = w.emit_op(format!("shl i64 {ty}, 2"));
-        let bc = w.emit_op(format!("shl i64 {tx}, 2"));
-        let abase = shared_at(w, &sa, la, "float", &ar);
-        let bbase = shared_at(w, &sb, lb, "float", &bc);
-        let vload = |w: &mut Writer, p: &str, off: i64| -> Vec<String> {
-            let q = w.emit_op(format!("getelementptr inbounds float, ptr addrspace(3) {p}, i64 {off}"));
-            let v = w.emit_op(format!("load <4 x float>, ptr addrspace(3) {q}, align 16"));
-            (0..4).map(|i| w.emit_op(format!("extractelement <4 x float> {v}, i64 {i}"))).collect()
-        };
-        load_slice(w, "0");
-        for_loop(w, "%s.k0", "0", &kext.to_string(), tk, &mut |w| {
-            let k0 = w.emit_op("load i64, ptr %s.k0".into());
-            store_slice(w);
-            barrier(w);
-            let k1 = w.emit_op(format!("add nuw nsw i64 {k0}, {tk}"));
-            let more = w.emit_op(format!("icmp slt i64 {k1}, {kext}"));
-            if_(w, &more, &mut |w| {
-                load_slice(w, &k1);
-                Ok(())
-            })?;
-            for kk in 0..tk {
-                let ra: Vec<String> = (0..hm).flat_map(|h| vload(w, &abase, kk * (bm + 4) + 64 * h)).collect();
-                let rb: Vec<String> = (0..hn).flat_map(|h| vload(w, &bbase, kk * (bn + 4) + 64 * h)).collect();
-                for i in 0..rm as usize {
-                    for j in 0..rn as usize {
-                        accumulate(w, DType::F32, &format!("%c{i}.{j}"), &ra[i], &rb[j]);
-                    }
-                }
-            }
-            barrier(w);
-            Ok(())
-        })?;
-        for i in 0..rm {
-            for j in 0..rn {
-                let mm = w.emit_op(format!("add nuw nsw i64 {m0}, {ar}"));
-                let mm = w.emit_op(format!("add nuw nsw i64 {mm}, {}", 64 * (i / 4) + i % 4));
-                let nn = w.emit_op(format!("add nuw nsw i64 {n0}, {bc}"));
-                let nn = w.emit_op(format!("add nuw nsw i64 {nn}, {}", 64 * (j / 4) + j % 4));
-                epilogue(w, acc, &format!("%c{i}.{j}"), &slot, (&mm, m, rows), (&nn, n, cols))?;
-            }
-        }
-        return grid(m, n, nb, bm, bn);
-    };
-    // Tensor cores: warp (wr, wc) of 2 × 4; lane 4·g + t; accumulators %d{i·nf + j}.{q}.
+    // Warp (wr, wc) of 2 × 4; lane 4·g + t; accumulators %d{i·nf + j}.{q}.
     let (wm, wn) = (bm / 2, bn / 4);
     let (mf, nf) = (wm / 16, wn / 8);
     let wp = w.emit_op(format!("lshr i64 {tid}, 5"));
