@@ -30,9 +30,9 @@ use rlx_ir::loops::tiled::Acc;
 use rlx_ir::loops::{Expr, IOp, Var};
 use rlx_ir::DType;
 
-/// Blocks wanted before a larger tile is taken: about half a wave on an H200's 132 SMs (measured:
-/// MiniLM b32's 4096×384 matmuls run fastest on the tensor cores as 96 blocks of 128×128, its b8
-/// ones as 96 of 64×64).
+/// Blocks a tile must give (else a smaller one, else `tiled.rs`'s form): about half a wave on an
+/// H200's 132 SMs (measured: MiniLM b32's 4096×384 matmuls run fastest on the tensor cores as 96
+/// blocks of 128×128, its b8 ones as 96 of 64×64).
 const MIN_BLOCKS: i64 = 64;
 /// Static shared memory a block may use (48 KiB without the dynamic opt-in).
 const SMEM: i64 = 48 * 1024;
@@ -87,8 +87,9 @@ pub fn direct<'e>(x: &'e Expr, k: Var, params: &[(DType, u64)]) -> Option<Direct
 }
 
 /// The block tile (bm, bn) and K slice of an M×N matmul (`nb` of them) over K, or `None` (this form
-/// not taken): the largest of 128×128, 128×64, 64×64 whose grid still has [`MIN_BLOCKS`] blocks,
-/// else 64×64; whole tiles only. The slice: 64 where both operands' slices fit
+/// not taken): the largest of 128×128, 128×64, 64×64 whose grid still has [`MIN_BLOCKS`] blocks;
+/// whole tiles only. Fewer blocks keep `tiled.rs`'s smaller tiles (MiniLM batch 1, M = 128: its
+/// 12-block 64×64 grids measured 1.2–1.4× slower over the whole model). The slice: 64 where both operands' slices fit
 /// [`SMEM`] and K is a multiple (each step's loads, all in flight together, feed twice the work), else
 /// 32. `RLX_CUDA_VEC_TILE` / `RLX_CUDA_VEC_TK` override (module doc).
 pub fn tile(m: i64, n: i64, nb: i64, k: i64, kind: Mma) -> Option<(i64, i64, i64)> {
@@ -97,7 +98,7 @@ pub fn tile(m: i64, n: i64, nb: i64, k: i64, kind: Mma) -> Option<(i64, i64, i64
     }
     let whole = |&(bm, bn): &(i64, i64)| m % bm == 0 && n % bn == 0;
     let blocks = |(bm, bn): (i64, i64)| (m / bm) * (n / bn) * nb;
-    let pick = [(128, 128), (128, 64), (64, 64)].into_iter().filter(whole).find(|&t| blocks(t) >= MIN_BLOCKS).or_else(|| Some((64, 64)).filter(whole));
+    let pick = [(128, 128), (128, 64), (64, 64)].into_iter().filter(whole).find(|&t| blocks(t) >= MIN_BLOCKS);
     let pick = match std::env::var("RLX_CUDA_VEC_TILE").ok().as_deref() {
         Some("0") => return None,
         Some(v) => v.split_once('x').and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?))).filter(|t| [(64, 64), (128, 64), (64, 128), (128, 128)].contains(t)).map_or(pick, |t| whole(&t).then_some(t)),
