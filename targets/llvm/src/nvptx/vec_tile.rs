@@ -89,9 +89,9 @@ pub fn direct<'e>(x: &'e Expr, k: Var, params: &[(DType, u64)]) -> Option<Direct
 /// The block tile (bm, bn) and K slice of an M×N matmul (`nb` of them) over K, or `None` (this form
 /// not taken): the largest of 128×128, 128×64, 64×64 whose grid still has [`MIN_BLOCKS`] blocks;
 /// whole tiles only. Fewer blocks keep `tiled.rs`'s smaller tiles (MiniLM batch 1, M = 128: its
-/// 12-block 64×64 grids measured 1.2–1.4× slower over the whole model). The slice: 64 where both operands' slices fit
-/// [`SMEM`] and K is a multiple (each step's loads, all in flight together, feed twice the work), else
-/// 32. `RLX_CUDA_VEC_TILE` / `RLX_CUDA_VEC_TK` override (module doc).
+/// 12-block 64×64 grids measured 1.25–1.37× slower over the whole model). The slice: 64 where both
+/// operands' slices fit [`SMEM`] and K is a multiple (each step's loads, all in flight together, feed
+/// twice the work), else 32. `RLX_CUDA_VEC_TILE` / `RLX_CUDA_VEC_TK` override (module doc).
 pub fn tile(m: i64, n: i64, nb: i64, k: i64, kind: Mma) -> Option<(i64, i64, i64)> {
     if k % 32 != 0 || k == 0 {
         return None;
