@@ -14,9 +14,9 @@
 
 mod attention;
 mod comm;
-mod vec_tile;
 mod module;
 mod tiled;
+mod vec_tile;
 
 use inkwell::context::Context;
 use inkwell::memory_buffer::MemoryBuffer;

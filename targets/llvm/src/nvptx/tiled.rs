@@ -15,6 +15,8 @@
 //!   tile over a long K splits K inside the block ([`split_slice`]): four groups of 64 threads, 2×2
 //!   outputs each, compute their quarter of a 4× wider staged slice, and their partial sums are added
 //!   in group order through shared memory before the epilogue.
+//!   On the tensor cores, whole tiles of operands read straight from memory and contiguous along K
+//!   take `vec_tile.rs`'s form instead (128-bit staging loads, larger tiles), with this file's helpers.
 //! - **Row kernels** ([`Plan::Rows`]: LayerNorm, softmax, RMSNorm rows) and **row reductions**
 //!   ([`Plan::Reduce`]): one warp per row, 1, 2, 4 or 8 rows per block ([`rows_per_block`]: few rows
 //!   spread over the SMs, many fill blocks of 256) — or, when the rows are few (a decode step's: one
