@@ -16,6 +16,7 @@ mod attention;
 mod comm;
 mod module;
 mod tiled;
+mod vec_tile;
 
 use inkwell::context::Context;
 use inkwell::memory_buffer::MemoryBuffer;

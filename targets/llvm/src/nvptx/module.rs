@@ -47,6 +47,7 @@ pub fn module_text(lir: &Lir, bases: &[BaseBuf], tiles: bool, mma: super::Mma) -
         let k = &l.kernel;
         let (loads, stores) = (buffers_of(&k.body, false), buffers_of(&k.body, true));
         let mut params = Vec::new();
+        let mut offsets = Vec::new();
         let mut ranges = Vec::new();
         let mut setup = String::new();
         for (pi, &b) in l.bindings.iter().enumerate() {
@@ -59,6 +60,7 @@ pub fn module_text(lir: &Lir, bases: &[BaseBuf], tiles: bool, mma: super::Mma) -
             let dtype = k.params.get(pi).map_or(buf.dtype, |p| p.dtype);
             let _ = writeln!(setup, "  %p{pi} = getelementptr inbounds i8, ptr %g{bind}, i64 {}", buf.offset);
             params.push((dtype, format!("%p{pi}")));
+            offsets.push(buf.offset as u64);
             let declared = k.params.get(pi).map_or(Access::ReadWrite, |p| p.access);
             ranges.push(param_range(lir, b, bind, declared, loads.contains(&(pi as u32)), stores.contains(&(pi as u32))));
         }
@@ -77,7 +79,7 @@ pub fn module_text(lir: &Lir, bases: &[BaseBuf], tiles: bool, mma: super::Mma) -
                 let _ = writeln!(casts, "  %g{bind} = addrspacecast ptr addrspace(1) %b{bind} to ptr");
             }
             casts.push_str(&setup);
-            let t = super::tiled::kernel(li, &sig.join(", "), &casts, params, &plan, mma, &mut decls).map_err(|e| format!("kernel '{}': {e}", k.name))?;
+            let t = super::tiled::kernel(li, &sig.join(", "), &casts, params, &offsets, &plan, mma, &mut decls).map_err(|e| format!("kernel '{}': {e}", k.name))?;
             let _ = writeln!(fns, "; launch {li}: {:?} ({})", k.name, plan_name(&plan));
             fns.push_str(&t.text);
             globals.extend(t.globals);

@@ -15,6 +15,8 @@
 //!   tile over a long K splits K inside the block ([`split_slice`]): four groups of 64 threads, 2×2
 //!   outputs each, compute their quarter of a 4× wider staged slice, and their partial sums are added
 //!   in group order through shared memory before the epilogue.
+//!   On the tensor cores, whole tiles of operands read straight from memory and contiguous along K
+//!   take `vec_tile.rs`'s form instead (128-bit staging loads, larger tiles), with this file's helpers.
 //! - **Row kernels** ([`Plan::Rows`]: LayerNorm, softmax, RMSNorm rows) and **row reductions**
 //!   ([`Plan::Reduce`]): one warp per row, 1, 2, 4 or 8 rows per block ([`rows_per_block`]: few rows
 //!   spread over the SMs, many fill blocks of 256) — or, when the rows are few (a decode step's: one
@@ -29,7 +31,7 @@
 //! - **Fused attention** ([`Plan::Attention`]): `attention.rs`, with this file's loop, barrier and
 //!   shared-memory helpers.
 
-use super::{Mma, BLOCK};
+use super::{vec_tile, Mma, BLOCK};
 use crate::ir::{llvm_lit, llvm_type, Writer};
 use rlx_ir::loops::tiled::{cdiv, unit_stride, Acc, Phase, Plan, T};
 use rlx_ir::loops::{Expr, Var};
@@ -183,7 +185,9 @@ pub(super) fn shared_at(w: &mut Writer, base: &str, len: i64, ty: &str, idx: &st
 
 /// The kernel `k{li}` for `plan`: `sig` its parameter list, `setup` the instructions that compute
 /// the parameters' element pointers (`params`).
-pub fn kernel(li: usize, sig: &str, setup: &str, params: Vec<(DType, String)>, plan: &Plan, mma: Mma, decls: &mut std::collections::BTreeSet<String>) -> Result<Tiled, String> {
+pub fn kernel(li: usize, sig: &str, setup: &str, params: Vec<(DType, String)>, offsets: &[u64], plan: &Plan, mma: Mma, decls: &mut std::collections::BTreeSet<String>) -> Result<Tiled, String> {
+    let ptrs: Vec<String> = params.iter().map(|p| p.1.clone()).collect();
+    let layout: Vec<(DType, u64)> = params.iter().zip(offsets).map(|(p, &o)| (p.0, o)).collect();
     let mut w = Writer::gpu(params, decls);
     let mut globals = Vec::new();
     let (groups, block) = match plan {
@@ -191,6 +195,20 @@ pub fn kernel(li: usize, sig: &str, setup: &str, params: Vec<(DType, String)>, p
             // Tensor cores for f32 matmuls under --precision tf32|bf16|fp16; integer matmuls and f32
             // stay on the SIMT cores.
             let tc = if acc.dtype == DType::F32 && mma != Mma::F32 { Some(mma) } else { None };
+            // Whole tiles of operands contiguous along K: 128-bit staging loads, larger tiles (vec_tile.rs).
+            let (m, n, nb) = (rows.iter().map(|d| d.1).product(), cols.iter().map(|d| d.1).product(), batch.iter().map(|d| d.1).product());
+            let kv = acc.ks[0].0;
+            let direct = (acc.ks.len() == 1).then(|| (vec_tile::direct(a, kv, &layout), vec_tile::direct(b, kv, &layout)));
+            let fast = match (tc, direct) {
+                (Some(kind), Some((Some(da), Some(db)))) => vec_tile::tile(m, n, nb, acc.ks[0].1, kind).map(|t| (kind, da, db, t)),
+                _ => None,
+            };
+            if let Some((kind, da, db, t)) = fast {
+                let g = vec_tile::matmul(&mut w, li, acc, (&da, &db), &ptrs, (rows, cols, batch), t, kind, &mut globals)?;
+                let (allocas, body) = w.finish();
+                let text = format!("define ptx_kernel void @k{li}({sig}) #0 {{\nentry:\n{allocas}{setup}  br label %start.bb\nstart.bb:\n{body}  ret void\n}}\n\n");
+                return Ok(Tiled { text, groups: g, block: BLOCK, globals });
+            }
             (matmul(&mut w, li, acc, a, b, rows, cols, batch, *r, tc, &mut globals)?, BLOCK)
         }
         Plan::Reduce { acc, grid } => rows_kernel(&mut w, li, &[Phase::Reduce(acc.clone())], Some(acc), grid, &mut globals)?,
@@ -554,7 +572,7 @@ fn matmul(
 
 /// The epilogue of one output at (`mm`, `nn`), inside M × N: the accumulator `from` becomes the
 /// kernel's accumulator (in `slot`), then `rest` runs.
-fn epilogue(w: &mut Writer, acc: &Acc, from: &str, slot: &str, (mm, m, rows): (&str, i64, &[(Var, i64)]), (nn, n, cols): (&str, i64, &[(Var, i64)])) -> Result<(), String> {
+pub(super) fn epilogue(w: &mut Writer, acc: &Acc, from: &str, slot: &str, (mm, m, rows): (&str, i64, &[(Var, i64)]), (nn, n, cols): (&str, i64, &[(Var, i64)])) -> Result<(), String> {
     let ty = llvm_type(acc.dtype);
     let c1 = w.emit_op(format!("icmp slt i64 {mm}, {m}"));
     let c2 = w.emit_op(format!("icmp slt i64 {nn}, {n}"));
@@ -572,7 +590,7 @@ fn epilogue(w: &mut Writer, acc: &Acc, from: &str, slot: &str, (mm, m, rows): (&
 
 /// f32 → the tensor cores' operand: tf32 in a b32 (`cvt.rna`), or two f32 (lower k first) packed as
 /// bf16x2 / f16x2 (`cvt.rn`: the first operand goes to the upper half).
-fn to_operand(w: &mut Writer, kind: Mma, lo: &str, hi: Option<&str>) -> String {
+pub(super) fn to_operand(w: &mut Writer, kind: Mma, lo: &str, hi: Option<&str>) -> String {
     match (kind, hi) {
         (Mma::Tf32, _) => w.emit_op(format!("call i32 asm \"cvt.rna.tf32.f32 $0, $1;\", \"=r,f\"(float {lo})")),
         (Mma::Bf16, Some(hi)) => w.emit_op(format!("call i32 asm \"cvt.rn.bf16x2.f32 $0, $1, $2;\", \"=r,f,f\"(float {hi}, float {lo})")),
@@ -612,6 +630,24 @@ fn warp_frags(w: &mut Writer, wp: &str, bm: i64, bn: i64) -> Frags {
     (rows, cols, list)
 }
 
+/// One fragment's `mma.sync` (m16n8k8 tf32, m16n8k16 bf16 / f16; f32 accumulation) from its A
+/// registers `av` (4) and B registers `bv` (2) into its accumulators `%d{s}.0..3`.
+pub(super) fn mma_issue(w: &mut Writer, kind: Mma, s: i64, av: &[String], bv: &[String]) {
+    let (shape, ab) = match kind {
+        Mma::Tf32 => ("m16n8k8", "tf32"),
+        Mma::Bf16 => ("m16n8k16", "bf16"),
+        Mma::Fp16 | Mma::F32 => ("m16n8k16", "f16"),
+    };
+    let ins = format!("mma.sync.aligned.{shape}.row.col.f32.{ab}.{ab}.f32 {{$0,$1,$2,$3}}, {{$4,$5,$6,$7}}, {{$8,$9}}, {{$10,$11,$12,$13}};");
+    let cv: Vec<String> = (0..4).map(|q| w.emit_op(format!("load float, ptr %d{s}.{q}"))).collect();
+    let args: Vec<String> = av.iter().chain(bv).map(|x| format!("i32 {x}")).chain(cv.iter().map(|x| format!("float {x}"))).collect();
+    let res = w.emit_op(format!("call {{ float, float, float, float }} asm sideeffect \"{ins}\", \"=f,=f,=f,=f,r,r,r,r,r,r,f,f,f,f\"({}) #1", args.join(", ")));
+    for q in 0..4 {
+        let v = w.emit_op(format!("extractvalue {{ float, float, float, float }} {res}, {q}"));
+        w.emit(&format!("store float {v}, ptr %d{s}.{q}"));
+    }
+}
+
 /// One K slice on the tensor cores: per k step (8 for tf32 m16n8k8, 16 for bf16/f16 m16n8k16) each
 /// warp loads the A fragments of its fragment rows and the B fragments of its fragment columns from
 /// shared memory once, in the PTX ISA's layouts (lane = 4·g + t; tf32: a_r at (g + 8·(r % 2),
@@ -621,13 +657,7 @@ fn warp_frags(w: &mut Writer, wp: &str, bm: i64, bn: i64) -> Frags {
 /// memory holds 32-bit words of two adjacent K values, a fragment register is one load).
 #[allow(clippy::too_many_arguments)]
 fn mma_step(w: &mut Writer, kind: Mma, packed: bool, (sa, la, pa): (&str, i64, i64), (sb, lb, pb): (&str, i64, i64), (wp, gq, tq): (&str, &str, &str), bm: i64, bn: i64, tk: i64) -> Result<(), String> {
-    let (shape, ab) = match kind {
-        Mma::Tf32 => ("m16n8k8", "tf32"),
-        Mma::Bf16 => ("m16n8k16", "bf16"),
-        Mma::Fp16 | Mma::F32 => ("m16n8k16", "f16"),
-    };
     let kstep = if kind == Mma::Tf32 { 8 } else { 16 };
-    let ins = format!("mma.sync.aligned.{shape}.row.col.f32.{ab}.{ab}.f32 {{$0,$1,$2,$3}}, {{$4,$5,$6,$7}}, {{$8,$9}}, {{$10,$11,$12,$13}};");
     let (rows_of, cols_of, frags) = warp_frags(w, wp, bm, bn);
     let t2 = w.emit_op(format!("shl i64 {tq}, 1"));
     let lda = |w: &mut Writer, ar: &str, row_off: i64, k: String| {
@@ -699,16 +729,7 @@ fn mma_step(w: &mut Writer, kind: Mma, packed: bool, (sa, la, pa): (&str, i64, i
             })
             .collect()
     };
-    // One fragment's `mma.sync` into its accumulators %d{s}.*.
-    let mma = |w: &mut Writer, s: usize, av: &[String], bv: &[String]| {
-        let cv: Vec<String> = (0..4).map(|q| w.emit_op(format!("load float, ptr %d{s}.{q}"))).collect();
-        let args: Vec<String> = av.iter().chain(bv).map(|x| format!("i32 {x}")).chain(cv.iter().map(|x| format!("float {x}"))).collect();
-        let res = w.emit_op(format!("call {{ float, float, float, float }} asm sideeffect \"{ins}\", \"=f,=f,=f,=f,r,r,r,r,r,r,f,f,f,f\"({}) #1", args.join(", ")));
-        for q in 0..4 {
-            let v = w.emit_op(format!("extractvalue {{ float, float, float, float }} {res}, {q}"));
-            w.emit(&format!("store float {v}, ptr %d{s}.{q}"));
-        }
-    };
+    let mma = |w: &mut Writer, s: usize, av: &[String], bv: &[String]| mma_issue(w, kind, s as i64, av, bv);
     let all = frags.iter().all(|f| f.2 == "true");
     for k0 in (0..tk).step_by(kstep) {
         if all {

@@ -1,0 +1,272 @@
+//! Tensor-core matmul tiles (`--precision tf32|bf16|fp16`) for whole tiles of f32 operands read
+//! straight from memory and contiguous along K (MiniLM's projections: activations [rows, K] times a
+//! Linear weight [N, K]). The general form (`tiled.rs`) stages each element by evaluating the
+//! operand's expression; this one loads four consecutive K values of a row as one aligned 128-bit
+//! global load from a pointer computed once per thread (the slice's K start added per step), so a
+//! slice's staging is a few vector loads per thread, and uses larger block tiles: 8 warps, 2 along M
+//! × 4 along N, each a (bm/2)×(bn/4) tile of m16×n8 fragments (128×128: 4×4 fragments, 16 `mma.sync`
+//! per k step sharing 4 A and 4 B fragments).
+//!
+//! Per K slice (64 or 32: [`tile`]) the next slice's vectors are loaded into registers while this one
+//! computes (as in `tiled.rs`), between two barriers. Shared memory holds both operands row-major
+//! along K (a: bm rows, b: bn rows), tf32 rounded (`cvt.rna`) or bf16 / fp16 pairs packed when
+//! stored, rows padded by four words (a fragment's lanes 4·g + t read row g, word t: 32 banks).
+//!
+//! Taken when the operand is `buf[e + k]` with `e` free of k and a multiple of four elements (checked
+//! on the expression), the buffer 16-byte aligned, and M, N, K multiples of the tile and the slice;
+//! anything else keeps `tiled.rs`'s form. `RLX_CUDA_VEC_TILE` at compile time: `0` turns this form off,
+//! `BMxBN` (64x64, 128x64, 64x128, 128x128) forces a tile, `RLX_CUDA_VEC_TK=32` the shorter slice, to
+//! time them against each other (tests/gpu/bench_gemm.py).
+//!
+//! (The same staging for f32 on the SIMT cores — 128×128 / 128×64 / 64×64 tiles, 8×8 / 8×4 / 4×4
+//! outputs per thread, both operands K-major in shared memory — was measured on the H200 against
+//! `tiled.rs`'s R×R tiles at MiniLM's batch 8 / 32 shapes: 9–14% faster on three of six, 6–10%
+//! slower on three, ~4% on a whole layer's matmuls; not kept.)
+
+use super::tiled::{barrier, epilogue, for_loop, if_, mma_issue, shared_at, sreg, to_operand, unflatten};
+use super::Mma;
+use crate::ir::Writer;
+use rlx_ir::loops::tiled::Acc;
+use rlx_ir::loops::{Expr, IOp, Var};
+use rlx_ir::DType;
+
+/// Blocks a tile must give (else a smaller one, else `tiled.rs`'s form): about half a wave on an
+/// H200's 132 SMs (measured: MiniLM b32's 4096×384 matmuls run fastest on the tensor cores as 96
+/// blocks of 128×128, its b8 ones as 96 of 64×64).
+const MIN_BLOCKS: i64 = 64;
+/// Static shared memory a block may use (48 KiB without the dynamic opt-in).
+const SMEM: i64 = 48 * 1024;
+
+/// An operand read as `buf[index]`, contiguous along K.
+pub struct Direct<'e> {
+    pub buf: u32,
+    pub index: &'e Expr,
+}
+
+fn uses(e: &Expr, v: Var) -> bool {
+    match e {
+        Expr::Var(x) => *x == v,
+        Expr::Int(_) | Expr::Lit(..) => false,
+        Expr::Load { index: a, .. } | Expr::Un(_, _, a) | Expr::Cast { x: a, .. } | Expr::ToIndex { x: a, .. } => uses(a, v),
+        Expr::I(_, a, b) | Expr::Bin(_, _, a, b) => uses(a, v) || uses(b, v),
+        Expr::Select(c, a, b) | Expr::Dot4(c, a, b, _) => uses(c, v) || uses(a, v) || uses(b, v),
+    }
+}
+
+/// Whether the index expression `e` is a multiple of `q` whatever its variables' values.
+fn multiple_of(e: &Expr, q: i64) -> bool {
+    match e {
+        Expr::Int(c) => c % q == 0,
+        Expr::I(IOp::Mul, a, b) => multiple_of(a, q) || multiple_of(b, q),
+        Expr::I(IOp::Add | IOp::Sub, a, b) => multiple_of(a, q) && multiple_of(b, q),
+        _ => false,
+    }
+}
+
+/// `e` without its summand `k`: `e = rest + k` with `rest` free of `k` (a sum of terms, `k` one of them).
+fn without_k(e: &Expr, k: Var) -> Option<Expr> {
+    match e {
+        Expr::Var(v) if *v == k => Some(Expr::Int(0)),
+        Expr::I(IOp::Add, a, b) => match (uses(a, k), uses(b, k)) {
+            (true, false) => Some(Expr::add(without_k(a, k)?, (**b).clone())),
+            (false, true) => Some(Expr::add((**a).clone(), without_k(b, k)?)),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// `x` as a direct operand: an f32 load `buf[rest + k]`, `rest` a multiple of 4, the buffer at a
+/// 16-byte aligned offset (`params`: each buffer's dtype and byte offset in its base; every base is
+/// its own device allocation).
+pub fn direct<'e>(x: &'e Expr, k: Var, params: &[(DType, u64)]) -> Option<Direct<'e>> {
+    let Expr::Load { buf, index } = x else { return None };
+    let &(d, off) = params.get(*buf as usize)?;
+    let rest = without_k(index, k)?;
+    (d == DType::F32 && off % 16 == 0 && !uses(&rest, k) && multiple_of(&rest, 4)).then_some(Direct { buf: *buf, index })
+}
+
+/// The block tile (bm, bn) and K slice of an M×N matmul (`nb` of them) over K, or `None` (this form
+/// not taken): the largest of 128×128, 128×64, 64×64 whose grid still has [`MIN_BLOCKS`] blocks;
+/// whole tiles only. Fewer blocks keep `tiled.rs`'s smaller tiles (MiniLM batch 1, M = 128: its
+/// 12-block 64×64 grids measured 1.25–1.37× slower over the whole model). The slice: 64 where both
+/// operands' slices fit [`SMEM`] and K is a multiple (each step's loads, all in flight together, feed
+/// twice the work), else 32. `RLX_CUDA_VEC_TILE` / `RLX_CUDA_VEC_TK` override (module doc).
+pub fn tile(m: i64, n: i64, nb: i64, k: i64, kind: Mma) -> Option<(i64, i64, i64)> {
+    if k % 32 != 0 || k == 0 {
+        return None;
+    }
+    let whole = |&(bm, bn): &(i64, i64)| m % bm == 0 && n % bn == 0;
+    let blocks = |(bm, bn): (i64, i64)| (m / bm) * (n / bn) * nb;
+    let pick = [(128, 128), (128, 64), (64, 64)].into_iter().filter(whole).find(|&t| blocks(t) >= MIN_BLOCKS);
+    let pick = match std::env::var("RLX_CUDA_VEC_TILE").ok().as_deref() {
+        Some("0") => return None,
+        Some(v) => v.split_once('x').and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?))).filter(|t| [(64, 64), (128, 64), (64, 128), (128, 128)].contains(t)).map_or(pick, |t| whole(&t).then_some(t)),
+        None => pick,
+    };
+    let (bm, bn) = pick?;
+    // Shared words: bm + bn rows of tk/pk + 4 words.
+    let pk = if kind == Mma::Tf32 { 1 } else { 2 };
+    let long = (bm + bn) * (64 / pk + 4) * 4 <= SMEM && k % 64 == 0 && std::env::var("RLX_CUDA_VEC_TK").map_or(true, |v| v != "32");
+    Some((bm, bn, if long { 64 } else { 32 }))
+}
+
+/// The matmul kernel's body (see the module doc); returns its grid. `ptrs`: each buffer's element
+/// pointer (the kernel's parameters).
+#[allow(clippy::too_many_arguments)]
+pub fn matmul(
+    w: &mut Writer, li: usize, acc: &Acc, (a, b): (&Direct, &Direct), ptrs: &[String], (rows, cols, batch): (&[(Var, i64)], &[(Var, i64)], &[(Var, i64)]), (bm, bn, tk): (i64, i64, i64), kind: Mma,
+    globals: &mut Vec<String>,
+) -> Result<[u32; 3], String> {
+    let (m, n, nb): (i64, i64, i64) = (rows.iter().map(|d| d.1).product(), cols.iter().map(|d| d.1).product(), batch.iter().map(|d| d.1).product());
+    let (kv, kext) = acc.ks[0];
+    let packed = kind != Mma::Tf32;
+    // Shared memory in 32-bit words, rows of pw words: a tf32 value, or a bf16 / fp16 pair of
+    // adjacent K values.
+    let pk = if packed { 2 } else { 1 };
+    let pw = tk / pk + 4;
+    let (la, lb) = (bm * pw, bn * pw);
+    let (sa, sb) = (format!("@sa{li}"), format!("@sb{li}"));
+    globals.push(format!("{sa} = internal addrspace(3) global [{la} x i32] undef, align 16"));
+    globals.push(format!("{sb} = internal addrspace(3) global [{lb} x i32] undef, align 16"));
+    let tid = sreg(w, "tid.x");
+    let (cx, cy, cz) = (sreg(w, "ctaid.x"), sreg(w, "ctaid.y"), sreg(w, "ctaid.z"));
+    let m0 = w.emit_op(format!("mul nuw nsw i64 {cy}, {bm}"));
+    let n0 = w.emit_op(format!("mul nuw nsw i64 {cx}, {bn}"));
+    unflatten(w, &cz, batch);
+    let kslot = format!("%s.v{}", kv.0);
+    w.slot(&kslot, "i64");
+    w.bind_index(kv, &kslot);
+    // Staging: vector e = tid + 256·q of an operand's slice is row e / (tk/4), K values 4·(e % (tk/4))
+    // + 0..3 (a warp's loads and stores fill whole rows); its global pointer (at K = that offset)
+    // computed once, the slice start added per step; its place in shared memory word o·pw + kq / pk.
+    let per_row = tk / 4;
+    let mut stage = Vec::new();
+    for (oi, (x, own, base, dims)) in [(a, bm, &m0, rows), (b, bn, &n0, cols)].into_iter().enumerate() {
+        for q in 0..own * per_row / 256 {
+            let e = w.emit_op(format!("add nuw nsw i64 {tid}, {}", 256 * q));
+            let o = w.emit_op(format!("udiv i64 {e}, {per_row}"));
+            let kq = w.emit_op(format!("urem i64 {e}, {per_row}"));
+            let kq = w.emit_op(format!("mul nuw nsw i64 {kq}, 4"));
+            let g = w.emit_op(format!("add nuw nsw i64 {base}, {o}"));
+            unflatten(w, &g, dims);
+            w.emit(&format!("store i64 {kq}, ptr {kslot}"));
+            let idx = w.value(x.index);
+            let p = w.emit_op(format!("getelementptr inbounds float, ptr {}, i64 {idx}", ptrs[x.buf as usize]));
+            let t = w.emit_op(format!("mul nuw nsw i64 {o}, {pw}"));
+            let kw = w.emit_op(format!("udiv i64 {kq}, {pk}"));
+            let si = w.emit_op(format!("add nuw nsw i64 {t}, {kw}"));
+            let sp = shared_at(w, if oi == 0 { &sa } else { &sb }, if oi == 0 { la } else { lb }, "i32", &si);
+            let reg = format!("%s.vx{oi}.{q}");
+            w.slot(&reg, "<4 x float>");
+            stage.push((p, sp, reg));
+        }
+    }
+    let load_slice = |w: &mut Writer, k0: &str| {
+        for (p, _, reg) in &stage {
+            let at = w.emit_op(format!("getelementptr inbounds float, ptr {p}, i64 {k0}"));
+            let v = w.emit_op(format!("load <4 x float>, ptr {at}, align 16"));
+            w.emit(&format!("store <4 x float> {v}, ptr {reg}"));
+        }
+    };
+    // The staged vectors → shared memory (tf32 rounded, bf16 / fp16 pairs packed).
+    let store_slice = |w: &mut Writer| {
+        for (_, sp, reg) in &stage {
+            let v = w.emit_op(format!("load <4 x float>, ptr {reg}"));
+            let x: Vec<String> = (0..4).map(|i| w.emit_op(format!("extractelement <4 x float> {v}, i64 {i}"))).collect();
+            let words: Vec<String> = if packed { vec![to_operand(w, kind, &x[0], Some(&x[1])), to_operand(w, kind, &x[2], Some(&x[3]))] } else { x.iter().map(|e| to_operand(w, kind, e, None)).collect() };
+            let vt = format!("<{} x i32>", words.len());
+            let mut vv = "poison".to_string();
+            for (i, e) in words.iter().enumerate() {
+                vv = w.emit_op(format!("insertelement {vt} {vv}, i32 {e}, i64 {i}"));
+            }
+            w.emit(&format!("store {vt} {vv}, ptr addrspace(3) {sp}, align {}", 4 * words.len()));
+        }
+    };
+    let init = w.value(acc.init);
+    let slot = format!("%s.v{}", acc.acc.0);
+    w.slot(&slot, "float");
+    // Warp (wr, wc) of 2 × 4; lane 4·g + t; accumulators %d{i·nf + j}.{q}.
+    let (wm, wn) = (bm / 2, bn / 4);
+    let (mf, nf) = (wm / 16, wn / 8);
+    let wp = w.emit_op(format!("lshr i64 {tid}, 5"));
+    let lane = w.emit_op(format!("and i64 {tid}, 31"));
+    let (gq, tq) = (w.emit_op(format!("lshr i64 {lane}, 2")), w.emit_op(format!("and i64 {lane}, 3")));
+    let wr = w.emit_op(format!("lshr i64 {wp}, 2"));
+    let wc = w.emit_op(format!("and i64 {wp}, 3"));
+    for s in 0..mf * nf {
+        for q in 0..4 {
+            let c = format!("%d{s}.{q}");
+            w.slot(&c, "float");
+            w.emit(&format!("store float {init}, ptr {c}"));
+        }
+    }
+    // Each fragment's first shared word for this lane: A row wr·wm + 16·i + g, B row wc·wn + 8·j + g, word t.
+    let frag_base = |w: &mut Writer, sh: &str, len: i64, wi: &str, span: i64, step: i64, f: i64| -> String {
+        let r = w.emit_op(format!("mul nuw nsw i64 {wi}, {span}"));
+        let r = w.emit_op(format!("add nuw nsw i64 {r}, {}", step * f));
+        let r = w.emit_op(format!("add nuw nsw i64 {r}, {gq}"));
+        let r = w.emit_op(format!("mul nuw nsw i64 {r}, {pw}"));
+        let r = w.emit_op(format!("add nuw nsw i64 {r}, {tq}"));
+        shared_at(w, sh, len, "i32", &r)
+    };
+    let abase: Vec<String> = (0..mf).map(|i| frag_base(w, &sa, la, &wr, wm, 16, i)).collect();
+    let bbase: Vec<String> = (0..nf).map(|j| frag_base(w, &sb, lb, &wc, wn, 8, j)).collect();
+    let word = |w: &mut Writer, p: &str, off: i64| {
+        let q = w.emit_op(format!("getelementptr inbounds i32, ptr addrspace(3) {p}, i64 {off}"));
+        w.emit_op(format!("load i32, ptr addrspace(3) {q}"))
+    };
+    let kstep = if packed { 16 } else { 8 };
+    load_slice(w, "0");
+    for_loop(w, "%s.k0", "0", &kext.to_string(), tk, &mut |w| {
+        let k0 = w.emit_op("load i64, ptr %s.k0".into());
+        store_slice(w);
+        barrier(w);
+        let k1 = w.emit_op(format!("add nuw nsw i64 {k0}, {tk}"));
+        let more = w.emit_op(format!("icmp slt i64 {k1}, {kext}"));
+        if_(w, &more, &mut |w| {
+            load_slice(w, &k1);
+            Ok(())
+        })?;
+        for k in (0..tk).step_by(kstep) {
+            // A register rr: row g + 8·(rr % 2), word t + k/pk + 4·(rr / 2); B register rr: word t + k/pk + 4·rr.
+            let av: Vec<Vec<String>> = abase.iter().map(|p| (0..4).map(|rr| word(w, p, 8 * pw * (rr % 2) + k / pk + 4 * (rr / 2))).collect()).collect();
+            let bv: Vec<Vec<String>> = bbase.iter().map(|p| (0..2).map(|rr| word(w, p, k / pk + 4 * rr)).collect()).collect();
+            for i in 0..mf as usize {
+                for j in 0..nf as usize {
+                    mma_issue(w, kind, (i * nf as usize + j) as i64, &av[i], &bv[j]);
+                }
+            }
+        }
+        barrier(w);
+        Ok(())
+    })?;
+    // The epilogue: fragment element q at row g + 8·(q / 2), column 2t + q % 2.
+    let t2 = w.emit_op(format!("shl i64 {tq}, 1"));
+    for i in 0..mf {
+        for j in 0..nf {
+            let r0 = w.emit_op(format!("mul nuw nsw i64 {wr}, {wm}"));
+            let r0 = w.emit_op(format!("add nuw nsw i64 {r0}, {}", 16 * i));
+            let r0 = w.emit_op(format!("add nuw nsw i64 {r0}, {gq}"));
+            let r0 = w.emit_op(format!("add nuw nsw i64 {r0}, {m0}"));
+            let c0 = w.emit_op(format!("mul nuw nsw i64 {wc}, {wn}"));
+            let c0 = w.emit_op(format!("add nuw nsw i64 {c0}, {}", 8 * j));
+            let c0 = w.emit_op(format!("add nuw nsw i64 {c0}, {t2}"));
+            let c0 = w.emit_op(format!("add nuw nsw i64 {c0}, {n0}"));
+            for q in 0..4 {
+                let mm = w.emit_op(format!("add nuw nsw i64 {r0}, {}", 8 * (q / 2)));
+                let nn = w.emit_op(format!("add nuw nsw i64 {c0}, {}", q % 2));
+                epilogue(w, acc, &format!("%d{}.{q}", i * nf + j), &slot, (&mm, m, rows), (&nn, n, cols))?;
+            }
+        }
+    }
+    grid(m, n, nb, bm, bn)
+}
+
+fn grid(m: i64, n: i64, nb: i64, bm: i64, bn: i64) -> Result<[u32; 3], String> {
+    let groups = [n / bn, m / bm, nb];
+    if groups[1] > 65535 || groups[2] > 65535 {
+        return Err(format!("a tiled matmul of {m}×{n} (batch {nb}) needs a grid of {groups:?} blocks, past CUDA's limits"));
+    }
+    Ok([groups[0] as u32, groups[1] as u32, groups[2] as u32])
+}

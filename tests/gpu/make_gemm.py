@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""Write one-matmul ONNX models of MiniLM's matmul shapes (seq 128): x[batch, 128, K] @ W + bias, W
+stored as torch's Linear weight [N, K] behind a Transpose (as MiniLM's are: both operands contiguous
+along K), with MiniLM's erf GELU after the FFN-up one.
+
+    make_gemm.py --out DIR [--batch 8 32] [--small]
+
+Cases (NAME = gemm_bB_KxN[_gelu]): K×N ∈ {384×384 (Q/K/V/output), 384×1536 + GELU (FFN up),
+1536×384 (FFN down)} at each batch. `arrays(name)` regenerates a case's x, W [N, K] and bias from a
+fixed seed (tests/gpu/bench_gemm.py does that on the GPU machine rather than carrying them; onnx is
+imported only to write models).
+--small writes gemm_small (x[2, 64, 96] @ W[96, 128] + bias + GELU, then a second matmul over
+K = 128, N = 64): whole 128×64 tiles, small enough for tests/gpu/emulate_cuda.py.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import zlib
+
+import numpy as np
+
+SHAPES = [(384, 384, False), (384, 1536, True), (1536, 384, False)]
+SEQ = 128
+
+
+def name_of(b: int, k: int, n: int, gelu: bool) -> str:
+    return f"gemm_b{b}_{k}x{n}" + ("_gelu" if gelu else "")
+
+
+def parse(name: str):
+    """(batch, K, N, gelu) of a case name."""
+    p = name.split("_")
+    k, n = p[2].split("x")
+    return int(p[1][1:]), int(k), int(n), name.endswith("_gelu")
+
+
+def arrays(name: str):
+    """x [batch, 128, K], W [N, K], bias [N] (f32, N(0, 1) inputs, weights scaled by 1/sqrt(K))."""
+    b, k, n, _ = parse(name)
+    r = np.random.RandomState(zlib.crc32(name.encode()))
+    x = r.randn(b, SEQ, k).astype(np.float32)
+    w = (r.randn(n, k) / np.sqrt(k)).astype(np.float32)
+    bias = r.randn(n).astype(np.float32)
+    return x, w, bias
+
+
+def gelu_nodes(x: str, out: str, p: str):
+    """MiniLM's GELU: 0.5 · x · (1 + erf(x / sqrt(2)))."""
+    from onnx import helper
+
+    return [
+        helper.make_node("Div", [x, f"{p}sqrt2"], [f"{p}g0"]),
+        helper.make_node("Erf", [f"{p}g0"], [f"{p}g1"]),
+        helper.make_node("Add", [f"{p}g1", f"{p}one"], [f"{p}g2"]),
+        helper.make_node("Mul", [x, f"{p}g2"], [f"{p}g3"]),
+        helper.make_node("Mul", [f"{p}g3", f"{p}half"], [out]),
+    ]
+
+
+def gelu_inits(p: str):
+    from onnx import numpy_helper
+
+    c = lambda v, n: numpy_helper.from_array(np.array(v, dtype=np.float32), p + n)
+    return [c(np.sqrt(2.0), "sqrt2"), c(1.0, "one"), c(0.5, "half")]
+
+
+def linear(x: str, out: str, w: np.ndarray, bias: np.ndarray, gelu: bool, p: str):
+    """x @ transpose(w) + bias (+ GELU): nodes and initializers."""
+    from onnx import helper, numpy_helper
+
+    inits = [numpy_helper.from_array(w, p + "w"), numpy_helper.from_array(bias, p + "b")]
+    y = p + "y" if gelu else out
+    nodes = [
+        helper.make_node("Transpose", [p + "w"], [p + "wt"], perm=[1, 0]),
+        helper.make_node("MatMul", [x, p + "wt"], [p + "mm"]),
+        helper.make_node("Add", [p + "mm", p + "b"], [y]),
+    ]
+    if gelu:
+        nodes += gelu_nodes(y, out, p)
+        inits += gelu_inits(p)
+    return nodes, inits
+
+
+def save(path: str, nodes, inits, ins, outs) -> None:
+    import onnx
+    from onnx import helper
+
+    m = helper.make_model(helper.make_graph(nodes, "gemm", ins, outs, inits), opset_imports=[helper.make_opsetid("", 18)])
+    m.ir_version = 8
+    onnx.checker.check_model(m)
+    onnx.save(m, path)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--batch", type=int, nargs="*", default=[8, 32])
+    ap.add_argument("--small", action="store_true")
+    a = ap.parse_args()
+    from onnx import TensorProto as T
+    from onnx import helper
+
+    os.makedirs(a.out, exist_ok=True)
+    for b in a.batch:
+        for k, n, gelu in SHAPES:
+            name = name_of(b, k, n, gelu)
+            _, w, bias = arrays(name)
+            nodes, inits = linear("x", "y", w, bias, gelu, "l_")
+            ins = [helper.make_tensor_value_info("x", T.FLOAT, [b, SEQ, k])]
+            outs = [helper.make_tensor_value_info("y", T.FLOAT, [b, SEQ, n])]
+            save(os.path.join(a.out, name + ".onnx"), nodes, inits, ins, outs)
+            print(name)
+    if a.small:
+        r = np.random.RandomState(11)
+        x = r.randn(2, 64, 96).astype(np.float32)
+        n1, i1 = linear("x", "h", (r.randn(128, 96) / 10).astype(np.float32), r.randn(128).astype(np.float32), True, "l1_")
+        n2, i2 = linear("h", "y", (r.randn(64, 128) / 10).astype(np.float32), r.randn(64).astype(np.float32), False, "l2_")
+        ins = [helper.make_tensor_value_info("x", T.FLOAT, [2, 64, 96])]
+        outs = [helper.make_tensor_value_info("y", T.FLOAT, [2, 64, 64])]
+        save(os.path.join(a.out, "gemm_small.onnx"), n1 + n2, i1 + i2, ins, outs)
+        np.save(os.path.join(a.out, "x.npy"), x)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
