@@ -43,7 +43,12 @@ fn cases(dir: &Path) -> Vec<(String, PathBuf, Vec<String>)> {
 
 /// `rlxc run` of `model` on `target` (threads: RLX_NUM_THREADS); returns the single output.
 fn run(model: &Path, inputs: &[String], target: &str, threads: usize, out: &Path) -> Vec<f32> {
+    run_with(model, inputs, target, threads, out, &[])
+}
+
+fn run_with(model: &Path, inputs: &[String], target: &str, threads: usize, out: &Path, env: &[(&str, &str)]) -> Vec<f32> {
     let mut c = Command::new(env!("CARGO_BIN_EXE_rlxc"));
+    c.envs(env.iter().copied());
     let (t, backend) = match target.strip_suffix("-cranelift") {
         Some(t) => (t, Some("cranelift")),
         None => (target, None),
@@ -63,12 +68,17 @@ fn run(model: &Path, inputs: &[String], target: &str, threads: usize, out: &Path
 }
 
 fn check(targets: &[(&str, usize)], tag: &str) {
+    check_with(targets, tag, "", &[]);
+}
+
+/// The cases whose name contains `only`, compiled with the environment `env`, on each target.
+fn check_with(targets: &[(&str, usize)], tag: &str, only: &str, env: &[(&str, &str)]) {
     let dir = scratch(tag);
-    for (name, model, inputs) in cases(&dir) {
+    for (name, model, inputs) in cases(&dir).into_iter().filter(|(n, _, _)| n.contains(only)) {
         let want = run(&model, &inputs, "interp", 1, &dir.join(format!("{name}-interp")));
         assert!(want.iter().any(|&v| v != 0.0), "{name}: the reference output is all zeros");
         for &(t, threads) in targets {
-            let got = run(&model, &inputs, t, threads, &dir.join(format!("{name}-{t}-{threads}")));
+            let got = run_with(&model, &inputs, t, threads, &dir.join(format!("{name}-{t}-{threads}")), env);
             assert_eq!(got.len(), want.len(), "{name} on {t}: output length");
             let worst = got.iter().zip(&want).map(|(g, w)| (g - w).abs() / w.abs().max(1.0)).fold(0.0f32, f32::max);
             assert!(worst <= 1e-4, "{name} on {t} ({threads} threads): differs from the interpreter by {worst:e}");
@@ -80,6 +90,12 @@ fn check(targets: &[(&str, usize)], tag: &str) {
 #[test]
 fn conv_gemm_llvm_matches_interp() {
     check(&[("x86_64", 1), ("host", 1), ("host", 2)], "llvm");
+}
+
+/// The CPU targets' default Winograd form is F(4×4, 3×3); F(2×2, 3×3) (`RLX_WINOGRAD=2`) on the same cases.
+#[test]
+fn conv_gemm_winograd_f2_matches_interp() {
+    check_with(&[("host", 2), ("x86_64-cranelift", 1)], "winograd-f2", "winograd", &[("RLX_WINOGRAD", "2")]);
 }
 
 #[test]

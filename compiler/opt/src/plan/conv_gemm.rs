@@ -247,13 +247,13 @@ impl Planner<'_> {
             let (sx, so) = (self.shape(node.inputs[0]), self.shape(node.outputs[0]));
             let one = sw[2..].iter().all(|&k| k == 1) && strides.iter().all(|&s| s == 1) && pads.iter().all(|&p| p == 0);
             // A 3×3 stride-1 one over a large image: Winograd F(2×2, 3×3), its 16 GEMMs one grouped GEMM.
-            if let Some(wg) = winograd::fits(&sw, &so, strides, dilations, groups).filter(|_| self.opts.winograd) {
+            if let Some(wg) = winograd::fits(&sw, &so, strides, dilations, groups, self.opts.winograd).filter(|_| self.opts.winograd > 0) {
                 let (cmr, cnr) = self.wide_tile;
                 let (mr, nr) = if cmr > 0 && cnr > 0 { (cmr, cnr) } else { (self.mr, self.nr) };
                 let mr = tile_rows(mr, sw[0]);
-                let pc = pack_rows(&winograd::transform(c), mr, 16);
+                let pc = pack_rows(&winograd::transform(c, wg.form()), mr, wg.form().groups());
                 let b = self.add_weight(format!("{} (winograd, packed {mr}-row panels)", self.label(w)), &pc);
-                self.conv_gemm.insert(a, ConvGemm { apack: b, mr, nr, col: None, im2col: false, groups: 16, direct: None, lanes: false, winograd: Some(wg) });
+                self.conv_gemm.insert(a, ConvGemm { apack: b, mr, nr, col: None, im2col: false, groups: wg.form().groups(), direct: None, lanes: false, winograd: Some(wg) });
                 packed.push(w);
                 continue;
             }

@@ -111,11 +111,11 @@ pub struct PlanOptions {
     /// Dense f32 convolutions on the GEMM micro-kernel (`conv_gemm.rs`: packed weight rows × im2col or
     /// x itself); CPU targets turn it on. Off, every convolution is the direct per-output loop.
     pub conv_gemm: bool,
-    /// With `conv_gemm`, dense 3×3 stride-1 convolutions over large images in the Winograd F(2×2, 3×3)
-    /// form (`winograd.rs`: per block of tile rows, input transform, 16 GEMMs on the micro-kernel,
-    /// output transform with the epilogue, in one kernel); CPU targets turn it on (unless
-    /// `RLX_WINOGRAD=0`).
-    pub winograd: bool,
+    /// With `conv_gemm`, dense 3×3 stride-1 convolutions over large images in the Winograd F(m×m, 3×3)
+    /// form, m = this (2 or 4; 0: none) (`winograd.rs`: per block of tile rows, input transform, the
+    /// (m + 2)² GEMMs on the micro-kernel, output transform with the epilogue, in one kernel); CPU targets
+    /// set 4 (`RLX_WINOGRAD=0|2|4` at compile time overrides it).
+    pub winograd: usize,
     /// A concat whose slices are contiguous and whose inputs each have a kernel of their own is no
     /// launch: each input's kernel stores into its slice of the concat's buffer (`concat.rs`); CPU
     /// targets turn it on.
@@ -149,7 +149,7 @@ pub struct PlanOptions {
 
 impl Default for PlanOptions {
     fn default() -> Self {
-        PlanOptions { align: 64, gemm_nr: GEMM_NR, gemm_mr: GEMM_MR, wide_tile: (0, 0), row_fusion: false, row_recompute: false, inline_operands: false, conv_gemm: false, winograd: false, concat_in_place: false, window_lanes: 0, flat_block_dots: false, int8_dot: false, int8_gemm: false, fused_attention: false }
+        PlanOptions { align: 64, gemm_nr: GEMM_NR, gemm_mr: GEMM_MR, wide_tile: (0, 0), row_fusion: false, row_recompute: false, inline_operands: false, conv_gemm: false, winograd: 0, concat_in_place: false, window_lanes: 0, flat_block_dots: false, int8_dot: false, int8_gemm: false, fused_attention: false }
     }
 }
 

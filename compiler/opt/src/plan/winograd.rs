@@ -41,52 +41,125 @@ const MIN_TILES: usize = 196;
 const MIN_CHANNELS: usize = 16;
 
 
-/// A convolution planned in the Winograd form: its tile rows and columns.
+/// A Winograd form F(m×m, 3×3): `m` outputs a tile side, `α = m + 2` inputs, and its matrices (rows):
+/// `Bᵀ` (α × α), `G` (α × 3), `Aᵀ` (m × α).
+pub(super) struct Form {
+    pub(super) m: usize,
+    bt: &'static [&'static [f64]],
+    g: &'static [&'static [f64]],
+    at: &'static [&'static [f64]],
+}
+
+impl Form {
+    fn alpha(&self) -> usize {
+        self.m + 2
+    }
+    /// The products a tile and channel pair: α².
+    pub(super) fn groups(&self) -> usize {
+        self.alpha() * self.alpha()
+    }
+}
+
+/// F(2×2, 3×3) (Lavin & Gray).
+pub(super) static F2: Form = Form {
+    m: 2,
+    bt: &[&[1.0, 0.0, -1.0, 0.0], &[0.0, 1.0, 1.0, 0.0], &[0.0, -1.0, 1.0, 0.0], &[0.0, 1.0, 0.0, -1.0]],
+    g: &[&[1.0, 0.0, 0.0], &[0.5, 0.5, 0.5], &[0.5, -0.5, 0.5], &[0.0, 0.0, 1.0]],
+    at: &[&[1.0, 1.0, 1.0, 0.0], &[0.0, 1.0, -1.0, -1.0]],
+};
+
+/// F(4×4, 3×3) (Lavin & Gray): 36 products for 16 outputs, with larger constants (rounding grows).
+pub(super) static F4: Form = Form {
+    m: 4,
+    bt: &[
+        &[4.0, 0.0, -5.0, 0.0, 1.0, 0.0],
+        &[0.0, -4.0, -4.0, 1.0, 1.0, 0.0],
+        &[0.0, 4.0, -4.0, -1.0, 1.0, 0.0],
+        &[0.0, -2.0, -1.0, 2.0, 1.0, 0.0],
+        &[0.0, 2.0, -1.0, -2.0, 1.0, 0.0],
+        &[0.0, 4.0, 0.0, -5.0, 0.0, 1.0],
+    ],
+    g: &[
+        &[1.0 / 4.0, 0.0, 0.0],
+        &[-1.0 / 6.0, -1.0 / 6.0, -1.0 / 6.0],
+        &[-1.0 / 6.0, 1.0 / 6.0, -1.0 / 6.0],
+        &[1.0 / 24.0, 1.0 / 12.0, 1.0 / 6.0],
+        &[1.0 / 24.0, -1.0 / 12.0, 1.0 / 6.0],
+        &[0.0, 0.0, 1.0],
+    ],
+    at: &[&[1.0, 1.0, 1.0, 1.0, 1.0, 0.0], &[0.0, 1.0, -1.0, 2.0, -2.0, 0.0], &[0.0, 1.0, 1.0, 4.0, 4.0, 0.0], &[0.0, 1.0, -1.0, 8.0, -8.0, 1.0]],
+};
+
+/// A convolution planned in the Winograd form: the form and its tile rows and columns.
 #[derive(Clone, Debug)]
 pub(super) struct Wino {
+    pub(super) m: usize,
     pub(super) th: usize,
     pub(super) tw: usize,
 }
 
+impl Wino {
+    pub(super) fn form(&self) -> &'static Form {
+        if self.m == 4 { &F4 } else { &F2 }
+    }
+}
+
 /// The Winograd form of a convolution with weight shape `sw` and output shape `so`, if it takes one:
 /// dense, 2-D, 3×3, stride 1, dilation 1, with at least [`MIN_CHANNELS`] input and output channels and
-/// [`MIN_TILES`] tiles.
-pub(super) fn fits(sw: &[usize], so: &[usize], strides: &[usize], dilations: &[usize], groups: usize) -> Option<Wino> {
+/// [`MIN_TILES`] tiles of F(2×2, 3×3); `m` 4 for F(4×4, 3×3) instead.
+pub(super) fn fits(sw: &[usize], so: &[usize], strides: &[usize], dilations: &[usize], groups: usize, m: usize) -> Option<Wino> {
     if groups != 1 || sw.len() != 4 || so.len() != 4 || sw[2] != 3 || sw[3] != 3 {
         return None;
     }
     if strides.iter().any(|&s| s != 1) || dilations.iter().any(|&d| d != 1) || sw[0] < MIN_CHANNELS || sw[1] < MIN_CHANNELS {
         return None;
     }
-    let (th, tw) = (so[2].div_ceil(2), so[3].div_ceil(2));
-    (th * tw >= MIN_TILES).then_some(Wino { th, tw })
+    if so[2].div_ceil(2) * so[3].div_ceil(2) < MIN_TILES {
+        return None;
+    }
+    Some(Wino { m, th: so[2].div_ceil(m), tw: so[3].div_ceil(m) })
 }
 
-/// U = G g Gᵀ for every (k, c) of an f32 weight `[K, C, 3, 3]`, as `[16·K, C]` with row ξ·K + k
-/// (ξ = 4i + j), computed in f64 and rounded once.
-pub(super) fn transform(c: &ConstData) -> ConstData {
+/// U = G g Gᵀ for every (k, c) of an f32 weight `[K, C, 3, 3]`, as `[α²·K, C]` with row ξ·K + k
+/// (ξ = α·i + j), computed in f64 and rounded once.
+pub(super) fn transform(c: &ConstData, form: &Form) -> ConstData {
     let (k, cin) = (c.shape[0], c.shape[1]);
+    let al = form.alpha();
     let w: Vec<f64> = c.data.bytes().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64).collect();
-    let g = [[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]];
-    let mut u = vec![0f32; 16 * k * cin];
+    let g = form.g;
+    let mut u = vec![0f32; al * al * k * cin];
     for kk in 0..k {
         for cc in 0..cin {
             let f = &w[(kk * cin + cc) * 9..][..9];
-            let mut t = [[0f64; 3]; 4];
-            for (i, ti) in t.iter_mut().enumerate() {
-                for (j, tij) in ti.iter_mut().enumerate() {
-                    *tij = (0..3).map(|l| g[i][l] * f[l * 3 + j]).sum();
-                }
-            }
-            for i in 0..4 {
-                for j in 0..4 {
-                    let v: f64 = (0..3).map(|l| t[i][l] * g[j][l]).sum();
-                    u[((i * 4 + j) * k + kk) * cin + cc] = v as f32;
+            for i in 0..al {
+                // Row i of G f.
+                let t: Vec<f64> = (0..3).map(|j| (0..3).map(|l| g[i][l] * f[l * 3 + j]).sum()).collect();
+                for j in 0..al {
+                    let v: f64 = (0..3).map(|l| t[l] * g[j][l]).sum();
+                    u[((i * al + j) * k + kk) * cin + cc] = v as f32;
                 }
             }
         }
     }
-    ConstData::from_f32(vec![16 * k, cin], &u)
+    ConstData::from_f32(vec![al * al * k, cin], &u)
+}
+
+/// Σ coefs[i]·xs[i] over the non-zero coefficients, ±1 as additions and subtractions.
+fn lin(coefs: &[f64], xs: &[Expr]) -> Expr {
+    let mut acc: Option<Expr> = None;
+    for (&c, x) in coefs.iter().zip(xs) {
+        if c == 0.0 {
+            continue;
+        }
+        let term = if c.abs() == 1.0 { x.clone() } else { f(BinaryOp::Mul, lit(c.abs(), DType::F32), x.clone()) };
+        acc = Some(match (acc, c < 0.0) {
+            (None, false) => term,
+            (None, true) => Expr::Un(rlx_ir::UnaryOp::Neg, DType::F32, Box::new(term)),
+            (Some(a), false) => f(BinaryOp::Add, a, term),
+            (Some(a), true) => f(BinaryOp::Sub, a, term),
+        });
+    }
+    acc.unwrap_or_else(|| lit(0.0, DType::F32))
 }
 
 fn f(op: BinaryOp, a: Expr, b: Expr) -> Expr {
@@ -136,6 +209,8 @@ impl Planner<'_> {
         let node = self.g.node(a).clone();
         let cg = self.conv_gemm[&a].clone();
         let wg = cg.winograd.clone().expect("a Winograd convolution");
+        let form = wg.form();
+        let ng = form.groups();
         let pads = match &node.op {
             MirOp::Conv { pads, .. } => (pads[0] as i64, pads[1] as i64),
             _ => (0, 0),
@@ -149,8 +224,8 @@ impl Planner<'_> {
         let units = nb * nblk;
         let slots = SLOTS.min(units);
         let per = units.div_ceil(slots);
-        let vshape = vec![slots, 16 * c, pb];
-        let mshape = vec![slots, 16 * k, pb];
+        let vshape = vec![slots, ng * c, pb];
+        let mshape = vec![slots, ng * k, pb];
         let vb = self.add_buffer(Buffer { base: Base::Arena, offset: 0, dtype: DType::F32, shape: vshape.clone(), label: format!("{} (winograd input)", node.name) }, None);
         let mb = self.add_buffer(Buffer { base: Base::Arena, offset: 0, dtype: DType::F32, shape: mshape.clone(), label: format!("{} (winograd products)", node.name) }, None);
         let vp = kb.param(vb, &self.buffers[vb as usize].clone(), Access::ReadWrite);
@@ -164,15 +239,15 @@ impl Planner<'_> {
         let (nv, blk) = if nb > 1 { (Expr::i(IOp::Div, Expr::Var(uv), Expr::Int(nblk as i64)), Expr::i(IOp::Rem, Expr::Var(uv), Expr::Int(nblk as i64))) } else { (Expr::Int(0), Expr::Var(uv)) };
         let ti0 = Expr::mul(blk, Expr::Int(rows as i64));
         let sv = Expr::Var(slot);
-        let geo = Geo { c, k, rows, tw, pads, sv: sv.clone(), nv: nv.clone(), ti0 };
+        let geo = Geo { form, c, k, rows, tw, pads, sv: sv.clone(), nv: nv.clone(), ti0 };
         let mut unit = vec![Stmt::Decl { var: uv, dtype: DType::I64, init: u.clone() }];
         unit.extend(self.wino_input(kb, node.inputs[0], &geo, vp, &vshape));
-        // The 16 GEMMs: `conv_gemm.rs`'s tiles, 16 groups over the unit's positions, V read in place.
+        // The α² GEMMs: `conv_gemm.rs`'s tiles, α² groups over the unit's positions, V read in place.
         let (mr, nr) = (cg.mr, cg.nr);
         let nch = c.div_ceil((16 * 1024 / (nr * 4)).max(16));
         let kc = c.div_ceil(nch);
         let tpg = k.div_ceil(mr);
-        let t = Tiling { a, r: a, av: node.outputs[0], bias: None, op: mp, out_shape: &mshape, ap, bp: vp, nv: sv, kdim: c, pn: pb, mr, nr, pdim: 2, kc, nch, groups: 16, tpg, mg: k, direct: None };
+        let t = Tiling { a, r: a, av: node.outputs[0], bias: None, op: mp, out_shape: &mshape, ap, bp: vp, nv: sv, kdim: c, pn: pb, mr, nr, pdim: 2, kc, nch, groups: ng, tpg, mg: k, direct: None };
         let full = pb / nr;
         let mut pieces = Vec::new();
         let mut off = full * nr;
@@ -186,7 +261,7 @@ impl Planner<'_> {
             let panel = |me: &mut Self, kb: &mut KB, cbase: Expr, width: usize| -> Stmt {
                 let tl = kb.var();
                 let body = me.conv_tile(kb, &t, Expr::Var(tl), cbase, width, k0.clone(), klen, first, last, None);
-                Stmt::For { var: tl, extent: (16 * tpg) as i64, kind: LoopKind::Serial, body }
+                Stmt::For { var: tl, extent: (ng * tpg) as i64, kind: LoopKind::Serial, body }
             };
             if full > 0 {
                 let p = kb.var();
@@ -205,18 +280,20 @@ impl Planner<'_> {
         vec![Stmt::For { var: slot, extent: slots as i64, kind: LoopKind::Parallel, body: vec![Stmt::For { var: j, extent: per as i64, kind: LoopKind::Serial, body: unit }] }]
     }
 
-    /// The input transform of a unit: `V[slot][ξ·C + c][r·TW + tj]` for its tile rows.
+    /// The input transform of a unit: `V[slot][ξ·C + c][r·TW + tj] = (Bᵀ d B)[ξ]` for its tile rows.
     fn wino_input(&mut self, kb: &mut KB, x: rlx_ir::ValueId, geo: &Geo, vp: u32, vshape: &[usize]) -> Vec<Stmt> {
         let sx = self.shape(x);
         let (h, w) = (sx[2] as i64, sx[3] as i64);
         let (ph, pw) = geo.pads;
+        let (m, al) = (geo.form.m as i64, geo.form.alpha());
         let tw = geo.tw as i64;
         let lanes = self.lanes as i64;
         let (ci, rr) = (kb.var(), kb.var());
         let ti = Expr::add(geo.ti0.clone(), Expr::Var(rr));
-        // Tiles whose four window columns 2·tj − pw … + 3 are all inside x: [lo, hi).
-        let lo = ((pw + 1) / 2).min(tw);
-        let hi = if w - 4 + pw < 0 { lo } else { ((w - 4 + pw) / 2 + 1).clamp(lo, tw) };
+        // Tiles whose α window columns m·tj − pw … + α − 1 are all inside x: [lo, hi).
+        let lo = ((pw + m - 1) / m).min(tw);
+        let last = w - al as i64 + pw;
+        let hi = if last < 0 { lo } else { (last / m + 1).clamp(lo, tw) };
         let mut row = Vec::new();
         let runs = [(0, lo, 1, true)].into_iter().chain(vector_runs(lo, hi - lo, lanes).into_iter().map(|(s, n, wd)| (s, n, wd, false))).chain([(hi, tw - hi, 1, true)]);
         for (start, count, width, guarded) in runs {
@@ -227,11 +304,11 @@ impl Planner<'_> {
             let tj = Expr::add(Expr::Int(start), Expr::Var(j));
             let mut s = Vec::new();
             let mut d = Vec::new();
-            for ai in 0..4 {
-                let r = Expr::add(Expr::mul(ti.clone(), Expr::Int(2)), Expr::Int(ai - ph));
+            for ai in 0..al as i64 {
+                let r = Expr::add(Expr::mul(ti.clone(), Expr::Int(m)), Expr::Int(ai - ph));
                 let rin = Expr::i(IOp::And, Expr::i(IOp::Le, Expr::Int(0), r.clone()), Expr::i(IOp::Lt, r.clone(), Expr::Int(h)));
-                for bi in 0..4 {
-                    let col = Expr::add(Expr::mul(tj.clone(), Expr::Int(2)), Expr::Int(bi - pw));
+                for bi in 0..al as i64 {
+                    let col = Expr::add(Expr::mul(tj.clone(), Expr::Int(m)), Expr::Int(bi - pw));
                     let (cond, col) = if guarded {
                         let cin = Expr::i(IOp::And, Expr::i(IOp::Le, Expr::Int(0), col.clone()), Expr::i(IOp::Lt, col.clone(), Expr::Int(w)));
                         (Expr::i(IOp::And, rin.clone(), cin), clamp(col, 0, w - 1))
@@ -242,22 +319,17 @@ impl Planner<'_> {
                     d.push(Expr::Select(Box::new(cond), Box::new(v), Box::new(lit(0.0, DType::F32))));
                 }
             }
-            let d = decls(kb, &mut s, d);
-            let dv = |a: usize, b: usize| Expr::Var(d[a * 4 + b]);
-            // Bᵀ d, by rows of the result: d0 − d2, d1 + d2, d2 − d1, d1 − d3.
-            let mut bt = Vec::new();
-            for (p, q, op) in [(0, 2, BinaryOp::Sub), (1, 2, BinaryOp::Add), (2, 1, BinaryOp::Sub), (1, 3, BinaryOp::Sub)] {
-                for b in 0..4 {
-                    bt.push(f(op, dv(p, b), dv(q, b)));
-                }
-            }
-            let tv = decls(kb, &mut s, bt);
-            let tt = |i: usize, b: usize| Expr::Var(tv[i * 4 + b]);
+            let d: Vec<Expr> = decls(kb, &mut s, d).into_iter().map(Expr::Var).collect();
+            // Bᵀ d (row i, column b), then (Bᵀ d) B (row i, column j).
+            let bt = geo.form.bt;
+            let t: Vec<Expr> = (0..al).flat_map(|i| (0..al).map(move |b| (i, b))).map(|(i, b)| lin(bt[i], &(0..al).map(|a| d[a * al + b].clone()).collect::<Vec<_>>())).collect();
+            let t: Vec<Expr> = decls(kb, &mut s, t).into_iter().map(Expr::Var).collect();
             let col = Expr::add(Expr::mul(Expr::Var(rr), Expr::Int(tw)), tj.clone());
-            for i in 0..4 {
-                for (jj, (p, q, op)) in [(0, 2, BinaryOp::Sub), (1, 2, BinaryOp::Add), (2, 1, BinaryOp::Sub), (1, 3, BinaryOp::Sub)].into_iter().enumerate() {
-                    let ch = Expr::add(Expr::Int(((i * 4 + jj) * geo.c) as i64), Expr::Var(ci));
-                    s.push(Stmt::Store { buf: vp, index: linear(&[geo.sv.clone(), ch, col.clone()], vshape), value: f(op, tt(i, p), tt(i, q)) });
+            for i in 0..al {
+                for (jj, row) in bt.iter().enumerate() {
+                    let ch = Expr::add(Expr::Int(((i * al + jj) * geo.c) as i64), Expr::Var(ci));
+                    let value = lin(row, &t[i * al..(i + 1) * al]);
+                    s.push(Stmt::Store { buf: vp, index: linear(&[geo.sv.clone(), ch, col.clone()], vshape), value });
                 }
             }
             let kind = if width > 1 { LoopKind::Vector(width as u32) } else { LoopKind::Serial };
@@ -271,19 +343,21 @@ impl Planner<'_> {
     /// kernel, stored into `op` for the unit's tile rows.
     fn wino_output(&mut self, kb: &mut KB, (a, r, av): (NodeId, NodeId, rlx_ir::ValueId), bias: Option<rlx_ir::ValueId>, geo: &Geo, (mp, mshape): (u32, &[usize]), (op, out_shape): (u32, &[usize])) -> Vec<Stmt> {
         let (oh, ow) = (out_shape[2] as i64, out_shape[3] as i64);
+        let (m, al) = (geo.form.m as i64, geo.form.alpha());
+        let at = geo.form.at;
         let tw = geo.tw as i64;
         let lanes = self.lanes as i64;
         let (kv, rr) = (kb.var(), kb.var());
         let ti = Expr::add(geo.ti0.clone(), Expr::Var(rr));
         let mut per_row = Vec::new();
-        // Tile rows with both output rows, then an odd last one with its first row only.
-        for (cond, rows) in [(Expr::i(IOp::Lt, ti.clone(), Expr::Int(oh / 2)), 2usize), (Expr::i(IOp::Eq, ti.clone(), Expr::Int(oh / 2)), 1)] {
-            if rows == 1 && oh % 2 == 0 {
+        // Tile rows with all m output rows, then a last one with the rest.
+        for (cond, rows) in [(Expr::i(IOp::Lt, ti.clone(), Expr::Int(oh / m)), m), (Expr::i(IOp::Eq, ti.clone(), Expr::Int(oh / m)), oh % m)] {
+            if rows == 0 {
                 continue;
             }
-            let mut runs: Vec<(i64, i64, i64, usize)> = exact_runs(0, ow / 2, lanes).into_iter().map(|(s, n, w)| (s, n, w, 2)).collect();
-            if ow % 2 == 1 {
-                runs.push((ow / 2, 1, 1, 1));
+            let mut runs: Vec<(i64, i64, i64, i64)> = exact_runs(0, ow / m, lanes).into_iter().map(|(s, n, w)| (s, n, w, m)).collect();
+            if ow % m != 0 {
+                runs.push((ow / m, 1, 1, ow % m));
             }
             let mut body = Vec::new();
             for (start, count, width, cols) in runs {
@@ -291,30 +365,18 @@ impl Planner<'_> {
                 let tj = Expr::add(Expr::Int(start), Expr::Var(j));
                 let mut s = Vec::new();
                 let col = Expr::add(Expr::mul(Expr::Var(rr), Expr::Int(tw)), tj.clone());
-                let m: Vec<Expr> = (0..16).map(|xi| {
+                let mv: Vec<Expr> = (0..al * al).map(|xi| {
                     let ch = Expr::add(Expr::Int((xi * geo.k) as i64), Expr::Var(kv));
                     Expr::load(mp, linear(&[geo.sv.clone(), ch, col.clone()], mshape))
                 }).collect();
-                let m = decls(kb, &mut s, m);
-                let mv = |i: usize, j: usize| Expr::Var(m[i * 4 + j]);
-                // Aᵀ M: row 0 = M0 + M1 + M2, row 1 = M1 − M2 − M3.
-                let mut at = Vec::new();
-                for jj in 0..4 {
-                    at.push(f(BinaryOp::Add, f(BinaryOp::Add, mv(0, jj), mv(1, jj)), mv(2, jj)));
-                }
-                for jj in 0..4 {
-                    at.push(f(BinaryOp::Sub, f(BinaryOp::Sub, mv(1, jj), mv(2, jj)), mv(3, jj)));
-                }
-                let st = decls(kb, &mut s, at);
-                let sv = |p: usize, j: usize| Expr::Var(st[p * 4 + j]);
+                let mv: Vec<Expr> = decls(kb, &mut s, mv).into_iter().map(Expr::Var).collect();
+                // Aᵀ M (row p, column j) for the rows stored.
+                let st: Vec<Expr> = (0..rows as usize).flat_map(|p| (0..al).map(move |jj| (p, jj))).map(|(p, jj)| lin(at[p], &(0..al).map(|i| mv[i * al + jj].clone()).collect::<Vec<_>>())).collect();
+                let st: Vec<Expr> = decls(kb, &mut s, st).into_iter().map(Expr::Var).collect();
                 let b = bias.map(|b| self.elem(kb, b, &[Expr::Var(kv)]));
-                for p in 0..rows {
-                    for q in 0..cols {
-                        let y = if q == 0 {
-                            f(BinaryOp::Add, f(BinaryOp::Add, sv(p, 0), sv(p, 1)), sv(p, 2))
-                        } else {
-                            f(BinaryOp::Sub, f(BinaryOp::Sub, sv(p, 1), sv(p, 2)), sv(p, 3))
-                        };
+                for p in 0..rows as usize {
+                    for q in 0..cols as usize {
+                        let y = lin(at[q], &st[p * al..(p + 1) * al]);
                         let y = match &b {
                             Some(b) => f(BinaryOp::Add, y, b.clone()),
                             None => y,
@@ -324,8 +386,8 @@ impl Planner<'_> {
                         let idx = [
                             geo.nv.clone(),
                             Expr::Var(kv),
-                            Expr::add(Expr::mul(ti.clone(), Expr::Int(2)), Expr::Int(p as i64)),
-                            Expr::add(Expr::mul(tj.clone(), Expr::Int(2)), Expr::Int(q as i64)),
+                            Expr::add(Expr::mul(ti.clone(), Expr::Int(m)), Expr::Int(p as i64)),
+                            Expr::add(Expr::mul(tj.clone(), Expr::Int(m)), Expr::Int(q as i64)),
                         ];
                         let v = self.conv_epilogue(kb, (a, r, av), acc, &idx, true);
                         s.push(Stmt::Store { buf: op, index: linear(&idx, out_shape), value: v });
@@ -341,9 +403,10 @@ impl Planner<'_> {
     }
 }
 
-/// A unit's geometry: input and output channels, tile rows a unit and tiles a row, leading pads
-/// (rows, columns), and its slot, image and first tile row.
+/// A unit's geometry: the form, input and output channels, tile rows a unit and tiles a row, leading
+/// pads (rows, columns), and its slot, image and first tile row.
 struct Geo {
+    form: &'static Form,
     c: usize,
     k: usize,
     rows: usize,

@@ -76,7 +76,7 @@ pub fn plan_options(cpu: &CpuTarget, exact: bool) -> rlx_opt::PlanOptions {
     // Prefill's GEMMs on int8 where it pays (Gemma 3 270M, prefill 128 at one thread, tokens per
     // CPU-second: VNNI 470 against 269 on f32 panels; AVX2 (--cpu haswell) 252 against 314; sdot not
     // measured: f32 kept).
-    rlx_opt::PlanOptions { gemm_nr: if avx512 { 32 } else { 16 }, gemm_mr: if avx512 { 8 } else { 6 }, wide_tile: if avx512 { (6, 64) } else { (0, 0) }, row_fusion: true, conv_gemm: true, winograd: std::env::var("RLX_WINOGRAD").map_or(true, |v| v != "0"), concat_in_place: true, window_lanes: if avx512 { 16 } else { 8 }, int8_dot, int8_gemm: isa == rlx_ir::loops::Int8Dot::Vnni, ..Default::default() }
+    rlx_opt::PlanOptions { gemm_nr: if avx512 { 32 } else { 16 }, gemm_mr: if avx512 { 8 } else { 6 }, wide_tile: if avx512 { (6, 64) } else { (0, 0) }, row_fusion: true, conv_gemm: true, winograd: std::env::var("RLX_WINOGRAD").ok().and_then(|v| v.parse().ok()).filter(|&m| m == 0 || m == 2 || m == 4).unwrap_or(4), concat_in_place: true, window_lanes: if avx512 { 16 } else { 8 }, int8_dot, int8_gemm: isa == rlx_ir::loops::Int8Dot::Vnni, ..Default::default() }
 }
 
 impl Family for Cpu {
