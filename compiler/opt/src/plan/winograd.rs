@@ -1,29 +1,30 @@
-//! Winograd F(2×2, 3×3) for dense 3×3 stride-1 convolutions over large images (CPU targets,
-//! [`PlanOptions::winograd`](super::PlanOptions::winograd)): each 2×2 block of outputs ("tile") of
-//! channel k is `Aᵀ [Σ_c (G g_kc Gᵀ) ⊙ (Bᵀ d_c B)] A`, with d_c the tile's 4×4 input window of channel
-//! c (Lavin & Gray's matrices: `Bᵀ = [1 0 −1 0; 0 1 1 0; 0 −1 1 0; 0 1 0 −1]`, `G = [1 0 0; ½ ½ ½; ½ −½ ½;
-//! 0 0 1]`, `Aᵀ = [1 1 1 0; 0 1 −1 −1]`), so 16 products a tile and channel pair instead of 36: the sum
-//! over c is 16 independent GEMMs `M[ξ] = U[ξ] · V[ξ]` (K × C by C × tiles). U (`[16·K, C]`, `G g Gᵀ`
-//! computed at compile time in f64) is packed in the micro-kernel's row panels per ξ.
+//! Winograd F(m×m, 3×3) for dense 3×3 stride-1 convolutions over large images (CPU targets,
+//! [`PlanOptions::winograd`](super::PlanOptions::winograd) = m, 2 or 4): each m×m block of outputs
+//! ("tile") of channel k is `Aᵀ [Σ_c (G g_kc Gᵀ) ⊙ (Bᵀ d_c B)] A`, with d_c the tile's α×α input window
+//! of channel c (α = m + 2; Lavin & Gray's matrices, [`F2`] and [`F4`]), so α² products a tile and
+//! channel pair instead of 9·m²: 16 for 4 outputs (F(2×2): 2.25× fewer) or 36 for 16 (F(4×4): 4×). The
+//! sum over c is α² independent GEMMs `M[ξ] = U[ξ] · V[ξ]` (K × C by C × tiles); U (`[α²·K, C]`,
+//! `G g Gᵀ` computed at compile time in f64) is packed in the micro-kernel's row panels per ξ.
 //!
-//! One kernel, the convolution's own: the units — an image's block of `R` tile rows, `R·TW ≥ 64`
-//! tiles (one panel of the wide tile) — are dealt to thread slots in contiguous runs, and each unit runs
-//! three phases through its slot's scratch, which stays in the cache (V and M of a whole layer would
-//! not: VGG-19's 224² layers take 51 MB each, ResNet-50's 56² ones at batch 8 26 MB, and as separate
-//! launches they ran at memory speed — ResNet-50 at batch 8 1.04× the direct form's time):
+//! One kernel, the convolution's own: the units — an image's block of tile rows, ≥ 64 tiles (one panel
+//! of the wide tile) or the whole image — are dealt to thread slots in contiguous runs, and each unit
+//! runs three phases through its slot's scratch, which stays in the cache (V and M of a whole layer
+//! would not: VGG-19's 224² layers take 51 MB each under F(2×2), and as separate launches ResNet-50 at
+//! batch 8 ran no faster than the direct form):
 //! - **input transform**: `V[ξ·C + c][r·TW + tj] = (Bᵀ d B)[ξ]`, the tiles of a row in `vector(lanes)`
-//!   loops (each window row a stride-2 load of x), the tiles whose window crosses the left or right
+//!   loops (each window row a stride-m load of x), the tiles whose window crosses the left or right
 //!   edge scalar with each element selected against zero, a window row in the padding (or past the
 //!   last tile row) selected as zero (one condition);
-//! - **the GEMM** `M[ξ·K + k][·] = U[ξ] · V[ξ]`: `conv_gemm.rs`'s tiles over the block's positions as
-//!   16 groups, V read in place, K chunks through M;
-//! - **output transform**: `Aᵀ M[·][k][t] A` + bias, then the fused epilogue (activation, residual
-//!   add) per output, stored at (2·ti + p, 2·tj + q); the tiles of a row in vector loops
-//!   (non-overlapping: runs of the lanes, then halves, then single tiles), an odd last row or column of
-//!   outputs by tiles of one row or column.
+//! - **the GEMM** `M[ξ·K + k][·] = U[ξ] · V[ξ]`: `conv_gemm.rs`'s tiles over the unit's positions as
+//!   α² groups, V read in place, K chunks through M;
+//! - **output transform**: `Aᵀ M A` + bias, then the fused epilogue (activation, residual add) per
+//!   output, stored at (m·ti + p, m·tj + q); the tiles of a row in vector loops (non-overlapping: runs
+//!   of the lanes, then halves, then single tiles), a last row or column of tiles with the outputs left.
 //!
-//! Rounding: the transforms only add and subtract (and U's halves are exact), so the results differ
-//! from the direct sum in the last bits, as any reordering of the sum does.
+//! Each transform is a constant matrix product emitted term by term ([`lin`]: zero coefficients
+//! skipped, ±1 as additions and subtractions). Rounding: F(2×2)'s transforms only add and subtract
+//! (results differ from the direct sum in the last bits: ~5e-7 on O(1) outputs, `make_convs.py`'s
+//! cases); F(4×4)'s constants (up to 8 in Aᵀ, 5 in Bᵀ, 1/24 in G) cost more: ~8e-6 on the same cases.
 
 use super::blocks::SLOTS;
 use super::conv_gemm::Tiling;
@@ -35,8 +36,8 @@ use rlx_ir::lir::{Base, Buffer};
 use rlx_ir::loops::{Access, Expr, IOp, LoopKind, Stmt, Var};
 use rlx_ir::{BinaryOp, ConstData, DType, MirOp, NodeId};
 
-/// The fewest tiles (2×2 output blocks) an image for the Winograd form, and the fewest input and output
-/// channels: below them the transforms' memory passes outweigh the 2.25× fewer products.
+/// The fewest 2×2 output blocks an image for the Winograd form (28² outputs), and the fewest input and
+/// output channels: below them the transforms' passes outweigh the fewer products.
 const MIN_TILES: usize = 196;
 const MIN_CHANNELS: usize = 16;
 
