@@ -107,6 +107,28 @@ pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (back ends: crane
 #[cfg(not(any(feature = "llvm", feature = "cranelift")))]
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
+/// `--winograd` of a CPU compile: the form of its dense 3×3 stride-1 convolutions over outputs of ≥ 28².
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Winograd {
+    /// the direct forms (im2col or x itself on the GEMM micro-kernel): the smallest weights and arena
+    Off,
+    /// F(2×2, 3×3): 2.25× fewer products, weights 16/9 their size, rounding as the direct sum's
+    F2,
+    /// F(4×4, 3×3) (the default): 4× fewer products, weights 4× their size, rounding ~10× the direct sum's
+    F4,
+}
+
+impl Winograd {
+    /// The tile side m of the form (0: none), `rlx_opt::PlanOptions::winograd`.
+    pub fn m(self) -> usize {
+        match self {
+            Winograd::Off => 0,
+            Winograd::F2 => 2,
+            Winograd::F4 => 4,
+        }
+    }
+}
+
 /// `--precision` of a CUDA compile: the arithmetic of its f32 matmuls.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Precision {

@@ -100,6 +100,11 @@ pub struct CompileArgs {
     /// results (docs/benchmarks.md)
     #[arg(long)]
     pub exact_activations: bool,
+    /// CPU targets: the form of dense 3×3 stride-1 convolutions over outputs of at least 28×28 (default
+    /// f4: Winograd F(4×4, 3×3), the fastest; its transformed weights take 4× the convolution's weight
+    /// bytes, f2 16/9, off 1×; docs/benchmarks.md)
+    #[arg(long, value_enum, value_name = "FORM")]
+    pub winograd: Option<rlxc::cli::Winograd>,
     /// Print the dispatch report (every node: native / common-IR / rewritten / unsupported)
     #[arg(long)]
     pub report: bool,
@@ -157,6 +162,7 @@ impl CompileArgs {
             external_weights: self.weights == Weights::External,
             emit_ir: self.emit_ir,
             exact_activations: self.exact_activations,
+            winograd: self.winograd,
             emit_rust: self.emit == Emit::Rust,
             calibrate: self.calibrate.clone(),
             ram_budget: self.ram_budget,

@@ -111,6 +111,10 @@ pub struct On {
     /// `rlxc compile --help`)
     #[arg(long)]
     pub exact_activations: bool,
+    /// CPU targets: the form of dense 3×3 stride-1 convolutions over large outputs (off, f2, f4; see
+    /// `rlxc compile --help`)
+    #[arg(long, value_enum, value_name = "FORM")]
+    pub winograd: Option<rlxc::cli::Winograd>,
 }
 
 impl On {
@@ -120,7 +124,7 @@ impl On {
     }
     /// The flags that go to the target's family, for model `m`.
     pub fn request(&self, m: &Model) -> Request {
-        Request { backend: self.backend, calibrate: self.calibrate.clone(), board: self.board.clone(), exact_activations: self.exact_activations, source_ops: m.src.node_op_types(), ..Request::named("rlxmodel") }
+        Request { backend: self.backend, calibrate: self.calibrate.clone(), board: self.board.clone(), exact_activations: self.exact_activations, winograd: self.winograd, source_ops: m.src.node_op_types(), ..Request::named("rlxmodel") }
     }
 }
 

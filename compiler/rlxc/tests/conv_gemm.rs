@@ -46,9 +46,8 @@ fn run(model: &Path, inputs: &[String], target: &str, threads: usize, out: &Path
     run_with(model, inputs, target, threads, out, &[])
 }
 
-fn run_with(model: &Path, inputs: &[String], target: &str, threads: usize, out: &Path, env: &[(&str, &str)]) -> Vec<f32> {
+fn run_with(model: &Path, inputs: &[String], target: &str, threads: usize, out: &Path, flags: &[&str]) -> Vec<f32> {
     let mut c = Command::new(env!("CARGO_BIN_EXE_rlxc"));
-    c.envs(env.iter().copied());
     let (t, backend) = match target.strip_suffix("-cranelift") {
         Some(t) => (t, Some("cranelift")),
         None => (target, None),
@@ -59,6 +58,9 @@ fn run_with(model: &Path, inputs: &[String], target: &str, threads: usize, out: 
     }
     for i in inputs {
         c.args(["--input", i]);
+    }
+    if target != "interp" {
+        c.args(flags);
     }
     ok(&mut c);
     let files: Vec<PathBuf> = std::fs::read_dir(out).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|e| e == "npy")).collect();
@@ -71,14 +73,14 @@ fn check(targets: &[(&str, usize)], tag: &str) {
     check_with(targets, tag, "", &[]);
 }
 
-/// The cases whose name contains `only`, compiled with the environment `env`, on each target.
-fn check_with(targets: &[(&str, usize)], tag: &str, only: &str, env: &[(&str, &str)]) {
+/// The cases whose name contains `only`, compiled with the extra `flags`, on each target.
+fn check_with(targets: &[(&str, usize)], tag: &str, only: &str, flags: &[&str]) {
     let dir = scratch(tag);
     for (name, model, inputs) in cases(&dir).into_iter().filter(|(n, _, _)| n.contains(only)) {
         let want = run(&model, &inputs, "interp", 1, &dir.join(format!("{name}-interp")));
         assert!(want.iter().any(|&v| v != 0.0), "{name}: the reference output is all zeros");
         for &(t, threads) in targets {
-            let got = run_with(&model, &inputs, t, threads, &dir.join(format!("{name}-{t}-{threads}")), env);
+            let got = run_with(&model, &inputs, t, threads, &dir.join(format!("{name}-{t}-{threads}")), flags);
             assert_eq!(got.len(), want.len(), "{name} on {t}: output length");
             let worst = got.iter().zip(&want).map(|(g, w)| (g - w).abs() / w.abs().max(1.0)).fold(0.0f32, f32::max);
             assert!(worst <= 1e-4, "{name} on {t} ({threads} threads): differs from the interpreter by {worst:e}");
@@ -92,10 +94,10 @@ fn conv_gemm_llvm_matches_interp() {
     check(&[("x86_64", 1), ("host", 1), ("host", 2)], "llvm");
 }
 
-/// The CPU targets' default Winograd form is F(4×4, 3×3); F(2×2, 3×3) (`RLX_WINOGRAD=2`) on the same cases.
+/// The CPU targets' default Winograd form is F(4×4, 3×3); F(2×2, 3×3) (`--winograd f2`) on the same cases.
 #[test]
 fn conv_gemm_winograd_f2_matches_interp() {
-    check_with(&[("host", 2), ("x86_64-cranelift", 1)], "winograd-f2", "winograd", &[("RLX_WINOGRAD", "2")]);
+    check_with(&[("host", 2), ("x86_64-cranelift", 1)], "winograd-f2", "winograd", &["--winograd", "f2"]);
 }
 
 #[test]
@@ -124,7 +126,14 @@ fn conv_gemm_paths_are_taken() {
     let kd = lir("conv3x3_wide");
     assert!(kd.contains("(window mask)") && !kd.contains("(im2col)") && kd.contains("(packed B chunks)"), "3×3 pad 1, stride 1: B is not packed from x:\n{kd}");
     let kw = lir("conv3x3_winograd");
-    assert!(kw.contains("(winograd, packed") && kw.contains("(winograd input)") && kw.contains("(winograd products)") && !kw.contains("(im2col)") && !kw.contains("(window mask)"), "3×3 pad 1 over 196 tiles: not the Winograd form:\n{kw}");
+    assert!(kw.contains("(winograd, packed") && kw.contains("(winograd input)") && kw.contains("(winograd products)") && !kw.contains("(im2col)") && !kw.contains("(window mask)"), "3×3 pad 1 over 28²: not the Winograd form:\n{kw}");
+    // F(4×4, 3×3) by default: 36 groups of panels (64 channels: 11 tiles of 6 rows each); --winograd off: the direct form.
+    assert!(kw.contains("f32[396, 64, 6] \"w0 (winograd, packed 6-row panels)\""), "3×3 over 28²: not F(4×4, 3×3)'s 36 groups:\n{kw}");
+    let (_, model, _) = cases.iter().find(|(n, _, _)| n == "conv3x3_winograd").unwrap();
+    let off = dir.join("conv3x3_winograd-off");
+    ok(Command::new(env!("CARGO_BIN_EXE_rlxc")).current_dir(repo()).arg("compile").arg(model).args(["--target", "x86_64", "--winograd", "off", "--name", "m", "--emit-ir", "-o"]).arg(&off));
+    let ko = std::fs::read_to_string(off.join("m.lir")).unwrap();
+    assert!(!ko.contains("winograd") && ko.contains("(window mask)"), "--winograd off: not the direct form:\n{ko}");
     let ks = lir("conv3x3_s2_phases_b2");
     assert!(ks.contains("(phases)") && ks.contains("(window mask)") && !ks.contains("(im2col)"), "3×3 stride 2: B is not packed from x's phases:\n{ks}");
     let k7 = lir("conv7x7_s2_relu6");

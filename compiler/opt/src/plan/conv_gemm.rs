@@ -247,7 +247,7 @@ impl Planner<'_> {
             let (sx, so) = (self.shape(node.inputs[0]), self.shape(node.outputs[0]));
             let one = sw[2..].iter().all(|&k| k == 1) && strides.iter().all(|&s| s == 1) && pads.iter().all(|&p| p == 0);
             // A 3×3 stride-1 one over a large image: Winograd F(2×2, 3×3), its 16 GEMMs one grouped GEMM.
-            if let Some(wg) = winograd::fits(&sw, &so, strides, dilations, groups, self.opts.winograd).filter(|_| self.opts.winograd > 0) {
+            if let Some(wg) = winograd::fits(&sw, &so, strides, dilations, groups, self.opts.winograd) {
                 let (cmr, cnr) = self.wide_tile;
                 let (mr, nr) = if cmr > 0 && cnr > 0 { (cmr, cnr) } else { (self.mr, self.nr) };
                 let mr = tile_rows(mr, sw[0]);

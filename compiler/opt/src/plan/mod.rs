@@ -114,7 +114,7 @@ pub struct PlanOptions {
     /// With `conv_gemm`, dense 3×3 stride-1 convolutions over large images in the Winograd F(m×m, 3×3)
     /// form, m = this (2 or 4; 0: none) (`winograd.rs`: per block of tile rows, input transform, the
     /// (m + 2)² GEMMs on the micro-kernel, output transform with the epilogue, in one kernel); CPU targets
-    /// set 4 (`RLX_WINOGRAD=0|2|4` at compile time overrides it).
+    /// set it from `--winograd off|f2|f4` (default 4).
     pub winograd: usize,
     /// A concat whose slices are contiguous and whose inputs each have a kernel of their own is no
     /// launch: each input's kernel stores into its slice of the concat's buffer (`concat.rs`); CPU

@@ -107,9 +107,9 @@ impl Wino {
 
 /// The Winograd form of a convolution with weight shape `sw` and output shape `so`, if it takes one:
 /// dense, 2-D, 3×3, stride 1, dilation 1, with at least [`MIN_CHANNELS`] input and output channels and
-/// [`MIN_TILES`] tiles of F(2×2, 3×3); `m` 4 for F(4×4, 3×3) instead.
+/// [`MIN_TILES`] tiles of F(2×2, 3×3), in the form F(m×m, 3×3) (`m` 2 or 4; 0: none).
 pub(super) fn fits(sw: &[usize], so: &[usize], strides: &[usize], dilations: &[usize], groups: usize, m: usize) -> Option<Wino> {
-    if groups != 1 || sw.len() != 4 || so.len() != 4 || sw[2] != 3 || sw[3] != 3 {
+    if m == 0 || groups != 1 || sw.len() != 4 || so.len() != 4 || sw[2] != 3 || sw[3] != 3 {
         return None;
     }
     if strides.iter().any(|&s| s != 1) || dilations.iter().any(|&d| d != 1) || sw[0] < MIN_CHANNELS || sw[1] < MIN_CHANNELS {

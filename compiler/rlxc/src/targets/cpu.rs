@@ -56,8 +56,9 @@ pub fn int8_dot_isa(cpu: &CpuTarget) -> rlx_ir::loops::Int8Dot {
 /// Planning parameters for a CPU: GEMM panels are two vectors wide (AVX-512: 32 f32 lanes; AVX2 and
 /// NEON: 16). Block-quantized matmuls take int8 activations (`PlanOptions::int8_dot`) with the LLVM
 /// back end on a CPU with an int8 dot product instruction (`int8_dot_isa`), unless `exact`
-/// (`--exact-activations`); prefill's many-row ones only with AVX-512 VNNI (`int8_gemm`).
-pub fn plan_options(cpu: &CpuTarget, exact: bool) -> rlx_opt::PlanOptions {
+/// (`--exact-activations`); prefill's many-row ones only with AVX-512 VNNI (`int8_gemm`). Dense 3×3
+/// stride-1 convolutions over large outputs take the Winograd form `winograd` (`--winograd`).
+pub fn plan_options(cpu: &CpuTarget, exact: bool, winograd: crate::cli::Winograd) -> rlx_opt::PlanOptions {
     let avx512 = cpu.features.split(',').any(|f| f == "+avx512f")
         || ["skylake-avx512", "icelake-server", "sapphirerapids", "znver4", "znver5", "x86-64-v4"].contains(&cpu.cpu.as_str());
     // AVX-512: 8 rows × 2 zmm = 16 accumulators (measured on MiniLM: 8 beats 6 and 12 by 4–5%), and the
@@ -76,7 +77,7 @@ pub fn plan_options(cpu: &CpuTarget, exact: bool) -> rlx_opt::PlanOptions {
     // Prefill's GEMMs on int8 where it pays (Gemma 3 270M, prefill 128 at one thread, tokens per
     // CPU-second: VNNI 470 against 269 on f32 panels; AVX2 (--cpu haswell) 252 against 314; sdot not
     // measured: f32 kept).
-    rlx_opt::PlanOptions { gemm_nr: if avx512 { 32 } else { 16 }, gemm_mr: if avx512 { 8 } else { 6 }, wide_tile: if avx512 { (6, 64) } else { (0, 0) }, row_fusion: true, conv_gemm: true, winograd: std::env::var("RLX_WINOGRAD").ok().and_then(|v| v.parse().ok()).filter(|&m| m == 0 || m == 2 || m == 4).unwrap_or(4), concat_in_place: true, window_lanes: if avx512 { 16 } else { 8 }, int8_dot, int8_gemm: isa == rlx_ir::loops::Int8Dot::Vnni, ..Default::default() }
+    rlx_opt::PlanOptions { gemm_nr: if avx512 { 32 } else { 16 }, gemm_mr: if avx512 { 8 } else { 6 }, wide_tile: if avx512 { (6, 64) } else { (0, 0) }, row_fusion: true, conv_gemm: true, winograd: winograd.m(), concat_in_place: true, window_lanes: if avx512 { 16 } else { 8 }, int8_dot, int8_gemm: isa == rlx_ir::loops::Int8Dot::Vnni, ..Default::default() }
 }
 
 impl Family for Cpu {
@@ -87,7 +88,7 @@ impl Family for Cpu {
         crate::cli::cpu_caps(t.name())
     }
     fn flags(&self) -> &'static [Flag] {
-        &[Flag::Cpu, Flag::Backend, Flag::WeightsExternal, Flag::EmitIr, Flag::ExactActivations]
+        &[Flag::Cpu, Flag::Backend, Flag::WeightsExternal, Flag::EmitIr, Flag::ExactActivations, Flag::Winograd]
     }
     fn check(&self, t: Target, r: &Request) -> Result<(), Failure> {
         cpu_of(t, r).map(|_| ())
@@ -99,7 +100,7 @@ impl Family for Cpu {
         t != Target::Host
     }
     fn planning(&self, t: Target, r: &Request) -> Result<Planning, Failure> {
-        Ok(Planning::Plan(plan_options(&cpu_of(t, r)?, r.exact_activations)))
+        Ok(Planning::Plan(plan_options(&cpu_of(t, r)?, r.exact_activations, r.winograd.unwrap_or(crate::cli::Winograd::F4))))
     }
     fn emit(&self, t: Target, p: Prepared, r: &Request, tm: &mut Timings) -> Result<Box<dyn Artifact>, Failure> {
         Ok(Box::new(emit(t, p, r, tm)?))

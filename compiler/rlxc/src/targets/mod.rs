@@ -52,6 +52,7 @@ pub enum Flag {
     Backend,
     WeightsExternal,
     ExactActivations,
+    Winograd,
     EmitIr,
     EmitRust,
     Calibrate,
@@ -70,6 +71,7 @@ impl Flag {
             Flag::Backend => "--backend",
             Flag::WeightsExternal => "--weights external",
             Flag::ExactActivations => "--exact-activations",
+            Flag::Winograd => "--winograd",
             Flag::EmitIr => "--emit-ir",
             Flag::EmitRust => "--emit rust",
             Flag::Calibrate => "--calibrate",
@@ -105,6 +107,8 @@ pub struct Request {
     /// `--exact-activations`: CPU targets keep f32 activations in block-quantized matmuls (no int8
     /// dot products; `rlx_opt::PlanOptions::int8_dot`).
     pub exact_activations: bool,
+    /// `--winograd`: CPU targets' form of dense 3×3 stride-1 convolutions (default F(4×4, 3×3)).
+    pub winograd: Option<crate::cli::Winograd>,
     /// The model's node names → op types (`ModelSource::node_op_types`), for errors that speak of
     /// the model's ops rather than the MIR's.
     pub source_ops: BTreeMap<String, String>,
@@ -126,6 +130,7 @@ impl Request {
         on(self.backend.is_some(), Flag::Backend);
         on(self.external_weights, Flag::WeightsExternal);
         on(self.exact_activations, Flag::ExactActivations);
+        on(self.winograd.is_some(), Flag::Winograd);
         on(self.emit_ir, Flag::EmitIr);
         on(self.emit_rust, Flag::EmitRust);
         on(self.calibrate.is_some(), Flag::Calibrate);
