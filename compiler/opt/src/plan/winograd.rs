@@ -198,9 +198,20 @@ fn exact_runs(lo: i64, n: i64, lanes: i64) -> Vec<(i64, i64, i64)> {
 }
 
 
-/// The tile rows of a unit: enough that a unit has one wide panel of tiles (64), at most the image's.
-fn block_rows(th: usize, tw: usize) -> usize {
-    64usize.div_ceil(tw).clamp(1, th)
+/// The fewest units a convolution is cut into, so that two threads get equal shares within a fifth
+/// (by tile rows, else also by output channels).
+const MIN_UNITS: usize = 4;
+
+/// The tile rows of a unit: enough that a unit has one wide panel of tiles (64), at most the image's;
+/// fewer where that leaves fewer than [`MIN_UNITS`] units over the batch and a unit keeps ≥ 32 tiles
+/// (ResNet's 56² layers under F(4×4): 14 × 14 tiles in 4 blocks of 4 rows instead of 3 of 5).
+fn block_rows(nb: usize, th: usize, tw: usize) -> usize {
+    let rows = 64usize.div_ceil(tw).clamp(1, th);
+    if nb * th.div_ceil(rows) >= MIN_UNITS {
+        return rows;
+    }
+    let fewer = th.div_ceil(MIN_UNITS.div_ceil(nb));
+    if fewer * tw >= 32 { fewer.min(rows) } else { rows }
 }
 
 impl Planner<'_> {
@@ -219,10 +230,17 @@ impl Planner<'_> {
         let sx = self.shape(node.inputs[0]);
         let (nb, c, k) = (sx[0], sx[1], out_shape[1]);
         let (th, tw) = (wg.th, wg.tw);
-        let rows = block_rows(th, tw);
+        let rows = block_rows(nb, th, tw);
         let pb = rows * tw;
         let nblk = th.div_ceil(rows);
-        let units = nb * nblk;
+        // Blocks of output channels (whole row tiles) when there are still fewer than `MIN_UNITS` units:
+        // F(4×4)'s 28² layers at batch 1 are one block (7 × 7 tiles), which one thread would run alone.
+        // Each channel block transforms the input again.
+        let (mr, nr) = (cg.mr, cg.nr);
+        let tpg = k.div_ceil(mr);
+        let tpb = tpg.div_ceil(MIN_UNITS.div_ceil(nb * nblk).clamp(1, tpg));
+        let kblk = tpg.div_ceil(tpb);
+        let units = nb * nblk * kblk;
         let slots = SLOTS.min(units);
         let per = units.div_ceil(slots);
         let vshape = vec![slots, ng * c, pb];
@@ -237,17 +255,21 @@ impl Planner<'_> {
         let bound = |s: Expr| Expr::i(IOp::Div, Expr::mul(s, Expr::Int(units as i64)), Expr::Int(slots as i64));
         let (j, uv) = (kb.var(), kb.var());
         let u = Expr::add(bound(Expr::Var(slot)), Expr::Var(j));
-        let (nv, blk) = if nb > 1 { (Expr::i(IOp::Div, Expr::Var(uv), Expr::Int(nblk as i64)), Expr::i(IOp::Rem, Expr::Var(uv), Expr::Int(nblk as i64))) } else { (Expr::Int(0), Expr::Var(uv)) };
+        // Unit u: image u / (nblk·kblk), tile rows block (u / kblk) % nblk, channel block u % kblk.
+        let per_image = (nblk * kblk) as i64;
+        let nv = if nb > 1 { Expr::i(IOp::Div, Expr::Var(uv), Expr::Int(per_image)) } else { Expr::Int(0) };
+        let blk = Expr::i(IOp::Rem, Expr::i(IOp::Div, Expr::Var(uv), Expr::Int(kblk as i64)), Expr::Int(nblk as i64));
+        let kq = if kblk > 1 { Expr::i(IOp::Rem, Expr::Var(uv), Expr::Int(kblk as i64)) } else { Expr::Int(0) };
         let ti0 = Expr::mul(blk, Expr::Int(rows as i64));
         let sv = Expr::Var(slot);
-        let geo = Geo { form, c, k, rows, tw, pads, sv: sv.clone(), nv: nv.clone(), ti0 };
+        let kn = (tpb * mr).min(k);
+        let geo = Geo { form, c, k, rows, tw, pads, sv: sv.clone(), nv: nv.clone(), ti0, k0: Expr::mul(kq.clone(), Expr::Int((tpb * mr) as i64)), kn, kguard: kblk * tpb * mr > k };
         let mut unit = vec![Stmt::Decl { var: uv, dtype: DType::I64, init: u.clone() }];
         unit.extend(self.wino_input(kb, node.inputs[0], &geo, vp, &vshape));
-        // The α² GEMMs: `conv_gemm.rs`'s tiles, α² groups over the unit's positions, V read in place.
-        let (mr, nr) = (cg.mr, cg.nr);
+        // The α² GEMMs: `conv_gemm.rs`'s tiles, α² groups over the unit's positions, V read in place;
+        // of each group the unit's channel block's `tpb` row tiles.
         let nch = c.div_ceil((16 * 1024 / (nr * 4)).max(16));
         let kc = c.div_ceil(nch);
-        let tpg = k.div_ceil(mr);
         let t = Tiling { a, r: a, av: node.outputs[0], bias: None, op: mp, out_shape: &mshape, ap, bp: vp, nv: sv, kdim: c, pn: pb, mr, nr, pdim: 2, kc, nch, groups: ng, tpg, mg: k, direct: None };
         let full = pb / nr;
         let mut pieces = Vec::new();
@@ -261,8 +283,13 @@ impl Planner<'_> {
             let mut v = Vec::new();
             let panel = |me: &mut Self, kb: &mut KB, cbase: Expr, width: usize| -> Stmt {
                 let tl = kb.var();
-                let body = me.conv_tile(kb, &t, Expr::Var(tl), cbase, width, k0.clone(), klen, first, last, None);
-                Stmt::For { var: tl, extent: (ng * tpg) as i64, kind: LoopKind::Serial, body }
+                let local = Expr::add(Expr::mul(kq.clone(), Expr::Int(tpb as i64)), Expr::i(IOp::Rem, Expr::Var(tl), Expr::Int(tpb as i64)));
+                let gt = Expr::add(Expr::mul(Expr::i(IOp::Div, Expr::Var(tl), Expr::Int(tpb as i64)), Expr::Int(tpg as i64)), local.clone());
+                let mut body = me.conv_tile(kb, &t, gt, cbase, width, k0.clone(), klen, first, last, None);
+                if kblk * tpb > tpg {
+                    body = vec![Stmt::If { cond: Expr::i(IOp::Lt, local, Expr::Int(tpg as i64)), body }];
+                }
+                Stmt::For { var: tl, extent: (ng * tpb) as i64, kind: LoopKind::Serial, body }
             };
             if full > 0 {
                 let p = kb.var();
@@ -348,7 +375,7 @@ impl Planner<'_> {
         let at = geo.form.at;
         let tw = geo.tw as i64;
         let lanes = self.lanes as i64;
-        let (kv, rr) = (kb.var(), kb.var());
+        let (kl, rr, kv) = (kb.var(), kb.var(), kb.var());
         let ti = Expr::add(geo.ti0.clone(), Expr::Var(rr));
         let mut per_row = Vec::new();
         // Tile rows with all m output rows, then a last one with the rest.
@@ -399,13 +426,17 @@ impl Planner<'_> {
             }
             per_row.push(Stmt::If { cond, body });
         }
+        // Channel kv = the block's first + kl (past the last channel in a last, short block: skipped).
+        let mut body = vec![Stmt::Decl { var: kv, dtype: DType::I64, init: Expr::add(geo.k0.clone(), Expr::Var(kl)) }];
         let rows = Stmt::For { var: rr, extent: geo.rows as i64, kind: LoopKind::Serial, body: per_row };
-        vec![Stmt::For { var: kv, extent: geo.k as i64, kind: LoopKind::Serial, body: vec![rows] }]
+        body.push(if geo.kguard { Stmt::If { cond: Expr::i(IOp::Lt, Expr::Var(kv), Expr::Int(geo.k as i64)), body: vec![rows] } } else { rows });
+        vec![Stmt::For { var: kl, extent: geo.kn as i64, kind: LoopKind::Serial, body }]
     }
 }
 
 /// A unit's geometry: the form, input and output channels, tile rows a unit and tiles a row, leading
-/// pads (rows, columns), and its slot, image and first tile row.
+/// pads (rows, columns), its slot, image and first tile row, and its block of output channels (the
+/// first, how many, whether the last block runs past the last channel).
 struct Geo {
     form: &'static Form,
     c: usize,
@@ -416,4 +447,7 @@ struct Geo {
     sv: Expr,
     nv: Expr,
     ti0: Expr,
+    k0: Expr,
+    kn: usize,
+    kguard: bool,
 }
