@@ -11,7 +11,9 @@
 //! whose B panel stays in L1; the parallel loop runs over images × blocks of row tiles (when the
 //! weight is the larger operand, B read in place) or over thread slots that are dealt the position
 //! panels, each K chunk of a panel packed into the slot's contiguous scratch before the tiles read it
-//! (see [`Planner::conv_gemm_body`], [`Planner::packed_positions`]).
+//! (see [`Planner::conv_gemm_body`], [`Planner::packed_positions`]). Two other forms share the tiles:
+//! output channels as the lanes over few positions (`conv_lanes.rs`) and Winograd for 3×3 stride-1
+//! convolutions over large outputs (`winograd.rs`).
 
 use super::fuse::{is_elementwise, Role};
 use super::index::{clamp, linear};
@@ -124,6 +126,19 @@ fn strided_direct(s: usize, geo: [(usize, usize, usize, usize); 2], c: usize) ->
         }
     }
     Some((v, hp))
+}
+
+/// The positions `from` … `pn` − 1 past the last full panel in power-of-two widths (a vector of an odd
+/// width such as 17 lanes compiles to lane shuffles and spills): (first position, width).
+pub(super) fn tail_pieces(from: usize, pn: usize) -> Vec<(usize, usize)> {
+    let mut pieces = Vec::new();
+    let mut off = from;
+    while off < pn {
+        let w = 1usize << (usize::BITS - 1 - (pn - off).leading_zeros());
+        pieces.push((off, w));
+        off += w;
+    }
+    pieces
 }
 
 /// Rows per tile for `mg` output channels a group on a tile of `mr` rows: `mr`, or 4 where `mr`-row
@@ -372,15 +387,7 @@ impl Planner<'_> {
             (1, tiles)
         };
         let np = if by_rows { nblocks } else { full + (tail > 0) as usize };
-        // The tail positions in power-of-two widths (a vector of an odd width such as 17 lanes
-        // compiles to lane shuffles and spills): (first position, width).
-        let mut pieces = Vec::new();
-        let mut off = full * nr;
-        while off < pn {
-            let w = 1usize << (usize::BITS - 1 - (pn - off).leading_zeros());
-            pieces.push((off, w));
-            off += w;
-        }
+        let pieces = tail_pieces(full * nr, pn);
         // The output position is carried on the last spatial dim that is not 1 (the others 0): a flat
         // index that `linear` maps to the right offset for the output and every epilogue operand.
         let pdim = (2..out_shape.len()).rev().find(|&d| out_shape[d] != 1).unwrap_or(out_shape.len() - 1);

@@ -27,7 +27,7 @@
 //! cases); F(4×4)'s constants (up to 8 in Aᵀ, 5 in Bᵀ, 1/24 in G) cost more: ~8e-6 on the same cases.
 
 use super::blocks::SLOTS;
-use super::conv_gemm::Tiling;
+use super::conv_gemm::{tail_pieces, Tiling};
 use super::im2col::vector_runs;
 use super::index::{clamp, linear};
 use super::kernel::{lit, KB};
@@ -272,13 +272,7 @@ impl Planner<'_> {
         let kc = c.div_ceil(nch);
         let t = Tiling { a, r: a, av: node.outputs[0], bias: None, op: mp, out_shape: &mshape, ap, bp: vp, nv: sv, kdim: c, pn: pb, mr, nr, pdim: 2, kc, nch, groups: ng, tpg, mg: k, direct: None };
         let full = pb / nr;
-        let mut pieces = Vec::new();
-        let mut off = full * nr;
-        while off < pb {
-            let w = 1usize << (usize::BITS - 1 - (pb - off).leading_zeros());
-            pieces.push((off, w));
-            off += w;
-        }
+        let pieces = tail_pieces(full * nr, pb);
         unit.extend(self.k_chunks(kb, (c, kc, nch), &mut |me, kb, k0, klen, first, last| {
             let mut v = Vec::new();
             let panel = |me: &mut Self, kb: &mut KB, cbase: Expr, width: usize| -> Stmt {
