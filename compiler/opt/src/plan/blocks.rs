@@ -27,6 +27,23 @@ use rlx_ir::{BinaryOp, ConstData, DType, NodeId};
 pub(super) const PANEL_TILES: usize = 3;
 /// Thread slots of the prefill form: a multiple of 1, 2, 4 and 8 threads.
 pub(super) const SLOTS: usize = 8;
+
+/// The units of thread slot `slot` out of `slots` (the parallel loop), dealt in contiguous runs: slot s
+/// takes units ⌊units·s/slots⌋ … ⌊units·(s + 1)/slots⌋ − 1, one by one as `uv` (declared here) in a
+/// serial loop over `j` running `body`. The pool gives each thread a run of slots whose boundaries are
+/// those of a power-of-two split, so 2, 4 or 8 threads differ by at most one unit, and one thread walks
+/// neighbouring units (an image's panels) in order. Used by the convolutions' packed positions,
+/// channels as lanes and Winograd kernels.
+pub(super) fn slot_units(slot: Var, (j, uv): (Var, Var), units: usize, slots: usize, body: Vec<Stmt>) -> Stmt {
+    let bound = |s: Expr| Expr::i(IOp::Div, Expr::mul(s, Expr::Int(units as i64)), Expr::Int(slots as i64));
+    let u = Expr::add(bound(Expr::Var(slot)), Expr::Var(j));
+    let mut unit = vec![Stmt::Decl { var: uv, dtype: DType::I64, init: u.clone() }];
+    unit.extend(body);
+    if units % slots != 0 {
+        unit = vec![Stmt::If { cond: Expr::i(IOp::Lt, u, bound(Expr::add(Expr::Var(slot), Expr::Int(1)))), body: unit }];
+    }
+    Stmt::For { var: j, extent: units.div_ceil(slots) as i64, kind: LoopKind::Serial, body: unit }
+}
 /// How far ahead of the block being read both forms prefetch their weight stream, in bytes. The
 /// hardware prefetcher follows a stream only inside a 4 KiB page and restarts after each boundary;
 /// software prefetches this far ahead of every cache line make the next page's lines arrive before

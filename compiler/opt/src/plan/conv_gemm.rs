@@ -17,7 +17,7 @@
 
 use super::fuse::{is_elementwise, Role};
 use super::index::{clamp, linear};
-use super::blocks::SLOTS;
+use super::blocks::{slot_units, SLOTS};
 use super::conv_lanes::lanes_shape;
 use super::winograd::{self, Wino};
 use super::kernel::{lit, KB};
@@ -56,7 +56,7 @@ pub(super) struct ConvGemm {
     /// Output channels as the vector lanes (`conv_lanes.rs`): `mr` positions per tile × `nr` channels,
     /// the weight packed in `nr`-channel panels.
     pub(super) lanes: bool,
-    /// The Winograd form (`winograd.rs`): `apack` is the transformed weight's 16 groups of panels.
+    /// The Winograd form (`winograd.rs`): `apack` is the transformed weight's α² groups of panels.
     pub(super) winograd: Option<Wino>,
 }
 
@@ -261,7 +261,7 @@ impl Planner<'_> {
             let sw = self.shape(w);
             let (sx, so) = (self.shape(node.inputs[0]), self.shape(node.outputs[0]));
             let one = sw[2..].iter().all(|&k| k == 1) && strides.iter().all(|&s| s == 1) && pads.iter().all(|&p| p == 0);
-            // A 3×3 stride-1 one over a large image: Winograd F(2×2, 3×3), its 16 GEMMs one grouped GEMM.
+            // A 3×3 stride-1 one over a large output: Winograd F(m×m, 3×3), its α² GEMMs as α² groups.
             if let Some(wg) = winograd::fits(&sw, &so, strides, dilations, groups, self.opts.winograd) {
                 let (cmr, cnr) = self.wide_tile;
                 let (mr, nr) = if cmr > 0 && cnr > 0 { (cmr, cnr) } else { (self.mr, self.nr) };
@@ -339,15 +339,15 @@ impl Planner<'_> {
     pub(super) fn conv_gemm_body(&mut self, kb: &mut KB, a: NodeId, r: NodeId, op: u32, out_shape: &[usize]) -> Vec<Stmt> {
         let node = self.g.node(a).clone();
         let cg = self.conv_gemm[&a].clone();
+        if cg.winograd.is_some() {
+            return self.winograd_body(kb, a, r, op, out_shape);
+        }
         let sw = self.shape(node.inputs[1]);
         let kdim: usize = sw[1..].iter().product();
         let bbuf = match cg.col {
             Some(c) => c,
             None => self.buf_of[node.inputs[0].index()].expect("conv GEMM input is materialized"),
         };
-        if cg.winograd.is_some() {
-            return self.winograd_body(kb, a, r, op, out_shape);
-        }
         if cg.lanes {
             return self.lanes_gemm(kb, a, r, node.inputs.get(2).copied(), op, out_shape, &cg, bbuf, kdim);
         }
@@ -507,7 +507,6 @@ impl Planner<'_> {
         let tb = tiles.div_ceil(rbt);
         let units = nb * np * tb;
         let slots = SLOTS.min(units);
-        let per = units.div_ceil(slots);
         let label = format!("{} (packed B chunks)", self.g.node(t.a).name);
         let sb = self.add_buffer(Buffer { base: Base::Arena, offset: 0, dtype: DType::F32, shape: vec![slots, t.kc, nr], label }, None);
         let sp = kb.param(sb, &self.buffers[sb as usize].clone(), Access::ReadWrite);
@@ -518,27 +517,15 @@ impl Planner<'_> {
         // will pack: x is read in a pattern the hardware prefetcher does not follow (a few lines of
         // every channel per unit), and from a large image each first touch missed.
         let t = &Tiling { direct: t.direct.clone().map(|(d, mp, _)| (d, mp, nr as i64)), ..t.clone() };
-        // Slot s takes the contiguous run of units ⌊units·s/slots⌋ … ⌊units·(s + 1)/slots⌋ − 1: one
-        // thread walks an image's panels in order (its output rows, residual and x rows are read and
-        // written line after line, as the hardware prefetcher follows them), and since the pool gives each
-        // thread a run of slots whose boundaries are those of a power-of-two split, 2, 4 or 8 threads
-        // differ by at most one unit.
-        let bound = |s: Expr| Expr::i(IOp::Div, Expr::mul(s, Expr::Int(units as i64)), Expr::Int(slots as i64));
-        let first = bound(Expr::Var(slot));
-        let end = bound(Expr::add(Expr::Var(slot), Expr::Int(1)));
-        // The units of the slot, each running `f(tiling, q, first tile)` (q: the panel within its image).
+        // The slot's units (`slot_units`: contiguous runs), each running `f(tiling, q, first tile)` (q:
+        // the panel within its image).
         let units_loop = |kb: &mut KB, f: &mut dyn FnMut(&mut KB, &Tiling, &Expr, &Expr) -> Vec<Stmt>| -> Vec<Stmt> {
             let (j, uv) = (kb.var(), kb.var());
-            let u = Expr::add(first.clone(), Expr::Var(j));
             let (w, t0) = if tb > 1 { (Expr::i(IOp::Div, Expr::Var(uv), Expr::Int(tb as i64)), Expr::mul(Expr::i(IOp::Rem, Expr::Var(uv), Expr::Int(tb as i64)), Expr::Int(rbt as i64))) } else { (Expr::Var(uv), Expr::Int(0)) };
             let (nv, q) = if nb > 1 { (Expr::i(IOp::Div, w.clone(), Expr::Int(np as i64)), Expr::i(IOp::Rem, w, Expr::Int(np as i64))) } else { (Expr::Int(0), w) };
             let tu = Tiling { nv, ..t.clone() };
-            let mut unit = vec![Stmt::Decl { var: uv, dtype: DType::I64, init: u.clone() }];
-            unit.extend(f(kb, &tu, &q, &t0));
-            if units % slots != 0 {
-                unit = vec![Stmt::If { cond: Expr::i(IOp::Lt, u, end.clone()), body: unit }];
-            }
-            vec![Stmt::For { var: j, extent: per as i64, kind: LoopKind::Serial, body: unit }]
+            let body = f(kb, &tu, &q, &t0);
+            vec![slot_units(slot, (j, uv), units, slots, body)]
         };
         // The full panel q or the tail panel, each as (first position, offset in the panel, width) pieces.
         let panels = |q: &Expr| -> Vec<(Expr, Vec<(Expr, usize, usize)>)> {

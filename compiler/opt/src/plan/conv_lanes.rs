@@ -12,7 +12,7 @@
 //! image's panels on one thread, its im2col rows shared by them: ResNet-50's 256-channel 3×3 at 14²,
 //! batch 8, 0.8× the time of a round-robin deal, per-kernel CPU samples).
 
-use super::blocks::SLOTS;
+use super::blocks::{slot_units, SLOTS};
 use super::conv_gemm::ConvGemm;
 use super::index::linear;
 use super::kernel::{lit, KB};
@@ -64,7 +64,6 @@ impl Planner<'_> {
         let pblocks = ptiles.div_ceil(tpb);
         let units = nb * panels * pblocks;
         let slots = SLOTS.min(units);
-        let per = units.div_ceil(slots);
         let nch = kdim.div_ceil((CHUNK / (lanes * 4)).max(16));
         let kc = kdim.div_ceil(nch);
         let pdim = (2..out_shape.len()).rev().find(|&d| out_shape[d] != 1).unwrap_or(out_shape.len() - 1);
@@ -77,14 +76,12 @@ impl Planner<'_> {
             kb.param(sb, &self.buffers[sb as usize].clone(), Access::ReadWrite)
         });
         let (j, uv) = (kb.var(), kb.var());
-        let bound = |s: Expr| Expr::i(IOp::Div, Expr::mul(s, Expr::Int(units as i64)), Expr::Int(slots as i64));
-        let u = Expr::add(bound(Expr::Var(slot)), Expr::Var(j));
         let uvx = || Expr::Var(uv);
         let nv = if nb > 1 { Expr::i(IOp::Div, uvx(), Expr::Int((panels * pblocks) as i64)) } else { Expr::Int(0) };
         let cp = Expr::i(IOp::Rem, Expr::i(IOp::Div, uvx(), Expr::Int(pblocks as i64)), Expr::Int(panels as i64));
         let pb = if pblocks > 1 { Expr::i(IOp::Rem, uvx(), Expr::Int(pblocks as i64)) } else { Expr::Int(0) };
         let t = Lanes { a, r, av, bias, op, out_shape, ap, bp, nv, cp, slot: Expr::Var(slot), scratch, srows: (tpb * rows) as i64, kdim, pn, lanes, pdim };
-        let mut unit = vec![Stmt::Decl { var: uv, dtype: DType::I64, init: u.clone() }];
+        let mut unit = Vec::new();
         let mut k_body = |me: &mut Self, kb: &mut KB, k0: Expr, klen: usize, first: bool, last: bool| -> Vec<Stmt> {
             let mut v = Vec::new();
             if full > 0 {
@@ -107,11 +104,7 @@ impl Planner<'_> {
             v
         };
         unit.extend(self.k_chunks(kb, (kdim, kc, nch), &mut k_body));
-        if units % slots != 0 {
-            unit = vec![Stmt::If { cond: Expr::i(IOp::Lt, u, bound(Expr::add(Expr::Var(slot), Expr::Int(1)))), body: unit }];
-        }
-        let units_loop = Stmt::For { var: j, extent: per as i64, kind: LoopKind::Serial, body: unit };
-        vec![Stmt::For { var: slot, extent: slots as i64, kind: LoopKind::Parallel, body: vec![units_loop] }]
+        vec![Stmt::For { var: slot, extent: slots as i64, kind: LoopKind::Parallel, body: vec![slot_units(slot, (j, uv), units, slots, unit)] }]
     }
 
     /// One tile: `width` positions from `p0` (`local` within the unit's block, the scratch row) × the

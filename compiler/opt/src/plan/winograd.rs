@@ -26,7 +26,8 @@
 //! (results differ from the direct sum in the last bits: ~5e-7 on O(1) outputs, `make_convs.py`'s
 //! cases); F(4×4)'s constants (up to 8 in Aᵀ, 5 in Bᵀ, 1/24 in G) cost more: ~8e-6 on the same cases.
 
-use super::blocks::SLOTS;
+use super::block_layout::fb;
+use super::blocks::{slot_units, SLOTS};
 use super::conv_gemm::{tail_pieces, Tiling};
 use super::im2col::vector_runs;
 use super::index::{clamp, linear};
@@ -152,19 +153,15 @@ fn lin(coefs: &[f64], xs: &[Expr]) -> Expr {
         if c == 0.0 {
             continue;
         }
-        let term = if c.abs() == 1.0 { x.clone() } else { f(BinaryOp::Mul, lit(c.abs(), DType::F32), x.clone()) };
+        let term = if c.abs() == 1.0 { x.clone() } else { fb(BinaryOp::Mul, lit(c.abs(), DType::F32), x.clone()) };
         acc = Some(match (acc, c < 0.0) {
             (None, false) => term,
             (None, true) => Expr::Un(rlx_ir::UnaryOp::Neg, DType::F32, Box::new(term)),
-            (Some(a), false) => f(BinaryOp::Add, a, term),
-            (Some(a), true) => f(BinaryOp::Sub, a, term),
+            (Some(a), false) => fb(BinaryOp::Add, a, term),
+            (Some(a), true) => fb(BinaryOp::Sub, a, term),
         });
     }
     acc.unwrap_or_else(|| lit(0.0, DType::F32))
-}
-
-fn f(op: BinaryOp, a: Expr, b: Expr) -> Expr {
-    Expr::Bin(op, DType::F32, Box::new(a), Box::new(b))
 }
 
 /// Declares `n` f32 variables with the given initial values; returns them.
@@ -176,24 +173,12 @@ fn decls(kb: &mut KB, body: &mut Vec<Stmt>, inits: Vec<Expr>) -> Vec<Var> {
     }).collect()
 }
 
-/// Non-overlapping runs of `n` tiles from `lo` as (first, tiles, width) loops: vectors of the lanes, then
-/// of half as many … down to 4, then single tiles (the output transform stores, so no tile is done twice).
-fn exact_runs(lo: i64, n: i64, lanes: i64) -> Vec<(i64, i64, i64)> {
-    let (mut at, mut left, mut w) = (lo, n, lanes.max(1));
-    let mut runs = Vec::new();
-    while left > 0 {
-        if w < 4 {
-            runs.push((at, left, 1));
-            break;
-        }
-        if left >= w {
-            let c = left / w * w;
-            runs.push((at, c, w));
-            at += c;
-            left -= c;
-        }
-        w /= 2;
-    }
+/// Non-overlapping runs of `n` tiles as (first, tiles, width) loops: vectors of the lanes, then the rest
+/// in power-of-two pieces (`tail_pieces`; the output transform stores, so no tile is done twice).
+fn exact_runs(n: usize, lanes: usize) -> Vec<(i64, i64, i64)> {
+    let full = n / lanes.max(1) * lanes.max(1);
+    let mut runs = if full > 0 { vec![(0, full as i64, lanes.max(1) as i64)] } else { Vec::new() };
+    runs.extend(tail_pieces(full, n).into_iter().map(|(o, w)| (o as i64, w as i64, w as i64)));
     runs
 }
 
@@ -242,7 +227,6 @@ impl Planner<'_> {
         let kblk = tpg.div_ceil(tpb);
         let units = nb * nblk * kblk;
         let slots = SLOTS.min(units);
-        let per = units.div_ceil(slots);
         let vshape = vec![slots, ng * c, pb];
         let mshape = vec![slots, ng * k, pb];
         let vb = self.add_buffer(Buffer { base: Base::Arena, offset: 0, dtype: DType::F32, shape: vshape.clone(), label: format!("{} (winograd input)", node.name) }, None);
@@ -250,11 +234,9 @@ impl Planner<'_> {
         let vp = kb.param(vb, &self.buffers[vb as usize].clone(), Access::ReadWrite);
         let mp = kb.param(mb, &self.buffers[mb as usize].clone(), Access::ReadWrite);
         let ap = kb.param(cg.apack, &self.buffers[cg.apack as usize].clone(), Access::Read);
-        // Slot s takes the contiguous run of units ⌊units·s/slots⌋ … (as `conv_gemm.rs`'s packed positions).
+        // The slot's units in a contiguous run (`slot_units`).
         let slot = kb.var();
-        let bound = |s: Expr| Expr::i(IOp::Div, Expr::mul(s, Expr::Int(units as i64)), Expr::Int(slots as i64));
         let (j, uv) = (kb.var(), kb.var());
-        let u = Expr::add(bound(Expr::Var(slot)), Expr::Var(j));
         // Unit u: image u / (nblk·kblk), tile rows block (u / kblk) % nblk, channel block u % kblk.
         let per_image = (nblk * kblk) as i64;
         let nv = if nb > 1 { Expr::i(IOp::Div, Expr::Var(uv), Expr::Int(per_image)) } else { Expr::Int(0) };
@@ -264,8 +246,7 @@ impl Planner<'_> {
         let sv = Expr::Var(slot);
         let kn = (tpb * mr).min(k);
         let geo = Geo { form, c, k, rows, tw, pads, sv: sv.clone(), nv: nv.clone(), ti0, k0: Expr::mul(kq.clone(), Expr::Int((tpb * mr) as i64)), kn, kguard: kblk * tpb * mr > k };
-        let mut unit = vec![Stmt::Decl { var: uv, dtype: DType::I64, init: u.clone() }];
-        unit.extend(self.wino_input(kb, node.inputs[0], &geo, vp, &vshape));
+        let mut unit = self.wino_input(kb, node.inputs[0], &geo, vp, &vshape);
         // The α² GEMMs: `conv_gemm.rs`'s tiles, α² groups over the unit's positions, V read in place;
         // of each group the unit's channel block's `tpb` row tiles.
         let nch = c.div_ceil((16 * 1024 / (nr * 4)).max(16));
@@ -296,10 +277,7 @@ impl Planner<'_> {
             v
         }));
         unit.extend(self.wino_output(kb, (a, r, node.outputs[0]), node.inputs.get(2).copied(), &geo, (mp, &mshape), (op, out_shape)));
-        if units % slots != 0 {
-            unit = vec![Stmt::If { cond: Expr::i(IOp::Lt, u, bound(Expr::add(Expr::Var(slot), Expr::Int(1)))), body: unit }];
-        }
-        vec![Stmt::For { var: slot, extent: slots as i64, kind: LoopKind::Parallel, body: vec![Stmt::For { var: j, extent: per as i64, kind: LoopKind::Serial, body: unit }] }]
+        vec![Stmt::For { var: slot, extent: slots as i64, kind: LoopKind::Parallel, body: vec![slot_units(slot, (j, uv), units, slots, unit)] }]
     }
 
     /// The input transform of a unit: `V[slot][ξ·C + c][r·TW + tj] = (Bᵀ d B)[ξ]` for its tile rows.
@@ -368,7 +346,6 @@ impl Planner<'_> {
         let (m, al) = (geo.form.m as i64, geo.form.alpha());
         let at = geo.form.at;
         let tw = geo.tw as i64;
-        let lanes = self.lanes as i64;
         let (kl, rr, kv) = (kb.var(), kb.var(), kb.var());
         let ti = Expr::add(geo.ti0.clone(), Expr::Var(rr));
         let mut per_row = Vec::new();
@@ -377,7 +354,7 @@ impl Planner<'_> {
             if rows == 0 {
                 continue;
             }
-            let mut runs: Vec<(i64, i64, i64, i64)> = exact_runs(0, ow / m, lanes).into_iter().map(|(s, n, w)| (s, n, w, m)).collect();
+            let mut runs: Vec<(i64, i64, i64, i64)> = exact_runs((ow / m) as usize, self.lanes).into_iter().map(|(s, n, w)| (s, n, w, m)).collect();
             if ow % m != 0 {
                 runs.push((ow / m, 1, 1, ow % m));
             }
@@ -400,7 +377,7 @@ impl Planner<'_> {
                     for q in 0..cols as usize {
                         let y = lin(at[q], &st[p * al..(p + 1) * al]);
                         let y = match &b {
-                            Some(b) => f(BinaryOp::Add, y, b.clone()),
+                            Some(b) => fb(BinaryOp::Add, y, b.clone()),
                             None => y,
                         };
                         let acc = kb.var();

@@ -26,6 +26,7 @@
 use super::tiled::{barrier, epilogue, for_loop, if_, mma_issue, shared_at, sreg, to_operand, unflatten};
 use super::Mma;
 use crate::ir::Writer;
+use rlx_ir::loops::grid::mentions;
 use rlx_ir::loops::tiled::Acc;
 use rlx_ir::loops::{Expr, IOp, Var};
 use rlx_ir::DType;
@@ -43,16 +44,6 @@ pub struct Direct<'e> {
     pub index: &'e Expr,
 }
 
-fn uses(e: &Expr, v: Var) -> bool {
-    match e {
-        Expr::Var(x) => *x == v,
-        Expr::Int(_) | Expr::Lit(..) => false,
-        Expr::Load { index: a, .. } | Expr::Un(_, _, a) | Expr::Cast { x: a, .. } | Expr::ToIndex { x: a, .. } => uses(a, v),
-        Expr::I(_, a, b) | Expr::Bin(_, _, a, b) => uses(a, v) || uses(b, v),
-        Expr::Select(c, a, b) | Expr::Dot4(c, a, b, _) => uses(c, v) || uses(a, v) || uses(b, v),
-    }
-}
-
 /// Whether the index expression `e` is a multiple of `q` whatever its variables' values.
 fn multiple_of(e: &Expr, q: i64) -> bool {
     match e {
@@ -67,7 +58,7 @@ fn multiple_of(e: &Expr, q: i64) -> bool {
 fn without_k(e: &Expr, k: Var) -> Option<Expr> {
     match e {
         Expr::Var(v) if *v == k => Some(Expr::Int(0)),
-        Expr::I(IOp::Add, a, b) => match (uses(a, k), uses(b, k)) {
+        Expr::I(IOp::Add, a, b) => match (mentions(a, k), mentions(b, k)) {
             (true, false) => Some(Expr::add(without_k(a, k)?, (**b).clone())),
             (false, true) => Some(Expr::add((**a).clone(), without_k(b, k)?)),
             _ => None,
@@ -83,7 +74,7 @@ pub fn direct<'e>(x: &'e Expr, k: Var, params: &[(DType, u64)]) -> Option<Direct
     let Expr::Load { buf, index } = x else { return None };
     let &(d, off) = params.get(*buf as usize)?;
     let rest = without_k(index, k)?;
-    (d == DType::F32 && off % 16 == 0 && !uses(&rest, k) && multiple_of(&rest, 4)).then_some(Direct { buf: *buf, index })
+    (d == DType::F32 && off % 16 == 0 && !mentions(&rest, k) && multiple_of(&rest, 4)).then_some(Direct { buf: *buf, index })
 }
 
 /// The block tile (bm, bn) and K slice of an M×N matmul (`nb` of them) over K, or `None` (this form
