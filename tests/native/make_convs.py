@@ -145,18 +145,19 @@ def main() -> None:
         "conv1x1_lanes32_sigmoid": ([1, 2304, 5, 5], [(96, (1, 1), {}, True)], sigmoid, ()),
         # 1×1 stride 2 (ResNet's downsampling: im2col), 64 channels over 25 positions, batch 2, no bias.
         "conv1x1_s2_lanes_b2": ([2, 2304, 9, 9], [(64, (1, 1), {"strides": [2, 2]}, False)], identity, ()),
-        # Packed B chunks over units dealt to thread slots: batch 2, K 360 (several chunks), 225 positions
-        # (full panels + a tail), 24 channels; 2 × 15 units is no multiple of the 8 slots.
-        "conv3x3_chunks_b2": ([2, 40, 15, 15], [(24, (3, 3), {"pads": [1, 1, 1, 1]}, True)], relu, ()),
-        # A weight over 512 KB (232 × 576 floats) with more positions than channels: each K chunk sweeps all
-        # of a thread slot's units before the next chunk (the partial sums wait in the output).
-        "conv3x3_big_weight": ([1, 64, 16, 16], [(232, (3, 3), {"pads": [1, 1, 1, 1]}, True)], relu, ()),
+        # Packed B chunks over units dealt to thread slots: batch 2, K 360 (several chunks), 156 positions
+        # (full panels + a tail), 24 channels (13 × 12 outputs: 42 blocks of 2×2, under the Winograd form's 49).
+        "conv3x3_chunks_b2": ([2, 40, 13, 12], [(24, (3, 3), {"pads": [1, 1, 1, 1]}, True)], relu, ()),
+        # A weight over 512 KB (150 × 900 floats) with more positions (168) than channels: each K chunk sweeps
+        # all of a thread slot's units before the next chunk (the partial sums wait in the output).
+        "conv3x3_big_weight": ([1, 100, 12, 14], [(150, (3, 3), {"pads": [1, 1, 1, 1]}, True)], relu, ()),
         # B packed from x itself (stride 1, output rows as wide as the input's): a 3×4 kernel with asymmetric
         # pads (top 0, bottom 2, left 1, right 2), batch 2, residual input; two convs in a row.
         "conv3x4_direct_asym_b2": ([2, 6, 12, 13], [(10, (3, 4), {"pads": [0, 1, 2, 2]}, True), (9, (3, 4), {"pads": [0, 1, 2, 2]}, False)],
                                    residual_relu, (("r", [2, 9, 12, 13]),)),
-        # Enough work for the thread pool: 64×64 channels at 26×26 (169 tiles of 2×2: under the Winograd form's 196).
-        "conv3x3_wide": ([1, 64, 26, 26], [(64, (3, 3), {"pads": [1, 1, 1, 1]}, True)], relu, ()),
+        # Enough work for the thread pool: 15 → 64 channels at 26×26 (15 input channels: under the Winograd
+        # form's 16).
+        "conv3x3_wide": ([1, 15, 26, 26], [(64, (3, 3), {"pads": [1, 1, 1, 1]}, True)], relu, ()),
         # Winograd F(2×2, 3×3) (`winograd.rs`): 196 tiles in blocks of 5 tile rows (the last one short), ReLU.
         "conv3x3_winograd": ([1, 64, 28, 28], [(64, (3, 3), {"pads": [1, 1, 1, 1]}, True)], relu, ()),
         # Odd output rows and columns (a last tile row and column of one output), batch 2, 20 channels
@@ -165,6 +166,8 @@ def main() -> None:
                                     residual_relu, (("r", [2, 20, 29, 31]),)),
         # Asymmetric pads (top 2, left 1, bottom 0, right 2), no bias, SiLU (the conv value read twice).
         "conv3x3_winograd_asym": ([1, 16, 30, 29], [(18, (3, 3), {"pads": [2, 1, 0, 2]}, False)], silu, ()),
+        # 14² outputs (49 blocks of 2×2: F(2×2, 3×3) whatever the form asked for), batch 2, 24 channels.
+        "conv3x3_winograd_mid_b2": ([2, 32, 14, 14], [(24, (3, 3), {"pads": [1, 1, 1, 1]}, True)], relu, ()),
         # 160 input channels: three K chunks of the 16 GEMMs through the products.
         "conv3x3_winograd_chunks": ([1, 160, 28, 28], [(32, (3, 3), {"pads": [1, 1, 1, 1]}, True)], identity, ()),
         # Grouped convolutions with ≥ 8 channels a group: one GEMM per group. 2 groups of 8 → 12 channels (2 tiles

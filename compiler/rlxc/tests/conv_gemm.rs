@@ -108,7 +108,7 @@ fn conv_gemm_cranelift_matches_interp() {
 /// The planner really takes the GEMM paths (the planned program, `--emit-ir`'s NAME.lir): packed weight
 /// rows and an im2col launch for a k×k convolution (none for a stride-1 one whose output rows are as wide
 /// as its input's: B packed from x under a window mask; a strided one packs from x's phases; over 196
-/// tiles or more the Winograd form), no copy for a 1×1 one, a GEMM launch and the packed
+/// tiles or more the Winograd form, over 49 F(2×2, 3×3)), no copy for a 1×1 one, a GEMM launch and the packed
 /// transposed weight for a transposed convolution.
 #[test]
 fn conv_gemm_paths_are_taken() {
@@ -129,6 +129,12 @@ fn conv_gemm_paths_are_taken() {
     assert!(kw.contains("(winograd, packed") && kw.contains("(winograd input)") && kw.contains("(winograd products)") && !kw.contains("(im2col)") && !kw.contains("(window mask)"), "3×3 pad 1 over 28²: not the Winograd form:\n{kw}");
     // F(4×4, 3×3) by default: 36 groups of panels (64 channels: 11 tiles of 6 rows each); --winograd off: the direct form.
     assert!(kw.contains("f32[396, 64, 6] \"w0 (winograd, packed 6-row panels)\""), "3×3 over 28²: not F(4×4, 3×3)'s 36 groups:\n{kw}");
+    // 14² outputs: F(2×2, 3×3)'s 16 groups (24 channels: 4 tiles of 6 rows) though F(4×4) is the default;
+    // 7² ones (16 blocks of 2×2) stay direct.
+    let km = lir("conv3x3_winograd_mid_b2");
+    assert!(km.contains("f32[64, 32, 6] \"w0 (winograd, packed 6-row panels)\""), "3×3 over 14²: not F(2×2, 3×3)'s 16 groups:\n{km}");
+    let k7d = lir("conv3x3_deep_b2");
+    assert!(!k7d.contains("winograd"), "3×3 over 7²: not the direct form:\n{k7d}");
     let (_, model, _) = cases.iter().find(|(n, _, _)| n == "conv3x3_winograd").unwrap();
     let off = dir.join("conv3x3_winograd-off");
     ok(Command::new(env!("CARGO_BIN_EXE_rlxc")).current_dir(repo()).arg("compile").arg(model).args(["--target", "x86_64", "--winograd", "off", "--name", "m", "--emit-ir", "-o"]).arg(&off));

@@ -37,9 +37,15 @@ use rlx_ir::lir::{Base, Buffer};
 use rlx_ir::loops::{Access, Expr, IOp, LoopKind, Stmt, Var};
 use rlx_ir::{BinaryOp, ConstData, DType, MirOp, NodeId};
 
-/// The fewest 2×2 output blocks an image for the Winograd form (28² outputs), and the fewest input and
-/// output channels: below them the transforms' passes outweigh the fewer products.
+/// The fewest 2×2 output blocks an image for the form asked for (28² outputs), the fewest for F(2×2, 3×3)
+/// (13² outputs: F(4×4)'s 4×4 tiles waste up to a quarter of a 14² output and leave too few tiles a unit),
+/// and the fewest input and output channels: below them the transforms' passes outweigh the fewer
+/// products. Measured a layer at a time against the direct form (`tests/bench/zoo.py`'s `conv…` models,
+/// one thread, interleaved in one process): 256 channels at 14² under F(2×2) 0.75× at batch 1 and 0.54×
+/// at batch 8 (F(4×4): 1.71× and 0.83×), 64 → 256 at 13² 0.78× and 0.67×; 512 at 7² (16 blocks)
+/// 1.70× and 1.29×, so 7² stays direct.
 const MIN_TILES: usize = 196;
+const MIN_TILES_F2: usize = 49;
 const MIN_CHANNELS: usize = 16;
 
 
@@ -107,8 +113,9 @@ impl Wino {
 }
 
 /// The Winograd form of a convolution with weight shape `sw` and output shape `so`, if it takes one:
-/// dense, 2-D, 3×3, stride 1, dilation 1, with at least [`MIN_CHANNELS`] input and output channels and
-/// [`MIN_TILES`] tiles of F(2×2, 3×3), in the form F(m×m, 3×3) (`m` 2 or 4; 0: none).
+/// dense, 2-D, 3×3, stride 1, dilation 1, with at least [`MIN_CHANNELS`] input and output channels, in the
+/// form F(m×m, 3×3) asked for (`m` 2 or 4; 0: none) where it has [`MIN_TILES`] tiles of F(2×2, 3×3), in
+/// F(2×2, 3×3) where it has [`MIN_TILES_F2`].
 pub(super) fn fits(sw: &[usize], so: &[usize], strides: &[usize], dilations: &[usize], groups: usize, m: usize) -> Option<Wino> {
     if m == 0 || groups != 1 || sw.len() != 4 || so.len() != 4 || sw[2] != 3 || sw[3] != 3 {
         return None;
@@ -116,9 +123,14 @@ pub(super) fn fits(sw: &[usize], so: &[usize], strides: &[usize], dilations: &[u
     if strides.iter().any(|&s| s != 1) || dilations.iter().any(|&d| d != 1) || sw[0] < MIN_CHANNELS || sw[1] < MIN_CHANNELS {
         return None;
     }
-    if so[2].div_ceil(2) * so[3].div_ceil(2) < MIN_TILES {
+    let tiles = so[2].div_ceil(2) * so[3].div_ceil(2);
+    let m = if tiles >= MIN_TILES {
+        m
+    } else if tiles >= MIN_TILES_F2 {
+        2
+    } else {
         return None;
-    }
+    };
     Some(Wino { m, th: so[2].div_ceil(m), tw: so[3].div_ceil(m) })
 }
 
