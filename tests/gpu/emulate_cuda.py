@@ -10,7 +10,7 @@ back end, NAME.json, NAME.weights.bin). The IR's NVVM intrinsics become function
 driver — thread and block ids are thread-locals; `llvm.nvvm.barrier0` waits on a pthread barrier of the
 block's threads; `shfl.sync.bfly` exchanges through a per-warp array between two warp barriers;
 the inline PTX of `--precision tf32|bf16` (`cvt.rna.tf32.f32`, `cvt.rn.bf16x2.f32`, `mma.sync
-m16n8k8 tf32` / `m16n8k16 bf16`, `ldmatrix.x4`) is emulated per warp from the fragment layouts the PTX ISA documents
+m16n8k8 tf32` / `m16n8k16 bf16`) is emulated per warp from the fragment layouts the PTX ISA documents
 (lane = 4·g + t) — shared memory is a plain global; llc-19 compiles the IR for the host, gcc links
 it with the driver, which runs every dispatch in order, block by block, with blockDim threads. Writes
 each output as OUT_DIR/<output name>.npy. A stateful artifact (a KV cache: the schedule's state
@@ -31,33 +31,12 @@ ir = open(f"{art}/{name}.ll").read()
 ir = re.sub(r'call i32 asm "cvt\.rna\.tf32\.f32 \$0, \$1;", "=r,f"', "call i32 @emu_cvt_tf32", ir)
 ir = re.sub(r'call i32 asm "cvt\.rn\.bf16x2\.f32 \$0, \$1, \$2;", "=r,f,f"', "call i32 @emu_cvt_bf16x2", ir)
 mma = re.findall(r'asm sideeffect "mma\.sync\.aligned\.m16n8k\d+\.row\.col\.f32\.(\w+)\.\w+\.f32', ir)
-ir = ir.replace('asm sideeffect "ldmatrix.sync.aligned.m8n8.x4.shared.b16 {$0,$1,$2,$3}, [$4];", "=r,=r,=r,=r,l"', "@emu_ldsm_x4")
 ir = re.sub(r'asm sideeffect "mma\.sync\.aligned\.m16n8k\d+\.row\.col\.f32\.(\w+)\.\w+\.f32 [^"]*", "[^"]*"', r"@emu_mma_\1", ir)
 assert "asm" not in ir, [l for l in ir.splitlines() if "asm" in l][:3]
 if "@emu_cvt_tf32" in ir:
     ir += "\ndeclare i32 @emu_cvt_tf32(float)\n"
 if "@emu_cvt_bf16x2" in ir:
     ir += "\ndeclare i32 @emu_cvt_bf16x2(float, float)\n"
-if "@emu_ldsm_x4" in ir:
-    ir += """
-declare void @emu_ldsm_c(ptr, i64)
-define { i32, i32, i32, i32 } @emu_ldsm_x4(i64 %a) {
-  %p = alloca [4 x i32]
-  call void @emu_ldsm_c(ptr %p, i64 %a)
-  %q1 = getelementptr i32, ptr %p, i64 1
-  %q2 = getelementptr i32, ptr %p, i64 2
-  %q3 = getelementptr i32, ptr %p, i64 3
-  %d0 = load i32, ptr %p
-  %d1 = load i32, ptr %q1
-  %d2 = load i32, ptr %q2
-  %d3 = load i32, ptr %q3
-  %r0 = insertvalue { i32, i32, i32, i32 } poison, i32 %d0, 0
-  %r1 = insertvalue { i32, i32, i32, i32 } %r0, i32 %d1, 1
-  %r2 = insertvalue { i32, i32, i32, i32 } %r1, i32 %d2, 2
-  %r3 = insertvalue { i32, i32, i32, i32 } %r2, i32 %d3, 3
-  ret { i32, i32, i32, i32 } %r3
-}
-"""
 for ty in sorted(set(mma)):
     ir += f"""
 declare void @emu_mma_c_{ty}(ptr, i32, i32, i32, i32, i32, i32, float, float, float, float)
@@ -122,11 +101,6 @@ static void mma(int k16, float *d, int a0,int a1,int a2,int a3,int b0,int b1,flo
     d[q]=(float)acc; }
   pthread_barrier_wait(&wbar[w]);
 }
-/* ldmatrix.x4 (b16 m8n8): lane l gives the address of row l % 8 of matrix l / 8; it receives, of each
-   matrix, the 32-bit word l % 4 of row l / 4. */
-static long LA_[8][32];
-void emu_ldsm_c(int *d, long a){ int w=t_tid/32,l=t_tid%32; LA_[w][l]=a; pthread_barrier_wait(&wbar[w]);
-  for(int m=0;m<4;m++) memcpy(&d[m], (char*)LA_[w][m*8+l/4] + 4*(l%4), 4); pthread_barrier_wait(&wbar[w]); }
 void emu_mma_c_tf32(float*d,int a0,int a1,int a2,int a3,int b0,int b1,float c0,float c1,float c2,float c3){ mma(0,d,a0,a1,a2,a3,b0,b1,c0,c1,c2,c3); }
 void emu_mma_c_bf16(float*d,int a0,int a1,int a2,int a3,int b0,int b1,float c0,float c1,float c2,float c3){ mma(1,d,a0,a1,a2,a3,b0,b1,c0,c1,c2,c3); }
 """)

@@ -6,10 +6,7 @@
 #                            32), precision P (f32: the SIMT tiles; tf32, bf16), variant V: `auto` (the writer's
 #                            choice), `old` (RLX_CUDA_VEC_TILE=0: tiled.rs's general form), `tk32` (RLX_CUDA_VEC_TK=32)
 #                            and the forced tiles 64x64, 128x64, 128x128 (RLX_CUDA_VEC_TILE=BMxBN; where a forced tile
-#                            is not whole, the general form); VARIANTS=a,b,… (two or more) picks others:
-#                            a variant `st2…` is compiled with RLX_CUDA_VEC_STAGES=2, `…noldsm…` with RLX_CUDA_LDMATRIX=0,
-#                            and what remains names the variant above (empty: auto; `tBMxBN`: a forced tile);
-#                            one weights blob per shape (NAME.weights.bin
+#                            is not whole, the general form); one weights blob per shape (NAME.weights.bin
 #                            in w/, the variants' are byte for byte the same: checked here, copied there)
 #   bench_gemm.py, make_gemm.py   (the inputs, weights and bias are regenerated there from make_gemm.py's seeds)
 # Usage: tests/gpu/prepare_gemm.sh [OUT_DIR]   (run from the repository root; needs .venv and target/release/rlxc)
@@ -25,12 +22,10 @@ cp target/release/examples/cuda_run tests/gpu/bench_gemm.py tests/gpu/make_gemm.
 "$PY" tests/gpu/make_gemm.py --out "$T" >/dev/null
 for f in "$T"/gemm_b*.onnx; do
   n=$(basename "$f" .onnx)
-  for pv in f32_auto $(eval echo "{tf32,bf16}_{${VARIANTS:-auto,old,tk32,64x64,128x64,128x128}}"); do
-    p=${pv%%_*} v=${pv#*_} tk= ld= st=
-    case $v in st2*) st=2 v=${v#st2} ;; esac
-    case $v in noldsm*) ld=0 v=${v#noldsm} ;; esac
-    case $v in auto|'') t= ;; old) t=0 ;; tk32) t= tk=32 ;; t*) t=${v#t} ;; *) t=$v ;; esac
-    RLX_CUDA_VEC_TILE=$t RLX_CUDA_VEC_TK=$tk RLX_CUDA_LDMATRIX=$ld RLX_CUDA_VEC_STAGES=$st $R compile "$f" --target cuda --precision "$p" --name "$n" -o "$D/art/${n}_$pv" >/dev/null
+  for pv in f32_auto {tf32,bf16}_{auto,old,tk32,64x64,128x64,128x128}; do
+    p=${pv%%_*} v=${pv#*_} tk=
+    case $v in auto) t= ;; old) t=0 ;; tk32) t= tk=32 ;; *) t=$v ;; esac
+    RLX_CUDA_VEC_TILE=$t RLX_CUDA_VEC_TK=$tk $R compile "$f" --target cuda --precision "$p" --name "$n" -o "$D/art/${n}_$pv" >/dev/null
     if [ -e "$D/w/$n.weights.bin" ]; then cmp "$D/w/$n.weights.bin" "$D/art/${n}_$pv/$n.weights.bin"; rm "$D/art/${n}_$pv/$n.weights.bin"
     else mv "$D/art/${n}_$pv/$n.weights.bin" "$D/w/"; fi
   done

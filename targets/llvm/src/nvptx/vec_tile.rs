@@ -77,27 +77,13 @@ pub fn direct<'e>(x: &'e Expr, k: Var, params: &[(DType, u64)]) -> Option<Direct
     (d == DType::F32 && off % 16 == 0 && !mentions(&rest, k) && multiple_of(&rest, 4)).then_some(Direct { buf: *buf, index })
 }
 
-/// `ldmatrix` for the fragments (one `ldmatrix.x4` loads a whole A fragment, or two B fragments,
-/// for the warp: a quarter of the shared-load instructions of one 32-bit load per register);
-/// `RLX_CUDA_LDMATRIX=0` at compile time: the 32-bit loads.
-fn ldmatrix() -> bool {
-    std::env::var("RLX_CUDA_LDMATRIX").map_or(true, |v| v != "0")
-}
-
-/// Shared-memory stages: 1 (one buffer, two barriers per K slice) or 2 (`RLX_CUDA_VEC_STAGES=2`: the
-/// next slice is stored into the other buffer while this one is computed, one barrier per slice).
-fn stages() -> i64 {
-    if std::env::var("RLX_CUDA_VEC_STAGES").is_ok_and(|v| v == "2") { 2 } else { 1 }
-}
-
-/// The block tile (bm, bn), K slice and shared-memory stages of an M×N matmul (`nb` of them) over K,
-/// or `None` (this form not taken): the largest of 128×128, 128×64, 64×64 whose grid still has
-/// [`MIN_BLOCKS`] blocks; whole tiles only. Fewer blocks keep `tiled.rs`'s smaller tiles (MiniLM
-/// batch 1, M = 128: its 12-block 64×64 grids measured 1.25–1.37× slower over the whole model). The
-/// slice: the longest of 64, 32 (16 with two stages) whose stages fit [`SMEM`] and which divides K
-/// (each step's loads, all in flight together, feed more work). `RLX_CUDA_VEC_TILE` /
-/// `RLX_CUDA_VEC_TK` / `RLX_CUDA_VEC_STAGES` override (module doc).
-pub fn tile(m: i64, n: i64, nb: i64, k: i64, kind: Mma) -> Option<(i64, i64, i64, i64)> {
+/// The block tile (bm, bn) and K slice of an M×N matmul (`nb` of them) over K, or `None` (this form
+/// not taken): the largest of 128×128, 128×64, 64×64 whose grid still has [`MIN_BLOCKS`] blocks;
+/// whole tiles only. Fewer blocks keep `tiled.rs`'s smaller tiles (MiniLM batch 1, M = 128: its
+/// 12-block 64×64 grids measured 1.25–1.37× slower over the whole model). The slice: 64 where both
+/// operands' slices fit [`SMEM`] and K is a multiple (each step's loads, all in flight together, feed
+/// twice the work), else 32. `RLX_CUDA_VEC_TILE` / `RLX_CUDA_VEC_TK` override (module doc).
+pub fn tile(m: i64, n: i64, nb: i64, k: i64, kind: Mma) -> Option<(i64, i64, i64)> {
     if k % 32 != 0 || k == 0 {
         return None;
     }
@@ -110,20 +96,17 @@ pub fn tile(m: i64, n: i64, nb: i64, k: i64, kind: Mma) -> Option<(i64, i64, i64
         None => pick,
     };
     let (bm, bn) = pick?;
-    // Shared words a stage: bm + bn rows of tk/pk + 4 words.
+    // Shared words: bm + bn rows of tk/pk + 4 words.
     let pk = if kind == Mma::Tf32 { 1 } else { 2 };
-    let st = stages();
-    let short = std::env::var("RLX_CUDA_VEC_TK").is_ok_and(|v| v == "32");
-    let fits = |tk: i64| (bm + bn) * (tk / pk + 4) * 4 * st <= SMEM && k % tk == 0;
-    let tk = [64, 32, 16].into_iter().filter(|&t| !(short && t == 64) && (st == 2 || t >= 32)).find(|&t| fits(t))?;
-    Some((bm, bn, tk, st))
+    let long = (bm + bn) * (64 / pk + 4) * 4 <= SMEM && k % 64 == 0 && std::env::var("RLX_CUDA_VEC_TK").map_or(true, |v| v != "32");
+    Some((bm, bn, if long { 64 } else { 32 }))
 }
 
 /// The matmul kernel's body (see the module doc); returns its grid. `ptrs`: each buffer's element
 /// pointer (the kernel's parameters).
 #[allow(clippy::too_many_arguments)]
 pub fn matmul(
-    w: &mut Writer, li: usize, acc: &Acc, (a, b): (&Direct, &Direct), ptrs: &[String], (rows, cols, batch): (&[(Var, i64)], &[(Var, i64)], &[(Var, i64)]), (bm, bn, tk, st): (i64, i64, i64, i64), kind: Mma,
+    w: &mut Writer, li: usize, acc: &Acc, (a, b): (&Direct, &Direct), ptrs: &[String], (rows, cols, batch): (&[(Var, i64)], &[(Var, i64)], &[(Var, i64)]), (bm, bn, tk): (i64, i64, i64), kind: Mma,
     globals: &mut Vec<String>,
 ) -> Result<[u32; 3], String> {
     let (m, n, nb): (i64, i64, i64) = (rows.iter().map(|d| d.1).product(), cols.iter().map(|d| d.1).product(), batch.iter().map(|d| d.1).product());
@@ -133,12 +116,10 @@ pub fn matmul(
     // adjacent K values.
     let pk = if packed { 2 } else { 1 };
     let pw = tk / pk + 4;
-    // One stage's words of a and b; `st` stages one after another.
     let (la, lb) = (bm * pw, bn * pw);
     let (sa, sb) = (format!("@sa{li}"), format!("@sb{li}"));
-    let (lat, lbt) = (la * st, lb * st);
-    globals.push(format!("{sa} = internal addrspace(3) global [{lat} x i32] undef, align 16"));
-    globals.push(format!("{sb} = internal addrspace(3) global [{lbt} x i32] undef, align 16"));
+    globals.push(format!("{sa} = internal addrspace(3) global [{la} x i32] undef, align 16"));
+    globals.push(format!("{sb} = internal addrspace(3) global [{lb} x i32] undef, align 16"));
     let tid = sreg(w, "tid.x");
     let (cx, cy, cz) = (sreg(w, "ctaid.x"), sreg(w, "ctaid.y"), sreg(w, "ctaid.z"));
     let m0 = w.emit_op(format!("mul nuw nsw i64 {cy}, {bm}"));
@@ -166,27 +147,22 @@ pub fn matmul(
             let t = w.emit_op(format!("mul nuw nsw i64 {o}, {pw}"));
             let kw = w.emit_op(format!("udiv i64 {kq}, {pk}"));
             let si = w.emit_op(format!("add nuw nsw i64 {t}, {kw}"));
-            let sp = shared_at(w, if oi == 0 { &sa } else { &sb }, if oi == 0 { lat } else { lbt }, "i32", &si);
+            let sp = shared_at(w, if oi == 0 { &sa } else { &sb }, if oi == 0 { la } else { lb }, "i32", &si);
             let reg = format!("%s.vx{oi}.{q}");
             w.slot(&reg, "<4 x float>");
-            stage.push((p, sp, reg, oi));
+            stage.push((p, sp, reg));
         }
     }
     let load_slice = |w: &mut Writer, k0: &str| {
-        for (p, _, reg, _) in &stage {
+        for (p, _, reg) in &stage {
             let at = w.emit_op(format!("getelementptr inbounds float, ptr {p}, i64 {k0}"));
             let v = w.emit_op(format!("load <4 x float>, ptr {at}, align 16"));
             w.emit(&format!("store <4 x float> {v}, ptr {reg}"));
         }
     };
-    // The staged vectors → shared memory (tf32 rounded, bf16 / fp16 pairs packed), into the stage
-    // whose first words of a and b are `off` (words past the stage 0's).
-    let store_slice = |w: &mut Writer, off: Option<(&str, &str)>| {
-        for (_, sp, reg, oi) in &stage {
-            let sp = match off {
-                Some(o) => w.emit_op(format!("getelementptr inbounds i32, ptr addrspace(3) {sp}, i64 {}", if *oi == 0 { o.0 } else { o.1 })),
-                None => sp.clone(),
-            };
+    // The staged vectors → shared memory (tf32 rounded, bf16 / fp16 pairs packed).
+    let store_slice = |w: &mut Writer| {
+        for (_, sp, reg) in &stage {
             let v = w.emit_op(format!("load <4 x float>, ptr {reg}"));
             let x: Vec<String> = (0..4).map(|i| w.emit_op(format!("extractelement <4 x float> {v}, i64 {i}"))).collect();
             let words: Vec<String> = if packed { vec![to_operand(w, kind, &x[0], Some(&x[1])), to_operand(w, kind, &x[2], Some(&x[3]))] } else { x.iter().map(|e| to_operand(w, kind, e, None)).collect() };
@@ -225,137 +201,37 @@ pub fn matmul(
         let r = w.emit_op(format!("add nuw nsw i64 {r}, {tq}"));
         shared_at(w, sh, len, "i32", &r)
     };
-    // With ldmatrix, the shared address this lane gives an `ldmatrix.x4` (matrix L / 8, row L % 8 of
-    // it): for A fragment i, its matrices are the PTX registers a0..a3 — rows 0–7 / 8–15 of the
-    // fragment at words 0–3, then at words 4–7; for B fragments 2·jj and 2·jj + 1, b0 and b1 of each.
-    let ldsm = ldmatrix();
-    let lane_row = |w: &mut Writer| {
-        let r8 = w.emit_op(format!("and i64 {lane}, 7"));
-        let m = w.emit_op(format!("lshr i64 {lane}, 3"));
-        (r8, m)
-    };
-    let lane_base = |w: &mut Writer, sh: &str, len: i64, row: &str, word: &str| -> String {
-        let r = w.emit_op(format!("mul nuw nsw i64 {row}, {pw}"));
-        let r = w.emit_op(format!("add nuw nsw i64 {r}, {word}"));
-        let p = shared_at(w, sh, len, "i32", &r);
-        w.emit_op(format!("ptrtoint ptr addrspace(3) {p} to i64"))
-    };
-    let (abase, bbase): (Vec<String>, Vec<String>) = if ldsm {
-        let (r8, mi) = lane_row(w);
-        let a_hi = w.emit_op(format!("and i64 {mi}, 1"));
-        let a_hi = w.emit_op(format!("shl i64 {a_hi}, 3"));
-        let a_w = w.emit_op(format!("lshr i64 {mi}, 1"));
-        let a_w = w.emit_op(format!("shl i64 {a_w}, 2"));
-        let b_f = w.emit_op(format!("lshr i64 {mi}, 1"));
-        let b_f = w.emit_op(format!("shl i64 {b_f}, 3"));
-        let b_w = w.emit_op(format!("and i64 {mi}, 1"));
-        let b_w = w.emit_op(format!("shl i64 {b_w}, 2"));
-        let a0 = w.emit_op(format!("mul nuw nsw i64 {wr}, {wm}"));
-        let a0 = w.emit_op(format!("add nuw nsw i64 {a0}, {r8}"));
-        let a0 = w.emit_op(format!("add nuw nsw i64 {a0}, {a_hi}"));
-        let b0 = w.emit_op(format!("mul nuw nsw i64 {wc}, {wn}"));
-        let b0 = w.emit_op(format!("add nuw nsw i64 {b0}, {r8}"));
-        let b0 = w.emit_op(format!("add nuw nsw i64 {b0}, {b_f}"));
-        let ab = (0..mf)
-            .map(|i| {
-                let r = w.emit_op(format!("add nuw nsw i64 {a0}, {}", 16 * i));
-                lane_base(w, &sa, lat, &r, &a_w)
-            })
-            .collect();
-        let bb = (0..nf / 2)
-            .map(|jj| {
-                let r = w.emit_op(format!("add nuw nsw i64 {b0}, {}", 16 * jj));
-                lane_base(w, &sb, lbt, &r, &b_w)
-            })
-            .collect();
-        (ab, bb)
-    } else {
-        ((0..mf).map(|i| frag_base(w, &sa, lat, &wr, wm, 16, i)).collect(), (0..nf).map(|j| frag_base(w, &sb, lbt, &wc, wn, 8, j)).collect())
-    };
-    let word = |w: &mut Writer, p: &str, off: &str| {
+    let abase: Vec<String> = (0..mf).map(|i| frag_base(w, &sa, la, &wr, wm, 16, i)).collect();
+    let bbase: Vec<String> = (0..nf).map(|j| frag_base(w, &sb, lb, &wc, wn, 8, j)).collect();
+    let word = |w: &mut Writer, p: &str, off: i64| {
         let q = w.emit_op(format!("getelementptr inbounds i32, ptr addrspace(3) {p}, i64 {off}"));
         w.emit_op(format!("load i32, ptr addrspace(3) {q}"))
     };
-    // One `ldmatrix.x4` at the lane's address `p` plus `off` words: four registers.
-    let x4 = |w: &mut Writer, p: &str, off: &str| -> Vec<String> {
-        let b = w.emit_op(format!("shl i64 {off}, 2"));
-        let at = w.emit_op(format!("add nuw nsw i64 {p}, {b}"));
-        let r = w.emit_op(format!("call {{ i32, i32, i32, i32 }} asm sideeffect \"ldmatrix.sync.aligned.m8n8.x4.shared.b16 {{$0,$1,$2,$3}}, [$4];\", \"=r,=r,=r,=r,l\"(i64 {at}) #1"));
-        (0..4).map(|q| w.emit_op(format!("extractvalue {{ i32, i32, i32, i32 }} {r}, {q}"))).collect()
-    };
     let kstep = if packed { 16 } else { 8 };
-    // One slice's k steps from the stage whose words start `off` (a, b) past stage 0's.
-    let compute = |w: &mut Writer, (oa, ob): (&str, &str)| {
+    load_slice(w, "0");
+    for_loop(w, "%s.k0", "0", &kext.to_string(), tk, &mut |w| {
+        let k0 = w.emit_op("load i64, ptr %s.k0".into());
+        store_slice(w);
+        barrier(w);
+        let k1 = w.emit_op(format!("add nuw nsw i64 {k0}, {tk}"));
+        let more = w.emit_op(format!("icmp slt i64 {k1}, {kext}"));
+        if_(w, &more, &mut |w| {
+            load_slice(w, &k1);
+            Ok(())
+        })?;
         for k in (0..tk).step_by(kstep) {
-            let (ka, kb) = (w.emit_op(format!("add nuw nsw i64 {oa}, {}", k / pk)), w.emit_op(format!("add nuw nsw i64 {ob}, {}", k / pk)));
-            let (av, bv): (Vec<Vec<String>>, Vec<Vec<String>>) = if ldsm {
-                let av = abase.iter().map(|p| x4(w, p, &ka)).collect();
-                let bv = bbase.iter().flat_map(|p| {
-                    let r = x4(w, p, &kb);
-                    [r[..2].to_vec(), r[2..].to_vec()]
-                });
-                (av, bv.collect())
-            } else {
-                // A register rr: row g + 8·(rr % 2), word t + k/pk + 4·(rr / 2); B register rr: word t + k/pk + 4·rr.
-                let av = abase.iter().map(|p| (0..4).map(|rr| {
-                    let o = w.emit_op(format!("add nuw nsw i64 {ka}, {}", 8 * pw * (rr % 2) + 4 * (rr / 2)));
-                    word(w, p, &o)
-                }).collect()).collect();
-                let bv = bbase.iter().map(|p| (0..2).map(|rr| {
-                    let o = w.emit_op(format!("add nuw nsw i64 {kb}, {}", 4 * rr));
-                    word(w, p, &o)
-                }).collect()).collect();
-                (av, bv)
-            };
+            // A register rr: row g + 8·(rr % 2), word t + k/pk + 4·(rr / 2); B register rr: word t + k/pk + 4·rr.
+            let av: Vec<Vec<String>> = abase.iter().map(|p| (0..4).map(|rr| word(w, p, 8 * pw * (rr % 2) + k / pk + 4 * (rr / 2))).collect()).collect();
+            let bv: Vec<Vec<String>> = bbase.iter().map(|p| (0..2).map(|rr| word(w, p, k / pk + 4 * rr)).collect()).collect();
             for i in 0..mf as usize {
                 for j in 0..nf as usize {
                     mma_issue(w, kind, (i * nf as usize + j) as i64, &av[i], &bv[j]);
                 }
             }
         }
-    };
-    load_slice(w, "0");
-    if st == 1 {
-        for_loop(w, "%s.k0", "0", &kext.to_string(), tk, &mut |w| {
-            let k0 = w.emit_op("load i64, ptr %s.k0".into());
-            store_slice(w, None);
-            barrier(w);
-            let k1 = w.emit_op(format!("add nuw nsw i64 {k0}, {tk}"));
-            let more = w.emit_op(format!("icmp slt i64 {k1}, {kext}"));
-            if_(w, &more, &mut |w| {
-                load_slice(w, &k1);
-                Ok(())
-            })?;
-            compute(w, ("0", "0"));
-            barrier(w);
-            Ok(())
-        })?;
-    } else {
-        // Two stages: slice s computed from stage s % 2 while slice s + 1 (its loads issued first)
-        // is stored into the other; one barrier a slice.
-        store_slice(w, None);
         barrier(w);
-        for_loop(w, "%s.k0", "0", &kext.to_string(), tk, &mut |w| {
-            let k0 = w.emit_op("load i64, ptr %s.k0".into());
-            let s = w.emit_op(format!("udiv i64 {k0}, {tk}"));
-            let s = w.emit_op(format!("and i64 {s}, 1"));
-            let (oa, ob) = (w.emit_op(format!("mul nuw nsw i64 {s}, {la}")), w.emit_op(format!("mul nuw nsw i64 {s}, {lb}")));
-            let (na, nb2) = (w.emit_op(format!("sub nuw nsw i64 {la}, {oa}")), w.emit_op(format!("sub nuw nsw i64 {lb}, {ob}")));
-            let k1 = w.emit_op(format!("add nuw nsw i64 {k0}, {tk}"));
-            let more = w.emit_op(format!("icmp slt i64 {k1}, {kext}"));
-            if_(w, &more, &mut |w| {
-                load_slice(w, &k1);
-                Ok(())
-            })?;
-            compute(w, (&oa, &ob));
-            if_(w, &more, &mut |w| {
-                store_slice(w, Some((&na, &nb2)));
-                Ok(())
-            })?;
-            barrier(w);
-            Ok(())
-        })?;
-    }
+        Ok(())
+    })?;
     // The epilogue: fragment element q at row g + 8·(q / 2), column 2t + q % 2.
     let t2 = w.emit_op(format!("shl i64 {tq}, 1"));
     for i in 0..mf {
