@@ -160,9 +160,7 @@ fn awkward_tiles_and_rows_assemble() {
         // (256×640: 2×2), mm_i32, then three row reductions: 5 and 24 rows (eight warps per row: few
         // rows) and mean_all (no grid loop: one row, eight warps).
         ("tiled", "f32", &[[2, 7, 1], [6, 5, 6], [10, 16, 1], [20, 8, 1], [2, 7, 1], [5, 1, 1], [24, 1, 1], [1, 1, 1]]),
-        // On the tensor cores mm_bat's 16×16 tiles are 32×32 (nvptx/tiled.rs `tc_r`: one fragment a warp);
-        // mm_odd's 29 columns keep 16×16.
-        ("tiled", "bf16", &[[2, 7, 1], [3, 3, 6], [10, 16, 1], [20, 8, 1], [2, 7, 1], [5, 1, 1], [24, 1, 1], [1, 1, 1]]),
+        ("tiled", "bf16", &[[2, 7, 1], [6, 5, 6], [10, 16, 1], [20, 8, 1], [2, 7, 1], [5, 1, 1], [24, 1, 1], [1, 1, 1]]),
         // LayerNorm 150 rows, 2 rows; softmax 264 rows (eight warps per row up to 264 rows); rows of 10
         // (one thread per row); 4100 rows (one warp each, 8 per block); one 1-D row (no grid loop: one
         // row, eight warps).
@@ -384,30 +382,6 @@ fn minilm_attention_is_one_kernel_per_layer() {
     }
     eprintln!("minilm launches: fused attention {}, unfused {}", count[0], count[1]);
     assert_eq!(count[0] + 2 * 6, count[1], "fused {} vs unfused {}", count[0], count[1]);
-    let _ = std::fs::remove_dir_all(&dir);
-}
-
-/// The CUDA executor captures a level's dispatches (`Schedule::levels`: none of them conflicts with
-/// another's byte ranges) as parallel branches of its graph: in MiniLM's schedule each layer's Q, K
-/// and V projections (three matmuls reading the same LayerNorm output) share one level (this export:
-/// with the layer's attention mask, 64 launches in 46 levels), so the graph is at least 6 × 2 levels
-/// shorter than its chain of launches. (That the branches compute what the chain does,
-/// bit for bit, is checked on the GPU: tests/gpu/bench_cuda.py's `rlxc_cuda_chain`.)
-#[test]
-fn minilm_projections_share_a_level_of_the_cuda_graph() {
-    let dir = tmp("minilm-levels");
-    let (_, model, args, _) = models(&dir).pop().unwrap();
-    let out = dir.join("art");
-    ok(rlxc().args(["compile", s(&model), "--target", "cuda", "--name", "minilm", "-o", s(&out)]).args(&args));
-    let sched = rlx_rt::schedule::Schedule::parse(&std::fs::read(out.join("minilm.schedule.bin")).unwrap()).unwrap();
-    let manifest: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("minilm.json")).unwrap()).unwrap();
-    let names: Vec<&str> = manifest["schedule"]["dispatches"].as_array().unwrap().iter().map(|d| d["kernel"].as_str().unwrap()).collect();
-    let levels = sched.levels(rlx_rt::schedule::Barriers::Levels);
-    let wide: Vec<Vec<&str>> = levels.iter().filter(|l| l.len() > 1).map(|l| l.iter().map(|&d| names[d]).collect()).collect();
-    eprintln!("minilm: {} launches in {} levels; levels of several: {wide:?}", sched.dispatches.len(), levels.len());
-    let qkv = |l: &&Vec<&str>| ["query", "key", "value"].iter().all(|p| l.iter().any(|n| n.contains(&format!("self.{p}/matmul")) || n.contains(&format!("self.{p}/MatMul"))));
-    assert_eq!(wide.iter().filter(qkv).count(), 6, "{wide:?}");
-    assert!(levels.len() + 12 <= sched.dispatches.len());
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -209,7 +209,7 @@ pub fn kernel(li: usize, sig: &str, setup: &str, params: Vec<(DType, String)>, o
                 let text = format!("define ptx_kernel void @k{li}({sig}) #0 {{\nentry:\n{allocas}{setup}  br label %start.bb\nstart.bb:\n{body}  ret void\n}}\n\n");
                 return Ok(Tiled { text, groups: g, block: BLOCK, globals });
             }
-            (matmul(&mut w, li, acc, a, b, rows, cols, batch, tc_r(*r, m, n, tc), tc, &mut globals)?, BLOCK)
+            (matmul(&mut w, li, acc, a, b, rows, cols, batch, *r, tc, &mut globals)?, BLOCK)
         }
         Plan::Reduce { acc, grid } => rows_kernel(&mut w, li, &[Phase::Reduce(acc.clone())], Some(acc), grid, &mut globals)?,
         Plan::Rows { phases, grid, .. } => rows_kernel(&mut w, li, phases, None, grid, &mut globals)?,
@@ -218,18 +218,6 @@ pub fn kernel(li: usize, sig: &str, setup: &str, params: Vec<(DType, String)>, o
     let (allocas, body) = w.finish();
     let text = format!("define ptx_kernel void @k{li}({sig}) #0 {{\nentry:\n{allocas}{setup}  br label %start.bb\nstart.bb:\n{body}  ret void\n}}\n\n");
     Ok(Tiled { text, groups, block, globals })
-}
-
-/// The outputs per thread along each side of a general-form matmul tile: the recognizer's `r`
-/// (the largest of 4, 2, 1 giving [`rlx_ir::loops::tiled::FILL`] tiles), except that on the tensor
-/// cores a 16×16 tile (r = 1: two m16×n8 fragments, so two of the block's eight warps issue `mma.sync`
-/// while all eight stage) becomes 32×32 (one fragment a warp) where M and N reach 32 — MiniLM batch 1:
-/// 96 blocks a 128×384 projection instead of 192, and the executor runs a layer's Q, K and V
-/// projections as parallel graph branches, 288 blocks together. `RLX_CUDA_TC_R=1` at compile time
-/// keeps 16×16, to time them against each other (tests/gpu/prepare_cuda.sh's `minilm_b1_P_r1`).
-fn tc_r(r: i64, m: i64, n: i64, tc: Option<Mma>) -> i64 {
-    let keep = std::env::var("RLX_CUDA_TC_R").is_ok_and(|v| v == "1");
-    if tc.is_some() && r == 1 && m >= 2 * T && n >= 2 * T && !keep { 2 } else { r }
 }
 
 /// The K slice a tiled matmul stages per step: 64 for 1×1 outputs per thread, 32 otherwise (fewer
