@@ -19,7 +19,10 @@ artifact beside a passing untiled twin points at the cooperative kernels (shared
 warp-per-row kernels, fused attention); the `minilm_bB_unfused` cases (`minilm_bB_P_unfused` for
 precision P where a run carries them) are MiniLM compiled with RLX_CUDA_FUSED_ATTENTION=0 (attention
 as three launches per layer instead of one fused kernel), timed in every round beside the fused
-default of the same precision (`rlxc_cuda_unfused`). Then, per MiniLM batch, each kernel's device time (`cuda_run` with
+default of the same precision (`rlxc_cuda_unfused`), and every MiniLM artifact is also timed with
+RLX_CUDA_CONCURRENT=0 (`rlxc_cuda_chain`: the executor's graph as one chain of kernels in schedule
+order instead of a level's dispatches as parallel branches), whose output must equal the default's bit
+for bit. Then, per MiniLM batch, each kernel's device time (`cuda_run` with
 RLX_CUDA_KERNEL_TIMES=1: the kernels launched one by one between events) with the kernel names of the
 manifest, the slowest first. For MiniLM, per round and
 batch (interleaved): `cuda_run` p50 of `Executor::run` (copy the inputs in, one CUDA graph launch,
@@ -92,9 +95,12 @@ class torch_precision:
         return False
 
 
-def cuda_run(carry, art, name, inputs, runs, out, kernel_times=False):
+def cuda_run(carry, art, name, inputs, runs, out, kernel_times=False, chain=False):
     args = [os.path.join(carry, "cuda_run"), art, name, str(runs), out] + inputs
     env = dict(os.environ, RLX_CUDA_KERNEL_TIMES="1" if kernel_times else "0")
+    if chain:
+        # The graph as one chain of kernels in schedule order (the executor before session 14).
+        env["RLX_CUDA_CONCURRENT"] = "0"
     r = subprocess.run(args, capture_output=True, text=True, env=env)
     if r.returncode != 0:
         raise SystemExit(f"cuda_run {name} failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
@@ -198,7 +204,7 @@ def main() -> int:
     fwd = bm.torch_model(bm.onnx_weights(os.path.join(a.carry, "minilm.onnx")), "cuda")
     batches = [1, 8, 32]
     precs = [p for p in PRECISIONS if os.path.isdir(os.path.join(work, "art", "minilm_b1" + PRECISIONS[p]))]
-    per = {(b, p): {"rlxc_cuda": [], "rlxc_cuda_unfused": [], "eager": [], "graph": [], "compiled": [], "eager_copies": []} for b in batches for p in precs}
+    per = {(b, p): {"rlxc_cuda": [], "rlxc_cuda_unfused": [], "rlxc_cuda_chain": [], "eager": [], "graph": [], "compiled": [], "eager_copies": []} for b in batches for p in precs}
     # torch.compile (inductor's fused kernels, mode "reduce-overhead": replayed as CUDA graphs), one
     # compiled callable per batch and precision, compiled in the first round, timed in every round.
     torch._dynamo.config.cache_size_limit = 64
@@ -220,6 +226,13 @@ def main() -> int:
                 o = os.path.join(work, "out", f"bench_b{b}{PRECISIONS[p]}")
                 us, text = cuda_run(a.carry, os.path.join(work, "art", f"minilm_b{b}{PRECISIONS[p]}"), "minilm", ins, a.runs, o)
                 q["rlxc_cuda"].append(us)
+                # The same artifact with the graph as one chain (RLX_CUDA_CONCURRENT=0): its output
+                # must be the concurrent graph's, bit for bit (the same kernels, only their order differs).
+                cus, _ = cuda_run(a.carry, os.path.join(work, "art", f"minilm_b{b}{PRECISIONS[p]}"), "minilm", ins, a.runs, o + "_chain", chain=True)
+                q["rlxc_cuda_chain"].append(cus)
+                if not np.array_equal(np.fromfile(os.path.join(o, "out0.bin"), dtype=np.uint8), np.fromfile(os.path.join(o + "_chain", "out0.bin"), dtype=np.uint8)):
+                    bad.append(f"minilm_b{b} {p}: the concurrent graph's output differs from the chain's")
+                print(f"round {r} batch {b} {p}: rlxc cuda concurrent graph {us:.1f} µs, one chain {cus:.1f} µs", flush=True)
                 unfused = os.path.join(work, "art", f"minilm_b{b}{PRECISIONS[p]}_unfused")
                 if os.path.isdir(unfused):
                     # The same model with attention as three launches per layer (RLX_CUDA_FUSED_ATTENTION=0).
@@ -279,7 +292,8 @@ def main() -> int:
             e = res["minilm"][f"{b}{PRECISIONS[p]}"]
             print(f"  {p:5} batch {b:2}: rlxc {e['rlxc_cuda_p50_us']:9.1f} µs  torch graph {e['graph_p50_us']:9.1f} µs  compiled {e['compiled_p50_us']:9.1f} µs  eager {e['eager_p50_us']:9.1f} µs  "
                   f"ratio {e['rlxc_over_best_torch']:.2f}  max abs vs torch f32 {e['max_abs_rlxc_vs_torch_f32']:.2e} (torch {p}: {e['max_abs_torch_vs_torch_f32']:.2e})"
-                  + (f"  unfused attention {e['rlxc_cuda_unfused_p50_us']:9.1f} µs" if e["rlxc_cuda_unfused_rounds_us"] else ""), flush=True)
+                  + (f"  unfused attention {e['rlxc_cuda_unfused_p50_us']:9.1f} µs" if e["rlxc_cuda_unfused_rounds_us"] else "")
+                  + f"  one chain {e['rlxc_cuda_chain_p50_us']:9.1f} µs", flush=True)
     res["failed"] = bad
     print(json.dumps(res, indent=1))
     with open(os.path.join(a.out, "h200-cuda-bench.json"), "w") as f:

@@ -385,6 +385,30 @@ fn minilm_attention_is_one_kernel_per_layer() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The CUDA executor captures a level's dispatches (`Schedule::levels`: none of them conflicts with
+/// another's byte ranges) as parallel branches of its graph: in MiniLM's schedule each layer's Q, K
+/// and V projections (three matmuls reading the same LayerNorm output) share one level (this export:
+/// with the layer's attention mask, 64 launches in 46 levels), so the graph is at least 6 × 2 levels
+/// shorter than its chain of launches. (That the branches compute what the chain does,
+/// bit for bit, is checked on the GPU: tests/gpu/bench_cuda.py's `rlxc_cuda_chain`.)
+#[test]
+fn minilm_projections_share_a_level_of_the_cuda_graph() {
+    let dir = tmp("minilm-levels");
+    let (_, model, args, _) = models(&dir).pop().unwrap();
+    let out = dir.join("art");
+    ok(rlxc().args(["compile", s(&model), "--target", "cuda", "--name", "minilm", "-o", s(&out)]).args(&args));
+    let sched = rlx_rt::schedule::Schedule::parse(&std::fs::read(out.join("minilm.schedule.bin")).unwrap()).unwrap();
+    let manifest: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("minilm.json")).unwrap()).unwrap();
+    let names: Vec<&str> = manifest["schedule"]["dispatches"].as_array().unwrap().iter().map(|d| d["kernel"].as_str().unwrap()).collect();
+    let levels = sched.levels(rlx_rt::schedule::Barriers::Levels);
+    let wide: Vec<Vec<&str>> = levels.iter().filter(|l| l.len() > 1).map(|l| l.iter().map(|&d| names[d]).collect()).collect();
+    eprintln!("minilm: {} launches in {} levels; levels of several: {wide:?}", sched.dispatches.len(), levels.len());
+    let qkv = |l: &&Vec<&str>| ["query", "key", "value"].iter().all(|p| l.iter().any(|n| n.contains(&format!("self.{p}/matmul")) || n.contains(&format!("self.{p}/MatMul"))));
+    assert_eq!(wide.iter().filter(qkv).count(), 6, "{wide:?}");
+    assert!(levels.len() + 12 <= sched.dispatches.len());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// sin and cos on the GPU (the NVPTX writer's f64 range reduction and series, `ir/math.rs`), run in
 /// CPU emulation (tests/gpu/emulate_cuda.py) against the interpreter: arguments up to ±5000 radians as
 /// RoPE's angles reach (positions × frequencies), multiples of π/2, tiny values, 1e6 and -3e9, ±inf and NaN. The
