@@ -158,18 +158,24 @@ def main() -> None:
         # Enough work for the thread pool: 15 → 64 channels at 26×26 (15 input channels: under the Winograd
         # form's 16).
         "conv3x3_wide": ([1, 15, 26, 26], [(64, (3, 3), {"pads": [1, 1, 1, 1]}, True)], relu, ()),
-        # Winograd F(2×2, 3×3) (`winograd.rs`): 196 tiles in blocks of 5 tile rows (the last one short), ReLU.
-        "conv3x3_winograd": ([1, 64, 28, 28], [(64, (3, 3), {"pads": [1, 1, 1, 1]}, True)], relu, ()),
-        # Odd output rows and columns (a last tile row and column of one output), batch 2, 20 channels
-        # (4-row tiles, one group tile short), two in a row, the second without bias, residual input.
-        "conv3x3_winograd_res_b2": ([2, 24, 29, 31], [(20, (3, 3), {"pads": [1, 1, 1, 1]}, True), (20, (3, 3), {"pads": [1, 1, 1, 1]}, False)],
-                                    residual_relu, (("r", [2, 20, 29, 31]),)),
-        # Asymmetric pads (top 2, left 1, bottom 0, right 2), no bias, SiLU (the conv value read twice).
-        "conv3x3_winograd_asym": ([1, 16, 30, 29], [(18, (3, 3), {"pads": [2, 1, 0, 2]}, False)], silu, ()),
-        # 14² outputs (49 blocks of 2×2: F(2×2, 3×3) whatever the form asked for), batch 2, 24 channels.
-        "conv3x3_winograd_mid_b2": ([2, 32, 14, 14], [(24, (3, 3), {"pads": [1, 1, 1, 1]}, True)], relu, ()),
-        # 160 input channels: three K chunks of the 16 GEMMs through the products.
-        "conv3x3_winograd_chunks": ([1, 160, 28, 28], [(32, (3, 3), {"pads": [1, 1, 1, 1]}, True)], identity, ()),
+        # Winograd (`winograd.rs`; the forms below are the default's, `--winograd f2` runs them all as F(2×2)).
+        # F(4×4, 3×3) over 28² with 128 output channels: one block of 7 × 7 tiles, so 4 units of output channels
+        # (22 row tiles: the last block short), each transforming the input again; ReLU.
+        "conv3x3_winograd": ([1, 16, 28, 28], [(128, (3, 3), {"pads": [1, 1, 1, 1]}, True)], relu, ()),
+        # F(4×4): odd output rows and columns (a last tile row and column of one output), batch 2 (units of 4
+        # tile rows), 50 channels (4-row tiles, one group tile short), two in a row, the second without bias,
+        # residual input.
+        "conv3x3_winograd_res_b2": ([2, 24, 29, 31], [(50, (3, 3), {"pads": [1, 1, 1, 1]}, True), (50, (3, 3), {"pads": [1, 1, 1, 1]}, False)],
+                                    residual_relu, (("r", [2, 50, 29, 31]),)),
+        # F(2×2) (48 channels at 30²: F(4×4)'s units would split the channels): asymmetric pads (top 2, left 1,
+        # bottom 0, right 2), no bias, SiLU (the conv value read twice).
+        "conv3x3_winograd_asym": ([1, 16, 30, 29], [(48, (3, 3), {"pads": [2, 1, 0, 2]}, False)], silu, ()),
+        # F(2×2) over 14² (49 blocks of 2×2), batch 2, 48 channels.
+        "conv3x3_winograd_mid_b2": ([2, 32, 14, 14], [(48, (3, 3), {"pads": [1, 1, 1, 1]}, True)], relu, ()),
+        # F(2×2), 160 input channels: three K chunks of the 16 GEMMs through the products.
+        "conv3x3_winograd_chunks": ([1, 160, 14, 14], [(48, (3, 3), {"pads": [1, 1, 1, 1]}, True)], identity, ()),
+        # 32 output channels over 28²: too few for the Winograd form (the direct one).
+        "conv3x3_growth_direct": ([1, 64, 28, 28], [(32, (3, 3), {"pads": [1, 1, 1, 1]}, True)], relu, ()),
         # Grouped convolutions with ≥ 8 channels a group: one GEMM per group. 2 groups of 8 → 12 channels (2 tiles
         # a group), 3×3 pad 1, batch 2 (AlexNet's form).
         "conv3x3_grouped_b2": ([2, 16, 9, 9], [(24, (3, 3), {"pads": [1, 1, 1, 1], "group": 2}, True)], relu, ()),

@@ -127,14 +127,16 @@ fn conv_gemm_paths_are_taken() {
     assert!(kd.contains("(window mask)") && !kd.contains("(im2col)") && kd.contains("(packed B chunks)"), "3×3 pad 1, stride 1: B is not packed from x:\n{kd}");
     let kw = lir("conv3x3_winograd");
     assert!(kw.contains("(winograd, packed") && kw.contains("(winograd input)") && kw.contains("(winograd products)") && !kw.contains("(im2col)") && !kw.contains("(window mask)"), "3×3 pad 1 over 28²: not the Winograd form:\n{kw}");
-    // F(4×4, 3×3) by default: 36 groups of panels (64 channels: 11 tiles of 6 rows each); --winograd off: the direct form.
-    assert!(kw.contains("f32[396, 64, 6] \"w0 (winograd, packed 6-row panels)\""), "3×3 over 28²: not F(4×4, 3×3)'s 36 groups:\n{kw}");
-    // 14² outputs: F(2×2, 3×3)'s 16 groups (24 channels: 4 tiles of 6 rows) though F(4×4) is the default;
-    // 7² ones (16 blocks of 2×2) stay direct.
+    // F(4×4, 3×3) by default: 36 groups of panels (128 channels: 22 tiles of 6 rows each); --winograd off: the direct form.
+    assert!(kw.contains("f32[792, 16, 6] \"w0 (winograd, packed 6-row panels)\""), "3×3 over 28², 128 channels: not F(4×4, 3×3)'s 36 groups:\n{kw}");
+    // 48 channels over 14²: F(2×2, 3×3)'s 16 groups (8 tiles of 6 rows) though F(4×4) is the default; 7²
+    // outputs (16 blocks of 2×2) and 32 output channels stay direct.
     let km = lir("conv3x3_winograd_mid_b2");
-    assert!(km.contains("f32[64, 32, 6] \"w0 (winograd, packed 6-row panels)\""), "3×3 over 14²: not F(2×2, 3×3)'s 16 groups:\n{km}");
-    let k7d = lir("conv3x3_deep_b2");
-    assert!(!k7d.contains("winograd"), "3×3 over 7²: not the direct form:\n{k7d}");
+    assert!(km.contains("f32[128, 32, 6] \"w0 (winograd, packed 6-row panels)\""), "3×3 over 14²: not F(2×2, 3×3)'s 16 groups:\n{km}");
+    for case in ["conv3x3_deep_b2", "conv3x3_growth_direct"] {
+        let kd = lir(case);
+        assert!(!kd.contains("winograd"), "{case}: not the direct form:\n{kd}");
+    }
     let (_, model, _) = cases.iter().find(|(n, _, _)| n == "conv3x3_winograd").unwrap();
     let off = dir.join("conv3x3_winograd-off");
     ok(Command::new(env!("CARGO_BIN_EXE_rlxc")).current_dir(repo()).arg("compile").arg(model).args(["--target", "x86_64", "--winograd", "off", "--name", "m", "--emit-ir", "-o"]).arg(&off));

@@ -37,16 +37,22 @@ use rlx_ir::lir::{Base, Buffer};
 use rlx_ir::loops::{Access, Expr, IOp, LoopKind, Stmt, Var};
 use rlx_ir::{BinaryOp, ConstData, DType, MirOp, NodeId};
 
-/// The fewest 2×2 output blocks an image for the form asked for (28² outputs), the fewest for F(2×2, 3×3)
-/// (13² outputs: F(4×4)'s 4×4 tiles waste up to a quarter of a 14² output and leave too few tiles a unit),
-/// and the fewest input and output channels: below them the transforms' passes outweigh the fewer
-/// products. Measured a layer at a time against the direct form (`tests/bench/zoo.py`'s `conv…` models,
-/// one thread, interleaved in one process): 256 channels at 14² under F(2×2) 0.75× at batch 1 and 0.54×
-/// at batch 8 (F(4×4): 1.71× and 0.83×), 64 → 256 at 13² 0.78× and 0.67×; 512 at 7² (16 blocks)
-/// 1.70× and 1.29×, so 7² stays direct.
+/// Where the Winograd form pays, measured a layer at a time against the direct form (`tests/bench/zoo.py`'s
+/// `conv…` models, one thread, batch 1 unless said, interleaved in one process; F(2×2) / F(4×4) / direct):
+/// - [`MIN_TILES_F2`]: 13² outputs and up (49 blocks of 2×2). 256 channels at 14² 0.75 / 1.71 (0.54 / 0.83 at
+///   batch 8), 64 → 256 at 13² 0.78 / –; 512 at 7² (16 blocks) 1.70 / 1.70 (1.29 at batch 8): direct.
+/// - [`MIN_OUT_CHANNELS`]: the input transform is shared by the output channels, so few of them do not repay
+///   it: 128 → 32 at 28² 1.07 / 1.46, at 14² 1.22 / 1.22 (DenseNet's growth layers; at 56² 0.90 / 0.98),
+///   where 32 → 48 at 28² is 0.70 / 1.03 and 192 → 48 at 14² 0.92 / 0.92.
+/// - F(4×4) (the default form asked for) over [`MIN_TILES`] blocks (28² outputs) where its units need not
+///   also split the output channels (each channel block transforms the input again: `winograd_body`), or
+///   with [`F4_CHANNELS`] output channels; else F(2×2). 64 at 56² 0.57 / 0.51; 128 at 28² 0.76 / 0.62; but
+///   64 at 28² 0.65 / 0.84, 64 → 96 at 28² 0.63 / 0.73.
 const MIN_TILES: usize = 196;
 const MIN_TILES_F2: usize = 49;
 const MIN_CHANNELS: usize = 16;
+const MIN_OUT_CHANNELS: usize = 48;
+const F4_CHANNELS: usize = 128;
 
 
 /// A Winograd form F(m×m, 3×3): `m` outputs a tile side, `α = m + 2` inputs, and its matrices (rows):
@@ -113,24 +119,23 @@ impl Wino {
 }
 
 /// The Winograd form of a convolution with weight shape `sw` and output shape `so`, if it takes one:
-/// dense, 2-D, 3×3, stride 1, dilation 1, with at least [`MIN_CHANNELS`] input and output channels, in the
-/// form F(m×m, 3×3) asked for (`m` 2 or 4; 0: none) where it has [`MIN_TILES`] tiles of F(2×2, 3×3), in
-/// F(2×2, 3×3) where it has [`MIN_TILES_F2`].
+/// dense, 2-D, 3×3, stride 1, dilation 1, with at least [`MIN_CHANNELS`] input and [`MIN_OUT_CHANNELS`]
+/// output channels and [`MIN_TILES_F2`] blocks of 2×2 an image; F(m×m, 3×3) for the `m` asked for (2 or
+/// 4; 0: none) where the constants' rules allow, else F(2×2, 3×3).
 pub(super) fn fits(sw: &[usize], so: &[usize], strides: &[usize], dilations: &[usize], groups: usize, m: usize) -> Option<Wino> {
     if m == 0 || groups != 1 || sw.len() != 4 || so.len() != 4 || sw[2] != 3 || sw[3] != 3 {
         return None;
     }
-    if strides.iter().any(|&s| s != 1) || dilations.iter().any(|&d| d != 1) || sw[0] < MIN_CHANNELS || sw[1] < MIN_CHANNELS {
+    if strides.iter().any(|&s| s != 1) || dilations.iter().any(|&d| d != 1) || sw[0] < MIN_OUT_CHANNELS || sw[1] < MIN_CHANNELS {
         return None;
     }
     let tiles = so[2].div_ceil(2) * so[3].div_ceil(2);
-    let m = if tiles >= MIN_TILES {
-        m
-    } else if tiles >= MIN_TILES_F2 {
-        2
-    } else {
+    if tiles < MIN_TILES_F2 {
         return None;
-    };
+    }
+    let (th, tw) = (so[2].div_ceil(m), so[3].div_ceil(m));
+    let units = so[0] * th.div_ceil(block_rows(so[0], th, tw));
+    let m = if m == 4 && tiles >= MIN_TILES && (units >= MIN_UNITS || sw[0] >= F4_CHANNELS) { 4 } else { 2 };
     Some(Wino { m, th: so[2].div_ceil(m), tw: so[3].div_ceil(m) })
 }
 
