@@ -39,23 +39,38 @@ impl Planner<'_> {
         let ci = Expr::add(Expr::mul(Expr::i(IOp::Div, idx[1].clone(), Expr::Int(mg as i64)), Expr::Int(cg as i64)), Expr::Var(c));
         let pos = |i: usize, k: Expr| Expr::add(Expr::i(IOp::Sub, Expr::mul(idx[2 + i].clone(), Expr::Int(strides[i] as i64)), Expr::Int(pads[i] as i64)), Expr::mul(k, Expr::Int(dilations[i] as i64)));
         let row = pos(0, Expr::Var(kh));
-        let kwe = Expr::add(Expr::Int(taps.0), Expr::Var(kw));
-        let xv = self.elem(kb, ins[0], &[idx[0].clone(), ci, row.clone(), pos(1, kwe.clone())]);
-        let mut upd = Vec::new();
+        // The kernel columns: a loop over them, or in the plane form one statement each (the middle
+        // one, which never wraps, without the mask).
+        let columns: Vec<Expr> = match plane {
+            None => vec![Expr::add(Expr::Int(taps.0), Expr::Var(kw))],
+            Some(_) => (taps.0..taps.1).map(Expr::Int).collect(),
+        };
         let mut stmts = Vec::new();
+        let mut upd = Vec::new();
         for (r, &acc) in accs.iter().enumerate() {
             let init = if ins.len() == 3 { self.elem(kb, ins[2], &[chan(r)]) } else { lit(0.0, odt) };
             stmts.push(Stmt::Decl { var: acc, dtype: odt, init });
-            let wv = self.elem(kb, ins[1], &[chan(r), Expr::Var(c), Expr::Var(kh), kwe.clone()]);
-            let mut prod = Expr::Bin(BinaryOp::Mul, odt, Box::new(xv.clone()), Box::new(wv));
-            if let Some((m, t, count)) = plane {
-                let mv = Expr::load(m, Expr::add(Expr::mul(kwe.clone(), Expr::Int(count)), t.clone()));
-                let on = Expr::Bin(BinaryOp::Gt, DType::F32, Box::new(mv), Box::new(lit(0.0, DType::F32)));
-                prod = Expr::Select(Box::new(on), Box::new(prod), Box::new(lit(0.0, odt)));
-            }
-            upd.push(Stmt::Assign { var: acc, value: Expr::Bin(BinaryOp::Add, odt, Box::new(Expr::Var(acc)), Box::new(prod)) });
         }
-        let mut cols = vec![Stmt::For { var: kw, extent: (taps.1 - taps.0).max(0), kind: LoopKind::Serial, body: upd }];
+        for kwe in &columns {
+            let xv = self.elem(kb, ins[0], &[idx[0].clone(), ci.clone(), row.clone(), pos(1, kwe.clone())]);
+            for (r, &acc) in accs.iter().enumerate() {
+                let wv = self.elem(kb, ins[1], &[chan(r), Expr::Var(c), Expr::Var(kh), kwe.clone()]);
+                let mut prod = Expr::Bin(BinaryOp::Mul, odt, Box::new(xv.clone()), Box::new(wv));
+                match plane {
+                    Some((m, t, count)) if *kwe != Expr::Int(pads[1] as i64) => {
+                        let mv = Expr::load(m, Expr::add(Expr::mul(kwe.clone(), Expr::Int(count)), t.clone()));
+                        let on = Expr::Bin(BinaryOp::Gt, DType::F32, Box::new(mv), Box::new(lit(0.0, DType::F32)));
+                        prod = Expr::Select(Box::new(on), Box::new(prod), Box::new(lit(0.0, odt)));
+                    }
+                    _ => {}
+                }
+                upd.push(Stmt::Assign { var: acc, value: Expr::Bin(BinaryOp::Add, odt, Box::new(Expr::Var(acc)), Box::new(prod)) });
+            }
+        }
+        let mut cols = match plane {
+            None => vec![Stmt::For { var: kw, extent: (taps.1 - taps.0).max(0), kind: LoopKind::Serial, body: upd }],
+            Some(_) => upd,
+        };
         if plane.is_none() && (pads[0] > 0 || pads[2] > 0) {
             let ok = Expr::i(IOp::And, Expr::i(IOp::Le, Expr::Int(0), row.clone()), Expr::i(IOp::Lt, row, Expr::Int(sx[2] as i64)));
             cols = vec![Stmt::If { cond: ok, body: cols }];
