@@ -4,6 +4,8 @@
 //! kernel row's bounds are checked, outside the taps along the width. The border columns use the
 //! direct per-element body (`conv.rs`); both sum in the same order (bias, then input channel, row, column).
 //! With several input channels per group, a few output channels of the group are computed together.
+//! The plane form (`plane_rows`, `plane_body`): a stride-1 "same" convolution over narrow rows, whose
+//! interior rows are one flat vector loop over the plane's positions with a constant column mask.
 
 use super::kernel::{lit, KB};
 use super::window::Win;

@@ -10,7 +10,9 @@
 //! narrower than 4 columns, use the per-element bodies. With several input channels per group, 4 to 8 output channels of a group are computed per
 //! iteration, sharing each input load. The epilogue (bias, activation…) is
 //! applied to every accumulator before its store, as in the per-element form. Channels are the
-//! parallel loop, so threads split channels; the planner enables this form with
+//! parallel loop, so threads split channels. A stride-1 "same" grouped convolution over rows narrower
+//! than two vectors runs its interior rows as one flat loop over positions instead (`depthwise.rs`'s
+//! plane form). The planner enables these kernels with
 //! [`PlanOptions::window_lanes`](super::PlanOptions::window_lanes) (the CPU targets).
 
 use super::index::linear;
