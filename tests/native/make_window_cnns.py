@@ -13,6 +13,11 @@ NAME_ort_<output>.npy (ONNX Runtime's outputs on it); and calib.npy (64 samples 
   (`avgc`), depthwise 5×5 pad 2 with a per-channel Mul and Add after it (`dw5`); and from `dw2` a
   grouped 1×1 convolution 8→10 (2 groups, 5 output channels each) with bias and Relu (`grp5`).
 - `narrow`: the same with x f32[2,8,7,7] (rows narrower than a vector, batch 2).
+- `plane`: the same with x f32[2,8,13,13] (the plane form of `dw` and `dw5`: odd sizes, batch 2).
+- `plane2`: x f32[1,20,9,9] → depthwise 3×3 padded only at the bottom and right (pads 0,0,2,2) plus x
+  itself (`dwa`: an epilogue operand the size of the plane), and a grouped conv 20→40 (5 groups of 4
+  input channels) 3×3 pad 1 with bias + Relu (`grp8`: blocks of 8 output channels): the plane form with
+  asymmetric padding and register blocking.
 - `bn`: x f32[1,1,8,8] → Conv 1→4 3×3 pad 1 + BatchNormalization + Relu → depthwise 3×3 pad 1 +
   BatchNormalization + Relu (`y`), the Cortex-M int8 model.
 Weights and inputs from numpy's RandomState(0).
@@ -87,6 +92,14 @@ def window(x_shape):
     return g.model("window", x_shape, ["dw", "dw2", "grp", "maxp", "avgp", "avgc", "dw5", "grp5"])
 
 
+def plane2():
+    g = G(2)
+    g.node("Add", [g.node("Conv", ["x", g.const("dwa_w", g.rs.randn(20, 1, 3, 3) * 0.5)], "dwa_c", kernel_shape=[3, 3],
+                          pads=[0, 0, 2, 2], group=20), "x"], "dwa")
+    g.node("Relu", [g.conv("x", "grp8_c", 20, 40, 3, 5, pad=1, bias=True)], "grp8")
+    return g.model("plane2", [1, 20, 9, 9], ["dwa", "grp8"])
+
+
 def bn_model():
     g = G(1)
     a = g.node("Relu", [g.bn(g.conv("x", "c1", 1, 4, 3, 1, pad=1), "bn1", 4)], "r1")
@@ -101,6 +114,7 @@ def main() -> None:
     os.makedirs(out, exist_ok=True)
     rs = np.random.RandomState(0)
     for name, m, shape in [("window", window([1, 8, 11, 37]), [1, 8, 11, 37]), ("narrow", window([2, 8, 7, 7]), [2, 8, 7, 7]),
+                           ("plane", window([2, 8, 13, 13]), [2, 8, 13, 13]), ("plane2", plane2(), [1, 20, 9, 9]),
                            ("bn", bn_model(), [1, 1, 8, 8])]:
         onnx.save(m, os.path.join(out, f"{name}.onnx"))
         x = rs.randn(*shape).astype(np.float32)

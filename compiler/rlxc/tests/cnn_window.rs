@@ -3,7 +3,9 @@
 //! `tests/native/make_window_cnns.py` writes small CNNs and ONNX Runtime's outputs on them.
 //! - `window` (rows of 37 columns: vector interiors with remainders, stride 1 and 2, dilation, padded
 //!   and unpadded, ceil mode, both average-pool counts, a partial block of output channels) and
-//!   `narrow` (7 columns: under a vector; batch 2):
+//!   `narrow` (7 columns: under a vector; batch 2), `plane` (13 × 13, batch 2) and `plane2` (9 × 9,
+//!   padding at the bottom and right only, a residual operand the plane's size, a grouped convolution
+//!   in blocks of 8 output channels) — the plane form of stride-1 "same" grouped convolutions:
 //!   `rlxc run --target interp` matches ONNX Runtime, and the host object (LLVM, and Cranelift) and
 //!   the x86_64 one (AVX2: 8 lanes) match the interpreter within 1e-4 on every output;
 //! - `bn` (Conv → BatchNormalization → Relu → depthwise Conv → BatchNormalization → Relu): compiles
@@ -63,14 +65,14 @@ const OUTS: [&str; 8] = ["dw", "dw2", "grp", "maxp", "avgp", "avgc", "dw5", "grp
 
 #[test]
 fn window_kernels_match_the_interpreter_and_onnx_runtime() {
-    for model in ["window", "narrow"] {
+    for (model, outs) in [("window", &OUTS[..]), ("narrow", &OUTS[..]), ("plane", &OUTS[..]), ("plane2", &["dwa", "grp8"][..])] {
         let dir = scratch(model);
         run(model, "interp", &[], &dir.join("interp"));
         run(model, "host", &[], &dir.join("llvm"));
         run(model, "host", &["--backend", "cranelift"], &dir.join("cranelift"));
         // x86-64-v3 (AVX2): 8-lane window kernels whatever this machine's vector width.
         run(model, "x86_64", &[], &dir.join("x86_64"));
-        for o in OUTS {
+        for &o in outs {
             let want = npy(&dir.join("interp").join(format!("{o}.npy")));
             let ort = npy(&models().join(format!("{model}_ort_{o}.npy")));
             let e = rel_err(&format!("{model}/{o} interp vs ONNX Runtime"), &want, &ort);

@@ -10,7 +10,9 @@
 //! narrower than 4 columns, use the per-element bodies. With several input channels per group, 4 to 8 output channels of a group are computed per
 //! iteration, sharing each input load. The epilogue (bias, activation…) is
 //! applied to every accumulator before its store, as in the per-element form. Channels are the
-//! parallel loop, so threads split channels; the planner enables this form with
+//! parallel loop, so threads split channels. A stride-1 "same" grouped convolution over rows narrower
+//! than two vectors runs its interior rows as one flat loop over positions instead (`depthwise.rs`'s
+//! plane form). The planner enables these kernels with
 //! [`PlanOptions::window_lanes`](super::PlanOptions::window_lanes) (the CPU targets).
 
 use super::index::linear;
@@ -37,7 +39,6 @@ impl Planner<'_> {
     /// The window kernel of anchor `a` with epilogue root `r`, storing into parameter `op`.
     pub(super) fn window_body(&mut self, kb: &mut KB, a: NodeId, r: NodeId, op: u32, out_shape: &[usize]) -> Vec<Stmt> {
         let anode = self.g.node(a).clone();
-        let av = anode.outputs[0];
         let (nb, ch, oh, ow) = (out_shape[0], out_shape[1], out_shape[2], out_shape[3]);
         let w = self.shape(anode.inputs[0])[3] as i64;
         let (s, p, d, k) = match &anode.op {
@@ -86,14 +87,57 @@ impl Planner<'_> {
         let c0 = Expr::add(gfirst.clone(), Expr::mul(inb, Expr::Int(rb as i64)));
         let glast = Expr::add(gfirst, Expr::Int(mg as i64 - 1));
         let chan = |r: Expr| if mg % rb == 0 { Expr::add(c0.clone(), r) } else { Expr::i(IOp::Min, Expr::add(c0.clone(), r), glast.clone()) };
-        let row = kb.var();
-        let mut cols = Vec::new();
-        // Kernel columns inside the input at output column c (and, for an average pool counting the
-        // padding, inside the padding).
+        let count_pad = matches!(&anode.op, MirOp::Pool { count_include_pad: true, .. });
+        // The right padding (for an average pool counting it).
         let pad_end = match &anode.op {
             MirOp::Pool { pads, .. } => pads[3] as i64,
             _ => p,
         };
+        let chans: Vec<Expr> = (0..rb).map(|i| chan(Expr::Int(i as i64))).collect();
+        let glast = (mg % rb != 0).then_some(glast);
+        let win = Win { a, r, op, ni, c0, chans, glast, rb, w, s, p, d, k, lo, hi, nv, over, rest, lanes, pad_end, count_pad };
+        let body = match self.plane_rows(a, r, out_shape) {
+            // The plane form: the output rows whose row taps are all inside the input as one flat
+            // vector loop over their positions (`plane_body`), then the rows above and below them by
+            // rows, and the two border columns the flat range leaves out.
+            Some((top, bottom)) => {
+                let oh = oh as i64;
+                let mut body = Vec::new();
+                // (first row, rows, borders only?)
+                let mut parts = vec![(0, top, false), (top, 1, true)];
+                if oh - bottom - 1 > top {
+                    parts.push((oh - bottom - 1, 1, true));
+                }
+                parts.push((oh - bottom, bottom, false));
+                body.extend(self.plane_body(kb, &anode, &win, out_shape, top, bottom));
+                for (first, count, borders_only) in parts {
+                    if count <= 0 {
+                        continue;
+                    }
+                    let row = kb.var();
+                    let cols = self.window_row(kb, &anode, &win, out_shape, Expr::add(Expr::Int(first), Expr::Var(row)), borders_only);
+                    body.push(Stmt::For { var: row, extent: count, kind: LoopKind::Serial, body: cols });
+                }
+                body
+            }
+            None => {
+                let row = kb.var();
+                let cols = self.window_row(kb, &anode, &win, out_shape, Expr::Var(row), false);
+                vec![Stmt::For { var: row, extent: oh as i64, kind: LoopKind::Serial, body: cols }]
+            }
+        };
+        vec![Stmt::For { var: nc, extent: (nb * blocks) as i64, kind: LoopKind::Parallel, body }]
+    }
+
+    /// One output row `row` of a window kernel: its left border, interior and right border (only
+    /// the borders, the columns not in the vector loops, with `borders_only`).
+    fn window_row(&mut self, kb: &mut KB, anode: &rlx_ir::Node<MirOp>, win: &Win, out_shape: &[usize], row: Expr, borders_only: bool) -> Vec<Stmt> {
+        let Win { a, r, op, ref ni, ref c0, ref chans, ref glast, rb, w, s, p, d, k, lo, hi, nv, over, rest, lanes, pad_end, count_pad } = *win;
+        let av = anode.outputs[0];
+        let ow = out_shape[3] as i64;
+        let mut cols = Vec::new();
+        // Kernel columns inside the input at output column c (and, for an average pool counting the
+        // padding, inside the padding).
         let inside = |c: i64, lo_in: i64, hi_in: i64| -> (i64, i64) {
             // c·s − p + t·d in [lo_in, hi_in)  ⇔  t in [ceil((lo_in − c·s + p) / d), floor((hi_in − 1 − c·s + p) / d) + 1)
             let (a, b) = (lo_in - c * s + p, hi_in - 1 - c * s + p);
@@ -101,12 +145,10 @@ impl Planner<'_> {
             let t1 = if b < 0 { 0 } else { (b / d + 1).min(k) };
             (t0.min(t1), t1)
         };
-        let count_pad = matches!(&anode.op, MirOp::Pool { count_include_pad: true, .. });
-        let chans: Vec<Expr> = (0..rb).map(|i| chan(Expr::Int(i as i64))).collect();
         // (first column, count, vector?) for the left border, the interior, its last vector and the rest.
         let tail = if over { lanes } else { 0 };
-        for (start, count, vector) in [(0, lo, false), (lo, nv, true), (hi - lanes, tail, true), (rest, ow as i64 - rest, false)] {
-            if count <= 0 {
+        for (start, count, vector) in [(0, lo, false), (lo, nv, true), (hi - lanes, tail, true), (rest, ow - rest, false)] {
+            if count <= 0 || (vector && borders_only) {
                 continue;
             }
             if !vector && count <= 8 {
@@ -115,17 +157,17 @@ impl Planner<'_> {
                 for c in start..start + count {
                     let taps = inside(c, 0, w);
                     let wcount = if count_pad { let (a, b) = inside(c, -p, w + pad_end); b - a } else { taps.1 - taps.0 };
-                    let idx0 = [ni.clone(), c0.clone(), Expr::Var(row), Expr::Int(c)];
+                    let idx0 = [ni.clone(), c0.clone(), row.clone(), Expr::Int(c)];
                     let (pre, accs) = match &anode.op {
                         MirOp::Pool { .. } => {
-                            let (pre, acc) = self.pool_interior(kb, &anode, &idx0, taps, wcount);
+                            let (pre, acc) = self.pool_interior(kb, anode, &idx0, taps, wcount);
                             (pre, vec![acc])
                         }
-                        _ => self.grouped_interior(kb, &anode, &idx0, &chans, taps),
+                        _ => self.grouped_interior(kb, anode, &idx0, chans, taps, None),
                     };
                     cols.extend(pre);
                     for (i, acc) in accs.into_iter().enumerate() {
-                        let idx = [ni.clone(), chans[i].clone(), Expr::Var(row), Expr::Int(c)];
+                        let idx = [ni.clone(), chans[i].clone(), row.clone(), Expr::Int(c)];
                         cols.push(self.store_with_epilogue(kb, av, acc, a, r, op, &idx, out_shape));
                     }
                 }
@@ -133,15 +175,15 @@ impl Planner<'_> {
             }
             let j = kb.var();
             let col = Expr::add(Expr::Int(start), Expr::Var(j));
-            let at = |c: Expr| [ni.clone(), c, Expr::Var(row), col.clone()];
+            let at = |c: Expr| [ni.clone(), c, row.clone(), col.clone()];
             let mut body = Vec::new();
             if vector {
                 let (pre, accs) = match &anode.op {
                     MirOp::Pool { .. } => {
-                        let (pre, acc) = self.pool_interior(kb, &anode, &at(c0.clone()), (0, k), k);
+                        let (pre, acc) = self.pool_interior(kb, anode, &at(c0.clone()), (0, k), k);
                         (pre, vec![acc])
                     }
-                    _ => self.grouped_interior(kb, &anode, &at(c0.clone()), &chans, (0, k)),
+                    _ => self.grouped_interior(kb, anode, &at(c0.clone()), chans, (0, k), None),
                 };
                 body.extend(pre);
                 for (i, acc) in accs.into_iter().enumerate() {
@@ -151,25 +193,61 @@ impl Planner<'_> {
             } else {
                 // Per element, each channel of the block in turn.
                 let rv = kb.var();
-                let idx = at(if rb > 1 { chan(Expr::Var(rv)) } else { c0.clone() });
-                let (mut pre, acc) = self.anchor_body(kb, &anode, &idx);
+                let ch = match glast {
+                    Some(g) => Expr::i(IOp::Min, Expr::add(c0.clone(), Expr::Var(rv)), g.clone()),
+                    None => Expr::add(c0.clone(), Expr::Var(rv)),
+                };
+                let idx = at(if rb > 1 { ch } else { c0.clone() });
+                let (mut pre, acc) = self.anchor_body(kb, anode, &idx);
                 pre.push(self.store_with_epilogue(kb, av, acc, a, r, op, &idx, out_shape));
                 body = if rb > 1 { vec![Stmt::For { var: rv, extent: rb as i64, kind: LoopKind::Serial, body: pre }] } else { pre };
             }
             let kind = if vector { LoopKind::Vector(lanes as u32) } else { LoopKind::Serial };
             cols.push(Stmt::For { var: j, extent: count, kind, body });
         }
-        let rows = Stmt::For { var: row, extent: oh as i64, kind: LoopKind::Serial, body: cols };
-        vec![Stmt::For { var: nc, extent: (nb * blocks) as i64, kind: LoopKind::Parallel, body: vec![rows] }]
+        cols
     }
 
     /// The store of accumulator `acc` (anchor value `av` of node `a`) at `idx`, through the epilogue
     /// up to root `r`.
     #[allow(clippy::too_many_arguments)]
-    fn store_with_epilogue(&mut self, kb: &mut KB, av: rlx_ir::ValueId, acc: Expr, a: NodeId, r: NodeId, op: u32, idx: &[Expr], out_shape: &[usize]) -> Stmt {
+    pub(super) fn store_with_epilogue(&mut self, kb: &mut KB, av: rlx_ir::ValueId, acc: Expr, a: NodeId, r: NodeId, op: u32, idx: &[Expr], out_shape: &[usize]) -> Stmt {
         kb.subst.insert(av, acc);
         let v = if a == r { kb.subst[&av].clone() } else { self.node_expr(kb, r, idx) };
         kb.subst.remove(&av);
         Stmt::Store { buf: op, index: linear(idx, out_shape), value: v }
     }
+}
+
+/// A window kernel's column ranges and channel block (`window_body`), shared by its rows and the
+/// plane form (`depthwise.rs`).
+pub(super) struct Win {
+    /// The anchor, the epilogue's root and the output parameter.
+    pub(super) a: NodeId,
+    pub(super) r: NodeId,
+    pub(super) op: u32,
+    /// The image index and the block's first channel (from the parallel loop's index).
+    pub(super) ni: Expr,
+    pub(super) c0: Expr,
+    /// The block's `rb` output channels, and the group's last channel when a block is clamped to it.
+    pub(super) chans: Vec<Expr>,
+    pub(super) glast: Option<Expr>,
+    pub(super) rb: usize,
+    /// Input width; stride, left padding, dilation and kernel size along the width.
+    pub(super) w: i64,
+    pub(super) s: i64,
+    pub(super) p: i64,
+    pub(super) d: i64,
+    pub(super) k: i64,
+    /// Interior columns [lo, hi), `nv` of them in whole vectors, a last overlapping vector when
+    /// `over`, and the right border's first column `rest`; the vector width.
+    pub(super) lo: i64,
+    pub(super) hi: i64,
+    pub(super) nv: i64,
+    pub(super) over: bool,
+    pub(super) rest: i64,
+    pub(super) lanes: i64,
+    /// The right padding and whether an average pool counts the padding.
+    pub(super) pad_end: i64,
+    pub(super) count_pad: bool,
 }

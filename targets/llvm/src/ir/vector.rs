@@ -228,6 +228,20 @@ impl<'a> Writer<'a> {
                 self.decls.insert(format!("declare {vt} @{name}({vt}, {vt})"));
                 VV { v: self.op(format!("call {vt} @{name}({vt} {xs}, {vt} {ys})")), varying: true, ty }
             }
+            Expr::Bin(op, d, a, b) if d.is_float() && op.is_compare() => {
+                // As the scalar form: ordered compares (false with a NaN operand), an <n x i1> result.
+                let (x, y) = (self.vexpr(a), self.vexpr(b));
+                let (xs, ys) = (self.splat(&x), self.splat(&y));
+                let vt = self.vt(Ty::S(*d));
+                let c = match op {
+                    BinaryOp::Eq => "oeq",
+                    BinaryOp::Lt => "olt",
+                    BinaryOp::Le => "ole",
+                    BinaryOp::Gt => "ogt",
+                    _ => "oge",
+                };
+                VV { v: self.op(format!("fcmp {c} {vt} {xs}, {ys}")), varying: true, ty: Ty::S(DType::Bool) }
+            }
             Expr::Un(UnaryOp::Relu, d, a) if d.is_float() => {
                 // As the scalar form: x > 0 ? x : 0 (NaN → 0).
                 let x = self.vexpr(a);
