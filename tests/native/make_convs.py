@@ -174,7 +174,7 @@ def main() -> None:
         "conv3x3_winograd_mid_b2": ([2, 32, 14, 14], [(48, (3, 3), {"pads": [1, 1, 1, 1]}, True)], relu, ()),
         # F(2×2), 160 input channels: three K chunks of the 16 GEMMs through the products.
         "conv3x3_winograd_chunks": ([1, 160, 14, 14], [(48, (3, 3), {"pads": [1, 1, 1, 1]}, True)], identity, ()),
-        # 32 output channels over 28²: too few for the Winograd form (the direct one).
+        # 32 output channels over 28²: too few for the Winograd form (the direct one; over 56² they take F(2×2)).
         "conv3x3_growth_direct": ([1, 64, 28, 28], [(32, (3, 3), {"pads": [1, 1, 1, 1]}, True)], relu, ()),
         # Grouped convolutions with ≥ 8 channels a group: one GEMM per group. 2 groups of 8 → 12 channels (2 tiles
         # a group), 3×3 pad 1, batch 2 (AlexNet's form).

@@ -42,8 +42,9 @@ use rlx_ir::{BinaryOp, ConstData, DType, MirOp, NodeId};
 /// - [`MIN_TILES_F2`]: 13² outputs and up (49 blocks of 2×2). 256 channels at 14² 0.75 / 1.71 (0.54 / 0.83 at
 ///   batch 8), 64 → 256 at 13² 0.78 / –; 512 at 7² (16 blocks) 1.70 / 1.70 (1.29 at batch 8): direct.
 /// - [`MIN_OUT_CHANNELS`]: the input transform is shared by the output channels, so few of them do not repay
-///   it: 128 → 32 at 28² 1.07 / 1.46, at 14² 1.22 / 1.22 (DenseNet's growth layers; at 56² 0.90 / 0.98),
-///   where 32 → 48 at 28² is 0.70 / 1.03 and 192 → 48 at 14² 0.92 / 0.92.
+///   it: 128 → 32 at 28² 1.07 / 1.46, at 14² 1.22 / 1.22 (DenseNet's growth layers), where 32 → 48 at 28²
+///   is 0.70 / 1.03 and 192 → 48 at 14² 0.92 / 0.92; over [`FEW_CHANNELS_TILES`] blocks (56² outputs) fewer
+///   channels take F(2×2): 128 → 32 at 56² 0.90 / 0.98.
 /// - F(4×4) (the default form asked for) over [`MIN_TILES`] blocks (28² outputs) where its units need not
 ///   also split the output channels (each channel block transforms the input again: `winograd_body`), or
 ///   with [`F4_CHANNELS`] output channels; else F(2×2). 64 at 56² 0.57 / 0.51; 128 at 28² 0.76 / 0.62; but
@@ -52,6 +53,7 @@ const MIN_TILES: usize = 196;
 const MIN_TILES_F2: usize = 49;
 const MIN_CHANNELS: usize = 16;
 const MIN_OUT_CHANNELS: usize = 48;
+const FEW_CHANNELS_TILES: usize = 784;
 const F4_CHANNELS: usize = 128;
 
 
@@ -119,23 +121,25 @@ impl Wino {
 }
 
 /// The Winograd form of a convolution with weight shape `sw` and output shape `so`, if it takes one:
-/// dense, 2-D, 3×3, stride 1, dilation 1, with at least [`MIN_CHANNELS`] input and [`MIN_OUT_CHANNELS`]
-/// output channels and [`MIN_TILES_F2`] blocks of 2×2 an image; F(m×m, 3×3) for the `m` asked for (2 or
-/// 4; 0: none) where the constants' rules allow, else F(2×2, 3×3).
+/// dense, 2-D, 3×3, stride 1, dilation 1, with at least [`MIN_CHANNELS`] input and output channels and
+/// [`MIN_TILES_F2`] blocks of 2×2 an image ([`FEW_CHANNELS_TILES`] with fewer than [`MIN_OUT_CHANNELS`]
+/// output channels); F(m×m, 3×3) for the `m` asked for (2 or 4; 0: none) where the constants' rules
+/// allow, else F(2×2, 3×3).
 pub(super) fn fits(sw: &[usize], so: &[usize], strides: &[usize], dilations: &[usize], groups: usize, m: usize) -> Option<Wino> {
     if m == 0 || groups != 1 || sw.len() != 4 || so.len() != 4 || sw[2] != 3 || sw[3] != 3 {
         return None;
     }
-    if strides.iter().any(|&s| s != 1) || dilations.iter().any(|&d| d != 1) || sw[0] < MIN_OUT_CHANNELS || sw[1] < MIN_CHANNELS {
+    if strides.iter().any(|&s| s != 1) || dilations.iter().any(|&d| d != 1) || sw[0] < MIN_CHANNELS || sw[1] < MIN_CHANNELS {
         return None;
     }
     let tiles = so[2].div_ceil(2) * so[3].div_ceil(2);
-    if tiles < MIN_TILES_F2 {
+    let few = sw[0] < MIN_OUT_CHANNELS;
+    if tiles < MIN_TILES_F2 || (few && tiles < FEW_CHANNELS_TILES) {
         return None;
     }
     let (th, tw) = (so[2].div_ceil(m), so[3].div_ceil(m));
     let units = so[0] * th.div_ceil(block_rows(so[0], th, tw));
-    let m = if m == 4 && tiles >= MIN_TILES && (units >= MIN_UNITS || sw[0] >= F4_CHANNELS) { 4 } else { 2 };
+    let m = if m == 4 && !few && tiles >= MIN_TILES && (units >= MIN_UNITS || sw[0] >= F4_CHANNELS) { 4 } else { 2 };
     Some(Wino { m, th: so[2].div_ceil(m), tw: so[3].div_ceil(m) })
 }
 
