@@ -176,6 +176,8 @@ def main() -> None:
         "conv3x3_winograd_chunks": ([1, 160, 14, 14], [(48, (3, 3), {"pads": [1, 1, 1, 1]}, True)], identity, ()),
         # 32 output channels over 28²: too few for the Winograd form (the direct one; over 56² they take F(2×2)).
         "conv3x3_growth_direct": ([1, 64, 28, 28], [(32, (3, 3), {"pads": [1, 1, 1, 1]}, True)], relu, ()),
+        # 24 channels (6-row tiles) over 13² = 2 × 64 + 41 positions: the last position a column tile of 6 rows.
+        "conv1x1_column6": ([1, 40, 13, 13], [(24, (1, 1), {}, True)], relu, ()),
         # Grouped convolutions with ≥ 8 channels a group: one GEMM per group. 2 groups of 8 → 12 channels (2 tiles
         # a group), 3×3 pad 1, batch 2 (AlexNet's form).
         "conv3x3_grouped_b2": ([2, 16, 9, 9], [(24, (3, 3), {"pads": [1, 1, 1, 1], "group": 2}, True)], relu, ()),
