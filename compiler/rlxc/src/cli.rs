@@ -107,14 +107,16 @@ pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (back ends: crane
 #[cfg(not(any(feature = "llvm", feature = "cranelift")))]
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
-/// `--winograd` of a CPU compile: the form of its dense 3×3 stride-1 convolutions over outputs of ≥ 28².
+/// `--winograd` of a CPU compile: the form of its dense 3×3 stride-1 convolutions over outputs of ≥ 13²
+/// (with ≥ 48 output channels; `rlx_opt`'s `winograd.rs` says where each form is taken).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Winograd {
     /// the direct forms (im2col or x itself on the GEMM micro-kernel): the smallest weights and arena
     Off,
     /// F(2×2, 3×3): 2.25× fewer products, weights 16/9 their size, rounding as the direct sum's
     F2,
-    /// F(4×4, 3×3) (the default): 4× fewer products, weights 4× their size, rounding ~10× the direct sum's
+    /// F(4×4, 3×3) where it measured faster (≥ 28²), else F(2×2) (the default): 4× fewer products, weights 4×
+    /// their size, rounding ~10× the direct sum's
     F4,
 }
 

@@ -100,9 +100,9 @@ pub struct CompileArgs {
     /// results (docs/benchmarks.md)
     #[arg(long)]
     pub exact_activations: bool,
-    /// CPU targets: the form of dense 3×3 stride-1 convolutions over outputs of at least 28×28 (default
-    /// f4: Winograd F(4×4, 3×3), the fastest; its transformed weights take 4× the convolution's weight
-    /// bytes, f2 16/9, off 1×; docs/benchmarks.md)
+    /// CPU targets: the form of dense 3×3 stride-1 convolutions over outputs of at least 13×13 (default
+    /// f4: Winograd F(4×4, 3×3) where it measured fastest, else F(2×2, 3×3); F(4×4)'s transformed weights
+    /// take 4× the convolution's weight bytes, f2 (F(2×2) only) 16/9, off 1×; docs/targets.md)
     #[arg(long, value_enum, value_name = "FORM")]
     pub winograd: Option<rlxc::cli::Winograd>,
     /// Print the dispatch report (every node: native / common-IR / rewritten / unsupported)
