@@ -118,6 +118,45 @@ pub fn mentions(e: &Expr, v: Var) -> bool {
     }
 }
 
+/// `e` with every variable `v` replaced by `f(v)`.
+pub fn map_vars(e: &Expr, f: &dyn Fn(Var) -> Expr) -> Expr {
+    let r = |x: &Expr| Box::new(map_vars(x, f));
+    match e {
+        Expr::Var(v) => f(*v),
+        Expr::Load { buf, index } => Expr::Load { buf: *buf, index: r(index) },
+        Expr::I(op, a, b) => Expr::I(*op, r(a), r(b)),
+        Expr::Un(op, d, a) => Expr::Un(*op, *d, r(a)),
+        Expr::Bin(op, d, a, b) => Expr::Bin(*op, *d, r(a), r(b)),
+        Expr::Select(c, a, b) => Expr::Select(r(c), r(a), r(b)),
+        Expr::Cast { from, to, x } => Expr::Cast { from: *from, to: *to, x: r(x) },
+        Expr::ToIndex { from, x } => Expr::ToIndex { from: *from, x: r(x) },
+        Expr::Dot4(c, a, b, m) => Expr::Dot4(r(c), r(a), r(b), *m),
+        Expr::Int(_) | Expr::Lit(..) => e.clone(),
+    }
+}
+
+/// The (buffer, index) of every load in `e` whose index loads nothing itself, in order.
+pub fn loads_of(e: &Expr, out: &mut Vec<(u32, Expr)>) {
+    match e {
+        Expr::Load { buf, index } => {
+            if !has_load(index) {
+                out.push((*buf, (**index).clone()));
+            }
+        }
+        Expr::I(_, a, b) | Expr::Bin(_, _, a, b) => {
+            loads_of(a, out);
+            loads_of(b, out);
+        }
+        Expr::Un(_, _, a) | Expr::Cast { x: a, .. } | Expr::ToIndex { x: a, .. } => loads_of(a, out),
+        Expr::Select(a, b, c) | Expr::Dot4(a, b, c, _) => {
+            loads_of(a, out);
+            loads_of(b, out);
+            loads_of(c, out);
+        }
+        Expr::Int(_) | Expr::Lit(..) | Expr::Var(_) => {}
+    }
+}
+
 pub fn has_load(e: &Expr) -> bool {
     let mut l = BTreeSet::new();
     collect(&[Stmt::Assign { var: Var(u32::MAX), value: e.clone() }], &mut BTreeSet::new(), &mut BTreeSet::new(), &mut Vec::new(), &mut l);

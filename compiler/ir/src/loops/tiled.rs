@@ -282,19 +282,7 @@ pub fn recognize<'a>(k: &Kernel, dims: &[(Var, i64)], body: &'a [Stmt]) -> Optio
 
 /// `e` with variables renamed (`map`: from → to).
 fn rename(e: &Expr, map: &[(Var, Var)]) -> Expr {
-    let r = |x: &Expr| Box::new(rename(x, map));
-    match e {
-        Expr::Var(v) => Expr::Var(map.iter().find(|m| m.0 == *v).map_or(*v, |m| m.1)),
-        Expr::Load { buf, index } => Expr::Load { buf: *buf, index: r(index) },
-        Expr::I(op, a, b) => Expr::I(*op, r(a), r(b)),
-        Expr::Un(op, d, a) => Expr::Un(*op, *d, r(a)),
-        Expr::Bin(op, d, a, b) => Expr::Bin(*op, *d, r(a), r(b)),
-        Expr::Select(c, a, b) => Expr::Select(r(c), r(a), r(b)),
-        Expr::Cast { from, to, x } => Expr::Cast { from: *from, to: *to, x: r(x) },
-        Expr::ToIndex { from, x } => Expr::ToIndex { from: *from, x: r(x) },
-        Expr::Dot4(c, a, b, m) => Expr::Dot4(r(c), r(a), r(b), *m),
-        Expr::Int(_) | Expr::Lit(..) => e.clone(),
-    }
+    super::grid::map_vars(e, &|v| Expr::Var(map.iter().find(|m| m.0 == v).map_or(v, |m| m.1)))
 }
 
 /// One pass of a fused attention: `for key { decl s = 0; for d { s = s + a · b }; assign x = x ⊕ term }`

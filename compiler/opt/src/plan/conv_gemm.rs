@@ -23,6 +23,7 @@ use super::winograd::{self, Wino};
 use super::kernel::{lit, KB};
 use super::Planner;
 use rlx_ir::lir::{Base, Buffer};
+use rlx_ir::loops::grid::{loads_of, map_vars};
 use rlx_ir::loops::{Access, Expr, IOp, LoopKind, Stmt};
 use rlx_ir::{BinaryOp, ConstData, DType, Def, MirOp, NodeId, ValueId};
 
@@ -773,33 +774,7 @@ fn line_offsets(width: usize) -> impl Iterator<Item = i64> {
 
 /// `e` with loop index `v` replaced by the constant `c`.
 fn subst_var(e: &Expr, v: rlx_ir::loops::Var, c: i64) -> Expr {
-    match e {
-        Expr::Var(x) if *x == v => Expr::Int(c),
-        Expr::Load { buf, index } => Expr::Load { buf: *buf, index: Box::new(subst_var(index, v, c)) },
-        Expr::I(op, a, b) => Expr::I(*op, Box::new(subst_var(a, v, c)), Box::new(subst_var(b, v, c))),
-        Expr::Bin(op, d, a, b) => Expr::Bin(*op, *d, Box::new(subst_var(a, v, c)), Box::new(subst_var(b, v, c))),
-        Expr::Un(op, d, a) => Expr::Un(*op, *d, Box::new(subst_var(a, v, c))),
-        Expr::Cast { from, to, x } => Expr::Cast { from: *from, to: *to, x: Box::new(subst_var(x, v, c)) },
-        Expr::ToIndex { from, x } => Expr::ToIndex { from: *from, x: Box::new(subst_var(x, v, c)) },
-        Expr::Select(a, b, d) => Expr::Select(Box::new(subst_var(a, v, c)), Box::new(subst_var(b, v, c)), Box::new(subst_var(d, v, c))),
-        Expr::Dot4(a, b, d, m) => Expr::Dot4(Box::new(subst_var(a, v, c)), Box::new(subst_var(b, v, c)), Box::new(subst_var(d, v, c)), *m),
-        Expr::Int(_) | Expr::Lit(..) | Expr::Var(_) => e.clone(),
-    }
-}
-
-/// The (buffer, index) of every load in `e` whose index is not data-dependent.
-fn loads_of(e: &Expr, out: &mut Vec<(u32, Expr)>) {
-    match e {
-        Expr::Load { buf, index } => {
-            if !rlx_ir::loops::grid::has_load(index) {
-                out.push((*buf, (**index).clone()));
-            }
-        }
-        Expr::I(_, a, b) | Expr::Bin(_, _, a, b) => { loads_of(a, out); loads_of(b, out); }
-        Expr::Un(_, _, a) | Expr::Cast { x: a, .. } | Expr::ToIndex { x: a, .. } => loads_of(a, out),
-        Expr::Select(a, b, d) | Expr::Dot4(a, b, d, _) => { loads_of(a, out); loads_of(b, out); loads_of(d, out); }
-        Expr::Int(_) | Expr::Lit(..) | Expr::Var(_) => {}
-    }
+    map_vars(e, &|x| if x == v { Expr::Int(c) } else { Expr::Var(x) })
 }
 
 impl Planner<'_> {
