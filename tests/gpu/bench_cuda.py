@@ -22,7 +22,9 @@ as three launches per layer instead of one fused kernel), timed in every round b
 default of the same precision (`rlxc_cuda_unfused`), and every MiniLM artifact is also timed with
 RLX_CUDA_CONCURRENT=0 (`rlxc_cuda_chain`: the executor's graph as one chain of kernels in schedule
 order instead of a level's dispatches as parallel branches), whose output must equal the default's bit
-for bit. Then, per MiniLM batch, each kernel's device time (`cuda_run` with
+for bit; `minilm_b1_P_nosplit` (RLX_CUDA_TC_SPLIT=0: the tensor cores' 16×16 general tiles without
+split K), where carried, are checked against the interpreter and timed the same way
+(`rlxc_cuda_nosplit`). Then, per MiniLM batch, each kernel's device time (`cuda_run` with
 RLX_CUDA_KERNEL_TIMES=1: the kernels launched one by one between events) with the kernel names of the
 manifest, the slowest first. For MiniLM, per round and
 batch (interleaved): `cuda_run` p50 of `Executor::run` (copy the inputs in, one CUDA graph launch,
@@ -65,7 +67,7 @@ TOL_TORCH = {"f32": 1e-3, "tf32": 3e-2, "bf16": 1.5e-1}
 def precision_of(case):
     """The precision a case's artifact was compiled with (its folder suffix)."""
     for p, sfx in PRECISIONS.items():
-        if sfx and re.sub(r"_(untiled|unfused)$", "", case).endswith(sfx):
+        if sfx and re.sub(r"_(untiled|unfused|nosplit)$", "", case).endswith(sfx):
             return p
     return "f32"
 
@@ -144,7 +146,7 @@ def main() -> int:
     refs = set(os.listdir(os.path.join(a.carry, "ref")))
     cases = []
     for c in sorted(os.listdir(os.path.join(work, "art"))):
-        twin = c if c in refs else re.sub(r"(_(untiled|unfused|tf32|bf16))+$", "", c)
+        twin = c if c in refs else re.sub(r"(_(untiled|unfused|nosplit|tf32|bf16))+$", "", c)
         if twin in refs:
             cases.append((c, twin))
     for c, twin in cases:
@@ -204,7 +206,7 @@ def main() -> int:
     fwd = bm.torch_model(bm.onnx_weights(os.path.join(a.carry, "minilm.onnx")), "cuda")
     batches = [1, 8, 32]
     precs = [p for p in PRECISIONS if os.path.isdir(os.path.join(work, "art", "minilm_b1" + PRECISIONS[p]))]
-    per = {(b, p): {"rlxc_cuda": [], "rlxc_cuda_unfused": [], "rlxc_cuda_chain": [], "eager": [], "graph": [], "compiled": [], "eager_copies": []} for b in batches for p in precs}
+    per = {(b, p): {"rlxc_cuda": [], "rlxc_cuda_unfused": [], "rlxc_cuda_chain": [], "rlxc_cuda_nosplit": [], "eager": [], "graph": [], "compiled": [], "eager_copies": []} for b in batches for p in precs}
     # torch.compile (inductor's fused kernels, mode "reduce-overhead": replayed as CUDA graphs), one
     # compiled callable per batch and precision, compiled in the first round, timed in every round.
     torch._dynamo.config.cache_size_limit = 64
@@ -239,6 +241,12 @@ def main() -> int:
                     uus, _ = cuda_run(a.carry, unfused, "minilm", ins, a.runs, o + "_unfused")
                     q["rlxc_cuda_unfused"].append(uus)
                     print(f"round {r} batch {b} {p}: rlxc cuda fused attention {us:.1f} µs, unfused {uus:.1f} µs", flush=True)
+                nosplit = os.path.join(work, "art", f"minilm_b{b}{PRECISIONS[p]}_nosplit")
+                if os.path.isdir(nosplit):
+                    # The same model with the tensor cores' 16×16 general tiles unsplit (RLX_CUDA_TC_SPLIT=0).
+                    nus, _ = cuda_run(a.carry, nosplit, "minilm", ins, a.runs, o + "_nosplit")
+                    q["rlxc_cuda_nosplit"].append(nus)
+                    print(f"round {r} batch {b} {p}: rlxc cuda split-K tensor-core tiles {us:.1f} µs, unsplit {nus:.1f} µs", flush=True)
                 y_rlxc = np.fromfile(os.path.join(o, "out0.bin"), dtype=np.float32).reshape(b, bm.SEQ, bm.H)
                 with torch.no_grad(), torch_precision(torch, p):
                     y = fwd(*g).float().cpu().numpy()
@@ -293,7 +301,8 @@ def main() -> int:
             print(f"  {p:5} batch {b:2}: rlxc {e['rlxc_cuda_p50_us']:9.1f} µs  torch graph {e['graph_p50_us']:9.1f} µs  compiled {e['compiled_p50_us']:9.1f} µs  eager {e['eager_p50_us']:9.1f} µs  "
                   f"ratio {e['rlxc_over_best_torch']:.2f}  max abs vs torch f32 {e['max_abs_rlxc_vs_torch_f32']:.2e} (torch {p}: {e['max_abs_torch_vs_torch_f32']:.2e})"
                   + (f"  unfused attention {e['rlxc_cuda_unfused_p50_us']:9.1f} µs" if e["rlxc_cuda_unfused_rounds_us"] else "")
-                  + f"  one chain {e['rlxc_cuda_chain_p50_us']:9.1f} µs", flush=True)
+                  + f"  one chain {e['rlxc_cuda_chain_p50_us']:9.1f} µs"
+                  + (f"  unsplit tensor-core tiles {e['rlxc_cuda_nosplit_p50_us']:9.1f} µs" if e["rlxc_cuda_nosplit_rounds_us"] else ""), flush=True)
     res["failed"] = bad
     print(json.dumps(res, indent=1))
     with open(os.path.join(a.out, "h200-cuda-bench.json"), "w") as f:

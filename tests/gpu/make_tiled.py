@@ -16,10 +16,11 @@ Outputs:
   mean_all reduce_mean(e) to a scalar               a kernel without a parallel loop
 
 and splitk.onnx (inputs g.npy, h.npy): matmuls of few 16×16 tiles over a long K, which the PTX writer
-splits inside the block (K = 300 with a bias: slices of 4 × 32; K = 1100: 4 × 64; both end in a
-partial slice):
+splits inside the block, on the SIMT cores and on the tensor cores (K = 300 with a bias: slices of
+4 × 32; K = 1100: 4 × 64; both end in a partial slice):
   mm_k300  g[40,300] @ w5[300,50] + bias5
   mm_k1100 h[20,1100] @ w6[1100,24]
+  mm_k768  h[:, :768] @ w7[768,40]                 whole slices of 4 × 32 (unguarded staging)
 """
 from __future__ import annotations
 
@@ -86,15 +87,20 @@ def main() -> int:
     for n, s in shapes.items():
         np.save(os.path.join(a.out, f"{n}.npy"), f(*s))
     # splitk.onnx: matmuls with few tiles over a long K, which the PTX writer splits inside the block.
-    inits = [numpy_helper.from_array(f(300, 50), "w5"), numpy_helper.from_array(f(50), "bias5"), numpy_helper.from_array(f(1100, 24), "w6")]
+    inits = [numpy_helper.from_array(f(300, 50), "w5"), numpy_helper.from_array(f(50), "bias5"), numpy_helper.from_array(f(1100, 24), "w6"),
+             numpy_helper.from_array(f(768, 40), "w7"), numpy_helper.from_array(np.array([0], dtype=np.int64), "z1"),
+             numpy_helper.from_array(np.array([768], dtype=np.int64), "e768"), numpy_helper.from_array(np.array([1], dtype=np.int64), "ax1")]
     nodes = [
         helper.make_node("MatMul", ["g", "w5"], ["t5"]),
         helper.make_node("Add", ["t5", "bias5"], ["mm_k300"]),
         helper.make_node("MatMul", ["h", "w6"], ["mm_k1100"]),
+        helper.make_node("Slice", ["h", "z1", "e768", "ax1"], ["h768"]),
+        helper.make_node("MatMul", ["h768", "w7"], ["mm_k768"]),
     ]
     shapes = {"g": [40, 300], "h": [20, 1100]}
     ins = [helper.make_tensor_value_info(n, T.FLOAT, s) for n, s in shapes.items()]
-    outs = [helper.make_tensor_value_info("mm_k300", T.FLOAT, [40, 50]), helper.make_tensor_value_info("mm_k1100", T.FLOAT, [20, 24])]
+    outs = [helper.make_tensor_value_info("mm_k300", T.FLOAT, [40, 50]), helper.make_tensor_value_info("mm_k1100", T.FLOAT, [20, 24]),
+            helper.make_tensor_value_info("mm_k768", T.FLOAT, [20, 40])]
     m = helper.make_model(helper.make_graph(nodes, "splitk", ins, outs, inits), opset_imports=[helper.make_opsetid("", 18)])
     m.ir_version = 8
     onnx.checker.check_model(m)

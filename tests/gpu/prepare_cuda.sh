@@ -12,6 +12,8 @@
 #                       their f32 twin's, byte for byte — checked here, copied there)
 #   art/tiled/, art/rows/  tests/gpu/make_tiled.py's and make_rows.py's (--cuda) awkward matmul, reduction and
 #                       row shapes, with references
+#   art/minilm_b1_P_nosplit/ MiniLM batch 1, --precision P (tf32, bf16), compiled with RLX_CUDA_TC_SPLIT=0 (the tensor
+#                       cores' 16×16 general tiles without split K, as before session 14b), timed beside the default
 #   art/minilm_bB_unfused/  MiniLM batch 1 / 8 / 32 (f32) compiled with RLX_CUDA_FUSED_ATTENTION=0: attention as
 #                       its scores matmul, softmax row kernel and probabilities × values matmul (three launches
 #                       per layer) instead of the one fused kernel, timed beside the fused default
@@ -42,7 +44,7 @@ cp "$MINILM" "$D/minilm.onnx"
 case_() {
   local c=$1 model=$2 args=$3; shift 3
   local name=${c%%_*}
-  RLX_CUDA_TILES=${TILES:-1} RLX_CUDA_FUSED_ATTENTION=${FUSED:-1} $R compile "$model" --target cuda --name "$name" -o "$D/art/$c" $args ${EXTRA:-} >/dev/null
+  RLX_CUDA_TILES=${TILES:-1} RLX_CUDA_FUSED_ATTENTION=${FUSED:-1} RLX_CUDA_TC_SPLIT=${TCSPLIT:-1} $R compile "$model" --target cuda --name "$name" -o "$D/art/$c" $args ${EXTRA:-} >/dev/null
   [ $# -eq 0 ] && return 0
   mkdir -p "$D/ref/$c"
   local i=0 ins=()
@@ -83,6 +85,7 @@ for b in 1 8 32; do
   if [ $b -eq 1 ]; then TILES=0 case_ minilm_b1_untiled "$D/minilm.onnx" "--dim batch=1 --dim sequence=128"; fi
   FUSED=0 case_ minilm_b${b}_unfused "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"
   for p in tf32 bf16; do EXTRA="--precision $p" case_ minilm_b${b}_$p "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; done
+  if [ $b -eq 1 ]; then for p in tf32 bf16; do TCSPLIT=0 EXTRA="--precision $p" case_ minilm_b1_${p}_nosplit "$D/minilm.onnx" "--dim batch=1 --dim sequence=128"; done; fi
 done
 # The three blobs differ only in a few batch-shaped constants: one xz stream over all three with a
 # window larger than one blob stores the second and third as matches against the first.

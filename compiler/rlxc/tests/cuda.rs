@@ -12,7 +12,8 @@
 //!   `--precision tf32|bf16|fp16` puts its matmuls on the tensor cores (`mma.sync` of that type),
 //!   and each of those modules assembles for sm_80 and sm_90 too;
 //! - whole tiles of K-contiguous operands take the vector-staged tensor-core tiles (nvptx/vec_tile.rs),
-//!   which match the interpreter in CPU emulation at every block tile;
+//!   which match the interpreter in CPU emulation at every block tile; few tiles over a long K split
+//!   K inside the block (SIMT, and on the tensor cores across pairs of warps) and match it too;
 //! - attention is one fused kernel per layer (2 launches fewer than with RLX_CUDA_FUSED_ATTENTION=0),
 //!   and tests/gpu/make_attention.py's attention patterns match the interpreter in CPU emulation;
 //! - `--sm` outside 80/86/89/90, `--sm` or `--precision` with another target, and an unknown
@@ -259,10 +260,34 @@ fn tiled_kernels_match_the_interpreter_in_cpu_emulation() {
     assert!(ir.matches("barrier0").count() >= 2 * 3, "the split-K matmuls are not tiled");
     let emu = dir.join("emu-splitk");
     ok(Command::new(python()).arg("tests/gpu/emulate_cuda.py").args([s(&art), "splitk", s(&emu), s(&g), s(&h)]).current_dir(repo()));
-    for out in ["mm_k300", "mm_k1100"] {
+    for out in ["mm_k300", "mm_k1100", "mm_k768"] {
         let d = max_abs(&it, &emu, out);
         eprintln!("f32 {out}: emulated cuda (split K) vs interp max abs {d:.3e}");
         assert!(d <= 1e-4, "{out}: {d}");
+    }
+    // On the tensor cores the same 16×16 tiles split K over four pairs of warps (RLX_CUDA_TC_SPLIT=0:
+    // two warps, unsplit; the groups' fragments meet in shared memory behind one more barrier per
+    // kernel): relative RMS error against the interpreter under 1e-3 (tf32) / 6e-3 (bf16) either way —
+    // the operands' rounding (measured 3.0e-4 / 2.3e-3); a wrong group offset gives errors of order 1.
+    for (p, rel) in [("tf32", 1e-3), ("bf16", 6e-3)] {
+        let mut bars = Vec::new();
+        for split in ["1", "0"] {
+            let art = dir.join(format!("art-splitk-{p}-{split}"));
+            ok(rlxc().env("RLX_CUDA_TC_SPLIT", split).args(["compile", s(&model), "--target", "cuda", "--precision", p, "--emit-ir", "-o", s(&art)]));
+            bars.push(std::fs::read_to_string(art.join("splitk.ll")).unwrap().matches("barrier0").count());
+            ok(Command::new(ptxas()).args(["-arch=sm_90", s(&art.join("splitk.ptx")), "-o", s(&art.join("k.cubin"))]));
+            let emu = dir.join(format!("emu-splitk-{p}-{split}"));
+            ok(Command::new(python()).arg("tests/gpu/emulate_cuda.py").args([s(&art), "splitk", s(&emu), s(&g), s(&h)]).current_dir(repo()));
+            for out in ["mm_k300", "mm_k1100", "mm_k768"] {
+                let f = format!("{out}.npy");
+                let (want, got) = (common::npy(&it.join(&f)).to_f64_vec(), common::npy(&emu.join(&f)).to_f64_vec());
+                let ss = |v: &mut dyn Iterator<Item = f64>| v.map(|x| x * x).sum::<f64>();
+                let r = (ss(&mut want.iter().zip(&got).map(|(x, y)| x - y)) / ss(&mut want.iter().copied())).sqrt();
+                eprintln!("{p} {out} (RLX_CUDA_TC_SPLIT={split}): emulated cuda vs interp relative rms {r:.2e}");
+                assert!(r <= rel && r > 0.0, "{p} {out} split {split}: relative rms {r}");
+            }
+        }
+        assert_eq!(bars[0], bars[1] + 3, "{p}: the tensor-core tiles do not split K");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

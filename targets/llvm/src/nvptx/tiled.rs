@@ -14,7 +14,10 @@
 //!   store — whatever the planner fused) once per output it owns, inside M × N. A one-output-per-thread
 //!   tile over a long K splits K inside the block ([`split_slice`]): four groups of 64 threads, 2×2
 //!   outputs each, compute their quarter of a 4× wider staged slice, and their partial sums are added
-//!   in group order through shared memory before the epilogue.
+//!   in group order through shared memory before the epilogue. On the tensor cores a 16×16 tile (two
+//!   m16n8 fragments) over a long K splits the same way: four pairs of warps, each pair the two
+//!   fragments over its quarter of the slice, the pairs' fragments added in group order through
+//!   shared memory (`RLX_CUDA_TC_SPLIT=0` at compile time: two warps busy, six idle, as before).
 //!   On the tensor cores, whole tiles of operands read straight from memory and contiguous along K
 //!   take `vec_tile.rs`'s form instead (128-bit staging loads, larger tiles), with this file's helpers.
 //! - **Row kernels** ([`Plan::Rows`]: LayerNorm, softmax, RMSNorm rows) and **row reductions**
@@ -220,14 +223,20 @@ pub fn kernel(li: usize, sig: &str, setup: &str, params: Vec<(DType, String)>, o
     Ok(Tiled { text, groups, block, globals })
 }
 
-/// The K slice a tiled matmul stages per step: 64 for 1×1 outputs per thread, 32 otherwise (fewer
-/// steps, each with more loads in flight: a short-M·N, long-K matmul is bound by one global-memory
-/// latency per step), never more than K rounded up to 16. A multiple of 16, so each of the
+/// Tensor-core tiles of a matmul with at most this many blocks (two per SM of an H200) stage K slices
+/// of 64 over K ≥ 256 ([`k_slice`]).
+const FEW_BLOCKS: i64 = 264;
+
+/// The K slice a tiled matmul stages per step: 64 for 1×1 outputs per thread and for tensor-core
+/// tiles over K ≥ 256 in few blocks (`few_tc`: [`FEW_BLOCKS`]), 32 otherwise (fewer steps, each with
+/// more loads in flight: a short-M·N, long-K matmul is bound by one global-memory latency per step —
+/// on the H200, MiniLM batch 1's 32×32 bf16 FFN-up tiles, 192 blocks, with slices of 64: the model
+/// 324 → 315 µs, tf32 unchanged), never more than K rounded up to 16. A multiple of 16, so each of the
 /// [`BLOCK`] threads stages a whole number of elements of each operand. (Slices of 256 for one
 /// output per thread over few blocks, tried on the H200: a decode step's attention scores 7 → 50 µs,
 /// its probabilities × values unchanged.)
-pub fn k_slice(r: i64, k: i64) -> i64 {
-    let want = if r == 1 { 64 } else { 32 };
+pub fn k_slice(r: i64, k: i64, few_tc: bool) -> i64 {
+    let want = if r == 1 || (few_tc && k >= 256) { 64 } else { 32 };
     want.min(cdiv(k.max(1), T) * T)
 }
 
@@ -239,11 +248,17 @@ pub fn k_slice(r: i64, k: i64) -> i64 {
 /// together) while each thread's unrolled compute stays one K slice long.
 pub const SPLIT_K: i64 = 4;
 
-/// The K slice each split group computes per step, or `None` when the tile does not split K: SIMT,
-/// one output per thread, and K at least [`SPLIT_K`] × 64 (32 per group below 1024, so K = 384 or
-/// 640 stage whole slices).
-pub fn split_slice(r: i64, k: i64, tensor_cores: bool) -> Option<i64> {
-    (r == 1 && !tensor_cores && k >= SPLIT_K * 64).then_some(if k >= 1024 { 64 } else { 32 })
+/// The K slice each split group computes per step, or `None` when the tile does not split K: one
+/// output per thread (SIMT) or a 16×16 tile of two m16n8 fragments (tensor cores: eight warps, two
+/// fragments — the groups are pairs of warps), and K at least [`SPLIT_K`] × 64 (32 per group below
+/// 1024, so K = 384 or 640 stage whole slices). `RLX_CUDA_TC_SPLIT=0` at compile time keeps the
+/// tensor cores' 16×16 tile unsplit (six of its eight warps idle).
+pub fn split_slice(r: i64, k: i64, tc: Option<Mma>) -> Option<i64> {
+    let env = |name: &str, v: &str| std::env::var(name).is_ok_and(|x| x == v);
+    if r != 1 || k < SPLIT_K * 64 || (tc.is_some() && env("RLX_CUDA_TC_SPLIT", "0")) {
+        return None;
+    }
+    Some(if k >= 1024 { 64 } else { 32 })
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -253,10 +268,11 @@ fn matmul(
     let d = acc.dtype;
     let ty = llvm_type(d);
     let (m, n, nb): (i64, i64, i64) = (rows.iter().map(|d| d.1).product(), cols.iter().map(|d| d.1).product(), batch.iter().map(|d| d.1).product());
-    let split = split_slice(r, acc.ks[0].1, tc.is_some());
+    let split = split_slice(r, acc.ks[0].1, tc);
     // tk: the K slice staged per step (with split K, `SPLIT_K` groups' slices of `gk` each).
     let gk = split.unwrap_or(0);
-    let (bm, bn, tk) = (T * r, T * r, split.map_or(k_slice(r, acc.ks[0].1), |s| s * SPLIT_K));
+    let few = tc.is_some() && cdiv(m, T * r) * cdiv(n, T * r) * nb <= FEW_BLOCKS;
+    let (bm, bn, tk) = (T * r, T * r, split.map_or(k_slice(r, acc.ks[0].1, few), |s| s * SPLIT_K));
     // Rows of a padded against bank conflicts: by one for the SIMT loop (a warp reads two rows, the
     // stores walk K), by four for the tensor cores (a fragment's lanes 4·g + t read row g, column t:
     // 32 different banks).
@@ -281,6 +297,9 @@ fn matmul(
         (tk + if tc.is_some() { 4 } else { 1 }, bn + 1)
     };
     let (la, lb) = (if vec { tk * pa } else { bm * pa }, tk / pk * pb);
+    // Split K on the tensor cores: the groups' fragments meet in `sa` after the loop (4 × 256 words).
+    let tsplit = tc.is_some() && split.is_some();
+    let la = if tsplit { la.max(4 * per) } else { la };
     let (sa, sb) = (format!("@sa{li}"), format!("@sb{li}"));
     globals.push(format!("{sa} = internal addrspace(3) global [{la} x {sty}] undef, align 16"));
     globals.push(format!("{sb} = internal addrspace(3) global [{lb} x {sty}] undef, align 16"));
@@ -319,12 +338,23 @@ fn matmul(
     }
     // Split K: group g = tid / 64 computes K steps [g·gk, (g + 1)·gk) of each staged slice; its thread
     // (x8, y8) = (t % 8, t / 8) owns rows y8, y8 + 8 and columns x8, x8 + 8 of the tile.
-    let (gbase, x8, y8) = if split.is_some() {
+    let (gbase, x8, y8) = if split.is_some() && !tsplit {
         let g = w.emit_op(format!("lshr i64 {tid}, 6"));
         let t64 = w.emit_op(format!("and i64 {tid}, 63"));
         (w.emit_op(format!("mul nuw nsw i64 {g}, {gk}")), w.emit_op(format!("and i64 {t64}, 7")), w.emit_op(format!("lshr i64 {t64}, 3")))
     } else {
         Default::default()
+    };
+    // Split K on the tensor cores: warp wp computes fragment wp % 2 over K steps [g·gk, (g + 1)·gk)
+    // of each staged slice, g = wp / 2; `tqk` is the lane's t shifted by the group's K offset in the
+    // fragment layouts' units (tf32: K values; bf16 / fp16: pairs), so mma_step's indices reach it.
+    let (fw, tqk) = if tsplit {
+        let g = w.emit_op(format!("lshr i64 {wp}, 1"));
+        let unit = if tc == Some(Mma::Tf32) { 1 } else { 2 };
+        let off = w.emit_op(format!("mul nuw nsw i64 {g}, {}", gk / unit));
+        (w.emit_op(format!("and i64 {wp}, 1")), w.emit_op(format!("add nuw nsw i64 {tq}, {off}")))
+    } else {
+        (wp.clone(), tq.clone())
     };
     let kslot = format!("%s.v{}", kv.0);
     w.slot(&kslot, "i64");
@@ -420,7 +450,7 @@ fn matmul(
         let more = w.emit_op(format!("icmp slt i64 {k1}, {kext}"));
         if_(w, &more, &mut |w| load_slice(w, &k1))?;
         if let Some(kind) = tc {
-            mma_step(w, kind, packed, (&sa, la, pa), (&sb, lb, pb), (&wp, &gq, &tq), bm, bn, tk)?;
+            mma_step(w, kind, packed, (&sa, la, pa), (&sb, lb, pb), (&fw, &gq, &tqk), bm, bn, if tsplit { gk } else { tk }, tsplit)?;
             barrier(w);
             return Ok(());
         }
@@ -499,7 +529,34 @@ fn matmul(
         barrier(w);
         Ok(())
     })?;
-    if split.is_some() {
+    if tsplit {
+        // The groups' fragments meet in shared memory (sa, free after the loop's last barrier):
+        // red[q·256 + tid]; then the warps of group 0 add theirs, after `init`, in group order (group
+        // g's warp of the same fragment is tid + 64·g) and run the epilogue below.
+        for q in 0..4 {
+            let idx = w.emit_op(format!("add nuw nsw i64 {tid}, {}", q * per));
+            let p = shared_at(w, &sa, la, ty, &idx);
+            let v = w.emit_op(format!("load {ty}, ptr %d0.{q}"));
+            w.emit(&format!("store {ty} {v}, ptr addrspace(3) {p}"));
+        }
+        barrier(w);
+        let g0 = w.emit_op(format!("icmp ult i64 {wp}, 2"));
+        if_(w, &g0, &mut |w| {
+            for q in 0..4 {
+                let v = w.emit_op(format!("load {ty}, ptr %d0.{q}"));
+                let mut sum = w.bin(BinaryOp::Add, d, &init, &v);
+                for g in 1..SPLIT_K {
+                    let idx = w.emit_op(format!("add nuw nsw i64 {tid}, {}", q * per + g * 64));
+                    let p = shared_at(w, &sa, la, ty, &idx);
+                    let v = w.emit_op(format!("load {ty}, ptr addrspace(3) {p}"));
+                    sum = w.bin(BinaryOp::Add, d, &sum, &v);
+                }
+                w.emit(&format!("store {ty} {sum}, ptr %d0.{q}"));
+            }
+            Ok(())
+        })?;
+    }
+    if split.is_some() && !tsplit {
         // The groups' partial sums meet in shared memory (sa, free after the loop's last barrier):
         // red[g·256 + row·16 + column]; then thread (ty, tx) adds its output's in group order, after
         // `init`, into %c0.0 for the one-output epilogue below.
@@ -531,7 +588,12 @@ fn matmul(
     let accs_slot = format!("%s.v{}", acc.acc.0);
     w.slot(&accs_slot, ty);
     if tc.is_some() {
-        let (rows_of, cols_of, owned) = warp_frags(w, &wp, bm, bn);
+        let (rows_of, cols_of, mut owned) = warp_frags(w, &fw, bm, bn, tsplit);
+        if tsplit {
+            // Only group 0 holds the sums.
+            let g0 = w.emit_op(format!("icmp ult i64 {wp}, 2"));
+            owned.iter_mut().for_each(|o| o.2 = g0.clone());
+        }
         for (s, (i, j, has)) in owned.iter().enumerate() {
             let (mt, nt) = (&rows_of[*i], &cols_of[*j]);
             if_(w, has, &mut |w| {
@@ -603,9 +665,10 @@ pub(super) fn to_operand(w: &mut Writer, kind: Mma, lo: &str, hi: Option<&str>) 
 /// per owned fragment s (accumulators `%d{s}.*`): (index into rows, index into columns, whether it
 /// exists — warp-uniform). Four per warp (a 64×64 tile: 32 fragments, 8 warps) form a 2×2 warp tile,
 /// warps 2 down × 4 across, so a warp loads two A and two B fragments per k step for its four
-/// `mma.sync`; with one per warp, warp wp owns fragment wp (row-major), if there is one.
+/// `mma.sync`; with one per warp, warp wp owns fragment wp (row-major), if there is one (`whole`: wp
+/// is known to be below the fragment count — split K's warp index within its group).
 type Frags = (Vec<String>, Vec<String>, Vec<(usize, usize, String)>);
-fn warp_frags(w: &mut Writer, wp: &str, bm: i64, bn: i64) -> Frags {
+fn warp_frags(w: &mut Writer, wp: &str, bm: i64, bn: i64, whole: bool) -> Frags {
     let (mf, nf) = (bm / 16, bn / 8);
     let per_warp = cdiv(mf * nf, 8);
     if per_warp == 4 && mf % 2 == 0 && nf % 2 == 0 && (mf / 2) * (nf / 2) == 8 {
@@ -622,7 +685,7 @@ fn warp_frags(w: &mut Writer, wp: &str, bm: i64, bn: i64) -> Frags {
     let (mut rows, mut cols, mut list) = (Vec::new(), Vec::new(), Vec::new());
     for s in 0..per_warp {
         let ti = w.emit_op(format!("add nuw nsw i64 {wp}, {}", 8 * s));
-        let has = w.emit_op(format!("icmp ult i64 {ti}, {}", mf * nf));
+        let has = if whole { "true".to_string() } else { w.emit_op(format!("icmp ult i64 {ti}, {}", mf * nf)) };
         rows.push(w.emit_op(format!("udiv i64 {ti}, {nf}")));
         cols.push(w.emit_op(format!("urem i64 {ti}, {nf}")));
         list.push((s as usize, s as usize, has));
@@ -656,9 +719,9 @@ pub(super) fn mma_issue(w: &mut Writer, kind: Mma, s: i64, av: &[String], bv: &[
 /// rounded when staged; bf16/f16 pairs are packed here, or were packed when staged (`packed`: shared
 /// memory holds 32-bit words of two adjacent K values, a fragment register is one load).
 #[allow(clippy::too_many_arguments)]
-fn mma_step(w: &mut Writer, kind: Mma, packed: bool, (sa, la, pa): (&str, i64, i64), (sb, lb, pb): (&str, i64, i64), (wp, gq, tq): (&str, &str, &str), bm: i64, bn: i64, tk: i64) -> Result<(), String> {
+fn mma_step(w: &mut Writer, kind: Mma, packed: bool, (sa, la, pa): (&str, i64, i64), (sb, lb, pb): (&str, i64, i64), (wp, gq, tq): (&str, &str, &str), bm: i64, bn: i64, tk: i64, whole: bool) -> Result<(), String> {
     let kstep = if kind == Mma::Tf32 { 8 } else { 16 };
-    let (rows_of, cols_of, frags) = warp_frags(w, wp, bm, bn);
+    let (rows_of, cols_of, frags) = warp_frags(w, wp, bm, bn, whole);
     let t2 = w.emit_op(format!("shl i64 {tq}, 1"));
     let lda = |w: &mut Writer, ar: &str, row_off: i64, k: String| {
         let row = w.emit_op(format!("add nuw nsw i64 {ar}, {row_off}"));
