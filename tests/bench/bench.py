@@ -72,17 +72,18 @@ def mlp_flops(batch: int) -> float:
     return 2.0 * batch * (784 * 128 + 128 * 10)
 
 
-def compile_rlxc(rlxc: str, model: Path, dims: dict, out: Path, extra: tuple = ()) -> tuple[Path, float, str]:
+def compile_rlxc(rlxc: str, model: Path, dims: dict, out: Path, extra: tuple = (), name: str = "m") -> tuple[Path, float, str]:
     """rlxc compile (timed as a whole command) + link into a shared object. Returns the .so, the compile
-    wall time and the compiler's output (for `--timings`)."""
-    args = [rlxc, "compile", str(model), "--target", "host", "-o", str(out), "--name", "m", *extra]
+    wall time and the compiler's output (for `--timings`). `name`: the artifact's name (its entry point
+    NAME_run; artifacts loaded into one process need names of their own)."""
+    args = [rlxc, "compile", str(model), "--target", "host", "-o", str(out), "--name", name, *extra]
     for k, v in dims.items():
         args += ["--dim", f"{k}={v}"]
     t = time.perf_counter()
     r = subprocess.run(args, check=True, capture_output=True, text=True)
     dt = time.perf_counter() - t
-    so = out / "m.so"
-    subprocess.run(["cc", "-shared", "-o", str(so), str(out / "m.o"), str(out / "librlx_rt.a"),
+    so = out / f"{name}.so"
+    subprocess.run(["cc", "-shared", "-o", str(so), str(out / f"{name}.o"), str(out / "librlx_rt.a"),
                     "-lpthread", "-ldl", "-lm", "-lrt", "-lutil"], check=True)
     return so, dt, r.stdout + r.stderr
 

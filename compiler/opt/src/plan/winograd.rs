@@ -37,8 +37,9 @@ use rlx_ir::lir::{Base, Buffer};
 use rlx_ir::loops::{Access, Expr, IOp, LoopKind, Stmt, Var};
 use rlx_ir::{BinaryOp, ConstData, DType, MirOp, NodeId};
 
-/// Where the Winograd form pays, measured a layer at a time against the direct form (`tests/bench/zoo.py`'s
-/// `conv…` models, one thread, batch 1 unless said, interleaved in one process; F(2×2) / F(4×4) / direct):
+/// Where the Winograd form pays, measured a layer at a time against the direct form (`tests/bench/ab.py
+/// --model conv… --variant '--winograd f2' --variant '' --variant '--winograd off'`, one thread, batch 1
+/// unless said; F(2×2) / F(4×4) over direct):
 /// - [`MIN_TILES_F2`]: 13² outputs and up (49 blocks of 2×2). 256 channels at 14² 0.75 / 1.71 (0.54 / 0.83 at
 ///   batch 8), 64 → 256 at 13² 0.78 / –; 512 at 7² (16 blocks) 1.70 / 1.70 (1.29 at batch 8): direct.
 /// - [`MIN_OUT_CHANNELS`]: the input transform is shared by the output channels, so few of them do not repay
