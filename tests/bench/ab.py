@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Compile variants of one zoo model side by side: each variant's artifact and (with --ort) ONNX Runtime
-loaded in one process and called in turn, A B C A B C …, so a shared machine's load drifts alike for all.
+loaded in one process and called in turn, in blocks A B C A B C …, so a shared machine's load drifts alike
+for all.
 
     ab.py --model resnet50 [--batch 8] --variant "" --variant "--winograd off" [--variant "RLX_X=1 --flag v"]
           [--rlxc target/release/rlxc] [--secs 20] [--ort] [--wall]
@@ -115,14 +116,22 @@ def main() -> int:
         feed = {i.name: x for i, x in zip(sess.get_inputs(), inputs)}
         sess.run(None, feed)
         runs.append(("ONNX Runtime", lambda: sess.run(None, feed), None))
+    # Blocks in turn, as bench.py's worker: each first calls for 100 ms untimed (the previous engine's
+    # worker threads may still spin: ORT's for ~35 ms after a call, taking a core from the engine timed),
+    # then times its calls for 50 ms.
     clock = time.perf_counter if a.wall else time.process_time
     times: list[list[float]] = [[] for _ in runs]
     end = time.perf_counter() + a.secs
     while time.perf_counter() < end or len(times[0]) < 3:
         for (_, call, _), ts in zip(runs, times):
-            t = clock()
-            call()
-            ts.append(clock() - t)
+            warm = time.perf_counter() + 0.1
+            while time.perf_counter() < warm:
+                call()
+            until = time.perf_counter() + 0.05
+            while time.perf_counter() < until:
+                t = clock()
+                call()
+                ts.append(clock() - t)
     base = float(np.median(times[0]))
     what = "wall" if a.wall else "CPU"
     for (name, _, diff), ts in zip(runs, times):
