@@ -18,7 +18,6 @@ table itself comes from zoo.py.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import os
 import shlex
@@ -30,41 +29,16 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench  # noqa: E402  (compile_rlxc)
-import zoo  # noqa: E402  (light_dir, with_batch, mobilenet_like, conv_layer)
+import bench  # noqa: E402  (compile_rlxc, load_artifact)
+import zoo  # noqa: E402  (base_model, with_batch)
 
 
 def model_file(name: str, batch: int, work: Path) -> Path:
-    if name == "mobilenet_like":
-        base = work / "base.onnx"
-        zoo.mobilenet_like(base)
-    elif name.startswith("conv"):
-        base = work / "base.onnx"
-        zoo.conv_layer(base, name)
-    else:
-        base = zoo.light_dir() / f"light_{name}.onnx"
     model = work / "model.onnx"
-    note = zoo.with_batch(base, model, batch)
+    note = zoo.with_batch(zoo.base_model(name, work), model, batch)
     if note:
         sys.exit(f"{name} at batch {batch}: {note}")
     return model
-
-
-def load(so: Path, name: str, manifest: dict, inputs: list) -> tuple:
-    """The artifact's `NAME_run` bound to its own arena, the inputs and fresh outputs: (call, outputs)."""
-    lib = ctypes.CDLL(str(so))
-    arena = np.zeros(max(manifest["arena_bytes"], 64) // 8 + 8, dtype=np.uint64)
-    outs = [np.zeros(p["shape"], dtype=np.float32) for p in manifest["outputs"]]
-    ins_p = (ctypes.c_void_p * len(inputs))(*[a.ctypes.data for a in inputs])
-    outs_p = (ctypes.c_void_p * len(outs))(*[a.ctypes.data for a in outs])
-    arena_p = ctypes.c_void_p(arena.ctypes.data)
-    run = getattr(lib, f"{name}_run")
-    keep = (lib, arena, inputs, outs, ins_p, outs_p)  # alive as long as `call`: the artifact writes into outs
-
-    def call(keep=keep):
-        if run(arena_p, ins_p, outs_p) != 0:
-            raise RuntimeError(f"{so}: m_run failed")
-    return call, outs
 
 
 def main() -> int:
@@ -99,7 +73,7 @@ def main() -> int:
         man = json.loads((work / f"v{i}" / f"m{i}.json").read_text())
         if inputs is None:
             inputs = [rs.rand(*p["shape"]).astype(np.float32) for p in man["inputs"]]
-        call, outs = load(so, f"m{i}", man, inputs)
+        call, outs, _ = bench.load_artifact(so, f"m{i}", man, inputs)
         call()
         if first is None:
             first = outs

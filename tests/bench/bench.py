@@ -88,6 +88,25 @@ def compile_rlxc(rlxc: str, model: Path, dims: dict, out: Path, extra: tuple = (
     return so, dt, r.stdout + r.stderr
 
 
+def load_artifact(so, name: str, manifest: dict, inputs: list) -> tuple:
+    """A linked artifact's `NAME_run` bound to an arena of its own, `inputs` and fresh f32 outputs:
+    (call, outputs, its three pointer arguments). The call keeps what the artifact reads and writes alive."""
+    lib = ctypes.CDLL(str(so))
+    arena = np.zeros(max(manifest["arena_bytes"], 64) // 8 + 8, dtype=np.uint64)
+    outs = [np.zeros(p["shape"], dtype={"f32": np.float32}[p["dtype"]]) for p in manifest["outputs"]]
+    ins_p = (ctypes.c_void_p * len(inputs))(*[a.ctypes.data for a in inputs])
+    outs_p = (ctypes.c_void_p * len(outs))(*[a.ctypes.data for a in outs])
+    arena_p = ctypes.c_void_p(arena.ctypes.data)
+    run = getattr(lib, f"{name}_run")
+    keep = (lib, arena, inputs, outs, ins_p, outs_p)
+
+    def call(keep=keep):
+        r = run(arena_p, ins_p, outs_p)
+        if r != 0:
+            raise RuntimeError(f"{name}_run returned {r}")
+    return call, outs, (arena_p, ins_p, outs_p)
+
+
 def iree_available() -> bool:
     try:
         import iree.runtime  # noqa: F401
@@ -131,19 +150,9 @@ def worker(cfg: dict) -> dict:
     import onnxruntime as ort
     threads = cfg["threads"]
     man = json.loads(Path(cfg["manifest"]).read_text())
-    lib = ctypes.CDLL(cfg["so"])
-    arena = np.zeros(max(man["arena_bytes"], 64) // 8 + 8, dtype=np.uint64)
     feeds = {k: np.load(v) for k, v in cfg["inputs"].items()}
     ins_np = [np.ascontiguousarray(feeds[p["name"]]) for p in man["inputs"]]
-    outs_np = [np.zeros(p["shape"], dtype={"f32": np.float32}[p["dtype"]]) for p in man["outputs"]]
-    ins = (ctypes.c_void_p * len(ins_np))(*[a.ctypes.data for a in ins_np])
-    outs = (ctypes.c_void_p * len(outs_np))(*[a.ctypes.data for a in outs_np])
-    arena_p = ctypes.c_void_p(arena.ctypes.data)
-
-    def run_rlxc():
-        r = lib.m_run(arena_p, ins, outs)
-        if r != 0:
-            raise RuntimeError(f"m_run returned {r}")
+    run_rlxc, outs_np, (arena_p, ins, outs) = load_artifact(cfg["so"], "m", man, ins_np)
 
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads

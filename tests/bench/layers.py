@@ -24,7 +24,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench  # noqa: E402  (compile_rlxc, worker)
-import zoo  # noqa: E402  (light_dir, with_batch, mobilenet_like)
+import zoo  # noqa: E402  (base_model, with_batch)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -83,13 +83,8 @@ def main() -> int:
     ap.add_argument("--cpu-time", action="store_true", help="time each call as the process's CPU time (a loaded machine; 1 thread)")
     a = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="rlxc-layers-"))
-    if a.model == "mobilenet_like":
-        base = work / "base.onnx"
-        zoo.mobilenet_like(base)
-    else:
-        base = zoo.light_dir() / f"light_{a.model}.onnx"
     model = work / "model.onnx"
-    note = zoo.with_batch(base, model, 1)
+    note = zoo.with_batch(zoo.base_model(a.model, work), model, 1)
     if note:
         print(f"{a.model}: {note}", file=sys.stderr)
         return 1

@@ -86,6 +86,20 @@ def flops(model) -> float:
     return total
 
 
+def base_model(name: str, work: Path) -> Path:
+    """The batch-1 ONNX file of zoo model `name`: a `light` model of the onnx wheel, or mobilenet_like /
+    a `conv{cin}x{cout}h{h}k{k}s{s}` layer written into `work`."""
+    if name == "mobilenet_like":
+        base = work / "mobilenet_like.onnx"
+        mobilenet_like(base)
+    elif name.startswith("conv"):
+        base = work / f"{name}.onnx"
+        conv_layer(base, name)
+    else:
+        base = light_dir() / f"light_{name}.onnx"
+    return base
+
+
 def with_batch(src: Path, dst: Path, batch: int) -> str | None:
     """A copy of `src` with the first input's batch dimension fixed to `batch` (None when it worked)."""
     import onnx
@@ -184,17 +198,10 @@ def main() -> int:
     rows = []
     try:
         for name in a.models.split(","):
-            if name == "mobilenet_like":
-                base = work / "mobilenet_like.onnx"
-                if not (ROOT / "tests/bench/mobilenet_like.py").exists():
-                    print("mobilenet_like: tests/bench/mobilenet_like.py is missing", flush=True)
-                    continue
-                mobilenet_like(base)
-            elif name.startswith("conv"):
-                base = work / f"{name}.onnx"
-                conv_layer(base, name)
-            else:
-                base = light_dir() / f"light_{name}.onnx"
+            if name == "mobilenet_like" and not (ROOT / "tests/bench/mobilenet_like.py").exists():
+                print("mobilenet_like: tests/bench/mobilenet_like.py is missing", flush=True)
+                continue
+            base = base_model(name, work)
             for batch in [int(b) for b in a.batches.split(",")]:
                 d = work / f"{name}_b{batch}"
                 d.mkdir(parents=True)
