@@ -176,8 +176,10 @@ pub enum Stmt {
     /// effect on results: a writer without a prefetch instruction skips it, and `index` may lie past
     /// the buffer's end (the LLVM writer's prefetch never faults; it computes the address without
     /// `inbounds`). Emitted by the block-quantized decode kernels, whose weight streams cross a 4 KiB
-    /// page every few blocks, where the hardware prefetcher stops.
-    Prefetch { buf: u32, index: Expr },
+    /// page every few blocks, where the hardware prefetcher stops. `far`: the line is wanted only
+    /// after much other traffic (a convolution's next unit), so it is brought into L2 only, not L1,
+    /// where the traffic in between would evict it and the lines it displaced were still in use.
+    Prefetch { buf: u32, index: Expr, far: bool },
     /// A call into the communicator the application passed to the runtime (`rlx_rt_collective`): the
     /// whole of buffer `send` (`count` elements of `dtype`; none for a receive) goes out, buffer `recv`
     /// is filled. Always the only statement of its kernel; a CPU writer calls it from the entry point
@@ -460,8 +462,8 @@ fn fmt_stmts(s: &[Stmt], depth: usize, out: &mut String) {
                 fmt_expr(value, out);
                 out.push('\n');
             }
-            Stmt::Prefetch { buf, index } => {
-                let _ = write!(out, "{pad}prefetch b{buf}[");
+            Stmt::Prefetch { buf, index, far } => {
+                let _ = write!(out, "{pad}prefetch{} b{buf}[", if *far { ".far" } else { "" });
                 fmt_expr(index, out);
                 out.push_str("]\n");
             }

@@ -133,7 +133,10 @@ impl<'a> Writer<'a> {
         let sig: Vec<&str> = args.iter().map(|_| ty).collect();
         self.decls.insert(format!("declare {ty} @{name}({})", sig.join(", ")));
         let a: Vec<String> = args.iter().map(|x| format!("{ty} {x}")).collect();
-        self.op(format!("call {ty} @{name}({})", a.join(", ")))
+        // `nsz` on the NaN-propagating max / min: the interpreter leaves max(−0, +0)'s sign open too,
+        // and without it x86 spends three more instructions a call ordering the zeros (see vector.rs).
+        let fl = if name.starts_with("llvm.maximum.") || name.starts_with("llvm.minimum.") { "nsz " } else { "" };
+        self.op(format!("call {fl}{ty} @{name}({})", a.join(", ")))
     }
     fn intr(&mut self, base: &str, d: DType, args: &[&str]) -> String {
         let suffix = match d {
@@ -596,15 +599,15 @@ impl<'a> Writer<'a> {
                     self.line(&format!("br label %{end}"));
                     self.out.push_str(&format!("{end}:\n"));
                 }
-                Stmt::Prefetch { buf, index } => self.prefetch(*buf, index),
+                Stmt::Prefetch { buf, index, far } => self.prefetch(*buf, index, *far),
             }
         }
     }
 
-    /// `llvm.prefetch` (read, high locality) of `buf[index]`'s cache line; nothing on a GPU. The
-    /// address is computed without `inbounds`: a prefetch past the buffer's end is allowed and never
-    /// faults.
-    fn prefetch(&mut self, buf: u32, index: &Expr) {
+    /// `llvm.prefetch` (read) of `buf[index]`'s cache line, into L1 (locality 3: `prefetcht0`) or, when
+    /// `far`, into L2 (locality 2: `prefetcht1`); nothing on a GPU. The address is computed without
+    /// `inbounds`: a prefetch past the buffer's end is allowed and never faults.
+    fn prefetch(&mut self, buf: u32, index: &Expr, far: bool) {
         if self.scalar_only {
             return;
         }
@@ -612,7 +615,8 @@ impl<'a> Writer<'a> {
         let (d, p) = self.params[buf as usize].clone();
         let ptr = self.op(format!("getelementptr {}, ptr {p}, i64 {i}", memty(d)));
         self.decls.insert("declare void @llvm.prefetch.p0(ptr, i32, i32, i32)".to_string());
-        self.line(&format!("call void @llvm.prefetch.p0(ptr {ptr}, i32 0, i32 3, i32 1)"));
+        let loc = if far { 2 } else { 3 };
+        self.line(&format!("call void @llvm.prefetch.p0(ptr {ptr}, i32 0, i32 {loc}, i32 1)"));
     }
 }
 

@@ -111,7 +111,7 @@ fn walk_block(kb: &mut KB, w: &BlockWeight, f: &Fields, b: Var, factor: Option<F
 pub(super) fn prefetch_ahead(w: &BlockWeight, f: &Fields, p: Expr, b: Var) -> Vec<Stmt> {
     let (bb, nr) = (w.dtype.block().1 as i64, w.nr as i64);
     let start = Expr::mul(Expr::mul(Expr::add(Expr::mul(p, Expr::Int(w.nblk() as i64)), Expr::Var(b)), Expr::Int(bb)), Expr::Int(nr));
-    (0..(bb * nr + 63) / 64).map(|l| Stmt::Prefetch { buf: f.u8p, index: Expr::add(start.clone(), Expr::Int(PREFETCH_AHEAD + 64 * l)) }).collect()
+    (0..(bb * nr + 63) / 64).map(|l| Stmt::Prefetch { buf: f.u8p, index: Expr::add(start.clone(), Expr::Int(PREFETCH_AHEAD + 64 * l)), far: false }).collect()
 }
 
 impl Planner<'_> {

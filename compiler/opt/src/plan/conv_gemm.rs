@@ -582,7 +582,7 @@ impl Planner<'_> {
             let kind = if *w >= 2 { LoopKind::Vector(*w as u32) } else { LoopKind::Serial };
             let copy = Stmt::For { var: jj, extent: *w as i64, kind, body: vec![Stmt::Store { buf: sp, index: dst, value: Expr::load(t.bp, src.clone()) }] };
             // Each row first prefetches the same row a panel on (the slot's next unit, as `direct_pack`).
-            let mut row: Vec<Stmt> = line_offsets(*w).map(|o| Stmt::Prefetch { buf: t.bp, index: subst_var(&src, jj, nr as i64 + o) }).collect();
+            let mut row: Vec<Stmt> = line_offsets(*w).map(|o| Stmt::Prefetch { buf: t.bp, index: subst_var(&src, jj, nr as i64 + o), far: true }).collect();
             row.push(copy);
             v.push(Stmt::For { var: kk, extent: klen as i64, kind: LoopKind::Serial, body: row });
         }
@@ -630,7 +630,7 @@ impl Planner<'_> {
             Stmt::Decl { var: mrow, dtype: DType::I64, init: Expr::add(Expr::mul(tap, Expr::Int(t.pn as i64)), p) },
         ];
         if ahead > 0 {
-            body.extend(line_offsets(width).map(|o| Stmt::Prefetch { buf: t.bp, index: Expr::add(Expr::Var(base), Expr::Int(ahead + o)) }));
+            body.extend(line_offsets(width).map(|o| Stmt::Prefetch { buf: t.bp, index: Expr::add(Expr::Var(base), Expr::Int(ahead + o)), far: true }));
         }
         let dst = |jj: Expr| Expr::add(sbase.clone(), Expr::add(Expr::mul(Expr::Var(kk), Expr::Int(nr as i64)), Expr::add(Expr::Int(off as i64), jj)));
         let inside = Expr::i(IOp::And, Expr::i(IOp::Le, Expr::Int(0), Expr::Var(base)), Expr::i(IOp::Le, Expr::add(Expr::Var(base), Expr::Int(width as i64)), Expr::Int(total)));
@@ -737,6 +737,11 @@ impl Planner<'_> {
     /// each, more than the hardware prefetcher follows. Measured over whole models (one thread,
     /// interleaved in one process, with the B-row prefetches of `packed_chunk`): SqueezeNet batch 8 −4%,
     /// MobileNet-like batch 8 −4%, ResNet-50 batch 8 −2%, batch 1 −1%; Inception v2 unchanged.
+    /// These and the B-row prefetches are `far` (into L2, `prefetcht1`): a whole tile's or unit's traffic
+    /// passes before the line is used, and into L1 they evicted the B chunk and A lines the tile was
+    /// still reading — one layer at a time (one thread, `ab.py`, in turn in one process) 512 → 128 1×1
+    /// at 28² 0.96× the time of L1 prefetches, 256 → 64 1×1 at 56² 0.97×, the 7×7 stride-2 stem 0.93×,
+    /// 64 → 256 1×1 at 56² unchanged.
     fn epilogue_prefetch(&mut self, kb: &mut KB, t: &Tiling, lt: &Expr, colx: &Expr, jv: rlx_ir::loops::Var, width: usize) -> Vec<Stmt> {
         if width < 16 {
             return Vec::new();
@@ -751,12 +756,12 @@ impl Planner<'_> {
                 idx[1] = row.clone();
                 idx[t.pdim] = subst_var(colx, jv, c);
                 let e = self.conv_epilogue(kb, (t.a, t.r, t.av), dummy, &idx, true);
-                v.push(Stmt::Prefetch { buf: t.op, index: linear(&idx, t.out_shape) });
+                v.push(Stmt::Prefetch { buf: t.op, index: linear(&idx, t.out_shape), far: true });
                 let mut loads = Vec::new();
                 loads_of(&e, &mut loads);
                 for (b, ix) in loads {
-                    if b != t.op && !v.iter().any(|s| matches!(s, Stmt::Prefetch { buf, index } if *buf == b && *index == ix)) {
-                        v.push(Stmt::Prefetch { buf: b, index: ix });
+                    if b != t.op && !v.iter().any(|s| matches!(s, Stmt::Prefetch { buf, index, .. } if *buf == b && *index == ix)) {
+                        v.push(Stmt::Prefetch { buf: b, index: ix, far: true });
                     }
                 }
             }
