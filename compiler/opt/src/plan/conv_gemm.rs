@@ -74,6 +74,11 @@ pub(super) struct ConvGemm {
 pub(super) struct Direct {
     /// The mask buffer `[KH·KW, P]` (f32 0/1), shared by convolutions of the same geometry.
     pub(super) mask: u32,
+    /// The panels wholly inside: i64 `[KH·KW, ⌈P/nr⌉]`, 1 where every position of panel q (nr
+    /// positions, the last panel's fewer) reads inside x for the tap, so its rows are plain copies with
+    /// neither the mask's loads nor its compares (the mask of a 224² stem is 0.45–2.4 MB, read from
+    /// memory every call: a quarter of MobileNet-like's stem time was its compares waiting on it).
+    pub(super) inner: u32,
     /// Input channels, kernel taps (KH·KW), kernel width, input width, elements per channel of the
     /// source read (x: H·W; the phases: ⌈H/s⌉·OW).
     pub(super) c: usize,
@@ -253,7 +258,7 @@ impl Planner<'_> {
     pub(super) fn pack_conv_weights(&mut self) -> Vec<ValueId> {
         let mut packed = Vec::new();
         // Masks of `Direct` convolutions by geometry (input H, W, output H, kernel, leading pads).
-        let mut masks: std::collections::HashMap<[usize; 8], u32> = std::collections::HashMap::new();
+        let mut masks: std::collections::HashMap<[usize; 9], (u32, u32)> = std::collections::HashMap::new();
         for (a, w) in self.conv_gemm_candidates() {
             let Def::Const(c) = &self.g.value(w).def else { continue };
             let node = self.g.node(a);
@@ -300,11 +305,13 @@ impl Planner<'_> {
             let eight = by_rows(sw[0], oh * ow, tiles) && tiles / 8 >= 8 && oh * ow < 2 * nr;
             let toff = if plain && s > 1 && !eight { strided_direct(s, [(kh, h, oh, ph), (kw, wd, ow, pw)], sx[1]) } else { None };
             let direct = if plain && ((s == 1 && ow == wd && !eight) || toff.is_some()) {
-                let key = [h, wd, oh, ow, kh, kw, ph * 1000 + pw, s];
-                let mask = match masks.get(&key) {
+                let key = [h, wd, oh, ow, kh, kw, ph * 1000 + pw, s, nr];
+                let (mask, inner) = match masks.get(&key) {
                     Some(&m) => m,
                     None => {
-                        let m = self.add_weight(format!("{} (window mask)", node.name), &window_mask((kh, kw), (h, wd), (oh, ow), s, (ph, pw)));
+                        let mc = window_mask((kh, kw), (h, wd), (oh, ow), s, (ph, pw));
+                        let ic = inner_panels(&mc, nr);
+                        let m = (self.add_weight(format!("{} (window mask)", node.name), &mc), self.add_weight(format!("{} (panels inside)", node.name), &ic));
                         masks.insert(key, m);
                         m
                     }
@@ -315,7 +322,7 @@ impl Planner<'_> {
                     let cd = ConstData { dtype: DType::I64, shape: vec![t.len()], data: rlx_ir::Blob::from_vec(bytes) };
                     (s, self.add_weight(format!("{} (phase tap offsets)", node.name), &cd))
                 });
-                Some(Direct { mask, c: sx[1], taps: kh * kw, kw, w: wd, hw, shift0: (ph * wd + pw) as i64, phases })
+                Some(Direct { mask, inner, c: sx[1], taps: kh * kw, kw, w: wd, hw, shift0: (ph * wd + pw) as i64, phases })
             } else {
                 None
             };
@@ -625,6 +632,9 @@ impl Planner<'_> {
                 Expr::add(Expr::add(Expr::add(Expr::mul(t.nv.clone(), Expr::Int(d.image() as i64)), Expr::mul(c, Expr::Int(d.hw as i64))), p.clone()), off)
             }
         };
+        let ip = kb.param(d.inner, &self.buffers[d.inner as usize].clone(), Access::Read);
+        let q = Expr::add(Expr::mul(tap.clone(), Expr::Int(t.pn.div_ceil(nr) as i64)), Expr::i(IOp::Div, p.clone(), Expr::Int(nr as i64)));
+        let whole = Expr::ToIndex { from: DType::I64, x: Box::new(Expr::load(ip, q)) };
         let mut body = vec![
             Stmt::Decl { var: base, dtype: DType::I64, init: b },
             Stmt::Decl { var: mrow, dtype: DType::I64, init: Expr::add(Expr::mul(tap, Expr::Int(t.pn as i64)), p) },
@@ -633,8 +643,14 @@ impl Planner<'_> {
             body.extend(line_offsets(width).map(|o| Stmt::Prefetch { buf: t.bp, index: Expr::add(Expr::Var(base), Expr::Int(ahead + o)), far: true }));
         }
         let dst = |jj: Expr| Expr::add(sbase.clone(), Expr::add(Expr::mul(Expr::Var(kk), Expr::Int(nr as i64)), Expr::add(Expr::Int(off as i64), jj)));
+        // A panel wholly inside for this tap: a plain copy.
+        let jw = kb.var();
+        let kind = if width >= 2 { LoopKind::Vector(width as u32) } else { LoopKind::Serial };
+        let plain = Stmt::For { var: jw, extent: width as i64, kind, body: vec![Stmt::Store { buf: sp, index: dst(Expr::Var(jw)), value: Expr::load(t.bp, Expr::add(Expr::Var(base), Expr::Var(jw))) }] };
+        body.push(Stmt::If { cond: Expr::i(IOp::Lt, Expr::Int(0), whole.clone()), body: vec![plain] });
+        let masked = Expr::i(IOp::Eq, whole, Expr::Int(0));
         let inside = Expr::i(IOp::And, Expr::i(IOp::Le, Expr::Int(0), Expr::Var(base)), Expr::i(IOp::Le, Expr::add(Expr::Var(base), Expr::Int(width as i64)), Expr::Int(total)));
-        for (cond, clamped) in [(inside.clone(), false), (Expr::i(IOp::Eq, inside, Expr::Int(0)), true)] {
+        for (cond, clamped) in [(Expr::i(IOp::And, masked.clone(), inside.clone()), false), (Expr::i(IOp::And, masked.clone(), Expr::i(IOp::Eq, inside, Expr::Int(0))), true)] {
             let jj = kb.var();
             let mut xi = Expr::add(Expr::Var(base), Expr::Var(jj));
             if clamped {
@@ -903,6 +919,22 @@ pub(super) struct Tiling<'a> {
     /// A `Direct` convolution, its mask's param and the prefetch distance (positions: the slot's next
     /// unit's panel): B chunks packed from x.
     pub(super) direct: Option<(Direct, u32, i64)>,
+}
+
+/// `Direct::inner` of mask `[KH·KW, P]` for panels of `nr` positions.
+fn inner_panels(mask: &ConstData, nr: usize) -> ConstData {
+    let (taps, p) = (mask.shape[0], mask.shape[1]);
+    let np = p.div_ceil(nr);
+    let m = mask.data.bytes();
+    let one = |i: usize| m[4 * i..4 * i + 4] != [0u8; 4];
+    let mut v = Vec::with_capacity(taps * np * 8);
+    for t in 0..taps {
+        for q in 0..np {
+            let all = (q * nr..((q + 1) * nr).min(p)).all(|j| one(t * p + j));
+            v.extend_from_slice(&(all as i64).to_le_bytes());
+        }
+    }
+    ConstData { dtype: DType::I64, shape: vec![taps, np], data: rlx_ir::Blob::from_vec(v) }
 }
 
 /// The mask of a `Direct` convolution: `[KH·KW, OH·OW]` f32, 1.0 where tap (kh, kw) of output position

@@ -57,7 +57,8 @@ impl Planner<'_> {
     /// The GEMM micro-kernel: rows in tiles of `gemm_mr` (one parallel loop over tiles; the last tile's
     /// extra rows repeat the last row, writing identical values), columns in packed panels of GEMM_NR
     /// held in vector accumulators across K, the epilogue applied to each accumulator before its store.
-    /// Columns past the last full panel use the per-element path.
+    /// Columns past the last full panel: on vector CPU targets the same tile over power-of-two widths,
+    /// elsewhere the per-element path.
     pub(super) fn gemm_body(&mut self, kb: &mut KB, a: NodeId, r: NodeId, op: u32, out_shape: &[usize]) -> Vec<Stmt> {
         let anode = self.g.node(a).clone();
         let av = anode.outputs[0];
@@ -90,45 +91,46 @@ impl Planner<'_> {
         let blk = kb.var();
         let tl = kb.var();
         let blk_e = if nblocks > 1 { Expr::Var(blk) } else { Expr::Int(0) };
-        let gtile = Expr::add(Expr::mul(blk_e, Expr::Int(rb_tiles as i64)), Expr::Var(tl));
-        let guard = |body: Vec<Stmt>| -> Vec<Stmt> {
-            if nblocks * rb_tiles > tiles {
-                vec![Stmt::If { cond: Expr::i(IOp::Lt, gtile.clone(), Expr::Int(tiles as i64)), body }]
-            } else {
-                body
-            }
+        // The global tile of tile loop variable `tv`, and that loop wrapped in the guard of a last
+        // block's missing tiles.
+        let gtile = |tv: Var| Expr::add(Expr::mul(blk_e.clone(), Expr::Int(rb_tiles as i64)), Expr::Var(tv));
+        let tile_loop = |tv: Var, body: Vec<Stmt>| -> Stmt {
+            let body = if nblocks * rb_tiles > tiles { vec![Stmt::If { cond: Expr::i(IOp::Lt, gtile(tv), Expr::Int(tiles as i64)), body }] } else { body };
+            Stmt::For { var: tv, extent: rb_tiles as i64, kind: LoopKind::Serial, body }
         };
-        // Row i of the current tile, clamped to the last row (the last tile may be partial: its extra
-        // rows repeat the last row and write identical values).
-        let row = |i: usize| clamp(Expr::add(Expr::mul(gtile.clone(), Expr::Int(mr as i64)), Expr::Int(i as i64)), 0, rows as i64 - 1);
+        // Row i of tile loop `tv`'s current tile, clamped to the last row (the last tile may be
+        // partial: its extra rows repeat the last row and write identical values).
+        let row = |tv: Var, i: usize| clamp(Expr::add(Expr::mul(gtile(tv), Expr::Int(mr as i64)), Expr::Int(i as i64)), 0, rows as i64 - 1);
         let p = kb.var();
-        let mut panels = Vec::new();
-        if full > 0 {
+        // One tile of panel `pe`'s columns `off` … `off + width − 1`: `mr` accumulators of `width` lanes
+        // across K, the epilogue applied to each before its store.
+        let panel_tile = |me: &mut Self, kb: &mut KB, tv: Var, pe: Expr, off: usize, width: usize| -> Vec<Stmt> {
             let jv = kb.var();
             let kv = kb.var();
+            let jc = Expr::add(Expr::Int(off as i64), Expr::Var(jv));
             let accs: Vec<Var> = (0..mr).map(|_| kb.var()).collect();
             // Causal attention's probabilities × values (causal.rs): K runs in chunks of `kg`, a chunk
             // past the largest position of the tile's rows skipped (its probabilities are exact zeros).
-            let causal = causal_positions(self.g, x).map(|pos| (pos, kb.var(), kb.var(), key_chunk(kdim)));
+            let causal = causal_positions(me.g, x).map(|pos| (pos, kb.var(), kb.var(), key_chunk(kdim)));
             let kx = match causal {
                 Some((_, _, kc, kg)) => Expr::add(Expr::mul(Expr::Var(kc), Expr::Int(kg as i64)), Expr::Var(kv)),
                 None => Expr::Var(kv),
             };
             let mut inner = Vec::new();
             for (i, &acc) in accs.iter().enumerate() {
-                let mut ai = a_index(&row(i));
+                let mut ai = a_index(&row(tv, i));
                 ai.push(kx.clone());
-                let xa = self.elem(kb, x, &ai);
+                let xa = me.elem(kb, x, &ai);
                 let bv = match pp {
-                    // packed[(p*K + k)*NR + jv]
-                    Some(pp) => Expr::load(pp, Expr::add(Expr::mul(Expr::add(Expr::mul(Expr::Var(p), Expr::Int(kdim as i64)), kx.clone()), Expr::Int(nr as i64)), Expr::Var(jv))),
+                    // packed[(p*K + k)*NR + j]
+                    Some(pp) => Expr::load(pp, Expr::add(Expr::mul(Expr::add(Expr::mul(pe.clone(), Expr::Int(kdim as i64)), kx.clone()), Expr::Int(nr as i64)), jc.clone())),
                     None => {
                         // B[batch…, k, n] with B's batch dims broadcast against the output's.
-                        let batch = unflatten(&row(i), &rows_shape);
+                        let batch = unflatten(&row(tv, i), &rows_shape);
                         let mut bi = bidx(&batch[..batch.len() - 1], &sb[..sb.len() - 2]);
                         bi.push(kx.clone());
-                        bi.push(Expr::add(Expr::mul(Expr::Var(p), Expr::Int(nr as i64)), Expr::Var(jv)));
-                        self.elem(kb, w, &bi)
+                        bi.push(Expr::add(Expr::mul(pe.clone(), Expr::Int(nr as i64)), jc.clone()));
+                        me.elem(kb, w, &bi)
                     }
                 };
                 let prod = Expr::Bin(BinaryOp::Mul, odt, Box::new(xa), Box::new(bv));
@@ -139,11 +141,11 @@ impl Planner<'_> {
             match causal {
                 Some((pos, bound, kc, kg)) => {
                     // bound = max over the tile's rows of position + 1 (declared outside the vector loop).
-                    let pdt = self.dt(pos);
+                    let pdt = me.dt(pos);
                     let mut e: Option<Expr> = None;
                     for i in 0..mr {
-                        let ai = a_index(&row(i));
-                        let pi = Expr::ToIndex { from: pdt, x: Box::new(self.elem(kb, pos, &ai[ai.len() - 1..])) };
+                        let ai = a_index(&row(tv, i));
+                        let pi = Expr::ToIndex { from: pdt, x: Box::new(me.elem(kb, pos, &ai[ai.len() - 1..])) };
                         e = Some(match e {
                             None => pi,
                             Some(m) => Expr::i(IOp::Max, m, pi),
@@ -158,33 +160,41 @@ impl Planner<'_> {
                 None => vbody.push(Stmt::For { var: kv, extent: kdim as i64, kind: LoopKind::Serial, body: inner }),
             }
             for (i, &acc) in accs.iter().enumerate() {
-                let col = Expr::add(Expr::mul(Expr::Var(p), Expr::Int(nr as i64)), Expr::Var(jv));
-                let mut idx = unflatten(&row(i), &rows_shape);
+                let col = Expr::add(Expr::mul(pe.clone(), Expr::Int(nr as i64)), jc.clone());
+                let mut idx = unflatten(&row(tv, i), &rows_shape);
                 idx.push(col);
                 kb.subst.insert(av, Expr::Var(acc));
-                let v = if a == r { Expr::Var(acc) } else { self.node_expr(kb, r, &idx) };
+                let v = if a == r { Expr::Var(acc) } else { me.node_expr(kb, r, &idx) };
                 kb.subst.remove(&av);
                 vbody.push(Stmt::Store { buf: op, index: linear(&idx, out_shape), value: v });
             }
-            before.push(Stmt::For { var: jv, extent: nr as i64, kind: LoopKind::Vector(nr as u32), body: vbody });
-            panels = vec![Stmt::For { var: tl, extent: rb_tiles as i64, kind: LoopKind::Serial, body: guard(before) }];
+            let kind = if width >= 2 { LoopKind::Vector(width as u32) } else { LoopKind::Serial };
+            before.push(Stmt::For { var: jv, extent: width as i64, kind, body: vbody });
+            before
+        };
+        let mut panels = Vec::new();
+        if full > 0 {
+            let body = panel_tile(self, kb, tl, Expr::Var(p), 0, nr);
+            panels = vec![tile_loop(tl, body)];
         }
         let mut tail_body = Vec::new();
-        if tail > 0 {
+        if tail > 0 && self.lanes >= 8 {
+            // On vector CPU targets the columns past the last full panel are the same tile over
+            // narrower vectors of power-of-two widths (a 1000-class layer's 104 = 64 + 32 + 8 past
+            // 7 × 128): as dot products their K loop read the packed panel at a stride of `nr`, a
+            // gather a lane (MobileNet-like's classifier at batch 1 took 1.8× ORT's time).
+            let tl2 = kb.var();
+            let mut body = Vec::new();
+            for (off, width) in super::conv_gemm::tail_pieces(0, tail) {
+                body.extend(panel_tile(self, kb, tl2, Expr::Int(full as i64), off, width));
+            }
+            tail_body = vec![tile_loop(tl2, body)];
+        } else if tail > 0 {
             // Its own tile loop variable (every loop has a distinct variable).
             let tl2 = kb.var();
-            let blk_e = if nblocks > 1 { Expr::Var(blk) } else { Expr::Int(0) };
-            let gtile2 = Expr::add(Expr::mul(blk_e, Expr::Int(rb_tiles as i64)), Expr::Var(tl2));
-            let guard2 = |body: Vec<Stmt>| -> Vec<Stmt> {
-                if nblocks * rb_tiles > tiles {
-                    vec![Stmt::If { cond: Expr::i(IOp::Lt, gtile2.clone(), Expr::Int(tiles as i64)), body }]
-                } else {
-                    body
-                }
-            };
             let i = kb.var();
             let jt = kb.var();
-            let rowi = clamp(Expr::add(Expr::mul(gtile2.clone(), Expr::Int(mr as i64)), Expr::Var(i)), 0, rows as i64 - 1);
+            let rowi = clamp(Expr::add(Expr::mul(gtile(tl2), Expr::Int(mr as i64)), Expr::Var(i)), 0, rows as i64 - 1);
             let mut idx = unflatten(&rowi, &rows_shape);
             idx.push(Expr::add(Expr::Int((full * nr) as i64), Expr::Var(jt)));
             let (mut pre, acc) = self.anchor_body(kb, &anode, &idx);
@@ -194,7 +204,7 @@ impl Planner<'_> {
             pre.push(Stmt::Store { buf: op, index: linear(&idx, out_shape), value: v });
             let inner = Stmt::For { var: jt, extent: tail as i64, kind: LoopKind::Serial, body: pre };
             let rows_loop = Stmt::For { var: i, extent: mr as i64, kind: LoopKind::Serial, body: vec![inner] };
-            tail_body = vec![Stmt::For { var: tl2, extent: rb_tiles as i64, kind: LoopKind::Serial, body: guard2(vec![rows_loop]) }];
+            tail_body = vec![tile_loop(tl2, vec![rows_loop])];
         }
         if nblocks > 1 {
             let mut body = Vec::new();
