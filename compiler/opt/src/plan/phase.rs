@@ -2,15 +2,16 @@
 //! `phases[n][a·s + b][c][i][j] = x[n][c][s·i + a][s·j + b]` stored `[⌈H/s⌉][OW]`, so the GEMM packs its B
 //! chunks from rows contiguous along the flat output position, as a stride-1 `Direct` one does from x
 //! (x is read once and written once: the im2col copy it replaces is KH·KW / s² times larger). Images ×
-//! channels are the parallel loop; the phases are unrolled, each row one strided load of x (one
+//! channels × phases are the parallel loop (a 3-channel stem's three iterations split 2 : 1 between two
+//! threads; twelve split evenly), each phase's rows one strided load of x (one
 //! contiguous load and a shuffle per vector) in `vector(lanes)` loops, the remainder one more vector
 //! ending at the row's last element. Elements past x's edge are not written: the window mask selects
 //! zero wherever a tap reads them.
 
-use super::kernel::{nest, KB};
+use super::kernel::KB;
 use super::Planner;
 use rlx_ir::lir::{Base, Buffer, Launch};
-use rlx_ir::loops::{Access, Expr, Kernel, LoopKind, Stmt};
+use rlx_ir::loops::{Access, Expr, IOp, Kernel, LoopKind, Stmt};
 use rlx_ir::{DType, NodeId};
 use std::collections::HashMap;
 
@@ -33,7 +34,10 @@ impl Planner<'_> {
         let mut kb = KB { params: Vec::new(), bindings: Vec::new(), vars: 0, subst: HashMap::new() };
         let pp = kb.param(pb, &self.buffers[pb as usize].clone(), Access::Write);
         let (s, lanes) = (s as i64, self.lanes as i64);
-        let body = nest(&mut kb, &[nb, c], LoopKind::Parallel, &mut |kb, nc| {
+        // Iteration u: image u / (C·s²), channel u / s² mod C, phase u mod s².
+        let (u, ss) = (kb.var(), s * s);
+        let nc = [Expr::i(IOp::Div, Expr::Var(u), Expr::Int((c as i64) * ss)), Expr::i(IOp::Rem, Expr::i(IOp::Div, Expr::Var(u), Expr::Int(ss)), Expr::Int(c as i64))];
+        let body = {
             let mut stmts = Vec::new();
             for ph in 0..s {
                 // Rows i with s·i + ph < H, columns j with s·j + pw < W (at most OW).
@@ -49,16 +53,17 @@ impl Planner<'_> {
                         let j = kb.var();
                         let col = Expr::add(Expr::Int(start), Expr::Var(j));
                         let xi = [nc[0].clone(), nc[1].clone(), Expr::add(Expr::mul(Expr::Var(i), Expr::Int(s)), Expr::Int(ph)), Expr::add(Expr::mul(col.clone(), Expr::Int(s)), Expr::Int(pw))];
-                        let v = self.elem(kb, x, &xi);
+                        let v = self.elem(&mut kb, x, &xi);
                         let pi = [nc[0].clone(), Expr::Int(ph * s + pw), nc[1].clone(), Expr::Var(i), col];
                         let kind = if width > 1 { LoopKind::Vector(width as u32) } else { LoopKind::Serial };
                         row.push(Stmt::For { var: j, extent: count, kind, body: vec![Stmt::Store { buf: pp, index: super::index::linear(&pi, &shape), value: v }] });
                     }
-                    stmts.push(Stmt::For { var: i, extent: rows, kind: LoopKind::Serial, body: row });
+                    let rows = Stmt::For { var: i, extent: rows, kind: LoopKind::Serial, body: row };
+                    stmts.push(Stmt::If { cond: Expr::i(IOp::Eq, Expr::i(IOp::Rem, Expr::Var(u), Expr::Int(ss)), Expr::Int(ph * s + pw)), body: vec![rows] });
                 }
             }
-            stmts
-        });
+            vec![Stmt::For { var: u, extent: (nb * c) as i64 * ss, kind: LoopKind::Parallel, body: stmts }]
+        };
         let kernel = Kernel { name: format!("{} (phases)", node.name), params: kb.params, body, vars: kb.vars };
         Some(Launch { nodes: vec![], kernel, bindings: kb.bindings })
     }
