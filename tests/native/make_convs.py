@@ -105,6 +105,19 @@ def main() -> None:
         nodes.append(helper.make_node("Add", ["s", "map"], ["out"], name="map"))
         return "out"
 
+    def classifier(nodes, inits, y):
+        # Global average pool, flatten and a 1000-class Gemm with bias and ReLU: a packed weight whose
+        # columns past the last full panel run as narrower tiles (`gemm.rs`): 7 × 128 + 64 + 32 + 8 at
+        # batch 1 (panels widened for one row), 31 × 32 + 8 at batch 3.
+        c = 48
+        inits.append(numpy_helper.from_array(rng.normal(0.0, np.sqrt(1.0 / c), size=(1000, c)).astype(np.float32), "fc_w"))
+        inits.append(numpy_helper.from_array(rng.normal(0.0, 0.5, size=(1000,)).astype(np.float32), "fc_b"))
+        nodes.append(helper.make_node("GlobalAveragePool", [y], ["pool"], name="pool"))
+        nodes.append(helper.make_node("Flatten", ["pool"], ["flat"], name="flatten", axis=1))
+        nodes.append(helper.make_node("Gemm", ["flat", "fc_w", "fc_b"], ["fc"], name="fc", transB=1))
+        nodes.append(helper.make_node("Relu", ["fc"], ["out"], name="relu"))
+        return "out"
+
     cases = {
         # 1×1, stride 1, no pads: x read in place; 196 positions = 12 full panels + a tail; 20 rows = 4 tiles of 6.
         "conv1x1_relu": ([1, 32, 14, 14], [(20, (1, 1), {}, True)], relu, ()),
@@ -178,6 +191,8 @@ def main() -> None:
         "conv3x3_growth_direct": ([1, 64, 28, 28], [(32, (3, 3), {"pads": [1, 1, 1, 1]}, True)], relu, ()),
         # 24 channels (6-row tiles) over 13² = 2 × 64 + 41 positions: the last position a column tile of 6 rows.
         "conv1x1_column6": ([1, 40, 13, 13], [(24, (1, 1), {}, True)], relu, ()),
+        "classifier_tail_b1": ([1, 16, 5, 5], [(48, (1, 1), {}, True)], classifier, ()),
+        "classifier_tail_b3": ([3, 16, 5, 5], [(48, (1, 1), {}, True)], classifier, ()),
         # Grouped convolutions with ≥ 8 channels a group: one GEMM per group. 2 groups of 8 → 12 channels (2 tiles
         # a group), 3×3 pad 1, batch 2 (AlexNet's form).
         "conv3x3_grouped_b2": ([2, 16, 9, 9], [(24, (3, 3), {"pads": [1, 1, 1, 1], "group": 2}, True)], relu, ()),
