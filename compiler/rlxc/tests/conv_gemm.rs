@@ -5,7 +5,8 @@
 //! F(2×2, 3×3) for 3×3 stride-1 ones over ≥ 196 tiles with odd sizes, asymmetric pads and K chunks) compiled
 //! for x86_64 (AVX2: 6-row tiles × 16 lanes), the host (its own vector width, 1 and 2 threads) and
 //! Cranelift, each within 1e-4 of the reference interpreter; and ConvTranspose (`plan/conv_transpose.rs`:
-//! the same GEMM loops then a col2im gather, or a direct gather when grouped).
+//! the same GEMM loops then a col2im gather, or a direct gather when grouped); and a 1000-class classifier
+//! after them, whose GEMM columns past the last full panel run as narrower tiles (`plan/gemm.rs`).
 
 mod common;
 
