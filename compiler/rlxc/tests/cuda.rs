@@ -300,7 +300,11 @@ fn tiled_kernels_match_the_interpreter_in_cpu_emulation() {
 /// modules assemble for sm_90, and in CPU emulation
 /// (tests/gpu/emulate_cuda.py) the output's relative RMS error against the interpreter stays under
 /// 1e-3 (tf32) / 6e-3 (bf16) — the operands' rounding (measured 2.8e-4 / 2.2e-3, as tiled.rs's form);
-/// a wrong fragment or staging index gives errors of order 1.
+/// a wrong fragment or staging index gives errors of order 1. In bf16 the tiles stage the weights
+/// from their bf16 copies (nvptx/half_weights.rs: 128-bit loads of 8 values, the copies listed in the
+/// manifest and appended to the weights), and the emulated output is the same bit for bit as with
+/// RLX_CUDA_HALF_WEIGHTS=0 (f32 weights converted as they are staged, the same rounding), at every
+/// tile and at slices of 32 too.
 #[test]
 fn vector_staged_tensor_core_tiles_match_the_interpreter_in_cpu_emulation() {
     let dir = tmp("vec-tile");
@@ -328,6 +332,35 @@ fn vector_staged_tensor_core_tiles_match_the_interpreter_in_cpu_emulation() {
             let r = (ss(&mut want.iter().zip(&got).map(|(x, y)| x - y)) / ss(&mut want.iter().copied())).sqrt();
             eprintln!("{p} tile {tile}: emulated cuda vs interp relative rms {r:.2e}");
             assert!(r <= rel && r > 0.0, "{p} {tile}: relative rms {r}");
+            if p != "bf16" {
+                continue;
+            }
+            let manifest: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(art.join("gemm_small.json")).unwrap()).unwrap();
+            let copies = manifest["half_weights"].as_array().cloned().unwrap_or_default();
+            assert!(ir.contains("load <4 x i32>, ptr") && !copies.is_empty(), "{p} {tile}: the weights are not staged from bf16 copies");
+            for tk in ["64", "32"] {
+                let twin = dir.join(format!("art-{p}-{tile}-f32w-{tk}"));
+                ok(rlxc().env("RLX_CUDA_VEC_TILE", tile).env("RLX_CUDA_VEC_TK", tk).env("RLX_CUDA_HALF_WEIGHTS", "0").args(["compile", s(&model), "--target", "cuda", "--sm", "90", "--precision", p, "--emit-ir", "-o", s(&twin)]));
+                assert!(!std::fs::read_to_string(twin.join("gemm_small.ll")).unwrap().contains("load <4 x i32>, ptr"), "{tile}: RLX_CUDA_HALF_WEIGHTS=0 still reads bf16 copies");
+                let (w0, w1) = (std::fs::read(twin.join("gemm_small.weights.bin")).unwrap(), std::fs::read(art.join("gemm_small.weights.bin")).unwrap());
+                let last = &copies[copies.len() - 1];
+                assert_eq!(w1.len() as u64, last["dst"].as_u64().unwrap() + 2 * last["values"].as_u64().unwrap(), "{tile}: the weights end after the last copy");
+                assert_eq!(&w1[..w0.len()], &w0[..], "{tile}: the f32 weights moved");
+                let mut runs = vec![(emu.clone(), art.clone())];
+                if tk == "32" {
+                    let half32 = dir.join(format!("art-{p}-{tile}-half-32"));
+                    ok(rlxc().env("RLX_CUDA_VEC_TILE", tile).env("RLX_CUDA_VEC_TK", tk).args(["compile", s(&model), "--target", "cuda", "--sm", "90", "--precision", p, "--emit-ir", "-o", s(&half32)]));
+                    runs = vec![(dir.join(format!("emu-{p}-{tile}-half-32")), half32)];
+                }
+                let e0 = dir.join(format!("emu-{p}-{tile}-f32w-{tk}"));
+                ok(Command::new(python()).arg("tests/gpu/emulate_cuda.py").args([s(&twin), "gemm_small", s(&e0), s(&x)]).current_dir(repo()));
+                let (e1, a1) = &runs[0];
+                if tk == "32" {
+                    ok(Command::new(python()).arg("tests/gpu/emulate_cuda.py").args([s(a1), "gemm_small", s(e1), s(&x)]).current_dir(repo()));
+                }
+                let bits = |d: &Path| common::npy(&d.join("y.npy")).to_f64_vec();
+                assert_eq!(bits(e1), bits(&e0), "{tile}, slices of {tk}: bf16 weight copies change the result");
+            }
         }
     }
     let _ = std::fs::remove_dir_all(&dir);

@@ -24,6 +24,7 @@
 //! slower on three, ~4% on a whole layer's matmuls; not kept.)
 
 use super::tiled::{barrier, epilogue, for_loop, if_, mma_issue, shared_at, sreg, to_operand, unflatten};
+use super::half_weights::Halves;
 use super::Mma;
 use crate::ir::Writer;
 use rlx_ir::loops::grid::mentions;
@@ -42,6 +43,8 @@ const SMEM: i64 = 48 * 1024;
 pub struct Direct<'e> {
     pub buf: u32,
     pub index: &'e Expr,
+    /// `rest` is a multiple of 8: a 16-bit copy's 128-bit loads (8 K values) are aligned too.
+    pub by8: bool,
 }
 
 /// Whether the index expression `e` is a multiple of `q` whatever its variables' values.
@@ -74,7 +77,8 @@ pub fn direct<'e>(x: &'e Expr, k: Var, params: &[(DType, u64)]) -> Option<Direct
     let Expr::Load { buf, index } = x else { return None };
     let &(d, off) = params.get(*buf as usize)?;
     let rest = without_k(index, k)?;
-    (d == DType::F32 && off % 16 == 0 && !mentions(&rest, k) && multiple_of(&rest, 4)).then_some(Direct { buf: *buf, index })
+    let by8 = multiple_of(&rest, 8);
+    (d == DType::F32 && off % 16 == 0 && !mentions(&rest, k) && multiple_of(&rest, 4)).then_some(Direct { buf: *buf, index, by8 })
 }
 
 /// The block tile (bm, bn) and K slice of an M×N matmul (`nb` of them) over K, or `None` (this form
@@ -107,7 +111,7 @@ pub fn tile(m: i64, n: i64, nb: i64, k: i64, kind: Mma) -> Option<(i64, i64, i64
 #[allow(clippy::too_many_arguments)]
 pub fn matmul(
     w: &mut Writer, li: usize, acc: &Acc, (a, b): (&Direct, &Direct), ptrs: &[String], (rows, cols, batch): (&[(Var, i64)], &[(Var, i64)], &[(Var, i64)]), (bm, bn, tk): (i64, i64, i64), kind: Mma,
-    globals: &mut Vec<String>,
+    halves: &mut Halves, globals: &mut Vec<String>,
 ) -> Result<[u32; 3], String> {
     let (m, n, nb): (i64, i64, i64) = (rows.iter().map(|d| d.1).product(), cols.iter().map(|d| d.1).product(), batch.iter().map(|d| d.1).product());
     let (kv, kext) = acc.ks[0];
@@ -128,41 +132,56 @@ pub fn matmul(
     let kslot = format!("%s.v{}", kv.0);
     w.slot(&kslot, "i64");
     w.bind_index(kv, &kslot);
-    // Staging: vector e = tid + 256·q of an operand's slice is row e / (tk/4), K values 4·(e % (tk/4))
-    // + 0..3 (a warp's loads and stores fill whole rows); its global pointer (at K = that offset)
-    // computed once, the slice start added per step; its place in shared memory word o·pw + kq / pk.
-    let per_row = tk / 4;
+    // Staging: vector e = tid + 256·q of an operand's slice is row e / (tk/v), K values v·(e % (tk/v))
+    // + 0..v-1 (v = 4 f32 values per 128-bit load, or 8 of a 16-bit copy of a weight: half_weights.rs;
+    // a warp's loads and stores fill whole rows); its global pointer (at K = that offset) computed
+    // once, the slice start added per step; its place in shared memory word o·pw + kq / pk.
     let mut stage = Vec::new();
     for (oi, (x, own, base, dims)) in [(a, bm, &m0, rows), (b, bn, &n0, cols)].into_iter().enumerate() {
+        let copy = if packed && x.by8 { halves.of_param(x.buf) } else { None };
+        let per_row = if copy.is_some() { tk / 8 } else { tk / 4 };
+        let from = match copy {
+            Some((bind, off)) => w.emit_op(format!("getelementptr inbounds i8, ptr %g{bind}, i64 {off}")),
+            None => ptrs[x.buf as usize].clone(),
+        };
         for q in 0..own * per_row / 256 {
             let e = w.emit_op(format!("add nuw nsw i64 {tid}, {}", 256 * q));
             let o = w.emit_op(format!("udiv i64 {e}, {per_row}"));
             let kq = w.emit_op(format!("urem i64 {e}, {per_row}"));
-            let kq = w.emit_op(format!("mul nuw nsw i64 {kq}, 4"));
+            let kq = w.emit_op(format!("mul nuw nsw i64 {kq}, {}", tk / per_row));
             let g = w.emit_op(format!("add nuw nsw i64 {base}, {o}"));
             unflatten(w, &g, dims);
             w.emit(&format!("store i64 {kq}, ptr {kslot}"));
             let idx = w.value(x.index);
-            let p = w.emit_op(format!("getelementptr inbounds float, ptr {}, i64 {idx}", ptrs[x.buf as usize]));
+            let ety = if copy.is_some() { "i16" } else { "float" };
+            let p = w.emit_op(format!("getelementptr inbounds {ety}, ptr {from}, i64 {idx}"));
             let t = w.emit_op(format!("mul nuw nsw i64 {o}, {pw}"));
             let kw = w.emit_op(format!("udiv i64 {kq}, {pk}"));
             let si = w.emit_op(format!("add nuw nsw i64 {t}, {kw}"));
             let sp = shared_at(w, if oi == 0 { &sa } else { &sb }, if oi == 0 { la } else { lb }, "i32", &si);
             let reg = format!("%s.vx{oi}.{q}");
-            w.slot(&reg, "<4 x float>");
-            stage.push((p, sp, reg));
+            let vty = if copy.is_some() { "<4 x i32>" } else { "<4 x float>" };
+            w.slot(&reg, vty);
+            stage.push((p, sp, reg, copy.is_some()));
         }
     }
     let load_slice = |w: &mut Writer, k0: &str| {
-        for (p, _, reg) in &stage {
-            let at = w.emit_op(format!("getelementptr inbounds float, ptr {p}, i64 {k0}"));
-            let v = w.emit_op(format!("load <4 x float>, ptr {at}, align 16"));
-            w.emit(&format!("store <4 x float> {v}, ptr {reg}"));
+        for (p, _, reg, half) in &stage {
+            let (ety, vty) = if *half { ("i16", "<4 x i32>") } else { ("float", "<4 x float>") };
+            let at = w.emit_op(format!("getelementptr inbounds {ety}, ptr {p}, i64 {k0}"));
+            let v = w.emit_op(format!("load {vty}, ptr {at}, align 16"));
+            w.emit(&format!("store {vty} {v}, ptr {reg}"));
         }
     };
-    // The staged vectors → shared memory (tf32 rounded, bf16 / fp16 pairs packed).
+    // The staged vectors → shared memory (tf32 rounded, bf16 / fp16 pairs packed; a 16-bit copy's
+    // words as they are).
     let store_slice = |w: &mut Writer| {
-        for (_, sp, reg) in &stage {
+        for (_, sp, reg, half) in &stage {
+            if *half {
+                let v = w.emit_op(format!("load <4 x i32>, ptr {reg}"));
+                w.emit(&format!("store <4 x i32> {v}, ptr addrspace(3) {sp}, align 16"));
+                continue;
+            }
             let v = w.emit_op(format!("load <4 x float>, ptr {reg}"));
             let x: Vec<String> = (0..4).map(|i| w.emit_op(format!("extractelement <4 x float> {v}, i64 {i}"))).collect();
             let words: Vec<String> = if packed { vec![to_operand(w, kind, &x[0], Some(&x[1])), to_operand(w, kind, &x[2], Some(&x[3]))] } else { x.iter().map(|e| to_operand(w, kind, e, None)).collect() };
