@@ -10,7 +10,8 @@ Cases (NAME = gemm_bB_KxN[_gelu]): K×N ∈ {384×384 (Q/K/V/output), 384×1536 
 fixed seed (tests/gpu/bench_gemm.py does that on the GPU machine rather than carrying them; onnx is
 imported only to write models).
 --small writes gemm_small (x[2, 64, 96] @ W[96, 128] + bias + GELU, then a second matmul over
-K = 128, N = 64): whole 128×64 tiles, small enough for tests/gpu/emulate_cuda.py.
+K = 128, N = 64, a third over K = 64, N = 192): whole 128×64 tiles (the first two), 128×96, 64×96 and
+64×48 ones (the third), small enough for tests/gpu/emulate_cuda.py.
 """
 from __future__ import annotations
 
@@ -115,10 +116,11 @@ def main() -> int:
         r = np.random.RandomState(11)
         x = r.randn(2, 64, 96).astype(np.float32)
         n1, i1 = linear("x", "h", (r.randn(128, 96) / 10).astype(np.float32), r.randn(128).astype(np.float32), True, "l1_")
-        n2, i2 = linear("h", "y", (r.randn(64, 128) / 10).astype(np.float32), r.randn(64).astype(np.float32), False, "l2_")
+        n2, i2 = linear("h", "h2", (r.randn(64, 128) / 10).astype(np.float32), r.randn(64).astype(np.float32), False, "l2_")
+        n3, i3 = linear("h2", "y", (r.randn(192, 64) / 10).astype(np.float32), r.randn(192).astype(np.float32), False, "l3_")
         ins = [helper.make_tensor_value_info("x", T.FLOAT, [2, 64, 96])]
-        outs = [helper.make_tensor_value_info("y", T.FLOAT, [2, 64, 64])]
-        save(os.path.join(a.out, "gemm_small.onnx"), n1 + n2, i1 + i2, ins, outs)
+        outs = [helper.make_tensor_value_info("y", T.FLOAT, [2, 64, 192])]
+        save(os.path.join(a.out, "gemm_small.onnx"), n1 + n2 + n3, i1 + i2 + i3, ins, outs)
         np.save(os.path.join(a.out, "x.npy"), x)
     return 0
 

@@ -5,7 +5,7 @@
 #   art/NAME_P_V/            rlxc compile --target cuda of tests/gpu/make_gemm.py's MiniLM matmul shapes (batch 8 and
 #                            32), precision P (f32: the SIMT tiles; tf32, bf16), variant V: `auto` (the writer's
 #                            choice), `old` (RLX_CUDA_VEC_TILE=0: tiled.rs's general form), `tk32` (RLX_CUDA_VEC_TK=32)
-#                            and the forced tiles 64x64, 128x64, 128x128 (RLX_CUDA_VEC_TILE=BMxBN; where a forced tile
+#                            and the forced tiles 64x64, 128x64, 128x128, 128x96, 64x96, 64x48 (RLX_CUDA_VEC_TILE=BMxBN; where a forced tile
 #                            is not whole, the general form), and for bf16 `f32w` (RLX_CUDA_HALF_WEIGHTS=0: f32
 #                            weights converted as they are staged; the other bf16 variants read bf16 copies of the
 #                            weights); one weights blob per shape (NAME.weights.bin in w/, the f32 artifact's; each
@@ -25,7 +25,7 @@ cp target/release/examples/cuda_run tests/gpu/bench_gemm.py tests/gpu/make_gemm.
 "$PY" tests/gpu/make_gemm.py --out "$T" >/dev/null
 for f in "$T"/gemm_b*.onnx; do
   n=$(basename "$f" .onnx)
-  for pv in f32_auto {tf32,bf16}_{auto,old,tk32,64x64,128x64,128x128} bf16_f32w; do
+  for pv in f32_auto {tf32,bf16}_{auto,old,tk32,64x64,128x64,128x128,128x96,64x96,64x48} bf16_f32w; do
     p=${pv%%_*} v=${pv#*_} tk= hw=1
     case $v in auto) t= ;; old) t=0 ;; tk32) t= tk=32 ;; f32w) t= hw=0 ;; *) t=$v ;; esac
     RLX_CUDA_VEC_TILE=$t RLX_CUDA_VEC_TK=$tk RLX_CUDA_HALF_WEIGHTS=$hw $R compile "$f" --target cuda --precision "$p" --name "$n" -o "$D/art/${n}_$pv" >/dev/null

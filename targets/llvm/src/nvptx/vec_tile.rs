@@ -96,14 +96,29 @@ pub fn tile(m: i64, n: i64, nb: i64, k: i64, kind: Mma) -> Option<(i64, i64, i64
     let pick = [(128, 128), (128, 64), (64, 64)].into_iter().filter(whole).find(|&t| blocks(t) >= MIN_BLOCKS);
     let pick = match std::env::var("RLX_CUDA_VEC_TILE").ok().as_deref() {
         Some("0") => return None,
-        Some(v) => v.split_once('x').and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?))).filter(|t| [(64, 64), (128, 64), (64, 128), (128, 128)].contains(t)).map_or(pick, |t| whole(&t).then_some(t)),
+        Some(v) => v.split_once('x').and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?))).filter(|t| TILES.contains(t)).map_or(pick, |t| whole(&t).then_some(t)),
         None => pick,
     };
     let (bm, bn) = pick?;
-    // Shared words: bm + bn rows of tk/pk + 4 words.
+    // Shared words: bm + bn rows of tk/pk + 4 words; each of the 256 threads stages whole f32 vectors
+    // of both operands' slices (bm·tk/4 and bn·tk/4 of them).
     let pk = if kind == Mma::Tf32 { 1 } else { 2 };
-    let long = (bm + bn) * (64 / pk + 4) * 4 <= SMEM && k % 64 == 0 && std::env::var("RLX_CUDA_VEC_TK").map_or(true, |v| v != "32");
-    Some((bm, bn, if long { 64 } else { 32 }))
+    let fits = |tk: i64| (bm + bn) * (tk / pk + 4) * 4 <= SMEM && k % tk == 0 && bm * tk / 4 % 256 == 0 && bn * tk / 4 % 256 == 0;
+    let long = fits(64) && std::env::var("RLX_CUDA_VEC_TK").map_or(true, |v| v != "32");
+    if long {
+        Some((bm, bn, 64))
+    } else {
+        fits(32).then_some((bm, bn, 32))
+    }
+}
+
+/// Block tiles this form writes (`RLX_CUDA_VEC_TILE` may force any of them).
+const TILES: [(i64, i64); 7] = [(128, 128), (128, 96), (128, 64), (64, 128), (64, 96), (64, 64), (64, 48)];
+
+/// The 8 warps of a bm×bn tile as (along M, along N): 2 × 4, or 4 × 2 where a quarter of bn is not
+/// a whole number of 8-wide fragments (64×48: warps of 16×24). Each warp's tile is whole fragments.
+fn warp_grid(bn: i64) -> (i64, i64) {
+    if (bn / 4) % 8 == 0 { (2, 4) } else { (4, 2) }
 }
 
 /// The matmul kernel's body (see the module doc); returns its grid. `ptrs`: each buffer's element
@@ -138,7 +153,7 @@ pub fn matmul(
     // once, the slice start added per step; its place in shared memory word o·pw + kq / pk.
     let mut stage = Vec::new();
     for (oi, (x, own, base, dims)) in [(a, bm, &m0, rows), (b, bn, &n0, cols)].into_iter().enumerate() {
-        let copy = if packed && x.by8 { halves.of_param(x.buf) } else { None };
+        let copy = if packed && x.by8 && own * (tk / 8) % 256 == 0 { halves.of_param(x.buf) } else { None };
         let per_row = if copy.is_some() { tk / 8 } else { tk / 4 };
         let from = match copy {
             Some((bind, off)) => w.emit_op(format!("getelementptr inbounds i8, ptr %g{bind}, i64 {off}")),
@@ -196,14 +211,15 @@ pub fn matmul(
     let init = w.value(acc.init);
     let slot = format!("%s.v{}", acc.acc.0);
     w.slot(&slot, "float");
-    // Warp (wr, wc) of 2 × 4; lane 4·g + t; accumulators %d{i·nf + j}.{q}.
-    let (wm, wn) = (bm / 2, bn / 4);
+    // Warp (wr, wc) of the warp grid ([`warp_grid`]); lane 4·g + t; accumulators %d{i·nf + j}.{q}.
+    let (gm, gn) = warp_grid(bn);
+    let (wm, wn) = (bm / gm, bn / gn);
     let (mf, nf) = (wm / 16, wn / 8);
     let wp = w.emit_op(format!("lshr i64 {tid}, 5"));
     let lane = w.emit_op(format!("and i64 {tid}, 31"));
     let (gq, tq) = (w.emit_op(format!("lshr i64 {lane}, 2")), w.emit_op(format!("and i64 {lane}, 3")));
-    let wr = w.emit_op(format!("lshr i64 {wp}, 2"));
-    let wc = w.emit_op(format!("and i64 {wp}, 3"));
+    let wr = w.emit_op(format!("udiv i64 {wp}, {gn}"));
+    let wc = w.emit_op(format!("urem i64 {wp}, {gn}"));
     for s in 0..mf * nf {
         for q in 0..4 {
             let c = format!("%d{s}.{q}");
