@@ -8,8 +8,7 @@
 #                            and the forced tiles 64x64, 128x64, 128x128, 128x96, 64x96, 64x48 (RLX_CUDA_VEC_TILE=BMxBN; where a forced tile
 #                            is not whole, the general form), and for bf16 `f32w` (RLX_CUDA_HALF_WEIGHTS=0: f32
 #                            weights converted as they are staged; the other bf16 variants read bf16 copies of the
-#                            weights), `mcta2` / `mcta2tk32` (RLX_CUDA_VEC_MINCTA=2: registers capped for two blocks
-#                            per SM, slices of 64 / 32); one weights blob per shape (NAME.weights.bin in w/, the f32 artifact's; each
+#                            weights); one weights blob per shape (NAME.weights.bin in w/, the f32 artifact's; each
 #                            variant's is that blob followed by the copies its manifest lists: checked here, rebuilt there
 #                            by half_weights.py)
 #   bench_gemm.py, make_gemm.py, half_weights.py   (the inputs, weights and bias are regenerated there from make_gemm.py's seeds)
@@ -26,10 +25,10 @@ cp target/release/examples/cuda_run tests/gpu/bench_gemm.py tests/gpu/make_gemm.
 "$PY" tests/gpu/make_gemm.py --out "$T" >/dev/null
 for f in "$T"/gemm_b*.onnx; do
   n=$(basename "$f" .onnx)
-  for pv in f32_auto {tf32,bf16}_{auto,old,tk32,64x64,128x64,128x128,128x96,64x96,64x48,mcta2,mcta2tk32} bf16_f32w; do
-    p=${pv%%_*} v=${pv#*_} tk= hw=1 mc=
-    case $v in auto) t= ;; old) t=0 ;; tk32) t= tk=32 ;; f32w) t= hw=0 ;; mcta2) t= mc=2 ;; mcta2tk32) t= mc=2 tk=32 ;; *) t=$v ;; esac
-    RLX_CUDA_VEC_TILE=$t RLX_CUDA_VEC_TK=$tk RLX_CUDA_HALF_WEIGHTS=$hw RLX_CUDA_VEC_MINCTA=$mc $R compile "$f" --target cuda --precision "$p" --name "$n" -o "$D/art/${n}_$pv" >/dev/null
+  for pv in f32_auto {tf32,bf16}_{auto,old,tk32,64x64,128x64,128x128,128x96,64x96,64x48} bf16_f32w; do
+    p=${pv%%_*} v=${pv#*_} tk= hw=1
+    case $v in auto) t= ;; old) t=0 ;; tk32) t= tk=32 ;; f32w) t= hw=0 ;; *) t=$v ;; esac
+    RLX_CUDA_VEC_TILE=$t RLX_CUDA_VEC_TK=$tk RLX_CUDA_HALF_WEIGHTS=$hw $R compile "$f" --target cuda --precision "$p" --name "$n" -o "$D/art/${n}_$pv" >/dev/null
     if [ -e "$D/w/$n.weights.bin" ]; then "$PY" tests/gpu/half_weights.py check "$D/w/$n.weights.bin" "$D/art/${n}_$pv/$n.json" "$D/art/${n}_$pv/$n.weights.bin" >/dev/null; rm "$D/art/${n}_$pv/$n.weights.bin"
     else mv "$D/art/${n}_$pv/$n.weights.bin" "$D/w/"; fi
   done

@@ -41,7 +41,6 @@ pub fn module_text(lir: &Lir, bases: &[BaseBuf], tiles: bool, mma: super::Mma) -
     let nb = bases.len();
     let sig: Vec<String> = (0..nb).map(|b| format!("ptr addrspace(1) noalias %b{b}")).collect();
     let mut kernels = Vec::new();
-    let mut min_blocks = Vec::new();
     for (li, l) in lir.launches.iter().enumerate() {
         // A collective: a schedule entry the executor issues through NCCL, no PTX function.
         if let Some(d) = super::comm::dispatch(lir, bases, li, l)? {
@@ -90,9 +89,6 @@ pub fn module_text(lir: &Lir, bases: &[BaseBuf], tiles: bool, mma: super::Mma) -
             let _ = writeln!(fns, "; launch {li}: {:?} ({})", k.name, plan_name(&plan));
             fns.push_str(&t.text);
             globals.extend(t.globals);
-            if let Some(n) = t.min_blocks {
-                min_blocks.push((li, n));
-            }
             dispatches.push(SchedDispatch { entry: li as u32, groups: t.groups, block: [t.block, 1, 1], ranges, comm: None });
             names.push(k.name.clone());
             continue;
@@ -150,17 +146,11 @@ pub fn module_text(lir: &Lir, bases: &[BaseBuf], tiles: bool, mma: super::Mma) -
     }
     let _ = writeln!(m, "\nattributes #0 = {{ nounwind }}\nattributes #1 = {{ convergent nounwind }}\n");
     // Every kernel runs BLOCK threads per block: the register allocator may assume it.
-    // Kernels asking for several resident blocks per SM say so too (`minctasm`, numbered after them).
-    let mut ann: Vec<String> = kernels.iter().map(|li| format!("!{li}")).collect();
-    let first = lir.launches.len();
-    ann.extend((0..min_blocks.len()).map(|i| format!("!{}", first + i)));
+    let ann: Vec<String> = kernels.iter().map(|li| format!("!{li}")).collect();
     if !ann.is_empty() {
         let _ = writeln!(m, "!nvvm.annotations = !{{{}}}", ann.join(", "));
         for &li in &kernels {
             let _ = writeln!(m, "!{li} = !{{ptr @k{li}, !\"maxntidx\", i32 {BLOCK}}}");
-        }
-        for (i, (li, n)) in min_blocks.iter().enumerate() {
-            let _ = writeln!(m, "!{} = !{{ptr @k{li}, !\"minctasm\", i32 {n}}}", first + i);
         }
     }
     let (copies, bytes) = halves.map_or((Vec::new(), Vec::new()), |h| (h.copies, h.bytes));

@@ -68,8 +68,6 @@ pub struct Tiled {
     pub groups: [u32; 3],
     pub block: u32,
     pub globals: Vec<String>,
-    /// Blocks per SM the register allocator must allow (`minctasm`), if any.
-    pub min_blocks: Option<u32>,
 }
 
 type Body<'b> = &'b mut dyn FnMut(&mut Writer) -> Result<(), String>;
@@ -213,7 +211,7 @@ pub fn kernel(li: usize, sig: &str, setup: &str, params: Vec<(DType, String)>, o
                 let g = vec_tile::matmul(&mut w, li, acc, (&da, &db), &ptrs, (rows, cols, batch), t, kind, halves, &mut globals)?;
                 let (allocas, body) = w.finish();
                 let text = format!("define ptx_kernel void @k{li}({sig}) #0 {{\nentry:\n{allocas}{setup}  br label %start.bb\nstart.bb:\n{body}  ret void\n}}\n\n");
-                return Ok(Tiled { text, groups: g, block: BLOCK, globals, min_blocks: vec_tile::min_blocks() });
+                return Ok(Tiled { text, groups: g, block: BLOCK, globals });
             }
             (matmul(&mut w, li, acc, a, b, rows, cols, batch, *r, tc, &mut globals)?, BLOCK)
         }
@@ -223,7 +221,7 @@ pub fn kernel(li: usize, sig: &str, setup: &str, params: Vec<(DType, String)>, o
     };
     let (allocas, body) = w.finish();
     let text = format!("define ptx_kernel void @k{li}({sig}) #0 {{\nentry:\n{allocas}{setup}  br label %start.bb\nstart.bb:\n{body}  ret void\n}}\n\n");
-    Ok(Tiled { text, groups, block, globals, min_blocks: None })
+    Ok(Tiled { text, groups, block, globals })
 }
 
 /// Tensor-core tiles of a matmul with at most this many blocks (two per SM of an H200) stage K slices

@@ -116,12 +116,6 @@ pub fn tile(m: i64, n: i64, nb: i64, k: i64, kind: Mma) -> Option<(i64, i64, i64
     }
 }
 
-/// `RLX_CUDA_VEC_MINCTA=N` at compile time: the tiles' kernels ask the register allocator for N
-/// resident blocks per SM (`minctasm`) — an experiment, off by default.
-pub fn min_blocks() -> Option<u32> {
-    std::env::var("RLX_CUDA_VEC_MINCTA").ok().and_then(|v| v.parse().ok()).filter(|&n| n > 1)
-}
-
 /// SMs of an H200: a wave of one block per SM.
 const SMS: i64 = 132;
 /// The share of its last wave a tile's grid must fill to be chosen over the rule by block count
