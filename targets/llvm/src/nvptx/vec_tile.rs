@@ -4,8 +4,10 @@
 //! operand's expression; this one loads four consecutive K values of a row as one aligned 128-bit
 //! global load from a pointer computed once per thread (the slice's K start added per step), so a
 //! slice's staging is a few vector loads per thread, and uses larger block tiles: 8 warps, 2 along M
-//! × 4 along N, each a (bm/2)×(bn/4) tile of m16×n8 fragments (128×128: 4×4 fragments, 16 `mma.sync`
-//! per k step sharing 4 A and 4 B fragments).
+//! × 4 along N (4 × 2 for 64×48), each a (bm/2)×(bn/4) tile of m16×n8 fragments (128×128: 4×4
+//! fragments, 16 `mma.sync` per k step sharing 4 A and 4 B fragments). Under bf16 / fp16 an operand
+//! read from the weights is staged from its 16-bit copy (`half_weights.rs`): eight K values per
+//! 128-bit load, stored to shared memory as they are.
 //!
 //! Per K slice (64 or 32: [`tile`]) the next slice's vectors are loaded into registers while this one
 //! computes (as in `tiled.rs`), between two barriers. Shared memory holds both operands row-major
@@ -15,8 +17,8 @@
 //! Taken when the operand is `buf[e + k]` with `e` free of k and a multiple of four elements (checked
 //! on the expression), the buffer 16-byte aligned, and M, N, K multiples of the tile and the slice;
 //! anything else keeps `tiled.rs`'s form. `RLX_CUDA_VEC_TILE` at compile time: `0` turns this form off,
-//! `BMxBN` (64x64, 128x64, 64x128, 128x128) forces a tile, `RLX_CUDA_VEC_TK=32` the shorter slice, to
-//! time them against each other (tests/gpu/bench_gemm.py).
+//! `BMxBN` (one of [`TILES`]) forces a tile, `RLX_CUDA_VEC_TK=32` the shorter slice, to time them
+//! against each other (tests/gpu/bench_gemm.py).
 //!
 //! (The same staging for f32 on the SIMT cores — 128×128 / 128×64 / 64×64 tiles, 8×8 / 8×4 / 4×4
 //! outputs per thread, both operands K-major in shared memory — was measured on the H200 against
@@ -82,11 +84,13 @@ pub fn direct<'e>(x: &'e Expr, k: Var, params: &[(DType, u64)]) -> Option<Direct
 }
 
 /// The block tile (bm, bn) and K slice of an M×N matmul (`nb` of them) over K, or `None` (this form
-/// not taken): the largest of 128×128, 128×64, 64×64 whose grid still has [`MIN_BLOCKS`] blocks;
-/// whole tiles only. Fewer blocks keep `tiled.rs`'s smaller tiles (MiniLM batch 1, M = 128: its
-/// 12-block 64×64 grids measured 1.25–1.37× slower over the whole model). The slice: 64 where both
-/// operands' slices fit [`SMEM`] and K is a multiple (each step's loads, all in flight together, feed
-/// twice the work), else 32. `RLX_CUDA_VEC_TILE` / `RLX_CUDA_VEC_TK` override (module doc).
+/// not taken): the largest of [`FILLING`] whose grid fills ≥ [`FILL`] of its last wave, else the
+/// largest of 128×128, 128×64, 64×64 whose grid still has [`MIN_BLOCKS`] blocks; whole tiles only.
+/// Fewer blocks keep `tiled.rs`'s smaller tiles (MiniLM batch 1, M = 128: its 12-block 64×64 grids
+/// measured 1.25–1.37× slower over the whole model). The slice: 64 where both operands' slices fit
+/// [`SMEM`], K is a multiple and each operand's slice is a whole number of vectors per thread (each
+/// step's loads, all in flight together, feed twice the work), else 32. `RLX_CUDA_VEC_TILE` /
+/// `RLX_CUDA_VEC_TK` override (module doc).
 pub fn tile(m: i64, n: i64, nb: i64, k: i64, kind: Mma) -> Option<(i64, i64, i64)> {
     if k % 32 != 0 || k == 0 {
         return None;
