@@ -27,7 +27,9 @@ split K), where carried, are checked against the interpreter and timed the same 
 (`rlxc_cuda_nosplit`), and so are `minilm_bB_bf16_f32w` (RLX_CUDA_HALF_WEIGHTS=0: the tensor-core
 tiles convert the f32 weights as they stage them instead of reading their bf16 copies), whose output
 must equal the default's bit for bit (`rlxc_cuda_f32w`), and `minilm_bB_P_fill0` (RLX_CUDA_VEC_FILL=0:
-the vector-staged tiles chosen by block count alone, `rlxc_cuda_fill0`). A bf16 artifact's weights are its f32 twin's
+the vector-staged tiles chosen by block count alone, `rlxc_cuda_fill0`) and `minilm_bB_P_heads0`
+(RLX_CUDA_VEC_HEADS=0: the output projection, which reads the attention context across heads, in the
+general tiles, `rlxc_cuda_heads0`), where carried. A bf16 artifact's weights are its f32 twin's
 followed by the copies its manifest lists (`half_weights`), rebuilt here by half_weights.py. Then, per MiniLM batch, each kernel's device time (`cuda_run` with
 RLX_CUDA_KERNEL_TIMES=1: the kernels launched one by one between events) with the kernel names of the
 manifest, the slowest first. For MiniLM, per round and
@@ -74,6 +76,7 @@ TWINS = {
     "nosplit": "tensor-core 16×16 tiles without split K (RLX_CUDA_TC_SPLIT=0)",
     "f32w": "f32 weights converted while staged (RLX_CUDA_HALF_WEIGHTS=0)",
     "fill0": "vector-staged tiles by block count alone (RLX_CUDA_VEC_FILL=0)",
+    "heads0": "output projection in the general tiles (RLX_CUDA_VEC_HEADS=0)",
 }
 SAME_BITS = {"f32w"}
 
@@ -81,7 +84,7 @@ SAME_BITS = {"f32w"}
 def precision_of(case):
     """The precision a case's artifact was compiled with (its folder suffix)."""
     for p, sfx in PRECISIONS.items():
-        if sfx and re.sub(r"_(untiled|unfused|nosplit|f32w|fill0)$", "", case).endswith(sfx):
+        if sfx and re.sub(r"_(untiled|unfused|nosplit|f32w|fill0|heads0)$", "", case).endswith(sfx):
             return p
     return "f32"
 
@@ -162,7 +165,7 @@ def main() -> int:
     refs = set(os.listdir(os.path.join(a.carry, "ref")))
     cases = []
     for c in sorted(os.listdir(os.path.join(work, "art"))):
-        twin = c if c in refs else re.sub(r"(_(untiled|unfused|nosplit|f32w|fill0|tf32|bf16))+$", "", c)
+        twin = c if c in refs else re.sub(r"(_(untiled|unfused|nosplit|f32w|fill0|heads0|tf32|bf16))+$", "", c)
         if twin in refs:
             cases.append((c, twin))
     for c, twin in cases:

@@ -204,7 +204,7 @@ pub fn kernel(li: usize, sig: &str, setup: &str, params: Vec<(DType, String)>, o
             let kv = acc.ks[0].0;
             let direct = (acc.ks.len() == 1).then(|| (vec_tile::direct(a, kv, &layout), vec_tile::direct(b, kv, &layout)));
             let fast = match (tc, direct) {
-                (Some(kind), Some((Some(da), Some(db)))) => vec_tile::tile(m, n, nb, acc.ks[0].1, kind).map(|t| (kind, da, db, t)),
+                (Some(kind), Some((Some(da), Some(db)))) => vec_tile::tile(m, n, nb, acc.ks[0].1, kind, [da.period, db.period]).map(|t| (kind, da, db, t)),
                 _ => None,
             };
             if let Some((kind, da, db, t)) = fast {

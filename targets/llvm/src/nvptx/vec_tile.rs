@@ -15,8 +15,10 @@
 //! stored, rows padded by four words (a fragment's lanes 4·g + t read row g, word t: 32 banks).
 //!
 //! Taken when the operand is `buf[e + k]` with `e` free of k and a multiple of four elements (checked
-//! on the expression), the buffer 16-byte aligned, and M, N, K multiples of the tile and the slice;
-//! anything else keeps `tiled.rs`'s form. `RLX_CUDA_VEC_TILE` at compile time: `0` turns this form off,
+//! on the expression) — or `buf[e + (k / E)·S + k % E]`, an attention context read across its heads
+//! of E values (MiniLM's output projection: E = 32), whose slices step by the k-terms' value at the
+//! slice start ([`direct`]; `RLX_CUDA_VEC_HEADS=0` at compile time: not taken) —, the buffer 16-byte
+//! aligned, and M, N, K multiples of the tile and the slice; anything else keeps `tiled.rs`'s form. `RLX_CUDA_VEC_TILE` at compile time: `0` turns this form off,
 //! `BMxBN` (one of [`TILES`]) forces a tile, `RLX_CUDA_VEC_TK=32` the shorter slice, to time them
 //! against each other (tests/gpu/bench_gemm.py).
 //!
@@ -47,6 +49,12 @@ pub struct Direct<'e> {
     pub index: &'e Expr,
     /// `rest` is a multiple of 8: a 16-bit copy's 128-bit loads (8 K values) are aligned too.
     pub by8: bool,
+    /// The index's terms in k (`index = rest + kpart`): `k`, or `(k / E)·S + k % E` (an attention
+    /// context read across heads of E values); with k = k0 + kq, k0 a multiple of the K slice, the
+    /// element at kq is the one at k = kq moved by kpart(k0) ([`Direct::period`]).
+    pub kpart: Expr,
+    /// E, where kpart splits k into blocks of E: the K slice must divide E or be a multiple of it.
+    pub period: Option<i64>,
 }
 
 /// Whether the index expression `e` is a multiple of `q` whatever its variables' values.
@@ -59,28 +67,77 @@ fn multiple_of(e: &Expr, q: i64) -> bool {
     }
 }
 
-/// `e` without its summand `k`: `e = rest + k` with `rest` free of `k` (a sum of terms, `k` one of them).
-fn without_k(e: &Expr, k: Var) -> Option<Expr> {
+/// The summands of a tree of additions.
+fn summands<'e>(e: &'e Expr, out: &mut Vec<&'e Expr>) {
     match e {
-        Expr::Var(v) if *v == k => Some(Expr::Int(0)),
-        Expr::I(IOp::Add, a, b) => match (mentions(a, k), mentions(b, k)) {
-            (true, false) => Some(Expr::add(without_k(a, k)?, (**b).clone())),
-            (false, true) => Some(Expr::add((**a).clone(), without_k(b, k)?)),
+        Expr::I(IOp::Add, a, b) => {
+            summands(a, out);
+            summands(b, out);
+        }
+        _ => out.push(e),
+    }
+}
+
+/// A summand in `k`: `k` (unit stride), `k % E` (unit stride within blocks of E), or `(k / E)·S`
+/// (constant within them): (unit stride, E, the multiplier S).
+fn k_term(e: &Expr, k: Var) -> Option<(bool, Option<i64>, Option<&Expr>)> {
+    let div = |x: &Expr| match x {
+        Expr::I(IOp::Div, v, c) if matches!(**v, Expr::Var(w) if w == k) => match **c {
+            Expr::Int(c) if c > 0 => Some(c),
             _ => None,
         },
+        _ => None,
+    };
+    match e {
+        Expr::Var(v) if *v == k => Some((true, None, None)),
+        Expr::I(IOp::Rem, v, c) if matches!(**v, Expr::Var(w) if w == k) => match **c {
+            Expr::Int(c) if c > 0 => Some((true, Some(c), None)),
+            _ => None,
+        },
+        Expr::I(IOp::Mul, a, b) if !mentions(b, k) => Some((false, Some(div(a)?), Some(&**b))),
+        Expr::I(IOp::Mul, a, b) if !mentions(a, k) => Some((false, Some(div(b)?), Some(&**a))),
         _ => None,
     }
 }
 
-/// `x` as a direct operand: an f32 load `buf[rest + k]`, `rest` a multiple of 4, the buffer at a
-/// 16-byte aligned offset (`params`: each buffer's dtype and byte offset in its base; every base is
-/// its own device allocation).
+/// `x` as a direct operand: an f32 load `buf[rest + kpart]`, `rest` free of k and a multiple of 4,
+/// `kpart` one unit-stride term in k and terms constant within the same blocks of E ≥ 4 values
+/// (`k_term`; multipliers multiples of 4), the buffer at a 16-byte aligned offset (`params`: each
+/// buffer's dtype and byte offset in its base; every base is its own device allocation).
 pub fn direct<'e>(x: &'e Expr, k: Var, params: &[(DType, u64)]) -> Option<Direct<'e>> {
     let Expr::Load { buf, index } = x else { return None };
     let &(d, off) = params.get(*buf as usize)?;
-    let rest = without_k(index, k)?;
-    let by8 = multiple_of(&rest, 8);
-    (d == DType::F32 && off % 16 == 0 && !mentions(&rest, k) && multiple_of(&rest, 4)).then_some(Direct { buf: *buf, index, by8 })
+    let mut terms = Vec::new();
+    summands(index, &mut terms);
+    let (mut rest, mut kpart, mut units, mut period, mut by8) = (Expr::Int(0), Expr::Int(0), 0, None, true);
+    for t in terms {
+        if !mentions(t, k) {
+            rest = Expr::add(rest, t.clone());
+            continue;
+        }
+        let (unit, e, mul) = k_term(t, k)?;
+        units += unit as i64;
+        if let Some(e) = e {
+            if period.is_some_and(|p| p != e) || e % 4 != 0 {
+                return None;
+            }
+            by8 &= e % 8 == 0;
+            period = Some(e);
+        }
+        if let Some(m) = mul {
+            if !multiple_of(m, 4) {
+                return None;
+            }
+            by8 &= multiple_of(m, 8);
+        }
+        kpart = Expr::add(kpart, t.clone());
+    }
+    by8 &= multiple_of(&rest, 8);
+    // RLX_CUDA_VEC_HEADS=0 at compile time: only `rest + k` (operands read across heads keep tiled.rs's form).
+    if period.is_some() && std::env::var("RLX_CUDA_VEC_HEADS").is_ok_and(|v| v == "0") {
+        return None;
+    }
+    (units == 1 && d == DType::F32 && off % 16 == 0 && multiple_of(&rest, 4)).then_some(Direct { buf: *buf, index, by8, kpart, period })
 }
 
 /// The block tile (bm, bn) and K slice of an M×N matmul (`nb` of them) over K, or `None` (this form
@@ -91,7 +148,7 @@ pub fn direct<'e>(x: &'e Expr, k: Var, params: &[(DType, u64)]) -> Option<Direct
 /// [`SMEM`], K is a multiple and each operand's slice is a whole number of vectors per thread (each
 /// step's loads, all in flight together, feed twice the work), else 32. `RLX_CUDA_VEC_TILE` /
 /// `RLX_CUDA_VEC_TK` override (module doc).
-pub fn tile(m: i64, n: i64, nb: i64, k: i64, kind: Mma) -> Option<(i64, i64, i64)> {
+pub fn tile(m: i64, n: i64, nb: i64, k: i64, kind: Mma, periods: [Option<i64>; 2]) -> Option<(i64, i64, i64)> {
     if k % 32 != 0 || k == 0 {
         return None;
     }
@@ -111,7 +168,8 @@ pub fn tile(m: i64, n: i64, nb: i64, k: i64, kind: Mma) -> Option<(i64, i64, i64
     // Shared words: bm + bn rows of tk/pk + 4 words; each of the 256 threads stages whole f32 vectors
     // of both operands' slices (bm·tk/4 and bn·tk/4 of them).
     let pk = if kind == Mma::Tf32 { 1 } else { 2 };
-    let fits = |tk: i64| (bm + bn) * (tk / pk + 4) * 4 <= SMEM && k % tk == 0 && bm * tk / 4 % 256 == 0 && bn * tk / 4 % 256 == 0;
+    let blocks_of_e = |tk: i64| periods.iter().flatten().all(|&e| e % tk == 0 || tk % e == 0);
+    let fits = |tk: i64| (bm + bn) * (tk / pk + 4) * 4 <= SMEM && k % tk == 0 && bm * tk / 4 % 256 == 0 && bn * tk / 4 % 256 == 0 && blocks_of_e(tk);
     let long = fits(64) && std::env::var("RLX_CUDA_VEC_TK").map_or(true, |v| v != "32");
     if long {
         Some((bm, bn, 64))
@@ -197,13 +255,16 @@ pub fn matmul(
             let reg = format!("%s.vx{oi}.{q}");
             let vty = if copy.is_some() { "<4 x i32>" } else { "<4 x float>" };
             w.slot(&reg, vty);
-            stage.push((p, sp, reg, copy.is_some()));
+            stage.push((p, sp, reg, copy.is_some(), oi));
         }
     }
+    // Slice k0's vectors: each at its pointer (k = kq) moved by its operand's kpart(k0).
     let load_slice = |w: &mut Writer, k0: &str| {
-        for (p, _, reg, half) in &stage {
+        w.emit(&format!("store i64 {k0}, ptr {kslot}"));
+        let offs = [w.value(&a.kpart), w.value(&b.kpart)];
+        for (p, _, reg, half, oi) in &stage {
             let (ety, vty) = if *half { ("i16", "<4 x i32>") } else { ("float", "<4 x float>") };
-            let at = w.emit_op(format!("getelementptr inbounds {ety}, ptr {p}, i64 {k0}"));
+            let at = w.emit_op(format!("getelementptr inbounds {ety}, ptr {p}, i64 {}", offs[*oi]));
             let v = w.emit_op(format!("load {vty}, ptr {at}, align 16"));
             w.emit(&format!("store {vty} {v}, ptr {reg}"));
         }
@@ -211,7 +272,7 @@ pub fn matmul(
     // The staged vectors → shared memory (tf32 rounded, bf16 / fp16 pairs packed; a 16-bit copy's
     // words as they are).
     let store_slice = |w: &mut Writer| {
-        for (_, sp, reg, half) in &stage {
+        for (_, sp, reg, half, _) in &stage {
             if *half {
                 let v = w.emit_op(format!("load <4 x i32>, ptr {reg}"));
                 w.emit(&format!("store <4 x i32> {v}, ptr addrspace(3) {sp}, align 16"));
