@@ -24,7 +24,13 @@ RLX_CUDA_CONCURRENT=0 (`rlxc_cuda_chain`: the executor's graph as one chain of k
 order instead of a level's dispatches as parallel branches), whose output must equal the default's bit
 for bit; `minilm_b1_P_nosplit` (RLX_CUDA_TC_SPLIT=0: the tensor cores' 16×16 general tiles without
 split K), where carried, are checked against the interpreter and timed the same way
-(`rlxc_cuda_nosplit`). Then, per MiniLM batch, each kernel's device time (`cuda_run` with
+(`rlxc_cuda_nosplit`), and so are `minilm_bB_bf16_f32w` (RLX_CUDA_HALF_WEIGHTS=0: the tensor-core
+tiles convert the f32 weights as they stage them instead of reading their bf16 copies), whose output
+must equal the default's bit for bit (`rlxc_cuda_f32w`), and `minilm_bB_P_fill0` (RLX_CUDA_VEC_FILL=0:
+the vector-staged tiles chosen by block count alone, `rlxc_cuda_fill0`) and `minilm_bB_P_heads0`
+(RLX_CUDA_VEC_HEADS=0: the output projection, which reads the attention context across heads, in the
+general tiles, `rlxc_cuda_heads0`), where carried. A bf16 artifact's weights are its f32 twin's
+followed by the copies its manifest lists (`half_weights`), rebuilt here by half_weights.py. Then, per MiniLM batch, each kernel's device time (`cuda_run` with
 RLX_CUDA_KERNEL_TIMES=1: the kernels launched one by one between events) with the kernel names of the
 manifest, the slowest first. For MiniLM, per round and
 batch (interleaved): `cuda_run` p50 of `Executor::run` (copy the inputs in, one CUDA graph launch,
@@ -53,6 +59,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_minilm as bm  # noqa: E402
+import half_weights  # noqa: E402
 
 
 # Artifact folder suffix per precision (prepare_cuda.sh compiles MiniLM with --precision tf32 / bf16).
@@ -62,12 +69,22 @@ PRECISIONS = {"f32": "", "tf32": "_tf32", "bf16": "_bf16"}
 # matmul operands to 10 mantissa bits, bf16 to 7 (f32 accumulation in both).
 TOL_INTERP = {"f32": 1e-4, "tf32": 3e-2, "bf16": 1.5e-1}
 TOL_TORCH = {"f32": 1e-3, "tf32": 3e-2, "bf16": 1.5e-1}
+# Twins of a MiniLM artifact (folder suffix: what differs), timed beside it in every round; those in
+# SAME_BITS must give the default's output bit for bit.
+TWINS = {
+    "unfused": "attention as three launches per layer (RLX_CUDA_FUSED_ATTENTION=0)",
+    "nosplit": "tensor-core 16×16 tiles without split K (RLX_CUDA_TC_SPLIT=0)",
+    "f32w": "f32 weights converted while staged (RLX_CUDA_HALF_WEIGHTS=0)",
+    "fill0": "vector-staged tiles by block count alone (RLX_CUDA_VEC_FILL=0)",
+    "heads0": "output projection in the general tiles (RLX_CUDA_VEC_HEADS=0)",
+}
+SAME_BITS = {"f32w"}
 
 
 def precision_of(case):
     """The precision a case's artifact was compiled with (its folder suffix)."""
     for p, sfx in PRECISIONS.items():
-        if sfx and re.sub(r"_(untiled|unfused|nosplit)$", "", case).endswith(sfx):
+        if sfx and re.sub(r"_(untiled|unfused|nosplit|f32w|fill0|heads0)$", "", case).endswith(sfx):
             return p
     return "f32"
 
@@ -135,10 +152,12 @@ def main() -> int:
         open(os.path.join(d, "minilm.weights.bin"), "wb").write(blob[at : at + n])
         at += n
     assert at == len(blob), (at, len(blob))
-    # The variants (untiled, tf32, bf16) have their f32 twin's weights byte for byte (prepare_cuda.sh checks).
+    # The variants (untiled, tf32, bf16) have their f32 twin's weights byte for byte, then (bf16) the
+    # 16-bit copies their manifest lists, rebuilt here (prepare_cuda.sh checks both).
     for d in glob.glob(os.path.join(work, "art", "minilm_b*_*")):
         b = re.match(r"minilm_b(\d+)_", os.path.basename(d)).group(1)
-        shutil.copy(os.path.join(work, "art", f"minilm_b{b}", "minilm.weights.bin"), d)
+        f32 = open(os.path.join(work, "art", f"minilm_b{b}", "minilm.weights.bin"), "rb").read()
+        open(os.path.join(d, "minilm.weights.bin"), "wb").write(half_weights.with_copies(f32, json.load(open(os.path.join(d, "minilm.json")))))
     res = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "runs": a.runs, "rounds": a.rounds, "parity": {}, "minilm": {}}
     bad = []
     # Parity against the interpreter: every artifact whose model has reference outputs (a variant —
@@ -146,7 +165,7 @@ def main() -> int:
     refs = set(os.listdir(os.path.join(a.carry, "ref")))
     cases = []
     for c in sorted(os.listdir(os.path.join(work, "art"))):
-        twin = c if c in refs else re.sub(r"(_(untiled|unfused|nosplit|tf32|bf16))+$", "", c)
+        twin = c if c in refs else re.sub(r"(_(untiled|unfused|nosplit|f32w|fill0|heads0|tf32|bf16))+$", "", c)
         if twin in refs:
             cases.append((c, twin))
     for c, twin in cases:
@@ -206,7 +225,7 @@ def main() -> int:
     fwd = bm.torch_model(bm.onnx_weights(os.path.join(a.carry, "minilm.onnx")), "cuda")
     batches = [1, 8, 32]
     precs = [p for p in PRECISIONS if os.path.isdir(os.path.join(work, "art", "minilm_b1" + PRECISIONS[p]))]
-    per = {(b, p): {"rlxc_cuda": [], "rlxc_cuda_unfused": [], "rlxc_cuda_chain": [], "rlxc_cuda_nosplit": [], "eager": [], "graph": [], "compiled": [], "eager_copies": []} for b in batches for p in precs}
+    per = {(b, p): {"rlxc_cuda": [], "rlxc_cuda_chain": [], **{"rlxc_cuda_" + tw: [] for tw in TWINS}, "eager": [], "graph": [], "compiled": [], "eager_copies": []} for b in batches for p in precs}
     # torch.compile (inductor's fused kernels, mode "reduce-overhead": replayed as CUDA graphs), one
     # compiled callable per batch and precision, compiled in the first round, timed in every round.
     torch._dynamo.config.cache_size_limit = 64
@@ -235,18 +254,14 @@ def main() -> int:
                 if not np.array_equal(np.fromfile(os.path.join(o, "out0.bin"), dtype=np.uint8), np.fromfile(os.path.join(o + "_chain", "out0.bin"), dtype=np.uint8)):
                     bad.append(f"minilm_b{b} {p}: the concurrent graph's output differs from the chain's")
                 print(f"round {r} batch {b} {p}: rlxc cuda concurrent graph {us:.1f} µs, one chain {cus:.1f} µs", flush=True)
-                unfused = os.path.join(work, "art", f"minilm_b{b}{PRECISIONS[p]}_unfused")
-                if os.path.isdir(unfused):
-                    # The same model with attention as three launches per layer (RLX_CUDA_FUSED_ATTENTION=0).
-                    uus, _ = cuda_run(a.carry, unfused, "minilm", ins, a.runs, o + "_unfused")
-                    q["rlxc_cuda_unfused"].append(uus)
-                    print(f"round {r} batch {b} {p}: rlxc cuda fused attention {us:.1f} µs, unfused {uus:.1f} µs", flush=True)
-                nosplit = os.path.join(work, "art", f"minilm_b{b}{PRECISIONS[p]}_nosplit")
-                if os.path.isdir(nosplit):
-                    # The same model with the tensor cores' 16×16 general tiles unsplit (RLX_CUDA_TC_SPLIT=0).
-                    nus, _ = cuda_run(a.carry, nosplit, "minilm", ins, a.runs, o + "_nosplit")
-                    q["rlxc_cuda_nosplit"].append(nus)
-                    print(f"round {r} batch {b} {p}: rlxc cuda split-K tensor-core tiles {us:.1f} µs, unsplit {nus:.1f} µs", flush=True)
+                for tw, what in TWINS.items():
+                    d = os.path.join(work, "art", f"minilm_b{b}{PRECISIONS[p]}_{tw}")
+                    if os.path.isdir(d):
+                        tus, _ = cuda_run(a.carry, d, "minilm", ins, a.runs, o + "_" + tw)
+                        q["rlxc_cuda_" + tw].append(tus)
+                        print(f"round {r} batch {b} {p}: rlxc cuda {us:.1f} µs, {what} {tus:.1f} µs", flush=True)
+                        if tw in SAME_BITS and not np.array_equal(np.fromfile(os.path.join(o, "out0.bin"), dtype=np.uint8), np.fromfile(os.path.join(o + "_" + tw, "out0.bin"), dtype=np.uint8)):
+                            bad.append(f"minilm_b{b} {p}: the {tw} twin's output differs from the default's")
                 y_rlxc = np.fromfile(os.path.join(o, "out0.bin"), dtype=np.float32).reshape(b, bm.SEQ, bm.H)
                 with torch.no_grad(), torch_precision(torch, p):
                     y = fwd(*g).float().cpu().numpy()
@@ -300,9 +315,8 @@ def main() -> int:
             e = res["minilm"][f"{b}{PRECISIONS[p]}"]
             print(f"  {p:5} batch {b:2}: rlxc {e['rlxc_cuda_p50_us']:9.1f} µs  torch graph {e['graph_p50_us']:9.1f} µs  compiled {e['compiled_p50_us']:9.1f} µs  eager {e['eager_p50_us']:9.1f} µs  "
                   f"ratio {e['rlxc_over_best_torch']:.2f}  max abs vs torch f32 {e['max_abs_rlxc_vs_torch_f32']:.2e} (torch {p}: {e['max_abs_torch_vs_torch_f32']:.2e})"
-                  + (f"  unfused attention {e['rlxc_cuda_unfused_p50_us']:9.1f} µs" if e["rlxc_cuda_unfused_rounds_us"] else "")
                   + f"  one chain {e['rlxc_cuda_chain_p50_us']:9.1f} µs"
-                  + (f"  unsplit tensor-core tiles {e['rlxc_cuda_nosplit_p50_us']:9.1f} µs" if e["rlxc_cuda_nosplit_rounds_us"] else ""), flush=True)
+                  + "".join(f"  {what} {e['rlxc_cuda_' + tw + '_p50_us']:9.1f} µs" for tw, what in TWINS.items() if e["rlxc_cuda_" + tw + "_rounds_us"]), flush=True)
     res["failed"] = bad
     print(json.dumps(res, indent=1))
     with open(os.path.join(a.out, "h200-cuda-bench.json"), "w") as f:

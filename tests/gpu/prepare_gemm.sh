@@ -5,10 +5,13 @@
 #   art/NAME_P_V/            rlxc compile --target cuda of tests/gpu/make_gemm.py's MiniLM matmul shapes (batch 8 and
 #                            32), precision P (f32: the SIMT tiles; tf32, bf16), variant V: `auto` (the writer's
 #                            choice), `old` (RLX_CUDA_VEC_TILE=0: tiled.rs's general form), `tk32` (RLX_CUDA_VEC_TK=32)
-#                            and the forced tiles 64x64, 128x64, 128x128 (RLX_CUDA_VEC_TILE=BMxBN; where a forced tile
-#                            is not whole, the general form); one weights blob per shape (NAME.weights.bin
-#                            in w/, the variants' are byte for byte the same: checked here, copied there)
-#   bench_gemm.py, make_gemm.py   (the inputs, weights and bias are regenerated there from make_gemm.py's seeds)
+#                            and the forced tiles 64x64, 128x64, 128x128, 128x96, 64x96, 64x48 (RLX_CUDA_VEC_TILE=BMxBN; where a forced tile
+#                            is not whole, the general form), and for bf16 `f32w` (RLX_CUDA_HALF_WEIGHTS=0: f32
+#                            weights converted as they are staged; the other bf16 variants read bf16 copies of the
+#                            weights); one weights blob per shape (NAME.weights.bin in w/, the f32 artifact's; each
+#                            variant's is that blob followed by the copies its manifest lists: checked here, rebuilt there
+#                            by half_weights.py)
+#   bench_gemm.py, make_gemm.py, half_weights.py   (the inputs, weights and bias are regenerated there from make_gemm.py's seeds)
 # Usage: tests/gpu/prepare_gemm.sh [OUT_DIR]   (run from the repository root; needs .venv and target/release/rlxc)
 set -euo pipefail
 D=${1:-build/gpu-gemm}
@@ -18,15 +21,15 @@ rm -rf "$D" && mkdir -p "$D/art" "$D/w"
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 cargo build --release -p rlx-rt --features cuda --example cuda_run
-cp target/release/examples/cuda_run tests/gpu/bench_gemm.py tests/gpu/make_gemm.py "$D/"
+cp target/release/examples/cuda_run tests/gpu/bench_gemm.py tests/gpu/make_gemm.py tests/gpu/half_weights.py "$D/"
 "$PY" tests/gpu/make_gemm.py --out "$T" >/dev/null
 for f in "$T"/gemm_b*.onnx; do
   n=$(basename "$f" .onnx)
-  for pv in f32_auto {tf32,bf16}_{auto,old,tk32,64x64,128x64,128x128}; do
-    p=${pv%%_*} v=${pv#*_} tk=
-    case $v in auto) t= ;; old) t=0 ;; tk32) t= tk=32 ;; *) t=$v ;; esac
-    RLX_CUDA_VEC_TILE=$t RLX_CUDA_VEC_TK=$tk $R compile "$f" --target cuda --precision "$p" --name "$n" -o "$D/art/${n}_$pv" >/dev/null
-    if [ -e "$D/w/$n.weights.bin" ]; then cmp "$D/w/$n.weights.bin" "$D/art/${n}_$pv/$n.weights.bin"; rm "$D/art/${n}_$pv/$n.weights.bin"
+  for pv in f32_auto {tf32,bf16}_{auto,old,tk32,64x64,128x64,128x128,128x96,64x96,64x48} bf16_f32w; do
+    p=${pv%%_*} v=${pv#*_} tk= hw=1
+    case $v in auto) t= ;; old) t=0 ;; tk32) t= tk=32 ;; f32w) t= hw=0 ;; *) t=$v ;; esac
+    RLX_CUDA_VEC_TILE=$t RLX_CUDA_VEC_TK=$tk RLX_CUDA_HALF_WEIGHTS=$hw $R compile "$f" --target cuda --precision "$p" --name "$n" -o "$D/art/${n}_$pv" >/dev/null
+    if [ -e "$D/w/$n.weights.bin" ]; then "$PY" tests/gpu/half_weights.py check "$D/w/$n.weights.bin" "$D/art/${n}_$pv/$n.json" "$D/art/${n}_$pv/$n.weights.bin" >/dev/null; rm "$D/art/${n}_$pv/$n.weights.bin"
     else mv "$D/art/${n}_$pv/$n.weights.bin" "$D/w/"; fi
   done
 done

@@ -294,13 +294,22 @@ fn tiled_kernels_match_the_interpreter_in_cpu_emulation() {
 
 /// The tensor-core tiles staged by 128-bit loads (nvptx/vec_tile.rs: whole tiles of operands
 /// contiguous along K — x @ Linear weightᵀ) on tests/gpu/make_gemm.py's gemm_small (x[2, 64, 96] @
-/// W[96, 128] + bias, erf GELU, then @ W[128, 64] + bias: K slices of 32 and of 64), forced to 64×64,
-/// 128×64, 64×128 and 128×128 (RLX_CUDA_VEC_TILE; a tile that is not whole keeps tiled.rs's form —
-/// and so does the writer's own choice here: 4 blocks are too few): the vector loads are there, the
+/// W[96, 128] + bias, erf GELU, then @ W[128, 64] + bias, then @ W[64, 192] + bias: K slices of 32
+/// and of 64), forced to 64×64, 128×64, 64×128, 128×128, 128×96, 64×96 and 64×48 (RLX_CUDA_VEC_TILE;
+/// the last three on the third matmul only, 64×48 with a 4 × 2 warp grid; a tile that is not whole
+/// keeps tiled.rs's form — and so does the writer's own choice here: ≤ 6 blocks are too few): the vector loads are there, the
 /// modules assemble for sm_90, and in CPU emulation
 /// (tests/gpu/emulate_cuda.py) the output's relative RMS error against the interpreter stays under
 /// 1e-3 (tf32) / 6e-3 (bf16) — the operands' rounding (measured 2.8e-4 / 2.2e-3, as tiled.rs's form);
-/// a wrong fragment or staging index gives errors of order 1.
+/// a wrong fragment or staging index gives errors of order 1. In bf16 the tiles stage the weights
+/// from their bf16 copies (nvptx/half_weights.rs: 128-bit loads of 8 values, the copies listed in the
+/// manifest and appended to the weights), and the emulated output is the same bit for bit as with
+/// RLX_CUDA_HALF_WEIGHTS=0 (f32 weights converted as they are staged, the same rounding), at every
+/// tile and at slices of 32 too (64×48 stages f32 weights: a 48-row slice of 8-value vectors does not
+/// divide among 256 threads). And make_gemm.py's gemm_heads (an attention context [2, 4, 64, 32]
+/// transposed and reshaped to [2, 64, 128] before a Linear: the operand's index is
+/// `(k / 32)·4096 + k % 32 + rest`) takes the same tiles, 64×64 and 128×96 forced, within the same
+/// tolerances (measured 2.1e-4 / 1.7e-3).
 #[test]
 fn vector_staged_tensor_core_tiles_match_the_interpreter_in_cpu_emulation() {
     let dir = tmp("vec-tile");
@@ -314,7 +323,7 @@ fn vector_staged_tensor_core_tiles_match_the_interpreter_in_cpu_emulation() {
         ok(rlxc().args(["compile", s(&model), "--target", "cuda", "--precision", p, "--emit-ir", "-o", s(&art)]));
         let ir = std::fs::read_to_string(art.join("gemm_small.ll")).unwrap();
         assert!(!ir.contains("load <4 x float>, ptr") && ir.contains("mma.sync"), "{p}: a vector-staged tile over 4 blocks");
-        for tile in ["64x64", "128x64", "64x128", "128x128"] {
+        for tile in ["64x64", "128x64", "64x128", "128x128", "128x96", "64x96", "64x48"] {
             let art = dir.join(format!("art-{p}-{tile}"));
             ok(rlxc().env("RLX_CUDA_VEC_TILE", tile).args(["compile", s(&model), "--target", "cuda", "--sm", "90", "--precision", p, "--emit-ir", "-o", s(&art)]));
             let ir = std::fs::read_to_string(art.join("gemm_small.ll")).unwrap();
@@ -328,6 +337,58 @@ fn vector_staged_tensor_core_tiles_match_the_interpreter_in_cpu_emulation() {
             let r = (ss(&mut want.iter().zip(&got).map(|(x, y)| x - y)) / ss(&mut want.iter().copied())).sqrt();
             eprintln!("{p} tile {tile}: emulated cuda vs interp relative rms {r:.2e}");
             assert!(r <= rel && r > 0.0, "{p} {tile}: relative rms {r}");
+            if p != "bf16" {
+                continue;
+            }
+            let manifest: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(art.join("gemm_small.json")).unwrap()).unwrap();
+            let copies = manifest["half_weights"].as_array().cloned().unwrap_or_default();
+            let halved = tile != "64x48";
+            assert_eq!((ir.contains("load <4 x i32>, ptr"), !copies.is_empty()), (halved, halved), "{p} {tile}: weights staged from bf16 copies");
+            for tk in ["64", "32"] {
+                let twin = dir.join(format!("art-{p}-{tile}-f32w-{tk}"));
+                ok(rlxc().env("RLX_CUDA_VEC_TILE", tile).env("RLX_CUDA_VEC_TK", tk).env("RLX_CUDA_HALF_WEIGHTS", "0").args(["compile", s(&model), "--target", "cuda", "--sm", "90", "--precision", p, "--emit-ir", "-o", s(&twin)]));
+                assert!(!std::fs::read_to_string(twin.join("gemm_small.ll")).unwrap().contains("load <4 x i32>, ptr"), "{tile}: RLX_CUDA_HALF_WEIGHTS=0 still reads bf16 copies");
+                let (w0, w1) = (std::fs::read(twin.join("gemm_small.weights.bin")).unwrap(), std::fs::read(art.join("gemm_small.weights.bin")).unwrap());
+                let end = copies.last().map_or(w0.len() as u64, |c| c["dst"].as_u64().unwrap() + 2 * c["values"].as_u64().unwrap());
+                assert_eq!(w1.len() as u64, end, "{tile}: the weights end after the last copy");
+                assert_eq!(&w1[..w0.len()], &w0[..], "{tile}: the f32 weights moved");
+                let mut runs = vec![(emu.clone(), art.clone())];
+                if tk == "32" {
+                    let half32 = dir.join(format!("art-{p}-{tile}-half-32"));
+                    ok(rlxc().env("RLX_CUDA_VEC_TILE", tile).env("RLX_CUDA_VEC_TK", tk).args(["compile", s(&model), "--target", "cuda", "--sm", "90", "--precision", p, "--emit-ir", "-o", s(&half32)]));
+                    runs = vec![(dir.join(format!("emu-{p}-{tile}-half-32")), half32)];
+                }
+                let e0 = dir.join(format!("emu-{p}-{tile}-f32w-{tk}"));
+                ok(Command::new(python()).arg("tests/gpu/emulate_cuda.py").args([s(&twin), "gemm_small", s(&e0), s(&x)]).current_dir(repo()));
+                let (e1, a1) = &runs[0];
+                if tk == "32" {
+                    ok(Command::new(python()).arg("tests/gpu/emulate_cuda.py").args([s(a1), "gemm_small", s(e1), s(&x)]).current_dir(repo()));
+                }
+                let bits = |d: &Path| common::npy(&d.join("y.npy")).to_f64_vec();
+                assert_eq!(bits(e1), bits(&e0), "{tile}, slices of {tk}: bf16 weight copies change the result");
+            }
+        }
+    }
+    // gemm_heads: the matmul's rows read across the heads of an attention context (k / 32, k % 32).
+    let (model, ctx) = (dir.join("gemm_heads.onnx"), dir.join("ctx.npy"));
+    let it = dir.join("interp-heads");
+    ok(rlxc().args(["run", s(&model), "--target", "interp", "-o", s(&it), "--input", &format!("ctx={}", s(&ctx))]));
+    let want = common::npy(&it.join("y.npy")).to_f64_vec();
+    for (p, rel) in [("tf32", 1e-3), ("bf16", 6e-3)] {
+        for tile in ["64x64", "128x96"] {
+            let art = dir.join(format!("heads-{p}-{tile}"));
+            ok(rlxc().env("RLX_CUDA_VEC_TILE", tile).args(["compile", s(&model), "--target", "cuda", "--sm", "90", "--precision", p, "--emit-ir", "-o", s(&art)]));
+            let ir = std::fs::read_to_string(art.join("gemm_heads.ll")).unwrap();
+            assert!(ir.contains("load <4 x float>, ptr") && ir.contains("mma.sync"), "{p} {tile}: the context across heads is not vector-staged");
+            ok(Command::new(ptxas()).args(["-arch=sm_90", s(&art.join("gemm_heads.ptx")), "-o", s(&art.join("k.cubin"))]));
+            let emu = dir.join(format!("emu-heads-{p}-{tile}"));
+            ok(Command::new(python()).arg("tests/gpu/emulate_cuda.py").args([s(&art), "gemm_heads", s(&emu), s(&ctx)]).current_dir(repo()));
+            let got = common::npy(&emu.join("y.npy")).to_f64_vec();
+            assert_eq!(want.len(), got.len());
+            let ss = |v: &mut dyn Iterator<Item = f64>| v.map(|x| x * x).sum::<f64>();
+            let r = (ss(&mut want.iter().zip(&got).map(|(x, y)| x - y)) / ss(&mut want.iter().copied())).sqrt();
+            eprintln!("heads {p} tile {tile}: emulated cuda vs interp relative rms {r:.2e}");
+            assert!(r <= rel && r > 0.0, "heads {p} {tile}: relative rms {r}");
         }
     }
     let _ = std::fs::remove_dir_all(&dir);

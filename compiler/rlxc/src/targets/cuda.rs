@@ -105,6 +105,9 @@ pub struct CudaCompiled {
     pub llvm_ir: Option<String>,
     /// Per dispatch: (kernel name, grid, block, the collective in place of a kernel), for the manifest.
     pub dispatches: Vec<(String, [u32; 3], [u32; 3], Option<rlx_ir::schedule::SchedComm>)>,
+    /// `--precision bf16|fp16`: the 16-bit weight copies appended to the weights, for the manifest
+    /// (`half_weights`: [dtype, f32 source byte, values, copy's byte] each).
+    pub half_weights: Vec<(String, u64, u64, u64)>,
 }
 
 /// MIR → PTX + schedule (the family's script, typed). Fails listing every unsupported node.
@@ -123,7 +126,7 @@ fn emit(p: Prepared, r: &Request, tm: &mut Timings) -> Result<CudaCompiled, Fail
 }
 
 #[cfg(feature = "llvm")]
-fn codegen(lir: Lir, report: DispatchReport, sm: u32, precision: Precision, tm: &mut Timings) -> Result<CudaCompiled, Failure> {
+fn codegen(mut lir: Lir, report: DispatchReport, sm: u32, precision: Precision, tm: &mut Timings) -> Result<CudaCompiled, Failure> {
     use rlx_target_llvm::nvptx::Mma;
     let mma = match precision {
         Precision::F32 => Mma::F32,
@@ -134,9 +137,10 @@ fn codegen(lir: Lir, report: DispatchReport, sm: u32, precision: Precision, tm: 
     // RLX_CUDA_TILES=0: every kernel one thread per output (the reference for the cooperative kernels,
     // as RLX_SHADER_TILES=0 is for the shader family's).
     let tiles = std::env::var("RLX_CUDA_TILES").map_or(true, |v| v != "0");
-    let p = tm.time("codegen (nvptx)", || rlx_target_llvm::nvptx::compile(&lir, sm, tiles, mma)).map_err(|e| Failure::model(format!("target cuda: {e}")))?;
+    let p = tm.time("codegen (nvptx)", || rlx_target_llvm::nvptx::compile(&mut lir, sm, tiles, mma)).map_err(|e| Failure::model(format!("target cuda: {e}")))?;
     let dispatches = p.dispatches.iter().zip(&p.names).map(|(d, n)| (n.clone(), d.groups, d.block, d.comm.clone())).collect();
-    Ok(CudaCompiled { schedule: p.schedule_bytes(), ptx: p.ptx, lir, report, sm, precision, llvm_ir: Some(p.ir), dispatches })
+    let half_weights = p.half_weights.iter().map(|h| (h.dtype.to_string(), h.src, h.elems, h.dst)).collect();
+    Ok(CudaCompiled { schedule: p.schedule_bytes(), ptx: p.ptx, lir, report, sm, precision, llvm_ir: Some(p.ir), dispatches, half_weights })
 }
 
 #[cfg(not(feature = "llvm"))]
@@ -189,6 +193,12 @@ impl Artifact for CudaCompiled {
             "dispatch": dispatch_counts(&c.report),
         });
         let mut manifest = manifest;
+        if !c.half_weights.is_empty() {
+            // The weights' tail: 16-bit copies of f32 weights (nvptx/half_weights.rs), each rounded to
+            // nearest even from the f32 values at `src` — a tool may rebuild it from the f32 part.
+            let copies: Vec<serde_json::Value> = c.half_weights.iter().map(|(d, src, n, dst)| serde_json::json!({"dtype": d, "src": src, "values": n, "dst": dst})).collect();
+            manifest["half_weights"] = serde_json::json!(copies);
+        }
         if c.lir.state_bytes > 0 {
             // A stateful model (a KV cache): the schedule's state base, which the executor keeps on
             // the device between runs and zeroes on reset; each tensor at its byte offset in it.

@@ -14,6 +14,7 @@
 
 mod attention;
 mod comm;
+mod half_weights;
 mod module;
 mod tiled;
 mod vec_tile;
@@ -27,6 +28,7 @@ use rlx_ir::lir::Lir;
 use rlx_ir::schedule::{BaseBuf, SchedDispatch};
 use rlx_ir::{DType, TargetCaps};
 
+pub use half_weights::HalfCopy;
 pub use module::module_text;
 
 /// The target triple.
@@ -119,6 +121,8 @@ pub struct PtxProgram {
     /// Launch names, parallel to `dispatches` (the fused MIR nodes), for reports.
     pub names: Vec<String>,
     pub sm: u32,
+    /// The 16-bit weight copies appended to the LIR's weights (`half_weights.rs`; bf16 / fp16 only).
+    pub half_weights: Vec<HalfCopy>,
 }
 
 impl PtxProgram {
@@ -130,17 +134,24 @@ impl PtxProgram {
 
 /// LIR → PTX for `sm_{sm}`; `tiles`: cooperative kernels (shared-memory matmul tiles, warp-per-row
 /// row kernels) where `rlx_ir::loops::tiled` recognizes them, else one thread per output everywhere.
-/// `mma`: the arithmetic of the tiled f32 matmuls. Deterministic: the same LIR and `sm` give the same bytes. Errors name the
-/// kernel.
-pub fn compile(lir: &Lir, sm: u32, tiles: bool, mma: Mma) -> Result<PtxProgram, String> {
+/// `mma`: the arithmetic of the tiled f32 matmuls; with bf16 / fp16 the 16-bit copies of the weights
+/// its tiles read are appended to `lir.weights` (`half_weights.rs`). Deterministic: the same LIR and
+/// `sm` give the same bytes. Errors name the kernel.
+pub fn compile(lir: &mut Lir, sm: u32, tiles: bool, mma: Mma) -> Result<PtxProgram, String> {
     if !SMS.contains(&sm) {
         return Err(format!("--sm {sm} is not supported: choose one of {}", SMS.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(", ")));
     }
-    let bases = rlx_ir::schedule::bases_of(lir);
+    let mut bases = rlx_ir::schedule::bases_of(lir);
     if mma != Mma::F32 && !tiles {
         return Err(format!("tensor-core matmuls ({mma:?}) need the tiled matmul kernels (RLX_CUDA_TILES=0 turns them off)"));
     }
-    let (ir, dispatches, names) = module_text(lir, &bases, tiles, mma)?;
+    let (ir, dispatches, names, half_weights, extra) = module_text(lir, &bases, tiles, mma)?;
+    if !extra.is_empty() {
+        lir.weights.extend_from_slice(&extra);
+        for b in bases.iter_mut().filter(|b| b.base == rlx_ir::lir::Base::Weights) {
+            b.bytes = lir.weights.len() as u64;
+        }
+    }
     Target::initialize_nvptx(&InitializationConfig::default());
     let ctx = Context::create();
     let buf = MemoryBuffer::create_from_memory_range_copy(ir.as_bytes(), "rlx_cuda");
@@ -164,5 +175,5 @@ pub fn compile(lir: &Lir, sm: u32, tiles: bool, mma: Mma) -> Result<PtxProgram, 
     if !externs.is_empty() {
         return Err(format!("internal error: the PTX calls functions no GPU provides: {}", externs.join("; ")));
     }
-    Ok(PtxProgram { ptx, ir, bases, dispatches, names, sm })
+    Ok(PtxProgram { ptx, ir, bases, dispatches, names, sm, half_weights })
 }

@@ -4,7 +4,7 @@
 //! written by the CPU writer's statement writer (`ir::gpu_body`).
 
 use crate::ir::gpu_body;
-use rlx_ir::lir::Lir;
+use rlx_ir::lir::{Base, Lir};
 use rlx_ir::loops::grid::{buffers_of, grid};
 use rlx_ir::loops::tiled::Plan;
 use rlx_ir::loops::Access;
@@ -12,6 +12,7 @@ use rlx_ir::schedule::{param_range, BaseBuf, SchedDispatch};
 use std::collections::BTreeSet;
 use std::fmt::Write;
 
+use super::half_weights::{HalfCopy, HalfWeights, Halves};
 use super::BLOCK;
 
 /// What a cooperative kernel is, for the IR's comments.
@@ -27,7 +28,11 @@ fn plan_name(p: &Plan) -> String {
 /// The module text, the dispatches (in launch order) and the launches' names. `tiles`: write the
 /// kernels `rlx_ir::loops::tiled` recognizes cooperatively (`tiled.rs`); without, every kernel runs
 /// one thread per grid point (the reference the cooperative kernels are checked against).
-pub fn module_text(lir: &Lir, bases: &[BaseBuf], tiles: bool, mma: super::Mma) -> Result<(String, Vec<SchedDispatch>, Vec<String>), String> {
+/// With `--precision bf16|fp16` also the 16-bit weight copies the matmul tiles read (`half_weights.rs`):
+/// their list and the bytes to append to the weights.
+pub fn module_text(lir: &Lir, bases: &[BaseBuf], tiles: bool, mma: super::Mma) -> Result<(String, Vec<SchedDispatch>, Vec<String>, Vec<HalfCopy>, Vec<u8>), String> {
+    let mut halves = HalfWeights::new(lir, mma);
+    let wbind = bases.iter().position(|x| x.base == Base::Weights).unwrap_or(0);
     let mut decls = BTreeSet::new();
     let mut globals: Vec<String> = Vec::new();
     let mut fns = String::new();
@@ -79,7 +84,8 @@ pub fn module_text(lir: &Lir, bases: &[BaseBuf], tiles: bool, mma: super::Mma) -
                 let _ = writeln!(casts, "  %g{bind} = addrspacecast ptr addrspace(1) %b{bind} to ptr");
             }
             casts.push_str(&setup);
-            let t = super::tiled::kernel(li, &sig.join(", "), &casts, params, &offsets, &plan, mma, &mut decls).map_err(|e| format!("kernel '{}': {e}", k.name))?;
+            let mut h = Halves { weights: halves.as_mut(), bindings: &l.bindings, wbind };
+            let t = super::tiled::kernel(li, &sig.join(", "), &casts, params, &offsets, &plan, mma, &mut h, &mut decls).map_err(|e| format!("kernel '{}': {e}", k.name))?;
             let _ = writeln!(fns, "; launch {li}: {:?} ({})", k.name, plan_name(&plan));
             fns.push_str(&t.text);
             globals.extend(t.globals);
@@ -147,5 +153,6 @@ pub fn module_text(lir: &Lir, bases: &[BaseBuf], tiles: bool, mma: super::Mma) -
             let _ = writeln!(m, "!{li} = !{{ptr @k{li}, !\"maxntidx\", i32 {BLOCK}}}");
         }
     }
-    Ok((m, dispatches, names))
+    let (copies, bytes) = halves.map_or((Vec::new(), Vec::new()), |h| (h.copies, h.bytes));
+    Ok((m, dispatches, names, copies, bytes))
 }

@@ -34,6 +34,7 @@
 //! - **Fused attention** ([`Plan::Attention`]): `attention.rs`, with this file's loop, barrier and
 //!   shared-memory helpers.
 
+use super::half_weights::Halves;
 use super::{vec_tile, Mma, BLOCK};
 use crate::ir::{llvm_lit, llvm_type, Writer};
 use rlx_ir::loops::tiled::{cdiv, unit_stride, Acc, Phase, Plan, T};
@@ -188,7 +189,7 @@ pub(super) fn shared_at(w: &mut Writer, base: &str, len: i64, ty: &str, idx: &st
 
 /// The kernel `k{li}` for `plan`: `sig` its parameter list, `setup` the instructions that compute
 /// the parameters' element pointers (`params`).
-pub fn kernel(li: usize, sig: &str, setup: &str, params: Vec<(DType, String)>, offsets: &[u64], plan: &Plan, mma: Mma, decls: &mut std::collections::BTreeSet<String>) -> Result<Tiled, String> {
+pub fn kernel(li: usize, sig: &str, setup: &str, params: Vec<(DType, String)>, offsets: &[u64], plan: &Plan, mma: Mma, halves: &mut Halves, decls: &mut std::collections::BTreeSet<String>) -> Result<Tiled, String> {
     let ptrs: Vec<String> = params.iter().map(|p| p.1.clone()).collect();
     let layout: Vec<(DType, u64)> = params.iter().zip(offsets).map(|(p, &o)| (p.0, o)).collect();
     let mut w = Writer::gpu(params, decls);
@@ -203,11 +204,11 @@ pub fn kernel(li: usize, sig: &str, setup: &str, params: Vec<(DType, String)>, o
             let kv = acc.ks[0].0;
             let direct = (acc.ks.len() == 1).then(|| (vec_tile::direct(a, kv, &layout), vec_tile::direct(b, kv, &layout)));
             let fast = match (tc, direct) {
-                (Some(kind), Some((Some(da), Some(db)))) => vec_tile::tile(m, n, nb, acc.ks[0].1, kind).map(|t| (kind, da, db, t)),
+                (Some(kind), Some((Some(da), Some(db)))) => vec_tile::tile(m, n, nb, acc.ks[0].1, kind, [da.period, db.period]).map(|t| (kind, da, db, t)),
                 _ => None,
             };
             if let Some((kind, da, db, t)) = fast {
-                let g = vec_tile::matmul(&mut w, li, acc, (&da, &db), &ptrs, (rows, cols, batch), t, kind, &mut globals)?;
+                let g = vec_tile::matmul(&mut w, li, acc, (&da, &db), &ptrs, (rows, cols, batch), t, kind, halves, &mut globals)?;
                 let (allocas, body) = w.finish();
                 let text = format!("define ptx_kernel void @k{li}({sig}) #0 {{\nentry:\n{allocas}{setup}  br label %start.bb\nstart.bb:\n{body}  ret void\n}}\n\n");
                 return Ok(Tiled { text, groups: g, block: BLOCK, globals });

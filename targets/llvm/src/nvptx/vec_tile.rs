@@ -4,8 +4,10 @@
 //! operand's expression; this one loads four consecutive K values of a row as one aligned 128-bit
 //! global load from a pointer computed once per thread (the slice's K start added per step), so a
 //! slice's staging is a few vector loads per thread, and uses larger block tiles: 8 warps, 2 along M
-//! × 4 along N, each a (bm/2)×(bn/4) tile of m16×n8 fragments (128×128: 4×4 fragments, 16 `mma.sync`
-//! per k step sharing 4 A and 4 B fragments).
+//! × 4 along N (4 × 2 for 64×48), each a (bm/2)×(bn/4) tile of m16×n8 fragments (128×128: 4×4
+//! fragments, 16 `mma.sync` per k step sharing 4 A and 4 B fragments). Under bf16 / fp16 an operand
+//! read from the weights is staged from its 16-bit copy (`half_weights.rs`): eight K values per
+//! 128-bit load, stored to shared memory as they are.
 //!
 //! Per K slice (64 or 32: [`tile`]) the next slice's vectors are loaded into registers while this one
 //! computes (as in `tiled.rs`), between two barriers. Shared memory holds both operands row-major
@@ -13,10 +15,12 @@
 //! stored, rows padded by four words (a fragment's lanes 4·g + t read row g, word t: 32 banks).
 //!
 //! Taken when the operand is `buf[e + k]` with `e` free of k and a multiple of four elements (checked
-//! on the expression), the buffer 16-byte aligned, and M, N, K multiples of the tile and the slice;
-//! anything else keeps `tiled.rs`'s form. `RLX_CUDA_VEC_TILE` at compile time: `0` turns this form off,
-//! `BMxBN` (64x64, 128x64, 64x128, 128x128) forces a tile, `RLX_CUDA_VEC_TK=32` the shorter slice, to
-//! time them against each other (tests/gpu/bench_gemm.py).
+//! on the expression) — or `buf[e + (k / E)·S + k % E]`, an attention context read across its heads
+//! of E values (MiniLM's output projection: E = 32), whose slices step by the k-terms' value at the
+//! slice start ([`direct`]; `RLX_CUDA_VEC_HEADS=0` at compile time: not taken) —, the buffer 16-byte
+//! aligned, and M, N, K multiples of the tile and the slice; anything else keeps `tiled.rs`'s form. `RLX_CUDA_VEC_TILE` at compile time: `0` turns this form off,
+//! `BMxBN` (one of [`TILES`]) forces a tile, `RLX_CUDA_VEC_TK=32` the shorter slice, to time them
+//! against each other (tests/gpu/bench_gemm.py).
 //!
 //! (The same staging for f32 on the SIMT cores — 128×128 / 128×64 / 64×64 tiles, 8×8 / 8×4 / 4×4
 //! outputs per thread, both operands K-major in shared memory — was measured on the H200 against
@@ -24,10 +28,11 @@
 //! slower on three, ~4% on a whole layer's matmuls; not kept.)
 
 use super::tiled::{barrier, epilogue, for_loop, if_, mma_issue, shared_at, sreg, to_operand, unflatten};
+use super::half_weights::Halves;
 use super::Mma;
 use crate::ir::Writer;
 use rlx_ir::loops::grid::mentions;
-use rlx_ir::loops::tiled::Acc;
+use rlx_ir::loops::tiled::{cdiv, Acc};
 use rlx_ir::loops::{Expr, IOp, Var};
 use rlx_ir::DType;
 
@@ -42,6 +47,14 @@ const SMEM: i64 = 48 * 1024;
 pub struct Direct<'e> {
     pub buf: u32,
     pub index: &'e Expr,
+    /// `rest` is a multiple of 8: a 16-bit copy's 128-bit loads (8 K values) are aligned too.
+    pub by8: bool,
+    /// The index's terms in k (`index = rest + kpart`): `k`, or `(k / E)·S + k % E` (an attention
+    /// context read across heads of E values); with k = k0 + kq, k0 a multiple of the K slice, the
+    /// element at kq is the one at k = kq moved by kpart(k0) ([`Direct::period`]).
+    pub kpart: Expr,
+    /// E, where kpart splits k into blocks of E: the K slice must divide E or be a multiple of it.
+    pub period: Option<i64>,
 }
 
 /// Whether the index expression `e` is a multiple of `q` whatever its variables' values.
@@ -54,52 +67,136 @@ fn multiple_of(e: &Expr, q: i64) -> bool {
     }
 }
 
-/// `e` without its summand `k`: `e = rest + k` with `rest` free of `k` (a sum of terms, `k` one of them).
-fn without_k(e: &Expr, k: Var) -> Option<Expr> {
+/// The summands of a tree of additions.
+fn summands<'e>(e: &'e Expr, out: &mut Vec<&'e Expr>) {
     match e {
-        Expr::Var(v) if *v == k => Some(Expr::Int(0)),
-        Expr::I(IOp::Add, a, b) => match (mentions(a, k), mentions(b, k)) {
-            (true, false) => Some(Expr::add(without_k(a, k)?, (**b).clone())),
-            (false, true) => Some(Expr::add((**a).clone(), without_k(b, k)?)),
+        Expr::I(IOp::Add, a, b) => {
+            summands(a, out);
+            summands(b, out);
+        }
+        _ => out.push(e),
+    }
+}
+
+/// A summand in `k`: `k` (unit stride), `k % E` (unit stride within blocks of E), or `(k / E)·S`
+/// (constant within them): (unit stride, E, the multiplier S).
+fn k_term(e: &Expr, k: Var) -> Option<(bool, Option<i64>, Option<&Expr>)> {
+    let div = |x: &Expr| match x {
+        Expr::I(IOp::Div, v, c) if matches!(**v, Expr::Var(w) if w == k) => match **c {
+            Expr::Int(c) if c > 0 => Some(c),
             _ => None,
         },
+        _ => None,
+    };
+    match e {
+        Expr::Var(v) if *v == k => Some((true, None, None)),
+        Expr::I(IOp::Rem, v, c) if matches!(**v, Expr::Var(w) if w == k) => match **c {
+            Expr::Int(c) if c > 0 => Some((true, Some(c), None)),
+            _ => None,
+        },
+        Expr::I(IOp::Mul, a, b) if !mentions(b, k) => Some((false, Some(div(a)?), Some(&**b))),
+        Expr::I(IOp::Mul, a, b) if !mentions(a, k) => Some((false, Some(div(b)?), Some(&**a))),
         _ => None,
     }
 }
 
-/// `x` as a direct operand: an f32 load `buf[rest + k]`, `rest` a multiple of 4, the buffer at a
-/// 16-byte aligned offset (`params`: each buffer's dtype and byte offset in its base; every base is
-/// its own device allocation).
+/// `x` as a direct operand: an f32 load `buf[rest + kpart]`, `rest` free of k and a multiple of 4,
+/// `kpart` one unit-stride term in k and terms constant within the same blocks of E ≥ 4 values
+/// (`k_term`; multipliers multiples of 4), the buffer at a 16-byte aligned offset (`params`: each
+/// buffer's dtype and byte offset in its base; every base is its own device allocation).
 pub fn direct<'e>(x: &'e Expr, k: Var, params: &[(DType, u64)]) -> Option<Direct<'e>> {
     let Expr::Load { buf, index } = x else { return None };
     let &(d, off) = params.get(*buf as usize)?;
-    let rest = without_k(index, k)?;
-    (d == DType::F32 && off % 16 == 0 && !mentions(&rest, k) && multiple_of(&rest, 4)).then_some(Direct { buf: *buf, index })
+    let mut terms = Vec::new();
+    summands(index, &mut terms);
+    let (mut rest, mut kpart, mut units, mut period, mut by8) = (Expr::Int(0), Expr::Int(0), 0, None, true);
+    for t in terms {
+        if !mentions(t, k) {
+            rest = Expr::add(rest, t.clone());
+            continue;
+        }
+        let (unit, e, mul) = k_term(t, k)?;
+        units += unit as i64;
+        if let Some(e) = e {
+            if period.is_some_and(|p| p != e) || e % 4 != 0 {
+                return None;
+            }
+            by8 &= e % 8 == 0;
+            period = Some(e);
+        }
+        if let Some(m) = mul {
+            if !multiple_of(m, 4) {
+                return None;
+            }
+            by8 &= multiple_of(m, 8);
+        }
+        kpart = Expr::add(kpart, t.clone());
+    }
+    by8 &= multiple_of(&rest, 8);
+    // RLX_CUDA_VEC_HEADS=0 at compile time: only `rest + k` (operands read across heads keep tiled.rs's form).
+    if period.is_some() && std::env::var("RLX_CUDA_VEC_HEADS").is_ok_and(|v| v == "0") {
+        return None;
+    }
+    (units == 1 && d == DType::F32 && off % 16 == 0 && multiple_of(&rest, 4)).then_some(Direct { buf: *buf, index, by8, kpart, period })
 }
 
 /// The block tile (bm, bn) and K slice of an M×N matmul (`nb` of them) over K, or `None` (this form
-/// not taken): the largest of 128×128, 128×64, 64×64 whose grid still has [`MIN_BLOCKS`] blocks;
-/// whole tiles only. Fewer blocks keep `tiled.rs`'s smaller tiles (MiniLM batch 1, M = 128: its
-/// 12-block 64×64 grids measured 1.25–1.37× slower over the whole model). The slice: 64 where both
-/// operands' slices fit [`SMEM`] and K is a multiple (each step's loads, all in flight together, feed
-/// twice the work), else 32. `RLX_CUDA_VEC_TILE` / `RLX_CUDA_VEC_TK` override (module doc).
-pub fn tile(m: i64, n: i64, nb: i64, k: i64, kind: Mma) -> Option<(i64, i64, i64)> {
+/// not taken): the largest of [`FILLING`] whose grid fills ≥ [`FILL`] of its last wave, else the
+/// largest of 128×128, 128×64, 64×64 whose grid still has [`MIN_BLOCKS`] blocks; whole tiles only.
+/// Fewer blocks keep `tiled.rs`'s smaller tiles (MiniLM batch 1, M = 128: its 12-block 64×64 grids
+/// measured 1.25–1.37× slower over the whole model). The slice: 64 where both operands' slices fit
+/// [`SMEM`], K is a multiple and each operand's slice is a whole number of vectors per thread (each
+/// step's loads, all in flight together, feed twice the work), else 32. `RLX_CUDA_VEC_TILE` /
+/// `RLX_CUDA_VEC_TK` override (module doc).
+pub fn tile(m: i64, n: i64, nb: i64, k: i64, kind: Mma, periods: [Option<i64>; 2]) -> Option<(i64, i64, i64)> {
     if k % 32 != 0 || k == 0 {
         return None;
     }
     let whole = |&(bm, bn): &(i64, i64)| m % bm == 0 && n % bn == 0;
     let blocks = |(bm, bn): (i64, i64)| (m / bm) * (n / bn) * nb;
     let pick = [(128, 128), (128, 64), (64, 64)].into_iter().filter(whole).find(|&t| blocks(t) >= MIN_BLOCKS);
+    // Before that: the largest tile whose blocks fill their last wave on the SMs (`FILL`).
+    let fill = |t: (i64, i64)| blocks(t) as f64 / (cdiv(blocks(t), SMS) * SMS) as f64;
+    let fills = std::env::var("RLX_CUDA_VEC_FILL").map_or(true, |v| v != "0");
+    let pick = FILLING.into_iter().filter(|t| fills && whole(t) && blocks(*t) >= MIN_BLOCKS && fill(*t) >= FILL).max_by_key(|&(bm, bn)| (bm * bn, bm)).or(pick);
     let pick = match std::env::var("RLX_CUDA_VEC_TILE").ok().as_deref() {
         Some("0") => return None,
-        Some(v) => v.split_once('x').and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?))).filter(|t| [(64, 64), (128, 64), (64, 128), (128, 128)].contains(t)).map_or(pick, |t| whole(&t).then_some(t)),
+        Some(v) => v.split_once('x').and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?))).filter(|t| TILES.contains(t)).map_or(pick, |t| whole(&t).then_some(t)),
         None => pick,
     };
     let (bm, bn) = pick?;
-    // Shared words: bm + bn rows of tk/pk + 4 words.
+    // Shared words: bm + bn rows of tk/pk + 4 words; each of the 256 threads stages whole f32 vectors
+    // of both operands' slices (bm·tk/4 and bn·tk/4 of them).
     let pk = if kind == Mma::Tf32 { 1 } else { 2 };
-    let long = (bm + bn) * (64 / pk + 4) * 4 <= SMEM && k % 64 == 0 && std::env::var("RLX_CUDA_VEC_TK").map_or(true, |v| v != "32");
-    Some((bm, bn, if long { 64 } else { 32 }))
+    let blocks_of_e = |tk: i64| periods.iter().flatten().all(|&e| e % tk == 0 || tk % e == 0);
+    let fits = |tk: i64| (bm + bn) * (tk / pk + 4) * 4 <= SMEM && k % tk == 0 && bm * tk / 4 % 256 == 0 && bn * tk / 4 % 256 == 0 && blocks_of_e(tk);
+    let long = fits(64) && std::env::var("RLX_CUDA_VEC_TK").map_or(true, |v| v != "32");
+    if long {
+        Some((bm, bn, 64))
+    } else {
+        fits(32).then_some((bm, bn, 32))
+    }
+}
+
+/// SMs of an H200: a wave of one block per SM.
+const SMS: i64 = 132;
+/// The share of its last wave a tile's grid must fill to be chosen over the rule by block count
+/// ([`tile`]), among [`FILLING`]: MiniLM's N = 384 matmuls at batch 32 (4096 rows) as 96 blocks of
+/// 128×128 left 36 of the 132 SMs idle; as 128 blocks of 128×96 they took 15–21% less time
+/// (tests/gpu/bench_gemm.py on the H200: FFN down bf16 39.4 → 33.9 µs, tf32 68.0 → 56.0; 384×384
+/// bf16 21.3 → 17.0, tf32 27.3 → 22.1), and batch 8's FFN up (1024×1536) as 128 blocks of 128×96
+/// instead of 96 of 128×128 6–11% less (bf16 23.9 → 21.3, tf32 30.3 → 28.5). `RLX_CUDA_VEC_FILL=0`
+/// at compile time: the block-count rule alone.
+const FILL: f64 = 0.9;
+const FILLING: [(i64, i64); 5] = [(128, 128), (128, 96), (128, 64), (64, 96), (64, 64)];
+
+/// Block tiles this form writes (`RLX_CUDA_VEC_TILE` may force any of them).
+const TILES: [(i64, i64); 7] = [(128, 128), (128, 96), (128, 64), (64, 128), (64, 96), (64, 64), (64, 48)];
+
+/// The 8 warps of a bm×bn tile as (along M, along N): 2 × 4, or 4 × 2 where a quarter of bn is not
+/// a whole number of 8-wide fragments (64×48: warps of 16×24). Each warp's tile is whole fragments.
+fn warp_grid(bn: i64) -> (i64, i64) {
+    if (bn / 4) % 8 == 0 { (2, 4) } else { (4, 2) }
 }
 
 /// The matmul kernel's body (see the module doc); returns its grid. `ptrs`: each buffer's element
@@ -107,7 +204,7 @@ pub fn tile(m: i64, n: i64, nb: i64, k: i64, kind: Mma) -> Option<(i64, i64, i64
 #[allow(clippy::too_many_arguments)]
 pub fn matmul(
     w: &mut Writer, li: usize, acc: &Acc, (a, b): (&Direct, &Direct), ptrs: &[String], (rows, cols, batch): (&[(Var, i64)], &[(Var, i64)], &[(Var, i64)]), (bm, bn, tk): (i64, i64, i64), kind: Mma,
-    globals: &mut Vec<String>,
+    halves: &mut Halves, globals: &mut Vec<String>,
 ) -> Result<[u32; 3], String> {
     let (m, n, nb): (i64, i64, i64) = (rows.iter().map(|d| d.1).product(), cols.iter().map(|d| d.1).product(), batch.iter().map(|d| d.1).product());
     let (kv, kext) = acc.ks[0];
@@ -128,41 +225,59 @@ pub fn matmul(
     let kslot = format!("%s.v{}", kv.0);
     w.slot(&kslot, "i64");
     w.bind_index(kv, &kslot);
-    // Staging: vector e = tid + 256·q of an operand's slice is row e / (tk/4), K values 4·(e % (tk/4))
-    // + 0..3 (a warp's loads and stores fill whole rows); its global pointer (at K = that offset)
-    // computed once, the slice start added per step; its place in shared memory word o·pw + kq / pk.
-    let per_row = tk / 4;
+    // Staging: vector e = tid + 256·q of an operand's slice is row e / (tk/v), K values v·(e % (tk/v))
+    // + 0..v-1 (v = 4 f32 values per 128-bit load, or 8 of a 16-bit copy of a weight: half_weights.rs;
+    // a warp's loads and stores fill whole rows); its global pointer (at K = that offset) computed
+    // once, the slice start added per step; its place in shared memory word o·pw + kq / pk.
     let mut stage = Vec::new();
     for (oi, (x, own, base, dims)) in [(a, bm, &m0, rows), (b, bn, &n0, cols)].into_iter().enumerate() {
+        let copy = if packed && x.by8 && own * (tk / 8) % 256 == 0 { halves.of_param(x.buf) } else { None };
+        let per_row = if copy.is_some() { tk / 8 } else { tk / 4 };
+        let from = match copy {
+            Some((bind, off)) => w.emit_op(format!("getelementptr inbounds i8, ptr %g{bind}, i64 {off}")),
+            None => ptrs[x.buf as usize].clone(),
+        };
         for q in 0..own * per_row / 256 {
             let e = w.emit_op(format!("add nuw nsw i64 {tid}, {}", 256 * q));
             let o = w.emit_op(format!("udiv i64 {e}, {per_row}"));
             let kq = w.emit_op(format!("urem i64 {e}, {per_row}"));
-            let kq = w.emit_op(format!("mul nuw nsw i64 {kq}, 4"));
+            let kq = w.emit_op(format!("mul nuw nsw i64 {kq}, {}", tk / per_row));
             let g = w.emit_op(format!("add nuw nsw i64 {base}, {o}"));
             unflatten(w, &g, dims);
             w.emit(&format!("store i64 {kq}, ptr {kslot}"));
             let idx = w.value(x.index);
-            let p = w.emit_op(format!("getelementptr inbounds float, ptr {}, i64 {idx}", ptrs[x.buf as usize]));
+            let ety = if copy.is_some() { "i16" } else { "float" };
+            let p = w.emit_op(format!("getelementptr inbounds {ety}, ptr {from}, i64 {idx}"));
             let t = w.emit_op(format!("mul nuw nsw i64 {o}, {pw}"));
             let kw = w.emit_op(format!("udiv i64 {kq}, {pk}"));
             let si = w.emit_op(format!("add nuw nsw i64 {t}, {kw}"));
             let sp = shared_at(w, if oi == 0 { &sa } else { &sb }, if oi == 0 { la } else { lb }, "i32", &si);
             let reg = format!("%s.vx{oi}.{q}");
-            w.slot(&reg, "<4 x float>");
-            stage.push((p, sp, reg));
+            let vty = if copy.is_some() { "<4 x i32>" } else { "<4 x float>" };
+            w.slot(&reg, vty);
+            stage.push((p, sp, reg, copy.is_some(), oi));
         }
     }
+    // Slice k0's vectors: each at its pointer (k = kq) moved by its operand's kpart(k0).
     let load_slice = |w: &mut Writer, k0: &str| {
-        for (p, _, reg) in &stage {
-            let at = w.emit_op(format!("getelementptr inbounds float, ptr {p}, i64 {k0}"));
-            let v = w.emit_op(format!("load <4 x float>, ptr {at}, align 16"));
-            w.emit(&format!("store <4 x float> {v}, ptr {reg}"));
+        w.emit(&format!("store i64 {k0}, ptr {kslot}"));
+        let offs = [w.value(&a.kpart), w.value(&b.kpart)];
+        for (p, _, reg, half, oi) in &stage {
+            let (ety, vty) = if *half { ("i16", "<4 x i32>") } else { ("float", "<4 x float>") };
+            let at = w.emit_op(format!("getelementptr inbounds {ety}, ptr {p}, i64 {}", offs[*oi]));
+            let v = w.emit_op(format!("load {vty}, ptr {at}, align 16"));
+            w.emit(&format!("store {vty} {v}, ptr {reg}"));
         }
     };
-    // The staged vectors → shared memory (tf32 rounded, bf16 / fp16 pairs packed).
+    // The staged vectors → shared memory (tf32 rounded, bf16 / fp16 pairs packed; a 16-bit copy's
+    // words as they are).
     let store_slice = |w: &mut Writer| {
-        for (_, sp, reg) in &stage {
+        for (_, sp, reg, half, _) in &stage {
+            if *half {
+                let v = w.emit_op(format!("load <4 x i32>, ptr {reg}"));
+                w.emit(&format!("store <4 x i32> {v}, ptr addrspace(3) {sp}, align 16"));
+                continue;
+            }
             let v = w.emit_op(format!("load <4 x float>, ptr {reg}"));
             let x: Vec<String> = (0..4).map(|i| w.emit_op(format!("extractelement <4 x float> {v}, i64 {i}"))).collect();
             let words: Vec<String> = if packed { vec![to_operand(w, kind, &x[0], Some(&x[1])), to_operand(w, kind, &x[2], Some(&x[3]))] } else { x.iter().map(|e| to_operand(w, kind, e, None)).collect() };
@@ -177,14 +292,15 @@ pub fn matmul(
     let init = w.value(acc.init);
     let slot = format!("%s.v{}", acc.acc.0);
     w.slot(&slot, "float");
-    // Warp (wr, wc) of 2 × 4; lane 4·g + t; accumulators %d{i·nf + j}.{q}.
-    let (wm, wn) = (bm / 2, bn / 4);
+    // Warp (wr, wc) of the warp grid ([`warp_grid`]); lane 4·g + t; accumulators %d{i·nf + j}.{q}.
+    let (gm, gn) = warp_grid(bn);
+    let (wm, wn) = (bm / gm, bn / gn);
     let (mf, nf) = (wm / 16, wn / 8);
     let wp = w.emit_op(format!("lshr i64 {tid}, 5"));
     let lane = w.emit_op(format!("and i64 {tid}, 31"));
     let (gq, tq) = (w.emit_op(format!("lshr i64 {lane}, 2")), w.emit_op(format!("and i64 {lane}, 3")));
-    let wr = w.emit_op(format!("lshr i64 {wp}, 2"));
-    let wc = w.emit_op(format!("and i64 {wp}, 3"));
+    let wr = w.emit_op(format!("udiv i64 {wp}, {gn}"));
+    let wc = w.emit_op(format!("urem i64 {wp}, {gn}"));
     for s in 0..mf * nf {
         for q in 0..4 {
             let c = format!("%d{s}.{q}");
