@@ -44,11 +44,14 @@ impl Planner<'_> {
                 let flat = (0..s.len()).rev().take_while(|d| axes.contains(d)).count();
                 let contiguous = !kb.subst.contains_key(&ins[0]) && self.buf_of[ins[0].index()].is_some_and(|b| self.buffers[b as usize].shape == s);
                 let flat = if flat >= 2 && contiguous { flat } else { 0 };
+                // The flat index goes on the last of those axes longer than 1 (the axes after it have
+                // size 1, so its stride is 1 and its linear index is the flat offset: the buffer is
+                // row-major in `s`; an index on a size-1 axis is not part of the linear index).
+                let on = (s.len() - flat..s.len()).rev().find(|&d| s[d] > 1).unwrap_or(s.len() - 1);
                 for (d, &sd) in s.iter().enumerate() {
                     if flat > 0 && d >= s.len() - flat {
-                        // Index 0 on all but the last, which runs over the flat extent (its linear index
-                        // is the flat offset: the buffer is row-major in `s`).
-                        if d + 1 < s.len() {
+                        // Index 0 on the others.
+                        if d != on {
                             in_idx.push(Expr::Int(0));
                         } else {
                             let v = kb.var();
