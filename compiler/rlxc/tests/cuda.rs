@@ -42,7 +42,6 @@ fn tmp(name: &str) -> PathBuf {
     d
 }
 
-/// ptxas of the venv's nvidia-cuda-nvcc-cu12 (fails, naming the fix, when it is not installed).
 /// The largest absolute difference between output `out` (`out.npy`) of the interpreter's folder `want`
 /// and of the emulated module's folder `got`, which must hold as many elements.
 fn max_abs(want: &Path, got: &Path, out: &str) -> f64 {
@@ -52,6 +51,20 @@ fn max_abs(want: &Path, got: &Path, out: &str) -> f64 {
     w.iter().zip(&g).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max)
 }
 
+/// The relative RMS difference ‖got − want‖ / ‖want‖ of two outputs (as many elements).
+fn rel_rms(want: &[f64], got: &[f64]) -> f64 {
+    let ss = |v: &mut dyn Iterator<Item = f64>| v.map(|x| x * x).sum::<f64>();
+    (ss(&mut want.iter().zip(got).map(|(x, y)| x - y)) / ss(&mut want.iter().copied())).sqrt()
+}
+
+/// The `--emit-ir` artifact `art` of model `name`: its PTX assembled by ptxas for sm_90, then run in CPU
+/// emulation (tests/gpu/emulate_cuda.py) on `inputs`, writing its outputs into `emu`.
+fn assemble_and_emulate(art: &Path, name: &str, emu: &Path, inputs: &[&Path]) {
+    ok(Command::new(ptxas()).args(["-arch=sm_90", s(&art.join(format!("{name}.ptx"))), "-o", s(&art.join("k.cubin"))]));
+    ok(Command::new(python()).arg("tests/gpu/emulate_cuda.py").args([s(art), name, s(emu)]).args(inputs.iter().map(|p| s(p))).current_dir(repo()));
+}
+
+/// ptxas of the venv's nvidia-cuda-nvcc-cu12 (fails, naming the fix, when it is not installed).
 fn ptxas() -> PathBuf {
     rlxc::targets::cuda::ptxas_of(&python()).unwrap_or_else(|e| panic!("{e}"))
 }
@@ -275,14 +288,12 @@ fn tiled_kernels_match_the_interpreter_in_cpu_emulation() {
             let art = dir.join(format!("art-splitk-{p}-{split}"));
             ok(rlxc().env("RLX_CUDA_TC_SPLIT", split).args(["compile", s(&model), "--target", "cuda", "--precision", p, "--emit-ir", "-o", s(&art)]));
             bars.push(std::fs::read_to_string(art.join("splitk.ll")).unwrap().matches("barrier0").count());
-            ok(Command::new(ptxas()).args(["-arch=sm_90", s(&art.join("splitk.ptx")), "-o", s(&art.join("k.cubin"))]));
             let emu = dir.join(format!("emu-splitk-{p}-{split}"));
-            ok(Command::new(python()).arg("tests/gpu/emulate_cuda.py").args([s(&art), "splitk", s(&emu), s(&g), s(&h)]).current_dir(repo()));
+            assemble_and_emulate(&art, "splitk", &emu, &[&g, &h]);
             for out in ["mm_k300", "mm_k1100", "mm_k768"] {
                 let f = format!("{out}.npy");
                 let (want, got) = (common::npy(&it.join(&f)).to_f64_vec(), common::npy(&emu.join(&f)).to_f64_vec());
-                let ss = |v: &mut dyn Iterator<Item = f64>| v.map(|x| x * x).sum::<f64>();
-                let r = (ss(&mut want.iter().zip(&got).map(|(x, y)| x - y)) / ss(&mut want.iter().copied())).sqrt();
+                let r = rel_rms(&want, &got);
                 eprintln!("{p} {out} (RLX_CUDA_TC_SPLIT={split}): emulated cuda vs interp relative rms {r:.2e}");
                 assert!(r <= rel && r > 0.0, "{p} {out} split {split}: relative rms {r}");
             }
@@ -328,13 +339,11 @@ fn vector_staged_tensor_core_tiles_match_the_interpreter_in_cpu_emulation() {
             ok(rlxc().env("RLX_CUDA_VEC_TILE", tile).args(["compile", s(&model), "--target", "cuda", "--sm", "90", "--precision", p, "--emit-ir", "-o", s(&art)]));
             let ir = std::fs::read_to_string(art.join("gemm_small.ll")).unwrap();
             assert!(ir.contains("load <4 x float>, ptr") && ir.contains("mma.sync"), "{p} {tile}: no vector-staged tensor-core tile");
-            ok(Command::new(ptxas()).args(["-arch=sm_90", s(&art.join("gemm_small.ptx")), "-o", s(&art.join("k.cubin"))]));
             let emu = dir.join(format!("emu-{p}-{tile}"));
-            ok(Command::new(python()).arg("tests/gpu/emulate_cuda.py").args([s(&art), "gemm_small", s(&emu), s(&x)]).current_dir(repo()));
+            assemble_and_emulate(&art, "gemm_small", &emu, &[&x]);
             let got = common::npy(&emu.join("y.npy")).to_f64_vec();
             assert_eq!(want.len(), got.len());
-            let ss = |v: &mut dyn Iterator<Item = f64>| v.map(|x| x * x).sum::<f64>();
-            let r = (ss(&mut want.iter().zip(&got).map(|(x, y)| x - y)) / ss(&mut want.iter().copied())).sqrt();
+            let r = rel_rms(&want, &got);
             eprintln!("{p} tile {tile}: emulated cuda vs interp relative rms {r:.2e}");
             assert!(r <= rel && r > 0.0, "{p} {tile}: relative rms {r}");
             if p != "bf16" {
@@ -380,13 +389,11 @@ fn vector_staged_tensor_core_tiles_match_the_interpreter_in_cpu_emulation() {
             ok(rlxc().env("RLX_CUDA_VEC_TILE", tile).args(["compile", s(&model), "--target", "cuda", "--sm", "90", "--precision", p, "--emit-ir", "-o", s(&art)]));
             let ir = std::fs::read_to_string(art.join("gemm_heads.ll")).unwrap();
             assert!(ir.contains("load <4 x float>, ptr") && ir.contains("mma.sync"), "{p} {tile}: the context across heads is not vector-staged");
-            ok(Command::new(ptxas()).args(["-arch=sm_90", s(&art.join("gemm_heads.ptx")), "-o", s(&art.join("k.cubin"))]));
             let emu = dir.join(format!("emu-heads-{p}-{tile}"));
-            ok(Command::new(python()).arg("tests/gpu/emulate_cuda.py").args([s(&art), "gemm_heads", s(&emu), s(&ctx)]).current_dir(repo()));
+            assemble_and_emulate(&art, "gemm_heads", &emu, &[&ctx]);
             let got = common::npy(&emu.join("y.npy")).to_f64_vec();
             assert_eq!(want.len(), got.len());
-            let ss = |v: &mut dyn Iterator<Item = f64>| v.map(|x| x * x).sum::<f64>();
-            let r = (ss(&mut want.iter().zip(&got).map(|(x, y)| x - y)) / ss(&mut want.iter().copied())).sqrt();
+            let r = rel_rms(&want, &got);
             eprintln!("heads {p} tile {tile}: emulated cuda vs interp relative rms {r:.2e}");
             assert!(r <= rel && r > 0.0, "heads {p} {tile}: relative rms {r}");
         }
