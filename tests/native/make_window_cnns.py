@@ -11,7 +11,9 @@ NAME_ort_<output>.npy (ONNX Runtime's outputs on it); and calib.npy (64 samples 
   dilation 2 pad 2 (`grp`) → MaxPool 3×3 stride 2 pad 1 (`maxp`); and from `dw`: AveragePool 3×3 pad 1
   without the padding counted (`avgp`), AveragePool 3×3 stride 2 pad 1 counting it, ceil mode
   (`avgc`), depthwise 5×5 pad 2 with a per-channel Mul and Add after it (`dw5`); and from `dw2` a
-  grouped 1×1 convolution 8→10 (2 groups, 5 output channels each) with bias and Relu (`grp5`).
+  grouped 1×1 convolution 8→10 (2 groups, 5 output channels each) with bias and Relu (`grp5`), an
+  AveragePool (stride 2) and a MaxPool whose one window covers all of it (`gavg`, `gmax`: imported as
+  the global pools).
 - `narrow`: the same with x f32[2,8,7,7] (rows narrower than a vector, batch 2).
 - `plane`: the same with x f32[2,8,13,13] (the plane form of `dw` and `dw5`: odd sizes, batch 2).
 - `plane2`: x f32[1,20,9,9] → depthwise 3×3 padded only at the bottom and right (pads 0,0,2,2) plus x
@@ -89,7 +91,11 @@ def window(x_shape):
     k = g.const("k", g.rs.uniform(0.5, 2.0, (8, 1, 1)))
     t = g.const("t", g.rs.randn(1, 8, 1, 1))
     g.node("Add", [g.node("Mul", [k, g.conv(dw, "dw5_c", 8, 8, 5, 8, pad=2)], "dw5_k"), t], "dw5")
-    return g.model("window", x_shape, ["dw", "dw2", "grp", "maxp", "avgp", "avgc", "dw5", "grp5"])
+    # One window over all of dw2 (imported as the global pool): its spatial size from x's.
+    whole = [(n - 1) // 2 + 1 for n in x_shape[2:]]
+    g.node("AveragePool", [dw2], "gavg", kernel_shape=whole, strides=[2, 2])
+    g.node("MaxPool", [dw2], "gmax", kernel_shape=whole)
+    return g.model("window", x_shape, ["dw", "dw2", "grp", "maxp", "avgp", "avgc", "dw5", "grp5", "gavg", "gmax"])
 
 
 def plane2():

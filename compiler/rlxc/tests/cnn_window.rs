@@ -2,7 +2,8 @@
 //! and BatchNormalization folding (`rlx_opt::fold_conv_affine`), end to end through the CLI:
 //! `tests/native/make_window_cnns.py` writes small CNNs and ONNX Runtime's outputs on them.
 //! - `window` (rows of 37 columns: vector interiors with remainders, stride 1 and 2, dilation, padded
-//!   and unpadded, ceil mode, both average-pool counts, a partial block of output channels) and
+//!   and unpadded, ceil mode, both average-pool counts, a partial block of output channels, an average
+//!   and a max pool whose one window covers the input — imported as the global pools) and
 //!   `narrow` (7 columns: under a vector; batch 2), `plane` (13 × 13, batch 2) and `plane2` (9 × 9,
 //!   padding at the bottom and right only, a residual operand the plane's size, a grouped convolution
 //!   in blocks of 8 output channels) — the plane form of stride-1 "same" grouped convolutions:
@@ -61,7 +62,7 @@ fn rel_err(what: &str, got: &ConstData, want: &ConstData) -> f64 {
     got.to_f64_vec().iter().zip(want.to_f64_vec()).map(|(a, b)| (a - b).abs() / (1.0 + b.abs())).fold(0.0, f64::max)
 }
 
-const OUTS: [&str; 8] = ["dw", "dw2", "grp", "maxp", "avgp", "avgc", "dw5", "grp5"];
+const OUTS: [&str; 10] = ["dw", "dw2", "grp", "maxp", "avgp", "avgc", "dw5", "grp5", "gavg", "gmax"];
 
 #[test]
 fn window_kernels_match_the_interpreter_and_onnx_runtime() {

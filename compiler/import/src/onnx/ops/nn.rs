@@ -226,6 +226,13 @@ pub(super) fn convert(cx: &mut Ctx, nd: &Node) -> R {
                 return one(cx.bin(BinaryOp::Pow, s, ie)?);
             }
             let kind = if op == "MaxPool" { PoolKind::Max } else { PoolKind::Avg };
+            if k[..] == xd[2..] && pads.iter().all(|&p| p == 0) && dil.iter().all(|&d| d == 1) {
+                // One window over the whole input (ResNet-50's and Inception's 7×7 average pool over 7×7):
+                // the global pool, whose reduction over one image plane is a flat vector loop (a window
+                // kernel's nested 7 × 7 loops were unrolled and vectorized over the channels by gathers).
+                let o = if kind == PoolKind::Max { ReduceOp::Max } else { ReduceOp::Mean };
+                return one(cx.reduce(o, x, (2..2 + sp).collect(), true)?);
+            }
             let cip = a.i("count_include_pad", 0) != 0;
             one(cx.prim(MirOp::Pool { kind, kernel: k, strides, pads, dilations: dil, ceil_mode, count_include_pad: cip }, &[x])?)
         }
