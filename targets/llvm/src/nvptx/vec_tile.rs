@@ -218,6 +218,9 @@ fn warp_grid(bn: i64) -> (i64, i64) {
 /// (the shared-memory instruction queue full; no bank conflicts); 128-bit loads of both operands'
 /// rows (two steps' registers, K permuted) cut them 4× but each A fragment then needed register
 /// moves (3.4M IMAD / MOV: the kernel's instructions 5.6M → 8.3M, no faster) — hence A's pairs.
+/// Paired, MiniLM's matmul kernels (device time, each launched alone; the `_lds32` twins of
+/// tests/gpu/bench_cuda.py in the same run): bf16 b32 1,243 → 1,214 µs, tf32 b8 744 → 698, tf32
+/// b32 1,654 → 1,649, bf16 b8 560 → 568.
 /// `narrow` (RLX_CUDA_VEC_LDS=32 at compile time, and where paired does not apply): rows of d + 4
 /// words, each register a 32-bit load of word t (+ 4) of a step's 8 (lanes 4g + t: 32 banks).
 #[derive(Clone, Copy)]
