@@ -29,7 +29,9 @@ tiles convert the f32 weights as they stage them instead of reading their bf16 c
 must equal the default's bit for bit (`rlxc_cuda_f32w`), and `minilm_bB_P_fill0` (RLX_CUDA_VEC_FILL=0:
 the vector-staged tiles chosen by block count alone, `rlxc_cuda_fill0`) and `minilm_bB_P_heads0`
 (RLX_CUDA_VEC_HEADS=0: the output projection, which reads the attention context across heads, in the
-general tiles, `rlxc_cuda_heads0`), where carried. A bf16 artifact's weights are its f32 twin's
+general tiles, `rlxc_cuda_heads0`) and `minilm_bB_P_lds32` (RLX_CUDA_VEC_LDS=32: the vector-staged
+tiles' fragments read by one 32-bit shared load per register, `rlxc_cuda_lds32`) and `minilm_bB_P_epichk`
+(RLX_CUDA_VEC_EPI=checked: their epilogue checks each output's bounds, `rlxc_cuda_epichk`), where carried. A bf16 artifact's weights are its f32 twin's
 followed by the copies its manifest lists (`half_weights`), rebuilt here by half_weights.py. Then, per MiniLM batch, each kernel's device time (`cuda_run` with
 RLX_CUDA_KERNEL_TIMES=1: the kernels launched one by one between events) with the kernel names of the
 manifest, the slowest first. For MiniLM, per round and
@@ -77,6 +79,8 @@ TWINS = {
     "f32w": "f32 weights converted while staged (RLX_CUDA_HALF_WEIGHTS=0)",
     "fill0": "vector-staged tiles by block count alone (RLX_CUDA_VEC_FILL=0)",
     "heads0": "output projection in the general tiles (RLX_CUDA_VEC_HEADS=0)",
+    "lds32": "tile fragments by 32-bit shared loads (RLX_CUDA_VEC_LDS=32)",
+    "epichk": "vector-staged tiles' outputs bounds-checked (RLX_CUDA_VEC_EPI=checked)",
 }
 SAME_BITS = {"f32w"}
 
@@ -84,7 +88,7 @@ SAME_BITS = {"f32w"}
 def precision_of(case):
     """The precision a case's artifact was compiled with (its folder suffix)."""
     for p, sfx in PRECISIONS.items():
-        if sfx and re.sub(r"_(untiled|unfused|nosplit|f32w|fill0|heads0)$", "", case).endswith(sfx):
+        if sfx and re.sub(r"_(untiled|unfused|nosplit|f32w|fill0|heads0|lds32|epichk)$", "", case).endswith(sfx):
             return p
     return "f32"
 
@@ -165,7 +169,7 @@ def main() -> int:
     refs = set(os.listdir(os.path.join(a.carry, "ref")))
     cases = []
     for c in sorted(os.listdir(os.path.join(work, "art"))):
-        twin = c if c in refs else re.sub(r"(_(untiled|unfused|nosplit|f32w|fill0|heads0|tf32|bf16))+$", "", c)
+        twin = c if c in refs else re.sub(r"(_(untiled|unfused|nosplit|f32w|fill0|heads0|lds32|epichk|tf32|bf16))+$", "", c)
         if twin in refs:
             cases.append((c, twin))
     for c, twin in cases:

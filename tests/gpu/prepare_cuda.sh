@@ -14,10 +14,11 @@
 #                       row shapes, with references
 #   art/minilm_b1_P_nosplit/ MiniLM batch 1, --precision P (tf32, bf16), compiled with RLX_CUDA_TC_SPLIT=0 (the tensor
 #                       cores' 16×16 general tiles without split K, as before session 14b), timed beside the default
-#   art/minilm_bB_P_heads0/ MiniLM batch 8 / 32, --precision P (tf32, bf16), compiled with RLX_CUDA_VEC_HEADS=0 (the
-#                       output projection, which reads the attention context across heads, in tiled.rs's general
-#                       tiles instead of the vector-staged ones), timed beside the default (RLX_CUDA_HALF_WEIGHTS=0
-#                       and RLX_CUDA_VEC_FILL=0 twins, `_f32w` / `_fill0`, are timed the same way where carried)
+#   art/minilm_bB_P_lds32/, art/minilm_bB_P_epichk/ MiniLM batch 8 / 32, --precision P (tf32, bf16), compiled with
+#                       RLX_CUDA_VEC_LDS=32 (the vector-staged tiles' fragments read by one 32-bit shared load per
+#                       register) and with RLX_CUDA_VEC_EPI=checked (their epilogue checking each output's bounds),
+#                       each as before session 16, timed beside the default (RLX_CUDA_HALF_WEIGHTS=0, RLX_CUDA_VEC_FILL=0 and
+#                       RLX_CUDA_VEC_HEADS=0 twins, `_f32w` / `_fill0` / `_heads0`, are timed the same way where carried)
 #   art/minilm_bB_unfused/  MiniLM batch 1 / 8 / 32 (f32) compiled with RLX_CUDA_FUSED_ATTENTION=0: attention as
 #                       its scores matmul, softmax row kernel and probabilities × values matmul (three launches
 #                       per layer) instead of the one fused kernel, timed beside the fused default
@@ -50,7 +51,7 @@ cp "$MINILM" "$D/minilm.onnx"
 case_() {
   local c=$1 model=$2 args=$3; shift 3
   local name=${c%%_*}
-  RLX_CUDA_TILES=${TILES:-1} RLX_CUDA_FUSED_ATTENTION=${FUSED:-1} RLX_CUDA_TC_SPLIT=${TCSPLIT:-1} RLX_CUDA_HALF_WEIGHTS=${HALFW:-1} RLX_CUDA_VEC_FILL=${FILL:-1} RLX_CUDA_VEC_HEADS=${HEADS:-1} $R compile "$model" --target cuda --name "$name" -o "$D/art/$c" $args ${EXTRA:-} >/dev/null
+  RLX_CUDA_TILES=${TILES:-1} RLX_CUDA_FUSED_ATTENTION=${FUSED:-1} RLX_CUDA_TC_SPLIT=${TCSPLIT:-1} RLX_CUDA_HALF_WEIGHTS=${HALFW:-1} RLX_CUDA_VEC_FILL=${FILL:-1} RLX_CUDA_VEC_HEADS=${HEADS:-1} RLX_CUDA_VEC_EPI=${EPI:-} RLX_CUDA_VEC_LDS=${LDS:-} $R compile "$model" --target cuda --name "$name" -o "$D/art/$c" $args ${EXTRA:-} >/dev/null
   [ $# -eq 0 ] && return 0
   mkdir -p "$D/ref/$c"
   local i=0 ins=()
@@ -91,7 +92,8 @@ for b in 1 8 32; do
   if [ $b -eq 1 ]; then TILES=0 case_ minilm_b1_untiled "$D/minilm.onnx" "--dim batch=1 --dim sequence=128"; fi
   FUSED=0 case_ minilm_b${b}_unfused "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"
   for p in tf32 bf16; do EXTRA="--precision $p" case_ minilm_b${b}_$p "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; done
-  if [ $b -gt 1 ]; then for p in tf32 bf16; do HEADS=0 EXTRA="--precision $p" case_ minilm_b${b}_${p}_heads0 "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; done; fi
+  if [ $b -gt 1 ]; then for p in tf32 bf16; do LDS=32 EXTRA="--precision $p" case_ minilm_b${b}_${p}_lds32 "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; done; fi
+  if [ $b -gt 1 ]; then for p in tf32 bf16; do EPI=checked EXTRA="--precision $p" case_ minilm_b${b}_${p}_epichk "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; done; fi
   if [ $b -eq 1 ]; then for p in tf32 bf16; do TCSPLIT=0 EXTRA="--precision $p" case_ minilm_b1_${p}_nosplit "$D/minilm.onnx" "--dim batch=1 --dim sequence=128"; done; fi
 done
 # The three blobs differ only in a few batch-shaped constants: one xz stream over all three with a

@@ -636,19 +636,26 @@ fn matmul(
 /// The epilogue of one output at (`mm`, `nn`), inside M × N: the accumulator `from` becomes the
 /// kernel's accumulator (in `slot`), then `rest` runs.
 pub(super) fn epilogue(w: &mut Writer, acc: &Acc, from: &str, slot: &str, (mm, m, rows): (&str, i64, &[(Var, i64)]), (nn, n, cols): (&str, i64, &[(Var, i64)])) -> Result<(), String> {
-    let ty = llvm_type(acc.dtype);
     let c1 = w.emit_op(format!("icmp slt i64 {mm}, {m}"));
     let c2 = w.emit_op(format!("icmp slt i64 {nn}, {n}"));
     let c = w.emit_op(format!("and i1 {c1}, {c2}"));
     if_(w, &c, &mut |w| {
-        unflatten(w, mm, rows);
-        unflatten(w, nn, cols);
-        let v = w.emit_op(format!("load {ty}, ptr {from}"));
-        w.emit(&format!("store {ty} {v}, ptr {slot}"));
-        w.bind_scalar(acc.acc, acc.dtype, slot);
-        w.body(acc.rest);
+        epilogue_at(w, acc, from, slot, (mm, rows), (nn, cols));
         Ok(())
     })
+}
+
+/// [`epilogue`] without the bounds check, for an output known to be inside M × N (a whole tile's):
+/// no branch per output, so the outputs' epilogues (a GELU's erf is ~60 dependent instructions) share
+/// one basic block and interleave.
+pub(super) fn epilogue_at(w: &mut Writer, acc: &Acc, from: &str, slot: &str, (mm, rows): (&str, &[(Var, i64)]), (nn, cols): (&str, &[(Var, i64)])) {
+    let ty = llvm_type(acc.dtype);
+    unflatten(w, mm, rows);
+    unflatten(w, nn, cols);
+    let v = w.emit_op(format!("load {ty}, ptr {from}"));
+    w.emit(&format!("store {ty} {v}, ptr {slot}"));
+    w.bind_scalar(acc.acc, acc.dtype, slot);
+    w.body(acc.rest);
 }
 
 /// f32 → the tensor cores' operand: tf32 in a b32 (`cvt.rna`), or two f32 (lower k first) packed as
