@@ -540,7 +540,7 @@ impl<'a> Writer<'a> {
                 }
                 Stmt::For { var, extent, kind, body } => {
                     let meta = match kind {
-                        LoopKind::Vector(n) if *n > 1 && !self.scalar_only && *extent >= 2 * *n as i64 => self.inner_vector_loop_id(),
+                        LoopKind::Vector(n) if *n > 1 && !self.scalar_only && (2 * *n as i64..=UNROLLED).contains(extent) => self.inner_vector_loop_id(),
                         _ => String::new(),
                     };
                     let slot = format!("%v{}", var.0);
@@ -608,7 +608,7 @@ impl<'a> Writer<'a> {
         }
     }
 
-    /// The `!llvm.loop` attachment of a `vector(n)` loop written as a scalar loop (a reduction into a
+    /// The `!llvm.loop` attachment of a short `vector(n)` loop (at most [`UNROLLED`] iterations) written as a scalar loop (a reduction into a
     /// scalar declared outside it, or an extent not a multiple of n): LLVM may vectorize this loop and
     /// must not unroll it first. Fully unrolled (a global pool's 49 values), it left the loop around it
     /// innermost, which LLVM's vectorizer then took, loading every value by a gather (MobileNet-like's
@@ -639,6 +639,13 @@ impl<'a> Writer<'a> {
 }
 
 pub use rlx_ir::loops::{split_of, Split, CHUNK_WORK, PARALLEL_MIN_WORK};
+
+/// The longest `vector(n)` loop written as a scalar loop that gets the hints of
+/// `Writer::inner_vector_loop_id`: the extents LLVM unrolls fully (a 7 × 7 plane). Longer ones keep
+/// LLVM's own choice — its unrolled, interleaved forms; with the hints on every such loop Gemma 3
+/// 270M's RMSNorm / softmax / attention reductions changed and prefill and decode ran ~3% slower
+/// (`tests/bench/llm.py --engines rlxc --threads 1`, four rounds alternating with the previous binary).
+const UNROLLED: i64 = 64;
 
 /// Writes `body` as LLVM IR instructions for a GPU kernel (the PTX writer, `nvptx/`): `params` are the
 /// kernel parameters' element pointers (dtype, SSA name), `bound` the index variables whose values are
