@@ -92,8 +92,10 @@ for b in 1 8 32; do
   if [ $b -eq 1 ]; then TILES=0 case_ minilm_b1_untiled "$D/minilm.onnx" "--dim batch=1 --dim sequence=128"; fi
   FUSED=0 case_ minilm_b${b}_unfused "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"
   for p in tf32 bf16; do EXTRA="--precision $p" case_ minilm_b${b}_$p "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; done
-  if [ $b -gt 1 ]; then for p in tf32 bf16; do LDS=32 EXTRA="--precision $p" case_ minilm_b${b}_${p}_lds32 "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; done; fi
-  if [ $b -gt 1 ]; then for p in tf32 bf16; do EPI=checked EXTRA="--precision $p" case_ minilm_b${b}_${p}_epichk "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; done; fi
+  if [ $b -gt 1 ]; then for p in tf32 bf16; do
+    LDS=32 EXTRA="--precision $p" case_ minilm_b${b}_${p}_lds32 "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"
+    EPI=checked EXTRA="--precision $p" case_ minilm_b${b}_${p}_epichk "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"
+  done; fi
   if [ $b -eq 1 ]; then for p in tf32 bf16; do TCSPLIT=0 EXTRA="--precision $p" case_ minilm_b1_${p}_nosplit "$D/minilm.onnx" "--dim batch=1 --dim sequence=128"; done; fi
 done
 # The three blobs differ only in a few batch-shaped constants: one xz stream over all three with a

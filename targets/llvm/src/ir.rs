@@ -608,9 +608,9 @@ impl<'a> Writer<'a> {
         }
     }
 
-    /// The `!llvm.loop` attachment of a short `vector(n)` loop (at most [`UNROLLED`] iterations) written as a scalar loop (a reduction into a
-    /// scalar declared outside it, or an extent not a multiple of n): LLVM may vectorize this loop and
-    /// must not unroll it first. Fully unrolled (a global pool's 49 values), it left the loop around it
+    /// The `!llvm.loop` attachment of a short `vector(n)` loop (at most [`UNROLLED`] iterations) written
+    /// as a scalar loop (a reduction into a scalar declared outside it, or an extent not a multiple of
+    /// n): LLVM may vectorize this loop and must not unroll it first. Fully unrolled (a global pool's 49 values), it left the loop around it
     /// innermost, which LLVM's vectorizer then took, loading every value by a gather (MobileNet-like's
     /// pool at batch 8: 160 µs against ORT's 22).
     fn inner_vector_loop_id(&mut self) -> String {
