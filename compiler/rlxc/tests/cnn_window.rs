@@ -6,7 +6,10 @@
 //!   and a max pool whose one window covers the input — imported as the global pools) and
 //!   `narrow` (7 columns: under a vector; batch 2), `plane` (13 × 13, batch 2) and `plane2` (9 × 9,
 //!   padding at the bottom and right only, a residual operand the plane's size, a grouped convolution
-//!   in blocks of 8 output channels) — the plane form of stride-1 "same" grouped convolutions:
+//!   in blocks of 8 output channels) — the plane form of stride-1 "same" grouped convolutions —, and
+//!   `silu` (32 channels over 14 × 14, batch 2: depthwise 5×5, stride 2, dilation 2 with a residual
+//!   operand and bottom/right padding in the channels-as-lanes form, SiLU = x · Sigmoid(x) fused
+//!   after a depthwise, a 1×1 and a Gemm):
 //!   `rlxc run --target interp` matches ONNX Runtime, and the host object (LLVM, and Cranelift) and
 //!   the x86_64 one (AVX2: 8 lanes) match the interpreter within 1e-4 on every output;
 //! - `bn` (Conv → BatchNormalization → Relu → depthwise Conv → BatchNormalization → Relu): compiles
@@ -62,11 +65,15 @@ fn rel_err(what: &str, got: &ConstData, want: &ConstData) -> f64 {
     got.to_f64_vec().iter().zip(want.to_f64_vec()).map(|(a, b)| (a - b).abs() / (1.0 + b.abs())).fold(0.0, f64::max)
 }
 
+/// The `silu` model's outputs: depthwise convolutions in the channels-as-lanes form (`plan/dw_lanes.rs`)
+/// and SiLU epilogues reading the anchor's value twice (`plan/fuse.rs`).
+const SILU: [&str; 6] = ["dws", "dws2", "dwd", "dwp", "pws", "mms"];
+
 const OUTS: [&str; 10] = ["dw", "dw2", "grp", "maxp", "avgp", "avgc", "dw5", "grp5", "gavg", "gmax"];
 
 #[test]
 fn window_kernels_match_the_interpreter_and_onnx_runtime() {
-    for (model, outs) in [("window", &OUTS[..]), ("narrow", &OUTS[..]), ("plane", &OUTS[..]), ("plane2", &["dwa", "grp8"][..])] {
+    for (model, outs) in [("window", &OUTS[..]), ("narrow", &OUTS[..]), ("plane", &OUTS[..]), ("plane2", &["dwa", "grp8"][..]), ("silu", &SILU[..])] {
         let dir = scratch(model);
         run(model, "interp", &[], &dir.join("interp"));
         run(model, "host", &[], &dir.join("llvm"));

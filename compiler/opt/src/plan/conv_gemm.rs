@@ -173,7 +173,7 @@ impl Planner<'_> {
     }
 
     /// Whether `v`'s value lives in a buffer (a graph input, a kernel root's output or a view of one).
-    fn materialized(&self, v: ValueId) -> bool {
+    pub(super) fn materialized(&self, v: ValueId) -> bool {
         self.g.inputs.contains(&v) || self.g.producer(v).is_some_and(|p| matches!(self.fusion.role[p.index()], Role::Root | Role::View))
     }
 

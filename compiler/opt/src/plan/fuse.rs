@@ -233,7 +233,8 @@ pub fn fuse_with(g: &Mir, operands: bool) -> Fusion {
     for n in g.node_ids() {
         let node = g.node(n);
         // (A slice is index math: RoPE's halves, each read by both rotated outputs, are recomputed.)
-        if role[n.index()] != Role::Root || node.outputs.len() != 1 || !(is_elementwise(&node.op) || matches!(node.op, MirOp::Slice { .. })) {
+        let recompute = is_elementwise(&node.op) || matches!(node.op, MirOp::Slice { .. });
+        if role[n.index()] != Role::Root || node.outputs.len() != 1 || !(recompute || takes_epilogue(&node.op)) {
             continue;
         }
         let v = node.outputs[0];
@@ -251,6 +252,35 @@ pub fn fuse_with(g: &Mir, operands: bool) -> Fusion {
         }
         let d = d.unwrap();
         let dv = g.node(d).outputs[0];
+        if !recompute {
+            // An anchor read by several elementwise nodes that all end in one kernel (SiLU's x · σ(x)
+            // after a convolution or matmul): that kernel's root applies them all as the epilogue, the
+            // accumulator standing for every read — so every path from it to the root must be
+            // elementwise at the same shape (the root's own index).
+            let on_path = |c: NodeId| {
+                let mut c = c;
+                loop {
+                    let cn = g.node(c);
+                    if c == d {
+                        return true;
+                    }
+                    if !is_elementwise(&cn.op) || role[c.index()] != Role::Inlined || g.ty(cn.outputs[0]).shape != g.ty(v).shape {
+                        return false;
+                    }
+                    match consumers[cn.outputs[0].index()].as_slice() {
+                        [next] => c = *next,
+                        _ => return false,
+                    }
+                }
+            };
+            if anchor_of.contains_key(&dv) || g.ty(dv).shape != g.ty(v).shape || !is_elementwise(&g.node(d).op) || !cs.iter().all(|&c| on_path(c)) {
+                continue;
+            }
+            role[n.index()] = Role::Anchor;
+            anchor_of.insert(dv, n);
+            dest[n.index()] = Some(d);
+            continue;
+        }
         if let Some(&a) = anchor_of.get(&v) {
             // The accumulator stands for the anchor's value at the root's own index: shapes must match.
             if anchor_of.contains_key(&dv) || g.ty(dv).shape != g.ty(v).shape {
@@ -289,6 +319,29 @@ mod tests {
         assert_eq!(role(cat), Role::Root);
         assert_eq!(role(t), Role::Inlined);
         assert_eq!(role(cat2), Role::Inlined);
+    }
+
+    /// SiLU after a matmul, `m · σ(m)`: the matmul is the anchor of the `mul` (both reads of its value
+    /// are the accumulator); when one of its readers is not elementwise at its shape (a reduction), it
+    /// stays a root of its own.
+    #[test]
+    fn an_anchor_read_twice_by_its_epilogue_is_fused() {
+        let mut g = Mir::new();
+        let f = |s: &[usize]| TensorType::fixed(DType::F32, s);
+        let (x, w) = (g.add_input("x", f(&[4, 8])), g.add_input("w", f(&[8, 6])));
+        let m = g.add_node("m", MirOp::MatMul, &[x, w]).unwrap()[0];
+        let s = g.add_node("s", MirOp::Unary(rlx_ir::UnaryOp::Sigmoid), &[m]).unwrap()[0];
+        let y = g.add_node("y", MirOp::Binary(BinaryOp::Mul), &[m, s]).unwrap()[0];
+        let m2 = g.add_node("m2", MirOp::MatMul, &[x, w]).unwrap()[0];
+        let s2 = g.add_node("s2", MirOp::Unary(rlx_ir::UnaryOp::Sigmoid), &[m2]).unwrap()[0];
+        let r2 = g.add_node("r2", MirOp::Reduce { op: rlx_ir::ReduceOp::Sum, axes: vec![1], keepdims: true }, &[m2]).unwrap()[0];
+        g.outputs = vec![y, s2, r2];
+        let fu = fuse(&g);
+        let role = |v: ValueId| fu.role[g.producer(v).unwrap().index()];
+        assert_eq!(role(m), Role::Anchor);
+        assert_eq!(role(s), Role::Inlined);
+        assert_eq!(fu.anchor_of.get(&y), g.producer(m).as_ref());
+        assert_eq!(role(m2), Role::Root);
     }
 
     /// A transpose that moves only axes of length 1 is a view (no kernel); one that moves a longer

@@ -151,6 +151,12 @@ impl Planner<'_> {
                 }
                 self.gemm_body(&mut kb, a, r, op, &out_shape)
             }
+            Some(a) if self.dw_lanes.contains_key(&a) => {
+                if a != r {
+                    nodes.insert(0, a);
+                }
+                self.dw_lanes_body(&mut kb, a, r, op, &out_shape)
+            }
             Some(a) if self.is_window(a) => {
                 if a != r {
                     nodes.insert(0, a);

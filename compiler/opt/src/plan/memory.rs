@@ -52,6 +52,9 @@ impl Planner<'_> {
             conv_packed = self.pack_conv_weights();
             conv_packed.extend(self.pack_conv_transpose_weights());
         }
+        if self.lanes >= 8 {
+            conv_packed.extend(self.pack_dw_lanes_weights());
+        }
         let mut block_seen: Vec<((usize, usize, rlx_ir::DType, Vec<usize>), super::blocks::BlockWeight)> = Vec::new();
         for (k, v) in g.values.iter().enumerate() {
             let Def::Const(c) = &v.def else { continue };

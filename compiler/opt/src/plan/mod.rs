@@ -38,6 +38,7 @@ mod causal;
 mod comm;
 mod conv;
 mod conv_gemm;
+mod dw_lanes;
 mod conv_lanes;
 mod conv_transpose;
 mod depthwise;
@@ -174,6 +175,8 @@ struct Planner<'g> {
     /// Transposed convolutions whose product goes through the same GEMM loops (`conv_transpose.rs`).
     conv_transpose_gemm: HashMap<NodeId, conv_gemm::ConvGemm>,
     conv_gemm_on: bool,
+    /// Depthwise convolutions with the channels as the lanes (`dw_lanes.rs`) → their packed weight.
+    dw_lanes: HashMap<NodeId, u32>,
     align: usize,
     nr: usize,
     mr: usize,
@@ -301,6 +304,7 @@ pub fn plan(g: &Mir, opts: &PlanOptions) -> Result<Lir, Vec<Problem>> {
         conv_gemm: HashMap::new(),
         conv_transpose_gemm: HashMap::new(),
         conv_gemm_on: opts.conv_gemm,
+        dw_lanes: HashMap::new(),
         align: opts.align,
         nr: opts.gemm_nr.max(1),
         mr: opts.gemm_mr.max(1),
