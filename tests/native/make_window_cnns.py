@@ -20,12 +20,13 @@ NAME_ort_<output>.npy (ONNX Runtime's outputs on it); and calib.npy (64 samples 
   itself (`dwa`: an epilogue operand the size of the plane), and a grouped conv 20→40 (5 groups of 4
   input channels) 3×3 pad 1 with bias + Relu (`grp8`: blocks of 8 output channels): the plane form with
   asymmetric padding and register blocking.
-- `silu`: x f32[2,32,14,14] (channels in whole vectors) → depthwise 5×5 pad 2 with bias, then SiLU written
-  as x · Sigmoid(x) (`dws`: the channels-as-lanes form over rows narrower than two vectors, the
-  convolution's value read twice by its epilogue), depthwise 3×3 stride 2 pad 1 + SiLU (`dws2`),
-  depthwise 3×3 dilation 2 pad 2 plus x (`dwd`: an epilogue operand at the output's own index),
-  depthwise 3×3 padded only at the bottom and right (`dwp`), a 1×1 convolution 32→48 with bias + SiLU
-  (`pws`: the GEMM form's epilogue) and global average pool → Gemm 32→24 + SiLU (`mms`: a matmul's).
+- `silu`: x f32[2,32,7,7] (channels in whole vectors) → depthwise 5×5 pad 2 with bias, then SiLU written
+  as x · Sigmoid(x) (`dws`: the channels-as-lanes form — rows narrower than two vectors, mostly border
+  columns —, the convolution's value read twice by its epilogue), depthwise 5×5 stride 2 pad 2 + SiLU
+  (`dws2`), depthwise 3×3 dilation 2 pad 2 plus x (`dwd`: an epilogue operand at the output's own
+  index), depthwise 3×3 padded only at the bottom and right (`dwp`: the window kernels), a 1×1
+  convolution 32→48 with bias + SiLU (`pws`: the GEMM form's epilogue) and global average pool → Gemm
+  32→24 + SiLU (`mms`: a matmul's).
 - `bn`: x f32[1,1,8,8] → Conv 1→4 3×3 pad 1 + BatchNormalization + Relu → depthwise 3×3 pad 1 +
   BatchNormalization + Relu (`y`), the Cortex-M int8 model.
 Weights and inputs from numpy's RandomState(0).
@@ -119,14 +120,14 @@ def silu_model():
         return g.node("Mul", [x, g.node("Sigmoid", [x], out + "_sig")], out)
 
     silu(g.conv("x", "dws_c", 32, 32, 5, 32, pad=2, bias=True), "dws")
-    silu(g.conv("x", "dws2_c", 32, 32, 3, 32, stride=2, pad=1), "dws2")
+    silu(g.conv("x", "dws2_c", 32, 32, 5, 32, stride=2, pad=2), "dws2")
     g.node("Add", [g.conv("x", "dwd_c", 32, 32, 3, 32, pad=2, dil=2), "x"], "dwd")
     g.node("Conv", ["x", g.const("dwp_w", g.rs.randn(32, 1, 3, 3) * 0.5)], "dwp", kernel_shape=[3, 3], pads=[0, 0, 2, 2], group=32)
     silu(g.conv("x", "pws_c", 32, 48, 1, 1, bias=True), "pws")
     flat = g.node("Flatten", [g.node("GlobalAveragePool", ["x"], "gap")], "flat", axis=1)
     mm = g.node("Gemm", [flat, g.const("mm_w", g.rs.randn(24, 32) * 0.3), g.const("mm_b", g.rs.randn(24) * 0.1)], "mm", transB=1)
     silu(mm, "mms")
-    return g.model("silu", [2, 32, 14, 14], ["dws", "dws2", "dwd", "dwp", "pws", "mms"])
+    return g.model("silu", [2, 32, 7, 7], ["dws", "dws2", "dwd", "dwp", "pws", "mms"])
 
 
 def bn_model():
@@ -154,7 +155,7 @@ def main() -> None:
     np.save(os.path.join(out, "calib.npy"), rs.randn(64, 1, 1, 8, 8).astype(np.float32))
     # (After the others: their inputs and calib.npy keep the random stream they were written with.)
     onnx.save(silu_model(), os.path.join(out, "silu.onnx"))
-    x = np.random.RandomState(3).randn(2, 32, 14, 14).astype(np.float32)
+    x = np.random.RandomState(3).randn(2, 32, 7, 7).astype(np.float32)
     np.save(os.path.join(out, "silu_x.npy"), x)
     s = ort.InferenceSession(os.path.join(out, "silu.onnx"), providers=["CPUExecutionProvider"])
     for o, v in zip([o.name for o in s.get_outputs()], s.run(None, {"x": x})):

@@ -7,9 +7,9 @@
 //!   `narrow` (7 columns: under a vector; batch 2), `plane` (13 × 13, batch 2) and `plane2` (9 × 9,
 //!   padding at the bottom and right only, a residual operand the plane's size, a grouped convolution
 //!   in blocks of 8 output channels) — the plane form of stride-1 "same" grouped convolutions —, and
-//!   `silu` (32 channels over 14 × 14, batch 2: depthwise 5×5, stride 2, dilation 2 with a residual
-//!   operand and bottom/right padding in the channels-as-lanes form, SiLU = x · Sigmoid(x) fused
-//!   after a depthwise, a 1×1 and a Gemm):
+//!   `silu` (32 channels over 7 × 7, batch 2: depthwise 5×5, 5×5 stride 2, 3×3 dilation 2 with a
+//!   residual operand in the channels-as-lanes form, bottom/right padding in the window kernels,
+//!   SiLU = x · Sigmoid(x) fused after a depthwise, a 1×1 and a Gemm):
 //!   `rlxc run --target interp` matches ONNX Runtime, and the host object (LLVM, and Cranelift) and
 //!   the x86_64 one (AVX2: 8 lanes) match the interpreter within 1e-4 on every output;
 //! - `bn` (Conv → BatchNormalization → Relu → depthwise Conv → BatchNormalization → Relu): compiles

@@ -369,6 +369,7 @@ impl<'a> Writer<'a> {
                 UnaryOp::Atanh => self.libm("atanh", d, &[v]),
                 UnaryOp::Erf if d == DType::F32 => self.fast_erf(v, 1),
                 UnaryOp::Erf => self.libm("erf", d, &[v]),
+                UnaryOp::Sigmoid if d == DType::F32 => self.fast_sigmoid(v, 1),
                 UnaryOp::Sigmoid => {
                     let n = self.op(format!("fneg {t} {v}"));
                     let e = if d == DType::F32 { self.fast_exp(&n, 1) } else if d == DType::F64 && self.scalar_only { self.exp_f64(&n) } else { self.intr("exp", d, &[&n]) };

@@ -9,6 +9,7 @@
 //! - tanh: Cephes `tanhf`: x + x³·P(x²) (degree-4 P) for |x| < 0.625, else 1 − 2/(e^{2|x|} + 1) with the
 //!   exp above, sign restored with copysign; ±1 for large |x|, NaN stays NaN.
 //!
+//! - sigmoid (`fast_sigmoid`): 1 / (1 + e^-x) with the exp's argument clamped to [-87, 88] (one scaling).
 //! - log (`fast_log`): Cephes `logf`, for the GPU writer (NVPTX lowers `llvm.log.f32` to a library
 //!   call); with it and exp, the GPU writer's f32 pow, sinh and cosh (`pow_f32`, `sinh_cosh_f32`);
 //!   its tan is sin / cos of the f64 forms below; f64 exp and log (`exp_f64`, `log_f64`).
@@ -106,6 +107,49 @@ impl<'a> Writer<'a> {
         let res = self.op(format!("select {cmp_t} {over}, {t} {}, {t} {res}", if lanes == 1 { "0x7FF0000000000000".to_string() } else { "splat (float 0x7FF0000000000000)".to_string() }));
         let under = self.op(format!("fcmp olt {t} {x}, {}", k(lo_c)));
         self.op(format!("select {cmp_t} {under}, {t} {}, {t} {res}", k(0.0)))
+    }
+
+    /// 1 / (1 + e^-x) for f32 scalars or vectors: e^-x as in [`Self::fast_exp`] but with -x clamped
+    /// to [-87, 88], where 2^n is one normal factor (n in [-126, 127]) — beyond, the sum 1 + e^-x is
+    /// 1 or e^-x overflows the result's precision alike, so the clamp costs nothing the caller can see
+    /// (sigmoid(-88.7) would be 6e-39, here 6e-39 as well: its error is absolute, below 1e-38) —, so
+    /// the second scaling and the range selects `fast_exp` needs go (SiLU's sigmoid is most of an
+    /// EfficientNet's elementwise work). NaN stays NaN.
+    pub(super) fn fast_sigmoid(&mut self, x: &str, lanes: u32) -> String {
+        let (t, it) = Self::fty(lanes);
+        let k = |c: f64| Self::fk(lanes, c);
+        let cmp_t = if lanes == 1 { "i1".to_string() } else { format!("<{lanes} x i1>") };
+        let nx = self.op(format!("fneg {t} {x}"));
+        let hi = self.op(format!("fcmp ogt {t} {nx}, {}", k(88.0)));
+        let xc = self.op(format!("select {cmp_t} {hi}, {t} {}, {t} {nx}", k(88.0)));
+        let lo = self.op(format!("fcmp olt {t} {xc}, {}", k(-87.0)));
+        let xc = self.op(format!("select {cmp_t} {lo}, {t} {}, {t} {xc}", k(-87.0)));
+        let xl = self.op(format!("fmul {t} {xc}, {}", k(std::f64::consts::LOG2_E)));
+        let n = self.fintr("roundeven", lanes, &[&xl]);
+        let a = self.op(format!("fmul {t} {n}, {}", k(0.693_359_375)));
+        let r = self.op(format!("fsub {t} {xc}, {a}"));
+        let b = self.op(format!("fmul {t} {n}, {}", k(-2.121_944_40e-4)));
+        let r = self.op(format!("fsub {t} {r}, {b}"));
+        let coeffs = [1.987_569_150_0e-4, 1.398_199_950_7e-3, 8.333_451_907_3e-3, 4.166_579_589_4e-2, 1.666_666_545_9e-1, 5.000_000_120_1e-1];
+        let mut p = k(coeffs[0]);
+        for &c in &coeffs[1..] {
+            let m = self.op(format!("fmul contract {t} {p}, {r}"));
+            p = self.op(format!("fadd contract {t} {m}, {}", k(c)));
+        }
+        let r2 = self.op(format!("fmul {t} {r}, {r}"));
+        let pr = self.op(format!("fmul contract {t} {p}, {r2}"));
+        let y = self.op(format!("fadd {t} {pr}, {r}"));
+        let y = self.op(format!("fadd {t} {y}, {}", k(1.0)));
+        // NaN becomes 0 before the conversion (a plain fptosi of NaN is poison); y carries the NaN.
+        let ord = self.op(format!("fcmp ord {t} {n}, {}", k(0.0)));
+        let n0 = self.op(format!("select {cmp_t} {ord}, {t} {n}, {t} {}", k(0.0)));
+        let ni = self.op(format!("fptosi {t} {n0} to {it}"));
+        let e = self.op(format!("add {it} {ni}, {}", Self::ik(lanes, 127)));
+        let e = self.op(format!("shl {it} {e}, {}", Self::ik(lanes, 23)));
+        let sc = self.op(format!("bitcast {it} {e} to {t}"));
+        let ex = self.op(format!("fmul {t} {y}, {sc}"));
+        let d = self.op(format!("fadd {t} {ex}, {}", k(1.0)));
+        self.op(format!("fdiv {t} {}, {d}", k(1.0)))
     }
 
     /// tanh(x) for f32 scalars or vectors.

@@ -306,12 +306,13 @@ impl<'a> Writer<'a> {
                 let vt = self.vt(ty);
                 VV { v: self.op(format!("select <{} x i1> {m}, {vt} {xs}, {vt} {ys}", self.lanes)), varying: true, ty }
             }
-            Expr::Un(op @ (UnaryOp::Exp | UnaryOp::Erf | UnaryOp::Tanh), DType::F32, a) => {
+            Expr::Un(op @ (UnaryOp::Exp | UnaryOp::Erf | UnaryOp::Tanh | UnaryOp::Sigmoid), DType::F32, a) => {
                 let x = self.vexpr(a);
                 let xs = self.splat(&x);
                 let v = match op {
                     UnaryOp::Exp => self.fast_exp(&xs, self.lanes),
                     UnaryOp::Erf => self.fast_erf(&xs, self.lanes),
+                    UnaryOp::Sigmoid => self.fast_sigmoid(&xs, self.lanes),
                     _ => self.fast_tanh(&xs, self.lanes),
                 };
                 VV { v, varying: true, ty: Ty::S(DType::F32) }
