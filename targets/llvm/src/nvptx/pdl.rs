@@ -13,20 +13,29 @@
 
 /// The instructions (one inline-PTX statement; `~{memory}`: no load or store moves above it).
 pub const PROLOGUE: &str = "  call void asm sideeffect \"griddepcontrol.launch_dependents;\\0Agriddepcontrol.wait;\", \"~{memory}\"() #1\n";
+/// The wait alone (`RLX_CUDA_PDL=wait` at compile time, to measure the early trigger): the next
+/// kernel is launched as each block of this one exits.
+pub const WAIT_ONLY: &str = "  call void asm sideeffect \"griddepcontrol.wait;\", \"~{memory}\"() #1\n";
 
-/// Whether kernels for `sm_{sm}` carry [`PROLOGUE`]: sm_90 and newer (`griddepcontrol` needs PTX ISA
-/// 7.8 and sm_90), unless `RLX_CUDA_PDL=0` at compile time.
-pub fn enabled(sm: u32) -> bool {
-    sm >= 90 && std::env::var("RLX_CUDA_PDL").map_or(true, |v| v != "0")
+/// The prologue kernels for `sm_{sm}` begin with: [`PROLOGUE`] on sm_90 and newer (`griddepcontrol`
+/// needs PTX ISA 7.8 and sm_90), none with `RLX_CUDA_PDL=0` at compile time, [`WAIT_ONLY`] with
+/// `RLX_CUDA_PDL=wait`.
+pub fn prologue(sm: u32) -> Option<&'static str> {
+    match std::env::var("RLX_CUDA_PDL").as_deref() {
+        _ if sm < 90 => None,
+        Ok("0") => None,
+        Ok("wait") => Some(WAIT_ONLY),
+        _ => Some(PROLOGUE),
+    }
 }
 
-/// `text`, one kernel's definition (`define ptx_kernel … {\nentry:\n…`), with [`PROLOGUE`] first in
+/// `text`, one kernel's definition (`define ptx_kernel … {\nentry:\n…`), with `prologue` first in
 /// its entry block.
-pub fn with_prologue(text: &str) -> String {
+pub fn with_prologue(text: &str, prologue: &str) -> String {
     match text.find("{\nentry:\n") {
         Some(at) => {
             let cut = at + "{\nentry:\n".len();
-            format!("{}{PROLOGUE}{}", &text[..cut], &text[cut..])
+            format!("{}{prologue}{}", &text[..cut], &text[cut..])
         }
         None => text.to_string(),
     }
