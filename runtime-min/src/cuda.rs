@@ -21,10 +21,12 @@
 //!
 //! Programmatic dependent launch (sm_90): a kernel whose PTX begins with `griddepcontrol.wait` (the
 //! NVPTX writer's `pdl.rs`, `--sm 90`) is captured with `CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION`,
-//! so the graph's edges into it are programmatic: it is launched while the kernels before it still run
-//! (they trigger at their start) and waits in its first instruction for them to finish, which hides the
-//! launch latency between dependent kernels. `RLX_CUDA_PDL=0` at run time captures plain edges (the
-//! wait then returns at once); a driver that refuses the attribute in a capture gets the plain graph.
+//! so the graph's edges into it are programmatic: it is launched as the blocks of the kernels before it
+//! exit, not once they have finished and been flushed, and waits in its first instruction for them,
+//! which overlaps part of the launch latency between dependent kernels (H200, MiniLM batch 1: f32 487 →
+//! 480 µs, tf32 352 → 334, bf16 318 → 311; batch 8 / 32 within ±2%). `RLX_CUDA_PDL=0` at run time
+//! captures plain edges (the wait then returns at once); a driver that refuses the attribute in a
+//! capture gets the plain graph.
 //!
 //! A sharded rank's schedule (version 4) also holds collectives: [`Executor::with_nccl`] (feature
 //! `nccl`) issues each one through the application's NCCL communicator ([`crate::nccl::Nccl`]) on the
@@ -114,16 +116,15 @@ fn capability(dev: sys::CUdevice) -> Result<(i32, i32), CudaError> {
 /// The most streams one level's dispatches are captured on (further ones share them, in turn).
 const MAX_BRANCHES: usize = 4;
 
-/// The entry points `k{I}` of `ptx` whose first instruction other than declarations, parameter
-/// loads (`ld.param`: the launch's own constants) and the trigger `griddepcontrol.launch_dependents`
-/// is `griddepcontrol.wait`: those may be launched programmatically, since nothing of theirs touches
+/// The entry points `k{I}` of `ptx` whose first instruction other than declarations and parameter
+/// loads (`ld.param`: the launch's own constants) is `griddepcontrol.wait`: those may be launched programmatically, since nothing of theirs touches
 /// memory or branches before their dependencies have finished.
 fn kernels_that_wait(ptx: &str) -> std::collections::BTreeSet<u32> {
     let mut out = std::collections::BTreeSet::new();
     for part in ptx.split(".entry k").skip(1) {
         let Some(id) = part.split(|c: char| !c.is_ascii_digit()).next().and_then(|n| n.parse::<u32>().ok()) else { continue };
         let Some(open) = part.find('{') else { continue };
-        let skip = [".reg", "//", ".shared", ".local", "ld.param", "griddepcontrol.launch_dependents"];
+        let skip = [".reg", "//", ".shared", ".local", "ld.param"];
         let first = part[open + 1..].lines().map(str::trim).find(|l| !l.is_empty() && !skip.iter().any(|s| l.starts_with(s)));
         if first.is_some_and(|l| l.starts_with("griddepcontrol.wait")) {
             out.insert(id);
@@ -624,8 +625,8 @@ mod tests {
     #[test]
     fn only_kernels_that_wait_first_are_programmatic() {
         // k3 as LLVM's NVPTX back end writes it under --sm 90 (declarations, a parameter load, the
-        // inline trigger and wait); k4 loads from global memory before it waits; k5 never waits.
-        let ptx = ".visible .entry k3(\n\t.param .u64 k3_param_0\n)\n.maxntid 256, 1, 1\n{\n\t.reg .b64 \t%rd<421>;\n\t// demoted variable\n\t.shared .align 16 .b8 sa3[8256];\n\tld.param.u64 \t%rd159, [k3_param_0];\n\t// begin inline asm\n\tgriddepcontrol.launch_dependents;\ngriddepcontrol.wait;\n\t// end inline asm\n\tret;\n}\n\
+        // inline wait); k4 loads from global memory before it waits; k5 never waits.
+        let ptx = ".visible .entry k3(\n\t.param .u64 k3_param_0\n)\n.maxntid 256, 1, 1\n{\n\t.reg .b64 \t%rd<421>;\n\t// demoted variable\n\t.shared .align 16 .b8 sa3[8256];\n\tld.param.u64 \t%rd159, [k3_param_0];\n\t// begin inline asm\n\tgriddepcontrol.wait;\n\t// end inline asm\n\tret;\n}\n\
                    .visible .entry k4(\n\t.param .u64 k4_param_0\n)\n{\n\tld.param.u64 \t%rd1, [k4_param_0];\n\tld.global.f32 \t%f1, [%rd1];\n\tgriddepcontrol.wait;\n\tret;\n}\n\
                    .visible .entry k5(\n\t.param .u64 k5_param_0\n)\n{\n\tret;\n}\n";
         assert_eq!(kernels_that_wait(ptx).into_iter().collect::<Vec<_>>(), std::vec![3]);

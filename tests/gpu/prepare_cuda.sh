@@ -29,15 +29,15 @@
 #   art/NAME_untiled/   the tiled and rows models, the MLP, the CNN and MiniLM batch 1 compiled with RLX_CUDA_TILES=0 (every kernel one
 #                       thread per output: no shared memory, no shuffles), with their references: when a
 #                       tiled artifact is wrong and its untiled twin right, the cooperative kernels are at fault
-#   art/minilm_bB[_P]_sm80/, art/minilm_bB[_P]_pdlwait/ MiniLM batch 1 / 8 / 32 at every precision compiled --sm 80
-#                       (no programmatic launch: the default before session 17) and with RLX_CUDA_PDL=wait (each
-#                       kernel waits for the previous ones without triggering the next one first), timed beside the default
+#   art/minilm_bB[_P]_sm80/ MiniLM batch 1 / 8 / 32 at every precision compiled --sm 80 (no programmatic
+#                       launch: the default before session 17), timed beside the default
 #   minilm.onnx         the model PyTorch takes its weights from
 #   bench_cuda.py, bench_minilm.py, half_weights.py, run_cuda.sh
 # A bf16 artifact's weights are its f32 twin's followed by the bf16 weight copies its manifest lists
 # (checked here; half_weights.py rebuilds them there).
 # Usage: tests/gpu/prepare_cuda.sh [OUT_DIR]   (run from the repository root; needs .venv and target/release/rlxc)
-# QUICK=1: MiniLM alone (its default artifacts, references at batch 1 / 8, and the _sm80 / _pdlwait twins).
+# QUICK=1: MiniLM alone (its default artifacts, references at batch 1 / 8, and the _sm80 twins);
+# OLD_TWINS=0: without the twins of earlier sessions' changes (untiled, unfused, nosplit, lds32, epichk).
 # SM=80 compiles every case for sm_80 instead.
 set -euo pipefail
 D=${1:-build/gpu-cuda}
@@ -102,9 +102,8 @@ for b in 1 8 32; do
   for p in f32 tf32 bf16; do
     s=_$p; [ $p = f32 ] && s=
     SM=80 EXTRA="--precision $p" case_ minilm_b${b}${s}_sm80 "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"
-    PDL=wait EXTRA="--precision $p" case_ minilm_b${b}${s}_pdlwait "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"
   done
-  [ "$Q" = 1 ] && continue
+  [ "$Q" = 1 ] || [ "${OLD_TWINS:-1}" = 0 ] && continue
   if [ $b -eq 1 ]; then TILES=0 case_ minilm_b1_untiled "$D/minilm.onnx" "--dim batch=1 --dim sequence=128"; fi
   FUSED=0 case_ minilm_b${b}_unfused "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"
   if [ $b -gt 1 ]; then for p in tf32 bf16; do
