@@ -25,8 +25,8 @@
 //! exit, not once they have finished and been flushed, and waits in its first instruction for them,
 //! which overlaps part of the launch latency between dependent kernels (H200, MiniLM batch 1: f32 487 →
 //! 480 µs, tf32 352 → 334, bf16 318 → 311; batch 8 / 32 within ±2%). `RLX_CUDA_PDL=0` at run time
-//! captures plain edges (the wait then returns at once); a driver that refuses the attribute in a
-//! capture gets the plain graph.
+//! captures plain edges (the wait then returns at once), as does a sharded rank's schedule; a driver
+//! that refuses the attribute in a capture gets the plain graph.
 //!
 //! A sharded rank's schedule (version 4) also holds collectives: [`Executor::with_nccl`] (feature
 //! `nccl`) issues each one through the application's NCCL communicator ([`crate::nccl::Nccl`]) on the
@@ -317,9 +317,10 @@ impl Executor {
             }
         }
         // Kernels that wait for their dependencies in their first instruction (`griddepcontrol.wait`)
-        // may be launched programmatically.
+        // may be launched programmatically; not in a sharded rank's graph, whose collectives' NCCL
+        // kernels sit between ours (untried on two GPUs: plain edges there).
         let waits = kernels_that_wait(ptx);
-        let pdl_on = std::env::var("RLX_CUDA_PDL").map_or(true, |v| v != "0");
+        let pdl_on = std::env::var("RLX_CUDA_PDL").map_or(true, |v| v != "0") && ex.collectives == 0;
         let programmatic: Vec<bool> = sched.dispatches.iter().map(|d| pdl_on && d.comm.is_none() && waits.contains(&d.entry)).collect();
         // The graph's shape: the dispatches in levels (`Schedule::levels`: each one level after the last
         // earlier dispatch whose byte ranges conflict with its own), a level's dispatches captured on
