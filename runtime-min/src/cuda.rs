@@ -23,8 +23,8 @@
 //! NVPTX writer's `pdl.rs`, `--sm 90`) is captured with `CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION`,
 //! so the graph's edges into it are programmatic: it is launched as the blocks of the kernels before it
 //! exit, not once they have finished and been flushed, and waits in its first instruction for them,
-//! which overlaps part of the launch latency between dependent kernels (H200, MiniLM batch 1: f32 487 →
-//! 480 µs, tf32 352 → 334, bf16 318 → 311; batch 8 / 32 within ±2%). `RLX_CUDA_PDL=0` at run time
+//! which overlaps part of the launch latency between dependent kernels (H200, MiniLM batch 1: f32 484 →
+//! 473 µs, tf32 346 → 332, bf16 319 → 305; batch 8 / 32 within the rounds' spread). `RLX_CUDA_PDL=0` at run time
 //! captures plain edges (the wait then returns at once), as does a sharded rank's schedule; a driver
 //! that refuses the attribute in a capture gets the plain graph.
 //!
