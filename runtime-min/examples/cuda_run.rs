@@ -58,7 +58,7 @@ fn run(a: &[String]) -> Result<(), String> {
         std::fs::write(out.join(format!("out{i}.bin")), o).map_err(|e| e.to_string())?;
     }
     let (maj, min) = ex.capability().map_err(|e| e.to_string())?;
-    println!("cuda device: {} (sm_{maj}{min}), {} launches in one graph, setup {:.1} ms", ex.device_name(), ex.dispatches(), setup.as_secs_f64() * 1e3);
+    println!("cuda device: {} (sm_{maj}{min}), {} launches in one graph ({} programmatic), setup {:.1} ms", ex.device_name(), ex.dispatches(), ex.programmatic(), setup.as_secs_f64() * 1e3);
     println!("bench: {} runs: p50 {:.1} µs  p10 {:.1} µs  p90 {:.1} µs  min {:.1} µs", ts.len(), q(0.5), q(0.1), q(0.9), q(0.0));
     if std::env::var("RLX_CUDA_KERNEL_TIMES").is_ok_and(|v| v == "1") {
         let times = ex.kernel_times(20).map_err(|e| e.to_string())?;

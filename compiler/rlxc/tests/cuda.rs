@@ -108,6 +108,10 @@ fn every_model_assembles_with_ptxas_for_sm80_and_sm90() {
             let manifest: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join(format!("{name}.json"))).unwrap()).unwrap();
             assert_eq!(sched.dispatches.len() as u64, manifest["kernels"].as_u64().unwrap(), "{name}");
             assert_eq!(src.matches(".entry k").count(), sched.dispatches.len(), "{name}");
+            // sm_90: every kernel waits for the kernels before it in its first instruction
+            // (programmatic dependent launch, nvptx/pdl.rs); sm_80 has no griddepcontrol.
+            let waits = if sm == "90" { sched.dispatches.len() } else { 0 };
+            assert_eq!(src.matches("griddepcontrol.wait;").count(), waits, "{name} sm_{sm}");
             // 256 threads per block, row kernels 32 per row (1, 2, 4 or 8 rows).
             assert!(sched.dispatches.iter().all(|d| [32, 64, 128, 256].contains(&d.block[0]) && d.block[1..] == [1, 1] && !d.ranges.is_empty()), "{name}");
             assert_eq!(manifest["target"]["sm"].as_u64(), Some(sm.parse().unwrap()));
@@ -208,6 +212,53 @@ fn awkward_tiles_and_rows_assemble() {
         let mma = src.matches("mma.sync").count();
         assert!(if p == "bf16" { mma >= 4 } else { mma == 0 }, "{m} ({p}): {mma} mma.sync");
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Programmatic dependent launch (`--sm 90`, nvptx/pdl.rs): the awkward tiles and rows compiled for
+/// sm_90 begin every kernel with `griddepcontrol.wait` before any memory access (the instruction
+/// runtime-min's executor looks for before launching a kernel programmatically), assemble with ptxas
+/// for sm_90, and in CPU emulation, which drops the instruction, match the interpreter as the sm_80 kernels do (f32 within 1e-4, the int32 matmul
+/// exactly); `RLX_CUDA_PDL=0` at compile time leaves them out.
+#[test]
+fn sm90_kernels_wait_for_their_dependencies_first() {
+    let dir = tmp("pdl");
+    ok(Command::new(python()).args(["tests/gpu/make_tiled.py", "--out", s(&dir)]).current_dir(repo()));
+    let names = ["a", "b", "b2", "c", "d", "e"];
+    let npys: Vec<String> = names.iter().map(|n| s(&dir.join(format!("{n}.npy"))).to_string()).collect();
+    let model = dir.join("tiled.onnx");
+    let it = dir.join("interp");
+    let mut c = rlxc();
+    c.args(["run", s(&model), "--target", "interp", "-o", s(&it)]);
+    for (n, p) in names.iter().zip(&npys) {
+        c.args(["--input", &format!("{n}={p}")]);
+    }
+    ok(&mut c);
+    let art = dir.join("art");
+    ok(rlxc().args(["compile", s(&model), "--target", "cuda", "--sm", "90", "--emit-ir", "-o", s(&art)]));
+    let ptx = std::fs::read_to_string(art.join("tiled.ptx")).unwrap();
+    let kernels = ptx.matches(".entry k").count();
+    assert!(kernels > 3, "{kernels} kernels");
+    for part in ptx.split(".entry k").skip(1) {
+        let body = &part[part.find('{').unwrap() + 1..];
+        let skip = [".reg", "//", ".shared", ".local", "ld.param"];
+        let first = body.lines().map(str::trim).find(|l| !l.is_empty() && !skip.iter().any(|x| l.starts_with(x))).unwrap();
+        assert!(first.starts_with("griddepcontrol.wait"), "k{}: first instruction {first}", &part[..part.find('(').unwrap()]);
+    }
+    let emu = dir.join("emu");
+    assemble_and_emulate(&art, "tiled", &emu, &npys.iter().map(Path::new).collect::<Vec<_>>());
+    let mut seen = 0;
+    for e in std::fs::read_dir(&it).unwrap() {
+        let out = e.unwrap().path().file_stem().unwrap().to_string_lossy().into_owned();
+        let d = max_abs(&it, &emu, &out);
+        eprintln!("sm_90 {out}: emulated cuda vs interp max abs {d:.3e}");
+        assert!(d <= if out == "mm_i32" { 0.0 } else { 1e-4 }, "{out}: {d}");
+        seen += 1;
+    }
+    assert!(seen >= 6, "{seen} outputs");
+    let off = dir.join("off");
+    ok(rlxc().env("RLX_CUDA_PDL", "0").args(["compile", s(&model), "--target", "cuda", "--sm", "90", "-o", s(&off)]));
+    assert!(!std::fs::read_to_string(off.join("tiled.ptx")).unwrap().contains("griddepcontrol"));
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -29,8 +29,9 @@ fn plan_name(p: &Plan) -> String {
 /// kernels `rlx_ir::loops::tiled` recognizes cooperatively (`tiled.rs`); without, every kernel runs
 /// one thread per grid point (the reference the cooperative kernels are checked against).
 /// With `--precision bf16|fp16` also the 16-bit weight copies the matmul tiles read (`half_weights.rs`):
-/// their list and the bytes to append to the weights.
-pub fn module_text(lir: &Lir, bases: &[BaseBuf], tiles: bool, mma: super::Mma) -> Result<(String, Vec<SchedDispatch>, Vec<String>, Vec<HalfCopy>, Vec<u8>), String> {
+/// their list and the bytes to append to the weights. `pdl`: the instructions every kernel begins
+/// with (`pdl.rs`'s programmatic-dependent-launch prologue, sm_90).
+pub fn module_text(lir: &Lir, bases: &[BaseBuf], tiles: bool, mma: super::Mma, pdl: Option<&str>) -> Result<(String, Vec<SchedDispatch>, Vec<String>, Vec<HalfCopy>, Vec<u8>), String> {
     let mut halves = HalfWeights::new(lir, mma);
     let wbind = bases.iter().position(|x| x.base == Base::Weights).unwrap_or(0);
     let mut decls = BTreeSet::new();
@@ -87,7 +88,10 @@ pub fn module_text(lir: &Lir, bases: &[BaseBuf], tiles: bool, mma: super::Mma) -
             let mut h = Halves { weights: halves.as_mut(), bindings: &l.bindings, wbind };
             let t = super::tiled::kernel(li, &sig.join(", "), &casts, params, &offsets, &plan, mma, &mut h, &mut decls).map_err(|e| format!("kernel '{}': {e}", k.name))?;
             let _ = writeln!(fns, "; launch {li}: {:?} ({})", k.name, plan_name(&plan));
-            fns.push_str(&t.text);
+            fns.push_str(&match pdl {
+                Some(p) => super::pdl::with_prologue(&t.text, p),
+                None => t.text,
+            });
             globals.extend(t.globals);
             dispatches.push(SchedDispatch { entry: li as u32, groups: t.groups, block: [t.block, 1, 1], ranges, comm: None });
             names.push(k.name.clone());
@@ -97,6 +101,7 @@ pub fn module_text(lir: &Lir, bases: &[BaseBuf], tiles: bool, mma: super::Mma) -
         let mut f = String::new();
         let _ = writeln!(f, "; launch {li}: {:?}", k.name);
         let _ = writeln!(f, "define ptx_kernel void @k{li}({}) #0 {{\nentry:", sig.join(", "));
+        f.push_str(pdl.unwrap_or(""));
         f.push_str(&allocas);
         for (_, slot) in &bound {
             let _ = writeln!(f, "  {slot} = alloca i64");
