@@ -88,7 +88,9 @@ def flops(model) -> float:
 
 def base_model(name: str, work: Path) -> Path:
     """The batch-1 ONNX file of zoo model `name`: a `light` model of the onnx wheel, or mobilenet_like /
-    a `conv{cin}x{cout}h{h}k{k}s{s}` layer written into `work`."""
+    a `conv{cin}x{cout}h{h}k{k}s{s}` layer written into `work`, or a path ending in .onnx (itself)."""
+    if name.endswith(".onnx"):
+        return Path(name)
     if name == "mobilenet_like":
         base = work / "mobilenet_like.onnx"
         mobilenet_like(base)

@@ -13,7 +13,8 @@ NAME_ort_<output>.npy (ONNX Runtime's outputs on it); and calib.npy (64 samples 
   (`avgc`), depthwise 5×5 pad 2 with a per-channel Mul and Add after it (`dw5`); and from `dw2` a
   grouped 1×1 convolution 8→10 (2 groups, 5 output channels each) with bias and Relu (`grp5`), an
   AveragePool (stride 2) and a MaxPool whose one window covers all of it (`gavg`, `gmax`: imported as
-  the global pools).
+  the global pools); from x depthwise 3×3 with bias + SiLU as x · Sigmoid(x), stride 1 and 2 (`dwsw`,
+  `dwsw2`: rows stored without the epilogue, then the epilogue over each row in vectors).
 - `narrow`: the same with x f32[2,8,7,7] (rows narrower than a vector, batch 2).
 - `plane`: the same with x f32[2,8,13,13] (the plane form of `dw` and `dw5`: odd sizes, batch 2).
 - `plane2`: x f32[1,20,9,9] → depthwise 3×3 padded only at the bottom and right (pads 0,0,2,2) plus x
@@ -102,7 +103,12 @@ def window(x_shape):
     whole = [(n - 1) // 2 + 1 for n in x_shape[2:]]
     g.node("AveragePool", [dw2], "gavg", kernel_shape=whole, strides=[2, 2])
     g.node("MaxPool", [dw2], "gmax", kernel_shape=whole)
-    return g.model("window", x_shape, ["dw", "dw2", "grp", "maxp", "avgp", "avgc", "dw5", "grp5", "gavg", "gmax"])
+    # SiLU (x · Sigmoid(x)) after a depthwise 3×3, stride 1 and 2: rows stored bare, then the epilogue
+    # over each row in vectors.
+    for name, stride in [("dwsw", 1), ("dwsw2", 2)]:
+        c = g.conv("x", name + "_c", 8, 8, 3, 8, stride=stride, pad=1, bias=True)
+        g.node("Mul", [c, g.node("Sigmoid", [c], name + "_sig")], name)
+    return g.model("window", x_shape, ["dw", "dw2", "grp", "maxp", "avgp", "avgc", "dw5", "grp5", "gavg", "gmax", "dwsw", "dwsw2"])
 
 
 def plane2():

@@ -3,7 +3,8 @@
 //! `tests/native/make_window_cnns.py` writes small CNNs and ONNX Runtime's outputs on them.
 //! - `window` (rows of 37 columns: vector interiors with remainders, stride 1 and 2, dilation, padded
 //!   and unpadded, ceil mode, both average-pool counts, a partial block of output channels, an average
-//!   and a max pool whose one window covers the input — imported as the global pools) and
+//!   and a max pool whose one window covers the input — imported as the global pools —, SiLU after a
+//!   depthwise convolution: rows stored bare, then the epilogue over each row in vectors) and
 //!   `narrow` (7 columns: under a vector; batch 2), `plane` (13 × 13, batch 2) and `plane2` (9 × 9,
 //!   padding at the bottom and right only, a residual operand the plane's size, a grouped convolution
 //!   in blocks of 8 output channels) — the plane form of stride-1 "same" grouped convolutions —, and
@@ -69,7 +70,7 @@ fn rel_err(what: &str, got: &ConstData, want: &ConstData) -> f64 {
 /// and SiLU epilogues reading the anchor's value twice (`plan/fuse.rs`).
 const SILU: [&str; 6] = ["dws", "dws2", "dwd", "dwp", "pws", "mms"];
 
-const OUTS: [&str; 10] = ["dw", "dw2", "grp", "maxp", "avgp", "avgc", "dw5", "grp5", "gavg", "gmax"];
+const OUTS: [&str; 12] = ["dw", "dw2", "grp", "maxp", "avgp", "avgc", "dw5", "grp5", "gavg", "gmax", "dwsw", "dwsw2"];
 
 #[test]
 fn window_kernels_match_the_interpreter_and_onnx_runtime() {

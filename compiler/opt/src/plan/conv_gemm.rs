@@ -165,7 +165,7 @@ fn by_rows(mg: usize, pn: usize, tiles: usize) -> bool {
 
 impl Planner<'_> {
     /// The kernel root whose kernel computes anchor `a` (itself when it is a root).
-    fn root_of_anchor(&self, a: NodeId) -> Option<NodeId> {
+    pub(super) fn root_of_anchor(&self, a: NodeId) -> Option<NodeId> {
         if self.fusion.role[a.index()] == Role::Root {
             return Some(a);
         }

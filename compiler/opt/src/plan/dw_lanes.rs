@@ -18,14 +18,17 @@ use super::Planner;
 use super::fuse::Role;
 use rlx_ir::lir::{Base, Buffer};
 use rlx_ir::loops::{Access, Expr, IOp, LoopKind, Stmt};
-use rlx_ir::{BinaryOp, DType, Def, MirOp, NodeId, OpSet, ValueId};
+use rlx_ir::{BinaryOp, DType, Def, MirOp, NodeId, OpSet, UnaryOp, ValueId};
 
 /// Output rows narrower than this many vectors take the form when more than a third of their columns
-/// are border columns (wider rows and fewer borders keep the window kernels, whose interior vectors
-/// then cover most of each row). Measured one layer at a time against the window kernels (1 thread,
-/// CPU time, ReLU epilogue): 1152 channels 5×5 at 7² 92 µs against 281 (4 of 7 columns border),
-/// 672 channels 5×5 at 14² 209 against 203 (4 of 14), 3×3 at 7² 57 against 48 (2 of 7), 3×3 at 14²
-/// and 28² 2.3–2.5× slower (the copy and the store are a lane per plane).
+/// are border columns, or when they fit one vector and the epilogue evaluates an exponential (the
+/// window kernels' border columns evaluate it one element at a time); other rows keep the window
+/// kernels, whose interior vectors then cover most of each row. Measured one layer at a time against
+/// the window kernels (1 thread, CPU time, ReLU epilogue): 1152 channels 5×5 at 7² 92 µs against 281
+/// (4 of 7 columns border), 672 channels 5×5 at 14² 209 against 203 (4 of 14), 3×3 at 7² 57 against
+/// 48 (2 of 7), 3×3 at 14² and 28² 2.3–2.5× slower (the copy and the store are a lane per plane); in
+/// an EfficientNet-B0-like model (SiLU epilogues) the 14² layers 278 / 194 µs against 408 / 294
+/// (5×5 / 3×3), the 28² ones 154 / 160 against 110 / 152.
 const MAX_ROW_VECTORS: usize = 2;
 
 /// Output columns computed together (an accumulator each).
@@ -75,8 +78,28 @@ impl Planner<'_> {
         let hp = padded(so[2], strides[0], sw[2], dilations[0]);
         let wp = padded(so[3], strides[1], sw[3], dilations[1]);
         depthwise && f32s && finite && uses[w.index()] == 1 && !self.g.output_mask()[w.index()] && self.materialized(x)
-            && so[3] < MAX_ROW_VECTORS * lanes && border_columns(sx[3], so[3], strides[1], pads[1], dilations[1], sw[3]) * 3 > so[3]
+            && so[3] < MAX_ROW_VECTORS * lanes && (border_columns(sx[3], so[3], strides[1], pads[1], dilations[1], sw[3]) * 3 > so[3] || (so[3] <= lanes && self.transcendental_epilogue(a)))
             && hp * wp * lanes * 4 <= SCRATCH_BYTES
+    }
+
+    /// Whether the epilogue of anchor `a` evaluates an exponential-class function (SiLU's sigmoid, GELU's
+    /// erf or tanh): the window kernels' border columns evaluate it one element at a time.
+    pub(super) fn transcendental_epilogue(&self, a: NodeId) -> bool {
+        let Some(r) = self.root_of_anchor(a) else { return false };
+        let mut stack = vec![r];
+        let mut seen = Vec::new();
+        while let Some(n) = stack.pop() {
+            if n == a || seen.contains(&n) {
+                continue;
+            }
+            seen.push(n);
+            let node = self.g.node(n);
+            if matches!(node.op, MirOp::Unary(u) if matches!(u, UnaryOp::Exp | UnaryOp::Sigmoid | UnaryOp::Tanh | UnaryOp::Erf | UnaryOp::Log)) {
+                return true;
+            }
+            stack.extend(node.inputs.iter().filter_map(|&v| self.g.producer(v)).filter(|p| *p == a || self.fusion.role[p.index()] == Role::Inlined));
+        }
+        false
     }
 
     /// Packs the weights of the depthwise convolutions that take the form; returns the weights packed

@@ -95,8 +95,13 @@ impl Planner<'_> {
         };
         let chans: Vec<Expr> = (0..rb).map(|i| chan(Expr::Int(i as i64))).collect();
         let glast = (mg % rb != 0).then_some(glast);
-        let win = Win { a, r, op, ni, c0, chans, glast, rb, w, s, p, d, k, lo, hi, nv, over, rest, lanes, pad_end, count_pad };
-        let body = match self.plane_rows(a, r, out_shape) {
+        let plane = self.plane_rows(a, r, out_shape);
+        let staged = plane.is_none() && a != r && self.transcendental_epilogue(a);
+        if staged {
+            kb.params[op as usize].access = rlx_ir::loops::Access::ReadWrite;
+        }
+        let win = Win { a, r, op, ni, c0, chans, glast, rb, w, s, p, d, k, lo, hi, nv, over, rest, lanes, pad_end, count_pad, staged };
+        let body = match plane {
             // The plane form: the output rows whose row taps are all inside the input as one flat
             // vector loop over their positions (`plane_body`), then the rows above and below them by
             // rows, and the two border columns the flat range leaves out.
@@ -122,7 +127,10 @@ impl Planner<'_> {
             }
             None => {
                 let row = kb.var();
-                let cols = self.window_row(kb, &anode, &win, out_shape, Expr::Var(row), false);
+                let mut cols = self.window_row(kb, &anode, &win, out_shape, Expr::Var(row), false);
+                if staged {
+                    cols.extend(self.epilogue_pass(kb, &win, out_shape, Expr::Var(row)));
+                }
                 vec![Stmt::For { var: row, extent: oh as i64, kind: LoopKind::Serial, body: cols }]
             }
         };
@@ -132,7 +140,7 @@ impl Planner<'_> {
     /// One output row `row` of a window kernel: its left border, interior and right border (only
     /// the borders, the columns not in the vector loops, with `borders_only`).
     fn window_row(&mut self, kb: &mut KB, anode: &rlx_ir::Node<MirOp>, win: &Win, out_shape: &[usize], row: Expr, borders_only: bool) -> Vec<Stmt> {
-        let Win { a, r, op, ref ni, ref c0, ref chans, ref glast, rb, w, s, p, d, k, lo, hi, nv, over, rest, lanes, pad_end, count_pad } = *win;
+        let Win { ref ni, ref c0, ref chans, ref glast, rb, w, s, p, d, k, lo, hi, nv, over, rest, lanes, pad_end, count_pad, .. } = *win;
         let av = anode.outputs[0];
         let ow = out_shape[3] as i64;
         let mut cols = Vec::new();
@@ -168,7 +176,7 @@ impl Planner<'_> {
                     cols.extend(pre);
                     for (i, acc) in accs.into_iter().enumerate() {
                         let idx = [ni.clone(), chans[i].clone(), row.clone(), Expr::Int(c)];
-                        cols.push(self.store_with_epilogue(kb, av, acc, a, r, op, &idx, out_shape));
+                        cols.push(self.win_store(kb, win, av, acc, &idx, out_shape));
                     }
                 }
                 continue;
@@ -188,7 +196,7 @@ impl Planner<'_> {
                 body.extend(pre);
                 for (i, acc) in accs.into_iter().enumerate() {
                     let idx = at(chans[i].clone());
-                    body.push(self.store_with_epilogue(kb, av, acc, a, r, op, &idx, out_shape));
+                    body.push(self.win_store(kb, win, av, acc, &idx, out_shape));
                 }
             } else {
                 // Per element, each channel of the block in turn.
@@ -199,13 +207,53 @@ impl Planner<'_> {
                 };
                 let idx = at(if rb > 1 { ch } else { c0.clone() });
                 let (mut pre, acc) = self.anchor_body(kb, anode, &idx);
-                pre.push(self.store_with_epilogue(kb, av, acc, a, r, op, &idx, out_shape));
+                pre.push(self.win_store(kb, win, av, acc, &idx, out_shape));
                 body = if rb > 1 { vec![Stmt::For { var: rv, extent: rb as i64, kind: LoopKind::Serial, body: pre }] } else { pre };
             }
             let kind = if vector { LoopKind::Vector(lanes as u32) } else { LoopKind::Serial };
             cols.push(Stmt::For { var: j, extent: count, kind, body });
         }
         cols
+    }
+
+    /// A window kernel's store of accumulator `acc` at `idx`: through the epilogue, or the bare value
+    /// when the row's epilogue is applied afterwards (`win.staged`).
+    fn win_store(&mut self, kb: &mut KB, win: &Win, av: rlx_ir::ValueId, acc: Expr, idx: &[Expr], out_shape: &[usize]) -> Stmt {
+        if win.staged {
+            Stmt::Store { buf: win.op, index: linear(idx, out_shape), value: acc }
+        } else {
+            self.store_with_epilogue(kb, av, acc, win.a, win.r, win.op, idx, out_shape)
+        }
+    }
+
+    /// The epilogue of a staged row (`win.staged`): every column's stored value read back and put
+    /// through the epilogue in vectors — runs of whole vectors, then narrower ones down to 4 lanes,
+    /// then single columns, none overlapping (the epilogue is applied once per element).
+    fn epilogue_pass(&mut self, kb: &mut KB, win: &Win, out_shape: &[usize], row: Expr) -> Vec<Stmt> {
+        let av = self.g.node(win.a).outputs[0];
+        let ow = out_shape[3] as i64;
+        let mut runs = Vec::new();
+        let (mut at, mut width) = (0, win.lanes.max(1));
+        while at < ow {
+            while width > 1 && ow - at < width {
+                width = if width / 2 >= 4 { width / 2 } else { 1 };
+            }
+            let count = (ow - at) / width;
+            runs.push((at, count, width));
+            at += count * width;
+        }
+        let mut out = Vec::new();
+        for chan in win.chans.clone() {
+            for &(start, count, width) in &runs {
+                let j = kb.var();
+                let idx = [win.ni.clone(), chan.clone(), row.clone(), Expr::add(Expr::Int(start), Expr::Var(j))];
+                let raw = Expr::load(win.op, linear(&idx, out_shape));
+                let st = self.store_with_epilogue(kb, av, raw, win.a, win.r, win.op, &idx, out_shape);
+                let kind = if width > 1 { LoopKind::Vector(width as u32) } else { LoopKind::Serial };
+                out.push(Stmt::For { var: j, extent: count * width, kind, body: vec![st] });
+            }
+        }
+        out
     }
 
     /// The store of accumulator `acc` (anchor value `av` of node `a`) at `idx`, through the epilogue
@@ -250,4 +298,8 @@ pub(super) struct Win {
     /// The right padding and whether an average pool counts the padding.
     pub(super) pad_end: i64,
     pub(super) count_pad: bool,
+    /// Whether each row is stored without its epilogue, which a vector pass over the row then applies
+    /// (`epilogue_pass`: an epilogue with an exponential would run one element at a time in the
+    /// border columns).
+    pub(super) staged: bool,
 }
