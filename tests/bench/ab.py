@@ -8,7 +8,7 @@ for all.
 
 A variant is compile flags for `rlxc compile` and/or NAME=VALUE environment settings for it (compile-time
 switches read by the compiler); `RLXC=path` takes another rlxc binary (a build of an earlier commit).
-`--model` is a zoo name (tests/bench/zoo.py: the `light` models, mobilenet_like, conv{cin}x{cout}h{h}k{k}s{s}
+`--model` is a zoo name (tests/bench/zoo.py: the `light` models, mobilenet_like, efficientnet_like, conv{cin}x{cout}h{h}k{k}s{s}
 single layers). Reported: each variant's median per call — the process's CPU time (all threads), or wall
 time with --wall (use it with RLX_NUM_THREADS > 1) — and its ratio to the first variant's, and the largest
 output difference from the first variant. Set the thread count with RLX_NUM_THREADS (ORT gets the same).

@@ -88,12 +88,13 @@ def flops(model) -> float:
 
 def base_model(name: str, work: Path) -> Path:
     """The batch-1 ONNX file of zoo model `name`: a `light` model of the onnx wheel, or mobilenet_like /
-    a `conv{cin}x{cout}h{h}k{k}s{s}` layer written into `work`, or a path ending in .onnx (itself)."""
+    efficientnet_like (tests/bench/NAME.py) / a `conv{cin}x{cout}h{h}k{k}s{s}` layer written into `work`,
+    or a path ending in .onnx (itself)."""
     if name.endswith(".onnx"):
         return Path(name)
-    if name == "mobilenet_like":
-        base = work / "mobilenet_like.onnx"
-        mobilenet_like(base)
+    if name in ("mobilenet_like", "efficientnet_like"):
+        base = work / f"{name}.onnx"
+        subprocess.run([sys.executable, str(ROOT / f"tests/bench/{name}.py"), "--out", str(base)], check=True, stdout=subprocess.DEVNULL)
     elif name.startswith("conv"):
         base = work / f"{name}.onnx"
         conv_layer(base, name)
@@ -171,12 +172,6 @@ def m_check(model: Path) -> str | None:
     return outs[1].name if len(outs) > 1 else None
 
 
-def mobilenet_like(dst: Path) -> None:
-    """tests/bench/mobilenet_like.py's model (depthwise separable blocks, ReLU6, global pool, classifier)."""
-    subprocess.run([sys.executable, str(ROOT / "tests/bench/mobilenet_like.py"), "--out", str(dst)], check=True,
-                   stdout=subprocess.DEVNULL)
-
-
 def conv_layer(dst: Path, spec: str) -> None:
     """tests/bench/conv_layer.py's single convolution layer (`conv{cin}x{cout}h{h}k{k}s{s}`)."""
     subprocess.run([sys.executable, str(ROOT / "tests/bench/conv_layer.py"), "--out", str(dst), "--spec", spec], check=True)
@@ -185,7 +180,7 @@ def conv_layer(dst: Path, spec: str) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rlxc", default=str(ROOT / "target/release/rlxc"))
-    ap.add_argument("--models", default=",".join(LIGHT + ["mobilenet_like"]))
+    ap.add_argument("--models", default=",".join(LIGHT + ["mobilenet_like", "efficientnet_like"]))
     ap.add_argument("--batches", default="1,8")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--reps", type=int, default=10)
@@ -200,9 +195,6 @@ def main() -> int:
     rows = []
     try:
         for name in a.models.split(","):
-            if name == "mobilenet_like" and not (ROOT / "tests/bench/mobilenet_like.py").exists():
-                print("mobilenet_like: tests/bench/mobilenet_like.py is missing", flush=True)
-                continue
             base = base_model(name, work)
             for batch in [int(b) for b in a.batches.split(",")]:
                 d = work / f"{name}_b{batch}"
@@ -258,8 +250,9 @@ def main() -> int:
     if a.out:
         lines = [SECTION, "",
                  "Measured by `make bench-zoo` (`tests/bench/zoo.py`, also part of `make bench`): the nine `light` models of",
-                 "the onnx wheel (onnx/backend/test/data/light) and a MobileNet-style depthwise model",
-                 "(`tests/bench/mobilenet_like.py`), batch 1 and 8, 1 and 2 threads; rlxc's host artifact and ONNX Runtime",
+                 "the onnx wheel (onnx/backend/test/data/light), a MobileNet-style depthwise model",
+                 "(`tests/bench/mobilenet_like.py`) and an EfficientNet-B0-style one (`tests/bench/efficientnet_like.py`: SiLU,",
+                 "squeeze-and-excitation, 5×5 depthwise), batch 1 and 8, 1 and 2 threads; rlxc's host artifact and ONNX Runtime",
                  "in one process per row, interleaved blocks, p50 (the method of the MiniLM table). GFLOP/s counts the",
                  "convolutions' and matmuls' multiply-adds ×2; sgemm peak = numpy/OpenBLAS 1024² in the same process.",
                  "rel diff = max |rlxc − ORT| / max |ORT| over the logits (the input of a final Softmax, else the output).", "",
