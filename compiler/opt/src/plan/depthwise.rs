@@ -36,7 +36,6 @@ impl Planner<'_> {
         let (cg, mg) = (sw[1], sw[0] / groups);
         let chan = |r: usize| chans[r].clone();
         let accs: Vec<_> = chans.iter().map(|_| kb.var()).collect();
-        let parts: Vec<_> = if plane.is_none() { chans.iter().map(|_| kb.var()).collect() } else { Vec::new() };
         let (c, kh, kw) = (kb.var(), kb.var(), kb.var());
         // input channel = (m / mg) * cg + c (the block's channels share a group)
         let ci = Expr::add(Expr::mul(Expr::i(IOp::Div, idx[1].clone(), Expr::Int(mg as i64)), Expr::Int(cg as i64)), Expr::Var(c));
@@ -67,19 +66,11 @@ impl Planner<'_> {
                     }
                     _ => {}
                 }
-                let into = if plane.is_none() { parts[r] } else { acc };
-                upd.push(Stmt::Assign { var: into, value: Expr::Bin(BinaryOp::Add, odt, Box::new(Expr::Var(into)), Box::new(prod)) });
+                upd.push(Stmt::Assign { var: acc, value: Expr::Bin(BinaryOp::Add, odt, Box::new(Expr::Var(acc)), Box::new(prod)) });
             }
         }
         let mut cols = match plane {
-            // Each kernel row's taps summed apart, then added to the accumulator: the rows' chains of
-            // dependent multiply-adds are independent (a 3×3 window's longest chain 3 + 3 instead of 9).
-            None => {
-                let mut v: Vec<Stmt> = parts.iter().map(|&p| Stmt::Decl { var: p, dtype: odt, init: lit(0.0, odt) }).collect();
-                v.push(Stmt::For { var: kw, extent: (taps.1 - taps.0).max(0), kind: LoopKind::Serial, body: upd });
-                v.extend(accs.iter().zip(&parts).map(|(&acc, &p)| Stmt::Assign { var: acc, value: Expr::Bin(BinaryOp::Add, odt, Box::new(Expr::Var(acc)), Box::new(Expr::Var(p))) }));
-                v
-            }
+            None => vec![Stmt::For { var: kw, extent: (taps.1 - taps.0).max(0), kind: LoopKind::Serial, body: upd }],
             Some(_) => upd,
         };
         if plane.is_none() && (pads[0] > 0 || pads[2] > 0) {
