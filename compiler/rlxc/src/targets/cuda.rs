@@ -41,8 +41,8 @@ pub fn caps() -> TargetCaps {
 /// the unfused time at batch 1 / 8 / 32 (f32: 0.97 / 0.99 / 0.98×). Matmuls with few outputs over a
 /// long K (MiniLM batch 1's FFN down) split K across launches into 8 partial sums (`rlx_opt`'s
 /// `plan/split_k.rs`; `RLX_CUDA_SPLIT_K=N` at compile time: N parts, 0 none). Measured on the H200
-/// (MiniLM batch 1, p50 of three rounds × 100 runs): f32 474 → 429 µs with 8 parts (2: 456, 4: 452),
-/// bf16 308 → 284 (4: 287).
+/// (MiniLM batch 1, p50 of three rounds × 100 runs, against the unsplit twin in the same rounds): f32
+/// 480 → 434 µs, tf32 339 → 311, bf16 307 → 274 (2, 4 and 16 parts: docs/benchmarks.md, session 17b).
 pub fn plan_options(precision: Precision) -> rlx_opt::PlanOptions {
     let fused_attention = precision == Precision::F32 && std::env::var("RLX_CUDA_FUSED_ATTENTION").map_or(true, |v| v != "0");
     let split_k = std::env::var("RLX_CUDA_SPLIT_K").ok().and_then(|v| v.parse().ok()).unwrap_or(8);
