@@ -25,7 +25,9 @@ order instead of a level's dispatches as parallel branches), whose output must e
 for bit, and with RLX_CUDA_PDL=0 (`rlxc_cuda_nopdl`: the graph's edges plain instead of programmatic —
 kernels compiled --sm 90 wait for the kernels before them in their first instruction —), the same bits;
 `minilm_bB_P_sm80` (--sm 80: no programmatic launch, the default before session 17), where carried,
-is timed beside the default (`rlxc_cuda_sm80`); `minilm_b1_P_nosplit` (RLX_CUDA_TC_SPLIT=0: the tensor cores' 16×16 general tiles without
+is timed beside the default (`rlxc_cuda_sm80`), and so are `minilm_b1[_P]_splitk0` and `_splitk16`
+(RLX_CUDA_SPLIT_K=0 / 16: batch 1's FFN down not split across launches / in 16 partial sums instead of
+8; checked against the interpreter too); `minilm_b1_P_nosplit` (RLX_CUDA_TC_SPLIT=0: the tensor cores' 16×16 general tiles without
 split K), where carried, are checked against the interpreter and timed the same way
 (`rlxc_cuda_nosplit`), and so are `minilm_bB_bf16_f32w` (RLX_CUDA_HALF_WEIGHTS=0: the tensor-core
 tiles convert the f32 weights as they stage them instead of reading their bf16 copies), whose output
@@ -85,6 +87,8 @@ TWINS = {
     "lds32": "tile fragments by 32-bit shared loads (RLX_CUDA_VEC_LDS=32)",
     "epichk": "vector-staged tiles' outputs bounds-checked (RLX_CUDA_VEC_EPI=checked)",
     "sm80": "sm_80 PTX, no programmatic launch (--sm 80)",
+    "splitk0": "FFN down not split across launches (RLX_CUDA_SPLIT_K=0)",
+    "splitk16": "FFN down in 16 partial sums (RLX_CUDA_SPLIT_K=16)",
 }
 SAME_BITS = {"f32w"}
 
@@ -92,7 +96,7 @@ SAME_BITS = {"f32w"}
 def precision_of(case):
     """The precision a case's artifact was compiled with (its folder suffix)."""
     for p, sfx in PRECISIONS.items():
-        if sfx and re.sub(r"_(untiled|unfused|nosplit|f32w|fill0|heads0|lds32|epichk|sm80)$", "", case).endswith(sfx):
+        if sfx and re.sub(r"_(untiled|unfused|nosplit|f32w|fill0|heads0|lds32|epichk|sm80|splitk0|splitk16)$", "", case).endswith(sfx):
             return p
     return "f32"
 
@@ -176,7 +180,7 @@ def main() -> int:
     refs = set(os.listdir(os.path.join(a.carry, "ref")))
     cases = []
     for c in sorted(os.listdir(os.path.join(work, "art"))):
-        twin = c if c in refs else re.sub(r"(_(untiled|unfused|nosplit|f32w|fill0|heads0|lds32|epichk|sm80|tf32|bf16))+$", "", c)
+        twin = c if c in refs else re.sub(r"(_(untiled|unfused|nosplit|f32w|fill0|heads0|lds32|epichk|sm80|splitk0|splitk16|tf32|bf16))+$", "", c)
         if twin in refs:
             cases.append((c, twin))
     for c, twin in cases:

@@ -21,6 +21,12 @@ splits inside the block, on the SIMT cores and on the tensor cores (K = 300 with
   mm_k300  g[40,300] @ w5[300,50] + bias5
   mm_k1100 h[20,1100] @ w6[1100,24]
   mm_k768  h[:, :768] @ w7[768,40]                 whole slices of 4 × 32 (unguarded staging)
+
+and splitk_launch.onnx (inputs p.npy, q.npy): matmuls with few outputs over a long K, which the CUDA
+target computes as 8 partial sums in a launch of their own, added in order by the matmul's kernel
+(rlx-opt's plan/split_k.rs; RLX_CUDA_SPLIT_K):
+  mm_sk2048  p[32,2048] @ w8[2048,48] + bias8 + p[:, :48]   parts of 256, the partial tiles one output per thread
+  mm_sk1024  q[64,1024] @ w9[1024,256]                      parts of 128, the partial tiles 2×2 outputs per thread
 """
 from __future__ import annotations
 
@@ -105,6 +111,26 @@ def main() -> int:
     m.ir_version = 8
     onnx.checker.check_model(m)
     onnx.save(m, os.path.join(a.out, "splitk.onnx"))
+    for n, s in shapes.items():
+        np.save(os.path.join(a.out, f"{n}.npy"), f(*s))
+    # splitk_launch.onnx: few outputs over a long K, split across launches (CUDA's plan/split_k.rs).
+    inits = [numpy_helper.from_array(f(2048, 48), "w8"), numpy_helper.from_array(f(48), "bias8"), numpy_helper.from_array(f(1024, 256), "w9"),
+             numpy_helper.from_array(np.array([0], dtype=np.int64), "z1"), numpy_helper.from_array(np.array([48], dtype=np.int64), "e48"),
+             numpy_helper.from_array(np.array([1], dtype=np.int64), "ax1")]
+    nodes = [
+        helper.make_node("MatMul", ["p", "w8"], ["t8"]),
+        helper.make_node("Add", ["t8", "bias8"], ["u8"]),
+        helper.make_node("Slice", ["p", "z1", "e48", "ax1"], ["p48"]),
+        helper.make_node("Add", ["u8", "p48"], ["mm_sk2048"]),
+        helper.make_node("MatMul", ["q", "w9"], ["mm_sk1024"]),
+    ]
+    shapes = {"p": [32, 2048], "q": [64, 1024]}
+    ins = [helper.make_tensor_value_info(n, T.FLOAT, s) for n, s in shapes.items()]
+    outs = [helper.make_tensor_value_info("mm_sk2048", T.FLOAT, [32, 48]), helper.make_tensor_value_info("mm_sk1024", T.FLOAT, [64, 256])]
+    m = helper.make_model(helper.make_graph(nodes, "splitk_launch", ins, outs, inits), opset_imports=[helper.make_opsetid("", 18)])
+    m.ir_version = 8
+    onnx.checker.check_model(m)
+    onnx.save(m, os.path.join(a.out, "splitk_launch.onnx"))
     for n, s in shapes.items():
         np.save(os.path.join(a.out, f"{n}.npy"), f(*s))
     return 0

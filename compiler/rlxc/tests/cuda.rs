@@ -13,7 +13,8 @@
 //!   and each of those modules assembles for sm_80 and sm_90 too;
 //! - whole tiles of K-contiguous operands take the vector-staged tensor-core tiles (nvptx/vec_tile.rs),
 //!   which match the interpreter in CPU emulation at every block tile; few tiles over a long K split
-//!   K inside the block (SIMT, and on the tensor cores across pairs of warps) and match it too;
+//!   K inside the block (SIMT, and on the tensor cores across pairs of warps) and match it too, and
+//!   few outputs over a longer K split across launches (partial sums, then their ordered sum);
 //! - attention is one fused kernel per layer (2 launches fewer than with RLX_CUDA_FUSED_ATTENTION=0),
 //!   and tests/gpu/make_attention.py's attention patterns match the interpreter in CPU emulation;
 //! - `--sm` outside 80/86/89/90, `--sm` or `--precision` with another target, and an unknown
@@ -350,6 +351,48 @@ fn tiled_kernels_match_the_interpreter_in_cpu_emulation() {
             }
         }
         assert_eq!(bars[0], bars[1] + 3, "{p}: the tensor-core tiles do not split K");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Split K across launches (rlx-opt's `plan/split_k.rs`, the CUDA target's `RLX_CUDA_SPLIT_K`, default
+/// 8): tests/gpu/make_tiled.py's splitk_launch.onnx — p[32,2048] @ w8 + bias + residual (the partial
+/// tiles one output per thread, each part's K split inside the block too) and q[64,1024] @ w9 (2×2
+/// outputs per thread) — compiles to one partial-sums launch before each matmul's kernel (none with
+/// RLX_CUDA_SPLIT_K=0), assembles for sm_90, and in CPU emulation (tests/gpu/emulate_cuda.py) matches
+/// the interpreter: f32 within 1e-4 max abs (outputs up to ~160: sums of 1024 / 2048 products of
+/// N(0,1) values in another order; measured 3e-5), tf32 / bf16 relative RMS under 1e-3 / 6e-3 (the
+/// operands' rounding; a wrong part offset or a missing part gives errors of order 1).
+#[test]
+fn split_k_across_launches_matches_the_interpreter_in_cpu_emulation() {
+    let dir = tmp("splitk-launch");
+    ok(Command::new(python()).args(["tests/gpu/make_tiled.py", "--out", s(&dir)]).current_dir(repo()));
+    let (p, q) = (dir.join("p.npy"), dir.join("q.npy"));
+    let model = dir.join("splitk_launch.onnx");
+    let it = dir.join("interp");
+    ok(rlxc().args(["run", s(&model), "--target", "interp", "-o", s(&it), "--input", &format!("p={}", s(&p)), "--input", &format!("q={}", s(&q))]));
+    let parts = |art: &Path| std::fs::read_to_string(art.join("splitk_launch.ll")).unwrap().matches("(split K: 8 partial sums)").count();
+    let off = dir.join("art-off");
+    ok(rlxc().env("RLX_CUDA_SPLIT_K", "0").args(["compile", s(&model), "--target", "cuda", "--emit-ir", "-o", s(&off)]));
+    assert_eq!(parts(&off), 0, "RLX_CUDA_SPLIT_K=0 still splits");
+    for (prec, tol) in [("f32", 1e-4), ("tf32", 1e-3), ("bf16", 6e-3)] {
+        let art = dir.join(format!("art-{prec}"));
+        ok(rlxc().args(["compile", s(&model), "--target", "cuda", "--sm", "90", "--precision", prec, "--emit-ir", "-o", s(&art)]));
+        assert_eq!(parts(&art), 2, "{prec}: a partial-sums launch per matmul");
+        let emu = dir.join(format!("emu-{prec}"));
+        assemble_and_emulate(&art, "splitk_launch", &emu, &[&p, &q]);
+        for out in ["mm_sk2048", "mm_sk1024"] {
+            if prec == "f32" {
+                let d = max_abs(&it, &emu, out);
+                eprintln!("f32 {out}: emulated cuda (split K across launches) vs interp max abs {d:.3e}");
+                assert!(d <= tol, "{out}: {d}");
+            } else {
+                let f = format!("{out}.npy");
+                let r = rel_rms(&common::npy(&it.join(&f)).to_f64_vec(), &common::npy(&emu.join(&f)).to_f64_vec());
+                eprintln!("{prec} {out}: emulated cuda (split K across launches) vs interp relative rms {r:.2e}");
+                assert!(r <= tol && r > 0.0, "{prec} {out}: relative rms {r}");
+            }
+        }
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

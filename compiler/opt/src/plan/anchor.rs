@@ -16,6 +16,9 @@ impl Planner<'_> {
         let odt = self.dt(n.outputs[0]);
         match &n.op {
             MirOp::MatMul => {
+                if let Some(sum) = self.split_k_sum(kb, n, idx) {
+                    return (Vec::new(), sum);
+                }
                 let kv = kb.var();
                 let k = self.matmul_k(n);
                 let prod = self.matmul_term(kb, n, idx, Expr::Var(kv));

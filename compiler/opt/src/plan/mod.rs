@@ -56,6 +56,7 @@ mod region;
 mod row_fuse;
 mod scatter;
 mod select;
+mod split_k;
 mod state;
 mod topk;
 mod window;
@@ -146,11 +147,14 @@ pub struct PlanOptions {
     /// (`attention.rs`), which the GPU writers run one warp per query row with the head's keys and
     /// values in shared memory. The CUDA target turns it on (unless `RLX_CUDA_FUSED_ATTENTION=0`).
     pub fused_attention: bool,
+    /// Matmuls with few outputs over a long K computed as this many partial sums in a launch of their
+    /// own, added in order by the matmul's kernel (`split_k.rs`); 0: none. The CUDA target sets it.
+    pub split_k: usize,
 }
 
 impl Default for PlanOptions {
     fn default() -> Self {
-        PlanOptions { align: 64, gemm_nr: GEMM_NR, gemm_mr: GEMM_MR, wide_tile: (0, 0), row_fusion: false, row_recompute: false, inline_operands: false, conv_gemm: false, winograd: 0, concat_in_place: false, window_lanes: 0, flat_block_dots: false, int8_dot: false, int8_gemm: false, fused_attention: false }
+        PlanOptions { align: 64, gemm_nr: GEMM_NR, gemm_mr: GEMM_MR, wide_tile: (0, 0), row_fusion: false, row_recompute: false, inline_operands: false, conv_gemm: false, winograd: 0, concat_in_place: false, window_lanes: 0, flat_block_dots: false, int8_dot: false, int8_gemm: false, fused_attention: false, split_k: 0 }
     }
 }
 
@@ -170,6 +174,8 @@ struct Planner<'g> {
     block_weight: HashMap<ValueId, blocks::BlockWeight>,
     /// GPU `dequant_matmul` anchors over many rows → the f32 scratch their dequantization launch fills (`block_gemm_gpu.rs`).
     gpu_dequant: HashMap<NodeId, u32>,
+    /// Matmul outputs computed as split-K partial sums (`split_k.rs`): scratch buffer, parts.
+    split_k_parts: HashMap<ValueId, (u32, usize)>,
     /// Convolutions on the GEMM micro-kernel (`conv_gemm.rs`), by anchor node.
     conv_gemm: HashMap<NodeId, conv_gemm::ConvGemm>,
     /// Transposed convolutions whose product goes through the same GEMM loops (`conv_transpose.rs`).
@@ -301,6 +307,7 @@ pub fn plan(g: &Mir, opts: &PlanOptions) -> Result<Lir, Vec<Problem>> {
         packed_weight: HashMap::new(),
         block_weight: HashMap::new(),
         gpu_dequant: HashMap::new(),
+        split_k_parts: HashMap::new(),
         conv_gemm: HashMap::new(),
         conv_transpose_gemm: HashMap::new(),
         conv_gemm_on: opts.conv_gemm,
@@ -340,6 +347,7 @@ pub fn plan(g: &Mir, opts: &PlanOptions) -> Result<Lir, Vec<Problem>> {
         launches.extend(p.phase_launch(n));
         launches.extend(p.int8_launch(n));
         launches.extend(p.gpu_dequant_launch(n));
+        launches.extend(p.split_k_launch(n));
         launches.extend(p.conv_transpose_launch(n));
         let (kernel, bindings, nodes) = p.kernel(n);
         launches.push(Launch { nodes, kernel, bindings });

@@ -38,10 +38,15 @@ pub fn caps() -> TargetCaps {
 /// unless `RLX_CUDA_FUSED_ATTENTION=0` at compile time, which keeps its three launches (to time both).
 /// Under tf32 / bf16 / fp16 attention keeps its two matmuls on the tensor cores: the fused kernel is
 /// f32 on the SIMT cores, and measured on an H200 (MiniLM seq 128, bf16) it took 1.00 / 1.03 / 1.07×
-/// the unfused time at batch 1 / 8 / 32 (f32: 0.97 / 0.99 / 0.98×).
+/// the unfused time at batch 1 / 8 / 32 (f32: 0.97 / 0.99 / 0.98×). Matmuls with few outputs over a
+/// long K (MiniLM batch 1's FFN down) split K across launches into 8 partial sums (`rlx_opt`'s
+/// `plan/split_k.rs`; `RLX_CUDA_SPLIT_K=N` at compile time: N parts, 0 none). Measured on the H200
+/// (MiniLM batch 1, p50 of three rounds × 100 runs, against the unsplit twin in the same rounds): f32
+/// 480 → 434 µs, tf32 339 → 311, bf16 307 → 274 (2, 4 and 16 parts: docs/benchmarks.md, session 17b).
 pub fn plan_options(precision: Precision) -> rlx_opt::PlanOptions {
     let fused_attention = precision == Precision::F32 && std::env::var("RLX_CUDA_FUSED_ATTENTION").map_or(true, |v| v != "0");
-    rlx_opt::PlanOptions { gemm_nr: 1 << 30, row_fusion: true, row_recompute: true, inline_operands: true, flat_block_dots: true, fused_attention, ..Default::default() }
+    let split_k = std::env::var("RLX_CUDA_SPLIT_K").ok().and_then(|v| v.parse().ok()).unwrap_or(8);
+    rlx_opt::PlanOptions { gemm_nr: 1 << 30, row_fusion: true, row_recompute: true, inline_operands: true, flat_block_dots: true, fused_attention, split_k, ..Default::default() }
 }
 
 impl Family for Cuda {
