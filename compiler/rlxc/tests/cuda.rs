@@ -216,15 +216,11 @@ fn awkward_tiles_and_rows_assemble() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Programmatic dependent launch (`--sm 90`, nvptx/pdl.rs): the awkward tiles and rows compiled for
-/// sm_90 begin every kernel with `griddepcontrol.wait` before any memory access (the instruction
-/// runtime-min's executor looks for before launching a kernel programmatically), assemble with ptxas
-/// for sm_90, and in CPU emulation, which drops the instruction, match the interpreter as the sm_80 kernels do (f32 within 1e-4, the int32 matmul
-/// exactly); `RLX_CUDA_PDL=0` at compile time leaves them out.
-#[test]
-fn sm90_kernels_wait_for_their_dependencies_first() {
-    let dir = tmp("pdl");
-    ok(Command::new(python()).args(["tests/gpu/make_tiled.py", "--out", s(&dir)]).current_dir(repo()));
+/// tests/gpu/make_tiled.py's awkward matmuls and reductions written into `dir` and run by the
+/// interpreter: the model, its inputs (.npy paths, in the model's input order) and the interpreter's
+/// output folder.
+fn tiled_in_interp(dir: &Path) -> (PathBuf, Vec<String>, PathBuf) {
+    ok(Command::new(python()).args(["tests/gpu/make_tiled.py", "--out", s(dir)]).current_dir(repo()));
     let names = ["a", "b", "b2", "c", "d", "e"];
     let npys: Vec<String> = names.iter().map(|n| s(&dir.join(format!("{n}.npy"))).to_string()).collect();
     let model = dir.join("tiled.onnx");
@@ -235,6 +231,18 @@ fn sm90_kernels_wait_for_their_dependencies_first() {
         c.args(["--input", &format!("{n}={p}")]);
     }
     ok(&mut c);
+    (model, npys, it)
+}
+
+/// Programmatic dependent launch (`--sm 90`, nvptx/pdl.rs): the awkward tiles and rows compiled for
+/// sm_90 begin every kernel with `griddepcontrol.wait` before any memory access (the instruction
+/// runtime-min's executor looks for before launching a kernel programmatically), assemble with ptxas
+/// for sm_90, and in CPU emulation, which drops the instruction, match the interpreter as the sm_80 kernels do (f32 within 1e-4, the int32 matmul
+/// exactly); `RLX_CUDA_PDL=0` at compile time leaves them out.
+#[test]
+fn sm90_kernels_wait_for_their_dependencies_first() {
+    let dir = tmp("pdl");
+    let (model, npys, it) = tiled_in_interp(&dir);
     let art = dir.join("art");
     ok(rlxc().args(["compile", s(&model), "--target", "cuda", "--sm", "90", "--emit-ir", "-o", s(&art)]));
     let ptx = std::fs::read_to_string(art.join("tiled.ptx")).unwrap();
@@ -273,17 +281,7 @@ fn sm90_kernels_wait_for_their_dependencies_first() {
 #[test]
 fn tiled_kernels_match_the_interpreter_in_cpu_emulation() {
     let dir = tmp("emulate");
-    ok(Command::new(python()).args(["tests/gpu/make_tiled.py", "--out", s(&dir)]).current_dir(repo()));
-    let names = ["a", "b", "b2", "c", "d", "e"];
-    let npys: Vec<String> = names.iter().map(|n| s(&dir.join(format!("{n}.npy"))).to_string()).collect();
-    let model = dir.join("tiled.onnx");
-    let it = dir.join("interp");
-    let mut c = rlxc();
-    c.args(["run", s(&model), "--target", "interp", "-o", s(&it)]);
-    for (n, p) in names.iter().zip(&npys) {
-        c.args(["--input", &format!("{n}={p}")]);
-    }
-    ok(&mut c);
+    let (model, npys, it) = tiled_in_interp(&dir);
     for (p, rel) in [("f32", 0.0), ("tf32", 1e-3), ("bf16", 6e-3)] {
         let art = dir.join(format!("art-{p}"));
         ok(rlxc().args(["compile", s(&model), "--target", "cuda", "--precision", p, "--emit-ir", "-o", s(&art)]));

@@ -56,7 +56,7 @@ impl Planner<'_> {
     /// Whether depthwise convolution `a` takes the form (see the module doc): a float 2-D one with one
     /// input channel per group, a constant finite weight read by nothing else, a materialized input,
     /// channels in whole vectors, rows narrower than [`MAX_ROW_VECTORS`] vectors of which more than a
-    /// third are border columns.
+    /// third are border columns, or that fit one vector under an epilogue with an exponential.
     fn dw_lanes_fits(&self, a: NodeId) -> bool {
         let n = self.g.node(a);
         let MirOp::Conv { strides, pads, dilations, groups } = &n.op else { return false };

@@ -60,13 +60,14 @@ impl<'a> Writer<'a> {
         self.op(format!("call {t} @{name}({})", a.join(", ")))
     }
 
-    /// e^x for f32 scalars (`lanes` = 1) or `<lanes x float>` vectors.
-    pub(super) fn fast_exp(&mut self, x: &str, lanes: u32) -> String {
+    /// The shared core of [`Self::fast_exp`] and [`Self::fast_sigmoid`]: `x` clamped to [lo, hi]
+    /// (selects keep NaN: comparisons with NaN are false), x = n·ln2 + r, the degree-6 polynomial
+    /// y = e^r, and n as an integer — NaN made 0 first, so a plain fptosi (one vcvttps2dq; the
+    /// saturating intrinsic scalarizes) is never poison; a NaN result comes through y.
+    fn exp_parts(&mut self, x: &str, lanes: u32, (hi_c, lo_c): (f64, f64)) -> (String, String) {
         let (t, it) = Self::fty(lanes);
         let k = |c: f64| Self::fk(lanes, c);
         let cmp_t = if lanes == 1 { "i1".to_string() } else { format!("<{lanes} x i1>") };
-        // Clamp to [-103.97, ln(FLT_MAX)] (selects keep NaN: comparisons with NaN are false).
-        let (hi_c, lo_c) = (88.722_839_355_468_75, -103.972_084_045_410_16);
         let hi = self.op(format!("fcmp ogt {t} {x}, {}", k(hi_c)));
         let xc = self.op(format!("select {cmp_t} {hi}, {t} {}, {t} {x}", k(hi_c)));
         let lo = self.op(format!("fcmp olt {t} {xc}, {}", k(lo_c)));
@@ -87,20 +88,35 @@ impl<'a> Writer<'a> {
         let pr = self.op(format!("fmul contract {t} {p}, {r2}"));
         let y = self.op(format!("fadd {t} {pr}, {r}"));
         let y = self.op(format!("fadd {t} {y}, {}", k(1.0)));
-        // 2^n as 2^(n>>1) · 2^(n - (n>>1)): n is in [-150, 128] after the clamp, each factor a normal
-        // float, so the top of the range reaches FLT_MAX and the bottom rounds into the subnormals.
-        // NaN becomes 0 first, so a plain fptosi (one vcvttps2dq; the saturating intrinsic
-        // scalarizes) is never poison; the result is NaN anyway through y.
         let ord = self.op(format!("fcmp ord {t} {n}, {}", k(0.0)));
         let n0 = self.op(format!("select {cmp_t} {ord}, {t} {n}, {t} {}", k(0.0)));
         let ni = self.op(format!("fptosi {t} {n0} to {it}"));
+        (y, ni)
+    }
+
+    /// 2^`n` (an integer in [-126, 127]) as a float: its exponent bits.
+    fn pow2(&mut self, n: &str, lanes: u32) -> String {
+        let (t, it) = Self::fty(lanes);
+        let e = self.op(format!("add {it} {n}, {}", Self::ik(lanes, 127)));
+        let e = self.op(format!("shl {it} {e}, {}", Self::ik(lanes, 23)));
+        self.op(format!("bitcast {it} {e} to {t}"))
+    }
+
+    /// e^x for f32 scalars (`lanes` = 1) or `<lanes x float>` vectors.
+    pub(super) fn fast_exp(&mut self, x: &str, lanes: u32) -> String {
+        let (t, it) = Self::fty(lanes);
+        let k = |c: f64| Self::fk(lanes, c);
+        let cmp_t = if lanes == 1 { "i1".to_string() } else { format!("<{lanes} x i1>") };
+        // Clamped to [-103.97, ln(FLT_MAX)].
+        let (hi_c, lo_c) = (88.722_839_355_468_75, -103.972_084_045_410_16);
+        let (y, ni) = self.exp_parts(x, lanes, (hi_c, lo_c));
+        // 2^n as 2^(n>>1) · 2^(n - (n>>1)): n is in [-150, 128] after the clamp, each factor a normal
+        // float, so the top of the range reaches FLT_MAX and the bottom rounds into the subnormals.
         let mut res = y;
         let n1 = self.op(format!("ashr {it} {ni}, {}", Self::ik(lanes, 1)));
         let n2 = self.op(format!("sub {it} {ni}, {n1}"));
         for part in [n1, n2] {
-            let e = self.op(format!("add {it} {part}, {}", Self::ik(lanes, 127)));
-            let e = self.op(format!("shl {it} {e}, {}", Self::ik(lanes, 23)));
-            let s = self.op(format!("bitcast {it} {e} to {t}"));
+            let s = self.pow2(&part, lanes);
             res = self.op(format!("fmul {t} {res}, {s}"));
         }
         let over = self.op(format!("fcmp ogt {t} {x}, {}", k(hi_c)));
@@ -116,37 +132,11 @@ impl<'a> Writer<'a> {
     /// the second scaling and the range selects `fast_exp` needs go (SiLU's sigmoid is most of an
     /// EfficientNet's elementwise work). NaN stays NaN.
     pub(super) fn fast_sigmoid(&mut self, x: &str, lanes: u32) -> String {
-        let (t, it) = Self::fty(lanes);
+        let (t, _) = Self::fty(lanes);
         let k = |c: f64| Self::fk(lanes, c);
-        let cmp_t = if lanes == 1 { "i1".to_string() } else { format!("<{lanes} x i1>") };
         let nx = self.op(format!("fneg {t} {x}"));
-        let hi = self.op(format!("fcmp ogt {t} {nx}, {}", k(88.0)));
-        let xc = self.op(format!("select {cmp_t} {hi}, {t} {}, {t} {nx}", k(88.0)));
-        let lo = self.op(format!("fcmp olt {t} {xc}, {}", k(-87.0)));
-        let xc = self.op(format!("select {cmp_t} {lo}, {t} {}, {t} {xc}", k(-87.0)));
-        let xl = self.op(format!("fmul {t} {xc}, {}", k(std::f64::consts::LOG2_E)));
-        let n = self.fintr("roundeven", lanes, &[&xl]);
-        let a = self.op(format!("fmul {t} {n}, {}", k(0.693_359_375)));
-        let r = self.op(format!("fsub {t} {xc}, {a}"));
-        let b = self.op(format!("fmul {t} {n}, {}", k(-2.121_944_40e-4)));
-        let r = self.op(format!("fsub {t} {r}, {b}"));
-        let coeffs = [1.987_569_150_0e-4, 1.398_199_950_7e-3, 8.333_451_907_3e-3, 4.166_579_589_4e-2, 1.666_666_545_9e-1, 5.000_000_120_1e-1];
-        let mut p = k(coeffs[0]);
-        for &c in &coeffs[1..] {
-            let m = self.op(format!("fmul contract {t} {p}, {r}"));
-            p = self.op(format!("fadd contract {t} {m}, {}", k(c)));
-        }
-        let r2 = self.op(format!("fmul {t} {r}, {r}"));
-        let pr = self.op(format!("fmul contract {t} {p}, {r2}"));
-        let y = self.op(format!("fadd {t} {pr}, {r}"));
-        let y = self.op(format!("fadd {t} {y}, {}", k(1.0)));
-        // NaN becomes 0 before the conversion (a plain fptosi of NaN is poison); y carries the NaN.
-        let ord = self.op(format!("fcmp ord {t} {n}, {}", k(0.0)));
-        let n0 = self.op(format!("select {cmp_t} {ord}, {t} {n}, {t} {}", k(0.0)));
-        let ni = self.op(format!("fptosi {t} {n0} to {it}"));
-        let e = self.op(format!("add {it} {ni}, {}", Self::ik(lanes, 127)));
-        let e = self.op(format!("shl {it} {e}, {}", Self::ik(lanes, 23)));
-        let sc = self.op(format!("bitcast {it} {e} to {t}"));
+        let (y, ni) = self.exp_parts(&nx, lanes, (88.0, -87.0));
+        let sc = self.pow2(&ni, lanes);
         let ex = self.op(format!("fmul {t} {y}, {sc}"));
         let d = self.op(format!("fadd {t} {ex}, {}", k(1.0)));
         self.op(format!("fdiv {t} {}, {d}", k(1.0)))
