@@ -14,11 +14,12 @@
 use super::blocks::{slot_units, SLOTS};
 use super::conv_gemm::pack_rows;
 use super::kernel::{lit, KB};
+use super::window::interior_columns;
 use super::Planner;
 use super::fuse::Role;
 use rlx_ir::lir::{Base, Buffer};
 use rlx_ir::loops::{Access, Expr, IOp, LoopKind, Stmt};
-use rlx_ir::{BinaryOp, DType, Def, MirOp, NodeId, OpSet, UnaryOp, ValueId};
+use rlx_ir::{BinaryOp, DType, Def, MirOp, NodeId, OpSet, ValueId};
 
 /// Output rows narrower than this many vectors take the form when more than a third of their columns
 /// are border columns, or when they fit one vector and the epilogue evaluates an exponential (the
@@ -38,13 +39,10 @@ const ROW_BLOCK: usize = 8;
 const SCRATCH_BYTES: usize = 256 * 1024;
 
 /// The output columns where some tap of a window falls outside an input row of `w` (the window
-/// kernels' scalar border columns; their interior is `[lo, hi)` as in `window.rs`).
-fn border_columns(w: usize, ow: usize, s: usize, p: usize, d: usize, k: usize) -> usize {
-    let (w, ow, s, p, d, k) = (w as i64, ow as i64, s as i64, p as i64, d as i64, k as i64);
-    let lo = ((p + s - 1) / s).min(ow);
-    let last = w - 1 + p - (k - 1) * d;
-    let hi = if last < 0 { lo } else { (last / s + 1).clamp(lo, ow) };
-    (ow - (hi - lo)) as usize
+/// kernels' scalar border columns).
+fn border_columns(w: usize, ow: usize, s: usize, p: usize, d: usize, k: usize) -> i64 {
+    let (lo, hi) = interior_columns(w as i64, ow as i64, s as i64, p as i64, d as i64, k as i64);
+    ow as i64 - (hi - lo)
 }
 
 /// The padded extent along one axis: the rows (columns) the output reads, from the first padding row.
@@ -57,7 +55,7 @@ impl Planner<'_> {
     /// input channel per group, a constant finite weight read by nothing else, a materialized input,
     /// channels in whole vectors, rows narrower than [`MAX_ROW_VECTORS`] vectors of which more than a
     /// third are border columns, or that fit one vector under an epilogue with an exponential.
-    fn dw_lanes_fits(&self, a: NodeId) -> bool {
+    fn dw_lanes_fits(&self, a: NodeId, uses: &[u32], is_out: &[bool]) -> bool {
         let n = self.g.node(a);
         let MirOp::Conv { strides, pads, dilations, groups } = &n.op else { return false };
         let lanes = self.lanes;
@@ -74,41 +72,21 @@ impl Planner<'_> {
         let f32s = n.inputs.iter().chain(&n.outputs).all(|&v| self.dt(v) == DType::F32);
         let Def::Const(wc) = &self.g.value(w).def else { return false };
         let finite = (0..wc.numel()).all(|i| wc.get_f64(i).is_finite());
-        let uses = self.g.use_counts();
         let hp = padded(so[2], strides[0], sw[2], dilations[0]);
         let wp = padded(so[3], strides[1], sw[3], dilations[1]);
-        depthwise && f32s && finite && uses[w.index()] == 1 && !self.g.output_mask()[w.index()] && self.materialized(x)
-            && so[3] < MAX_ROW_VECTORS * lanes && (border_columns(sx[3], so[3], strides[1], pads[1], dilations[1], sw[3]) * 3 > so[3] || (so[3] <= lanes && self.transcendental_epilogue(a)))
+        depthwise && f32s && finite && uses[w.index()] == 1 && !is_out[w.index()] && self.materialized(x)
+            && so[3] < MAX_ROW_VECTORS * lanes && (border_columns(sx[3], so[3], strides[1], pads[1], dilations[1], sw[3]) * 3 > so[3] as i64 || (so[3] <= lanes && self.transcendental_epilogue(a)))
             && hp * wp * lanes * 4 <= SCRATCH_BYTES
-    }
-
-    /// Whether the epilogue of anchor `a` evaluates an exponential-class function (SiLU's sigmoid, GELU's
-    /// erf or tanh): the window kernels' border columns evaluate it one element at a time.
-    pub(super) fn transcendental_epilogue(&self, a: NodeId) -> bool {
-        let Some(r) = self.root_of_anchor(a) else { return false };
-        let mut stack = vec![r];
-        let mut seen = Vec::new();
-        while let Some(n) = stack.pop() {
-            if n == a || seen.contains(&n) {
-                continue;
-            }
-            seen.push(n);
-            let node = self.g.node(n);
-            if matches!(node.op, MirOp::Unary(u) if matches!(u, UnaryOp::Exp | UnaryOp::Sigmoid | UnaryOp::Tanh | UnaryOp::Erf | UnaryOp::Log)) {
-                return true;
-            }
-            stack.extend(node.inputs.iter().filter_map(|&v| self.g.producer(v)).filter(|p| *p == a || self.fusion.role[p.index()] == Role::Inlined));
-        }
-        false
     }
 
     /// Packs the weights of the depthwise convolutions that take the form; returns the weights packed
     /// (they need no other copy in the blob).
     pub(super) fn pack_dw_lanes_weights(&mut self) -> Vec<ValueId> {
         let mut packed = Vec::new();
+        let (uses, is_out) = (self.g.use_counts(), self.g.output_mask());
         let ids: Vec<NodeId> = self.g.node_ids().collect();
         for a in ids {
-            if !self.dw_lanes_fits(a) {
+            if !self.dw_lanes_fits(a, &uses, &is_out) {
                 continue;
             }
             let w = self.g.node(a).inputs[1];

@@ -15,11 +15,12 @@
 //! plane form). The planner enables these kernels with
 //! [`PlanOptions::window_lanes`](super::PlanOptions::window_lanes) (the CPU targets).
 
+use super::fuse::Role;
 use super::index::linear;
 use super::kernel::KB;
 use super::Planner;
 use rlx_ir::loops::{Expr, IOp, LoopKind, Stmt};
-use rlx_ir::{DType, MirOp, NodeId, OpSet};
+use rlx_ir::{DType, MirOp, NodeId, OpSet, UnaryOp};
 
 impl Planner<'_> {
     /// A float 2-D pool, or a float 2-D convolution with groups > 1, when window kernels are on.
@@ -47,10 +48,7 @@ impl Planner<'_> {
             other => unreachable!("window_body on {}", other.kind()),
         };
         let (s, p, d, k) = (s as i64, p as i64, d as i64, k as i64);
-        // Interior columns: 0 <= c·s − p and c·s − p + (k−1)·d < w.
-        let lo = ((p + s - 1) / s).min(ow as i64);
-        let last = w - 1 + p - (k - 1) * d;
-        let hi = if last < 0 { lo } else { (last / s + 1).clamp(lo, ow as i64) };
+        let (lo, hi) = interior_columns(w, ow as i64, s, p, d, k);
         let mut lanes = self.lanes as i64;
         while lanes > 4 && hi - lo < lanes {
             lanes /= 2;
@@ -216,6 +214,26 @@ impl Planner<'_> {
         cols
     }
 
+    /// Whether the epilogue of anchor `a` evaluates an exponential-class function (SiLU's sigmoid, GELU's
+    /// erf or tanh): the window kernels' border columns would evaluate it one element at a time.
+    pub(super) fn transcendental_epilogue(&self, a: NodeId) -> bool {
+        let Some(r) = self.root_of_anchor(a) else { return false };
+        let mut stack = vec![r];
+        let mut seen = Vec::new();
+        while let Some(n) = stack.pop() {
+            if n == a || seen.contains(&n) {
+                continue;
+            }
+            seen.push(n);
+            let node = self.g.node(n);
+            if matches!(node.op, MirOp::Unary(u) if matches!(u, UnaryOp::Exp | UnaryOp::Sigmoid | UnaryOp::Tanh | UnaryOp::Erf | UnaryOp::Log)) {
+                return true;
+            }
+            stack.extend(node.inputs.iter().filter_map(|&v| self.g.producer(v)).filter(|p| *p == a || self.fusion.role[p.index()] == Role::Inlined));
+        }
+        false
+    }
+
     /// A window kernel's store of accumulator `acc` at `idx`: through the epilogue, or the bare value
     /// when the row's epilogue is applied afterwards (`win.staged`).
     fn win_store(&mut self, kb: &mut KB, win: &Win, av: rlx_ir::ValueId, acc: Expr, idx: &[Expr], out_shape: &[usize]) -> Stmt {
@@ -265,6 +283,16 @@ impl Planner<'_> {
         kb.subst.remove(&av);
         Stmt::Store { buf: op, index: linear(idx, out_shape), value: v }
     }
+}
+
+/// The interior output columns `[lo, hi)` of a window over input rows of `w` (stride `s`, left padding
+/// `p`, dilation `d`, `k` taps): those where 0 <= c·s − p and c·s − p + (k−1)·d < w; the others are
+/// the border columns.
+pub(super) fn interior_columns(w: i64, ow: i64, s: i64, p: i64, d: i64, k: i64) -> (i64, i64) {
+    let lo = ((p + s - 1) / s).min(ow);
+    let last = w - 1 + p - (k - 1) * d;
+    let hi = if last < 0 { lo } else { (last / s + 1).clamp(lo, ow) };
+    (lo, hi)
 }
 
 /// A window kernel's column ranges and channel block (`window_body`), shared by its rows and the
