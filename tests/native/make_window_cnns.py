@@ -136,6 +136,29 @@ def silu_model():
     return g.model("silu", [2, 32, 7, 7], ["dws", "dws2", "dwd", "dwp", "pws", "mms"])
 
 
+def padded_model():
+    """Depthwise convolutions in the padded phase-plane form (`plan/dw_padded.rs`): rows of 29 columns
+    (not whole vectors), 5 × 5 at stride 1 and 2, dilation, asymmetric padding, 3 × 3 under SiLU at stride
+    1 and 2, a residual operand, a 7-column output (4-lane vectors), with and without bias."""
+    g = G(4)
+
+    def silu(x, out):
+        return g.node("Mul", [x, g.node("Sigmoid", [x], out + "_sig")], out)
+
+    def dw(out, k, stride=1, pads=(0, 0, 0, 0), dil=1, bias=False):
+        ins = ["x", g.const(out + "_w", g.rs.randn(16, 1, k, k) * 0.3)] + ([g.const(out + "_b", g.rs.randn(16) * 0.1)] if bias else [])
+        return g.node("Conv", ins, out, kernel_shape=[k, k], strides=[stride, stride], pads=list(pads), dilations=[dil, dil], group=16)
+
+    silu(dw("pa_c", 5, pads=(2, 2, 2, 2), bias=True), "pa")
+    g.node("Relu", [dw("pb_c", 5, stride=2, pads=(2, 2, 2, 2))], "pb")
+    silu(dw("pc_c", 3, pads=(1, 1, 1, 1), bias=True), "pc")
+    silu(dw("pd_c", 3, stride=2, pads=(0, 0, 1, 1)), "pd")
+    g.node("Add", [dw("pe_c", 5, pads=(4, 4, 4, 4), dil=2), "x"], "pe")
+    dw("pf", 5, stride=2, pads=(3, 1, 2, 4), dil=2, bias=True)
+    g.node("Relu", [dw("pg_c", 5, stride=2, dil=4)], "pg")
+    return g.model("padded", [2, 16, 29, 29], ["pa", "pb", "pc", "pd", "pe", "pf", "pg"])
+
+
 def bn_model():
     g = G(1)
     a = g.node("Relu", [g.bn(g.conv("x", "c1", 1, 4, 3, 1, pad=1), "bn1", 4)], "r1")
@@ -166,6 +189,12 @@ def main() -> None:
     s = ort.InferenceSession(os.path.join(out, "silu.onnx"), providers=["CPUExecutionProvider"])
     for o, v in zip([o.name for o in s.get_outputs()], s.run(None, {"x": x})):
         np.save(os.path.join(out, f"silu_ort_{o}.npy"), v)
+    onnx.save(padded_model(), os.path.join(out, "padded.onnx"))
+    x = np.random.RandomState(4).randn(2, 16, 29, 29).astype(np.float32)
+    np.save(os.path.join(out, "padded_x.npy"), x)
+    s = ort.InferenceSession(os.path.join(out, "padded.onnx"), providers=["CPUExecutionProvider"])
+    for o, v in zip([o.name for o in s.get_outputs()], s.run(None, {"x": x})):
+        np.save(os.path.join(out, f"padded_ort_{o}.npy"), v)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,9 @@ use rlx_ir::{BinaryOp, DType, Def, MirOp, NodeId, OpSet, ValueId};
 /// (4 of 7 columns border), 672 channels 5×5 at 14² 209 against 203 (4 of 14), 3×3 at 7² 57 against
 /// 48 (2 of 7), 3×3 at 14² and 28² 2.3–2.5× slower (the copy and the store are a lane per plane); in
 /// an EfficientNet-B0-like model (SiLU epilogues) the 14² layers 278 / 194 µs against 408 / 294
-/// (5×5 / 3×3), the 28² ones 154 / 160 against 110 / 152.
+/// (5×5 / 3×3), the 28² ones 154 / 160 against 110 / 152. Windows of fewer than 25 taps over rows of 8
+/// columns or more go to the padded phase-plane form (`dw_padded.rs`) where it takes them: 3 × 3 under
+/// SiLU at 14² 137 µs there against 172 here.
 const MAX_ROW_VECTORS: usize = 2;
 
 /// Output columns computed together (an accumulator each).
@@ -46,7 +48,7 @@ fn border_columns(w: usize, ow: usize, s: usize, p: usize, d: usize, k: usize) -
 }
 
 /// The padded extent along one axis: the rows (columns) the output reads, from the first padding row.
-fn padded(out: usize, stride: usize, k: usize, dil: usize) -> usize {
+pub(super) fn padded(out: usize, stride: usize, k: usize, dil: usize) -> usize {
     (out - 1) * stride + (k - 1) * dil + 1
 }
 
@@ -77,6 +79,7 @@ impl Planner<'_> {
         depthwise && f32s && finite && uses[w.index()] == 1 && !is_out[w.index()] && self.materialized(x)
             && so[3] < MAX_ROW_VECTORS * lanes && (border_columns(sx[3], so[3], strides[1], pads[1], dilations[1], sw[3]) * 3 > so[3] as i64 || (so[3] <= lanes && self.transcendental_epilogue(a)))
             && hp * wp * lanes * 4 <= SCRATCH_BYTES
+            && !(sw[2] * sw[3] < 25 && so[3] >= 8 && self.dw_padded_fits(a))
     }
 
     /// Packs the weights of the depthwise convolutions that take the form; returns the weights packed

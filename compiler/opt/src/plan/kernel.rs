@@ -157,6 +157,12 @@ impl Planner<'_> {
                 }
                 self.dw_lanes_body(&mut kb, a, r, op, &out_shape)
             }
+            Some(a) if self.is_window(a) && self.dw_padded_fits(a) => {
+                if a != r {
+                    nodes.insert(0, a);
+                }
+                self.dw_padded_body(&mut kb, a, r, op, &out_shape)
+            }
             Some(a) if self.is_window(a) => {
                 if a != r {
                     nodes.insert(0, a);

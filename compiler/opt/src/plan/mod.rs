@@ -39,6 +39,7 @@ mod comm;
 mod conv;
 mod conv_gemm;
 mod dw_lanes;
+mod dw_padded;
 mod conv_lanes;
 mod conv_transpose;
 mod depthwise;
