@@ -156,7 +156,9 @@ def padded_model():
     g.node("Add", [dw("pe_c", 5, pads=(4, 4, 4, 4), dil=2), "x"], "pe")
     dw("pf", 5, stride=2, pads=(3, 1, 2, 4), dil=2, bias=True)
     g.node("Relu", [dw("pg_c", 5, stride=2, dil=4)], "pg")
-    return g.model("padded", [2, 16, 29, 29], ["pa", "pb", "pc", "pd", "pe", "pf", "pg"])
+    # A squeeze-and-excitation gate: an elementwise kernel with a per-channel operand (`plan/flat.rs`).
+    g.node("Mul", ["x", g.node("Sigmoid", [g.node("GlobalAveragePool", ["x"], "ph_pool")], "ph_gate")], "ph")
+    return g.model("padded", [2, 16, 29, 29], ["pa", "pb", "pc", "pd", "pe", "pf", "pg", "ph"])
 
 
 def bn_model():

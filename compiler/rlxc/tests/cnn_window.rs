@@ -12,7 +12,8 @@
 //!   residual operand in the channels-as-lanes form, bottom/right padding in the window kernels,
 //!   SiLU = x · Sigmoid(x) fused after a depthwise, a 1×1 and a Gemm), and `padded` (16 channels over
 //!   29 × 29, batch 2: the padded phase-plane form — 5×5 at stride 1 and 2, dilation 2 and 4,
-//!   asymmetric padding, 3×3 under SiLU at stride 1 and 2, a residual operand, a 7-column output):
+//!   asymmetric padding, 3×3 under SiLU at stride 1 and 2, a residual operand, a 7-column output; and
+//!   a squeeze-and-excitation gate multiply, an elementwise kernel over flat planes, `plan/flat.rs`):
 //!   `rlxc run --target interp` matches ONNX Runtime, and the host object (LLVM, and Cranelift) and
 //!   the x86_64 one (AVX2: 8 lanes) match the interpreter within 1e-4 on every output;
 //! - `bn` (Conv → BatchNormalization → Relu → depthwise Conv → BatchNormalization → Relu): compiles
@@ -72,8 +73,8 @@ fn rel_err(what: &str, got: &ConstData, want: &ConstData) -> f64 {
 /// and SiLU epilogues reading the anchor's value twice (`plan/fuse.rs`).
 const SILU: [&str; 6] = ["dws", "dws2", "dwd", "dwp", "pws", "mms"];
 
-/// The padded phase-plane form's outputs (`plan/dw_padded.rs`).
-const PADDED: [&str; 7] = ["pa", "pb", "pc", "pd", "pe", "pf", "pg"];
+/// The padded phase-plane form's outputs (`plan/dw_padded.rs`), and `ph` (`plan/flat.rs`).
+const PADDED: [&str; 8] = ["pa", "pb", "pc", "pd", "pe", "pf", "pg", "ph"];
 
 const OUTS: [&str; 12] = ["dw", "dw2", "grp", "maxp", "avgp", "avgc", "dw5", "grp5", "gavg", "gmax", "dwsw", "dwsw2"];
 

@@ -12,7 +12,7 @@ use super::window::Win;
 use super::Planner;
 use rlx_ir::lir::Base;
 use rlx_ir::loops::{Access, Expr, IOp, LoopKind, Stmt};
-use rlx_ir::{BinaryOp, ConstData, DType, Def, MirOp, NodeId, OpSet};
+use rlx_ir::{BinaryOp, ConstData, DType, MirOp, NodeId, OpSet};
 
 /// The plane form is used for output rows narrower than this many vectors.
 const PLANE_ROW_VECTORS: i64 = 2;
@@ -96,39 +96,7 @@ impl Planner<'_> {
         let unit = strides.iter().chain(dilations.iter()).all(|&v| v == 1);
         let own = self.buf_of[x.index()].is_some_and(|b| self.buffers[b as usize].shape == sx);
         let flat = (h + 1 - sw[2]) as i64 * w as i64 - (sw[3] as i64 - 1);
-        (same && unit && own && (w as i64) < PLANE_ROW_VECTORS * self.lanes as i64 && flat >= 4 && self.plane_safe(r, a, (h, w))).then_some((pads[0] as i64, pads[2] as i64))
-    }
-
-    /// Whether the epilogue from `a` up to `n` reads every operand at a flat position `[.., 0, q]` as
-    /// at `[.., q / w, q % w]`: elementwise ops, operands constant over the plane or of its whole size.
-    fn plane_safe(&self, n: NodeId, a: NodeId, hw: (usize, usize)) -> bool {
-        if n == a {
-            return true;
-        }
-        let node = self.g.node(n);
-        if !matches!(node.op, MirOp::Unary(_) | MirOp::Binary(_) | MirOp::Where | MirOp::Cast { .. }) {
-            return false;
-        }
-        node.inputs.iter().all(|&v| {
-            let p = self.g.producer(v);
-            if p == Some(a) {
-                return true;
-            }
-            let s = self.shape(v);
-            let dim = |i: usize| if s.len() >= i { s[s.len() - i] } else { 1 };
-            let plane = (dim(2), dim(1));
-            if plane != (1, 1) && plane != hw {
-                return false;
-            }
-            if let Some(b) = self.buf_of[v.index()] {
-                return plane == (1, 1) || self.buffers[b as usize].shape == s;
-            }
-            match (&self.g.value(v).def, p) {
-                (Def::Const(_), _) => plane == (1, 1),
-                (_, Some(p)) => self.plane_safe(p, a, hw),
-                _ => false,
-            }
-        })
+        (same && unit && own && (w as i64) < PLANE_ROW_VECTORS * self.lanes as i64 && flat >= 4 && self.tail_safe(r, Some(a), &[h, w])).then_some((pads[0] as i64, pads[2] as i64))
     }
 
     /// The plane form's flat loop: for a grouped convolution mapping its input plane onto the output's

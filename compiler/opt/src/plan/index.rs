@@ -18,13 +18,39 @@ pub(super) fn strides(shape: &[usize]) -> Vec<i64> {
 pub(super) fn linear(idx: &[Expr], shape: &[usize]) -> Expr {
     let st = strides(shape);
     let mut e = Expr::Int(0);
-    for (i, x) in idx.iter().enumerate() {
-        if shape[i] == 1 {
+    let mut i = 0;
+    while i < idx.len() {
+        // A run of dims indexed by `split_flat` over exactly these dims: its flat position itself.
+        if let Some((q, last)) = flat_run(idx, shape, i) {
+            e = Expr::add(e, Expr::mul(q, Expr::Int(st[last])));
+            i = last + 1;
             continue;
         }
-        e = Expr::add(e, Expr::mul(x.clone(), Expr::Int(st[i])));
+        if shape[i] != 1 {
+            e = Expr::add(e, Expr::mul(idx[i].clone(), Expr::Int(st[i])));
+        }
+        i += 1;
     }
     e
+}
+
+/// The index of each of `dims` (row-major) at flat position `q` over them: `q / S₀`, …, `q / Sᵢ % dᵢ`,
+/// …, `q % d_last` (`linear` folds such a run back into `q`).
+pub(super) fn split_flat(q: Expr, dims: &[usize]) -> Vec<Expr> {
+    let st = strides(dims);
+    (0..dims.len())
+        .map(|i| {
+            let d = if st[i] == 1 { q.clone() } else { Expr::i(IOp::Div, q.clone(), Expr::Int(st[i])) };
+            if i == 0 { d } else { Expr::i(IOp::Rem, d, Expr::Int(dims[i] as i64)) }
+        })
+        .collect()
+}
+
+/// `Some((q, last))` when `idx[i..=last]` is `split_flat(q, &shape[i..=last])` for some q, the
+/// longest such run of at least two dims.
+fn flat_run(idx: &[Expr], shape: &[usize], i: usize) -> Option<(Expr, usize)> {
+    let Expr::I(IOp::Div, q, _) = &idx[i] else { return None };
+    (i + 1..idx.len()).rev().find(|&last| idx[i..=last] == split_flat((**q).clone(), &shape[i..=last])[..]).map(|last| ((**q).clone(), last))
 }
 
 /// Index into an operand broadcast to `out` rank: drop leading dims, pin size-1 dims to 0.
@@ -92,4 +118,25 @@ pub(super) fn unflatten(row: &Expr, dims: &[usize]) -> Vec<Expr> {
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rlx_ir::loops::Var;
+
+    /// A flat position split over dims of their full size is folded back into the position; an
+    /// operand constant over them (its dims pinned to 0) and a split over other sizes are not.
+    #[test]
+    fn linear_folds_a_flat_split() {
+        let (c, q) = (Expr::Var(Var(0)), Expr::Var(Var(1)));
+        let mut idx = vec![c.clone()];
+        idx.extend(split_flat(q.clone(), &[3, 5, 7]));
+        let want = Expr::add(Expr::add(Expr::Int(0), Expr::mul(c.clone(), Expr::Int(105))), Expr::mul(q.clone(), Expr::Int(1)));
+        assert_eq!(linear(&idx, &[4, 3, 5, 7]), want);
+        // The same split read as [.., 5, 3, 7] is not a run of those dims: term by term.
+        let unfolded = linear(&idx, &[4, 5, 3, 7]);
+        assert_ne!(unfolded, want);
+        assert!(format!("{unfolded:?}").contains("Rem"), "{unfolded:?}");
+    }
 }

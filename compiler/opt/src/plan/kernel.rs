@@ -135,10 +135,7 @@ impl Planner<'_> {
                 }
                 self.block_matmul_body(&mut kb, a, r, op, &out_shape)
             }
-            None => nest(&mut kb, &out_shape, LoopKind::Parallel, &mut |kb, idx| {
-                let v = self.node_expr(kb, r, idx);
-                vec![Stmt::Store { buf: op, index: linear(idx, &out_shape), value: v }]
-            }),
+            None => self.elementwise_body(&mut kb, r, op, &out_shape),
             Some(a) if self.conv_gemm.contains_key(&a) => {
                 if a != r {
                     nodes.insert(0, a);

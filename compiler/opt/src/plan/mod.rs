@@ -40,6 +40,7 @@ mod conv;
 mod conv_gemm;
 mod dw_lanes;
 mod dw_padded;
+mod flat;
 mod conv_lanes;
 mod conv_transpose;
 mod depthwise;
