@@ -337,6 +337,9 @@ fn matmul(
         w.slot(c, ty);
         w.emit(&format!("store {ty} {}, ptr {c}", if split.is_some() { &zero } else { &init }));
     }
+    if let Some(kind) = tc {
+        small_accumulators(w, kind, per_warp);
+    }
     // Split K: group g = tid / 64 computes K steps [g·gk, (g + 1)·gk) of each staged slice; its thread
     // (x8, y8) = (t % 8, t / 8) owns rows y8, y8 + 8 and columns x8, x8 + 8 of the tile.
     let (gbase, x8, y8) = if split.is_some() && !tsplit {
@@ -531,6 +534,9 @@ fn matmul(
         barrier(w);
         Ok(())
     })?;
+    if let Some(kind) = tc {
+        fold_small(w, kind, per_warp);
+    }
     if tsplit {
         // The groups' fragments meet in shared memory (sa, free after the loop's last barrier):
         // red[q·256 + tid]; then the warps of group 0 add theirs, after `init`, in group order (group
@@ -707,28 +713,56 @@ fn warp_frags(w: &mut Writer, wp: &str, bm: i64, bn: i64, whole: bool) -> Frags 
 /// One fragment's `mma.sync` (m16n8k8 tf32, m16n8k16 bf16 / f16; f32 accumulation) from its A
 /// registers `av` (4) and B registers `bv` (2) into its accumulators `%d{s}.0..3`.
 pub(super) fn mma_issue(w: &mut Writer, kind: Mma, s: i64, av: &[String], bv: &[String]) {
+    mma_into(w, kind, &format!("%d{s}"), av, bv)
+}
+
+/// [`mma_issue`] into the accumulators `{acc}.0..3`.
+fn mma_into(w: &mut Writer, kind: Mma, acc: &str, av: &[String], bv: &[String]) {
     let (shape, ab) = match kind {
         Mma::Tf32 | Mma::Tf32x3 => ("m16n8k8", "tf32"),
         Mma::Bf16 => ("m16n8k16", "bf16"),
         Mma::Fp16 | Mma::F32 => ("m16n8k16", "f16"),
     };
     let ins = format!("mma.sync.aligned.{shape}.row.col.f32.{ab}.{ab}.f32 {{$0,$1,$2,$3}}, {{$4,$5,$6,$7}}, {{$8,$9}}, {{$10,$11,$12,$13}};");
-    let cv: Vec<String> = (0..4).map(|q| w.emit_op(format!("load float, ptr %d{s}.{q}"))).collect();
+    let cv: Vec<String> = (0..4).map(|q| w.emit_op(format!("load float, ptr {acc}.{q}"))).collect();
     let args: Vec<String> = av.iter().chain(bv).map(|x| format!("i32 {x}")).chain(cv.iter().map(|x| format!("float {x}"))).collect();
     let res = w.emit_op(format!("call {{ float, float, float, float }} asm sideeffect \"{ins}\", \"=f,=f,=f,=f,r,r,r,r,r,r,f,f,f,f\"({}) #1", args.join(", ")));
     for q in 0..4 {
         let v = w.emit_op(format!("extractvalue {{ float, float, float, float }} {res}, {q}"));
-        w.emit(&format!("store float {v}, ptr %d{s}.{q}"));
+        w.emit(&format!("store float {v}, ptr {acc}.{q}"));
+    }
+}
+
+/// 3×TF32's second accumulators: fragment s's small products (a_small·b_big, a_big·b_small) sum into
+/// `%e{s}.0..3`, from 0, its big ones (a_big·b_big) into `%d{s}.*`; [`fold_small`] adds them after the
+/// K loop. Each `mma.sync` rounds its f32 sum toward zero (measured on the H200: one accumulator for
+/// all three products left MiniLM batch 8 9.0e-5 from the interpreter, the SIMT tiles 5.1e-6): the big
+/// sum takes one such rounding per k step instead of three, the small sum's are ~2⁻¹¹ of it, and the
+/// two chains are independent. Other kinds: nothing.
+pub(super) fn small_accumulators(w: &mut Writer, kind: Mma, frags: i64) {
+    for (s, q) in (0..frags * (kind == Mma::Tf32x3) as i64).flat_map(|s| (0..4).map(move |q| (s, q))) {
+        w.slot(&format!("%e{s}.{q}"), "float");
+        w.emit(&format!("store float 0.0, ptr %e{s}.{q}"));
+    }
+}
+
+/// `%d{s}.q += %e{s}.q` for 3×TF32's fragments ([`small_accumulators`]); other kinds: nothing.
+pub(super) fn fold_small(w: &mut Writer, kind: Mma, frags: i64) {
+    for (s, q) in (0..frags * (kind == Mma::Tf32x3) as i64).flat_map(|s| (0..4).map(move |q| (s, q))) {
+        let d = w.emit_op(format!("load float, ptr %d{s}.{q}"));
+        let e = w.emit_op(format!("load float, ptr %e{s}.{q}"));
+        let t = w.emit_op(format!("fadd float {d}, {e}"));
+        w.emit(&format!("store float {t}, ptr %d{s}.{q}"));
     }
 }
 
 /// The `mma.sync`s of one k step, one `(accumulator s, A registers, B registers)` per fragment, in
 /// order. 3×TF32 (`Mma::Tf32x3`): the registers hold f32 bits; each distinct register is split once,
 /// big = tf32(x) (`cvt.rna`) and small = tf32(x − big) (the difference is exact in f32), and the
-/// fragments take three passes in order — a_small·b_big, a_big·b_small, a_big·b_big (small·small,
-/// ~2⁻²² of the product, dropped; the small terms first, so they are not lost against the big one
-/// in the f32 accumulator) — each pass over every fragment, so a fragment's three dependent `mma.sync`s
-/// are not back to back. An infinite operand gives NaN (small = ∞ − ∞), as CUTLASS's 3xTF32 does.
+/// fragments take three passes in order — a_small·b_big and a_big·b_small into the small
+/// accumulators ([`small_accumulators`]), a_big·b_big into the fragment's own (small·small, ~2⁻²² of
+/// the product, dropped) — each pass over every fragment, so a fragment's dependent `mma.sync`s are
+/// not back to back. An infinite operand gives NaN (small = ∞ − ∞), as CUTLASS's 3xTF32 does.
 /// Other kinds: one `mma_issue` per fragment, as before.
 pub(super) fn mma_issue_all(w: &mut Writer, kind: Mma, issues: &[(i64, &[String], &[String])]) {
     if kind != Mma::Tf32x3 {
@@ -757,7 +791,8 @@ pub(super) fn mma_issue_all(w: &mut Writer, kind: Mma, issues: &[(i64, &[String]
     let halves: Vec<_> = issues.iter().map(|(s, av, bv)| (*s, split(w, av), split(w, bv))).collect();
     for (a_small, b_small) in [(true, false), (false, true), (false, false)] {
         for (s, (ab, asm), (bb, bsm)) in &halves {
-            mma_issue(w, Mma::Tf32, *s, if a_small { asm } else { ab }, if b_small { bsm } else { bb });
+            let acc = if a_small || b_small { format!("%e{s}") } else { format!("%d{s}") };
+            mma_into(w, Mma::Tf32, &acc, if a_small { asm } else { ab }, if b_small { bsm } else { bb });
         }
     }
 }

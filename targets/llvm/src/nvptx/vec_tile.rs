@@ -27,7 +27,7 @@
 //! `tiled.rs`'s R×R tiles at MiniLM's batch 8 / 32 shapes: 9–14% faster on three of six, 6–10%
 //! slower on three, ~4% on a whole layer's matmuls; not kept.)
 
-use super::tiled::{barrier, epilogue, epilogue_at, for_loop, if_, mma_issue_all, shared_at, sreg, to_operand, unflatten};
+use super::tiled::{barrier, epilogue, epilogue_at, fold_small, for_loop, if_, mma_issue_all, shared_at, small_accumulators, sreg, to_operand, unflatten};
 use super::half_weights::Halves;
 use super::Mma;
 use crate::ir::Writer;
@@ -404,6 +404,7 @@ pub fn matmul(
             w.emit(&format!("store float {init}, ptr {c}"));
         }
     }
+    small_accumulators(w, kind, mf * nf);
     // Paired: A fragment i's words for this lane from pair (wr·wm / 16 + i)·8 + g, word 8t; B fragment
     // j's from row wc·wn + 8j + g, word 4t, two bases where swizzled (even / odd 16-word groups c:
     // +16 / -16 on rows of odd g — the row's parity, the other terms being even).
@@ -497,6 +498,7 @@ pub fn matmul(
         barrier(w);
         Ok(())
     })?;
+    fold_small(w, kind, mf * nf);
     // The epilogue: fragment element q at row g + 8·(q / 2), column 2t + q % 2, every one inside M × N
     // (whole tiles): no bounds check, no branch per output, so the outputs' epilogues share one basic
     // block and interleave — a GELU's erf is ~60 dependent instructions. Measured on the H200
