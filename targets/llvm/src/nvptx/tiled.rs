@@ -18,6 +18,9 @@
 //!   m16n8 fragments) over a long K splits the same way: four pairs of warps, each pair the two
 //!   fragments over its quarter of the slice, the pairs' fragments added in group order through
 //!   shared memory (`RLX_CUDA_TC_SPLIT=0` at compile time: two warps busy, six idle, as before).
+//!   `--precision f32` takes the tensor-core tiles too, by 3×TF32 ([`mma_issue_all`]: f32 values in
+//!   shared memory, split into two tf32 parts per fragment register, three `mma.sync`s per fragment and
+//!   k step); `RLX_CUDA_F32_MMA=0` at compile time keeps it on the SIMT tiles above.
 //!   On the tensor cores, whole tiles of operands read straight from memory and contiguous along K
 //!   take `vec_tile.rs`'s form instead (128-bit staging loads, larger tiles), with this file's helpers.
 //! - **Row kernels** ([`Plan::Rows`]: LayerNorm, softmax, RMSNorm rows) and **row reductions**

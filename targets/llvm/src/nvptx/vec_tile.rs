@@ -1,4 +1,5 @@
-//! Tensor-core matmul tiles (`--precision tf32|bf16|fp16`) for whole tiles of f32 operands read
+//! Tensor-core matmul tiles (`--precision tf32|bf16|fp16`, and f32 by 3×TF32: `Mma::Tf32x3`, staged as
+//! tf32 is but unrounded, each fragment register split where loaded) for whole tiles of f32 operands read
 //! straight from memory and contiguous along K (MiniLM's projections: activations [rows, K] times a
 //! Linear weight [N, K]). The general form (`tiled.rs`) stages each element by evaluating the
 //! operand's expression; this one loads four consecutive K values of a row as one aligned 128-bit
