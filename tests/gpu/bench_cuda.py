@@ -89,6 +89,7 @@ TWINS = {
     "sm80": "sm_80 PTX, no programmatic launch (--sm 80)",
     "splitk0": "FFN down not split across launches (RLX_CUDA_SPLIT_K=0)",
     "splitk16": "FFN down in 16 partial sums (RLX_CUDA_SPLIT_K=16)",
+    "simt": "f32 matmuls on the SIMT cores (RLX_CUDA_F32_MMA=0)",
 }
 SAME_BITS = {"f32w"}
 
@@ -96,7 +97,7 @@ SAME_BITS = {"f32w"}
 def precision_of(case):
     """The precision a case's artifact was compiled with (its folder suffix)."""
     for p, sfx in PRECISIONS.items():
-        if sfx and re.sub(r"_(untiled|unfused|nosplit|f32w|fill0|heads0|lds32|epichk|sm80|splitk0|splitk16)$", "", case).endswith(sfx):
+        if sfx and re.sub(r"_(untiled|unfused|nosplit|f32w|fill0|heads0|lds32|epichk|sm80|splitk0|splitk16|simt)$", "", case).endswith(sfx):
             return p
     return "f32"
 
@@ -180,7 +181,7 @@ def main() -> int:
     refs = set(os.listdir(os.path.join(a.carry, "ref")))
     cases = []
     for c in sorted(os.listdir(os.path.join(work, "art"))):
-        twin = c if c in refs else re.sub(r"(_(untiled|unfused|nosplit|f32w|fill0|heads0|lds32|epichk|sm80|splitk0|splitk16|tf32|bf16))+$", "", c)
+        twin = c if c in refs else re.sub(r"(_(untiled|unfused|nosplit|f32w|fill0|heads0|lds32|epichk|sm80|splitk0|splitk16|simt|tf32|bf16))+$", "", c)
         if twin in refs:
             cases.append((c, twin))
     for c, twin in cases:

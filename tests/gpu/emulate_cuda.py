@@ -11,7 +11,9 @@ driver — thread and block ids are thread-locals; `llvm.nvvm.barrier0` waits on
 block's threads; `shfl.sync.bfly` exchanges through a per-warp array between two warp barriers;
 the inline PTX of `--precision tf32|bf16` (`cvt.rna.tf32.f32`, `cvt.rn.bf16x2.f32`, `mma.sync
 m16n8k8 tf32` / `m16n8k16 bf16`) is emulated per warp from the fragment layouts the PTX ISA documents
-(lane = 4·g + t); `--sm 90`'s `griddepcontrol.wait` (for the kernels before) is dropped, the
+(lane = 4·g + t) — `--precision f32`'s 3×TF32 tiles are the same instructions (two `cvt.rna` per
+operand register, tf32 `mma.sync`s); each emulated `mma.sync` sums its products in f64 and rounds once,
+where the H200 rounds toward zero, so the emulated f32 error is lower than the GPU's —; `--sm 90`'s `griddepcontrol.wait` (for the kernels before) is dropped, the
 dispatches running in order — shared memory is a plain global; llc-19 compiles the IR for the host, gcc links
 it with the driver, which runs every dispatch in order, block by block, with blockDim threads. Writes
 each output as OUT_DIR/<output name>.npy. A stateful artifact (a KV cache: the schedule's state

@@ -3,8 +3,8 @@
 # (default build/gpu-gemm; ~15 MB, carried by the device tool):
 #   cuda_run                 runtime-min's CUDA example (cargo build --release -p rlx-rt --features cuda --example cuda_run)
 #   art/NAME_P_V/            rlxc compile --target cuda of tests/gpu/make_gemm.py's MiniLM matmul shapes (batch 8 and
-#                            32), precision P (f32: the SIMT tiles; tf32, bf16), variant V: `auto` (the writer's
-#                            choice), `old` (RLX_CUDA_VEC_TILE=0: tiled.rs's general form), `tk32` (RLX_CUDA_VEC_TK=32)
+#                            32; BATCHES="1 8 32" adds batch 1), precision P (f32: 3×TF32 on the tensor cores; tf32,
+#                            bf16), variant V: `auto` (the writer's choice), `simt` (f32, RLX_CUDA_F32_MMA=0: the SIMT tiles), `old` (RLX_CUDA_VEC_TILE=0: tiled.rs's general form), `tk32` (RLX_CUDA_VEC_TK=32)
 #                            and the forced tiles 64x64, 128x64, 128x128, 128x96, 64x96, 64x48 (RLX_CUDA_VEC_TILE=BMxBN; where a forced tile
 #                            is not whole, the general form), and for bf16 `f32w` (RLX_CUDA_HALF_WEIGHTS=0: f32
 #                            weights converted as they are staged; the other bf16 variants read bf16 copies of the
@@ -12,6 +12,7 @@
 #                            variant's is that blob followed by the copies its manifest lists: checked here, rebuilt there
 #                            by half_weights.py)
 #   bench_gemm.py, make_gemm.py, half_weights.py   (the inputs, weights and bias are regenerated there from make_gemm.py's seeds)
+# VARIANTS="f32_auto f32_simt tf32_auto …": only those (precision_variant).
 # Usage: tests/gpu/prepare_gemm.sh [OUT_DIR]   (run from the repository root; needs .venv and target/release/rlxc)
 set -euo pipefail
 D=${1:-build/gpu-gemm}
@@ -22,13 +23,14 @@ T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 cargo build --release -p rlx-rt --features cuda --example cuda_run
 cp target/release/examples/cuda_run tests/gpu/bench_gemm.py tests/gpu/make_gemm.py tests/gpu/half_weights.py "$D/"
-"$PY" tests/gpu/make_gemm.py --out "$T" >/dev/null
+"$PY" tests/gpu/make_gemm.py --out "$T" --batch ${BATCHES:-8 32} >/dev/null
+ALL=$(echo f32_auto f32_simt {tf32,bf16}_{auto,old,tk32,64x64,128x64,128x128,128x96,64x96,64x48} bf16_f32w)
 for f in "$T"/gemm_b*.onnx; do
   n=$(basename "$f" .onnx)
-  for pv in f32_auto {tf32,bf16}_{auto,old,tk32,64x64,128x64,128x128,128x96,64x96,64x48} bf16_f32w; do
-    p=${pv%%_*} v=${pv#*_} tk= hw=1
-    case $v in auto) t= ;; old) t=0 ;; tk32) t= tk=32 ;; f32w) t= hw=0 ;; *) t=$v ;; esac
-    RLX_CUDA_VEC_TILE=$t RLX_CUDA_VEC_TK=$tk RLX_CUDA_HALF_WEIGHTS=$hw $R compile "$f" --target cuda --precision "$p" --name "$n" -o "$D/art/${n}_$pv" >/dev/null
+  for pv in ${VARIANTS:-$ALL}; do
+    p=${pv%%_*} v=${pv#*_} tk= hw=1 mma=1
+    case $v in auto) t= ;; old) t=0 ;; tk32) t= tk=32 ;; f32w) t= hw=0 ;; simt) t= mma=0 ;; *) t=$v ;; esac
+    RLX_CUDA_VEC_TILE=$t RLX_CUDA_VEC_TK=$tk RLX_CUDA_HALF_WEIGHTS=$hw RLX_CUDA_F32_MMA=$mma $R compile "$f" --target cuda --precision "$p" --name "$n" -o "$D/art/${n}_$pv" >/dev/null
     if [ -e "$D/w/$n.weights.bin" ]; then "$PY" tests/gpu/half_weights.py check "$D/w/$n.weights.bin" "$D/art/${n}_$pv/$n.json" "$D/art/${n}_$pv/$n.weights.bin" >/dev/null; rm "$D/art/${n}_$pv/$n.weights.bin"
     else mv "$D/art/${n}_$pv/$n.weights.bin" "$D/w/"; fi
   done

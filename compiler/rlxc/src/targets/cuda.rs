@@ -133,15 +133,19 @@ fn emit(p: Prepared, r: &Request, tm: &mut Timings) -> Result<CudaCompiled, Fail
 #[cfg(feature = "llvm")]
 fn codegen(mut lir: Lir, report: DispatchReport, sm: u32, precision: Precision, tm: &mut Timings) -> Result<CudaCompiled, Failure> {
     use rlx_target_llvm::nvptx::Mma;
+    // RLX_CUDA_TILES=0: every kernel one thread per output (the reference for the cooperative kernels,
+    // as RLX_SHADER_TILES=0 is for the shader family's).
+    let tiles = std::env::var("RLX_CUDA_TILES").map_or(true, |v| v != "0");
+    // f32 matmul tiles on the tensor cores by 3×TF32 (f32 accuracy); RLX_CUDA_F32_MMA=0 at compile
+    // time keeps them on the SIMT cores (the PTX before session 18, byte for byte).
+    let f32_mma = tiles && std::env::var("RLX_CUDA_F32_MMA").map_or(true, |v| v != "0");
     let mma = match precision {
+        Precision::F32 if f32_mma => Mma::Tf32x3,
         Precision::F32 => Mma::F32,
         Precision::Tf32 => Mma::Tf32,
         Precision::Bf16 => Mma::Bf16,
         Precision::Fp16 => Mma::Fp16,
     };
-    // RLX_CUDA_TILES=0: every kernel one thread per output (the reference for the cooperative kernels,
-    // as RLX_SHADER_TILES=0 is for the shader family's).
-    let tiles = std::env::var("RLX_CUDA_TILES").map_or(true, |v| v != "0");
     let p = tm.time("codegen (nvptx)", || rlx_target_llvm::nvptx::compile(&mut lir, sm, tiles, mma)).map_err(|e| Failure::model(format!("target cuda: {e}")))?;
     let dispatches = p.dispatches.iter().zip(&p.names).map(|(d, n)| (n.clone(), d.groups, d.block, d.comm.clone())).collect();
     let half_weights = p.half_weights.iter().map(|h| (h.dtype.to_string(), h.src, h.elems, h.dst)).collect();

@@ -41,7 +41,7 @@ impl<'l> HalfWeights<'l> {
         let dtype = match mma {
             Mma::Bf16 => DType::BF16,
             Mma::Fp16 => DType::F16,
-            Mma::F32 | Mma::Tf32 => return None,
+            Mma::F32 | Mma::Tf32 | Mma::Tf32x3 => return None,
         };
         if std::env::var("RLX_CUDA_HALF_WEIGHTS").is_ok_and(|v| v == "0") {
             return None;

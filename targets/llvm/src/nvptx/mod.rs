@@ -101,13 +101,26 @@ pub fn caps(name: &str) -> TargetCaps {
 }
 
 /// The arithmetic of f32 matmuls (`--precision`): f32 FMAs on the SIMT cores, or the tensor cores
-/// (`mma.sync`, f32 accumulation) with operands rounded to tf32, bf16 or fp16.
+/// (`mma.sync`, f32 accumulation) with operands rounded to tf32, bf16 or fp16, or split into two tf32
+/// parts each (`Tf32x3`: `--precision f32`'s tensor-core form, f32 accuracy; `tiled::mma_issue_all`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mma {
     F32,
     Tf32,
     Bf16,
     Fp16,
+    /// 3×TF32: each f32 operand x = big + small, big = tf32(x), small = tf32(x − big), and
+    /// a·b ≈ a_small·b_big + a_big·b_small + a_big·b_big (small·small dropped) on m16n8k8 tf32
+    /// `mma.sync`s, f32 accumulation: a relative error at f32's level (~1e-6), not tf32's (~1e-3).
+    /// Shared memory holds the f32 values; each fragment register is split where it is loaded.
+    Tf32x3,
+}
+
+impl Mma {
+    /// Whether the tensor cores take tf32 operands (m16n8k8, one f32 word per value in shared memory).
+    pub fn tf32(self) -> bool {
+        matches!(self, Mma::Tf32 | Mma::Tf32x3)
+    }
 }
 
 /// A compiled CUDA program: the PTX text and its schedule.

@@ -18,6 +18,9 @@
 //!   m16n8 fragments) over a long K splits the same way: four pairs of warps, each pair the two
 //!   fragments over its quarter of the slice, the pairs' fragments added in group order through
 //!   shared memory (`RLX_CUDA_TC_SPLIT=0` at compile time: two warps busy, six idle, as before).
+//!   `--precision f32` takes the tensor-core tiles too, by 3×TF32 ([`mma_issue_all`]: f32 values in
+//!   shared memory, split into two tf32 parts per fragment register, three `mma.sync`s per fragment and
+//!   k step); `RLX_CUDA_F32_MMA=0` at compile time keeps it on the SIMT tiles above.
 //!   On the tensor cores, whole tiles of operands read straight from memory and contiguous along K
 //!   take `vec_tile.rs`'s form instead (128-bit staging loads, larger tiles), with this file's helpers.
 //! - **Row kernels** ([`Plan::Rows`]: LayerNorm, softmax, RMSNorm rows) and **row reductions**
@@ -196,8 +199,8 @@ pub fn kernel(li: usize, sig: &str, setup: &str, params: Vec<(DType, String)>, o
     let mut globals = Vec::new();
     let (groups, block) = match plan {
         Plan::Matmul { acc, a, b, rows, cols, batch, r } => {
-            // Tensor cores for f32 matmuls under --precision tf32|bf16|fp16; integer matmuls and f32
-            // stay on the SIMT cores.
+            // Tensor cores for f32 matmuls under --precision tf32|bf16|fp16, and f32's 3×TF32
+            // (`Mma::Tf32x3`); integer matmuls, and f32 with RLX_CUDA_F32_MMA=0, stay on the SIMT cores.
             let tc = if acc.dtype == DType::F32 && mma != Mma::F32 { Some(mma) } else { None };
             // Whole tiles of operands contiguous along K: 128-bit staging loads, larger tiles (vec_tile.rs).
             let (m, n, nb) = (rows.iter().map(|d| d.1).product(), cols.iter().map(|d| d.1).product(), batch.iter().map(|d| d.1).product());
@@ -337,6 +340,9 @@ fn matmul(
         w.slot(c, ty);
         w.emit(&format!("store {ty} {}, ptr {c}", if split.is_some() { &zero } else { &init }));
     }
+    if let Some(kind) = tc {
+        small_accumulators(w, kind, per_warp);
+    }
     // Split K: group g = tid / 64 computes K steps [g·gk, (g + 1)·gk) of each staged slice; its thread
     // (x8, y8) = (t % 8, t / 8) owns rows y8, y8 + 8 and columns x8, x8 + 8 of the tile.
     let (gbase, x8, y8) = if split.is_some() && !tsplit {
@@ -351,7 +357,7 @@ fn matmul(
     // fragment layouts' units (tf32: K values; bf16 / fp16: pairs), so mma_step's indices reach it.
     let (fw, tqk) = if tsplit {
         let g = w.emit_op(format!("lshr i64 {wp}, 1"));
-        let unit = if tc == Some(Mma::Tf32) { 1 } else { 2 };
+        let unit = if tc.is_some_and(Mma::tf32) { 1 } else { 2 };
         let off = w.emit_op(format!("mul nuw nsw i64 {g}, {}", gk / unit));
         (w.emit_op(format!("and i64 {wp}, 1")), w.emit_op(format!("add nuw nsw i64 {tq}, {off}")))
     } else {
@@ -435,7 +441,8 @@ fn matmul(
                     w.emit_op(format!("add nuw nsw i64 {t}, {o}"))
                 };
                 let p = shared_at(w, sh, len, sty, &idx);
-                // tf32: rounded once here (cvt.rna, kept in the f32 slot as its bits), not at each use.
+                // tf32: rounded once here (cvt.rna, kept in the f32 slot as its bits), not at each use;
+                // 3×TF32 stores the f32 value (split where a fragment register is loaded).
                 let v = if tc == Some(Mma::Tf32) {
                     let t = to_operand(w, Mma::Tf32, &v, None);
                     w.emit_op(format!("bitcast i32 {t} to float"))
@@ -530,6 +537,9 @@ fn matmul(
         barrier(w);
         Ok(())
     })?;
+    if let Some(kind) = tc {
+        fold_small(w, kind, per_warp);
+    }
     if tsplit {
         // The groups' fragments meet in shared memory (sa, free after the loop's last barrier):
         // red[q·256 + tid]; then the warps of group 0 add theirs, after `init`, in group order (group
@@ -659,10 +669,12 @@ pub(super) fn epilogue_at(w: &mut Writer, acc: &Acc, from: &str, slot: &str, (mm
 }
 
 /// f32 → the tensor cores' operand: tf32 in a b32 (`cvt.rna`), or two f32 (lower k first) packed as
-/// bf16x2 / f16x2 (`cvt.rn`: the first operand goes to the upper half).
+/// bf16x2 / f16x2 (`cvt.rn`: the first operand goes to the upper half); 3×TF32's is the f32's bits
+/// (split at the mma: [`mma_issue_all`]).
 pub(super) fn to_operand(w: &mut Writer, kind: Mma, lo: &str, hi: Option<&str>) -> String {
     match (kind, hi) {
         (Mma::Tf32, _) => w.emit_op(format!("call i32 asm \"cvt.rna.tf32.f32 $0, $1;\", \"=r,f\"(float {lo})")),
+        (Mma::Tf32x3, _) => w.emit_op(format!("bitcast float {lo} to i32")),
         (Mma::Bf16, Some(hi)) => w.emit_op(format!("call i32 asm \"cvt.rn.bf16x2.f32 $0, $1, $2;\", \"=r,f,f\"(float {hi}, float {lo})")),
         (_, Some(hi)) => w.emit_op(format!("call i32 asm \"cvt.rn.f16x2.f32 $0, $1, $2;\", \"=r,f,f\"(float {hi}, float {lo})")),
         (_, None) => unreachable!("16-bit operands come in pairs"),
@@ -704,18 +716,87 @@ fn warp_frags(w: &mut Writer, wp: &str, bm: i64, bn: i64, whole: bool) -> Frags 
 /// One fragment's `mma.sync` (m16n8k8 tf32, m16n8k16 bf16 / f16; f32 accumulation) from its A
 /// registers `av` (4) and B registers `bv` (2) into its accumulators `%d{s}.0..3`.
 pub(super) fn mma_issue(w: &mut Writer, kind: Mma, s: i64, av: &[String], bv: &[String]) {
+    mma_into(w, kind, &format!("%d{s}"), av, bv)
+}
+
+/// [`mma_issue`] into the accumulators `{acc}.0..3`.
+fn mma_into(w: &mut Writer, kind: Mma, acc: &str, av: &[String], bv: &[String]) {
     let (shape, ab) = match kind {
-        Mma::Tf32 => ("m16n8k8", "tf32"),
+        Mma::Tf32 | Mma::Tf32x3 => ("m16n8k8", "tf32"),
         Mma::Bf16 => ("m16n8k16", "bf16"),
         Mma::Fp16 | Mma::F32 => ("m16n8k16", "f16"),
     };
     let ins = format!("mma.sync.aligned.{shape}.row.col.f32.{ab}.{ab}.f32 {{$0,$1,$2,$3}}, {{$4,$5,$6,$7}}, {{$8,$9}}, {{$10,$11,$12,$13}};");
-    let cv: Vec<String> = (0..4).map(|q| w.emit_op(format!("load float, ptr %d{s}.{q}"))).collect();
+    let cv: Vec<String> = (0..4).map(|q| w.emit_op(format!("load float, ptr {acc}.{q}"))).collect();
     let args: Vec<String> = av.iter().chain(bv).map(|x| format!("i32 {x}")).chain(cv.iter().map(|x| format!("float {x}"))).collect();
     let res = w.emit_op(format!("call {{ float, float, float, float }} asm sideeffect \"{ins}\", \"=f,=f,=f,=f,r,r,r,r,r,r,f,f,f,f\"({}) #1", args.join(", ")));
     for q in 0..4 {
         let v = w.emit_op(format!("extractvalue {{ float, float, float, float }} {res}, {q}"));
-        w.emit(&format!("store float {v}, ptr %d{s}.{q}"));
+        w.emit(&format!("store float {v}, ptr {acc}.{q}"));
+    }
+}
+
+/// 3×TF32's second accumulators: fragment s's small products (a_small·b_big, a_big·b_small) sum into
+/// `%e{s}.0..3`, from 0, its big ones (a_big·b_big) into `%d{s}.*`; [`fold_small`] adds them after the
+/// K loop. Each `mma.sync` rounds its f32 sum toward zero (measured on the H200: one accumulator for
+/// all three products left MiniLM batch 8 9.0e-5 from the interpreter, the SIMT tiles 5.1e-6): the big
+/// sum takes one such rounding per k step instead of three, the small sum's are ~2⁻¹¹ of it, and the
+/// two chains are independent. Other kinds: nothing.
+pub(super) fn small_accumulators(w: &mut Writer, kind: Mma, frags: i64) {
+    for (s, q) in (0..frags * (kind == Mma::Tf32x3) as i64).flat_map(|s| (0..4).map(move |q| (s, q))) {
+        w.slot(&format!("%e{s}.{q}"), "float");
+        w.emit(&format!("store float 0.0, ptr %e{s}.{q}"));
+    }
+}
+
+/// `%d{s}.q += %e{s}.q` for 3×TF32's fragments ([`small_accumulators`]); other kinds: nothing.
+pub(super) fn fold_small(w: &mut Writer, kind: Mma, frags: i64) {
+    for (s, q) in (0..frags * (kind == Mma::Tf32x3) as i64).flat_map(|s| (0..4).map(move |q| (s, q))) {
+        let d = w.emit_op(format!("load float, ptr %d{s}.{q}"));
+        let e = w.emit_op(format!("load float, ptr %e{s}.{q}"));
+        let t = w.emit_op(format!("fadd float {d}, {e}"));
+        w.emit(&format!("store float {t}, ptr %d{s}.{q}"));
+    }
+}
+
+/// The `mma.sync`s of one k step, one `(accumulator s, A registers, B registers)` per fragment, in
+/// order. 3×TF32 (`Mma::Tf32x3`): the registers hold f32 bits; each distinct register is split once,
+/// big = tf32(x) (`cvt.rna`) and small = tf32(x − big) (the difference is exact in f32), and the
+/// fragments take three passes in order — a_small·b_big and a_big·b_small into the small
+/// accumulators ([`small_accumulators`]), a_big·b_big into the fragment's own (small·small, ~2⁻²² of
+/// the product, dropped) — each pass over every fragment, so a fragment's dependent `mma.sync`s are
+/// not back to back. An infinite operand gives NaN (small = ∞ − ∞), as CUTLASS's 3xTF32 does.
+/// Other kinds: one `mma_issue` per fragment, as before.
+pub(super) fn mma_issue_all(w: &mut Writer, kind: Mma, issues: &[(i64, &[String], &[String])]) {
+    if kind != Mma::Tf32x3 {
+        for (s, av, bv) in issues {
+            mma_issue(w, kind, *s, av, bv);
+        }
+        return;
+    }
+    let mut parts: Vec<(String, String, String)> = Vec::new();
+    let mut split = |w: &mut Writer, regs: &[String]| -> (Vec<String>, Vec<String>) {
+        regs.iter()
+            .map(|x| {
+                if let Some(p) = parts.iter().find(|p| &p.0 == x) {
+                    return (p.1.clone(), p.2.clone());
+                }
+                let f = w.emit_op(format!("bitcast i32 {x} to float"));
+                let big = to_operand(w, Mma::Tf32, &f, None);
+                let bf = w.emit_op(format!("bitcast i32 {big} to float"));
+                let d = w.emit_op(format!("fsub float {f}, {bf}"));
+                let small = to_operand(w, Mma::Tf32, &d, None);
+                parts.push((x.clone(), big.clone(), small.clone()));
+                (big, small)
+            })
+            .unzip()
+    };
+    let halves: Vec<_> = issues.iter().map(|(s, av, bv)| (*s, split(w, av), split(w, bv))).collect();
+    for (a_small, b_small) in [(true, false), (false, true), (false, false)] {
+        for (s, (ab, asm), (bb, bsm)) in &halves {
+            let acc = if a_small || b_small { format!("%e{s}") } else { format!("%d{s}") };
+            mma_into(w, Mma::Tf32, &acc, if a_small { asm } else { ab }, if b_small { bsm } else { bb });
+        }
     }
 }
 
@@ -728,7 +809,7 @@ pub(super) fn mma_issue(w: &mut Writer, kind: Mma, s: i64, av: &[String], bv: &[
 /// memory holds 32-bit words of two adjacent K values, a fragment register is one load).
 #[allow(clippy::too_many_arguments)]
 fn mma_step(w: &mut Writer, kind: Mma, packed: bool, (sa, la, pa): (&str, i64, i64), (sb, lb, pb): (&str, i64, i64), (wp, gq, tq): (&str, &str, &str), bm: i64, bn: i64, tk: i64, whole: bool) -> Result<(), String> {
-    let kstep = if kind == Mma::Tf32 { 8 } else { 16 };
+    let kstep = if kind.tf32() { 8 } else { 16 };
     let (rows_of, cols_of, frags) = warp_frags(w, wp, bm, bn, whole);
     let t2 = w.emit_op(format!("shl i64 {tq}, 1"));
     let lda = |w: &mut Writer, ar: &str, row_off: i64, k: String| {
@@ -762,7 +843,7 @@ fn mma_step(w: &mut Writer, kind: Mma, packed: bool, (sa, la, pa): (&str, i64, i
                     let t = w.emit_op(format!("add nuw nsw i64 {t}, {tq}"));
                     let idx = w.emit_op(format!("add nuw nsw i64 {t}, {}", k0 / 2 + 4 * (rr / 2)));
                     word(w, sa, la, idx)
-                } else if kind == Mma::Tf32 {
+                } else if kind.tf32() {
                     let k = w.emit_op(format!("add nuw nsw i64 {tq}, {}", k0 + 4 * (rr / 2)));
                     let x = lda(w, &ar, 8 * (rr % 2), k);
                     w.emit_op(format!("bitcast float {x} to i32"))
@@ -786,7 +867,7 @@ fn mma_step(w: &mut Writer, kind: Mma, packed: bool, (sa, la, pa): (&str, i64, i
                     let t = w.emit_op(format!("mul nuw nsw i64 {kr}, {pb}"));
                     let idx = w.emit_op(format!("add nuw nsw i64 {t}, {bc}"));
                     word(w, sb, lb, idx)
-                } else if kind == Mma::Tf32 {
+                } else if kind.tf32() {
                     let k = w.emit_op(format!("add nuw nsw i64 {tq}, {}", k0 + 4 * rr));
                     let x = ldb(w, &bc, k);
                     w.emit_op(format!("bitcast float {x} to i32"))
@@ -800,22 +881,20 @@ fn mma_step(w: &mut Writer, kind: Mma, packed: bool, (sa, la, pa): (&str, i64, i
             })
             .collect()
     };
-    let mma = |w: &mut Writer, s: usize, av: &[String], bv: &[String]| mma_issue(w, kind, s as i64, av, bv);
     let all = frags.iter().all(|f| f.2 == "true");
     for k0 in (0..tk).step_by(kstep) {
         if all {
             // Every fragment exists: each A / B fragment is loaded once, then the mmas.
             let av: Vec<Vec<String>> = rows_of.iter().map(|mt| frag_a(w, mt, k0)).collect();
             let bv: Vec<Vec<String>> = cols_of.iter().map(|nt| frag_b(w, nt, k0)).collect();
-            for (s, (i, j, _)) in frags.iter().enumerate() {
-                mma(w, s, &av[*i], &bv[*j]);
-            }
+            let issues: Vec<_> = frags.iter().enumerate().map(|(s, (i, j, _))| (s as i64, &av[*i][..], &bv[*j][..])).collect();
+            mma_issue_all(w, kind, &issues);
         } else {
             for (s, (i, j, has)) in frags.iter().enumerate() {
                 if_(w, has, &mut |w| {
                     let av = frag_a(w, &rows_of[*i], k0);
                     let bv = frag_b(w, &cols_of[*j], k0);
-                    mma(w, s, &av, &bv);
+                    mma_issue_all(w, kind, &[(s as i64, &av, &bv)]);
                     Ok(())
                 })?;
             }

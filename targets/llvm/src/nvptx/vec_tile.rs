@@ -1,4 +1,5 @@
-//! Tensor-core matmul tiles (`--precision tf32|bf16|fp16`) for whole tiles of f32 operands read
+//! Tensor-core matmul tiles (`--precision tf32|bf16|fp16`, and f32 by 3×TF32: `Mma::Tf32x3`, staged as
+//! tf32 is but unrounded, each fragment register split where loaded) for whole tiles of f32 operands read
 //! straight from memory and contiguous along K (MiniLM's projections: activations [rows, K] times a
 //! Linear weight [N, K]). The general form (`tiled.rs`) stages each element by evaluating the
 //! operand's expression; this one loads four consecutive K values of a row as one aligned 128-bit
@@ -27,7 +28,7 @@
 //! `tiled.rs`'s R×R tiles at MiniLM's batch 8 / 32 shapes: 9–14% faster on three of six, 6–10%
 //! slower on three, ~4% on a whole layer's matmuls; not kept.)
 
-use super::tiled::{barrier, epilogue, epilogue_at, for_loop, if_, mma_issue, shared_at, sreg, to_operand, unflatten};
+use super::tiled::{barrier, epilogue, epilogue_at, fold_small, for_loop, if_, mma_issue_all, shared_at, small_accumulators, sreg, to_operand, unflatten};
 use super::half_weights::Halves;
 use super::Mma;
 use crate::ir::Writer;
@@ -168,7 +169,7 @@ pub fn tile(m: i64, n: i64, nb: i64, k: i64, kind: Mma, periods: [Option<i64>; 2
     // Shared words: bm + bn rows of tk/pk + 4 words (the narrow [`Layout`]; the paired one takes
     // fewer); each of the 256 threads stages whole f32 vectors of both operands' slices (bm·tk/4 and
     // bn·tk/4 of them).
-    let pk = if kind == Mma::Tf32 { 1 } else { 2 };
+    let pk = if kind.tf32() { 1 } else { 2 };
     let blocks_of_e = |tk: i64| periods.iter().flatten().all(|&e| e % tk == 0 || tk % e == 0);
     let fits = |tk: i64| (bm + bn) * (tk / pk + 4) * 4 <= SMEM && k % tk == 0 && bm * tk / 4 % 256 == 0 && bn * tk / 4 % 256 == 0 && blocks_of_e(tk);
     let long = fits(64) && std::env::var("RLX_CUDA_VEC_TK").map_or(true, |v| v != "32");
@@ -253,7 +254,7 @@ pub fn matmul(
 ) -> Result<[u32; 3], String> {
     let (m, n, nb): (i64, i64, i64) = (rows.iter().map(|d| d.1).product(), cols.iter().map(|d| d.1).product(), batch.iter().map(|d| d.1).product());
     let (kv, kext) = acc.ks[0];
-    let packed = kind != Mma::Tf32;
+    let packed = !kind.tf32();
     // Shared memory in 32-bit words, rows of pw words: a tf32 value, or a bf16 / fp16 pair of
     // adjacent K values.
     let pk = if packed { 2 } else { 1 };
@@ -404,6 +405,7 @@ pub fn matmul(
             w.emit(&format!("store float {init}, ptr {c}"));
         }
     }
+    small_accumulators(w, kind, mf * nf);
     // Paired: A fragment i's words for this lane from pair (wr·wm / 16 + i)·8 + g, word 8t; B fragment
     // j's from row wc·wn + 8j + g, word 4t, two bases where swizzled (even / odd 16-word groups c:
     // +16 / -16 on rows of odd g — the row's parity, the other terms being even).
@@ -483,26 +485,21 @@ pub fn matmul(
             let bq: Vec<Vec<String>> = brow.iter().map(|p| quad(w, if c % 2 == 0 { &p.0 } else { &p.1 }, 16 * c)).collect();
             for u in 0..2 {
                 let av: Vec<Vec<String>> = apair.iter().map(|p| quad(w, p, 32 * c + 4 * u)).collect();
-                for i in 0..mf as usize {
-                    for j in 0..nf as usize {
-                        mma_issue(w, kind, (i * nf as usize + j) as i64, &av[i], &bq[j][2 * u as usize..2 * u as usize + 2]);
-                    }
-                }
+                let issues: Vec<_> = (0..(mf * nf) as usize).map(|f| (f as i64, &av[f / nf as usize][..], &bq[f % nf as usize][2 * u as usize..2 * u as usize + 2])).collect();
+                mma_issue_all(w, kind, &issues);
             }
         }
         for k in (0..tk).step_by(kstep).filter(|_| !lay.paired) {
             // A register rr: row g + 8·(rr % 2), word t + k/pk + 4·(rr / 2); B register rr: word t + k/pk + 4·rr.
             let av: Vec<Vec<String>> = abase.iter().map(|p| (0..4).map(|rr| word(w, p, 8 * pw * (rr % 2) + k / pk + 4 * (rr / 2))).collect()).collect();
             let bv: Vec<Vec<String>> = bbase.iter().map(|p| (0..2).map(|rr| word(w, p, k / pk + 4 * rr)).collect()).collect();
-            for i in 0..mf as usize {
-                for j in 0..nf as usize {
-                    mma_issue(w, kind, (i * nf as usize + j) as i64, &av[i], &bv[j]);
-                }
-            }
+            let issues: Vec<_> = (0..(mf * nf) as usize).map(|f| (f as i64, &av[f / nf as usize][..], &bv[f % nf as usize][..])).collect();
+            mma_issue_all(w, kind, &issues);
         }
         barrier(w);
         Ok(())
     })?;
+    fold_small(w, kind, mf * nf);
     // The epilogue: fragment element q at row g + 8·(q / 2), column 2t + q % 2, every one inside M × N
     // (whole tiles): no bounds check, no branch per output, so the outputs' epilogues share one basic
     // block and interleave — a GELU's erf is ~60 dependent instructions. Measured on the H200
