@@ -177,26 +177,20 @@ def main() -> None:
     for name, m, shape in [("window", window([1, 8, 11, 37]), [1, 8, 11, 37]), ("narrow", window([2, 8, 7, 7]), [2, 8, 7, 7]),
                            ("plane", window([2, 8, 13, 13]), [2, 8, 13, 13]), ("plane2", plane2(), [1, 20, 9, 9]),
                            ("bn", bn_model(), [1, 1, 8, 8])]:
-        onnx.save(m, os.path.join(out, f"{name}.onnx"))
-        x = rs.randn(*shape).astype(np.float32)
-        np.save(os.path.join(out, f"{name}_x.npy"), x)
-        s = ort.InferenceSession(os.path.join(out, f"{name}.onnx"), providers=["CPUExecutionProvider"])
-        for o, v in zip([o.name for o in s.get_outputs()], s.run(None, {"x": x})):
-            np.save(os.path.join(out, f"{name}_ort_{o}.npy"), v)
+        save(out, name, m, rs.randn(*shape).astype(np.float32))
     np.save(os.path.join(out, "calib.npy"), rs.randn(64, 1, 1, 8, 8).astype(np.float32))
     # (After the others: their inputs and calib.npy keep the random stream they were written with.)
-    onnx.save(silu_model(), os.path.join(out, "silu.onnx"))
-    x = np.random.RandomState(3).randn(2, 32, 7, 7).astype(np.float32)
-    np.save(os.path.join(out, "silu_x.npy"), x)
-    s = ort.InferenceSession(os.path.join(out, "silu.onnx"), providers=["CPUExecutionProvider"])
+    save(out, "silu", silu_model(), np.random.RandomState(3).randn(2, 32, 7, 7).astype(np.float32))
+    save(out, "padded", padded_model(), np.random.RandomState(4).randn(2, 16, 29, 29).astype(np.float32))
+
+
+def save(out, name, m, x):
+    """NAME.onnx, its input NAME_x.npy and ONNX Runtime's outputs on it, NAME_ort_OUTPUT.npy."""
+    onnx.save(m, os.path.join(out, f"{name}.onnx"))
+    np.save(os.path.join(out, f"{name}_x.npy"), x)
+    s = ort.InferenceSession(os.path.join(out, f"{name}.onnx"), providers=["CPUExecutionProvider"])
     for o, v in zip([o.name for o in s.get_outputs()], s.run(None, {"x": x})):
-        np.save(os.path.join(out, f"silu_ort_{o}.npy"), v)
-    onnx.save(padded_model(), os.path.join(out, "padded.onnx"))
-    x = np.random.RandomState(4).randn(2, 16, 29, 29).astype(np.float32)
-    np.save(os.path.join(out, "padded_x.npy"), x)
-    s = ort.InferenceSession(os.path.join(out, "padded.onnx"), providers=["CPUExecutionProvider"])
-    for o, v in zip([o.name for o in s.get_outputs()], s.run(None, {"x": x})):
-        np.save(os.path.join(out, f"padded_ort_{o}.npy"), v)
+        np.save(os.path.join(out, f"{name}_ort_{o}.npy"), v)
 
 
 if __name__ == "__main__":

@@ -34,6 +34,20 @@ use rlx_ir::{BinaryOp, DType, Def, MirOp, NodeId, OpSet, ValueId};
 /// SiLU at 14² 137 µs there against 172 here.
 const MAX_ROW_VECTORS: usize = 2;
 
+/// What [`Planner::depthwise_f32`] finds: the weight, the input, weight and output shapes, strides,
+/// left padding, dilations, and the padded extents the output reads (rows, columns).
+pub(super) struct Depthwise {
+    pub(super) w: ValueId,
+    pub(super) sx: Vec<usize>,
+    pub(super) sw: Vec<usize>,
+    pub(super) so: Vec<usize>,
+    pub(super) strides: [usize; 2],
+    pub(super) pads: usize,
+    pub(super) dilations: [usize; 2],
+    pub(super) hp: usize,
+    pub(super) wp: usize,
+}
+
 /// Output columns computed together (an accumulator each).
 const ROW_BLOCK: usize = 8;
 
@@ -53,31 +67,39 @@ pub(super) fn padded(out: usize, stride: usize, k: usize, dil: usize) -> usize {
 }
 
 impl Planner<'_> {
-    /// Whether depthwise convolution `a` takes the form (see the module doc): a float 2-D one with one
-    /// input channel per group, a constant finite weight read by nothing else, a materialized input,
-    /// channels in whole vectors, rows narrower than [`MAX_ROW_VECTORS`] vectors of which more than a
-    /// third are border columns, or that fit one vector under an epilogue with an exponential.
-    fn dw_lanes_fits(&self, a: NodeId, uses: &[u32], is_out: &[bool]) -> bool {
+    /// A float 2-D depthwise convolution (one input channel per group) with a constant finite weight,
+    /// not inlined into its consumer, with a materialized input and the window kernels' lanes (≥
+    /// `min_lanes`): its shapes and attributes — the first condition of both depthwise forms here and in
+    /// `dw_padded.rs` (a padded tap adds 0 · w there, hence finite weights).
+    pub(super) fn depthwise_f32(&self, a: NodeId, min_lanes: usize) -> Option<Depthwise> {
         let n = self.g.node(a);
-        let MirOp::Conv { strides, pads, dilations, groups } = &n.op else { return false };
-        let lanes = self.lanes;
-        if lanes < 8 || n.inputs.len() < 2 || matches!(self.fusion.role[a.index()], Role::Inlined | Role::View) {
-            return false;
+        let MirOp::Conv { strides, pads, dilations, groups } = &n.op else { return None };
+        if self.lanes < min_lanes || n.inputs.len() < 2 || matches!(self.fusion.role[a.index()], Role::Inlined | Role::View) {
+            return None;
         }
         let (x, w) = (n.inputs[0], n.inputs[1]);
         let (sx, sw, so) = (self.shape(x), self.shape(w), self.shape(n.outputs[0]));
         if sx.len() != 4 || sw.len() != 4 || so.len() != 4 || so.contains(&0) || pads.len() != 4 || strides.len() != 2 || dilations.len() != 2 {
-            return false;
+            return None;
         }
         let c = sx[1];
-        let depthwise = *groups == c && sw[0] == c && sw[1] == 1 && so[1] == c && c % lanes == 0;
+        let depthwise = *groups == c && sw[0] == c && sw[1] == 1 && so[1] == c;
         let f32s = n.inputs.iter().chain(&n.outputs).all(|&v| self.dt(v) == DType::F32);
-        let Def::Const(wc) = &self.g.value(w).def else { return false };
+        let Def::Const(wc) = &self.g.value(w).def else { return None };
         let finite = (0..wc.numel()).all(|i| wc.get_f64(i).is_finite());
-        let hp = padded(so[2], strides[0], sw[2], dilations[0]);
-        let wp = padded(so[3], strides[1], sw[3], dilations[1]);
-        depthwise && f32s && finite && uses[w.index()] == 1 && !is_out[w.index()] && self.materialized(x)
-            && so[3] < MAX_ROW_VECTORS * lanes && (border_columns(sx[3], so[3], strides[1], pads[1], dilations[1], sw[3]) * 3 > so[3] as i64 || (so[3] <= lanes && self.transcendental_epilogue(a)))
+        let (hp, wp) = (padded(so[2], strides[0], sw[2], dilations[0]), padded(so[3], strides[1], sw[3], dilations[1]));
+        (depthwise && f32s && finite && self.materialized(x)).then(|| Depthwise { w, sx, sw, so, strides: [strides[0], strides[1]], pads: pads[1], dilations: [dilations[0], dilations[1]], hp, wp })
+    }
+
+    /// Whether depthwise convolution `a` takes the form (see the module doc): [`Planner::depthwise_f32`]
+    /// with a weight read by nothing else, channels in whole vectors, rows narrower than
+    /// [`MAX_ROW_VECTORS`] vectors of which more than a third are border columns, or that fit one vector
+    /// under an epilogue with an exponential.
+    fn dw_lanes_fits(&self, a: NodeId, uses: &[u32], is_out: &[bool]) -> bool {
+        let lanes = self.lanes;
+        let Some(Depthwise { w, sx, sw, so, strides, pads, dilations, hp, wp }) = self.depthwise_f32(a, 8) else { return false };
+        sx[1] % lanes == 0 && uses[w.index()] == 1 && !is_out[w.index()]
+            && so[3] < MAX_ROW_VECTORS * lanes && (border_columns(sx[3], so[3], strides[1], pads, dilations[1], sw[3]) * 3 > so[3] as i64 || (so[3] <= lanes && self.transcendental_epilogue(a)))
             && hp * wp * lanes * 4 <= SCRATCH_BYTES
             && !(sw[2] * sw[3] < 25 && so[3] >= 8 && self.dw_padded_fits(a))
     }

@@ -15,13 +15,12 @@
 //! adds 0 · w, so the form is taken only for finite constant weights.
 
 use super::blocks::{slot_units, SLOTS};
-use super::dw_lanes::padded;
-use super::fuse::Role;
+use super::dw_lanes::{padded, Depthwise};
 use super::kernel::{lit, KB};
 use super::Planner;
 use rlx_ir::lir::{Base, Buffer};
 use rlx_ir::loops::{Access, Expr, IOp, LoopKind, Stmt};
-use rlx_ir::{BinaryOp, DType, Def, MirOp, NodeId, OpSet};
+use rlx_ir::{BinaryOp, DType, MirOp, NodeId, OpSet};
 
 /// Output vectors summed together (an accumulator each).
 const MAX_ACCS: usize = 6;
@@ -30,9 +29,8 @@ const MAX_ACCS: usize = 6;
 const SCRATCH_BYTES: usize = 256 * 1024;
 
 impl Planner<'_> {
-    /// Whether depthwise convolution `a` takes the form (see the module doc): a float 2-D one with one
-    /// input channel per group, a constant finite weight, a materialized input, stride 1 or 2 along the
-    /// width, output rows at least 4 columns wide, and a window of 25 taps or more, or an epilogue with an
+    /// Whether depthwise convolution `a` takes the form (see the module doc): [`Planner::depthwise_f32`]
+    /// at stride 1 or 2 along the width, output rows at least 4 columns wide, and a window of 25 taps or more, or an epilogue with an
     /// exponential (SiLU) at stride 1 or over rows of at most 32 columns. Measured one layer at a time
     /// against the window kernels (1 thread, CPU time, AVX-512): 5 × 5 at 28² 293 against 426 µs (SiLU),
     /// 209 against 253 (ReLU); 5 × 5 stride 2 from 56² 221 against 403 (SiLU), 175 against 308 (ReLU);
@@ -41,28 +39,11 @@ impl Planner<'_> {
     /// slower and 3 × 3 under ReLU 1.0–1.15× (the window kernels store each row through the epilogue
     /// without a staged pass there).
     pub(super) fn dw_padded_fits(&self, a: NodeId) -> bool {
-        let n = self.g.node(a);
-        let MirOp::Conv { strides, pads, dilations, groups } = &n.op else { return false };
-        let lanes = self.lanes;
-        if lanes < 4 || n.inputs.len() < 2 || matches!(self.fusion.role[a.index()], Role::Inlined | Role::View) {
-            return false;
-        }
-        let (x, w) = (n.inputs[0], n.inputs[1]);
-        let (sx, sw, so) = (self.shape(x), self.shape(w), self.shape(n.outputs[0]));
-        if sx.len() != 4 || sw.len() != 4 || so.len() != 4 || so.contains(&0) || pads.len() != 4 || strides.len() != 2 || dilations.len() != 2 {
-            return false;
-        }
-        let c = sx[1];
-        let depthwise = *groups == c && sw[0] == c && sw[1] == 1 && so[1] == c;
-        let f32s = n.inputs.iter().chain(&n.outputs).all(|&v| self.dt(v) == DType::F32);
-        let Def::Const(wc) = &self.g.value(w).def else { return false };
-        let finite = (0..wc.numel()).all(|i| wc.get_f64(i).is_finite());
-        let (hp, wp) = (padded(so[2], strides[0], sw[2], dilations[0]), padded(so[3], strides[1], sw[3], dilations[1]));
+        let Some(Depthwise { sw, so, strides, hp, wp, .. }) = self.depthwise_f32(a, 4) else { return false };
         let s1 = strides[1];
         let bytes = s1 * hp * wp.div_ceil(s1) * 4;
-        let fits = depthwise && f32s && finite && self.materialized(x) && (s1 == 1 || s1 == 2) && so[3] >= 4 && bytes <= SCRATCH_BYTES;
         let taps = sw[2] * sw[3];
-        fits && (taps >= 25 || (self.transcendental_epilogue(a) && (s1 == 1 || so[3] <= 32)))
+        (s1 == 1 || s1 == 2) && so[3] >= 4 && bytes <= SCRATCH_BYTES && (taps >= 25 || (self.transcendental_epilogue(a) && (s1 == 1 || so[3] <= 32)))
     }
 
     /// The kernel of depthwise convolution anchor `a` in this form (root `r`, output param `op`).
