@@ -8,6 +8,9 @@
 //! ((p0 + p1) + p2) + … and applies the fused epilogue (bias, residual) as before: one thread per
 //! output, no float atomics, the same bits run to run. The scratch is live from the partial launch to
 //! the sum's, so the arena reuses it across layers.
+//! With `PlanOptions::split_k_rows` the sum moves one step further where it can: a split matmul whose
+//! epilogue chain only a row kernel reads (a post-norm transformer's LayerNorm after FFN down) is
+//! summed by that row kernel in each of its passes ([`row_fuse_split`]), and its own kernel is gone.
 
 use super::fuse::{Fusion, Role};
 use super::index::linear;
