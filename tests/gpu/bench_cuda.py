@@ -27,7 +27,10 @@ kernels compiled --sm 90 wait for the kernels before them in their first instruc
 `minilm_bB_P_sm80` (--sm 80: no programmatic launch, the default before session 17), where carried,
 is timed beside the default (`rlxc_cuda_sm80`), and so are `minilm_b1[_P]_splitk0` and `_splitk16`
 (RLX_CUDA_SPLIT_K=0 / 16: batch 1's FFN down not split across launches / in 16 partial sums instead of
-8; checked against the interpreter too); `minilm_b1_P_nosplit` (RLX_CUDA_TC_SPLIT=0: the tensor cores' 16×16 general tiles without
+8; checked against the interpreter too), and `minilm_b1[_P]_rows0` and `_rows256` (RLX_CUDA_SPLIT_K_ROWS=0 /
+256: FFN down's partials summed by a kernel of their own before its LayerNorm, as before session 18b /
+the attention output projection split into 8 partial sums too, both summed by the LayerNorm's row
+kernel; checked against the interpreter too); `minilm_b1_P_nosplit` (RLX_CUDA_TC_SPLIT=0: the tensor cores' 16×16 general tiles without
 split K), where carried, are checked against the interpreter and timed the same way
 (`rlxc_cuda_nosplit`), and so are `minilm_bB_bf16_f32w` (RLX_CUDA_HALF_WEIGHTS=0: the tensor-core
 tiles convert the f32 weights as they stage them instead of reading their bf16 copies), whose output
@@ -90,6 +93,8 @@ TWINS = {
     "splitk0": "FFN down not split across launches (RLX_CUDA_SPLIT_K=0)",
     "splitk16": "FFN down in 16 partial sums (RLX_CUDA_SPLIT_K=16)",
     "simt": "f32 matmuls on the SIMT cores (RLX_CUDA_F32_MMA=0)",
+    "rows0": "FFN down's partials summed by a kernel of their own before its LayerNorm (RLX_CUDA_SPLIT_K_ROWS=0)",
+    "rows256": "attention output projection split too, summed by its LayerNorm (RLX_CUDA_SPLIT_K_ROWS=256)",
 }
 SAME_BITS = {"f32w"}
 
@@ -97,7 +102,7 @@ SAME_BITS = {"f32w"}
 def precision_of(case):
     """The precision a case's artifact was compiled with (its folder suffix)."""
     for p, sfx in PRECISIONS.items():
-        if sfx and re.sub(r"_(untiled|unfused|nosplit|f32w|fill0|heads0|lds32|epichk|sm80|splitk0|splitk16|simt)$", "", case).endswith(sfx):
+        if sfx and re.sub(r"_(untiled|unfused|nosplit|f32w|fill0|heads0|lds32|epichk|sm80|splitk0|splitk16|simt|rows0|rows256)$", "", case).endswith(sfx):
             return p
     return "f32"
 
@@ -181,7 +186,7 @@ def main() -> int:
     refs = set(os.listdir(os.path.join(a.carry, "ref")))
     cases = []
     for c in sorted(os.listdir(os.path.join(work, "art"))):
-        twin = c if c in refs else re.sub(r"(_(untiled|unfused|nosplit|f32w|fill0|heads0|lds32|epichk|sm80|splitk0|splitk16|simt|tf32|bf16))+$", "", c)
+        twin = c if c in refs else re.sub(r"(_(untiled|unfused|nosplit|f32w|fill0|heads0|lds32|epichk|sm80|splitk0|splitk16|simt|rows0|rows256|tf32|bf16))+$", "", c)
         if twin in refs:
             cases.append((c, twin))
     for c, twin in cases:

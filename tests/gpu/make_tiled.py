@@ -27,6 +27,13 @@ target computes as 8 partial sums in a launch of their own, added in order by th
 (rlx-opt's plan/split_k.rs; RLX_CUDA_SPLIT_K):
   mm_sk2048  p[32,2048] @ w8[2048,48] + bias8 + p[:, :48]   parts of 256, the partial tiles one output per thread
   mm_sk1024  q[64,1024] @ w9[1024,256]                      parts of 128, the partial tiles 2×2 outputs per thread
+
+and splitk_rows.onnx (inputs sx.npy, sy.npy, sr.npy): MiniLM batch 1's FFN down and attention output
+projection, each followed by its residual and a LayerNorm (ONNX's LayerNormalization), whose row kernel
+adds the matmul's partial sums itself with RLX_CUDA_SPLIT_K_ROWS (rlx-opt's plan/split_k.rs):
+  ln_sk1536  LayerNorm(sx[128,1536] @ w10[1536,384] + b10 + sr[128,384])   parts of 192
+  ln_sk384   LayerNorm(sy[128,384] @ w11[384,384] + b11 + sr)            parts of 48 (split only when
+                                                                         RLX_CUDA_SPLIT_K_ROWS ≤ 384)
 """
 from __future__ import annotations
 
@@ -131,6 +138,27 @@ def main() -> int:
     m.ir_version = 8
     onnx.checker.check_model(m)
     onnx.save(m, os.path.join(a.out, "splitk_launch.onnx"))
+    for n, s in shapes.items():
+        np.save(os.path.join(a.out, f"{n}.npy"), f(*s))
+    # splitk_rows.onnx: a split matmul's residual sum normalized by the row kernel that adds its partials.
+    inits = [numpy_helper.from_array(f(1536, 384) * 0.05, "w10"), numpy_helper.from_array(f(384), "b10"),
+             numpy_helper.from_array(f(384, 384) * 0.1, "w11"), numpy_helper.from_array(f(384), "b11"),
+             numpy_helper.from_array(f(384), "gamma"), numpy_helper.from_array(f(384), "beta")]
+    nodes = []
+    for x, w, b, o in [("sx", "w10", "b10", "ln_sk1536"), ("sy", "w11", "b11", "ln_sk384")]:
+        nodes += [
+            helper.make_node("MatMul", [x, w], [f"{o}_mm"]),
+            helper.make_node("Add", [f"{o}_mm", b], [f"{o}_b"]),
+            helper.make_node("Add", [f"{o}_b", "sr"], [f"{o}_res"]),
+            helper.make_node("LayerNormalization", [f"{o}_res", "gamma", "beta"], [o], axis=-1, epsilon=1e-12),
+        ]
+    shapes = {"sx": [128, 1536], "sy": [128, 384], "sr": [128, 384]}
+    ins = [helper.make_tensor_value_info(n, T.FLOAT, s) for n, s in shapes.items()]
+    outs = [helper.make_tensor_value_info(o, T.FLOAT, [128, 384]) for o in ["ln_sk1536", "ln_sk384"]]
+    m = helper.make_model(helper.make_graph(nodes, "splitk_rows", ins, outs, inits), opset_imports=[helper.make_opsetid("", 18)])
+    m.ir_version = 8
+    onnx.checker.check_model(m)
+    onnx.save(m, os.path.join(a.out, "splitk_rows.onnx"))
     for n, s in shapes.items():
         np.save(os.path.join(a.out, f"{n}.npy"), f(*s))
     return 0

@@ -34,6 +34,9 @@
 #                       (SM80_TWINS=0: left out)
 #   art/minilm_b1[_P]_splitkN/ MiniLM batch 1 at every precision compiled with RLX_CUDA_SPLIT_K=N: N = 0 (FFN down
 #                       not split across launches, as before session 17b) and 16 parts, timed beside the default (8)
+#   art/minilm_b1[_P]_rowsN/ MiniLM batch 1 at every precision compiled with RLX_CUDA_SPLIT_K_ROWS=N: N = 0 (FFN down's
+#                       partials summed by a kernel of their own before its LayerNorm, as before session 18b) and 256
+#                       (the attention output projection split too), timed beside the default (1024; ROWS_TWINS=0: left out)
 #   art/minilm_bB_simt/ MiniLM batch 1 / 8 / 32, f32, compiled with RLX_CUDA_F32_MMA=0: the f32 matmul tiles on the
 #                       SIMT cores (the form before session 18; the default puts them on the tensor cores by
 #                       3×TF32), timed beside the default
@@ -44,7 +47,7 @@
 # Usage: tests/gpu/prepare_cuda.sh [OUT_DIR]   (run from the repository root; needs .venv and target/release/rlxc)
 # QUICK=1: MiniLM alone (its default artifacts, references at batch 1 / 8, and the _sm80 twins);
 # OLD_TWINS=0: without the twins of earlier sessions' changes (untiled, unfused, nosplit, lds32, epichk);
-# SPLITK_TWINS=0: without the _splitkN twins.
+# SPLITK_TWINS=0: without the _splitkN twins; ROWS_TWINS=0: without the _rowsN twins; SIMT_TWINS=0: without the _simt twins.
 # SM=80 compiles every case for sm_80 instead.
 set -euo pipefail
 D=${1:-build/gpu-cuda}
@@ -64,7 +67,7 @@ cp "$MINILM" "$D/minilm.onnx"
 case_() {
   local c=$1 model=$2 args=$3; shift 3
   local name=${c%%_*}
-  RLX_CUDA_TILES=${TILES:-1} RLX_CUDA_FUSED_ATTENTION=${FUSED:-1} RLX_CUDA_TC_SPLIT=${TCSPLIT:-1} RLX_CUDA_HALF_WEIGHTS=${HALFW:-1} RLX_CUDA_VEC_FILL=${FILL:-1} RLX_CUDA_VEC_HEADS=${HEADS:-1} RLX_CUDA_VEC_EPI=${EPI:-} RLX_CUDA_VEC_LDS=${LDS:-} RLX_CUDA_PDL=${PDL:-1} RLX_CUDA_F32_MMA=${F32MMA:-1} env ${SPLITK:+RLX_CUDA_SPLIT_K=$SPLITK} $R compile "$model" --target cuda --sm "${SM:-90}" --name "$name" -o "$D/art/$c" $args ${EXTRA:-} >/dev/null
+  RLX_CUDA_TILES=${TILES:-1} RLX_CUDA_FUSED_ATTENTION=${FUSED:-1} RLX_CUDA_TC_SPLIT=${TCSPLIT:-1} RLX_CUDA_HALF_WEIGHTS=${HALFW:-1} RLX_CUDA_VEC_FILL=${FILL:-1} RLX_CUDA_VEC_HEADS=${HEADS:-1} RLX_CUDA_VEC_EPI=${EPI:-} RLX_CUDA_VEC_LDS=${LDS:-} RLX_CUDA_PDL=${PDL:-1} RLX_CUDA_F32_MMA=${F32MMA:-1} env ${SPLITK:+RLX_CUDA_SPLIT_K=$SPLITK} ${SPLITKROWS:+RLX_CUDA_SPLIT_K_ROWS=$SPLITKROWS} $R compile "$model" --target cuda --sm "${SM:-90}" --name "$name" -o "$D/art/$c" $args ${EXTRA:-} >/dev/null
   [ $# -eq 0 ] && return 0
   mkdir -p "$D/ref/$c"
   local i=0 ins=()
@@ -106,12 +109,14 @@ for b in 1 8 32; do
   ins=("input_ids=$T/b$b/input_ids.npy" "attention_mask=$T/b$b/attention_mask.npy" "token_type_ids=$T/b$b/token_type_ids.npy")
   if [ $b -le 8 ]; then case_ minilm_b$b "$D/minilm.onnx" "--dim batch=$b --dim sequence=128" "${ins[@]}"; else case_ minilm_b$b "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; fi
   for p in tf32 bf16; do EXTRA="--precision $p" case_ minilm_b${b}_$p "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; done
-  F32MMA=0 case_ minilm_b${b}_simt "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"
+  [ "${SIMT_TWINS:-1}" = 0 ] || F32MMA=0 case_ minilm_b${b}_simt "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"
   for p in f32 tf32 bf16; do
     s=_$p; [ $p = f32 ] && s=
     [ "${SM80_TWINS:-1}" = 0 ] || SM=80 EXTRA="--precision $p" case_ minilm_b${b}${s}_sm80 "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"
     # Batch 1's FFN down split across launches in 8 parts (the default), 16, and none (session 17's form).
     if [ $b -eq 1 ] && [ "${SPLITK_TWINS:-1}" != 0 ]; then for k in 0 16; do SPLITK=$k EXTRA="--precision $p" case_ minilm_b1${s}_splitk$k "$D/minilm.onnx" "--dim batch=1 --dim sequence=128"; done; fi
+    # Batch 1's split matmuls summed by the LayerNorm after them: FFN down (the default, K ≥ 1024), none (session 18's form), and the attention output projection too.
+    if [ $b -eq 1 ] && [ "${ROWS_TWINS:-1}" != 0 ]; then for k in 0 256; do SPLITKROWS=$k EXTRA="--precision $p" case_ minilm_b1${s}_rows$k "$D/minilm.onnx" "--dim batch=1 --dim sequence=128"; done; fi
   done
   [ "$Q" = 1 ] || [ "${OLD_TWINS:-1}" = 0 ] && continue
   if [ $b -eq 1 ]; then TILES=0 case_ minilm_b1_untiled "$D/minilm.onnx" "--dim batch=1 --dim sequence=128"; fi

@@ -419,6 +419,63 @@ fn split_k_across_launches_matches_the_interpreter_in_cpu_emulation() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A split matmul summed by the row kernel after it (rlx-opt's `plan/split_k.rs` `row_fuse_split`,
+/// the CUDA target's `RLX_CUDA_SPLIT_K_ROWS`, default 1024): tests/gpu/make_tiled.py's splitk_rows.onnx
+/// — LayerNorm(sx[128,1536] @ w10 + b10 + sr), MiniLM batch 1's FFN down, and LayerNorm(sy[128,384] @
+/// w11 + b11 + sr), its attention output projection — compiles by default to the FFN-down partials
+/// launch and the LayerNorm row kernel, no sum kernel between them (4 launches; 5 with
+/// RLX_CUDA_SPLIT_K_ROWS=0, as before; with 256 the projection's partials too, summed by its
+/// LayerNorm); assembles for sm_90 and in CPU emulation (tests/gpu/emulate_cuda.py) matches the
+/// interpreter: f32 within 1e-4 max abs (measured 1.9e-6), tf32 / bf16 relative RMS under 1e-3 / 6e-3
+/// (measured 1.8e-4 / 1.4e-3: the operands' rounding; a missing part or a wrong row gives errors of
+/// order 1).
+#[test]
+fn split_k_summed_by_the_row_kernel_matches_the_interpreter_in_cpu_emulation() {
+    let dir = tmp("splitk-rows");
+    ok(Command::new(python()).args(["tests/gpu/make_tiled.py", "--out", s(&dir)]).current_dir(repo()));
+    let ins: Vec<PathBuf> = ["sx", "sy", "sr"].iter().map(|n| dir.join(format!("{n}.npy"))).collect();
+    let model = dir.join("splitk_rows.onnx");
+    let it = dir.join("interp");
+    let args: Vec<String> = ["sx", "sy", "sr"].iter().zip(&ins).flat_map(|(n, p)| ["--input".to_string(), format!("{n}={}", s(p))]).collect();
+    ok(rlxc().args(["run", s(&model), "--target", "interp", "-o", s(&it)]).args(&args));
+    let launches = |art: &Path| {
+        let ir = std::fs::read_to_string(art.join("splitk_rows.ll")).unwrap();
+        (ir.lines().filter(|l| l.starts_with("; launch ")).count(), ir.matches("(split K: 8 partial sums)").count())
+    };
+    for (rows, want) in [("0", (5, 1)), ("256", (4, 2))] {
+        let art = dir.join(format!("art-rows{rows}"));
+        ok(rlxc().env("RLX_CUDA_SPLIT_K_ROWS", rows).args(["compile", s(&model), "--target", "cuda", "--emit-ir", "-o", s(&art)]));
+        assert_eq!(launches(&art), want, "RLX_CUDA_SPLIT_K_ROWS={rows}: (launches, partial-sums launches)");
+    }
+    for (prec, rows) in [("f32", None), ("tf32", None), ("bf16", None), ("f32", Some("256"))] {
+        let art = dir.join(format!("art-{prec}-{}", rows.unwrap_or("default")));
+        let mut c = rlxc();
+        if let Some(r) = rows {
+            c.env("RLX_CUDA_SPLIT_K_ROWS", r);
+        }
+        ok(c.args(["compile", s(&model), "--target", "cuda", "--sm", "90", "--precision", prec, "--emit-ir", "-o", s(&art)]));
+        if rows.is_none() {
+            assert_eq!(launches(&art), (4, 1), "{prec}: FFN down's partials, both LayerNorms, the projection");
+        }
+        let emu = art.join("emu");
+        assemble_and_emulate(&art, "splitk_rows", &emu, &ins.iter().map(|p| p.as_path()).collect::<Vec<_>>());
+        for out in ["ln_sk1536", "ln_sk384"] {
+            if prec == "f32" {
+                let d = max_abs(&it, &emu, out);
+                eprintln!("f32 {out} (RLX_CUDA_SPLIT_K_ROWS={rows:?}): emulated cuda vs interp max abs {d:.3e}");
+                assert!(d <= 1e-4, "{out}: {d}");
+            } else {
+                let f = format!("{out}.npy");
+                let r = rel_rms(&common::npy(&it.join(&f)).to_f64_vec(), &common::npy(&emu.join(&f)).to_f64_vec());
+                let tol = if prec == "tf32" { 1e-3 } else { 6e-3 };
+                eprintln!("{prec} {out}: emulated cuda vs interp relative rms {r:.2e}");
+                assert!(r <= tol && r > 0.0, "{prec} {out}: relative rms {r}");
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The tensor-core tiles staged by 128-bit loads (nvptx/vec_tile.rs: whole tiles of operands
 /// contiguous along K — x @ Linear weightᵀ) on tests/gpu/make_gemm.py's gemm_small (x[2, 64, 96] @
 /// W[96, 128] + bias, erf GELU, then @ W[128, 64] + bias, then @ W[64, 192] + bias: K slices of 32

@@ -8,7 +8,7 @@
 //! math in its loads.
 
 use rlx_ir::{BinaryOp, Def, Mir, MirOp, NodeId, ValueId};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Role {
@@ -82,12 +82,16 @@ pub(super) fn numel(g: &Mir, v: ValueId) -> usize {
 }
 
 /// The fusion decision for every node, and for each kernel root its anchor (if an epilogue chain).
+#[derive(Clone)]
 pub struct Fusion {
     pub role: Vec<Role>,
     /// Value → the anchor node whose accumulator it is computed from (epilogue chains).
     pub anchor_of: HashMap<ValueId, NodeId>,
     /// Row kernels ([`row_fuse`]): root → the last-axis reductions its kernel computes per row, in order.
     pub row_reduces: HashMap<NodeId, Vec<NodeId>>,
+    /// Split-K matmuls whose value is their partials' sum computed inside a row kernel's passes
+    /// (`split_k.rs`'s [`super::split_k::row_fuse_split`]): to [`row_fuse`] an elementwise leaf.
+    pub split_sums: HashSet<NodeId>,
 }
 
 pub fn fuse(g: &Mir) -> Fusion {
@@ -291,7 +295,7 @@ pub fn fuse_with(g: &Mir, operands: bool) -> Fusion {
         role[n.index()] = Role::Inlined;
         dest[n.index()] = Some(d);
     }
-    Fusion { role, anchor_of, row_reduces: HashMap::new() }
+    Fusion { role, anchor_of, row_reduces: HashMap::new(), split_sums: HashSet::new() }
 }
 
 #[cfg(test)]

@@ -246,6 +246,8 @@ impl Planner<'_> {
                 in_idx.extend(idx[q - 1..].iter().cloned());
                 self.elem(kb, ins[0], &in_idx)
             }
+            // A split-K matmul summed inside a row kernel (split_k.rs).
+            MirOp::MatMul if self.split_k_parts.contains_key(&node.outputs[0]) => self.split_k_sum(kb, &node, idx).expect("a split-K sum"),
             other => unreachable!("node_expr on non-inlinable {}", other.kind()),
         }
     }

@@ -152,11 +152,17 @@ pub struct PlanOptions {
     /// Matmuls with few outputs over a long K computed as this many partial sums in a launch of their
     /// own, added in order by the matmul's kernel (`split_k.rs`); 0: none. The CUDA target sets it.
     pub split_k: usize,
+    /// With `split_k`: a matmul whose value, after its epilogue (bias, residual), only a row kernel
+    /// reads (the LayerNorm after a transformer's FFN down or attention output projection) splits
+    /// when its K is at least this long, and that row kernel adds the partials itself in each pass
+    /// over the row, in place of the matmul's own sum kernel — one launch and one dependent level
+    /// fewer (`split_k.rs`'s [`split_k::row_fuse_split`]); 0: never. The CUDA target sets it.
+    pub split_k_rows: usize,
 }
 
 impl Default for PlanOptions {
     fn default() -> Self {
-        PlanOptions { align: 64, gemm_nr: GEMM_NR, gemm_mr: GEMM_MR, wide_tile: (0, 0), row_fusion: false, row_recompute: false, inline_operands: false, conv_gemm: false, winograd: 0, concat_in_place: false, window_lanes: 0, flat_block_dots: false, int8_dot: false, int8_gemm: false, fused_attention: false, split_k: 0 }
+        PlanOptions { align: 64, gemm_nr: GEMM_NR, gemm_mr: GEMM_MR, wide_tile: (0, 0), row_fusion: false, row_recompute: false, inline_operands: false, conv_gemm: false, winograd: 0, concat_in_place: false, window_lanes: 0, flat_block_dots: false, int8_dot: false, int8_gemm: false, fused_attention: false, split_k: 0, split_k_rows: 0 }
     }
 }
 
@@ -178,6 +184,8 @@ struct Planner<'g> {
     gpu_dequant: HashMap<NodeId, u32>,
     /// Matmul outputs computed as split-K partial sums (`split_k.rs`): scratch buffer, parts.
     split_k_parts: HashMap<ValueId, (u32, usize)>,
+    /// Row kernel roots → the split-K matmuls whose partials' sum they compute ([`PlanOptions::split_k_rows`]).
+    split_rows: HashMap<NodeId, Vec<NodeId>>,
     /// Convolutions on the GEMM micro-kernel (`conv_gemm.rs`), by anchor node.
     conv_gemm: HashMap<NodeId, conv_gemm::ConvGemm>,
     /// Transposed convolutions whose product goes through the same GEMM loops (`conv_transpose.rs`).
@@ -291,13 +299,16 @@ pub fn plan(g: &Mir, opts: &PlanOptions) -> Result<Lir, Vec<Problem>> {
         return Err(probs);
     }
     let mut fusion = fuse_with(g, opts.inline_operands);
-    if opts.row_fusion {
+    if opts.row_fusion && opts.split_k >= 2 && opts.split_k_rows > 0 {
+        split_k::row_fuse_split(g, &mut fusion, opts.row_recompute, opts.split_k, opts.split_k_rows);
+    } else if opts.row_fusion {
         row_fuse(g, &mut fusion, opts.row_recompute);
     }
     if opts.window_lanes >= 8 && !opts.inline_operands {
         gemm::materialize_short_k_rhs(g, &mut fusion);
     }
     let attention = if opts.fused_attention { attention::fuse(g, &mut fusion) } else { HashMap::new() };
+    let split_rows = split_k::split_rows(g, &fusion);
     let mut p = Planner {
         g,
         fusion,
@@ -310,6 +321,7 @@ pub fn plan(g: &Mir, opts: &PlanOptions) -> Result<Lir, Vec<Problem>> {
         block_weight: HashMap::new(),
         gpu_dequant: HashMap::new(),
         split_k_parts: HashMap::new(),
+        split_rows,
         conv_gemm: HashMap::new(),
         conv_transpose_gemm: HashMap::new(),
         conv_gemm_on: opts.conv_gemm,

@@ -63,6 +63,10 @@ pub fn row_fuse(g: &Mir, f: &mut Fusion, recompute: bool) {
             if last_slice {
                 return rowlike(&sh) && g.ty(node.inputs[0]).shape.as_fixed().is_some_and(|s| rowlike(&s));
             }
+            // A split-K matmul's value is its partials' sum at each index (split_k.rs): a leaf.
+            if f.split_sums.contains(&n) {
+                return sh == full;
+            }
             // The epilogue of a matmul or conv stays in its anchor's kernel (a row reduction's may move).
             if f.anchor_of.get(&node.outputs[0]).is_some_and(|&a| !is_row_reduce(g, a)) {
                 return false;
@@ -93,7 +97,9 @@ pub fn row_fuse(g: &Mir, f: &mut Fusion, recompute: bool) {
                     continue;
                 }
                 region.push(n);
-                stack.extend(g.node(n).inputs.iter().filter_map(|&i| g.producer(i)));
+                if !f.split_sums.contains(&n) {
+                    stack.extend(g.node(n).inputs.iter().filter_map(|&i| g.producer(i)));
+                }
             }
             // Prune nodes read from outside the region until none is.
             loop {

@@ -8,13 +8,18 @@
 //! ((p0 + p1) + p2) + … and applies the fused epilogue (bias, residual) as before: one thread per
 //! output, no float atomics, the same bits run to run. The scratch is live from the partial launch to
 //! the sum's, so the arena reuses it across layers.
+//! With `PlanOptions::split_k_rows` the sum moves one step further where it can: a split matmul whose
+//! epilogue chain only a row kernel reads (a post-norm transformer's LayerNorm after FFN down) is
+//! summed by that row kernel in each of its passes ([`row_fuse_split`]), and its own kernel is gone.
 
+use super::fuse::{Fusion, Role};
 use super::index::linear;
+use super::row_fuse;
 use super::kernel::{lit, nest, KB};
 use super::Planner;
 use rlx_ir::lir::{Base, Buffer, Launch};
 use rlx_ir::loops::{Access, Expr, Kernel, LoopKind, Stmt};
-use rlx_ir::{BinaryOp, DType, MirOp, NodeId};
+use rlx_ir::{BinaryOp, DType, Mir, MirOp, NodeId, ValueId};
 use std::collections::HashMap;
 
 /// A matmul splits K across launches when its outputs are at most this many (MiniLM batch 1's FFN
@@ -23,28 +28,107 @@ const SPLIT_OUTPUTS: usize = 65_536;
 /// ... and its K at least this long, each part a multiple of 16 (whole staged K steps).
 const SPLIT_MIN_K: usize = 1024;
 
+/// Whether matmul `n` splits into `parts` over K ≥ `min_k`: a float matmul of a matrix (or batch of
+/// rows) by a 2-D right operand with few outputs, each part a multiple of 16.
+fn splits(g: &Mir, n: NodeId, parts: usize, min_k: usize) -> bool {
+    let node = g.node(n);
+    if node.op != MirOp::MatMul || parts < 2 {
+        return false;
+    }
+    let shape = |v: ValueId| g.ty(v).shape.as_fixed().unwrap_or_default();
+    let (sa, sb, so) = (shape(node.inputs[0]), shape(node.inputs[1]), shape(node.outputs[0]));
+    let f32s = [node.inputs[0], node.inputs[1], node.outputs[0]].iter().all(|&v| g.ty(v).dtype == DType::F32);
+    let k = sa.last().copied().unwrap_or(0);
+    let elems: usize = so.iter().product();
+    f32s && sa.len() >= 2 && sb.len() == 2 && !so.is_empty() && elems <= SPLIT_OUTPUTS && k >= min_k && k % (parts * 16) == 0
+}
+
+/// [`row_fuse`] with `PlanOptions::split_k_rows`: a split matmul anchoring an epilogue chain (bias,
+/// residual) whose value only a row kernel reads (post-norm transformers: the LayerNorm after FFN
+/// down and after the attention output projection) gives up its kernel — the matmul and its chain
+/// become elementwise nodes of that row kernel, the matmul's value its partials' sum — so the row
+/// kernel adds the partials, bias and residual in each of its passes over the row (three for
+/// LayerNorm: ten loads per element each, from L2) and its own launch is gone. A matmul whose chain
+/// no row kernel takes keeps its anchor (row fusion runs again without it).
+pub fn row_fuse_split(g: &Mir, f: &mut Fusion, recompute: bool, parts: usize, min_k: usize) {
+    let before = f.clone();
+    // Candidates: split anchors → the root of their epilogue chain (the value they would store).
+    let mut cands: Vec<(NodeId, NodeId)> = Vec::new();
+    for n in g.node_ids() {
+        if f.role[n.index()] != Role::Anchor || !splits(g, n, parts, min_k) {
+            continue;
+        }
+        let chain = f.anchor_of.iter().filter(|&(_, &a)| a == n).filter_map(|(&v, _)| g.producer(v));
+        if let Some(root) = chain.filter(|c| f.role[c.index()] == Role::Root).min() {
+            cands.push((n, root));
+        }
+    }
+    let demote = |f: &mut Fusion, take: &[(NodeId, NodeId)]| {
+        for &(m, _) in take {
+            f.role[m.index()] = Role::Inlined;
+            f.anchor_of.retain(|_, a| *a != m);
+            f.split_sums.insert(m);
+        }
+    };
+    let mut take = cands;
+    // At most twice: the candidates a first try's row kernels took are then taken alone.
+    for _ in 0..2 {
+        *f = before.clone();
+        demote(f, &take);
+        row_fuse(g, f, recompute);
+        let taken: Vec<(NodeId, NodeId)> = take.iter().copied().filter(|&(_, root)| f.role[root.index()] == Role::Inlined).collect();
+        if taken.len() == take.len() {
+            return;
+        }
+        take = taken;
+    }
+    *f = before;
+    row_fuse(g, f, recompute);
+}
+
+/// Row kernel roots → the split matmuls ([`Fusion::split_sums`]) whose partials they add: each
+/// matmul's value followed through the inlined nodes reading it to the kernel root computing them.
+pub(super) fn split_rows(g: &Mir, f: &Fusion) -> HashMap<NodeId, Vec<NodeId>> {
+    let consumers = g.consumers();
+    let mut rows: HashMap<NodeId, Vec<NodeId>> = HashMap::new();
+    let mut ms: Vec<NodeId> = f.split_sums.iter().copied().collect();
+    ms.sort();
+    for m in ms {
+        let mut n = m;
+        while f.role[n.index()] == Role::Inlined {
+            match consumers[g.node(n).outputs[0].index()].first() {
+                Some(&c) => n = c,
+                None => break,
+            }
+        }
+        rows.entry(n).or_default().push(m);
+    }
+    rows
+}
+
 impl Planner<'_> {
-    /// The partial-products launch before the kernel rooted at `r`, when its anchor is a float matmul
-    /// of a matrix (or batch of rows) by a 2-D right operand with few outputs over a long K (see the
-    /// module doc); records the scratch and the part count for [`Planner::split_k_sum`].
-    pub(super) fn split_k_launch(&mut self, r: NodeId) -> Option<Launch> {
+    /// The partial-products launches before the kernel rooted at `r`: for its anchor when that is a
+    /// float matmul of a matrix (or batch of rows) by a 2-D right operand with few outputs over a long
+    /// K (see the module doc), or for the split matmuls a row kernel at `r` sums
+    /// ([`row_fuse_split`]); records the scratch and the part count for [`Planner::split_k_sum`].
+    pub(super) fn split_k_launch(&mut self, r: NodeId) -> Vec<Launch> {
         let parts = self.opts.split_k;
-        if parts < 2 {
-            return None;
+        if let Some(ms) = self.split_rows.get(&r).cloned() {
+            return ms.into_iter().map(|m| self.partials_launch(m, parts)).collect();
         }
         let out = self.g.node(r).outputs[0];
         let a = self.fusion.anchor_of.get(&out).copied().unwrap_or(r);
+        if self.fusion.row_reduces.contains_key(&r) || !splits(self.g, a, parts, SPLIT_MIN_K) {
+            return Vec::new();
+        }
+        vec![self.partials_launch(a, parts)]
+    }
+
+    /// The launch computing matmul `a`'s `parts` partial sums into a scratch of its own.
+    fn partials_launch(&mut self, a: NodeId, parts: usize) -> Launch {
         let node = self.g.node(a).clone();
-        if node.op != MirOp::MatMul || self.fusion.row_reduces.contains_key(&r) {
-            return None;
-        }
-        let (sa, sb, so) = (self.shape(node.inputs[0]), self.shape(node.inputs[1]), self.shape(node.outputs[0]));
+        let so = self.shape(node.outputs[0]);
         let k = self.matmul_k(&node);
-        let f32s = [node.inputs[0], node.inputs[1], node.outputs[0]].iter().all(|&v| self.dt(v) == DType::F32);
-        let elems: usize = so.iter().product();
-        if !f32s || sa.len() < 2 || sb.len() != 2 || elems > SPLIT_OUTPUTS || k < SPLIT_MIN_K || k % (parts * 16) != 0 {
-            return None;
-        }
         let mut shape = vec![parts];
         shape.extend(&so);
         let label = format!("{} (split-K partial sums)", node.name);
@@ -64,7 +148,7 @@ impl Planner<'_> {
             ]
         });
         let kernel = Kernel { name: format!("{} (split K: {parts} partial sums)", node.name), params: kb.params, body, vars: kb.vars };
-        Some(Launch { nodes: vec![], kernel, bindings: kb.bindings })
+        Launch { nodes: vec![], kernel, bindings: kb.bindings }
     }
 
     /// The value of a matmul whose K [`Planner::split_k_launch`] split, at output index `idx`: its

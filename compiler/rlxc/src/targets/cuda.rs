@@ -43,10 +43,15 @@ pub fn caps() -> TargetCaps {
 /// `plan/split_k.rs`; `RLX_CUDA_SPLIT_K=N` at compile time: N parts, 0 none). Measured on the H200
 /// (MiniLM batch 1, p50 of three rounds × 100 runs, against the unsplit twin in the same rounds): f32
 /// 480 → 434 µs, tf32 339 → 311, bf16 307 → 274 (2, 4 and 16 parts: docs/benchmarks.md, session 17b).
+/// Where only a LayerNorm reads the split matmul's residual sum, its row kernel adds the partials
+/// (`split_k_rows`: K ≥ 1024; `RLX_CUDA_SPLIT_K_ROWS=N` at compile time: K ≥ N, 0 a sum kernel of their
+/// own): MiniLM batch 1 f32 350 → 348 µs, tf32 309 → 300, bf16 275 → 269; with 256 the attention
+/// output projection too, measured no faster (docs/benchmarks.md, session 18b).
 pub fn plan_options(precision: Precision) -> rlx_opt::PlanOptions {
     let fused_attention = precision == Precision::F32 && std::env::var("RLX_CUDA_FUSED_ATTENTION").map_or(true, |v| v != "0");
     let split_k = std::env::var("RLX_CUDA_SPLIT_K").ok().and_then(|v| v.parse().ok()).unwrap_or(8);
-    rlx_opt::PlanOptions { gemm_nr: 1 << 30, row_fusion: true, row_recompute: true, inline_operands: true, flat_block_dots: true, fused_attention, split_k, ..Default::default() }
+    let split_k_rows = std::env::var("RLX_CUDA_SPLIT_K_ROWS").ok().and_then(|v| v.parse().ok()).unwrap_or(1024);
+    rlx_opt::PlanOptions { gemm_nr: 1 << 30, row_fusion: true, row_recompute: true, inline_operands: true, flat_block_dots: true, fused_attention, split_k, split_k_rows, ..Default::default() }
 }
 
 impl Family for Cuda {
