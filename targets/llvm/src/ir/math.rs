@@ -9,7 +9,8 @@
 //! - tanh: Cephes `tanhf`: x + x³·P(x²) (degree-4 P) for |x| < 0.625, else 1 − 2/(e^{2|x|} + 1) with the
 //!   exp above, sign restored with copysign; ±1 for large |x|, NaN stays NaN.
 //!
-//! - sigmoid (`fast_sigmoid`): 1 / (1 + e^-x) with the exp's argument clamped to [-87, 88] (one scaling).
+//! - sigmoid (`fast_sigmoid`): 1 / (1 + e^-x) with the exp's argument clamped to [-87, 88] (one scaling),
+//!   the reduction by FMAs and a shifter constant (no round / convert).
 //! - log (`fast_log`): Cephes `logf`, for the GPU writer (NVPTX lowers `llvm.log.f32` to a library
 //!   call); with it and exp, the GPU writer's f32 pow, sinh and cosh (`pow_f32`, `sinh_cosh_f32`);
 //!   its tan is sin / cos of the f64 forms below; f64 exp and log (`exp_f64`, `log_f64`).
@@ -125,19 +126,42 @@ impl<'a> Writer<'a> {
         self.op(format!("select {cmp_t} {under}, {t} {}, {t} {res}", k(0.0)))
     }
 
-    /// 1 / (1 + e^-x) for f32 scalars or vectors: e^-x as in [`Self::fast_exp`] but with -x clamped
-    /// to [-87, 88], where 2^n is one normal factor (n in [-126, 127]) — beyond, the sum 1 + e^-x is
-    /// 1 or e^-x overflows the result's precision alike, so the clamp costs nothing the caller can see
-    /// (sigmoid(-88.7) would be 6e-39, here 6e-39 as well: its error is absolute, below 1e-38) —, so
-    /// the second scaling and the range selects `fast_exp` needs go (SiLU's sigmoid is most of an
-    /// EfficientNet's elementwise work). NaN stays NaN.
+    /// 1 / (1 + e^-x) for f32 scalars or vectors, x clamped to [-88, 87] (so -x is in [-87, 88], where
+    /// 2^n is one normal factor, n in [-126, 127]) — beyond, the sum 1 + e^-x is 1 or e^-x overflows
+    /// the result's precision alike, so the clamp costs nothing the caller can see (sigmoid(-88.7)
+    /// would be 6e-39, here 6e-39 as well: its error is absolute, below 1e-38). SiLU's sigmoid is most
+    /// of an EfficientNet's elementwise work, so this is `fast_exp`'s reduction in fewer instructions:
+    /// - n = round(-x·log2 e) comes out of one FMA with the shifter 1.5·2²³ + 127 (`s`): its low
+    ///   mantissa bits hold n + 127, so 2^n is `s`'s bits shifted left by 23 and n itself `s` − the
+    ///   shifter (exact) — instead of a round, a NaN guard, a float-to-int conversion and an add;
+    /// - r = −x − n·ln 2 as two FMAs (Cody–Waite's two parts of ln 2), e^r = 1 + r·(1 + r·P(r)) by
+    ///   Horner in FMAs (`fast_exp`'s polynomial).
+    /// The FMAs are `llvm.fmuladd` (fused where the target has FMA, never a libm call). NaN stays NaN
+    /// (through r; `s`'s bits are then garbage times NaN).
     pub(super) fn fast_sigmoid(&mut self, x: &str, lanes: u32) -> String {
-        let (t, _) = Self::fty(lanes);
+        let (t, it) = Self::fty(lanes);
         let k = |c: f64| Self::fk(lanes, c);
-        let nx = self.op(format!("fneg {t} {x}"));
-        let (y, ni) = self.exp_parts(&nx, lanes, (88.0, -87.0));
-        let sc = self.pow2(&ni, lanes);
-        let ex = self.op(format!("fmul {t} {y}, {sc}"));
+        let cmp_t = if lanes == 1 { "i1".to_string() } else { format!("<{lanes} x i1>") };
+        let hi = self.op(format!("fcmp ogt {t} {x}, {}", k(87.0)));
+        let xc = self.op(format!("select {cmp_t} {hi}, {t} {}, {t} {x}", k(87.0)));
+        let lo = self.op(format!("fcmp olt {t} {xc}, {}", k(-88.0)));
+        let xc = self.op(format!("select {cmp_t} {lo}, {t} {}, {t} {xc}", k(-88.0)));
+        let shifter = 12_582_912.0 + 127.0;
+        let s = self.fintr("fmuladd", lanes, &[&xc, &k(-std::f64::consts::LOG2_E), &k(shifter)]);
+        let n = self.op(format!("fsub {t} {s}, {}", k(shifter)));
+        // r = n·C2 − (x + n·C1), C1 + (−C2) = ln 2.
+        let xn = self.fintr("fmuladd", lanes, &[&n, &k(0.693_359_375), &xc]);
+        let nxn = self.op(format!("fneg {t} {xn}"));
+        let r = self.fintr("fmuladd", lanes, &[&n, &k(2.121_944_40e-4), &nxn]);
+        let coeffs = [1.987_569_150_0e-4, 1.398_199_950_7e-3, 8.333_451_907_3e-3, 4.166_579_589_4e-2, 1.666_666_545_9e-1, 5.000_000_120_1e-1, 1.0, 1.0];
+        let mut p = k(coeffs[0]);
+        for &c in &coeffs[1..] {
+            p = self.fintr("fmuladd", lanes, &[&p, &r, &k(c)]);
+        }
+        let si = self.op(format!("bitcast {t} {s} to {it}"));
+        let e = self.op(format!("shl {it} {si}, {}", Self::ik(lanes, 23)));
+        let sc = self.op(format!("bitcast {it} {e} to {t}"));
+        let ex = self.op(format!("fmul {t} {p}, {sc}"));
         let d = self.op(format!("fadd {t} {ex}, {}", k(1.0)));
         self.op(format!("fdiv {t} {}, {d}", k(1.0)))
     }
