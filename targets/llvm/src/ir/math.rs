@@ -21,6 +21,10 @@
 
 use super::Writer;
 
+/// The bits of the shifter 1.5·2²³ (`exp_parts`): a float in [2²³, 2²⁴) holding the integer n in its
+/// low mantissa bits has these bits + n.
+const SHIFTER_BITS: i32 = 0x4B40_0000;
+
 fn hexf(c: f64) -> String {
     format!("0x{:016X}", (c as f32 as f64).to_bits())
 }
@@ -61,10 +65,14 @@ impl<'a> Writer<'a> {
         self.op(format!("call {t} @{name}({})", a.join(", ")))
     }
 
-    /// The shared core of [`Self::fast_exp`] and [`Self::fast_sigmoid`]: `x` clamped to [lo, hi]
+    /// The core of [`Self::fast_exp`]: `x` clamped to [lo, hi]
     /// (selects keep NaN: comparisons with NaN are false), x = n·ln2 + r, the degree-6 polynomial
-    /// y = e^r, and n as an integer — NaN made 0 first, so a plain fptosi (one vcvttps2dq; the
-    /// saturating intrinsic scalarizes) is never poison; a NaN result comes through y.
+    /// y = e^r, and n as an integer. n = round(x·log2 e) comes out of one FMA with the shifter 1.5·2²³
+    /// (`s`, whose low mantissa bits hold n; n as a float is `s` − the shifter, exact; as an integer
+    /// `s`'s bits − those of the shifter), so no round, NaN guard or float-to-int conversion (whose
+    /// NaN would be poison); r = x − n·ln 2 in two FMAs (Cody–Waite), e^r = 1 + r·(1 + r·P(r)) by
+    /// Horner. The FMAs are `llvm.fmuladd` (fused where the target has FMA, never a libm call). A NaN
+    /// x gives a NaN y, and n is then garbage that multiplies it.
     fn exp_parts(&mut self, x: &str, lanes: u32, (hi_c, lo_c): (f64, f64)) -> (String, String) {
         let (t, it) = Self::fty(lanes);
         let k = |c: f64| Self::fk(lanes, c);
@@ -73,26 +81,37 @@ impl<'a> Writer<'a> {
         let xc = self.op(format!("select {cmp_t} {hi}, {t} {}, {t} {x}", k(hi_c)));
         let lo = self.op(format!("fcmp olt {t} {xc}, {}", k(lo_c)));
         let xc = self.op(format!("select {cmp_t} {lo}, {t} {}, {t} {xc}", k(lo_c)));
-        let xl = self.op(format!("fmul {t} {xc}, {}", k(std::f64::consts::LOG2_E)));
-        let n = self.fintr("roundeven", lanes, &[&xl]);
-        let a = self.op(format!("fmul {t} {n}, {}", k(0.693_359_375)));
-        let r = self.op(format!("fsub {t} {xc}, {a}"));
-        let b = self.op(format!("fmul {t} {n}, {}", k(-2.121_944_40e-4)));
-        let r = self.op(format!("fsub {t} {r}, {b}"));
-        let coeffs = [1.987_569_150_0e-4, 1.398_199_950_7e-3, 8.333_451_907_3e-3, 4.166_579_589_4e-2, 1.666_666_545_9e-1, 5.000_000_120_1e-1];
+        let (s, n) = self.shifted_round(&xc, std::f64::consts::LOG2_E, 0, lanes);
+        // r = x − n·C1 + n·(−C2), C1 + C2 = ln 2.
+        let xn = self.fintr("fmuladd", lanes, &[&n, &k(-0.693_359_375), &xc]);
+        let r = self.fintr("fmuladd", lanes, &[&n, &k(2.121_944_40e-4), &xn]);
+        let y = self.exp_poly(&r, lanes);
+        let si = self.op(format!("bitcast {t} {s} to {it}"));
+        let ni = self.op(format!("sub {it} {si}, {}", Self::ik(lanes, SHIFTER_BITS)));
+        (y, ni)
+    }
+
+    /// `s` = x·`scale` + 1.5·2²³ + `bias` rounded to an integer (one FMA; |x·scale| < 2²²), and n =
+    /// round(x·scale) as a float (`s` − the shifter, exact): `s`'s bits are [`SHIFTER_BITS`] + bias + n.
+    fn shifted_round(&mut self, x: &str, scale: f64, bias: i32, lanes: u32) -> (String, String) {
+        let (t, _) = Self::fty(lanes);
+        let k = |c: f64| Self::fk(lanes, c);
+        let shifter = 12_582_912.0 + bias as f64;
+        let s = self.fintr("fmuladd", lanes, &[x, &k(scale), &k(shifter)]);
+        let n = self.op(format!("fsub {t} {s}, {}", k(shifter)));
+        (s, n)
+    }
+
+    /// e^r for the reduced argument r (|r| ≤ ln2 / 2): 1 + r·(1 + r·P(r)), P Cephes `expf`'s degree-5
+    /// polynomial, by Horner in FMAs.
+    fn exp_poly(&mut self, r: &str, lanes: u32) -> String {
+        let k = |c: f64| Self::fk(lanes, c);
+        let coeffs = [1.987_569_150_0e-4, 1.398_199_950_7e-3, 8.333_451_907_3e-3, 4.166_579_589_4e-2, 1.666_666_545_9e-1, 5.000_000_120_1e-1, 1.0, 1.0];
         let mut p = k(coeffs[0]);
         for &c in &coeffs[1..] {
-            let m = self.op(format!("fmul contract {t} {p}, {r}"));
-            p = self.op(format!("fadd contract {t} {m}, {}", k(c)));
+            p = self.fintr("fmuladd", lanes, &[&p, r, &k(c)]);
         }
-        let r2 = self.op(format!("fmul {t} {r}, {r}"));
-        let pr = self.op(format!("fmul contract {t} {p}, {r2}"));
-        let y = self.op(format!("fadd {t} {pr}, {r}"));
-        let y = self.op(format!("fadd {t} {y}, {}", k(1.0)));
-        let ord = self.op(format!("fcmp ord {t} {n}, {}", k(0.0)));
-        let n0 = self.op(format!("select {cmp_t} {ord}, {t} {n}, {t} {}", k(0.0)));
-        let ni = self.op(format!("fptosi {t} {n0} to {it}"));
-        (y, ni)
+        p
     }
 
     /// 2^`n` (an integer in [-126, 127]) as a float: its exponent bits.
@@ -146,18 +165,12 @@ impl<'a> Writer<'a> {
         let xc = self.op(format!("select {cmp_t} {hi}, {t} {}, {t} {x}", k(87.0)));
         let lo = self.op(format!("fcmp olt {t} {xc}, {}", k(-88.0)));
         let xc = self.op(format!("select {cmp_t} {lo}, {t} {}, {t} {xc}", k(-88.0)));
-        let shifter = 12_582_912.0 + 127.0;
-        let s = self.fintr("fmuladd", lanes, &[&xc, &k(-std::f64::consts::LOG2_E), &k(shifter)]);
-        let n = self.op(format!("fsub {t} {s}, {}", k(shifter)));
+        let (s, n) = self.shifted_round(&xc, -std::f64::consts::LOG2_E, 127, lanes);
         // r = n·C2 − (x + n·C1), C1 + (−C2) = ln 2.
         let xn = self.fintr("fmuladd", lanes, &[&n, &k(0.693_359_375), &xc]);
         let nxn = self.op(format!("fneg {t} {xn}"));
         let r = self.fintr("fmuladd", lanes, &[&n, &k(2.121_944_40e-4), &nxn]);
-        let coeffs = [1.987_569_150_0e-4, 1.398_199_950_7e-3, 8.333_451_907_3e-3, 4.166_579_589_4e-2, 1.666_666_545_9e-1, 5.000_000_120_1e-1, 1.0, 1.0];
-        let mut p = k(coeffs[0]);
-        for &c in &coeffs[1..] {
-            p = self.fintr("fmuladd", lanes, &[&p, &r, &k(c)]);
-        }
+        let p = self.exp_poly(&r, lanes);
         let si = self.op(format!("bitcast {t} {s} to {it}"));
         let e = self.op(format!("shl {it} {si}, {}", Self::ik(lanes, 23)));
         let sc = self.op(format!("bitcast {it} {e} to {t}"));
