@@ -7,7 +7,8 @@ For each case NAME writes DIR/NAME.onnx and DIR/NAME.<input>.npy (seeded): 1×1 
 directly) and k×k ones (im2col), strides, dilations, asymmetric pads, 1-D and 3-D, batch 2, row tiles
 and position panels with tails, several row blocks, grouped (one GEMM per group), with and without bias, and the fused epilogues
 (Relu, Clip/ReLU6, HardSwish, SiLU, Sigmoid, residual Add, per-channel and spatial broadcasts);
-ConvTranspose with strides, output padding, dilation, 1-D, batch 2 and groups.
+ConvTranspose with strides, output padding, dilation, 1-D, batch 2 and groups; weights shared by several
+convolutions.
 Prints the case names, one a line. Uses only onnx.helper and numpy.
 """
 from __future__ import annotations
@@ -118,7 +119,37 @@ def main() -> None:
         nodes.append(helper.make_node("Relu", ["fc"], ["out"], name="relu"))
         return "out"
 
+    def shared(nodes, inits, y):
+        # Weights read by several convolutions (a Siamese pair, an unrolled recurrent cell): w0 (the 3×3
+        # above) again, a 1×1 weight twice, a depthwise one twice and by a Mul (so its plain copy stays),
+        # a ConvTranspose weight twice — each packed once, shared by the convolutions that read it.
+        c = 32
+        p = rng.normal(0.0, np.sqrt(1.0 / c), size=(c, c, 1, 1)).astype(np.float32)
+        dw = rng.normal(0.0, 1.0 / 3.0, size=(c, 1, 3, 3)).astype(np.float32)
+        tw = rng.normal(0.0, np.sqrt(1.0 / (4 * c)), size=(c, c, 2, 2)).astype(np.float32)
+        inits += [numpy_helper.from_array(p, "p"), numpy_helper.from_array(dw, "dw"), numpy_helper.from_array(tw, "tw")]
+        nodes += [
+            helper.make_node("Relu", [y], ["r0"], name="r0"),
+            helper.make_node("Conv", ["r0", "w0", "b0"], ["c1"], name="conv0_again", kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+            helper.make_node("Relu", ["c1"], ["r1"], name="r1"),
+            helper.make_node("Conv", ["r1", "p"], ["c2"], name="pw_a", kernel_shape=[1, 1]),
+            helper.make_node("Relu", ["c2"], ["r2"], name="r2"),
+            helper.make_node("Conv", ["r2", "p"], ["c3"], name="pw_b", kernel_shape=[1, 1]),
+            helper.make_node("Add", ["c3", "r0"], ["s0"], name="s0"),
+            helper.make_node("Conv", ["s0", "dw"], ["d1"], name="dw_a", kernel_shape=[3, 3], pads=[1, 1, 1, 1], group=c),
+            helper.make_node("Conv", ["d1", "dw"], ["d2"], name="dw_b", kernel_shape=[3, 3], pads=[1, 1, 1, 1], group=c),
+            helper.make_node("ReduceMean", ["x"], ["xm"], name="xm", keepdims=1),
+            helper.make_node("Mul", ["dw", "xm"], ["dwx"], name="dwx"),
+            helper.make_node("ReduceSum", ["dwx"], ["q"], name="q", keepdims=0),
+            helper.make_node("Add", ["d2", "q"], ["e"], name="e"),
+            helper.make_node("ConvTranspose", ["e", "tw"], ["t1"], name="up_a", kernel_shape=[2, 2], strides=[2, 2]),
+            helper.make_node("ConvTranspose", ["t1", "tw"], ["t2"], name="up_b", kernel_shape=[2, 2]),
+        ]
+        return "t2"
+
     cases = {
+        # Shared weights (`shared` above): 3×3 pad 1, 32 channels over 28².
+        "conv_shared_weights": ([1, 32, 28, 28], [(32, (3, 3), {"pads": [1, 1, 1, 1]}, True)], shared, ()),
         # 1×1, stride 1, no pads: x read in place; 196 positions = 12 full panels + a tail; 20 rows = 4 tiles of 6.
         "conv1x1_relu": ([1, 32, 14, 14], [(20, (1, 1), {}, True)], relu, ()),
         # 3×3 pad 1, batch 2, residual input, second conv without bias.

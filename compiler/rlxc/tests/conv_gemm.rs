@@ -6,7 +6,8 @@
 //! for x86_64 (AVX2: 6-row tiles × 16 lanes), the host (its own vector width, 1 and 2 threads) and
 //! Cranelift, each within 1e-4 of the reference interpreter; and ConvTranspose (`plan/conv_transpose.rs`:
 //! the same GEMM loops then a col2im gather, or a direct gather when grouped); and a 1000-class classifier
-//! after them, whose GEMM columns past the last full panel run as narrower tiles (`plan/gemm.rs`).
+//! after them, whose GEMM columns past the last full panel run as narrower tiles (`plan/gemm.rs`); and
+//! weights read by several convolutions (each packed once, the packed copy shared).
 
 mod common;
 
@@ -110,7 +111,7 @@ fn conv_gemm_cranelift_matches_interp() {
 /// rows and an im2col launch for a k×k convolution (none for a stride-1 one whose output rows are as wide
 /// as its input's: B packed from x under a window mask; a strided one packs from x's phases; over 196
 /// tiles or more the Winograd form, over 49 F(2×2, 3×3)), no copy for a 1×1 one, a GEMM launch and the packed
-/// transposed weight for a transposed convolution.
+/// transposed weight for a transposed convolution; weights read by several convolutions packed once.
 #[test]
 fn conv_gemm_paths_are_taken() {
     let dir = scratch("path");
@@ -171,6 +172,11 @@ fn conv_gemm_paths_are_taken() {
         assert!(!kl.contains("-channel panels)"), "3×3 with K 576: channels as lanes (its per-lane stores outweigh it):\n{kl}");
     } else {
         println!("no AVX-512 on this host: the channels-as-lanes path is not checked here");
+    }
+    // Weights shared by several convolutions take the packed forms, one packed copy each.
+    let sh = lir("conv_shared_weights");
+    for label in ["\"w0 (packed", "\"p (packed", "\"tw (transposed, packed"] {
+        assert_eq!(sh.matches(label).count(), 1, "shared weights: not one packed copy of {label}:\n{sh}");
     }
     let kt = lir("convt2x2_s2_relu");
     assert!(kt.contains("(transposed, packed 6-row panels)") && kt.contains("(gemm)"), "ConvTranspose: no GEMM launch:\n{kt}");

@@ -224,7 +224,6 @@ impl Planner<'_> {
     /// is a constant used by nothing else and whose epilogue reads operands at a flat position index.
     pub(super) fn conv_gemm_candidates(&self) -> Vec<(NodeId, ValueId)> {
         let g = self.g;
-        let uses = g.use_counts();
         let is_out = g.output_mask();
         let mut v = Vec::new();
         for a in g.node_ids() {
@@ -238,7 +237,7 @@ impl Planner<'_> {
             }
             let f32s = node.inputs.iter().chain(&node.outputs).all(|&i| self.dt(i) == DType::F32);
             let kdim: usize = sw[1..].iter().product();
-            if !f32s || out.len() < 3 || out.contains(&0) || kdim == 0 || !self.materialized(x) || !matches!(g.value(w).def, Def::Const(_)) || uses[w.index()] != 1 || is_out[w.index()] {
+            if !f32s || out.len() < 3 || out.contains(&0) || kdim == 0 || !self.materialized(x) || !matches!(g.value(w).def, Def::Const(_)) || is_out[w.index()] {
                 continue;
             }
             if self.fusion.role[a.index()] == Role::Inlined || self.fusion.role[a.index()] == Role::View {
@@ -273,7 +272,7 @@ impl Planner<'_> {
                 let (mr, nr) = if cmr > 0 && cnr > 0 { (cmr, cnr) } else { (self.mr, self.nr) };
                 let mr = tile_rows(mr, sw[0]);
                 let pc = pack_rows(&winograd::transform(c, wg.form()), mr, wg.form().groups());
-                let b = self.add_weight(format!("{} (winograd, packed {mr}-row panels)", self.label(w)), &pc);
+                let b = self.add_packed(w, format!("{} (winograd, packed {mr}-row panels)", self.label(w)), &pc, wg.form().groups());
                 self.conv_gemm.insert(a, ConvGemm { apack: b, mr, nr, col: None, im2col: false, groups: wg.form().groups(), direct: None, lanes: false, winograd: Some(wg) });
                 packed.push(w);
                 continue;
@@ -281,7 +280,7 @@ impl Planner<'_> {
             // Few positions and channels that fill whole panels: the channels are the lanes.
             if let Some((rows, lanes)) = lanes_shape(self.wide_tile, sw[0], sw[1..].iter().product(), so[2..].iter().product()).filter(|_| groups == 1) {
                 let pc = pack_rows(c, lanes, 1);
-                let b = self.add_weight(format!("{} (packed {lanes}-channel panels)", self.label(w)), &pc);
+                let b = self.add_packed(w, format!("{} (packed {lanes}-channel panels)", self.label(w)), &pc, 1);
                 self.conv_gemm.insert(a, ConvGemm { apack: b, mr: rows, nr: lanes, col: None, im2col: !one, groups, direct: None, lanes: true, winograd: None });
                 packed.push(w);
                 continue;
@@ -327,7 +326,7 @@ impl Planner<'_> {
                 None
             };
             let pc = pack_rows(c, mr, groups);
-            let b = self.add_weight(format!("{} (packed {mr}-row panels)", self.label(w)), &pc);
+            let b = self.add_packed(w, format!("{} (packed {mr}-row panels)", self.label(w)), &pc, groups);
             self.conv_gemm.insert(a, ConvGemm { apack: b, mr, nr, col: None, im2col: !one && direct.is_none(), groups, direct, lanes: false, winograd: None });
             packed.push(w);
         }

@@ -20,7 +20,6 @@ impl Planner<'_> {
     /// The transposed convolutions whose product goes through the GEMM loops, with their weights.
     fn conv_transpose_candidates(&self) -> Vec<(NodeId, ValueId)> {
         let g = self.g;
-        let uses = g.use_counts();
         let is_out = g.output_mask();
         let mut v = Vec::new();
         for a in g.node_ids() {
@@ -30,7 +29,7 @@ impl Planner<'_> {
             let f32s = node.inputs.iter().chain(&node.outputs).all(|&i| self.dt(i) == DType::F32);
             let (sx, sw) = (self.shape(x), self.shape(w));
             let ok_x = g.inputs.contains(&x) || g.producer(x).is_some_and(|p| matches!(self.fusion.role[p.index()], Role::Root | Role::View));
-            if !f32s || !ok_x || sx.len() < 3 || sx.contains(&0) || sw.contains(&0) || uses[w.index()] != 1 || is_out[w.index()] {
+            if !f32s || !ok_x || sx.len() < 3 || sx.contains(&0) || sw.contains(&0) || is_out[w.index()] {
                 continue;
             }
             if !matches!(g.value(w).def, Def::Const(_)) || matches!(self.fusion.role[a.index()], Role::Inlined | Role::View) {
@@ -61,7 +60,7 @@ impl Planner<'_> {
             let at = ConstData { dtype: c.dtype, shape: vec![rows, ci], data: rlx_ir::Blob::from_vec(t) };
             let mr = self.mr.min(rows).max(1);
             let pc = pack_rows(&at, mr, 1);
-            let b = self.add_weight(format!("{} (transposed, packed {mr}-row panels)", self.label(w)), &pc);
+            let b = self.add_packed(w, format!("{} (transposed, packed {mr}-row panels)", self.label(w)), &pc, 1);
             self.conv_transpose_gemm.insert(a, ConvGemm { apack: b, mr, nr: self.nr, col: None, im2col: false, groups: 1, direct: None, lanes: false, winograd: None });
             packed.push(w);
         }

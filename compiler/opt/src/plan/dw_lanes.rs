@@ -92,13 +92,13 @@ impl Planner<'_> {
     }
 
     /// Whether depthwise convolution `a` takes the form (see the module doc): [`Planner::depthwise_f32`]
-    /// with a weight read by nothing else, channels in whole vectors, rows narrower than
+    /// with a weight that is not a graph output, channels in whole vectors, rows narrower than
     /// [`MAX_ROW_VECTORS`] vectors of which more than a third are border columns, or that fit one vector
     /// under an epilogue with an exponential.
-    fn dw_lanes_fits(&self, a: NodeId, uses: &[u32], is_out: &[bool]) -> bool {
+    fn dw_lanes_fits(&self, a: NodeId, is_out: &[bool]) -> bool {
         let lanes = self.lanes;
         let Some(Depthwise { w, sx, sw, so, strides, pads, dilations, hp, wp }) = self.depthwise_f32(a, 8) else { return false };
-        sx[1] % lanes == 0 && uses[w.index()] == 1 && !is_out[w.index()]
+        sx[1] % lanes == 0 && !is_out[w.index()]
             && so[3] < MAX_ROW_VECTORS * lanes && (border_columns(sx[3], so[3], strides[1], pads, dilations[1], sw[3]) * 3 > so[3] as i64 || (so[3] <= lanes && self.transcendental_epilogue(a)))
             && hp * wp * lanes * 4 <= SCRATCH_BYTES
             && !(sw[2] * sw[3] < 25 && so[3] >= 8 && self.dw_padded_fits(a))
@@ -108,16 +108,16 @@ impl Planner<'_> {
     /// (they need no other copy in the blob).
     pub(super) fn pack_dw_lanes_weights(&mut self) -> Vec<ValueId> {
         let mut packed = Vec::new();
-        let (uses, is_out) = (self.g.use_counts(), self.g.output_mask());
+        let is_out = self.g.output_mask();
         let ids: Vec<NodeId> = self.g.node_ids().collect();
         for a in ids {
-            if !self.dw_lanes_fits(a, &uses, &is_out) {
+            if !self.dw_lanes_fits(a, &is_out) {
                 continue;
             }
             let w = self.g.node(a).inputs[1];
             let Def::Const(c) = &self.g.value(w).def else { continue };
             let pc = pack_rows(c, self.lanes, 1);
-            let b = self.add_weight(format!("{} (packed {}-channel panels)", self.label(w), self.lanes), &pc);
+            let b = self.add_packed(w, format!("{} (packed {}-channel panels)", self.label(w), self.lanes), &pc, 1);
             self.dw_lanes.insert(a, b);
             packed.push(w);
         }

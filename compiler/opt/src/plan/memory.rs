@@ -55,6 +55,11 @@ impl Planner<'_> {
         if self.lanes >= 8 {
             conv_packed.extend(self.pack_dw_lanes_weights());
         }
+        // A weight packed for each convolution that reads it needs no plain copy; one read by anything
+        // else keeps it.
+        let uses = g.use_counts();
+        let packs = |w: &ValueId| conv_packed.iter().filter(|&v| v == w).count();
+        let conv_packed: Vec<ValueId> = conv_packed.iter().copied().filter(|w| packs(w) == uses[w.index()] as usize).collect();
         let mut block_seen: Vec<((usize, usize, rlx_ir::DType, Vec<usize>), super::blocks::BlockWeight)> = Vec::new();
         for (k, v) in g.values.iter().enumerate() {
             let Def::Const(c) = &v.def else { continue };

@@ -178,6 +178,9 @@ struct Planner<'g> {
     transposed_weight: HashMap<ValueId, u32>,
     /// Float matmul weights packed in panels of `GEMM_NR` columns: [N/NR (rounded up), K, NR].
     packed_weight: HashMap<ValueId, u32>,
+    /// The convolutions' packed weights by (weight, label, packed shape, groups): convolutions that
+    /// share a weight (a Siamese pair, an unrolled recurrent cell) share its packed copy ([`Planner::add_packed`]).
+    packed_copies: HashMap<(ValueId, String, Vec<usize>, usize), u32>,
     /// Constants read by `dequant_matmul` / `dequant_gather`, packed in interleaved row panels.
     block_weight: HashMap<ValueId, blocks::BlockWeight>,
     /// GPU `dequant_matmul` anchors over many rows → the f32 scratch their dequantization launch fills (`block_gemm_gpu.rs`).
@@ -243,6 +246,18 @@ impl<'g> Planner<'g> {
         self.buffers.push(b);
         self.root_of.push(root.unwrap_or((id, 0)));
         id
+    }
+
+    /// `add_weight` for weight `w`'s packed copy `pc` (`groups`: the packing's), once per weight and
+    /// packing: a second convolution reading `w` packed alike gets the same buffer.
+    fn add_packed(&mut self, w: ValueId, label: String, pc: &ConstData, groups: usize) -> u32 {
+        let key = (w, label, pc.shape.clone(), groups);
+        if let Some(&b) = self.packed_copies.get(&key) {
+            return b;
+        }
+        let b = self.add_weight(key.1.clone(), pc);
+        self.packed_copies.insert(key, b);
+        b
     }
 
     fn add_weight(&mut self, label: String, c: &ConstData) -> u32 {
@@ -318,6 +333,7 @@ pub fn plan(g: &Mir, opts: &PlanOptions) -> Result<Lir, Vec<Problem>> {
         weights: Vec::new(),
         transposed_weight: HashMap::new(),
         packed_weight: HashMap::new(),
+        packed_copies: HashMap::new(),
         block_weight: HashMap::new(),
         gpu_dequant: HashMap::new(),
         split_k_parts: HashMap::new(),
