@@ -61,8 +61,12 @@ impl Planner<'_> {
     }
 
     /// The body of the elementwise kernel rooted at `r` storing into parameter `op`: a nest over the
-    /// output's dims, the trailing ones flat where [`Planner::flat_from`] allows.
+    /// output's dims, the trailing ones flat where [`Planner::flat_from`] allows (a transpose that moves
+    /// the input's innermost dim: `transpose.rs`).
     pub(super) fn elementwise_body(&mut self, kb: &mut KB, r: NodeId, op: u32, out_shape: &[usize]) -> Vec<Stmt> {
+        if let Some(j) = self.transpose_block_dim(r, out_shape) {
+            return self.transpose_body(kb, r, op, out_shape, j);
+        }
         let k = self.flat_from(r, out_shape).unwrap_or(out_shape.len());
         let mut shape = out_shape[..k].to_vec();
         if k < out_shape.len() {

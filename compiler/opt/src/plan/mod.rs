@@ -61,6 +61,7 @@ mod select;
 mod split_k;
 mod state;
 mod topk;
+mod transpose;
 mod window;
 mod winograd;
 
