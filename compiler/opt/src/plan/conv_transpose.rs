@@ -104,18 +104,36 @@ impl Planner<'_> {
         let acc = kb.var();
         let init = if ins.len() == 3 { self.elem(kb, ins[2], &[idx[1].clone()]) } else { lit(0.0, odt) };
         let kvars: Vec<Var> = (0..sp).map(|_| kb.var()).collect();
+        // The window position along each dim: with dilation 1 only the taps k ≡ o + pad (mod s) reach
+        // a whole input position, so the loop runs over them, k = (o + pad) mod s + t·s (4 of a 4×4
+        // window's 16 at stride 2: a 64 → 32-channel 4×4 stride-2 one at 28² → 56², one thread, CPU
+        // time, 1.56 → 0.70 ms, ORT 0.76); else over every k with the divisibility in the condition.
+        let mut ks = Vec::new();
+        let mut extents = Vec::new();
         let mut pos = Vec::new();
         let mut cond: Option<Expr> = None;
         for i in 0..sp {
             // t = o + pad − k·d; i = t / s when t ≥ 0, t mod s = 0 and t / s < H. Index division
             // takes non-negative operands: u = t + off with off ≥ the window's reach, a multiple of s.
             let s = strides[i] as i64;
-            let reach = (sw[2 + i] as i64 - 1) * dilations[i] as i64;
+            let kw = sw[2 + i] as i64;
+            let phased = s > 1 && dilations[i] == 1;
+            let k = if phased {
+                let r = Expr::i(IOp::Rem, Expr::add(idx[2 + i].clone(), Expr::Int(pads[i] as i64)), Expr::Int(s));
+                extents.push((kw + s - 1) / s);
+                Expr::add(r, Expr::mul(Expr::Var(kvars[i]), Expr::Int(s)))
+            } else {
+                extents.push(kw);
+                Expr::Var(kvars[i])
+            };
+            let reach = (kw - 1) * dilations[i] as i64;
             let off = (reach + s - 1) / s * s;
-            let u = Expr::i(IOp::Sub, Expr::add(idx[2 + i].clone(), Expr::Int(pads[i] as i64 + off)), Expr::mul(Expr::Var(kvars[i]), Expr::Int(dilations[i] as i64)));
+            let u = Expr::i(IOp::Sub, Expr::add(idx[2 + i].clone(), Expr::Int(pads[i] as i64 + off)), Expr::mul(k.clone(), Expr::Int(dilations[i] as i64)));
             let q = Expr::i(IOp::Sub, Expr::i(IOp::Div, u.clone(), Expr::Int(s)), Expr::Int(off / s));
             let mut ok = Expr::i(IOp::And, Expr::i(IOp::Le, Expr::Int(off), u.clone()), Expr::i(IOp::Lt, q.clone(), Expr::Int(sx[2 + i] as i64)));
-            if s > 1 {
+            if phased && kw % s != 0 {
+                ok = Expr::i(IOp::And, Expr::i(IOp::Lt, k.clone(), Expr::Int(kw)), ok);
+            } else if s > 1 && !phased {
                 ok = Expr::i(IOp::And, ok, Expr::i(IOp::Eq, Expr::i(IOp::Rem, u, Expr::Int(s)), Expr::Int(0)));
             }
             cond = Some(match cond.take() {
@@ -123,8 +141,9 @@ impl Planner<'_> {
                 None => ok,
             });
             pos.push(q);
+            ks.push(k);
         }
-        let kflat = linear(&kvars.iter().map(|&v| Expr::Var(v)).collect::<Vec<_>>(), &sw[2..]);
+        let kflat = linear(&ks, &sw[2..]);
         let col = self.g.producer(n.outputs[0]).and_then(|a| self.conv_transpose_gemm.get(&a)).and_then(|c| c.col);
         let mut upd = Vec::new();
         let mut inner_loop: Option<(Var, usize)> = None;
@@ -149,7 +168,7 @@ impl Planner<'_> {
                 xi.extend(pos.iter().cloned());
                 let xv = self.elem(kb, ins[0], &xi);
                 let mut wi = vec![cin, Expr::i(IOp::Rem, idx[1].clone(), Expr::Int(mg as i64))];
-                wi.extend(kvars.iter().map(|&v| Expr::Var(v)));
+                wi.extend(ks.iter().cloned());
                 let wv = self.elem(kb, ins[1], &wi);
                 let prod = Expr::Bin(BinaryOp::Mul, odt, Box::new(xv), Box::new(wv));
                 upd.push(Stmt::Assign { var: acc, value: Expr::Bin(BinaryOp::Add, odt, Box::new(Expr::Var(acc)), Box::new(prod)) });
@@ -161,7 +180,7 @@ impl Planner<'_> {
         }
         let mut body = vec![Stmt::If { cond: cond.unwrap_or(Expr::Int(1)), body: upd }];
         for i in (0..sp).rev() {
-            body = vec![Stmt::For { var: kvars[i], extent: sw[2 + i] as i64, kind: LoopKind::Serial, body }];
+            body = vec![Stmt::For { var: kvars[i], extent: extents[i], kind: LoopKind::Serial, body }];
         }
         let mut stmts = vec![Stmt::Decl { var: acc, dtype: odt, init }];
         stmts.extend(body);
