@@ -18,6 +18,20 @@ fn quant_range(d: DType) -> (f64, f64) {
 }
 
 impl Planner<'_> {
+    /// A gather's index `gi` (read from `indices`) into an axis of `d` elements: negative ones count
+    /// from the end and the result is clamped into range — unless `indices` is a constant whose values
+    /// are all in [0, d) already (a Resize's source tables, an embedding's fixed ids), when the select
+    /// and the clamp would only cost instructions per element.
+    fn gather_index(&self, indices: ValueId, gi: Expr, d: i64) -> Expr {
+        if let Def::Const(c) = &self.g.value(indices).def {
+            if !c.dtype.is_quantized_block() && (0..c.numel()).all(|i| (0.0..d as f64).contains(&c.get_f64(i))) {
+                return gi;
+            }
+        }
+        let norm = Expr::Select(Box::new(Expr::i(IOp::Lt, gi.clone(), Expr::Int(0))), Box::new(Expr::add(gi.clone(), Expr::Int(d))), Box::new(gi));
+        clamp(norm, 0, d - 1)
+    }
+
     /// Element `idx` of value `v` inside a kernel.
     pub(super) fn elem(&mut self, kb: &mut KB, v: ValueId, idx: &[Expr]) -> Expr {
         if let Some(e) = kb.subst.get(&v) {
@@ -210,9 +224,8 @@ impl Planner<'_> {
                 let raw = self.elem(kb, ins[1], &idx[a..a + q]);
                 let gi = Expr::ToIndex { from: self.dt(ins[1]), x: Box::new(raw) };
                 let d = s[a] as i64;
-                let norm = Expr::Select(Box::new(Expr::i(IOp::Lt, gi.clone(), Expr::Int(0))), Box::new(Expr::add(gi.clone(), Expr::Int(d))), Box::new(gi));
                 let mut in_idx: Vec<Expr> = idx[..a].to_vec();
-                in_idx.push(clamp(norm, 0, d - 1));
+                in_idx.push(self.gather_index(ins[1], gi, d));
                 in_idx.extend(idx[a + q..].iter().cloned());
                 self.elem(kb, ins[0], &in_idx)
             }
@@ -221,9 +234,8 @@ impl Planner<'_> {
                 let d = self.shape(ins[0])[a] as i64;
                 let raw = self.elem(kb, ins[1], idx);
                 let gi = Expr::ToIndex { from: self.dt(ins[1]), x: Box::new(raw) };
-                let norm = Expr::Select(Box::new(Expr::i(IOp::Lt, gi.clone(), Expr::Int(0))), Box::new(Expr::add(gi.clone(), Expr::Int(d))), Box::new(gi));
                 let mut in_idx = idx.to_vec();
-                in_idx[a] = clamp(norm, 0, d - 1);
+                in_idx[a] = self.gather_index(ins[1], gi, d);
                 self.elem(kb, ins[0], &in_idx)
             }
             MirOp::GatherNd { batch_dims } => {
