@@ -231,7 +231,7 @@ impl Planner<'_> {
     }
 }
 
-fn identity(op: ReduceOp, d: DType) -> f64 {
+pub(super) fn identity(op: ReduceOp, d: DType) -> f64 {
     match op {
         ReduceOp::Sum | ReduceOp::Mean => 0.0,
         ReduceOp::Prod => 1.0,

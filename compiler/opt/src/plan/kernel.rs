@@ -172,6 +172,12 @@ impl Planner<'_> {
                 }
                 let anode = g.node(a).clone();
                 let av = anode.outputs[0];
+                // A reduction that keeps the last axis: its output rows accumulated in place (`reduce_rows.rs`).
+                if a == r {
+                    if let Some(body) = self.reduce_rows_body(&mut kb, &anode, op, &out_shape) {
+                        return (Kernel { name: root.name.clone(), params: kb.params, body, vars: kb.vars }, kb.bindings, nodes);
+                    }
+                }
                 // A dot product under a `where` with a constant false branch runs only where its
                 // condition holds (attention's scores: the keys a query may see; causal.rs). CPU
                 // targets (vector lanes set) only: the GPU writers' tiled matmul wants the bare form.

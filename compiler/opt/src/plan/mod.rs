@@ -54,6 +54,7 @@ mod kernel;
 mod memory;
 mod phase;
 mod pool;
+mod reduce_rows;
 mod region;
 mod row_fuse;
 mod scatter;
