@@ -39,7 +39,7 @@ FUZZ_J ?= 2
 
 export RLX_PY := $(CURDIR)/$(PY)
 
-.PHONY: setup apt venv toolchains doctor models llama-ref test-llm build install test conformance-data conformance conformance-check nollvm-check demo demo-llm bench bench-llm bench-zoo bench-backends bench-train bench-shard verilog-report clean \
+.PHONY: setup apt venv toolchains doctor models llama-ref test-llm build install test conformance-data conformance conformance-check nollvm-check demo demo-llm bench bench-llm bench-zoo bench-ops bench-backends bench-train bench-shard verilog-report clean \
         fuzz-setup fuzz-corpus fuzz fuzz-smoke
 
 # make setup: system packages, the venv, the Rust toolchains; then `make doctor` proves every tool works
@@ -196,6 +196,7 @@ bench: build
 	$(PY) -m pip install -q -r requirements-bench.txt
 	$(PY) tests/bench/bench.py --rlxc $(RLXC) --out docs/benchmarks.md
 	$(PY) tests/bench/zoo.py --rlxc $(RLXC) --out docs/benchmarks.md
+	$(PY) tests/bench/ops.py --rlxc $(RLXC) --out docs/benchmarks.md
 	$(PY) tests/bench/train.py --rlxc $(RLXC) --out docs/benchmarks.md
 
 # Training throughput alone: rlxc's compiled MNIST MLP step vs numpy + OpenBLAS, alternating, 1 and 2 threads.
@@ -210,6 +211,11 @@ bench-zoo: build $(VENV_STAMP)
 # unsharded artifact with 1 and 2 threads, alternating (never part of make test).
 bench-shard: build $(VENV_STAMP)
 	$(PY) tests/bench/shard.py --rlxc $(RLXC) --out docs/benchmarks.md
+
+# Op patterns beyond the zoo (1-D / 3-D / transposed / shared-weight convolutions, resizes, normalizations,
+# attention, recurrent cells, layout ops): one small model each, rlxc vs ONNX Runtime, one thread.
+bench-ops: build $(VENV_STAMP)
+	$(PY) tests/bench/ops.py --rlxc $(RLXC) --out docs/benchmarks.md
 
 # Cranelift vs LLVM objects: compile time and run time side by side (MiniLM batch 1 seq 128, the MLP).
 bench-backends: build $(VENV_STAMP)
