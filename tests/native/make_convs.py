@@ -173,6 +173,11 @@ def main() -> None:
         "conv1x1_pad_sigmoid": ([1, 5, 6, 6], [(9, (1, 1), {"pads": [1, 1, 1, 1]}, True)], sigmoid, ()),
         # 1-D, batch 2.
         "conv1d_b2_relu": ([2, 5, 40], [(9, (3,), {"pads": [1, 1]}, True)], relu, ()),
+        # Grouped 1-D ones run as 2-D convolutions over one row (`rlx_opt::conv1d`): a Conformer-style depthwise
+        # k31 under SiLU, batch 2; depthwise stride 2, dilation 2, asymmetric pads, no bias; 4 groups of 8.
+        "conv1d_depthwise_k31_silu": ([2, 16, 60], [(16, (31,), {"pads": [15, 15], "group": 16}, True)], silu, ()),
+        "conv1d_dw_s2_dil2": ([1, 24, 41], [(24, (5,), {"strides": [2], "dilations": [2], "pads": [4, 3], "group": 24}, False)], relu, ()),
+        "conv1d_grouped": ([2, 32, 29], [(32, (3,), {"pads": [1, 1], "group": 4}, True)], identity, ()),
         # 3-D.
         "conv3d": ([1, 3, 5, 6, 7], [(4, (2, 3, 3), {"pads": [0, 1, 1, 1, 1, 0]}, True)], identity, ()),
         # Broadcast operands in the epilogue: a per-channel scale and a spatial map.

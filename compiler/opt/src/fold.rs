@@ -6,6 +6,7 @@
 //! the caller passes the evaluator (the pipeline hands it the reference interpreter), so folded values
 //! are exactly what the oracle computes.
 
+use crate::conv1d::conv1d_as_2d;
 use crate::conv_affine::{collapse_affine_chains, fold_conv_affine};
 use rlx_ir::{ConstData, Def, Dim, Mir, MirOp, ValueId};
 
@@ -53,15 +54,19 @@ pub(crate) fn rebuild(g: &Mir, mut step: impl FnMut(&mut Mir, usize, &[ValueId],
 /// The whole constant pass as every target runs it: gathers moved below constant chains
 /// ([`sink_gathers`]), then folding, then per-channel affine ops (BatchNormalization) folded into the
 /// convolutions before them ([`fold_conv_affine`], whose new weights are folded in turn), the chains
-/// left collapsed into one `mul` and one `add` ([`collapse_affine_chains`]), with dead code removed
-/// before and after.
+/// left collapsed into one `mul` and one `add` ([`collapse_affine_chains`]), grouped 1-D convolutions as
+/// 2-D ones over a row ([`conv1d_as_2d`]), with dead code removed before and after.
 pub fn simplify(g: &Mir, eval: Evaluator) -> Mir {
     let folded = fold(&dce(&sink_gathers(g)), eval);
     let folded = match fold_conv_affine(&folded) {
         Some(g) => dce(&fold(&g, eval)),
         None => dce(&folded),
     };
-    match collapse_affine_chains(&folded) {
+    let folded = match collapse_affine_chains(&folded) {
+        Some(g) => dce(&fold(&g, eval)),
+        None => folded,
+    };
+    match conv1d_as_2d(&folded) {
         Some(g) => dce(&fold(&g, eval)),
         None => folded,
     }

@@ -7,7 +7,8 @@
 //! Cranelift, each within 1e-4 of the reference interpreter; and ConvTranspose (`plan/conv_transpose.rs`:
 //! the same GEMM loops then a col2im gather, or a direct gather when grouped); and a 1000-class classifier
 //! after them, whose GEMM columns past the last full panel run as narrower tiles (`plan/gemm.rs`); and
-//! weights read by several convolutions (each packed once, the packed copy shared).
+//! weights read by several convolutions (each packed once, the packed copy shared); grouped 1-D
+//! convolutions as 2-D ones over a row (`rlx_opt::conv1d`).
 
 mod common;
 
@@ -173,6 +174,9 @@ fn conv_gemm_paths_are_taken() {
     } else {
         println!("no AVX-512 on this host: the channels-as-lanes path is not checked here");
     }
+    // A grouped 1-D convolution runs as a 2-D one over a row (its output [N, C, 1, L]).
+    let k1d = lir("conv1d_depthwise_k31_silu");
+    assert!(k1d.contains("f32[2, 16, 1, 60]"), "depthwise 1-D: not a 2-D convolution over a row:\n{k1d}");
     // Weights shared by several convolutions take the packed forms, one packed copy each.
     let sh = lir("conv_shared_weights");
     for label in ["\"w0 (packed", "\"p (packed", "\"tw (transposed, packed"] {
