@@ -14,6 +14,7 @@
 
 mod attention;
 mod comm;
+mod cp_async;
 mod half_weights;
 mod module;
 mod pdl;

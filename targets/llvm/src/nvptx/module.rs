@@ -92,8 +92,13 @@ pub fn module_text(lir: &Lir, bases: &[BaseBuf], tiles: bool, mma: super::Mma, p
                 Some(p) => super::pdl::with_prologue(&t.text, p),
                 None => t.text,
             });
-            globals.extend(t.globals);
-            dispatches.push(SchedDispatch { entry: li as u32, groups: t.groups, block: [t.block, 1, 1], ranges, comm: None });
+            // One declaration of the dynamic shared array every pipelined tile shares (cp_async.rs).
+            for g in t.globals {
+                if !globals.contains(&g) {
+                    globals.push(g);
+                }
+            }
+            dispatches.push(SchedDispatch { entry: li as u32, groups: t.groups, block: [t.block, 1, 1], shared: t.shared, ranges, comm: None });
             names.push(k.name.clone());
             continue;
         }
@@ -128,7 +133,7 @@ pub fn module_text(lir: &Lir, bases: &[BaseBuf], tiles: bool, mma: super::Mma, p
         if groups > i32::MAX as u64 {
             return Err(format!("kernel '{}': {total} threads need more than 2^31 - 1 blocks", k.name));
         }
-        dispatches.push(SchedDispatch { entry: li as u32, groups: [groups as u32, 1, 1], block: [BLOCK, 1, 1], ranges, comm: None });
+        dispatches.push(SchedDispatch { entry: li as u32, groups: [groups as u32, 1, 1], block: [BLOCK, 1, 1], shared: 0, ranges, comm: None });
         names.push(k.name.clone());
     }
     let mut m = String::new();
