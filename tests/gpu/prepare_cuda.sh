@@ -48,7 +48,7 @@
 # QUICK=1: MiniLM alone (its default artifacts, references at batch 1 / 8, and the _sm80 twins);
 # OLD_TWINS=0: without the twins of earlier sessions' changes (untiled, unfused, nosplit, lds32, epichk);
 # SPLITK_TWINS=0: without the _splitkN twins; ROWS_TWINS=0: without the _rowsN twins; SIMT_TWINS=0: without the _simt twins.
-# SM=80 compiles every case for sm_80 instead. STAGE_TWINS="1 3": MiniLM batch 8 / 32 at every precision with
+# SM=80 compiles every case for sm_80 instead. STAGE_TWINS="f32:1 tf32:2 …": MiniLM batch 8 / 32 at precision P with
 # RLX_CUDA_VEC_STAGES=N (_stN: the tensor-core tiles' K slices through a cp.async pipeline of N stages, 1 the
 # register-staged form), timed beside the default.
 set -euo pipefail
@@ -111,9 +111,10 @@ for b in 1 8 32; do
   ins=("input_ids=$T/b$b/input_ids.npy" "attention_mask=$T/b$b/attention_mask.npy" "token_type_ids=$T/b$b/token_type_ids.npy")
   if [ $b -le 8 ]; then case_ minilm_b$b "$D/minilm.onnx" "--dim batch=$b --dim sequence=128" "${ins[@]}"; else case_ minilm_b$b "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; fi
   for p in tf32 bf16; do EXTRA="--precision $p" case_ minilm_b${b}_$p "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; done
-  # The tensor-core tiles' K slices through a cp.async pipeline of N stages (STAGE_TWINS="3 4": batch 8 / 32).
-  if [ $b -gt 1 ]; then for n in ${STAGE_TWINS:-}; do for p in f32 tf32 bf16; do s=_$p; [ $p = f32 ] && s=
-    STAGES=$n EXTRA="--precision $p" case_ minilm_b${b}${s}_st$n "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; done; done; fi
+  # The tensor-core tiles' K slices through a cp.async pipeline of N stages, or staged through registers (N = 1),
+  # at precision P (STAGE_TWINS="f32:1 tf32:2": batch 8 / 32).
+  if [ $b -gt 1 ]; then for pn in ${STAGE_TWINS:-}; do p=${pn%%:*} n=${pn#*:} s=_${pn%%:*}; [ $p = f32 ] && s=
+    STAGES=$n EXTRA="--precision $p" case_ minilm_b${b}${s}_st$n "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; done; fi
   [ "${SIMT_TWINS:-1}" = 0 ] || F32MMA=0 case_ minilm_b${b}_simt "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"
   for p in f32 tf32 bf16; do
     s=_$p; [ $p = f32 ] && s=

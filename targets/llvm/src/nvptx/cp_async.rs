@@ -36,18 +36,32 @@ use crate::ir::Writer;
 use rlx_ir::loops::tiled::{cdiv, Acc};
 use rlx_ir::loops::Var;
 
-/// The pipeline's depth from `RLX_CUDA_VEC_STAGES` (2, 3 or 4), or `None`: `vec_tile.rs`'s form.
-pub fn stages() -> Option<i64> {
-    match std::env::var("RLX_CUDA_VEC_STAGES").ok()?.parse::<i64>().ok()? {
-        s @ 2..=4 => Some(s),
-        _ => None,
+/// The pipeline's depth, or `None`: `vec_tile.rs`'s register-staged form. `RLX_CUDA_VEC_STAGES=N` at
+/// compile time: N = 2, 3 or 4 for every precision, 1 none; unset, [`DEFAULT_STAGES`] for 3×TF32
+/// (`--precision f32`) and none for tf32 / bf16 / fp16 (module doc: measured).
+pub fn stages(kind: Mma) -> Option<i64> {
+    match std::env::var("RLX_CUDA_VEC_STAGES").ok().and_then(|v| v.parse::<i64>().ok()) {
+        Some(s @ 2..=4) => Some(s),
+        Some(_) => None,
+        None => (kind == Mma::Tf32x3).then_some(DEFAULT_STAGES),
+    }
+}
+
+/// Stages of 3×TF32's pipeline: 3 and 4 measured no faster than 2 (module doc).
+const DEFAULT_STAGES: i64 = 2;
+
+/// Shared memory a block of an sm_{sm} GPU may have (the CUDA programming guide's table): 227 KiB on
+/// sm_90, 163 on sm_80, 99 on sm_86 / sm_89.
+pub fn max_shared(sm: u32) -> i64 {
+    match sm {
+        90 => 227 * 1024,
+        80 => 163 * 1024,
+        _ => 99 * 1024,
     }
 }
 
 /// The module's dynamic shared array (one declaration, every pipelined kernel's).
 const DSM: &str = "@dsm";
-/// Shared memory a block may have on sm_80 / sm_90 (227 KiB on an H100 / H200; 163 KiB on an A100).
-const MAX_SHARED: i64 = 163 * 1024;
 
 /// One operand's slots in a stage: `rows` rows of `pitch` 32-bit words at word `off`, 16-byte chunks
 /// of odd rows XOR `swz`; `split`: f32 values that bf16 / fp16 fragments pack when loaded.
@@ -65,13 +79,15 @@ struct Slot {
 /// the grid and the dynamic shared bytes.
 #[allow(clippy::too_many_arguments)]
 pub fn matmul(
-    w: &mut Writer, acc: &Acc, (a, b): (&Direct, &Direct), ptrs: &[String], (rows, cols, batch): (&[(Var, i64)], &[(Var, i64)], &[(Var, i64)]), (bm, bn, _): (i64, i64, i64), kind: Mma, stages: i64,
+    w: &mut Writer, acc: &Acc, (a, b): (&Direct, &Direct), ptrs: &[String], (rows, cols, batch): (&[(Var, i64)], &[(Var, i64)], &[(Var, i64)]), (bm, bn, _): (i64, i64, i64), kind: Mma, (stages, smem): (i64, i64),
     halves: &mut Halves, globals: &mut Vec<String>,
 ) -> Result<Option<([u32; 3], u32)>, String> {
     let (m, n, nb): (i64, i64, i64) = (rows.iter().map(|d| d.1).product(), cols.iter().map(|d| d.1).product(), batch.iter().map(|d| d.1).product());
     let (kv, kext) = acc.ks[0];
-    let tk = if std::env::var("RLX_CUDA_VEC_TK").is_ok_and(|v| v == "64") { 64 } else { 32 };
-    if kext % tk != 0 || [a.period, b.period].iter().flatten().any(|&e| e % tk != 0 && tk % e != 0) {
+    let fits = |tk: i64| kext % tk == 0 && [a.period, b.period].iter().flatten().all(|&e| e % tk == 0 || tk % e == 0);
+    let long = fits(64) && std::env::var("RLX_CUDA_VEC_TK").map_or(true, |v| v != "32");
+    let tk = if long { 64 } else { 32 };
+    if !fits(tk) {
         return Ok(None);
     }
     let packed = !kind.tf32();
@@ -86,9 +102,10 @@ pub fn matmul(
     let sa = slot_of(a, bm, 0, halves);
     let sb = slot_of(b, bn, bm * sa.pitch, halves);
     let stage_words = bm * sa.pitch + bn * sb.pitch;
-    let stages = stages.min(MAX_SHARED / (4 * stage_words));
+    // As many of the stages asked for as the GPU's shared memory holds.
+    let stages = stages.min(smem / (4 * stage_words));
     if stages < 2 {
-        return Err(format!("a pipelined {bm}×{bn} tile's slice of {} bytes leaves no room for two stages", 4 * stage_words));
+        return Ok(None);
     }
     globals.push(format!("{DSM} = external addrspace(3) global [0 x i32], align 16"));
     w.declare("declare void @llvm.nvvm.cp.async.cg.shared.global.16(ptr addrspace(3), ptr addrspace(1))");

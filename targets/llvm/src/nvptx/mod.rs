@@ -160,7 +160,7 @@ pub fn compile(lir: &mut Lir, sm: u32, tiles: bool, mma: Mma) -> Result<PtxProgr
     if mma != Mma::F32 && !tiles {
         return Err(format!("tensor-core matmuls ({mma:?}) need the tiled matmul kernels (RLX_CUDA_TILES=0 turns them off)"));
     }
-    let (ir, dispatches, names, half_weights, extra) = module_text(lir, &bases, tiles, mma, pdl::prologue(sm))?;
+    let (ir, dispatches, names, half_weights, extra) = module_text(lir, &bases, tiles, mma, pdl::prologue(sm), cp_async::max_shared(sm))?;
     if !extra.is_empty() {
         lir.weights.extend_from_slice(&extra);
         for b in bases.iter_mut().filter(|b| b.base == rlx_ir::lir::Base::Weights) {

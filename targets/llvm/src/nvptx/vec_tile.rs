@@ -250,11 +250,11 @@ impl Layout {
 #[allow(clippy::too_many_arguments)]
 pub fn matmul(
     w: &mut Writer, li: usize, acc: &Acc, (a, b): (&Direct, &Direct), ptrs: &[String], (rows, cols, batch): (&[(Var, i64)], &[(Var, i64)], &[(Var, i64)]), (bm, bn, tk): (i64, i64, i64), kind: Mma,
-    halves: &mut Halves, globals: &mut Vec<String>,
+    smem: i64, halves: &mut Halves, globals: &mut Vec<String>,
 ) -> Result<([u32; 3], u32), String> {
     // RLX_CUDA_VEC_STAGES=2..4 at compile time: the cp.async pipeline (cp_async.rs) instead.
-    if let Some(stages) = super::cp_async::stages() {
-        if let Some(r) = super::cp_async::matmul(w, acc, (a, b), ptrs, (rows, cols, batch), (bm, bn, tk), kind, stages, halves, globals)? {
+    if let Some(stages) = super::cp_async::stages(kind) {
+        if let Some(r) = super::cp_async::matmul(w, acc, (a, b), ptrs, (rows, cols, batch), (bm, bn, tk), kind, (stages, smem), halves, globals)? {
             return Ok(r);
         }
     }
