@@ -1,6 +1,8 @@
 //! The CUDA executor (feature `cuda`) for artifacts written by `rlxc compile --target cuda`:
 //! `NAME.ptx` (entry points `k0`, `k1`, …, one `ptr` parameter per schedule buffer, in order),
-//! `NAME.schedule.bin` (version 3: each dispatch's grid and block) and `NAME.weights.bin`.
+//! `NAME.schedule.bin` (version 3: each dispatch's grid and block; version 5 also its dynamic shared
+//! bytes — a kernel over 48 KiB is opted in to them at load, and every launch passes them) and
+//! `NAME.weights.bin`.
 //!
 //! The CUDA driver (`libcuda.so.1`) is opened at run time through cudarc's `dynamic-loading`: building
 //! needs no CUDA SDK, and a machine without the driver gets [`CudaError`] from [`probe`] /

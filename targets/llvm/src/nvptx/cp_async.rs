@@ -1,8 +1,23 @@
 //! The tensor-core tiles of `vec_tile.rs` with their K slices copied straight from global into
-//! shared memory by `cp.async` (sm_80+, PTX 7.0) through a ring of `stages` slices
-//! (`RLX_CUDA_VEC_STAGES=2..4` at compile time; unset or 1: `vec_tile.rs`'s register-staged form, its
-//! PTX unchanged byte for byte). The block tile and its 8 warps are `vec_tile.rs`'s; the K slice is
-//! 32 (`RLX_CUDA_VEC_TK=64`: 64).
+//! shared memory by `cp.async` (sm_80+, PTX 7.0) through a ring of `stages` slices in the module's
+//! dynamic shared array (`@dsm`; the bytes are the schedule's, version 5, and the executor opts the
+//! kernel in past 48 KiB). The block tile and its 8 warps are `vec_tile.rs`'s; the K slice is 64 where
+//! K is a multiple (else 32; `RLX_CUDA_VEC_TK=32`: 32); as many of the stages as the `--sm`'s shared
+//! memory holds ([`max_shared`]; fewer than two: the register-staged form).
+//!
+//! Taken by default under `--precision f32` (3×TF32) with 2 stages; tf32 / bf16 / fp16 keep
+//! `vec_tile.rs`'s register-staged form. `RLX_CUDA_VEC_STAGES=N` at compile time: N = 2..4 stages at
+//! every precision, 1 the register-staged form everywhere (f32's PTX before this file, byte for byte).
+//! Measured on the H200 (tests/gpu/bench_gemm.py at MiniLM's batch 8 / 32 shapes, each kernel alone;
+//! tests/gpu/h200-gemm-s19.log, -s19b.log): 3×TF32 4–7% faster with 2 stages (b32 FFN down 105.0 →
+//! 98.5 µs, Q/K/V 36.3 → 33.7; b8 FFN down 49.9 → 46.8, Q/K/V 18.1 → 17.3; FFN up + GELU 38.5 → 36.1
+//! at b8, 119.0 both at b32) — it converts every fragment register where loaded anyway (the split),
+//! so nothing moves to the fragment loads —; 3 and 4 stages no faster than 2, slices of 32 slower
+//! than 64 at every depth. tf32 (each register rounded by `cvt.rna` where loaded, 2–4 times per value
+//! as 2–4 warps read it, instead of once when staged) −7% to +7% (FFN up + GELU b32 78.0 → 83.5),
+//! bf16 (the f32 activations packed where loaded) 0 to +10% slower: not taken. The kernels are not
+//! bound by global-load latency, which is what the stages hide: the register-staged form's loads were
+//! already in flight over a whole slice's compute.
 //!
 //! Per slice s: wait until this thread's copies of slice s have landed (`cp.async.wait_group
 //! stages − 2`), one barrier (every thread's copies of s are visible, and every warp is done with the

@@ -141,7 +141,8 @@ pub struct PtxProgram {
 }
 
 impl PtxProgram {
-    /// `NAME.schedule.bin` (version 3: grid and block per dispatch; version 4 when there are collectives).
+    /// `NAME.schedule.bin` (version 3: grid and block per dispatch; version 4 when there are collectives;
+    /// 5 when some kernel has dynamic shared memory, `cp_async.rs`'s).
     pub fn schedule_bytes(&self) -> Vec<u8> {
         rlx_ir::schedule::encode(&self.bases, &self.dispatches, true)
     }
