@@ -1,6 +1,8 @@
 //! The CUDA executor (feature `cuda`) for artifacts written by `rlxc compile --target cuda`:
 //! `NAME.ptx` (entry points `k0`, `k1`, …, one `ptr` parameter per schedule buffer, in order),
-//! `NAME.schedule.bin` (version 3: each dispatch's grid and block) and `NAME.weights.bin`.
+//! `NAME.schedule.bin` (version 3: each dispatch's grid and block; version 5 also its dynamic shared
+//! bytes — a kernel over 48 KiB is opted in to them at load, and every launch passes them) and
+//! `NAME.weights.bin`.
 //!
 //! The CUDA driver (`libcuda.so.1`) is opened at run time through cudarc's `dynamic-loading`: building
 //! needs no CUDA SDK, and a machine without the driver gets [`CudaError`] from [`probe`] /
@@ -137,12 +139,12 @@ fn kernels_that_wait(ptx: &str) -> std::collections::BTreeSet<u32> {
 ///
 /// # Safety
 /// As `cuLaunchKernel`: `f` a function of the current context, `args` its parameters, `st` a stream of it.
-unsafe fn launch_programmatic(f: sys::CUfunction, g: (u32, u32, u32), b: (u32, u32, u32), st: sys::CUstream, args: &mut [*mut c_void]) -> Result<(), result::DriverError> {
+unsafe fn launch_programmatic(f: sys::CUfunction, g: (u32, u32, u32), b: (u32, u32, u32), shared: u32, st: sys::CUstream, args: &mut [*mut c_void]) -> Result<(), result::DriverError> {
     // SAFETY: an all-zero attribute is a valid C struct (its value a union of plain fields).
     let mut attr: sys::CUlaunchAttribute = unsafe { core::mem::zeroed() };
     attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
     attr.value.programmaticStreamSerializationAllowed = 1;
-    let config = sys::CUlaunchConfig { gridDimX: g.0, gridDimY: g.1, gridDimZ: g.2, blockDimX: b.0, blockDimY: b.1, blockDimZ: b.2, sharedMemBytes: 0, hStream: st, attrs: &mut attr, numAttrs: 1 };
+    let config = sys::CUlaunchConfig { gridDimX: g.0, gridDimY: g.1, gridDimZ: g.2, blockDimX: b.0, blockDimY: b.1, blockDimZ: b.2, sharedMemBytes: shared, hStream: st, attrs: &mut attr, numAttrs: 1 };
     // SAFETY: the caller's contract; `config` and `attr` outlive the call.
     unsafe { sys::cuLaunchKernelEx(&config, f, args.as_mut_ptr(), core::ptr::null_mut()) }.result()
 }
@@ -171,8 +173,8 @@ pub struct Executor {
     dispatches: usize,
     /// Collectives in the graph (a sharded rank's).
     collectives: usize,
-    /// Per kernel dispatch: its function, grid and block (for [`Executor::kernel_times`]).
-    launches: Vec<(sys::CUfunction, (u32, u32, u32), (u32, u32, u32))>,
+    /// Per kernel dispatch: its function, grid, block and dynamic shared bytes (for [`Executor::kernel_times`]).
+    launches: Vec<(sys::CUfunction, (u32, u32, u32), (u32, u32, u32), u32)>,
     /// Kernels captured with programmatic dependent launch (see the module documentation).
     programmatic: usize,
     /// Per output: page-locked host memory of its size the device copies into (a copy into pageable
@@ -305,7 +307,14 @@ impl Executor {
                 continue;
             }
             let entry = CString::new(format!("k{}", d.entry)).map_err(|_| CudaError("bad entry name".into()))?;
-            funcs.push(unsafe { result::module::get_function(ex.module, entry) }.map_err(drv(&format!("the PTX has no entry point k{}", d.entry)))?);
+            let f = unsafe { result::module::get_function(ex.module, entry) }.map_err(drv(&format!("the PTX has no entry point k{}", d.entry)))?;
+            // More than 48 KiB of dynamic shared memory (a pipelined matmul tile, schedule version 5):
+            // the kernel is opted in to the bytes the schedule records, passed again at each launch.
+            if d.shared > 48 * 1024 {
+                let attr = sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+                unsafe { result::function::set_function_attribute(f, attr, d.shared as i32) }.map_err(drv(&format!("k{}: {} bytes of dynamic shared memory", d.entry, d.shared)))?;
+            }
+            funcs.push(f);
         }
         // Every kernel takes every buffer, in schedule order.
         let mut args: Vec<sys::CUdeviceptr> = ex.bufs.iter().map(|b| b.1).collect();
@@ -313,7 +322,7 @@ impl Executor {
         // The kernels in schedule order (for `kernel_times`, which launches them one by one).
         for (d, f) in sched.dispatches.iter().zip(&funcs) {
             if d.comm.is_none() {
-                ex.launches.push((*f, (d.groups[0], d.groups[1], d.groups[2]), (d.block[0], d.block[1], d.block[2])));
+                ex.launches.push((*f, (d.groups[0], d.groups[1], d.groups[2]), (d.block[0], d.block[1], d.block[2]), d.shared));
             }
         }
         // Kernels that wait for their dependencies in their first instruction (`griddepcontrol.wait`)
@@ -363,9 +372,9 @@ impl Executor {
                     }
                     let (g, b) = ((d.groups[0], d.groups[1], d.groups[2]), (d.block[0], d.block[1], d.block[2]));
                     if pdl && programmatic[di] {
-                        unsafe { launch_programmatic(funcs[di], g, b, st, &mut argp) }.map_err(drv(&format!("launching k{} (programmatic)", d.entry)))?;
+                        unsafe { launch_programmatic(funcs[di], g, b, d.shared, st, &mut argp) }.map_err(drv(&format!("launching k{} (programmatic)", d.entry)))?;
                     } else {
-                        unsafe { result::launch_kernel(funcs[di], g, b, 0, st, &mut argp) }.map_err(drv(&format!("launching k{}", d.entry)))?;
+                        unsafe { result::launch_kernel(funcs[di], g, b, d.shared, st, &mut argp) }.map_err(drv(&format!("launching k{}", d.entry)))?;
                     }
                 }
                 if used > 1 {
@@ -499,8 +508,8 @@ impl Executor {
             }
             for _ in 0..reps.max(1) {
                 result::event::record(events[0], self.stream).map_err(drv("cuEventRecord"))?;
-                for (i, &(f, g, b)) in self.launches.iter().enumerate() {
-                    result::launch_kernel(f, g, b, 0, self.stream, &mut argp).map_err(drv(&format!("launching dispatch {i}")))?;
+                for (i, &(f, g, b, sh)) in self.launches.iter().enumerate() {
+                    result::launch_kernel(f, g, b, sh, self.stream, &mut argp).map_err(drv(&format!("launching dispatch {i}")))?;
                     result::event::record(events[i + 1], self.stream).map_err(drv("cuEventRecord"))?;
                 }
                 result::stream::synchronize(self.stream).map_err(drv("running the kernels one by one (a kernel failed)"))?;

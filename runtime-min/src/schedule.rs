@@ -10,13 +10,16 @@ use std::vec::Vec;
 /// The schedule file's magic (`RLXS`) and the versions this runtime reads. Version 2 added each
 /// dispatch's byte ranges (a version 1 file, with none, is refused with an error saying to
 /// recompile); version 3 adds each dispatch's block size (CUDA: PTX states no launch dimensions);
-/// version 4 adds collectives between the kernels.
+/// version 4 adds collectives between the kernels; version 5 each kernel's dynamic shared memory.
 pub const SCHEDULE_MAGIC: u32 = u32::from_le_bytes(*b"RLXS");
 pub const SCHEDULE_VERSION: u32 = 2;
 pub const SCHEDULE_VERSION_BLOCKS: u32 = 3;
 /// Version 4 (CUDA, a sharded rank): version 3 with a tag word before each entry — 0 a kernel, 1 a
 /// collective ([`Collective`]).
 pub const SCHEDULE_VERSION_COMM: u32 = 4;
+/// Version 5 (CUDA, a kernel with dynamic shared memory): version 4 with each kernel's dynamic shared
+/// bytes after its block ([`Dispatch::shared`]).
+pub const SCHEDULE_VERSION_SHARED: u32 = 5;
 
 /// A malformed or unreadable schedule, in words.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -66,6 +69,8 @@ pub struct Dispatch {
     /// Threads per block (version 3, CUDA); `[0; 3]` in version 2, whose modules state their own
     /// workgroup sizes.
     pub block: [u32; 3],
+    /// Dynamic shared memory in bytes (version 5, CUDA; 0 otherwise).
+    pub shared: u32,
     pub ranges: Vec<Range>,
     /// A collective in place of a kernel (version 4): `entry`, `groups` and `block` are unused; the
     /// ranges are the send buffer's exact bytes (read; none for a receive), then the receive
@@ -172,8 +177,8 @@ impl Schedule {
             return Err(bad("bad magic (not an rlxc schedule)"));
         }
         let ver = next("version")?;
-        if !(SCHEDULE_VERSION..=SCHEDULE_VERSION_COMM).contains(&ver) {
-            return Err(ScheduleError(format!("schedule version {ver}, this runtime reads versions {SCHEDULE_VERSION} to {SCHEDULE_VERSION_COMM}: recompile the model with a matching rlxc")));
+        if !(SCHEDULE_VERSION..=SCHEDULE_VERSION_SHARED).contains(&ver) {
+            return Err(ScheduleError(format!("schedule version {ver}, this runtime reads versions {SCHEDULE_VERSION} to {SCHEDULE_VERSION_SHARED}: recompile the model with a matching rlxc")));
         }
         let blocks = ver >= SCHEDULE_VERSION_BLOCKS;
         let nb = next("base count")? as usize;
@@ -203,7 +208,7 @@ impl Schedule {
         }
         let mut dispatches = Vec::with_capacity(nd);
         for d in 0..nd {
-            let tag = if ver == SCHEDULE_VERSION_COMM { next("entry tag")? } else { 0 };
+            let tag = if ver >= SCHEDULE_VERSION_COMM { next("entry tag")? } else { 0 };
             let comm = match tag {
                 0 => None,
                 1 => {
@@ -225,8 +230,8 @@ impl Schedule {
                 }
                 t => return Err(bad(&format!("dispatch {d}: unknown entry tag {t}"))),
             };
-            let (entry, groups, block) = if comm.is_some() {
-                (0, [1; 3], [1; 3])
+            let (entry, groups, block, shared) = if comm.is_some() {
+                (0, [1; 3], [1; 3], 0)
             } else {
                 let entry = next("entry")?;
                 let groups = [next("groups")?, next("groups")?, next("groups")?];
@@ -237,7 +242,12 @@ impl Schedule {
                 if blocks && (block.contains(&0) || block.iter().try_fold(1u64, |a, &b| a.checked_mul(b as u64)).is_none_or(|n| n > 1024)) {
                     return Err(bad(&format!("dispatch {d} has a block of {block:?} threads (1 to 1024 in all)")));
                 }
-                (entry, groups, block)
+                // Dynamic shared memory: 227 KiB is the most any CUDA GPU gives a block.
+                let shared = if ver >= SCHEDULE_VERSION_SHARED { next("shared bytes")? } else { 0 };
+                if shared > 227 * 1024 {
+                    return Err(bad(&format!("dispatch {d} asks for {shared} bytes of dynamic shared memory")));
+                }
+                (entry, groups, block, shared)
             };
             let nr = next("range count")? as usize;
             if nr > w.len() {
@@ -267,7 +277,7 @@ impl Schedule {
             if let Some(c) = &comm {
                 check_comm(d, c, &ranges).map_err(|m| bad(&m))?;
             }
-            dispatches.push(Dispatch { entry, groups, block, ranges, comm });
+            dispatches.push(Dispatch { entry, groups, block, shared, ranges, comm });
         }
         if i != w.len() {
             return Err(bad("trailing bytes"));

@@ -557,7 +557,7 @@ mod tests {
         let s = Schedule::parse(&good).unwrap();
         assert_eq!(s.bases, vec![(BaseKind::Arena, 64), (BaseKind::Input(0), 16)]);
         let r = |base, access, start, end| Range { base, access, start, end };
-        assert_eq!(s.dispatches, vec![Dispatch { entry: 0, groups: [1, 1, 1], block: [0; 3], ranges: vec![r(1, Access::Read, 0, 16), r(0, Access::Write, 8, 64)], comm: None }]);
+        assert_eq!(s.dispatches, vec![Dispatch { entry: 0, groups: [1, 1, 1], block: [0; 3], shared: 0, ranges: vec![r(1, Access::Read, 0, 16), r(0, Access::Write, 8, 64)], comm: None }]);
         for n in 0..good.len() {
             assert!(Schedule::parse(&good[..n]).is_err(), "truncated at {n}");
         }
@@ -624,7 +624,7 @@ mod tests {
         let dispatches = ds
             .iter()
             .enumerate()
-            .map(|(i, rs)| Dispatch { entry: i as u32, groups: [1, 1, 1], block: [0; 3], ranges: rs.iter().map(|&(base, access, start, end)| Range { base, access, start, end }).collect(), comm: None })
+            .map(|(i, rs)| Dispatch { entry: i as u32, groups: [1, 1, 1], block: [0; 3], shared: 0, ranges: rs.iter().map(|&(base, access, start, end)| Range { base, access, start, end }).collect(), comm: None })
             .collect();
         Schedule { bases: vec![(BaseKind::Arena, 1 << 20), (BaseKind::Weights, 1 << 20)], dispatches }
     }

@@ -95,6 +95,10 @@ TWINS = {
     "simt": "f32 matmuls on the SIMT cores (RLX_CUDA_F32_MMA=0)",
     "rows0": "FFN down's partials summed by a kernel of their own before its LayerNorm (RLX_CUDA_SPLIT_K_ROWS=0)",
     "rows256": "attention output projection split too, summed by its LayerNorm (RLX_CUDA_SPLIT_K_ROWS=256)",
+    "st1": "tensor-core tiles staged through registers (RLX_CUDA_VEC_STAGES=1)",
+    "st2": "tensor-core tiles through a 2-stage cp.async pipeline (RLX_CUDA_VEC_STAGES=2)",
+    "st3": "tensor-core tiles through a 3-stage cp.async pipeline (RLX_CUDA_VEC_STAGES=3)",
+    "st4": "tensor-core tiles through a 4-stage cp.async pipeline (RLX_CUDA_VEC_STAGES=4)",
 }
 SAME_BITS = {"f32w"}
 
@@ -102,7 +106,7 @@ SAME_BITS = {"f32w"}
 def precision_of(case):
     """The precision a case's artifact was compiled with (its folder suffix)."""
     for p, sfx in PRECISIONS.items():
-        if sfx and re.sub(r"_(untiled|unfused|nosplit|f32w|fill0|heads0|lds32|epichk|sm80|splitk0|splitk16|simt|rows0|rows256)$", "", case).endswith(sfx):
+        if sfx and re.sub(r"_(untiled|unfused|nosplit|f32w|fill0|heads0|lds32|epichk|sm80|splitk0|splitk16|simt|rows0|rows256|st1|st2|st3|st4)$", "", case).endswith(sfx):
             return p
     return "f32"
 
@@ -186,7 +190,7 @@ def main() -> int:
     refs = set(os.listdir(os.path.join(a.carry, "ref")))
     cases = []
     for c in sorted(os.listdir(os.path.join(work, "art"))):
-        twin = c if c in refs else re.sub(r"(_(untiled|unfused|nosplit|f32w|fill0|heads0|lds32|epichk|sm80|splitk0|splitk16|simt|rows0|rows256|tf32|bf16))+$", "", c)
+        twin = c if c in refs else re.sub(r"(_(untiled|unfused|nosplit|f32w|fill0|heads0|lds32|epichk|sm80|splitk0|splitk16|simt|rows0|rows256|st1|st2|st3|st4|tf32|bf16))+$", "", c)
         if twin in refs:
             cases.append((c, twin))
     for c, twin in cases:

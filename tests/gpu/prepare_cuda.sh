@@ -48,7 +48,9 @@
 # QUICK=1: MiniLM alone (its default artifacts, references at batch 1 / 8, and the _sm80 twins);
 # OLD_TWINS=0: without the twins of earlier sessions' changes (untiled, unfused, nosplit, lds32, epichk);
 # SPLITK_TWINS=0: without the _splitkN twins; ROWS_TWINS=0: without the _rowsN twins; SIMT_TWINS=0: without the _simt twins.
-# SM=80 compiles every case for sm_80 instead.
+# SM=80 compiles every case for sm_80 instead. STAGE_TWINS="f32:1 tf32:2 …": MiniLM batch 8 / 32 at precision P with
+# RLX_CUDA_VEC_STAGES=N (_stN: the tensor-core tiles' K slices through a cp.async pipeline of N stages, 1 the
+# register-staged form), timed beside the default.
 set -euo pipefail
 D=${1:-build/gpu-cuda}
 PY=${RLX_PY:-.venv/bin/python}
@@ -67,7 +69,7 @@ cp "$MINILM" "$D/minilm.onnx"
 case_() {
   local c=$1 model=$2 args=$3; shift 3
   local name=${c%%_*}
-  RLX_CUDA_TILES=${TILES:-1} RLX_CUDA_FUSED_ATTENTION=${FUSED:-1} RLX_CUDA_TC_SPLIT=${TCSPLIT:-1} RLX_CUDA_HALF_WEIGHTS=${HALFW:-1} RLX_CUDA_VEC_FILL=${FILL:-1} RLX_CUDA_VEC_HEADS=${HEADS:-1} RLX_CUDA_VEC_EPI=${EPI:-} RLX_CUDA_VEC_LDS=${LDS:-} RLX_CUDA_PDL=${PDL:-1} RLX_CUDA_F32_MMA=${F32MMA:-1} env ${SPLITK:+RLX_CUDA_SPLIT_K=$SPLITK} ${SPLITKROWS:+RLX_CUDA_SPLIT_K_ROWS=$SPLITKROWS} $R compile "$model" --target cuda --sm "${SM:-90}" --name "$name" -o "$D/art/$c" $args ${EXTRA:-} >/dev/null
+  RLX_CUDA_TILES=${TILES:-1} RLX_CUDA_FUSED_ATTENTION=${FUSED:-1} RLX_CUDA_TC_SPLIT=${TCSPLIT:-1} RLX_CUDA_HALF_WEIGHTS=${HALFW:-1} RLX_CUDA_VEC_FILL=${FILL:-1} RLX_CUDA_VEC_HEADS=${HEADS:-1} RLX_CUDA_VEC_EPI=${EPI:-} RLX_CUDA_VEC_LDS=${LDS:-} RLX_CUDA_PDL=${PDL:-1} RLX_CUDA_F32_MMA=${F32MMA:-1} env ${STAGES:+RLX_CUDA_VEC_STAGES=$STAGES} ${SPLITK:+RLX_CUDA_SPLIT_K=$SPLITK} ${SPLITKROWS:+RLX_CUDA_SPLIT_K_ROWS=$SPLITKROWS} $R compile "$model" --target cuda --sm "${SM:-90}" --name "$name" -o "$D/art/$c" $args ${EXTRA:-} >/dev/null
   [ $# -eq 0 ] && return 0
   mkdir -p "$D/ref/$c"
   local i=0 ins=()
@@ -109,6 +111,10 @@ for b in 1 8 32; do
   ins=("input_ids=$T/b$b/input_ids.npy" "attention_mask=$T/b$b/attention_mask.npy" "token_type_ids=$T/b$b/token_type_ids.npy")
   if [ $b -le 8 ]; then case_ minilm_b$b "$D/minilm.onnx" "--dim batch=$b --dim sequence=128" "${ins[@]}"; else case_ minilm_b$b "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; fi
   for p in tf32 bf16; do EXTRA="--precision $p" case_ minilm_b${b}_$p "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; done
+  # The tensor-core tiles' K slices through a cp.async pipeline of N stages, or staged through registers (N = 1),
+  # at precision P (STAGE_TWINS="f32:1 tf32:2": batch 8 / 32).
+  if [ $b -gt 1 ]; then for pn in ${STAGE_TWINS:-}; do p=${pn%%:*} n=${pn#*:} s=_${pn%%:*}; [ $p = f32 ] && s=
+    STAGES=$n EXTRA="--precision $p" case_ minilm_b${b}${s}_st$n "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; done; fi
   [ "${SIMT_TWINS:-1}" = 0 ] || F32MMA=0 case_ minilm_b${b}_simt "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"
   for p in f32 tf32 bf16; do
     s=_$p; [ $p = f32 ] && s=

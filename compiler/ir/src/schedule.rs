@@ -17,6 +17,11 @@ pub const SCHEDULE_VERSION_BLOCKS: u32 = 3;
 /// collective (a sharded CUDA rank's `Stmt::Comm`: [`SchedComm`]). Written only when the program has
 /// a collective, so every other artifact keeps version 3 bytes.
 pub const SCHEDULE_VERSION_COMM: u32 = 4;
+/// Version 5: version 4 (tagged entries) with each kernel's dynamic shared memory in bytes after its
+/// block (CUDA: `nvptx/cp_async.rs`'s pipelined tiles take more than the 48 KiB of static shared
+/// memory; the executor opts each such kernel in and passes the bytes at launch). Written only when
+/// some kernel has dynamic shared memory, so every other artifact keeps its version 3 / 4 bytes.
+pub const SCHEDULE_VERSION_SHARED: u32 = 5;
 
 /// One storage buffer of the program: a LIR base and its size in bytes.
 #[derive(Clone, Debug, PartialEq)]
@@ -47,6 +52,8 @@ pub struct SchedDispatch {
     pub groups: [u32; 3],
     /// Threads per block / workgroup (written only in version 3).
     pub block: [u32; 3],
+    /// Dynamic shared memory in bytes (CUDA; 0 none: written only in version 5).
+    pub shared: u32,
     pub ranges: Vec<ByteRange>,
     /// A collective in place of a kernel (version 4; `entry`, `groups`, `block` unused): its ranges
     /// are the send buffer's exact bytes (read; none for a receive) then the receive buffer's (write).
@@ -99,13 +106,15 @@ pub fn param_range(lir: &Lir, buf: u32, bind: usize, declared: Access, loaded: b
 
 /// The schedule as little-endian u32 words — `magic, version, n_bases, {kind (0 arena, 1 weights,
 /// 2 input, 3 output, 4 state), index, bytes_lo, bytes_hi} × n_bases, n_dispatches, {[tag: version 4 only,]
-/// entry, groups_x, groups_y, groups_z, [block_x, block_y, block_z: versions 3 and 4,] n_ranges,
+/// entry, groups_x, groups_y, groups_z, [block_x, block_y, block_z: versions 3 to 5,] [shared bytes:
+/// version 5,] n_ranges,
 /// {binding, access (1 read, 2 write, 3 read-write), start_lo, start_hi, end_lo, end_hi} × n_ranges}
 /// × n_dispatches`; in version 4 (with blocks, and some dispatch a collective) a tag-1 entry is
 /// `1, op (CommOp), dtype (DType code), count_lo, count_hi, ranks, peer (i32, -1 none), n_ranges, ranges`.
 pub fn encode(bases: &[BaseBuf], dispatches: &[SchedDispatch], with_blocks: bool) -> Vec<u8> {
-    let comm = with_blocks && dispatches.iter().any(|d| d.comm.is_some());
-    let version = if comm { SCHEDULE_VERSION_COMM } else if with_blocks { SCHEDULE_VERSION_BLOCKS } else { SCHEDULE_VERSION };
+    let shared = with_blocks && dispatches.iter().any(|d| d.shared > 0);
+    let comm = shared || with_blocks && dispatches.iter().any(|d| d.comm.is_some());
+    let version = if shared { SCHEDULE_VERSION_SHARED } else if comm { SCHEDULE_VERSION_COMM } else if with_blocks { SCHEDULE_VERSION_BLOCKS } else { SCHEDULE_VERSION };
     let mut w: Vec<u32> = vec![SCHEDULE_MAGIC, version, bases.len() as u32];
     for b in bases {
         let (kind, idx) = match b.base {
@@ -128,6 +137,9 @@ pub fn encode(bases: &[BaseBuf], dispatches: &[SchedDispatch], with_blocks: bool
                 w.extend([d.entry, d.groups[0], d.groups[1], d.groups[2]]);
                 if with_blocks {
                     w.extend(d.block);
+                }
+                if shared {
+                    w.push(d.shared);
                 }
             }
         }

@@ -177,7 +177,7 @@ impl Program {
     /// `k{entry}` is in `NAME.spv`.
     pub fn schedule_bytes(&self) -> Vec<u8> {
         let ds: Vec<rlx_ir::schedule::SchedDispatch> =
-            self.dispatches.iter().map(|d| rlx_ir::schedule::SchedDispatch { entry: d.entry, groups: d.groups, block: d.workgroup_size, ranges: d.ranges.clone(), comm: None }).collect();
+            self.dispatches.iter().map(|d| rlx_ir::schedule::SchedDispatch { entry: d.entry, groups: d.groups, block: d.workgroup_size, shared: 0, ranges: d.ranges.clone(), comm: None }).collect();
         rlx_ir::schedule::encode(&self.bases, &ds, false)
     }
 }

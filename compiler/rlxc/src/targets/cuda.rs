@@ -114,7 +114,7 @@ pub struct CudaCompiled {
     /// With `--emit-ir`: the LLVM IR handed to the NVPTX back end (`NAME.ll`).
     pub llvm_ir: Option<String>,
     /// Per dispatch: (kernel name, grid, block, the collective in place of a kernel), for the manifest.
-    pub dispatches: Vec<(String, [u32; 3], [u32; 3], Option<rlx_ir::schedule::SchedComm>)>,
+    pub dispatches: Vec<(String, [u32; 3], [u32; 3], u32, Option<rlx_ir::schedule::SchedComm>)>,
     /// `--precision bf16|fp16`: the 16-bit weight copies appended to the weights, for the manifest
     /// (`half_weights`: [dtype, f32 source byte, values, copy's byte] each).
     pub half_weights: Vec<(String, u64, u64, u64)>,
@@ -152,7 +152,7 @@ fn codegen(mut lir: Lir, report: DispatchReport, sm: u32, precision: Precision, 
         Precision::Fp16 => Mma::Fp16,
     };
     let p = tm.time("codegen (nvptx)", || rlx_target_llvm::nvptx::compile(&mut lir, sm, tiles, mma)).map_err(|e| Failure::model(format!("target cuda: {e}")))?;
-    let dispatches = p.dispatches.iter().zip(&p.names).map(|(d, n)| (n.clone(), d.groups, d.block, d.comm.clone())).collect();
+    let dispatches = p.dispatches.iter().zip(&p.names).map(|(d, n)| (n.clone(), d.groups, d.block, d.shared, d.comm.clone())).collect();
     let half_weights = p.half_weights.iter().map(|h| (h.dtype.to_string(), h.src, h.elems, h.dst)).collect();
     Ok(CudaCompiled { schedule: p.schedule_bytes(), ptx: p.ptx, lir, report, sm, precision, llvm_ir: Some(p.ir), dispatches, half_weights })
 }
@@ -185,8 +185,9 @@ impl Artifact for CudaCompiled {
             .dispatches
             .iter()
             .enumerate()
-            .map(|(i, (n, g, b, comm))| match comm {
+            .map(|(i, (n, g, b, sh, comm))| match comm {
                 Some(c) => serde_json::json!({"collective": c.op.name(), "node": n, "dtype": c.dtype.to_string(), "count": c.count, "ranks": c.ranks, "peer": c.peer, "via": "NCCL"}),
+                None if *sh > 0 => serde_json::json!({"entry": format!("k{i}"), "kernel": n, "grid": g, "block": b, "shared": sh}),
                 None => serde_json::json!({"entry": format!("k{i}"), "kernel": n, "grid": g, "block": b}),
             })
             .collect();

@@ -41,5 +41,5 @@ pub fn dispatch(lir: &Lir, bases: &[BaseBuf], li: usize, l: &Launch) -> Result<O
     }
     let ranks = u32::try_from(big / small).map_err(|_| format!("collective '{name}': too many ranks"))?;
     let comm = SchedComm { op: *op, dtype: *dtype, count: *count as u64, ranks, peer: *peer };
-    Ok(Some(SchedDispatch { entry: li as u32, groups: [1; 3], block: [1; 3], ranges, comm: Some(comm) }))
+    Ok(Some(SchedDispatch { entry: li as u32, groups: [1; 3], block: [1; 3], shared: 0, ranges, comm: Some(comm) }))
 }

@@ -14,6 +14,7 @@
 
 mod attention;
 mod comm;
+mod cp_async;
 mod half_weights;
 mod module;
 mod pdl;
@@ -140,7 +141,8 @@ pub struct PtxProgram {
 }
 
 impl PtxProgram {
-    /// `NAME.schedule.bin` (version 3: grid and block per dispatch; version 4 when there are collectives).
+    /// `NAME.schedule.bin` (version 3: grid and block per dispatch; version 4 when there are collectives;
+    /// 5 when some kernel has dynamic shared memory, `cp_async.rs`'s).
     pub fn schedule_bytes(&self) -> Vec<u8> {
         rlx_ir::schedule::encode(&self.bases, &self.dispatches, true)
     }
@@ -159,7 +161,7 @@ pub fn compile(lir: &mut Lir, sm: u32, tiles: bool, mma: Mma) -> Result<PtxProgr
     if mma != Mma::F32 && !tiles {
         return Err(format!("tensor-core matmuls ({mma:?}) need the tiled matmul kernels (RLX_CUDA_TILES=0 turns them off)"));
     }
-    let (ir, dispatches, names, half_weights, extra) = module_text(lir, &bases, tiles, mma, pdl::prologue(sm))?;
+    let (ir, dispatches, names, half_weights, extra) = module_text(lir, &bases, tiles, mma, pdl::prologue(sm), cp_async::max_shared(sm))?;
     if !extra.is_empty() {
         lir.weights.extend_from_slice(&extra);
         for b in bases.iter_mut().filter(|b| b.base == rlx_ir::lir::Base::Weights) {

@@ -31,7 +31,7 @@ fn plan_name(p: &Plan) -> String {
 /// With `--precision bf16|fp16` also the 16-bit weight copies the matmul tiles read (`half_weights.rs`):
 /// their list and the bytes to append to the weights. `pdl`: the instructions every kernel begins
 /// with (`pdl.rs`'s programmatic-dependent-launch prologue, sm_90).
-pub fn module_text(lir: &Lir, bases: &[BaseBuf], tiles: bool, mma: super::Mma, pdl: Option<&str>) -> Result<(String, Vec<SchedDispatch>, Vec<String>, Vec<HalfCopy>, Vec<u8>), String> {
+pub fn module_text(lir: &Lir, bases: &[BaseBuf], tiles: bool, mma: super::Mma, pdl: Option<&str>, smem: i64) -> Result<(String, Vec<SchedDispatch>, Vec<String>, Vec<HalfCopy>, Vec<u8>), String> {
     let mut halves = HalfWeights::new(lir, mma);
     let wbind = bases.iter().position(|x| x.base == Base::Weights).unwrap_or(0);
     let mut decls = BTreeSet::new();
@@ -86,14 +86,19 @@ pub fn module_text(lir: &Lir, bases: &[BaseBuf], tiles: bool, mma: super::Mma, p
             }
             casts.push_str(&setup);
             let mut h = Halves { weights: halves.as_mut(), bindings: &l.bindings, wbind };
-            let t = super::tiled::kernel(li, &sig.join(", "), &casts, params, &offsets, &plan, mma, &mut h, &mut decls).map_err(|e| format!("kernel '{}': {e}", k.name))?;
+            let t = super::tiled::kernel(li, &sig.join(", "), &casts, params, &offsets, &plan, mma, smem, &mut h, &mut decls).map_err(|e| format!("kernel '{}': {e}", k.name))?;
             let _ = writeln!(fns, "; launch {li}: {:?} ({})", k.name, plan_name(&plan));
             fns.push_str(&match pdl {
                 Some(p) => super::pdl::with_prologue(&t.text, p),
                 None => t.text,
             });
-            globals.extend(t.globals);
-            dispatches.push(SchedDispatch { entry: li as u32, groups: t.groups, block: [t.block, 1, 1], ranges, comm: None });
+            // One declaration of the dynamic shared array every pipelined tile shares (cp_async.rs).
+            for g in t.globals {
+                if !globals.contains(&g) {
+                    globals.push(g);
+                }
+            }
+            dispatches.push(SchedDispatch { entry: li as u32, groups: t.groups, block: [t.block, 1, 1], shared: t.shared, ranges, comm: None });
             names.push(k.name.clone());
             continue;
         }
@@ -128,7 +133,7 @@ pub fn module_text(lir: &Lir, bases: &[BaseBuf], tiles: bool, mma: super::Mma, p
         if groups > i32::MAX as u64 {
             return Err(format!("kernel '{}': {total} threads need more than 2^31 - 1 blocks", k.name));
         }
-        dispatches.push(SchedDispatch { entry: li as u32, groups: [groups as u32, 1, 1], block: [BLOCK, 1, 1], ranges, comm: None });
+        dispatches.push(SchedDispatch { entry: li as u32, groups: [groups as u32, 1, 1], block: [BLOCK, 1, 1], shared: 0, ranges, comm: None });
         names.push(k.name.clone());
     }
     let mut m = String::new();

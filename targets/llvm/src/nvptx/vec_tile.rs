@@ -197,7 +197,7 @@ const TILES: [(i64, i64); 7] = [(128, 128), (128, 96), (128, 64), (64, 128), (64
 
 /// The 8 warps of a bm×bn tile as (along M, along N): 2 × 4, or 4 × 2 where a quarter of bn is not
 /// a whole number of 8-wide fragments (64×48: warps of 16×24). Each warp's tile is whole fragments.
-fn warp_grid(bn: i64) -> (i64, i64) {
+pub(super) fn warp_grid(bn: i64) -> (i64, i64) {
     if (bn / 4) % 8 == 0 { (2, 4) } else { (4, 2) }
 }
 
@@ -250,8 +250,14 @@ impl Layout {
 #[allow(clippy::too_many_arguments)]
 pub fn matmul(
     w: &mut Writer, li: usize, acc: &Acc, (a, b): (&Direct, &Direct), ptrs: &[String], (rows, cols, batch): (&[(Var, i64)], &[(Var, i64)], &[(Var, i64)]), (bm, bn, tk): (i64, i64, i64), kind: Mma,
-    halves: &mut Halves, globals: &mut Vec<String>,
-) -> Result<[u32; 3], String> {
+    smem: i64, halves: &mut Halves, globals: &mut Vec<String>,
+) -> Result<([u32; 3], u32), String> {
+    // RLX_CUDA_VEC_STAGES=2..4 at compile time: the cp.async pipeline (cp_async.rs) instead.
+    if let Some(stages) = super::cp_async::stages(kind) {
+        if let Some(r) = super::cp_async::matmul(w, acc, (a, b), ptrs, (rows, cols, batch), (bm, bn, tk), kind, (stages, smem), halves, globals)? {
+            return Ok(r);
+        }
+    }
     let (m, n, nb): (i64, i64, i64) = (rows.iter().map(|d| d.1).product(), cols.iter().map(|d| d.1).product(), batch.iter().map(|d| d.1).product());
     let (kv, kext) = acc.ks[0];
     let packed = !kind.tf32();
@@ -386,26 +392,8 @@ pub fn matmul(
             }
         }
     };
-    let init = w.value(acc.init);
-    let slot = format!("%s.v{}", acc.acc.0);
-    w.slot(&slot, "float");
-    // Warp (wr, wc) of the warp grid ([`warp_grid`]); lane 4·g + t; accumulators %d{i·nf + j}.{q}.
-    let (gm, gn) = warp_grid(bn);
-    let (wm, wn) = (bm / gm, bn / gn);
-    let (mf, nf) = (wm / 16, wn / 8);
-    let wp = w.emit_op(format!("lshr i64 {tid}, 5"));
-    let lane = w.emit_op(format!("and i64 {tid}, 31"));
-    let (gq, tq) = (w.emit_op(format!("lshr i64 {lane}, 2")), w.emit_op(format!("and i64 {lane}, 3")));
-    let wr = w.emit_op(format!("udiv i64 {wp}, {gn}"));
-    let wc = w.emit_op(format!("urem i64 {wp}, {gn}"));
-    for s in 0..mf * nf {
-        for q in 0..4 {
-            let c = format!("%d{s}.{q}");
-            w.slot(&c, "float");
-            w.emit(&format!("store float {init}, ptr {c}"));
-        }
-    }
-    small_accumulators(w, kind, mf * nf);
+    let wg = Warps::new(w, acc, &tid, (bm, bn), kind);
+    let Warps { ref wr, ref wc, ref gq, ref tq, wm, wn, mf, nf, .. } = wg;
     // Paired: A fragment i's words for this lane from pair (wr·wm / 16 + i)·8 + g, word 8t; B fragment
     // j's from row wc·wn + 8j + g, word 4t, two bases where swizzled (even / odd 16-word groups c:
     // +16 / -16 on rows of odd g — the row's parity, the other terms being even).
@@ -499,41 +487,90 @@ pub fn matmul(
         barrier(w);
         Ok(())
     })?;
-    fold_small(w, kind, mf * nf);
-    // The epilogue: fragment element q at row g + 8·(q / 2), column 2t + q % 2, every one inside M × N
-    // (whole tiles): no bounds check, no branch per output, so the outputs' epilogues share one basic
-    // block and interleave — a GELU's erf is ~60 dependent instructions. Measured on the H200
-    // (tests/gpu/bench_gemm.py, two runs each): the FFN-up matmul + GELU 4–10% less time (b32 bf16
-    // 59.4 → 56.1 µs, tf32 82.3 → 78.3; b8 bf16 22.0 → 19.7, tf32 28.4 → 26.6), the others unchanged
-    // within the runs' ±1 µs. `RLX_CUDA_VEC_EPI=checked` at compile time: each output checked (and
-    // branched around) as before, to time the two.
-    let t2 = w.emit_op(format!("shl i64 {tq}, 1"));
-    let checked = std::env::var("RLX_CUDA_VEC_EPI").is_ok_and(|v| v == "checked");
-    for i in 0..mf {
-        for j in 0..nf {
-            let r0 = w.emit_op(format!("mul nuw nsw i64 {wr}, {wm}"));
-            let r0 = w.emit_op(format!("add nuw nsw i64 {r0}, {}", 16 * i));
-            let r0 = w.emit_op(format!("add nuw nsw i64 {r0}, {gq}"));
-            let r0 = w.emit_op(format!("add nuw nsw i64 {r0}, {m0}"));
-            let c0 = w.emit_op(format!("mul nuw nsw i64 {wc}, {wn}"));
-            let c0 = w.emit_op(format!("add nuw nsw i64 {c0}, {}", 8 * j));
-            let c0 = w.emit_op(format!("add nuw nsw i64 {c0}, {t2}"));
-            let c0 = w.emit_op(format!("add nuw nsw i64 {c0}, {n0}"));
+    wg.epilogue(w, acc, kind, (&m0, &n0), (m, n), (rows, cols))?;
+    Ok((grid(m, n, nb, bm, bn)?, 0))
+}
+
+/// A block tile's 8 warps: warp (wr, wc) of the warp grid ([`warp_grid`]), lane 4·g + t (`gq`, `tq`),
+/// each warp's wm × wn tile of mf × nf m16n8 fragments, accumulators `%d{i·nf + j}.{q}` set to the
+/// matmul's init (and 3×TF32's second set, `small_accumulators`).
+pub(super) struct Warps {
+    pub wr: String,
+    pub wc: String,
+    pub gq: String,
+    pub tq: String,
+    pub wm: i64,
+    pub wn: i64,
+    pub mf: i64,
+    pub nf: i64,
+    slot: String,
+}
+
+impl Warps {
+    pub(super) fn new(w: &mut Writer, acc: &Acc, tid: &str, (bm, bn): (i64, i64), kind: Mma) -> Warps {
+        let init = w.value(acc.init);
+        let slot = format!("%s.v{}", acc.acc.0);
+        w.slot(&slot, "float");
+        let (gm, gn) = warp_grid(bn);
+        let (wm, wn) = (bm / gm, bn / gn);
+        let (mf, nf) = (wm / 16, wn / 8);
+        let wp = w.emit_op(format!("lshr i64 {tid}, 5"));
+        let lane = w.emit_op(format!("and i64 {tid}, 31"));
+        let (gq, tq) = (w.emit_op(format!("lshr i64 {lane}, 2")), w.emit_op(format!("and i64 {lane}, 3")));
+        let wr = w.emit_op(format!("udiv i64 {wp}, {gn}"));
+        let wc = w.emit_op(format!("urem i64 {wp}, {gn}"));
+        for s in 0..mf * nf {
             for q in 0..4 {
-                let mm = w.emit_op(format!("add nuw nsw i64 {r0}, {}", 8 * (q / 2)));
-                let nn = w.emit_op(format!("add nuw nsw i64 {c0}, {}", q % 2));
-                if checked {
-                    epilogue(w, acc, &format!("%d{}.{q}", i * nf + j), &slot, (&mm, m, rows), (&nn, n, cols))?;
-                } else {
-                    epilogue_at(w, acc, &format!("%d{}.{q}", i * nf + j), &slot, (&mm, rows), (&nn, cols));
+                let c = format!("%d{s}.{q}");
+                w.slot(&c, "float");
+                w.emit(&format!("store float {init}, ptr {c}"));
+            }
+        }
+        small_accumulators(w, kind, mf * nf);
+        Warps { wr, wc, gq, tq, wm, wn, mf, nf, slot }
+    }
+
+    /// After the K loop: 3×TF32's small sums folded in, then each fragment's outputs through the
+    /// matmul's epilogue (tile origin `m0`, `n0`).
+    pub(super) fn epilogue(&self, w: &mut Writer, acc: &Acc, kind: Mma, (m0, n0): (&str, &str), (m, n): (i64, i64), (rows, cols): (&[(Var, i64)], &[(Var, i64)])) -> Result<(), String> {
+        let Warps { wr, wc, gq, tq, wm, wn, mf, nf, slot } = self;
+        let (wm, wn, mf, nf) = (*wm, *wn, *mf, *nf);
+        fold_small(w, kind, mf * nf);
+        // The epilogue: fragment element q at row g + 8·(q / 2), column 2t + q % 2, every one inside M × N
+        // (whole tiles): no bounds check, no branch per output, so the outputs' epilogues share one basic
+        // block and interleave — a GELU's erf is ~60 dependent instructions. Measured on the H200
+        // (tests/gpu/bench_gemm.py, two runs each): the FFN-up matmul + GELU 4–10% less time (b32 bf16
+        // 59.4 → 56.1 µs, tf32 82.3 → 78.3; b8 bf16 22.0 → 19.7, tf32 28.4 → 26.6), the others unchanged
+        // within the runs' ±1 µs. `RLX_CUDA_VEC_EPI=checked` at compile time: each output checked (and
+        // branched around) as before, to time the two.
+        let t2 = w.emit_op(format!("shl i64 {tq}, 1"));
+        let checked = std::env::var("RLX_CUDA_VEC_EPI").is_ok_and(|v| v == "checked");
+        for i in 0..mf {
+            for j in 0..nf {
+                let r0 = w.emit_op(format!("mul nuw nsw i64 {wr}, {wm}"));
+                let r0 = w.emit_op(format!("add nuw nsw i64 {r0}, {}", 16 * i));
+                let r0 = w.emit_op(format!("add nuw nsw i64 {r0}, {gq}"));
+                let r0 = w.emit_op(format!("add nuw nsw i64 {r0}, {m0}"));
+                let c0 = w.emit_op(format!("mul nuw nsw i64 {wc}, {wn}"));
+                let c0 = w.emit_op(format!("add nuw nsw i64 {c0}, {}", 8 * j));
+                let c0 = w.emit_op(format!("add nuw nsw i64 {c0}, {t2}"));
+                let c0 = w.emit_op(format!("add nuw nsw i64 {c0}, {n0}"));
+                for q in 0..4 {
+                    let mm = w.emit_op(format!("add nuw nsw i64 {r0}, {}", 8 * (q / 2)));
+                    let nn = w.emit_op(format!("add nuw nsw i64 {c0}, {}", q % 2));
+                    if checked {
+                        epilogue(w, acc, &format!("%d{}.{q}", i * nf + j), &slot, (&mm, m, rows), (&nn, n, cols))?;
+                    } else {
+                        epilogue_at(w, acc, &format!("%d{}.{q}", i * nf + j), &slot, (&mm, rows), (&nn, cols));
+                    }
                 }
             }
         }
+        Ok(())
     }
-    grid(m, n, nb, bm, bn)
 }
 
-fn grid(m: i64, n: i64, nb: i64, bm: i64, bn: i64) -> Result<[u32; 3], String> {
+pub(super) fn grid(m: i64, n: i64, nb: i64, bm: i64, bn: i64) -> Result<[u32; 3], String> {
     let groups = [n / bn, m / bm, nb];
     if groups[1] > 65535 || groups[2] > 65535 {
         return Err(format!("a tiled matmul of {m}×{n} (batch {nb}) needs a grid of {groups:?} blocks, past CUDA's limits"));
