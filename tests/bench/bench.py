@@ -254,6 +254,23 @@ def worker(cfg: dict) -> dict:
             "iree_ms": float(np.median(tc)) * 1e3 if tc else None, "iree_err": iree_err, **floor}
 
 
+def run_worker(cfg: dict) -> tuple[dict | None, str]:
+    """`worker(cfg)` in a subprocess with cfg["threads"] threads for rlxc, ORT and OpenBLAS alike: (its result,
+    "") or (None, why it failed)."""
+    t = str(cfg["threads"])
+    env = dict(os.environ, RLX_NUM_THREADS=t, OMP_NUM_THREADS=t, OPENBLAS_NUM_THREADS=t)
+    r = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--worker", json.dumps(cfg)], env=env, capture_output=True, text=True)
+    if r.returncode != 0:
+        return None, "run failed: " + (r.stderr.strip().splitlines() or ["?"])[-1][:160]
+    return json.loads(r.stdout.strip().splitlines()[-1]), ""
+
+
+def geomean_ratio(rows: list) -> tuple[float, int]:
+    """The geometric mean of the timed rows' rlxc/ORT ratios, and how many rows were timed."""
+    timed = [r["ratio"] for r in rows if "ratio" in r]
+    return (float(np.exp(np.mean(np.log(timed)))) if timed else float("nan")), len(timed)
+
+
 def write_section(p: Path, title: str, section: str) -> None:
     """Replaces only the section headed `title` in the markdown file `p` (other sections are kept; a new
     section goes before the first existing one)."""

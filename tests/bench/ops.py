@@ -13,8 +13,6 @@ marked. Uses onnx.helper and numpy only; weights seeded.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import shutil
 import subprocess
 import sys
@@ -265,17 +263,13 @@ def main() -> int:
                 rows.append({"name": name, "what": what, "note": note})
                 continue
             for t in [int(x) for x in a.threads.split(",")]:
-                env = dict(os.environ, RLX_NUM_THREADS=str(t), OMP_NUM_THREADS=str(t), OPENBLAS_NUM_THREADS=str(t))
                 cfg = {"threads": t, "so": str(so), "manifest": str(d / "rlxc" / "m.json"), "model": str(model), "inputs": inputs,
                        "reps": a.reps, "budget_s": a.budget_s, "flops": 0.0, "vmfb": None, "check": None, "cpu_time": a.cpu_time}
-                r = subprocess.run([sys.executable, str(ROOT / "tests/bench/bench.py"), "--worker", json.dumps(cfg)], env=env,
-                                   capture_output=True, text=True)
-                if r.returncode != 0:
-                    note = "run failed: " + (r.stderr.strip().splitlines() or ["?"])[-1][:160]
+                res, note = bench.run_worker(cfg)
+                if res is None:
                     print(f"{name:18s} threads {t}: {note}", flush=True)
                     rows.append({"name": name, "what": what, "threads": t, "note": note})
                     continue
-                res = json.loads(r.stdout.strip().splitlines()[-1])
                 res.update(name=name, what=what, threads=t, compile_s=ctime)
                 rows.append(res)
                 flag = "  <-- cliff" if res["ratio"] > 1.5 else ""
@@ -283,9 +277,8 @@ def main() -> int:
                       f"rel diff {res['reldiff']:.1e}{flag}", flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    timed = [r for r in rows if "ratio" in r]
-    geo = float(np.exp(np.mean(np.log([r["ratio"] for r in timed])))) if timed else float("nan")
-    print(f"geometric mean rlxc/ORT over {len(timed)} rows: {geo:.2f}")
+    geo, ntimed = bench.geomean_ratio(rows)
+    print(f"geometric mean rlxc/ORT over {ntimed} rows: {geo:.2f}")
     if a.out:
         lines = [SECTION, "",
                  "Measured by `make bench-ops` (`tests/bench/ops.py`, also part of `make bench`): one small model per op pattern",
@@ -298,7 +291,7 @@ def main() -> int:
                 lines.append(f"| {r['name']} | {r['what']} | {r['threads']} | {r['rlxc_ms']:.3f} | {r['ort_ms']:.3f} | {ratio} | {r['reldiff']:.1e} |")
             else:
                 lines.append(f"| {r['name']} | {r['what']} | {r.get('threads', '')} | | | {r['note']} | |")
-        lines += ["", f"Geometric mean of rlxc/ORT over the {len(timed)} timed rows: **{geo:.2f}**.", ""]
+        lines += ["", f"Geometric mean of rlxc/ORT over the {ntimed} timed rows: **{geo:.2f}**.", ""]
         bench.write_section(Path(a.out), SECTION, "\n".join(lines))
     return 0
 

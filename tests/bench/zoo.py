@@ -22,8 +22,6 @@ letting ONNX shape inference rebuild the rest; where that is not enough, the row
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import shutil
 import subprocess
 import sys
@@ -225,18 +223,14 @@ def main() -> int:
                 size = (d / "rlxc" / "m.o").stat().st_size
                 fl = flops(onnx.load(str(model)))
                 for t in [int(x) for x in a.threads.split(",")]:
-                    env = dict(os.environ, RLX_NUM_THREADS=str(t), OMP_NUM_THREADS=str(t), OPENBLAS_NUM_THREADS=str(t))
                     cfg = {"threads": t, "so": str(so), "manifest": str(d / "rlxc" / "m.json"), "model": str(model),
                            "inputs": {inp: str(d / "x.npy")}, "reps": a.reps, "budget_s": a.budget_s, "flops": fl,
                            "vmfb": None, "check": m_check(model), "cpu_time": a.cpu_time}
-                    r = subprocess.run([sys.executable, str(ROOT / "tests/bench/bench.py"), "--worker", json.dumps(cfg)],
-                                       env=env, capture_output=True, text=True)
-                    if r.returncode != 0:
-                        note = "run failed: " + (r.stderr.strip().splitlines() or ["?"])[-1][:160]
+                    res, note = bench.run_worker(cfg)
+                    if res is None:
                         print(f"{name:16s} batch {batch} threads {t}: {note}", flush=True)
                         rows.append({"model": name, "batch": batch, "threads": t, "note": note})
                         continue
-                    res = json.loads(r.stdout.strip().splitlines()[-1])
                     res.update(model=name, batch=batch, threads=t, compile_s=ctime, object_mb=size / 1e6, gflop=fl / 1e9)
                     rows.append(res)
                     print(f"{name:16s} batch {batch} threads {t}: rlxc {res['rlxc_ms']:9.2f} ms  ORT {res['ort_ms']:9.2f} ms  "
@@ -244,9 +238,8 @@ def main() -> int:
                           f"sgemm {res['peak']:.0f})  rel diff {res['reldiff']:.1e}  compile {ctime:.1f} s", flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    timed = [r for r in rows if "ratio" in r]
-    geo = float(np.exp(np.mean(np.log([r["ratio"] for r in timed])))) if timed else float("nan")
-    print(f"geometric mean rlxc/ORT over {len(timed)} rows: {geo:.2f}")
+    geo, ntimed = bench.geomean_ratio(rows)
+    print(f"geometric mean rlxc/ORT over {ntimed} rows: {geo:.2f}")
     if a.out:
         lines = [SECTION, "",
                  "Measured by `make bench-zoo` (`tests/bench/zoo.py`, also part of `make bench`): the nine `light` models of",
@@ -265,7 +258,7 @@ def main() -> int:
             lines.append(f"| {r['model']} | {r['batch']} | {r['threads']} | {bench.ms(r['rlxc_ms'])} | {bench.ms(r['ort_ms'])} | "
                          f"{r['ratio']:.2f} | {r['gflop']:.2f} | {r['gflops']:.1f} | {100 * r['gflops'] / r['peak']:.0f}% | "
                          f"{r['reldiff']:.1e} | {r['compile_s']:.1f} | {r['object_mb']:.1f} |")
-        lines += ["", f"Geometric mean of rlxc/ORT over the {len(timed)} timed rows: **{geo:.2f}**."]
+        lines += ["", f"Geometric mean of rlxc/ORT over the {ntimed} timed rows: **{geo:.2f}**."]
         bench.write_section(Path(a.out), SECTION, "\n".join(lines) + "\n")
         print(f"wrote {a.out}")
     return 0

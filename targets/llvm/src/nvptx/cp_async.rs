@@ -44,8 +44,8 @@
 //!   and step, odd rows' chunks XOR 1.
 
 use super::half_weights::Halves;
-use super::tiled::{barrier, for_loop, if_, mma_issue_all, sreg, to_operand, unflatten};
-use super::vec_tile::{grid, Direct, Warps};
+use super::tiled::{barrier, for_loop, if_, mma_issue_all, to_operand, unflatten};
+use super::vec_tile::{block_origin, grid, Direct, Warps};
 use super::Mma;
 use crate::ir::Writer;
 use rlx_ir::loops::tiled::{cdiv, Acc};
@@ -126,14 +126,7 @@ pub fn matmul(
     w.declare("declare void @llvm.nvvm.cp.async.cg.shared.global.16(ptr addrspace(3), ptr addrspace(1))");
     w.declare("declare void @llvm.nvvm.cp.async.commit.group()");
     w.declare("declare void @llvm.nvvm.cp.async.wait.group(i32)");
-    let tid = sreg(w, "tid.x");
-    let (cx, cy, cz) = (sreg(w, "ctaid.x"), sreg(w, "ctaid.y"), sreg(w, "ctaid.z"));
-    let m0 = w.emit_op(format!("mul nuw nsw i64 {cy}, {bm}"));
-    let n0 = w.emit_op(format!("mul nuw nsw i64 {cx}, {bn}"));
-    unflatten(w, &cz, batch);
-    let kslot = format!("%s.v{}", kv.0);
-    w.slot(&kslot, "i64");
-    w.bind_index(kv, &kslot);
+    let (tid, m0, n0, kslot) = block_origin(w, (bm, bn), batch, kv);
     // The copies: chunk e = tid + 256·q of an operand's slice is row e / C, chunk e % C (C chunks a
     // row), its global pointer at K = that chunk's first value computed once (the slice's kpart added
     // per slice), its place word off + row·pitch + 4·(chunk ^ swizzle) of a stage.

@@ -195,6 +195,21 @@ const FILLING: [(i64, i64); 5] = [(128, 128), (128, 96), (128, 64), (64, 96), (6
 /// Block tiles this form writes (`RLX_CUDA_VEC_TILE` may force any of them).
 const TILES: [(i64, i64); 7] = [(128, 128), (128, 96), (128, 64), (64, 128), (64, 96), (64, 64), (64, 48)];
 
+/// A tile block's thread id and first row and column (ctaid.y · bm, ctaid.x · bn) as i64 values, its
+/// batch variables unflattened from ctaid.z, and the K loop variable `kv` bound to a slot of its own
+/// (returned last).
+pub(super) fn block_origin(w: &mut Writer, (bm, bn): (i64, i64), batch: &[(Var, i64)], kv: Var) -> (String, String, String, String) {
+    let tid = sreg(w, "tid.x");
+    let (cx, cy, cz) = (sreg(w, "ctaid.x"), sreg(w, "ctaid.y"), sreg(w, "ctaid.z"));
+    let m0 = w.emit_op(format!("mul nuw nsw i64 {cy}, {bm}"));
+    let n0 = w.emit_op(format!("mul nuw nsw i64 {cx}, {bn}"));
+    unflatten(w, &cz, batch);
+    let kslot = format!("%s.v{}", kv.0);
+    w.slot(&kslot, "i64");
+    w.bind_index(kv, &kslot);
+    (tid, m0, n0, kslot)
+}
+
 /// The 8 warps of a bm×bn tile as (along M, along N): 2 × 4, or 4 × 2 where a quarter of bn is not
 /// a whole number of 8-wide fragments (64×48: warps of 16×24). Each warp's tile is whole fragments.
 pub(super) fn warp_grid(bn: i64) -> (i64, i64) {
@@ -273,14 +288,7 @@ pub fn matmul(
     let (sa, sb) = (format!("@sa{li}"), format!("@sb{li}"));
     globals.push(format!("{sa} = internal addrspace(3) global [{la} x i32] undef, align 16"));
     globals.push(format!("{sb} = internal addrspace(3) global [{lb} x i32] undef, align 16"));
-    let tid = sreg(w, "tid.x");
-    let (cx, cy, cz) = (sreg(w, "ctaid.x"), sreg(w, "ctaid.y"), sreg(w, "ctaid.z"));
-    let m0 = w.emit_op(format!("mul nuw nsw i64 {cy}, {bm}"));
-    let n0 = w.emit_op(format!("mul nuw nsw i64 {cx}, {bn}"));
-    unflatten(w, &cz, batch);
-    let kslot = format!("%s.v{}", kv.0);
-    w.slot(&kslot, "i64");
-    w.bind_index(kv, &kslot);
+    let (tid, m0, n0, kslot) = block_origin(w, (bm, bn), batch, kv);
     // Staging: vector e = tid + 256·q of an operand's slice is row e / (tk/v), K values v·(e % (tk/v))
     // + 0..v-1 (v = 4 f32 values per 128-bit load, or 8 of a 16-bit copy of a weight: half_weights.rs;
     // a warp's loads and stores fill whole rows); its global pointer (at K = that offset) computed
