@@ -602,7 +602,7 @@ mod tests {
         // Version 1 (rlxc before dispatch ranges): one base, one dispatch, no ranges.
         let v1 = words(&[SCHEDULE_MAGIC, 1, 1, 0, 0, 64, 0, 1, 0, 1, 1, 1]);
         let e = Schedule::parse(&v1).unwrap_err().0;
-        assert_eq!(e, "schedule version 1, this runtime reads versions 2 to 4: recompile the model with a matching rlxc");
+        assert_eq!(e, "schedule version 1, this runtime reads versions 2 to 5: recompile the model with a matching rlxc");
         assert!(Executor::new(&[0; 20], &v1, &[]).err().map(|e| e.0).unwrap_or_default().contains("schedule version 1"));
     }
 
