@@ -221,7 +221,8 @@ impl Planner<'_> {
     /// The convolutions that go on the GEMM micro-kernel, in node order, with their weights: f32
     /// convolutions over a materialized input, dense or grouped with at least [`GROUP_MIN`] input and
     /// output channels per group (one GEMM per group; fewer go to `window.rs`'s kernels), whose weight
-    /// is a constant used by nothing else and whose epilogue reads operands at a flat position index.
+    /// is a constant (no graph output; convolutions sharing it share its packed copy) and whose
+    /// epilogue reads operands at a flat position index.
     pub(super) fn conv_gemm_candidates(&self) -> Vec<(NodeId, ValueId)> {
         let g = self.g;
         let is_out = g.output_mask();

@@ -1,4 +1,4 @@
-//! Transposed convolution. Dense f32 ones (groups = 1, a constant weight used by nothing else, over a
+//! Transposed convolution. Dense f32 ones (groups = 1, a constant weight that is no graph output, over a
 //! materialized input) go through the GEMM loops of `conv_gemm.rs` first: a launch before the kernel
 //! computes `col[n][(co, k…)][i] = Σ_ci W[ci][co][k…] · x[n][ci][i]` (A = the weight transposed to
 //! `[Co·k…, Ci]`, packed in `gemm_mr`-row panels; B = x itself), then the kernel gathers it per output
