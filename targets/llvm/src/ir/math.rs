@@ -76,11 +76,7 @@ impl<'a> Writer<'a> {
     fn exp_parts(&mut self, x: &str, lanes: u32, (hi_c, lo_c): (f64, f64)) -> (String, String) {
         let (t, it) = Self::fty(lanes);
         let k = |c: f64| Self::fk(lanes, c);
-        let cmp_t = if lanes == 1 { "i1".to_string() } else { format!("<{lanes} x i1>") };
-        let hi = self.op(format!("fcmp ogt {t} {x}, {}", k(hi_c)));
-        let xc = self.op(format!("select {cmp_t} {hi}, {t} {}, {t} {x}", k(hi_c)));
-        let lo = self.op(format!("fcmp olt {t} {xc}, {}", k(lo_c)));
-        let xc = self.op(format!("select {cmp_t} {lo}, {t} {}, {t} {xc}", k(lo_c)));
+        let xc = self.clamp_keep_nan(x, (lo_c, hi_c), lanes);
         let (s, n) = self.shifted_round(&xc, std::f64::consts::LOG2_E, 0, lanes);
         // r = x − n·C1 + n·(−C2), C1 + C2 = ln 2.
         let xn = self.fintr("fmuladd", lanes, &[&n, &k(-0.693_359_375), &xc]);
@@ -89,6 +85,17 @@ impl<'a> Writer<'a> {
         let si = self.op(format!("bitcast {t} {s} to {it}"));
         let ni = self.op(format!("sub {it} {si}, {}", Self::ik(lanes, SHIFTER_BITS)));
         (y, ni)
+    }
+
+    /// `x` clamped to [lo, hi] by two selects, which keep NaN (comparisons with NaN are false).
+    fn clamp_keep_nan(&mut self, x: &str, (lo, hi): (f64, f64), lanes: u32) -> String {
+        let (t, _) = Self::fty(lanes);
+        let k = |c: f64| Self::fk(lanes, c);
+        let cmp_t = if lanes == 1 { "i1".to_string() } else { format!("<{lanes} x i1>") };
+        let over = self.op(format!("fcmp ogt {t} {x}, {}", k(hi)));
+        let xc = self.op(format!("select {cmp_t} {over}, {t} {}, {t} {x}", k(hi)));
+        let under = self.op(format!("fcmp olt {t} {xc}, {}", k(lo)));
+        self.op(format!("select {cmp_t} {under}, {t} {}, {t} {xc}", k(lo)))
     }
 
     /// `s` = x·`scale` + 1.5·2²³ + `bias` rounded to an integer (one FMA; |x·scale| < 2²²), and n =
@@ -160,11 +167,7 @@ impl<'a> Writer<'a> {
     pub(super) fn fast_sigmoid(&mut self, x: &str, lanes: u32) -> String {
         let (t, it) = Self::fty(lanes);
         let k = |c: f64| Self::fk(lanes, c);
-        let cmp_t = if lanes == 1 { "i1".to_string() } else { format!("<{lanes} x i1>") };
-        let hi = self.op(format!("fcmp ogt {t} {x}, {}", k(87.0)));
-        let xc = self.op(format!("select {cmp_t} {hi}, {t} {}, {t} {x}", k(87.0)));
-        let lo = self.op(format!("fcmp olt {t} {xc}, {}", k(-88.0)));
-        let xc = self.op(format!("select {cmp_t} {lo}, {t} {}, {t} {xc}", k(-88.0)));
+        let xc = self.clamp_keep_nan(x, (-88.0, 87.0), lanes);
         let (s, n) = self.shifted_round(&xc, -std::f64::consts::LOG2_E, 127, lanes);
         // r = n·C2 − (x + n·C1), C1 + (−C2) = ln 2.
         let xn = self.fintr("fmuladd", lanes, &[&n, &k(0.693_359_375), &xc]);
