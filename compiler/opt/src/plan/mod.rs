@@ -46,6 +46,7 @@ mod conv_transpose;
 mod depthwise;
 mod fuse;
 mod gemm;
+mod hoist;
 mod im2col;
 mod index;
 mod inline;
@@ -71,9 +72,10 @@ pub use row_fuse::row_fuse;
 
 use index::align_up;
 use rlx_ir::lir::{Base, Buffer, Launch, Lir, Port, StateSlot};
+use rlx_ir::loops::Access;
 use rlx_ir::verify::Problem;
 use rlx_ir::{ConstData, DType, Mir, NodeId, OpSet, ValueId};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// The MIR op kinds the kernel lowering implements (a target's claim set is a subset of these).
 pub fn lowerable_kinds() -> Vec<&'static str> {
@@ -243,6 +245,14 @@ impl<'g> Planner<'g> {
         self.g.ty(v).dtype
     }
 
+    /// The parameters of kernel `k` (bound to `bindings`) that it only reads and that share no storage
+    /// (the same root buffer: views, in-place updates) with one it writes.
+    fn unaliased_reads(&self, k: &rlx_ir::loops::Kernel, bindings: &[u32]) -> HashSet<u32> {
+        let root = |p: usize| self.root_of[bindings[p] as usize].0;
+        let written: HashSet<u32> = (0..k.params.len()).filter(|&p| k.params[p].access != Access::Read).map(root).collect();
+        (0..k.params.len()).filter(|&p| k.params[p].access == Access::Read && !written.contains(&root(p))).map(|p| p as u32).collect()
+    }
+
     fn add_buffer(&mut self, b: Buffer, root: Option<(u32, usize)>) -> u32 {
         let id = self.buffers.len() as u32;
         self.buffers.push(b);
@@ -381,7 +391,11 @@ pub fn plan(g: &Mir, opts: &PlanOptions) -> Result<Lir, Vec<Problem>> {
         launches.extend(p.gpu_dequant_launch(n));
         launches.extend(p.split_k_launch(n));
         launches.extend(p.conv_transpose_launch(n));
-        let (kernel, bindings, nodes) = p.kernel(n);
+        let (mut kernel, bindings, nodes) = p.kernel(n);
+        if p.lanes > 0 {
+            let frozen = p.unaliased_reads(&kernel, &bindings);
+            hoist::invariant_loads(&mut kernel, &frozen);
+        }
         launches.push(Launch { nodes, kernel, bindings });
     }
     // Copies for outputs that are not a root's own result (views, inputs, constants, duplicates).
