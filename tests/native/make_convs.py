@@ -167,6 +167,9 @@ def main() -> None:
         "conv5x5_s2_phases": ([1, 5, 17, 16], [(12, (5, 5), {"strides": [2, 2], "pads": [2, 2, 1, 1]}, True)], relu, ()),
         # Dilation 2, 7 output channels (one partial tile), HardSwish.
         "conv3x3_dil2_hardswish": ([1, 4, 12, 12], [(7, (3, 3), {"dilations": [2, 2], "pads": [2, 2, 2, 2]}, True)], hardswish, ()),
+        # Dilation 3, asymmetric pads whose output rows are as wide as the input's (B packed from x
+        # under the window mask, taps 3 apart; 2 + 3 rows of padding, 1 + 5 columns), batch 2.
+        "conv3x3_dil3_asym_b2": ([2, 5, 11, 13], [(10, (3, 3), {"dilations": [3, 3], "pads": [2, 1, 3, 5]}, True)], relu, ()),
         # SiLU (the conv value read twice), no padding.
         "conv3x3_silu": ([1, 6, 10, 10], [(12, (3, 3), {}, True)], silu, ()),
         # A 1×1 conv with padding (im2col), Sigmoid.

@@ -147,6 +147,11 @@ fn conv_gemm_paths_are_taken() {
     assert!(!ko.contains("winograd") && ko.contains("(window mask)"), "--winograd off: not the direct form:\n{ko}");
     let ks = lir("conv3x3_s2_phases_b2");
     assert!(ks.contains("(phases)") && ks.contains("(window mask)") && !ks.contains("(im2col)"), "3×3 stride 2: B is not packed from x's phases:\n{ks}");
+    // Dilated, stride 1, output rows as wide as the input's: B packed from x, the taps d apart.
+    for case in ["conv3x3_dil2_hardswish", "conv3x3_dil3_asym_b2"] {
+        let kd = lir(case);
+        assert!(kd.contains("(window mask)") && !kd.contains("(im2col)"), "{case}: B is not packed from x:\n{kd}");
+    }
     let k7 = lir("conv7x7_s2_relu6");
     assert!(k7.contains("(im2col)") && !k7.contains("(phases)"), "7×7 stride 2 whose phase columns would wrap: not im2col:\n{k7}");
     let k1 = lir("conv1x1_relu");

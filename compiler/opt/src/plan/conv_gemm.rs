@@ -61,9 +61,9 @@ pub(super) struct ConvGemm {
     pub(super) winograd: Option<Wino>,
 }
 
-/// A dense stride-1, dilation-1 2-D convolution whose output rows are as wide as its input rows: its B
+/// A dense stride-1 2-D convolution whose output rows are as wide as its input rows: its B
 /// chunks are packed from x itself (in either loop order). Row `(c, kh, kw)` of col at flat output
-/// position `p` is `x[n][c]` at flat `p + (kh − ph)·W + (kw − pw)` — contiguous along p, across output
+/// position `p` is `x[n][c]` at flat `p + (d·kh − ph)·W + (d·kw − pw)` (d the dilation) — contiguous along p, across output
 /// rows too — where the window is inside the input, and zero elsewhere: a constant mask
 /// `[KH·KW, P]` (1.0 inside) selects which, so no im2col copy is written or read. A strided one
 /// (stride s of 2–4 on both axes, see [`strided_direct`]) reads the same way from x split into its s²
@@ -88,6 +88,8 @@ pub(super) struct Direct {
     pub(super) hw: usize,
     /// The flat offset of tap (0, 0): ph·W + pw (stride 1).
     pub(super) shift0: i64,
+    /// The dilation (stride 1 only; 1 when strided): tap (kh, kw) is read at flat `p + d·kh·W + d·kw − shift0`.
+    pub(super) dil: usize,
     /// Strided: the stride and the weight buffer of each tap's offset in an image's phases (i64
     /// `[KH·KW]`: phase·C·⌈H/s⌉·OW + ⌊(kh − ph)/s⌋·OW + ⌊(kw − pw)/s⌋).
     pub(super) phases: Option<(usize, u32)>,
@@ -290,7 +292,9 @@ impl Planner<'_> {
             let (cmr, cnr) = self.wide_tile;
             let (mr, nr) = if cmr > 0 && cnr > 0 && so[2..].iter().product::<usize>() >= cnr { (cmr, cnr) } else { (self.mr, self.nr) };
             let mr = tile_rows(mr, sw[0] / groups);
-            let plain = !one && groups == 1 && sx.len() == 4 && dilations.iter().all(|&d| d == 1) && strides[0] == strides[1];
+            // A dilated one (DeepLab's atrous 3×3s) reads its taps d apart: stride 1 only.
+            let dil = dilations.first().copied().unwrap_or(1);
+            let plain = !one && groups == 1 && sx.len() == 4 && dilations.iter().all(|&d| d == dil) && strides[0] == strides[1] && (dil == 1 || strides[0] == 1);
             let s = strides[0];
             // (2-D only: `plain` checks the rank first.)
             let at = |v: &[usize], i: usize| v.get(i).copied().unwrap_or(0);
@@ -305,11 +309,11 @@ impl Planner<'_> {
             let eight = by_rows(sw[0], oh * ow, tiles) && tiles / 8 >= 8 && oh * ow < 2 * nr;
             let toff = if plain && s > 1 && !eight { strided_direct(s, [(kh, h, oh, ph), (kw, wd, ow, pw)], sx[1]) } else { None };
             let direct = if plain && ((s == 1 && ow == wd && !eight) || toff.is_some()) {
-                let key = [h, wd, oh, ow, kh, kw, ph * 1000 + pw, s, nr];
+                let key = [h, wd, oh, ow, kh, kw, ph * 1000 + pw, s * 1000 + dil, nr];
                 let (mask, inner) = match masks.get(&key) {
                     Some(&m) => m,
                     None => {
-                        let mc = window_mask((kh, kw), (h, wd), (oh, ow), s, (ph, pw));
+                        let mc = window_mask((kh, kw), (h, wd), (oh, ow), (s, dil), (ph, pw));
                         let ic = inner_panels(&mc, nr);
                         let m = (self.add_weight(format!("{} (window mask)", node.name), &mc), self.add_weight(format!("{} (panels inside)", node.name), &ic));
                         masks.insert(key, m);
@@ -322,7 +326,7 @@ impl Planner<'_> {
                     let cd = ConstData { dtype: DType::I64, shape: vec![t.len()], data: rlx_ir::Blob::from_vec(bytes) };
                     (s, self.add_weight(format!("{} (phase tap offsets)", node.name), &cd))
                 });
-                Some(Direct { mask, inner, c: sx[1], taps: kh * kw, kw, w: wd, hw, shift0: (ph * wd + pw) as i64, phases })
+                Some(Direct { mask, inner, c: sx[1], taps: kh * kw, kw, w: wd, hw, shift0: (ph * wd + pw) as i64, dil, phases })
             } else {
                 None
             };
@@ -621,7 +625,8 @@ impl Planner<'_> {
         let b = match d.phases {
             // The first lane's element of x: (n·C + c)·HW + p + shift(tap) − shift(0, 0).
             None => {
-                let shift = Expr::add(Expr::mul(Expr::i(IOp::Div, tap.clone(), Expr::Int(d.kw as i64)), Expr::Int(d.w as i64)), Expr::i(IOp::Rem, tap.clone(), Expr::Int(d.kw as i64)));
+                let dil = d.dil as i64;
+                let shift = Expr::add(Expr::mul(Expr::i(IOp::Div, tap.clone(), Expr::Int(d.kw as i64)), Expr::Int(d.w as i64 * dil)), Expr::mul(Expr::i(IOp::Rem, tap.clone(), Expr::Int(d.kw as i64)), Expr::Int(dil)));
                 let chan = Expr::add(Expr::mul(t.nv.clone(), Expr::Int(d.c as i64)), c);
                 Expr::i(IOp::Sub, Expr::add(Expr::add(Expr::mul(chan, Expr::Int(d.hw as i64)), p.clone()), shift), Expr::Int(d.shift0))
             }
@@ -960,13 +965,13 @@ fn inner_panels(mask: &ConstData, nr: usize) -> ConstData {
 
 /// The mask of a `Direct` convolution: `[KH·KW, OH·OW]` f32, 1.0 where tap (kh, kw) of output position
 /// (oh, ow) reads inside the input (0 ≤ s·oh + kh − ph < H, 0 ≤ s·ow + kw − pw < W), else 0.0.
-fn window_mask((kh, kw): (usize, usize), (h, w): (usize, usize), (oh, ow): (usize, usize), s: usize, (ph, pw): (usize, usize)) -> ConstData {
+fn window_mask((kh, kw): (usize, usize), (h, w): (usize, usize), (oh, ow): (usize, usize), (s, d): (usize, usize), (ph, pw): (usize, usize)) -> ConstData {
     let mut v = Vec::with_capacity(kh * kw * oh * ow * 4);
     for a in 0..kh {
         for b in 0..kw {
             for y in 0..oh {
                 for x in 0..ow {
-                    let inside = (s * y + a).checked_sub(ph).is_some_and(|i| i < h) && (s * x + b).checked_sub(pw).is_some_and(|j| j < w);
+                    let inside = (s * y + d * a).checked_sub(ph).is_some_and(|i| i < h) && (s * x + d * b).checked_sub(pw).is_some_and(|j| j < w);
                     v.extend_from_slice(&(if inside { 1.0f32 } else { 0.0 }).to_le_bytes());
                 }
             }
