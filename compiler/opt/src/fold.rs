@@ -54,7 +54,7 @@ pub(crate) fn rebuild(g: &Mir, mut step: impl FnMut(&mut Mir, usize, &[ValueId],
 /// The whole constant pass as every target runs it: gathers moved below constant chains
 /// ([`sink_gathers`]), then folding, then per-channel affine ops (BatchNormalization) folded into the
 /// convolutions before them ([`fold_conv_affine`], whose new weights are folded in turn), the chains
-/// left collapsed into one `mul` and one `add` ([`collapse_affine_chains`]), grouped 1-D convolutions as
+/// left collapsed into one `mul` and one `add` ([`collapse_affine_chains`]), 1-D convolutions as
 /// 2-D ones over a row ([`conv1d_as_2d`]), with dead code removed before and after.
 pub fn simplify(g: &Mir, eval: Evaluator) -> Mir {
     let folded = fold(&dce(&sink_gathers(g)), eval);
