@@ -6,8 +6,8 @@ in either direction. Prints the max absolute and relative (|got − ref| / max(|
 each and exits 1 past BOUNDS. The H200's own figure is run_cuda.sh's `erf` parity case (the same
 grid, against the interpreter's f64 erf rounded to f32).
 
-    erf_accuracy.py [--grid OUT.npy]   (--grid: writes the grid, with 200,001 points over [−10, 10] instead of
-                                    2,000,001, as an f32 .npy for the GPU case and exits)
+    erf_accuracy.py [--grid OUT.npy]   (--grid: writes the grid with n = 200,001 instead of 2,000,001 — 254,009
+                                    points —, as an f32 .npy for the GPU case and the emulation test, and exits)
 """
 import itertools
 import math
@@ -23,9 +23,10 @@ F = np.float32
 
 
 def grid(n=2_000_001):
+    """n points over [−10, 10], n / 5 over [−4, 4], n / 100 on each side of 0 down to 1e-8, n / 20 at random."""
     r = np.random.RandomState(3)
-    g = np.concatenate([np.linspace(-10, 10, n), np.linspace(-4, 4, 400_001), np.geomspace(1e-8, 0.5, 20_000),
-                        -np.geomspace(1e-8, 0.5, 20_000), r.uniform(-6, 6, 100_000),
+    g = np.concatenate([np.linspace(-10, 10, n), np.linspace(-4, 4, n // 5 + 1), np.geomspace(1e-8, 0.5, n // 100),
+                        -np.geomspace(1e-8, 0.5, n // 100), r.uniform(-6, 6, n // 20),
                         [0.0, -0.0, 0.5, -0.5, 1e-45, 1e-38, 3.4e38, -3.4e38]])
     return g.astype(F)
 
