@@ -74,6 +74,18 @@ impl Family for Cuda {
     fn planning(&self, _t: Target, r: &Request) -> Result<Planning, Failure> {
         Ok(Planning::Plan(plan_options(r.precision.unwrap_or(Precision::F32))))
     }
+    /// Matmuls sharing their left operand and constant weights of one shape (a layer's Q, K and V
+    /// projections) as one batched matmul (`rlx_opt::merge_matmuls`); `RLX_CUDA_MERGE_MATMULS=0` at compile
+    /// time: kept apart, as before session 20.
+    fn rewrite(&self, _t: Target, mir: Mir) -> Mir {
+        if std::env::var("RLX_CUDA_MERGE_MATMULS").is_ok_and(|v| v == "0") {
+            return mir;
+        }
+        match rlx_opt::merge_shared_operand_matmuls(&mir) {
+            Some(g) => rlx_opt::simplify(&g, &crate::pipeline::eval_op),
+            None => mir,
+        }
+    }
     fn emit(&self, _t: Target, p: Prepared, r: &Request, tm: &mut Timings) -> Result<Box<dyn Artifact>, Failure> {
         Ok(Box::new(emit(p, r, tm)?))
     }
