@@ -14,8 +14,11 @@
 //! on the constants — and the caller folds them ([`crate::fold`]) with its evaluator. Kept as it is:
 //! a group whose operand or weights are not of fixed shape, whose weights differ in shape or dtype from
 //! each other or from the operand, non-float dtypes, and a member that is a graph output (its value
-//! would then be a view). The CUDA target runs it (`rlxc`'s `--target cuda`, `RLX_CUDA_MERGE_MATMULS=0`
-//! off); it is target-independent, but no CPU target has been measured with it.
+//! would then be a view). The CUDA target runs it with `RLX_CUDA_MERGE_MATMULS=1` at compile time (off by
+//! default: on the H200, MiniLM batch 1 took 58 → 46 launches but only bf16 ran faster, 266 → 252 µs;
+//! f32 340 → 347, tf32 297 → 303, batch 8 / 32 2–9% slower — the batched product gets other tiles than
+//! the three apart, batch 32 f32 140 µs against 3 × 32; docs/benchmarks.md, session 20). It is
+//! target-independent; no CPU target has been measured with it.
 
 use crate::fold::rebuild;
 use rlx_ir::{BinaryOp, DType, Dim, Mir, MirOp, ValueId};

@@ -421,12 +421,12 @@ fn split_k_across_launches_matches_the_interpreter_in_cpu_emulation() {
 }
 
 /// Matmuls sharing their left operand merged into one batched matmul (rlx-opt's `merge_matmuls.rs`, the
-/// CUDA target's `RLX_CUDA_MERGE_MATMULS`, default on): a[2,5,24] (M = 10, K = 24: no tile's multiple)
+/// CUDA target's `RLX_CUDA_MERGE_MATMULS=1`, off by default): a[2,5,24] (M = 10, K = 24: no tile's multiple)
 /// times three weights [24,20] each + its own bias, split into heads after (reshape, transpose: merged
 /// with the biases stacked, one launch for three), two [24,13] without bias read by transposes (merged:
 /// one for two), and kept apart: a [24,13] read by a relu (its fused epilogue), a [24,20] whose product
 /// is a graph output, one whose bias add is, and a [24,7] alone. The merged artifact has 3 launches
-/// fewer than with RLX_CUDA_MERGE_MATMULS=0; at every precision it assembles for sm_90 and in CPU
+/// fewer than the default; at every precision it assembles for sm_90 and in CPU
 /// emulation (tests/gpu/emulate_cuda.py) matches the interpreter: f32 within 1e-5 max abs (sums of 24
 /// products), tf32 / bf16 relative RMS under 2e-3 / 1e-2 (the operands' rounding; a wrong slice or a
 /// member's bias on another member gives errors of order 1).
@@ -459,12 +459,12 @@ fn matmuls_sharing_an_operand_merge_and_match_the_interpreter_in_cpu_emulation()
     ok(rlxc().args(["run", s(&model), "--target", "interp", "-o", s(&it), "--input", &format!("a={}", s(&a))]));
     let launches = |art: &Path| rlx_rt::schedule::Schedule::parse(&std::fs::read(art.join("merge.schedule.bin")).unwrap()).unwrap().dispatches.len();
     let off = dir.join("art-off");
-    ok(rlxc().env("RLX_CUDA_MERGE_MATMULS", "0").args(["compile", s(&model), "--target", "cuda", "--sm", "90", "--emit-ir", "-o", s(&off)]));
+    ok(rlxc().args(["compile", s(&model), "--target", "cuda", "--sm", "90", "--emit-ir", "-o", s(&off)]));
     for (prec, tol) in [("f32", 1e-5), ("tf32", 2e-3), ("bf16", 1e-2)] {
         let art = dir.join(format!("art-{prec}"));
-        ok(rlxc().args(["compile", s(&model), "--target", "cuda", "--sm", "90", "--precision", prec, "--emit-ir", "-o", s(&art)]));
+        ok(rlxc().env("RLX_CUDA_MERGE_MATMULS", "1").args(["compile", s(&model), "--target", "cuda", "--sm", "90", "--precision", prec, "--emit-ir", "-o", s(&art)]));
         if prec == "f32" {
-            assert_eq!(launches(&art) + 3, launches(&off), "merged launches vs RLX_CUDA_MERGE_MATMULS=0");
+            assert_eq!(launches(&art) + 3, launches(&off), "RLX_CUDA_MERGE_MATMULS=1's launches vs the default's");
         }
         let emu = dir.join(format!("emu-{prec}"));
         assemble_and_emulate(&art, "merge", &emu, &[&a]);
