@@ -39,6 +39,17 @@ ir = re.sub(r'asm sideeffect "mma\.sync\.aligned\.m16n8k\d+\.row\.col\.f32\.(\w+
 # here, where the dispatches run one after another.
 ir = ir.replace('  call void asm sideeffect "griddepcontrol.wait;", "~{memory}"() #1\n', "")
 assert "asm" not in ir, [l for l in ir.splitlines() if "asm" in l][:3]
+# The GPU erf's approximate reciprocal and 2^x (ir/math/gpu_erf.rs) as the host's correctly rounded
+# 1/x and exp2: the emulation checks the form, not the approximations' last bits (their error bound is
+# tests/gpu/erf_accuracy.py's, the H200's own figure its `erf` parity case in run_cuda.sh).
+for intr, body in [("rcp.approx.ftz.f", "%r = fdiv float 1.0, %x"), ("ex2.approx.ftz.f", "%r = call float @llvm.exp2.f32(float %x)")]:
+    if f"@llvm.nvvm.{intr}(" in ir:
+        ir = re.sub(rf"declare float @llvm\.nvvm\.{re.escape(intr)}\(float\)( #\d+)?\n", "", ir)
+        fn = "@emu_" + intr.split(".")[0]
+        ir = ir.replace(f"@llvm.nvvm.{intr}(", fn + "(")
+        ir += f"\ndefine internal float {fn}(float %x) {{\n  {body}\n  ret float %r\n}}\n"
+if "@llvm.exp2.f32(" in ir and "declare float @llvm.exp2.f32(float)" not in ir:
+    ir += "\ndeclare float @llvm.exp2.f32(float)\n"
 if "@emu_cvt_tf32" in ir:
     ir += "\ndeclare i32 @emu_cvt_tf32(float)\n"
 if "@emu_cvt_bf16x2" in ir:

@@ -47,6 +47,7 @@
 # Usage: tests/gpu/prepare_cuda.sh [OUT_DIR]   (run from the repository root; needs .venv and target/release/rlxc)
 # QUICK=1: MiniLM alone (its default artifacts, references at batch 1 / 8, and the _sm80 twins);
 # OLD_TWINS=0: without the twins of earlier sessions' changes (untiled, unfused, nosplit, lds32, epichk);
+# ERF_TWINS=0: without the erf parity case and the _erfexact twins (RLX_CUDA_ERF=exact, batch 1 / 8, every precision);
 # SPLITK_TWINS=0: without the _splitkN twins; ROWS_TWINS=0: without the _rowsN twins; SIMT_TWINS=0: without the _simt twins.
 # SM=80 compiles every case for sm_80 instead. STAGE_TWINS="f32:1 tf32:2 …": MiniLM batch 8 / 32 at precision P with
 # RLX_CUDA_VEC_STAGES=N (_stN: the tensor-core tiles' K slices through a cp.async pipeline of N stages, 1 the
@@ -69,7 +70,7 @@ cp "$MINILM" "$D/minilm.onnx"
 case_() {
   local c=$1 model=$2 args=$3; shift 3
   local name=${c%%_*}
-  RLX_CUDA_TILES=${TILES:-1} RLX_CUDA_FUSED_ATTENTION=${FUSED:-1} RLX_CUDA_TC_SPLIT=${TCSPLIT:-1} RLX_CUDA_HALF_WEIGHTS=${HALFW:-1} RLX_CUDA_VEC_FILL=${FILL:-1} RLX_CUDA_VEC_HEADS=${HEADS:-1} RLX_CUDA_VEC_EPI=${EPI:-} RLX_CUDA_VEC_LDS=${LDS:-} RLX_CUDA_PDL=${PDL:-1} RLX_CUDA_F32_MMA=${F32MMA:-1} env ${STAGES:+RLX_CUDA_VEC_STAGES=$STAGES} ${SPLITK:+RLX_CUDA_SPLIT_K=$SPLITK} ${SPLITKROWS:+RLX_CUDA_SPLIT_K_ROWS=$SPLITKROWS} $R compile "$model" --target cuda --sm "${SM:-90}" --name "$name" -o "$D/art/$c" $args ${EXTRA:-} >/dev/null
+  RLX_CUDA_TILES=${TILES:-1} RLX_CUDA_FUSED_ATTENTION=${FUSED:-1} RLX_CUDA_TC_SPLIT=${TCSPLIT:-1} RLX_CUDA_HALF_WEIGHTS=${HALFW:-1} RLX_CUDA_VEC_FILL=${FILL:-1} RLX_CUDA_VEC_HEADS=${HEADS:-1} RLX_CUDA_VEC_EPI=${EPI:-} RLX_CUDA_VEC_LDS=${LDS:-} RLX_CUDA_PDL=${PDL:-1} RLX_CUDA_F32_MMA=${F32MMA:-1} env ${STAGES:+RLX_CUDA_VEC_STAGES=$STAGES} ${SPLITK:+RLX_CUDA_SPLIT_K=$SPLITK} ${SPLITKROWS:+RLX_CUDA_SPLIT_K_ROWS=$SPLITKROWS} ${ERF:+RLX_CUDA_ERF=$ERF} $R compile "$model" --target cuda --sm "${SM:-90}" --name "$name" -o "$D/art/$c" $args ${EXTRA:-} >/dev/null
   [ $# -eq 0 ] && return 0
   mkdir -p "$D/ref/$c"
   local i=0 ins=()
@@ -106,6 +107,16 @@ TILES=0 case_ rows_untiled "$T/rows.onnx" ""
 TILES=0 case_ mlp_untiled "$T/mlp.onnx" "--dim batch=2"
 TILES=0 case_ cnn_untiled "$T/cnn.onnx" ""
 fi
+# The GPU erf (ir/math/gpu_erf.rs) on erf_accuracy.py's grid against the interpreter's f64 erf, and its
+# RLX_CUDA_ERF=exact twin (the CPU's form): the H200's own error figures (ERF_TWINS=0: left out).
+if [ "${ERF_TWINS:-1}" != 0 ]; then
+  "$PY" tests/gpu/erf_accuracy.py --grid "$T/erfx.npy"
+  "$PY" -c "import onnx; from onnx import TensorProto as T, helper as h; import sys
+g = h.make_graph([h.make_node('Erf', ['x'], ['y'])], 'erf', [h.make_tensor_value_info('x', T.FLOAT, [int(sys.argv[2])])], [h.make_tensor_value_info('y', T.FLOAT, [int(sys.argv[2])])])
+onnx.save(h.make_model(g, opset_imports=[h.make_opsetid('', 17)]), sys.argv[1])" "$T/erf.onnx" "$("$PY" -c "import numpy as np, sys; print(len(np.load(sys.argv[1])))" "$T/erfx.npy")"
+  case_ erf "$T/erf.onnx" "" "x=$T/erfx.npy"
+  ERF=exact case_ erf_erfexact "$T/erf.onnx" ""
+fi
 for b in 1 8 32; do
   "$PY" tests/reference/make_inputs.py --seq 128 --batch $b --out "$T/b$b" >/dev/null
   ins=("input_ids=$T/b$b/input_ids.npy" "attention_mask=$T/b$b/attention_mask.npy" "token_type_ids=$T/b$b/token_type_ids.npy")
@@ -118,6 +129,8 @@ for b in 1 8 32; do
   [ "${SIMT_TWINS:-1}" = 0 ] || F32MMA=0 case_ minilm_b${b}_simt "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"
   for p in f32 tf32 bf16; do
     s=_$p; [ $p = f32 ] && s=
+    # The erf with IEEE division and the inline exp (RLX_CUDA_ERF=exact: the PTX before session 20), batch 1 and 8.
+    if [ $b -le 8 ] && [ "${ERF_TWINS:-1}" != 0 ]; then ERF=exact EXTRA="--precision $p" case_ minilm_b${b}${s}_erfexact "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; fi
     [ "${SM80_TWINS:-1}" = 0 ] || SM=80 EXTRA="--precision $p" case_ minilm_b${b}${s}_sm80 "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"
     # Batch 1's FFN down split across launches in 8 parts (the default), 16, and none (session 17's form).
     if [ $b -eq 1 ] && [ "${SPLITK_TWINS:-1}" != 0 ]; then for k in 0 16; do SPLITK=$k EXTRA="--precision $p" case_ minilm_b1${s}_splitk$k "$D/minilm.onnx" "--dim batch=1 --dim sequence=128"; done; fi

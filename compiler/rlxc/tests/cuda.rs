@@ -420,6 +420,70 @@ fn split_k_across_launches_matches_the_interpreter_in_cpu_emulation() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Matmuls sharing their left operand merged into one batched matmul (rlx-opt's `merge_matmuls.rs`, the
+/// CUDA target's `RLX_CUDA_MERGE_MATMULS=1`, off by default): a[2,5,24] (M = 10, K = 24: no tile's multiple)
+/// times three weights [24,20] each + its own bias, split into heads after (reshape, transpose: merged
+/// with the biases stacked, one launch for three), two [24,13] without bias read by transposes (merged:
+/// one for two), and kept apart: a [24,13] read by a relu (its fused epilogue), a [24,20] whose product
+/// is a graph output, one whose bias add is, and a [24,7] alone. The merged artifact has 3 launches
+/// fewer than the default; at every precision it assembles for sm_90 and in CPU
+/// emulation (tests/gpu/emulate_cuda.py) matches the interpreter: f32 within 1e-5 max abs (sums of 24
+/// products), tf32 / bf16 relative RMS under 2e-3 / 1e-2 (the operands' rounding; a wrong slice or a
+/// member's bias on another member gives errors of order 1).
+#[test]
+fn matmuls_sharing_an_operand_merge_and_match_the_interpreter_in_cpu_emulation() {
+    let dir = tmp("merge-matmuls");
+    let code = "import sys, numpy as np, onnx; from onnx import helper as h, TensorProto as T, numpy_helper as nh; from pathlib import Path; \
+                d = Path(sys.argv[1]); r = np.random.RandomState(11); a = r.randn(2, 5, 24).astype(np.float32); np.save(d / 'a.npy', a); \
+                inits = []; nodes = []; \
+                w = lambda n, *s: inits.append(nh.from_array(r.randn(*s).astype(np.float32) * 0.3, n)) or n; \
+                mm = lambda o, n: nodes.append(h.make_node('MatMul', ['a', w(n, 24, int(n.split('_')[1]))], [o])); \
+                add = lambda o, i, n: nodes.append(h.make_node('Add', [i, w(n, int(n.split('_')[1]))], [o])); \
+                c = lambda n, v: nodes.append(h.make_node('Constant', [], [n], value=nh.from_array(np.array(v, dtype=np.int64)))); \
+                [mm(f'm{i}', f'w{i}_20') or add(f'p{i}', f'm{i}', f'b{i}_20') for i in range(3)]; \
+                mm('m3', 'w3_13'); mm('m4', 'w4_13'); mm('m8', 'w8_13'); mm('out_m5', 'w5_20'); mm('m6', 'w6_20'); add('out_p6', 'm6', 'b6_20'); mm('m7', 'w7_7'); \
+                c('heads', [2, 5, 4, 5]); \
+                nodes += [h.make_node('Reshape', ['p0', 'heads'], ['q4']), h.make_node('Transpose', ['q4'], ['out_q'], perm=[0, 2, 1, 3]), \
+                          h.make_node('Reshape', ['p1', 'heads'], ['k4']), h.make_node('Transpose', ['k4'], ['out_k'], perm=[0, 2, 3, 1]), \
+                          h.make_node('Transpose', ['p2'], ['out_v'], perm=[0, 2, 1]), \
+                          h.make_node('Transpose', ['m3'], ['out_3'], perm=[0, 2, 1]), h.make_node('Transpose', ['m4'], ['t4'], perm=[1, 0, 2]), \
+                          h.make_node('Relu', ['t4'], ['out_4']), h.make_node('Relu', ['m8'], ['out_8']), h.make_node('Relu', ['m7'], ['out_7'])]; \
+                outs = {'out_q': [2, 4, 5, 5], 'out_k': [2, 4, 5, 5], 'out_v': [2, 20, 5], 'out_3': [2, 13, 5], 'out_4': [5, 2, 13], 'out_8': [2, 5, 13], \
+                        'out_m5': [2, 5, 20], 'out_p6': [2, 5, 20], 'out_7': [2, 5, 7]}; \
+                g = h.make_graph(nodes, 'merge', [h.make_tensor_value_info('a', T.FLOAT, [2, 5, 24])], \
+                                 [h.make_tensor_value_info(k, T.FLOAT, v) for k, v in outs.items()], inits); \
+                onnx.save(h.make_model(g, opset_imports=[h.make_opsetid('', 17)]), d / 'merge.onnx')";
+    ok(Command::new(python()).args(["-c", code, s(&dir)]).current_dir(repo()));
+    let (model, a) = (dir.join("merge.onnx"), dir.join("a.npy"));
+    let it = dir.join("interp");
+    ok(rlxc().args(["run", s(&model), "--target", "interp", "-o", s(&it), "--input", &format!("a={}", s(&a))]));
+    let launches = |art: &Path| rlx_rt::schedule::Schedule::parse(&std::fs::read(art.join("merge.schedule.bin")).unwrap()).unwrap().dispatches.len();
+    let off = dir.join("art-off");
+    ok(rlxc().args(["compile", s(&model), "--target", "cuda", "--sm", "90", "--emit-ir", "-o", s(&off)]));
+    for (prec, tol) in [("f32", 1e-5), ("tf32", 2e-3), ("bf16", 1e-2)] {
+        let art = dir.join(format!("art-{prec}"));
+        ok(rlxc().env("RLX_CUDA_MERGE_MATMULS", "1").args(["compile", s(&model), "--target", "cuda", "--sm", "90", "--precision", prec, "--emit-ir", "-o", s(&art)]));
+        if prec == "f32" {
+            assert_eq!(launches(&art) + 3, launches(&off), "RLX_CUDA_MERGE_MATMULS=1's launches vs the default's");
+        }
+        let emu = dir.join(format!("emu-{prec}"));
+        assemble_and_emulate(&art, "merge", &emu, &[&a]);
+        for out in ["out_q", "out_k", "out_v", "out_3", "out_4", "out_8", "out_m5", "out_p6", "out_7"] {
+            if prec == "f32" {
+                let d = max_abs(&it, &emu, out);
+                eprintln!("f32 {out}: emulated cuda (merged matmuls) vs interp max abs {d:.3e}");
+                assert!(d <= tol, "{out}: {d}");
+            } else {
+                let f = format!("{out}.npy");
+                let r = rel_rms(&common::npy(&it.join(&f)).to_f64_vec(), &common::npy(&emu.join(&f)).to_f64_vec());
+                eprintln!("{prec} {out}: emulated cuda (merged matmuls) vs interp relative rms {r:.2e}");
+                assert!(r <= tol && r > 0.0, "{prec} {out}: relative rms {r}");
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A split matmul summed by the row kernel after it (rlx-opt's `plan/split_k.rs` `row_fuse_split`,
 /// the CUDA target's `RLX_CUDA_SPLIT_K_ROWS`, default 1024): tests/gpu/make_tiled.py's splitk_rows.onnx
 /// — LayerNorm(sx[128,1536] @ w10 + b10 + sr), MiniLM batch 1's FFN down, and LayerNorm(sy[128,384] @

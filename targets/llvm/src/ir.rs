@@ -367,6 +367,7 @@ impl<'a> Writer<'a> {
                 UnaryOp::Asinh => self.libm("asinh", d, &[v]),
                 UnaryOp::Acosh => self.libm("acosh", d, &[v]),
                 UnaryOp::Atanh => self.libm("atanh", d, &[v]),
+                UnaryOp::Erf if d == DType::F32 && self.scalar_only => self.gpu_erf(v),
                 UnaryOp::Erf if d == DType::F32 => self.fast_erf(v, 1),
                 UnaryOp::Erf => self.libm("erf", d, &[v]),
                 UnaryOp::Sigmoid if d == DType::F32 => self.fast_sigmoid(v, 1),

@@ -74,6 +74,22 @@ impl Family for Cuda {
     fn planning(&self, _t: Target, r: &Request) -> Result<Planning, Failure> {
         Ok(Planning::Plan(plan_options(r.precision.unwrap_or(Precision::F32))))
     }
+    /// With `RLX_CUDA_MERGE_MATMULS=1` at compile time: matmuls sharing their left operand and constant
+    /// weights of one shape (a layer's Q, K and V projections) as one batched matmul
+    /// (`rlx_opt::merge_matmuls`). Off by default: measured on the H200 (MiniLM seq 128, docs/benchmarks.md
+    /// session 20, against the unmerged artifact of the run before on another machine; the merged
+    /// weights differ, so no twin in the same rounds) batch 1 took 58 → 46 launches but f32 340 → 347 µs
+    /// and tf32 297 → 303, bf16 266 → 252; batch 8 / 32 2–9% slower at every precision — the batched
+    /// product [3, M, N] gets other tiles than three [M, N] (batch 32 f32: 140 µs against 3 × 32).
+    fn rewrite(&self, _t: Target, mir: Mir) -> Mir {
+        if !std::env::var("RLX_CUDA_MERGE_MATMULS").is_ok_and(|v| v == "1") {
+            return mir;
+        }
+        match rlx_opt::merge_shared_operand_matmuls(&mir) {
+            Some(g) => rlx_opt::simplify(&g, &crate::pipeline::eval_op),
+            None => mir,
+        }
+    }
     fn emit(&self, _t: Target, p: Prepared, r: &Request, tm: &mut Timings) -> Result<Box<dyn Artifact>, Failure> {
         Ok(Box::new(emit(p, r, tm)?))
     }

@@ -21,6 +21,8 @@
 
 use super::Writer;
 
+mod gpu_erf;
+
 /// The bits of the shifter 1.5·2²³ (`exp_parts`): a float in [2²³, 2²⁴) holding the integer n in its
 /// low mantissa bits has these bits + n.
 const SHIFTER_BITS: i32 = 0x4B40_0000;
@@ -213,12 +215,18 @@ impl<'a> Writer<'a> {
 
     /// erf(x) for f32 scalars or vectors.
     pub(super) fn fast_erf(&mut self, x: &str, lanes: u32) -> String {
+        self.erf_form(x, lanes, false)
+    }
+
+    /// erf(x): A&S 7.1.26 for |x| ≥ 0.5, the Taylor series below. `gpu_approx` (the GPU writer's form,
+    /// `math/gpu_erf.rs`): its reciprocal and its e^(−x²) by PTX's approximate instructions.
+    fn erf_form(&mut self, x: &str, lanes: u32, gpu_approx: bool) -> String {
         let (t, _) = Self::fty(lanes);
         let k = |c: f64| Self::fk(lanes, c);
         let ax = self.fintr("fabs", lanes, &[x]);
         let d = self.op(format!("fmul contract {t} {ax}, {}", k(0.327_591_1)));
         let d = self.op(format!("fadd contract {t} {d}, {}", k(1.0)));
-        let tt = self.op(format!("fdiv {t} {}, {d}", k(1.0)));
+        let tt = if gpu_approx { self.rcp_approx(&d) } else { self.op(format!("fdiv {t} {}, {d}", k(1.0))) };
         let coeffs = [1.061_405_429, -1.453_152_027, 1.421_413_741, -0.284_496_736, 0.254_829_592];
         let mut p = k(coeffs[0]);
         for &c in &coeffs[1..] {
@@ -227,8 +235,12 @@ impl<'a> Writer<'a> {
         }
         let p = self.op(format!("fmul {t} {p}, {tt}"));
         let sq = self.op(format!("fmul {t} {ax}, {ax}"));
-        let nsq = self.op(format!("fneg {t} {sq}"));
-        let e = self.fast_exp(&nsq, lanes);
+        let e = if gpu_approx {
+            self.exp_neg_approx(&sq)
+        } else {
+            let nsq = self.op(format!("fneg {t} {sq}"));
+            self.fast_exp(&nsq, lanes)
+        };
         let pe = self.op(format!("fmul {t} {p}, {e}"));
         let y = self.op(format!("fsub {t} {}, {pe}", k(1.0)));
         let big = self.fintr("copysign", lanes, &[&y, x]);

@@ -1,0 +1,154 @@
+//! Matmuls reading the same left operand with constant right operands of one shape (a transformer
+//! layer's Q, K and V projections of its LayerNorm output) merged into one batched matmul: the G
+//! weights `[K, N]` stacked into `[G, K, N]`, the operand `[…, K]` viewed as `[1, M, K]` (M the product of
+//! its leading dims), the product `[G, M, N]`; member i's result is its slice `[i..i+1]` along the
+//! leading axis (a view of the product, no copy) reshaped to the member's own shape. Members whose only
+//! reader is an `add` of a constant bias `[N]` merge with their biases — stacked into `[G, 1, N]` and
+//! added to the product (the one matmul's epilogue), the slices replacing the adds —, the others
+//! without; a group of one is left alone. Only members whose result is read by reshapes and transposes
+//! alone merge (a transformer's Q / K / V, split into heads): an elementwise reader is the matmul's
+//! fused epilogue when it stands alone, and would be a launch of its own on the merged product's slice. One launch and one
+//! dependent level in place of G, with G times the blocks (MiniLM batch 1: 96 per projection).
+//!
+//! The pass only restructures the graph — the stacked weights and biases are `reshape` / `concat` nodes
+//! on the constants — and the caller folds them ([`crate::fold`]) with its evaluator. Kept as it is:
+//! a group whose operand or weights are not of fixed shape, whose weights differ in shape or dtype from
+//! each other or from the operand, non-float dtypes, and a member that is a graph output (its value
+//! would then be a view). The CUDA target runs it with `RLX_CUDA_MERGE_MATMULS=1` at compile time (off by
+//! default: on the H200, MiniLM batch 1 took 58 → 46 launches but only bf16 ran faster, 266 → 252 µs;
+//! f32 340 → 347, tf32 297 → 303, batch 8 / 32 2–9% slower — the batched product gets other tiles than
+//! the three apart, batch 32 f32 140 µs against 3 × 32; docs/benchmarks.md, session 20). It is
+//! target-independent; no CPU target has been measured with it.
+
+use crate::fold::rebuild;
+use rlx_ir::{BinaryOp, DType, Dim, Mir, MirOp, ValueId};
+use std::collections::BTreeMap;
+
+/// One member: its matmul node, its bias `add` node and bias constant (when merged with bias).
+struct Member {
+    mm: usize,
+    add: Option<(usize, ValueId)>,
+}
+
+/// The merged groups of `g` (see the module doc); `None` when there is none.
+pub fn merge_shared_operand_matmuls(g: &Mir) -> Option<Mir> {
+    let uses = g.use_counts();
+    let outs = g.output_mask();
+    let consumers = g.consumers();
+    // (operand, weight dtype, K, N) → matmul nodes, in node order.
+    let mut by_operand: BTreeMap<(u32, String, usize, usize), Vec<usize>> = BTreeMap::new();
+    for (ni, n) in g.nodes.iter().enumerate() {
+        if n.op != MirOp::MatMul || n.inputs.len() != 2 {
+            continue;
+        }
+        let (a, w) = (n.inputs[0], n.inputs[1]);
+        let (ta, tw) = (g.ty(a), g.ty(w));
+        let (Some(sa), Some(sw)) = (ta.shape.as_fixed(), tw.shape.as_fixed()) else { continue };
+        if g.const_data(w).is_none() || sw.len() != 2 || sa.len() < 2 || !matches!(ta.dtype, DType::F32) || tw.dtype != ta.dtype || sa[sa.len() - 1] != sw[0] {
+            continue;
+        }
+        if outs[n.outputs[0].index()] || g.ty(n.outputs[0]).shape.as_fixed().is_none() {
+            continue;
+        }
+        by_operand.entry((a.0, format!("{}", tw.dtype), sw[0], sw[1])).or_default().push(ni);
+    }
+    // The bias of a member: its output's only reader, an `add` with a constant [N] (either side), not a graph output.
+    let bias = |ni: usize, nn: usize| -> Option<(usize, ValueId)> {
+        let y = g.nodes[ni].outputs[0];
+        if uses[y.index()] != 1 || consumers[y.index()].len() != 1 {
+            return None;
+        }
+        let c = consumers[y.index()][0];
+        let cn = g.node(c);
+        if cn.op != MirOp::Binary(BinaryOp::Add) || outs[cn.outputs[0].index()] || g.ty(cn.outputs[0]) != g.ty(y) {
+            return None;
+        }
+        let k = if cn.inputs[0] == y { cn.inputs[1] } else { cn.inputs[0] };
+        (g.const_data(k).is_some() && g.ty(k).dtype == g.ty(y).dtype && g.ty(k).shape.as_fixed()? == vec![nn]).then_some((c.index(), k))
+    };
+    let mut groups: Vec<Vec<Member>> = Vec::new();
+    // A member's result (its bias add's, or its own) read only by reshapes and transposes: the data
+    // movement that views or operand inlining take over. A result read by an elementwise op would lose
+    // that op as the matmul's fused epilogue (a launch of its own on the slice: measured on this file's
+    // test model, 9 launches merged against 10 apart when such readers were merged too).
+    let movement_only = |v: ValueId| consumers[v.index()].iter().all(|&c| matches!(g.node(c).op, MirOp::Reshape { .. } | MirOp::Transpose { .. }));
+    // The members with a bias merge with their biases, the others without; a group of one is left alone.
+    for ((_, _, _, nn), nodes) in &by_operand {
+        let members: Vec<Member> = nodes
+            .iter()
+            .map(|&mm| Member { mm, add: bias(mm, *nn) })
+            .filter(|m| movement_only(m.add.map_or(g.nodes[m.mm].outputs[0], |(a, _)| g.nodes[a].outputs[0])))
+            .collect();
+        let (with, without): (Vec<Member>, Vec<Member>) = members.into_iter().partition(|m| m.add.is_some());
+        groups.extend([with, without].into_iter().filter(|grp| grp.len() >= 2));
+    }
+    if groups.is_empty() {
+        return None;
+    }
+    // Node → (group, member); the group's results, made at its first member's matmul (the earliest of
+    // its nodes). A member's matmul and its bias add both become its result (with the bias merged, the
+    // matmul's value is then read by nothing and dead code removal drops it).
+    let mut role: BTreeMap<usize, (usize, usize)> = BTreeMap::new();
+    for (gi, grp) in groups.iter().enumerate() {
+        for (mi, m) in grp.iter().enumerate() {
+            role.insert(m.mm, (gi, mi));
+            if let Some((a, _)) = m.add {
+                role.insert(a, (gi, mi));
+            }
+        }
+    }
+    let mut results: Vec<Option<Vec<ValueId>>> = vec![None; groups.len()];
+    Some(rebuild(g, |out, ni, _, map| {
+        let &(gi, mi) = role.get(&ni)?;
+        if results[gi].is_none() {
+            results[gi] = Some(merge(g, out, &groups[gi], map)?);
+        }
+        Some(vec![results[gi].as_ref()?[mi]])
+    }))
+}
+
+/// The merged matmul of `grp` (values of `g` mapped into `out` by `map`): each member's result, in
+/// member order.
+fn merge(g: &Mir, out: &mut Mir, grp: &[Member], map: &[Option<ValueId>]) -> Option<Vec<ValueId>> {
+    let first = &g.nodes[grp[0].mm];
+    let a = map[first.inputs[0].index()]?;
+    let name = first.name.as_str();
+    let sa = out.ty(a).shape.as_fixed()?;
+    let sw = g.ty(first.inputs[1]).shape.as_fixed()?;
+    let (k, nn) = (sw[0] as u64, sw[1] as u64);
+    let m: u64 = sa[..sa.len() - 1].iter().map(|&d| d as u64).product();
+    let gn = grp.len() as u64;
+    let fixed = |d: &[u64]| d.iter().map(|&x| Dim::Fixed(x)).collect::<Vec<_>>();
+    let a3 = out.add1(name, MirOp::Reshape { shape: fixed(&[1, m, k]) }, &[a]).ok()?;
+    let mut ws = Vec::new();
+    for mem in grp {
+        let w = map[g.nodes[mem.mm].inputs[1].index()]?;
+        ws.push(out.add1(name, MirOp::Reshape { shape: fixed(&[1, k, nn]) }, &[w]).ok()?);
+    }
+    let wst = out.add1(name, MirOp::Concat { axis: 0 }, &ws).ok()?;
+    let mut y = out.add1(name, MirOp::MatMul, &[a3, wst]).ok()?;
+    if grp.iter().all(|mem| mem.add.is_some()) {
+        let mut bs = Vec::new();
+        for mem in grp {
+            let (_, b) = mem.add?;
+            bs.push(out.add1(name, MirOp::Reshape { shape: fixed(&[1, 1, nn]) }, &[map[b.index()]?]).ok()?);
+        }
+        let bst = out.add1(name, MirOp::Concat { axis: 0 }, &bs).ok()?;
+        let an = mem_add_name(g, &grp[0]);
+        y = out.add1(an, MirOp::Binary(BinaryOp::Add), &[y, bst]).ok()?;
+    }
+    debug_assert_eq!(out.ty(y).shape.as_fixed()?, vec![gn as usize, m as usize, nn as usize]);
+    let mut res = Vec::new();
+    for (i, mem) in grp.iter().enumerate() {
+        let nm = &g.nodes[mem.mm];
+        let s = out.add1(&nm.name, MirOp::Slice { axes: vec![0], starts: vec![i as i64], ends: vec![i as i64 + 1], steps: vec![1] }, &[y]).ok()?;
+        let shape = g.ty(nm.outputs[0]).shape.0.clone();
+        res.push(out.add1(&nm.name, MirOp::Reshape { shape }, &[s]).ok()?);
+    }
+    Some(res)
+}
+
+fn mem_add_name<'a>(g: &'a Mir, m: &Member) -> &'a str {
+    m.add.map_or(g.nodes[m.mm].name.as_str(), |(a, _)| g.nodes[a].name.as_str())
+}
+
