@@ -59,6 +59,24 @@ fn rel_rms(want: &[f64], got: &[f64]) -> f64 {
     (ss(&mut want.iter().zip(got).map(|(x, y)| x - y)) / ss(&mut want.iter().copied())).sqrt()
 }
 
+/// Checks outputs `outs` of the emulated folder `emu` against the interpreter's `it` at precision `prec`:
+/// f32 by max abs, the reduced precisions by relative RMS (which must also be non-zero: the reduced
+/// form was taken), both within `tol`; `what` names the case in the printed figures.
+fn check_outputs(it: &Path, emu: &Path, outs: &[&str], prec: &str, tol: f64, what: &str) {
+    for out in outs {
+        if prec == "f32" {
+            let d = max_abs(it, emu, out);
+            eprintln!("f32 {out}: emulated cuda ({what}) vs interp max abs {d:.3e}");
+            assert!(d <= tol, "{out}: {d}");
+        } else {
+            let f = format!("{out}.npy");
+            let r = rel_rms(&common::npy(&it.join(&f)).to_f64_vec(), &common::npy(&emu.join(&f)).to_f64_vec());
+            eprintln!("{prec} {out}: emulated cuda ({what}) vs interp relative rms {r:.2e}");
+            assert!(r <= tol && r > 0.0, "{prec} {out}: relative rms {r}");
+        }
+    }
+}
+
 /// The `--emit-ir` artifact `art` of model `name`: its PTX assembled by ptxas for sm_90, then run in CPU
 /// emulation (tests/gpu/emulate_cuda.py) on `inputs`, writing its outputs into `emu`.
 fn assemble_and_emulate(art: &Path, name: &str, emu: &Path, inputs: &[&Path]) {
@@ -404,18 +422,7 @@ fn split_k_across_launches_matches_the_interpreter_in_cpu_emulation() {
         assert_eq!(parts(&art), 2, "{prec}: a partial-sums launch per matmul");
         let emu = dir.join(format!("emu-{prec}"));
         assemble_and_emulate(&art, "splitk_launch", &emu, &[&p, &q]);
-        for out in ["mm_sk2048", "mm_sk1024"] {
-            if prec == "f32" {
-                let d = max_abs(&it, &emu, out);
-                eprintln!("f32 {out}: emulated cuda (split K across launches) vs interp max abs {d:.3e}");
-                assert!(d <= tol, "{out}: {d}");
-            } else {
-                let f = format!("{out}.npy");
-                let r = rel_rms(&common::npy(&it.join(&f)).to_f64_vec(), &common::npy(&emu.join(&f)).to_f64_vec());
-                eprintln!("{prec} {out}: emulated cuda (split K across launches) vs interp relative rms {r:.2e}");
-                assert!(r <= tol && r > 0.0, "{prec} {out}: relative rms {r}");
-            }
-        }
+        check_outputs(&it, &emu, &["mm_sk2048", "mm_sk1024"], prec, tol, "split K across launches");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -468,18 +475,7 @@ fn matmuls_sharing_an_operand_merge_and_match_the_interpreter_in_cpu_emulation()
         }
         let emu = dir.join(format!("emu-{prec}"));
         assemble_and_emulate(&art, "merge", &emu, &[&a]);
-        for out in ["out_q", "out_k", "out_v", "out_3", "out_4", "out_8", "out_m5", "out_p6", "out_7"] {
-            if prec == "f32" {
-                let d = max_abs(&it, &emu, out);
-                eprintln!("f32 {out}: emulated cuda (merged matmuls) vs interp max abs {d:.3e}");
-                assert!(d <= tol, "{out}: {d}");
-            } else {
-                let f = format!("{out}.npy");
-                let r = rel_rms(&common::npy(&it.join(&f)).to_f64_vec(), &common::npy(&emu.join(&f)).to_f64_vec());
-                eprintln!("{prec} {out}: emulated cuda (merged matmuls) vs interp relative rms {r:.2e}");
-                assert!(r <= tol && r > 0.0, "{prec} {out}: relative rms {r}");
-            }
-        }
+        check_outputs(&it, &emu, &["out_q", "out_k", "out_v", "out_3", "out_4", "out_8", "out_m5", "out_p6", "out_7"], prec, tol, "merged matmuls");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -524,19 +520,8 @@ fn split_k_summed_by_the_row_kernel_matches_the_interpreter_in_cpu_emulation() {
         }
         let emu = art.join("emu");
         assemble_and_emulate(&art, "splitk_rows", &emu, &ins.iter().map(|p| p.as_path()).collect::<Vec<_>>());
-        for out in ["ln_sk1536", "ln_sk384"] {
-            if prec == "f32" {
-                let d = max_abs(&it, &emu, out);
-                eprintln!("f32 {out} (RLX_CUDA_SPLIT_K_ROWS={rows:?}): emulated cuda vs interp max abs {d:.3e}");
-                assert!(d <= 1e-4, "{out}: {d}");
-            } else {
-                let f = format!("{out}.npy");
-                let r = rel_rms(&common::npy(&it.join(&f)).to_f64_vec(), &common::npy(&emu.join(&f)).to_f64_vec());
-                let tol = if prec == "tf32" { 1e-3 } else { 6e-3 };
-                eprintln!("{prec} {out}: emulated cuda vs interp relative rms {r:.2e}");
-                assert!(r <= tol && r > 0.0, "{prec} {out}: relative rms {r}");
-            }
-        }
+        let tol = match prec { "f32" => 1e-4, "tf32" => 1e-3, _ => 6e-3 };
+        check_outputs(&it, &emu, &["ln_sk1536", "ln_sk384"], prec, tol, &format!("RLX_CUDA_SPLIT_K_ROWS={rows:?}"));
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
