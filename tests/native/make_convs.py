@@ -183,6 +183,10 @@ def main() -> None:
         "conv1d_grouped": ([2, 32, 29], [(32, (3,), {"pads": [1, 1], "group": 4}, True)], identity, ()),
         # 3-D.
         "conv3d": ([1, 3, 5, 6, 7], [(4, (2, 3, 3), {"pads": [0, 1, 1, 1, 1, 0]}, True)], identity, ()),
+        # 3-D, stride 1, planes as large as the input's: B packed from x under the window mask (taps over
+        # D·H·W), batch 2; and dilated 2 with asymmetric pads (depth 4 → 3).
+        "conv3d_direct_b2": ([2, 4, 4, 6, 7], [(6, (3, 3, 3), {"pads": [1, 1, 1, 1, 1, 1]}, True)], relu, ()),
+        "conv3d_dil2_asym": ([1, 3, 4, 6, 7], [(5, (3, 3, 3), {"dilations": [2, 2, 2], "pads": [0, 2, 1, 3, 2, 3]}, False)], identity, ()),
         # Broadcast operands in the epilogue: a per-channel scale and a spatial map.
         "conv3x3_bcast": ([1, 3, 10, 10], [(12, (3, 3), {}, True)], bcast, ()),
         # Several row blocks (256 channels × K 576), 49 positions (3 panels + a 1-wide tail), batch 2.

@@ -147,8 +147,8 @@ fn conv_gemm_paths_are_taken() {
     assert!(!ko.contains("winograd") && ko.contains("(window mask)"), "--winograd off: not the direct form:\n{ko}");
     let ks = lir("conv3x3_s2_phases_b2");
     assert!(ks.contains("(phases)") && ks.contains("(window mask)") && !ks.contains("(im2col)"), "3×3 stride 2: B is not packed from x's phases:\n{ks}");
-    // Dilated, stride 1, output rows as wide as the input's: B packed from x, the taps d apart.
-    for case in ["conv3x3_dil2_hardswish", "conv3x3_dil3_asym_b2"] {
+    // Dilated or 3-D, stride 1, output rows (3-D: planes) as large as the input's: B packed from x.
+    for case in ["conv3x3_dil2_hardswish", "conv3x3_dil3_asym_b2", "conv3d_direct_b2", "conv3d_dil2_asym"] {
         let kd = lir(case);
         assert!(kd.contains("(window mask)") && !kd.contains("(im2col)"), "{case}: B is not packed from x:\n{kd}");
     }

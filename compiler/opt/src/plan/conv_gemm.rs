@@ -79,14 +79,15 @@ pub(super) struct Direct {
     /// neither the mask's loads nor its compares (the mask of a 224² stem is 0.45–2.4 MB, read from
     /// memory every call: a quarter of MobileNet-like's stem time was its compares waiting on it).
     pub(super) inner: u32,
-    /// Input channels, kernel taps (KH·KW), kernel width, input width, elements per channel of the
-    /// source read (x: H·W; the phases: ⌈H/s⌉·OW).
+    /// Input channels, kernel taps (KH·KW, or KD·KH·KW), elements per channel of the source read (x:
+    /// H·W or D·H·W; the phases: ⌈H/s⌉·OW).
     pub(super) c: usize,
     pub(super) taps: usize,
-    pub(super) kw: usize,
-    pub(super) w: usize,
     pub(super) hw: usize,
-    /// The flat offset of tap (0, 0): ph·W + pw (stride 1).
+    /// The kernel's spatial dims and x's element stride along each (2-D: [W, 1]; 3-D: [H·W, W, 1]).
+    pub(super) kdims: Vec<usize>,
+    pub(super) xstrides: Vec<usize>,
+    /// The flat offset of tap (0, 0): Σ pad·stride (ph·W + pw in 2-D; stride 1).
     pub(super) shift0: i64,
     /// The dilation (stride 1 only; 1 when strided): tap (kh, kw) is read at flat `p + d·kh·W + d·kw − shift0`.
     pub(super) dil: usize,
@@ -260,7 +261,7 @@ impl Planner<'_> {
     pub(super) fn pack_conv_weights(&mut self) -> Vec<ValueId> {
         let mut packed = Vec::new();
         // Masks of `Direct` convolutions by geometry (input H, W, output H, kernel, leading pads).
-        let mut masks: std::collections::HashMap<[usize; 9], (u32, u32)> = std::collections::HashMap::new();
+        let mut masks: std::collections::HashMap<Vec<usize>, (u32, u32)> = std::collections::HashMap::new();
         for (a, w) in self.conv_gemm_candidates() {
             let Def::Const(c) = &self.g.value(w).def else { continue };
             let node = self.g.node(a);
@@ -294,9 +295,11 @@ impl Planner<'_> {
             let mr = tile_rows(mr, sw[0] / groups);
             // A dilated one (DeepLab's atrous 3×3s) reads its taps d apart: stride 1 only.
             let dil = dilations.first().copied().unwrap_or(1);
-            let plain = !one && groups == 1 && sx.len() == 4 && dilations.iter().all(|&d| d == dil) && strides[0] == strides[1] && (dil == 1 || strides[0] == 1);
+            // A 3-D one (stride 1) the same way, its taps' offsets over D·H·W.
+            let plain = !one && groups == 1 && (sx.len() == 4 || (sx.len() == 5 && strides.iter().all(|&s| s == 1))) && dilations.iter().all(|&d| d == dil)
+                && strides.iter().all(|&s| s == strides[0]) && (dil == 1 || strides[0] == 1);
             let s = strides[0];
-            // (2-D only: `plain` checks the rank first.)
+            // The 2-D geometry (the strided forms; `plain` checks the rank first).
             let at = |v: &[usize], i: usize| v.get(i).copied().unwrap_or(0);
             let (kh, kw, h, wd, oh, ow) = (at(&sw, 2), at(&sw, 3), at(&sx, 2), at(&sx, 3), at(&so, 2), at(&so, 3));
             let (ph, pw) = (pads[0], at(pads, 1));
@@ -306,27 +309,34 @@ impl Planner<'_> {
             // stride-2 one at 14² → 7² 0.90–0.97×; VGG-19's 512-channel 3×3 at 14², 196 positions, 1.11–1.14×
             // with im2col, so it packs; ResNet's stride-2 256-channel at 28² → 14² in 4 blocks packs, 0.79–0.95×).
             let tiles = sw[0].div_ceil(mr);
-            let eight = by_rows(sw[0], oh * ow, tiles) && tiles / 8 >= 8 && oh * ow < 2 * nr;
-            let toff = if plain && s > 1 && !eight { strided_direct(s, [(kh, h, oh, ph), (kw, wd, ow, pw)], sx[1]) } else { None };
-            let direct = if plain && ((s == 1 && ow == wd && !eight) || toff.is_some()) {
-                let key = [h, wd, oh, ow, kh, kw, ph * 1000 + pw, s * 1000 + dil, nr];
+            let pn: usize = so[2..].iter().product();
+            let eight = by_rows(sw[0], pn, tiles) && tiles / 8 >= 8 && pn < 2 * nr;
+            let toff = if plain && s > 1 && sx.len() == 4 && !eight { strided_direct(s, [(kh, h, oh, ph), (kw, wd, ow, pw)], sx[1]) } else { None };
+            // Stride 1: the output's dims after the first spatial one as the input's (rows as wide, in 3-D
+            // planes as large too), so a flat output position plus a tap's offset is its flat input position.
+            let nsp = sx.len() - 2;
+            let direct = if plain && ((s == 1 && so[3..] == sx[3..] && !eight) || toff.is_some()) {
+                let (kd, xd, od) = (&sw[2..], &sx[2..], &so[2..]);
+                let key: Vec<usize> = [xd, od, kd, &pads[..nsp], &[s, dil, nr]].concat();
                 let (mask, inner) = match masks.get(&key) {
                     Some(&m) => m,
                     None => {
-                        let mc = window_mask((kh, kw), (h, wd), (oh, ow), (s, dil), (ph, pw));
+                        let mc = window_mask(kd, xd, od, (s, dil), &pads[..nsp]);
                         let ic = inner_panels(&mc, nr);
                         let m = (self.add_weight(format!("{} (window mask)", node.name), &mc), self.add_weight(format!("{} (panels inside)", node.name), &ic));
                         masks.insert(key, m);
                         m
                     }
                 };
-                let hw = toff.as_ref().map_or(h * wd, |(_, hp)| hp * ow);
+                let hw = toff.as_ref().map_or(xd.iter().product(), |(_, hp)| hp * ow);
+                let xstrides: Vec<usize> = (0..nsp).map(|i| xd[i + 1..].iter().product()).collect();
+                let shift0 = (0..nsp).map(|i| pads[i] * xstrides[i]).sum::<usize>() as i64;
                 let phases = toff.map(|(t, _)| {
                     let bytes: Vec<u8> = t.iter().flat_map(|v| v.to_le_bytes()).collect();
                     let cd = ConstData { dtype: DType::I64, shape: vec![t.len()], data: rlx_ir::Blob::from_vec(bytes) };
                     (s, self.add_weight(format!("{} (phase tap offsets)", node.name), &cd))
                 });
-                Some(Direct { mask, inner, c: sx[1], taps: kh * kw, kw, w: wd, hw, shift0: (ph * wd + pw) as i64, dil, phases })
+                Some(Direct { mask, inner, c: sx[1], taps: kd.iter().product(), hw, kdims: kd.to_vec(), xstrides, shift0, dil, phases })
             } else {
                 None
             };
@@ -625,8 +635,15 @@ impl Planner<'_> {
         let b = match d.phases {
             // The first lane's element of x: (n·C + c)·HW + p + shift(tap) − shift(0, 0).
             None => {
-                let dil = d.dil as i64;
-                let shift = Expr::add(Expr::mul(Expr::i(IOp::Div, tap.clone(), Expr::Int(d.kw as i64)), Expr::Int(d.w as i64 * dil)), Expr::mul(Expr::i(IOp::Rem, tap.clone(), Expr::Int(d.kw as i64)), Expr::Int(dil)));
+                // Tap axis i's index: tap / (the inner axes' taps) % k_i (no division on the last axis, no
+                // remainder on the first), times d·stride_i.
+                let n = d.kdims.len();
+                let shift = (0..n).map(|i| {
+                    let inner: usize = d.kdims[i + 1..].iter().product();
+                    let q = if i + 1 < n { Expr::i(IOp::Div, tap.clone(), Expr::Int(inner as i64)) } else { tap.clone() };
+                    let q = if i > 0 { Expr::i(IOp::Rem, q, Expr::Int(d.kdims[i] as i64)) } else { q };
+                    Expr::mul(q, Expr::Int((d.dil * d.xstrides[i]) as i64))
+                }).reduce(Expr::add).expect("a spatial axis");
                 let chan = Expr::add(Expr::mul(t.nv.clone(), Expr::Int(d.c as i64)), c);
                 Expr::i(IOp::Sub, Expr::add(Expr::add(Expr::mul(chan, Expr::Int(d.hw as i64)), p.clone()), shift), Expr::Int(d.shift0))
             }
@@ -963,21 +980,30 @@ fn inner_panels(mask: &ConstData, nr: usize) -> ConstData {
     ConstData { dtype: DType::I64, shape: vec![taps, np], data: rlx_ir::Blob::from_vec(v) }
 }
 
-/// The mask of a `Direct` convolution: `[KH·KW, OH·OW]` f32, 1.0 where tap (kh, kw) of output position
-/// (oh, ow) reads inside the input (0 ≤ s·oh + kh − ph < H, 0 ≤ s·ow + kw − pw < W), else 0.0.
-fn window_mask((kh, kw): (usize, usize), (h, w): (usize, usize), (oh, ow): (usize, usize), (s, d): (usize, usize), (ph, pw): (usize, usize)) -> ConstData {
-    let mut v = Vec::with_capacity(kh * kw * oh * ow * 4);
-    for a in 0..kh {
-        for b in 0..kw {
-            for y in 0..oh {
-                for x in 0..ow {
-                    let inside = (s * y + d * a).checked_sub(ph).is_some_and(|i| i < h) && (s * x + d * b).checked_sub(pw).is_some_and(|j| j < w);
-                    v.extend_from_slice(&(if inside { 1.0f32 } else { 0.0 }).to_le_bytes());
-                }
-            }
+/// The mask of a `Direct` convolution: `[taps, positions]` f32 (2-D: `[KH·KW, OH·OW]`), 1.0 where the tap
+/// of the output position reads inside the input along every spatial axis (0 ≤ s·o + d·k − pad < in),
+/// else 0.0. `kd`, `xd`, `od`: the kernel's, input's and output's spatial dims; `pads` their leading pads.
+fn window_mask(kd: &[usize], xd: &[usize], od: &[usize], (s, d): (usize, usize), pads: &[usize]) -> ConstData {
+    let (taps, pn): (usize, usize) = (kd.iter().product(), od.iter().product());
+    // Row-major multi-index of flat `f` over `dims`.
+    let split = |mut f: usize, dims: &[usize]| -> Vec<usize> {
+        let mut ix = vec![0; dims.len()];
+        for (i, &n) in dims.iter().enumerate().rev() {
+            ix[i] = f % n;
+            f /= n;
+        }
+        ix
+    };
+    let mut v = Vec::with_capacity(taps * pn * 4);
+    for t in 0..taps {
+        let k = split(t, kd);
+        for q in 0..pn {
+            let o = split(q, od);
+            let inside = (0..kd.len()).all(|i| (s * o[i] + d * k[i]).checked_sub(pads[i]).is_some_and(|x| x < xd[i]));
+            v.extend_from_slice(&(if inside { 1.0f32 } else { 0.0 }).to_le_bytes());
         }
     }
-    ConstData { dtype: DType::F32, shape: vec![kh * kw, oh * ow], data: rlx_ir::Blob::from_vec(v) }
+    ConstData { dtype: DType::F32, shape: vec![taps, pn], data: rlx_ir::Blob::from_vec(v) }
 }
 
 /// A float weight `[M, …]` (rows of K elements) packed in panels of `mr` rows per group of `M / groups`
