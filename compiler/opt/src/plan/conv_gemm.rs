@@ -34,6 +34,11 @@ pub(super) const GROUP_MIN: usize = 8;
 /// units (the chunk's weight slice stays in L2) instead of all chunks of one unit at a time.
 const A_L2: usize = 512 * 1024;
 
+/// The largest window mask (bytes, a weight of the artifact) a 3-D `Direct` convolution takes: a 3×3×3
+/// one over 8 × 28² has 0.68 MB (6.76 → 4.25 ms against im2col, one thread), one over 16 × 112² would
+/// have 21 MB — which im2col writes per input channel per call, but the artifact would carry.
+const MASK_3D: usize = 8 << 20;
+
 /// A convolution planned on the GEMM micro-kernel.
 #[derive(Clone, Debug)]
 pub(super) struct ConvGemm {
@@ -61,7 +66,8 @@ pub(super) struct ConvGemm {
     pub(super) winograd: Option<Wino>,
 }
 
-/// A dense stride-1 2-D convolution whose output rows are as wide as its input rows: its B
+/// A dense stride-1 2-D convolution whose output rows are as wide as its input rows (or a 3-D one whose
+/// output planes are as large as its input's, the taps' offsets summed over D·H·W): its B
 /// chunks are packed from x itself (in either loop order). Row `(c, kh, kw)` of col at flat output
 /// position `p` is `x[n][c]` at flat `p + (d·kh − ph)·W + (d·kw − pw)` (d the dilation) — contiguous along p, across output
 /// rows too — where the window is inside the input, and zero elsewhere: a constant mask
@@ -89,7 +95,7 @@ pub(super) struct Direct {
     pub(super) xstrides: Vec<usize>,
     /// The flat offset of tap (0, 0): Σ pad·stride (ph·W + pw in 2-D; stride 1).
     pub(super) shift0: i64,
-    /// The dilation (stride 1 only; 1 when strided): tap (kh, kw) is read at flat `p + d·kh·W + d·kw − shift0`.
+    /// The dilation (stride 1 only; 1 when strided): tap (k₀, k₁, …) is read at flat `p + d·Σ kᵢ·xstridesᵢ − shift0`.
     pub(super) dil: usize,
     /// Strided: the stride and the weight buffer of each tap's offset in an image's phases (i64
     /// `[KH·KW]`: phase·C·⌈H/s⌉·OW + ⌊(kh − ph)/s⌋·OW + ⌊(kw − pw)/s⌋).
@@ -260,7 +266,8 @@ impl Planner<'_> {
     /// packed (they need no other copy in the blob).
     pub(super) fn pack_conv_weights(&mut self) -> Vec<ValueId> {
         let mut packed = Vec::new();
-        // Masks of `Direct` convolutions by geometry (input H, W, output H, kernel, leading pads).
+        // Masks of `Direct` convolutions by geometry (input, output and kernel dims, leading pads, stride,
+        // dilation, panel width).
         let mut masks: std::collections::HashMap<Vec<usize>, (u32, u32)> = std::collections::HashMap::new();
         for (a, w) in self.conv_gemm_candidates() {
             let Def::Const(c) = &self.g.value(w).def else { continue };
@@ -295,8 +302,10 @@ impl Planner<'_> {
             let mr = tile_rows(mr, sw[0] / groups);
             // A dilated one (DeepLab's atrous 3×3s) reads its taps d apart: stride 1 only.
             let dil = dilations.first().copied().unwrap_or(1);
-            // A 3-D one (stride 1) the same way, its taps' offsets over D·H·W.
-            let plain = !one && groups == 1 && (sx.len() == 4 || (sx.len() == 5 && strides.iter().all(|&s| s == 1))) && dilations.iter().all(|&d| d == dil)
+            // A 3-D one (stride 1) the same way, its taps' offsets over D·H·W, while its mask (taps ×
+            // positions f32, a weight) stays under MASK_3D: past it, the im2col copy.
+            let mask_bytes = sw[2..].iter().product::<usize>() * so[2..].iter().product::<usize>() * 4;
+            let plain = !one && groups == 1 && (sx.len() == 4 || (sx.len() == 5 && strides.iter().all(|&s| s == 1) && mask_bytes <= MASK_3D)) && dilations.iter().all(|&d| d == dil)
                 && strides.iter().all(|&s| s == strides[0]) && (dil == 1 || strides[0] == 1);
             let s = strides[0];
             // The 2-D geometry (the strided forms; `plain` checks the rank first).
