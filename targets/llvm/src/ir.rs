@@ -10,6 +10,7 @@ use std::fmt::Write;
 
 mod math;
 mod region;
+mod transpose;
 mod vector;
 
 pub use rlx_ir::lir::{COMM_ERROR_CODES, ERROR_CODES, LOOP_ERROR_CODES, STATE_ERROR_CODES};
@@ -539,6 +540,12 @@ impl<'a> Writer<'a> {
                     if *n > 1 && *extent % *n as i64 == 0 && !self.split_next && !self.scalar_only && vector::vectorizable(body, *var, &mut Vec::new()) =>
                 {
                     self.vector_loop(*var, *extent, *n, body);
+                }
+                Stmt::For { var, extent, kind: LoopKind::Serial, body }
+                    if !self.split_next && !self.scalar_only && transpose::block(&self.params, *var, *extent, body).is_some() =>
+                {
+                    let b = transpose::block(&self.params, *var, *extent, body).expect("matched above");
+                    self.transpose_block(&b);
                 }
                 Stmt::For { var, extent, kind, body } => {
                     let meta = match kind {

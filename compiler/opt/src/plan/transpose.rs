@@ -6,12 +6,20 @@
 //! lanes are the innermost loop, inside the loop over the output's last dim: each innermost run reads
 //! [`BLOCK`] consecutive input values and writes [`BLOCK`] outputs one output row apart, all within
 //! the block's rows of the output (a few KiB, in L1 while the last dim sweeps them).
+//!
+//! Where the transposed value is a plain load (no fused arithmetic) and both the blocked dim and the
+//! output's last dim are whole multiples of the vector width `n`, the kernel is `n × n` blocks instead
+//! ([`Planner::transpose_tiles`]): for each block, `for i in 0..n { for l in 0..n vector(n) { out[…, j0 +
+//! l, c0 + i] = x[…, c0 + i, …, j0 + l] } }` — each lane loop a contiguous load and a store `C` apart.
+//! As plain loops every writer runs it as before; the LLVM writer recognizes the nest (`ir/transpose.rs`)
+//! and writes it as `n` vector loads, the block transposed in registers by shuffles and `n` vector stores
+//! (64 × 112² NCHW → NHWC, one thread, CPU time: 0.330 → see docs/benchmarks.md's op patterns).
 
 use super::index::linear;
 use super::kernel::KB;
 use super::Planner;
-use rlx_ir::loops::{Expr, IOp, LoopKind, Stmt};
-use rlx_ir::{MirOp, NodeId};
+use rlx_ir::loops::{Expr, IOp, LoopKind, Stmt, Var};
+use rlx_ir::{DType, MirOp, NodeId};
 
 /// Output positions along `j` per block: 64 bytes of f32 input, one cache line.
 const BLOCK: usize = 16;
@@ -29,6 +37,9 @@ impl Planner<'_> {
     /// The body of transpose kernel `r` (output parameter `op`) with output dim `j` blocked (module doc):
     /// the other dims in order (the first the parallel loop), `j`'s blocks, the last dim, `j`'s lanes.
     pub(super) fn transpose_body(&mut self, kb: &mut KB, r: NodeId, op: u32, out_shape: &[usize], j: usize) -> Vec<Stmt> {
+        if let Some(body) = self.transpose_tiles(kb, r, op, out_shape, j) {
+            return body;
+        }
         let n = out_shape.len();
         let outer: Vec<usize> = (0..n - 1).filter(|&d| d != j && out_shape[d] != 1).collect();
         let vars: Vec<_> = outer.iter().map(|_| kb.var()).collect();
@@ -53,5 +64,41 @@ impl Planner<'_> {
             body = vec![Stmt::For { var: v, extent: out_shape[d] as i64, kind, body }];
         }
         body
+    }
+
+    /// The register-tile form of transpose kernel `r` (module doc), when its value is a plain load of
+    /// a non-bool buffer and dim `j` and the output's last dim are multiples of the vector width: the
+    /// other dims in order (the first the parallel loop), `j`'s blocks, the last dim's blocks, then the
+    /// block's rows `i` and its lanes `l`.
+    fn transpose_tiles(&mut self, kb: &mut KB, r: NodeId, op: u32, out_shape: &[usize], j: usize) -> Option<Vec<Stmt>> {
+        let (n, w) = (out_shape.len(), self.lanes);
+        if !matches!(w, 4 | 8 | 16) || out_shape[j] % w != 0 || out_shape[n - 1] % w != 0 || self.dt(self.g.node(r).outputs[0]) == DType::Bool {
+            return None;
+        }
+        let outer: Vec<usize> = (0..n - 1).filter(|&d| d != j && out_shape[d] != 1).collect();
+        let vars: Vec<_> = outer.iter().map(|_| kb.var()).collect();
+        let (vjb, vcb, vi, vl) = (kb.var(), kb.var(), kb.var(), kb.var());
+        let mut idx = vec![Expr::Int(0); n];
+        for (&d, &v) in outer.iter().zip(&vars) {
+            idx[d] = Expr::Var(v);
+        }
+        let block = |b: Var, x: Var| Expr::add(Expr::mul(Expr::Var(b), Expr::Int(w as i64)), Expr::Var(x));
+        idx[j] = block(vjb, vl);
+        idx[n - 1] = block(vcb, vi);
+        let value = self.node_expr(kb, r, &idx);
+        if !matches!(value, Expr::Load { .. }) {
+            return None;
+        }
+        let mut body = vec![Stmt::Store { buf: op, index: linear(&idx, out_shape), value }];
+        body = vec![Stmt::For { var: vl, extent: w as i64, kind: LoopKind::Vector(w as u32), body }];
+        body = vec![Stmt::For { var: vi, extent: w as i64, kind: LoopKind::Serial, body }];
+        body = vec![Stmt::For { var: vcb, extent: (out_shape[n - 1] / w) as i64, kind: LoopKind::Serial, body }];
+        let kind = if outer.is_empty() { LoopKind::Parallel } else { LoopKind::Serial };
+        body = vec![Stmt::For { var: vjb, extent: (out_shape[j] / w) as i64, kind, body }];
+        for (i, (&d, &v)) in outer.iter().zip(&vars).enumerate().rev() {
+            let kind = if i == 0 { LoopKind::Parallel } else { LoopKind::Serial };
+            body = vec![Stmt::For { var: v, extent: out_shape[d] as i64, kind, body }];
+        }
+        Some(body)
     }
 }

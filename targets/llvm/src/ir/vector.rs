@@ -26,7 +26,7 @@ fn elt(ty: Ty) -> &'static str {
 }
 
 /// `e` as `base + coeff * var` with `base` free of `var`, when it is affine in `var`.
-fn affine(e: &Expr, var: Var) -> Option<(Expr, i64)> {
+pub(super) fn affine(e: &Expr, var: Var) -> Option<(Expr, i64)> {
     if !mentions(e, var) {
         return Some((e.clone(), 0));
     }
