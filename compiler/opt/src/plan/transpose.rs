@@ -13,7 +13,8 @@
 //! l, c0 + i] = x[…, c0 + i, …, j0 + l] } }` — each lane loop a contiguous load and a store `C` apart.
 //! As plain loops every writer runs it as before; the LLVM writer recognizes the nest (`ir/transpose.rs`)
 //! and writes it as `n` vector loads, the block transposed in registers by shuffles and `n` vector stores
-//! (64 × 112² NCHW → NHWC, one thread, CPU time: 0.330 → see docs/benchmarks.md's op patterns).
+//! (64 × 112² NCHW → NHWC, one thread, CPU time, the blocked form in the same rounds: 0.377 → 0.143 ms,
+//! ONNX Runtime 0.206).
 
 use super::index::linear;
 use super::kernel::KB;
