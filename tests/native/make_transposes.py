@@ -5,8 +5,9 @@
 
 For each case NAME writes DIR/NAME.onnx and DIR/NAME.x.npy (seeded) and prints NAME. Cases whose name
 starts with `tiles_` move the input's innermost dim with that dim and the output's last one multiples of
-16 (the register-tile form on every CPU vector width: 4, 8, 16); `blocked_` ones miss a multiple (the
-blocked form); `fused_` ones transpose a computed value (the blocked form too). Uses only onnx.helper and
+16 (the register-tile form on every CPU vector width: 4, 8, 16); `tails_` ones hold at least 16 along both
+but no multiple (tiles, then the remainders element by element); `blocked_` ones fewer than 8 along one
+(the blocked form); `fused_` ones transpose a computed value (the blocked form too). Uses only onnx.helper and
 numpy.
 """
 from __future__ import annotations
@@ -25,8 +26,10 @@ CASES = [
     ("tiles_rank5", [1, 16, 3, 2, 32], [0, 4, 2, 3, 1], np.float32, None),
     ("tiles_batch_inner", [16, 5, 32], [2, 1, 0], np.float32, None),
     ("tiles_int32", [1, 16, 4, 32], [0, 2, 3, 1], np.int32, None),
-    ("blocked_odd_channels", [1, 24, 7, 20], [0, 2, 3, 1], np.float32, None),
-    ("blocked_rows_tail", [40, 17], [1, 0], np.float32, None),
+    ("tails_odd_channels", [1, 24, 7, 20], [0, 2, 3, 1], np.float32, None),
+    ("tails_matrix", [40, 17], [1, 0], np.float32, None),
+    ("tails_batch2", [2, 20, 3, 33], [0, 2, 3, 1], np.float32, None),
+    ("blocked_narrow", [1, 24, 7, 7], [0, 2, 3, 1], np.float32, None),
     ("fused_relu", [1, 32, 8, 16], [0, 2, 3, 1], np.float32, "Relu"),
 ]
 

@@ -8,7 +8,8 @@
 //! the block's rows of the output (a few KiB, in L1 while the last dim sweeps them).
 //!
 //! Where the transposed value is a plain load (no fused arithmetic) and both the blocked dim and the
-//! output's last dim are whole multiples of the vector width `n`, the kernel is `n × n` blocks instead
+//! output's last dim hold at least one vector width `n`, the kernel is `n × n` blocks instead (the
+//! dims' remainders element by element)
 //! ([`Planner::transpose_tiles`]): for each block, `for i in 0..n { for l in 0..n vector(n) { out[…, j0 +
 //! l, c0 + i] = x[…, c0 + i, …, j0 + l] } }` — each lane loop a contiguous load and a store `C` apart.
 //! As plain loops every writer runs it as before; the LLVM writer recognizes the nest (`ir/transpose.rs`)
@@ -68,14 +69,17 @@ impl Planner<'_> {
     }
 
     /// The register-tile form of transpose kernel `r` (module doc), when its value is a plain load of
-    /// a non-bool buffer and dim `j` and the output's last dim are multiples of the vector width: the
-    /// other dims in order (the first the parallel loop), `j`'s blocks, the last dim's blocks, then the
-    /// block's rows `i` and its lanes `l`.
+    /// a non-bool buffer and dim `j` and the output's last dim hold at least one vector width each:
+    /// the other dims in order (the first the parallel loop), `j`'s blocks; in each whole block the
+    /// last dim's whole blocks as tiles (rows `i`, lanes `l`) and its remainder element by element;
+    /// the remainder of `j` (the block past the whole ones) element by element.
     fn transpose_tiles(&mut self, kb: &mut KB, r: NodeId, op: u32, out_shape: &[usize], j: usize) -> Option<Vec<Stmt>> {
         let (n, w) = (out_shape.len(), self.lanes);
-        if !matches!(w, 4 | 8 | 16) || out_shape[j] % w != 0 || out_shape[n - 1] % w != 0 || self.dt(self.g.node(r).outputs[0]) == DType::Bool {
+        let (jn, cn) = (out_shape[j], out_shape[n - 1]);
+        if !matches!(w, 4 | 8 | 16) || jn < w || cn < w || self.dt(self.g.node(r).outputs[0]) == DType::Bool {
             return None;
         }
+        let (jfull, cfull) = (jn / w, cn / w);
         let outer: Vec<usize> = (0..n - 1).filter(|&d| d != j && out_shape[d] != 1).collect();
         let vars: Vec<_> = outer.iter().map(|_| kb.var()).collect();
         let (vjb, vcb, vi, vl) = (kb.var(), kb.var(), kb.var(), kb.var());
@@ -90,12 +94,36 @@ impl Planner<'_> {
         if !matches!(value, Expr::Load { .. }) {
             return None;
         }
-        let mut body = vec![Stmt::Store { buf: op, index: linear(&idx, out_shape), value }];
-        body = vec![Stmt::For { var: vl, extent: w as i64, kind: LoopKind::Vector(w as u32), body }];
-        body = vec![Stmt::For { var: vi, extent: w as i64, kind: LoopKind::Serial, body }];
-        body = vec![Stmt::For { var: vcb, extent: (out_shape[n - 1] / w) as i64, kind: LoopKind::Serial, body }];
+        let mut tile = vec![Stmt::Store { buf: op, index: linear(&idx, out_shape), value }];
+        tile = vec![Stmt::For { var: vl, extent: w as i64, kind: LoopKind::Vector(w as u32), body: tile }];
+        tile = vec![Stmt::For { var: vi, extent: w as i64, kind: LoopKind::Serial, body: tile }];
+        let mut whole = vec![Stmt::For { var: vcb, extent: cfull as i64, kind: LoopKind::Serial, body: tile }];
+        // Element by element: output positions (j, c) for j = j0 + a, a < ja, and c = c0 + b, b < cb.
+        let elements = |this: &mut Self, kb: &mut KB, j0: Expr, ja: usize, c0: usize, cb: usize| {
+            let (va, vb) = (kb.var(), kb.var());
+            let mut at = idx.clone();
+            at[j] = Expr::add(j0, Expr::Var(va));
+            at[n - 1] = Expr::add(Expr::Int(c0 as i64), Expr::Var(vb));
+            let v = this.node_expr(kb, r, &at);
+            let store = Stmt::Store { buf: op, index: linear(&at, out_shape), value: v };
+            let inner = Stmt::For { var: vb, extent: cb as i64, kind: LoopKind::Serial, body: vec![store] };
+            Stmt::For { var: va, extent: ja as i64, kind: LoopKind::Serial, body: vec![inner] }
+        };
+        let jb0 = Expr::mul(Expr::Var(vjb), Expr::Int(w as i64));
+        if cn % w != 0 {
+            whole.push(elements(self, kb, jb0.clone(), w, cfull * w, cn % w));
+        }
+        let mut body = whole;
+        if jn % w != 0 {
+            let last = Expr::Int(jfull as i64);
+            let rest = elements(self, kb, jb0, jn % w, 0, cn);
+            body = vec![
+                Stmt::If { cond: Expr::i(IOp::Lt, Expr::Var(vjb), last.clone()), body },
+                Stmt::If { cond: Expr::i(IOp::Eq, Expr::Var(vjb), last), body: vec![rest] },
+            ];
+        }
         let kind = if outer.is_empty() { LoopKind::Parallel } else { LoopKind::Serial };
-        body = vec![Stmt::For { var: vjb, extent: (out_shape[j] / w) as i64, kind, body }];
+        body = vec![Stmt::For { var: vjb, extent: jn.div_ceil(w) as i64, kind, body }];
         for (i, (&d, &v)) in outer.iter().zip(&vars).enumerate().rev() {
             let kind = if i == 0 { LoopKind::Parallel } else { LoopKind::Serial };
             body = vec![Stmt::For { var: v, extent: out_shape[d] as i64, kind, body }];
