@@ -82,10 +82,12 @@ impl Family for Cuda {
     /// and tf32 297 → 303, bf16 266 → 252; batch 8 / 32 2–9% slower at every precision — the batched
     /// product [3, M, N] gets other tiles than three [M, N] (batch 32 f32: 140 µs against 3 × 32).
     fn rewrite(&self, _t: Target, mir: Mir) -> Mir {
-        if !std::env::var("RLX_CUDA_MERGE_MATMULS").is_ok_and(|v| v == "1") {
-            return mir;
-        }
-        match rlx_opt::merge_shared_operand_matmuls(&mir) {
+        let form = match std::env::var("RLX_CUDA_MERGE_MATMULS").as_deref() {
+            Ok("1") => rlx_opt::MergeForm::Batched,
+            Ok("cols") => rlx_opt::MergeForm::Columns,
+            _ => return mir,
+        };
+        match rlx_opt::merge_matmuls(&mir, form) {
             Some(g) => rlx_opt::simplify(&g, &crate::pipeline::eval_op),
             None => mir,
         }
