@@ -100,17 +100,19 @@ TWINS = {
     "st3": "tensor-core tiles through a 3-stage cp.async pipeline (RLX_CUDA_VEC_STAGES=3)",
     "st4": "tensor-core tiles through a 4-stage cp.async pipeline (RLX_CUDA_VEC_STAGES=4)",
     "erfexact": "erf with IEEE division and the inline exp (RLX_CUDA_ERF=exact)",
-    "qkvcat": "Q, K, V as one matmul of 1,152 columns (RLX_CUDA_MERGE_MATMULS=cols)",
+    "qkvsep": "Q, K, V as three matmuls (RLX_CUDA_MERGE_MATMULS=0)",
+    "bestfill0": "merged Q/K/V in the largest vector tile by block count (RLX_CUDA_VEC_BEST_FILL=0)",
 }
 SAME_BITS = {"f32w"}
 # Twins whose weights differ from the default's (carried as f32 blobs of their own after the default's).
-WEIGHT_TWINS = ["qkvcat"]
+# (Suffix of the twin whose f32 blob is carried → the pattern of the folders taking their weights from it.)
+WEIGHT_TWINS = {"qkvsep": r"_qkvsep$"}
 
 
 def precision_of(case):
     """The precision a case's artifact was compiled with (its folder suffix)."""
     for p, sfx in PRECISIONS.items():
-        if sfx and re.sub(r"_(untiled|unfused|nosplit|f32w|fill0|heads0|lds32|epichk|sm80|splitk0|splitk16|simt|rows0|rows256|st1|st2|st3|st4|erfexact|qkvcat)$", "", case).endswith(sfx):
+        if sfx and re.sub(r"_(untiled|unfused|nosplit|f32w|fill0|heads0|lds32|epichk|sm80|splitk0|splitk16|simt|rows0|rows256|st1|st2|st3|st4|erfexact|qkvsep|bestfill0)$", "", case).endswith(sfx):
             return p
     return "f32"
 
@@ -189,7 +191,7 @@ def main() -> int:
         if os.path.basename(d) in bases:
             continue
         b = re.match(r"minilm_b(\d+)_", os.path.basename(d)).group(1)
-        base = f"minilm_b{b}" + "".join(f"_{tw}" for tw in WEIGHT_TWINS if os.path.basename(d).endswith("_" + tw))
+        base = f"minilm_b{b}" + "".join(f"_{tw}" for tw in WEIGHT_TWINS if re.search(WEIGHT_TWINS[tw], os.path.basename(d)))
         f32 = open(os.path.join(work, "art", base, "minilm.weights.bin"), "rb").read()
         open(os.path.join(d, "minilm.weights.bin"), "wb").write(half_weights.with_copies(f32, json.load(open(os.path.join(d, "minilm.json")))))
     res = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "runs": a.runs, "rounds": a.rounds, "parity": {}, "minilm": {}}
@@ -199,7 +201,7 @@ def main() -> int:
     refs = set(os.listdir(os.path.join(a.carry, "ref")))
     cases = []
     for c in sorted(os.listdir(os.path.join(work, "art"))):
-        twin = c if c in refs else re.sub(r"(_(untiled|unfused|nosplit|f32w|fill0|heads0|lds32|epichk|sm80|splitk0|splitk16|simt|rows0|rows256|st1|st2|st3|st4|erfexact|qkvcat|tf32|bf16))+$", "", c)
+        twin = c if c in refs else re.sub(r"(_(untiled|unfused|nosplit|f32w|fill0|heads0|lds32|epichk|sm80|splitk0|splitk16|simt|rows0|rows256|st1|st2|st3|st4|erfexact|qkvsep|bestfill0|tf32|bf16))+$", "", c)
         if twin in refs:
             cases.append((c, twin))
     for c, twin in cases:

@@ -43,8 +43,9 @@ pub enum Form {
     Batched,
     /// The weights concatenated along N, `[K, G·N]`: one plain matmul of the operand `[…, K]` (its
     /// shape kept) with G·N columns, the biases concatenated `[G·N]`, member i the column slice
-    /// `[i·N, (i + 1)·N)` of the last axis (read in place by its reshapes / transposes' readers).
-    Columns,
+    /// `[i·N, (i + 1)·N)` of the last axis (read in place by its reshapes / transposes' readers); only
+    /// where the operand has at least `min_rows` rows (the product of its leading dims).
+    Columns { min_rows: u64 },
 }
 
 /// The merged groups of `g` in `form` (see the module doc); `None` when there is none.
@@ -66,6 +67,11 @@ pub fn merge_matmuls(g: &Mir, form: Form) -> Option<Mir> {
         }
         if outs[n.outputs[0].index()] || g.ty(n.outputs[0]).shape.as_fixed().is_none() {
             continue;
+        }
+        if let Form::Columns { min_rows } = form {
+            if (sa[..sa.len() - 1].iter().map(|&d| d as u64).product::<u64>()) < min_rows {
+                continue;
+            }
         }
         by_operand.entry((a.0, format!("{}", tw.dtype), sw[0], sw[1])).or_default().push(ni);
     }
@@ -105,7 +111,7 @@ pub fn merge_matmuls(g: &Mir, form: Form) -> Option<Mir> {
             _ => false,
         }
     }
-    let inlined = |v: ValueId| form != Form::Columns || into_matmul(g, v, &uses, &outs, &consumers);
+    let inlined = |v: ValueId| !matches!(form, Form::Columns { .. }) || into_matmul(g, v, &uses, &outs, &consumers);
     // The members with a bias merge with their biases, the others without; a group of one is left alone.
     for ((_, _, _, nn), nodes) in &by_operand {
         let members: Vec<Member> = nodes
@@ -140,7 +146,7 @@ pub fn merge_matmuls(g: &Mir, form: Form) -> Option<Mir> {
         if results[gi].is_none() {
             results[gi] = Some(match form {
                 Form::Batched => merge(g, out, &groups[gi], map)?,
-                Form::Columns => merge_columns(g, out, &groups[gi], map)?,
+                Form::Columns { .. } => merge_columns(g, out, &groups[gi], map)?,
             });
         }
         Some(vec![results[gi].as_ref()?[mi]])
