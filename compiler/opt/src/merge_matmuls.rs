@@ -1,24 +1,35 @@
 //! Matmuls reading the same left operand with constant right operands of one shape (a transformer
-//! layer's Q, K and V projections of its LayerNorm output) merged into one batched matmul: the G
-//! weights `[K, N]` stacked into `[G, K, N]`, the operand `[…, K]` viewed as `[1, M, K]` (M the product of
-//! its leading dims), the product `[G, M, N]`; member i's result is its slice `[i..i+1]` along the
-//! leading axis (a view of the product, no copy) reshaped to the member's own shape. Members whose only
-//! reader is an `add` of a constant bias `[N]` merge with their biases — stacked into `[G, 1, N]` and
-//! added to the product (the one matmul's epilogue), the slices replacing the adds —, the others
-//! without; a group of one is left alone. Only members whose result is read by reshapes and transposes
-//! alone merge (a transformer's Q / K / V, split into heads): an elementwise reader is the matmul's
-//! fused epilogue when it stands alone, and would be a launch of its own on the merged product's slice. One launch and one
-//! dependent level in place of G, with G times the blocks (MiniLM batch 1: 96 per projection).
+//! layer's Q, K and V projections of its LayerNorm output) merged into one, in one of two forms
+//! ([`Form`]):
 //!
-//! The pass only restructures the graph — the stacked weights and biases are `reshape` / `concat` nodes
+//! - **Columns** (the CUDA target's default under f32 / tf32 from 1,024 rows): the G weights `[K, N]`
+//!   concatenated into `[K, G·N]`, one plain matmul of the operand as it is (MiniLM: 1,152 columns, which
+//!   takes the ordinary tiles and their fill rule); member i's result is the column slice `[i·N, (i +
+//!   1)·N)` of the last axis. Such a slice is no view (its rows are strided): it costs no launch only
+//!   where operand inlining reads it in place (`plan/fuse.rs`: a slice under a reshape on a single-use
+//!   path into a matmul operand — attention's Q, K, V), so only members whose every reader path is
+//!   reshapes, transposes and scalar scalings into a matmul operand merge. On the H200 (MiniLM seq 128,
+//!   docs/benchmarks.md session 21): batch 8 f32 −3.0% / −3.4%, tf32 −2.5% / −1.2% against the three
+//!   apart in the same rounds; batch 32 within ±2%; bf16 and batch 1 no faster (the three had run side
+//!   by side as parallel branches of the graph).
+//! - **Batched** (session 20; the CUDA target's `RLX_CUDA_MERGE_MATMULS=1`): the weights stacked into
+//!   `[G, K, N]`, the operand `[…, K]` viewed as `[1, M, K]` (M the product of its leading dims), the
+//!   product `[G, M, N]`; member i's result is its slice `[i..i+1]` along the leading axis (a view of the
+//!   product, no copy) reshaped to the member's own shape. On the H200 MiniLM batch 1 took 58 → 46
+//!   launches but only bf16 ran faster, 266 → 252 µs; f32 340 → 347, tf32 297 → 303, batch 8 / 32 2–9%
+//!   slower — the batched product gets other tiles than the three apart.
+//!
+//! In both, members whose only reader is an `add` of a constant bias `[N]` merge with their biases
+//! (concatenated or stacked, added to the product: the one matmul's epilogue, the slices replacing the
+//! adds), the others without; a group of one is left alone. Only members whose result is read by
+//! reshapes and transposes alone merge: an elementwise reader is the matmul's fused epilogue when it
+//! stands alone, and would be a launch of its own on the merged product's slice.
+//!
+//! The pass only restructures the graph — the merged weights and biases are `reshape` / `concat` nodes
 //! on the constants — and the caller folds them ([`crate::fold`]) with its evaluator. Kept as it is:
 //! a group whose operand or weights are not of fixed shape, whose weights differ in shape or dtype from
 //! each other or from the operand, non-float dtypes, and a member that is a graph output (its value
-//! would then be a view). The CUDA target runs it with `RLX_CUDA_MERGE_MATMULS=1` at compile time (off by
-//! default: on the H200, MiniLM batch 1 took 58 → 46 launches but only bf16 ran faster, 266 → 252 µs;
-//! f32 340 → 347, tf32 297 → 303, batch 8 / 32 2–9% slower — the batched product gets other tiles than
-//! the three apart, batch 32 f32 140 µs against 3 × 32; docs/benchmarks.md, session 20). It is
-//! target-independent; no CPU target has been measured with it.
+//! would then be a view). It is target-independent; no CPU target has been measured with it.
 
 use crate::fold::rebuild;
 use rlx_ir::{BinaryOp, DType, Dim, Mir, MirOp, ValueId};
