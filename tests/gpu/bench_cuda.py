@@ -100,14 +100,19 @@ TWINS = {
     "st3": "tensor-core tiles through a 3-stage cp.async pipeline (RLX_CUDA_VEC_STAGES=3)",
     "st4": "tensor-core tiles through a 4-stage cp.async pipeline (RLX_CUDA_VEC_STAGES=4)",
     "erfexact": "erf with IEEE division and the inline exp (RLX_CUDA_ERF=exact)",
+    "qkvsep": "Q, K, V as three matmuls (RLX_CUDA_MERGE_MATMULS=0)",
+    "bestfill0": "merged Q/K/V in the largest vector tile by block count (RLX_CUDA_VEC_BEST_FILL=0)",
 }
 SAME_BITS = {"f32w"}
+# Twins whose weights differ from the default's (carried as f32 blobs of their own after the default's).
+# (Suffix of the twin whose f32 blob is carried → the pattern of the folders taking their weights from it.)
+WEIGHT_TWINS = {"qkvsep": r"_qkvsep$"}
 
 
 def precision_of(case):
     """The precision a case's artifact was compiled with (its folder suffix)."""
     for p, sfx in PRECISIONS.items():
-        if sfx and re.sub(r"_(untiled|unfused|nosplit|f32w|fill0|heads0|lds32|epichk|sm80|splitk0|splitk16|simt|rows0|rows256|st1|st2|st3|st4|erfexact)$", "", case).endswith(sfx):
+        if sfx and re.sub(r"_(untiled|unfused|nosplit|f32w|fill0|heads0|lds32|epichk|sm80|splitk0|splitk16|simt|rows0|rows256|st1|st2|st3|st4|erfexact|qkvsep|bestfill0)$", "", case).endswith(sfx):
             return p
     return "f32"
 
@@ -172,8 +177,10 @@ def main() -> int:
         with tarfile.open(os.path.join(a.carry, "art.tar.xz")) as t:
             t.extractall(work)
     blob, at = lzma.decompress(open(os.path.join(a.carry, "minilm.weights.bin.xz"), "rb").read()), 0
-    for b in [1, 8, 32]:
-        d = os.path.join(work, "art", f"minilm_b{b}")
+    # The default's three f32 blobs, then those of the twins whose weights differ (WEIGHT_TWINS), where carried.
+    bases = [f"minilm_b{b}" for b in [1, 8, 32]] + [f"minilm_b{b}_{tw}" for tw in WEIGHT_TWINS for b in [1, 8, 32] if os.path.isdir(os.path.join(work, "art", f"minilm_b{b}_{tw}"))]
+    for c in bases:
+        d = os.path.join(work, "art", c)
         n = json.load(open(os.path.join(d, "minilm.json")))["weights_bytes"]
         open(os.path.join(d, "minilm.weights.bin"), "wb").write(blob[at : at + n])
         at += n
@@ -181,8 +188,11 @@ def main() -> int:
     # The variants (untiled, tf32, bf16) have their f32 twin's weights byte for byte, then (bf16) the
     # 16-bit copies their manifest lists, rebuilt here (prepare_cuda.sh checks both).
     for d in glob.glob(os.path.join(work, "art", "minilm_b*_*")):
+        if os.path.basename(d) in bases:
+            continue
         b = re.match(r"minilm_b(\d+)_", os.path.basename(d)).group(1)
-        f32 = open(os.path.join(work, "art", f"minilm_b{b}", "minilm.weights.bin"), "rb").read()
+        base = f"minilm_b{b}" + "".join(f"_{tw}" for tw in WEIGHT_TWINS if re.search(WEIGHT_TWINS[tw], os.path.basename(d)))
+        f32 = open(os.path.join(work, "art", base, "minilm.weights.bin"), "rb").read()
         open(os.path.join(d, "minilm.weights.bin"), "wb").write(half_weights.with_copies(f32, json.load(open(os.path.join(d, "minilm.json")))))
     res = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "runs": a.runs, "rounds": a.rounds, "parity": {}, "minilm": {}}
     bad = []
@@ -191,7 +201,7 @@ def main() -> int:
     refs = set(os.listdir(os.path.join(a.carry, "ref")))
     cases = []
     for c in sorted(os.listdir(os.path.join(work, "art"))):
-        twin = c if c in refs else re.sub(r"(_(untiled|unfused|nosplit|f32w|fill0|heads0|lds32|epichk|sm80|splitk0|splitk16|simt|rows0|rows256|st1|st2|st3|st4|erfexact|tf32|bf16))+$", "", c)
+        twin = c if c in refs else re.sub(r"(_(untiled|unfused|nosplit|f32w|fill0|heads0|lds32|epichk|sm80|splitk0|splitk16|simt|rows0|rows256|st1|st2|st3|st4|erfexact|qkvsep|bestfill0|tf32|bf16))+$", "", c)
         if twin in refs:
             cases.append((c, twin))
     for c, twin in cases:

@@ -6,7 +6,7 @@ along K), with MiniLM's erf GELU after the FFN-up one.
     make_gemm.py --out DIR [--batch 8 32] [--small]
 
 Cases (NAME = gemm_bB_KxN[_gelu]): K×N ∈ {384×384 (Q/K/V/output), 384×1536 + GELU (FFN up),
-1536×384 (FFN down)} at each batch. `arrays(name)` regenerates a case's x, W [N, K] and bias from a
+1536×384 (FFN down), 384×1152 (Q, K and V as one matmul)} at each batch. `arrays(name)` regenerates a case's x, W [N, K] and bias from a
 fixed seed (tests/gpu/bench_gemm.py does that on the GPU machine rather than carrying them; onnx is
 imported only to write models).
 --small writes gemm_small (x[2, 64, 96] @ W[96, 128] + bias + GELU, then a second matmul over
@@ -23,7 +23,9 @@ import zlib
 
 import numpy as np
 
-SHAPES = [(384, 384, False), (384, 1536, True), (1536, 384, False)]
+# (384 × 1152: a layer's Q, K and V projections as one matmul, the weights concatenated along N —
+# rlx_opt::merge_matmuls' `Form::Columns`.)
+SHAPES = [(384, 384, False), (384, 1536, True), (1536, 384, False), (384, 1152, False)]
 SEQ = 128
 
 

@@ -99,7 +99,7 @@ pub fn fuse(g: &Mir) -> Fusion {
 }
 
 /// A binary op of a value with a scalar constant (a scaling such as attention's `q·d^-¼`).
-fn is_scalar_scale(g: &Mir, n: NodeId) -> bool {
+pub fn is_scalar_scale(g: &Mir, n: NodeId) -> bool {
     let node = g.node(n);
     let scalar = |v: ValueId| matches!(&g.value(v).def, Def::Const(c) if c.numel() == 1 && !c.dtype.is_quantized_block());
     matches!(node.op, MirOp::Binary(BinaryOp::Mul | BinaryOp::Div | BinaryOp::Add | BinaryOp::Sub)) && node.outputs.len() == 1 && node.inputs.len() == 2 && (scalar(node.inputs[0]) != scalar(node.inputs[1]))
@@ -141,6 +141,9 @@ pub fn fuse_with(g: &Mir, operands: bool) -> Fusion {
                     Some((p, MirOp::Transpose { .. })) => to_mm[p.index()],
                     // A reshape of an inlined reshape (a view of it would need it stored).
                     Some((p, MirOp::Reshape { .. })) => inline_reshape[p.index()],
+                    // A reshape of a slice on the path (a column slice of Q/K/V merged along N,
+                    // rlx_opt::merge_matmuls' `Form::Columns`): both index math in the loads.
+                    Some((p, MirOp::Slice { .. })) => to_mm[p.index()],
                     Some((p, _)) => to_mm[p.index()] && is_scalar_scale(g, p),
                     None => false,
                 };

@@ -67,7 +67,7 @@ mod transpose;
 mod window;
 mod winograd;
 
-pub use fuse::{fuse, fuse_with, Fusion, Role};
+pub use fuse::{fuse, fuse_with, is_scalar_scale, Fusion, Role};
 pub use row_fuse::row_fuse;
 
 use index::align_up;

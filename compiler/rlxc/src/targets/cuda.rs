@@ -32,6 +32,17 @@ pub fn caps() -> TargetCaps {
     return TargetCaps { name: "cuda".into(), native: Default::default() };
 }
 
+/// The fewest rows (the product of the operand's leading dims) for which Q, K and V merge by default
+/// (f32 / tf32). On the H200 (MiniLM seq 128, docs/benchmarks.md session 21, twins in the same rounds,
+/// p50 medians of three rounds, two runs): merged at batch 8 (1,024 rows: 96 blocks of 128×96 for the
+/// 1,152 columns, the vector tile that fills its last wave best) f32 1,148 → 1,113 and 1,142 → 1,103
+/// µs, tf32 859 → 837 and 842 → 832, every round faster; at batch 32 tf32 −1.4% / −1.7%, f32 −1.7% /
+/// +0.3%. bf16 gained nothing (batch 8 685 → 678 and 666 → 682, batch 32 −2.0% / +1.3%: the rounds'
+/// spread), so it keeps them apart. At batch 1 (128 rows: the three projections ran side by side as 192
+/// blocks each, ~8 µs; merged, one kernel of 13.7–15.4 µs in f32 / tf32, 11.3 in bf16) f32 345 → 356,
+/// tf32 305 → 309, bf16 272 → 268 — batch 1 keeps them apart too.
+const MERGE_MIN_ROWS: u64 = 1024;
+
 /// As for the shader targets: matmuls in their per-element form (no CPU GEMM panels), LayerNorm and
 /// softmax one row kernel each, transposes and scalings inlined into matmul operand loads; under f32,
 /// attention (scores, softmax, probabilities × values) one kernel (`rlx_opt`'s `plan/attention.rs`)
@@ -74,18 +85,25 @@ impl Family for Cuda {
     fn planning(&self, _t: Target, r: &Request) -> Result<Planning, Failure> {
         Ok(Planning::Plan(plan_options(r.precision.unwrap_or(Precision::F32))))
     }
-    /// With `RLX_CUDA_MERGE_MATMULS=1` at compile time: matmuls sharing their left operand and constant
-    /// weights of one shape (a layer's Q, K and V projections) as one batched matmul
-    /// (`rlx_opt::merge_matmuls`). Off by default: measured on the H200 (MiniLM seq 128, docs/benchmarks.md
-    /// session 20, against the unmerged artifact of the run before on another machine; the merged
-    /// weights differ, so no twin in the same rounds) batch 1 took 58 → 46 launches but f32 340 → 347 µs
-    /// and tf32 297 → 303, bf16 266 → 252; batch 8 / 32 2–9% slower at every precision — the batched
-    /// product [3, M, N] gets other tiles than three [M, N] (batch 32 f32: 140 µs against 3 × 32).
-    fn rewrite(&self, _t: Target, mir: Mir) -> Mir {
-        if !std::env::var("RLX_CUDA_MERGE_MATMULS").is_ok_and(|v| v == "1") {
-            return mir;
-        }
-        match rlx_opt::merge_shared_operand_matmuls(&mir) {
+    /// Matmuls sharing their left operand and constant weights of one shape (a layer's Q, K and V
+    /// projections) merged into one (`rlx_opt::merge_matmuls`): by default the weights concatenated
+    /// along N (`Form::Columns`: one plain matmul of 1,152 columns on MiniLM, each projection a column
+    /// slice read in place by the attention's loads) where the operand has at least [`MERGE_MIN_ROWS`]
+    /// rows, under `--precision f32` and `tf32` (bf16 measured as fast apart). `RLX_CUDA_MERGE_MATMULS` at compile time: `0` none (the PTX before session 21, byte for
+    /// byte), `cols` the column form at any row count, `1` session 20's batched form ([3, M, N]: on
+    /// the H200 batch 1 58 → 46 launches but f32 340 → 347 µs, tf32 297 → 303, bf16 266 → 252, batch 8 /
+    /// 32 2–9% slower — the batched product gets other tiles than three [M, N]; docs/benchmarks.md
+    /// session 20).
+    fn rewrite(&self, _t: Target, r: &Request, mir: Mir) -> Mir {
+        let tf32 = matches!(r.precision.unwrap_or(Precision::F32), Precision::F32 | Precision::Tf32);
+        let form = match std::env::var("RLX_CUDA_MERGE_MATMULS").as_deref() {
+            Ok("1") => rlx_opt::MergeForm::Batched,
+            Ok("cols") => rlx_opt::MergeForm::Columns { min_rows: 0 },
+            Ok("0") => return mir,
+            _ if tf32 => rlx_opt::MergeForm::Columns { min_rows: MERGE_MIN_ROWS },
+            _ => return mir,
+        };
+        match rlx_opt::merge_matmuls(&mir, form) {
             Some(g) => rlx_opt::simplify(&g, &crate::pipeline::eval_op),
             None => mir,
         }

@@ -213,9 +213,9 @@ pub trait Family: Sync {
         Ok(())
     }
     fn planning(&self, t: Target, r: &Request) -> Result<Planning, Failure>;
-    /// The family's own MIR rewrites after folding (none by default; the CUDA family's
-    /// `RLX_CUDA_MERGE_MATMULS=1` merges matmuls that share their left operand).
-    fn rewrite(&self, _t: Target, mir: Mir) -> Mir {
+    /// The family's own MIR rewrites after folding (none by default; the CUDA family merges a layer's
+    /// Q, K and V projections into one matmul: `rlx_opt::merge_matmuls`).
+    fn rewrite(&self, _t: Target, _r: &Request, mir: Mir) -> Mir {
         mir
     }
     /// Writes the target's code from the prepared program.
@@ -312,7 +312,7 @@ pub fn passes(t: Target, mir: &Mir, r: &Request, tm: &mut Timings) -> Result<(Mi
         (Quantization::Optional(_), None) if rlx_opt::is_qdq(mir) => ports(tm.time("quantize (QDQ)", || crate::pipeline::quantize_qdq_mir(mir))?),
         (Quantization::Optional(_), None) => (tm.time("fold", || rlx_opt::simplify(mir, &eval_op)), None),
     };
-    let out = family(t).rewrite(t, out);
+    let out = family(t).rewrite(t, r, out);
     Ok((out, quant, calib))
 }
 

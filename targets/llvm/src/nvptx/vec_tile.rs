@@ -160,6 +160,17 @@ pub fn tile(m: i64, n: i64, nb: i64, k: i64, kind: Mma, periods: [Option<i64>; 2
     let fill = |t: (i64, i64)| blocks(t) as f64 / (cdiv(blocks(t), SMS) * SMS) as f64;
     let fills = std::env::var("RLX_CUDA_VEC_FILL").map_or(true, |v| v != "0");
     let pick = FILLING.into_iter().filter(|t| fills && whole(t) && blocks(*t) >= MIN_BLOCKS && fill(*t) >= FILL).max_by_key(|&(bm, bn)| (bm * bn, bm)).or(pick);
+    // Where no tile fills FILL of its last wave: the one of FILLING with MIN_BLOCKS blocks that fills
+    // it best (the largest among equals) rather than the largest by block count. MiniLM batch 8's Q/K/V
+    // merged along N (1024 × 1152; rlx_opt::merge_matmuls): 96 blocks of 128×96 (fill 0.73) against 72
+    // of 128×128 (0.55), launched alone f32 37.6 → 32.2 µs, tf32 23.1 → 21.0, bf16 16.7 → 15.2 (H200,
+    // docs/benchmarks.md session 21); MiniLM's other matmuls at batch 1 / 8 / 32 pick the same tiles as
+    // before. `RLX_CUDA_VEC_BEST_FILL=0` at compile time: the largest by block count.
+    let best = std::env::var("RLX_CUDA_VEC_BEST_FILL").map_or(true, |v| v != "0");
+    let pick = match pick {
+        Some(t) if best && fills && fill(t) < FILL => FILLING.into_iter().filter(|t| whole(t) && blocks(*t) >= MIN_BLOCKS).max_by_key(|&(bm, bn)| ((fill((bm, bn)) * 1e6) as i64, bm * bn, bm)).or(Some(t)),
+        p => p,
+    };
     let pick = match std::env::var("RLX_CUDA_VEC_TILE").ok().as_deref() {
         Some("0") => return None,
         Some(v) => v.split_once('x').and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?))).filter(|t| TILES.contains(t)).map_or(pick, |t| whole(&t).then_some(t)),
