@@ -461,23 +461,31 @@ fn matmuls_sharing_an_operand_merge_and_match_the_interpreter_in_cpu_emulation()
                                  [h.make_tensor_value_info(k, T.FLOAT, v) for k, v in outs.items()], inits); \
                 onnx.save(h.make_model(g, opset_imports=[h.make_opsetid('', 17)]), d / 'merge.onnx')";
     ok(Command::new(python()).args(["-c", code, s(&dir)]).current_dir(repo()));
-    let (model, a) = (dir.join("merge.onnx"), dir.join("a.npy"));
+    let outs = ["out_q", "out_k", "out_v", "out_3", "out_4", "out_8", "out_m5", "out_p6", "out_7"];
+    check_merged(&dir, "merge", "1", 3, &outs, 1e-5, "merged matmuls");
+}
+
+/// Model `dir/NAME.onnx` (input `dir/a.npy`) compiled for sm_90 with `RLX_CUDA_MERGE_MATMULS=form` at
+/// each precision: in f32 `saved` launches fewer than with the merge off, and in CPU emulation its
+/// outputs `outs` within `f32_tol` max abs of the interpreter (tf32 / bf16: relative RMS 2e-3 / 1e-2).
+fn check_merged(dir: &Path, name: &str, form: &str, saved: usize, outs: &[&str], f32_tol: f64, what: &str) {
+    let (model, a) = (dir.join(format!("{name}.onnx")), dir.join("a.npy"));
     let it = dir.join("interp");
     ok(rlxc().args(["run", s(&model), "--target", "interp", "-o", s(&it), "--input", &format!("a={}", s(&a))]));
-    let launches = |art: &Path| rlx_rt::schedule::Schedule::parse(&std::fs::read(art.join("merge.schedule.bin")).unwrap()).unwrap().dispatches.len();
+    let launches = |art: &Path| rlx_rt::schedule::Schedule::parse(&std::fs::read(art.join(format!("{name}.schedule.bin"))).unwrap()).unwrap().dispatches.len();
     let off = dir.join("art-off");
-    ok(rlxc().args(["compile", s(&model), "--target", "cuda", "--sm", "90", "--emit-ir", "-o", s(&off)]));
-    for (prec, tol) in [("f32", 1e-5), ("tf32", 2e-3), ("bf16", 1e-2)] {
+    ok(rlxc().env("RLX_CUDA_MERGE_MATMULS", "0").args(["compile", s(&model), "--target", "cuda", "--sm", "90", "--emit-ir", "-o", s(&off)]));
+    for (prec, tol) in [("f32", f32_tol), ("tf32", 2e-3), ("bf16", 1e-2)] {
         let art = dir.join(format!("art-{prec}"));
-        ok(rlxc().env("RLX_CUDA_MERGE_MATMULS", "1").args(["compile", s(&model), "--target", "cuda", "--sm", "90", "--precision", prec, "--emit-ir", "-o", s(&art)]));
+        ok(rlxc().env("RLX_CUDA_MERGE_MATMULS", form).args(["compile", s(&model), "--target", "cuda", "--sm", "90", "--precision", prec, "--emit-ir", "-o", s(&art)]));
         if prec == "f32" {
-            assert_eq!(launches(&art) + 3, launches(&off), "RLX_CUDA_MERGE_MATMULS=1's launches vs the default's");
+            assert_eq!(launches(&art) + saved, launches(&off), "RLX_CUDA_MERGE_MATMULS={form}'s launches vs the merge off");
         }
         let emu = dir.join(format!("emu-{prec}"));
-        assemble_and_emulate(&art, "merge", &emu, &[&a]);
-        check_outputs(&it, &emu, &["out_q", "out_k", "out_v", "out_3", "out_4", "out_8", "out_m5", "out_p6", "out_7"], prec, tol, "merged matmuls");
+        assemble_and_emulate(&art, name, &emu, &[&a]);
+        check_outputs(&it, &emu, outs, prec, tol, what);
     }
-    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// Q, K and V merged along N (rlx-opt's `merge_matmuls` `Form::Columns`, the CUDA target's
@@ -505,23 +513,7 @@ fn q_k_v_merged_along_n_match_the_interpreter_in_cpu_emulation() {
                                  [h.make_tensor_value_info('out', T.FLOAT, [2, 4, 5, 5]), h.make_tensor_value_info('out_h', T.FLOAT, [2, 4, 5, 5])], inits); \
                 onnx.save(h.make_model(g, opset_imports=[h.make_opsetid('', 17)]), d / 'qkv.onnx')";
     ok(Command::new(python()).args(["-c", code, s(&dir)]).current_dir(repo()));
-    let (model, a) = (dir.join("qkv.onnx"), dir.join("a.npy"));
-    let it = dir.join("interp");
-    ok(rlxc().args(["run", s(&model), "--target", "interp", "-o", s(&it), "--input", &format!("a={}", s(&a))]));
-    let launches = |art: &Path| rlx_rt::schedule::Schedule::parse(&std::fs::read(art.join("qkv.schedule.bin")).unwrap()).unwrap().dispatches.len();
-    let off = dir.join("art-off");
-    ok(rlxc().args(["compile", s(&model), "--target", "cuda", "--sm", "90", "--emit-ir", "-o", s(&off)]));
-    for (prec, tol) in [("f32", 1e-4), ("tf32", 2e-3), ("bf16", 1e-2)] {
-        let art = dir.join(format!("art-{prec}"));
-        ok(rlxc().env("RLX_CUDA_MERGE_MATMULS", "cols").args(["compile", s(&model), "--target", "cuda", "--sm", "90", "--precision", prec, "--emit-ir", "-o", s(&art)]));
-        if prec == "f32" {
-            assert_eq!(launches(&art) + 2, launches(&off), "RLX_CUDA_MERGE_MATMULS=cols's launches vs the default's");
-        }
-        let emu = dir.join(format!("emu-{prec}"));
-        assemble_and_emulate(&art, "qkv", &emu, &[&a]);
-        check_outputs(&it, &emu, &["out", "out_h"], prec, tol, "Q, K, V merged along N");
-    }
-    let _ = std::fs::remove_dir_all(&dir);
+    check_merged(&dir, "qkv", "cols", 2, &["out", "out_h"], 1e-4, "Q, K, V merged along N");
 }
 
 /// A split matmul summed by the row kernel after it (rlx-opt's `plan/split_k.rs` `row_fuse_split`,
