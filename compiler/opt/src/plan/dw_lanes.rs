@@ -13,7 +13,9 @@
 
 use super::blocks::{slot_units, SLOTS};
 use super::conv_gemm::pack_rows;
+use super::index::linear;
 use super::kernel::{lit, KB};
+use super::transpose::plane_tiles;
 use super::window::interior_columns;
 use super::Planner;
 use super::fuse::Role;
@@ -172,7 +174,33 @@ impl Planner<'_> {
             let q = Expr::add(Expr::mul(Expr::add(Expr::Var(iy), Expr::Int(pt as i64)), Expr::Int(wp as i64)), Expr::add(Expr::Var(ix), Expr::Int(pl as i64)));
             vec![Stmt::Store { buf: sp, index: at(q, lv), value: v }]
         });
-        let mut unit = vec![Stmt::For { var: iy, extent: hc as i64, kind: LoopKind::Serial, body: vec![Stmt::For { var: ix, extent: wc as i64, kind: LoopKind::Serial, body: vec![copy] }] }];
+        // Staged: the block's planes transposed into the slot's `[P][lanes]` by register tiles, then
+        // copied into the padded scratch a vector per position (see the module doc).
+        let (pin, pout) = (h * w, oh * ow);
+        let stage = (matches!(lanes, 4 | 8 | 16) && pin >= lanes && pout >= lanes).then(|| {
+            let rows = pin.max(pout);
+            let label = format!("{} (transposed planes)", node.name);
+            let b = self.add_buffer(Buffer { base: Base::Arena, offset: 0, dtype: DType::F32, shape: vec![slots, rows, lanes], label }, None);
+            (kb.param(b, &self.buffers[b as usize].clone(), Access::ReadWrite), rows as i64)
+        });
+        // Staging element (position p, lane `lv`) of this slot.
+        let sat = |p: Expr, lv: Expr, rows: i64| Expr::add(Expr::mul(Expr::add(Expr::mul(Expr::Var(slot), Expr::Int(rows)), p), l()), lv);
+        let mut unit = Vec::new();
+        let copy = match stage {
+            Some((stb, rows)) => {
+                unit.extend(plane_tiles(kb, pin, lanes, true, &mut |kb, p, c| {
+                    let value = self.elem(kb, x, &[ni.clone(), chan(c.clone()), Expr::Int(0), p.clone()]);
+                    Stmt::Store { buf: stb, index: sat(p, c, rows), value }
+                }));
+                vloop(kb, &mut |_, lv| {
+                    let q = Expr::add(Expr::mul(Expr::add(Expr::Var(iy), Expr::Int(pt as i64)), Expr::Int(wp as i64)), Expr::add(Expr::Var(ix), Expr::Int(pl as i64)));
+                    let p = Expr::add(Expr::mul(Expr::Var(iy), Expr::Int(w as i64)), Expr::Var(ix));
+                    vec![Stmt::Store { buf: sp, index: at(q, lv.clone()), value: Expr::load(stb, sat(p, lv, rows)) }]
+                })
+            }
+            None => copy,
+        };
+        unit.push(Stmt::For { var: iy, extent: hc as i64, kind: LoopKind::Serial, body: vec![Stmt::For { var: ix, extent: wc as i64, kind: LoopKind::Serial, body: vec![copy] }] });
         // The output positions: rows of up to `ROW_BLOCK` columns, each a vector of the block's channels
         // with an accumulator of its own (independent chains that share each tap's weight load).
         let oy = kb.var();
@@ -207,13 +235,27 @@ impl Planner<'_> {
                 body.push(Stmt::For { var: ky, extent: kh as i64, kind: LoopKind::Serial, body: vec![Stmt::For { var: kx, extent: kw as i64, kind: LoopKind::Serial, body: upd }] });
                 for (i, &acc) in accs.iter().enumerate() {
                     let idx = [ni.clone(), chan(lv.clone()), Expr::Var(oy), Expr::add(col0.clone(), Expr::Int(i as i64))];
-                    body.push(self.store_with_epilogue(kb, av, Expr::Var(acc), a, r, op, &idx, out_shape));
+                    let store = self.store_with_epilogue(kb, av, Expr::Var(acc), a, r, op, &idx, out_shape);
+                    // Staged: the finished vector into the slot's `[P][lanes]`, transposed out below.
+                    body.push(match (stage, store) {
+                        (Some((stb, rows)), Stmt::Store { value, .. }) => {
+                            let p = Expr::add(Expr::mul(Expr::Var(oy), Expr::Int(ow as i64)), Expr::add(col0.clone(), Expr::Int(i as i64)));
+                            Stmt::Store { buf: stb, index: sat(p, lv.clone(), rows), value }
+                        }
+                        (_, store) => store,
+                    });
                 }
                 body
             });
             row.push(Stmt::For { var: bx, extent: count as i64, kind: LoopKind::Serial, body: vec![point] });
         }
         unit.push(Stmt::For { var: oy, extent: oh as i64, kind: LoopKind::Serial, body: row });
+        if let Some((stb, rows)) = stage {
+            unit.extend(plane_tiles(kb, pout, lanes, false, &mut |_, p, c| {
+                let index = linear(&[ni.clone(), chan(c.clone()), Expr::Int(0), p.clone()], out_shape);
+                Stmt::Store { buf: op, index, value: Expr::load(stb, sat(p, c, rows)) }
+            }));
+        }
         slot_body.push(slot_units(slot, (j, uv), units, slots, unit));
         vec![Stmt::For { var: slot, extent: slots as i64, kind: LoopKind::Parallel, body: slot_body }]
     }

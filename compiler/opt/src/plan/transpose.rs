@@ -26,6 +26,28 @@ use rlx_ir::{DType, MirOp, NodeId};
 /// Output positions along `j` per block: 64 bytes of f32 input, one cache line.
 const BLOCK: usize = 16;
 
+/// The copy of `count` positions × `n` channels between planes (positions contiguous) and a staging
+/// `[P][n]` (channels contiguous), `store(p, c)` the statement for position `p`, channel `c`: whole
+/// blocks of `n` positions as the `n × n` nest that the LLVM writer turns into register tiles
+/// (`for i in 0..n { for l in 0..n vector(n) { … } }`, the lanes `l` the positions when
+/// `lanes_are_positions` — a load from the planes —, else the channels — a store to them), the last
+/// `count mod n` positions a vector of channels each. n is 4, 8 or 16.
+pub(super) fn plane_tiles(kb: &mut KB, count: usize, n: usize, lanes_are_positions: bool, store: &mut dyn FnMut(&mut KB, Expr, Expr) -> Stmt) -> Vec<Stmt> {
+    let (b, i, l) = (kb.var(), kb.var(), kb.var());
+    let p0 = Expr::mul(Expr::Var(b), Expr::Int(n as i64));
+    let (p, c) = if lanes_are_positions { (Expr::add(p0, Expr::Var(l)), Expr::Var(i)) } else { (Expr::add(p0, Expr::Var(i)), Expr::Var(l)) };
+    let tile = Stmt::For { var: l, extent: n as i64, kind: LoopKind::Vector(n as u32), body: vec![store(kb, p, c)] };
+    let tile = Stmt::For { var: i, extent: n as i64, kind: LoopKind::Serial, body: vec![tile] };
+    let mut out = vec![Stmt::For { var: b, extent: (count / n) as i64, kind: LoopKind::Serial, body: vec![tile] }];
+    if count % n != 0 {
+        let (t, lv) = (kb.var(), kb.var());
+        let p = Expr::add(Expr::Int((count / n * n) as i64), Expr::Var(t));
+        let rest = Stmt::For { var: lv, extent: n as i64, kind: LoopKind::Vector(n as u32), body: vec![store(kb, p, Expr::Var(lv))] };
+        out.push(Stmt::For { var: t, extent: (count % n) as i64, kind: LoopKind::Serial, body: vec![rest] });
+    }
+    out
+}
+
 impl Planner<'_> {
     /// The output dim that walks the input's innermost dim, when kernel root `r` is a transpose that
     /// moves it on a vector CPU target (with at least a block along it and 4 along the output's last).
