@@ -25,7 +25,8 @@ NAME_ort_<output>.npy (ONNX Runtime's outputs on it); and calib.npy (64 samples 
   as x · Sigmoid(x) (`dws`: the channels-as-lanes form — rows narrower than two vectors, mostly border
   columns —, the convolution's value read twice by its epilogue), depthwise 5×5 stride 2 pad 2 + SiLU
   (`dws2`), depthwise 3×3 dilation 2 pad 2 plus x (`dwd`: an epilogue operand at the output's own
-  index), depthwise 3×3 padded only at the bottom and right (`dwp`: the window kernels), a 1×1
+  index), depthwise 3×3 padded only at the bottom and right (`dwp`: rows of 7 columns, one block of
+  accumulators, the channels-as-lanes form too), a 1×1
   convolution 32→48 with bias + SiLU (`pws`: the GEMM form's epilogue) and global average pool → Gemm
   32→24 + SiLU (`mms`: a matmul's).
 - `bn`: x f32[1,1,8,8] → Conv 1→4 3×3 pad 1 + BatchNormalization + Relu → depthwise 3×3 pad 1 +
@@ -145,9 +146,9 @@ def padded_model():
     def silu(x, out):
         return g.node("Mul", [x, g.node("Sigmoid", [x], out + "_sig")], out)
 
-    def dw(out, k, stride=1, pads=(0, 0, 0, 0), dil=1, bias=False):
-        ins = ["x", g.const(out + "_w", g.rs.randn(16, 1, k, k) * 0.3)] + ([g.const(out + "_b", g.rs.randn(16) * 0.1)] if bias else [])
-        return g.node("Conv", ins, out, kernel_shape=[k, k], strides=[stride, stride], pads=list(pads), dilations=[dil, dil], group=16)
+    def dw(out, k, stride=1, pads=(0, 0, 0, 0), dil=1, bias=False, x="x", c=16):
+        ins = [x, g.const(out + "_w", g.rs.randn(c, 1, k, k) * 0.3)] + ([g.const(out + "_b", g.rs.randn(c) * 0.1)] if bias else [])
+        return g.node("Conv", ins, out, kernel_shape=[k, k], strides=[stride, stride], pads=list(pads), dilations=[dil, dil], group=c)
 
     silu(dw("pa_c", 5, pads=(2, 2, 2, 2), bias=True), "pa")
     g.node("Relu", [dw("pb_c", 5, stride=2, pads=(2, 2, 2, 2))], "pb")
@@ -158,7 +159,12 @@ def padded_model():
     g.node("Relu", [dw("pg_c", 5, stride=2, dil=4)], "pg")
     # A squeeze-and-excitation gate: an elementwise kernel with a per-channel operand (`plan/flat.rs`).
     g.node("Mul", ["x", g.node("Sigmoid", [g.node("GlobalAveragePool", ["x"], "ph_pool")], "ph_gate")], "ph")
-    return g.model("padded", [2, 16, 29, 29], ["pa", "pb", "pc", "pd", "pe", "pf", "pg", "ph"])
+    # Twelve channels, not whole vectors (so not the channels-as-lanes form, which now takes `pd` and
+    # `pg` on 8 and 16 lanes): the stride-2 3 × 3 under SiLU and the 7-column output here.
+    x12 = g.conv("x", "p12", 16, 12, 1, 1)
+    silu(dw("pi_c", 3, stride=2, pads=(0, 0, 1, 1), x=x12, c=12), "pi")
+    g.node("Relu", [dw("pj_c", 5, stride=2, dil=4, x=x12, c=12)], "pj")
+    return g.model("padded", [2, 16, 29, 29], ["pa", "pb", "pc", "pd", "pe", "pf", "pg", "ph", "pi", "pj"])
 
 
 def bn_model():

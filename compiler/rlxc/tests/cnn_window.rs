@@ -73,8 +73,9 @@ fn rel_err(what: &str, got: &ConstData, want: &ConstData) -> f64 {
 /// and SiLU epilogues reading the anchor's value twice (`plan/fuse.rs`).
 const SILU: [&str; 6] = ["dws", "dws2", "dwd", "dwp", "pws", "mms"];
 
-/// The padded phase-plane form's outputs (`plan/dw_padded.rs`), and `ph` (`plan/flat.rs`).
-const PADDED: [&str; 8] = ["pa", "pb", "pc", "pd", "pe", "pf", "pg", "ph"];
+/// The padded phase-plane form's outputs (`plan/dw_padded.rs`; `pd` and `pg`, 16 channels with rows of 15
+/// and 7 columns, the channels-as-lanes form's), and `ph` (`plan/flat.rs`).
+const PADDED: [&str; 10] = ["pa", "pb", "pc", "pd", "pe", "pf", "pg", "ph", "pi", "pj"];
 
 const OUTS: [&str; 12] = ["dw", "dw2", "grp", "maxp", "avgp", "avgc", "dw5", "grp5", "gavg", "gmax", "dwsw", "dwsw2"];
 

@@ -6,10 +6,15 @@
 //! into the thread slot's scratch `[Hp][Wp][lanes]` with the padding as zeros around them (written
 //! once per slot, never overwritten), then every output position is one vector of the block's
 //! channels summing all KH × KW taps — no bounds check, no mask, any stride or dilation — with the
-//! weight packed at compile time as `[C / lanes][KH·KW][lanes]`. The copy reads each input element
-//! once (a lane per channel plane) and the store writes a lane per plane; the epilogue runs on the
-//! whole vector at the output's own index. The sum is the interpreter's order (bias, then kernel row,
-//! column); a padded tap adds 0 · w, so the form is taken only for finite weights.
+//! weight packed at compile time as `[C / lanes][KH·KW][lanes]`. The planes go in, and the outputs out,
+//! through the slot's staging `[P][lanes]` (P positions, channels contiguous): the block's planes are
+//! transposed into it by register tiles (`transpose.rs`'s `plane_tiles`; the last P mod lanes positions
+//! a lane per plane), then copied into the padded scratch a vector per position; each output vector is
+//! stored into it after its epilogue (evaluated on the whole vector at the output's own index), and the
+//! unit's outputs transposed out to their planes by register tiles after its last row. A lane per plane
+//! both ways (a gather per input position, a scatter per output) had made EfficientNet-like's 5 × 5
+//! layers at 14² and 7² 2.7× ONNX Runtime's time at batch 8. The sum is the interpreter's order (bias,
+//! then kernel row, column); a padded tap adds 0 · w, so the form is taken only for finite weights.
 
 use super::blocks::{slot_units, SLOTS};
 use super::conv_gemm::pack_rows;
@@ -23,17 +28,20 @@ use rlx_ir::lir::{Base, Buffer};
 use rlx_ir::loops::{Access, Expr, IOp, LoopKind, Stmt};
 use rlx_ir::{BinaryOp, DType, Def, MirOp, NodeId, OpSet, ValueId};
 
-/// Output rows narrower than this many vectors take the form when more than a third of their columns
-/// are border columns, or when they fit one vector and the epilogue evaluates an exponential (the
-/// window kernels' border columns evaluate it one element at a time); other rows keep the window
-/// kernels, whose interior vectors then cover most of each row. Measured one layer at a time against
+/// Output rows narrower than this many vectors take the form when they fit one block of [`ROW_BLOCK`]
+/// accumulators, when more than a third of their columns are border columns, or when they fit one
+/// vector and the epilogue evaluates an exponential (the window kernels' border columns evaluate it one
+/// element at a time); other rows keep the window kernels, whose interior vectors then cover most of
+/// each row. With the staged copies (module doc), one layer at a time (1 thread, CPU time, batch 1 / 8,
+/// AVX-512): 3×3 under ReLU6 at 7² 21.9 → 12.4 / 171 → 99 µs against the window kernels, stride 2 from
+/// 14² 19.3 → 15.8 / 142 → 95, at 14² within 5% (kept there); 3×3 under SiLU at 14² 123 → 76 / 815 →
+/// 642 and stride 2 from 28² 102 → 77 / 745 → 577 against the padded form (`dw_padded.rs`), which keeps
+/// 28² (80 against 90). Before them (a lane per plane), measured one layer at a time against
 /// the window kernels (1 thread, CPU time, ReLU epilogue): 1152 channels 5×5 at 7² 92 µs against 281
 /// (4 of 7 columns border), 672 channels 5×5 at 14² 209 against 203 (4 of 14), 3×3 at 7² 57 against
 /// 48 (2 of 7), 3×3 at 14² and 28² 2.3–2.5× slower (the copy and the store are a lane per plane); in
 /// an EfficientNet-B0-like model (SiLU epilogues) the 14² layers 278 / 194 µs against 408 / 294
-/// (5×5 / 3×3), the 28² ones 154 / 160 against 110 / 152. Windows of fewer than 25 taps over rows of 8
-/// columns or more go to the padded phase-plane form (`dw_padded.rs`) where it takes them: 3 × 3 under
-/// SiLU at 14² 137 µs there against 172 here.
+/// (5×5 / 3×3), the 28² ones 154 / 160 against 110 / 152.
 const MAX_ROW_VECTORS: usize = 2;
 
 /// What [`Planner::depthwise_f32`] finds: the weight, the input, weight and output shapes, strides,
@@ -95,15 +103,15 @@ impl Planner<'_> {
 
     /// Whether depthwise convolution `a` takes the form (see the module doc): [`Planner::depthwise_f32`]
     /// with a weight that is not a graph output, channels in whole vectors, rows narrower than
-    /// [`MAX_ROW_VECTORS`] vectors of which more than a third are border columns, or that fit one vector
-    /// under an epilogue with an exponential.
+    /// [`MAX_ROW_VECTORS`] vectors that fit one block of [`ROW_BLOCK`] columns, or of which more than a
+    /// third are border columns, or that fit one vector under an epilogue with an exponential.
     fn dw_lanes_fits(&self, a: NodeId, is_out: &[bool]) -> bool {
         let lanes = self.lanes;
         let Some(Depthwise { w, sx, sw, so, strides, pads, dilations, hp, wp }) = self.depthwise_f32(a, 8) else { return false };
         sx[1] % lanes == 0 && !is_out[w.index()]
-            && so[3] < MAX_ROW_VECTORS * lanes && (border_columns(sx[3], so[3], strides[1], pads, dilations[1], sw[3]) * 3 > so[3] as i64 || (so[3] <= lanes && self.transcendental_epilogue(a)))
+            && so[3] < MAX_ROW_VECTORS * lanes
+            && (so[3] <= ROW_BLOCK || border_columns(sx[3], so[3], strides[1], pads, dilations[1], sw[3]) * 3 > so[3] as i64 || (so[3] <= lanes && self.transcendental_epilogue(a)))
             && hp * wp * lanes * 4 <= SCRATCH_BYTES
-            && !(sw[2] * sw[3] < 25 && so[3] >= 8 && self.dw_padded_fits(a))
     }
 
     /// Packs the weights of the depthwise convolutions that take the form; returns the weights packed

@@ -35,7 +35,8 @@ impl Planner<'_> {
     /// against the window kernels (1 thread, CPU time, AVX-512): 5 × 5 at 28² 293 against 426 µs (SiLU),
     /// 209 against 253 (ReLU); 5 × 5 stride 2 from 56² 221 against 403 (SiLU), 175 against 308 (ReLU);
     /// 3 × 3 under SiLU at 56² 313 against 440, at 112² 267 against 296, stride 2 from 28² 96 against 138,
-    /// at 14² 137 against 172 (the channels-as-lanes form); but 3 × 3 stride 2 from 112² 1.05–1.15×
+    /// at 14² 137 against 172 (the channels-as-lanes form as it was; with its staged copies it takes rows
+    /// of up to one vector under SiLU itself, `dw_lanes.rs`); but 3 × 3 stride 2 from 112² 1.05–1.15×
     /// slower and 3 × 3 under ReLU 1.0–1.15× (the window kernels store each row through the epilogue
     /// without a staged pass there).
     pub(super) fn dw_padded_fits(&self, a: NodeId) -> bool {
