@@ -2,9 +2,10 @@
 //! `phases[n][a·s + b][c][i][j] = x[n][c][s·i + a][s·j + b]` stored `[⌈H/s⌉][OW]`, so the GEMM packs its B
 //! chunks from rows contiguous along the flat output position, as a stride-1 `Direct` one does from x
 //! (x is read once and written once: the im2col copy it replaces is KH·KW / s² times larger). Images ×
-//! channels × phases are the parallel loop (a 3-channel stem's three iterations split 2 : 1 between two
-//! threads; twelve split evenly), each phase's rows one strided load of x (one
-//! contiguous load and a shuffle per vector) in `vector(lanes)` loops, the remainder one more vector
+//! channels × row phases are the parallel loop (a 3-channel stem's six iterations split evenly between
+//! two threads), each row of x read once for all s column phases: one `vector(lanes)` loop storing
+//! every column phase's strided load (one contiguous load and a shuffle per vector, the loads shared;
+//! phases of unequal column counts in loops of their own), the remainder one more vector
 //! ending at the row's last element. Elements past x's edge are not written: the window mask selects
 //! zero wherever a tap reads them.
 
@@ -34,35 +35,49 @@ impl Planner<'_> {
         let mut kb = KB { params: Vec::new(), bindings: Vec::new(), vars: 0, subst: HashMap::new() };
         let pp = kb.param(pb, &self.buffers[pb as usize].clone(), Access::Write);
         let (s, lanes) = (s as i64, self.lanes as i64);
-        // Iteration u: image u / (C·s²), channel u / s² mod C, phase u mod s².
-        let (u, ss) = (kb.var(), s * s);
-        let nc = [Expr::i(IOp::Div, Expr::Var(u), Expr::Int((c as i64) * ss)), Expr::i(IOp::Rem, Expr::i(IOp::Div, Expr::Var(u), Expr::Int(ss)), Expr::Int(c as i64))];
+        // Iteration u: image u / (C·s), channel u / s mod C, row phase a = u mod s; each of its rows is
+        // read once for all s column phases (one loop storing each phase's vector where their column
+        // counts agree).
+        let u = kb.var();
+        let nc = [Expr::i(IOp::Div, Expr::Var(u), Expr::Int((c as i64) * s)), Expr::i(IOp::Rem, Expr::i(IOp::Div, Expr::Var(u), Expr::Int(s)), Expr::Int(c as i64))];
         let body = {
             let mut stmts = Vec::new();
             for ph in 0..s {
                 // Rows i with s·i + ph < H, columns j with s·j + pw < W (at most OW).
                 let rows = (h - ph + s - 1) / s;
+                let cols: Vec<i64> = (0..s).map(|pw| ((w - pw + s - 1) / s).clamp(0, ow)).collect();
+                if rows == 0 {
+                    continue;
+                }
+                let i = kb.var();
+                // Column phases with the same column count share their runs.
+                let mut groups: Vec<(i64, Vec<i64>)> = Vec::new();
                 for pw in 0..s {
-                    let cols = ((w - pw + s - 1) / s).clamp(0, ow);
-                    if rows == 0 || cols == 0 {
-                        continue;
+                    match groups.iter_mut().find(|g| g.0 == cols[pw as usize]) {
+                        Some(g) => g.1.push(pw),
+                        None => groups.push((cols[pw as usize], vec![pw])),
                     }
-                    let i = kb.var();
-                    let mut row = Vec::new();
-                    for (start, count, width) in super::im2col::vector_runs(0, cols, lanes) {
+                }
+                let mut row = Vec::new();
+                for (n, pws) in groups.into_iter().filter(|g| g.0 > 0) {
+                    for (start, count, width) in super::im2col::vector_runs(0, n, lanes) {
                         let j = kb.var();
                         let col = Expr::add(Expr::Int(start), Expr::Var(j));
-                        let xi = [nc[0].clone(), nc[1].clone(), Expr::add(Expr::mul(Expr::Var(i), Expr::Int(s)), Expr::Int(ph)), Expr::add(Expr::mul(col.clone(), Expr::Int(s)), Expr::Int(pw))];
-                        let v = self.elem(&mut kb, x, &xi);
-                        let pi = [nc[0].clone(), Expr::Int(ph * s + pw), nc[1].clone(), Expr::Var(i), col];
+                        let mut body = Vec::new();
+                        for &pw in &pws {
+                            let xi = [nc[0].clone(), nc[1].clone(), Expr::add(Expr::mul(Expr::Var(i), Expr::Int(s)), Expr::Int(ph)), Expr::add(Expr::mul(col.clone(), Expr::Int(s)), Expr::Int(pw))];
+                            let v = self.elem(&mut kb, x, &xi);
+                            let pi = [nc[0].clone(), Expr::Int(ph * s + pw), nc[1].clone(), Expr::Var(i), col.clone()];
+                            body.push(Stmt::Store { buf: pp, index: super::index::linear(&pi, &shape), value: v });
+                        }
                         let kind = if width > 1 { LoopKind::Vector(width as u32) } else { LoopKind::Serial };
-                        row.push(Stmt::For { var: j, extent: count, kind, body: vec![Stmt::Store { buf: pp, index: super::index::linear(&pi, &shape), value: v }] });
+                        row.push(Stmt::For { var: j, extent: count, kind, body });
                     }
-                    let rows = Stmt::For { var: i, extent: rows, kind: LoopKind::Serial, body: row };
-                    stmts.push(Stmt::If { cond: Expr::i(IOp::Eq, Expr::i(IOp::Rem, Expr::Var(u), Expr::Int(ss)), Expr::Int(ph * s + pw)), body: vec![rows] });
                 }
+                let rows = Stmt::For { var: i, extent: rows, kind: LoopKind::Serial, body: row };
+                stmts.push(Stmt::If { cond: Expr::i(IOp::Eq, Expr::i(IOp::Rem, Expr::Var(u), Expr::Int(s)), Expr::Int(ph)), body: vec![rows] });
             }
-            vec![Stmt::For { var: u, extent: (nb * c) as i64 * ss, kind: LoopKind::Parallel, body: stmts }]
+            vec![Stmt::For { var: u, extent: (nb * c) as i64 * s, kind: LoopKind::Parallel, body: stmts }]
         };
         let kernel = Kernel { name: format!("{} (phases)", node.name), params: kb.params, body, vars: kb.vars };
         Some(Launch { nodes: vec![], kernel, bindings: kb.bindings })
