@@ -291,22 +291,7 @@ fn conv_and_pool_gradients_differentiate_again() {
     let mut r = Rng(14);
     let ins: Vec<ConstData> = [vec![1, 2, 6, 6], vec![3, 2, 3, 3], vec![3, 2, 2, 2]].iter().map(|s| tensor(DType::F64, s, &r.vec(numel(s), -1.0, 1.0))).collect();
     let v: Vec<ConstData> = ins.iter().map(|x| tensor(DType::F64, &x.shape, &r.vec(x.numel(), -1.0, 1.0))).collect();
-    let wrt = [0, 1, 2];
-    let hv = run(&hvp(&g, 0, &wrt).unwrap(), &[ins.clone(), v.clone()].concat()).unwrap();
-    let gr = grad(&g, 0, &wrt).unwrap();
-    let eps = 1e-5;
-    let at = |s: f64| -> Vec<ConstData> {
-        let x: Vec<ConstData> = ins.iter().zip(&v).map(|(x, d)| {
-            let y: Vec<f64> = x.to_f64_vec().iter().zip(d.to_f64_vec()).map(|(a, b)| a + s * b).collect();
-            tensor(DType::F64, &x.shape, &y)
-        }).collect();
-        run(&gr, &x).unwrap()
-    };
-    let (p, m) = (at(eps), at(-eps));
-    for k in 0..wrt.len() {
-        let fd: Vec<f64> = p[k].to_f64_vec().iter().zip(m[k].to_f64_vec()).map(|(a, b)| (a - b) / (2.0 * eps)).collect();
-        close(&format!("hvp input {k}"), &hv[k].to_f64_vec(), &fd, 1e-6);
-    }
+    check_hvp(&g, &ins, &v, &[0, 1, 2]);
 }
 
 #[test]
@@ -549,11 +534,17 @@ fn hvp_matches_finite_differences_of_the_gradient() {
     let wrt = [0, 1, 2, 3];
     let mut r = Rng(13);
     let v: Vec<ConstData> = ins.iter().map(|x| tensor(DType::F64, &x.shape, &r.vec(x.numel(), -1.0, 1.0))).collect();
-    let hv = run(&hvp(&w, 0, &wrt).unwrap(), &[ins.clone(), v.clone()].concat()).unwrap();
-    let gr = grad(&w, 0, &wrt).unwrap();
+    check_hvp(&w, &ins, &v, &wrt);
+}
+
+/// The Hessian-vector product of output 0 of `g` at `ins` along `v` (inputs `wrt`) against central
+/// differences of its gradient (step 1e-5), within 1e-6.
+fn check_hvp(g: &Mir, ins: &[ConstData], v: &[ConstData], wrt: &[usize]) {
+    let hv = run(&hvp(g, 0, wrt).unwrap(), &[ins.to_vec(), v.to_vec()].concat()).unwrap();
+    let gr = grad(g, 0, wrt).unwrap();
     let eps = 1e-5;
     let at = |s: f64| -> Vec<ConstData> {
-        let x: Vec<ConstData> = ins.iter().zip(&v).map(|(x, d)| {
+        let x: Vec<ConstData> = ins.iter().zip(v).map(|(x, d)| {
             let y: Vec<f64> = x.to_f64_vec().iter().zip(d.to_f64_vec()).map(|(a, b)| a + s * b).collect();
             tensor(DType::F64, &x.shape, &y)
         }).collect();
