@@ -67,9 +67,8 @@ def rlxc_layers(work: Path, model: Path, rlxc: str, secs: float) -> tuple[dict, 
     man = json.loads((work / "art" / "m.json").read_text())
     cpu = cpu_per_call(so, man, 3.0)
     data = work / "perf.data"
-    env = dict(os.environ, RLX_NUM_THREADS="1")
     subprocess.run(["perf", "record", "-q", "-F", "2999", "-o", str(data), "--", sys.executable, __file__, "--loop", str(work), "--secs", str(secs)],
-                   check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     rep = subprocess.run(["perf", "report", "-i", str(data), "--no-children", "--sort", "sym"], check=True, capture_output=True, text=True).stdout
     share = {m.group(2): float(m.group(1)) for m in (re.match(r"\s*([\d.]+)%\s+\[\.\]\s+(\S+)", l) for l in rep.splitlines()) if m}
     names = re.findall(r'^launch "([^"]+)"', (work / "art" / "m.lir").read_text(), re.M)
@@ -110,6 +109,7 @@ def main() -> int:
     ap.add_argument("--all", action="store_true", help="every convolution, not only the kinds' totals")
     ap.add_argument("--loop", help=argparse.SUPPRESS)
     a = ap.parse_args()
+    os.environ["RLX_NUM_THREADS"] = "1"  # before the artifact's pool starts: one thread, its CPU time
     if a.loop:
         d = Path(a.loop)
         loop(d / "art" / "m.so", json.loads((d / "art" / "m.json").read_text()), a.secs)
