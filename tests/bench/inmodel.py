@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Where a zoo model's time goes, layer by layer, inside the model: each convolution's share of rlxc's
-CPU time beside ONNX Runtime's own per-node profile, one thread.
+CPU time beside ONNX Runtime's own per-node profile (one thread).
 
-    inmodel.py --model mobilenet_like [--batch 8] [--secs 8] [--all]
+    inmodel.py --model mobilenet_like [--batch 8] [--threads 2] [--secs 8] [--all]
 
 rlxc's side: the host artifact is called in a loop under `perf record` (timer samples; `perf` is the
 linux-perf package — a diagnostic, not part of `make bench`), each kernel function's share of the
@@ -61,8 +61,9 @@ def cpu_per_call(so: Path, man: dict, secs: float) -> float:
     return (time.process_time() - c) / n * 1e3
 
 
-def rlxc_layers(work: Path, model: Path, rlxc: str, secs: float) -> tuple[dict, float]:
-    """Launch name → ms per call, and the CPU ms per call."""
+def rlxc_layers(work: Path, model: Path, rlxc: str, secs: float) -> tuple[dict, float, float]:
+    """Launch name → CPU ms per call, the CPU ms per call, and the part outside the kernels (the thread
+    pool's waiting, the caller)."""
     so, _, _ = bench.compile_rlxc(rlxc, model, {}, work / "art", ("--emit-ir",), name="m")
     man = json.loads((work / "art" / "m.json").read_text())
     cpu = cpu_per_call(so, man, 3.0)
@@ -80,7 +81,8 @@ def rlxc_layers(work: Path, model: Path, rlxc: str, secs: float) -> tuple[dict, 
     ms = collections.defaultdict(float)
     for n, f in zip(names, fns):
         ms[n] += share.get(f, 0.0) * cpu / 100 / count[f]
-    return ms, cpu
+    other = sum(v for k, v in share.items() if not k.startswith("m_k")) * cpu / 100
+    return ms, cpu, other
 
 
 def ort_layers(model: Path, work: Path) -> dict:
@@ -107,9 +109,10 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--secs", type=float, default=8, help="seconds sampled by perf")
     ap.add_argument("--all", action="store_true", help="every convolution, not only the kinds' totals")
+    ap.add_argument("--threads", type=int, default=1, help="rlxc's threads (its CPU time over all of them; ORT's profile stays at one)")
     ap.add_argument("--loop", help=argparse.SUPPRESS)
     a = ap.parse_args()
-    os.environ["RLX_NUM_THREADS"] = "1"  # before the artifact's pool starts: one thread, its CPU time
+    os.environ["RLX_NUM_THREADS"] = str(a.threads)  # before the artifact's pool starts
     if a.loop:
         d = Path(a.loop)
         loop(d / "art" / "m.so", json.loads((d / "art" / "m.json").read_text()), a.secs)
@@ -123,7 +126,7 @@ def main() -> int:
     note = zoo.with_batch(zoo.base_model(a.model, work), model, a.batch)
     if note:
         sys.exit(f"{a.model} at batch {a.batch}: {note}")
-    ms, cpu = rlxc_layers(work, model, a.rlxc, a.secs)
+    ms, cpu, other = rlxc_layers(work, model, a.rlxc, a.secs)
     ort_ms = ort_layers(model, work)
     g = onnx.load(str(model)).graph
     readers = collections.defaultdict(list)
@@ -131,7 +134,7 @@ def main() -> int:
         for i in n.input:
             readers[i].append(n)
     kinds = collections.defaultdict(lambda: [0.0, 0.0, 0])
-    print(f"{a.model} batch {a.batch}, one thread: rlxc {cpu:.3f} ms CPU per call, ORT's nodes {sum(ort_ms.values()):.3f} ms")
+    print(f"{a.model} batch {a.batch}: rlxc {cpu:.3f} ms CPU per call on {a.threads} thread(s) (outside its kernels: {other:.3f}), ORT's nodes {sum(ort_ms.values()):.3f} ms on one")
     for n in g.node:
         if n.op_type != "Conv":
             continue
