@@ -99,6 +99,7 @@ TWINS = {
     "st2": "tensor-core tiles through a 2-stage cp.async pipeline (RLX_CUDA_VEC_STAGES=2)",
     "st3": "tensor-core tiles through a 3-stage cp.async pipeline (RLX_CUDA_VEC_STAGES=3)",
     "st4": "tensor-core tiles through a 4-stage cp.async pipeline (RLX_CUDA_VEC_STAGES=4)",
+    "round0": "cp.async tiles converting operands at each fragment load, not once in shared memory (RLX_CUDA_VEC_ROUND=0)",
     "erfexact": "erf with IEEE division and the inline exp (RLX_CUDA_ERF=exact)",
     "qkvsep": "Q, K, V as three matmuls (RLX_CUDA_MERGE_MATMULS=0)",
     "bestfill0": "merged Q/K/V in the largest vector tile by block count (RLX_CUDA_VEC_BEST_FILL=0)",
@@ -112,7 +113,7 @@ WEIGHT_TWINS = {"qkvsep": r"_qkvsep$"}
 def precision_of(case):
     """The precision a case's artifact was compiled with (its folder suffix)."""
     for p, sfx in PRECISIONS.items():
-        if sfx and re.sub(r"_(untiled|unfused|nosplit|f32w|fill0|heads0|lds32|epichk|sm80|splitk0|splitk16|simt|rows0|rows256|st1|st2|st3|st4|erfexact|qkvsep|bestfill0)$", "", case).endswith(sfx):
+        if sfx and re.sub(r"_(untiled|unfused|nosplit|f32w|fill0|heads0|lds32|epichk|sm80|splitk0|splitk16|simt|rows0|rows256|st1|st2|st3|st4|round0|erfexact|qkvsep|bestfill0)$", "", case).endswith(sfx):
             return p
     return "f32"
 
@@ -201,7 +202,7 @@ def main() -> int:
     refs = set(os.listdir(os.path.join(a.carry, "ref")))
     cases = []
     for c in sorted(os.listdir(os.path.join(work, "art"))):
-        twin = c if c in refs else re.sub(r"(_(untiled|unfused|nosplit|f32w|fill0|heads0|lds32|epichk|sm80|splitk0|splitk16|simt|rows0|rows256|st1|st2|st3|st4|erfexact|qkvsep|bestfill0|tf32|bf16))+$", "", c)
+        twin = c if c in refs else re.sub(r"(_(untiled|unfused|nosplit|f32w|fill0|heads0|lds32|epichk|sm80|splitk0|splitk16|simt|rows0|rows256|st1|st2|st3|st4|round0|erfexact|qkvsep|bestfill0|tf32|bf16))+$", "", c)
         if twin in refs:
             cases.append((c, twin))
     for c, twin in cases:
