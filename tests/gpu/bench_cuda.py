@@ -99,7 +99,6 @@ TWINS = {
     "st2": "tensor-core tiles through a 2-stage cp.async pipeline (RLX_CUDA_VEC_STAGES=2)",
     "st3": "tensor-core tiles through a 3-stage cp.async pipeline (RLX_CUDA_VEC_STAGES=3)",
     "st4": "tensor-core tiles through a 4-stage cp.async pipeline (RLX_CUDA_VEC_STAGES=4)",
-    "round0": "cp.async tiles converting operands at each fragment load, not once in shared memory (RLX_CUDA_VEC_ROUND=0)",
     "erfexact": "erf with IEEE division and the inline exp (RLX_CUDA_ERF=exact)",
     "qkvsep": "Q, K, V as three matmuls (RLX_CUDA_MERGE_MATMULS=0)",
     "bestfill0": "merged Q/K/V in the largest vector tile by block count (RLX_CUDA_VEC_BEST_FILL=0)",
@@ -107,13 +106,14 @@ TWINS = {
 SAME_BITS = {"f32w"}
 # Twins whose weights differ from the default's (carried as f32 blobs of their own after the default's).
 # (Suffix of the twin whose f32 blob is carried → the pattern of the folders taking their weights from it.)
-WEIGHT_TWINS = {"qkvsep": r"_qkvsep$"}
+# bf16 keeps Q, K, V apart at batch 8 / 32 (f32 / tf32 merge them from 1,024 rows): the _qkvsep blob's weights.
+WEIGHT_TWINS = {"qkvsep": r"(_qkvsep$|^minilm_b(8|32)_bf16)"}
 
 
 def precision_of(case):
     """The precision a case's artifact was compiled with (its folder suffix)."""
     for p, sfx in PRECISIONS.items():
-        if sfx and re.sub(r"_(untiled|unfused|nosplit|f32w|fill0|heads0|lds32|epichk|sm80|splitk0|splitk16|simt|rows0|rows256|st1|st2|st3|st4|round0|erfexact|qkvsep|bestfill0)$", "", case).endswith(sfx):
+        if sfx and re.sub(r"_(untiled|unfused|nosplit|f32w|fill0|heads0|lds32|epichk|sm80|splitk0|splitk16|simt|rows0|rows256|st1|st2|st3|st4|erfexact|qkvsep|bestfill0)$", "", case).endswith(sfx):
             return p
     return "f32"
 
@@ -202,7 +202,7 @@ def main() -> int:
     refs = set(os.listdir(os.path.join(a.carry, "ref")))
     cases = []
     for c in sorted(os.listdir(os.path.join(work, "art"))):
-        twin = c if c in refs else re.sub(r"(_(untiled|unfused|nosplit|f32w|fill0|heads0|lds32|epichk|sm80|splitk0|splitk16|simt|rows0|rows256|st1|st2|st3|st4|round0|erfexact|qkvsep|bestfill0|tf32|bf16))+$", "", c)
+        twin = c if c in refs else re.sub(r"(_(untiled|unfused|nosplit|f32w|fill0|heads0|lds32|epichk|sm80|splitk0|splitk16|simt|rows0|rows256|st1|st2|st3|st4|erfexact|qkvsep|bestfill0|tf32|bf16))+$", "", c)
         if twin in refs:
             cases.append((c, twin))
     for c, twin in cases:

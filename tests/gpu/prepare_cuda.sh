@@ -56,9 +56,7 @@
 # largest vector tile by block count, 72 blocks of 128×128, instead of the one filling its last wave best).
 # SM=80 compiles every case for sm_80 instead. STAGE_TWINS="f32:1 tf32:2 …": MiniLM batch 8 / 32 at precision P with
 # RLX_CUDA_VEC_STAGES=N (_stN: the tensor-core tiles' K slices through a cp.async pipeline of N stages, 1 the
-# register-staged form), timed beside the default. ROUND_TWINS="tf32 bf16": MiniLM batch 8 / 32 at precision P with
-# RLX_CUDA_VEC_ROUND=0 and 2 stages (_round0: the cp.async tiles converting operands where each fragment is loaded,
-# session 19's form, instead of once in shared memory), timed beside the default.
+# register-staged form), timed beside the default.
 set -euo pipefail
 D=${1:-build/gpu-cuda}
 PY=${RLX_PY:-.venv/bin/python}
@@ -77,7 +75,7 @@ cp "$MINILM" "$D/minilm.onnx"
 case_() {
   local c=$1 model=$2 args=$3; shift 3
   local name=${c%%_*}
-  RLX_CUDA_MERGE_MATMULS=${MERGE:-} RLX_CUDA_TILES=${TILES:-1} RLX_CUDA_FUSED_ATTENTION=${FUSED:-1} RLX_CUDA_TC_SPLIT=${TCSPLIT:-1} RLX_CUDA_HALF_WEIGHTS=${HALFW:-1} RLX_CUDA_VEC_FILL=${FILL:-1} RLX_CUDA_VEC_HEADS=${HEADS:-1} RLX_CUDA_VEC_EPI=${EPI:-} RLX_CUDA_VEC_LDS=${LDS:-} RLX_CUDA_PDL=${PDL:-1} RLX_CUDA_F32_MMA=${F32MMA:-1} env ${STAGES:+RLX_CUDA_VEC_STAGES=$STAGES} ${ROUND:+RLX_CUDA_VEC_ROUND=$ROUND} ${SPLITK:+RLX_CUDA_SPLIT_K=$SPLITK} ${SPLITKROWS:+RLX_CUDA_SPLIT_K_ROWS=$SPLITKROWS} ${ERF:+RLX_CUDA_ERF=$ERF} $R compile "$model" --target cuda --sm "${SM:-90}" --name "$name" -o "$D/art/$c" $args ${EXTRA:-} >/dev/null
+  RLX_CUDA_MERGE_MATMULS=${MERGE:-} RLX_CUDA_TILES=${TILES:-1} RLX_CUDA_FUSED_ATTENTION=${FUSED:-1} RLX_CUDA_TC_SPLIT=${TCSPLIT:-1} RLX_CUDA_HALF_WEIGHTS=${HALFW:-1} RLX_CUDA_VEC_FILL=${FILL:-1} RLX_CUDA_VEC_HEADS=${HEADS:-1} RLX_CUDA_VEC_EPI=${EPI:-} RLX_CUDA_VEC_LDS=${LDS:-} RLX_CUDA_PDL=${PDL:-1} RLX_CUDA_F32_MMA=${F32MMA:-1} env ${STAGES:+RLX_CUDA_VEC_STAGES=$STAGES} ${SPLITK:+RLX_CUDA_SPLIT_K=$SPLITK} ${SPLITKROWS:+RLX_CUDA_SPLIT_K_ROWS=$SPLITKROWS} ${ERF:+RLX_CUDA_ERF=$ERF} $R compile "$model" --target cuda --sm "${SM:-90}" --name "$name" -o "$D/art/$c" $args ${EXTRA:-} >/dev/null
   [ $# -eq 0 ] && return 0
   mkdir -p "$D/ref/$c"
   local i=0 ins=()
@@ -133,14 +131,13 @@ for b in 1 8 32; do
   # at precision P (STAGE_TWINS="f32:1 tf32:2": batch 8 / 32).
   if [ $b -gt 1 ]; then for pn in ${STAGE_TWINS:-}; do p=${pn%%:*} n=${pn#*:} s=_${pn%%:*}; [ $p = f32 ] && s=
     STAGES=$n EXTRA="--precision $p" case_ minilm_b${b}${s}_st$n "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; done; fi
-  # The cp.async tiles converting tf32 / bf16 operands at each fragment load (session 19's form) instead of once
-  # in shared memory (ROUND_TWINS="tf32 bf16": batch 8 / 32, RLX_CUDA_VEC_ROUND=0, 2 stages).
-  if [ $b -gt 1 ]; then for p in ${ROUND_TWINS:-}; do
-    ROUND=0 STAGES=2 EXTRA="--precision $p" case_ minilm_b${b}_${p}_round0 "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; done; fi
   if [ $b -gt 1 ] && [ "${QKV_TWINS:-1}" != 0 ]; then for p in f32 tf32 bf16; do s=_$p; [ $p = f32 ] && s=
     MERGE=0 EXTRA="--precision $p" case_ minilm_b${b}${s}_qkvsep "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"
     if [ $b -eq 8 ]; then RLX_CUDA_VEC_BEST_FILL=0 EXTRA="--precision $p" case_ minilm_b${b}${s}_bestfill0 "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; fi
   done; fi
+  # bf16 keeps Q, K, V apart (MERGE_MIN_ROWS: f32 / tf32 merge from 1,024 rows): its weights are the unmerged f32
+  # twin's, so that blob travels even with QKV_TWINS=0.
+  if [ $b -gt 1 ] && [ ! -d "$D/art/minilm_b${b}_qkvsep" ]; then MERGE=0 case_ minilm_b${b}_qkvsep "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; fi
   [ "${SIMT_TWINS:-1}" = 0 ] || F32MMA=0 case_ minilm_b${b}_simt "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"
   for p in f32 tf32 bf16; do
     s=_$p; [ $p = f32 ] && s=
@@ -168,10 +165,10 @@ ls -d "$D"/art/minilm_b{8,32}_qkvsep >/dev/null 2>&1 && QKV_BLOBS=$(echo "$D"/ar
 cat "$D"/art/minilm_b{1,8,32}/minilm.weights.bin $QKV_BLOBS | xz -T1 --lzma2=preset=3,dict=192MiB > "$D/minilm.weights.bin.xz"
 # The variants' weights are their f32 twin's, byte for byte (the same plan; only the writer differs),
 # then in bf16 the weight copies their manifest lists.
-# (A _qkvsep variant's: its f32 _qkvsep twin's.)
+# (A _qkvsep variant's, and bf16's at batch 8 / 32 — Q, K, V apart: its f32 _qkvsep twin's.)
 for v in "$D"/art/minilm_b*_*/; do
   b=$(basename "$v"); b=${b#minilm_b}; b=${b%%_*}
-  base=minilm_b$b; case $(basename "$v") in *_qkvsep) base=minilm_b${b}_qkvsep ;; esac
+  base=minilm_b$b; case $(basename "$v") in *_qkvsep|minilm_b8_bf16*|minilm_b32_bf16*) base=minilm_b${b}_qkvsep ;; esac
   [ "$(basename "$v")" = "$base" ] && continue
   "$PY" tests/gpu/half_weights.py check "$D/art/$base/minilm.weights.bin" "$v/minilm.json" "$v/minilm.weights.bin" >/dev/null
 done

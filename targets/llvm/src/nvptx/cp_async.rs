@@ -58,18 +58,8 @@ pub fn stages(kind: Mma) -> Option<i64> {
     match std::env::var("RLX_CUDA_VEC_STAGES").ok().and_then(|v| v.parse::<i64>().ok()) {
         Some(s @ 2..=4) => Some(s),
         Some(_) => None,
-        None => (kind == Mma::Tf32x3 || converts_once(kind)).then_some(DEFAULT_STAGES),
+        None => (kind == Mma::Tf32x3).then_some(DEFAULT_STAGES),
     }
-}
-
-/// Whether the pipeline's f32 operands are converted once in shared memory, by the thread that copied
-/// them, after its copies land (tf32: each value rounded by `cvt.rna` in place; bf16 / fp16: a chunk
-/// of four f32 values packed into its first two words, read by one 64-bit load per fragment row and
-/// step), rather than where each of the 2–4 warps reading a value loads its fragment. 3×TF32 splits
-/// at the fragment as before. `RLX_CUDA_VEC_ROUND=0` at compile time: converted at the fragment loads
-/// (session 19's form).
-fn converts_once(kind: Mma) -> bool {
-    kind != Mma::Tf32x3 && std::env::var("RLX_CUDA_VEC_ROUND").map_or(true, |v| v != "0")
 }
 
 /// Stages of 3×TF32's pipeline: 3 and 4 measured no faster than 2 (module doc).
@@ -194,36 +184,6 @@ pub fn matmul(
         Ok(())
     };
     let commit = |w: &mut Writer| w.emit("call void @llvm.nvvm.cp.async.commit.group()");
-    // Operands converted once where they land ([`converts_once`]): each thread rewrites its own chunks
-    // of slice `st` after its copies have landed and before the barrier that shows them to the others.
-    let once = converts_once(kind);
-    let convert = |w: &mut Writer, st: &str| -> Result<(), String> {
-        let sw = w.emit_op(format!("mul nuw nsw i64 {st}, {stage_words}"));
-        for (_, d, guard, ety, oi) in &copies {
-            if *ety != "float" || !(if *oi == 0 { &sa } else { &sb }).split && packed {
-                continue;
-            }
-            let mut one = |w: &mut Writer| -> Result<(), String> {
-                let at = w.emit_op(format!("add nuw nsw i64 {sw}, {d}"));
-                let p = w.emit_op(format!("getelementptr inbounds i32, ptr addrspace(3) {DSM}, i64 {at}"));
-                let v = w.emit_op(format!("load <4 x float>, ptr addrspace(3) {p}, align 16"));
-                let x: Vec<String> = (0..4).map(|e| w.emit_op(format!("extractelement <4 x float> {v}, i64 {e}"))).collect();
-                let words = if packed { vec![to_operand(w, kind, &x[0], Some(&x[1])), to_operand(w, kind, &x[2], Some(&x[3]))] } else { x.iter().map(|e| to_operand(w, kind, e, None)).collect() };
-                let ty = format!("<{} x i32>", words.len());
-                let mut acc = "undef".to_string();
-                for (e, word) in words.iter().enumerate() {
-                    acc = w.emit_op(format!("insertelement {ty} {acc}, i32 {word}, i64 {e}"));
-                }
-                w.emit(&format!("store {ty} {acc}, ptr addrspace(3) {p}, align {}", 4 * words.len()));
-                Ok(())
-            };
-            match guard {
-                Some(c) => if_(w, c, &mut one)?,
-                None => one(w)?,
-            }
-        }
-        Ok(())
-    };
     let wg = Warps::new(w, acc, &tid, (bm, bn), kind);
     let Warps { ref wr, ref wc, ref gq, ref tq, wm, wn, mf, nf, .. } = wg;
     // Each fragment row's two bases in a stage (words): word mode, for even / odd c (row·pitch + 4t
@@ -270,32 +230,27 @@ pub fn matmul(
         })
         .collect();
     // A 128-bit load of a stage (`sw` its first word) at base + off: four f32 values or four words.
-    let load = |w: &mut Writer, sw: &str, base: &str, off: i64, ty: &str, n: i64| -> Vec<String> {
+    let quad = |w: &mut Writer, sw: &str, base: &str, off: i64, f32s: bool| -> Vec<String> {
         let at = w.emit_op(format!("add nuw nsw i64 {sw}, {base}"));
         let at = w.emit_op(format!("add nuw nsw i64 {at}, {off}"));
         let p = w.emit_op(format!("getelementptr inbounds i32, ptr addrspace(3) {DSM}, i64 {at}"));
-        let ty = format!("<{n} x {ty}>");
-        let v = w.emit_op(format!("load {ty}, ptr addrspace(3) {p}, align {}", 4 * n));
-        (0..n).map(|e| w.emit_op(format!("extractelement {ty} {v}, i64 {e}"))).collect()
+        let ty = if f32s { "<4 x float>" } else { "<4 x i32>" };
+        let v = w.emit_op(format!("load {ty}, ptr addrspace(3) {p}, align 16"));
+        (0..4).map(|e| w.emit_op(format!("extractelement {ty} {v}, i64 {e}"))).collect()
     };
-    let quad = |w: &mut Writer, sw: &str, base: &str, off: i64, f32s: bool| load(w, sw, base, off, if f32s { "float" } else { "i32" }, 4);
     // The registers lo, hi of k step 2c + u from a row's bases: word mode from chunk c (loaded once
     // for both steps: `cache`), split mode from its own chunk, packed.
     let regs = |w: &mut Writer, sl: &Slot, sw: &str, bs: &(String, String), c: i64, u: i64, cache: &mut Option<Vec<String>>| -> [String; 2] {
-        if sl.split && once {
-            let x = load(w, sw, if u == 0 { &bs.0 } else { &bs.1 }, 32 * c, "i32", 2);
-            return [x[0].clone(), x[1].clone()];
-        }
         if sl.split {
             let x = quad(w, sw, if u == 0 { &bs.0 } else { &bs.1 }, 32 * c, true);
             return [to_operand(w, kind, &x[0], Some(&x[1])), to_operand(w, kind, &x[2], Some(&x[3]))];
         }
         if cache.is_none() {
-            *cache = Some(quad(w, sw, if c % 2 == 0 { &bs.0 } else { &bs.1 }, 16 * c, !packed && !once));
+            *cache = Some(quad(w, sw, if c % 2 == 0 { &bs.0 } else { &bs.1 }, 16 * c, !packed));
         }
         let x = cache.as_ref().unwrap();
         let (lo, hi) = (&x[2 * u as usize], &x[2 * u as usize + 1]);
-        if packed || once { [lo.clone(), hi.clone()] } else { [to_operand(w, kind, lo, None), to_operand(w, kind, hi, None)] }
+        if packed { [lo.clone(), hi.clone()] } else { [to_operand(w, kind, lo, None), to_operand(w, kind, hi, None)] }
     };
     let steps = if packed { tk / 16 } else { tk / 8 };
     let compute = |w: &mut Writer, st: &str| {
@@ -328,10 +283,6 @@ pub fn matmul(
         let k0 = w.emit_op("load i64, ptr %s.k0".into());
         let kt = w.emit_op(format!("udiv i64 {k0}, {tk}"));
         w.emit(&format!("call void @llvm.nvvm.cp.async.wait.group(i32 {})", stages - 2));
-        let st = w.emit_op(format!("urem i64 {kt}, {stages}"));
-        if once {
-            convert(w, &st)?;
-        }
         barrier(w);
         let kn = w.emit_op(format!("add nuw nsw i64 {k0}, {}", (stages - 1) * tk));
         let more = w.emit_op(format!("icmp slt i64 {kn}, {kext}"));
@@ -341,6 +292,7 @@ pub fn matmul(
             issue(w, &kn, &st)
         })?;
         commit(w);
+        let st = w.emit_op(format!("urem i64 {kt}, {stages}"));
         compute(w, &st);
         Ok(())
     })?;
