@@ -106,7 +106,8 @@ TWINS = {
 SAME_BITS = {"f32w"}
 # Twins whose weights differ from the default's (carried as f32 blobs of their own after the default's).
 # (Suffix of the twin whose f32 blob is carried → the pattern of the folders taking their weights from it.)
-WEIGHT_TWINS = {"qkvsep": r"_qkvsep$"}
+# bf16 keeps Q, K, V apart at batch 8 / 32 (f32 / tf32 merge them from 1,024 rows): the _qkvsep blob's weights.
+WEIGHT_TWINS = {"qkvsep": r"(_qkvsep$|^minilm_b(8|32)_bf16)"}
 
 
 def precision_of(case):

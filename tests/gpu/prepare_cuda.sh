@@ -135,6 +135,9 @@ for b in 1 8 32; do
     MERGE=0 EXTRA="--precision $p" case_ minilm_b${b}${s}_qkvsep "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"
     if [ $b -eq 8 ]; then RLX_CUDA_VEC_BEST_FILL=0 EXTRA="--precision $p" case_ minilm_b${b}${s}_bestfill0 "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; fi
   done; fi
+  # bf16 keeps Q, K, V apart (MERGE_MIN_ROWS: f32 / tf32 merge from 1,024 rows): its weights are the unmerged f32
+  # twin's, so that blob travels even with QKV_TWINS=0.
+  if [ $b -gt 1 ] && [ ! -d "$D/art/minilm_b${b}_qkvsep" ]; then MERGE=0 case_ minilm_b${b}_qkvsep "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; fi
   [ "${SIMT_TWINS:-1}" = 0 ] || F32MMA=0 case_ minilm_b${b}_simt "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"
   for p in f32 tf32 bf16; do
     s=_$p; [ $p = f32 ] && s=
@@ -162,10 +165,10 @@ ls -d "$D"/art/minilm_b{8,32}_qkvsep >/dev/null 2>&1 && QKV_BLOBS=$(echo "$D"/ar
 cat "$D"/art/minilm_b{1,8,32}/minilm.weights.bin $QKV_BLOBS | xz -T1 --lzma2=preset=3,dict=192MiB > "$D/minilm.weights.bin.xz"
 # The variants' weights are their f32 twin's, byte for byte (the same plan; only the writer differs),
 # then in bf16 the weight copies their manifest lists.
-# (A _qkvsep variant's: its f32 _qkvsep twin's.)
+# (A _qkvsep variant's, and bf16's at batch 8 / 32 — Q, K, V apart: its f32 _qkvsep twin's.)
 for v in "$D"/art/minilm_b*_*/; do
   b=$(basename "$v"); b=${b#minilm_b}; b=${b%%_*}
-  base=minilm_b$b; case $(basename "$v") in *_qkvsep) base=minilm_b${b}_qkvsep ;; esac
+  base=minilm_b$b; case $(basename "$v") in *_qkvsep|minilm_b8_bf16*|minilm_b32_bf16*) base=minilm_b${b}_qkvsep ;; esac
   [ "$(basename "$v")" = "$base" ] && continue
   "$PY" tests/gpu/half_weights.py check "$D/art/$base/minilm.weights.bin" "$v/minilm.json" "$v/minilm.weights.bin" >/dev/null
 done
