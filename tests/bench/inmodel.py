@@ -37,20 +37,23 @@ import bench  # noqa: E402  (compile_rlxc, load_artifact)
 import zoo  # noqa: E402  (base_model, with_batch)
 
 
-def loop(so: Path, man: dict, secs: float) -> None:
-    """The artifact called for `secs` seconds (the child `perf record` samples)."""
+def bound(so: Path, man: dict):
+    """The artifact's call on deterministic inputs."""
     rs = np.random.RandomState(0)
     inputs = [rs.rand(*p["shape"]).astype(np.float32) for p in man["inputs"]]
-    call, _, _ = bench.load_artifact(so, "m", man, inputs)
+    return bench.load_artifact(so, "m", man, inputs)[0]
+
+
+def loop(so: Path, man: dict, secs: float) -> None:
+    """The artifact called for `secs` seconds (the child `perf record` samples)."""
+    call = bound(so, man)
     t = time.perf_counter()
     while time.perf_counter() - t < secs:
         call()
 
 
 def cpu_per_call(so: Path, man: dict, secs: float) -> float:
-    rs = np.random.RandomState(0)
-    inputs = [rs.rand(*p["shape"]).astype(np.float32) for p in man["inputs"]]
-    call, _, _ = bench.load_artifact(so, "m", man, inputs)
+    call = bound(so, man)
     for _ in range(3):
         call()
     n, c = 0, time.process_time()

@@ -177,11 +177,6 @@ impl Planner<'_> {
         // The input planes into the scratch: rows and columns the output reads.
         let (iy, ix) = (kb.var(), kb.var());
         let (hc, wc) = (h.min(hp.saturating_sub(pt)), w.min(wp.saturating_sub(pl)));
-        let copy = vloop(kb, &mut |kb, lv| {
-            let v = self.elem(kb, x, &[ni.clone(), chan(lv.clone()), Expr::Var(iy), Expr::Var(ix)]);
-            let q = Expr::add(Expr::mul(Expr::add(Expr::Var(iy), Expr::Int(pt as i64)), Expr::Int(wp as i64)), Expr::add(Expr::Var(ix), Expr::Int(pl as i64)));
-            vec![Stmt::Store { buf: sp, index: at(q, lv), value: v }]
-        });
         // Staged: the block's planes transposed into the slot's `[P][lanes]` by register tiles, then
         // copied into the padded scratch a vector per position (see the module doc).
         let (pin, pout) = (h * w, oh * ow);
@@ -206,7 +201,12 @@ impl Planner<'_> {
                     vec![Stmt::Store { buf: sp, index: at(q, lv.clone()), value: Expr::load(stb, sat(p, lv, rows)) }]
                 })
             }
-            None => copy,
+            // Too few positions for a tile: a lane per plane.
+            None => vloop(kb, &mut |kb, lv| {
+                let v = self.elem(kb, x, &[ni.clone(), chan(lv.clone()), Expr::Var(iy), Expr::Var(ix)]);
+                let q = Expr::add(Expr::mul(Expr::add(Expr::Var(iy), Expr::Int(pt as i64)), Expr::Int(wp as i64)), Expr::add(Expr::Var(ix), Expr::Int(pl as i64)));
+                vec![Stmt::Store { buf: sp, index: at(q, lv), value: v }]
+            }),
         };
         unit.push(Stmt::For { var: iy, extent: hc as i64, kind: LoopKind::Serial, body: vec![Stmt::For { var: ix, extent: wc as i64, kind: LoopKind::Serial, body: vec![copy] }] });
         // The output positions: rows of up to `ROW_BLOCK` columns, each a vector of the block's channels
