@@ -165,6 +165,14 @@ def main() -> None:
         "conv7x7_s2_phases": ([1, 3, 22, 22], [(16, (7, 7), {"strides": [2, 2], "pads": [3, 3, 3, 3]}, True)], relu, ()),
         "conv3x3_s3_phases": ([1, 4, 12, 12], [(9, (3, 3), {"strides": [3, 3]}, False)], identity, ()),
         "conv5x5_s2_phases": ([1, 5, 17, 16], [(12, (5, 5), {"strides": [2, 2], "pads": [2, 2, 1, 1]}, True)], relu, ()),
+        # Strided over few input channels (C·KH·KW ≤ 64: a stem), B packed from x itself by output rows
+        # (`conv_rows.rs`), each row in pieces: 48 columns = 32 + 16 on an odd height, batch 2; 112 = 64 + 32 +
+        # 16 (MobileNet's stem row); 5×5 stride 2 with the right pad short over 64 columns (one full panel);
+        # 3×3 stride 3 without pads, 32 columns.
+        "conv3x3_s2_rows_b2": ([2, 3, 33, 96], [(16, (3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]}, True)], clip6, ()),
+        "conv3x3_s2_rows_stem": ([1, 3, 40, 224], [(24, (3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]}, True)], relu, ()),
+        "conv5x5_s2_rows": ([1, 2, 19, 128], [(8, (5, 5), {"strides": [2, 2], "pads": [2, 2, 1, 1]}, True)], relu, ()),
+        "conv3x3_s3_rows": ([1, 3, 30, 96], [(9, (3, 3), {"strides": [3, 3]}, False)], identity, ()),
         # Dilation 2, 7 output channels (one partial tile), HardSwish.
         "conv3x3_dil2_hardswish": ([1, 4, 12, 12], [(7, (3, 3), {"dilations": [2, 2], "pads": [2, 2, 2, 2]}, True)], hardswish, ()),
         # Dilation 3, asymmetric pads whose output rows are as wide as the input's (B packed from x

@@ -110,7 +110,8 @@ fn conv_gemm_cranelift_matches_interp() {
 
 /// The planner really takes the GEMM paths (the planned program, `--emit-ir`'s NAME.lir): packed weight
 /// rows and an im2col launch for a k×k convolution (none for a stride-1 one whose output rows are as wide
-/// as its input's: B packed from x under a window mask; a strided one packs from x's phases; over 196
+/// as its input's: B packed from x under a window mask; a strided one packs from x's phases, or over few
+/// input channels from x by output rows; over 196
 /// tiles or more the Winograd form, over 49 F(2×2, 3×3)), no copy for a 1×1 one, a GEMM launch and the packed
 /// transposed weight for a transposed convolution; weights read by several convolutions packed once.
 #[test]
@@ -147,6 +148,11 @@ fn conv_gemm_paths_are_taken() {
     assert!(!ko.contains("winograd") && ko.contains("(window mask)"), "--winograd off: not the direct form:\n{ko}");
     let ks = lir("conv3x3_s2_phases_b2");
     assert!(ks.contains("(phases)") && ks.contains("(window mask)") && !ks.contains("(im2col)"), "3×3 stride 2: B is not packed from x's phases:\n{ks}");
+    // Strided over few input channels: B packed from x itself by output rows (no phases, no im2col).
+    for case in ["conv3x3_s2_rows_b2", "conv3x3_s2_rows_stem", "conv5x5_s2_rows", "conv3x3_s3_rows"] {
+        let kr = lir(case);
+        assert!(kr.contains("(window mask)") && kr.contains("(packed B chunks)") && !kr.contains("(phases)") && !kr.contains("(im2col)"), "{case}: B is not packed from x by rows:\n{kr}");
+    }
     // Dilated or 3-D, stride 1, output rows (3-D: planes) as large as the input's: B packed from x.
     for case in ["conv3x3_dil2_hardswish", "conv3x3_dil3_asym_b2", "conv3d_direct_b2", "conv3d_dil2_asym"] {
         let kd = lir(case);

@@ -19,6 +19,7 @@ use super::fuse::{is_elementwise, Role};
 use super::index::{clamp, linear};
 use super::blocks::{slot_units, SLOTS};
 use super::conv_lanes::lanes_shape;
+use super::conv_rows::Rows;
 use super::winograd::{self, Wino};
 use super::kernel::{lit, KB};
 use super::Planner;
@@ -100,6 +101,10 @@ pub(super) struct Direct {
     /// Strided: the stride and the weight buffer of each tap's offset in an image's phases (i64
     /// `[KH·KW]`: phase·C·⌈H/s⌉·OW + ⌊(kh − ph)/s⌋·OW + ⌊(kw − pw)/s⌋).
     pub(super) phases: Option<(usize, u32)>,
+    /// Strided over few input channels: read from x itself by output rows (`conv_rows.rs`; no phases).
+    pub(super) rows: Option<Rows>,
+    /// Positions per entry of `inner`: `nr`, or the row-read form's narrowest piece.
+    pub(super) granule: usize,
 }
 
 impl Direct {
@@ -321,17 +326,23 @@ impl Planner<'_> {
             let pn: usize = so[2..].iter().product();
             let eight = by_rows(sw[0], pn, tiles) && tiles / 8 >= 8 && pn < 2 * nr;
             let toff = if plain && s > 1 && sx.len() == 4 && !eight { strided_direct(s, [(kh, h, oh, ph), (kw, wd, ow, pw)], sx[1]) } else { None };
+            // Few input channels (a stem): x read by output rows instead of split into phases.
+            let rows = toff.as_ref().and_then(|_| Rows::fits(s, sx[1] * kh * kw, (wd, ow, kw), (ph, pw), sw[0], pn));
+            let toff = toff.filter(|_| rows.is_none());
             // Stride 1: the output's dims after the first spatial one as the input's (rows as wide, in 3-D
             // planes as large too), so a flat output position plus a tap's offset is its flat input position.
             let nsp = sx.len() - 2;
-            let direct = if plain && ((s == 1 && so[3..] == sx[3..] && !eight) || toff.is_some()) {
+            let direct = if plain && ((s == 1 && so[3..] == sx[3..] && !eight) || toff.is_some() || rows.is_some()) {
                 let (kd, xd, od) = (&sw[2..], &sx[2..], &so[2..]);
-                let key: Vec<usize> = [xd, od, kd, &pads[..nsp], &[s, dil, nr]].concat();
+                let key: Vec<usize> = [xd, od, kd, &pads[..nsp], &[s, dil, nr, rows.is_some() as usize]].concat();
                 let (mask, inner) = match masks.get(&key) {
                     Some(&m) => m,
                     None => {
                         let mc = window_mask(kd, xd, od, (s, dil), &pads[..nsp]);
-                        let ic = inner_panels(&mc, nr);
+                        let ic = match &rows {
+                            Some(r) => r.inner(&mc, nr),
+                            None => inner_panels(&mc, nr),
+                        };
                         let m = (self.add_weight(format!("{} (window mask)", node.name), &mc), self.add_weight(format!("{} (panels inside)", node.name), &ic));
                         masks.insert(key, m);
                         m
@@ -345,7 +356,8 @@ impl Planner<'_> {
                     let cd = ConstData { dtype: DType::I64, shape: vec![t.len()], data: rlx_ir::Blob::from_vec(bytes) };
                     (s, self.add_weight(format!("{} (phase tap offsets)", node.name), &cd))
                 });
-                Some(Direct { mask, inner, c: sx[1], taps: kd.iter().product(), hw, kdims: kd.to_vec(), xstrides, shift0, dil, phases })
+                let granule = rows.as_ref().map_or(nr, |r| r.granule(nr));
+                Some(Direct { mask, inner, c: sx[1], taps: kd.iter().product(), hw, kdims: kd.to_vec(), xstrides, shift0, dil, phases, rows, granule })
             } else {
                 None
             };
@@ -529,7 +541,9 @@ impl Planner<'_> {
     /// from memory once per unit (the partial sums wait in the output between chunks).
     fn packed_positions(&mut self, kb: &mut KB, t: &Tiling, nb: usize, full: usize, pieces: &[(usize, usize)]) -> Vec<Stmt> {
         let nr = t.nr;
-        let np = full + (!pieces.is_empty()) as usize;
+        // The row-read form's unit is an output row, run as its pieces.
+        let rows = t.direct.as_ref().and_then(|d| d.0.rows.clone());
+        let np = rows.as_ref().map_or(full + (!pieces.is_empty()) as usize, |r| t.pn / r.ow);
         // Fewer panels than two a slot: the row tiles are cut in two blocks as well (each packs its own
         // copy of the panel's chunks), so two threads still get equal shares of an odd panel count.
         let tiles = t.groups * t.tpg;
@@ -544,10 +558,11 @@ impl Planner<'_> {
         let slot = kb.var();
         let sbase = Expr::mul(Expr::Var(slot), Expr::Int((t.kc * nr) as i64));
         let chunk_outer = t.kdim * t.mg * 4 > A_L2;
-        // A Direct convolution prefetches the rows of x that the slot's next unit (the next panel)
-        // will pack: x is read in a pattern the hardware prefetcher does not follow (a few lines of
-        // every channel per unit), and from a large image each first touch missed.
-        let t = &Tiling { direct: t.direct.clone().map(|(d, mp, _)| (d, mp, nr as i64)), ..t.clone() };
+        // A Direct convolution prefetches the rows of x that the slot's next unit (the next panel, or
+        // output row: s rows of x on) will pack: x is read in a pattern the hardware prefetcher does not
+        // follow (a few lines of every channel per unit), and from a large image each first touch missed.
+        let ahead = rows.as_ref().map_or(nr, |r| r.s * r.w) as i64;
+        let t = &Tiling { direct: t.direct.clone().map(|(d, mp, _)| (d, mp, ahead)), ..t.clone() };
         // The slot's units (`slot_units`: contiguous runs), each running `f(tiling, q, first tile)` (q:
         // the panel within its image).
         let units_loop = |kb: &mut KB, f: &mut dyn FnMut(&mut KB, &Tiling, &Expr, &Expr) -> Vec<Stmt>| -> Vec<Stmt> {
@@ -558,36 +573,39 @@ impl Planner<'_> {
             let body = f(kb, &tu, &q, &t0);
             vec![slot_units(slot, (j, uv), units, slots, body)]
         };
-        // The full panel q or the tail panel, each as (first position, offset in the panel, width) pieces.
-        let panels = |q: &Expr| -> Vec<(Expr, Vec<(Expr, usize, usize)>)> {
+        // The full panel q or the tail panel, each as (first position, offset in the panel, width) pieces
+        // under the condition that it is the one (none where every unit runs it: an output row's pieces,
+        // each a panel of its own, in the row-read form).
+        let panels = |q: &Expr| -> Vec<(Option<Expr>, Vec<(Expr, usize, usize)>)> {
             let mut v = Vec::new();
+            if let Some(r) = &rows {
+                let row = Expr::mul(q.clone(), Expr::Int(r.ow as i64));
+                return r.pieces(nr).into_iter().map(|(off, w)| (None, vec![(Expr::add(row.clone(), Expr::Int(off as i64)), 0, w)])).collect();
+            }
             if full > 0 {
-                v.push((Expr::i(IOp::Lt, q.clone(), Expr::Int(full as i64)), vec![(Expr::mul(q.clone(), Expr::Int(nr as i64)), 0usize, nr)]));
+                v.push((Some(Expr::i(IOp::Lt, q.clone(), Expr::Int(full as i64))), vec![(Expr::mul(q.clone(), Expr::Int(nr as i64)), 0usize, nr)]));
             }
             if !pieces.is_empty() {
-                v.push((Expr::i(IOp::Le, Expr::Int(full as i64), q.clone()), pieces.iter().map(|&(off, w)| (Expr::Int((full * nr) as i64), off - full * nr, w)).collect()));
+                v.push((Some(Expr::i(IOp::Le, Expr::Int(full as i64), q.clone())), pieces.iter().map(|&(off, w)| (Expr::Int((full * nr) as i64), off - full * nr, w)).collect()));
+            }
+            if v.len() == 1 {
+                v[0].0 = None;
             }
             v
+        };
+        let guard = |cond: Option<Expr>, b: Vec<Stmt>| match cond {
+            Some(cond) => vec![Stmt::If { cond, body: b }],
+            None => b,
         };
         let body = if chunk_outer {
             self.conv_chunks(kb, t, &mut |me, kb, k0, klen, first, last| {
                 units_loop(kb, &mut |kb, tu, q, t0| {
-                    let ps = panels(q);
-                    let guarded = ps.len() > 1;
-                    ps.into_iter().flat_map(|(cond, panel)| {
-                        let b = me.packed_chunk(kb, tu, &panel, sp, &sbase, (t0, rbt), k0.clone(), klen, first, last);
-                        if guarded { vec![Stmt::If { cond, body: b }] } else { b }
-                    }).collect()
+                    panels(q).into_iter().flat_map(|(cond, panel)| guard(cond, me.packed_chunk(kb, tu, &panel, sp, &sbase, (t0, rbt), k0.clone(), klen, first, last))).collect()
                 })
             })
         } else {
             units_loop(kb, &mut |kb, tu, q, t0| {
-                let ps = panels(q);
-                let guarded = ps.len() > 1;
-                ps.into_iter().flat_map(|(cond, panel)| {
-                    let b = self.conv_chunks(kb, tu, &mut |me, kb, k0, klen, first, last| me.packed_chunk(kb, tu, &panel, sp, &sbase, (t0, rbt), k0, klen, first, last));
-                    if guarded { vec![Stmt::If { cond, body: b }] } else { b }
-                }).collect()
+                panels(q).into_iter().flat_map(|(cond, panel)| guard(cond, self.conv_chunks(kb, tu, &mut |me, kb, k0, klen, first, last| me.packed_chunk(kb, tu, &panel, sp, &sbase, (t0, rbt), k0, klen, first, last)))).collect()
             })
         };
         vec![Stmt::For { var: slot, extent: slots as i64, kind: LoopKind::Parallel, body }]
@@ -641,9 +659,11 @@ impl Planner<'_> {
         let (kk, base, mrow) = (kb.var(), kb.var(), kb.var());
         let k = Expr::add(k0, Expr::Var(kk));
         let (c, tap) = (Expr::i(IOp::Div, k.clone(), Expr::Int(d.taps as i64)), Expr::i(IOp::Rem, k, Expr::Int(d.taps as i64)));
-        let b = match d.phases {
+        let b = match (d.phases, &d.rows) {
+            // Read by rows: the piece's first lane's element of x (`Rows::source`), lanes s apart.
+            (None, Some(rw)) => rw.source(Expr::mul(Expr::add(Expr::mul(t.nv.clone(), Expr::Int(d.c as i64)), c), Expr::Int(d.hw as i64)), &tap, &p),
             // The first lane's element of x: (n·C + c)·HW + p + shift(tap) − shift(0, 0).
-            None => {
+            (None, None) => {
                 // Tap axis i's index: tap / (the inner axes' taps) % k_i (no division on the last axis, no
                 // remainder on the first), times d·stride_i.
                 let n = d.kdims.len();
@@ -657,33 +677,38 @@ impl Planner<'_> {
                 Expr::i(IOp::Sub, Expr::add(Expr::add(Expr::mul(chan, Expr::Int(d.hw as i64)), p.clone()), shift), Expr::Int(d.shift0))
             }
             // Of the phases: n·s²·C·⌈H/s⌉·OW + c·⌈H/s⌉·OW + p + offset(tap).
-            Some((_, tb)) => {
+            (Some((_, tb)), _) => {
                 let tp = kb.param(tb, &self.buffers[tb as usize].clone(), Access::Read);
                 let off = Expr::ToIndex { from: DType::I64, x: Box::new(Expr::load(tp, tap.clone())) };
                 Expr::add(Expr::add(Expr::add(Expr::mul(t.nv.clone(), Expr::Int(d.image() as i64)), Expr::mul(c, Expr::Int(d.hw as i64))), p.clone()), off)
             }
         };
         let ip = kb.param(d.inner, &self.buffers[d.inner as usize].clone(), Access::Read);
-        let q = Expr::add(Expr::mul(tap.clone(), Expr::Int(t.pn.div_ceil(nr) as i64)), Expr::i(IOp::Div, p.clone(), Expr::Int(nr as i64)));
+        let g = d.granule;
+        let q = Expr::add(Expr::mul(tap.clone(), Expr::Int(t.pn.div_ceil(g) as i64)), Expr::i(IOp::Div, p.clone(), Expr::Int(g as i64)));
         let whole = Expr::ToIndex { from: DType::I64, x: Box::new(Expr::load(ip, q)) };
         let mut body = vec![
             Stmt::Decl { var: base, dtype: DType::I64, init: b },
             Stmt::Decl { var: mrow, dtype: DType::I64, init: Expr::add(Expr::mul(tap, Expr::Int(t.pn as i64)), p) },
         ];
+        // Lane l reads x at base + s·l (s = 1 but in the row-read form).
+        let s = d.rows.as_ref().map_or(1, |r| r.s as i64);
+        let lane = |jj: Expr| Expr::add(Expr::Var(base), if s == 1 { jj } else { Expr::mul(jj, Expr::Int(s)) });
+        let span = s * (width as i64 - 1) + 1;
         if ahead > 0 {
-            body.extend(line_offsets(width).map(|o| Stmt::Prefetch { buf: t.bp, index: Expr::add(Expr::Var(base), Expr::Int(ahead + o)), far: true }));
+            body.extend(line_offsets(span as usize).map(|o| Stmt::Prefetch { buf: t.bp, index: Expr::add(Expr::Var(base), Expr::Int(ahead + o)), far: true }));
         }
         let dst = |jj: Expr| Expr::add(sbase.clone(), Expr::add(Expr::mul(Expr::Var(kk), Expr::Int(nr as i64)), Expr::add(Expr::Int(off as i64), jj)));
         // A panel wholly inside for this tap: a plain copy.
         let jw = kb.var();
         let kind = if width >= 2 { LoopKind::Vector(width as u32) } else { LoopKind::Serial };
-        let plain = Stmt::For { var: jw, extent: width as i64, kind, body: vec![Stmt::Store { buf: sp, index: dst(Expr::Var(jw)), value: Expr::load(t.bp, Expr::add(Expr::Var(base), Expr::Var(jw))) }] };
+        let plain = Stmt::For { var: jw, extent: width as i64, kind, body: vec![Stmt::Store { buf: sp, index: dst(Expr::Var(jw)), value: Expr::load(t.bp, lane(Expr::Var(jw))) }] };
         body.push(Stmt::If { cond: Expr::i(IOp::Lt, Expr::Int(0), whole.clone()), body: vec![plain] });
         let masked = Expr::i(IOp::Eq, whole, Expr::Int(0));
-        let inside = Expr::i(IOp::And, Expr::i(IOp::Le, Expr::Int(0), Expr::Var(base)), Expr::i(IOp::Le, Expr::add(Expr::Var(base), Expr::Int(width as i64)), Expr::Int(total)));
+        let inside = Expr::i(IOp::And, Expr::i(IOp::Le, Expr::Int(0), Expr::Var(base)), Expr::i(IOp::Le, Expr::add(Expr::Var(base), Expr::Int(span)), Expr::Int(total)));
         for (cond, clamped) in [(Expr::i(IOp::And, masked.clone(), inside.clone()), false), (Expr::i(IOp::And, masked.clone(), Expr::i(IOp::Eq, inside, Expr::Int(0))), true)] {
             let jj = kb.var();
-            let mut xi = Expr::add(Expr::Var(base), Expr::Var(jj));
+            let mut xi = lane(Expr::Var(jj));
             if clamped {
                 xi = clamp(xi, 0, total - 1);
             }

@@ -42,6 +42,7 @@ mod dw_lanes;
 mod dw_padded;
 mod flat;
 mod conv_lanes;
+mod conv_rows;
 mod conv_transpose;
 mod depthwise;
 mod fuse;
