@@ -41,7 +41,12 @@ use rlx_ir::loops::Var;
 /// Whether tiles of `kind` on `sm_{sm}` take this form: `RLX_CUDA_WGMMA=1` at compile time, `--sm 90`,
 /// `--precision bf16|fp16`.
 pub fn on(sm: u32, kind: Mma) -> bool {
-    sm == 90 && matches!(kind, Mma::Bf16 | Mma::Fp16) && std::env::var("RLX_CUDA_WGMMA").is_ok_and(|v| v == "1" || v == "2")
+    sm == 90 && matches!(kind, Mma::Bf16 | Mma::Fp16) && mode().is_some()
+}
+
+/// `RLX_CUDA_WGMMA`: 1, 2 (register-staged), or N = 3, 4 (the cp.async ring of N stages, [`ring`]).
+fn mode() -> Option<i64> {
+    std::env::var("RLX_CUDA_WGMMA").ok().and_then(|v| v.parse::<i64>().ok()).filter(|v| (1..=4).contains(v))
 }
 
 /// `RLX_CUDA_WGMMA=2`: the next slice's stores overlap this one's `wgmma`s ([`matmul`]).
@@ -93,6 +98,9 @@ pub fn matmul(
     let bytes = 2 * stage + 1024;
     if kext % TK != 0 || !periods || (bm * 8) % 256 != 0 || (bn * 8) % 256 != 0 || wn % 8 != 0 || wn > 256 || bytes > smem {
         return Ok(None);
+    }
+    if let Some(st @ 3..) = mode() {
+        return super::wgmma_ring::matmul(w, acc, (a, b), ptrs, (rows, cols, batch), (bm, bn), kind, (st, smem), halves, globals);
     }
     let (ab, cvt_ok) = match kind {
         Mma::Bf16 => ("bf16", true),
