@@ -1,8 +1,13 @@
 //! Hopper's warpgroup matrix multiply (`wgmma.mma_async`, sm_90a, PTX ISA 8.0) for `vec_tile.rs`'s
-//! whole tiles under `--precision bf16|fp16` and `--sm 90`, behind `RLX_CUDA_WGMMA=1` at compile time
-//! (off by default: [`on`]). A module with such a kernel is written for `.target sm_90a` with PTX 8.0
-//! (`mod.rs`: LLVM 19's NVPTX knows both), which the driver compiles for sm_90 GPUs only — hence a
-//! switch under `--sm 90` rather than a default there.
+//! whole tiles under `--precision bf16|fp16` and `--sm 90`, behind `RLX_CUDA_WGMMA=N` at compile time
+//! (off by default: [`on`]): 1 this file's form, 2 the same with the next slice's stores overlapping
+//! the `wgmma`s (below), 3 / 4 `wgmma_ring.rs`'s cp.async ring of N stages. A module with such a
+//! kernel is written for `.target sm_90a` with PTX 8.0 (`mod.rs`: LLVM 19's NVPTX knows both), which
+//! runs on sm_90 GPUs only (the H100 / H200), where `--sm 90`'s plain sm_90 PTX is also compiled by
+//! the driver for later GPUs: that, and a gain of 3–4% on MiniLM, is why it is a switch, not the
+//! default (measured on the H200, docs/benchmarks.md session 23: bf16 MiniLM batch 8 / 32 670 → 653 /
+//! 1,948 → 1,871 µs with 2; per kernel, tests/gpu/bench_gemm.py, FFN down −9…−16%, the others ±3%;
+//! 3 / 4 1.3–2.7× slower; fp16 assembles but was not timed).
 //!
 //! The block is `vec_tile.rs`'s (256 threads, the same block tile choice, [`vec_tile::tile`]): its 8
 //! warps are two warpgroups, each one m64×nW `wgmma` per k step of 16 — along M where the tile has
@@ -24,7 +29,11 @@
 //! warpgroup's accumulators (`m64nWk16.f32`: per warp 16 rows, lane 4g + t's registers 4j..4j + 3 at
 //! rows g, g + 8 and columns 8j + 2t, + 1 — `mma.sync`'s m16n8 fragments side by side, so
 //! `vec_tile::Warps`'s epilogue applies), `commit_group`, `wait_group 0` — so no asynchronous state
-//! crosses the block: the accumulators are ordinary registers between slices.
+//! crosses the block: the accumulators are ordinary registers between slices. With
+//! `RLX_CUDA_WGMMA=2` the block ends at `commit_group` and a second block (`wait_group 0`, taking and
+//! giving every accumulator) follows the next slice's conversion and stores into the other stage and
+//! the loads of the slice after: the stores overlap the tensor cores (ptxas keeps the two blocks'
+//! accumulators in place: no serialization warning).
 //!
 //! Not emulated on the CPU (`tests/gpu/emulate_cuda.py` has `mma.sync`, not the descriptors and the
 //! swizzle): checked by ptxas (`compiler/rlxc/tests/cuda.rs`) without a GPU and against the
