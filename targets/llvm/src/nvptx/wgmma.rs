@@ -1,5 +1,5 @@
 //! Hopper's warpgroup matrix multiply (`wgmma.mma_async`, sm_90a, PTX ISA 8.0) for `vec_tile.rs`'s
-//! whole tiles under `--precision bf16|fp16` and `--sm 90`, behind `RLX_CUDA_WGMMA=N` at compile time
+//! whole tiles under `--precision bf16` and `--sm 90`, behind `RLX_CUDA_WGMMA=N` at compile time
 //! (off by default: [`on`]): 1 this file's form, 2 the same with the next slice's stores overlapping
 //! the `wgmma`s (below), 3 / 4 `wgmma_ring.rs`'s cp.async ring of N stages. A module with such a
 //! kernel is written for `.target sm_90a` with PTX 8.0 (`mod.rs`: LLVM 19's NVPTX knows both), which
@@ -7,7 +7,7 @@
 //! the driver for later GPUs: that, and a gain of 3–4% on MiniLM, is why it is a switch, not the
 //! default (measured on the H200, docs/benchmarks.md session 23: bf16 MiniLM batch 8 / 32 670 → 653 /
 //! 1,948 → 1,871 µs with 2; per kernel, tests/gpu/bench_gemm.py, FFN down −9…−16%, the others ±3%;
-//! 3 / 4 1.3–2.7× slower; fp16 assembles but was not timed).
+//! 3 / 4 1.3–2.7× slower).
 //!
 //! The block is `vec_tile.rs`'s (256 threads, the same block tile choice, [`vec_tile::tile`]): its 8
 //! warps are two warpgroups, each one m64×nW `wgmma` per k step of 16 — along M where the tile has
@@ -47,10 +47,11 @@ use crate::ir::Writer;
 use rlx_ir::loops::tiled::Acc;
 use rlx_ir::loops::Var;
 
-/// Whether tiles of `kind` on `sm_{sm}` take this form: `RLX_CUDA_WGMMA=1` at compile time, `--sm 90`,
-/// `--precision bf16|fp16`.
+/// Whether tiles of `kind` on `sm_{sm}` take this form: `RLX_CUDA_WGMMA=N` at compile time, `--sm 90`,
+/// `--precision bf16` (fp16's form — `.f16` operands, `cvt.rn.f16x2` — assembles but was not checked
+/// on a GPU, so it is not taken).
 pub fn on(sm: u32, kind: Mma) -> bool {
-    sm == 90 && matches!(kind, Mma::Bf16 | Mma::Fp16) && mode().is_some()
+    sm == 90 && kind == Mma::Bf16 && mode().is_some()
 }
 
 /// `RLX_CUDA_WGMMA`: 1, 2 (register-staged), or N = 3, 4 (the cp.async ring of N stages, [`ring`]).
