@@ -9,7 +9,8 @@
 #                            is not whole, the general form), and for bf16 `f32w` (RLX_CUDA_HALF_WEIGHTS=0: f32
 #                            weights converted as they are staged; the other bf16 variants read bf16 copies of the
 #                            weights), and the cp.async pipeline (nvptx/cp_async.rs) `sN` (RLX_CUDA_VEC_STAGES=N, slices
-#                            of 64 where K allows), `sNtk32` (slices of 32), `sN-BMxBN` (a forced tile); one weights blob per shape (NAME.weights.bin in w/, the f32 artifact's; each
+#                            of 64 where K allows), `sNtk32` (slices of 32), `sN-BMxBN` (a forced tile), `wg` (RLX_CUDA_WGMMA=1:
+#                            Hopper's wgmma, nvptx/wgmma.rs; needs SM=90, compiled --sm 90 — sm_90a PTX), `wgN` (RLX_CUDA_WGMMA=N: 2 the next slice stored while the wgmmas run, 3 / 4 a cp.async ring of N stages), `wg-BMxBN` / `wgN-BMxBN` (a forced tile); one weights blob per shape (NAME.weights.bin in w/, the f32 artifact's; each
 #                            variant's is that blob followed by the copies its manifest lists: checked here, rebuilt there
 #                            by half_weights.py)
 #   bench_gemm.py, make_gemm.py, half_weights.py   (the inputs, weights and bias are regenerated there from make_gemm.py's seeds)
@@ -30,11 +31,11 @@ ALL=$(echo f32_auto f32_simt {tf32,bf16}_{auto,old,tk32,64x64,128x64,128x128,128
 for f in "$T"/gemm_b*.onnx; do
   n=$(basename "$f" .onnx)
   for pv in ${VARIANTS:-$ALL}; do
-    p=${pv%%_*} v=${pv#*_} tk= hw=1 mma=1 st=
-    case $v in auto) t= ;; old) t=0 ;; tk32) t= tk=32 ;; f32w) t= hw=0 ;; simt) t= mma=0 ;;
+    p=${pv%%_*} v=${pv#*_} tk= hw=1 mma=1 st= wg=
+    case $v in auto) t= ;; wg) t= wg=1 ;; wg[0-9]) t= wg=${v:2:1} ;; wg-*) t=${v#wg-} wg=1 ;; wg[0-9]-*) t=${v#wg?-} wg=${v:2:1} ;; old) t=0 ;; tk32) t= tk=32 ;; f32w) t= hw=0 ;; simt) t= mma=0 ;;
       s[0-9]*) st=${v:1:1} t= r=${v:2}; case $r in tk64) tk=64 ;; tk32) tk=32 ;; -*) t=${r#-} ;; esac ;;
       *) t=$v ;; esac
-    RLX_CUDA_VEC_STAGES=$st RLX_CUDA_VEC_TILE=$t RLX_CUDA_VEC_TK=$tk RLX_CUDA_HALF_WEIGHTS=$hw RLX_CUDA_F32_MMA=$mma $R compile "$f" --target cuda ${SM:+--sm $SM} --precision "$p" --name "$n" -o "$D/art/${n}_$pv" >/dev/null
+    RLX_CUDA_WGMMA=$wg RLX_CUDA_VEC_STAGES=$st RLX_CUDA_VEC_TILE=$t RLX_CUDA_VEC_TK=$tk RLX_CUDA_HALF_WEIGHTS=$hw RLX_CUDA_F32_MMA=$mma $R compile "$f" --target cuda ${SM:+--sm $SM} --precision "$p" --name "$n" -o "$D/art/${n}_$pv" >/dev/null
     if [ -e "$D/w/$n.weights.bin" ]; then "$PY" tests/gpu/half_weights.py check "$D/w/$n.weights.bin" "$D/art/${n}_$pv/$n.json" "$D/art/${n}_$pv/$n.weights.bin" >/dev/null; rm "$D/art/${n}_$pv/$n.weights.bin"
     else mv "$D/art/${n}_$pv/$n.weights.bin" "$D/w/"; fi
   done

@@ -189,6 +189,50 @@ fn minilm_uses_tiles_warp_rows_and_tensor_cores() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Hopper's wgmma tiles (nvptx/wgmma.rs, `RLX_CUDA_WGMMA=1` at compile time, `--sm 90`, bf16):
+/// MiniLM batch 8's whole-tile matmuls become four `wgmma.mma_async` per K slice of 64 (m64nNk16,
+/// both operands through shared-memory descriptors), their shared stores fenced for the async proxy,
+/// the module written for sm_90a with PTX 8.0 and assembled by ptxas for sm_90a; each such kernel
+/// asks for dynamic shared memory (two slices of both operands, 128 bytes a row, plus 1,024 for the
+/// alignment). The switch changes nothing elsewhere: unset, or under --sm 80, or with tf32 or fp16
+/// (not checked on a GPU), no wgmma and the usual `.target`. Not emulated on the CPU (`tests/gpu/emulate_cuda.py` has `mma.sync` only):
+/// the numbers are checked on the GPU (tests/gpu/bench_gemm.py's `wg` variants, bench_cuda.py's
+/// `_wg` twins).
+#[test]
+fn wgmma_tiles_assemble_for_sm90a_only_when_asked() {
+    let dir = tmp("wgmma");
+    let ptxas = ptxas();
+    let (_, model, _, _) = models(&dir).pop().unwrap();
+    let compile = |tag: &str, wg: &str, sm: &str, p: &str| -> (String, rlx_rt::schedule::Schedule) {
+        let out = dir.join(tag);
+        ok(rlxc().env("RLX_CUDA_WGMMA", wg).args(["compile", s(&model), "--target", "cuda", "--sm", sm, "--precision", p, "--name", "minilm", "-o", s(&out), "--dim", "batch=8", "--dim", "sequence=128"]));
+        let sched = rlx_rt::schedule::Schedule::parse(&std::fs::read(out.join("minilm.schedule.bin")).unwrap()).unwrap();
+        (std::fs::read_to_string(out.join("minilm.ptx")).unwrap(), sched)
+    };
+    for (p, ty) in [("bf16", "bf16.bf16")] {
+        let (ptx, sched) = compile(p, "1", "90", p);
+        assert!(ptx.contains(".version 8.0") && ptx.contains(".target sm_90a"), "{p}: {}", &ptx[..ptx.len().min(300)]);
+        let issues = ptx.matches("wgmma.mma_async.sync.aligned.m64n").count();
+        let kernels = ptx.split(".entry ").filter(|k| k.contains("wgmma.mma_async")).count();
+        // Six layers, each with at least its Q, K, V, FFN up and FFN down projections on wgmma.
+        assert!(kernels >= 5 * 6 && issues == 4 * kernels, "{p}: {issues} wgmma in {kernels} kernels");
+        assert!(ptx.matches(&format!(".f32.{ty} ")).count() == issues, "{p}: wgmma of another type");
+        assert_eq!(ptx.matches("wgmma.commit_group.sync.aligned").count(), kernels, "{p}");
+        assert_eq!(ptx.matches("fence.proxy.async.shared::cta").count(), kernels, "{p}");
+        // Dynamic shared memory: the wgmma kernels' (bf16 / fp16 keep the register-staged form otherwise), each at least
+        // two slices of a 64×64 tile's operands.
+        let dynamic: Vec<u32> = sched.dispatches.iter().map(|d| d.shared).filter(|&b| b > 0).collect();
+        assert!(dynamic.len() == kernels && dynamic.iter().all(|&b| b >= 2 * 128 * 128 + 1024), "{p}: dynamic shared bytes {dynamic:?}, {kernels} wgmma kernels");
+        let ptx_path = dir.join(p).join("minilm.ptx");
+        ok(Command::new(&ptxas).args(["-arch=sm_90a", s(&ptx_path), "-o", s(&dir.join("a.cubin"))]));
+    }
+    for (tag, wg, sm, p, target) in [("off", "0", "90", "bf16", "sm_90"), ("sm80", "1", "80", "bf16", "sm_80"), ("tf32", "1", "90", "tf32", "sm_90"), ("fp16", "1", "90", "fp16", "sm_90")] {
+        let (ptx, _) = compile(tag, wg, sm, p);
+        assert!(!ptx.contains("wgmma") && ptx.contains(&format!(".target {target}\n")) && ptx.contains("mma.sync"), "{tag}: {}", &ptx[..ptx.len().min(300)]);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// tests/gpu/make_tiled.py's and make_rows.py's awkward shapes (M, N, K not multiples of 16, batched
 /// operands, 4×4 / 2×2 / 1×1 outputs per thread, an int32 matmul, reductions, rows of 10 … 3000,
 /// 4100 rows, one 1-D row) assemble for sm_80 and sm_90, f32 and bf16, with the grids and blocks

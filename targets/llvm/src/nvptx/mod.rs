@@ -20,6 +20,8 @@ mod module;
 mod pdl;
 mod tiled;
 mod vec_tile;
+mod wgmma;
+mod wgmma_ring;
 
 use inkwell::context::Context;
 use inkwell::memory_buffer::MemoryBuffer;
@@ -161,7 +163,7 @@ pub fn compile(lir: &mut Lir, sm: u32, tiles: bool, mma: Mma) -> Result<PtxProgr
     if mma != Mma::F32 && !tiles {
         return Err(format!("tensor-core matmuls ({mma:?}) need the tiled matmul kernels (RLX_CUDA_TILES=0 turns them off)"));
     }
-    let (ir, dispatches, names, half_weights, extra) = module_text(lir, &bases, tiles, mma, pdl::prologue(sm), cp_async::max_shared(sm))?;
+    let (ir, dispatches, names, half_weights, extra) = module_text(lir, &bases, tiles, mma, pdl::prologue(sm), cp_async::max_shared(sm), wgmma::on(sm, mma))?;
     if !extra.is_empty() {
         lir.weights.extend_from_slice(&extra);
         for b in bases.iter_mut().filter(|b| b.base == rlx_ir::lir::Base::Weights) {
@@ -174,9 +176,11 @@ pub fn compile(lir: &mut Lir, sm: u32, tiles: bool, mma: Mma) -> Result<PtxProgr
     let module = ctx.create_module_from_ir(buf).map_err(|e| format!("internal error: generated NVPTX IR does not parse: {}", e.to_string()))?;
     let triple = TargetTriple::create(TRIPLE);
     let target = Target::from_triple(&triple).map_err(|e| format!("LLVM has no target {TRIPLE}: {}", e.to_string()))?;
-    // PTX ISA 7.8 runs on every driver that knows sm_90 and is the newest LLVM 19 pairs with sm_80–sm_89.
+    // PTX ISA 7.8 runs on every driver that knows sm_90 and is the newest LLVM 19 pairs with sm_80–sm_89;
+    // a module with `wgmma` (wgmma.rs, RLX_CUDA_WGMMA=1) needs sm_90a and PTX ISA 8.0.
+    let (cpu, ptx) = if wgmma::used(&ir) { (format!("sm_{sm}a"), "+ptx80") } else { (format!("sm_{sm}"), "+ptx78") };
     let tm = target
-        .create_target_machine(&triple, &format!("sm_{sm}"), "+ptx78", OptimizationLevel::Default, RelocMode::Default, CodeModel::Default)
+        .create_target_machine(&triple, &cpu, ptx, OptimizationLevel::Default, RelocMode::Default, CodeModel::Default)
         .ok_or_else(|| format!("LLVM rejected cpu sm_{sm}"))?;
     module.set_triple(&triple);
     module.set_data_layout(&tm.get_target_data().get_data_layout());

@@ -31,7 +31,7 @@ fn plan_name(p: &Plan) -> String {
 /// With `--precision bf16|fp16` also the 16-bit weight copies the matmul tiles read (`half_weights.rs`):
 /// their list and the bytes to append to the weights. `pdl`: the instructions every kernel begins
 /// with (`pdl.rs`'s programmatic-dependent-launch prologue, sm_90).
-pub fn module_text(lir: &Lir, bases: &[BaseBuf], tiles: bool, mma: super::Mma, pdl: Option<&str>, smem: i64) -> Result<(String, Vec<SchedDispatch>, Vec<String>, Vec<HalfCopy>, Vec<u8>), String> {
+pub fn module_text(lir: &Lir, bases: &[BaseBuf], tiles: bool, mma: super::Mma, pdl: Option<&str>, smem: i64, wgmma: bool) -> Result<(String, Vec<SchedDispatch>, Vec<String>, Vec<HalfCopy>, Vec<u8>), String> {
     let mut halves = HalfWeights::new(lir, mma);
     let wbind = bases.iter().position(|x| x.base == Base::Weights).unwrap_or(0);
     let mut decls = BTreeSet::new();
@@ -86,7 +86,7 @@ pub fn module_text(lir: &Lir, bases: &[BaseBuf], tiles: bool, mma: super::Mma, p
             }
             casts.push_str(&setup);
             let mut h = Halves { weights: halves.as_mut(), bindings: &l.bindings, wbind };
-            let t = super::tiled::kernel(li, &sig.join(", "), &casts, params, &offsets, &plan, mma, smem, &mut h, &mut decls).map_err(|e| format!("kernel '{}': {e}", k.name))?;
+            let t = super::tiled::kernel(li, &sig.join(", "), &casts, params, &offsets, &plan, mma, smem, wgmma, &mut h, &mut decls).map_err(|e| format!("kernel '{}': {e}", k.name))?;
             let _ = writeln!(fns, "; launch {li}: {:?} ({})", k.name, plan_name(&plan));
             fns.push_str(&match pdl {
                 Some(p) => super::pdl::with_prologue(&t.text, p),

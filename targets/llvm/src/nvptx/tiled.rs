@@ -194,7 +194,7 @@ pub(super) fn shared_at(w: &mut Writer, base: &str, len: i64, ty: &str, idx: &st
 
 /// The kernel `k{li}` for `plan`: `sig` its parameter list, `setup` the instructions that compute
 /// the parameters' element pointers (`params`).
-pub fn kernel(li: usize, sig: &str, setup: &str, params: Vec<(DType, String)>, offsets: &[u64], plan: &Plan, mma: Mma, smem: i64, halves: &mut Halves, decls: &mut std::collections::BTreeSet<String>) -> Result<Tiled, String> {
+pub fn kernel(li: usize, sig: &str, setup: &str, params: Vec<(DType, String)>, offsets: &[u64], plan: &Plan, mma: Mma, smem: i64, wgmma: bool, halves: &mut Halves, decls: &mut std::collections::BTreeSet<String>) -> Result<Tiled, String> {
     let ptrs: Vec<String> = params.iter().map(|p| p.1.clone()).collect();
     let layout: Vec<(DType, u64)> = params.iter().zip(offsets).map(|(p, &o)| (p.0, o)).collect();
     let mut w = Writer::gpu(params, decls);
@@ -213,7 +213,7 @@ pub fn kernel(li: usize, sig: &str, setup: &str, params: Vec<(DType, String)>, o
                 _ => None,
             };
             if let Some((kind, da, db, t)) = fast {
-                let (g, shared) = vec_tile::matmul(&mut w, li, acc, (&da, &db), &ptrs, (rows, cols, batch), t, kind, smem, halves, &mut globals)?;
+                let (g, shared) = vec_tile::matmul(&mut w, li, acc, (&da, &db), &ptrs, (rows, cols, batch), t, kind, smem, wgmma, halves, &mut globals)?;
                 let (allocas, body) = w.finish();
                 let text = format!("define ptx_kernel void @k{li}({sig}) #0 {{\nentry:\n{allocas}{setup}  br label %start.bb\nstart.bb:\n{body}  ret void\n}}\n\n");
                 return Ok(Tiled { text, groups: g, block: BLOCK, shared, globals });

@@ -276,8 +276,14 @@ impl Layout {
 #[allow(clippy::too_many_arguments)]
 pub fn matmul(
     w: &mut Writer, li: usize, acc: &Acc, (a, b): (&Direct, &Direct), ptrs: &[String], (rows, cols, batch): (&[(Var, i64)], &[(Var, i64)], &[(Var, i64)]), (bm, bn, tk): (i64, i64, i64), kind: Mma,
-    smem: i64, halves: &mut Halves, globals: &mut Vec<String>,
+    smem: i64, wgmma: bool, halves: &mut Halves, globals: &mut Vec<String>,
 ) -> Result<([u32; 3], u32), String> {
+    // RLX_CUDA_WGMMA=1 at compile time under --sm 90, bf16 / fp16: Hopper's wgmma (wgmma.rs).
+    if wgmma {
+        if let Some(r) = super::wgmma::matmul(w, acc, (a, b), ptrs, (rows, cols, batch), (bm, bn), kind, smem, halves, globals)? {
+            return Ok(r);
+        }
+    }
     // RLX_CUDA_VEC_STAGES=2..4 at compile time: the cp.async pipeline (cp_async.rs) instead.
     if let Some(stages) = super::cp_async::stages(kind) {
         if let Some(r) = super::cp_async::matmul(w, acc, (a, b), ptrs, (rows, cols, batch), (bm, bn, tk), kind, (stages, smem), halves, globals)? {
@@ -538,6 +544,28 @@ impl Warps {
         let (gq, tq) = (w.emit_op(format!("lshr i64 {lane}, 2")), w.emit_op(format!("and i64 {lane}, 3")));
         let wr = w.emit_op(format!("udiv i64 {wp}, {gn}"));
         let wc = w.emit_op(format!("urem i64 {wp}, {gn}"));
+        Warps::with(w, kind, &init, (wr, wc, gq, tq), (wm, wn, mf, nf), slot)
+    }
+
+    /// `wgmma.rs`'s warps: two warpgroups (warps 0–3, 4–7), each 64 rows × bn or, where bm is 64,
+    /// 64 rows × bn / 2; warp wp's 16 rows are (wp % (bm / 16))·16 of the tile, its columns
+    /// (wp / (bm / 16))·wn (a warpgroup's accumulators are `mma.sync`'s m16n8 fragments, one row of
+    /// them per warp).
+    pub(super) fn grouped(w: &mut Writer, acc: &Acc, tid: &str, (bm, bn): (i64, i64), kind: Mma) -> Warps {
+        let init = w.value(acc.init);
+        let slot = format!("%s.v{}", acc.acc.0);
+        w.slot(&slot, "float");
+        let gm = bm / 16;
+        let wn = bn / (8 / gm);
+        let wp = w.emit_op(format!("lshr i64 {tid}, 5"));
+        let lane = w.emit_op(format!("and i64 {tid}, 31"));
+        let (gq, tq) = (w.emit_op(format!("lshr i64 {lane}, 2")), w.emit_op(format!("and i64 {lane}, 3")));
+        let wr = w.emit_op(format!("urem i64 {wp}, {gm}"));
+        let wc = w.emit_op(format!("udiv i64 {wp}, {gm}"));
+        Warps::with(w, kind, &init, (wr, wc, gq, tq), (16, wn, 1, wn / 8), slot)
+    }
+
+    fn with(w: &mut Writer, kind: Mma, init: &str, (wr, wc, gq, tq): (String, String, String, String), (wm, wn, mf, nf): (i64, i64, i64, i64), slot: String) -> Warps {
         for s in 0..mf * nf {
             for q in 0..4 {
                 let c = format!("%d{s}.{q}");

@@ -23,14 +23,16 @@ pub fn ptxas_of(py: &Path) -> Result<PathBuf, String> {
     Ok(p)
 }
 
-/// Assembles `ptx` for `sm_{sm}` with `ptxas` in the scratch folder `dir` (created; the caller
-/// removes it). `Err` quotes ptxas' diagnostics.
+/// Assembles `ptx` for `sm_{sm}` (`sm_{sm}a` where the module is written for it: `wgmma`, the NVPTX
+/// writer's `RLX_CUDA_WGMMA=1`) with `ptxas` in the scratch folder `dir` (created; the caller removes
+/// it). `Err` quotes ptxas' diagnostics.
 pub fn assemble(ptxas: &Path, ptx: &str, sm: u32, dir: &Path) -> Result<(), String> {
+    let arch = if ptx.lines().any(|l| l.trim() == format!(".target sm_{sm}a")) { format!("sm_{sm}a") } else { format!("sm_{sm}") };
     std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let src = dir.join("k.ptx");
     std::fs::write(&src, ptx).map_err(|e| format!("cannot write {}: {e}", src.display()))?;
     let out = std::process::Command::new(ptxas)
-        .arg(format!("-arch=sm_{sm}"))
+        .arg(format!("-arch={arch}"))
         .arg(&src)
         .arg("-o")
         .arg(dir.join("k.cubin"))

@@ -1,0 +1,324 @@
+//! Hopper's warpgroup matrix multiply (`wgmma.mma_async`, sm_90a, PTX ISA 8.0) for `vec_tile.rs`'s
+//! whole tiles under `--precision bf16` and `--sm 90`, behind `RLX_CUDA_WGMMA=N` at compile time
+//! (off by default: [`on`]): 1 this file's form, 2 the same with the next slice's stores overlapping
+//! the `wgmma`s (below), 3 / 4 `wgmma_ring.rs`'s cp.async ring of N stages. A module with such a
+//! kernel is written for `.target sm_90a` with PTX 8.0 (`mod.rs`: LLVM 19's NVPTX knows both), which
+//! runs on sm_90 GPUs only (the H100 / H200), where `--sm 90`'s plain sm_90 PTX is also compiled by
+//! the driver for later GPUs: that, and a gain of 3–4% on MiniLM, is why it is a switch, not the
+//! default (measured on the H200, docs/benchmarks.md session 23: bf16 MiniLM batch 8 / 32 670 → 653 /
+//! 1,948 → 1,871 µs with 2; per kernel, tests/gpu/bench_gemm.py, FFN down −9…−16%, the others ±3%;
+//! 3 / 4 1.3–2.7× slower).
+//!
+//! The block is `vec_tile.rs`'s (256 threads, the same block tile choice, [`vec_tile::tile`]): its 8
+//! warps are two warpgroups, each one m64×nW `wgmma` per k step of 16 — along M where the tile has
+//! 128 rows (each warpgroup 64 rows × all bn columns), else along N (64 rows × bn / 2). Both operands
+//! come from shared memory through matrix descriptors, K-major (both are contiguous along K), in the
+//! 128-byte swizzled layout: per K slice of 64 a row is 64 16-bit values = 128 bytes, its 16-byte
+//! chunk j stored at chunk j ^ (row % 8) (8-row atoms of 1,024 bytes, the descriptor's stride byte
+//! offset; each slice's region 1,024-byte aligned, as the swizzle is applied on address bits); the k
+//! step's 32 bytes are added to the descriptors' start address, as CUTLASS does within a swizzle atom.
+//!
+//! Staging is `vec_tile.rs`'s register-staged form (it measured fastest for bf16 with `mma.sync`): per
+//! slice each thread loads its chunks of the next slice (a weight's 16-bit copy: one 128-bit load per
+//! chunk; f32 activations: two, packed by `cvt.rn` to bf16 / f16 pairs when stored) while the tensor
+//! cores work on this one; the slices alternate between two regions of the dynamic shared array, so one
+//! barrier per slice suffices. Shared memory written by ordinary stores and read by `wgmma` (the async
+//! proxy) needs `fence.proxy.async.shared::cta` in each writing thread before the barrier.
+//!
+//! Each slice's four `wgmma`s are one inline-PTX block — `wgmma.fence`, the four `mma_async` on the
+//! warpgroup's accumulators (`m64nWk16.f32`: per warp 16 rows, lane 4g + t's registers 4j..4j + 3 at
+//! rows g, g + 8 and columns 8j + 2t, + 1 — `mma.sync`'s m16n8 fragments side by side, so
+//! `vec_tile::Warps`'s epilogue applies), `commit_group`, `wait_group 0` — so no asynchronous state
+//! crosses the block: the accumulators are ordinary registers between slices. With
+//! `RLX_CUDA_WGMMA=2` the block ends at `commit_group` and a second block (`wait_group 0`, taking and
+//! giving every accumulator) follows the next slice's conversion and stores into the other stage and
+//! the loads of the slice after: the stores overlap the tensor cores (ptxas keeps the two blocks'
+//! accumulators in place: no serialization warning).
+//!
+//! Not emulated on the CPU (`tests/gpu/emulate_cuda.py` has `mma.sync`, not the descriptors and the
+//! swizzle): checked by ptxas (`compiler/rlxc/tests/cuda.rs`) without a GPU and against the
+//! interpreter on one (`tests/gpu/bench_gemm.py`, `bench_cuda.py`).
+
+use super::half_weights::Halves;
+use super::tiled::{barrier, for_loop, if_, to_operand, unflatten};
+use super::vec_tile::{block_origin, grid, Direct, Warps};
+use super::Mma;
+use crate::ir::Writer;
+use rlx_ir::loops::tiled::Acc;
+use rlx_ir::loops::Var;
+
+/// Whether tiles of `kind` on `sm_{sm}` take this form: `RLX_CUDA_WGMMA=N` at compile time, `--sm 90`,
+/// `--precision bf16` (fp16's form — `.f16` operands, `cvt.rn.f16x2` — assembles but was not checked
+/// on a GPU, so it is not taken).
+pub fn on(sm: u32, kind: Mma) -> bool {
+    sm == 90 && kind == Mma::Bf16 && mode().is_some()
+}
+
+/// `RLX_CUDA_WGMMA`: 1, 2 (register-staged), or N = 3, 4 (the cp.async ring of N stages, [`ring`]).
+fn mode() -> Option<i64> {
+    std::env::var("RLX_CUDA_WGMMA").ok().and_then(|v| v.parse::<i64>().ok()).filter(|v| (1..=4).contains(v))
+}
+
+/// `RLX_CUDA_WGMMA=2`: the next slice's stores overlap this one's `wgmma`s ([`matmul`]).
+fn overlapped() -> bool {
+    std::env::var("RLX_CUDA_WGMMA").is_ok_and(|v| v == "2")
+}
+
+/// Whether a module's LLVM IR uses `wgmma` (then it is written for sm_90a, PTX 8.0).
+pub fn used(ir: &str) -> bool {
+    ir.contains("wgmma.mma_async")
+}
+
+/// The dynamic shared array of these kernels (aligned at run time to 1,024 bytes inside it).
+const DSW: &str = "@dsw";
+/// The K slice: one 128-byte swizzled row of 16-bit values.
+const TK: i64 = 64;
+/// Bytes of a staged row.
+const ROW: i64 = 128;
+
+/// One staged 16-byte chunk of an operand's slice: its global pointer at the slice's start, its
+/// register slot(s), its byte offset in a stage, whether it is a 16-bit copy's, and its operand.
+struct Chunk {
+    ptr: String,
+    regs: [String; 2],
+    at: i64,
+    half: bool,
+    oi: usize,
+    row_dep: String,
+}
+
+/// The matmul body, or `None` where the form does not apply (K not a multiple of 64, an operand read
+/// across heads whose period does not fit the slice, a tile whose rows are not whole chunks per
+/// thread or whose warpgroup width `wgmma` has no shape for): the grid and the dynamic shared bytes.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul(
+    w: &mut Writer, acc: &Acc, (a, b): (&Direct, &Direct), ptrs: &[String], (rows, cols, batch): (&[(Var, i64)], &[(Var, i64)], &[(Var, i64)]), (bm, bn): (i64, i64), kind: Mma, smem: i64,
+    halves: &mut Halves, globals: &mut Vec<String>,
+) -> Result<Option<([u32; 3], u32)>, String> {
+    let (m, n, nb): (i64, i64, i64) = (rows.iter().map(|d| d.1).product(), cols.iter().map(|d| d.1).product(), batch.iter().map(|d| d.1).product());
+    let (kv, kext) = acc.ks[0];
+    let periods = [a.period, b.period].into_iter().flatten().all(|e| e % TK == 0 || (TK % e == 0 && e % 8 == 0));
+    let (wgm, wgn) = match bm {
+        128 => (2, 1),
+        64 => (1, 2),
+        _ => return Ok(None),
+    };
+    let wn = bn / wgn;
+    let stage = (bm + bn) * ROW;
+    let bytes = 2 * stage + 1024;
+    if kext % TK != 0 || !periods || (bm * 8) % 256 != 0 || (bn * 8) % 256 != 0 || wn % 8 != 0 || wn > 256 || bytes > smem {
+        return Ok(None);
+    }
+    if let Some(st @ 3..) = mode() {
+        return super::wgmma_ring::matmul(w, acc, (a, b), ptrs, (rows, cols, batch), (bm, bn), kind, (st, smem), halves, globals);
+    }
+    let (ab, cvt_ok) = match kind {
+        Mma::Bf16 => ("bf16", true),
+        Mma::Fp16 => ("f16", true),
+        _ => ("", false),
+    };
+    if !cvt_ok {
+        return Ok(None);
+    }
+    globals.push(format!("{DSW} = external addrspace(3) global [0 x i8], align 1024"));
+    let (tid, m0, n0, kslot) = block_origin(w, (bm, bn), batch, kv);
+    // The aligned start of the two stages: as a shared address (descriptors) and as bytes past @dsw.
+    let base = w.emit_op(format!("ptrtoint ptr addrspace(3) {DSW} to i64"));
+    let al = w.emit_op(format!("add nuw nsw i64 {base}, 1023"));
+    let al = w.emit_op(format!("and i64 {al}, -1024"));
+    let pad = w.emit_op(format!("sub nuw nsw i64 {al}, {base}"));
+    // Chunk e = tid + 256·q of an operand's slice: row e / 8, chunk e % 8 (K values 8·(e % 8) .. + 7),
+    // stored at row·128 + 16·(chunk ^ row % 8) after the operand's earlier rows.
+    let mut chunks = Vec::new();
+    for (oi, (x, own, off, from_rows, dims)) in [(a, bm, 0, &m0, rows), (b, bn, bm * ROW, &n0, cols)].into_iter().enumerate() {
+        let copy = if x.by8 { halves.of_param(x.buf) } else { None };
+        let from = match copy {
+            Some((bind, o)) => w.emit_op(format!("getelementptr inbounds i8, ptr %g{bind}, i64 {o}")),
+            None => ptrs[x.buf as usize].clone(),
+        };
+        for q in 0..own * 8 / 256 {
+            let e = w.emit_op(format!("add nuw nsw i64 {tid}, {}", 256 * q));
+            let r = w.emit_op(format!("lshr i64 {e}, 3"));
+            let j = w.emit_op(format!("and i64 {e}, 7"));
+            let kq = w.emit_op(format!("shl nuw nsw i64 {j}, 3"));
+            let g = w.emit_op(format!("add nuw nsw i64 {from_rows}, {r}"));
+            unflatten(w, &g, dims);
+            w.emit(&format!("store i64 {kq}, ptr {kslot}"));
+            let idx = w.value(x.index);
+            let ety = if copy.is_some() { "i16" } else { "float" };
+            let ptr = w.emit_op(format!("getelementptr inbounds {ety}, ptr {from}, i64 {idx}"));
+            let r7 = w.emit_op(format!("and i64 {r}, 7"));
+            let sj = w.emit_op(format!("xor i64 {j}, {r7}"));
+            let sj = w.emit_op(format!("shl nuw nsw i64 {sj}, 4"));
+            let rb = w.emit_op(format!("shl nuw nsw i64 {r}, 7"));
+            let d = w.emit_op(format!("add nuw nsw i64 {rb}, {sj}"));
+            let d = w.emit_op(format!("add nuw nsw i64 {d}, {pad}"));
+            let regs = [format!("%s.wx{oi}.{q}.0"), format!("%s.wx{oi}.{q}.1")];
+            let vty = if copy.is_some() { "<4 x i32>" } else { "<4 x float>" };
+            for r in &regs {
+                w.slot(r, vty);
+            }
+            chunks.push(Chunk { ptr, regs, at: off, half: copy.is_some(), oi, row_dep: d });
+        }
+    }
+    // Slice k0's chunks into their registers: each at its pointer moved by its operand's kpart(k0).
+    let load_slice = |w: &mut Writer, k0: &str| {
+        w.emit(&format!("store i64 {k0}, ptr {kslot}"));
+        let offs = [w.value(&a.kpart), w.value(&b.kpart)];
+        for c in &chunks {
+            let (ety, vty) = if c.half { ("i16", "<4 x i32>") } else { ("float", "<4 x float>") };
+            let p = w.emit_op(format!("getelementptr inbounds {ety}, ptr {}, i64 {}", c.ptr, offs[c.oi]));
+            let v = w.emit_op(format!("load {vty}, ptr {p}, align 16"));
+            w.emit(&format!("store {vty} {v}, ptr {}", c.regs[0]));
+            if !c.half {
+                let p4 = w.emit_op(format!("getelementptr inbounds float, ptr {p}, i64 4"));
+                let v = w.emit_op(format!("load <4 x float>, ptr {p4}, align 16"));
+                w.emit(&format!("store <4 x float> {v}, ptr {}", c.regs[1]));
+            }
+        }
+    };
+    // The registers → stage `st` (an i64 value): 16 bytes a chunk, f32 pairs packed.
+    let store_slice = |w: &mut Writer, st: &str| {
+        let sb = w.emit_op(format!("mul nuw nsw i64 {st}, {stage}"));
+        for c in &chunks {
+            let v = if c.half {
+                w.emit_op(format!("load <4 x i32>, ptr {}", c.regs[0]))
+            } else {
+                let mut x = Vec::new();
+                for r in &c.regs {
+                    let v = w.emit_op(format!("load <4 x float>, ptr {r}"));
+                    x.extend((0..4).map(|i| w.emit_op(format!("extractelement <4 x float> {v}, i64 {i}"))));
+                }
+                let mut vv = "poison".to_string();
+                for i in 0..4 {
+                    let word = to_operand(w, kind, &x[2 * i], Some(&x[2 * i + 1]));
+                    vv = w.emit_op(format!("insertelement <4 x i32> {vv}, i32 {word}, i64 {i}"));
+                }
+                vv
+            };
+            let o = w.emit_op(format!("add nuw nsw i64 {sb}, {}", c.row_dep));
+            let o = w.emit_op(format!("add nuw nsw i64 {o}, {}", c.at));
+            let p = w.emit_op(format!("getelementptr inbounds i8, ptr addrspace(3) {DSW}, i64 {o}"));
+            w.emit(&format!("store <4 x i32> {v}, ptr addrspace(3) {p}, align 16"));
+        }
+    };
+    // Warps and accumulators: warp wp's 16 rows are (wp % (bm / 16))·16, its columns (wp / (bm / 16))·wn.
+    let wg = Warps::grouped(w, acc, &tid, (bm, bn), kind);
+    // The warpgroup's first A row (its 64) and first B row (its wn columns): warp wp's group is wp / 4.
+    let wp = w.emit_op(format!("lshr i64 {tid}, 5"));
+    let grp = w.emit_op(format!("lshr i64 {wp}, 2"));
+    let (arow, brow) = if wgm == 2 { (w.emit_op(format!("shl nuw nsw i64 {grp}, 6")), "0".to_string()) } else { ("0".to_string(), w.emit_op(format!("mul nuw nsw i64 {grp}, {wn}"))) };
+    // A descriptor: the start address / 16 (bits 0–13), leading byte offset 16 / 16 (unused for
+    // swizzled K-major operands), stride byte offset 1024 / 16 (bits 32–45: 8-row atoms), 128-byte
+    // swizzle (bits 62–63 = 1).
+    let fixed: u64 = (1 << 16) | (64 << 32) | (1 << 62);
+    let desc = |w: &mut Writer, addr: &str| -> String {
+        let a = w.emit_op(format!("and i64 {addr}, 262143"));
+        let a = w.emit_op(format!("lshr i64 {a}, 4"));
+        w.emit_op(format!("or i64 {a}, {}", fixed as i64))
+    };
+    let accs = 4 * (wn / 8);
+    let regs: Vec<String> = (0..wn / 8).flat_map(|j| (0..4).map(move |q| format!("%d{j}.{q}"))).collect();
+    let fmt_list = |from: i64| (from..from + accs).map(|i| format!("${i}")).collect::<Vec<_>>().join(",");
+    let mut text = format!("{{ .reg .pred p; setp.ne.b32 p, ${}, 0; wgmma.fence.sync.aligned; ", accs + 8);
+    for s in 0..4 {
+        text += &format!("wgmma.mma_async.sync.aligned.m64n{wn}k16.f32.{ab}.{ab} {{{}}}, ${}, ${}, p, 1, 1, 0, 0; ", fmt_list(0), accs + 2 * s, accs + 2 * s + 1);
+    }
+    let overlap = overlapped();
+    text += if overlap { "wgmma.commit_group.sync.aligned; }" } else { "wgmma.commit_group.sync.aligned; wgmma.wait_group.sync.aligned 0; }" };
+    let cons: Vec<String> = (0..accs).map(|_| "=f".to_string()).chain((0..8).map(|_| "l".to_string())).chain(["r".to_string()]).chain((0..accs).map(|i| i.to_string())).collect();
+    let sty = format!("{{ {} }}", vec!["float"; accs as usize].join(", "));
+    let compute = |w: &mut Writer, st: &str| {
+        let sb = w.emit_op(format!("mul nuw nsw i64 {st}, {stage}"));
+        let s0 = w.emit_op(format!("add nuw nsw i64 {al}, {sb}"));
+        let aa = w.emit_op(format!("shl nuw nsw i64 {arow}, 7"));
+        let aa = w.emit_op(format!("add nuw nsw i64 {s0}, {aa}"));
+        let ba = w.emit_op(format!("shl nuw nsw i64 {brow}, 7"));
+        let ba = w.emit_op(format!("add nuw nsw i64 {s0}, {ba}"));
+        let ba = w.emit_op(format!("add nuw nsw i64 {ba}, {}", bm * ROW));
+        let (da, db) = (desc(w, &aa), desc(w, &ba));
+        // k step s: 32 bytes further along each row, 2 in the descriptors' start field.
+        let mut args = Vec::new();
+        for s in 0..4 {
+            let (x, y) = if s == 0 { (da.clone(), db.clone()) } else { (w.emit_op(format!("add nuw nsw i64 {da}, {}", 2 * s)), w.emit_op(format!("add nuw nsw i64 {db}, {}", 2 * s))) };
+            args.push(format!("i64 {x}"));
+            args.push(format!("i64 {y}"));
+        }
+        args.push("i32 1".into());
+        for r in &regs {
+            let v = w.emit_op(format!("load float, ptr {r}"));
+            args.push(format!("float {v}"));
+        }
+        let res = w.emit_op(format!("call {sty} asm sideeffect \"{text}\", \"{},~{{memory}}\"({}) #1", cons.join(","), args.join(", ")));
+        for (i, r) in regs.iter().enumerate() {
+            let v = w.emit_op(format!("extractvalue {sty} {res}, {i}"));
+            w.emit(&format!("store float {v}, ptr {r}"));
+        }
+    };
+    // Overlapped: the wait on the accumulators, as one block that takes and gives them all.
+    let wait = |w: &mut Writer| {
+        let ins: Vec<String> = regs.iter().map(|r| format!("float {}", w.emit_op(format!("load float, ptr {r}")))).collect();
+        let cons: Vec<String> = (0..accs).map(|_| "=f".to_string()).chain((0..accs).map(|i| i.to_string())).collect();
+        let res = w.emit_op(format!("call {sty} asm sideeffect \"wgmma.wait_group.sync.aligned 0;\", \"{},~{{memory}}\"({}) #1", cons.join(","), ins.join(", ")));
+        for (i, r) in regs.iter().enumerate() {
+            let v = w.emit_op(format!("extractvalue {sty} {res}, {i}"));
+            w.emit(&format!("store float {v}, ptr {r}"));
+        }
+    };
+    let fence = |w: &mut Writer| w.emit("call void asm sideeffect \"fence.proxy.async.shared::cta;\", \"~{memory}\"() #1");
+    if overlap {
+        // Slice s in stage s % 2 before iteration s's barrier; iteration s issues its wgmmas, stores slice
+        // s + 1 (in registers since iteration s − 1) into the other stage — whose wgmmas, slice s − 1's,
+        // were waited for —, loads slice s + 2 into the registers, waits for its wgmmas, then the barrier.
+        load_slice(w, "0");
+        store_slice(w, "0");
+        fence(w);
+        if kext > TK {
+            load_slice(w, &TK.to_string());
+        }
+        barrier(w);
+        for_loop(w, "%s.k0", "0", &kext.to_string(), TK, &mut |w| {
+            let k0 = w.emit_op("load i64, ptr %s.k0".into());
+            let kt = w.emit_op(format!("udiv i64 {k0}, {TK}"));
+            let st = w.emit_op(format!("and i64 {kt}, 1"));
+            compute(w, &st);
+            let k1 = w.emit_op(format!("add nuw nsw i64 {k0}, {TK}"));
+            let more = w.emit_op(format!("icmp slt i64 {k1}, {kext}"));
+            if_(w, &more, &mut |w| {
+                let nx = w.emit_op(format!("xor i64 {st}, 1"));
+                store_slice(w, &nx);
+                fence(w);
+                let k2 = w.emit_op(format!("add nuw nsw i64 {k1}, {TK}"));
+                let more2 = w.emit_op(format!("icmp slt i64 {k2}, {kext}"));
+                if_(w, &more2, &mut |w| {
+                    load_slice(w, &k2);
+                    Ok(())
+                })
+            })?;
+            wait(w);
+            barrier(w);
+            Ok(())
+        })?;
+        wg.epilogue(w, acc, kind, (&m0, &n0), (m, n), (rows, cols))?;
+        return Ok(Some((grid(m, n, nb, bm, bn)?, bytes as u32)));
+    }
+    load_slice(w, "0");
+    for_loop(w, "%s.k0", "0", &kext.to_string(), TK, &mut |w| {
+        let k0 = w.emit_op("load i64, ptr %s.k0".into());
+        let kt = w.emit_op(format!("udiv i64 {k0}, {TK}"));
+        let st = w.emit_op(format!("and i64 {kt}, 1"));
+        store_slice(w, &st);
+        fence(w);
+        barrier(w);
+        let k1 = w.emit_op(format!("add nuw nsw i64 {k0}, {TK}"));
+        let more = w.emit_op(format!("icmp slt i64 {k1}, {kext}"));
+        if_(w, &more, &mut |w| {
+            load_slice(w, &k1);
+            Ok(())
+        })?;
+        compute(w, &st);
+        Ok(())
+    })?;
+    wg.epilogue(w, acc, kind, (&m0, &n0), (m, n), (rows, cols))?;
+    Ok(Some((grid(m, n, nb, bm, bn)?, bytes as u32)))
+}
