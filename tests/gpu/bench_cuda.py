@@ -104,8 +104,6 @@ TWINS = {
     "bestfill0": "merged Q/K/V in the largest vector tile by block count (RLX_CUDA_VEC_BEST_FILL=0)",
     "wg": "vector tiles on Hopper's wgmma, sm_90a (RLX_CUDA_WGMMA=1)",
     "wg2": "wgmma tiles storing the next slice while the wgmmas run (RLX_CUDA_WGMMA=2)",
-    "wg3": "wgmma tiles through a 3-stage cp.async ring (RLX_CUDA_WGMMA=3)",
-    "wg4": "wgmma tiles through a 4-stage cp.async ring (RLX_CUDA_WGMMA=4)",
 }
 SAME_BITS = {"f32w"}
 # Twins whose weights differ from the default's (carried as f32 blobs of their own after the default's).
@@ -117,7 +115,7 @@ WEIGHT_TWINS = {"qkvsep": r"(_qkvsep$|^minilm_b(8|32)_bf16)"}
 def precision_of(case):
     """The precision a case's artifact was compiled with (its folder suffix)."""
     for p, sfx in PRECISIONS.items():
-        if sfx and re.sub(r"_(untiled|unfused|nosplit|f32w|fill0|heads0|lds32|epichk|sm80|splitk0|splitk16|simt|rows0|rows256|st1|st2|st3|st4|erfexact|qkvsep|bestfill0|wg|wg2|wg3|wg4)$", "", case).endswith(sfx):
+        if sfx and re.sub(r"_(untiled|unfused|nosplit|f32w|fill0|heads0|lds32|epichk|sm80|splitk0|splitk16|simt|rows0|rows256|st1|st2|st3|st4|erfexact|qkvsep|bestfill0|wg|wg2)$", "", case).endswith(sfx):
             return p
     return "f32"
 
@@ -206,7 +204,7 @@ def main() -> int:
     refs = set(os.listdir(os.path.join(a.carry, "ref")))
     cases = []
     for c in sorted(os.listdir(os.path.join(work, "art"))):
-        twin = c if c in refs else re.sub(r"(_(untiled|unfused|nosplit|f32w|fill0|heads0|lds32|epichk|sm80|splitk0|splitk16|simt|rows0|rows256|st1|st2|st3|st4|erfexact|qkvsep|bestfill0|wg|wg2|wg3|wg4|tf32|bf16))+$", "", c)
+        twin = c if c in refs else re.sub(r"(_(untiled|unfused|nosplit|f32w|fill0|heads0|lds32|epichk|sm80|splitk0|splitk16|simt|rows0|rows256|st1|st2|st3|st4|erfexact|qkvsep|bestfill0|wg|wg2|tf32|bf16))+$", "", c)
         if twin in refs:
             cases.append((c, twin))
     for c, twin in cases:

@@ -54,9 +54,8 @@
 # differ from the default's, so the f32 ones travel in minilm.weights.bin.xz after the default's three blobs, each
 # variant's taken from its own) and the batch-8 _bestfill0 twins (RLX_CUDA_VEC_BEST_FILL=0: the merged matmul in the
 # largest vector tile by block count, 72 blocks of 128×128, instead of the one filling its last wave best).
-# WG_TWINS="1 2 3 4": MiniLM batch 8 / 32 bf16 with RLX_CUDA_WGMMA=N (_wg for 1: Hopper's wgmma tiles, nvptx/wgmma.rs,
-# sm_90a PTX; _wgN for N = 2: the next slice stored while the wgmmas run, 3 / 4: a cp.async ring of N stages,
-# nvptx/wgmma_ring.rs), timed beside the default. SM=80 compiles every case for sm_80 instead. STAGE_TWINS="f32:1 tf32:2 …": MiniLM batch 8 / 32 at precision P with
+# WG_TWINS="1 2": MiniLM batch 8 / 32 bf16 with RLX_CUDA_WGMMA=N (_wg for 1: Hopper's wgmma tiles, nvptx/wgmma.rs,
+# sm_90a PTX; _wg2 for 2: the next slice stored while the wgmmas run), timed beside the default. SM=80 compiles every case for sm_80 instead. STAGE_TWINS="f32:1 tf32:2 …": MiniLM batch 8 / 32 at precision P with
 # RLX_CUDA_VEC_STAGES=N (_stN: the tensor-core tiles' K slices through a cp.async pipeline of N stages, 1 the
 # register-staged form), timed beside the default.
 set -euo pipefail

@@ -10,7 +10,7 @@
 #                            weights converted as they are staged; the other bf16 variants read bf16 copies of the
 #                            weights), and the cp.async pipeline (nvptx/cp_async.rs) `sN` (RLX_CUDA_VEC_STAGES=N, slices
 #                            of 64 where K allows), `sNtk32` (slices of 32), `sN-BMxBN` (a forced tile), `wg` (RLX_CUDA_WGMMA=1:
-#                            Hopper's wgmma, nvptx/wgmma.rs; needs SM=90, compiled --sm 90 — sm_90a PTX), `wgN` (RLX_CUDA_WGMMA=N: 2 the next slice stored while the wgmmas run, 3 / 4 a cp.async ring of N stages), `wg-BMxBN` / `wgN-BMxBN` (a forced tile); one weights blob per shape (NAME.weights.bin in w/, the f32 artifact's; each
+#                            Hopper's wgmma, nvptx/wgmma.rs; needs SM=90, compiled --sm 90 — sm_90a PTX), `wg2` (RLX_CUDA_WGMMA=2: the next slice stored while the wgmmas run), `wg-BMxBN` / `wgN-BMxBN` (a forced tile); one weights blob per shape (NAME.weights.bin in w/, the f32 artifact's; each
 #                            variant's is that blob followed by the copies its manifest lists: checked here, rebuilt there
 #                            by half_weights.py)
 #   bench_gemm.py, make_gemm.py, half_weights.py   (the inputs, weights and bias are regenerated there from make_gemm.py's seeds)

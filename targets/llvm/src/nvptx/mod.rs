@@ -21,7 +21,6 @@ mod pdl;
 mod tiled;
 mod vec_tile;
 mod wgmma;
-mod wgmma_ring;
 
 use inkwell::context::Context;
 use inkwell::memory_buffer::MemoryBuffer;

@@ -1,13 +1,14 @@
 //! Hopper's warpgroup matrix multiply (`wgmma.mma_async`, sm_90a, PTX ISA 8.0) for `vec_tile.rs`'s
 //! whole tiles under `--precision bf16` and `--sm 90`, behind `RLX_CUDA_WGMMA=N` at compile time
 //! (off by default: [`on`]): 1 this file's form, 2 the same with the next slice's stores overlapping
-//! the `wgmma`s (below), 3 / 4 `wgmma_ring.rs`'s cp.async ring of N stages. A module with such a
+//! the `wgmma`s (below). A module with such a
 //! kernel is written for `.target sm_90a` with PTX 8.0 (`mod.rs`: LLVM 19's NVPTX knows both), which
 //! runs on sm_90 GPUs only (the H100 / H200), where `--sm 90`'s plain sm_90 PTX is also compiled by
 //! the driver for later GPUs: that, and a gain of 3–4% on MiniLM, is why it is a switch, not the
 //! default (measured on the H200, docs/benchmarks.md session 23: bf16 MiniLM batch 8 / 32 670 → 653 /
 //! 1,948 → 1,871 µs with 2; per kernel, tests/gpu/bench_gemm.py, FFN down −9…−16%, the others ±3%;
-//! 3 / 4 1.3–2.7× slower).
+//! a cp.async ring of 3 / 4 stages feeding the same `wgmma`s measured 1.3–2.7× slower per kernel and
+//! was not kept: git history f2e6157).
 //!
 //! The block is `vec_tile.rs`'s (256 threads, the same block tile choice, [`vec_tile::tile`]): its 8
 //! warps are two warpgroups, each one m64×nW `wgmma` per k step of 16 — along M where the tile has
@@ -54,9 +55,9 @@ pub fn on(sm: u32, kind: Mma) -> bool {
     sm == 90 && kind == Mma::Bf16 && mode().is_some()
 }
 
-/// `RLX_CUDA_WGMMA`: 1, 2 (register-staged), or N = 3, 4 (the cp.async ring of N stages, [`ring`]).
+/// `RLX_CUDA_WGMMA`: 1 or 2 (the next slice's stores overlapping the `wgmma`s).
 fn mode() -> Option<i64> {
-    std::env::var("RLX_CUDA_WGMMA").ok().and_then(|v| v.parse::<i64>().ok()).filter(|v| (1..=4).contains(v))
+    std::env::var("RLX_CUDA_WGMMA").ok().and_then(|v| v.parse::<i64>().ok()).filter(|v| (1..=2).contains(v))
 }
 
 /// `RLX_CUDA_WGMMA=2`: the next slice's stores overlap this one's `wgmma`s ([`matmul`]).
@@ -108,9 +109,6 @@ pub fn matmul(
     let bytes = 2 * stage + 1024;
     if kext % TK != 0 || !periods || (bm * 8) % 256 != 0 || (bn * 8) % 256 != 0 || wn % 8 != 0 || wn > 256 || bytes > smem {
         return Ok(None);
-    }
-    if let Some(st @ 3..) = mode() {
-        return super::wgmma_ring::matmul(w, acc, (a, b), ptrs, (rows, cols, batch), (bm, bn), kind, (st, smem), halves, globals);
     }
     let (ab, cvt_ok) = match kind {
         Mma::Bf16 => ("bf16", true),
