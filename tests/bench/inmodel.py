@@ -73,8 +73,12 @@ def rlxc_layers(work: Path, model: Path, rlxc: str, secs: float) -> tuple[dict, 
     data = work / "perf.data"
     subprocess.run(["perf", "record", "-q", "-F", "2999", "-o", str(data), "--", sys.executable, __file__, "--loop", str(work), "--secs", str(secs)],
                    check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    rep = subprocess.run(["perf", "report", "-i", str(data), "--no-children", "--sort", "sym"], check=True, capture_output=True, text=True).stdout
-    share = {m.group(2): float(m.group(1)) for m in (re.match(r"\s*([\d.]+)%\s+\[\.\]\s+(\S+)", l) for l in rep.splitlines()) if m}
+    rep = subprocess.run(["perf", "report", "-i", str(data), "--no-children", "--sort", "dso,sym"], check=True, capture_output=True, text=True).stdout
+    # The artifact's own samples only: the loop process's start (Python, numpy's imports) is in the
+    # recording too, and would otherwise be counted as ~10% of every call.
+    share = {m.group(2): float(m.group(1)) for m in (re.match(r"\s*([\d.]+)%\s+m\.so\s+\[\.\]\s+(\S+)", l) for l in rep.splitlines()) if m}
+    total = sum(share.values())
+    share = {k: v * 100 / total for k, v in share.items()}
     names = re.findall(r'^launch "([^"]+)"', (work / "art" / "m.lir").read_text(), re.M)
     run = re.search(r"^define .*@m_run\(.*?^}", (work / "art" / "m.ll").read_text(), re.M | re.S).group(0)
     fns = re.findall(r"@(m_k\d+)\b", run)
