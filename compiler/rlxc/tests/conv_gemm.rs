@@ -146,6 +146,17 @@ fn conv_gemm_paths_are_taken() {
     ok(Command::new(env!("CARGO_BIN_EXE_rlxc")).current_dir(repo()).arg("compile").arg(model).args(["--target", "x86_64", "--winograd", "off", "--name", "m", "--emit-ir", "-o"]).arg(&off));
     let ko = std::fs::read_to_string(off.join("m.lir")).unwrap();
     assert!(!ko.contains("winograd") && ko.contains("(window mask)"), "--winograd off: not the direct form:\n{ko}");
+    // On a CPU with two 512-bit FMA units (Intel's server cores) fewer than 32 input channels keep the
+    // direct form; 32 still take Winograd.
+    let spr = |case: &str| {
+        let (_, model, _) = cases.iter().find(|(n, _, _)| n == case).unwrap();
+        let out = dir.join(format!("{case}-spr"));
+        ok(Command::new(env!("CARGO_BIN_EXE_rlxc")).current_dir(repo()).arg("compile").arg(model).args(["--target", "x86_64", "--cpu", "sapphirerapids", "--name", "m", "--emit-ir", "-o"]).arg(&out));
+        std::fs::read_to_string(out.join("m.lir")).unwrap()
+    };
+    let (k16, k48) = (spr("conv3x3_winograd"), spr("conv3x3_winograd_mid_b2"));
+    assert!(!k16.contains("winograd") && k16.contains("(window mask)"), "16 input channels on sapphirerapids: not the direct form:\n{k16}");
+    assert!(k48.contains("(winograd products)"), "32 input channels on sapphirerapids: not the Winograd form:\n{k48}");
     let ks = lir("conv3x3_s2_phases_b2");
     assert!(ks.contains("(phases)") && ks.contains("(window mask)") && !ks.contains("(im2col)"), "3×3 stride 2: B is not packed from x's phases:\n{ks}");
     // Strided over few input channels: B packed from x itself by output rows (no phases, no im2col).

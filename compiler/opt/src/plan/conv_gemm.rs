@@ -283,7 +283,7 @@ impl Planner<'_> {
             let (sx, so) = (self.shape(node.inputs[0]), self.shape(node.outputs[0]));
             let one = sw[2..].iter().all(|&k| k == 1) && strides.iter().all(|&s| s == 1) && pads.iter().all(|&p| p == 0);
             // A 3×3 stride-1 one over a large output: Winograd F(m×m, 3×3), its α² GEMMs as α² groups.
-            if let Some(wg) = winograd::fits(&sw, &so, strides, dilations, groups, self.opts.winograd) {
+            if let Some(wg) = winograd::fits(&sw, &so, strides, dilations, groups, self.opts.winograd, self.opts.two_fma) {
                 let (cmr, cnr) = self.wide_tile;
                 let (mr, nr) = if cmr > 0 && cnr > 0 { (cmr, cnr) } else { (self.mr, self.nr) };
                 let mr = tile_rows(mr, sw[0]);

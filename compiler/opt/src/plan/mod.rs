@@ -125,6 +125,10 @@ pub struct PlanOptions {
     /// (m + 2)² GEMMs on the micro-kernel, output transform with the epilogue, in one kernel); CPU targets
     /// set it from `--winograd off|f2|f4` (default 4).
     pub winograd: usize,
+    /// Two 512-bit FMA units per core (Intel's server cores: the CPU family sets it by the CPU's name),
+    /// where the direct form's FMAs cost half what they do on one (AMD's Zen 4 issues one 512-bit FMA a
+    /// cycle): the Winograd form then needs more input channels to repay its transforms (`winograd.rs`).
+    pub two_fma: bool,
     /// A concat whose slices are contiguous and whose inputs each have a kernel of their own is no
     /// launch: each input's kernel stores into its slice of the concat's buffer (`concat.rs`); CPU
     /// targets turn it on.
@@ -167,7 +171,7 @@ pub struct PlanOptions {
 
 impl Default for PlanOptions {
     fn default() -> Self {
-        PlanOptions { align: 64, gemm_nr: GEMM_NR, gemm_mr: GEMM_MR, wide_tile: (0, 0), row_fusion: false, row_recompute: false, inline_operands: false, conv_gemm: false, winograd: 0, concat_in_place: false, window_lanes: 0, flat_block_dots: false, int8_dot: false, int8_gemm: false, fused_attention: false, split_k: 0, split_k_rows: 0 }
+        PlanOptions { align: 64, gemm_nr: GEMM_NR, gemm_mr: GEMM_MR, wide_tile: (0, 0), row_fusion: false, row_recompute: false, inline_operands: false, conv_gemm: false, winograd: 0, two_fma: false, concat_in_place: false, window_lanes: 0, flat_block_dots: false, int8_dot: false, int8_gemm: false, fused_attention: false, split_k: 0, split_k_rows: 0 }
     }
 }
 

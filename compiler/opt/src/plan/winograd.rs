@@ -53,6 +53,12 @@ use rlx_ir::{BinaryOp, ConstData, DType, MirOp, NodeId};
 const MIN_TILES: usize = 196;
 const MIN_TILES_F2: usize = 49;
 const MIN_CHANNELS: usize = 16;
+/// [`MIN_CHANNELS`] for input channels on a CPU with two 512-bit FMA units (`PlanOptions::two_fma`:
+/// Intel's server cores), measured on a Sapphire Rapids-class Xeon (one thread, batch 1, `ab.py`, CPU
+/// time, F(4×4) / F(2×2) / direct): 16 → 64 at 55² 0.53 / 0.53 / 0.41 ms (ORT 0.42; SqueezeNet's
+/// expand layers), 16 → 16 at 112² – / 0.74 / 0.69; with 32 the form still pays: 32 → 64 at 56² 0.71 /
+/// 0.75 / 0.82, 32 → 32 at 112² – / 1.94 / 2.61.
+const MIN_CHANNELS_TWO_FMA: usize = 32;
 const MIN_OUT_CHANNELS: usize = 48;
 const FEW_CHANNELS_TILES: usize = 784;
 const F4_CHANNELS: usize = 128;
@@ -125,12 +131,12 @@ impl Wino {
 /// dense, 2-D, 3×3, stride 1, dilation 1, with at least [`MIN_CHANNELS`] input and output channels and
 /// [`MIN_TILES_F2`] blocks of 2×2 an image ([`FEW_CHANNELS_TILES`] with fewer than [`MIN_OUT_CHANNELS`]
 /// output channels); F(m×m, 3×3) for the `m` asked for (2 or 4; 0: none) where the constants' rules
-/// allow, else F(2×2, 3×3).
-pub(super) fn fits(sw: &[usize], so: &[usize], strides: &[usize], dilations: &[usize], groups: usize, m: usize) -> Option<Wino> {
+/// allow, else F(2×2, 3×3). `two_fma`: [`MIN_CHANNELS_TWO_FMA`] input channels.
+pub(super) fn fits(sw: &[usize], so: &[usize], strides: &[usize], dilations: &[usize], groups: usize, m: usize, two_fma: bool) -> Option<Wino> {
     if m == 0 || groups != 1 || sw.len() != 4 || so.len() != 4 || sw[2] != 3 || sw[3] != 3 {
         return None;
     }
-    if strides.iter().any(|&s| s != 1) || dilations.iter().any(|&d| d != 1) || sw[0] < MIN_CHANNELS || sw[1] < MIN_CHANNELS {
+    if strides.iter().any(|&s| s != 1) || dilations.iter().any(|&d| d != 1) || sw[0] < MIN_CHANNELS || sw[1] < if two_fma { MIN_CHANNELS_TWO_FMA } else { MIN_CHANNELS } {
         return None;
     }
     let tiles = so[2].div_ceil(2) * so[3].div_ceil(2);

@@ -77,7 +77,9 @@ pub fn plan_options(cpu: &CpuTarget, exact: bool, winograd: crate::cli::Winograd
     // Prefill's GEMMs on int8 where it pays (Gemma 3 270M, prefill 128 at one thread, tokens per
     // CPU-second: VNNI 470 against 269 on f32 panels; AVX2 (--cpu haswell) 252 against 314; sdot not
     // measured: f32 kept).
-    rlx_opt::PlanOptions { gemm_nr: if avx512 { 32 } else { 16 }, gemm_mr: if avx512 { 8 } else { 6 }, wide_tile: if avx512 { (6, 64) } else { (0, 0) }, row_fusion: true, conv_gemm: true, winograd: winograd.m(), concat_in_place: true, window_lanes: if avx512 { 16 } else { 8 }, int8_dot, int8_gemm: isa == rlx_ir::loops::Int8Dot::Vnni, ..Default::default() }
+    // Two 512-bit FMA units per core: Intel's server cores (Zen 4 / 5 issue one a cycle; client cores one).
+    let two_fma = ["skylake-avx512", "cascadelake", "cooperlake", "icelake-server", "sapphirerapids", "emeraldrapids", "graniterapids", "graniterapids-d"].contains(&cpu.cpu.as_str());
+    rlx_opt::PlanOptions { gemm_nr: if avx512 { 32 } else { 16 }, gemm_mr: if avx512 { 8 } else { 6 }, wide_tile: if avx512 { (6, 64) } else { (0, 0) }, row_fusion: true, conv_gemm: true, winograd: winograd.m(), two_fma, concat_in_place: true, window_lanes: if avx512 { 16 } else { 8 }, int8_dot, int8_gemm: isa == rlx_ir::loops::Int8Dot::Vnni, ..Default::default() }
 }
 
 impl Family for Cpu {
