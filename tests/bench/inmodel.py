@@ -92,7 +92,14 @@ def rlxc_layers(work: Path, model: Path, rlxc: str, secs: float) -> tuple[dict, 
     return ms, cpu, other
 
 
-def ort_layers(model: Path, work: Path) -> dict:
+def shape_key(weight, out) -> tuple:
+    """A convolution's key where ORT renames its nodes (the `light` models' layout transform): the
+    weight's and the output's shapes."""
+    return (tuple(weight), tuple(out))
+
+
+def ort_layers(model: Path, work: Path) -> tuple[dict, dict]:
+    """ORT's per-node kernel ms (median over 30 runs) by node name, and each Conv's by `shape_key`."""
     import onnxruntime as ort
     so = ort.SessionOptions()
     so.intra_op_num_threads, so.inter_op_num_threads, so.enable_profiling = 1, 1, True
@@ -102,11 +109,19 @@ def ort_layers(model: Path, work: Path) -> dict:
     feed = {i.name: rs.rand(*i.shape).astype(np.float32) for i in s.get_inputs()}
     for _ in range(30):
         s.run(None, feed)
-    times = collections.defaultdict(list)
+    times, keys = collections.defaultdict(list), {}
     for e in json.loads(Path(s.end_profiling()).read_text()):
         if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
-            times[e["name"][: -len("_kernel_time")]].append(e["dur"])
-    return {k: float(np.median(v)) / 1e3 for k, v in times.items()}
+            name = e["name"][: -len("_kernel_time")]
+            times[name].append(e["dur"])
+            args = e.get("args", {})
+            if args.get("op_name") == "Conv" and len(args.get("input_type_shape", [])) >= 2:
+                keys[name] = shape_key(*args["input_type_shape"][1].values(), *args["output_type_shape"][0].values())
+    ms = {k: float(np.median(v)) / 1e3 for k, v in times.items()}
+    by_key = collections.defaultdict(list)
+    for name, key in keys.items():
+        by_key[key].append(ms[name])
+    return ms, by_key
 
 
 def main() -> int:
@@ -134,8 +149,10 @@ def main() -> int:
     if note:
         sys.exit(f"{a.model} at batch {a.batch}: {note}")
     ms, cpu, other = rlxc_layers(work, model, a.rlxc, a.secs)
-    ort_ms = ort_layers(model, work)
-    g = onnx.load(str(model)).graph
+    ort_ms, ort_keys = ort_layers(model, work)
+    g = onnx.shape_inference.infer_shapes(onnx.load(str(model))).graph
+    dims = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim] for v in [*g.value_info, *g.output]}
+    dims.update({t.name: list(t.dims) for t in g.initializer})
     readers = collections.defaultdict(list)
     for n in g.node:
         for i in n.input:
@@ -155,6 +172,11 @@ def main() -> int:
             out, nx = nx[0].output[0], readers.get(nx[0].output[0], [])
         o = sum(ort_ms.get(c + "_nchwc", 0.0) + ort_ms.get(c, 0.0) for c in chain)
         o += sum(v for c in readers.get(out, []) for name, v in ort_ms.items() if name.startswith(c.name + "/"))
+        if o == 0.0:
+            # ORT renamed the node (its NCHWc transform names some `rN_nchwc`): the mean of its convolutions
+            # of the same weight and output shapes (the Conv's time holds what it fused after it).
+            same = ort_keys.get(shape_key(dims.get(n.input[1], []), dims.get(n.output[0], [])), [])
+            o = sum(same) / len(same) if same else 0.0
         kinds[kind][0] += r
         kinds[kind][1] += o
         kinds[kind][2] += 1
