@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import shlex
+import shutil
 import sys
 import tempfile
 import time
@@ -112,6 +113,7 @@ def main() -> int:
         med = float(np.median(ts))
         d = "" if diff is None else f"  max |diff| vs the first {diff:.3g}"
         print(f"{name:32} median {what} ms {med * 1e3:10.3f}  ratio {med / base:.3f}  ({len(ts)} calls){d}")
+    shutil.rmtree(work, ignore_errors=True)
     return 0
 
 
