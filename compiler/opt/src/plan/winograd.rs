@@ -59,6 +59,10 @@ const MIN_CHANNELS: usize = 16;
 /// expand layers), 16 → 16 at 112² – / 0.74 / 0.69; with 32 the form still pays: 32 → 64 at 56² 0.71 /
 /// 0.75 / 0.82, 32 → 32 at 112² – / 1.94 / 2.61.
 const MIN_CHANNELS_TWO_FMA: usize = 32;
+/// On such a CPU F(4×4) only over this many input channels, else F(2×2) (same machine, F(4×4) / F(2×2) ms):
+/// 64 → 64 at 56² 1.54 / 1.34 (ResNet-50's first stage), 32 → 128 at 27² 0.45 / 0.39 (SqueezeNet), 64 → 96 at
+/// 28² 0.72 / 0.64, but 128 → 128 at 28² 1.59 / 1.94; 32 → 64 at 56² 0.71 / 0.75 takes F(2×2) all the same.
+const F4_IN_TWO_FMA: usize = 128;
 const MIN_OUT_CHANNELS: usize = 48;
 const FEW_CHANNELS_TILES: usize = 784;
 const F4_CHANNELS: usize = 128;
@@ -131,7 +135,7 @@ impl Wino {
 /// dense, 2-D, 3×3, stride 1, dilation 1, with at least [`MIN_CHANNELS`] input and output channels and
 /// [`MIN_TILES_F2`] blocks of 2×2 an image ([`FEW_CHANNELS_TILES`] with fewer than [`MIN_OUT_CHANNELS`]
 /// output channels); F(m×m, 3×3) for the `m` asked for (2 or 4; 0: none) where the constants' rules
-/// allow, else F(2×2, 3×3). `two_fma`: [`MIN_CHANNELS_TWO_FMA`] input channels.
+/// allow, else F(2×2, 3×3). `two_fma`: [`MIN_CHANNELS_TWO_FMA`] input channels, F(4×4) from [`F4_IN_TWO_FMA`].
 pub(super) fn fits(sw: &[usize], so: &[usize], strides: &[usize], dilations: &[usize], groups: usize, m: usize, two_fma: bool) -> Option<Wino> {
     if m == 0 || groups != 1 || sw.len() != 4 || so.len() != 4 || sw[2] != 3 || sw[3] != 3 {
         return None;
@@ -146,7 +150,7 @@ pub(super) fn fits(sw: &[usize], so: &[usize], strides: &[usize], dilations: &[u
     }
     let (th, tw) = (so[2].div_ceil(m), so[3].div_ceil(m));
     let units = so[0] * th.div_ceil(block_rows(so[0], th, tw));
-    let m = if m == 4 && !few && tiles >= MIN_TILES && (units >= MIN_UNITS || sw[0] >= F4_CHANNELS) { 4 } else { 2 };
+    let m = if m == 4 && !few && tiles >= MIN_TILES && (units >= MIN_UNITS || sw[0] >= F4_CHANNELS) && !(two_fma && sw[1] < F4_IN_TWO_FMA) { 4 } else { 2 };
     Some(Wino { m, th: so[2].div_ceil(m), tw: so[3].div_ceil(m) })
 }
 
