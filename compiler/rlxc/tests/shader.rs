@@ -286,7 +286,9 @@ fn check_reports_what_the_shader_targets_do_not_claim() {
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(!out.status.success(), "i64 ops must make the webgpu check fail:\n{text}");
     assert!(text.contains("does not implement cast for i64"), "{text}");
-    let out = output(rlxc().args(["compile", s(&m), "--target", "webgpu", "-o", s(&tmp("minilm-webgpu"))]).args(dims));
+    let dir = tmp("minilm-webgpu");
+    let out = output(rlxc().args(["compile", s(&m), "--target", "webgpu", "-o", s(&dir)]).args(dims));
+    let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("unsupported on target webgpu"));
 }
