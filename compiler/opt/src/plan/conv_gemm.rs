@@ -103,14 +103,17 @@ pub(super) struct Direct {
     pub(super) phases: Option<(usize, u32)>,
     /// Strided over few input channels: read from x itself by output rows (`conv_rows.rs`; no phases).
     pub(super) rows: Option<Rows>,
-    /// Positions per entry of `inner`: `nr`, or the row-read form's narrowest piece.
-    pub(super) granule: usize,
 }
 
 impl Direct {
     /// Elements per image of the source the B chunks are packed from (x, or its s² phases).
     fn image(&self) -> usize {
         self.phases.map_or(1, |(s, _)| s * s) * self.c * self.hw
+    }
+
+    /// Positions per entry of `inner` for panels of `nr`: `nr`, or the row-read form's narrowest piece.
+    fn granule(&self, nr: usize) -> usize {
+        self.rows.as_ref().map_or(nr, |r| r.granule(nr))
     }
 }
 
@@ -356,8 +359,7 @@ impl Planner<'_> {
                     let cd = ConstData { dtype: DType::I64, shape: vec![t.len()], data: rlx_ir::Blob::from_vec(bytes) };
                     (s, self.add_weight(format!("{} (phase tap offsets)", node.name), &cd))
                 });
-                let granule = rows.as_ref().map_or(nr, |r| r.granule(nr));
-                Some(Direct { mask, inner, c: sx[1], taps: kd.iter().product(), hw, kdims: kd.to_vec(), xstrides, shift0, dil, phases, rows, granule })
+                Some(Direct { mask, inner, c: sx[1], taps: kd.iter().product(), hw, kdims: kd.to_vec(), xstrides, shift0, dil, phases, rows })
             } else {
                 None
             };
@@ -684,7 +686,7 @@ impl Planner<'_> {
             }
         };
         let ip = kb.param(d.inner, &self.buffers[d.inner as usize].clone(), Access::Read);
-        let g = d.granule;
+        let g = d.granule(nr);
         let q = Expr::add(Expr::mul(tap.clone(), Expr::Int(t.pn.div_ceil(g) as i64)), Expr::i(IOp::Div, p.clone(), Expr::Int(g as i64)));
         let whole = Expr::ToIndex { from: DType::I64, x: Box::new(Expr::load(ip, q)) };
         let mut body = vec![

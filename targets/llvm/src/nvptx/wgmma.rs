@@ -62,7 +62,7 @@ fn mode() -> Option<i64> {
 
 /// `RLX_CUDA_WGMMA=2`: the next slice's stores overlap this one's `wgmma`s ([`matmul`]).
 fn overlapped() -> bool {
-    std::env::var("RLX_CUDA_WGMMA").is_ok_and(|v| v == "2")
+    mode() == Some(2)
 }
 
 /// Whether a module's LLVM IR uses `wgmma` (then it is written for sm_90a, PTX 8.0).
