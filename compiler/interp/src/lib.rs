@@ -252,6 +252,15 @@ fn exec(op: &MirOp, ins: &[&T], syms: &BTreeMap<String, u64>) -> Result<Vec<T>, 
         MirOp::Conv { strides, pads, dilations, groups } => {
             one(linalg::conv(ins[0], ins[1], ins.get(2).copied(), strides, pads, dilations, *groups))
         }
+        MirOp::ConvNhwc { strides, pads, dilations, groups } => {
+            // The same convolution with the channels moved second and back.
+            let r = ins[0].shape.len();
+            let to_first: Vec<usize> = [0, r - 1].into_iter().chain(1..r - 1).collect();
+            let to_last: Vec<usize> = [0].into_iter().chain(2..r).chain([1]).collect();
+            let x = movement::transpose(ins[0], &to_first)?;
+            let y = linalg::conv(&x, ins[1], ins.get(2).copied(), strides, pads, dilations, *groups)?;
+            one(movement::transpose(&y, &to_last))
+        }
         MirOp::ConvTranspose { strides, pads, dilations, groups, output_padding } => {
             one(linalg::conv_transpose(ins[0], ins[1], ins.get(2).copied(), strides, pads, dilations, *groups, output_padding))
         }

@@ -138,6 +138,10 @@ pub enum MirOp {
     /// (x[N,C,spatial…], w[C,M/groups,k…], bias[M]?) → transposed convolution; `pads` as Conv,
     /// `output_padding` added to the end of each spatial dim.
     ConvTranspose { strides: Vec<usize>, pads: Vec<usize>, dilations: Vec<usize>, groups: usize, output_padding: Vec<usize> },
+    /// (x[N,spatial…,C], w[M,C/groups,k…], bias[M]?) → y[N,ospatial…,M]: `conv` with the activations
+    /// channels-last (NHWC). No importer makes it: the CPU planner's layout pass (`rlx_opt`'s
+    /// `channels_last`) does, for the kernels that want that layout.
+    ConvNhwc { strides: Vec<usize>, pads: Vec<usize>, dilations: Vec<usize>, groups: usize },
     /// (x[N,C,spatial…]) → max/avg pool; `pads` = [begin…, end…]; `ceil_mode` rounds the output size up;
     /// avg divides by the full window when `count_include_pad`, else by the in-bounds count.
     Pool { kind: PoolKind, kernel: Vec<usize>, strides: Vec<usize>, pads: Vec<usize>, dilations: Vec<usize>, ceil_mode: bool, count_include_pad: bool },
@@ -317,6 +321,7 @@ impl OpSet for MirOp {
             MirOp::Pad { .. } => "pad",
             MirOp::Conv { .. } => "conv",
             MirOp::ConvTranspose { .. } => "conv_transpose",
+            MirOp::ConvNhwc { .. } => "conv_nhwc",
             MirOp::Pool { kind: PoolKind::Max, .. } => "max_pool",
             MirOp::Pool { kind: PoolKind::Avg, .. } => "avg_pool",
             MirOp::CumSum { .. } => "cumsum",
@@ -350,7 +355,7 @@ impl OpSet for MirOp {
             MirOp::Where | MirOp::ScatterElements { .. } | MirOp::ScatterNd { .. } | MirOp::WriteRows => (3, 3),
             MirOp::Quantize { .. } | MirOp::Dequantize { .. } | MirOp::FakeQuantize { .. } => (3, 3),
             MirOp::Concat { .. } => (1, usize::MAX),
-            MirOp::Conv { .. } | MirOp::ConvTranspose { .. } => (2, 3),
+            MirOp::Conv { .. } | MirOp::ConvTranspose { .. } | MirOp::ConvNhwc { .. } => (2, 3),
             MirOp::Recv { .. } => (0, 0),
             MirOp::Loop { carried, body, .. } => (2 + carried, (2 + carried).max(body[0].inputs.len())),
             MirOp::If { branches } => (1, 1 + branches[0].inputs.len()),
@@ -705,6 +710,23 @@ impl OpSet for MirOp {
                 }
                 one(x.dtype, Shape(out))
             }
+            MirOp::ConvNhwc { strides, pads, dilations, groups } => {
+                // As `conv` over x with its channels moved second, the result's moved last.
+                let r = x.shape.rank();
+                if r < 3 {
+                    return Err(format!("conv_nhwc: input {} must be [N,spatial...,C]", x.shape));
+                }
+                let mut first = x.shape.0.clone();
+                let c = first.remove(r - 1);
+                first.insert(1, c);
+                let xc = TensorType::new(x.dtype, Shape(first));
+                let mut cins: Vec<&TensorType> = vec![&xc];
+                cins.extend(&ins[1..]);
+                let mut y = MirOp::Conv { strides: strides.clone(), pads: pads.clone(), dilations: dilations.clone(), groups: *groups }.infer(&cins)?.remove(0);
+                let m = y.shape.0.remove(1);
+                y.shape.0.push(m);
+                Ok(vec![y])
+            }
             MirOp::Pool { kernel, strides, pads, dilations, ceil_mode, .. } => {
                 let r = x.shape.rank();
                 let sp = kernel.len();
@@ -910,6 +932,12 @@ impl OpSet for MirOp {
                 ("dilations", usizes_attr(dilations)),
                 ("groups", Attr::Int(*groups as i64)),
             ],
+            MirOp::ConvNhwc { strides, pads, dilations, groups } => vec![
+                ("strides", usizes_attr(strides)),
+                ("pads", usizes_attr(pads)),
+                ("dilations", usizes_attr(dilations)),
+                ("groups", Attr::Int(*groups as i64)),
+            ],
             MirOp::ConvTranspose { strides, pads, dilations, groups, output_padding } => vec![
                 ("strides", usizes_attr(strides)),
                 ("pads", usizes_attr(pads)),
@@ -986,6 +1014,7 @@ impl OpSet for MirOp {
                 value: a.float("value")?,
             },
             "conv" => MirOp::Conv { strides: a.usizes("strides")?, pads: a.usizes("pads")?, dilations: a.usizes("dilations")?, groups: a.usize("groups")? },
+            "conv_nhwc" => MirOp::ConvNhwc { strides: a.usizes("strides")?, pads: a.usizes("pads")?, dilations: a.usizes("dilations")?, groups: a.usize("groups")? },
             "conv_transpose" => MirOp::ConvTranspose {
                 strides: a.usizes("strides")?,
                 pads: a.usizes("pads")?,

@@ -10,6 +10,8 @@ pub mod lower;
 
 pub use legalize::{report, DispatchEntry, DispatchReport, Resolution};
 pub use lower::lower;
+pub mod channels_last;
+pub use channels_last::channels_last;
 pub mod conv1d;
 pub mod conv_affine;
 pub use conv_affine::{collapse_affine_chains, fold_conv_affine};

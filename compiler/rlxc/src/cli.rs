@@ -131,6 +131,17 @@ impl Winograd {
     }
 }
 
+/// `--layout` of a CPU compile: the activations' layout around its convolutions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Layout {
+    /// channels-last (NHWC) where the layout pass finds that it pays (the default): pointwise
+    /// convolutions as matmuls, depthwise ones vectorized along the channels, the layout changed only at
+    /// the edges of the region they form
+    Auto,
+    /// every convolution in the model's own NCHW layout
+    Nchw,
+}
+
 /// `--precision` of a CUDA compile: the arithmetic of its f32 matmuls.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Precision {

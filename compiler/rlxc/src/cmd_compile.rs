@@ -105,6 +105,11 @@ pub struct CompileArgs {
     /// take 4× the convolution's weight bytes, f2 (F(2×2) only) 16/9, off 1×; docs/targets.md)
     #[arg(long, value_enum, value_name = "FORM")]
     pub winograd: Option<rlxc::cli::Winograd>,
+    /// CPU targets: the activations' layout around convolutions (default auto: channels-last where the
+    /// layout pass finds that it pays — depthwise-separable models —, the model's NCHW elsewhere;
+    /// docs/targets.md)
+    #[arg(long, value_enum, value_name = "LAYOUT")]
+    pub layout: Option<rlxc::cli::Layout>,
     /// Print the dispatch report (every node: native / common-IR / rewritten / unsupported)
     #[arg(long)]
     pub report: bool,
@@ -163,6 +168,7 @@ impl CompileArgs {
             emit_ir: self.emit_ir,
             exact_activations: self.exact_activations,
             winograd: self.winograd,
+            layout: self.layout,
             emit_rust: self.emit == Emit::Rust,
             calibrate: self.calibrate.clone(),
             ram_budget: self.ram_budget,

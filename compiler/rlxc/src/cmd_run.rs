@@ -115,6 +115,9 @@ pub struct On {
     /// `rlxc compile --help`)
     #[arg(long, value_enum, value_name = "FORM")]
     pub winograd: Option<rlxc::cli::Winograd>,
+    /// CPU targets: the activations' layout around convolutions (auto, nchw; see `rlxc compile --help`)
+    #[arg(long, value_enum, value_name = "LAYOUT")]
+    pub layout: Option<rlxc::cli::Layout>,
 }
 
 impl On {
@@ -124,7 +127,7 @@ impl On {
     }
     /// The flags that go to the target's family, for model `m`.
     pub fn request(&self, m: &Model) -> Request {
-        Request { backend: self.backend, calibrate: self.calibrate.clone(), board: self.board.clone(), exact_activations: self.exact_activations, winograd: self.winograd, source_ops: m.src.node_op_types(), ..Request::named("rlxmodel") }
+        Request { backend: self.backend, calibrate: self.calibrate.clone(), board: self.board.clone(), exact_activations: self.exact_activations, winograd: self.winograd, layout: self.layout, source_ops: m.src.node_op_types(), ..Request::named("rlxmodel") }
     }
 }
 

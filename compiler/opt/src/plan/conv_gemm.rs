@@ -632,7 +632,7 @@ impl Planner<'_> {
             let kind = if *w >= 2 { LoopKind::Vector(*w as u32) } else { LoopKind::Serial };
             let copy = Stmt::For { var: jj, extent: *w as i64, kind, body: vec![Stmt::Store { buf: sp, index: dst, value: Expr::load(t.bp, src.clone()) }] };
             // Each row first prefetches the same row a panel on (the slot's next unit, as `direct_pack`).
-            let mut row: Vec<Stmt> = line_offsets(*w).map(|o| Stmt::Prefetch { buf: t.bp, index: subst_var(&src, jj, nr as i64 + o), far: true }).collect();
+            let mut row: Vec<Stmt> = if std::env::var("RLX_NO_BPF").is_ok() { Vec::new() } else { line_offsets(*w).map(|o| Stmt::Prefetch { buf: t.bp, index: subst_var(&src, jj, nr as i64 + o), far: true }).collect() };
             row.push(copy);
             v.push(Stmt::For { var: kk, extent: klen as i64, kind: LoopKind::Serial, body: row });
         }

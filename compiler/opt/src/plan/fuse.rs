@@ -74,7 +74,7 @@ pub(super) fn is_elementwise(op: &MirOp) -> bool {
 }
 
 fn takes_epilogue(op: &MirOp) -> bool {
-    matches!(op, MirOp::MatMul | MirOp::DequantMatMul | MirOp::Reduce { .. } | MirOp::Conv { .. } | MirOp::ConvTranspose { .. })
+    matches!(op, MirOp::MatMul | MirOp::DequantMatMul | MirOp::Reduce { .. } | MirOp::Conv { .. } | MirOp::ConvTranspose { .. } | MirOp::ConvNhwc { .. })
 }
 
 pub(super) fn numel(g: &Mir, v: ValueId) -> usize {
@@ -214,7 +214,13 @@ pub fn fuse_with(g: &Mir, operands: bool) -> Fusion {
             // clamped loads in the innermost loop (a gather per lane: attention's RoPE'd q read by the
             // scores was 34% of a decode step); it is stored once instead, so the loads are unit-stride.
             let concat_into_loads = matches!(node.op, MirOp::Concat { .. }) && !is_elementwise(&cn.op) && !matches!(cn.op, MirOp::Concat { .. });
-            if consumer_ok && cheap && !concat_into_loads && (!into_anchor || is_data_movement(&node.op) || widen) && !(anchor_of.contains_key(&cv) && !is_inlinable(&cn.op)) {
+            // An activation reading a convolution's or matmul's value (SiLU's x · σ(x)) stays that
+            // anchor's epilogue rather than going into a transpose after it (a layout change,
+            // `channels_last`), whose kernel would evaluate it element by element in its tiles.
+            let epilogue_into_transpose = is_elementwise(&node.op)
+                && matches!(cn.op, MirOp::Transpose { .. })
+                && node.inputs.iter().any(|&i| g.producer(i).is_some_and(|p| takes_epilogue(&g.node(p).op)));
+            if consumer_ok && cheap && !concat_into_loads && !epilogue_into_transpose && (!into_anchor || is_data_movement(&node.op) || widen) && !(anchor_of.contains_key(&cv) && !is_inlinable(&cn.op)) {
                 role[n.index()] = Role::Inlined;
             }
         } else if takes_epilogue(&node.op) && is_elementwise(&cn.op) && same_shape && !anchor_of.contains_key(&cv) {

@@ -97,25 +97,20 @@ impl Planner<'_> {
             let users_all_matmul_rhs = weight_rhs[k]
                 && g.nodes.iter().all(|n| !n.inputs.contains(&vid) || (n.op == MirOp::MatMul && n.inputs[1] == vid && n.inputs[0] != vid))
                 && !g.outputs.contains(&vid);
-            if users_all_matmul_rhs && c.dtype.is_float() && c.shape[1] >= self.nr {
+            // On vector CPU targets a weight narrower than a panel but at least half one, read by many
+            // rows (a channels-last pointwise convolution projecting to 16 or 24 channels), is packed
+            // in half-width panels: its dot products per output had run at a fraction of the GEMM's rate.
+            let narrow = self.lanes >= 8 && c.shape.len() == 2 && c.shape[1] < self.nr && c.shape[1] >= self.nr / 2 && self.matmul_rows(vid) >= 64;
+            if users_all_matmul_rhs && c.dtype.is_float() && (c.shape[1] >= self.nr || narrow) {
                 // Few rows (matrix-vector products) leave the micro-kernel with too few accumulators to
                 // hide FMA latency; widen the panel instead (up to 4 vectors of lanes per row).
-                let rows = g
-                    .nodes
-                    .iter()
-                    .filter(|n| n.op == MirOp::MatMul && n.inputs[1] == vid)
-                    .map(|n| {
-                        let s = g.ty(n.inputs[0]).shape.as_fixed().unwrap_or_default();
-                        s[..s.len().saturating_sub(1)].iter().product::<usize>()
-                    })
-                    .max()
-                    .unwrap_or(0);
+                let rows = self.matmul_rows(vid);
                 // A weight worth splitting across threads (≥ 128 KB) keeps at least two panels: panels are
                 // the parallel dimension when there are this few rows.
                 // The wide tile's panels (AVX-512: 64 columns) where they leave no more tail columns
                 // than the GEMM's (a 1000-column classifier keeps 32: 40 tail columns against 8).
                 let (_, wn) = self.wide_tile;
-                let mut nr = if wn > 0 && c.shape[1] >= wn && c.shape[1] % wn == c.shape[1] % self.nr { wn } else { self.nr };
+                let mut nr = if wn > 0 && c.shape[1] >= wn && c.shape[1] % wn == c.shape[1] % self.nr { wn } else if narrow { self.nr / 2 } else { self.nr };
                 let split = c.data.bytes().len() >= 128 * 1024;
                 if rows <= 2 {
                     while nr * 2 <= c.shape[1] && nr < self.nr * 4 && (!split || c.shape[1] / (nr * 2) >= 2) {
@@ -265,6 +260,20 @@ impl Planner<'_> {
             }
         }
         peak
+    }
+
+    /// The most rows (the left operand's elements over K) of the matmuls whose right operand is `w`.
+    fn matmul_rows(&self, w: ValueId) -> usize {
+        let g = self.g;
+        g.nodes
+            .iter()
+            .filter(|n| n.op == MirOp::MatMul && n.inputs[1] == w)
+            .map(|n| {
+                let s = g.ty(n.inputs[0]).shape.as_fixed().unwrap_or_default();
+                s[..s.len().saturating_sub(1)].iter().product::<usize>()
+            })
+            .max()
+            .unwrap_or(0)
     }
 
     /// A buffer's label: the value's name, else its producer's, else `%N`.

@@ -57,8 +57,9 @@ pub fn int8_dot_isa(cpu: &CpuTarget) -> rlx_ir::loops::Int8Dot {
 /// NEON: 16). Block-quantized matmuls take int8 activations (`PlanOptions::int8_dot`) with the LLVM
 /// back end on a CPU with an int8 dot product instruction (`int8_dot_isa`), unless `exact`
 /// (`--exact-activations`); prefill's many-row ones only with AVX-512 VNNI (`int8_gemm`). Dense 3×3
-/// stride-1 convolutions over large outputs take the Winograd form `winograd` (`--winograd`).
-pub fn plan_options(cpu: &CpuTarget, exact: bool, winograd: crate::cli::Winograd) -> rlx_opt::PlanOptions {
+/// stride-1 convolutions over large outputs take the Winograd form `winograd` (`--winograd`); `layout`
+/// (`--layout`) lets the layout pass make convolutions channels-last.
+pub fn plan_options(cpu: &CpuTarget, exact: bool, winograd: crate::cli::Winograd, layout: crate::cli::Layout) -> rlx_opt::PlanOptions {
     let avx512 = cpu.features.split(',').any(|f| f == "+avx512f")
         || ["skylake-avx512", "icelake-server", "sapphirerapids", "znver4", "znver5", "x86-64-v4"].contains(&cpu.cpu.as_str());
     // AVX-512: 8 rows × 2 zmm = 16 accumulators (measured on MiniLM: 8 beats 6 and 12 by 4–5%), and the
@@ -79,7 +80,9 @@ pub fn plan_options(cpu: &CpuTarget, exact: bool, winograd: crate::cli::Winograd
     // measured: f32 kept).
     // Two 512-bit FMA units per core: Intel's server cores (Zen 4 / 5 issue one a cycle; client cores one).
     let two_fma = ["skylake-avx512", "cascadelake", "cooperlake", "icelake-server", "sapphirerapids", "emeraldrapids", "graniterapids", "graniterapids-d"].contains(&cpu.cpu.as_str());
-    rlx_opt::PlanOptions { gemm_nr: if avx512 { 32 } else { 16 }, gemm_mr: if avx512 { 8 } else { 6 }, wide_tile: if avx512 { (6, 64) } else { (0, 0) }, row_fusion: true, conv_gemm: true, winograd: winograd.m(), two_fma, concat_in_place: true, window_lanes: if avx512 { 16 } else { 8 }, int8_dot, int8_gemm: isa == rlx_ir::loops::Int8Dot::Vnni, ..Default::default() }
+    // Channels-last where the layout pass finds that it pays (`rlx_opt::channels_last`).
+    let channels_last = layout == crate::cli::Layout::Auto;
+    rlx_opt::PlanOptions { gemm_nr: if avx512 { 32 } else { 16 }, gemm_mr: if avx512 { 8 } else { 6 }, wide_tile: if avx512 { (6, 64) } else { (0, 0) }, row_fusion: true, conv_gemm: true, winograd: winograd.m(), two_fma, concat_in_place: true, window_lanes: if avx512 { 16 } else { 8 }, int8_dot, int8_gemm: isa == rlx_ir::loops::Int8Dot::Vnni, channels_last, ..Default::default() }
 }
 
 impl Family for Cpu {
@@ -90,7 +93,7 @@ impl Family for Cpu {
         crate::cli::cpu_caps(t.name())
     }
     fn flags(&self) -> &'static [Flag] {
-        &[Flag::Cpu, Flag::Backend, Flag::WeightsExternal, Flag::EmitIr, Flag::ExactActivations, Flag::Winograd]
+        &[Flag::Cpu, Flag::Backend, Flag::WeightsExternal, Flag::EmitIr, Flag::ExactActivations, Flag::Winograd, Flag::Layout]
     }
     fn check(&self, t: Target, r: &Request) -> Result<(), Failure> {
         cpu_of(t, r).map(|_| ())
@@ -102,7 +105,7 @@ impl Family for Cpu {
         t != Target::Host
     }
     fn planning(&self, t: Target, r: &Request) -> Result<Planning, Failure> {
-        Ok(Planning::Plan(plan_options(&cpu_of(t, r)?, r.exact_activations, r.winograd.unwrap_or(crate::cli::Winograd::F4))))
+        Ok(Planning::Plan(plan_options(&cpu_of(t, r)?, r.exact_activations, r.winograd.unwrap_or(crate::cli::Winograd::F4), r.layout.unwrap_or(crate::cli::Layout::Auto))))
     }
     fn emit(&self, t: Target, p: Prepared, r: &Request, tm: &mut Timings) -> Result<Box<dyn Artifact>, Failure> {
         Ok(Box::new(emit(t, p, r, tm)?))

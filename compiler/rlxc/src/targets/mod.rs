@@ -53,6 +53,7 @@ pub enum Flag {
     WeightsExternal,
     ExactActivations,
     Winograd,
+    Layout,
     EmitIr,
     EmitRust,
     Calibrate,
@@ -72,6 +73,7 @@ impl Flag {
             Flag::WeightsExternal => "--weights external",
             Flag::ExactActivations => "--exact-activations",
             Flag::Winograd => "--winograd",
+            Flag::Layout => "--layout",
             Flag::EmitIr => "--emit-ir",
             Flag::EmitRust => "--emit rust",
             Flag::Calibrate => "--calibrate",
@@ -109,6 +111,8 @@ pub struct Request {
     pub exact_activations: bool,
     /// `--winograd`: CPU targets' form of dense 3×3 stride-1 convolutions (default F(4×4, 3×3)).
     pub winograd: Option<crate::cli::Winograd>,
+    /// `--layout`: CPU targets' activation layout around convolutions (default: the layout pass decides).
+    pub layout: Option<crate::cli::Layout>,
     /// The model's node names → op types (`ModelSource::node_op_types`), for errors that speak of
     /// the model's ops rather than the MIR's.
     pub source_ops: BTreeMap<String, String>,
@@ -131,6 +135,7 @@ impl Request {
         on(self.external_weights, Flag::WeightsExternal);
         on(self.exact_activations, Flag::ExactActivations);
         on(self.winograd.is_some(), Flag::Winograd);
+        on(self.layout.is_some(), Flag::Layout);
         on(self.emit_ir, Flag::EmitIr);
         on(self.emit_rust, Flag::EmitRust);
         on(self.calibrate.is_some(), Flag::Calibrate);

@@ -1,0 +1,208 @@
+//! The CPU planner's layout pass: the convolutions that run faster with the activations channels-last
+//! (NHWC) get that layout, and the layout changes only at the edges of the region they form.
+//!
+//! Per float 2-D convolution with a constant weight:
+//! - a pointwise one (1×1, stride 1, no padding, one group) becomes a `matmul` of x as `[N, H, W, C]`
+//!   by the weight as `[C, M]` plus the bias: the GEMM micro-kernel then reads x in place (each
+//!   position's channels contiguous) and stores whole rows of output channels, where in NCHW its B
+//!   operand had to be packed from rows `H·W` floats apart per call (a 256 → 32 layer at 27²: 0.071–0.112
+//!   ms against 0.124–0.157, one thread);
+//! - a depthwise one (one input channel a group) becomes `conv_nhwc`, whose kernel (`plan/dw_nhwc.rs`)
+//!   runs its vectors along the channels.
+//!
+//! Each becomes `to_nchw(op(to_nhwc(x)))` and the transposes are moved out of the way in one pass over
+//! the graph: a `to_nhwc` of a `to_nchw` is its operand; an elementwise op whose operands are `to_nchw`s
+//! or broadcasts without a spatial extent (per-channel constants, a squeeze-and-excitation gate) runs
+//! channels-last and is followed by the `to_nchw` instead; so does a concat along the channels, and a
+//! reduction over the spatial dims (a global pool: its `[N, 1, 1, C]` result is `[N, C, 1, 1]` with
+//! no element moved, a view). What is left of the transposes is dead (removed) or the layout change a
+//! reader in NCHW needs. The pass keeps the rewrite only when those changes move few elements against
+//! the convolutions' outputs ([`MAX_MOVED`]): a model whose dense k×k convolutions (ResNet's 3×3, kept in
+//! NCHW for their Winograd and direct forms) sit between the pointwise ones would pay a transpose on
+//! each side of each of them, and is left as it is.
+
+use crate::fold::{dce, rebuild};
+use rlx_ir::{ConstData, Def, Dim, Mir, MirOp, ValueId};
+use std::collections::HashMap;
+
+/// NCHW → NHWC and back.
+const TO_NHWC: [usize; 4] = [0, 2, 3, 1];
+const TO_NCHW: [usize; 4] = [0, 3, 1, 2];
+
+/// The layout changes the rewrite may keep: at most this fraction of the elements the rewritten
+/// convolutions produce (a model's input and output edges: MobileNet-like's one transpose after its
+/// stem is ~4% of them).
+const MAX_MOVED: f64 = 0.1;
+
+/// The node name suffixes of the layout changes the pass adds.
+const NHWC_SUFFIX: &str = "/to_nhwc";
+const NCHW_SUFFIX: &str = "/to_nchw";
+
+/// What the pass does with a convolution node.
+enum Form {
+    Pointwise,
+    Depthwise,
+}
+
+fn form(g: &Mir, n: &rlx_ir::Node<MirOp>) -> Option<Form> {
+    let MirOp::Conv { strides, pads, groups, .. } = &n.op else { return None };
+    let (x, w) = (n.inputs[0], n.inputs[1]);
+    let sx = g.ty(x).shape.as_fixed()?;
+    let sw = g.ty(w).shape.as_fixed()?;
+    if sx.len() != 4 || g.ty(x).dtype != rlx_ir::DType::F32 || !matches!(g.value(w).def, Def::Const(_)) || g.outputs.contains(&w) {
+        return None;
+    }
+    if *groups == 1 && sw[2] == 1 && sw[3] == 1 && strides.iter().all(|&s| s == 1) && pads.iter().all(|&p| p == 0) {
+        return Some(Form::Pointwise);
+    }
+    (*groups == sx[1] && sw[0] == sx[1] && sw[1] == 1).then_some(Form::Depthwise)
+}
+
+/// A shape padded with leading ones to rank 4.
+fn rank4(s: &[usize]) -> Option<Vec<usize>> {
+    (s.len() <= 4).then(|| std::iter::repeat_n(1, 4 - s.len()).chain(s.iter().copied()).collect())
+}
+
+/// A constant of rank ≤ 4 broadcast against NCHW, as the rank-4 constant broadcast against NHWC.
+fn const_nhwc(c: &ConstData) -> Option<ConstData> {
+    let s = rank4(&c.shape)?;
+    let es = c.dtype.size()?;
+    let src = c.data.bytes();
+    let (n, ch, h, w) = (s[0], s[1], s[2], s[3]);
+    let mut out = vec![0u8; src.len()];
+    for a in 0..n {
+        for k in 0..ch {
+            for i in 0..h {
+                for j in 0..w {
+                    let from = (((a * ch + k) * h + i) * w + j) * es;
+                    let to = (((a * h + i) * w + j) * ch + k) * es;
+                    out[to..to + es].copy_from_slice(&src[from..from + es]);
+                }
+            }
+        }
+    }
+    ConstData::new(c.dtype, vec![n, h, w, ch], rlx_ir::Blob::from_vec(out)).ok()
+}
+
+fn dims(s: &[usize]) -> Vec<Dim> {
+    s.iter().map(|&d| Dim::Fixed(d as u64)).collect()
+}
+
+/// The graph with its convolutions channels-last where that pays (module doc), or `None`.
+pub fn channels_last(g: &Mir) -> Option<Mir> {
+    if !g.nodes.iter().any(|n| form(g, n).is_some()) {
+        return None;
+    }
+    // New NCHW value → the NHWC value it is the transpose of.
+    let mut nhwc: HashMap<ValueId, ValueId> = HashMap::new();
+    // NCHW value → its `to_nhwc` (one per value).
+    let mut made: HashMap<ValueId, ValueId> = HashMap::new();
+    let mut produced = 0usize;
+    let out = rebuild(g, |out, ni, ins, _| {
+        let n = &g.nodes[ni];
+        let name = n.name.as_str();
+        let back = |out: &mut Mir, y: ValueId, nhwc: &mut HashMap<ValueId, ValueId>| -> Option<Vec<ValueId>> {
+            let b = out.add1(&format!("{name}{NCHW_SUFFIX}"), MirOp::Transpose { perm: TO_NCHW.to_vec() }, &[y]).ok()?;
+            nhwc.insert(b, y);
+            Some(vec![b])
+        };
+        if let Some(f) = form(g, n) {
+            let x = match nhwc.get(&ins[0]) {
+                Some(&a) => a,
+                None => match made.get(&ins[0]) {
+                    Some(&a) => a,
+                    None => {
+                        let a = out.add1(&format!("{name}{NHWC_SUFFIX}"), MirOp::Transpose { perm: TO_NHWC.to_vec() }, &[ins[0]]).ok()?;
+                        made.insert(ins[0], a);
+                        a
+                    }
+                },
+            };
+            let y = match f {
+                Form::Pointwise => {
+                    let Def::Const(w) = &g.value(n.inputs[1]).def else { return None };
+                    let (m, c) = (w.shape[0], w.shape[1]);
+                    let es = w.dtype.size()?;
+                    let src = w.data.bytes();
+                    let mut t = vec![0u8; src.len()];
+                    for i in 0..m {
+                        for k in 0..c {
+                            t[(k * m + i) * es..(k * m + i + 1) * es].copy_from_slice(&src[(i * c + k) * es..(i * c + k + 1) * es]);
+                        }
+                    }
+                    let wt = out.add_const(None, ConstData::new(w.dtype, vec![c, m], rlx_ir::Blob::from_vec(t)).ok()?);
+                    let mm = out.add1(name, MirOp::MatMul, &[x, wt]).ok()?;
+                    match ins.get(2) {
+                        Some(&b) => out.add1(&format!("{name}/bias"), MirOp::Binary(rlx_ir::BinaryOp::Add), &[mm, b]).ok()?,
+                        None => mm,
+                    }
+                }
+                Form::Depthwise => {
+                    let MirOp::Conv { strides, pads, dilations, groups } = &n.op else { return None };
+                    let mut cins = vec![x, ins[1]];
+                    cins.extend(ins.get(2).copied());
+                    out.add1(name, MirOp::ConvNhwc { strides: strides.clone(), pads: pads.clone(), dilations: dilations.clone(), groups: *groups }, &cins).ok()?
+                }
+            };
+            produced += out.ty(y).shape.numel().unwrap_or(0) as usize;
+            return back(out, y, &mut nhwc);
+        }
+        if n.outputs.len() != 1 {
+            return None;
+        }
+        let rank = |v: ValueId| out.ty(v).shape.rank();
+        match &n.op {
+            MirOp::Unary(_) | MirOp::Binary(_) | MirOp::Where | MirOp::Cast { .. } => {
+                if !ins.iter().any(|v| nhwc.contains_key(v)) || g.ty(n.outputs[0]).shape.rank() != 4 {
+                    return None;
+                }
+                let mut nins = Vec::new();
+                for &v in ins {
+                    if let Some(&a) = nhwc.get(&v) {
+                        nins.push(a);
+                        continue;
+                    }
+                    let s = rank4(&out.ty(v).shape.as_fixed()?)?;
+                    if let Def::Const(c) = &out.value(v).def {
+                        nins.push(out.add_const(None, const_nhwc(c)?));
+                    } else if (s[2] == 1 && s[3] == 1) || s[1] == 1 {
+                        // No element moves: a reshape (a view).
+                        nins.push(out.add1(&format!("{name}/as_nhwc"), MirOp::Reshape { shape: dims(&[s[0], s[2], s[3], s[1]]) }, &[v]).ok()?);
+                    } else {
+                        return None;
+                    }
+                }
+                let y = out.add1(name, n.op.clone(), &nins).ok()?;
+                back(out, y, &mut nhwc)
+            }
+            MirOp::Concat { axis: 1 } if ins.iter().all(|v| nhwc.contains_key(v)) && rank(ins[0]) == 4 => {
+                let nins: Vec<ValueId> = ins.iter().map(|v| nhwc[v]).collect();
+                let y = out.add1(name, MirOp::Concat { axis: 3 }, &nins).ok()?;
+                back(out, y, &mut nhwc)
+            }
+            MirOp::Reduce { op, axes, keepdims } if axes == &[2, 3] && nhwc.contains_key(&ins[0]) && rank(ins[0]) == 4 => {
+                let y = out.add1(name, MirOp::Reduce { op: *op, axes: vec![1, 2], keepdims: *keepdims }, &[nhwc[&ins[0]]]).ok()?;
+                if *keepdims {
+                    back(out, y, &mut nhwc)
+                } else {
+                    Some(vec![y])
+                }
+            }
+            _ => None,
+        }
+    });
+    let out = dce(&out);
+    // The layout changes left that move elements (a transpose of only unit axes is a view).
+    let moved: usize = out
+        .nodes
+        .iter()
+        .filter(|n| n.name.ends_with(NHWC_SUFFIX) || n.name.ends_with(NCHW_SUFFIX))
+        .filter_map(|n| {
+            let s = out.ty(n.inputs[0]).shape.as_fixed()?;
+            let MirOp::Transpose { perm } = &n.op else { return None };
+            let long: Vec<usize> = perm.iter().copied().filter(|&a| s[a] > 1).collect();
+            (!long.windows(2).all(|w| w[0] < w[1])).then(|| s.iter().product::<usize>())
+        })
+        .sum();
+    (produced > 0 && (moved as f64) <= MAX_MOVED * produced as f64).then_some(out)
+}
