@@ -101,6 +101,16 @@ pub fn channels_last(g: &Mir) -> Option<Mir> {
     let out = rebuild(g, |out, ni, ins, _| {
         let n = &g.nodes[ni];
         let name = n.name.as_str();
+        let rank = |out: &Mir, v: ValueId| out.ty(v).shape.rank();
+        // The `to_nhwc` of NCHW value v (one per value).
+        let to_nhwc = |out: &mut Mir, made: &mut HashMap<ValueId, ValueId>, v: ValueId| -> Option<ValueId> {
+            if let Some(&a) = made.get(&v) {
+                return Some(a);
+            }
+            let a = out.add1(&format!("{name}{NHWC_SUFFIX}"), MirOp::Transpose { perm: TO_NHWC.to_vec() }, &[v]).ok()?;
+            made.insert(v, a);
+            Some(a)
+        };
         let back = |out: &mut Mir, y: ValueId, nhwc: &mut HashMap<ValueId, ValueId>| -> Option<Vec<ValueId>> {
             let b = out.add1(&format!("{name}{NCHW_SUFFIX}"), MirOp::Transpose { perm: TO_NCHW.to_vec() }, &[y]).ok()?;
             nhwc.insert(b, y);
@@ -109,14 +119,7 @@ pub fn channels_last(g: &Mir) -> Option<Mir> {
         if let Some(f) = form(g, n) {
             let x = match nhwc.get(&ins[0]) {
                 Some(&a) => a,
-                None => match made.get(&ins[0]) {
-                    Some(&a) => a,
-                    None => {
-                        let a = out.add1(&format!("{name}{NHWC_SUFFIX}"), MirOp::Transpose { perm: TO_NHWC.to_vec() }, &[ins[0]]).ok()?;
-                        made.insert(ins[0], a);
-                        a
-                    }
-                },
+                None => to_nhwc(out, &mut made, ins[0])?,
             };
             let y = match f {
                 Form::Pointwise => {
@@ -150,7 +153,6 @@ pub fn channels_last(g: &Mir) -> Option<Mir> {
         if n.outputs.len() != 1 {
             return None;
         }
-        let rank = |v: ValueId| out.ty(v).shape.rank();
         match &n.op {
             MirOp::Unary(_) | MirOp::Binary(_) | MirOp::Where | MirOp::Cast { .. } => {
                 if !ins.iter().any(|v| nhwc.contains_key(v)) || g.ty(n.outputs[0]).shape.rank() != 4 {
@@ -168,6 +170,9 @@ pub fn channels_last(g: &Mir) -> Option<Mir> {
                     } else if (s[2] == 1 && s[3] == 1) || s[1] == 1 {
                         // No element moves: a reshape (a view).
                         nins.push(out.add1(&format!("{name}/as_nhwc"), MirOp::Reshape { shape: dims(&[s[0], s[2], s[3], s[1]]) }, &[v]).ok()?);
+                    } else if rank(out, v) == 4 {
+                        // A map computed in NCHW (a residual from the graph's input): its layout change.
+                        nins.push(to_nhwc(out, &mut made, v)?);
                     } else {
                         return None;
                     }
@@ -175,12 +180,12 @@ pub fn channels_last(g: &Mir) -> Option<Mir> {
                 let y = out.add1(name, n.op.clone(), &nins).ok()?;
                 back(out, y, &mut nhwc)
             }
-            MirOp::Concat { axis: 1 } if ins.iter().all(|v| nhwc.contains_key(v)) && rank(ins[0]) == 4 => {
+            MirOp::Concat { axis: 1 } if ins.iter().all(|v| nhwc.contains_key(v)) && rank(out, ins[0]) == 4 => {
                 let nins: Vec<ValueId> = ins.iter().map(|v| nhwc[v]).collect();
                 let y = out.add1(name, MirOp::Concat { axis: 3 }, &nins).ok()?;
                 back(out, y, &mut nhwc)
             }
-            MirOp::Reduce { op, axes, keepdims } if axes == &[2, 3] && nhwc.contains_key(&ins[0]) && rank(ins[0]) == 4 => {
+            MirOp::Reduce { op, axes, keepdims } if axes == &[2, 3] && nhwc.contains_key(&ins[0]) && rank(out, ins[0]) == 4 => {
                 let y = out.add1(name, MirOp::Reduce { op: *op, axes: vec![1, 2], keepdims: *keepdims }, &[nhwc[&ins[0]]]).ok()?;
                 if *keepdims {
                     back(out, y, &mut nhwc)
@@ -205,4 +210,72 @@ pub fn channels_last(g: &Mir) -> Option<Mir> {
         })
         .sum();
     (produced > 0 && (moved as f64) <= MAX_MOVED * produced as f64).then_some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::channels_last;
+    use rlx_ir::{BinaryOp, ConstData, DType, Mir, MirOp, TensorType, UnaryOp, ValueId};
+
+    fn conv(g: &mut Mir, name: &str, x: ValueId, cin: usize, cout: usize, k: usize, groups: usize, seed: usize) -> ValueId {
+        let n = cout * cin / groups * k * k;
+        let w: Vec<f32> = (0..n).map(|i| (((i * 7 + seed * 13) % 17) as f32 - 8.0) / 16.0).collect();
+        let w = g.add_const(None, ConstData::from_f32(vec![cout, cin / groups, k, k], &w));
+        let b = g.add_const(None, ConstData::from_f32(vec![cout], &(0..cout).map(|i| i as f32 / 8.0).collect::<Vec<_>>()));
+        let p = k / 2;
+        let op = MirOp::Conv { strides: vec![1, 1], pads: vec![p; 4], dilations: vec![1, 1], groups };
+        let y = g.add1(name, op, &[x, w, b]).unwrap();
+        g.add1(&format!("{name}/relu"), MirOp::Unary(UnaryOp::Relu), &[y]).unwrap()
+    }
+
+    fn input(c: usize) -> (Mir, ValueId, ConstData) {
+        let mut g = Mir::new();
+        let x = g.add_input("x", TensorType::fixed(DType::F32, &[1, c, 9, 9]));
+        let data: Vec<f32> = (0..c * 81).map(|i| ((i * 5 % 23) as f32 - 11.0) / 8.0).collect();
+        (g, x, ConstData::from_f32(vec![1, c, 9, 9], &data))
+    }
+
+    /// A depthwise-separable chain runs channels-last, its values the interpreter's on the original
+    /// graph; one layout change is left (the input's): the global pools' results need none, and the
+    /// product by the pooled value (a gate) runs channels-last too.
+    #[test]
+    fn a_depthwise_separable_chain_goes_channels_last() {
+        let (mut g, x, xd) = input(16);
+        let mut v = x;
+        for (i, (cin, cout)) in [(16, 32), (32, 32), (32, 48)].into_iter().enumerate() {
+            v = conv(&mut g, &format!("dw{i}"), v, cin, cin, 3, cin, i);
+            v = conv(&mut g, &format!("pw{i}"), v, cin, cout, 1, 1, i + 5);
+        }
+        let p = g.add1("pool", MirOp::Reduce { op: rlx_ir::ReduceOp::Mean, axes: vec![2, 3], keepdims: true }, &[v]).unwrap();
+        let s = g.add1("scale", MirOp::Binary(BinaryOp::Mul), &[v, p]).unwrap();
+        let q = g.add1("pool2", MirOp::Reduce { op: rlx_ir::ReduceOp::Sum, axes: vec![2, 3], keepdims: false }, &[s]).unwrap();
+        g.outputs = vec![p, q];
+        let want = rlx_interp::run(&g, std::slice::from_ref(&xd)).unwrap();
+        let out = channels_last(&g).expect("the chain is rewritten");
+        let kinds: Vec<&str> = out.nodes.iter().map(|n| rlx_ir::OpSet::kind(&n.op)).collect();
+        assert_eq!(kinds.iter().filter(|&&k| k == "conv_nhwc").count(), 3, "{kinds:?}");
+        assert_eq!(kinds.iter().filter(|&&k| k == "matmul").count(), 3, "{kinds:?}");
+        assert!(!kinds.contains(&"conv"), "{kinds:?}");
+        let got = rlx_interp::run(&out, std::slice::from_ref(&xd)).unwrap();
+        for (a, b) in got.iter().zip(&want) {
+            assert_eq!(a.shape, b.shape);
+            let e = a.to_f64_vec().iter().zip(b.to_f64_vec()).map(|(p, q)| (p - q).abs() / (1.0 + q.abs())).fold(0.0, f64::max);
+            assert!(e <= 1e-5, "rewritten vs original: {e:e}");
+        }
+    }
+
+    /// ResNet's bottleneck: dense 3×3 convolutions (kept in NCHW) between the pointwise ones would need
+    /// a layout change on each side of each: the graph is left as it is.
+    #[test]
+    fn a_bottleneck_keeps_nchw() {
+        let (mut g, x, _) = input(64);
+        let a = conv(&mut g, "a", x, 64, 32, 1, 1, 1);
+        let b = conv(&mut g, "b", a, 32, 32, 3, 1, 2);
+        let c = conv(&mut g, "c", b, 32, 64, 1, 1, 3);
+        let y = g.add1("res", MirOp::Binary(BinaryOp::Add), &[c, x]).unwrap();
+        let d = conv(&mut g, "d", y, 64, 32, 1, 1, 4);
+        let e = conv(&mut g, "e", d, 32, 32, 3, 1, 5);
+        g.outputs = vec![e];
+        assert!(channels_last(&g).is_none());
+    }
 }

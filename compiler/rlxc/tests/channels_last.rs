@@ -1,0 +1,114 @@
+//! The CPU layout pass (`rlx_opt::channels_last`, `--layout auto`, the default): depthwise-separable CNNs
+//! (`tests/native/make_nhwc_cnns.py` — a MobileNet-style `dwsep` and an EfficientNet-style `mbconv` with
+//! squeeze-and-excitation, a residual, asymmetric padding, stride 2, dilation 2, 5×5 windows, channel
+//! counts that are no multiple of the vector width and a concat along the channels) run channels-last —
+//! their depthwise convolutions as `conv_nhwc` kernels (`plan/dw_nhwc.rs`), their pointwise ones as
+//! matmuls, the layout changed once at the edges —, and `rlxc run --target interp` matches ONNX
+//! Runtime, and the host object (LLVM and Cranelift), the x86_64 one (AVX2: 8 lanes) and the host
+//! object with `--layout nchw` match the interpreter within 1e-4 on every output; the window-kernel
+//! models (pools and grouped convolutions between the depthwise ones) are left in NCHW (a ResNet-style
+//! bottleneck too: `rlx_opt`'s unit tests of the pass).
+//!
+//! Needs the venv (onnx, onnxruntime) from `make setup`; a missing one fails the test, it never skips.
+
+mod common;
+use common::rlxc;
+use common::{npy, ok, python, repo};
+use rlx_ir::ConstData;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+fn scratch(name: &str) -> PathBuf {
+    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("channels_last").join(name);
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// The models, inputs and ONNX Runtime outputs (written once per test run).
+fn models() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let d = scratch("models");
+        ok(Command::new(python()).arg(repo().join("tests/native/make_nhwc_cnns.py")).arg("--out").arg(&d));
+        ok(Command::new(python()).arg(repo().join("tests/native/make_window_cnns.py")).arg("--out").arg(d.join("window")));
+        d
+    })
+}
+
+/// `rlxc run MODEL --target T [extra] -i x=X -o OUT`.
+fn run(model: &str, target: &str, extra: &[&str], out: &Path) -> String {
+    let m = models();
+    ok(rlxc()
+        .arg("run")
+        .arg(m.join(format!("{model}.onnx")))
+        .args(["--target", target])
+        .args(extra)
+        .arg("-i")
+        .arg(format!("x={}", m.join(format!("{model}_x.npy")).display()))
+        .arg("-o")
+        .arg(out))
+}
+
+/// The planned program (`--emit-ir`'s LIR text) of a host compile of `model` (an .onnx path).
+fn lir(model: &Path, extra: &[&str], out: &Path) -> String {
+    ok(rlxc().arg("compile").arg(model).args(["--target", "host", "--emit-ir", "--name", "m"]).args(extra).arg("-o").arg(out));
+    std::fs::read_to_string(out.join("m.lir")).unwrap()
+}
+
+/// Largest |got − want| / (1 + |want|).
+fn rel_err(what: &str, got: &ConstData, want: &ConstData) -> f64 {
+    assert_eq!(got.shape, want.shape, "{what}: shape");
+    got.to_f64_vec().iter().zip(want.to_f64_vec()).map(|(a, b)| (a - b).abs() / (1.0 + b.abs())).fold(0.0, f64::max)
+}
+
+/// Kernels of each form in a LIR text: channels-last depthwise (their packed weights' label), and the
+/// layout changes the pass left.
+fn forms(lir: &str) -> (usize, usize) {
+    let launches: Vec<&str> = lir.lines().filter(|l| l.starts_with("launch ")).collect();
+    let dw = lir.lines().filter(|l| l.starts_with("buf ") && l.contains("(packed [taps][channels])")).count();
+    let moves = launches.iter().filter(|l| l.contains("/to_nhwc\"") || l.contains("/to_nchw\"")).count();
+    (dw, moves)
+}
+
+#[test]
+fn depthwise_separable_models_run_channels_last_and_match_the_interpreter() {
+    for (model, outs, depthwise) in [("dwsep", &["logits"][..], 5), ("mbconv", &["y"][..], 2)] {
+        let dir = scratch(model);
+        let onnx = models().join(format!("{model}.onnx"));
+        let (dw, moves) = forms(&lir(&onnx, &[], &dir.join("lir")));
+        assert_eq!(dw, depthwise, "{model}: every depthwise convolution channels-last");
+        // dwsep: after its stem; mbconv: its input and its output.
+        assert!((1..=2).contains(&moves), "{model}: {moves} layout changes");
+        assert_eq!(forms(&lir(&onnx, &["--layout", "nchw"], &dir.join("lir_nchw"))), (0, 0), "{model} --layout nchw");
+        run(model, "interp", &[], &dir.join("interp"));
+        run(model, "host", &[], &dir.join("llvm"));
+        run(model, "host", &["--backend", "cranelift"], &dir.join("cranelift"));
+        // x86-64-v3 (AVX2): 8-lane vectors and half-width panels of 8 whatever this machine's width.
+        run(model, "x86_64", &[], &dir.join("x86_64"));
+        run(model, "host", &["--layout", "nchw"], &dir.join("nchw"));
+        for &o in outs {
+            let want = npy(&dir.join("interp").join(format!("{o}.npy")));
+            let ort = npy(&models().join(format!("{model}_ort_{o}.npy")));
+            let e = rel_err(&format!("{model}/{o} interp vs ONNX Runtime"), &want, &ort);
+            assert!(e <= 1e-4, "{model}/{o}: interpreter vs ONNX Runtime {e:e}");
+            for be in ["llvm", "cranelift", "x86_64", "nchw"] {
+                let got = npy(&dir.join(be).join(format!("{o}.npy")));
+                let e = rel_err(&format!("{model}/{o} {be}"), &got, &want);
+                assert!(e <= 1e-4, "{model}/{o}: host ({be}) vs the interpreter {e:e}");
+            }
+        }
+    }
+}
+
+/// Models whose convolutions would need a layout change on each side of most of them keep NCHW: the
+/// window-kernel models (pools and grouped convolutions between the depthwise ones).
+#[test]
+fn models_that_would_pay_layout_changes_keep_nchw() {
+    let dir = scratch("keep");
+    for model in ["window", "silu", "padded"] {
+        let onnx = models().join("window").join(format!("{model}.onnx"));
+        assert_eq!(forms(&lir(&onnx, &[], &dir.join(model))), (0, 0), "{model}");
+    }
+}

@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""Small depthwise-separable CNNs that the CPU layout pass makes channels-last (`rlx_opt::channels_last`:
+pointwise convolutions as matmuls, depthwise ones as `conv_nhwc`), with their ONNX Runtime outputs as the
+independent reference.
+
+    make_nhwc_cnns.py --out DIR
+
+Writes DIR/NAME.onnx, NAME_x.npy (a deterministic input) and NAME_ort_<output>.npy for:
+- `dwsep` (MobileNet-style): x f32[1,3,67,67] → stem 3×3 stride 2 (3 → 16) + BatchNormalization + Clip
+  0..6 (the one layout change in: after a dense convolution), then depthwise 3×3 + BatchNormalization +
+  Clip, pointwise 16 → 32 + Clip, depthwise 3×3, pointwise 32 → 48 (a panel and a half) + Relu,
+  depthwise 3×3 stride 2 + Relu, pointwise 48 → 40 (2½ vectors of channels) + Relu, depthwise 5×5 pad 2
+  (40 channels: whole vectors and 8 one at a time), depthwise 3×3 dilation 2 pad 2 with bias, pointwise
+  40 → 24 (a narrow, half-width panel), global average pool, Flatten, Gemm 24 → 10 (`logits`).
+- `mbconv` (EfficientNet-style, batch 2): x f32[2,16,15,15] → expand 1×1 16 → 96 + SiLU (x · Sigmoid(x)),
+  depthwise 5×5 pad 2 + SiLU, squeeze-and-excitation (global average pool, 1×1 96 → 8 + SiLU, 1×1 8 →
+  96, Sigmoid, the gate multiply), project 1×1 96 → 16 plus x (a residual); then expand 16 → 64 + SiLU,
+  depthwise 3×3 stride 2 pad 1 asymmetric (0, 0, 1, 1 — bottom and right only) + SiLU, and two
+  pointwise branches, 64 → 24 and 64 → 8, concatenated along the channels (`y`, f32[2,32,8,8]).
+Weights and inputs from numpy's RandomState.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_window_cnns import G, save  # noqa: E402  (the same model builder and ORT reference)
+
+
+def dwsep():
+    g = G(5)
+    g.const("lo", 0.0)
+    g.const("hi", 6.0)
+
+    def clip(x, out):
+        return g.node("Clip", [x, "lo", "hi"], out)
+
+    x = clip(g.bn(g.conv("x", "stem", 3, 16, 3, 1, stride=2, pad=1, bias=True), "stem_bn", 16), "stem_r")
+    x = clip(g.bn(g.conv(x, "dw1", 16, 16, 3, 16, pad=1), "dw1_bn", 16), "dw1_r")
+    x = clip(g.conv(x, "pw1", 16, 32, 1, 1, bias=True), "pw1_r")
+    x = g.conv(x, "dw2", 32, 32, 3, 32, pad=1)
+    x = g.node("Relu", [g.conv(x, "pw2", 32, 48, 1, 1, bias=True)], "pw2_r")
+    x = g.node("Relu", [g.conv(x, "dw3", 48, 48, 3, 48, stride=2, pad=1)], "dw3_r")
+    x = g.node("Relu", [g.conv(x, "pw3", 48, 40, 1, 1, bias=True)], "pw3_r")
+    x = g.conv(x, "dw4", 40, 40, 5, 40, pad=2)
+    x = g.conv(x, "dw5", 40, 40, 3, 40, pad=2, dil=2, bias=True)
+    x = g.conv(x, "pw4", 40, 24, 1, 1, bias=True)
+    p = g.node("Flatten", [g.node("GlobalAveragePool", [x], "pool")], "flat", axis=1)
+    w = g.const("fc_w", g.rs.randn(10, 24) * 0.3)
+    b = g.const("fc_b", g.rs.randn(10) * 0.1)
+    g.node("Gemm", [p, w, b], "logits", transB=1)
+    return g.model("dwsep", [1, 3, 67, 67], ["logits"])
+
+
+def mbconv():
+    g = G(6)
+
+    def silu(x, out):
+        return g.node("Mul", [x, g.node("Sigmoid", [x], out + "_sig")], out)
+
+    e = silu(g.conv("x", "ex1", 16, 96, 1, 1, bias=True), "ex1_s")
+    d = silu(g.conv(e, "dw1", 96, 96, 5, 96, pad=2, bias=True), "dw1_s")
+    s = g.node("GlobalAveragePool", [d], "se_pool")
+    s = silu(g.conv(s, "se_r", 96, 8, 1, 1, bias=True), "se_r_s")
+    s = g.node("Sigmoid", [g.conv(s, "se_e", 8, 96, 1, 1, bias=True)], "se_gate")
+    d = g.node("Mul", [d, s], "se_mul")
+    x = g.node("Add", [g.conv(d, "pr1", 96, 16, 1, 1, bias=True), "x"], "res1")
+    e = silu(g.conv(x, "ex2", 16, 64, 1, 1, bias=True), "ex2_s")
+    w = g.const("dw2_w", g.rs.randn(64, 1, 3, 3) * 0.5)
+    d = silu(g.node("Conv", [e, w], "dw2", kernel_shape=[3, 3], strides=[2, 2], pads=[0, 0, 1, 1], group=64), "dw2_s")
+    a = g.conv(d, "pr2", 64, 24, 1, 1, bias=True)
+    b = g.node("Relu", [g.conv(d, "pr3", 64, 8, 1, 1, bias=True)], "pr3_r")
+    g.node("Concat", [a, b], "y", axis=1)
+    return g.model("mbconv", [2, 16, 15, 15], ["y"])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    out = ap.parse_args().out
+    os.makedirs(out, exist_ok=True)
+    save(out, "dwsep", dwsep(), np.random.RandomState(7).randn(1, 3, 67, 67).astype(np.float32))
+    save(out, "mbconv", mbconv(), np.random.RandomState(8).randn(2, 16, 15, 15).astype(np.float32))
+
+
+if __name__ == "__main__":
+    main()
