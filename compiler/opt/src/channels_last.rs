@@ -19,7 +19,17 @@
 //! reader in NCHW needs. The pass keeps the rewrite only when those changes move few elements against
 //! the convolutions' outputs ([`MAX_MOVED`]): a model whose dense k×k convolutions (ResNet's 3×3, kept in
 //! NCHW for their Winograd and direct forms) sit between the pointwise ones would pay a transpose on
-//! each side of each of them, and is left as it is.
+//! each side of each of them. Such a model gets the second rewrite instead (`Mode::Reducing`): only its
+//! pointwise convolutions over at least [`REDUCING`] input channels per output channel (ResNet's and
+//! SqueezeNet's squeeze layers), each on its own — x read through a `to_nhwc` of its own, which the
+//! planner makes index math in the matmul's loads (x itself, broadcast a row element at a time: no
+//! copy), the output's few channels changed back after the epilogue. Measured one layer at a time (one
+//! thread, CPU ms, NCHW against this): 256 → 32 at 27² 0.125 / 0.099, 512 → 64 at 13² 0.117 / 0.074,
+//! 384 → 48 at 13² 0.075 / 0.052, 128 → 16 at 55² 0.14–0.17 / 0.15–0.16; at 4 input channels per output
+//! channel no gain — ResNet's 256 → 64 at 56² 0.91–0.94 / 0.96–0.98, 512 → 128 at 28² 0.77–0.78 /
+//! 0.82–0.83, 2048 → 512 at 7² 1.19–1.21 / 1.18–1.23, 1024 → 256 at 14² 0.70–0.76 / 0.68–0.71, 128 → 32
+//! at 27² 0.047–0.052 / 0.046–0.048 (ResNet-50 1.03× the time with them) —, and an expanding one loses:
+//! 64 → 256 at 56² 0.71 / 1.40 (the output's change back is as large as the work).
 
 use crate::fold::{dce, rebuild};
 use rlx_ir::{ConstData, Def, Dim, Mir, MirOp, ValueId};
@@ -44,7 +54,22 @@ enum Form {
     Depthwise,
 }
 
-fn form(g: &Mir, n: &rlx_ir::Node<MirOp>) -> Option<Form> {
+/// A pointwise convolution over at least this many input channels per output channel also runs
+/// channels-last on its own in an NCHW model (`Mode::Reducing`).
+const REDUCING: usize = 8;
+
+/// Which convolutions a rewrite takes.
+#[derive(Clone, Copy, PartialEq)]
+enum Mode {
+    /// Pointwise and depthwise ones, the layout changed at the region's edges.
+    Region,
+    /// Only pointwise ones over ≥ [`REDUCING`] input channels per output channel, each on its own: x
+    /// read through its own `to_nhwc` — index math in the matmul's loads (broadcasts of x's rows, no
+    /// copy) — and the few output channels changed back after the epilogue.
+    Reducing,
+}
+
+fn form(g: &Mir, n: &rlx_ir::Node<MirOp>, mode: Mode) -> Option<Form> {
     let MirOp::Conv { strides, pads, groups, .. } = &n.op else { return None };
     let (x, w) = (n.inputs[0], n.inputs[1]);
     let sx = g.ty(x).shape.as_fixed()?;
@@ -53,9 +78,9 @@ fn form(g: &Mir, n: &rlx_ir::Node<MirOp>) -> Option<Form> {
         return None;
     }
     if *groups == 1 && sw[2] == 1 && sw[3] == 1 && strides.iter().all(|&s| s == 1) && pads.iter().all(|&p| p == 0) {
-        return Some(Form::Pointwise);
+        return (mode == Mode::Region || sw[1] >= REDUCING * sw[0]).then_some(Form::Pointwise);
     }
-    (*groups == sx[1] && sw[0] == sx[1] && sw[1] == 1).then_some(Form::Depthwise)
+    (mode == Mode::Region && *groups == sx[1] && sw[0] == sx[1] && sw[1] == 1).then_some(Form::Depthwise)
 }
 
 /// A shape padded with leading ones to rank 4.
@@ -90,7 +115,18 @@ fn dims(s: &[usize]) -> Vec<Dim> {
 
 /// The graph with its convolutions channels-last where that pays (module doc), or `None`.
 pub fn channels_last(g: &Mir) -> Option<Mir> {
-    if !g.nodes.iter().any(|n| form(g, n).is_some()) {
+    if let Some((out, produced, moved)) = rewrite(g, Mode::Region) {
+        if (moved as f64) <= MAX_MOVED * produced as f64 {
+            return Some(out);
+        }
+    }
+    rewrite(g, Mode::Reducing).map(|(out, _, _)| out)
+}
+
+/// The rewrite in `mode`: the graph, the elements its rewritten convolutions produce and the elements its
+/// layout changes move; `None` when it has no convolution to rewrite.
+fn rewrite(g: &Mir, mode: Mode) -> Option<(Mir, usize, usize)> {
+    if !g.nodes.iter().any(|n| form(g, n, mode).is_some()) {
         return None;
     }
     // New NCHW value → the NHWC value it is the transpose of.
@@ -102,9 +138,10 @@ pub fn channels_last(g: &Mir) -> Option<Mir> {
         let n = &g.nodes[ni];
         let name = n.name.as_str();
         let rank = |out: &Mir, v: ValueId| out.ty(v).shape.rank();
-        // The `to_nhwc` of NCHW value v (one per value).
+        // The `to_nhwc` of NCHW value v: one per value (`Mode::Reducing`: one per reader, so that it is
+        // index math in that reader's loads).
         let to_nhwc = |out: &mut Mir, made: &mut HashMap<ValueId, ValueId>, v: ValueId| -> Option<ValueId> {
-            if let Some(&a) = made.get(&v) {
+            if let Some(&a) = made.get(&v).filter(|_| mode == Mode::Region) {
                 return Some(a);
             }
             let a = out.add1(&format!("{name}{NHWC_SUFFIX}"), MirOp::Transpose { perm: TO_NHWC.to_vec() }, &[v]).ok()?;
@@ -116,7 +153,7 @@ pub fn channels_last(g: &Mir) -> Option<Mir> {
             nhwc.insert(b, y);
             Some(vec![b])
         };
-        if let Some(f) = form(g, n) {
+        if let Some(f) = form(g, n, mode) {
             let x = match nhwc.get(&ins[0]) {
                 Some(&a) => a,
                 None => to_nhwc(out, &mut made, ins[0])?,
@@ -170,7 +207,7 @@ pub fn channels_last(g: &Mir) -> Option<Mir> {
                     } else if (s[2] == 1 && s[3] == 1) || s[1] == 1 {
                         // No element moves: a reshape (a view).
                         nins.push(out.add1(&format!("{name}/as_nhwc"), MirOp::Reshape { shape: dims(&[s[0], s[2], s[3], s[1]]) }, &[v]).ok()?);
-                    } else if rank(out, v) == 4 {
+                    } else if rank(out, v) == 4 && mode == Mode::Region {
                         // A map computed in NCHW (a residual from the graph's input): its layout change.
                         nins.push(to_nhwc(out, &mut made, v)?);
                     } else {
@@ -209,7 +246,7 @@ pub fn channels_last(g: &Mir) -> Option<Mir> {
             (!long.windows(2).all(|w| w[0] < w[1])).then(|| s.iter().product::<usize>())
         })
         .sum();
-    (produced > 0 && (moved as f64) <= MAX_MOVED * produced as f64).then_some(out)
+    (produced > 0).then_some((out, produced, moved))
 }
 
 #[cfg(test)]

@@ -697,7 +697,7 @@ impl Planner<'_> {
         let s = d.rows.as_ref().map_or(1, |r| r.s as i64);
         let lane = |jj: Expr| Expr::add(Expr::Var(base), if s == 1 { jj } else { Expr::mul(jj, Expr::Int(s)) });
         let span = s * (width as i64 - 1) + 1;
-        if ahead > 0 {
+        if ahead > 0 && std::env::var("RLX_NO_BPF2").is_err() {
             body.extend(line_offsets(span as usize).map(|o| Stmt::Prefetch { buf: t.bp, index: Expr::add(Expr::Var(base), Expr::Int(ahead + o)), far: true }));
         }
         let dst = |jj: Expr| Expr::add(sbase.clone(), Expr::add(Expr::mul(Expr::Var(kk), Expr::Int(nr as i64)), Expr::add(Expr::Int(off as i64), jj)));
