@@ -632,7 +632,7 @@ impl Planner<'_> {
             let kind = if *w >= 2 { LoopKind::Vector(*w as u32) } else { LoopKind::Serial };
             let copy = Stmt::For { var: jj, extent: *w as i64, kind, body: vec![Stmt::Store { buf: sp, index: dst, value: Expr::load(t.bp, src.clone()) }] };
             // Each row first prefetches the same row a panel on (the slot's next unit, as `direct_pack`).
-            let mut row: Vec<Stmt> = if std::env::var("RLX_NO_BPF").is_ok() { Vec::new() } else { line_offsets(*w).map(|o| Stmt::Prefetch { buf: t.bp, index: subst_var(&src, jj, nr as i64 + o), far: true }).collect() };
+            let mut row: Vec<Stmt> = line_offsets(*w).map(|o| Stmt::Prefetch { buf: t.bp, index: subst_var(&src, jj, nr as i64 + o), far: true }).collect();
             row.push(copy);
             v.push(Stmt::For { var: kk, extent: klen as i64, kind: LoopKind::Serial, body: row });
         }
@@ -697,7 +697,7 @@ impl Planner<'_> {
         let s = d.rows.as_ref().map_or(1, |r| r.s as i64);
         let lane = |jj: Expr| Expr::add(Expr::Var(base), if s == 1 { jj } else { Expr::mul(jj, Expr::Int(s)) });
         let span = s * (width as i64 - 1) + 1;
-        if ahead > 0 && std::env::var("RLX_NO_BPF2").is_err() {
+        if ahead > 0 {
             body.extend(line_offsets(span as usize).map(|o| Stmt::Prefetch { buf: t.bp, index: Expr::add(Expr::Var(base), Expr::Int(ahead + o)), far: true }));
         }
         let dst = |jj: Expr| Expr::add(sbase.clone(), Expr::add(Expr::mul(Expr::Var(kk), Expr::Int(nr as i64)), Expr::add(Expr::Int(off as i64), jj)));
