@@ -52,7 +52,13 @@ const NCHW_SUFFIX: &str = "/to_nchw";
 enum Form {
     Pointwise,
     Depthwise,
+    /// A dense k×k one over at most [`STEM_CHANNELS`] input channels (a stem), into whole vectors of
+    /// 16 output channels: `conv_nhwc` too (`plan/conv_nhwc.rs`'s dense form).
+    Stem,
 }
+
+/// Input channels of a stem (`Form::Stem`).
+const STEM_CHANNELS: usize = 4;
 
 /// A pointwise convolution over at least this many input channels per output channel also runs
 /// channels-last on its own in an NCHW model (`Mode::Reducing`).
@@ -79,6 +85,9 @@ fn form(g: &Mir, n: &rlx_ir::Node<MirOp>, mode: Mode) -> Option<Form> {
     }
     if *groups == 1 && sw[2] == 1 && sw[3] == 1 && strides.iter().all(|&s| s == 1) && pads.iter().all(|&p| p == 0) {
         return (mode == Mode::Region || sw[1] >= REDUCING * sw[0]).then_some(Form::Pointwise);
+    }
+    if mode == Mode::Region && *groups == 1 && sx[1] <= STEM_CHANNELS && sw[0] % 16 == 0 {
+        return Some(Form::Stem);
     }
     (mode == Mode::Region && *groups == sx[1] && sw[0] == sx[1] && sw[1] == 1).then_some(Form::Depthwise)
 }
@@ -177,7 +186,7 @@ fn rewrite(g: &Mir, mode: Mode) -> Option<(Mir, usize, usize)> {
                         None => mm,
                     }
                 }
-                Form::Depthwise => {
+                Form::Depthwise | Form::Stem => {
                     let MirOp::Conv { strides, pads, dilations, groups } = &n.op else { return None };
                     let mut cins = vec![x, ins[1]];
                     cins.extend(ins.get(2).copied());

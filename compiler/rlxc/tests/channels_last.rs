@@ -2,8 +2,8 @@
 //! (`tests/native/make_nhwc_cnns.py` — a MobileNet-style `dwsep` and an EfficientNet-style `mbconv` with
 //! squeeze-and-excitation, a residual, asymmetric padding, stride 2, dilation 2, 5×5 windows, channel
 //! counts that are no multiple of the vector width and a concat along the channels) run channels-last —
-//! their depthwise convolutions as `conv_nhwc` kernels (`plan/dw_nhwc.rs`), their pointwise ones as
-//! matmuls, the layout changed once at the edges —, and `rlxc run --target interp` matches ONNX
+//! their depthwise convolutions and dwsep's 3-channel stem as `conv_nhwc` kernels (`plan/conv_nhwc.rs`),
+//! their pointwise ones as matmuls, the layout changed only at the edges —, and `rlxc run --target interp` matches ONNX
 //! Runtime, and the host object (LLVM and Cranelift), the x86_64 one (AVX2: 8 lanes) and the host
 //! object with `--layout nchw` match the interpreter within 1e-4 on every output; the window-kernel
 //! models (pools and grouped convolutions between the depthwise ones) are left in NCHW (a ResNet-style
@@ -63,25 +63,24 @@ fn rel_err(what: &str, got: &ConstData, want: &ConstData) -> f64 {
     got.to_f64_vec().iter().zip(want.to_f64_vec()).map(|(a, b)| (a - b).abs() / (1.0 + b.abs())).fold(0.0, f64::max)
 }
 
-/// Kernels of each form in a LIR text: channels-last depthwise (their packed weights' label), and the
-/// layout changes the pass left.
-fn forms(lir: &str) -> (usize, usize) {
+/// Kernels of each form in a LIR text: channels-last depthwise and dense ones (their packed weights'
+/// labels), and the layout changes the pass left.
+fn forms(lir: &str) -> (usize, usize, usize) {
     let launches: Vec<&str> = lir.lines().filter(|l| l.starts_with("launch ")).collect();
-    let dw = lir.lines().filter(|l| l.starts_with("buf ") && l.contains("(packed [taps][channels])")).count();
+    let bufs = |what: &str| lir.lines().filter(|l| l.starts_with("buf ") && l.contains(what)).count();
     let moves = launches.iter().filter(|l| l.contains("/to_nhwc\"") || l.contains("/to_nchw\"")).count();
-    (dw, moves)
+    (bufs("(packed [taps][channels])"), bufs("(packed [panels][taps][channels]"), moves)
 }
 
 #[test]
 fn depthwise_separable_models_run_channels_last_and_match_the_interpreter() {
-    for (model, outs, depthwise) in [("dwsep", &["logits"][..], 5), ("mbconv", &["y"][..], 2)] {
+    for (model, outs, depthwise, stems, changes) in [("dwsep", &["logits"][..], 5, 1, 1), ("mbconv", &["y"][..], 2, 0, 2)] {
         let dir = scratch(model);
         let onnx = models().join(format!("{model}.onnx"));
-        let (dw, moves) = forms(&lir(&onnx, &[], &dir.join("lir")));
-        assert_eq!(dw, depthwise, "{model}: every depthwise convolution channels-last");
-        // dwsep: after its stem; mbconv: its input and its output.
-        assert!((1..=2).contains(&moves), "{model}: {moves} layout changes");
-        assert_eq!(forms(&lir(&onnx, &["--layout", "nchw"], &dir.join("lir_nchw"))), (0, 0), "{model} --layout nchw");
+        // dwsep: its input's change (before its stem, a dense `conv_nhwc`); mbconv: its input's and output's.
+        let got = forms(&lir(&onnx, &[], &dir.join("lir")));
+        assert_eq!(got, (depthwise, stems, changes), "{model}: (depthwise, dense channels-last kernels, layout changes)");
+        assert_eq!(forms(&lir(&onnx, &["--layout", "nchw"], &dir.join("lir_nchw"))), (0, 0, 0), "{model} --layout nchw");
         run(model, "interp", &[], &dir.join("interp"));
         run(model, "host", &[], &dir.join("llvm"));
         run(model, "host", &["--backend", "cranelift"], &dir.join("cranelift"));
@@ -109,6 +108,6 @@ fn models_that_would_pay_layout_changes_keep_nchw() {
     let dir = scratch("keep");
     for model in ["window", "silu", "padded"] {
         let onnx = models().join("window").join(format!("{model}.onnx"));
-        assert_eq!(forms(&lir(&onnx, &[], &dir.join(model))), (0, 0), "{model}");
+        assert_eq!(forms(&lir(&onnx, &[], &dir.join(model))), (0, 0, 0), "{model}");
     }
 }

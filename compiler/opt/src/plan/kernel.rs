@@ -136,11 +136,11 @@ impl Planner<'_> {
                 self.block_matmul_body(&mut kb, a, r, op, &out_shape)
             }
             None => self.elementwise_body(&mut kb, r, op, &out_shape),
-            Some(a) if self.is_dw_nhwc(a) => {
+            Some(a) if self.is_conv_nhwc(a) => {
                 if a != r {
                     nodes.insert(0, a);
                 }
-                self.dw_nhwc_body(&mut kb, a, r, op, &out_shape)
+                self.conv_nhwc_body(&mut kb, a, r, op, &out_shape)
             }
             Some(a) if self.conv_gemm.contains_key(&a) => {
                 if a != r {

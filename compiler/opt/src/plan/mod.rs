@@ -39,7 +39,7 @@ mod comm;
 mod conv;
 mod conv_gemm;
 mod dw_lanes;
-mod dw_nhwc;
+mod conv_nhwc;
 mod dw_padded;
 mod flat;
 mod conv_lanes;
