@@ -62,7 +62,21 @@ pub fn plan_options(precision: Precision) -> rlx_opt::PlanOptions {
     let fused_attention = precision == Precision::F32 && std::env::var("RLX_CUDA_FUSED_ATTENTION").map_or(true, |v| v != "0");
     let split_k = std::env::var("RLX_CUDA_SPLIT_K").ok().and_then(|v| v.parse().ok()).unwrap_or(8);
     let split_k_rows = std::env::var("RLX_CUDA_SPLIT_K_ROWS").ok().and_then(|v| v.parse().ok()).unwrap_or(1024);
-    rlx_opt::PlanOptions { gemm_nr: 1 << 30, row_fusion: true, row_recompute: true, inline_operands: true, flat_block_dots: true, fused_attention, split_k, split_k_rows, ..Default::default() }
+    let split_k_wide = split_k_wide(std::env::var("RLX_CUDA_SPLIT_K_WIDE").ok().as_deref());
+    rlx_opt::PlanOptions { gemm_nr: 1 << 30, row_fusion: true, row_recompute: true, inline_operands: true, flat_block_dots: true, fused_attention, split_k, split_k_rows, split_k_wide, ..Default::default() }
+}
+
+/// Matmuls with more outputs than `split_k` takes (`PlanOptions::split_k_wide`): `RLX_CUDA_SPLIT_K_WIDE=P`
+/// at compile time splits those over K ≥ 1024 into P parts, `P:N` only those of at most N outputs; 0 or
+/// unset: none (the PTX before, byte for byte).
+fn split_k_wide(v: Option<&str>) -> (usize, usize) {
+    let Some(v) = v else { return (0, 0) };
+    let (p, n) = v.split_once(':').unwrap_or((v, ""));
+    match (p.trim().parse(), n.trim().parse()) {
+        (Ok(p), Ok(n)) => (p, n),
+        (Ok(p), Err(_)) if n.trim().is_empty() => (p, usize::MAX),
+        _ => (0, 0),
+    }
 }
 
 impl Family for Cuda {
