@@ -609,8 +609,9 @@ fn split_k_summed_by_the_row_kernel_matches_the_interpreter_in_cpu_emulation() {
 /// Matmuls with more outputs than split K takes, split too (rlx-opt's `plan/split_k.rs`,
 /// `PlanOptions::split_k_wide`, the CUDA target's `RLX_CUDA_SPLIT_K_WIDE=P[:N]`): tests/gpu/make_tiled.py's
 /// splitk_wide.onnx — LayerNorm(wx[512,1536] @ w12 + b12 + wr), MiniLM batch 4's FFN down, and
-/// LayerNorm(wy[512,384] @ w13 + b13 + wr) — is not split with 0 (two matmuls, two LayerNorms), with
-/// P = 2 / 4 has FFN down's P-part partials launch in place of its matmul, summed by its LayerNorm, with
+/// LayerNorm(wy[512,384] @ w13 + b13 + wr) — is not split with 0 (two matmuls, two LayerNorms), by
+/// default (2 parts up to 524,288 outputs) and with P = 2 / 4 has FFN down's P-part partials launch in
+/// place of its matmul, summed by its LayerNorm, with
 /// a bound N below its 196,608 outputs none, and with RLX_CUDA_SPLIT_K_ROWS=256 the projection's
 /// partials too (4 launches each time); each form assembles for sm_90 and in CPU emulation
 /// (tests/gpu/emulate_cuda.py) matches the interpreter: f32 within 1e-4 max abs, tf32 / bf16 relative
@@ -629,22 +630,26 @@ fn wide_split_k_summed_by_the_row_kernel_matches_the_interpreter_in_cpu_emulatio
         let ir = std::fs::read_to_string(art.join("splitk_wide.ll")).unwrap();
         (ir.lines().filter(|l| l.starts_with("; launch ")).count(), ir.matches(&format!("(split K: {parts} partial sums)")).count())
     };
-    let forms: [(&str, Option<&str>, &str, (usize, usize)); 5] = [
-        ("0", None, "2", (4, 0)),
-        ("2", None, "2", (4, 1)),
-        ("4", None, "4", (4, 1)),
-        ("4:196607", None, "4", (4, 0)),
-        ("4", Some("256"), "4", (4, 2)),
+    // (RLX_CUDA_SPLIT_K_WIDE, RLX_CUDA_SPLIT_K_ROWS, parts, (launches, partial-sums launches)); None: unset.
+    let forms: [(Option<&str>, Option<&str>, &str, (usize, usize)); 6] = [
+        (None, None, "2", (4, 1)),
+        (Some("0"), None, "2", (4, 0)),
+        (Some("2"), None, "2", (4, 1)),
+        (Some("4"), None, "4", (4, 1)),
+        (Some("4:196607"), None, "4", (4, 0)),
+        (Some("4"), Some("256"), "4", (4, 2)),
     ];
     for (wide, rows, parts, want) in forms {
-        let art = dir.join(format!("art-{}-{}", wide.replace(':', "_"), rows.unwrap_or("default")));
+        let art = dir.join(format!("art-{}-{}", wide.unwrap_or("default").replace(':', "_"), rows.unwrap_or("default")));
         let mut c = rlxc();
-        c.env("RLX_CUDA_SPLIT_K_WIDE", wide);
+        if let Some(w) = wide {
+            c.env("RLX_CUDA_SPLIT_K_WIDE", w);
+        }
         if let Some(r) = rows {
             c.env("RLX_CUDA_SPLIT_K_ROWS", r);
         }
         ok(c.args(["compile", s(&model), "--target", "cuda", "--sm", "90", "--emit-ir", "-o", s(&art)]));
-        assert_eq!(launches(&art, parts), want, "RLX_CUDA_SPLIT_K_WIDE={wide} rows {rows:?}: (launches, {parts}-part partial-sums launches)");
+        assert_eq!(launches(&art, parts), want, "RLX_CUDA_SPLIT_K_WIDE={wide:?} rows {rows:?}: (launches, {parts}-part partial-sums launches)");
     }
     for (prec, wide, rows) in [("f32", "2", None), ("f32", "4", None), ("tf32", "4", None), ("bf16", "4", None), ("f32", "4", Some("256"))] {
         let art = dir.join(format!("art-{prec}-{wide}-{}", rows.unwrap_or("default")));

@@ -169,8 +169,8 @@ pub struct PlanOptions {
     pub split_k_rows: usize,
     /// With `split_k`: matmuls with more outputs than `split_k` takes (a GPU's worth of tiles, which
     /// leave SMs idle or run few warps per SM over a long K — MiniLM batch 8's FFN down, 96 blocks of
-    /// 64×64 over K = 1536) split into this many parts, at most `.1` outputs; (0, _): never
-    /// (`split_k.rs`). The CUDA target sets it.
+    /// 64×64 over K = 1536) split into `.0` parts where they have at most `.1` outputs; (0, _):
+    /// never (`split_k.rs`). The CUDA target sets it (2 parts up to 524,288 outputs).
     pub split_k_wide: (usize, usize),
 }
 
