@@ -34,6 +34,12 @@ adds the matmul's partial sums itself with RLX_CUDA_SPLIT_K_ROWS (rlx-opt's plan
   ln_sk1536  LayerNorm(sx[128,1536] @ w10[1536,384] + b10 + sr[128,384])   parts of 192
   ln_sk384   LayerNorm(sy[128,384] @ w11[384,384] + b11 + sr)            parts of 48 (split only when
                                                                          RLX_CUDA_SPLIT_K_ROWS ≤ 384)
+
+and splitk_wide.onnx (inputs wx.npy, wy.npy, wr.npy): the same two at 256 rows (98,304 outputs: more than
+split K's 65,536), split by split_k_wide (RLX_CUDA_SPLIT_K_WIDE=P: P parts; the projection with
+RLX_CUDA_SPLIT_K_ROWS ≤ 384):
+  ln_kw1024  LayerNorm(wx[256,1024] @ w12[1024,384] + b12 + wr[256,384])
+  ln_kw384   LayerNorm(wy[256,384] @ w13[384,384] + b13 + wr)
 """
 from __future__ import annotations
 
@@ -159,6 +165,27 @@ def main() -> int:
     m.ir_version = 8
     onnx.checker.check_model(m)
     onnx.save(m, os.path.join(a.out, "splitk_rows.onnx"))
+    for n, s in shapes.items():
+        np.save(os.path.join(a.out, f"{n}.npy"), f(*s))
+    # splitk_wide.onnx: the same at 256 rows, K = 1024 (more outputs than split K takes, but for split_k_wide).
+    inits = [numpy_helper.from_array(f(1024, 384) * 0.05, "w12"), numpy_helper.from_array(f(384), "b12"),
+             numpy_helper.from_array(f(384, 384) * 0.1, "w13"), numpy_helper.from_array(f(384), "b13"),
+             numpy_helper.from_array(f(384), "gamma"), numpy_helper.from_array(f(384), "beta")]
+    nodes = []
+    for x, w, b, o in [("wx", "w12", "b12", "ln_kw1024"), ("wy", "w13", "b13", "ln_kw384")]:
+        nodes += [
+            helper.make_node("MatMul", [x, w], [f"{o}_mm"]),
+            helper.make_node("Add", [f"{o}_mm", b], [f"{o}_b"]),
+            helper.make_node("Add", [f"{o}_b", "wr"], [f"{o}_res"]),
+            helper.make_node("LayerNormalization", [f"{o}_res", "gamma", "beta"], [o], axis=-1, epsilon=1e-12),
+        ]
+    shapes = {"wx": [256, 1024], "wy": [256, 384], "wr": [256, 384]}
+    ins = [helper.make_tensor_value_info(n, T.FLOAT, s) for n, s in shapes.items()]
+    outs = [helper.make_tensor_value_info(o, T.FLOAT, [256, 384]) for o in ["ln_kw1024", "ln_kw384"]]
+    m = helper.make_model(helper.make_graph(nodes, "splitk_wide", ins, outs, inits), opset_imports=[helper.make_opsetid("", 18)])
+    m.ir_version = 8
+    onnx.checker.check_model(m)
+    onnx.save(m, os.path.join(a.out, "splitk_wide.onnx"))
     for n, s in shapes.items():
         np.save(os.path.join(a.out, f"{n}.npy"), f(*s))
     return 0

@@ -58,6 +58,9 @@
 # sm_90a PTX; _wg2 for 2: the next slice stored while the wgmmas run), timed beside the default. SM=80 compiles every case for sm_80 instead. STAGE_TWINS="f32:1 tf32:2 …": MiniLM batch 8 / 32 at precision P with
 # RLX_CUDA_VEC_STAGES=N (_stN: the tensor-core tiles' K slices through a cp.async pipeline of N stages, 1 the
 # register-staged form), timed beside the default.
+# KW_TWINS="0 2 4": MiniLM batch 8 / 32 at every precision with RLX_CUDA_SPLIT_K_WIDE=N (_kwN: FFN down split
+# across launches into N partial sums that its LayerNorm adds; 0 unsplit), timed beside the default;
+# KWR_TWINS="2 4" (_kwrN): the same with the attention output projection split too (RLX_CUDA_SPLIT_K_ROWS=256).
 set -euo pipefail
 D=${1:-build/gpu-cuda}
 PY=${RLX_PY:-.venv/bin/python}
@@ -76,7 +79,7 @@ cp "$MINILM" "$D/minilm.onnx"
 case_() {
   local c=$1 model=$2 args=$3; shift 3
   local name=${c%%_*}
-  RLX_CUDA_WGMMA=${WG:-} RLX_CUDA_MERGE_MATMULS=${MERGE:-} RLX_CUDA_TILES=${TILES:-1} RLX_CUDA_FUSED_ATTENTION=${FUSED:-1} RLX_CUDA_TC_SPLIT=${TCSPLIT:-1} RLX_CUDA_HALF_WEIGHTS=${HALFW:-1} RLX_CUDA_VEC_FILL=${FILL:-1} RLX_CUDA_VEC_HEADS=${HEADS:-1} RLX_CUDA_VEC_EPI=${EPI:-} RLX_CUDA_VEC_LDS=${LDS:-} RLX_CUDA_PDL=${PDL:-1} RLX_CUDA_F32_MMA=${F32MMA:-1} env ${STAGES:+RLX_CUDA_VEC_STAGES=$STAGES} ${SPLITK:+RLX_CUDA_SPLIT_K=$SPLITK} ${SPLITKROWS:+RLX_CUDA_SPLIT_K_ROWS=$SPLITKROWS} ${ERF:+RLX_CUDA_ERF=$ERF} $R compile "$model" --target cuda --sm "${SM:-90}" --name "$name" -o "$D/art/$c" $args ${EXTRA:-} >/dev/null
+  RLX_CUDA_WGMMA=${WG:-} RLX_CUDA_MERGE_MATMULS=${MERGE:-} RLX_CUDA_TILES=${TILES:-1} RLX_CUDA_FUSED_ATTENTION=${FUSED:-1} RLX_CUDA_TC_SPLIT=${TCSPLIT:-1} RLX_CUDA_HALF_WEIGHTS=${HALFW:-1} RLX_CUDA_VEC_FILL=${FILL:-1} RLX_CUDA_VEC_HEADS=${HEADS:-1} RLX_CUDA_VEC_EPI=${EPI:-} RLX_CUDA_VEC_LDS=${LDS:-} RLX_CUDA_PDL=${PDL:-1} RLX_CUDA_F32_MMA=${F32MMA:-1} env ${STAGES:+RLX_CUDA_VEC_STAGES=$STAGES} ${SPLITK:+RLX_CUDA_SPLIT_K=$SPLITK} ${SPLITKROWS:+RLX_CUDA_SPLIT_K_ROWS=$SPLITKROWS} ${KW:+RLX_CUDA_SPLIT_K_WIDE=$KW} ${ERF:+RLX_CUDA_ERF=$ERF} $R compile "$model" --target cuda --sm "${SM:-90}" --name "$name" -o "$D/art/$c" $args ${EXTRA:-} >/dev/null
   [ $# -eq 0 ] && return 0
   mkdir -p "$D/ref/$c"
   local i=0 ins=()
@@ -132,6 +135,13 @@ for b in 1 8 32; do
   # at precision P (STAGE_TWINS="f32:1 tf32:2": batch 8 / 32).
   if [ $b -gt 1 ]; then for pn in ${STAGE_TWINS:-}; do p=${pn%%:*} n=${pn#*:} s=_${pn%%:*}; [ $p = f32 ] && s=
     STAGES=$n EXTRA="--precision $p" case_ minilm_b${b}${s}_st$n "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; done; fi
+  # Batch 8 / 32's FFN down (K = 1536) split across launches into N partial sums, summed by its LayerNorm
+  # (KW_TWINS="0 2 4 8": RLX_CUDA_SPLIT_K_WIDE=N, 0 unsplit), every precision.
+  if [ $b -gt 1 ]; then for n in ${KW_TWINS:-}; do for p in f32 tf32 bf16; do s=_$p; [ $p = f32 ] && s=
+    KW=$n EXTRA="--precision $p" case_ minilm_b${b}${s}_kw$n "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; done; done; fi
+  # ... and with the attention output projection (K = 384) split alike (KWR_TWINS="2 4": _kwrN, RLX_CUDA_SPLIT_K_ROWS=256 too).
+  if [ $b -gt 1 ]; then for n in ${KWR_TWINS:-}; do for p in f32 tf32 bf16; do s=_$p; [ $p = f32 ] && s=
+    KW=$n SPLITKROWS=256 EXTRA="--precision $p" case_ minilm_b${b}${s}_kwr$n "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; done; done; fi
   if [ $b -gt 1 ]; then for n in ${WG_TWINS:-}; do s=_wg; [ $n = 1 ] || s=_wg$n
     WG=$n EXTRA="--precision bf16" case_ minilm_b${b}_bf16$s "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; done; fi
   if [ $b -gt 1 ] && [ "${QKV_TWINS:-1}" != 0 ]; then for p in f32 tf32 bf16; do s=_$p; [ $p = f32 ] && s=

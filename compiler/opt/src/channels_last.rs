@@ -7,8 +7,9 @@
 //!   position's channels contiguous) and stores whole rows of output channels, where in NCHW its B
 //!   operand had to be packed from rows `H·W` floats apart per call (a 256 → 32 layer at 27²: 0.071–0.112
 //!   ms against 0.124–0.157, one thread);
-//! - a depthwise one (one input channel a group) becomes `conv_nhwc`, whose kernel (`plan/dw_nhwc.rs`)
-//!   runs its vectors along the channels.
+//! - a depthwise one (one input channel a group) becomes `conv_nhwc`, whose kernel (`plan/conv_nhwc.rs`)
+//!   runs its vectors along the channels; so does a stem (a dense one over ≤ 4 input channels), whose
+//!   layout change is then its 3-channel input's instead of its output's (MobileNet-like 0.93× the time).
 //!
 //! Each becomes `to_nchw(op(to_nhwc(x)))` and the transposes are moved out of the way in one pass over
 //! the graph: a `to_nhwc` of a `to_nchw` is its operand; an elementwise op whose operands are `to_nchw`s

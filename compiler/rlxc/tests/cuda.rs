@@ -606,6 +606,66 @@ fn split_k_summed_by_the_row_kernel_matches_the_interpreter_in_cpu_emulation() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Matmuls with more outputs than split K takes, split too (rlx-opt's `plan/split_k.rs`,
+/// `PlanOptions::split_k_wide`, the CUDA target's `RLX_CUDA_SPLIT_K_WIDE=P[:N]`): tests/gpu/make_tiled.py's
+/// splitk_wide.onnx — LayerNorm(wx[256,1024] @ w12 + b12 + wr), an FFN down of 98,304 outputs, and
+/// LayerNorm(wy[256,384] @ w13 + b13 + wr) — is not split with 0 (two matmuls, two LayerNorms), by
+/// default (2 parts up to 524,288 outputs) and with P = 2 / 4 has FFN down's P-part partials launch in
+/// place of its matmul, summed by its LayerNorm, with a bound N below its outputs none, and with
+/// RLX_CUDA_SPLIT_K_ROWS=256 the projection's partials too (4 launches each time); the forms assemble
+/// for sm_90 and in CPU emulation (tests/gpu/emulate_cuda.py) match the interpreter: f32 within 1e-4
+/// max abs, tf32 / bf16 relative RMS under 1e-3 / 6e-3 (the operands' rounding; a missing part or a
+/// wrong part offset gives errors of order 1).
+#[test]
+fn wide_split_k_summed_by_the_row_kernel_matches_the_interpreter_in_cpu_emulation() {
+    let dir = tmp("splitk-wide");
+    ok(Command::new(python()).args(["tests/gpu/make_tiled.py", "--out", s(&dir)]).current_dir(repo()));
+    let ins: Vec<PathBuf> = ["wx", "wy", "wr"].iter().map(|n| dir.join(format!("{n}.npy"))).collect();
+    let model = dir.join("splitk_wide.onnx");
+    let it = dir.join("interp");
+    let args: Vec<String> = ["wx", "wy", "wr"].iter().zip(&ins).flat_map(|(n, p)| ["--input".to_string(), format!("{n}={}", s(p))]).collect();
+    ok(rlxc().args(["run", s(&model), "--target", "interp", "-o", s(&it)]).args(&args));
+    let launches = |art: &Path, parts: &str| {
+        let ir = std::fs::read_to_string(art.join("splitk_wide.ll")).unwrap();
+        (ir.lines().filter(|l| l.starts_with("; launch ")).count(), ir.matches(&format!("(split K: {parts} partial sums)")).count())
+    };
+    // (RLX_CUDA_SPLIT_K_WIDE, RLX_CUDA_SPLIT_K_ROWS, parts, (launches, partial-sums launches)); None: unset.
+    let forms: [(Option<&str>, Option<&str>, &str, (usize, usize)); 6] = [
+        (None, None, "2", (4, 1)),
+        (Some("0"), None, "2", (4, 0)),
+        (Some("2"), None, "2", (4, 1)),
+        (Some("4"), None, "4", (4, 1)),
+        (Some("4:98303"), None, "4", (4, 0)),
+        (Some("4"), Some("256"), "4", (4, 2)),
+    ];
+    for (wide, rows, parts, want) in forms {
+        let art = dir.join(format!("art-{}-{}", wide.unwrap_or("default").replace(':', "_"), rows.unwrap_or("default")));
+        let mut c = rlxc();
+        if let Some(w) = wide {
+            c.env("RLX_CUDA_SPLIT_K_WIDE", w);
+        }
+        if let Some(r) = rows {
+            c.env("RLX_CUDA_SPLIT_K_ROWS", r);
+        }
+        ok(c.args(["compile", s(&model), "--target", "cuda", "--sm", "90", "--emit-ir", "-o", s(&art)]));
+        assert_eq!(launches(&art, parts), want, "RLX_CUDA_SPLIT_K_WIDE={wide:?} rows {rows:?}: (launches, {parts}-part partial-sums launches)");
+    }
+    for (prec, wide, rows) in [("f32", "2", None), ("tf32", "4", None), ("bf16", "4", None), ("f32", "4", Some("256"))] {
+        let art = dir.join(format!("art-{prec}-{wide}-{}", rows.unwrap_or("default")));
+        let mut c = rlxc();
+        c.env("RLX_CUDA_SPLIT_K_WIDE", wide);
+        if let Some(r) = rows {
+            c.env("RLX_CUDA_SPLIT_K_ROWS", r);
+        }
+        ok(c.args(["compile", s(&model), "--target", "cuda", "--sm", "90", "--precision", prec, "--emit-ir", "-o", s(&art)]));
+        let emu = art.join("emu");
+        assemble_and_emulate(&art, "splitk_wide", &emu, &ins.iter().map(|p| p.as_path()).collect::<Vec<_>>());
+        let tol = match prec { "f32" => 1e-4, "tf32" => 1e-3, _ => 6e-3 };
+        check_outputs(&it, &emu, &["ln_kw1024", "ln_kw384"], prec, tol, &format!("RLX_CUDA_SPLIT_K_WIDE={wide} rows {rows:?}"));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The tensor-core tiles staged by 128-bit loads (nvptx/vec_tile.rs: whole tiles of operands
 /// contiguous along K — x @ Linear weightᵀ) on tests/gpu/make_gemm.py's gemm_small (x[2, 64, 96] @
 /// W[96, 128] + bias, erf GELU, then @ W[128, 64] + bias, then @ W[64, 192] + bias: K slices of 32

@@ -168,15 +168,20 @@ pub struct PlanOptions {
     /// over the row, in place of the matmul's own sum kernel — one launch and one dependent level
     /// fewer (`split_k.rs`'s [`split_k::row_fuse_split`]); 0: never. The CUDA target sets it.
     pub split_k_rows: usize,
+    /// With `split_k`: matmuls with more outputs than `split_k` takes (a GPU's worth of tiles, which
+    /// leave SMs idle or run few warps per SM over a long K — MiniLM batch 8's FFN down, 96 blocks of
+    /// 64×64 over K = 1536) split into `.0` parts where they have at most `.1` outputs; (0, _):
+    /// never (`split_k.rs`). The CUDA target sets it (2 parts up to 524,288 outputs).
+    pub split_k_wide: (usize, usize),
     /// The layout pass (`rlx_opt::channels_last`) before planning: pointwise convolutions as matmuls of
-    /// channels-last activations, depthwise ones as `conv_nhwc` (`dw_nhwc.rs`), where the layout changes
+    /// channels-last activations, depthwise ones and stems as `conv_nhwc` (`conv_nhwc.rs`), where the layout changes
     /// it leaves are few. The CPU family sets it (vector targets).
     pub channels_last: bool,
 }
 
 impl Default for PlanOptions {
     fn default() -> Self {
-        PlanOptions { align: 64, gemm_nr: GEMM_NR, gemm_mr: GEMM_MR, wide_tile: (0, 0), row_fusion: false, row_recompute: false, inline_operands: false, conv_gemm: false, winograd: 0, two_fma: false, concat_in_place: false, window_lanes: 0, flat_block_dots: false, int8_dot: false, int8_gemm: false, fused_attention: false, split_k: 0, split_k_rows: 0, channels_last: false }
+        PlanOptions { align: 64, gemm_nr: GEMM_NR, gemm_mr: GEMM_MR, wide_tile: (0, 0), row_fusion: false, row_recompute: false, inline_operands: false, conv_gemm: false, winograd: 0, two_fma: false, concat_in_place: false, window_lanes: 0, flat_block_dots: false, int8_dot: false, int8_gemm: false, fused_attention: false, split_k: 0, split_k_rows: 0, channels_last: false, split_k_wide: (0, 0) }
     }
 }
 
@@ -335,11 +340,11 @@ pub fn plan(g: &Mir, opts: &PlanOptions) -> Result<Lir, Vec<Problem>> {
     if !probs.is_empty() {
         return Err(probs);
     }
-    let relaid = if opts.channels_last { crate::channels_last::channels_last(g) } else { None };
+    let relaid = if opts.channels_last && opts.window_lanes > 1 { crate::channels_last::channels_last(g) } else { None };
     let g = relaid.as_ref().unwrap_or(g);
     let mut fusion = fuse_with(g, opts.inline_operands);
     if opts.row_fusion && opts.split_k >= 2 && opts.split_k_rows > 0 {
-        split_k::row_fuse_split(g, &mut fusion, opts.row_recompute, opts.split_k, opts.split_k_rows);
+        split_k::row_fuse_split(g, &mut fusion, opts.row_recompute, split_k::Split::of(opts, opts.split_k_rows));
     } else if opts.row_fusion {
         row_fuse(g, &mut fusion, opts.row_recompute);
     }

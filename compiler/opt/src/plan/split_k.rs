@@ -11,6 +11,9 @@
 //! With `PlanOptions::split_k_rows` the sum moves one step further where it can: a split matmul whose
 //! epilogue chain only a row kernel reads (a post-norm transformer's LayerNorm after FFN down) is
 //! summed by that row kernel in each of its passes ([`row_fuse_split`]), and its own kernel is gone.
+//! With `PlanOptions::split_k_wide` a matmul with more outputs than that (MiniLM batch 8's FFN down,
+//! 1024 × 384: a GPU's worth of tiles, but 96 blocks of 64 × 64 with 24 staged K slices each) splits
+//! too, into that option's parts (fewer than `split_k`'s: its partials are as many values again).
 
 use super::fuse::{Fusion, Role};
 use super::index::linear;
@@ -22,25 +25,42 @@ use rlx_ir::loops::{Access, Expr, Kernel, LoopKind, Stmt};
 use rlx_ir::{BinaryOp, DType, Mir, MirOp, NodeId, ValueId};
 use std::collections::HashMap;
 
-/// A matmul splits K across launches when its outputs are at most this many (MiniLM batch 1's FFN
-/// down: 49,152; batch 8's: 393,216 fill the GPU unsplit) ...
+/// A matmul splits K across launches into `PlanOptions::split_k` parts when its outputs are at most
+/// this many (MiniLM batch 1's FFN down: 49,152), and into `split_k_wide`'s above it ...
 const SPLIT_OUTPUTS: usize = 65_536;
 /// ... and its K at least this long, each part a multiple of 16 (whole staged K steps).
 const SPLIT_MIN_K: usize = 1024;
 
-/// Whether matmul `n` splits into `parts` over K ≥ `min_k`: a float matmul of a matrix (or batch of
-/// rows) by a 2-D right operand with few outputs, each part a multiple of 16.
-fn splits(g: &Mir, n: NodeId, parts: usize, min_k: usize) -> bool {
-    let node = g.node(n);
-    if node.op != MirOp::MatMul || parts < 2 {
-        return false;
+/// The split rule: parts for matmuls of few outputs, and for those of more (up to a bound), over K ≥ `min_k`.
+#[derive(Clone, Copy, Debug)]
+pub struct Split {
+    pub parts: usize,
+    pub wide: (usize, usize),
+    pub min_k: usize,
+}
+
+impl Split {
+    pub fn of(opts: &super::PlanOptions, min_k: usize) -> Split {
+        Split { parts: opts.split_k, wide: opts.split_k_wide, min_k }
     }
-    let shape = |v: ValueId| g.ty(v).shape.as_fixed().unwrap_or_default();
-    let (sa, sb, so) = (shape(node.inputs[0]), shape(node.inputs[1]), shape(node.outputs[0]));
-    let f32s = [node.inputs[0], node.inputs[1], node.outputs[0]].iter().all(|&v| g.ty(v).dtype == DType::F32);
-    let k = sa.last().copied().unwrap_or(0);
-    let elems: usize = so.iter().product();
-    f32s && sa.len() >= 2 && sb.len() == 2 && !so.is_empty() && elems <= SPLIT_OUTPUTS && k >= min_k && k % (parts * 16) == 0
+
+    /// Into how many parts matmul `n` splits (None: it does not): a float matmul of a matrix (or batch
+    /// of rows) by a 2-D right operand over K ≥ `min_k`, each part a multiple of 16; `parts` for at
+    /// most [`SPLIT_OUTPUTS`] outputs, `wide.0` for at most `wide.1`.
+    fn parts_of(&self, g: &Mir, n: NodeId) -> Option<usize> {
+        let node = g.node(n);
+        if node.op != MirOp::MatMul || self.parts < 2 {
+            return None;
+        }
+        let shape = |v: ValueId| g.ty(v).shape.as_fixed().unwrap_or_default();
+        let (sa, sb, so) = (shape(node.inputs[0]), shape(node.inputs[1]), shape(node.outputs[0]));
+        let f32s = [node.inputs[0], node.inputs[1], node.outputs[0]].iter().all(|&v| g.ty(v).dtype == DType::F32);
+        let k = sa.last().copied().unwrap_or(0);
+        let elems: usize = so.iter().product();
+        let parts = if elems <= SPLIT_OUTPUTS { self.parts } else if elems <= self.wide.1 { self.wide.0 } else { 0 };
+        let ok = f32s && sa.len() >= 2 && sb.len() == 2 && !so.is_empty() && parts >= 2 && k >= self.min_k && k % (parts * 16) == 0;
+        ok.then_some(parts)
+    }
 }
 
 /// [`row_fuse`] with `PlanOptions::split_k_rows`: a split matmul anchoring an epilogue chain (bias,
@@ -50,12 +70,12 @@ fn splits(g: &Mir, n: NodeId, parts: usize, min_k: usize) -> bool {
 /// kernel adds the partials, bias and residual in each of its passes over the row (three for
 /// LayerNorm: ten loads per element each, from L2) and its own launch is gone. A matmul whose chain
 /// no row kernel takes keeps its anchor (row fusion runs again without it).
-pub fn row_fuse_split(g: &Mir, f: &mut Fusion, recompute: bool, parts: usize, min_k: usize) {
+pub fn row_fuse_split(g: &Mir, f: &mut Fusion, recompute: bool, split: Split) {
     let before = f.clone();
     // Candidates: split anchors → the root of their epilogue chain (the value they would store).
     let mut cands: Vec<(NodeId, NodeId)> = Vec::new();
     for n in g.node_ids() {
-        if f.role[n.index()] != Role::Anchor || !splits(g, n, parts, min_k) {
+        if f.role[n.index()] != Role::Anchor || split.parts_of(g, n).is_none() {
             continue;
         }
         let chain = f.anchor_of.iter().filter(|&(_, &a)| a == n).filter_map(|(&v, _)| g.producer(v));
@@ -112,16 +132,16 @@ impl Planner<'_> {
     /// K (see the module doc), or for the split matmuls a row kernel at `r` sums
     /// ([`row_fuse_split`]); records the scratch and the part count for [`Planner::split_k_sum`].
     pub(super) fn split_k_launch(&mut self, r: NodeId) -> Vec<Launch> {
-        let parts = self.opts.split_k;
         if let Some(ms) = self.split_rows.get(&r).cloned() {
-            return ms.into_iter().map(|m| self.partials_launch(m, parts)).collect();
+            let split = Split::of(&self.opts, self.opts.split_k_rows);
+            return ms.into_iter().filter_map(|m| Some(self.partials_launch(m, split.parts_of(self.g, m)?))).collect();
         }
         let out = self.g.node(r).outputs[0];
         let a = self.fusion.anchor_of.get(&out).copied().unwrap_or(r);
-        if self.fusion.row_reduces.contains_key(&r) || !splits(self.g, a, parts, SPLIT_MIN_K) {
-            return Vec::new();
+        match Split::of(&self.opts, SPLIT_MIN_K).parts_of(self.g, a) {
+            Some(parts) if !self.fusion.row_reduces.contains_key(&r) => vec![self.partials_launch(a, parts)],
+            _ => Vec::new(),
         }
-        vec![self.partials_launch(a, parts)]
     }
 
     /// The launch computing matmul `a`'s `parts` partial sums into a scratch of its own.

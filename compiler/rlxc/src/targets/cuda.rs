@@ -62,7 +62,32 @@ pub fn plan_options(precision: Precision) -> rlx_opt::PlanOptions {
     let fused_attention = precision == Precision::F32 && std::env::var("RLX_CUDA_FUSED_ATTENTION").map_or(true, |v| v != "0");
     let split_k = std::env::var("RLX_CUDA_SPLIT_K").ok().and_then(|v| v.parse().ok()).unwrap_or(8);
     let split_k_rows = std::env::var("RLX_CUDA_SPLIT_K_ROWS").ok().and_then(|v| v.parse().ok()).unwrap_or(1024);
-    rlx_opt::PlanOptions { gemm_nr: 1 << 30, row_fusion: true, row_recompute: true, inline_operands: true, flat_block_dots: true, fused_attention, split_k, split_k_rows, ..Default::default() }
+    let split_k_wide = split_k_wide(std::env::var("RLX_CUDA_SPLIT_K_WIDE").ok().as_deref());
+    rlx_opt::PlanOptions { gemm_nr: 1 << 30, row_fusion: true, row_recompute: true, inline_operands: true, flat_block_dots: true, fused_attention, split_k, split_k_rows, split_k_wide, ..Default::default() }
+}
+
+/// Matmuls with more outputs than `split_k` takes (`PlanOptions::split_k_wide`), over K ≥ 1024: in
+/// [`SPLIT_K_WIDE`]'s parts up to its bound of outputs — MiniLM batch 8's FFN down (1024 × 384 over K =
+/// 1536: 96 blocks of 64×64, fewer than the H200's 132 SMs, 24 staged K slices each) as 2 × 128 blocks
+/// of 64×96 whose partials its LayerNorm adds: launched alone f32 46.9 → 33.3 µs, tf32 30.7 → 22.1, bf16 22.5 →
+/// 15.7 (the LayerNorm 7.5 → 7.8), the model's p50 −5.3% f32, −5.8% tf32, −6.9% bf16 on the H200
+/// against the unsplit twin in the same rounds (a first run: −7.4 / −6.6 / −5.8%, 4 parts −6.6 / −1.4 /
+/// −4.5%, and the attention output projection split too, `RLX_CUDA_SPLIT_K_ROWS=256`, −5.6 / −1.7 /
+/// −0.5%). Batch 32's (4096 × 384: 128 blocks of 128×96 already) measured no faster
+/// split in 2, f32 +1.0%, tf32 +4.1%, bf16 −2.7% over mixed rounds (its 2 × 128 blocks take the unsplit
+/// kernel's time launched alone, f32 103 µs, bf16 38, and its LayerNorm 9.3 → 11.9), so the bound leaves
+/// it whole (docs/benchmarks.md, session 24). `RLX_CUDA_SPLIT_K_WIDE=P` at compile time:
+/// P parts at any output count, `P:N` up to N outputs, 0 none (the PTX before session 24, byte for byte).
+const SPLIT_K_WIDE: (usize, usize) = (2, 524_288);
+
+fn split_k_wide(v: Option<&str>) -> (usize, usize) {
+    let Some(v) = v else { return SPLIT_K_WIDE };
+    let (p, n) = v.split_once(':').unwrap_or((v, ""));
+    match (p.trim().parse(), n.trim().parse()) {
+        (Ok(p), Ok(n)) => (p, n),
+        (Ok(p), Err(_)) if n.trim().is_empty() => (p, usize::MAX),
+        _ => (0, 0),
+    }
 }
 
 impl Family for Cuda {
