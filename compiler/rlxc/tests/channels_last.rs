@@ -13,17 +13,13 @@
 
 mod common;
 use common::rlxc;
-use common::{npy, ok, python, repo};
-use rlx_ir::ConstData;
+use common::{npy, ok, python, rel_err, repo};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
 fn scratch(name: &str) -> PathBuf {
-    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("channels_last").join(name);
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    common::scratch(&format!("channels_last/{name}"))
 }
 
 /// The models, inputs and ONNX Runtime outputs (written once per test run).
@@ -55,12 +51,6 @@ fn run(model: &str, target: &str, extra: &[&str], out: &Path) -> String {
 fn lir(model: &Path, extra: &[&str], out: &Path) -> String {
     ok(rlxc().arg("compile").arg(model).args(["--target", "host", "--emit-ir", "--name", "m"]).args(extra).arg("-o").arg(out));
     std::fs::read_to_string(out.join("m.lir")).unwrap()
-}
-
-/// Largest |got − want| / (1 + |want|).
-fn rel_err(what: &str, got: &ConstData, want: &ConstData) -> f64 {
-    assert_eq!(got.shape, want.shape, "{what}: shape");
-    got.to_f64_vec().iter().zip(want.to_f64_vec()).map(|(a, b)| (a - b).abs() / (1.0 + b.abs())).fold(0.0, f64::max)
 }
 
 /// Kernels of each form in a LIR text: channels-last depthwise and dense ones (their packed weights'

@@ -26,17 +26,13 @@
 
 mod common;
 use common::{rlxc};
-use common::{npy, ok, python, repo};
-use rlx_ir::ConstData;
+use common::{npy, ok, python, rel_err, repo};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
 fn scratch(name: &str) -> PathBuf {
-    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cnn_window").join(name);
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    common::scratch(&format!("cnn_window/{name}"))
 }
 
 /// The models, inputs and ONNX Runtime outputs (written once per test run).
@@ -61,12 +57,6 @@ fn run(model: &str, target: &str, extra: &[&str], out: &Path) -> String {
         .arg(format!("x={}", m.join(format!("{model}_x.npy")).display()))
         .arg("-o")
         .arg(out))
-}
-
-/// Largest |got − want| / (1 + |want|).
-fn rel_err(what: &str, got: &ConstData, want: &ConstData) -> f64 {
-    assert_eq!(got.shape, want.shape, "{what}: shape");
-    got.to_f64_vec().iter().zip(want.to_f64_vec()).map(|(a, b)| (a - b).abs() / (1.0 + b.abs())).fold(0.0, f64::max)
 }
 
 /// The `silu` model's outputs: depthwise convolutions in the channels-as-lanes form (`plan/dw_lanes.rs`)

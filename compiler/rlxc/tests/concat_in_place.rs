@@ -12,16 +12,9 @@
 //! Needs the venv (onnx, onnxruntime; `make setup`); a missing one fails the test, it never skips.
 
 mod common;
-use common::{npy, ok, python, repo, rlxc, scratch};
-use rlx_ir::ConstData;
+use common::{npy, ok, python, rel_err, repo, rlxc, scratch};
 use std::path::Path;
 use std::process::Command;
-
-/// Largest |got − want| / (1 + |want|).
-fn rel_err(got: &ConstData, want: &ConstData) -> f64 {
-    assert_eq!(got.shape, want.shape);
-    got.to_f64_vec().iter().zip(want.to_f64_vec()).map(|(a, b)| (a - b).abs() / (1.0 + b.abs())).fold(0.0, f64::max)
-}
 
 fn run(models: &Path, model: &str, target: &str, extra: &[&str], out: &Path) {
     ok(rlxc()
@@ -52,10 +45,10 @@ fn concats_written_in_place_match_the_interpreter_and_onnx_runtime() {
         run(&models, model, "x86_64", &[], &dir.join("x86_64"));
         for o in ["r2", "y"] {
             let want = npy(&dir.join("interp").join(format!("{o}.npy")));
-            let e = rel_err(&want, &npy(&models.join(format!("{model}_ort_{o}.npy"))));
+            let e = rel_err(&format!("{model}/{o} interp vs ONNX Runtime"), &want, &npy(&models.join(format!("{model}_ort_{o}.npy"))));
             assert!(e <= 1e-4, "{model}/{o}: interpreter vs ONNX Runtime {e:e}");
             for be in ["llvm", "cranelift", "x86_64"] {
-                let e = rel_err(&npy(&dir.join(be).join(format!("{o}.npy"))), &want);
+                let e = rel_err(&format!("{model}/{o} {be}"), &npy(&dir.join(be).join(format!("{o}.npy"))), &want);
                 assert!(e <= 1e-4, "{model}/{o}: host ({be}) vs the interpreter {e:e}");
             }
         }

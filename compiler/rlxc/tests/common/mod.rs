@@ -69,6 +69,12 @@ pub fn scratch(name: &str) -> PathBuf {
     d
 }
 
+/// Largest |got − want| / (1 + |want|) over two tensors of one shape (`what` names them if not).
+pub fn rel_err(what: &str, got: &ConstData, want: &ConstData) -> f64 {
+    assert_eq!(got.shape, want.shape, "{what}: shape");
+    got.to_f64_vec().iter().zip(want.to_f64_vec()).map(|(a, b)| (a - b).abs() / (1.0 + b.abs())).fold(0.0, f64::max)
+}
+
 /// The rlxc binary under test.
 pub fn rlxc() -> Command {
     Command::new(env!("CARGO_BIN_EXE_rlxc"))
