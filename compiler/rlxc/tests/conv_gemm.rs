@@ -114,6 +114,8 @@ fn conv_gemm_cranelift_matches_interp() {
 /// input channels from x by output rows; over 196
 /// tiles or more the Winograd form, over 49 F(2×2, 3×3)), no copy for a 1×1 one, a GEMM launch and the packed
 /// transposed weight for a transposed convolution; weights read by several convolutions packed once.
+/// (In NCHW, `--layout nchw`: with the default layout a strongly reducing 1×1 one may run channels-last
+/// as a matmul, `rlx_opt::channels_last` — its outputs are checked against the interpreter above.)
 #[test]
 fn conv_gemm_paths_are_taken() {
     let dir = scratch("path");
@@ -121,7 +123,7 @@ fn conv_gemm_paths_are_taken() {
     let lir = |case: &str| {
         let (_, model, _) = cases.iter().find(|(n, _, _)| n == case).unwrap_or_else(|| panic!("case {case}"));
         let out = dir.join(case);
-        ok(Command::new(env!("CARGO_BIN_EXE_rlxc")).current_dir(repo()).arg("compile").arg(model).args(["--target", "x86_64", "--name", "m", "--emit-ir", "-o"]).arg(&out));
+        ok(Command::new(env!("CARGO_BIN_EXE_rlxc")).current_dir(repo()).arg("compile").arg(model).args(["--target", "x86_64", "--layout", "nchw", "--name", "m", "--emit-ir", "-o"]).arg(&out));
         std::fs::read_to_string(out.join("m.lir")).unwrap()
     };
     let k3 = lir("conv3x3_silu");
@@ -143,7 +145,7 @@ fn conv_gemm_paths_are_taken() {
     }
     let (_, model, _) = cases.iter().find(|(n, _, _)| n == "conv3x3_winograd").unwrap();
     let off = dir.join("conv3x3_winograd-off");
-    ok(Command::new(env!("CARGO_BIN_EXE_rlxc")).current_dir(repo()).arg("compile").arg(model).args(["--target", "x86_64", "--winograd", "off", "--name", "m", "--emit-ir", "-o"]).arg(&off));
+    ok(Command::new(env!("CARGO_BIN_EXE_rlxc")).current_dir(repo()).arg("compile").arg(model).args(["--target", "x86_64", "--winograd", "off", "--layout", "nchw", "--name", "m", "--emit-ir", "-o"]).arg(&off));
     let ko = std::fs::read_to_string(off.join("m.lir")).unwrap();
     assert!(!ko.contains("winograd") && ko.contains("(window mask)"), "--winograd off: not the direct form:\n{ko}");
     // On a CPU with two 512-bit FMA units (Intel's server cores) fewer than 32 input channels keep the
@@ -151,7 +153,7 @@ fn conv_gemm_paths_are_taken() {
     let spr = |case: &str| {
         let (_, model, _) = cases.iter().find(|(n, _, _)| n == case).unwrap();
         let out = dir.join(format!("{case}-spr"));
-        ok(Command::new(env!("CARGO_BIN_EXE_rlxc")).current_dir(repo()).arg("compile").arg(model).args(["--target", "x86_64", "--cpu", "sapphirerapids", "--name", "m", "--emit-ir", "-o"]).arg(&out));
+        ok(Command::new(env!("CARGO_BIN_EXE_rlxc")).current_dir(repo()).arg("compile").arg(model).args(["--target", "x86_64", "--cpu", "sapphirerapids", "--layout", "nchw", "--name", "m", "--emit-ir", "-o"]).arg(&out));
         std::fs::read_to_string(out.join("m.lir")).unwrap()
     };
     let (k16, k48) = (spr("conv3x3_winograd"), spr("conv3x3_winograd_mid_b2"));
@@ -183,7 +185,7 @@ fn conv_gemm_paths_are_taken() {
     let host = |case: &str| {
         let (_, model, _) = cases.iter().find(|(n, _, _)| n == case).unwrap_or_else(|| panic!("case {case}"));
         let out = dir.join(format!("{case}-host"));
-        ok(Command::new(env!("CARGO_BIN_EXE_rlxc")).current_dir(repo()).arg("compile").arg(model).args(["--target", "host", "--name", "m", "--emit-ir", "-o"]).arg(&out));
+        ok(Command::new(env!("CARGO_BIN_EXE_rlxc")).current_dir(repo()).arg("compile").arg(model).args(["--target", "host", "--layout", "nchw", "--name", "m", "--emit-ir", "-o"]).arg(&out));
         std::fs::read_to_string(out.join("m.lir")).unwrap()
     };
     if std::fs::read_to_string("/proc/cpuinfo").is_ok_and(|c| c.contains(" avx512f ")) {
