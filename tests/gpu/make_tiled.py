@@ -146,48 +146,34 @@ def main() -> int:
     onnx.save(m, os.path.join(a.out, "splitk_launch.onnx"))
     for n, s in shapes.items():
         np.save(os.path.join(a.out, f"{n}.npy"), f(*s))
+    def row_split(name: str, k: int, rows: int, w: list[str], x: list[str], outs: list[str]) -> None:
+        """NAME.onnx: matmuls over K = k and 384 whose residual sums the row kernel normalizes — adding the
+        split matmul's partials itself (CUDA's plan/split_k.rs)."""
+        inits = [numpy_helper.from_array(f(k, 384) * 0.05, w[0]), numpy_helper.from_array(f(384), w[1]),
+                 numpy_helper.from_array(f(384, 384) * 0.1, w[2]), numpy_helper.from_array(f(384), w[3]),
+                 numpy_helper.from_array(f(384), "gamma"), numpy_helper.from_array(f(384), "beta")]
+        nodes = []
+        for xi, wi, bi, o in [(x[0], w[0], w[1], outs[0]), (x[1], w[2], w[3], outs[1])]:
+            nodes += [
+                helper.make_node("MatMul", [xi, wi], [f"{o}_mm"]),
+                helper.make_node("Add", [f"{o}_mm", bi], [f"{o}_b"]),
+                helper.make_node("Add", [f"{o}_b", x[2]], [f"{o}_res"]),
+                helper.make_node("LayerNormalization", [f"{o}_res", "gamma", "beta"], [o], axis=-1, epsilon=1e-12),
+            ]
+        shapes = {x[0]: [rows, k], x[1]: [rows, 384], x[2]: [rows, 384]}
+        ins = [helper.make_tensor_value_info(n, T.FLOAT, s) for n, s in shapes.items()]
+        ous = [helper.make_tensor_value_info(o, T.FLOAT, [rows, 384]) for o in outs]
+        m = helper.make_model(helper.make_graph(nodes, name, ins, ous, inits), opset_imports=[helper.make_opsetid("", 18)])
+        m.ir_version = 8
+        onnx.checker.check_model(m)
+        onnx.save(m, os.path.join(a.out, f"{name}.onnx"))
+        for n, s in shapes.items():
+            np.save(os.path.join(a.out, f"{n}.npy"), f(*s))
+
     # splitk_rows.onnx: a split matmul's residual sum normalized by the row kernel that adds its partials.
-    inits = [numpy_helper.from_array(f(1536, 384) * 0.05, "w10"), numpy_helper.from_array(f(384), "b10"),
-             numpy_helper.from_array(f(384, 384) * 0.1, "w11"), numpy_helper.from_array(f(384), "b11"),
-             numpy_helper.from_array(f(384), "gamma"), numpy_helper.from_array(f(384), "beta")]
-    nodes = []
-    for x, w, b, o in [("sx", "w10", "b10", "ln_sk1536"), ("sy", "w11", "b11", "ln_sk384")]:
-        nodes += [
-            helper.make_node("MatMul", [x, w], [f"{o}_mm"]),
-            helper.make_node("Add", [f"{o}_mm", b], [f"{o}_b"]),
-            helper.make_node("Add", [f"{o}_b", "sr"], [f"{o}_res"]),
-            helper.make_node("LayerNormalization", [f"{o}_res", "gamma", "beta"], [o], axis=-1, epsilon=1e-12),
-        ]
-    shapes = {"sx": [128, 1536], "sy": [128, 384], "sr": [128, 384]}
-    ins = [helper.make_tensor_value_info(n, T.FLOAT, s) for n, s in shapes.items()]
-    outs = [helper.make_tensor_value_info(o, T.FLOAT, [128, 384]) for o in ["ln_sk1536", "ln_sk384"]]
-    m = helper.make_model(helper.make_graph(nodes, "splitk_rows", ins, outs, inits), opset_imports=[helper.make_opsetid("", 18)])
-    m.ir_version = 8
-    onnx.checker.check_model(m)
-    onnx.save(m, os.path.join(a.out, "splitk_rows.onnx"))
-    for n, s in shapes.items():
-        np.save(os.path.join(a.out, f"{n}.npy"), f(*s))
+    row_split("splitk_rows", 1536, 128, ["w10", "b10", "w11", "b11"], ["sx", "sy", "sr"], ["ln_sk1536", "ln_sk384"])
     # splitk_wide.onnx: the same at 256 rows, K = 1024 (more outputs than split K takes, but for split_k_wide).
-    inits = [numpy_helper.from_array(f(1024, 384) * 0.05, "w12"), numpy_helper.from_array(f(384), "b12"),
-             numpy_helper.from_array(f(384, 384) * 0.1, "w13"), numpy_helper.from_array(f(384), "b13"),
-             numpy_helper.from_array(f(384), "gamma"), numpy_helper.from_array(f(384), "beta")]
-    nodes = []
-    for x, w, b, o in [("wx", "w12", "b12", "ln_kw1024"), ("wy", "w13", "b13", "ln_kw384")]:
-        nodes += [
-            helper.make_node("MatMul", [x, w], [f"{o}_mm"]),
-            helper.make_node("Add", [f"{o}_mm", b], [f"{o}_b"]),
-            helper.make_node("Add", [f"{o}_b", "wr"], [f"{o}_res"]),
-            helper.make_node("LayerNormalization", [f"{o}_res", "gamma", "beta"], [o], axis=-1, epsilon=1e-12),
-        ]
-    shapes = {"wx": [256, 1024], "wy": [256, 384], "wr": [256, 384]}
-    ins = [helper.make_tensor_value_info(n, T.FLOAT, s) for n, s in shapes.items()]
-    outs = [helper.make_tensor_value_info(o, T.FLOAT, [256, 384]) for o in ["ln_kw1024", "ln_kw384"]]
-    m = helper.make_model(helper.make_graph(nodes, "splitk_wide", ins, outs, inits), opset_imports=[helper.make_opsetid("", 18)])
-    m.ir_version = 8
-    onnx.checker.check_model(m)
-    onnx.save(m, os.path.join(a.out, "splitk_wide.onnx"))
-    for n, s in shapes.items():
-        np.save(os.path.join(a.out, f"{n}.npy"), f(*s))
+    row_split("splitk_wide", 1024, 256, ["w12", "b12", "w13", "b13"], ["wx", "wy", "wr"], ["ln_kw1024", "ln_kw384"])
     return 0
 
 

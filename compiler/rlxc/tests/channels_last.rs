@@ -13,7 +13,7 @@
 
 mod common;
 use common::rlxc;
-use common::{npy, ok, python, rel_err, repo};
+use common::{assert_outputs_match, ok, python, repo};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -77,17 +77,7 @@ fn depthwise_separable_models_run_channels_last_and_match_the_interpreter() {
         // x86-64-v3 (AVX2): 8-lane vectors and half-width panels of 8 whatever this machine's width.
         run(model, "x86_64", &[], &dir.join("x86_64"));
         run(model, "host", &["--layout", "nchw"], &dir.join("nchw"));
-        for &o in outs {
-            let want = npy(&dir.join("interp").join(format!("{o}.npy")));
-            let ort = npy(&models().join(format!("{model}_ort_{o}.npy")));
-            let e = rel_err(&format!("{model}/{o} interp vs ONNX Runtime"), &want, &ort);
-            assert!(e <= 1e-4, "{model}/{o}: interpreter vs ONNX Runtime {e:e}");
-            for be in ["llvm", "cranelift", "x86_64", "nchw"] {
-                let got = npy(&dir.join(be).join(format!("{o}.npy")));
-                let e = rel_err(&format!("{model}/{o} {be}"), &got, &want);
-                assert!(e <= 1e-4, "{model}/{o}: host ({be}) vs the interpreter {e:e}");
-            }
-        }
+        assert_outputs_match(model, outs, models(), &dir, &["llvm", "cranelift", "x86_64", "nchw"]);
     }
 }
 

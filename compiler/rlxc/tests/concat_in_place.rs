@@ -12,7 +12,7 @@
 //! Needs the venv (onnx, onnxruntime; `make setup`); a missing one fails the test, it never skips.
 
 mod common;
-use common::{npy, ok, python, rel_err, repo, rlxc, scratch};
+use common::{assert_outputs_match, ok, python, repo, rlxc, scratch};
 use std::path::Path;
 use std::process::Command;
 
@@ -43,14 +43,6 @@ fn concats_written_in_place_match_the_interpreter_and_onnx_runtime() {
         run(&models, model, "host", &[], &dir.join("llvm"));
         run(&models, model, "host", &["--backend", "cranelift"], &dir.join("cranelift"));
         run(&models, model, "x86_64", &[], &dir.join("x86_64"));
-        for o in ["r2", "y"] {
-            let want = npy(&dir.join("interp").join(format!("{o}.npy")));
-            let e = rel_err(&format!("{model}/{o} interp vs ONNX Runtime"), &want, &npy(&models.join(format!("{model}_ort_{o}.npy"))));
-            assert!(e <= 1e-4, "{model}/{o}: interpreter vs ONNX Runtime {e:e}");
-            for be in ["llvm", "cranelift", "x86_64"] {
-                let e = rel_err(&format!("{model}/{o} {be}"), &npy(&dir.join(be).join(format!("{o}.npy"))), &want);
-                assert!(e <= 1e-4, "{model}/{o}: host ({be}) vs the interpreter {e:e}");
-            }
-        }
+        assert_outputs_match(model, &["r2", "y"], &models, &dir, &["llvm", "cranelift", "x86_64"]);
     }
 }

@@ -75,6 +75,21 @@ pub fn rel_err(what: &str, got: &ConstData, want: &ConstData) -> f64 {
     got.to_f64_vec().iter().zip(want.to_f64_vec()).map(|(a, b)| (a - b).abs() / (1.0 + b.abs())).fold(0.0, f64::max)
 }
 
+/// For each output `o` of `model`: the interpreter's (`dir/interp/o.npy`) within 1e-4 of ONNX Runtime's
+/// (`ort/MODEL_ort_o.npy`), and every back end's (`dir/BE/o.npy`) within 1e-4 of the interpreter's,
+/// relative to 1 + |interpreter|.
+pub fn assert_outputs_match(model: &str, outs: &[&str], ort: &Path, dir: &Path, backends: &[&str]) {
+    for &o in outs {
+        let want = npy(&dir.join("interp").join(format!("{o}.npy")));
+        let e = rel_err(&format!("{model}/{o} interp vs ONNX Runtime"), &want, &npy(&ort.join(format!("{model}_ort_{o}.npy"))));
+        assert!(e <= 1e-4, "{model}/{o}: interpreter vs ONNX Runtime {e:e}");
+        for be in backends {
+            let e = rel_err(&format!("{model}/{o} {be}"), &npy(&dir.join(be).join(format!("{o}.npy"))), &want);
+            assert!(e <= 1e-4, "{model}/{o}: host ({be}) vs the interpreter {e:e}");
+        }
+    }
+}
+
 /// The rlxc binary under test.
 pub fn rlxc() -> Command {
     Command::new(env!("CARGO_BIN_EXE_rlxc"))
