@@ -35,16 +35,7 @@ fn models() -> &'static Path {
 
 /// `rlxc run MODEL --target T [extra] -i x=X -o OUT`.
 fn run(model: &str, target: &str, extra: &[&str], out: &Path) -> String {
-    let m = models();
-    ok(rlxc()
-        .arg("run")
-        .arg(m.join(format!("{model}.onnx")))
-        .args(["--target", target])
-        .args(extra)
-        .arg("-i")
-        .arg(format!("x={}", m.join(format!("{model}_x.npy")).display()))
-        .arg("-o")
-        .arg(out))
+    common::run_with_x(models(), model, target, extra, out)
 }
 
 /// The planned program (`--emit-ir`'s LIR text) of a host compile of `model` (an .onnx path).

@@ -17,15 +17,7 @@ use std::path::Path;
 use std::process::Command;
 
 fn run(models: &Path, model: &str, target: &str, extra: &[&str], out: &Path) {
-    ok(rlxc()
-        .arg("run")
-        .arg(models.join(format!("{model}.onnx")))
-        .args(["--target", target])
-        .args(extra)
-        .arg("-i")
-        .arg(format!("x={}", models.join(format!("{model}_x.npy")).display()))
-        .arg("-o")
-        .arg(out));
+    common::run_with_x(models, model, target, extra, out);
 }
 
 #[test]

@@ -90,6 +90,20 @@ pub fn assert_outputs_match(model: &str, outs: &[&str], ort: &Path, dir: &Path, 
     }
 }
 
+/// `rlxc run DIR/MODEL.onnx --target T [extra] -i x=DIR/MODEL_x.npy -o OUT` (a model written with its
+/// input by a test script); returns stdout.
+pub fn run_with_x(models: &Path, model: &str, target: &str, extra: &[&str], out: &Path) -> String {
+    ok(rlxc()
+        .arg("run")
+        .arg(models.join(format!("{model}.onnx")))
+        .args(["--target", target])
+        .args(extra)
+        .arg("-i")
+        .arg(format!("x={}", models.join(format!("{model}_x.npy")).display()))
+        .arg("-o")
+        .arg(out))
+}
+
 /// The rlxc binary under test.
 pub fn rlxc() -> Command {
     Command::new(env!("CARGO_BIN_EXE_rlxc"))
