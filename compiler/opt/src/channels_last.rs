@@ -246,15 +246,12 @@ fn rewrite(g: &Mir, mode: Mode) -> Option<(Mir, usize, usize)> {
     let out = dce(&out);
     // The layout changes left that move elements (a transpose of only unit axes is a view).
     let moved: usize = out
-        .nodes
-        .iter()
-        .filter(|n| n.name.ends_with(NHWC_SUFFIX) || n.name.ends_with(NCHW_SUFFIX))
-        .filter_map(|n| {
-            let s = out.ty(n.inputs[0]).shape.as_fixed()?;
-            let MirOp::Transpose { perm } = &n.op else { return None };
-            let long: Vec<usize> = perm.iter().copied().filter(|&a| s[a] > 1).collect();
-            (!long.windows(2).all(|w| w[0] < w[1])).then(|| s.iter().product::<usize>())
+        .node_ids()
+        .filter(|&id| {
+            let n = out.node(id);
+            (n.name.ends_with(NHWC_SUFFIX) || n.name.ends_with(NCHW_SUFFIX)) && !crate::plan::is_view(&out, id)
         })
+        .map(|id| out.ty(out.node(id).inputs[0]).shape.numel().unwrap_or(0) as usize)
         .sum();
     (produced > 0).then_some((out, produced, moved))
 }

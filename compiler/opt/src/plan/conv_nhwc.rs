@@ -41,10 +41,12 @@ impl Planner<'_> {
         let n = self.g.node(a);
         let MirOp::ConvNhwc { groups, .. } = &n.op else { return false };
         let (sx, sw) = (self.shape(n.inputs[0]), self.shape(n.inputs[1]));
+        if sx.len() != 4 || sw.len() != 4 {
+            return false;
+        }
         let depthwise = *groups == sx[3] && sw[0] == sx[3] && sw[1] == 1;
         let dense = *groups == 1 && self.lanes > 1 && sw[0] % self.lanes == 0;
-        sx.len() == 4 && sw.len() == 4 && (depthwise || dense) && matches!(self.g.value(n.inputs[1]).def, Def::Const(_))
-            && n.inputs.iter().chain(&n.outputs).all(|&v| self.dt(v) == DType::F32)
+        (depthwise || dense) && matches!(self.g.value(n.inputs[1]).def, Def::Const(_)) && n.inputs.iter().chain(&n.outputs).all(|&v| self.dt(v) == DType::F32)
     }
 
     /// The kernel of `conv_nhwc` anchor `a` (root `r`, output param `op`), see the module doc.

@@ -22,7 +22,7 @@ pub enum Role {
     Root,
 }
 
-pub(super) fn is_view(g: &Mir, n: NodeId) -> bool {
+pub(crate) fn is_view(g: &Mir, n: NodeId) -> bool {
     let node = g.node(n);
     match &node.op {
         MirOp::Reshape { .. } => true,

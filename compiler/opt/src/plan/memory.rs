@@ -100,11 +100,11 @@ impl Planner<'_> {
             // On vector CPU targets a weight narrower than a panel but at least half one, read by many
             // rows (a channels-last pointwise convolution projecting to 16 or 24 channels), is packed
             // in half-width panels: its dot products per output had run at a fraction of the GEMM's rate.
-            let narrow = self.lanes >= 8 && c.shape.len() == 2 && c.shape[1] < self.nr && c.shape[1] >= self.nr / 2 && self.matmul_rows(vid) >= 64;
+            let rows = if users_all_matmul_rhs && c.dtype.is_float() { self.matmul_rows(vid) } else { 0 };
+            let narrow = self.lanes >= 8 && c.shape.len() == 2 && c.shape[1] < self.nr && c.shape[1] >= self.nr / 2 && rows >= 64;
             if users_all_matmul_rhs && c.dtype.is_float() && (c.shape[1] >= self.nr || narrow) {
                 // Few rows (matrix-vector products) leave the micro-kernel with too few accumulators to
                 // hide FMA latency; widen the panel instead (up to 4 vectors of lanes per row).
-                let rows = self.matmul_rows(vid);
                 // A weight worth splitting across threads (≥ 128 KB) keeps at least two panels: panels are
                 // the parallel dimension when there are this few rows.
                 // The wide tile's panels (AVX-512: 64 columns) where they leave no more tail columns

@@ -70,6 +70,7 @@ mod window;
 mod winograd;
 
 pub use fuse::{fuse, fuse_with, is_scalar_scale, Fusion, Role};
+pub(crate) use fuse::is_view;
 pub use row_fuse::row_fuse;
 
 use index::align_up;
