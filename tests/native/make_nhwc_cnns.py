@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Small depthwise-separable CNNs that the CPU layout pass makes channels-last (`rlx_opt::channels_last`:
-pointwise convolutions as matmuls, depthwise ones as `conv_nhwc`), with their ONNX Runtime outputs as the
-independent reference.
+"""Small CNNs that the CPU layout pass makes channels-last (`rlx_opt::channels_last`: pointwise
+convolutions as matmuls, depthwise and dense ones as `conv_nhwc`, pools as `max_pool_nhwc` /
+`avg_pool_nhwc`) — and one it leaves in NCHW —, with their ONNX Runtime outputs as the independent
+reference.
 
     make_nhwc_cnns.py --out DIR
 
@@ -17,6 +18,16 @@ Writes DIR/NAME.onnx, NAME_x.npy (a deterministic input) and NAME_ort_<output>.n
   96, Sigmoid, the gate multiply), project 1×1 96 → 16 plus x (a residual); then expand 16 → 64 + SiLU,
   depthwise 3×3 stride 2 pad 1 asymmetric (0, 0, 1, 1 — bottom and right only) + SiLU, and two
   pointwise branches, 64 → 24 and 64 → 8, concatenated along the channels (`y`, f32[2,32,8,8]).
+- `bottleneck` (ResNet / Inception-style, batch 2): x f32[2,3,45,45] → stem 7×7 stride 2 pad 3 (3 → 64) +
+  BatchNormalization + Relu, MaxPool 3×3 stride 2 pad 1; a bottleneck (1×1 64 → 16, 3×3 pad 1, 1×1 16 → 64,
+  a 1×1 projection 64 → 64, the residual add, Relu); a strided one (1×1 64 → 32, 3×3 stride 2, 1×1 32 →
+  64, a 1×1 stride-2 projection 64 → 64); three branches concatenated along the channels (1×1 64 → 16, 3×3
+  dilation 2 pad 2 64 → 48 — three vectors of output channels —, AveragePool 3×3 pad 1 not counting the
+  padding then 1×1 64 → 16); AveragePool 3×3 stride 2 pad 1 ceil mode counting the padding, MaxPool 2×2
+  stride 2 ceil mode, global average pool, Flatten, Gemm 80 → 10 (`logits`): every convolution
+  channels-last (its dense ones the implicit GEMM over a padded copy of x), the pools too.
+- `plain` (VGG-style): x f32[1,16,20,20] → 3×3 16 → 32 + Relu, 3×3 32 → 32 + Relu, MaxPool 2×2, 3×3 32 →
+  64 (`y`): no pointwise convolution, so it keeps NCHW (its 3×3 ones NCHW's direct / Winograd forms).
 Weights and inputs from numpy's RandomState.
 """
 from __future__ import annotations
@@ -78,6 +89,43 @@ def mbconv():
     return g.model("mbconv", [2, 16, 15, 15], ["y"])
 
 
+def bottleneck():
+    g = G(9)
+
+    def relu(x, out):
+        return g.node("Relu", [x], out)
+
+    x = relu(g.bn(g.conv("x", "stem", 3, 64, 7, 1, stride=2, pad=3), "stem_bn", 64), "stem_r")
+    x = g.node("MaxPool", [x], "pool1", kernel_shape=[3, 3], strides=[2, 2], pads=[1] * 4)
+    a = relu(g.conv(x, "b1a", 64, 16, 1, 1, bias=True), "b1a_r")
+    a = relu(g.conv(a, "b1b", 16, 16, 3, 1, pad=1, bias=True), "b1b_r")
+    x = relu(g.node("Add", [g.conv(a, "b1c", 16, 64, 1, 1, bias=True), g.conv(x, "b1p", 64, 64, 1, 1, bias=True)], "b1_sum"), "b1_r")
+    a = relu(g.conv(x, "b2a", 64, 32, 1, 1, bias=True), "b2a_r")
+    a = relu(g.conv(a, "b2b", 32, 32, 3, 1, stride=2, pad=1, bias=True), "b2b_r")
+    x = relu(g.node("Add", [g.conv(a, "b2c", 32, 64, 1, 1, bias=True), g.conv(x, "b2p", 64, 64, 1, 1, stride=2)], "b2_sum"), "b2_r")
+    c1 = g.conv(x, "c1", 64, 16, 1, 1, bias=True)
+    c2 = relu(g.conv(x, "c2", 64, 48, 3, 1, pad=2, dil=2, bias=True), "c2_r")
+    c3 = g.node("AveragePool", [x], "c3p", kernel_shape=[3, 3], pads=[1] * 4, count_include_pad=0)
+    c3 = g.conv(c3, "c3", 64, 16, 1, 1, bias=True)
+    x = g.node("Concat", [c1, c2, c3], "cat", axis=1)
+    x = g.node("AveragePool", [x], "pool2", kernel_shape=[3, 3], strides=[2, 2], pads=[1] * 4, count_include_pad=1, ceil_mode=1)
+    x = g.node("MaxPool", [x], "pool3", kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1)
+    p = g.node("Flatten", [g.node("GlobalAveragePool", [x], "gap")], "flat", axis=1)
+    w = g.const("fc_w", g.rs.randn(10, 80) * 0.2)
+    b = g.const("fc_b", g.rs.randn(10) * 0.1)
+    g.node("Gemm", [p, w, b], "logits", transB=1)
+    return g.model("bottleneck", [2, 3, 45, 45], ["logits"])
+
+
+def plain():
+    g = G(10)
+    x = g.node("Relu", [g.conv("x", "c1", 16, 32, 3, 1, pad=1, bias=True)], "c1_r")
+    x = g.node("Relu", [g.conv(x, "c2", 32, 32, 3, 1, pad=1, bias=True)], "c2_r")
+    x = g.node("MaxPool", [x], "pool", kernel_shape=[2, 2], strides=[2, 2])
+    g.conv(x, "y", 32, 64, 3, 1, pad=1, bias=True)
+    return g.model("plain", [1, 16, 20, 20], ["y"])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
@@ -85,6 +133,8 @@ def main() -> None:
     os.makedirs(out, exist_ok=True)
     save(out, "dwsep", dwsep(), np.random.RandomState(7).randn(1, 3, 67, 67).astype(np.float32))
     save(out, "mbconv", mbconv(), np.random.RandomState(8).randn(2, 16, 15, 15).astype(np.float32))
+    save(out, "bottleneck", bottleneck(), np.random.RandomState(9).randn(2, 3, 45, 45).astype(np.float32))
+    save(out, "plain", plain(), np.random.RandomState(10).randn(1, 16, 20, 20).astype(np.float32))
 
 
 if __name__ == "__main__":

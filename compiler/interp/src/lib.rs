@@ -267,6 +267,15 @@ fn exec(op: &MirOp, ins: &[&T], syms: &BTreeMap<String, u64>) -> Result<Vec<T>, 
         MirOp::Pool { kind, kernel, strides, pads, dilations, ceil_mode, count_include_pad } => {
             one(linalg::pool(*kind, ins[0], kernel, strides, pads, dilations, *ceil_mode, *count_include_pad))
         }
+        MirOp::PoolNhwc { kind, kernel, strides, pads, dilations, ceil_mode, count_include_pad } => {
+            // The same pool with the channels moved second and back.
+            let r = ins[0].shape.len();
+            let to_first: Vec<usize> = [0, r - 1].into_iter().chain(1..r - 1).collect();
+            let to_last: Vec<usize> = [0].into_iter().chain(2..r).chain([1]).collect();
+            let x = movement::transpose(ins[0], &to_first)?;
+            let y = linalg::pool(*kind, &x, kernel, strides, pads, dilations, *ceil_mode, *count_include_pad)?;
+            one(movement::transpose(&y, &to_last))
+        }
         MirOp::CumSum { axis, exclusive, reverse } => one(reduce::cumsum(ins[0], *axis, *exclusive, *reverse)),
         MirOp::TopK { axis, k, largest } => reduce::topk(ins[0], *axis, *k, *largest),
         MirOp::NonZero => one(select::nonzero(ins[0])),

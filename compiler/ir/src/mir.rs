@@ -145,6 +145,9 @@ pub enum MirOp {
     /// (x[N,C,spatial…]) → max/avg pool; `pads` = [begin…, end…]; `ceil_mode` rounds the output size up;
     /// avg divides by the full window when `count_include_pad`, else by the in-bounds count.
     Pool { kind: PoolKind, kernel: Vec<usize>, strides: Vec<usize>, pads: Vec<usize>, dilations: Vec<usize>, ceil_mode: bool, count_include_pad: bool },
+    /// (x[N,spatial…,C]) → `max_pool` / `avg_pool` with the activations channels-last (NHWC), made by
+    /// the CPU planner's layout pass as `conv_nhwc` is.
+    PoolNhwc { kind: PoolKind, kernel: Vec<usize>, strides: Vec<usize>, pads: Vec<usize>, dilations: Vec<usize>, ceil_mode: bool, count_include_pad: bool },
     /// (x) → cumulative sum along `axis`.
     CumSum { axis: usize, exclusive: bool, reverse: bool },
     /// (x) → (values, i64 indices) of the `k` largest (or smallest) along `axis`; ties pick the lower index.
@@ -324,6 +327,8 @@ impl OpSet for MirOp {
             MirOp::ConvNhwc { .. } => "conv_nhwc",
             MirOp::Pool { kind: PoolKind::Max, .. } => "max_pool",
             MirOp::Pool { kind: PoolKind::Avg, .. } => "avg_pool",
+            MirOp::PoolNhwc { kind: PoolKind::Max, .. } => "max_pool_nhwc",
+            MirOp::PoolNhwc { kind: PoolKind::Avg, .. } => "avg_pool_nhwc",
             MirOp::CumSum { .. } => "cumsum",
             MirOp::TopK { .. } => "topk",
             MirOp::NonZero => "nonzero",
@@ -727,6 +732,22 @@ impl OpSet for MirOp {
                 y.shape.0.push(m);
                 Ok(vec![y])
             }
+            MirOp::PoolNhwc { kind, kernel, strides, pads, dilations, ceil_mode, count_include_pad } => {
+                // As `max_pool` / `avg_pool` over x with its channels moved second, the result's moved last.
+                let r = x.shape.rank();
+                if r < 3 {
+                    return Err(format!("pool_nhwc: input {} must be [N,spatial...,C]", x.shape));
+                }
+                let mut first = x.shape.0.clone();
+                let c = first.remove(r - 1);
+                first.insert(1, c);
+                let xc = TensorType::new(x.dtype, Shape(first));
+                let pool = MirOp::Pool { kind: *kind, kernel: kernel.clone(), strides: strides.clone(), pads: pads.clone(), dilations: dilations.clone(), ceil_mode: *ceil_mode, count_include_pad: *count_include_pad };
+                let mut y = pool.infer(&[&xc])?.remove(0);
+                let m = y.shape.0.remove(1);
+                y.shape.0.push(m);
+                Ok(vec![y])
+            }
             MirOp::Pool { kernel, strides, pads, dilations, ceil_mode, .. } => {
                 let r = x.shape.rank();
                 let sp = kernel.len();
@@ -945,7 +966,7 @@ impl OpSet for MirOp {
                 ("groups", Attr::Int(*groups as i64)),
                 ("output_padding", usizes_attr(output_padding)),
             ],
-            MirOp::Pool { kernel, strides, pads, dilations, ceil_mode, count_include_pad, .. } => vec![
+            MirOp::Pool { kernel, strides, pads, dilations, ceil_mode, count_include_pad, .. } | MirOp::PoolNhwc { kernel, strides, pads, dilations, ceil_mode, count_include_pad, .. } => vec![
                 ("kernel", usizes_attr(kernel)),
                 ("strides", usizes_attr(strides)),
                 ("pads", usizes_attr(pads)),
@@ -1021,6 +1042,15 @@ impl OpSet for MirOp {
                 dilations: a.usizes("dilations")?,
                 groups: a.usize("groups")?,
                 output_padding: a.usizes("output_padding")?,
+            },
+            "max_pool_nhwc" | "avg_pool_nhwc" => MirOp::PoolNhwc {
+                kind: if kind == "max_pool_nhwc" { PoolKind::Max } else { PoolKind::Avg },
+                kernel: a.usizes("kernel")?,
+                strides: a.usizes("strides")?,
+                pads: a.usizes("pads")?,
+                dilations: a.usizes("dilations")?,
+                ceil_mode: a.bool("ceil_mode")?,
+                count_include_pad: a.bool("count_include_pad")?,
             },
             "max_pool" | "avg_pool" => MirOp::Pool {
                 kind: if kind == "max_pool" { PoolKind::Max } else { PoolKind::Avg },

@@ -1,13 +1,16 @@
-//! The CPU layout pass (`rlx_opt::channels_last`, `--layout auto`, the default): depthwise-separable CNNs
-//! (`tests/native/make_nhwc_cnns.py` — a MobileNet-style `dwsep` and an EfficientNet-style `mbconv` with
-//! squeeze-and-excitation, a residual, asymmetric padding, stride 2, dilation 2, 5×5 windows, channel
-//! counts that are no multiple of the vector width and a concat along the channels) run channels-last —
-//! their depthwise convolutions and dwsep's 3-channel stem as `conv_nhwc` kernels (`plan/conv_nhwc.rs`),
-//! their pointwise ones as matmuls, the layout changed only at the edges —, and `rlxc run --target interp` matches ONNX
-//! Runtime, and the host object (LLVM and Cranelift), the x86_64 one (AVX2: 8 lanes) and the host
-//! object with `--layout nchw` match the interpreter within 1e-4 on every output; the window-kernel
-//! models (pools and grouped convolutions between the depthwise ones) are left in NCHW (a ResNet-style
-//! bottleneck too: `rlx_opt`'s unit tests of the pass).
+//! The CPU layout pass (`rlx_opt::channels_last`, `--layout auto`, the default): CNNs
+//! (`tests/native/make_nhwc_cnns.py` — a MobileNet-style `dwsep`, an EfficientNet-style `mbconv` with
+//! squeeze-and-excitation, and a ResNet / Inception-style `bottleneck`: residuals, asymmetric padding,
+//! stride 2, dilation 2, 5×5 and 7×7 windows, channel counts that are no multiple of the vector width,
+//! concats along the channels, max and average pools with and without ceil mode and counted padding,
+//! batch 2) run channels-last — depthwise convolutions as `conv_nhwc` window kernels
+//! (`plan/conv_nhwc.rs`), dense ones as its implicit GEMM over a padded copy of x
+//! (`plan/conv_nhwc_gemm.rs`), pointwise ones as matmuls, pools as `*_pool_nhwc`, the layout changed only
+//! at the edges —, and `rlxc run --target interp` matches ONNX Runtime, and the host object (LLVM and
+//! Cranelift), the x86_64 one (AVX2: 8 lanes) and the host object with `--layout nchw` match the
+//! interpreter within 1e-4 on every output; the window-kernel models (grouped convolutions between the
+//! depthwise ones) and a VGG-style one without pointwise convolutions are left in NCHW (a ResNet-style
+//! bottleneck whose layout changes would cost too much too: `rlx_opt`'s unit tests of the pass).
 //!
 //! Needs the venv (onnx, onnxruntime) from `make setup`; a missing one fails the test, it never skips.
 
@@ -45,23 +48,32 @@ fn lir(model: &Path, extra: &[&str], out: &Path) -> String {
 }
 
 /// Kernels of each form in a LIR text: channels-last depthwise and dense ones (their packed weights'
-/// labels), and the layout changes the pass left.
-fn forms(lir: &str) -> (usize, usize, usize) {
+/// labels), the padded copies of the dense ones' inputs, and the layout changes the pass left.
+fn forms(lir: &str) -> (usize, usize, usize, usize) {
     let launches: Vec<&str> = lir.lines().filter(|l| l.starts_with("launch ")).collect();
     let bufs = |what: &str| lir.lines().filter(|l| l.starts_with("buf ") && l.contains(what)).count();
     let moves = launches.iter().filter(|l| l.contains("/to_nhwc\"") || l.contains("/to_nchw\"")).count();
-    (bufs("(packed [taps][channels])"), bufs("(packed [panels][taps][channels]"), moves)
+    let pads = launches.iter().filter(|l| l.contains("/pad\"")).count();
+    (bufs("(packed [taps][channels])"), bufs("(packed [panels][taps][channels]"), pads, moves)
 }
 
 #[test]
-fn depthwise_separable_models_run_channels_last_and_match_the_interpreter() {
-    for (model, outs, depthwise, stems, changes) in [("dwsep", &["logits"][..], 5, 1, 1), ("mbconv", &["y"][..], 2, 0, 2)] {
+fn cnns_run_channels_last_and_match_the_interpreter() {
+    let cases = [
+        // dwsep: its input's change inside the stem's padded copy (the stem a dense `conv_nhwc`).
+        ("dwsep", &["logits"][..], (5, 1, 1, 0)),
+        // mbconv: its input's and output's changes.
+        ("mbconv", &["y"][..], (2, 0, 0, 2)),
+        // bottleneck: stem, three 3×3 and a strided 1×1 dense, four of them padded; pools, concat and
+        // global pool channels-last too: no change but inside the stem's padded copy.
+        ("bottleneck", &["logits"][..], (0, 5, 4, 0)),
+    ];
+    for (model, outs, want) in cases {
         let dir = scratch(model);
         let onnx = models().join(format!("{model}.onnx"));
-        // dwsep: its input's change (before its stem, a dense `conv_nhwc`); mbconv: its input's and output's.
         let got = forms(&lir(&onnx, &[], &dir.join("lir")));
-        assert_eq!(got, (depthwise, stems, changes), "{model}: (depthwise, dense channels-last kernels, layout changes)");
-        assert_eq!(forms(&lir(&onnx, &["--layout", "nchw"], &dir.join("lir_nchw"))), (0, 0, 0), "{model} --layout nchw");
+        assert_eq!(got, want, "{model}: (depthwise, dense channels-last kernels, padded copies, layout changes)");
+        assert_eq!(forms(&lir(&onnx, &["--layout", "nchw"], &dir.join("lir_nchw"))), (0, 0, 0, 0), "{model} --layout nchw");
         run(model, "interp", &[], &dir.join("interp"));
         run(model, "host", &[], &dir.join("llvm"));
         run(model, "host", &["--backend", "cranelift"], &dir.join("cranelift"));
@@ -72,13 +84,19 @@ fn depthwise_separable_models_run_channels_last_and_match_the_interpreter() {
     }
 }
 
-/// Models whose convolutions would need a layout change on each side of most of them keep NCHW: the
-/// window-kernel models (pools and grouped convolutions between the depthwise ones).
+/// Models whose convolutions would need a layout change on each side of most of them keep NCHW — the
+/// window-kernel models (grouped convolutions between the depthwise ones) —, and so does one with no
+/// pointwise convolution (`plain`: its 3×3 ones keep NCHW's direct and Winograd forms); `plain` still
+/// matches ONNX Runtime (interpreter) and the interpreter (host).
 #[test]
-fn models_that_would_pay_layout_changes_keep_nchw() {
+fn models_that_would_not_gain_keep_nchw() {
     let dir = scratch("keep");
     for model in ["window", "silu", "padded"] {
         let onnx = models().join("window").join(format!("{model}.onnx"));
-        assert_eq!(forms(&lir(&onnx, &[], &dir.join(model))), (0, 0, 0), "{model}");
+        assert_eq!(forms(&lir(&onnx, &[], &dir.join(model))), (0, 0, 0, 0), "{model}");
     }
+    assert_eq!(forms(&lir(&models().join("plain.onnx"), &[], &dir.join("plain"))), (0, 0, 0, 0), "plain");
+    run("plain", "interp", &[], &dir.join("plain_run/interp"));
+    run("plain", "host", &[], &dir.join("plain_run/llvm"));
+    assert_outputs_match("plain", &["y"], models(), &dir.join("plain_run"), &["llvm"]);
 }

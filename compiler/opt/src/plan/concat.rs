@@ -8,7 +8,9 @@
 
 use super::fuse::Role;
 use super::Planner;
+use super::kernel::KB;
 use rlx_ir::lir::{Base, Buffer};
+use rlx_ir::loops::{Access, Expr, LoopKind, Stmt};
 use rlx_ir::{MirOp, NodeId, OpSet, ValueId};
 use std::collections::{HashMap, HashSet};
 
@@ -82,5 +84,46 @@ impl Planner<'_> {
         };
         self.buf_of[v.index()] = Some(b);
         b
+    }
+
+    /// Whether concat root `r` is copied run by run ([`Self::concat_copy_body`]): a concat not in place
+    /// whose inputs are all in buffers of its type.
+    pub(super) fn is_concat_copy(&self, r: NodeId) -> bool {
+        let n = self.g.node(r);
+        matches!(n.op, MirOp::Concat { .. }) && n.inputs.iter().all(|&v| self.buf_of[v.index()].is_some() && self.dt(v) == self.dt(n.outputs[0]))
+    }
+
+    /// A concat that is a launch of its own: for each index before the axis (the parallel loop), each
+    /// input's contiguous run of (its size along the axis × the dims after it) elements copied as a
+    /// vector loop. Per element, choosing the input with a select, a channels-last concat of an
+    /// Inception block (576 channels at 14², four inputs) took 0.45 ms.
+    pub(super) fn concat_copy_body(&mut self, kb: &mut KB, r: NodeId, op: u32, out_shape: &[usize]) -> Vec<Stmt> {
+        let node = self.g.node(r).clone();
+        let MirOp::Concat { axis } = node.op else { unreachable!("concat_copy_body on {}", node.op.kind()) };
+        let outer: usize = out_shape[..axis].iter().product();
+        let inner: usize = out_shape[axis + 1..].iter().product();
+        let total = out_shape[axis] * inner;
+        let lanes = if self.dt(node.outputs[0]) == rlx_ir::DType::F32 { self.lanes.max(1) } else { 1 };
+        let o = kb.var();
+        let mut body = Vec::new();
+        let mut at = 0;
+        for &v in &node.inputs {
+            let run = self.shape(v)[axis] * inner;
+            let b = self.buf_of[v.index()].expect("is_concat_copy checks the buffers");
+            let p = kb.param(b, &self.buffers[b as usize].clone(), Access::Read);
+            let full = if lanes > 1 { run / lanes * lanes } else { 0 };
+            for (from, len, kind) in [(0, full, LoopKind::Vector(lanes as u32)), (full, run - full, LoopKind::Serial)] {
+                if len == 0 {
+                    continue;
+                }
+                let j = kb.var();
+                let e = Expr::add(Expr::Int(from as i64), Expr::Var(j));
+                let src = Expr::add(Expr::mul(Expr::Var(o), Expr::Int(run as i64)), e.clone());
+                let dst = Expr::add(Expr::mul(Expr::Var(o), Expr::Int(total as i64)), Expr::add(Expr::Int(at as i64), e));
+                body.push(Stmt::For { var: j, extent: len as i64, kind, body: vec![Stmt::Store { buf: op, index: dst, value: Expr::load(p, src) }] });
+            }
+            at += run;
+        }
+        vec![Stmt::For { var: o, extent: outer as i64, kind: LoopKind::Parallel, body }]
     }
 }

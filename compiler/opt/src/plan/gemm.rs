@@ -94,7 +94,10 @@ impl Planner<'_> {
         let per_batch = packed.is_none() && self.lanes >= 8 && rows / m_rows > 1 && m_rows % mr != 0;
         let tpb = m_rows.div_ceil(mr);
         let tiles = if per_batch { rows / m_rows * tpb } else { rows.div_ceil(mr) };
-        let (nblocks, rb_tiles) = row_blocks(tiles, kdim, mr, odt.size().unwrap_or(4));
+        // A weight much larger than A (a 1×1 convolution's 2048 × 512 at 7², 49 rows) is read once a
+        // block: then the panels are the parallel dimension, each panel's K × nr slice streamed once.
+        let few_rows = packed.is_some() && n.div_ceil(nr) >= 8 && n >= 4 * rows;
+        let (nblocks, rb_tiles) = if few_rows { (1, tiles) } else { row_blocks(tiles, kdim, mr, odt.size().unwrap_or(4)) };
         let blk = kb.var();
         let tl = kb.var();
         let blk_e = if nblocks > 1 { Expr::Var(blk) } else { Expr::Int(0) };

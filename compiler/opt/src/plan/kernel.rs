@@ -135,12 +135,13 @@ impl Planner<'_> {
                 }
                 self.block_matmul_body(&mut kb, a, r, op, &out_shape)
             }
+            None if self.is_concat_copy(r) => self.concat_copy_body(&mut kb, r, op, &out_shape),
             None => self.elementwise_body(&mut kb, r, op, &out_shape),
-            Some(a) if self.is_conv_nhwc(a) => {
+            Some(a) if self.is_nhwc_window(a) => {
                 if a != r {
                     nodes.insert(0, a);
                 }
-                self.conv_nhwc_body(&mut kb, a, r, op, &out_shape)
+                self.nhwc_window_body(&mut kb, a, r, op, &out_shape)
             }
             Some(a) if self.conv_gemm.contains_key(&a) => {
                 if a != r {

@@ -40,6 +40,7 @@ mod conv;
 mod conv_gemm;
 mod dw_lanes;
 mod conv_nhwc;
+mod conv_nhwc_gemm;
 mod dw_padded;
 mod flat;
 mod conv_lanes;
