@@ -189,13 +189,14 @@ fn minilm_uses_tiles_warp_rows_and_tensor_cores() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Hopper's wgmma tiles (nvptx/wgmma.rs, `RLX_CUDA_WGMMA=1` at compile time, `--sm 90`, bf16):
-/// MiniLM batch 8's whole-tile matmuls become four `wgmma.mma_async` per K slice of 64 (m64nNk16,
-/// both operands through shared-memory descriptors), their shared stores fenced for the async proxy,
+/// Hopper's wgmma tiles (nvptx/wgmma.rs, `RLX_CUDA_WGMMA=1` at compile time, `--sm 90`, bf16 and
+/// tf32): MiniLM batch 8's whole-tile matmuls become four `wgmma.mma_async` per K slice (bf16:
+/// m64nNk16 over slices of 64; tf32: m64nNk8 over slices of 32 — 128 bytes a row either way), both
+/// operands through shared-memory descriptors, their shared stores fenced for the async proxy,
 /// the module written for sm_90a with PTX 8.0 and assembled by ptxas for sm_90a; each such kernel
 /// asks for dynamic shared memory (two slices of both operands, 128 bytes a row, plus 1,024 for the
-/// alignment). The switch changes nothing elsewhere: unset, or under --sm 80, or with tf32 or fp16
-/// (not checked on a GPU), no wgmma and the usual `.target`. Not emulated on the CPU (`tests/gpu/emulate_cuda.py` has `mma.sync` only):
+/// alignment). The switch changes nothing elsewhere: unset, or under --sm 80, or with f32 (3×TF32)
+/// or fp16 (not checked on a GPU), no wgmma and the usual `.target`. Not emulated on the CPU (`tests/gpu/emulate_cuda.py` has `mma.sync` only):
 /// the numbers are checked on the GPU (tests/gpu/bench_gemm.py's `wg` variants, bench_cuda.py's
 /// `_wg` twins).
 #[test]
@@ -209,7 +210,7 @@ fn wgmma_tiles_assemble_for_sm90a_only_when_asked() {
         let sched = rlx_rt::schedule::Schedule::parse(&std::fs::read(out.join("minilm.schedule.bin")).unwrap()).unwrap();
         (std::fs::read_to_string(out.join("minilm.ptx")).unwrap(), sched)
     };
-    for (p, ty) in [("bf16", "bf16.bf16")] {
+    for (p, ty) in [("bf16", "bf16.bf16"), ("tf32", "tf32.tf32")] {
         let (ptx, sched) = compile(p, "1", "90", p);
         assert!(ptx.contains(".version 8.0") && ptx.contains(".target sm_90a"), "{p}: {}", &ptx[..ptx.len().min(300)]);
         let issues = ptx.matches("wgmma.mma_async.sync.aligned.m64n").count();
@@ -226,7 +227,7 @@ fn wgmma_tiles_assemble_for_sm90a_only_when_asked() {
         let ptx_path = dir.join(p).join("minilm.ptx");
         ok(Command::new(&ptxas).args(["-arch=sm_90a", s(&ptx_path), "-o", s(&dir.join("a.cubin"))]));
     }
-    for (tag, wg, sm, p, target) in [("off", "0", "90", "bf16", "sm_90"), ("sm80", "1", "80", "bf16", "sm_80"), ("tf32", "1", "90", "tf32", "sm_90"), ("fp16", "1", "90", "fp16", "sm_90")] {
+    for (tag, wg, sm, p, target) in [("off", "0", "90", "bf16", "sm_90"), ("sm80", "1", "80", "bf16", "sm_80"), ("f32", "1", "90", "f32", "sm_90"), ("fp16", "1", "90", "fp16", "sm_90")] {
         let (ptx, _) = compile(tag, wg, sm, p);
         assert!(!ptx.contains("wgmma") && ptx.contains(&format!(".target {target}\n")) && ptx.contains("mma.sync"), "{tag}: {}", &ptx[..ptx.len().min(300)]);
     }

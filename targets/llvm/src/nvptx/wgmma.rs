@@ -52,7 +52,7 @@ use rlx_ir::loops::Var;
 /// `--precision bf16` (fp16's form — `.f16` operands, `cvt.rn.f16x2` — assembles but was not checked
 /// on a GPU, so it is not taken).
 pub fn on(sm: u32, kind: Mma) -> bool {
-    sm == 90 && kind == Mma::Bf16 && mode().is_some()
+    sm == 90 && matches!(kind, Mma::Bf16 | Mma::Tf32) && mode().is_some()
 }
 
 /// `RLX_CUDA_WGMMA`: 1 or 2 (the next slice's stores overlapping the `wgmma`s).
@@ -65,6 +65,22 @@ fn overlapped() -> bool {
     mode() == Some(2)
 }
 
+/// The block tile for these kernels from [`vec_tile::tile`]'s pick `(bm, bn)` of an M×N matmul (`nb`
+/// of them): with `RLX_CUDA_WGMMA_TILE=W` at compile time (W ≥ 1 waves; unset or 0: the pick as it
+/// is), 128×64 where the pick has 128 rows and is wider and 128×64 tiles give at least W waves of
+/// blocks on an H200's 132 SMs (session 23's forced tiles, bf16 N = 1: MiniLM batch 32's FFN up,
+/// 4096 × 1536, 48.9 → 43.7 µs and its merged Q/K/V 42.0 → 38.7 as 768 / 576 blocks of 128×64;
+/// batch 32's N = 384 matmuls, 192 blocks, and batch 8's slower).
+pub fn tile(m: i64, n: i64, nb: i64, (bm, bn): (i64, i64)) -> (i64, i64) {
+    let waves = std::env::var("RLX_CUDA_WGMMA_TILE").ok().and_then(|v| v.parse::<i64>().ok()).unwrap_or(0);
+    let blocks = (m / 128) * (n / 64) * nb;
+    if waves >= 1 && bm == 128 && bn > 64 && m % 128 == 0 && n % 64 == 0 && blocks >= waves * 132 {
+        (128, 64)
+    } else {
+        (bm, bn)
+    }
+}
+
 /// Whether a module's LLVM IR uses `wgmma` (then it is written for sm_90a, PTX 8.0).
 pub fn used(ir: &str) -> bool {
     ir.contains("wgmma.mma_async")
@@ -72,10 +88,14 @@ pub fn used(ir: &str) -> bool {
 
 /// The dynamic shared array of these kernels (aligned at run time to 1,024 bytes inside it).
 const DSW: &str = "@dsw";
-/// The K slice: one 128-byte swizzled row of 16-bit values.
-const TK: i64 = 64;
-/// Bytes of a staged row.
+/// Bytes of a staged row: one 128-byte swizzled row.
 const ROW: i64 = 128;
+
+/// The K slice (one staged row) and the K values of a 16-byte chunk: 64 and 8 of 16-bit values,
+/// 32 and 4 of tf32 words.
+fn slice(kind: Mma) -> (i64, i64) {
+    if kind == Mma::Tf32 { (32, 4) } else { (64, 8) }
+}
 
 /// One staged 16-byte chunk of an operand's slice: its global pointer at the slice's start, its
 /// register slot(s), its byte offset in a stage, whether it is a 16-bit copy's, and its operand.
@@ -88,7 +108,7 @@ struct Chunk {
     row_dep: String,
 }
 
-/// The matmul body, or `None` where the form does not apply (K not a multiple of 64, an operand read
+/// The matmul body, or `None` where the form does not apply (K not a multiple of the slice, an operand read
 /// across heads whose period does not fit the slice, a tile whose rows are not whole chunks per
 /// thread or whose warpgroup width `wgmma` has no shape for): the grid and the dynamic shared bytes.
 #[allow(clippy::too_many_arguments)]
@@ -98,7 +118,8 @@ pub fn matmul(
 ) -> Result<Option<([u32; 3], u32)>, String> {
     let (m, n, nb): (i64, i64, i64) = (rows.iter().map(|d| d.1).product(), cols.iter().map(|d| d.1).product(), batch.iter().map(|d| d.1).product());
     let (kv, kext) = acc.ks[0];
-    let periods = [a.period, b.period].into_iter().flatten().all(|e| e % TK == 0 || (TK % e == 0 && e % 8 == 0));
+    let (tk, per) = slice(kind);
+    let periods = [a.period, b.period].into_iter().flatten().all(|e| e % tk == 0 || (tk % e == 0 && e % per == 0));
     let (wgm, wgn) = match bm {
         128 => (2, 1),
         64 => (1, 2),
@@ -107,17 +128,18 @@ pub fn matmul(
     let wn = bn / wgn;
     let stage = (bm + bn) * ROW;
     let bytes = 2 * stage + 1024;
-    if kext % TK != 0 || !periods || (bm * 8) % 256 != 0 || (bn * 8) % 256 != 0 || wn % 8 != 0 || wn > 256 || bytes > smem {
+    if kext % tk != 0 || !periods || (bm * 8) % 256 != 0 || (bn * 8) % 256 != 0 || wn % 8 != 0 || wn > 256 || bytes > smem {
         return Ok(None);
     }
-    let (ab, cvt_ok) = match kind {
-        Mma::Bf16 => ("bf16", true),
-        Mma::Fp16 => ("f16", true),
-        _ => ("", false),
+    // The instruction: m64nWk16 for 16-bit operands (scale-a, scale-b, then both operands K-major:
+    // no transpose), m64nWk8 for tf32 (which has no transpose operands); 32 bytes of a row either way.
+    let (ab, ks, tail) = match kind {
+        Mma::Bf16 => ("bf16", 16, "1, 1, 0, 0"),
+        Mma::Fp16 => ("f16", 16, "1, 1, 0, 0"),
+        Mma::Tf32 => ("tf32", 8, "1, 1"),
+        _ => return Ok(None),
     };
-    if !cvt_ok {
-        return Ok(None);
-    }
+    let tf32 = kind == Mma::Tf32;
     globals.push(format!("{DSW} = external addrspace(3) global [0 x i8], align 1024"));
     let (tid, m0, n0, kslot) = block_origin(w, (bm, bn), batch, kv);
     // The aligned start of the two stages: as a shared address (descriptors) and as bytes past @dsw.
@@ -129,7 +151,7 @@ pub fn matmul(
     // stored at row·128 + 16·(chunk ^ row % 8) after the operand's earlier rows.
     let mut chunks = Vec::new();
     for (oi, (x, own, off, from_rows, dims)) in [(a, bm, 0, &m0, rows), (b, bn, bm * ROW, &n0, cols)].into_iter().enumerate() {
-        let copy = if x.by8 { halves.of_param(x.buf) } else { None };
+        let copy = if x.by8 && !tf32 { halves.of_param(x.buf) } else { None };
         let from = match copy {
             Some((bind, o)) => w.emit_op(format!("getelementptr inbounds i8, ptr %g{bind}, i64 {o}")),
             None => ptrs[x.buf as usize].clone(),
@@ -138,7 +160,7 @@ pub fn matmul(
             let e = w.emit_op(format!("add nuw nsw i64 {tid}, {}", 256 * q));
             let r = w.emit_op(format!("lshr i64 {e}, 3"));
             let j = w.emit_op(format!("and i64 {e}, 7"));
-            let kq = w.emit_op(format!("shl nuw nsw i64 {j}, 3"));
+            let kq = w.emit_op(format!("mul nuw nsw i64 {j}, {per}"));
             let g = w.emit_op(format!("add nuw nsw i64 {from_rows}, {r}"));
             unflatten(w, &g, dims);
             w.emit(&format!("store i64 {kq}, ptr {kslot}"));
@@ -168,7 +190,7 @@ pub fn matmul(
             let p = w.emit_op(format!("getelementptr inbounds {ety}, ptr {}, i64 {}", c.ptr, offs[c.oi]));
             let v = w.emit_op(format!("load {vty}, ptr {p}, align 16"));
             w.emit(&format!("store {vty} {v}, ptr {}", c.regs[0]));
-            if !c.half {
+            if !c.half && !tf32 {
                 let p4 = w.emit_op(format!("getelementptr inbounds float, ptr {p}, i64 4"));
                 let v = w.emit_op(format!("load <4 x float>, ptr {p4}, align 16"));
                 w.emit(&format!("store <4 x float> {v}, ptr {}", c.regs[1]));
@@ -181,6 +203,16 @@ pub fn matmul(
         for c in &chunks {
             let v = if c.half {
                 w.emit_op(format!("load <4 x i32>, ptr {}", c.regs[0]))
+            } else if tf32 {
+                // Four f32 values, each rounded to tf32 (`cvt.rna`, as the mma.sync tiles stage them).
+                let v = w.emit_op(format!("load <4 x float>, ptr {}", c.regs[0]));
+                let mut vv = "poison".to_string();
+                for i in 0..4 {
+                    let x = w.emit_op(format!("extractelement <4 x float> {v}, i64 {i}"));
+                    let word = to_operand(w, kind, &x, None);
+                    vv = w.emit_op(format!("insertelement <4 x i32> {vv}, i32 {word}, i64 {i}"));
+                }
+                vv
             } else {
                 let mut x = Vec::new();
                 for r in &c.regs {
@@ -220,7 +252,7 @@ pub fn matmul(
     let fmt_list = |from: i64| (from..from + accs).map(|i| format!("${i}")).collect::<Vec<_>>().join(",");
     let mut text = format!("{{ .reg .pred p; setp.ne.b32 p, ${}, 0; wgmma.fence.sync.aligned; ", accs + 8);
     for s in 0..4 {
-        text += &format!("wgmma.mma_async.sync.aligned.m64n{wn}k16.f32.{ab}.{ab} {{{}}}, ${}, ${}, p, 1, 1, 0, 0; ", fmt_list(0), accs + 2 * s, accs + 2 * s + 1);
+        text += &format!("wgmma.mma_async.sync.aligned.m64n{wn}k{ks}.f32.{ab}.{ab} {{{}}}, ${}, ${}, p, {tail}; ", fmt_list(0), accs + 2 * s, accs + 2 * s + 1);
     }
     let overlap = overlapped();
     text += if overlap { "wgmma.commit_group.sync.aligned; }" } else { "wgmma.commit_group.sync.aligned; wgmma.wait_group.sync.aligned 0; }" };
@@ -271,22 +303,22 @@ pub fn matmul(
         load_slice(w, "0");
         store_slice(w, "0");
         fence(w);
-        if kext > TK {
-            load_slice(w, &TK.to_string());
+        if kext > tk {
+            load_slice(w, &tk.to_string());
         }
         barrier(w);
-        for_loop(w, "%s.k0", "0", &kext.to_string(), TK, &mut |w| {
+        for_loop(w, "%s.k0", "0", &kext.to_string(), tk, &mut |w| {
             let k0 = w.emit_op("load i64, ptr %s.k0".into());
-            let kt = w.emit_op(format!("udiv i64 {k0}, {TK}"));
+            let kt = w.emit_op(format!("udiv i64 {k0}, {tk}"));
             let st = w.emit_op(format!("and i64 {kt}, 1"));
             compute(w, &st);
-            let k1 = w.emit_op(format!("add nuw nsw i64 {k0}, {TK}"));
+            let k1 = w.emit_op(format!("add nuw nsw i64 {k0}, {tk}"));
             let more = w.emit_op(format!("icmp slt i64 {k1}, {kext}"));
             if_(w, &more, &mut |w| {
                 let nx = w.emit_op(format!("xor i64 {st}, 1"));
                 store_slice(w, &nx);
                 fence(w);
-                let k2 = w.emit_op(format!("add nuw nsw i64 {k1}, {TK}"));
+                let k2 = w.emit_op(format!("add nuw nsw i64 {k1}, {tk}"));
                 let more2 = w.emit_op(format!("icmp slt i64 {k2}, {kext}"));
                 if_(w, &more2, &mut |w| {
                     load_slice(w, &k2);
@@ -301,14 +333,14 @@ pub fn matmul(
         return Ok(Some((grid(m, n, nb, bm, bn)?, bytes as u32)));
     }
     load_slice(w, "0");
-    for_loop(w, "%s.k0", "0", &kext.to_string(), TK, &mut |w| {
+    for_loop(w, "%s.k0", "0", &kext.to_string(), tk, &mut |w| {
         let k0 = w.emit_op("load i64, ptr %s.k0".into());
-        let kt = w.emit_op(format!("udiv i64 {k0}, {TK}"));
+        let kt = w.emit_op(format!("udiv i64 {k0}, {tk}"));
         let st = w.emit_op(format!("and i64 {kt}, 1"));
         store_slice(w, &st);
         fence(w);
         barrier(w);
-        let k1 = w.emit_op(format!("add nuw nsw i64 {k0}, {TK}"));
+        let k1 = w.emit_op(format!("add nuw nsw i64 {k0}, {tk}"));
         let more = w.emit_op(format!("icmp slt i64 {k1}, {kext}"));
         if_(w, &more, &mut |w| {
             load_slice(w, &k1);
