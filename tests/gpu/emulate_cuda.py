@@ -105,21 +105,29 @@ for (sty, text, cons), i in wgmma_blocks.items():
     opnds = [x for x in c_[outs:] if not x.startswith("~")]
     ty = {"l": "i64", "r": "i32"}
     params = [f"{ty.get(x, 'float')} %i{j}" for j, x in enumerate(opnds)]
-    mm = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k(\d+)\.f32\.(\w+)\.\w+ \{[^}]*\}, \$(\d+), \$(\d+), p, ([\d, ]+);", text)
-    assert mm and len(mm) * 2 == sum(1 for x in opnds if x == "l"), text
+    mm = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k(\d+)\.f32\.(\w+)\.\w+ \{([^}]*)\}, \$(\d+), \$(\d+), p, ([\d, ]+);", text)
     wn, ks, ab = int(mm[0][0]), int(mm[0][1]), mm[0][2]
-    assert all((int(x[0]), int(x[1]), x[2]) == (wn, ks, ab) for x in mm) and outs == wn // 2, text
+    assert all((int(x[0]), int(x[1]), x[2]) == (wn, ks, ab) for x in mm) and outs % (wn // 2) == 0, text
+    # Each mma_async's accumulators: wn / 2 consecutive outputs (3×TF32's blocks have two such sets).
+    firsts = []
+    for x in mm:
+        regs_ = [int(v.strip()[1:]) for v in x[3].split(",")]
+        assert regs_ == list(range(regs_[0], regs_[0] + wn // 2)) and regs_[-1] < outs, text
+        firsts.append(regs_[0])
     # The immediates after p: scale-a, scale-b (1: not negated), and for 16-bit operands both transposes 0 (K-major).
-    assert all(x[5].replace(" ", "") == ("1,1" if ab == "tf32" else "1,1,0,0") for x in mm), text
+    assert all(x[6].replace(" ", "") == ("1,1" if ab == "tf32" else "1,1,0,0") for x in mm), text
     code = {"bf16": 1, "tf32": 0}[ab]
     scale = int(re.search(r"setp\.ne\.b32 p, \$(\d+), 0;", text).group(1)) - outs
     body = [f"  %acc = alloca [{outs} x float]", f"  %desc = alloca [{2 * len(mm)} x i64]"]
+    assert sorted({int(v) for x in mm for v in x[4:6]}) == [outs + j for j, y in enumerate(opnds) if y == "l"] and all(y == "l" for y in opnds[:len(opnds) - outs - 1]), text
     for j in range(outs):
         body += [f"  %pa{j} = getelementptr float, ptr %acc, i64 {j}", f"  store float %i{opnds.index(str(j))}, ptr %pa{j}"]
     for q, x in enumerate(mm):
         for h in range(2):
-            body += [f"  %pd{q}_{h} = getelementptr i64, ptr %desc, i64 {2 * q + h}", f"  store i64 %i{int(x[3 + h]) - outs}, ptr %pd{q}_{h}"]
-    body.append(f"  call void @emu_wgmma(ptr %acc, ptr %desc, i32 {len(mm)}, i32 {code}, i32 {wn}, i32 %i{scale})")
+            body += [f"  %pd{q}_{h} = getelementptr i64, ptr %desc, i64 {2 * q + h}", f"  store i64 %i{int(x[4 + h]) - outs}, ptr %pd{q}_{h}"]
+    # In the block's order, each on its own accumulators.
+    for q in range(len(mm)):
+        body.append(f"  call void @emu_wgmma(ptr %pa{firsts[q]}, ptr %pd{q}_0, i32 1, i32 {code}, i32 {wn}, i32 %i{scale})")
     prev = "poison"
     for j in range(outs):
         body += [f"  %v{j} = load float, ptr %pa{j}", f"  %r{j} = insertvalue {sty} {prev}, float %v{j}, {j}"]
