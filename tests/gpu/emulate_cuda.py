@@ -198,6 +198,10 @@ static void mma(int k16, float *d, int a0,int a1,int a2,int a3,int b0,int b1,flo
 }
 void emu_mma_c_tf32(float*d,int a0,int a1,int a2,int a3,int b0,int b1,float c0,float c1,float c2,float c3){ mma(0,d,a0,a1,a2,a3,b0,b1,c0,c1,c2,c3); }
 void emu_mma_c_bf16(float*d,int a0,int a1,int a2,int a3,int b0,int b1,float c0,float c1,float c2,float c3){ mma(1,d,a0,a1,a2,a3,b0,b1,c0,c1,c2,c3); }
+""")
+# Only where the module has wgmma kernels (which define the emu_dsw array it reads).
+if wgmma_blocks:
+    c.append("""
 /* wgmma.mma_async m64nNk16 bf16 / m64nNk8 tf32, f32 accumulation, both operands K-major in shared memory
    through descriptors (the PTX ISA's matrix descriptor: start address >> 4 in bits 0-13, leading byte
    offset >> 4 in 16-29, stride byte offset >> 4 in 32-45, base offset in 49-51, swizzle mode in 62-63).
