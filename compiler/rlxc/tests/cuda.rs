@@ -244,7 +244,11 @@ fn wgmma_tiles_assemble_for_sm90a_only_when_asked() {
 /// slices of 32) and f32 (3×TF32: the same tf32 instructions, three per k step over the operands'
 /// big and small parts), forced to 64×64, 128×64, 128×96, 64×96 and 128×128 tiles — warpgroups along N
 /// (64-row tiles) and along M (128-row ones), instruction widths n32 … n128 —, both forms (2: the next
-/// slice stored while the wgmmas run). Each module uses wgmma, assembles for sm_90a, and its output's
+/// slice stored while the wgmmas run); and make_tiled.py's splitk_wide (a 256 × 1024 @ 1024 × 384
+/// matmul split across launches in 4 parts, RLX_CUDA_SPLIT_K_WIDE=4 — the parts the tiles' batch
+/// dimension, as MiniLM batch 8's FFN down — summed by the LayerNorm after it) at f32, tf32 and bf16
+/// (measured: f32 1.9e-6 max abs, tf32 1.6e-4, bf16 1.3e-3 relative RMS, those of the `mma.sync`
+/// tiles' emulation). Each module uses wgmma, assembles for sm_90a, and its output's
 /// relative RMS error against the interpreter is within the `mma.sync` tiles' tolerances (measured:
 /// f32 1.25e-7, tf32 2.97e-4, bf16 2.36e-3 on gemm_small, those tiles' figures; emulated with the
 /// swizzle left out, 1.0). What this cannot check is the hardware's own reading of the descriptors (the GPU runs:
@@ -287,6 +291,23 @@ fn wgmma_tiles_match_the_interpreter_in_cpu_emulation() {
             eprintln!("{p} tile {tile}, RLX_CUDA_WGMMA={mode}, {name}: emulated cuda (wgmma) vs interp relative rms {r:.2e}");
             assert!(r <= rel && r > 0.0, "{p} {tile} {mode} {name}: relative rms {r}");
         }
+    }
+    // The split-K partials' launch on wgmma (its grid's z the part), then the LayerNorm adding them.
+    ok(Command::new(python()).args(["tests/gpu/make_tiled.py", "--out", s(&dir)]).current_dir(repo()));
+    let ins: Vec<PathBuf> = ["wx", "wy", "wr"].iter().map(|n| dir.join(format!("{n}.npy"))).collect();
+    let model = dir.join("splitk_wide.onnx");
+    let it = dir.join("interp-splitk");
+    let args: Vec<String> = ["wx", "wy", "wr"].iter().zip(&ins).flat_map(|(n, p)| ["--input".to_string(), format!("{n}={}", s(p))]).collect();
+    ok(rlxc().args(["run", s(&model), "--target", "interp", "-o", s(&it)]).args(&args));
+    for (prec, tol) in [("f32", 1e-4), ("tf32", 1e-3), ("bf16", 6e-3)] {
+        let art = dir.join(format!("art-splitk-{prec}"));
+        ok(rlxc().env("RLX_CUDA_WGMMA", "2").env("RLX_CUDA_SPLIT_K_WIDE", "4").args(["compile", s(&model), "--target", "cuda", "--sm", "90", "--precision", prec, "--emit-ir", "-o", s(&art)]));
+        let ptx_path = art.join("splitk_wide.ptx");
+        assert!(std::fs::read_to_string(&ptx_path).unwrap().contains("wgmma.mma_async"), "{prec}: the partials' launch on wgmma");
+        ok(Command::new(ptxas()).args(["-arch=sm_90a", s(&ptx_path), "-o", s(&art.join("k.cubin"))]));
+        let emu = art.join("emu");
+        ok(Command::new(python()).arg("tests/gpu/emulate_cuda.py").args([s(&art), "splitk_wide", s(&emu)]).args(ins.iter().map(|p| s(p))).current_dir(repo()));
+        check_outputs(&it, &emu, &["ln_kw1024", "ln_kw384"], prec, tol, "wgmma, split K in 4 parts");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
