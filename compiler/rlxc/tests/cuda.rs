@@ -197,7 +197,8 @@ fn minilm_uses_tiles_warp_rows_and_tensor_cores() {
 /// sm_90a with PTX 8.0 and assembled by ptxas for sm_90a; each such kernel asks for dynamic shared
 /// memory (two slices of both operands, 128 bytes a row — f32: their big and small parts —, plus
 /// 1,024 for the alignment). The switch changes nothing elsewhere: unset, or under --sm 80, or with
-/// fp16 (not checked on a GPU), no wgmma and the usual `.target`. The numbers: in CPU emulation by
+/// fp16 (not checked on a GPU), no wgmma and the usual `.target`. `RLX_CUDA_WGMMA_TILE=4` takes
+/// batch 32's FFN up to 128×64 tiles and leaves the other matmuls' tiles. The numbers: in CPU emulation by
 /// `wgmma_tiles_match_the_interpreter_in_cpu_emulation`, on the GPU by tests/gpu/bench_gemm.py's `wg`
 /// variants and bench_cuda.py's `_wg` twins.
 #[test]
@@ -230,6 +231,21 @@ fn wgmma_tiles_assemble_for_sm90a_only_when_asked() {
         let ptx_path = dir.join(p).join("minilm.ptx");
         ok(Command::new(&ptxas).args(["-arch=sm_90a", s(&ptx_path), "-o", s(&dir.join("a.cubin"))]));
     }
+    // RLX_CUDA_WGMMA_TILE=4: batch 32's FFN up (4096 × 1536, 128×128 by the fill rule) in 128×64 tiles
+    // (768 blocks, ≥ 4 waves: m64n64 per warpgroup), the N = 384 matmuls (192 blocks) left as they are.
+    let n64 = |rule: Option<&str>| {
+        let out = dir.join(format!("b32-{}", rule.unwrap_or("none")));
+        let mut c = rlxc();
+        c.env("RLX_CUDA_WGMMA", "2");
+        if let Some(r) = rule {
+            c.env("RLX_CUDA_WGMMA_TILE", r);
+        }
+        ok(c.args(["compile", s(&model), "--target", "cuda", "--sm", "90", "--precision", "bf16", "--name", "minilm", "-o", s(&out), "--dim", "batch=32", "--dim", "sequence=128"]));
+        let ptx = std::fs::read_to_string(out.join("minilm.ptx")).unwrap();
+        (ptx.matches("wgmma.mma_async.sync.aligned.m64n64k16").count(), ptx.matches("wgmma.mma_async.sync.aligned.m64n96k16").count())
+    };
+    let (plain, ruled) = (n64(None), n64(Some("4")));
+    assert!(plain.0 == 0 && ruled.0 == 4 * 6 && ruled.1 == plain.1 && plain.1 > 0, "RLX_CUDA_WGMMA_TILE=4: (n64, n96) wgmmas {ruled:?}, without {plain:?}");
     for (tag, wg, sm, p, target) in [("off", "0", "90", "bf16", "sm_90"), ("sm80", "1", "80", "bf16", "sm_80"), ("fp16", "1", "90", "fp16", "sm_90")] {
         let (ptx, _) = compile(tag, wg, sm, p);
         assert!(!ptx.contains("wgmma") && ptx.contains(&format!(".target {target}\n")) && ptx.contains("mma.sync"), "{tag}: {}", &ptx[..ptx.len().min(300)]);
