@@ -21,7 +21,8 @@ buffer) reads its state from OUT_DIR/state.bin when that file exists (zeros othe
 back after the run, so calls made one after another with the same OUT_DIR continue one sequence, as
 the CUDA executor's runs do; the compiled driver is reused while the artifact is the same. What it cannot check: the GPU's own behaviour (memory model,
 the hardware's reading of the PTX) — tests/gpu/run_cuda.sh on the GPU machine does. (fp16 mma is not
-emulated.)"""
+emulated.) Hopper's `wgmma.mma_async` blocks (nvptx/wgmma.rs, `RLX_CUDA_WGMMA`, sm_90a) are emulated per
+thread from the descriptors and the 128-byte swizzle the PTX ISA documents, each done at once (below)."""
 import json, os, re, subprocess, sys
 import numpy as np
 
@@ -35,6 +36,30 @@ ir = re.sub(r'call i32 asm "cvt\.rna\.tf32\.f32 \$0, \$1;", "=r,f"', "call i32 @
 ir = re.sub(r'call i32 asm "cvt\.rn\.bf16x2\.f32 \$0, \$1, \$2;", "=r,f,f"', "call i32 @emu_cvt_bf16x2", ir)
 mma = re.findall(r'asm sideeffect "mma\.sync\.aligned\.m16n8k\d+\.row\.col\.f32\.(\w+)\.\w+\.f32', ir)
 ir = re.sub(r'asm sideeffect "mma\.sync\.aligned\.m16n8k\d+\.row\.col\.f32\.(\w+)\.\w+\.f32 [^"]*", "[^"]*"', r"@emu_mma_\1", ir)
+# Hopper's wgmma (nvptx/wgmma.rs, sm_90a): each inline-PTX block of `wgmma.mma_async`s becomes a call
+# of a generated function with the block's operands (descriptors, the scale-d flag, the accumulators),
+# which calls the driver's emu_wgmma: every thread computes its own accumulator registers (the PTX
+# ISA's m64nN f32 D layout) from the operands in shared memory as the descriptors describe them
+# (K-major, 128-byte swizzle), each `mma_async` done at once — as a cp.async copy is below — so the
+# `wait_group` blocks pass their accumulators through and the async-proxy fence is dropped.
+wgmma_blocks = {}
+def _wgmma_block(mt):
+    sty, text, cons = mt.group(1), mt.group(2), mt.group(3)
+    key = (sty, text, cons)
+    if key not in wgmma_blocks:
+        wgmma_blocks[key] = len(wgmma_blocks)
+    return f"call {sty} @emu_wg{wgmma_blocks[key]}("
+ir = re.sub(r'call (\{[^}]*\}) asm sideeffect "(\{ \.reg \.pred p; setp\.ne\.b32 p, \$\d+, 0; wgmma\.fence\.sync\.aligned; [^"]*)", "([^"]*)"\(', _wgmma_block, ir)
+wgmma_waits = set()
+def _wgmma_wait(mt):
+    n = mt.group(1).count("float")
+    wgmma_waits.add(n)
+    return f"call {mt.group(1)} @emu_wgwait{n}("
+ir = re.sub(r'call (\{[^}]*\}) asm sideeffect "wgmma\.wait_group\.sync\.aligned 0;", "[^"]*"\(', _wgmma_wait, ir)
+ir = ir.replace('  call void asm sideeffect "fence.proxy.async.shared::cta;", "~{memory}"() #1\n', "")
+# The wgmma kernels' dynamic shared array (aligned to 1,024 bytes inside it by the kernel): a global the
+# driver sees, aligned to 2^18 so that a descriptor's 18-bit address field is the offset into it.
+ir = ir.replace("@dsw = external addrspace(3) global [0 x i8], align 1024", "@emu_dsw = global [262144 x i8] zeroinitializer, align 262144").replace("@dsw", "@emu_dsw")
 # Programmatic dependent launch (--sm 90: nvptx/pdl.rs): the wait for the kernels before is a no-op
 # here, where the dispatches run one after another.
 ir = ir.replace('  call void asm sideeffect "griddepcontrol.wait;", "~{memory}"() #1\n', "")
@@ -74,6 +99,49 @@ define {{ float, float, float, float }} @emu_mma_{ty}(i32 %a0, i32 %a1, i32 %a2,
   ret {{ float, float, float, float }} %r3
 }}
 """
+for (sty, text, cons), i in wgmma_blocks.items():
+    c_ = cons.split(",")
+    outs = sum(1 for x in c_ if x.startswith("="))
+    opnds = [x for x in c_[outs:] if not x.startswith("~")]
+    ty = {"l": "i64", "r": "i32"}
+    params = [f"{ty.get(x, 'float')} %i{j}" for j, x in enumerate(opnds)]
+    mm = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k(\d+)\.f32\.(\w+)\.\w+ \{([^}]*)\}, \$(\d+), \$(\d+), p, ([\d, ]+);", text)
+    wn, ks, ab = int(mm[0][0]), int(mm[0][1]), mm[0][2]
+    assert all((int(x[0]), int(x[1]), x[2]) == (wn, ks, ab) for x in mm) and outs % (wn // 2) == 0, text
+    # Each mma_async's accumulators: wn / 2 consecutive outputs (3×TF32's blocks have two such sets).
+    firsts = []
+    for x in mm:
+        regs_ = [int(v.strip()[1:]) for v in x[3].split(",")]
+        assert regs_ == list(range(regs_[0], regs_[0] + wn // 2)) and regs_[-1] < outs, text
+        firsts.append(regs_[0])
+    # The immediates after p: scale-a, scale-b (1: not negated), and for 16-bit operands both transposes 0 (K-major).
+    assert all(x[6].replace(" ", "") == ("1,1" if ab == "tf32" else "1,1,0,0") for x in mm), text
+    code = {"bf16": 1, "tf32": 0}[ab]
+    scale = int(re.search(r"setp\.ne\.b32 p, \$(\d+), 0;", text).group(1)) - outs
+    body = [f"  %acc = alloca [{outs} x float]", f"  %desc = alloca [{2 * len(mm)} x i64]"]
+    assert sorted({int(v) for x in mm for v in x[4:6]}) == [outs + j for j, y in enumerate(opnds) if y == "l"] and all(y == "l" for y in opnds[:len(opnds) - outs - 1]), text
+    for j in range(outs):
+        body += [f"  %pa{j} = getelementptr float, ptr %acc, i64 {j}", f"  store float %i{opnds.index(str(j))}, ptr %pa{j}"]
+    for q, x in enumerate(mm):
+        for h in range(2):
+            body += [f"  %pd{q}_{h} = getelementptr i64, ptr %desc, i64 {2 * q + h}", f"  store i64 %i{int(x[4 + h]) - outs}, ptr %pd{q}_{h}"]
+    # In the block's order, each on its own accumulators.
+    for q in range(len(mm)):
+        body.append(f"  call void @emu_wgmma(ptr %pa{firsts[q]}, ptr %pd{q}_0, i32 1, i32 {code}, i32 {wn}, i32 %i{scale})")
+    prev = "poison"
+    for j in range(outs):
+        body += [f"  %v{j} = load float, ptr %pa{j}", f"  %r{j} = insertvalue {sty} {prev}, float %v{j}, {j}"]
+        prev = f"%r{j}"
+    ir += f"\ndefine internal {sty} @emu_wg{i}({', '.join(params)}) {{\n" + "\n".join(body) + f"\n  ret {sty} {prev}\n}}\n"
+if wgmma_blocks:
+    ir += "\ndeclare void @emu_wgmma(ptr, ptr, i32, i32, i32, i32)\n"
+for n in sorted(wgmma_waits):
+    sty = "{ " + ", ".join(["float"] * n) + " }"
+    body, prev = [], "poison"
+    for j in range(n):
+        body.append(f"  %r{j} = insertvalue {sty} {prev}, float %i{j}, {j}")
+        prev = f"%r{j}"
+    ir += f"\ndefine internal {sty} @emu_wgwait{n}({', '.join(f'float %i{j}' for j in range(n))}) {{\n" + "\n".join(body) + f"\n  ret {sty} {prev}\n}}\n"
 # cp.async (nvptx/cp_async.rs's pipelined tiles): each 16-byte copy done at once, so the commit and
 # wait are no-ops — a copy lands before the barrier that publishes it, as `wait_group` guarantees on
 # the GPU (what this cannot check: a wait missing or too shallow). The dynamic shared array is a plain
@@ -130,6 +198,37 @@ static void mma(int k16, float *d, int a0,int a1,int a2,int a3,int b0,int b1,flo
 }
 void emu_mma_c_tf32(float*d,int a0,int a1,int a2,int a3,int b0,int b1,float c0,float c1,float c2,float c3){ mma(0,d,a0,a1,a2,a3,b0,b1,c0,c1,c2,c3); }
 void emu_mma_c_bf16(float*d,int a0,int a1,int a2,int a3,int b0,int b1,float c0,float c1,float c2,float c3){ mma(1,d,a0,a1,a2,a3,b0,b1,c0,c1,c2,c3); }
+""")
+# Only where the module has wgmma kernels (which define the emu_dsw array it reads).
+if wgmma_blocks:
+    c.append("""
+/* wgmma.mma_async m64nNk16 bf16 / m64nNk8 tf32, f32 accumulation, both operands K-major in shared memory
+   through descriptors (the PTX ISA's matrix descriptor: start address >> 4 in bits 0-13, leading byte
+   offset >> 4 in 16-29, stride byte offset >> 4 in 32-45, base offset in 49-51, swizzle mode in 62-63).
+   Only the layout nvptx/wgmma.rs writes is accepted: 128-byte swizzle (mode 1), stride 1,024 (8-row
+   atoms of 128-byte rows), base offset 0; a row r's byte at logical offset o from the start lies at
+   o ^ ((o >> 7) & 7) << 4 of the 2^18-aligned shared array (the swizzle on address bits 4-6 by 7-9).
+   Thread tid of warp w % 4 in its warpgroup, lane 4g + t: accumulator 4j + q is row 16(w % 4) + g +
+   8(q / 2), column 8j + 2t + q % 2 of the m64 x nN tile; each mma_async sums its k products in f64
+   and rounds once. `n` mma_asyncs, descriptors (a, b) each, in order. */
+extern unsigned char emu_dsw[];
+static unsigned long swz(unsigned long o){ return o ^ (((o >> 7) & 7) << 4); }
+static float wg_val(unsigned long o, int bf16){ unsigned u; if(bf16){ unsigned short h; memcpy(&h, emu_dsw + swz(o), 2); u = (unsigned)h << 16; }
+  else { memcpy(&u, emu_dsw + swz(o), 4); u &= 0xFFFFE000u; } return bf(u); }
+static unsigned long wg_start(long d){
+  if(((d >> 62) & 3) != 1 || ((d >> 32) & 0x3FFF) != 64 || ((d >> 49) & 7) != 0 || (d & 0x3FFF) << 4 >= 262144){
+    fprintf(stderr, "emu_wgmma: descriptor %lx is not the 128-byte swizzled K-major layout this emulates\\n", (unsigned long)d); exit(1); }
+  return (unsigned long)(d & 0x3FFF) << 4; }
+void emu_wgmma(float *acc, const long *desc, int n, int bf16, int wn, int scale){
+  int l = t_tid % 32, wq = (t_tid / 32) % 4, g = l / 4, t = l % 4, ks = bf16 ? 16 : 8, eb = bf16 ? 2 : 4;
+  for(int s = 0; s < n; s++){ unsigned long a0 = wg_start(desc[2*s]), b0 = wg_start(desc[2*s+1]);
+    for(int j = 0; j < wn / 8; j++) for(int q = 0; q < 4; q++){ int row = 16*wq + g + 8*(q/2), col = 8*j + 2*t + q%2;
+      double sum = scale ? acc[4*j+q] : 0.0;
+      for(int k = 0; k < ks; k++){
+        float av = wg_val(a0 + (row/8)*1024 + (row%8)*128 + k*eb, bf16), bv = wg_val(b0 + (col/8)*1024 + (col%8)*128 + k*eb, bf16);
+        sum += (double)av * (double)bv; }
+      acc[4*j+q] = (float)sum; } }
+}
 """)
 c.append("static void call(int k){ switch(k){")
 args = ", ".join(f"B[{j}]" for j in range(nb))

@@ -209,7 +209,11 @@ pub fn kernel(li: usize, sig: &str, setup: &str, params: Vec<(DType, String)>, o
             let kv = acc.ks[0].0;
             let direct = (acc.ks.len() == 1).then(|| (vec_tile::direct(a, kv, &layout), vec_tile::direct(b, kv, &layout)));
             let fast = match (tc, direct) {
-                (Some(kind), Some((Some(da), Some(db)))) => vec_tile::tile(m, n, nb, acc.ks[0].1, kind, [da.period, db.period]).map(|t| (kind, da, db, t)),
+                (Some(kind), Some((Some(da), Some(db)))) => vec_tile::tile(m, n, nb, acc.ks[0].1, kind, [da.period, db.period]).map(|(bm, bn, tk)| {
+                    // Hopper's wgmma tiles (RLX_CUDA_WGMMA) have a tile rule of their own (RLX_CUDA_WGMMA_TILE).
+                    let (bm, bn) = if wgmma { super::wgmma::tile(m, n, nb, (bm, bn)) } else { (bm, bn) };
+                    (kind, da, db, (bm, bn, tk))
+                }),
                 _ => None,
             };
             if let Some((kind, da, db, t)) = fast {

@@ -278,7 +278,7 @@ pub fn matmul(
     w: &mut Writer, li: usize, acc: &Acc, (a, b): (&Direct, &Direct), ptrs: &[String], (rows, cols, batch): (&[(Var, i64)], &[(Var, i64)], &[(Var, i64)]), (bm, bn, tk): (i64, i64, i64), kind: Mma,
     smem: i64, wgmma: bool, halves: &mut Halves, globals: &mut Vec<String>,
 ) -> Result<([u32; 3], u32), String> {
-    // RLX_CUDA_WGMMA=1 at compile time under --sm 90, bf16 / fp16: Hopper's wgmma (wgmma.rs).
+    // RLX_CUDA_WGMMA=1|2 at compile time under --sm 90, bf16 / tf32 / f32: Hopper's wgmma (wgmma.rs).
     if wgmma {
         if let Some(r) = super::wgmma::matmul(w, acc, (a, b), ptrs, (rows, cols, batch), (bm, bn), kind, smem, halves, globals)? {
             return Ok(r);

@@ -1,34 +1,44 @@
 //! Hopper's warpgroup matrix multiply (`wgmma.mma_async`, sm_90a, PTX ISA 8.0) for `vec_tile.rs`'s
-//! whole tiles under `--precision bf16` and `--sm 90`, behind `RLX_CUDA_WGMMA=N` at compile time
-//! (off by default: [`on`]): 1 this file's form, 2 the same with the next slice's stores overlapping
-//! the `wgmma`s (below). A module with such a
+//! whole tiles under `--sm 90` and `--precision bf16`, `tf32` or `f32` (3×TF32), behind
+//! `RLX_CUDA_WGMMA=N` at compile time (off by default: [`on`]): 1 this file's form, 2 the same with the
+//! next slice's stores overlapping the `wgmma`s (below). A module with such a
 //! kernel is written for `.target sm_90a` with PTX 8.0 (`mod.rs`: LLVM 19's NVPTX knows both), which
 //! runs on sm_90 GPUs only (the H100 / H200), where `--sm 90`'s plain sm_90 PTX is also compiled by
 //! the driver for later GPUs: that, and a gain of 3–4% on MiniLM, is why it is a switch, not the
 //! default (measured on the H200, docs/benchmarks.md session 23: bf16 MiniLM batch 8 / 32 670 → 653 /
 //! 1,948 → 1,871 µs with 2; per kernel, tests/gpu/bench_gemm.py, FFN down −9…−16%, the others ±3%;
 //! a cp.async ring of 3 / 4 stages feeding the same `wgmma`s measured 1.3–2.7× slower per kernel and
-//! was not kept: git history f2e6157).
+//! was not kept: git history f2e6157). The tf32 and f32 forms (session 25) are checked in CPU
+//! emulation and by ptxas but not yet timed on a GPU (no device was lent that session).
 //!
-//! The block is `vec_tile.rs`'s (256 threads, the same block tile choice, [`vec_tile::tile`]): its 8
-//! warps are two warpgroups, each one m64×nW `wgmma` per k step of 16 — along M where the tile has
-//! 128 rows (each warpgroup 64 rows × all bn columns), else along N (64 rows × bn / 2). Both operands
-//! come from shared memory through matrix descriptors, K-major (both are contiguous along K), in the
-//! 128-byte swizzled layout: per K slice of 64 a row is 64 16-bit values = 128 bytes, its 16-byte
-//! chunk j stored at chunk j ^ (row % 8) (8-row atoms of 1,024 bytes, the descriptor's stride byte
-//! offset; each slice's region 1,024-byte aligned, as the swizzle is applied on address bits); the k
-//! step's 32 bytes are added to the descriptors' start address, as CUTLASS does within a swizzle atom.
+//! The block is `vec_tile.rs`'s (256 threads, the same block tile choice, [`vec_tile::tile`], or with
+//! `RLX_CUDA_WGMMA_TILE=W` this file's [`tile`]): its 8 warps are two warpgroups, each one m64×nW
+//! `wgmma` per k step — along M where the tile has 128 rows (each warpgroup 64 rows × all bn columns),
+//! else along N (64 rows × bn / 2). Both operands come from shared memory through matrix descriptors,
+//! K-major (both are contiguous along K), in the 128-byte swizzled layout: a staged row is 128 bytes —
+//! a K slice of 64 16-bit values (k steps of 16: `m64nWk16`), or of 32 tf32 words (k steps of 8:
+//! `m64nWk8`) —, its 16-byte chunk j stored at chunk j ^ (row % 8) (8-row atoms of 1,024 bytes, the
+//! descriptor's stride byte offset; each slice's region 1,024-byte aligned, as the swizzle is applied on
+//! address bits); a k step's 32 bytes are added to the descriptors' start address, as CUTLASS does
+//! within a swizzle atom.
 //!
 //! Staging is `vec_tile.rs`'s register-staged form (it measured fastest for bf16 with `mma.sync`): per
 //! slice each thread loads its chunks of the next slice (a weight's 16-bit copy: one 128-bit load per
-//! chunk; f32 activations: two, packed by `cvt.rn` to bf16 / f16 pairs when stored) while the tensor
-//! cores work on this one; the slices alternate between two regions of the dynamic shared array, so one
-//! barrier per slice suffices. Shared memory written by ordinary stores and read by `wgmma` (the async
-//! proxy) needs `fence.proxy.async.shared::cta` in each writing thread before the barrier.
+//! chunk; f32 activations under bf16: two, packed by `cvt.rn` to bf16 pairs when stored; tf32: one,
+//! each value rounded by `cvt.rna` when stored) while the tensor cores work on this one; the slices
+//! alternate between two regions of the dynamic shared array, so one barrier per slice suffices.
+//! Shared memory written by ordinary stores and read by `wgmma` (the async proxy) needs
+//! `fence.proxy.async.shared::cta` in each writing thread before the barrier. Under `--precision f32`
+//! (3×TF32, `Mma::Tf32x3`) a stage holds each operand twice — big = tf32(x), then small = tf32(x −
+//! big), split once per value when stored — and each k step issues three tf32 `wgmma`s:
+//! a_small·b_big and a_big·b_small into the small sums (`tiled::small_accumulators`, added after the K
+//! loop by the epilogue), a_big·b_big into the fragments' own accumulators, as `tiled::mma_issue_all`
+//! does with `mma.sync` (twice the shared memory and accumulators: MiniLM batch 32's FFN up, n128,
+//! takes 254 registers, no spills).
 //!
-//! Each slice's four `wgmma`s are one inline-PTX block — `wgmma.fence`, the four `mma_async` on the
-//! warpgroup's accumulators (`m64nWk16.f32`: per warp 16 rows, lane 4g + t's registers 4j..4j + 3 at
-//! rows g, g + 8 and columns 8j + 2t, + 1 — `mma.sync`'s m16n8 fragments side by side, so
+//! Each slice's `wgmma`s (four, twelve under f32) are one inline-PTX block — `wgmma.fence`, the
+//! `mma_async`s on the warpgroup's accumulators (`.f32`: per warp 16 rows, lane 4g + t's registers
+//! 4j..4j + 3 at rows g, g + 8 and columns 8j + 2t, + 1 — `mma.sync`'s m16n8 fragments side by side, so
 //! `vec_tile::Warps`'s epilogue applies), `commit_group`, `wait_group 0` — so no asynchronous state
 //! crosses the block: the accumulators are ordinary registers between slices. With
 //! `RLX_CUDA_WGMMA=2` the block ends at `commit_group` and a second block (`wait_group 0`, taking and
@@ -36,9 +46,11 @@
 //! the loads of the slice after: the stores overlap the tensor cores (ptxas keeps the two blocks'
 //! accumulators in place: no serialization warning).
 //!
-//! Not emulated on the CPU (`tests/gpu/emulate_cuda.py` has `mma.sync`, not the descriptors and the
-//! swizzle): checked by ptxas (`compiler/rlxc/tests/cuda.rs`) without a GPU and against the
-//! interpreter on one (`tests/gpu/bench_gemm.py`, `bench_cuda.py`).
+//! Checked without a GPU by ptxas (`compiler/rlxc/tests/cuda.rs`) and in CPU emulation
+//! (`tests/gpu/emulate_cuda.py` computes each `mma_async` per thread from the descriptors and the
+//! swizzle the PTX ISA documents: `wgmma_tiles_match_the_interpreter_in_cpu_emulation`, every form and
+//! precision, 64- and 128-row tiles, n32 … n128); on the GPU against the interpreter and f64 by
+//! `tests/gpu/bench_gemm.py` and `bench_cuda.py`.
 
 use super::half_weights::Halves;
 use super::tiled::{barrier, for_loop, if_, to_operand, unflatten};
@@ -49,10 +61,10 @@ use rlx_ir::loops::tiled::Acc;
 use rlx_ir::loops::Var;
 
 /// Whether tiles of `kind` on `sm_{sm}` take this form: `RLX_CUDA_WGMMA=N` at compile time, `--sm 90`,
-/// `--precision bf16` (fp16's form — `.f16` operands, `cvt.rn.f16x2` — assembles but was not checked
-/// on a GPU, so it is not taken).
+/// `--precision bf16 | tf32 | f32` (fp16's form — `.f16` operands, `cvt.rn.f16x2` — assembles but was
+/// not checked on a GPU, so it is not taken).
 pub fn on(sm: u32, kind: Mma) -> bool {
-    sm == 90 && kind == Mma::Bf16 && mode().is_some()
+    sm == 90 && matches!(kind, Mma::Bf16 | Mma::Tf32 | Mma::Tf32x3) && mode().is_some()
 }
 
 /// `RLX_CUDA_WGMMA`: 1 or 2 (the next slice's stores overlapping the `wgmma`s).
@@ -65,6 +77,22 @@ fn overlapped() -> bool {
     mode() == Some(2)
 }
 
+/// The block tile for these kernels from [`vec_tile::tile`]'s pick `(bm, bn)` of an M×N matmul (`nb`
+/// of them): with `RLX_CUDA_WGMMA_TILE=W` at compile time (W ≥ 1 waves; unset or 0: the pick as it
+/// is), 128×64 where the pick has 128 rows and is wider and 128×64 tiles give at least W waves of
+/// blocks on an H200's 132 SMs (session 23's forced tiles, bf16 N = 1: MiniLM batch 32's FFN up,
+/// 4096 × 1536, 48.9 → 43.7 µs and its merged Q/K/V 42.0 → 38.7 as 768 / 576 blocks of 128×64;
+/// batch 32's N = 384 matmuls, 192 blocks, and batch 8's slower).
+pub fn tile(m: i64, n: i64, nb: i64, (bm, bn): (i64, i64)) -> (i64, i64) {
+    let waves = std::env::var("RLX_CUDA_WGMMA_TILE").ok().and_then(|v| v.parse::<i64>().ok()).unwrap_or(0);
+    let blocks = (m / 128) * (n / 64) * nb;
+    if waves >= 1 && bm == 128 && bn > 64 && m % 128 == 0 && n % 64 == 0 && blocks >= waves * 132 {
+        (128, 64)
+    } else {
+        (bm, bn)
+    }
+}
+
 /// Whether a module's LLVM IR uses `wgmma` (then it is written for sm_90a, PTX 8.0).
 pub fn used(ir: &str) -> bool {
     ir.contains("wgmma.mma_async")
@@ -72,10 +100,14 @@ pub fn used(ir: &str) -> bool {
 
 /// The dynamic shared array of these kernels (aligned at run time to 1,024 bytes inside it).
 const DSW: &str = "@dsw";
-/// The K slice: one 128-byte swizzled row of 16-bit values.
-const TK: i64 = 64;
-/// Bytes of a staged row.
+/// Bytes of a staged row: one 128-byte swizzled row.
 const ROW: i64 = 128;
+
+/// The K slice (one staged row) and the K values of a 16-byte chunk: 64 and 8 of 16-bit values,
+/// 32 and 4 of tf32 words.
+fn slice(kind: Mma) -> (i64, i64) {
+    if kind.tf32() { (32, 4) } else { (64, 8) }
+}
 
 /// One staged 16-byte chunk of an operand's slice: its global pointer at the slice's start, its
 /// register slot(s), its byte offset in a stage, whether it is a 16-bit copy's, and its operand.
@@ -88,7 +120,7 @@ struct Chunk {
     row_dep: String,
 }
 
-/// The matmul body, or `None` where the form does not apply (K not a multiple of 64, an operand read
+/// The matmul body, or `None` where the form does not apply (K not a multiple of the slice, an operand read
 /// across heads whose period does not fit the slice, a tile whose rows are not whole chunks per
 /// thread or whose warpgroup width `wgmma` has no shape for): the grid and the dynamic shared bytes.
 #[allow(clippy::too_many_arguments)]
@@ -98,26 +130,31 @@ pub fn matmul(
 ) -> Result<Option<([u32; 3], u32)>, String> {
     let (m, n, nb): (i64, i64, i64) = (rows.iter().map(|d| d.1).product(), cols.iter().map(|d| d.1).product(), batch.iter().map(|d| d.1).product());
     let (kv, kext) = acc.ks[0];
-    let periods = [a.period, b.period].into_iter().flatten().all(|e| e % TK == 0 || (TK % e == 0 && e % 8 == 0));
+    let (tk, per) = slice(kind);
+    let periods = [a.period, b.period].into_iter().flatten().all(|e| e % tk == 0 || (tk % e == 0 && e % per == 0));
     let (wgm, wgn) = match bm {
         128 => (2, 1),
         64 => (1, 2),
         _ => return Ok(None),
     };
     let wn = bn / wgn;
-    let stage = (bm + bn) * ROW;
+    // 3×TF32 (`--precision f32`): each operand's big parts, then its small parts, a stage apiece.
+    let x3 = kind == Mma::Tf32x3;
+    let small_at = (bm + bn) * ROW;
+    let stage = small_at * (1 + x3 as i64);
     let bytes = 2 * stage + 1024;
-    if kext % TK != 0 || !periods || (bm * 8) % 256 != 0 || (bn * 8) % 256 != 0 || wn % 8 != 0 || wn > 256 || bytes > smem {
+    if kext % tk != 0 || !periods || (bm * 8) % 256 != 0 || (bn * 8) % 256 != 0 || wn % 8 != 0 || wn > 256 || bytes > smem {
         return Ok(None);
     }
-    let (ab, cvt_ok) = match kind {
-        Mma::Bf16 => ("bf16", true),
-        Mma::Fp16 => ("f16", true),
-        _ => ("", false),
+    // The instruction: m64nWk16 for 16-bit operands (scale-a, scale-b, then both operands K-major:
+    // no transpose), m64nWk8 for tf32 (which has no transpose operands); 32 bytes of a row either way.
+    let (ab, ks, tail) = match kind {
+        Mma::Bf16 => ("bf16", 16, "1, 1, 0, 0"),
+        Mma::Fp16 => ("f16", 16, "1, 1, 0, 0"),
+        Mma::Tf32 | Mma::Tf32x3 => ("tf32", 8, "1, 1"),
+        _ => return Ok(None),
     };
-    if !cvt_ok {
-        return Ok(None);
-    }
+    let tf32 = kind.tf32();
     globals.push(format!("{DSW} = external addrspace(3) global [0 x i8], align 1024"));
     let (tid, m0, n0, kslot) = block_origin(w, (bm, bn), batch, kv);
     // The aligned start of the two stages: as a shared address (descriptors) and as bytes past @dsw.
@@ -129,7 +166,7 @@ pub fn matmul(
     // stored at row·128 + 16·(chunk ^ row % 8) after the operand's earlier rows.
     let mut chunks = Vec::new();
     for (oi, (x, own, off, from_rows, dims)) in [(a, bm, 0, &m0, rows), (b, bn, bm * ROW, &n0, cols)].into_iter().enumerate() {
-        let copy = if x.by8 { halves.of_param(x.buf) } else { None };
+        let copy = if x.by8 && !tf32 { halves.of_param(x.buf) } else { None };
         let from = match copy {
             Some((bind, o)) => w.emit_op(format!("getelementptr inbounds i8, ptr %g{bind}, i64 {o}")),
             None => ptrs[x.buf as usize].clone(),
@@ -138,7 +175,7 @@ pub fn matmul(
             let e = w.emit_op(format!("add nuw nsw i64 {tid}, {}", 256 * q));
             let r = w.emit_op(format!("lshr i64 {e}, 3"));
             let j = w.emit_op(format!("and i64 {e}, 7"));
-            let kq = w.emit_op(format!("shl nuw nsw i64 {j}, 3"));
+            let kq = w.emit_op(format!("mul nuw nsw i64 {j}, {per}"));
             let g = w.emit_op(format!("add nuw nsw i64 {from_rows}, {r}"));
             unflatten(w, &g, dims);
             w.emit(&format!("store i64 {kq}, ptr {kslot}"));
@@ -168,7 +205,7 @@ pub fn matmul(
             let p = w.emit_op(format!("getelementptr inbounds {ety}, ptr {}, i64 {}", c.ptr, offs[c.oi]));
             let v = w.emit_op(format!("load {vty}, ptr {p}, align 16"));
             w.emit(&format!("store {vty} {v}, ptr {}", c.regs[0]));
-            if !c.half {
+            if !c.half && !tf32 {
                 let p4 = w.emit_op(format!("getelementptr inbounds float, ptr {p}, i64 4"));
                 let v = w.emit_op(format!("load <4 x float>, ptr {p4}, align 16"));
                 w.emit(&format!("store <4 x float> {v}, ptr {}", c.regs[1]));
@@ -181,6 +218,30 @@ pub fn matmul(
         for c in &chunks {
             let v = if c.half {
                 w.emit_op(format!("load <4 x i32>, ptr {}", c.regs[0]))
+            } else if tf32 {
+                // Four f32 values, each rounded to tf32 (`cvt.rna`, as the mma.sync tiles stage them);
+                // 3×TF32: big = tf32(x) here and small = tf32(x − big) (exact in f32) into the stage's
+                // second half, as `tiled::mma_issue_all` splits a fragment register.
+                let v = w.emit_op(format!("load <4 x float>, ptr {}", c.regs[0]));
+                let (mut vv, mut sv) = ("poison".to_string(), "poison".to_string());
+                for i in 0..4 {
+                    let x = w.emit_op(format!("extractelement <4 x float> {v}, i64 {i}"));
+                    let word = to_operand(w, Mma::Tf32, &x, None);
+                    vv = w.emit_op(format!("insertelement <4 x i32> {vv}, i32 {word}, i64 {i}"));
+                    if x3 {
+                        let bf = w.emit_op(format!("bitcast i32 {word} to float"));
+                        let d = w.emit_op(format!("fsub float {x}, {bf}"));
+                        let small = to_operand(w, Mma::Tf32, &d, None);
+                        sv = w.emit_op(format!("insertelement <4 x i32> {sv}, i32 {small}, i64 {i}"));
+                    }
+                }
+                if x3 {
+                    let o = w.emit_op(format!("add nuw nsw i64 {sb}, {}", c.row_dep));
+                    let o = w.emit_op(format!("add nuw nsw i64 {o}, {}", c.at + small_at));
+                    let p = w.emit_op(format!("getelementptr inbounds i8, ptr addrspace(3) {DSW}, i64 {o}"));
+                    w.emit(&format!("store <4 x i32> {sv}, ptr addrspace(3) {p}, align 16"));
+                }
+                vv
             } else {
                 let mut x = Vec::new();
                 for r in &c.regs {
@@ -215,16 +276,29 @@ pub fn matmul(
         let a = w.emit_op(format!("lshr i64 {a}, 4"));
         w.emit_op(format!("or i64 {a}, {}", fixed as i64))
     };
-    let accs = 4 * (wn / 8);
-    let regs: Vec<String> = (0..wn / 8).flat_map(|j| (0..4).map(move |q| format!("%d{j}.{q}"))).collect();
-    let fmt_list = |from: i64| (from..from + accs).map(|i| format!("${i}")).collect::<Vec<_>>().join(",");
-    let mut text = format!("{{ .reg .pred p; setp.ne.b32 p, ${}, 0; wgmma.fence.sync.aligned; ", accs + 8);
+    // The block's operands: the accumulators (3×TF32: the fragments' own, then the small sums'
+    // `%e`, `tiled::small_accumulators`), per k step the descriptors (A, B; 3×TF32: A, B, A small,
+    // B small), the scale-d flag, the accumulators again (tied).
+    let frags = 4 * (wn / 8);
+    let sets = 1 + x3 as i64;
+    let accs = frags * sets;
+    let regs: Vec<String> = ["d", "e"][..sets as usize].iter().flat_map(|e| (0..wn / 8).flat_map(move |j| (0..4).map(move |q| format!("%{e}{j}.{q}")))).collect();
+    let per_step = 2 * sets;
+    let fmt_list = |from: i64| (from..from + frags).map(|i| format!("${i}")).collect::<Vec<_>>().join(",");
+    let mut text = format!("{{ .reg .pred p; setp.ne.b32 p, ${}, 0; wgmma.fence.sync.aligned; ", accs + 4 * per_step);
+    // 3×TF32 per k step: a_small·b_big and a_big·b_small into the small sums, then a_big·b_big.
+    let mut issue = |set: i64, da: i64, db: i64| text += &format!("wgmma.mma_async.sync.aligned.m64n{wn}k{ks}.f32.{ab}.{ab} {{{}}}, ${}, ${}, p, {tail}; ", fmt_list(set * frags), da, db);
     for s in 0..4 {
-        text += &format!("wgmma.mma_async.sync.aligned.m64n{wn}k16.f32.{ab}.{ab} {{{}}}, ${}, ${}, p, 1, 1, 0, 0; ", fmt_list(0), accs + 2 * s, accs + 2 * s + 1);
+        let d0 = accs + per_step * s;
+        if x3 {
+            issue(1, d0 + 2, d0 + 1);
+            issue(1, d0, d0 + 3);
+        }
+        issue(0, d0, d0 + 1);
     }
     let overlap = overlapped();
     text += if overlap { "wgmma.commit_group.sync.aligned; }" } else { "wgmma.commit_group.sync.aligned; wgmma.wait_group.sync.aligned 0; }" };
-    let cons: Vec<String> = (0..accs).map(|_| "=f".to_string()).chain((0..8).map(|_| "l".to_string())).chain(["r".to_string()]).chain((0..accs).map(|i| i.to_string())).collect();
+    let cons: Vec<String> = (0..accs).map(|_| "=f".to_string()).chain((0..4 * per_step).map(|_| "l".to_string())).chain(["r".to_string()]).chain((0..accs).map(|i| i.to_string())).collect();
     let sty = format!("{{ {} }}", vec!["float"; accs as usize].join(", "));
     let compute = |w: &mut Writer, st: &str| {
         let sb = w.emit_op(format!("mul nuw nsw i64 {st}, {stage}"));
@@ -234,13 +308,20 @@ pub fn matmul(
         let ba = w.emit_op(format!("shl nuw nsw i64 {brow}, 7"));
         let ba = w.emit_op(format!("add nuw nsw i64 {s0}, {ba}"));
         let ba = w.emit_op(format!("add nuw nsw i64 {ba}, {}", bm * ROW));
-        let (da, db) = (desc(w, &aa), desc(w, &ba));
+        let mut bases = vec![desc(w, &aa), desc(w, &ba)];
+        if x3 {
+            for x in [&aa, &ba] {
+                let sx = w.emit_op(format!("add nuw nsw i64 {x}, {small_at}"));
+                bases.push(desc(w, &sx));
+            }
+        }
         // k step s: 32 bytes further along each row, 2 in the descriptors' start field.
         let mut args = Vec::new();
         for s in 0..4 {
-            let (x, y) = if s == 0 { (da.clone(), db.clone()) } else { (w.emit_op(format!("add nuw nsw i64 {da}, {}", 2 * s)), w.emit_op(format!("add nuw nsw i64 {db}, {}", 2 * s))) };
-            args.push(format!("i64 {x}"));
-            args.push(format!("i64 {y}"));
+            for d in &bases {
+                let x = if s == 0 { d.clone() } else { w.emit_op(format!("add nuw nsw i64 {d}, {}", 2 * s)) };
+                args.push(format!("i64 {x}"));
+            }
         }
         args.push("i32 1".into());
         for r in &regs {
@@ -271,22 +352,22 @@ pub fn matmul(
         load_slice(w, "0");
         store_slice(w, "0");
         fence(w);
-        if kext > TK {
-            load_slice(w, &TK.to_string());
+        if kext > tk {
+            load_slice(w, &tk.to_string());
         }
         barrier(w);
-        for_loop(w, "%s.k0", "0", &kext.to_string(), TK, &mut |w| {
+        for_loop(w, "%s.k0", "0", &kext.to_string(), tk, &mut |w| {
             let k0 = w.emit_op("load i64, ptr %s.k0".into());
-            let kt = w.emit_op(format!("udiv i64 {k0}, {TK}"));
+            let kt = w.emit_op(format!("udiv i64 {k0}, {tk}"));
             let st = w.emit_op(format!("and i64 {kt}, 1"));
             compute(w, &st);
-            let k1 = w.emit_op(format!("add nuw nsw i64 {k0}, {TK}"));
+            let k1 = w.emit_op(format!("add nuw nsw i64 {k0}, {tk}"));
             let more = w.emit_op(format!("icmp slt i64 {k1}, {kext}"));
             if_(w, &more, &mut |w| {
                 let nx = w.emit_op(format!("xor i64 {st}, 1"));
                 store_slice(w, &nx);
                 fence(w);
-                let k2 = w.emit_op(format!("add nuw nsw i64 {k1}, {TK}"));
+                let k2 = w.emit_op(format!("add nuw nsw i64 {k1}, {tk}"));
                 let more2 = w.emit_op(format!("icmp slt i64 {k2}, {kext}"));
                 if_(w, &more2, &mut |w| {
                     load_slice(w, &k2);
@@ -301,14 +382,14 @@ pub fn matmul(
         return Ok(Some((grid(m, n, nb, bm, bn)?, bytes as u32)));
     }
     load_slice(w, "0");
-    for_loop(w, "%s.k0", "0", &kext.to_string(), TK, &mut |w| {
+    for_loop(w, "%s.k0", "0", &kext.to_string(), tk, &mut |w| {
         let k0 = w.emit_op("load i64, ptr %s.k0".into());
-        let kt = w.emit_op(format!("udiv i64 {k0}, {TK}"));
+        let kt = w.emit_op(format!("udiv i64 {k0}, {tk}"));
         let st = w.emit_op(format!("and i64 {kt}, 1"));
         store_slice(w, &st);
         fence(w);
         barrier(w);
-        let k1 = w.emit_op(format!("add nuw nsw i64 {k0}, {TK}"));
+        let k1 = w.emit_op(format!("add nuw nsw i64 {k0}, {tk}"));
         let more = w.emit_op(format!("icmp slt i64 {k1}, {kext}"));
         if_(w, &more, &mut |w| {
             load_slice(w, &k1);
