@@ -4,7 +4,8 @@
 //! (images, rows and columns flattened, as a matmul's rows) — no im2col copy: a position's A element at
 //! (tap, c) is `x[base(p) + offset(tap) + c]`, its base computed once a tile. x comes unpadded (the pass
 //! pads it first with a `pad`, so no tap is ever checked); the weight is packed at plan time as
-//! `[M / lanes][KH·KW][C][lanes]` (one vector load per tap, input channel and vector of the tile).
+//! `[M / (per·lanes)][KH·KW][C][per·lanes]` (a tile's `per` vectors of a k step one contiguous run,
+//! prefetched [`weight_prefetches`]' distance ahead).
 //! A tile is up to 8 positions × up to 4 vectors of output channels ([`ACCS`] accumulators: the wide
 //! GEMM tile's 6 × 64 with AVX-512), x's element of each position broadcast. The units — (group of
 //! output-channel vectors, tile of positions) pairs, group-major — are dealt to the thread slots in
@@ -14,6 +15,7 @@
 //! order (bias, then kernel row, column, input channel) up to the FMA contraction every kernel shares.
 
 use super::blocks::{slot_units, SLOTS};
+use super::gemm::weight_prefetches;
 use super::index::linear;
 use super::kernel::{lit, KB};
 use super::Planner;
@@ -37,21 +39,23 @@ impl Planner<'_> {
         let (s0, s1, d0, d1) = (strides[0], strides[1], dilations[0], dilations[1]);
         let taps = kh * kw;
         let lanes = self.lanes;
-        let packed: Vec<f32> = (0..m * taps * c)
-            .map(|i| {
-                let (l, rest) = (i % lanes, i / lanes);
-                let (ci, rest) = (rest % c, rest / c);
-                let (tap, panel) = (rest % taps, rest / taps);
-                wc.get_f64(((panel * lanes + l) * c + ci) * taps + tap) as f32
-            })
-            .collect();
-        let label = format!("{} (packed [panels][taps][channels][{lanes}])", self.label(node.inputs[1]));
-        let wb = self.add_weight(label, &ConstData::from_f32(vec![m / lanes, taps, c, lanes], &packed));
-        let wp = kb.param(wb, &self.buffers[wb as usize].clone(), Access::Read);
-        let xb = self.buf_of[x.index()].expect("is_conv_nhwc checks that x is in a buffer");
-        let xp = kb.param(xb, &self.buffers[xb as usize].clone(), Access::Read);
         // Vectors of output channels a tile (up to 4), positions a tile (up to 8).
         let per = (1..=4).rev().find(|&v| (m / lanes) % v == 0).unwrap_or(1);
+        // The weight as [M / (per·lanes)][KH·KW][C][per·lanes]: a group's k step one contiguous run.
+        let width = per * lanes;
+        let packed: Vec<f32> = (0..m * taps * c)
+            .map(|i| {
+                let (l, rest) = (i % width, i / width);
+                let (ci, rest) = (rest % c, rest / c);
+                let (tap, group) = (rest % taps, rest / taps);
+                wc.get_f64(((group * width + l) * c + ci) * taps + tap) as f32
+            })
+            .collect();
+        let label = format!("{} (packed [panels][taps][channels][{width}])", self.label(node.inputs[1]));
+        let wb = self.add_weight(label, &ConstData::from_f32(vec![m / width, taps, c, width], &packed));
+        let wp = kb.param(wb, &self.buffers[wb as usize].clone(), Access::Read);
+        let xb = self.buf_of[x.index()].expect("is_nhwc_window checks that x is in a buffer");
+        let xp = kb.param(xb, &self.buffers[xb as usize].clone(), Access::Read);
         let tile = (ACCS / per).min(8);
         let pn = nb * oh * ow;
         let tiles = pn.div_ceil(tile);
@@ -73,8 +77,7 @@ impl Planner<'_> {
             body.push(Stmt::Decl { var: bv, dtype: DType::I64, init: base });
             at.push((pv, bv, [n, oy, ox]));
         }
-        let panel = |v: usize| Expr::add(Expr::mul(group.clone(), Expr::Int(per as i64)), Expr::Int(v as i64));
-        let chan = |v: usize| Expr::add(Expr::mul(panel(v), Expr::Int(lanes as i64)), Expr::Var(lv));
+        let chan = |v: usize| Expr::add(Expr::mul(group.clone(), Expr::Int(width as i64)), Expr::add(Expr::Int((v * lanes) as i64), Expr::Var(lv)));
         let accs: Vec<Vec<_>> = (0..tile).map(|_| (0..per).map(|_| kb.var()).collect()).collect();
         let mut vbody = Vec::new();
         for row in &accs {
@@ -91,11 +94,10 @@ impl Planner<'_> {
                 let tap = (i * kw + jj) as i64;
                 let offset = ((i * d0 * w + jj * d1) * c) as i64;
                 let cv = kb.var();
-                let wv = |v: usize| {
-                    let k = Expr::add(Expr::mul(Expr::add(Expr::mul(panel(v), Expr::Int(taps as i64)), Expr::Int(tap)), Expr::Int(c as i64)), Expr::Var(cv));
-                    Expr::load(wp, Expr::add(Expr::mul(k, Expr::Int(lanes as i64)), Expr::Var(lv)))
-                };
-                let mut inner = Vec::new();
+                let k = Expr::add(Expr::mul(Expr::add(Expr::mul(group.clone(), Expr::Int(taps as i64)), Expr::Int(tap)), Expr::Int(c as i64)), Expr::Var(cv));
+                let run = Expr::mul(k, Expr::Int(width as i64));
+                let wv = |v: usize| Expr::load(wp, Expr::add(run.clone(), Expr::add(Expr::Int((v * lanes) as i64), Expr::Var(lv))));
+                let mut inner = weight_prefetches(wp, &run, width);
                 for (t, row) in accs.iter().enumerate() {
                     let xv = Expr::load(xp, Expr::add(Expr::Var(at[t].1), Expr::add(Expr::Int(offset), Expr::Var(cv))));
                     for (v, &acc) in row.iter().enumerate() {
