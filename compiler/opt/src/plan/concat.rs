@@ -6,7 +6,6 @@
 //! growing concats become one buffer per dense block). The inputs' readers read the views, so nothing
 //! else changes; the arena keeps the whole buffer live from the first slice's kernel on.
 
-use super::fuse::Role;
 use super::Planner;
 use super::kernel::KB;
 use rlx_ir::lir::{Base, Buffer};
@@ -28,17 +27,7 @@ impl Planner<'_> {
         if !self.opts.concat_in_place {
             return homes;
         }
-        // A value its producer's kernel stores into a buffer of its own (an arena temporary).
-        let own_kernel = |v: ValueId| -> bool {
-            let Some(p) = g.producer(v) else { return false };
-            let pn = g.node(p);
-            self.fusion.role[p.index()] == Role::Root
-                && pn.op != MirOp::WriteRows
-                && pn.op.regions().is_empty()
-                && !out_slot.contains_key(&v)
-                && !g.outputs.contains(&v)
-                && !self.inplace_state.contains_key(&v)
-        };
+        let own_kernel = |v: ValueId| self.own_kernel(v, out_slot);
         for n in g.node_ids() {
             let node = g.node(n);
             let MirOp::Concat { axis } = node.op else { continue };
@@ -109,6 +98,11 @@ impl Planner<'_> {
         let mut at = 0;
         for &v in &node.inputs {
             let run = self.shape(v)[axis] * inner;
+            if self.strided.home.contains_key(&v) {
+                // Its kernel stored it in its slice (`homes.rs`).
+                at += run;
+                continue;
+            }
             let b = self.buf_of[v.index()].expect("is_concat_copy checks the buffers");
             let p = kb.param(b, &self.buffers[b as usize].clone(), Access::Read);
             let full = if lanes > 1 { run / lanes * lanes } else { 0 };

@@ -32,6 +32,8 @@ impl Planner<'_> {
         let MirOp::ConvNhwc { strides, dilations, .. } = &node.op else { unreachable!("conv_nhwc_gemm_body on another op") };
         let Def::Const(wc) = &self.g.value(node.inputs[1]).def else { unreachable!("is_conv_nhwc checks the weight") };
         let (x, av, bias) = (node.inputs[0], node.outputs[0], node.inputs.get(2).copied());
+        // The kernel's value (its stores may go to a strided home: `homes.rs`).
+        let rv = self.g.node(r).outputs[0];
         let sx = self.shape(x);
         let (h, w, c) = (sx[1], sx[2], sx[3]);
         let (nb, oh, ow, m) = (out_shape[0], out_shape[1], out_shape[2], out_shape[3]);
@@ -114,7 +116,7 @@ impl Planner<'_> {
                 let [n, oy, ox] = at[t].2.clone();
                 let idx = [n, oy, ox, chan(v)];
                 let val = self.conv_epilogue(kb, (a, r, av), acc, &idx, true);
-                stores.push(Stmt::Store { buf: op, index: linear(&idx, out_shape), value: val });
+                stores.push(Stmt::Store { buf: op, index: self.out_index(rv, &idx, out_shape), value: val });
             }
             if pn % tile != 0 && t > 0 {
                 // A repeat of the last position stores nothing: an epilogue operand sharing the output's

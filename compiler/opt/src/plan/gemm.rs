@@ -5,7 +5,7 @@
 
 use super::causal::causal_positions;
 use super::fuse::{Fusion, Role};
-use super::index::{bidx, clamp, linear, unflatten};
+use super::index::{bidx, clamp, unflatten};
 use super::kernel::{lit, KB};
 use super::Planner;
 use rlx_ir::loops::{Access, Expr, IOp, LoopKind, Stmt, Var};
@@ -62,6 +62,8 @@ impl Planner<'_> {
     pub(super) fn gemm_body(&mut self, kb: &mut KB, a: NodeId, r: NodeId, op: u32, out_shape: &[usize]) -> Vec<Stmt> {
         let anode = self.g.node(a).clone();
         let av = anode.outputs[0];
+        // The kernel's value (its stores may go to a strided home: `homes.rs`).
+        let rv = self.g.node(r).outputs[0];
         let (x, w) = (anode.inputs[0], anode.inputs[1]);
         let sa = self.shape(x);
         let kdim = sa[sa.len() - 1];
@@ -192,7 +194,7 @@ impl Planner<'_> {
                 kb.subst.insert(av, Expr::Var(acc));
                 let v = if a == r { Expr::Var(acc) } else { me.node_expr(kb, r, &idx) };
                 kb.subst.remove(&av);
-                vbody.push(Stmt::Store { buf: op, index: linear(&idx, out_shape), value: v });
+                vbody.push(Stmt::Store { buf: op, index: me.out_index(rv, &idx, out_shape), value: v });
             }
             let kind = if width >= 2 { LoopKind::Vector(width as u32) } else { LoopKind::Serial };
             before.push(Stmt::For { var: jv, extent: width as i64, kind, body: vbody });
@@ -227,7 +229,7 @@ impl Planner<'_> {
             kb.subst.insert(av, acc);
             let v = if a == r { kb.subst[&av].clone() } else { self.node_expr(kb, r, &idx) };
             kb.subst.remove(&av);
-            pre.push(Stmt::Store { buf: op, index: linear(&idx, out_shape), value: v });
+            pre.push(Stmt::Store { buf: op, index: self.out_index(rv, &idx, out_shape), value: v });
             let inner = Stmt::For { var: jt, extent: tail as i64, kind: LoopKind::Serial, body: pre };
             let rows_loop = Stmt::For { var: i, extent: mr as i64, kind: LoopKind::Serial, body: vec![inner] };
             tail_body = vec![tile_loop(tl2, vec![rows_loop])];

@@ -135,6 +135,7 @@ impl Planner<'_> {
                 }
                 self.block_matmul_body(&mut kb, a, r, op, &out_shape)
             }
+            None if self.is_pad_border(r) => self.pad_border_body(&mut kb, r, op, &out_shape),
             None if self.is_concat_copy(r) => self.concat_copy_body(&mut kb, r, op, &out_shape),
             None => self.elementwise_body(&mut kb, r, op, &out_shape),
             Some(a) if self.is_nhwc_window(a) => {

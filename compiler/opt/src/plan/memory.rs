@@ -152,12 +152,19 @@ impl Planner<'_> {
         let g = self.g;
         let mut launches_nodes: Vec<NodeId> = Vec::new();
         let homes = self.concat_homes(out_slot);
+        self.strided = self.strided_homes(out_slot, &homes.in_place, &homes.home);
         for n in g.node_ids() {
             let node = g.node(n);
             match self.fusion.role[n.index()] {
                 // Its inputs' kernels wrote every slice (`concat.rs`): a buffer, no launch.
                 Role::Root if homes.in_place.contains(&n) => {
                     self.home_buffer(node.outputs[0], &homes);
+                }
+                // Every input's kernel stored it in its slice (`homes.rs`): its buffer, no launch.
+                Role::Root if self.strided.full.contains(&n) => {
+                    if self.buf_of[node.outputs[0].index()].is_none() {
+                        self.home_buffer(node.outputs[0], &homes);
+                    }
                 }
                 Role::View => {
                     let src = node.inputs[0];
@@ -198,6 +205,14 @@ impl Planner<'_> {
                         };
                         if homes.home.contains_key(&v) {
                             self.home_buffer(v, &homes);
+                            continue;
+                        }
+                        if let Some(h) = self.strided.home.get(&v).cloned() {
+                            self.strided_buffer(v, &h, Base::Arena);
+                            continue;
+                        }
+                        if self.buf_of[v.index()].is_some() {
+                            // A strided home, created when a value stored into it was placed.
                             continue;
                         }
                         let b = match self.inplace_state.get(&v) {

@@ -41,6 +41,7 @@ mod conv_gemm;
 mod dw_lanes;
 mod conv_nhwc;
 mod conv_nhwc_gemm;
+mod homes;
 mod dw_padded;
 mod flat;
 mod conv_lanes;
@@ -247,6 +248,8 @@ struct Planner<'g> {
     regions: Vec<rlx_ir::lir::Region>,
     /// Fused attentions (`attention.rs`), by their `matmul(P, V)` node.
     attention: HashMap<NodeId, attention::Attention>,
+    /// Values stored by their kernels into a pad's or concat's buffer (`homes.rs`).
+    strided: homes::Strided,
 }
 
 /// Columns per packed weight panel = lanes of the GEMM micro-kernel's vector accumulators.
@@ -390,6 +393,7 @@ pub fn plan(g: &Mir, opts: &PlanOptions) -> Result<Lir, Vec<Problem>> {
         opts: opts.clone(),
         regions: Vec::new(),
         attention,
+        strided: homes::Strided::default(),
     };
     p.place_inputs_and_constants();
     p.inplace_state = p.plan_inplace_state();
