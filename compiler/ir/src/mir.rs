@@ -715,39 +715,14 @@ impl OpSet for MirOp {
                 }
                 one(x.dtype, Shape(out))
             }
-            MirOp::ConvNhwc { strides, pads, dilations, groups } => {
-                // As `conv` over x with its channels moved second, the result's moved last.
-                let r = x.shape.rank();
-                if r < 3 {
-                    return Err(format!("conv_nhwc: input {} must be [N,spatial...,C]", x.shape));
-                }
-                let mut first = x.shape.0.clone();
-                let c = first.remove(r - 1);
-                first.insert(1, c);
-                let xc = TensorType::new(x.dtype, Shape(first));
-                let mut cins: Vec<&TensorType> = vec![&xc];
+            MirOp::ConvNhwc { strides, pads, dilations, groups } => channels_last(x, "conv_nhwc", |xc| {
+                let mut cins: Vec<&TensorType> = vec![xc];
                 cins.extend(&ins[1..]);
-                let mut y = MirOp::Conv { strides: strides.clone(), pads: pads.clone(), dilations: dilations.clone(), groups: *groups }.infer(&cins)?.remove(0);
-                let m = y.shape.0.remove(1);
-                y.shape.0.push(m);
-                Ok(vec![y])
-            }
-            MirOp::PoolNhwc { kind, kernel, strides, pads, dilations, ceil_mode, count_include_pad } => {
-                // As `max_pool` / `avg_pool` over x with its channels moved second, the result's moved last.
-                let r = x.shape.rank();
-                if r < 3 {
-                    return Err(format!("pool_nhwc: input {} must be [N,spatial...,C]", x.shape));
-                }
-                let mut first = x.shape.0.clone();
-                let c = first.remove(r - 1);
-                first.insert(1, c);
-                let xc = TensorType::new(x.dtype, Shape(first));
-                let pool = MirOp::Pool { kind: *kind, kernel: kernel.clone(), strides: strides.clone(), pads: pads.clone(), dilations: dilations.clone(), ceil_mode: *ceil_mode, count_include_pad: *count_include_pad };
-                let mut y = pool.infer(&[&xc])?.remove(0);
-                let m = y.shape.0.remove(1);
-                y.shape.0.push(m);
-                Ok(vec![y])
-            }
+                MirOp::Conv { strides: strides.clone(), pads: pads.clone(), dilations: dilations.clone(), groups: *groups }.infer(&cins)
+            }),
+            MirOp::PoolNhwc { kind, kernel, strides, pads, dilations, ceil_mode, count_include_pad } => channels_last(x, "pool_nhwc", |xc| {
+                MirOp::Pool { kind: *kind, kernel: kernel.clone(), strides: strides.clone(), pads: pads.clone(), dilations: dilations.clone(), ceil_mode: *ceil_mode, count_include_pad: *count_include_pad }.infer(&[xc])
+            }),
             MirOp::Pool { kernel, strides, pads, dilations, ceil_mode, .. } => {
                 let r = x.shape.rank();
                 let sp = kernel.len();
@@ -1110,6 +1085,22 @@ impl OpSet for MirOp {
             _ => Err(format!("{kind} owns no regions, got {}", regions.len())),
         }
     }
+}
+
+/// The type of a channels-last op (`conv_nhwc`, `*_pool_nhwc`): its NCHW twin's (`nchw`, given x's type
+/// with the channels moved second) with the channels moved last.
+fn channels_last(x: &TensorType, name: &str, nchw: impl FnOnce(&TensorType) -> Result<Vec<TensorType>, String>) -> Result<Vec<TensorType>, String> {
+    let r = x.shape.rank();
+    if r < 3 {
+        return Err(format!("{name}: input {} must be [N,spatial...,C]", x.shape));
+    }
+    let mut first = x.shape.0.clone();
+    let c = first.remove(r - 1);
+    first.insert(1, c);
+    let mut y = nchw(&TensorType::new(x.dtype, Shape(first)))?.remove(0);
+    let m = y.shape.0.remove(1);
+    y.shape.0.push(m);
+    Ok(vec![y])
 }
 
 /// Pool output size along one axis (ONNX MaxPool/AveragePool, including ceil mode's rule that the last

@@ -7,22 +7,26 @@
 //!   position's channels contiguous) and stores whole rows of output channels, where in NCHW its B
 //!   operand had to be packed from rows `H·W` floats apart per call (a 256 → 32 layer at 27²: 0.071–0.112
 //!   ms against 0.124–0.157, one thread);
-//! - a depthwise one (one input channel a group) becomes `conv_nhwc`, whose kernel (`plan/conv_nhwc.rs`)
-//!   runs its vectors along the channels; so does a stem (a dense one over ≤ 4 input channels), whose
-//!   layout change is then its 3-channel input's instead of its output's (MobileNet-like 0.93× the time).
+//! - a depthwise one (one input channel a group) becomes `conv_nhwc`, whose window kernel
+//!   (`plan/conv_nhwc.rs`) runs its vectors along the channels;
+//! - a dense one (one group, any k×k, stride and dilation, whole vectors of 16 output channels) becomes
+//!   `conv_nhwc` of x padded first by a `pad` (`plan/conv_nhwc_gemm.rs`: an implicit GEMM whose A is a
+//!   broadcast of x at each position's window, no tap checked); a stem's layout change is then its
+//!   3-channel input's, inside that padded copy, instead of its output's (MobileNet-like 0.93× the time).
 //!
 //! Each becomes `to_nchw(op(to_nhwc(x)))` and the transposes are moved out of the way in one pass over
 //! the graph: a `to_nhwc` of a `to_nchw` is its operand; an elementwise op whose operands are `to_nchw`s
 //! or broadcasts without a spatial extent (per-channel constants, a squeeze-and-excitation gate) runs
-//! channels-last and is followed by the `to_nchw` instead; so does a concat along the channels, and a
-//! reduction over the spatial dims (a global pool: its `[N, 1, 1, C]` result is `[N, C, 1, 1]` with
-//! no element moved, a view). What is left of the transposes is dead (removed) or the layout change a
-//! reader in NCHW needs. The pass keeps the rewrite only when those changes move few elements against
-//! the convolutions' outputs ([`MAX_MOVED`]): a model whose dense k×k convolutions (ResNet's 3×3, kept in
-//! NCHW for their Winograd and direct forms) sit between the pointwise ones would pay a transpose on
-//! each side of each of them. Such a model gets the second rewrite instead (`Mode::Reducing`): only its
-//! pointwise convolutions over at least [`REDUCING`] input channels per output channel (ResNet's and
-//! SqueezeNet's squeeze layers), each on its own — x read through a `to_nhwc` of its own, which the
+//! channels-last and is followed by the `to_nchw` instead; so does a concat along the channels, a max or
+//! average pool (`max_pool_nhwc` / `avg_pool_nhwc`: `conv_nhwc.rs`'s window kernel) and a reduction over
+//! the spatial dims (a global pool: its `[N, 1, 1, C]` result is `[N, C, 1, 1]` with no element moved, a
+//! view). What is left of the transposes is dead (removed) or the layout change a reader in NCHW needs.
+//! The pass keeps the rewrite only when those changes move few elements against the convolutions'
+//! outputs ([`MAX_MOVED`]: Inception v1's LocalResponseNormalization would need two around it) and the
+//! pointwise convolutions carry enough of the work ([`MIN_POINTWISE`]: VGG's 3×3 convolutions are faster
+//! in NCHW's Winograd form). Otherwise the second rewrite (`Mode::Reducing`) takes only the
+//! pointwise convolutions over at least [`REDUCING`] input channels per output channel (Inception v1's
+//! reductions), each on its own — x read through a `to_nhwc` of its own, which the
 //! planner makes index math in the matmul's loads (x itself, broadcast a row element at a time: no
 //! copy), the output's few channels changed back after the epilogue. Measured one layer at a time (one
 //! thread, CPU ms, NCHW against this): 256 → 32 at 27² 0.125 / 0.099, 512 → 64 at 13² 0.117 / 0.074,
@@ -79,7 +83,7 @@ const REDUCING: usize = 8;
 /// Which convolutions a rewrite takes.
 #[derive(Clone, Copy, PartialEq)]
 enum Mode {
-    /// Pointwise and depthwise ones, the layout changed at the region's edges.
+    /// Pointwise, depthwise and dense ones, the layout changed at the region's edges.
     Region,
     /// Only pointwise ones over ≥ [`REDUCING`] input channels per output channel, each on its own: x
     /// read through its own `to_nhwc` — index math in the matmul's loads (broadcasts of x's rows, no
@@ -338,22 +342,69 @@ mod tests {
         let s = g.add1("scale", MirOp::Binary(BinaryOp::Mul), &[v, p]).unwrap();
         let q = g.add1("pool2", MirOp::Reduce { op: rlx_ir::ReduceOp::Sum, axes: vec![2, 3], keepdims: false }, &[s]).unwrap();
         g.outputs = vec![p, q];
-        let want = rlx_interp::run(&g, std::slice::from_ref(&xd)).unwrap();
         let out = channels_last(&g).expect("the chain is rewritten");
         let kinds: Vec<&str> = out.nodes.iter().map(|n| rlx_ir::OpSet::kind(&n.op)).collect();
         assert_eq!(kinds.iter().filter(|&&k| k == "conv_nhwc").count(), 3, "{kinds:?}");
         assert_eq!(kinds.iter().filter(|&&k| k == "matmul").count(), 3, "{kinds:?}");
         assert!(!kinds.contains(&"conv"), "{kinds:?}");
-        let got = rlx_interp::run(&out, std::slice::from_ref(&xd)).unwrap();
+        assert_same(&g, &out, &xd);
+    }
+
+    /// The rewritten graph's values against the original's on the interpreter: the largest difference
+    /// relative to the largest value (1 at least), within 1e-5.
+    fn assert_same(g: &Mir, out: &Mir, xd: &ConstData) {
+        let want = rlx_interp::run(g, std::slice::from_ref(xd)).unwrap();
+        let got = rlx_interp::run(out, std::slice::from_ref(xd)).unwrap();
         for (a, b) in got.iter().zip(&want) {
             assert_eq!(a.shape, b.shape);
-            let e = a.to_f64_vec().iter().zip(b.to_f64_vec()).map(|(p, q)| (p - q).abs() / (1.0 + q.abs())).fold(0.0, f64::max);
-            assert!(e <= 1e-5, "rewritten vs original: {e:e}");
+            let (p, q) = (a.to_f64_vec(), b.to_f64_vec());
+            let scale = q.iter().fold(1.0f64, |m, v| m.max(v.abs()));
+            let e = p.iter().zip(&q).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max) / scale;
+            assert!(e <= 1e-5, "rewritten vs original: {e:e} of the largest value {scale}");
         }
     }
 
-    /// ResNet's bottleneck: dense 3×3 convolutions (kept in NCHW) between the pointwise ones would need
-    /// a layout change on each side of each: the graph is left as it is.
+    /// Bottlenecks (1×1 64 → 16, 3×3 16 → 16, 1×1 16 → 64) after a 1×1 expansion, then a max pool: the
+    /// 3×3 convolutions become `conv_nhwc` of a padded x, the pool `max_pool_nhwc`, the 1×1 ones
+    /// matmuls; the layout changes left are the input's and the output's (a tenth of the outputs).
+    #[test]
+    fn bottlenecks_and_their_pool_go_channels_last() {
+        let mut g = Mir::new();
+        let x = g.add_input("x", TensorType::fixed(DType::F32, &[1, 16, 16, 16]));
+        let xd = ConstData::from_f32(vec![1, 16, 16, 16], &(0..16 * 256).map(|i| ((i * 5 % 23) as f32 - 11.0) / 8.0).collect::<Vec<_>>());
+        let mut v = conv(&mut g, "in", x, 16, 64, 1, 1, 0);
+        for i in 0..3 {
+            let a = conv(&mut g, &format!("a{i}"), v, 64, 16, 1, 1, 3 * i + 1);
+            let b = conv(&mut g, &format!("b{i}"), a, 16, 16, 3, 1, 3 * i + 2);
+            v = conv(&mut g, &format!("c{i}"), b, 16, 64, 1, 1, 3 * i + 3);
+        }
+        let pool = MirOp::Pool { kind: rlx_ir::PoolKind::Max, kernel: vec![2, 2], strides: vec![2, 2], pads: vec![0; 4], dilations: vec![1, 1], ceil_mode: false, count_include_pad: false };
+        let p = g.add1("pool", pool, &[v]).unwrap();
+        g.outputs = vec![p];
+        let out = channels_last(&g).expect("the bottlenecks are rewritten");
+        let kinds: Vec<&str> = out.nodes.iter().map(|n| rlx_ir::OpSet::kind(&n.op)).collect();
+        let count = |k: &str| kinds.iter().filter(|&&x| x == k).count();
+        assert_eq!((count("conv_nhwc"), count("pad"), count("matmul"), count("max_pool_nhwc"), count("transpose")), (3, 3, 7, 1, 2), "{kinds:?}");
+        assert!(!kinds.contains(&"conv") && !kinds.contains(&"max_pool"), "{kinds:?}");
+        assert_same(&g, &out, &xd);
+    }
+
+    /// 3×3 convolutions and no pointwise one (VGG): NCHW's Winograd form is faster, the graph is left
+    /// as it is even though its layout changes would move few elements.
+    #[test]
+    fn a_model_without_pointwise_convolutions_keeps_nchw() {
+        let mut g = Mir::new();
+        let x = g.add_input("x", TensorType::fixed(DType::F32, &[1, 16, 16, 16]));
+        let mut v = x;
+        for i in 0..4 {
+            v = conv(&mut g, &format!("c{i}"), v, 16, 16, 3, 1, i);
+        }
+        g.outputs = vec![v];
+        assert!(channels_last(&g).is_none());
+    }
+
+    /// ResNet's bottleneck over a small map whose input (64 channels) and output would need layout
+    /// changes moving more than a tenth of what its convolutions produce: the graph is left as it is.
     #[test]
     fn a_bottleneck_keeps_nchw() {
         let (mut g, x, _) = input(64);

@@ -253,6 +253,20 @@ fn wgmma_tiles_assemble_for_sm90a_only_when_asked() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// make_gemm.py's gemm_small (input x) and gemm_heads (input ctx) written into `dir`, and their
+/// interpreter outputs.
+fn gemm_models(dir: &Path) -> ([(&'static str, &'static str); 2], Vec<Vec<f64>>) {
+    ok(Command::new(python()).args(["tests/gpu/make_gemm.py", "--out", s(dir), "--small", "--batch"]).current_dir(repo()));
+    let runs = [("gemm_small", "x"), ("gemm_heads", "ctx")];
+    let mut want = Vec::new();
+    for (name, input) in runs {
+        let it = dir.join(format!("interp-{name}"));
+        ok(rlxc().args(["run", s(&dir.join(format!("{name}.onnx"))), "--target", "interp", "-o", s(&it), "--input", &format!("{input}={}", s(&dir.join(format!("{input}.npy"))))]));
+        want.push(common::npy(&it.join("y.npy")).to_f64_vec());
+    }
+    (runs, want)
+}
+
 /// Hopper's wgmma tiles (nvptx/wgmma.rs, `RLX_CUDA_WGMMA=1|2` at compile time, `--sm 90`) in CPU
 /// emulation (tests/gpu/emulate_cuda.py: each `wgmma.mma_async` computed per thread from its matrix
 /// descriptors and the 128-byte swizzle the PTX ISA documents, at once): make_gemm.py's gemm_small and
@@ -272,14 +286,7 @@ fn wgmma_tiles_assemble_for_sm90a_only_when_asked() {
 #[test]
 fn wgmma_tiles_match_the_interpreter_in_cpu_emulation() {
     let dir = tmp("wgmma-emu");
-    ok(Command::new(python()).args(["tests/gpu/make_gemm.py", "--out", s(&dir), "--small", "--batch"]).current_dir(repo()));
-    let runs = [("gemm_small", "x"), ("gemm_heads", "ctx")];
-    let mut want = Vec::new();
-    for (name, input) in runs {
-        let it = dir.join(format!("interp-{name}"));
-        ok(rlxc().args(["run", s(&dir.join(format!("{name}.onnx"))), "--target", "interp", "-o", s(&it), "--input", &format!("{input}={}", s(&dir.join(format!("{input}.npy"))))]));
-        want.push(common::npy(&it.join("y.npy")).to_f64_vec());
-    }
+    let (runs, want) = gemm_models(&dir);
     let cases = [("f32", "64x64", "2"), ("f32", "128x96", "1"), ("f32", "128x128", "2"), ("tf32", "64x64", "1"), ("tf32", "128x64", "2"), ("tf32", "128x96", "1"), ("tf32", "64x96", "2"), ("tf32", "128x128", "2"), ("bf16", "64x64", "2"), ("bf16", "128x64", "1"), ("bf16", "128x96", "2"), ("bf16", "64x96", "1")];
     for (ci, &(p, tile, mode)) in cases.iter().enumerate() {
         let rel = match p {
@@ -898,14 +905,7 @@ fn vector_staged_tensor_core_tiles_match_the_interpreter_in_cpu_emulation() {
 #[test]
 fn pipelined_tensor_core_tiles_match_the_interpreter_in_cpu_emulation() {
     let dir = tmp("cp-async");
-    ok(Command::new(python()).args(["tests/gpu/make_gemm.py", "--out", s(&dir), "--small", "--batch"]).current_dir(repo()));
-    let runs = [("gemm_small", "x"), ("gemm_heads", "ctx")];
-    let mut want = Vec::new();
-    for (name, input) in runs {
-        let it = dir.join(format!("interp-{name}"));
-        ok(rlxc().args(["run", s(&dir.join(format!("{name}.onnx"))), "--target", "interp", "-o", s(&it), "--input", &format!("{input}={}", s(&dir.join(format!("{input}.npy"))))]));
-        want.push(common::npy(&it.join("y.npy")).to_f64_vec());
-    }
+    let (runs, want) = gemm_models(&dir);
     let cases: &[(&str, &str, &str, &[(&str, &str)])] = &[
         ("f32", "64x64", "3", &[("RLX_CUDA_VEC_TK", "32")]),
         ("f32", "128x128", "4", &[]),
