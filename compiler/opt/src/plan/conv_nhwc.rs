@@ -38,7 +38,8 @@ enum Win {
 
 impl Planner<'_> {
     /// Whether anchor `a` is a `conv_nhwc` or `max_pool_nhwc` / `avg_pool_nhwc` this module computes: 2-D,
-    /// f32; a convolution's weight constant, depthwise or dense with whole vectors of output channels.
+    /// f32; a convolution's weight constant (packed by the kernel: no plain copy is stored, `memory.rs`),
+    /// depthwise or dense ([`Self::is_nhwc_dense`]).
     pub(super) fn is_nhwc_window(&self, a: NodeId) -> bool {
         let n = self.g.node(a);
         let sx = self.shape(n.inputs[0]);
@@ -47,18 +48,33 @@ impl Planner<'_> {
         }
         match &n.op {
             MirOp::PoolNhwc { kernel, .. } => kernel.len() == 2,
-            MirOp::ConvNhwc { groups, pads, .. } => {
+            MirOp::ConvNhwc { groups, .. } => {
                 let sw = self.shape(n.inputs[1]);
                 if sw.len() != 4 || !matches!(self.g.value(n.inputs[1]).def, Def::Const(_)) {
                     return false;
                 }
-                let depthwise = *groups == sx[3] && sw[0] == sx[3] && sw[1] == 1;
-                // Dense: x unpadded (the layout pass pads it first) and in a buffer (the GEMM's A rows).
-                let dense = *groups == 1 && self.lanes > 1 && sw[0] % self.lanes == 0 && pads.iter().all(|&p| p == 0) && self.buf_of[n.inputs[0].index()].is_some();
-                depthwise || dense
+                (*groups == sx[3] && sw[0] == sx[3] && sw[1] == 1) || self.is_nhwc_dense(a)
             }
             _ => false,
         }
+    }
+
+    /// Whether `conv_nhwc` anchor `a` is dense (`conv_nhwc_gemm.rs`'s implicit GEMM): one group (not a
+    /// single channel's, which the window kernel takes), whole vectors of output channels, x unpadded
+    /// (the layout pass pads it first), f32, a constant weight.
+    pub(super) fn is_nhwc_dense(&self, a: NodeId) -> bool {
+        let n = self.g.node(a);
+        let MirOp::ConvNhwc { groups, pads, .. } = &n.op else { return false };
+        let (sx, sw) = (self.shape(n.inputs[0]), self.shape(n.inputs[1]));
+        sx.len() == 4
+            && sw.len() == 4
+            && *groups == 1
+            && !(sx[3] == 1 && sw[0] == 1)
+            && self.lanes > 1
+            && sw[0] % self.lanes == 0
+            && pads.iter().all(|&p| p == 0)
+            && matches!(self.g.value(n.inputs[1]).def, Def::Const(_))
+            && n.inputs.iter().chain(&n.outputs).all(|&v| self.dt(v) == DType::F32)
     }
 
     /// The kernel of `conv_nhwc` / pool anchor `a` (root `r`, output param `op`), see the module doc.
@@ -68,12 +84,11 @@ impl Planner<'_> {
         let sx = self.shape(x);
         let (nb, h, w, c) = (sx[0], sx[1], sx[2], sx[3]);
         let (oh, ow) = (out_shape[1], out_shape[2]);
-        let m = out_shape[3];
         let (win, kernel, strides, pads, dilations, bias) = match &node.op {
-            MirOp::ConvNhwc { strides, pads, dilations, groups } => {
+            MirOp::ConvNhwc { strides, pads, dilations, .. } => {
                 let Def::Const(wc) = &self.g.value(node.inputs[1]).def else { unreachable!("is_nhwc_window checks the weight") };
                 let (kh, kw) = (wc.shape[2], wc.shape[3]);
-                if *groups == 1 && !(c == 1 && m == 1) {
+                if self.is_nhwc_dense(a) {
                     return self.conv_nhwc_gemm_body(kb, a, r, op, out_shape);
                 }
                 // [KH·KW][C]: a tap's channels contiguous.

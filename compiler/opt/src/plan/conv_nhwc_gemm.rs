@@ -56,8 +56,8 @@ impl Planner<'_> {
         let label = format!("{} (packed [panels][taps][channels][{width}])", self.label(node.inputs[1]));
         let wb = self.add_weight(label, &ConstData::from_f32(vec![m / width, taps, c, width], &packed));
         let wp = kb.param(wb, &self.buffers[wb as usize].clone(), Access::Read);
-        let xb = self.buf_of[x.index()].expect("is_nhwc_window checks that x is in a buffer");
-        let xp = kb.param(xb, &self.buffers[xb as usize].clone(), Access::Read);
+        // x's buffer, whose flat index a position's A elements are read at (else x's element by index).
+        let xp = self.buf_of[x.index()].map(|xb| kb.param(xb, &self.buffers[xb as usize].clone(), Access::Read));
         let tile = (ACCS / per).min(8);
         let pn = nb * oh * ow;
         let tiles = pn.div_ceil(tile);
@@ -101,7 +101,15 @@ impl Planner<'_> {
                 let wv = |v: usize| Expr::load(wp, Expr::add(run.clone(), Expr::add(Expr::Int((v * lanes) as i64), Expr::Var(lv))));
                 let mut inner = weight_prefetches(wp, &run, width);
                 for (t, row) in accs.iter().enumerate() {
-                    let xv = Expr::load(xp, Expr::add(Expr::Var(at[t].1), Expr::add(Expr::Int(offset), Expr::Var(cv))));
+                    let xv = match xp {
+                        Some(xp) => Expr::load(xp, Expr::add(Expr::Var(at[t].1), Expr::add(Expr::Int(offset), Expr::Var(cv)))),
+                        None => {
+                            let [n, oy, ox] = at[t].2.clone();
+                            let iy = Expr::add(Expr::mul(oy, Expr::Int(s0 as i64)), Expr::Int((i * d0) as i64));
+                            let ix = Expr::add(Expr::mul(ox, Expr::Int(s1 as i64)), Expr::Int((jj * d1) as i64));
+                            self.elem(kb, x, &[n, iy, ix, Expr::Var(cv)])
+                        }
+                    };
                     for (v, &acc) in row.iter().enumerate() {
                         let prod = Expr::Bin(BinaryOp::Mul, DType::F32, Box::new(xv.clone()), Box::new(wv(v)));
                         inner.push(Stmt::Assign { var: acc, value: Expr::Bin(BinaryOp::Add, DType::F32, Box::new(Expr::Var(acc)), Box::new(prod)) });

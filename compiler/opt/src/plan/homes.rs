@@ -119,11 +119,7 @@ impl Planner<'_> {
         let n = self.g.node(a);
         match &n.op {
             MirOp::MatMul => self.packed_weight.contains_key(&n.inputs[1]) && !self.conv_gemm.contains_key(&a) && self.is_gemm(a),
-            MirOp::ConvNhwc { groups, pads, .. } => {
-                let (sx, sw) = (self.shape(n.inputs[0]), self.shape(n.inputs[1]));
-                let dense = *groups == 1 && sx.len() == 4 && sw.len() == 4 && !(sx[3] == 1 && sw[0] == 1);
-                dense && self.lanes > 1 && sw[0] % self.lanes == 0 && pads.iter().all(|&p| p == 0) && n.inputs.iter().chain(&n.outputs).all(|&i| self.dt(i) == rlx_ir::DType::F32)
-            }
+            MirOp::ConvNhwc { .. } => self.is_nhwc_dense(a),
             _ => false,
         }
     }

@@ -55,6 +55,8 @@ impl Planner<'_> {
         if self.lanes >= 8 {
             conv_packed.extend(self.pack_dw_lanes_weights());
         }
+        // Channels-last convolutions pack their weights in their kernels (`conv_nhwc.rs`).
+        conv_packed.extend(g.node_ids().filter(|&n| matches!(g.node(n).op, MirOp::ConvNhwc { .. }) && self.is_nhwc_window(n)).map(|n| g.node(n).inputs[1]));
         // A weight packed for each convolution that reads it needs no plain copy; one read by anything
         // else keeps it.
         let uses = g.use_counts();
