@@ -30,7 +30,7 @@ impl Planner<'_> {
     pub(super) fn conv_nhwc_gemm_body(&mut self, kb: &mut KB, a: NodeId, r: NodeId, op: u32, out_shape: &[usize]) -> Vec<Stmt> {
         let node = self.g.node(a).clone();
         let MirOp::ConvNhwc { strides, dilations, .. } = &node.op else { unreachable!("conv_nhwc_gemm_body on another op") };
-        let Def::Const(wc) = &self.g.value(node.inputs[1]).def else { unreachable!("is_conv_nhwc checks the weight") };
+        let Def::Const(wc) = &self.g.value(node.inputs[1]).def else { unreachable!("is_nhwc_window checks the weight") };
         let (x, av, bias) = (node.inputs[0], node.outputs[0], node.inputs.get(2).copied());
         // The kernel's value (its stores may go to a strided home: `homes.rs`).
         let rv = self.g.node(r).outputs[0];
