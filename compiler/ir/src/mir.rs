@@ -1018,24 +1018,16 @@ impl OpSet for MirOp {
                 groups: a.usize("groups")?,
                 output_padding: a.usizes("output_padding")?,
             },
-            "max_pool_nhwc" | "avg_pool_nhwc" => MirOp::PoolNhwc {
-                kind: if kind == "max_pool_nhwc" { PoolKind::Max } else { PoolKind::Avg },
-                kernel: a.usizes("kernel")?,
-                strides: a.usizes("strides")?,
-                pads: a.usizes("pads")?,
-                dilations: a.usizes("dilations")?,
-                ceil_mode: a.bool("ceil_mode")?,
-                count_include_pad: a.bool("count_include_pad")?,
-            },
-            "max_pool" | "avg_pool" => MirOp::Pool {
-                kind: if kind == "max_pool" { PoolKind::Max } else { PoolKind::Avg },
-                kernel: a.usizes("kernel")?,
-                strides: a.usizes("strides")?,
-                pads: a.usizes("pads")?,
-                dilations: a.usizes("dilations")?,
-                ceil_mode: a.bool("ceil_mode")?,
-                count_include_pad: a.bool("count_include_pad")?,
-            },
+            "max_pool" | "avg_pool" | "max_pool_nhwc" | "avg_pool_nhwc" => {
+                let pk = if kind.starts_with("max") { PoolKind::Max } else { PoolKind::Avg };
+                let (kernel, strides, pads, dilations) = (a.usizes("kernel")?, a.usizes("strides")?, a.usizes("pads")?, a.usizes("dilations")?);
+                let (ceil_mode, count_include_pad) = (a.bool("ceil_mode")?, a.bool("count_include_pad")?);
+                if kind.ends_with("_nhwc") {
+                    MirOp::PoolNhwc { kind: pk, kernel, strides, pads, dilations, ceil_mode, count_include_pad }
+                } else {
+                    MirOp::Pool { kind: pk, kernel, strides, pads, dilations, ceil_mode, count_include_pad }
+                }
+            }
             "cumsum" => MirOp::CumSum { axis: a.usize("axis")?, exclusive: a.bool("exclusive")?, reverse: a.bool("reverse")? },
             "topk" => MirOp::TopK { axis: a.usize("axis")?, k: a.usize("k")?, largest: a.bool("largest")? },
             "nonzero" => MirOp::NonZero,
