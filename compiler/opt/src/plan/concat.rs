@@ -7,6 +7,7 @@
 //! else changes; the arena keeps the whole buffer live from the first slice's kernel on.
 
 use super::Planner;
+use super::im2col::vector_runs;
 use super::kernel::KB;
 use rlx_ir::lir::{Base, Buffer};
 use rlx_ir::loops::{Access, Expr, LoopKind, Stmt};
@@ -105,16 +106,13 @@ impl Planner<'_> {
             }
             let b = self.buf_of[v.index()].expect("is_concat_copy checks the buffers");
             let p = kb.param(b, &self.buffers[b as usize].clone(), Access::Read);
-            let full = if lanes > 1 { run / lanes * lanes } else { 0 };
-            for (from, len, kind) in [(0, full, LoopKind::Vector(lanes as u32)), (full, run - full, LoopKind::Serial)] {
-                if len == 0 {
-                    continue;
-                }
+            for (from, len, width) in vector_runs(0, run as i64, lanes as i64).into_iter().filter(|r| r.1 > 0) {
                 let j = kb.var();
-                let e = Expr::add(Expr::Int(from as i64), Expr::Var(j));
+                let kind = if width > 1 { LoopKind::Vector(width as u32) } else { LoopKind::Serial };
+                let e = Expr::add(Expr::Int(from), Expr::Var(j));
                 let src = Expr::add(Expr::mul(Expr::Var(o), Expr::Int(run as i64)), e.clone());
                 let dst = Expr::add(Expr::mul(Expr::Var(o), Expr::Int(total as i64)), Expr::add(Expr::Int(at as i64), e));
-                body.push(Stmt::For { var: j, extent: len as i64, kind, body: vec![Stmt::Store { buf: op, index: dst, value: Expr::load(p, src) }] });
+                body.push(Stmt::For { var: j, extent: len, kind, body: vec![Stmt::Store { buf: op, index: dst, value: Expr::load(p, src) }] });
             }
             at += run;
         }

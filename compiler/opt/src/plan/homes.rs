@@ -12,6 +12,7 @@
 //! a view of the home's whole buffer, and it has no other reader.
 
 use super::fuse::Role;
+use super::im2col::vector_runs;
 use super::index::linear;
 use super::kernel::KB;
 use super::Planner;
@@ -172,15 +173,12 @@ impl Planner<'_> {
         let zero = super::kernel::lit(0.0, dt);
         // Zero `len` elements from `row`'s element `from`.
         let run = |kb: &mut KB, from: usize, len: usize| -> Vec<Stmt> {
-            let full = if lanes > 1 { len / lanes * lanes } else { 0 };
             let mut v = Vec::new();
-            for (at, n, kind) in [(from, full, LoopKind::Vector(lanes as u32)), (from + full, len - full, LoopKind::Serial)] {
-                if n == 0 {
-                    continue;
-                }
+            for (at, n, width) in vector_runs(from as i64, len as i64, lanes as i64).into_iter().filter(|r| r.1 > 0) {
                 let j = kb.var();
-                let index = Expr::add(Expr::mul(Expr::Var(row), Expr::Int((wp * c) as i64)), Expr::add(Expr::Int(at as i64), Expr::Var(j)));
-                v.push(Stmt::For { var: j, extent: n as i64, kind, body: vec![Stmt::Store { buf: op, index, value: zero.clone() }] });
+                let kind = if width > 1 { LoopKind::Vector(width as u32) } else { LoopKind::Serial };
+                let index = Expr::add(Expr::mul(Expr::Var(row), Expr::Int((wp * c) as i64)), Expr::add(Expr::Int(at), Expr::Var(j)));
+                v.push(Stmt::For { var: j, extent: n, kind, body: vec![Stmt::Store { buf: op, index, value: zero.clone() }] });
             }
             v
         };
