@@ -26,6 +26,12 @@ Writes DIR/NAME.onnx, NAME_x.npy (a deterministic input) and NAME_ort_<output>.n
   padding then 1×1 64 → 16); AveragePool 3×3 stride 2 pad 1 ceil mode counting the padding, MaxPool 2×2
   stride 2 ceil mode, global average pool, Flatten, Gemm 80 → 10 (`logits`): every convolution
   channels-last (its dense ones the implicit GEMM over a padded copy of x), the pools too.
+- `winograd` (ResNet-stage-style, batch 2): x f32[2,64,29,29] → 1×1 64 → 128 + Relu, 3×3 pad 1 128 → 128
+  plus the 1×1's output (a residual) + Relu (F(4×4) where the planner takes the Winograd form, 29
+  outputs a side — a last tile row and column of one output —, its output channels in two blocks at batch 2),
+  three 1×1 128 → 128 + Relu, 3×3 stride 2 128 → 32 + Relu, 3×3 pad 1 32 → 48 + Relu (F(2×2) over 15²: a
+  last tile of one output; three vectors of output channels), 1×1 48 → 64, global average pool, Flatten,
+  Gemm 64 → 10 (`logits`).
 - `plain` (VGG-style): x f32[1,16,20,20] → 3×3 16 → 32 + Relu, 3×3 32 → 32 + Relu, MaxPool 2×2, 3×3 32 →
   64 (`y`): no pointwise convolution, so it keeps NCHW (its 3×3 ones NCHW's direct / Winograd forms).
 Weights and inputs from numpy's RandomState.
@@ -117,6 +123,26 @@ def bottleneck():
     return g.model("bottleneck", [2, 3, 45, 45], ["logits"])
 
 
+def winograd():
+    g = G(11)
+
+    def relu(x, out):
+        return g.node("Relu", [x], out)
+
+    p = relu(g.conv("x", "p1", 64, 128, 1, 1, bias=True), "p1_r")
+    a = relu(g.node("Add", [g.conv(p, "a", 128, 128, 3, 1, pad=1, bias=True), p], "a_sum"), "a_r")
+    for i in (2, 3, 4):
+        a = relu(g.conv(a, f"p{i}", 128, 128, 1, 1, bias=True), f"p{i}_r")
+    s = relu(g.conv(a, "s", 128, 32, 3, 1, stride=2, pad=1, bias=True), "s_r")
+    b = relu(g.conv(s, "b", 32, 48, 3, 1, pad=1), "b_r")
+    x = g.conv(b, "p5", 48, 64, 1, 1, bias=True)
+    q = g.node("Flatten", [g.node("GlobalAveragePool", [x], "gap")], "flat", axis=1)
+    w = g.const("fc_w", g.rs.randn(10, 64) * 0.2)
+    c = g.const("fc_b", g.rs.randn(10) * 0.1)
+    g.node("Gemm", [q, w, c], "logits", transB=1)
+    return g.model("winograd", [2, 64, 29, 29], ["logits"])
+
+
 def plain():
     g = G(10)
     x = g.node("Relu", [g.conv("x", "c1", 16, 32, 3, 1, pad=1, bias=True)], "c1_r")
@@ -134,6 +160,7 @@ def main() -> None:
     save(out, "dwsep", dwsep(), np.random.RandomState(7).randn(1, 3, 67, 67).astype(np.float32))
     save(out, "mbconv", mbconv(), np.random.RandomState(8).randn(2, 16, 15, 15).astype(np.float32))
     save(out, "bottleneck", bottleneck(), np.random.RandomState(9).randn(2, 3, 45, 45).astype(np.float32))
+    save(out, "winograd", winograd(), np.random.RandomState(11).randn(2, 64, 29, 29).astype(np.float32))
     save(out, "plain", plain(), np.random.RandomState(10).randn(1, 16, 20, 20).astype(np.float32))
 
 

@@ -67,6 +67,10 @@ fn cnns_run_channels_last_and_match_the_interpreter() {
         // bottleneck: stem, three 3×3 and a strided 1×1 dense, four of them padded; pools, concat and
         // global pool channels-last too: no change but inside the stem's padded copy.
         ("bottleneck", &["logits"][..], (0, 5, 4, 0)),
+        // winograd: the two 3×3 stride-1 convolutions in the Winograd form (`plan/winograd_nhwc.rs`,
+        // counted below), the stride-2 one the implicit GEMM; three padded copies; x read channels-last
+        // by the first pointwise convolution in place: no change.
+        ("winograd", &["logits"][..], (0, 1, 3, 0)),
     ];
     for (model, outs, want) in cases {
         let dir = scratch(model);
@@ -84,6 +88,13 @@ fn cnns_run_channels_last_and_match_the_interpreter() {
                 assert_eq!(l.matches("buf").count(), 1, "{l}");
             }
             assert!(launch("cat").is_none(), "the concat is a launch: {text}");
+        }
+        if model == "winograd" {
+            // F(4×4) over 29² outputs (a last tile of one row and column), F(2×2) over 15².
+            let text = std::fs::read_to_string(dir.join("lir").join("m.lir")).unwrap();
+            for (w, form) in [("a_w", "F(4×4)"), ("b_w", "F(2×2)")] {
+                assert!(text.lines().any(|l| l.starts_with("buf ") && l.contains(&format!("\"{w} (winograd {form}, packed"))), "{w} not in the {form} form: {text}");
+            }
         }
         assert_eq!(forms(&lir(&onnx, &["--layout", "nchw"], &dir.join("lir_nchw"))), (0, 0, 0, 0), "{model} --layout nchw");
         run(model, "interp", &[], &dir.join("interp"));

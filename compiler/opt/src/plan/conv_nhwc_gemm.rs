@@ -28,6 +28,9 @@ const ACCS: usize = 24;
 impl Planner<'_> {
     /// The kernel of dense `conv_nhwc` anchor `a` (root `r`, output param `op`), see the module doc.
     pub(super) fn conv_nhwc_gemm_body(&mut self, kb: &mut KB, a: NodeId, r: NodeId, op: u32, out_shape: &[usize]) -> Vec<Stmt> {
+        if let Some(wg) = self.nhwc_winograd(a) {
+            return self.winograd_nhwc_body(kb, a, r, op, out_shape, &wg);
+        }
         let node = self.g.node(a).clone();
         let MirOp::ConvNhwc { strides, dilations, .. } = &node.op else { unreachable!("conv_nhwc_gemm_body on another op") };
         let Def::Const(wc) = &self.g.value(node.inputs[1]).def else { unreachable!("is_nhwc_window checks the weight") };

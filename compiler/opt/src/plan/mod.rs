@@ -70,6 +70,7 @@ mod topk;
 mod transpose;
 mod window;
 mod winograd;
+mod winograd_nhwc;
 
 pub use fuse::{fuse, fuse_with, is_scalar_scale, Fusion, Role};
 pub(crate) use fuse::is_view;

@@ -72,9 +72,9 @@ const F4_CHANNELS: usize = 128;
 /// `Bᵀ` (α × α), `G` (α × 3), `Aᵀ` (m × α).
 pub(super) struct Form {
     pub(super) m: usize,
-    bt: &'static [&'static [f64]],
+    pub(super) bt: &'static [&'static [f64]],
     g: &'static [&'static [f64]],
-    at: &'static [&'static [f64]],
+    pub(super) at: &'static [&'static [f64]],
 }
 
 impl Form {
@@ -179,7 +179,7 @@ pub(super) fn transform(c: &ConstData, form: &Form) -> ConstData {
 }
 
 /// Σ coefs[i]·xs[i] over the non-zero coefficients, ±1 as additions and subtractions.
-fn lin(coefs: &[f64], xs: &[Expr]) -> Expr {
+pub(super) fn lin(coefs: &[f64], xs: &[Expr]) -> Expr {
     let mut acc: Option<Expr> = None;
     for (&c, x) in coefs.iter().zip(xs) {
         if c == 0.0 {
@@ -197,7 +197,7 @@ fn lin(coefs: &[f64], xs: &[Expr]) -> Expr {
 }
 
 /// Declares `n` f32 variables with the given initial values; returns them.
-fn decls(kb: &mut KB, body: &mut Vec<Stmt>, inits: Vec<Expr>) -> Vec<Var> {
+pub(super) fn decls(kb: &mut KB, body: &mut Vec<Stmt>, inits: Vec<Expr>) -> Vec<Var> {
     inits.into_iter().map(|init| {
         let v = kb.var();
         body.push(Stmt::Decl { var: v, dtype: DType::F32, init });
@@ -217,12 +217,12 @@ fn exact_runs(n: usize, lanes: usize) -> Vec<(i64, i64, i64)> {
 
 /// The fewest units a convolution is cut into, so that two threads get equal shares within a fifth
 /// (by tile rows, else also by output channels).
-const MIN_UNITS: usize = 4;
+pub(super) const MIN_UNITS: usize = 4;
 
 /// The tile rows of a unit: enough that a unit has one wide panel of tiles (64), at most the image's;
 /// fewer where that leaves fewer than [`MIN_UNITS`] units over the batch and a unit keeps ≥ 32 tiles
 /// (ResNet's 56² layers under F(4×4): 14 × 14 tiles in 4 blocks of 4 rows instead of 3 of 5).
-fn block_rows(nb: usize, th: usize, tw: usize) -> usize {
+pub(super) fn block_rows(nb: usize, th: usize, tw: usize) -> usize {
     let rows = 64usize.div_ceil(tw).clamp(1, th);
     if nb * th.div_ceil(rows) >= MIN_UNITS {
         return rows;
