@@ -3,11 +3,13 @@
 //! - Threads: `RLX_NUM_THREADS` if it is a positive integer, else `available_parallelism()`; the
 //!   calling thread counts as one, so `threads - 1` workers are spawned, once, on first use.
 //! - A loop is cut into `min(4 × threads, n / grain)` chunks of near-equal size (each at least
-//!   `grain` iterations), claimed one at a time by the caller and the workers, so a worker that wakes
-//!   late takes fewer chunks instead of holding everyone up. The caller returns only when every
-//!   chunk has finished, so `body` and `ctx` are never used after the call returns.
-//! - Hand-off is lock-free: one atomic word holds the job's epoch, its chunk count and the next chunk
-//!   to claim, so a claim is valid only for the job it was made for. The word and the job's fields
+//!   `grain` iterations), claimed one at a time — the caller from the front, the workers from the
+//!   back (`Shared::help`: on two threads each runs the same contiguous half loop after loop, so the
+//!   data a kernel reads mostly sits in its own core's cache) —, so a worker that wakes late takes
+//!   fewer chunks instead of holding everyone up. The caller returns only when every chunk has
+//!   finished, so `body` and `ctx` are never used after the call returns.
+//! - Hand-off is lock-free: one atomic word holds the job's epoch and the range of chunks left to
+//!   claim, so a claim is valid only for the job it was made for. The word and the job's fields
 //!   share one cache line, and the finished-chunk counter has a line of its own. Chunk 0 is published
 //!   as already claimed by the caller, which starts it at once, without an atomic read-modify-write
 //!   on a line the workers are reading; a worker counts each chunk as done before it claims the next.
@@ -44,9 +46,10 @@ std::thread_local! {
     static IN_POOL: Cell<bool> = const { Cell::new(false) };
 }
 
-/// The claim word: epoch (upper 32 bits), chunk count (16 bits), next chunk to claim (16 bits).
-fn word(epoch: u64, chunks: i64, next: i64) -> u64 {
-    (epoch << 32) | ((chunks as u64) << 16) | next as u64
+/// The claim word: epoch (upper 32 bits), the first chunk not yet claimed from the front (16 bits) and
+/// one past the last not yet claimed from the back (16 bits); the chunks left are `front..back`.
+fn word(epoch: u64, front: i64, back: i64) -> u64 {
+    (epoch << 32) | ((front as u64) << 16) | back as u64
 }
 fn fields(w: u64) -> (u64, i64, i64) {
     (w >> 32, ((w >> 16) & 0xffff) as i64, (w & 0xffff) as i64)
@@ -59,7 +62,9 @@ fn fields(w: u64) -> (u64, i64, i64) {
 struct Job {
     /// See [`word`]. Chunk counts stay below 2^16.
     claim: AtomicU64,
-    /// The job of the current epoch, written before the epoch is published.
+    /// The job of the current epoch, written before the epoch is published: its chunk count, body,
+    /// context and range.
+    chunks: AtomicI64,
     body: AtomicUsize,
     ctx: AtomicUsize,
     n: AtomicI64,
@@ -82,13 +87,14 @@ struct Shared {
 }
 
 impl Shared {
-    /// Runs chunk `k` of the `chunks` of the current job.
+    /// Runs chunk `k` of the current job.
     ///
     /// # Safety
     /// Chunk `k` of the current job must have been claimed by this thread (or reserved for it) while
     /// the job was unfinished: the job's fields are then that job's (the next job's are written only
     /// after every chunk of this one has finished).
-    unsafe fn run_chunk(&self, k: i64, chunks: i64) {
+    unsafe fn run_chunk(&self, k: i64) {
+        let chunks = self.job.chunks.load(Relaxed);
         // SAFETY: `body` was stored from a valid `Body` for this job.
         let body: Body = unsafe { core::mem::transmute::<usize, Body>(self.job.body.load(Relaxed)) };
         let n = self.job.n.load(Relaxed);
@@ -100,22 +106,27 @@ impl Shared {
         unsafe { body(self.job.ctx.load(Relaxed) as *const c_void, bound(k), bound(k + 1)) };
     }
 
-    /// Claims and runs chunks of job `epoch` until none is left; returns how many it ran. With
-    /// `signal` (workers), each finished chunk is counted in `done` at once, before the next claim.
-    fn help(&self, epoch: u64, signal: bool) -> i64 {
+    /// Claims and runs chunks of job `epoch` until none is left; returns how many it ran. The caller
+    /// claims from the front, workers (`worker`) from the back, so on two threads each runs a
+    /// contiguous half of the range unless one is late — the same half, loop after loop, which keeps
+    /// a kernel's share of its input in the cache of the core that wrote it (the kernels deal their
+    /// units to chunks in order). A worker counts each finished chunk in `done` at once, before the
+    /// next claim.
+    fn help(&self, epoch: u64, worker: bool) -> i64 {
         let mut ran = 0;
         let mut w = self.job.claim.load(Acquire);
         loop {
-            let (e, chunks, next) = fields(w);
-            if e != epoch || next >= chunks {
+            let (e, front, back) = fields(w);
+            if e != epoch || front >= back {
                 return ran;
             }
-            match self.job.claim.compare_exchange_weak(w, w + 1, AcqRel, Acquire) {
+            let (next, k) = if worker { (w - 1, back - 1) } else { (w + (1 << 16), front) };
+            match self.job.claim.compare_exchange_weak(w, next, AcqRel, Acquire) {
                 Ok(_) => {
                     // SAFETY: claimed while job `epoch` was unfinished.
-                    unsafe { self.run_chunk(next, chunks) };
+                    unsafe { self.run_chunk(k) };
                     ran += 1;
-                    if signal {
+                    if worker {
                         self.done.0.fetch_add(1, Release);
                     }
                     w = self.job.claim.load(Acquire);
@@ -178,7 +189,7 @@ impl Pool {
     /// A pool of `threads` threads in all (the caller included): spawns `threads - 1` workers.
     pub(crate) fn new(threads: usize) -> Pool {
         let shared = Arc::new(Shared {
-            job: Job { claim: AtomicU64::new(0), body: AtomicUsize::new(0), ctx: AtomicUsize::new(0), n: AtomicI64::new(0) },
+            job: Job { claim: AtomicU64::new(0), chunks: AtomicI64::new(0), body: AtomicUsize::new(0), ctx: AtomicUsize::new(0), n: AtomicI64::new(0) },
             done: Counter(AtomicI64::new(0)),
             sleepers: AtomicUsize::new(0),
             shutdown: AtomicUsize::new(0),
@@ -224,13 +235,14 @@ impl Pool {
         // Publish the job: fields first, then the claim word with the next epoch. Chunk 0 is the
         // caller's (published as already claimed), so it starts at once, while the workers claim the
         // others; `done` counts the workers' finished chunks.
+        sh.job.chunks.store(chunks, Relaxed);
         sh.job.body.store(body as usize, Relaxed);
         sh.job.ctx.store(ctx as usize, Relaxed);
         sh.job.n.store(n, Relaxed);
         sh.done.0.store(0, Relaxed);
         let epoch = (*submit + 1) & 0xffff_ffff;
         *submit = epoch;
-        sh.job.claim.store(word(epoch, chunks, 1), Release);
+        sh.job.claim.store(word(epoch, 1, chunks), Release);
         // Sleepers are woken now if any are seen; a worker that falls asleep at this very moment is
         // caught by the check after the first chunk (the fence pairs with the worker's SeqCst
         // increment of `sleepers` and re-read of the epoch). No full fence before the first chunk:
@@ -241,7 +253,7 @@ impl Pool {
         }
         IN_POOL.set(true);
         // SAFETY: chunk 0 was reserved for this thread in the published word.
-        unsafe { sh.run_chunk(0, chunks) };
+        unsafe { sh.run_chunk(0) };
         if !woken {
             fence(SeqCst);
             woken = sh.sleepers.load(Relaxed) > 0;
