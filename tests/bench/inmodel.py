@@ -134,13 +134,14 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=1, help="rlxc's threads (its CPU time over all of them; ORT's profile stays at one)")
     ap.add_argument("--loop", help=argparse.SUPPRESS)
     a = ap.parse_args()
-    os.environ["RLX_NUM_THREADS"] = str(a.threads)  # before the artifact's pool starts
     if a.loop:
+        # The thread count is the parent's (RLX_NUM_THREADS inherited), not this process's default.
         d = Path(a.loop)
         loop(d / "art" / "m.so", json.loads((d / "art" / "m.json").read_text()), a.secs)
         return 0
     if not a.model:
         ap.error("--model is required")
+    os.environ["RLX_NUM_THREADS"] = str(a.threads)  # before the artifact's pool starts, here and in the loop
     if shutil.which("perf") is None:
         sys.exit("inmodel.py: needs `perf` (Debian package linux-perf)")
     work = Path(tempfile.mkdtemp(prefix="rlx-inmodel-"))
