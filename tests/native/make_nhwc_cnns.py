@@ -48,6 +48,14 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from make_window_cnns import G, save  # noqa: E402  (the same model builder and ORT reference)
 
 
+def classifier(g, x, cin, scale, pool):
+    """Global average pool (node `pool`), Flatten, Gemm cin → 10 (`logits`): the models' head."""
+    p = g.node("Flatten", [g.node("GlobalAveragePool", [x], pool)], "flat", axis=1)
+    w = g.const("fc_w", g.rs.randn(10, cin) * scale)
+    b = g.const("fc_b", g.rs.randn(10) * 0.1)
+    g.node("Gemm", [p, w, b], "logits", transB=1)
+
+
 def dwsep():
     g = G(5)
     g.const("lo", 0.0)
@@ -66,10 +74,7 @@ def dwsep():
     x = g.conv(x, "dw4", 40, 40, 5, 40, pad=2)
     x = g.conv(x, "dw5", 40, 40, 3, 40, pad=2, dil=2, bias=True)
     x = g.conv(x, "pw4", 40, 24, 1, 1, bias=True)
-    p = g.node("Flatten", [g.node("GlobalAveragePool", [x], "pool")], "flat", axis=1)
-    w = g.const("fc_w", g.rs.randn(10, 24) * 0.3)
-    b = g.const("fc_b", g.rs.randn(10) * 0.1)
-    g.node("Gemm", [p, w, b], "logits", transB=1)
+    classifier(g, x, 24, 0.3, "pool")
     return g.model("dwsep", [1, 3, 67, 67], ["logits"])
 
 
@@ -116,10 +121,7 @@ def bottleneck():
     x = g.node("Concat", [c1, c2, c3], "cat", axis=1)
     x = g.node("AveragePool", [x], "pool2", kernel_shape=[3, 3], strides=[2, 2], pads=[1] * 4, count_include_pad=1, ceil_mode=1)
     x = g.node("MaxPool", [x], "pool3", kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1)
-    p = g.node("Flatten", [g.node("GlobalAveragePool", [x], "gap")], "flat", axis=1)
-    w = g.const("fc_w", g.rs.randn(10, 80) * 0.2)
-    b = g.const("fc_b", g.rs.randn(10) * 0.1)
-    g.node("Gemm", [p, w, b], "logits", transB=1)
+    classifier(g, x, 80, 0.2, "gap")
     return g.model("bottleneck", [2, 3, 45, 45], ["logits"])
 
 
@@ -136,10 +138,7 @@ def winograd():
     s = relu(g.conv(a, "s", 128, 32, 3, 1, stride=2, pad=1, bias=True), "s_r")
     b = relu(g.conv(s, "b", 32, 48, 3, 1, pad=1), "b_r")
     x = g.conv(b, "p5", 48, 64, 1, 1, bias=True)
-    q = g.node("Flatten", [g.node("GlobalAveragePool", [x], "gap")], "flat", axis=1)
-    w = g.const("fc_w", g.rs.randn(10, 64) * 0.2)
-    c = g.const("fc_b", g.rs.randn(10) * 0.1)
-    g.node("Gemm", [q, w, c], "logits", transB=1)
+    classifier(g, x, 64, 0.2, "gap")
     return g.model("winograd", [2, 64, 29, 29], ["logits"])
 
 
