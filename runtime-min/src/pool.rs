@@ -481,6 +481,26 @@ mod tests {
     }
 
     #[test]
+    fn on_two_threads_each_runs_one_contiguous_part() {
+        // The caller claims from the front and the worker from the back, so whatever the timing the
+        // caller's chunks are a prefix of the range and the worker's the rest (`Shared::help`).
+        let pool = Pool::new(2);
+        let caller = thread::current().id();
+        let mut both = 0;
+        for _ in 0..50 {
+            let v: Mutex<Vec<(thread::ThreadId, i64, i64)>> = Mutex::new(Vec::new());
+            unsafe { pool.run(threads_seen, &v as *const _ as *const c_void, 16, 1) };
+            let mut v = v.into_inner().unwrap();
+            v.sort_by_key(|e| e.1);
+            assert_eq!(v.len(), 2 * CHUNKS_PER_THREAD as usize);
+            let mine = v.iter().take_while(|e| e.0 == caller).count();
+            assert!(mine >= 1 && v[mine..].iter().all(|e| e.0 != caller), "the caller's chunks are not a prefix: {v:?}");
+            both += (mine < v.len()) as usize;
+        }
+        assert!(both > 0, "in 50 jobs of 8 chunks of 200 µs the worker never took one");
+    }
+
+    #[test]
     fn back_to_back_jobs_of_two_chunks() {
         // The shape of a split matrix-vector product: two chunks, one for the caller (reserved) and one
         // for the worker, many times in a row.
