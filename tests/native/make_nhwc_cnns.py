@@ -33,7 +33,8 @@ Writes DIR/NAME.onnx, NAME_x.npy (a deterministic input) and NAME_ort_<output>.n
   last tile of one output; three vectors of output channels), 1×1 48 → 64, global average pool, Flatten,
   Gemm 64 → 10 (`logits`).
 - `plain` (VGG-style): x f32[1,16,20,20] → 3×3 16 → 32 + Relu, 3×3 32 → 32 + Relu, MaxPool 2×2, 3×3 32 →
-  64 (`y`): no pointwise convolution, so it keeps NCHW (its 3×3 ones NCHW's direct / Winograd forms).
+  64 (`y`): its input's and output's layout changes would move too much of what its three convolutions
+  produce, so it keeps NCHW (its 3×3 ones NCHW's direct / Winograd forms).
 Weights and inputs from numpy's RandomState.
 """
 from __future__ import annotations

@@ -22,9 +22,10 @@
 //! the spatial dims (a global pool: its `[N, 1, 1, C]` result is `[N, C, 1, 1]` with no element moved, a
 //! view). What is left of the transposes is dead (removed) or the layout change a reader in NCHW needs.
 //! The pass keeps the rewrite only when those changes move few elements against the convolutions'
-//! outputs ([`MAX_MOVED`]: Inception v1's LocalResponseNormalization would need two around it) and the
-//! pointwise convolutions carry enough of the work ([`MIN_POINTWISE`]: VGG's 3×3 convolutions are faster
-//! in NCHW's Winograd form). Otherwise the second rewrite (`Mode::Reducing`) takes only the
+//! outputs ([`MAX_MOVED`]: Inception v1's LocalResponseNormalization would need two around it). Whatever
+//! the share of pointwise convolutions: with `plan/winograd_nhwc.rs` a dense 3×3 one is faster
+//! channels-last than in NCHW's Winograd form too (VGG-19, none pointwise: 0.60–0.65× its NCHW time at
+//! batch 1 / 8, one and two threads, on a two-FMA Xeon). Otherwise the second rewrite (`Mode::Reducing`) takes only the
 //! pointwise convolutions over at least [`REDUCING`] input channels per output channel (Inception v1's
 //! reductions), each on its own — x read through a `to_nhwc` of its own, which the
 //! planner makes index math in the matmul's loads (x itself, broadcast a row element at a time: no
@@ -62,19 +63,6 @@ enum Form {
     /// `conv_nhwc`, the implicit GEMM of `plan/conv_nhwc_gemm.rs`, of x padded first.
     Dense,
 }
-
-/// Input channels of a stem: a dense convolution over so few does not count against a region
-/// ([`MIN_POINTWISE`]).
-const STEM_CHANNELS: usize = 4;
-
-/// The least share of pointwise convolutions in the multiply-adds of the pointwise and dense k×k ones
-/// (not stems) for a region. The layout pays through the pointwise ones (matmuls reading x in place:
-/// 10–25% faster than in NCHW, `pw256x64h56`-style layers 0.88 → 0.64 ms), while a dense k×k one runs
-/// as an implicit GEMM about as fast as NCHW's direct form but slower than its Winograd form (64 → 192 at
-/// 56² 4.5 / 3.6 ms). Measured whole models (batch 1, one thread, CPU time, NHWC / NCHW, pointwise
-/// share): ResNet-50 0.925 (0.52), DenseNet-121 0.90 (0.52), SqueezeNet 0.88 (0.40), Inception v2 0.90
-/// (0.25); VGG-19 1.19 (0: all 3×3, Winograd's).
-const MIN_POINTWISE: f64 = 0.2;
 
 /// A pointwise convolution over at least this many input channels per output channel also runs
 /// channels-last on its own in an NCHW model (`Mode::Reducing`).
@@ -140,31 +128,12 @@ fn dims(s: &[usize]) -> Vec<Dim> {
 
 /// The graph with its convolutions channels-last where that pays (module doc), or `None`.
 pub fn channels_last(g: &Mir) -> Option<Mir> {
-    if pointwise_share(g) >= MIN_POINTWISE {
-        if let Some((out, produced, moved)) = rewrite(g, Mode::Region) {
-            if (moved as f64) <= MAX_MOVED * produced as f64 {
-                return Some(out);
-            }
+    if let Some((out, produced, moved)) = rewrite(g, Mode::Region) {
+        if (moved as f64) <= MAX_MOVED * produced as f64 {
+            return Some(out);
         }
     }
     rewrite(g, Mode::Reducing).map(|(out, _, _)| out)
-}
-
-/// The pointwise convolutions' share of the multiply-adds of the pointwise and dense k×k ones over more
-/// than [`STEM_CHANNELS`] input channels that a region would take (1 when there are none).
-fn pointwise_share(g: &Mir) -> f64 {
-    let (mut pointwise, mut dense) = (0.0, 0.0);
-    for n in &g.nodes {
-        let Some(f) = form(g, n, Mode::Region) else { continue };
-        let (Some(sw), Some(so)) = (g.ty(n.inputs[1]).shape.as_fixed(), g.ty(n.outputs[0]).shape.as_fixed()) else { continue };
-        let macs = (so.iter().product::<usize>() * sw[1..].iter().product::<usize>()) as f64;
-        match f {
-            Form::Pointwise => pointwise += macs,
-            Form::Dense if sw[1] > STEM_CHANNELS => dense += macs,
-            _ => {}
-        }
-    }
-    if pointwise + dense == 0.0 { 1.0 } else { pointwise / (pointwise + dense) }
 }
 
 /// The rewrite in `mode`: the graph, the elements its rewritten convolutions produce and the elements its
@@ -389,18 +358,25 @@ mod tests {
         assert_same(&g, &out, &xd);
     }
 
-    /// 3×3 convolutions and no pointwise one (VGG): NCHW's Winograd form is faster, the graph is left
-    /// as it is even though its layout changes would move few elements.
+    /// A VGG-style chain — a stem, 3×3 convolutions, no pointwise one — ending in a global pool: every
+    /// convolution channels-last (Winograd's form is faster there too), no layout change but the stem's
+    /// input inside its padded copy.
     #[test]
-    fn a_model_without_pointwise_convolutions_keeps_nchw() {
+    fn a_model_without_pointwise_convolutions_goes_channels_last() {
         let mut g = Mir::new();
-        let x = g.add_input("x", TensorType::fixed(DType::F32, &[1, 16, 16, 16]));
-        let mut v = x;
-        for i in 0..4 {
+        let x = g.add_input("x", TensorType::fixed(DType::F32, &[1, 3, 16, 16]));
+        let xd = ConstData::from_f32(vec![1, 3, 16, 16], &(0..3 * 256).map(|i| ((i * 7 % 19) as f32 - 9.0) / 8.0).collect::<Vec<_>>());
+        let mut v = conv(&mut g, "c0", x, 3, 16, 3, 1, 0);
+        for i in 1..4 {
             v = conv(&mut g, &format!("c{i}"), v, 16, 16, 3, 1, i);
         }
-        g.outputs = vec![v];
-        assert!(channels_last(&g).is_none());
+        let p = g.add1("pool", MirOp::Reduce { op: rlx_ir::ReduceOp::Mean, axes: vec![2, 3], keepdims: true }, &[v]).unwrap();
+        g.outputs = vec![p];
+        let out = channels_last(&g).expect("the chain is rewritten");
+        let kinds: Vec<&str> = out.nodes.iter().map(|n| rlx_ir::OpSet::kind(&n.op)).collect();
+        assert_eq!(kinds.iter().filter(|&&k| k == "conv_nhwc").count(), 4, "{kinds:?}");
+        assert!(!kinds.contains(&"conv"), "{kinds:?}");
+        assert_same(&g, &out, &xd);
     }
 
     /// ResNet's bottleneck over a small map whose input (64 channels) and output would need layout

@@ -9,8 +9,9 @@
 //! at the edges —, and `rlxc run --target interp` matches ONNX Runtime, and the host object (LLVM and
 //! Cranelift), the x86_64 one (AVX2: 8 lanes) and the host object with `--layout nchw` match the
 //! interpreter within 1e-4 on every output; the window-kernel models (grouped convolutions between the
-//! depthwise ones) and a VGG-style one without pointwise convolutions are left in NCHW (a ResNet-style
-//! bottleneck whose layout changes would cost too much too: `rlx_opt`'s unit tests of the pass).
+//! depthwise ones) and a small VGG-style one whose edge changes would move too much are left in NCHW (a
+//! ResNet-style bottleneck whose layout changes would cost too much too, and a VGG-style chain that goes
+//! channels-last: `rlx_opt`'s unit tests of the pass).
 //!
 //! Needs the venv (onnx, onnxruntime) from `make setup`; a missing one fails the test, it never skips.
 
@@ -108,9 +109,10 @@ fn cnns_run_channels_last_and_match_the_interpreter() {
 }
 
 /// Models whose convolutions would need a layout change on each side of most of them keep NCHW — the
-/// window-kernel models (grouped convolutions between the depthwise ones) —, and so does one with no
-/// pointwise convolution (`plain`: its 3×3 ones keep NCHW's direct and Winograd forms); `plain` still
-/// matches ONNX Runtime (interpreter) and the interpreter (host).
+/// window-kernel models (grouped convolutions between the depthwise ones) —, and so does a small VGG-style
+/// one whose input's and output's changes would move too much of what its three convolutions produce
+/// (`plain`: its 3×3 ones keep NCHW's direct and Winograd forms); `plain` still matches ONNX Runtime
+/// (interpreter) and the interpreter (host).
 #[test]
 fn models_that_would_not_gain_keep_nchw() {
     let dir = scratch("keep");
