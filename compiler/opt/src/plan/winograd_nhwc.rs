@@ -37,9 +37,9 @@ const ACCS: usize = 24;
 impl Planner<'_> {
     /// The Winograd form of dense `conv_nhwc` anchor `a` (see [`Self::is_nhwc_dense`]), if it takes one:
     /// 3×3, stride 1, dilation 1, whole vectors of input channels, and `winograd::fits`' rules on its
-    /// shapes — those of a CPU with one FMA unit on every CPU: channels-last, the transforms are vector
-    /// loops with no gather and the GEMM's tile loads no transposed V, so few input channels and F(4×4)
-    /// repay them where NCHW's do not on Intel's two-FMA cores. Measured on a Sapphire Rapids-class Xeon
+    /// shapes — on every CPU the rules of one with one FMA unit: channels-last, the transforms are vector
+    /// loops with no gather, so few input channels and F(4×4) repay them where NCHW's do not on Intel's
+    /// two-FMA cores. Measured on a Sapphire Rapids-class Xeon
     /// (`inmodel.py`, one thread, batch 1, against ORT's same layer, two-FMA rules / these): ResNet-50's
     /// 64 → 64 at 56² F(2×2) 0.75 / F(4×4) 0.60; SqueezeNet's 3×3 layers 0.96 / 0.82 (16 → 64 at 55² the
     /// implicit GEMM 1.04 / F(4×4) 0.87, 32 → 128 at 27² F(2×2) 0.91 / F(4×4) 0.61).
@@ -47,7 +47,7 @@ impl Planner<'_> {
         let n = self.g.node(a);
         let MirOp::ConvNhwc { strides, dilations, groups, .. } = &n.op else { return None };
         let (sx, sw, so) = (self.shape(n.inputs[0]), self.shape(n.inputs[1]), self.shape(n.outputs[0]));
-        if sx[3] % self.lanes != 0 || !self.is_nhwc_dense(a) {
+        if !self.is_nhwc_dense(a) || sx[3] % self.lanes != 0 {
             return None;
         }
         let nchw_out = [so[0], so[3], so[1], so[2]];
