@@ -160,6 +160,14 @@ pub enum LoopKind {
     Vector(u32),
 }
 
+impl LoopKind {
+    /// A loop over a run `width` elements wide at a time: a vector loop of that many lanes, or a serial
+    /// one for single elements (the runs the planner splits a row into).
+    pub fn run(width: u32) -> LoopKind {
+        if width > 1 { LoopKind::Vector(width) } else { LoopKind::Serial }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub enum Stmt {
     /// `for var in 0..extent { body }`

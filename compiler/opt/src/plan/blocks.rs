@@ -228,7 +228,7 @@ impl Planner<'_> {
         let mut vbody: Vec<Stmt> = accs.iter().chain(&parts).map(|&v| Stmt::Decl { var: v, dtype: DType::F32, init: zero.clone() }).collect();
         vbody.push(Stmt::For { var: b, extent: w.nblk() as i64, kind: LoopKind::Serial, body: blk_body });
         vbody.extend(self.block_stores(kb, a, r, op, out_shape, &accs, &row, Expr::add(Expr::mul(Expr::Var(p), Expr::Int(nr as i64)), Expr::Var(jj))));
-        let kind = if nr > 1 { LoopKind::Vector(nr as u32) } else { LoopKind::Serial };
+        let kind = LoopKind::run(nr as u32);
         let vl = Stmt::For { var: jj, extent: nr as i64, kind, body: vbody };
         let tl = Stmt::For { var: t, extent: tiles as i64, kind: LoopKind::Serial, body: vec![vl] };
         vec![Stmt::For { var: p, extent: (w.rows / nr) as i64, kind: LoopKind::Parallel, body: vec![tl] }]

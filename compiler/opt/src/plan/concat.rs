@@ -108,7 +108,7 @@ impl Planner<'_> {
             let p = kb.param(b, &self.buffers[b as usize].clone(), Access::Read);
             for (from, len, width) in vector_runs(0, run as i64, lanes as i64).into_iter().filter(|r| r.1 > 0) {
                 let j = kb.var();
-                let kind = if width > 1 { LoopKind::Vector(width as u32) } else { LoopKind::Serial };
+                let kind = LoopKind::run(width as u32);
                 let e = Expr::add(Expr::Int(from), Expr::Var(j));
                 let src = Expr::add(Expr::mul(Expr::Var(o), Expr::Int(run as i64)), e.clone());
                 let dst = Expr::add(Expr::mul(Expr::Var(o), Expr::Int(total as i64)), Expr::add(Expr::Int(at as i64), e));

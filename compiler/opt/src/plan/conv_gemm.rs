@@ -703,7 +703,7 @@ impl Planner<'_> {
         let dst = |jj: Expr| Expr::add(sbase.clone(), Expr::add(Expr::mul(Expr::Var(kk), Expr::Int(nr as i64)), Expr::add(Expr::Int(off as i64), jj)));
         // A panel wholly inside for this tap: a plain copy.
         let jw = kb.var();
-        let kind = if width >= 2 { LoopKind::Vector(width as u32) } else { LoopKind::Serial };
+        let kind = LoopKind::run(width as u32);
         let plain = Stmt::For { var: jw, extent: width as i64, kind, body: vec![Stmt::Store { buf: sp, index: dst(Expr::Var(jw)), value: Expr::load(t.bp, lane(Expr::Var(jw))) }] };
         body.push(Stmt::If { cond: Expr::i(IOp::Lt, Expr::Int(0), whole.clone()), body: vec![plain] });
         let masked = Expr::i(IOp::Eq, whole, Expr::Int(0));
@@ -716,7 +716,7 @@ impl Planner<'_> {
             }
             let keep = Expr::Bin(BinaryOp::Gt, DType::F32, Box::new(Expr::load(mp, Expr::add(Expr::Var(mrow), Expr::Var(jj)))), Box::new(lit(0.0, DType::F32)));
             let val = Expr::Select(Box::new(keep), Box::new(Expr::load(t.bp, xi)), Box::new(lit(0.0, DType::F32)));
-            let kind = if width >= 2 { LoopKind::Vector(width as u32) } else { LoopKind::Serial };
+            let kind = LoopKind::run(width as u32);
             let copy = Stmt::For { var: jj, extent: width as i64, kind, body: vec![Stmt::Store { buf: sp, index: dst(Expr::Var(jj)), value: val }] };
             body.push(Stmt::If { cond, body: vec![copy] });
         }
@@ -812,7 +812,7 @@ impl Planner<'_> {
             let v = self.conv_epilogue(kb, (t.a, t.r, t.av), acc, &ix, last);
             vbody.push(Stmt::Store { buf: t.op, index: linear(&ix, t.out_shape), value: v });
         }
-        let kind = if width >= 2 { LoopKind::Vector(width as u32) } else { LoopKind::Serial };
+        let kind = LoopKind::run(width as u32);
         let mut out = if (first || last) && t.groups == 1 { self.epilogue_prefetch(kb, t, &lt, &colx, jv, width, first, last) } else { Vec::new() };
         out.push(Stmt::For { var: jv, extent: width as i64, kind, body: vbody });
         out
@@ -964,7 +964,7 @@ impl Planner<'_> {
         let pv = |u: usize| Expr::Var(parts[u]);
         body.push(Stmt::Decl { var: acc, dtype: DType::F32, init: f32s(f32s(pv(0), pv(1)), f32s(pv(2), pv(3))) });
         body.push(Stmt::Store { buf: t.op, index: linear(&idx, t.out_shape), value: v });
-        let kind = if lanes >= 2 { LoopKind::Vector(lanes as u32) } else { LoopKind::Serial };
+        let kind = LoopKind::run(lanes as u32);
         vec![Stmt::For { var: iv, extent: lanes as i64, kind, body }]
     }
 }

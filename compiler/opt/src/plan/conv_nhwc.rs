@@ -185,7 +185,7 @@ impl Planner<'_> {
             if full > 0 {
                 let cv = kb.var();
                 let body = chans(me, kb, Expr::Var(cv));
-                v.push(Stmt::For { var: cv, extent: full as i64, kind: if lanes > 1 { LoopKind::Vector(lanes as u32) } else { LoopKind::Serial }, body });
+                v.push(Stmt::For { var: cv, extent: full as i64, kind: LoopKind::run(lanes as u32), body });
             }
             if rem > 0 {
                 let cr = kb.var();

@@ -19,11 +19,34 @@ use super::gemm::weight_prefetches;
 use super::index::linear;
 use super::kernel::{lit, KB};
 use super::Planner;
-use rlx_ir::loops::{Access, Expr, IOp, LoopKind, Stmt};
+use rlx_ir::loops::{Access, Expr, IOp, LoopKind, Stmt, Var};
 use rlx_ir::{BinaryOp, ConstData, DType, Def, MirOp, NodeId};
 
 /// Accumulators of a tile (positions × vectors of output channels): the GEMM's wide tile's.
 const ACCS: usize = 24;
+
+/// The tile over `m` output channels of `lanes`-wide vectors: vectors of output channels (up to 4, a
+/// divisor of the channel vectors) and positions (up to 8, [`ACCS`] accumulators in all). Shared with
+/// `winograd_nhwc.rs`'s GEMMs, whose positions are tiles.
+pub(super) fn tile_shape(m: usize, lanes: usize) -> (usize, usize) {
+    let per = (1..=4).rev().find(|&v| (m / lanes) % v == 0).unwrap_or(1);
+    (per, (ACCS / per).min(8))
+}
+
+/// One k step of the tile: the packed weight's run at `run` prefetched ([`weight_prefetches`]), then
+/// `accs[t][v] += xs[t] · W[run + v·lanes + lv]` — `xs[t]` the position's A element, broadcast.
+pub(super) fn tile_step(wp: u32, run: &Expr, lanes: usize, lv: Var, xs: &[Expr], accs: &[Vec<Var>]) -> Vec<Stmt> {
+    let width = accs.first().map_or(0, Vec::len) * lanes;
+    let wv = |v: usize| Expr::load(wp, Expr::add(run.clone(), Expr::add(Expr::Int((v * lanes) as i64), Expr::Var(lv))));
+    let mut inner = weight_prefetches(wp, run, width);
+    for (xv, row) in xs.iter().zip(accs) {
+        for (v, &acc) in row.iter().enumerate() {
+            let prod = Expr::Bin(BinaryOp::Mul, DType::F32, Box::new(xv.clone()), Box::new(wv(v)));
+            inner.push(Stmt::Assign { var: acc, value: Expr::Bin(BinaryOp::Add, DType::F32, Box::new(Expr::Var(acc)), Box::new(prod)) });
+        }
+    }
+    inner
+}
 
 impl Planner<'_> {
     /// The kernel of dense `conv_nhwc` anchor `a` (root `r`, output param `op`), see the module doc.
@@ -45,7 +68,7 @@ impl Planner<'_> {
         let taps = kh * kw;
         let lanes = self.lanes;
         // Vectors of output channels a tile (up to 4), positions a tile (up to 8).
-        let per = (1..=4).rev().find(|&v| (m / lanes) % v == 0).unwrap_or(1);
+        let (per, tile) = tile_shape(m, lanes);
         // The weight as [M / (per·lanes)][KH·KW][C][per·lanes]: a group's k step one contiguous run.
         let width = per * lanes;
         let packed: Vec<f32> = (0..m * taps * c)
@@ -61,7 +84,6 @@ impl Planner<'_> {
         let wp = kb.param(wb, &self.buffers[wb as usize].clone(), Access::Read);
         // x's buffer, whose flat index a position's A elements are read at (else x's element by index).
         let xp = self.buf_of[x.index()].map(|xb| kb.param(xb, &self.buffers[xb as usize].clone(), Access::Read));
-        let tile = (ACCS / per).min(8);
         let pn = nb * oh * ow;
         let tiles = pn.div_ceil(tile);
         let units = (m / lanes / per) * tiles;
@@ -101,23 +123,19 @@ impl Planner<'_> {
                 let cv = kb.var();
                 let k = Expr::add(Expr::mul(Expr::add(Expr::mul(group.clone(), Expr::Int(taps as i64)), Expr::Int(tap)), Expr::Int(c as i64)), Expr::Var(cv));
                 let run = Expr::mul(k, Expr::Int(width as i64));
-                let wv = |v: usize| Expr::load(wp, Expr::add(run.clone(), Expr::add(Expr::Int((v * lanes) as i64), Expr::Var(lv))));
-                let mut inner = weight_prefetches(wp, &run, width);
-                for (t, row) in accs.iter().enumerate() {
-                    let xv = match xp {
-                        Some(xp) => Expr::load(xp, Expr::add(Expr::Var(at[t].1), Expr::add(Expr::Int(offset), Expr::Var(cv)))),
+                let xs: Vec<Expr> = at
+                    .iter()
+                    .map(|(_, bv, pos)| match xp {
+                        Some(xp) => Expr::load(xp, Expr::add(Expr::Var(*bv), Expr::add(Expr::Int(offset), Expr::Var(cv)))),
                         None => {
-                            let [n, oy, ox] = at[t].2.clone();
+                            let [n, oy, ox] = pos.clone();
                             let iy = Expr::add(Expr::mul(oy, Expr::Int(s0 as i64)), Expr::Int((i * d0) as i64));
                             let ix = Expr::add(Expr::mul(ox, Expr::Int(s1 as i64)), Expr::Int((jj * d1) as i64));
                             self.elem(kb, x, &[n, iy, ix, Expr::Var(cv)])
                         }
-                    };
-                    for (v, &acc) in row.iter().enumerate() {
-                        let prod = Expr::Bin(BinaryOp::Mul, DType::F32, Box::new(xv.clone()), Box::new(wv(v)));
-                        inner.push(Stmt::Assign { var: acc, value: Expr::Bin(BinaryOp::Add, DType::F32, Box::new(Expr::Var(acc)), Box::new(prod)) });
-                    }
-                }
+                    })
+                    .collect();
+                let inner = tile_step(wp, &run, lanes, lv, &xs, &accs);
                 vbody.push(Stmt::For { var: cv, extent: c as i64, kind: LoopKind::Serial, body: inner });
             }
         }

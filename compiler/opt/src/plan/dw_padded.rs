@@ -85,7 +85,7 @@ impl Planner<'_> {
                 vec![(0, count, 1)]
             }
         };
-        let kind = |width: usize| if width > 1 { LoopKind::Vector(width as u32) } else { LoopKind::Serial };
+        let kind = |width: usize| LoopKind::run(width as u32);
         // The padding: zeros, once per slot (units only rewrite the planes' interior).
         let q = kb.var();
         let zero = Stmt::Store { buf: sp, index: Expr::add(Expr::mul(Expr::Var(slot), Expr::Int(plane as i64)), Expr::Var(q)), value: lit(0.0, DType::F32) };

@@ -205,7 +205,7 @@ impl Planner<'_> {
                 kb.subst.remove(&av);
                 vbody.push(Stmt::Store { buf: op, index: me.out_index(rv, &idx, out_shape), value: v });
             }
-            let kind = if width >= 2 { LoopKind::Vector(width as u32) } else { LoopKind::Serial };
+            let kind = LoopKind::run(width as u32);
             before.push(Stmt::For { var: jv, extent: width as i64, kind, body: vbody });
             before
         };

@@ -176,7 +176,7 @@ impl Planner<'_> {
             let mut v = Vec::new();
             for (at, n, width) in vector_runs(from as i64, len as i64, lanes as i64).into_iter().filter(|r| r.1 > 0) {
                 let j = kb.var();
-                let kind = if width > 1 { LoopKind::Vector(width as u32) } else { LoopKind::Serial };
+                let kind = LoopKind::run(width as u32);
                 let index = Expr::add(Expr::mul(Expr::Var(row), Expr::Int((wp * c) as i64)), Expr::add(Expr::Int(at), Expr::Var(j)));
                 v.push(Stmt::For { var: j, extent: n, kind, body: vec![Stmt::Store { buf: op, index, value: zero.clone() }] });
             }

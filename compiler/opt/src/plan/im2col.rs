@@ -123,7 +123,7 @@ impl Planner<'_> {
                         } else {
                             lit(0.0, DType::F32)
                         };
-                        let kind = if width > 1 { LoopKind::Vector(width as u32) } else { LoopKind::Serial };
+                        let kind = LoopKind::run(width as u32);
                         stmts.push(Stmt::For { var: j, extent: count, kind, body: vec![Stmt::Store { buf: cp, index: at(c), value: v }] });
                     }
                 }

@@ -70,7 +70,7 @@ impl Planner<'_> {
                             let pi = [nc[0].clone(), Expr::Int(ph * s + pw), nc[1].clone(), Expr::Var(i), col.clone()];
                             body.push(Stmt::Store { buf: pp, index: super::index::linear(&pi, &shape), value: v });
                         }
-                        let kind = if width > 1 { LoopKind::Vector(width as u32) } else { LoopKind::Serial };
+                        let kind = LoopKind::run(width as u32);
                         row.push(Stmt::For { var: j, extent: count, kind, body });
                     }
                 }

@@ -267,7 +267,7 @@ impl Planner<'_> {
                 let idx = [win.ni.clone(), chan.clone(), row.clone(), Expr::add(Expr::Int(start), Expr::Var(j))];
                 let raw = Expr::load(win.op, linear(&idx, out_shape));
                 let st = self.store_with_epilogue(kb, av, raw, win.a, win.r, win.op, &idx, out_shape);
-                let kind = if width > 1 { LoopKind::Vector(width as u32) } else { LoopKind::Serial };
+                let kind = LoopKind::run(width as u32);
                 out.push(Stmt::For { var: j, extent: count * width, kind, body: vec![st] });
             }
         }

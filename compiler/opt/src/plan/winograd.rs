@@ -364,7 +364,7 @@ impl Planner<'_> {
                     s.push(Stmt::Store { buf: vp, index: linear(&[geo.sv.clone(), ch, col.clone()], vshape), value });
                 }
             }
-            let kind = if width > 1 { LoopKind::Vector(width as u32) } else { LoopKind::Serial };
+            let kind = LoopKind::run(width as u32);
             row.push(Stmt::For { var: j, extent: count, kind, body: s });
         }
         let rows = Stmt::For { var: rr, extent: geo.rows as i64, kind: LoopKind::Serial, body: row };
@@ -424,7 +424,7 @@ impl Planner<'_> {
                         s.push(Stmt::Store { buf: op, index: linear(&idx, out_shape), value: v });
                     }
                 }
-                let kind = if width > 1 { LoopKind::Vector(width as u32) } else { LoopKind::Serial };
+                let kind = LoopKind::run(width as u32);
                 body.push(Stmt::For { var: j, extent: count, kind, body: s });
             }
             per_row.push(Stmt::If { cond, body });

@@ -22,7 +22,7 @@
 //! Rounding is the NCHW form's (F(2×2): ~5e-7 on O(1) outputs, F(4×4): ~8e-6).
 
 use super::blocks::{slot_units, SLOTS};
-use super::gemm::weight_prefetches;
+use super::conv_nhwc_gemm::{tile_shape, tile_step};
 use super::index::linear;
 use super::kernel::{lit, KB};
 use super::winograd::{block_rows, decls, lin, transform, Wino, MIN_UNITS};
@@ -30,9 +30,6 @@ use super::Planner;
 use rlx_ir::lir::{Base, Buffer};
 use rlx_ir::loops::{Access, Expr, IOp, LoopKind, Stmt};
 use rlx_ir::{BinaryOp, ConstData, DType, Def, MirOp, NodeId};
-
-/// Accumulators of a GEMM tile (tiles × vectors of output channels): the GEMM's wide tile's.
-const ACCS: usize = 24;
 
 impl Planner<'_> {
     /// The Winograd form of dense `conv_nhwc` anchor `a` (see [`Self::is_nhwc_dense`]), if it takes one:
@@ -69,7 +66,7 @@ impl Planner<'_> {
         let (nb, oh, ow, k) = (out_shape[0], out_shape[1], out_shape[2], out_shape[3]);
         let (th, tw) = (wg.th, wg.tw);
         let lanes = self.lanes;
-        let per = (1..=4).rev().find(|&v| (k / lanes) % v == 0).unwrap_or(1);
+        let (per, tile) = tile_shape(k, lanes);
         let width = per * lanes;
         let groups = k / width;
         // U as [α²][K / width][C][width].
@@ -116,13 +113,13 @@ impl Planner<'_> {
             let ch = Expr::add(Expr::mul(Expr::Var(cb), Expr::Int(lanes as i64)), Expr::Var(lv));
             let mut s = Vec::new();
             let mut d = Vec::new();
+            // A window row or column past x (the last tile's, where the output is no multiple of m) is read
+            // clamped: it reaches only outputs past the edge, which are not stored.
+            let past = |e: Expr, last: usize, bound: usize| if last >= bound { Expr::i(IOp::Min, e, Expr::Int(bound as i64 - 1)) } else { e };
             for ai in 0..al {
                 let row = Expr::add(Expr::mul(ti.clone(), Expr::Int(m as i64)), Expr::Int(ai as i64));
                 for bi in 0..al {
                     let col = Expr::add(Expr::mul(Expr::Var(tj), Expr::Int(m as i64)), Expr::Int(bi as i64));
-                    // A window row or column past x (the last tile's, where the output is no multiple of m) is
-                    // read clamped: it reaches only outputs past the edge, which are not stored.
-                    let past = |e: Expr, last: usize, bound: usize| if last >= bound { Expr::i(IOp::Min, e, Expr::Int(bound as i64 - 1)) } else { e };
                     let (r, cl) = (past(row.clone(), m * (th - 1) + ai, hp), past(col, m * (tw - 1) + bi, wp));
                     d.push(self.elem(kb, x, &[nv.clone(), r, cl, ch.clone()]));
                 }
@@ -146,7 +143,6 @@ impl Planner<'_> {
 
         // The α² GEMMs: per ξ and group of the unit's block, tiles of `tile` of its tiles.
         {
-            let tile = (ACCS / per).min(8);
             let chunks = pb.div_ceil(tile);
             let (xi, gl, ck, cv, lv) = (kb.var(), kb.var(), kb.var(), kb.var(), kb.var());
             let grp = Expr::add(Expr::mul(kq.clone(), Expr::Int(gpb as i64)), Expr::Var(gl));
@@ -160,15 +156,8 @@ impl Planner<'_> {
             let accs: Vec<Vec<_>> = (0..tile).map(|_| (0..per).map(|_| kb.var()).collect()).collect();
             let mut vbody: Vec<Stmt> = accs.iter().flatten().map(|&acc| Stmt::Decl { var: acc, dtype: DType::F32, init: lit(0.0, DType::F32) }).collect();
             let run = Expr::mul(Expr::add(Expr::mul(Expr::add(Expr::mul(Expr::Var(xi), Expr::Int(groups as i64)), grp.clone()), Expr::Int(c as i64)), Expr::Var(cv)), Expr::Int(width as i64));
-            let mut inner = weight_prefetches(up, &run, width);
-            let wv = |v: usize| Expr::load(up, Expr::add(run.clone(), Expr::add(Expr::Int((v * lanes) as i64), Expr::Var(lv))));
-            for (t, row) in accs.iter().enumerate() {
-                let xv = Expr::load(vp, linear(&[sv.clone(), Expr::Var(xi), Expr::Var(at[t]), Expr::Var(cv)], &vshape));
-                for (v, &acc) in row.iter().enumerate() {
-                    let prod = Expr::Bin(BinaryOp::Mul, DType::F32, Box::new(xv.clone()), Box::new(wv(v)));
-                    inner.push(Stmt::Assign { var: acc, value: Expr::Bin(BinaryOp::Add, DType::F32, Box::new(Expr::Var(acc)), Box::new(prod)) });
-                }
-            }
+            let xs: Vec<Expr> = at.iter().map(|&tv| Expr::load(vp, linear(&[sv.clone(), Expr::Var(xi), Expr::Var(tv), Expr::Var(cv)], &vshape))).collect();
+            let inner = tile_step(up, &run, lanes, lv, &xs, &accs);
             vbody.push(Stmt::For { var: cv, extent: c as i64, kind: LoopKind::Serial, body: inner });
             for (t, row) in accs.iter().enumerate() {
                 for (v, &acc) in row.iter().enumerate() {
@@ -215,12 +204,14 @@ impl Planner<'_> {
                     let idx = [nv.clone(), oy.clone(), ox.clone(), kch.clone()];
                     let val = self.conv_epilogue(kb, (a, r, av), acc, &idx, true);
                     store.push(Stmt::Store { buf: op, index: self.out_index(rv, &idx, out_shape), value: val });
-                    let conds: Vec<Expr> = [(m * (th - 1) + p >= oh, oy.clone()), (m * (tw - 1) + q >= ow, ox.clone())]
-                        .into_iter()
-                        .zip([oh, ow])
-                        .filter(|((past, _), _)| *past)
-                        .map(|((_, e), bound)| Expr::i(IOp::Lt, e, Expr::Int(bound as i64)))
-                        .collect();
+                    // Outputs past the edge (the last tile row or column where the output is no multiple of m).
+                    let mut conds = Vec::new();
+                    if m * (th - 1) + p >= oh {
+                        conds.push(Expr::i(IOp::Lt, oy.clone(), Expr::Int(oh as i64)));
+                    }
+                    if m * (tw - 1) + q >= ow {
+                        conds.push(Expr::i(IOp::Lt, ox.clone(), Expr::Int(ow as i64)));
+                    }
                     match conds.into_iter().reduce(|l, r| Expr::i(IOp::And, l, r)) {
                         Some(cond) => s.push(Stmt::If { cond, body: store }),
                         None => s.extend(store),
