@@ -104,6 +104,9 @@ TWINS = {
     "bestfill0": "merged Q/K/V in the largest vector tile by block count (RLX_CUDA_VEC_BEST_FILL=0)",
     "wg": "vector tiles on Hopper's wgmma, sm_90a (RLX_CUDA_WGMMA=1)",
     "wg2": "wgmma tiles storing the next slice while the wgmmas run (RLX_CUDA_WGMMA=2)",
+    "attsimt": "attention as the SIMT fused kernel (RLX_CUDA_ATTN_MMA=0)",
+    "aw1": "tensor-core attention, 1 warp per block (RLX_CUDA_ATTN_WARPS=1)",
+    "aw4": "tensor-core attention, 4 warps per block (RLX_CUDA_ATTN_WARPS=4)",
     "wgt4": "wgmma tiles (RLX_CUDA_WGMMA=2), 128x64 where they give 4 waves of blocks (RLX_CUDA_WGMMA_TILE=4)",
     "kw0": "FFN down not split (RLX_CUDA_SPLIT_K_WIDE=0)",
     "kw2": "FFN down in 2 partial sums (RLX_CUDA_SPLIT_K_WIDE=2)",
@@ -122,7 +125,7 @@ WEIGHT_TWINS = {"qkvsep": r"(_qkvsep$|^minilm_b(8|32)_bf16)"}
 def precision_of(case):
     """The precision a case's artifact was compiled with (its folder suffix)."""
     for p, sfx in PRECISIONS.items():
-        if sfx and re.sub(r"_(untiled|unfused|nosplit|f32w|fill0|heads0|lds32|epichk|sm80|splitk0|splitk16|simt|rows0|rows256|st1|st2|st3|st4|erfexact|qkvsep|bestfill0|wg|wg2|wgt\d+|kw0|kw2|kw4|kw8|kwr2|kwr4)$", "", case).endswith(sfx):
+        if sfx and re.sub(r"_(untiled|unfused|nosplit|f32w|fill0|heads0|lds32|epichk|sm80|splitk0|splitk16|simt|rows0|rows256|st1|st2|st3|st4|erfexact|qkvsep|bestfill0|wg|wg2|wgt\d+|attsimt|aw\d+|kw0|kw2|kw4|kw8|kwr2|kwr4)$", "", case).endswith(sfx):
             return p
     return "f32"
 
@@ -211,7 +214,7 @@ def main() -> int:
     refs = set(os.listdir(os.path.join(a.carry, "ref")))
     cases = []
     for c in sorted(os.listdir(os.path.join(work, "art"))):
-        twin = c if c in refs else re.sub(r"(_(untiled|unfused|nosplit|f32w|fill0|heads0|lds32|epichk|sm80|splitk0|splitk16|simt|rows0|rows256|st1|st2|st3|st4|erfexact|qkvsep|bestfill0|wg|wg2|wgt\d+|kw0|kw2|kw4|kw8|kwr2|kwr4|tf32|bf16))+$", "", c)
+        twin = c if c in refs else re.sub(r"(_(untiled|unfused|nosplit|f32w|fill0|heads0|lds32|epichk|sm80|splitk0|splitk16|simt|rows0|rows256|st1|st2|st3|st4|erfexact|qkvsep|bestfill0|wg|wg2|wgt\d+|attsimt|aw\d+|kw0|kw2|kw4|kw8|kwr2|kwr4|tf32|bf16))+$", "", c)
         if twin in refs:
             cases.append((c, twin))
     for c, twin in cases:

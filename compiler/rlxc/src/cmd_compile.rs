@@ -33,7 +33,7 @@ outputs.bin), startup.c, the board's linker script where it needs one, and a Mak
 GPU targets (--target vulkan|spirv|webgpu|metal|directx|opengl) write compute shaders through naga instead: \
 NAME.spv (SPIR-V, entry points k0, k1, …) or NAME.wgsl / NAME.metal / NAME.hlsl / NAME.kI.comp, NAME.schedule.bin \
 (buffers and dispatches in order, read by runtime-min's Vulkan executor), NAME.weights.bin and NAME.json.\n\n\
---target cuda [--sm 80|86|89|90] [--precision f32|tf32|bf16|fp16] writes NAME.ptx (LLVM's NVPTX back end: entry points k0, k1, …, one pointer per \
+--target cuda [--sm 80|86|89|90|90a] [--precision f32|tf32|bf16|fp16] writes NAME.ptx (LLVM's NVPTX back end: entry points k0, k1, …, one pointer per \
 buffer), NAME.schedule.bin (buffers, then per dispatch its grid, block and byte ranges; read by runtime-min's CUDA \
 executor, which records them as one CUDA graph), NAME.weights.bin and NAME.json.\n\n\
 --train [--loss cross-entropy|mse] [--optimizer sgd|adam|adamw] [--lr X] [--momentum M] [--weight-decay L] also \
@@ -141,9 +141,10 @@ pub struct CompileArgs {
     #[arg(long, value_name = "NAME")]
     pub board: Option<String>,
     /// --target cuda: the GPU architecture the PTX is written for (80, 86, 89 or 90; default 80, which
-    /// the driver JIT-compiles for any newer GPU)
+    /// the driver JIT-compiles for any newer GPU), or 90a: Hopper's arch-specific form (wgmma matmul
+    /// tiles; runs on H100 / H200 only)
     #[arg(long, value_name = "SM")]
-    pub sm: Option<u32>,
+    pub sm: Option<rlxc::targets::cuda::Sm>,
     /// --target cuda: the arithmetic of f32 matmuls: f32 (default), or tensor cores (mma.sync) with
     /// operands rounded to tf32, bf16 or fp16 and f32 accumulation (docs/targets.md states the tolerances)
     #[arg(long, value_enum, value_name = "P")]

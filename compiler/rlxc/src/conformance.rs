@@ -418,7 +418,7 @@ impl TargetEnv {
             Err(f) => return (TargetOutcome::CompileError, format!("compile: {}", f.msg)),
         };
         let dir = self.work.join(format!("case-{}", CASE_DIRS.fetch_add(1, Ordering::Relaxed)));
-        let r = targets::cuda::ptxas::assemble(ptxas, &c.ptx, c.sm, &dir);
+        let r = targets::cuda::ptxas::assemble(ptxas, &c.ptx, c.sm.num, &dir);
         let _ = std::fs::remove_dir_all(&dir);
         match r {
             Ok(()) => (TargetOutcome::Passed, String::new()),

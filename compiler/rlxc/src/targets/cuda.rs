@@ -20,9 +20,37 @@ use std::path::Path;
 
 pub struct Cuda;
 
+/// `--sm`: the GPU architecture the PTX is written for — a compute capability (80, 86, 89, 90: the
+/// driver JIT-compiles the PTX for that GPU and any newer one) or `90a`, Hopper's arch-specific form:
+/// the tensor-core matmul tiles on `wgmma` (`nvptx/wgmma.rs`), PTX that runs on sm_90 GPUs (H100 /
+/// H200) only.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sm {
+    pub num: u32,
+    pub specific: bool,
+}
+
+impl std::str::FromStr for Sm {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Sm, String> {
+        let (digits, specific) = match s.strip_suffix('a') {
+            Some(d) => (d, true),
+            None => (s, false),
+        };
+        let num = digits.parse::<u32>().map_err(|_| format!("'{s}' is not a GPU architecture (80, 86, 89, 90 or 90a)"))?;
+        Ok(Sm { num, specific })
+    }
+}
+
+impl std::fmt::Display for Sm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}{}", self.num, if self.specific { "a" } else { "" })
+    }
+}
+
 /// The architecture compiled for when `--sm` is not given (the PTX is JIT-compiled by the driver for
 /// any newer GPU, so sm_80 code runs on Hopper too).
-pub const DEFAULT_SM: u32 = 80;
+pub const DEFAULT_SM: Sm = Sm { num: 80, specific: false };
 
 /// The claim set of `--target cuda`.
 pub fn caps() -> TargetCaps {
@@ -59,7 +87,8 @@ const MERGE_MIN_ROWS: u64 = 1024;
 /// own): MiniLM batch 1 f32 350 → 348 µs, tf32 309 → 300, bf16 275 → 269; with 256 the attention
 /// output projection too, measured no faster (docs/benchmarks.md, session 18b).
 pub fn plan_options(precision: Precision) -> rlx_opt::PlanOptions {
-    let fused_attention = precision == Precision::F32 && std::env::var("RLX_CUDA_FUSED_ATTENTION").map_or(true, |v| v != "0");
+    let _ = precision;
+    let fused_attention = std::env::var("RLX_CUDA_FUSED_ATTENTION").map_or(true, |v| v != "0");
     let split_k = std::env::var("RLX_CUDA_SPLIT_K").ok().and_then(|v| v.parse().ok()).unwrap_or(8);
     let split_k_rows = std::env::var("RLX_CUDA_SPLIT_K_ROWS").ok().and_then(|v| v.parse().ok()).unwrap_or(1024);
     let split_k_wide = split_k_wide(std::env::var("RLX_CUDA_SPLIT_K_WIDE").ok().as_deref());
@@ -148,16 +177,16 @@ impl Family for Cuda {
 }
 
 #[cfg(feature = "llvm")]
-fn check_sm(sm: u32) -> Result<(), Failure> {
+fn check_sm(sm: Sm) -> Result<(), Failure> {
     use rlx_target_llvm::nvptx::SMS;
-    if SMS.contains(&sm) {
+    if SMS.contains(&sm.num) && (!sm.specific || sm.num == 90) {
         return Ok(());
     }
-    Err(Failure::usage(format!("--sm {sm} is not supported: choose one of {}", SMS.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(", "))))
+    Err(Failure::usage(format!("--sm {sm} is not supported: choose one of {}, 90a", SMS.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(", "))))
 }
 
 #[cfg(not(feature = "llvm"))]
-fn check_sm(_: u32) -> Result<(), Failure> {
+fn check_sm(_: Sm) -> Result<(), Failure> {
     Err(Failure::usage("--target cuda needs LLVM's NVPTX back end: this rlxc was built without the `llvm` feature"))
 }
 
@@ -167,7 +196,7 @@ pub struct CudaCompiled {
     pub report: DispatchReport,
     pub ptx: String,
     pub schedule: Vec<u8>,
-    pub sm: u32,
+    pub sm: Sm,
     /// `--precision` (f32 unless given).
     pub precision: Precision,
     /// With `--emit-ir`: the LLVM IR handed to the NVPTX back end (`NAME.ll`).
@@ -195,7 +224,7 @@ fn emit(p: Prepared, r: &Request, tm: &mut Timings) -> Result<CudaCompiled, Fail
 }
 
 #[cfg(feature = "llvm")]
-fn codegen(mut lir: Lir, report: DispatchReport, sm: u32, precision: Precision, tm: &mut Timings) -> Result<CudaCompiled, Failure> {
+fn codegen(mut lir: Lir, report: DispatchReport, sm: Sm, precision: Precision, tm: &mut Timings) -> Result<CudaCompiled, Failure> {
     use rlx_target_llvm::nvptx::Mma;
     // RLX_CUDA_TILES=0: every kernel one thread per output (the reference for the cooperative kernels,
     // as RLX_SHADER_TILES=0 is for the shader family's).
@@ -210,14 +239,14 @@ fn codegen(mut lir: Lir, report: DispatchReport, sm: u32, precision: Precision, 
         Precision::Bf16 => Mma::Bf16,
         Precision::Fp16 => Mma::Fp16,
     };
-    let p = tm.time("codegen (nvptx)", || rlx_target_llvm::nvptx::compile(&mut lir, sm, tiles, mma)).map_err(|e| Failure::model(format!("target cuda: {e}")))?;
+    let p = tm.time("codegen (nvptx)", || rlx_target_llvm::nvptx::compile(&mut lir, sm.num, sm.specific, tiles, mma)).map_err(|e| Failure::model(format!("target cuda: {e}")))?;
     let dispatches = p.dispatches.iter().zip(&p.names).map(|(d, n)| (n.clone(), d.groups, d.block, d.shared, d.comm.clone())).collect();
     let half_weights = p.half_weights.iter().map(|h| (h.dtype.to_string(), h.src, h.elems, h.dst)).collect();
     Ok(CudaCompiled { schedule: p.schedule_bytes(), ptx: p.ptx, lir, report, sm, precision, llvm_ir: Some(p.ir), dispatches, half_weights })
 }
 
 #[cfg(not(feature = "llvm"))]
-fn codegen(_: Lir, _: DispatchReport, _: u32, _: Precision, _: &mut Timings) -> Result<CudaCompiled, Failure> {
+fn codegen(_: Lir, _: DispatchReport, _: Sm, _: Precision, _: &mut Timings) -> Result<CudaCompiled, Failure> {
     Err(Failure::usage("--target cuda needs LLVM's NVPTX back end: this rlxc was built without the `llvm` feature"))
 }
 
@@ -255,7 +284,7 @@ impl Artifact for CudaCompiled {
             "name": name,
             "rlxc_version": env!("CARGO_PKG_VERSION"),
             "model": model_file(model),
-            "target": {"name": "cuda", "sm": c.sm, "triple": "nvptx64-nvidia-cuda", "precision": c.precision.name()},
+            "target": {"name": "cuda", "sm": c.sm.num, "arch": format!("sm_{}", c.sm), "triple": "nvptx64-nvidia-cuda", "precision": c.precision.name()},
             "inputs": c.lir.inputs.iter().map(port_json).collect::<Vec<_>>(),
             "outputs": c.lir.outputs.iter().map(port_json).collect::<Vec<_>>(),
             "arena_bytes": c.lir.arena_bytes,

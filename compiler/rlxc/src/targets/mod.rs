@@ -103,7 +103,7 @@ pub struct Request {
     pub macs_per_cycle: Option<usize>,
     pub board: Option<String>,
     /// `--sm`: the GPU architecture of a CUDA compile.
-    pub sm: Option<u32>,
+    pub sm: Option<cuda::Sm>,
     /// `--precision`: the arithmetic of a CUDA compile's f32 matmuls.
     pub precision: Option<crate::cli::Precision>,
     /// `--exact-activations`: CPU targets keep f32 activations in block-quantized matmuls (no int8

@@ -76,7 +76,7 @@ pub fn max_shared(sm: u32) -> i64 {
 }
 
 /// The module's dynamic shared array (one declaration, every pipelined kernel's).
-const DSM: &str = "@dsm";
+pub(super) const DSM: &str = "@dsm";
 
 /// One operand's slots in a stage: `rows` rows of `pitch` 32-bit words at word `off`, 16-byte chunks
 /// of odd rows XOR `swz`; `split`: f32 values that bf16 / fp16 fragments pack when loaded.

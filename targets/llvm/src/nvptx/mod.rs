@@ -13,6 +13,7 @@
 //! library function (checked: a module that would is an error naming the kernels).
 
 mod attention;
+mod attention_mma;
 mod comm;
 mod cp_async;
 mod half_weights;
@@ -153,8 +154,12 @@ impl PtxProgram {
 /// row kernels) where `rlx_ir::loops::tiled` recognizes them, else one thread per output everywhere.
 /// `mma`: the arithmetic of the tiled f32 matmuls; with bf16 / fp16 the 16-bit copies of the weights
 /// its tiles read are appended to `lir.weights` (`half_weights.rs`). Deterministic: the same LIR and
-/// `sm` give the same bytes. Errors name the kernel.
-pub fn compile(lir: &mut Lir, sm: u32, tiles: bool, mma: Mma) -> Result<PtxProgram, String> {
+/// `sm` give the same bytes. Errors name the kernel. `specific`: `--sm 90a`, Hopper's arch-specific
+/// instructions (`wgmma.rs`); such a module runs on sm_90 GPUs only.
+pub fn compile(lir: &mut Lir, sm: u32, specific: bool, tiles: bool, mma: Mma) -> Result<PtxProgram, String> {
+    if specific && sm != 90 {
+        return Err(format!("--sm {sm}a is not supported: the arch-specific form is 90a (Hopper)"));
+    }
     if !SMS.contains(&sm) {
         return Err(format!("--sm {sm} is not supported: choose one of {}", SMS.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(", ")));
     }
@@ -162,7 +167,7 @@ pub fn compile(lir: &mut Lir, sm: u32, tiles: bool, mma: Mma) -> Result<PtxProgr
     if mma != Mma::F32 && !tiles {
         return Err(format!("tensor-core matmuls ({mma:?}) need the tiled matmul kernels (RLX_CUDA_TILES=0 turns them off)"));
     }
-    let (ir, dispatches, names, half_weights, extra) = module_text(lir, &bases, tiles, mma, pdl::prologue(sm), cp_async::max_shared(sm), wgmma::on(sm, mma))?;
+    let (ir, dispatches, names, half_weights, extra) = module_text(lir, &bases, tiles, mma, pdl::prologue(sm), cp_async::max_shared(sm), wgmma::on(sm, specific, mma))?;
     if !extra.is_empty() {
         lir.weights.extend_from_slice(&extra);
         for b in bases.iter_mut().filter(|b| b.base == rlx_ir::lir::Base::Weights) {
@@ -176,7 +181,7 @@ pub fn compile(lir: &mut Lir, sm: u32, tiles: bool, mma: Mma) -> Result<PtxProgr
     let triple = TargetTriple::create(TRIPLE);
     let target = Target::from_triple(&triple).map_err(|e| format!("LLVM has no target {TRIPLE}: {}", e.to_string()))?;
     // PTX ISA 7.8 runs on every driver that knows sm_90 and is the newest LLVM 19 pairs with sm_80–sm_89;
-    // a module with `wgmma` (wgmma.rs, RLX_CUDA_WGMMA=1) needs sm_90a and PTX ISA 8.0.
+    // a module with `wgmma` (wgmma.rs: --sm 90a) needs sm_90a and PTX ISA 8.0.
     let (cpu, ptx) = if wgmma::used(&ir) { (format!("sm_{sm}a"), "+ptx80") } else { (format!("sm_{sm}"), "+ptx78") };
     let tm = target
         .create_target_machine(&triple, &cpu, ptx, OptimizationLevel::Default, RelocMode::Default, CodeModel::Default)

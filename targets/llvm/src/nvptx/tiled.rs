@@ -226,7 +226,15 @@ pub fn kernel(li: usize, sig: &str, setup: &str, params: Vec<(DType, String)>, o
         }
         Plan::Reduce { acc, grid } => rows_kernel(&mut w, li, &[Phase::Reduce(acc.clone())], Some(acc), grid, &mut globals)?,
         Plan::Rows { phases, grid, .. } => rows_kernel(&mut w, li, phases, None, grid, &mut globals)?,
-        Plan::Attention(a) => super::attention::attention(&mut w, li, a, &mut globals)?,
+        Plan::Attention(a) => {
+            // On the tensor cores where the head fits (attention_mma.rs); else the SIMT kernel.
+            if let Some((g, block, shared)) = super::attention_mma::attention(&mut w, a, mma, smem, &mut globals)? {
+                let (allocas, body) = w.finish();
+                let text = format!("define ptx_kernel void @k{li}({sig}) #0 {{\nentry:\n{allocas}{setup}  br label %start.bb\nstart.bb:\n{body}  ret void\n}}\n\n");
+                return Ok(Tiled { text, groups: g, block, shared, globals });
+            }
+            super::attention::attention(&mut w, li, a, &mut globals)?
+        }
     };
     let (allocas, body) = w.finish();
     let text = format!("define ptx_kernel void @k{li}({sig}) #0 {{\nentry:\n{allocas}{setup}  br label %start.bb\nstart.bb:\n{body}  ret void\n}}\n\n");

@@ -60,21 +60,27 @@ use crate::ir::Writer;
 use rlx_ir::loops::tiled::Acc;
 use rlx_ir::loops::Var;
 
-/// Whether tiles of `kind` on `sm_{sm}` take this form: `RLX_CUDA_WGMMA=N` at compile time, `--sm 90`,
+/// Whether tiles of `kind` on `sm_{sm}` take this form: `--sm 90a` (`specific`: Hopper's
+/// arch-specific PTX) unless `RLX_CUDA_WGMMA=0`, or `RLX_CUDA_WGMMA=1|2` under `--sm 90`, at
 /// `--precision bf16 | tf32 | f32` (fp16's form — `.f16` operands, `cvt.rn.f16x2` — assembles but was
 /// not checked on a GPU, so it is not taken).
-pub fn on(sm: u32, kind: Mma) -> bool {
-    sm == 90 && matches!(kind, Mma::Bf16 | Mma::Tf32 | Mma::Tf32x3) && mode().is_some()
+pub fn on(sm: u32, specific: bool, kind: Mma) -> bool {
+    sm == 90 && matches!(kind, Mma::Bf16 | Mma::Tf32 | Mma::Tf32x3) && mode(specific).is_some()
 }
 
-/// `RLX_CUDA_WGMMA`: 1 or 2 (the next slice's stores overlapping the `wgmma`s).
-fn mode() -> Option<i64> {
-    std::env::var("RLX_CUDA_WGMMA").ok().and_then(|v| v.parse::<i64>().ok()).filter(|v| (1..=2).contains(v))
+/// `RLX_CUDA_WGMMA`: 0 off, 1 or 2 (the next slice's stores overlapping the `wgmma`s); unset: 2 under
+/// `--sm 90a`, off otherwise.
+fn mode(specific: bool) -> Option<i64> {
+    match std::env::var("RLX_CUDA_WGMMA").ok().and_then(|v| v.parse::<i64>().ok()) {
+        Some(v) if (1..=2).contains(&v) => Some(v),
+        Some(_) => None,
+        None => specific.then_some(2),
+    }
 }
 
-/// `RLX_CUDA_WGMMA=2`: the next slice's stores overlap this one's `wgmma`s ([`matmul`]).
+/// The next slice's stores overlap this one's `wgmma`s ([`matmul`]) unless `RLX_CUDA_WGMMA=1`.
 fn overlapped() -> bool {
-    mode() == Some(2)
+    std::env::var("RLX_CUDA_WGMMA").map_or(true, |v| v != "1")
 }
 
 /// The block tile for these kernels from [`vec_tile::tile`]'s pick `(bm, bn)` of an M×N matmul (`nb`

@@ -1,0 +1,369 @@
+//! Fused attention on the tensor cores: [`Plan::Attention`] (scores, softmax, probabilities × values
+//! in one kernel; `attention.rs` has the SIMT form) with both matmuls on `mma.sync` — m16n8k8 tf32
+//! under `--precision tf32`, m16n8k16 bf16 / fp16 under `bf16` / `fp16`, and 3×TF32 under `f32`
+//! (`tiled::mma_issue_all`: f32 accuracy). Taken where the head's padded keys are at most [`MAX_KEYS`]
+//! (a query row's scores stay in registers), its depth and columns at most [`MAX_DEPTH`], and its keys
+//! and values fit the GPU's shared memory; otherwise — and with `RLX_CUDA_ATTN_MMA=0` at compile time —
+//! `attention.rs`'s kernel runs.
+//!
+//! A block of W warps (W = 8, 4, 2 or 1: the most that still gives [`FILL`] blocks; `RLX_CUDA_ATTN_WARPS`
+//! at compile time to force one) takes one head and 16·W of its query rows, 16 per warp:
+//!
+//! 1. The head's keys `[key][d]` and values `[key][c]` are staged in the dynamic shared array through
+//!    the plan's expressions (f32, tf32-rounded under tf32; keys, depth and columns padded with zeros
+//!    to the `mma` shapes; rows of 4 mod 32 words, so a fragment's 32 loads hit 32 banks), barrier.
+//! 2. Each warp loads its 16 query rows' A fragments once (the plan's `a`), then computes its
+//!    16 × keys scores as m16n8 fragments (`%d{j}`, j = key / 8): lane 4g + t holds rows g and g + 8,
+//!    keys 8j + 2t and 8j + 2t + 1.
+//! 3. Per row: the max of `w(s)` (the plan's scale and mask) over the lane's keys, then over the quad
+//!    (`shfl.sync.bfly` 1, 2: the four lanes sharing the row), the sum of `e(s, mx)` the same way, and
+//!    `p(s, mx, l)` written over the scores. Keys past the last are left out (−∞ / 0).
+//! 4. Probabilities × values on the tensor cores with the probabilities as the A operand straight from
+//!    the score registers: bf16's m16n8k16 A fragment is two score fragments side by side (keys
+//!    16k + 2t, + 1 and 16k + 8 + 2t, + 1); tf32's m16n8k8 A fragment takes the keys of one score
+//!    fragment in the order 8k + 2t ↦ column t and 8k + 2t + 1 ↦ column t + 4 — the values' B fragment
+//!    read in the same order, so the sum over keys is the same products.
+//! 5. Each output (row, column) runs the plan's `rest` (the store) inside the rows and columns.
+//!
+//! Sums over the depth and over the keys run in the tensor cores' order, the max and sum per quad:
+//! results differ from the interpreter's by the precision's rounding (tests state the bounds).
+
+use super::tiled::{barrier, for_loop, if_, mma_issue_all, sreg, to_operand, unflatten};
+use super::Mma;
+use crate::ir::{llvm_lit, Writer};
+use rlx_ir::loops::tiled::{cdiv, Attention};
+use rlx_ir::{BinaryOp, DType};
+
+/// The most keys (padded to 16) a query row keeps in registers: 16 score fragments, 64 registers.
+pub const MAX_KEYS: i64 = 128;
+/// The longest depth and the most columns (padded to the `mma` shapes).
+pub const MAX_DEPTH: i64 = 64;
+/// Blocks wanted before a block takes more than one warp of rows (about one per SM of an H200).
+const FILL: i64 = 128;
+
+/// Warps per block for `heads` heads of `rows` query rows: `RLX_CUDA_ATTN_WARPS` if set, else the
+/// most of 8, 4, 2 whose blocks reach [`FILL`], else 2.
+fn warps(heads: i64, rows: i64) -> i64 {
+    if let Some(n) = std::env::var("RLX_CUDA_ATTN_WARPS").ok().and_then(|v| v.parse::<i64>().ok()).filter(|n| [1, 2, 4, 8].contains(n)) {
+        return n;
+    }
+    [8, 4, 2].into_iter().find(|&n| heads * cdiv(rows, 16 * n) >= FILL).unwrap_or(2)
+}
+
+fn round_up(x: i64, m: i64) -> i64 {
+    cdiv(x, m) * m
+}
+
+/// The kernel body for plan `a` on the tensor cores of `kind`, or `None` where it does not apply
+/// (above): its grid, block and dynamic shared bytes. `smem`: the most dynamic shared memory a
+/// block may take on this GPU.
+pub fn attention(w: &mut Writer, a: &Attention, kind: Mma, smem: i64, globals: &mut Vec<String>) -> Result<Option<([u32; 3], u32, u32)>, String> {
+    if kind == Mma::F32 || std::env::var("RLX_CUDA_ATTN_MMA").is_ok_and(|v| v == "0") {
+        return Ok(None);
+    }
+    let prod = |d: &[(rlx_ir::loops::Var, i64)]| d.iter().map(|x| x.1).product::<i64>();
+    let (heads, rows, cols) = (prod(&a.heads), prod(&a.rows), prod(&a.cols));
+    let (keys, depth) = (a.keys, a.depth);
+    let tf32 = kind.tf32();
+    // The k of one mma.sync: 8 tf32 values, 16 of the 16-bit kinds.
+    let ks = if tf32 { 8 } else { 16 };
+    let (kp, dp, cp) = (round_up(keys, 16), round_up(depth, ks), round_up(cols, 8));
+    // Shared rows of 4 mod 32 words.
+    let (sk, sv) = (round_up(dp, 32) + 4, round_up(cp, 32) + 4);
+    let bytes = 4 * kp * (sk + sv);
+    if kp > MAX_KEYS || dp > MAX_DEPTH || cp > MAX_DEPTH || bytes > smem || rows < 1 {
+        return Ok(None);
+    }
+    let nw = warps(heads, rows);
+    let tiles = cdiv(rows, 16 * nw);
+    let blocks = heads * tiles;
+    if blocks > i32::MAX as i64 {
+        return Err(format!("fused attention over {heads} heads × {rows} rows needs more than 2^31 - 1 blocks"));
+    }
+    let threads = 32 * nw;
+    let (nt, nc) = (kp / 8, cp / 8);
+    globals.push(format!("{} = external addrspace(3) global [0 x i32], align 16", super::cp_async::DSM));
+    let dsm = super::cp_async::DSM;
+    let at = |w: &mut Writer, i: &str| w.emit_op(format!("getelementptr inbounds i32, ptr addrspace(3) {dsm}, i64 {i}"));
+    let f = DType::F32;
+    let tid = sreg(w, "tid.x");
+    let warp = w.emit_op(format!("lshr i64 {tid}, 5"));
+    let lane = w.emit_op(format!("and i64 {tid}, 31"));
+    let g = w.emit_op(format!("lshr i64 {lane}, 2"));
+    let t = w.emit_op(format!("and i64 {lane}, 3"));
+    let cx = sreg(w, "ctaid.x");
+    let head = w.emit_op(format!("udiv i64 {cx}, {tiles}"));
+    let tile = w.emit_op(format!("urem i64 {cx}, {tiles}"));
+    unflatten(w, &head, &a.heads);
+    let (js, ds, s) = ("%a.j", "%a.d", "%a.s");
+    w.slot(js, "i64");
+    w.slot(ds, "i64");
+    w.slot(s, "float");
+    for &k in &a.key {
+        w.bind_index(k, js);
+    }
+    w.bind_index(a.dv, ds);
+    for &v in &a.score {
+        w.bind_scalar(v, f, s);
+    }
+    let (mx, l, acc) = ("%a.mx", "%a.l", "%a.acc");
+    for (slot, v) in [(mx, a.mx), (l, a.l), (acc, a.acc)] {
+        w.slot(slot, "float");
+        w.bind_scalar(v, f, slot);
+    }
+    // A staged value: tf32 rounded where the mma takes tf32 as it is; f32 bits otherwise.
+    let staged = |w: &mut Writer, x: &str| -> String {
+        match kind {
+            Mma::Tf32 => to_operand(w, Mma::Tf32, x, None),
+            _ => w.emit_op(format!("bitcast float {x} to i32")),
+        }
+    };
+    // 1. Keys [j][d] at word j·sk + d, values [j][c] at kp·sk + j·sv + c; zeros past the plan's extents.
+    for_loop(w, "%a.e", &tid, &(kp * dp).to_string(), threads, &mut |w| {
+        let e = w.emit_op("load i64, ptr %a.e".into());
+        let j = w.emit_op(format!("udiv i64 {e}, {dp}"));
+        let d = w.emit_op(format!("urem i64 {e}, {dp}"));
+        let ok1 = w.emit_op(format!("icmp slt i64 {j}, {keys}"));
+        let ok2 = w.emit_op(format!("icmp slt i64 {d}, {depth}"));
+        let ok = w.emit_op(format!("and i1 {ok1}, {ok2}"));
+        let jc = w.emit_op(format!("select i1 {ok1}, i64 {j}, i64 {}", keys - 1));
+        let dc = w.emit_op(format!("select i1 {ok2}, i64 {d}, i64 {}", depth - 1));
+        w.emit(&format!("store i64 {jc}, ptr {js}"));
+        w.emit(&format!("store i64 {dc}, ptr {ds}"));
+        let x = w.value(a.b);
+        let x = w.emit_op(format!("select i1 {ok}, float {x}, float 0.0"));
+        let r = staged(w, &x);
+        let o = w.emit_op(format!("mul nuw nsw i64 {j}, {sk}"));
+        let o = w.emit_op(format!("add nuw nsw i64 {o}, {d}"));
+        let p = at(w, &o);
+        w.emit(&format!("store i32 {r}, ptr addrspace(3) {p}"));
+        Ok(())
+    })?;
+    for_loop(w, "%a.e2", &tid, &(kp * cp).to_string(), threads, &mut |w| {
+        let e = w.emit_op("load i64, ptr %a.e2".into());
+        let j = w.emit_op(format!("udiv i64 {e}, {cp}"));
+        let c = w.emit_op(format!("urem i64 {e}, {cp}"));
+        let ok1 = w.emit_op(format!("icmp slt i64 {j}, {keys}"));
+        let ok2 = w.emit_op(format!("icmp slt i64 {c}, {cols}"));
+        let ok = w.emit_op(format!("and i1 {ok1}, {ok2}"));
+        let jc = w.emit_op(format!("select i1 {ok1}, i64 {j}, i64 {}", keys - 1));
+        let cc = w.emit_op(format!("select i1 {ok2}, i64 {c}, i64 {}", cols - 1));
+        w.emit(&format!("store i64 {jc}, ptr {js}"));
+        unflatten(w, &cc, &a.cols);
+        let x = w.value(a.v);
+        let x = w.emit_op(format!("select i1 {ok}, float {x}, float 0.0"));
+        let r = staged(w, &x);
+        let o = w.emit_op(format!("mul nuw nsw i64 {j}, {sv}"));
+        let o = w.emit_op(format!("add nuw nsw i64 {o}, {}", kp * sk));
+        let o = w.emit_op(format!("add nuw nsw i64 {o}, {c}"));
+        let p = at(w, &o);
+        w.emit(&format!("store i32 {r}, ptr addrspace(3) {p}"));
+        Ok(())
+    })?;
+    barrier(w);
+    // Shared word `base + off` as an mma operand word (i32 bits) or as f32.
+    let word = |w: &mut Writer, base: &str, off: i64| -> String {
+        let o = w.emit_op(format!("add nuw nsw i64 {base}, {off}"));
+        let p = at(w, &o);
+        w.emit_op(format!("load i32, ptr addrspace(3) {p}"))
+    };
+    let fword = |w: &mut Writer, base: &str, off: i64| -> String {
+        let r = word(w, base, off);
+        w.emit_op(format!("bitcast i32 {r} to float"))
+    };
+    // 16-bit pairs (lower k first) from two f32 values.
+    let pair = |w: &mut Writer, lo: &str, hi: &str| to_operand(w, kind, lo, Some(hi));
+    // The warp's rows g and g + 8, clamped to the last (a row past it computes and stores nothing).
+    let r0 = w.emit_op(format!("mul nuw nsw i64 {tile}, {}", 16 * nw));
+    let w16 = w.emit_op(format!("mul nuw nsw i64 {warp}, 16"));
+    let r0 = w.emit_op(format!("add nuw nsw i64 {r0}, {w16}"));
+    let mut row = Vec::new();
+    for h in 0..2 {
+        let r = w.emit_op(format!("add nuw nsw i64 {r0}, {g}"));
+        let r = w.emit_op(format!("add nuw nsw i64 {r}, {}", 8 * h));
+        let inside = w.emit_op(format!("icmp slt i64 {r}, {rows}"));
+        let rc = w.emit_op(format!("select i1 {inside}, i64 {r}, i64 {}", rows - 1));
+        row.push((inside, rc));
+    }
+    // 2. The query rows' A fragments: per k step (k0 = ks·kk) registers a0 (row g), a1 (g + 8), a2
+    // (g, k + 4 / + 8), a3 (g + 8, likewise); tf32 one value each (column k0 + t, + 4), 16-bit kinds
+    // a pair (k0 + 2t, + 1 and k0 + 8 + 2t, + 1).
+    let mut q: Vec<[Vec<String>; 2]> = vec![[Vec::new(), Vec::new()]; (dp / ks) as usize];
+    for (h, (_, rc)) in row.iter().enumerate() {
+        unflatten(w, rc, &a.rows);
+        for (kk, qk) in q.iter_mut().enumerate() {
+            let kk = kk as i64;
+            let offs: &[i64] = if tf32 { &[0, 4] } else { &[0, 1, 8, 9] };
+            let mut vals = Vec::new();
+            for &o in offs {
+                let base = if tf32 { t.clone() } else { w.emit_op(format!("shl nuw nsw i64 {t}, 1")) };
+                let d = w.emit_op(format!("add nuw nsw i64 {base}, {}", ks * kk + o));
+                let ok = w.emit_op(format!("icmp slt i64 {d}, {depth}"));
+                let dc = w.emit_op(format!("select i1 {ok}, i64 {d}, i64 {}", depth - 1));
+                w.emit(&format!("store i64 {dc}, ptr {ds}"));
+                let x = w.value(a.a);
+                vals.push(w.emit_op(format!("select i1 {ok}, float {x}, float 0.0")));
+            }
+            qk[h] = if tf32 { vals.iter().map(|x| to_operand(w, kind, x, None)).collect() } else { vec![pair(w, &vals[0], &vals[1]), pair(w, &vals[2], &vals[3])] };
+        }
+    }
+    // Accumulators: scores %d0..%d{nt-1}, outputs %d{nt}..; 3×TF32's small sums %e likewise.
+    for s in 0..nt + nc {
+        for r in 0..4 {
+            let pres: &[&str] = if kind == Mma::Tf32x3 { &["%d", "%e"] } else { &["%d"] };
+            for pre in pres {
+                let sl = format!("{pre}{s}.{r}");
+                w.slot(&sl, "float");
+                w.emit(&format!("store float 0.0, ptr {sl}"));
+            }
+        }
+    }
+    let fold = |w: &mut Writer, range: std::ops::Range<i64>| {
+        if kind != Mma::Tf32x3 {
+            return;
+        }
+        for s in range {
+            for r in 0..4 {
+                let d = w.emit_op(format!("load float, ptr %d{s}.{r}"));
+                let e = w.emit_op(format!("load float, ptr %e{s}.{r}"));
+                let x = w.emit_op(format!("fadd float {d}, {e}"));
+                w.emit(&format!("store float {x}, ptr %d{s}.{r}"));
+            }
+        }
+    };
+    // Scores: B fragment of key tile j at k step kk: key 8j + g, depth k0 + t (+ 4), or pairs.
+    let g_sk = w.emit_op(format!("mul nuw nsw i64 {g}, {sk}"));
+    let kb = if tf32 { w.emit_op(format!("add nuw nsw i64 {g_sk}, {t}")) } else {
+        let t2 = w.emit_op(format!("shl nuw nsw i64 {t}, 1"));
+        w.emit_op(format!("add nuw nsw i64 {g_sk}, {t2}"))
+    };
+    for kk in 0..dp / ks {
+        let mut bs = Vec::new();
+        for j in 0..nt {
+            let off = 8 * j * sk + ks * kk;
+            bs.push(if tf32 {
+                vec![word(w, &kb, off), word(w, &kb, off + 4)]
+            } else {
+                let v: Vec<String> = [0, 1, 8, 9].iter().map(|&o| fword(w, &kb, off + o)).collect();
+                vec![pair(w, &v[0], &v[1]), pair(w, &v[2], &v[3])]
+            });
+        }
+        let qk = &q[kk as usize];
+        let av: Vec<String> = vec![qk[0][0].clone(), qk[1][0].clone(), qk[0][1].clone(), qk[1][1].clone()];
+        let issues: Vec<(i64, &[String], &[String])> = (0..nt).map(|j| (j, av.as_slice(), bs[j as usize].as_slice())).collect();
+        mma_issue_all(w, kind, &issues);
+    }
+    fold(w, 0..nt);
+    // 3. Softmax per row half h (registers 2h, 2h + 1 of each score fragment).
+    w.declare("declare float @llvm.nvvm.shfl.sync.bfly.f32(i32, float, i32, i32)");
+    let quad = |w: &mut Writer, slot: &str, op: BinaryOp| {
+        for off in [1, 2] {
+            let cur = w.emit_op(format!("load float, ptr {slot}"));
+            let o = w.emit_op(format!("call float @llvm.nvvm.shfl.sync.bfly.f32(i32 -1, float {cur}, i32 {off}, i32 31)"));
+            let r = w.bin(op, f, &cur, &o);
+            w.emit(&format!("store float {r}, ptr {slot}"));
+        }
+    };
+    let t2 = w.emit_op(format!("shl nuw nsw i64 {t}, 1"));
+    let padded = kp != keys;
+    // Binds key 8j + 2t + e and its score (register r of fragment j); whether the key exists.
+    let bind = |w: &mut Writer, j: i64, e: i64, r: i64| -> Option<String> {
+        let key = w.emit_op(format!("add nuw nsw i64 {t2}, {}", 8 * j + e));
+        w.emit(&format!("store i64 {key}, ptr {js}"));
+        let x = w.emit_op(format!("load float, ptr %d{j}.{r}"));
+        w.emit(&format!("store float {x}, ptr {s}"));
+        padded.then(|| w.emit_op(format!("icmp slt i64 {key}, {keys}")))
+    };
+    let ninf = llvm_lit(f64::NEG_INFINITY, f);
+    for (h, (_, rc)) in row.iter().enumerate() {
+        let h = h as i64;
+        unflatten(w, rc, &a.rows);
+        w.emit(&format!("store float {ninf}, ptr {mx}"));
+        for (j, e) in (0..nt).flat_map(|j| (0..2).map(move |e| (j, e))) {
+            let ok = bind(w, j, e, 2 * h + e);
+            let x = w.value(a.w);
+            let x = match ok { Some(ok) => w.emit_op(format!("select i1 {ok}, float {x}, float {ninf}")), None => x };
+            let cur = w.emit_op(format!("load float, ptr {mx}"));
+            let m = w.bin(BinaryOp::Max, f, &cur, &x);
+            w.emit(&format!("store float {m}, ptr {mx}"));
+        }
+        quad(w, mx, BinaryOp::Max);
+        w.emit(&format!("store float 0.0, ptr {l}"));
+        for (j, e) in (0..nt).flat_map(|j| (0..2).map(move |e| (j, e))) {
+            let ok = bind(w, j, e, 2 * h + e);
+            let x = w.value(a.e);
+            let x = match ok { Some(ok) => w.emit_op(format!("select i1 {ok}, float {x}, float 0.0")), None => x };
+            let cur = w.emit_op(format!("load float, ptr {l}"));
+            let n = w.bin(BinaryOp::Add, f, &cur, &x);
+            w.emit(&format!("store float {n}, ptr {l}"));
+        }
+        quad(w, l, BinaryOp::Add);
+        let mut probs = Vec::new();
+        for (j, e) in (0..nt).flat_map(|j| (0..2).map(move |e| (j, e))) {
+            let ok = bind(w, j, e, 2 * h + e);
+            let x = w.value(a.p);
+            let x = match ok { Some(ok) => w.emit_op(format!("select i1 {ok}, float {x}, float 0.0")), None => x };
+            probs.push((j, 2 * h + e, x));
+        }
+        for (j, r, x) in probs {
+            w.emit(&format!("store float {x}, ptr %d{j}.{r}"));
+        }
+    }
+    // 4. Probabilities × values: B fragment of column tile n at key step kk — tf32: value rows
+    // 8kk + 2t (k = t) and 8kk + 2t + 1 (k = t + 4); 16-bit kinds: pairs of rows 16kk + 2t, + 1 and
+    // 16kk + 8 + 2t, + 1; column 8n + g.
+    let t2_sv = w.emit_op(format!("mul nuw nsw i64 {t2}, {sv}"));
+    let vb = w.emit_op(format!("add nuw nsw i64 {t2_sv}, {g}"));
+    let vb = w.emit_op(format!("add nuw nsw i64 {vb}, {}", kp * sk));
+    let p = |w: &mut Writer, j: i64, r: i64| w.emit_op(format!("load float, ptr %d{j}.{r}"));
+    for kk in 0..kp / ks {
+        let av: Vec<String> = if tf32 {
+            [0, 2, 1, 3].iter().map(|&r| {
+                let x = p(w, kk, r);
+                to_operand(w, kind, &x, None)
+            }).collect()
+        } else {
+            let mut v = Vec::new();
+            for (j, r) in [(2 * kk, 0), (2 * kk, 2), (2 * kk + 1, 0), (2 * kk + 1, 2)] {
+                let lo = p(w, j, r);
+                let hi = p(w, j, r + 1);
+                v.push(pair(w, &lo, &hi));
+            }
+            v
+        };
+        let mut bs = Vec::new();
+        for n in 0..nc {
+            let off = ks * kk * sv + 8 * n;
+            bs.push(if tf32 {
+                vec![word(w, &vb, off), word(w, &vb, off + sv)]
+            } else {
+                let v: Vec<String> = [0, sv, 8 * sv, 9 * sv].iter().map(|&o| fword(w, &vb, off + o)).collect();
+                vec![pair(w, &v[0], &v[1]), pair(w, &v[2], &v[3])]
+            });
+        }
+        let issues: Vec<(i64, &[String], &[String])> = (0..nc).map(|n| (nt + n, av.as_slice(), bs[n as usize].as_slice())).collect();
+        mma_issue_all(w, kind, &issues);
+    }
+    fold(w, nt..nt + nc);
+    // 5. The stores: row half h, column 8n + 2t + e.
+    for (h, (inside, rc)) in row.iter().enumerate() {
+        unflatten(w, rc, &a.rows);
+        for (n, e) in (0..nc).flat_map(|n| (0..2).map(move |e| (n, e))) {
+            let c = w.emit_op(format!("add nuw nsw i64 {t2}, {}", 8 * n + e));
+            let ok = if cp != cols {
+                let in_c = w.emit_op(format!("icmp slt i64 {c}, {cols}"));
+                w.emit_op(format!("and i1 {inside}, {in_c}"))
+            } else {
+                inside.clone()
+            };
+            let x = w.emit_op(format!("load float, ptr %d{}.{}", nt + n, 2 * h as i64 + e));
+            if_(w, &ok, &mut |w| {
+                unflatten(w, &c, &a.cols);
+                w.emit(&format!("store float {x}, ptr {acc}"));
+                w.body(a.rest);
+                Ok(())
+            })?;
+        }
+    }
+    Ok(Some(([blocks as u32, 1, 1], threads as u32, bytes as u32)))
+}
