@@ -6,7 +6,9 @@
 //!
 //! Inputs are raw little-endian tensors (numpy's `tofile`) in port order; each output is written to
 //! `OUT_DIR/outI.bin`. After one untimed run, RUNS more runs (each: copy in, one CUDA graph launch,
-//! copy out) are timed; prints the device, setup time and p50 / p10 / p90 / min in µs. With
+//! copy out) are timed, then RUNS launches of the graph alone (`Executor::launch`: inputs and outputs
+//! left on the device, as a framework's graph replay on GPU tensors is timed: the "resident" line);
+//! prints the device, setup time and p50 / p10 / p90 / min in µs of both. With
 //! `RLX_CUDA_KERNEL_TIMES=1` it then launches the kernels one by one (outside the graph) and prints
 //! each dispatch's device time (median of 20), its grid and block, and their sum. Exit 1 on any
 //! error, with the message; exit 2 when no CUDA driver is present.
@@ -51,15 +53,26 @@ fn run(a: &[String]) -> Result<(), String> {
         ex.run(&ins, &mut refs).map_err(|e| e.to_string())?;
         ts.push(t.elapsed().as_secs_f64() * 1e6);
     }
-    ts.sort_by(f64::total_cmp);
-    let q = |p: f64| ts.get(((ts.len() as f64 - 1.0) * p).round() as usize).copied().unwrap_or(0.0);
+    // The graph alone (launch and wait, the inputs and outputs left on the device), as often.
+    let mut rs = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let t = Instant::now();
+        ex.launch().map_err(|e| e.to_string())?;
+        rs.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    let quantiles = |ts: &mut Vec<f64>| {
+        ts.sort_by(f64::total_cmp);
+        let q = |p: f64| ts.get(((ts.len() as f64 - 1.0) * p).round() as usize).copied().unwrap_or(0.0);
+        format!("{} runs: p50 {:.1} µs  p10 {:.1} µs  p90 {:.1} µs  min {:.1} µs", ts.len(), q(0.5), q(0.1), q(0.9), q(0.0))
+    };
     std::fs::create_dir_all(out).map_err(|e| e.to_string())?;
     for (i, o) in outs.iter().enumerate() {
         std::fs::write(out.join(format!("out{i}.bin")), o).map_err(|e| e.to_string())?;
     }
     let (maj, min) = ex.capability().map_err(|e| e.to_string())?;
     println!("cuda device: {} (sm_{maj}{min}), {} launches in one graph ({} programmatic), setup {:.1} ms", ex.device_name(), ex.dispatches(), ex.programmatic(), setup.as_secs_f64() * 1e3);
-    println!("bench: {} runs: p50 {:.1} µs  p10 {:.1} µs  p90 {:.1} µs  min {:.1} µs", ts.len(), q(0.5), q(0.1), q(0.9), q(0.0));
+    println!("bench: {}", quantiles(&mut ts));
+    println!("resident: {} (one graph launch and wait; inputs and outputs left on the device)", quantiles(&mut rs));
     if std::env::var("RLX_CUDA_KERNEL_TIMES").is_ok_and(|v| v == "1") {
         let times = ex.kernel_times(20).map_err(|e| e.to_string())?;
         for (i, (t, d)) in times.iter().zip(&sched.dispatches).enumerate() {

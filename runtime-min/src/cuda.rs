@@ -533,6 +533,19 @@ impl Executor {
             .collect())
     }
 
+    /// Launches the graph again on what the device buffers hold — the inputs of the last [`run`](Self::run)
+    /// — and waits for it; nothing is copied in or out. The device's share of a run, the way a
+    /// framework's graph replay with its tensors on the GPU is timed (`cuda_run`'s "resident" figure).
+    pub fn launch(&mut self) -> Result<(), CudaError> {
+        // SAFETY: the graph and stream live as long as `self`; the stream is synchronized before returning.
+        unsafe {
+            result::ctx::set_current(self.ctx).map_err(drv("cuCtxSetCurrent"))?;
+            result::graph::launch(self.exec, self.stream).map_err(drv("cuGraphLaunch"))?;
+            result::stream::synchronize(self.stream).map_err(drv("running the graph (a kernel failed)"))?;
+        }
+        Ok(())
+    }
+
     /// Copies `inputs` in, launches the graph, copies the outputs out (each slice exactly its port's
     /// bytes, in port order). Errors, never panics, on wrong counts or sizes.
     pub fn run(&mut self, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> Result<(), CudaError> {

