@@ -43,6 +43,41 @@ fn fits(keys: i64, depth: i64) -> bool {
     WARPS * (keys + depth) * 4 <= SHARED
 }
 
+/// The slots a kernel binds the plan's variables to: the key, the dot product's index, the score (every
+/// pass's), the running max, the sum and the output accumulator.
+pub(super) struct Slots {
+    pub js: &'static str,
+    pub ds: &'static str,
+    pub s: &'static str,
+    pub mx: &'static str,
+    pub l: &'static str,
+    pub acc: &'static str,
+}
+
+/// A block's head (block `ctaid.x` / `tiles`, its variables bound) and the plan's variables bound to
+/// [`Slots`]; returns the block's tile of query rows (`ctaid.x` % `tiles`).
+pub(super) fn head_and_slots(w: &mut Writer, a: &Attention, tiles: i64) -> (String, Slots) {
+    let f = DType::F32;
+    let cx = sreg(w, "ctaid.x");
+    let head = w.emit_op(format!("udiv i64 {cx}, {tiles}"));
+    let tile = w.emit_op(format!("urem i64 {cx}, {tiles}"));
+    unflatten(w, &head, &a.heads);
+    let sl = Slots { js: "%a.j", ds: "%a.d", s: "%a.s", mx: "%a.mx", l: "%a.l", acc: "%a.acc" };
+    w.slot(sl.js, "i64");
+    w.slot(sl.ds, "i64");
+    for &k in &a.key {
+        w.bind_index(k, sl.js);
+    }
+    w.bind_index(a.dv, sl.ds);
+    for (slot, vars) in [(sl.s, &a.score[..]), (sl.mx, &[a.mx]), (sl.l, &[a.l]), (sl.acc, &[a.acc])] {
+        w.slot(slot, "float");
+        for &v in vars {
+            w.bind_scalar(v, f, slot);
+        }
+    }
+    (tile, sl)
+}
+
 /// The kernel body for plan `a`: its grid and block.
 pub fn attention(w: &mut Writer, li: usize, a: &Attention, globals: &mut Vec<String>) -> Result<([u32; 3], u32), String> {
     let prod = |d: &[(rlx_ir::loops::Var, i64)]| d.iter().map(|x| x.1).product::<i64>();
@@ -74,27 +109,7 @@ pub fn attention(w: &mut Writer, li: usize, a: &Attention, globals: &mut Vec<Str
     let tid = sreg(w, "tid.x");
     let warp = w.emit_op(format!("lshr i64 {tid}, 5"));
     let lane = w.emit_op(format!("and i64 {tid}, 31"));
-    let cx = sreg(w, "ctaid.x");
-    let head = w.emit_op(format!("udiv i64 {cx}, {tiles}"));
-    let tile = w.emit_op(format!("urem i64 {cx}, {tiles}"));
-    unflatten(w, &head, &a.heads);
-    // Slots the plan's variables are bound to: the key, the dot product's index, the score.
-    let (js, ds, s) = ("%a.j", "%a.d", "%a.s");
-    w.slot(js, "i64");
-    w.slot(ds, "i64");
-    w.slot(s, "float");
-    for &k in &a.key {
-        w.bind_index(k, js);
-    }
-    w.bind_index(a.dv, ds);
-    for &v in &a.score {
-        w.bind_scalar(v, f, s);
-    }
-    let (mx, l, acc) = ("%a.mx", "%a.l", "%a.acc");
-    for (slot, v) in [(mx, a.mx), (l, a.l), (acc, a.acc)] {
-        w.slot(slot, "float");
-        w.bind_scalar(v, f, slot);
-    }
+    let (tile, Slots { js, ds, s, mx, l, acc }) = head_and_slots(w, a, tiles);
     // The column index c (flat) → the column variables.
     let bind_col = |w: &mut Writer, c: &str| unflatten(w, c, &a.cols);
     if staged {

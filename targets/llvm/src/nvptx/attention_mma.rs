@@ -31,6 +31,7 @@
 //! results differ from the interpreter's by the precision's rounding (tests state the bounds).
 
 use super::tiled::{barrier, if_, mma_issue_all, sreg, to_operand, unflatten};
+use super::attention::{head_and_slots, Slots};
 use super::Mma;
 use crate::ir::{llvm_lit, Writer};
 use rlx_ir::loops::tiled::{cdiv, Attention, ATTENTION_MMA_MIN_ROWS};
@@ -99,26 +100,7 @@ pub fn attention(w: &mut Writer, a: &Attention, kind: Mma, smem: i64, globals: &
     let lane = w.emit_op(format!("and i64 {tid}, 31"));
     let g = w.emit_op(format!("lshr i64 {lane}, 2"));
     let t = w.emit_op(format!("and i64 {lane}, 3"));
-    let cx = sreg(w, "ctaid.x");
-    let head = w.emit_op(format!("udiv i64 {cx}, {tiles}"));
-    let tile = w.emit_op(format!("urem i64 {cx}, {tiles}"));
-    unflatten(w, &head, &a.heads);
-    let (js, ds, s) = ("%a.j", "%a.d", "%a.s");
-    w.slot(js, "i64");
-    w.slot(ds, "i64");
-    w.slot(s, "float");
-    for &k in &a.key {
-        w.bind_index(k, js);
-    }
-    w.bind_index(a.dv, ds);
-    for &v in &a.score {
-        w.bind_scalar(v, f, s);
-    }
-    let (mx, l, acc) = ("%a.mx", "%a.l", "%a.acc");
-    for (slot, v) in [(mx, a.mx), (l, a.l), (acc, a.acc)] {
-        w.slot(slot, "float");
-        w.bind_scalar(v, f, slot);
-    }
+    let (tile, Slots { js, ds, s, mx, l, acc }) = head_and_slots(w, a, tiles);
     // A staged value: tf32 rounded where the mma takes tf32 as it is; f32 bits otherwise.
     let staged = |w: &mut Writer, x: &str| -> String {
         match kind {
