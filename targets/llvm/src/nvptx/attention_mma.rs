@@ -280,29 +280,25 @@ pub fn attention(w: &mut Writer, a: &Attention, kind: Mma, smem: i64, globals: &
         padded.then(|| w.emit_op(format!("icmp slt i64 {key}, {keys}")))
     };
     let ninf = llvm_lit(f64::NEG_INFINITY, f);
+    // Row half h's fold of `x` over its keys into `slot` (from `init`; a key past the last folds
+    // `init`), then over the quad.
+    let fold_row = |w: &mut Writer, h: i64, x: &rlx_ir::loops::Expr, slot: &str, op: BinaryOp, init: &str| {
+        w.emit(&format!("store float {init}, ptr {slot}"));
+        for (j, e) in (0..nt).flat_map(|j| (0..2).map(move |e| (j, e))) {
+            let ok = bind(w, j, e, 2 * h + e);
+            let v = w.value(x);
+            let v = match ok { Some(ok) => w.emit_op(format!("select i1 {ok}, float {v}, float {init}")), None => v };
+            let cur = w.emit_op(format!("load float, ptr {slot}"));
+            let n = w.bin(op, f, &cur, &v);
+            w.emit(&format!("store float {n}, ptr {slot}"));
+        }
+        quad(w, slot, op);
+    };
     for (h, (_, rc)) in row.iter().enumerate() {
         let h = h as i64;
         unflatten(w, rc, &a.rows);
-        w.emit(&format!("store float {ninf}, ptr {mx}"));
-        for (j, e) in (0..nt).flat_map(|j| (0..2).map(move |e| (j, e))) {
-            let ok = bind(w, j, e, 2 * h + e);
-            let x = w.value(a.w);
-            let x = match ok { Some(ok) => w.emit_op(format!("select i1 {ok}, float {x}, float {ninf}")), None => x };
-            let cur = w.emit_op(format!("load float, ptr {mx}"));
-            let m = w.bin(BinaryOp::Max, f, &cur, &x);
-            w.emit(&format!("store float {m}, ptr {mx}"));
-        }
-        quad(w, mx, BinaryOp::Max);
-        w.emit(&format!("store float 0.0, ptr {l}"));
-        for (j, e) in (0..nt).flat_map(|j| (0..2).map(move |e| (j, e))) {
-            let ok = bind(w, j, e, 2 * h + e);
-            let x = w.value(a.e);
-            let x = match ok { Some(ok) => w.emit_op(format!("select i1 {ok}, float {x}, float 0.0")), None => x };
-            let cur = w.emit_op(format!("load float, ptr {l}"));
-            let n = w.bin(BinaryOp::Add, f, &cur, &x);
-            w.emit(&format!("store float {n}, ptr {l}"));
-        }
-        quad(w, l, BinaryOp::Add);
+        fold_row(w, h, a.w, mx, BinaryOp::Max, &ninf);
+        fold_row(w, h, a.e, l, BinaryOp::Add, "0.0");
         let mut probs = Vec::new();
         for (j, e) in (0..nt).flat_map(|j| (0..2).map(move |e| (j, e))) {
             let ok = bind(w, j, e, 2 * h + e);
