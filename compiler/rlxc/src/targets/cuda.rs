@@ -48,6 +48,19 @@ impl std::fmt::Display for Sm {
     }
 }
 
+impl Sm {
+    /// The form for a GPU of compute capability `(major, minor)`: its own where `--sm` knows it (9.0:
+    /// `90a`), `90` for a later GPU (the driver JIT-compiles sm_90 PTX for it), else [`DEFAULT_SM`].
+    pub fn native((major, minor): (i32, i32)) -> Sm {
+        match (major * 10 + minor).max(0) as u32 {
+            90 => Sm { num: 90, specific: true },
+            n @ (80 | 86 | 89) => Sm { num: n, specific: false },
+            n if n > 90 => Sm { num: 90, specific: false },
+            _ => DEFAULT_SM,
+        }
+    }
+}
+
 /// The architecture compiled for when `--sm` is not given (the PTX is JIT-compiled by the driver for
 /// any newer GPU, so sm_80 code runs on Hopper too).
 pub const DEFAULT_SM: Sm = Sm { num: 80, specific: false };
@@ -175,10 +188,13 @@ impl Family for Cuda {
     fn runs(&self, _t: Target) -> bool {
         true
     }
-    /// Without a CUDA driver: an error saying so, before compiling.
+    /// Without a CUDA driver: an error saying so, before compiling. Without `--sm` the PTX is written
+    /// for the GPU it is about to run on ([`Sm::native`]: `rlxc run` / `rlxc bench` on an H200 take
+    /// sm_90a's programmatic launch and `wgmma` tiles).
     fn load(&self, t: Target, mir: &Mir, r: &Request, tm: &mut Timings) -> Result<Box<dyn Session>, Failure> {
-        rlx_rt::cuda::probe().map_err(|e| Failure::model(format!("cannot run --target cuda here: {e}")))?;
-        let c = compile(t, mir, r, tm)?;
+        let (_, cap) = rlx_rt::cuda::probe().map_err(|e| Failure::model(format!("cannot run --target cuda here: {e}")))?;
+        let native = Request { sm: Some(r.sm.unwrap_or(Sm::native(cap))), ..r.clone() };
+        let c = compile(t, mir, &native, tm)?;
         Ok(Box::new(Loaded::new(c, tm)?))
     }
 }
@@ -383,5 +399,25 @@ impl Session for Loaded {
             n => format!(", {n} of them NCCL collectives"),
         };
         vec![format!("{} launches in one CUDA graph (sm_{} PTX, {} matmuls{comm})", self.ex.dispatches(), self.c.sm, self.c.precision.name())]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Sm;
+
+    #[test]
+    fn sm_parses_and_names_the_arch_specific_form() {
+        let p = |s: &str| s.parse::<Sm>();
+        assert_eq!(p("90a"), Ok(Sm { num: 90, specific: true }));
+        assert_eq!(p("86"), Ok(Sm { num: 86, specific: false }));
+        assert!(p("9x").is_err() && p("a").is_err() && p("").is_err());
+        assert_eq!(Sm { num: 90, specific: true }.to_string(), "90a");
+    }
+
+    #[test]
+    fn a_gpu_gets_its_own_form_or_the_nearest_older() {
+        let n = |c| Sm::native(c).to_string();
+        assert_eq!([n((9, 0)), n((8, 6)), n((8, 9)), n((10, 0)), n((12, 0)), n((8, 7)), n((7, 5))], ["90a", "86", "89", "90", "90", "80", "80"]);
     }
 }
