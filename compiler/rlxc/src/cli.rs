@@ -55,7 +55,7 @@ pub enum Target {
     Directx,
     /// OpenGL: GLSL 4.30 compute sources (NAME.kI.comp) + schedule + weights
     Opengl,
-    /// CUDA: PTX (NAME.ptx, LLVM's NVPTX back end; --sm 80|86|89|90) + schedule + weights, run by
+    /// CUDA: PTX (NAME.ptx, LLVM's NVPTX back end; --sm 80|86|89|90|90a) + schedule + weights, run by
     /// runtime-min's CUDA executor
     Cuda,
 }

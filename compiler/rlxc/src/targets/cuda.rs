@@ -1,4 +1,4 @@
-//! The CUDA family (`--target cuda [--sm 80|86|89|90]`): fold → legalize (the PTX claim set) → plan
+//! The CUDA family (`--target cuda [--sm 80|86|89|90|90a]`): fold → legalize (the PTX claim set) → plan
 //! (as the shader family: no CPU GEMM panels, row kernels, operand inlining) →
 //! `rlx_target_llvm::nvptx` (LIR → LLVM IR → NVPTX → PTX) → the one writer (`NAME.ptx`,
 //! `NAME.schedule.bin`, `NAME.weights.bin`, `NAME.json`); and runtime-min's CUDA executor
