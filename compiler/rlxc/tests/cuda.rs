@@ -1244,6 +1244,8 @@ fn run_and_bench_go_through_the_cuda_executor() {
             assert!(out.status.success(), "{err}");
             let j: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"));
             assert_eq!(j["target"], "cuda", "{j}");
+            // The device's share alone (Executor::launch) is timed beside the whole run.
+            assert!(j["resident_latency_us"]["p50"].as_f64().is_some_and(|r| r > 0.0), "{j}");
         }
     }
     let _ = std::fs::remove_dir_all(&dir);

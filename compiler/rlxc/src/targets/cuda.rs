@@ -400,6 +400,9 @@ impl Session for Loaded {
         };
         vec![format!("{} launches in one CUDA graph (sm_{} PTX, {} matmuls{comm})", self.ex.dispatches(), self.c.sm, self.c.precision.name())]
     }
+    fn resident(&mut self) -> Option<Result<(), Failure>> {
+        Some(self.ex.launch().map_err(|e| Failure::model(format!("CUDA ({}): {e}", self.ex.device_name()))))
+    }
 }
 
 #[cfg(test)]

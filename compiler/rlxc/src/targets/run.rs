@@ -52,6 +52,12 @@ pub trait Session {
     fn notes(&self) -> Vec<String> {
         Vec::new()
     }
+    /// Where the executor keeps the tensors on a device of its own (CUDA): runs the artifact again on
+    /// the inputs the last run left there, copying nothing in or out — the device's share of a run,
+    /// which `rlxc bench` times beside the whole run. `None` elsewhere.
+    fn resident(&mut self) -> Option<Result<(), Failure>> {
+        None
+    }
 }
 
 /// Float inputs of an int8 artifact are quantized with its ports' scales and zero points (the
