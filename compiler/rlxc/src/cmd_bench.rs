@@ -10,8 +10,10 @@ use std::time::{Duration, Instant};
 
 pub const LONG_ABOUT: &str = "Compile a model for a target, load it into the target's executor and time it: \
         one untimed run, then untimed runs for --warmup-ms, then --runs timed runs of the loaded artifact \
-        (host: the NAME_run call; vulkan: copy in, submit, wait, copy out). Prints p50, p10, p90, min and \
-        max, and the setup phases apart (compile, link, load or device setup). Executors that count instead \
+        (host: the NAME_run call; vulkan: copy in, submit, wait, copy out; cuda: copy in, one graph launch, \
+        copy out — and as many launches of the graph alone on the tensors left on the device, \"device only\"). \
+        Prints p50, p10, p90, min and max, and the setup phases apart (compile, link, load or device setup). \
+        Executors that count instead \
         of timing report per inference: cortex-m* the instructions the firmware ran (QEMU -icount, SysTick), \
         verilog the cycles from the first input byte accepted to the last output byte.\n\n\
         Without --input every input is zeros of its declared type (fix symbolic dims with --dim).";
