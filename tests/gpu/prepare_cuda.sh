@@ -41,7 +41,7 @@
 #   art/minilm_bB_simt/ MiniLM batch 1 / 8 / 32, f32, compiled with RLX_CUDA_F32_MMA=0: the f32 matmul tiles on the
 #                       SIMT cores (the form before session 18; the default puts them on the tensor cores by
 #                       3×TF32), timed beside the default
-#   minilm.onnx         the model PyTorch takes its weights from
+#   minilm.onnx.xz      the model PyTorch takes its weights from (xz-compressed; run_cuda.sh unpacks it)
 #   bench_cuda.py, bench_minilm.py, half_weights.py, run_cuda.sh
 # A bf16 artifact's weights are its f32 twin's followed by the bf16 weight copies its manifest lists
 # (checked here; half_weights.py rebuilds them there).
@@ -201,4 +201,7 @@ done
 rm "$D"/art/minilm_b*/minilm.weights.bin
 # The PTX of ~20 artifacts compresses ~10×: one tarball keeps the folder within what the device tool carries.
 tar -C "$D" -cJf "$D/art.tar.xz" art && rm -rf "$D/art"
+# The model PyTorch reads (22 MB) travels compressed too, so the carry and the repository stay within the
+# device tool's 64 MiB; run_cuda.sh unpacks it.
+xz -T0 -6 -f "$D/minilm.onnx"
 du -sh "$D"

@@ -7,6 +7,8 @@
 set -euo pipefail
 C=$1
 export PYTHONUNBUFFERED=1
+# prepare_cuda.sh carries the model PyTorch reads xz-compressed.
+[ -e "$C/minilm.onnx" ] || xz -dk "$C/minilm.onnx.xz"
 {
   nvidia-smi -L || true
   nvidia-smi --query-gpu=driver_version,clocks.sm,clocks.mem --format=csv || true
