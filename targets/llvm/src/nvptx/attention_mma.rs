@@ -132,39 +132,29 @@ pub fn attention(w: &mut Writer, a: &Attention, kind: Mma, smem: i64, globals: &
             }
         }
     };
-    stage(w, kp * dp, &mut |w, e| {
-        let j = w.emit_op(format!("udiv i64 {e}, {dp}"));
-        let d = w.emit_op(format!("urem i64 {e}, {dp}"));
-        let ok1 = w.emit_op(format!("icmp slt i64 {j}, {keys}"));
-        let ok2 = w.emit_op(format!("icmp slt i64 {d}, {depth}"));
-        let ok = w.emit_op(format!("and i1 {ok1}, {ok2}"));
-        let jc = w.emit_op(format!("select i1 {ok1}, i64 {j}, i64 {}", keys - 1));
-        let dc = w.emit_op(format!("select i1 {ok2}, i64 {d}, i64 {}", depth - 1));
-        w.emit(&format!("store i64 {jc}, ptr {js}"));
-        w.emit(&format!("store i64 {dc}, ptr {ds}"));
-        let x = w.value(a.b);
-        let x = w.emit_op(format!("select i1 {ok}, float {x}, float 0.0"));
-        let r = staged(w, &x);
-        let o = w.emit_op(format!("mul nuw nsw i64 {j}, {sk}"));
-        (r, w.emit_op(format!("add nuw nsw i64 {o}, {d}")))
-    });
-    stage(w, kp * cp, &mut |w, e| {
-        let j = w.emit_op(format!("udiv i64 {e}, {cp}"));
-        let c = w.emit_op(format!("urem i64 {e}, {cp}"));
-        let ok1 = w.emit_op(format!("icmp slt i64 {j}, {keys}"));
-        let ok2 = w.emit_op(format!("icmp slt i64 {c}, {cols}"));
-        let ok = w.emit_op(format!("and i1 {ok1}, {ok2}"));
-        let jc = w.emit_op(format!("select i1 {ok1}, i64 {j}, i64 {}", keys - 1));
-        let cc = w.emit_op(format!("select i1 {ok2}, i64 {c}, i64 {}", cols - 1));
-        w.emit(&format!("store i64 {jc}, ptr {js}"));
-        unflatten(w, &cc, &a.cols);
-        let x = w.value(a.v);
-        let x = w.emit_op(format!("select i1 {ok}, float {x}, float 0.0"));
-        let r = staged(w, &x);
-        let o = w.emit_op(format!("mul nuw nsw i64 {j}, {sv}"));
-        let o = w.emit_op(format!("add nuw nsw i64 {o}, {}", kp * sk));
-        (r, w.emit_op(format!("add nuw nsw i64 {o}, {c}")))
-    });
+    // One staged operand: element e is row (key) j = e / inner, inner index i = e % inner, at word
+    // base + j·stride + i; `bind` binds i (clamped inside `extent`) for the plan's expression `x`.
+    let matrix = |w: &mut Writer, (inner, extent): (i64, i64), (base, stride): (i64, i64), x: &rlx_ir::loops::Expr, bind: &dyn Fn(&mut Writer, &str)| {
+        stage(w, kp * inner, &mut |w, e| {
+            let j = w.emit_op(format!("udiv i64 {e}, {inner}"));
+            let i = w.emit_op(format!("urem i64 {e}, {inner}"));
+            let ok1 = w.emit_op(format!("icmp slt i64 {j}, {keys}"));
+            let ok2 = w.emit_op(format!("icmp slt i64 {i}, {extent}"));
+            let ok = w.emit_op(format!("and i1 {ok1}, {ok2}"));
+            let jc = w.emit_op(format!("select i1 {ok1}, i64 {j}, i64 {}", keys - 1));
+            let ic = w.emit_op(format!("select i1 {ok2}, i64 {i}, i64 {}", extent - 1));
+            w.emit(&format!("store i64 {jc}, ptr {js}"));
+            bind(w, &ic);
+            let v = w.value(x);
+            let v = w.emit_op(format!("select i1 {ok}, float {v}, float 0.0"));
+            let r = staged(w, &v);
+            let o = w.emit_op(format!("mul nuw nsw i64 {j}, {stride}"));
+            let o = if base > 0 { w.emit_op(format!("add nuw nsw i64 {o}, {base}")) } else { o };
+            (r, w.emit_op(format!("add nuw nsw i64 {o}, {i}")))
+        })
+    };
+    matrix(w, (dp, depth), (0, sk), a.b, &|w, d| w.emit(&format!("store i64 {d}, ptr {ds}")));
+    matrix(w, (cp, cols), (kp * sk, sv), a.v, &|w, c| unflatten(w, c, &a.cols));
     barrier(w);
     // Shared word `base + off` as an mma operand word (i32 bits) or as f32.
     let word = |w: &mut Writer, base: &str, off: i64| -> String {
