@@ -114,11 +114,8 @@ pub fn main(a: &BenchArgs) -> Result<(), Failure> {
         }
         resident.push(t0.elapsed());
     }
-    runs.sort();
-    resident.sort();
-    let q = |p: f64| runs.get(((runs.len() as f64 - 1.0) * p).round() as usize).copied().unwrap_or_default();
-    let qr = |p: f64| resident.get(((resident.len() as f64 - 1.0) * p).round() as usize).copied().unwrap_or_default();
-    let us = |d: Duration| d.as_secs_f64() * 1e6;
+    let n = runs.len();
+    let (lat, res) = (Latency::of(runs), (!resident.is_empty()).then(|| Latency::of(resident)));
     let (compile, load): (Vec<_>, Vec<_>) = m.tm.0.iter().filter(|(n, _)| !matches!(*n, "import" | "lower")).partition(|(n, _)| !is_setup(n));
     let sum = |v: &[&(&str, Duration)]| v.iter().map(|(_, d)| *d).sum::<Duration>();
     if a.json {
@@ -128,30 +125,41 @@ pub fn main(a: &BenchArgs) -> Result<(), Failure> {
             "phases_ms": setup,
             "first_run_ms": first.as_secs_f64() * 1e3,
             "warmup_runs": warmup_runs,
-            "runs": runs.len(),
-            "latency_us": {"p50": us(q(0.5)), "p10": us(q(0.1)), "p90": us(q(0.9)), "min": us(q(0.0)), "max": us(q(1.0))},
-            "resident_latency_us": (!resident.is_empty()).then(|| serde_json::json!({"p50": us(qr(0.5)), "p10": us(qr(0.1)), "p90": us(qr(0.9)), "min": us(qr(0.0)), "max": us(qr(1.0))})),
+            "runs": n,
+            "latency_us": lat.json(),
+            "resident_latency_us": res.as_ref().map(Latency::json),
         }));
     } else {
         println!("{tn} device: {device}");
         println!("compile {}, setup {}, first run {} ({})", ms(sum(&compile)), ms(sum(&load)), ms(first), phases(&m.tm));
-        println!(
-            "bench: {} runs after {warmup_runs} warmup runs: p50 {:.1} µs  p10 {:.1} µs  p90 {:.1} µs  min {:.1} µs  max {:.1} µs",
-            runs.len(),
-            us(q(0.5)),
-            us(q(0.1)),
-            us(q(0.9)),
-            us(q(0.0)),
-            us(q(1.0))
-        );
-        if !resident.is_empty() {
-            println!("device only (inputs and outputs left on the device): p50 {:.1} µs  p10 {:.1} µs  p90 {:.1} µs  min {:.1} µs  max {:.1} µs", us(qr(0.5)), us(qr(0.1)), us(qr(0.9)), us(qr(0.0)), us(qr(1.0)));
+        println!("bench: {n} runs after {warmup_runs} warmup runs: {}", lat.text());
+        if let Some(r) = &res {
+            println!("device only (inputs and outputs left on the device): {}", r.text());
         }
         for l in sess.notes() {
             println!("{l}");
         }
     }
     Ok(())
+}
+
+/// p50, p10, p90, min and max of a set of timed runs, in µs.
+struct Latency([f64; 5]);
+
+impl Latency {
+    fn of(mut runs: Vec<Duration>) -> Latency {
+        runs.sort();
+        let q = |p: f64| runs.get(((runs.len() as f64 - 1.0) * p).round() as usize).copied().unwrap_or_default().as_secs_f64() * 1e6;
+        Latency([q(0.5), q(0.1), q(0.9), q(0.0), q(1.0)])
+    }
+    fn json(&self) -> serde_json::Value {
+        let [p50, p10, p90, min, max] = self.0;
+        serde_json::json!({"p50": p50, "p10": p10, "p90": p90, "min": min, "max": max})
+    }
+    fn text(&self) -> String {
+        let [p50, p10, p90, min, max] = self.0;
+        format!("p50 {p50:.1} µs  p10 {p10:.1} µs  p90 {p90:.1} µs  min {min:.1} µs  max {max:.1} µs")
+    }
 }
 
 /// `--shard`: this process's rank under mpirun; rank 0 prints the latency of a whole sharded run.
@@ -161,17 +169,17 @@ fn bench_sharded(a: &BenchArgs, m: &mut crate::cmd_run::Model, s: rlxc::shard::S
     let sh = m.tm.time("shard", || rlxc::shard::shard(&m.mir, s))?;
     let req = a.on.request(m);
     let mut tm = std::mem::take(&mut m.tm);
-    let (rank, mut runs) = rlxc::shard::bench_mpi(&sh, t, &req, &m.inputs, 2, a.runs, &mut tm)?;
+    let (rank, runs) = rlxc::shard::bench_mpi(&sh, t, &req, &m.inputs, 2, a.runs, &mut tm)?;
     if rank != 0 {
         return Ok(());
     }
-    runs.sort();
-    let q = |p: f64| runs.get(((runs.len() as f64 - 1.0) * p).round() as usize).copied().unwrap_or_default().as_secs_f64() * 1e6;
+    let n = runs.len();
+    let lat = Latency::of(runs);
     if a.json {
-        print_json(&serde_json::json!({"target": t.name(), "shard": format!("{}={}", s.kind(), s.ranks()), "runs": runs.len(), "latency_us": {"p50": q(0.5), "p10": q(0.1), "p90": q(0.9), "min": q(0.0), "max": q(1.0)}}));
+        print_json(&serde_json::json!({"target": t.name(), "shard": format!("{}={}", s.kind(), s.ranks()), "runs": n, "latency_us": lat.json()}));
     } else {
         println!("{} --shard {}={}, rank 0 of {} ({})", t.name(), s.kind(), s.ranks(), sh.ranks.len(), phases(&tm));
-        println!("bench: {} runs after 2 warmup runs: p50 {:.1} µs  p10 {:.1} µs  p90 {:.1} µs  min {:.1} µs  max {:.1} µs", runs.len(), q(0.5), q(0.1), q(0.9), q(0.0), q(1.0));
+        println!("bench: {n} runs after 2 warmup runs: {}", lat.text());
     }
     Ok(())
 }

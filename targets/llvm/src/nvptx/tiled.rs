@@ -218,8 +218,7 @@ pub fn kernel(li: usize, sig: &str, setup: &str, params: Vec<(DType, String)>, o
             };
             if let Some((kind, da, db, t)) = fast {
                 let (g, shared) = vec_tile::matmul(&mut w, li, acc, (&da, &db), &ptrs, (rows, cols, batch), t, kind, smem, wgmma, halves, &mut globals)?;
-                let (allocas, body) = w.finish();
-                let text = format!("define ptx_kernel void @k{li}({sig}) #0 {{\nentry:\n{allocas}{setup}  br label %start.bb\nstart.bb:\n{body}  ret void\n}}\n\n");
+                let text = define(li, sig, setup, w);
                 return Ok(Tiled { text, groups: g, block: BLOCK, shared, globals });
             }
             (matmul(&mut w, li, acc, a, b, rows, cols, batch, *r, tc, &mut globals)?, BLOCK)
@@ -229,16 +228,20 @@ pub fn kernel(li: usize, sig: &str, setup: &str, params: Vec<(DType, String)>, o
         Plan::Attention(a) => {
             // On the tensor cores where the head fits (attention_mma.rs); else the SIMT kernel.
             if let Some((g, block, shared)) = super::attention_mma::attention(&mut w, a, mma, smem, &mut globals)? {
-                let (allocas, body) = w.finish();
-                let text = format!("define ptx_kernel void @k{li}({sig}) #0 {{\nentry:\n{allocas}{setup}  br label %start.bb\nstart.bb:\n{body}  ret void\n}}\n\n");
+                let text = define(li, sig, setup, w);
                 return Ok(Tiled { text, groups: g, block, shared, globals });
             }
             super::attention::attention(&mut w, li, a, &mut globals)?
         }
     };
-    let (allocas, body) = w.finish();
-    let text = format!("define ptx_kernel void @k{li}({sig}) #0 {{\nentry:\n{allocas}{setup}  br label %start.bb\nstart.bb:\n{body}  ret void\n}}\n\n");
+    let text = define(li, sig, setup, w);
     Ok(Tiled { text, groups, block, shared: 0, globals })
+}
+
+/// Kernel `k{li}`'s definition: `sig` its parameters, `setup` its entry's pointer casts, then `w`'s body.
+fn define(li: usize, sig: &str, setup: &str, w: Writer) -> String {
+    let (allocas, body) = w.finish();
+    format!("define ptx_kernel void @k{li}({sig}) #0 {{\nentry:\n{allocas}{setup}  br label %start.bb\nstart.bb:\n{body}  ret void\n}}\n\n")
 }
 
 /// Tensor-core tiles of a matmul with at most this many blocks (two per SM of an H200) stage K slices

@@ -78,9 +78,10 @@ fn mode(specific: bool) -> Option<i64> {
     }
 }
 
-/// The next slice's stores overlap this one's `wgmma`s ([`matmul`]) unless `RLX_CUDA_WGMMA=1`.
+/// The next slice's stores overlap this one's `wgmma`s ([`matmul`], which runs only where [`on`]):
+/// the form 2, unless `RLX_CUDA_WGMMA=1`.
 fn overlapped() -> bool {
-    std::env::var("RLX_CUDA_WGMMA").map_or(true, |v| v != "1")
+    mode(true) == Some(2)
 }
 
 /// The block tile for these kernels from [`vec_tile::tile`]'s pick `(bm, bn)` of an M×N matmul (`nb`
