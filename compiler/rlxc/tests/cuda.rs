@@ -342,6 +342,72 @@ fn wgmma_tiles_match_the_interpreter_in_cpu_emulation() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Activations stored as bf16 between kernels (nvptx/half_activations.rs, the default under
+/// `--precision bf16`): make_gemm.py's gemm_small (matmul + GELU → matmul → matmul: the first two
+/// outputs are read only as the next tile's operand) in every tile form — the register-staged tiles
+/// at 128×96, 64×64 and 64×48 (a 48-row tile stages no whole 8-value vectors: the general form reads
+/// the bf16 values), the cp.async ring (RLX_CUDA_VEC_STAGES=2), `wgmma` (`--sm 90a`), the general
+/// form (RLX_CUDA_VEC_TILE=0) — and make_attention.py's attention as three launches
+/// (RLX_CUDA_FUSED_ATTENTION=0: the softmax's probabilities read by the probabilities × values tile).
+/// Each module stores bf16 where RLX_CUDA_HALF_ACTIVATIONS=0's stores f32 (and the vector-staged
+/// forms load or copy fewer f32 vectors), assembles for its sm, and in CPU emulation gives the same
+/// output bits: the writer rounds each value as the tile staging it
+/// did (`cvt.rn`, nearest even). Under tf32 and f32 nothing is stored as bf16.
+#[test]
+fn half_activations_change_no_bit_in_cpu_emulation() {
+    let dir = tmp("half-acts");
+    ok(Command::new(python()).args(["tests/gpu/make_gemm.py", "--out", s(&dir), "--small", "--batch"]).current_dir(repo()));
+    ok(Command::new(python()).args(["tests/gpu/make_attention.py", "--out", s(&dir)]).current_dir(repo()));
+    let names = ["q", "k", "v", "mask", "mask2", "qt", "kt", "vt", "qs", "ks", "vs"];
+    let att_ins: Vec<PathBuf> = names.iter().map(|n| dir.join(format!("{n}.npy"))).collect();
+    let gemm_ins = vec![dir.join("x.npy")];
+    let forms: [(&str, &str, &[(&str, &str)], &str, &[PathBuf], &[&str]); 7] = [
+        ("128x96", "90", &[("RLX_CUDA_VEC_STAGES", "1"), ("RLX_CUDA_VEC_TILE", "128x96")], "gemm_small", &gemm_ins, &["y"]),
+        ("64x64", "80", &[("RLX_CUDA_VEC_STAGES", "1"), ("RLX_CUDA_VEC_TILE", "64x64")], "gemm_small", &gemm_ins, &["y"]),
+        ("64x48", "90", &[("RLX_CUDA_VEC_STAGES", "1"), ("RLX_CUDA_VEC_TILE", "64x48")], "gemm_small", &gemm_ins, &["y"]),
+        ("cp.async", "90", &[("RLX_CUDA_VEC_STAGES", "2"), ("RLX_CUDA_VEC_TILE", "64x64")], "gemm_small", &gemm_ins, &["y"]),
+        ("wgmma", "90a", &[("RLX_CUDA_VEC_TILE", "64x64")], "gemm_small", &gemm_ins, &["y"]),
+        ("general", "90", &[("RLX_CUDA_VEC_TILE", "0")], "gemm_small", &gemm_ins, &["y"]),
+        ("attention", "90", &[("RLX_CUDA_FUSED_ATTENTION", "0")], "attention", &att_ins, &["att_mask", "att_plain", "att_heads", "att_long"]),
+    ];
+    for (form, sm, env, name, ins, outs) in forms {
+        let (mut stored, mut staged) = (Vec::new(), Vec::new());
+        for half in ["1", "0"] {
+            let art = dir.join(format!("art-{form}-{half}"));
+            let mut c = rlxc();
+            c.envs(env.iter().copied()).env("RLX_CUDA_HALF_ACTIVATIONS", half);
+            ok(c.args(["compile", s(&dir.join(format!("{name}.onnx"))), "--target", "cuda", "--sm", sm, "--precision", "bf16", "--emit-ir", "-o", s(&art)]));
+            let ir = std::fs::read_to_string(art.join(format!("{name}.ll"))).unwrap();
+            stored.push(ir.matches("store bfloat").count());
+            let manifest: serde_json::Value = serde_json::from_slice(&std::fs::read(art.join(format!("{name}.json"))).unwrap()).unwrap();
+            let listed = manifest["half_activations"].as_array().map_or(0, |a| a.len());
+            assert_eq!(listed > 0, half == "1", "{form}: the manifest's half_activations ({listed})");
+            // The staging: f32 vectors loaded (register-staged, wgmma) or 16-byte chunks copied (cp.async).
+            staged.push(ir.matches("load <4 x float>, ptr %").count() + ir.matches("cp.async.cg.shared.global.16(").count());
+            let ptx = art.join(format!("{name}.ptx"));
+            ok(Command::new(ptxas()).args([&format!("-arch=sm_{sm}"), s(&ptx), "-o", s(&art.join("k.cubin"))]));
+            let emu = dir.join(format!("emu-{form}-{half}"));
+            ok(Command::new(python()).arg("tests/gpu/emulate_cuda.py").args([s(&art), name, s(&emu)]).args(ins.iter().map(|p| s(p))).current_dir(repo()));
+        }
+        eprintln!("{form}: {} bf16 stores (RLX_CUDA_HALF_ACTIVATIONS=0: {})", stored[0], stored[1]);
+        assert!(stored[0] > 0 && stored[1] == 0, "{form}: bf16 activations stored {stored:?}");
+        // The vector-staged forms stage them as bf16 (8 values per 16 bytes), not as f32.
+        if !["64x48", "general", "attention"].contains(&form) {
+            assert!(staged[0] < staged[1], "{form}: f32 staging {staged:?} not reduced");
+        }
+        for out in outs.iter() {
+            let bits = |half: &str| std::fs::read(dir.join(format!("emu-{form}-{half}")).join(format!("{out}.npy"))).unwrap();
+            assert!(bits("1") == bits("0"), "{form} {out}: bf16 activations change the output");
+        }
+    }
+    for p in ["tf32", "f32"] {
+        let art = dir.join(format!("art-{p}"));
+        ok(rlxc().args(["compile", s(&dir.join("gemm_small.onnx")), "--target", "cuda", "--precision", p, "--emit-ir", "-o", s(&art)]));
+        assert!(!std::fs::read_to_string(art.join("gemm_small.ll")).unwrap().contains("store bfloat"), "{p}: activations stored as bf16");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// tests/gpu/make_tiled.py's and make_rows.py's awkward shapes (M, N, K not multiples of 16, batched
 /// operands, 4×4 / 2×2 / 1×1 outputs per thread, an int32 matmul, reductions, rows of 10 … 3000,
 /// 4100 rows, one 1-D row) assemble for sm_80 and sm_90, f32 and bf16, with the grids and blocks

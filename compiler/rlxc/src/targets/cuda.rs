@@ -229,6 +229,9 @@ pub struct CudaCompiled {
     /// `--precision bf16|fp16`: the 16-bit weight copies appended to the weights, for the manifest
     /// (`half_weights`: [dtype, f32 source byte, values, copy's byte] each).
     pub half_weights: Vec<(String, u64, u64, u64)>,
+    /// `--precision bf16|fp16`: the arena buffers stored as 16-bit values between kernels
+    /// (nvptx/half_activations.rs), for the manifest (`half_activations`).
+    pub half_activations: Vec<u32>,
 }
 
 /// MIR → PTX + schedule (the family's script, typed). Fails listing every unsupported node.
@@ -265,7 +268,7 @@ fn codegen(mut lir: Lir, report: DispatchReport, sm: Sm, precision: Precision, t
     let p = tm.time("codegen (nvptx)", || rlx_target_llvm::nvptx::compile(&mut lir, sm.num, sm.specific, tiles, mma)).map_err(|e| Failure::model(format!("target cuda: {e}")))?;
     let dispatches = p.dispatches.iter().zip(&p.names).map(|(d, n)| (n.clone(), d.groups, d.block, d.shared, d.comm.clone())).collect();
     let half_weights = p.half_weights.iter().map(|h| (h.dtype.to_string(), h.src, h.elems, h.dst)).collect();
-    Ok(CudaCompiled { schedule: p.schedule_bytes(), ptx: p.ptx, lir, report, sm, precision, llvm_ir: Some(p.ir), dispatches, half_weights })
+    Ok(CudaCompiled { schedule: p.schedule_bytes(), ptx: p.ptx, lir, report, sm, precision, llvm_ir: Some(p.ir), dispatches, half_weights, half_activations: p.half_activations })
 }
 
 #[cfg(not(feature = "llvm"))]
@@ -324,6 +327,11 @@ impl Artifact for CudaCompiled {
             // nearest even from the f32 values at `src` — a tool may rebuild it from the f32 part.
             let copies: Vec<serde_json::Value> = c.half_weights.iter().map(|(d, src, n, dst)| serde_json::json!({"dtype": d, "src": src, "values": n, "dst": dst})).collect();
             manifest["half_weights"] = serde_json::json!(copies);
+        }
+        if !c.half_activations.is_empty() {
+            // Intermediate values the kernels store as bf16 / fp16 (only tensor-core tiles read them).
+            let acts: Vec<serde_json::Value> = c.half_activations.iter().filter_map(|&b| c.lir.buffers.get(b as usize)).map(|b| serde_json::json!({"value": b.label, "dtype": b.dtype.to_string(), "offset": b.offset, "shape": b.shape})).collect();
+            manifest["half_activations"] = serde_json::json!(acts);
         }
         if c.lir.state_bytes > 0 {
             // A stateful model (a KV cache): the schedule's state base, which the executor keeps on

@@ -116,6 +116,8 @@ pub fn matmul(
     };
     let sa = slot_of(a, bm, 0, halves);
     let sb = slot_of(b, bn, bm * sa.pitch, halves);
+    super::vec_tile::unstaged_half(a, sa.copy)?;
+    super::vec_tile::unstaged_half(b, sb.copy)?;
     let stage_words = bm * sa.pitch + bn * sb.pitch;
     // As many of the stages asked for as the GPU's shared memory holds.
     let stages = stages.min(smem / (4 * stage_words));

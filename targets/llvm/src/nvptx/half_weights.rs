@@ -74,17 +74,23 @@ impl<'l> HalfWeights<'l> {
     }
 }
 
-/// One kernel's view: its parameters' LIR buffers (`bindings`) and the weights' binding (`wbind`: the
-/// kernel's base pointer `%g{wbind}`).
+/// One kernel's view: its parameters' LIR buffers (`bindings`), the weights' binding (`wbind`: the
+/// kernel's base pointer `%g{wbind}`) and, per parameter, where it lies when it is itself 16-bit
+/// (`own`: its base's binding and byte offset — an activation `half_activations.rs` stored so).
 pub struct Halves<'h, 'l> {
     pub weights: Option<&'h mut HalfWeights<'l>>,
     pub bindings: &'h [u32],
     pub wbind: usize,
+    pub own: &'h [Option<(usize, u64)>],
 }
 
 impl Halves<'_, '_> {
-    /// Parameter `pi`'s 16-bit copy: (the weights' binding, its byte offset there), or `None`.
+    /// Parameter `pi`'s 16-bit values: (the binding, the byte offset there) — the parameter itself
+    /// when it is 16-bit, else its weight's copy —, or `None`.
     pub fn of_param(&mut self, pi: u32) -> Option<(usize, u64)> {
+        if let Some(&Some(o)) = self.own.get(pi as usize) {
+            return Some(o);
+        }
         let b = *self.bindings.get(pi as usize)?;
         let o = self.weights.as_mut()?.copy_of(b)?;
         Some((self.wbind, o))

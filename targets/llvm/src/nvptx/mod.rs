@@ -16,6 +16,7 @@ mod attention;
 mod attention_mma;
 mod comm;
 mod cp_async;
+mod half_activations;
 mod half_weights;
 mod module;
 mod pdl;
@@ -140,6 +141,8 @@ pub struct PtxProgram {
     pub sm: u32,
     /// The 16-bit weight copies appended to the LIR's weights (`half_weights.rs`; bf16 / fp16 only).
     pub half_weights: Vec<HalfCopy>,
+    /// The LIR buffers stored as bf16 / fp16 between kernels (`half_activations.rs`).
+    pub half_activations: Vec<u32>,
 }
 
 impl PtxProgram {
@@ -163,10 +166,12 @@ pub fn compile(lir: &mut Lir, sm: u32, specific: bool, tiles: bool, mma: Mma) ->
     if !SMS.contains(&sm) {
         return Err(format!("--sm {sm} is not supported: choose one of {}", SMS.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(", ")));
     }
-    let mut bases = rlx_ir::schedule::bases_of(lir);
     if mma != Mma::F32 && !tiles {
         return Err(format!("tensor-core matmuls ({mma:?}) need the tiled matmul kernels (RLX_CUDA_TILES=0 turns them off)"));
     }
+    // bf16 / fp16: activations only tensor-core tiles read stored as such (half_activations.rs).
+    let half_activations = half_activations::rewrite(lir, mma, tiles);
+    let mut bases = rlx_ir::schedule::bases_of(lir);
     let (ir, dispatches, names, half_weights, extra) = module_text(lir, &bases, tiles, mma, pdl::prologue(sm), cp_async::max_shared(sm), wgmma::on(sm, specific, mma))?;
     if !extra.is_empty() {
         lir.weights.extend_from_slice(&extra);
@@ -199,5 +204,5 @@ pub fn compile(lir: &mut Lir, sm: u32, specific: bool, tiles: bool, mma: Mma) ->
     if !externs.is_empty() {
         return Err(format!("internal error: the PTX calls functions no GPU provides: {}", externs.join("; ")));
     }
-    Ok(PtxProgram { ptx, ir, bases, dispatches, names, sm, half_weights })
+    Ok(PtxProgram { ptx, ir, bases, dispatches, names, sm, half_weights, half_activations })
 }

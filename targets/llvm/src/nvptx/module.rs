@@ -56,6 +56,7 @@ pub fn module_text(lir: &Lir, bases: &[BaseBuf], tiles: bool, mma: super::Mma, p
         let mut offsets = Vec::new();
         let mut ranges = Vec::new();
         let mut setup = String::new();
+        let mut own = Vec::new();
         for (pi, &b) in l.bindings.iter().enumerate() {
             let buf = lir.buffers.get(b as usize).ok_or_else(|| format!("kernel '{}': binding {pi} names buffer {b}, the program has {}", k.name, lir.buffers.len()))?;
             let bind = bases.iter().position(|x| x.base == buf.base).ok_or_else(|| format!("kernel '{}': buffer '{}' has no base", k.name, buf.label))?;
@@ -66,6 +67,7 @@ pub fn module_text(lir: &Lir, bases: &[BaseBuf], tiles: bool, mma: super::Mma, p
             let dtype = k.params.get(pi).map_or(buf.dtype, |p| p.dtype);
             let _ = writeln!(setup, "  %p{pi} = getelementptr inbounds i8, ptr %g{bind}, i64 {}", buf.offset);
             params.push((dtype, format!("%p{pi}")));
+            own.push(matches!(dtype, rlx_ir::DType::BF16 | rlx_ir::DType::F16).then_some((bind, buf.offset as u64)));
             offsets.push(buf.offset as u64);
             let declared = k.params.get(pi).map_or(Access::ReadWrite, |p| p.access);
             ranges.push(param_range(lir, b, bind, declared, loads.contains(&(pi as u32)), stores.contains(&(pi as u32))));
@@ -85,7 +87,7 @@ pub fn module_text(lir: &Lir, bases: &[BaseBuf], tiles: bool, mma: super::Mma, p
                 let _ = writeln!(casts, "  %g{bind} = addrspacecast ptr addrspace(1) %b{bind} to ptr");
             }
             casts.push_str(&setup);
-            let mut h = Halves { weights: halves.as_mut(), bindings: &l.bindings, wbind };
+            let mut h = Halves { weights: halves.as_mut(), bindings: &l.bindings, wbind, own: &own };
             let t = super::tiled::kernel(li, &sig.join(", "), &casts, params, &offsets, &plan, mma, smem, wgmma, &mut h, &mut decls).map_err(|e| format!("kernel '{}': {e}", k.name))?;
             let _ = writeln!(fns, "; launch {li}: {:?} ({})", k.name, plan_name(&plan));
             fns.push_str(&match pdl {

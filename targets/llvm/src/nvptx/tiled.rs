@@ -207,7 +207,12 @@ pub fn kernel(li: usize, sig: &str, setup: &str, params: Vec<(DType, String)>, o
             // Whole tiles of operands contiguous along K: 128-bit staging loads, larger tiles (vec_tile.rs).
             let (m, n, nb) = (rows.iter().map(|d| d.1).product(), cols.iter().map(|d| d.1).product(), batch.iter().map(|d| d.1).product());
             let kv = acc.ks[0].0;
-            let direct = (acc.ks.len() == 1).then(|| (vec_tile::direct(a, kv, &layout), vec_tile::direct(b, kv, &layout)));
+            let half = match tc {
+                Some(Mma::Bf16) => Some(DType::BF16),
+                Some(Mma::Fp16) => Some(DType::F16),
+                _ => None,
+            };
+            let direct = (acc.ks.len() == 1).then(|| (vec_tile::direct(a, kv, &layout, half), vec_tile::direct(b, kv, &layout, half)));
             let fast = match (tc, direct) {
                 (Some(kind), Some((Some(da), Some(db)))) => vec_tile::tile(m, n, nb, acc.ks[0].1, kind, [da.period, db.period]).map(|(bm, bn, tk)| {
                     // Hopper's wgmma tiles (RLX_CUDA_WGMMA) have a tile rule of their own (RLX_CUDA_WGMMA_TILE).
@@ -216,6 +221,9 @@ pub fn kernel(li: usize, sig: &str, setup: &str, params: Vec<(DType, String)>, o
                 }),
                 _ => None,
             };
+            // A 16-bit operand (half_activations.rs) only where every form stages it from its own
+            // values (vec_tile.rs's: whole 8-value vectors per thread); else the general form below.
+            let fast = fast.filter(|(_, da, db, (bm, bn, tk))| [(da, bm), (db, bn)].iter().all(|(x, own)| !x.half || *own * (tk / 8) % 256 == 0));
             if let Some((kind, da, db, t)) = fast {
                 let (g, shared) = vec_tile::matmul(&mut w, li, acc, (&da, &db), &ptrs, (rows, cols, batch), t, kind, smem, wgmma, halves, &mut globals)?;
                 let text = define(li, sig, setup, w);

@@ -56,6 +56,9 @@ pub struct Direct<'e> {
     pub kpart: Expr,
     /// E, where kpart splits k into blocks of E: the K slice must divide E or be a multiple of it.
     pub period: Option<i64>,
+    /// The buffer holds the tensor cores' 16-bit operands themselves (`half_activations.rs`), read as
+    /// `cast(buf[index])` to f32: staged from it as from a weight's 16-bit copy, never as f32.
+    pub half: bool,
 }
 
 /// Whether the index expression `e` is a multiple of `q` whatever its variables' values.
@@ -104,9 +107,18 @@ fn k_term(e: &Expr, k: Var) -> Option<(bool, Option<i64>, Option<&Expr>)> {
 /// `x` as a direct operand: an f32 load `buf[rest + kpart]`, `rest` free of k and a multiple of 4,
 /// `kpart` one unit-stride term in k and terms constant within the same blocks of E ≥ 4 values
 /// (`k_term`; multipliers multiples of 4), the buffer at a 16-byte aligned offset (`params`: each
-/// buffer's dtype and byte offset in its base; every base is its own device allocation).
-pub fn direct<'e>(x: &'e Expr, k: Var, params: &[(DType, u64)]) -> Option<Direct<'e>> {
-    let Expr::Load { buf, index } = x else { return None };
+/// buffer's dtype and byte offset in its base; every base is its own device allocation) — or such a
+/// load of `half`'s 16-bit values cast to f32 (the tensor cores' own operand type: `--precision
+/// bf16|fp16`), `rest` then a multiple of 8 (whole 128-bit loads).
+pub fn direct<'e>(x: &'e Expr, k: Var, params: &[(DType, u64)], half: Option<DType>) -> Option<Direct<'e>> {
+    let (buf, index, want) = match x {
+        Expr::Load { buf, index } => (buf, index, DType::F32),
+        Expr::Cast { from, to: DType::F32, x } if Some(*from) == half => match &**x {
+            Expr::Load { buf, index } => (buf, index, *from),
+            _ => return None,
+        },
+        _ => return None,
+    };
     let &(d, off) = params.get(*buf as usize)?;
     let mut terms = Vec::new();
     summands(index, &mut terms);
@@ -138,7 +150,17 @@ pub fn direct<'e>(x: &'e Expr, k: Var, params: &[(DType, u64)]) -> Option<Direct
     if period.is_some() && std::env::var("RLX_CUDA_VEC_HEADS").is_ok_and(|v| v == "0") {
         return None;
     }
-    (units == 1 && d == DType::F32 && off % 16 == 0 && multiple_of(&rest, 4)).then_some(Direct { buf: *buf, index, by8, kpart, period })
+    let half = want != DType::F32;
+    (units == 1 && d == want && (by8 || !half) && off % 16 == 0 && multiple_of(&rest, 4)).then_some(Direct { buf: *buf, index, by8, kpart, period, half })
+}
+
+/// An error when operand `x` holds 16-bit values (`Direct::half`) and `copy` (where it is staged from
+/// 16-bit values) is none: `tiled.rs` takes a tile only where every form stages such an operand so.
+pub(super) fn unstaged_half(x: &Direct, copy: Option<(usize, u64)>) -> Result<(), String> {
+    match x.half && copy.is_none() {
+        true => Err("internal error: a 16-bit activation staged as f32".into()),
+        false => Ok(()),
+    }
 }
 
 /// The block tile (bm, bn) and K slice of an M×N matmul (`nb` of them) over K, or `None` (this form
@@ -298,6 +320,8 @@ pub fn matmul(
     let pk = if packed { 2 } else { 1 };
     // Each operand's 16-bit copy, if staged from one (A first: the copies' order in the weights).
     let copies: Vec<Option<(usize, u64)>> = [(a, bm), (b, bn)].iter().map(|(x, own)| if packed && x.by8 && own * (tk / 8) % 256 == 0 { halves.of_param(x.buf) } else { None }).collect();
+    unstaged_half(a, copies[0])?;
+    unstaged_half(b, copies[1])?;
     let lay = Layout::of(tk / pk, bm * tk / if copies[0].is_some() { 8 } else { 4 } / 256);
     let (pa, pb) = lay.pitch();
     let pw = pa;

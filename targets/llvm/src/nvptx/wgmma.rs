@@ -174,6 +174,7 @@ pub fn matmul(
     let mut chunks = Vec::new();
     for (oi, (x, own, off, from_rows, dims)) in [(a, bm, 0, &m0, rows), (b, bn, bm * ROW, &n0, cols)].into_iter().enumerate() {
         let copy = if x.by8 && !tf32 { halves.of_param(x.buf) } else { None };
+        super::vec_tile::unstaged_half(x, copy)?;
         let from = match copy {
             Some((bind, o)) => w.emit_op(format!("getelementptr inbounds i8, ptr %g{bind}, i64 {o}")),
             None => ptrs[x.buf as usize].clone(),

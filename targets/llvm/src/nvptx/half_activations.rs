@@ -1,0 +1,231 @@
+//! 16-bit activations between kernels for the tensor cores (`--precision bf16|fp16`): an arena buffer
+//! whose every reader is a tensor-core matmul taking it as a whole operand (`a` or `b` of the tile's
+//! `a · b`, read nowhere else in that kernel) is stored as bf16 / fp16 by the kernels that write it —
+//! a matmul's epilogue (MiniLM: FFN up + GELU's output, read by FFN down), the fused attention's
+//! context (read by the output projection), a softmax — and staged from those 16-bit values as
+//! `half_weights.rs`'s weight copies are: eight K values per 128-bit load, no conversion, half the
+//! bytes written by the producer and read by every tile that stages them.
+//!
+//! The results are the same bits: a tile rounds each f32 operand to bf16 / fp16 by `cvt.rn` (nearest
+//! even) as it stages it, and the writer now rounds the same f32 value the same way (`ir.rs`'s cast)
+//! before storing it, so the staged words do not change (checked in CPU emulation against the f32
+//! activations' module, `compiler/rlxc/tests/cuda.rs`). The LIR is rewritten in place, before the
+//! module is written: the buffer's dtype and each of its kernels' parameter becomes the 16-bit type,
+//! each store's value a cast to it, each load a cast back to f32 — every kernel form reads the
+//! rewritten LIR correctly (`tiled.rs`'s general tiles evaluate the cast), and `vec_tile::direct` takes
+//! the cast load as a 16-bit operand.
+//!
+//! Not taken: a buffer a kernel both reads and writes (through one parameter or two), one bound by a collective or by a kernel other
+//! than a recognized matmul that reads it, a buffer read in an epilogue (a residual), the ports,
+//! the weights and the state, a buffer overlapping another that a kernel touches while it is live
+//! (an alias), a program with control-flow regions. `RLX_CUDA_HALF_ACTIVATIONS=0` at compile time:
+//! nothing rewritten (every activation f32, as before).
+
+use super::Mma;
+use rlx_ir::lir::{Base, Lir};
+use rlx_ir::loops::grid::grid;
+use rlx_ir::loops::tiled::{recognize, Plan};
+use rlx_ir::loops::{Expr, Stmt};
+use rlx_ir::DType;
+use std::collections::BTreeMap;
+
+/// How one launch uses one buffer.
+#[derive(Clone, Copy, PartialEq)]
+enum Use {
+    /// Stores it, never loads it.
+    Writes,
+    /// Loads it only as a whole factor of a matmul's `a · b`.
+    Stages,
+    /// Anything else.
+    Other,
+}
+
+/// Rewrites the LIR's qualifying activations to the 16-bit type of `mma` (none under f32 / tf32, with
+/// `tiles` off, or with `RLX_CUDA_HALF_ACTIVATIONS=0`); returns the buffers rewritten.
+pub fn rewrite(lir: &mut Lir, mma: Mma, tiles: bool) -> Vec<u32> {
+    let half = match mma {
+        Mma::Bf16 => DType::BF16,
+        Mma::Fp16 => DType::F16,
+        Mma::F32 | Mma::Tf32 | Mma::Tf32x3 => return Vec::new(),
+    };
+    if !tiles || !lir.regions.is_empty() || std::env::var("RLX_CUDA_HALF_ACTIVATIONS").is_ok_and(|v| v == "0") {
+        return Vec::new();
+    }
+    // Each buffer's uses: (launch, parameter, how).
+    let mut uses: BTreeMap<u32, Vec<(usize, usize, Use)>> = BTreeMap::new();
+    for (li, l) in lir.launches.iter().enumerate() {
+        let k = &l.kernel;
+        let comm = k.body.iter().any(|s| matches!(s, Stmt::Comm { .. }));
+        let (dims, inner) = grid(k, i32::MAX as i64);
+        let total: i64 = if dims.is_empty() { 1 } else { dims.iter().map(|d| d.1).product() };
+        let body = if dims.is_empty() { &k.body[..] } else { inner };
+        let plan = if comm || total <= 0 { None } else { recognize(k, &dims, body) };
+        for (pi, &b) in l.bindings.iter().enumerate() {
+            let p = pi as u32;
+            let (loads, stores) = (count_loads(&k.body, p), count_stores(&k.body, p));
+            let how = match (&plan, loads, stores) {
+                _ if comm => Use::Other,
+                (_, 0, s) if s > 0 => Use::Writes,
+                (Some(Plan::Matmul { acc, a, b: bx, .. }), n, 0) if acc.dtype == DType::F32 && n > 0 && n == is_load(a, p) + is_load(bx, p) => Use::Stages,
+                _ => Use::Other,
+            };
+            if loads + stores > 0 || comm {
+                uses.entry(b).or_default().push((li, pi, how));
+            }
+        }
+    }
+    // The bytes of each arena extent hold one value after another: a segment is a value's uses, from
+    // its first store to its last load, through any buffers over exactly those bytes (views: a
+    // reshape's, a projection's attention heads). One whose uses are all whole tile operands and
+    // stores, that no buffer over part of the bytes touches, is taken with every buffer in it.
+    let extent = |b: u32| lir.buffers.get(b as usize).filter(|x| x.base == Base::Arena).map(|x| (x.offset, x.offset + x.bytes()));
+    let mut extents: Vec<(usize, usize)> = uses.keys().filter_map(|&b| extent(b)).collect();
+    extents.sort();
+    extents.dedup();
+    let mut done: Vec<u32> = Vec::new();
+    let mut rewrites: Vec<(usize, usize, Use)> = Vec::new();
+    for (lo, hi) in extents {
+        // Every use of a buffer over these bytes, in launch order.
+        let mut events: Vec<(usize, usize, Use, u32)> = Vec::new();
+        for (&b, us) in &uses {
+            if extent(b).is_some_and(|(a, z)| a < hi && lo < z) {
+                events.extend(us.iter().map(|u| (u.0, u.1, u.2, b)));
+            }
+        }
+        events.sort_by_key(|e| (e.0, e.2 != Use::Writes));
+        let mut segments: Vec<Vec<(usize, usize, Use, u32)>> = Vec::new();
+        for e in events {
+            match segments.last_mut() {
+                Some(s) if !(e.2 == Use::Writes && s.last().is_some_and(|p| p.2 != Use::Writes && p.0 != e.0)) => s.push(e),
+                _ => segments.push(vec![e]),
+            }
+        }
+        for seg in &segments {
+            let bufs: std::collections::BTreeSet<u32> = seg.iter().map(|e| e.3).collect();
+            let has = |h: Use| seg.iter().any(|e| e.2 == h);
+            let whole = bufs.iter().all(|&b| extent(b) == Some((lo, hi)) && lir.buffers[b as usize].dtype == DType::F32 && uses[&b].len() == seg.iter().filter(|e| e.3 == b).count());
+            let both = seg.iter().any(|u| u.2 == Use::Writes && seg.iter().any(|v| v.0 == u.0 && v.2 != Use::Writes));
+            if lo % 16 == 0 && whole && !both && !has(Use::Other) && has(Use::Writes) && has(Use::Stages) && !done.iter().any(|d| bufs.contains(d)) {
+                done.extend(&bufs);
+                rewrites.extend(seg.iter().map(|e| (e.0, e.1, e.2)));
+            }
+        }
+    }
+    for &b in &done {
+        lir.buffers[b as usize].dtype = half;
+    }
+    for (li, pi, how) in rewrites {
+        let k = &mut lir.launches[li].kernel;
+        if let Some(p) = k.params.get_mut(pi) {
+            p.dtype = half;
+        }
+        let pi = pi as u32;
+        if how == Use::Writes {
+            stores_cast(&mut k.body, pi, half);
+        } else {
+            for s in k.body.iter_mut() {
+                in_stmt(s, &mut |e| loads_cast(e, pi, half));
+            }
+        }
+    }
+    done
+}
+
+/// 1 when `e` is exactly a load of parameter `p`.
+fn is_load(e: &Expr, p: u32) -> usize {
+    matches!(e, Expr::Load { buf, .. } if *buf == p) as usize
+}
+
+/// Every expression of the statements (nested bodies included), each given to `f` once.
+fn in_stmt(s: &mut Stmt, f: &mut impl FnMut(&mut Expr)) {
+    match s {
+        Stmt::For { body, .. } => body.iter_mut().for_each(|s| in_stmt(s, f)),
+        Stmt::Decl { init: e, .. } | Stmt::Assign { value: e, .. } => f(e),
+        Stmt::Store { index, value, .. } => {
+            f(index);
+            f(value);
+        }
+        Stmt::If { cond, body } => {
+            f(cond);
+            body.iter_mut().for_each(|s| in_stmt(s, f));
+        }
+        Stmt::Prefetch { index, .. } => f(index),
+        Stmt::Comm { .. } => {}
+    }
+}
+
+/// The sub-expressions of `e`, `e` last (post-order), each given to `f`.
+fn each_expr(e: &mut Expr, f: &mut impl FnMut(&mut Expr)) {
+    match e {
+        Expr::Int(_) | Expr::Lit(..) | Expr::Var(_) => {}
+        Expr::Load { index, .. } => each_expr(index, f),
+        Expr::I(_, a, b) | Expr::Bin(_, _, a, b) => {
+            each_expr(a, f);
+            each_expr(b, f);
+        }
+        Expr::Un(_, _, x) | Expr::Cast { x, .. } | Expr::ToIndex { x, .. } => each_expr(x, f),
+        Expr::Select(a, b, c) | Expr::Dot4(a, b, c, _) => {
+            each_expr(a, f);
+            each_expr(b, f);
+            each_expr(c, f);
+        }
+    }
+    f(e);
+}
+
+fn count_loads(body: &[Stmt], p: u32) -> usize {
+    fn ex(e: &Expr, p: u32) -> usize {
+        is_load(e, p)
+            + match e {
+                Expr::Int(_) | Expr::Lit(..) | Expr::Var(_) => 0,
+                Expr::Load { index, .. } => ex(index, p),
+                Expr::I(_, a, b) | Expr::Bin(_, _, a, b) => ex(a, p) + ex(b, p),
+                Expr::Un(_, _, x) | Expr::Cast { x, .. } | Expr::ToIndex { x, .. } => ex(x, p),
+                Expr::Select(a, b, c) | Expr::Dot4(a, b, c, _) => ex(a, p) + ex(b, p) + ex(c, p),
+            }
+    }
+    body.iter()
+        .map(|s| match s {
+            Stmt::For { body, .. } => count_loads(body, p),
+            Stmt::Decl { init: e, .. } | Stmt::Assign { value: e, .. } => ex(e, p),
+            Stmt::Store { index, value, .. } => ex(index, p) + ex(value, p),
+            Stmt::If { cond, body } => ex(cond, p) + count_loads(body, p),
+            Stmt::Prefetch { index, .. } => ex(index, p),
+            Stmt::Comm { .. } => 0,
+        })
+        .sum()
+}
+
+fn count_stores(body: &[Stmt], p: u32) -> usize {
+    body.iter()
+        .map(|s| match s {
+            Stmt::Store { buf, .. } => (*buf == p) as usize,
+            Stmt::For { body, .. } | Stmt::If { body, .. } => count_stores(body, p),
+            _ => 0,
+        })
+        .sum()
+}
+
+/// Each load of parameter `p` in `e` read back as f32.
+fn loads_cast(e: &mut Expr, p: u32, half: DType) {
+    each_expr(e, &mut |x| {
+        if is_load(x, p) == 1 {
+            let load = std::mem::replace(x, Expr::Int(0));
+            *x = Expr::Cast { from: half, to: DType::F32, x: Box::new(load) };
+        }
+    });
+}
+
+/// Each store to parameter `p` given its value rounded to `half`.
+fn stores_cast(body: &mut [Stmt], p: u32, half: DType) {
+    for s in body {
+        match s {
+            Stmt::Store { buf, value, .. } if *buf == p => {
+                let v = std::mem::replace(value, Expr::Int(0));
+                *value = Expr::Cast { from: DType::F32, to: half, x: Box::new(v) };
+            }
+            Stmt::For { body, .. } | Stmt::If { body, .. } => stores_cast(body, p, half),
+            _ => {}
+        }
+    }
+}
