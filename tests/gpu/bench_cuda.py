@@ -117,8 +117,9 @@ TWINS = {
     "kw8": "FFN down in 8 partial sums (RLX_CUDA_SPLIT_K_WIDE=8)",
     "kwr2": "FFN down and attention output in 2 partial sums (RLX_CUDA_SPLIT_K_WIDE=2 RLX_CUDA_SPLIT_K_ROWS=256)",
     "kwr4": "FFN down and attention output in 4 partial sums (RLX_CUDA_SPLIT_K_WIDE=4 RLX_CUDA_SPLIT_K_ROWS=256)",
+    "hact0": "activations between kernels f32, not bf16 (RLX_CUDA_HALF_ACTIVATIONS=0)",
 }
-SAME_BITS = {"f32w"}
+SAME_BITS = {"f32w", "hact0"}
 # Twins whose weights differ from the default's (carried as f32 blobs of their own after the default's).
 # (Suffix of the twin whose f32 blob is carried → the pattern of the folders taking their weights from it.)
 # bf16 keeps Q, K, V apart at batch 8 / 32 (f32 / tf32 merge them from 1,024 rows): the _qkvsep blob's weights.

@@ -13,7 +13,8 @@ imported only to write models).
 K = 128, N = 64, a third over K = 64, N = 192): whole 128×64 tiles (the first two), 128×96, 64×96 and
 64×48 ones (the third), small enough for tests/gpu/emulate_cuda.py; and gemm_heads (an attention
 context [2, 4, 64, 32] transposed and reshaped to [2, 64, 128], @ W[128, 192] + bias: the matmul reads
-its rows across heads).
+its rows across heads); and gemm_block (BERT's feed-forward block on x: LayerNorm, a Linear of
+N = 128 + GELU, one of N = 96, the norm's output added back).
 """
 from __future__ import annotations
 
@@ -136,6 +137,16 @@ def main() -> int:
         outs = [helper.make_tensor_value_info("y", T.FLOAT, [2, 64, 192])]
         save(os.path.join(a.out, "gemm_heads.onnx"), nodes, [shape] + i3, ins, outs)
         np.save(os.path.join(a.out, "ctx.npy"), ctx)
+        # gemm_block: BERT's feed-forward block on x — LayerNorm, a Linear + GELU, a Linear, the
+        # norm's output added back (the residual): the norm's output read by a matmul and by an add.
+        gamma, beta = (1 + r.randn(96) / 10).astype(np.float32), (r.randn(96) / 10).astype(np.float32)
+        n1, i1 = linear("n", "f", (r.randn(128, 96) / 10).astype(np.float32), r.randn(128).astype(np.float32), True, "b1_")
+        n2, i2 = linear("f", "o", (r.randn(96, 128) / 10).astype(np.float32), r.randn(96).astype(np.float32), False, "b2_")
+        norm = [numpy_helper.from_array(gamma, "gamma"), numpy_helper.from_array(beta, "beta")]
+        nodes = [helper.make_node("LayerNormalization", ["x", "gamma", "beta"], ["n"], axis=-1, epsilon=1e-5)] + n1 + n2 + [helper.make_node("Add", ["o", "n"], ["y"])]
+        ins = [helper.make_tensor_value_info("x", T.FLOAT, [2, 64, 96])]
+        outs = [helper.make_tensor_value_info("y", T.FLOAT, [2, 64, 96])]
+        save(os.path.join(a.out, "gemm_block.onnx"), nodes, norm + i1 + i2, ins, outs)
     return 0
 
 

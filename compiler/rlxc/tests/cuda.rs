@@ -348,7 +348,9 @@ fn wgmma_tiles_match_the_interpreter_in_cpu_emulation() {
 /// at 128×96, 64×64 and 64×48 (a 48-row tile stages no whole 8-value vectors: the general form reads
 /// the bf16 values), the cp.async ring (RLX_CUDA_VEC_STAGES=2), `wgmma` (`--sm 90a`), the general
 /// form (RLX_CUDA_VEC_TILE=0) — and make_attention.py's attention as three launches
-/// (RLX_CUDA_FUSED_ATTENTION=0: the softmax's probabilities read by the probabilities × values tile).
+/// (RLX_CUDA_FUSED_ATTENTION=0: the softmax's probabilities read by the probabilities × values tile),
+/// and gemm_block (LayerNorm → Linear + GELU → Linear + the norm's output: the norm stores a bf16
+/// copy beside its f32 output, which the residual add reads, and the first tile reads the copy).
 /// Each module stores bf16 where RLX_CUDA_HALF_ACTIVATIONS=0's stores f32 (and the vector-staged
 /// forms load or copy fewer f32 vectors), assembles for its sm, and in CPU emulation gives the same
 /// output bits: the writer rounds each value as the tile staging it
@@ -361,7 +363,7 @@ fn half_activations_change_no_bit_in_cpu_emulation() {
     let names = ["q", "k", "v", "mask", "mask2", "qt", "kt", "vt", "qs", "ks", "vs"];
     let att_ins: Vec<PathBuf> = names.iter().map(|n| dir.join(format!("{n}.npy"))).collect();
     let gemm_ins = vec![dir.join("x.npy")];
-    let forms: [(&str, &str, &[(&str, &str)], &str, &[PathBuf], &[&str]); 7] = [
+    let forms: [(&str, &str, &[(&str, &str)], &str, &[PathBuf], &[&str]); 9] = [
         ("128x96", "90", &[("RLX_CUDA_VEC_STAGES", "1"), ("RLX_CUDA_VEC_TILE", "128x96")], "gemm_small", &gemm_ins, &["y"]),
         ("64x64", "80", &[("RLX_CUDA_VEC_STAGES", "1"), ("RLX_CUDA_VEC_TILE", "64x64")], "gemm_small", &gemm_ins, &["y"]),
         ("64x48", "90", &[("RLX_CUDA_VEC_STAGES", "1"), ("RLX_CUDA_VEC_TILE", "64x48")], "gemm_small", &gemm_ins, &["y"]),
@@ -369,6 +371,8 @@ fn half_activations_change_no_bit_in_cpu_emulation() {
         ("wgmma", "90a", &[("RLX_CUDA_VEC_TILE", "64x64")], "gemm_small", &gemm_ins, &["y"]),
         ("general", "90", &[("RLX_CUDA_VEC_TILE", "0")], "gemm_small", &gemm_ins, &["y"]),
         ("attention", "90", &[("RLX_CUDA_FUSED_ATTENTION", "0")], "attention", &att_ins, &["att_mask", "att_plain", "att_heads", "att_long"]),
+        ("block", "90a", &[], "gemm_block", &gemm_ins, &["y"]),
+        ("block-64x64", "90", &[("RLX_CUDA_VEC_STAGES", "1"), ("RLX_CUDA_VEC_TILE", "64x64")], "gemm_block", &gemm_ins, &["y"]),
     ];
     for (form, sm, env, name, ins, outs) in forms {
         let (mut stored, mut staged) = (Vec::new(), Vec::new());
@@ -382,6 +386,9 @@ fn half_activations_change_no_bit_in_cpu_emulation() {
             let manifest: serde_json::Value = serde_json::from_slice(&std::fs::read(art.join(format!("{name}.json"))).unwrap()).unwrap();
             let listed = manifest["half_activations"].as_array().map_or(0, |a| a.len());
             assert_eq!(listed > 0, half == "1", "{form}: the manifest's half_activations ({listed})");
+            // The LayerNorm's output, also the residual, stays f32 beside a bf16 copy the tile reads.
+            let twin = manifest["half_activations"].as_array().is_some_and(|a| a.iter().any(|v| v["value"].as_str().is_some_and(|l| l.ends_with("(bf16)"))));
+            assert_eq!(twin, name == "gemm_block" && half == "1", "{form}: a bf16 copy beside an f32 value");
             // The staging: f32 vectors loaded (register-staged, wgmma) or 16-byte chunks copied (cp.async).
             staged.push(ir.matches("load <4 x float>, ptr %").count() + ir.matches("cp.async.cg.shared.global.16(").count());
             let ptx = art.join(format!("{name}.ptx"));
@@ -392,7 +399,7 @@ fn half_activations_change_no_bit_in_cpu_emulation() {
         eprintln!("{form}: {} bf16 stores (RLX_CUDA_HALF_ACTIVATIONS=0: {})", stored[0], stored[1]);
         assert!(stored[0] > 0 && stored[1] == 0, "{form}: bf16 activations stored {stored:?}");
         // The vector-staged forms stage them as bf16 (8 values per 16 bytes), not as f32.
-        if !["64x48", "general", "attention"].contains(&form) {
+        if !["64x48", "general", "attention", "block"].contains(&form) {
             assert!(staged[0] < staged[1], "{form}: f32 staging {staged:?} not reduced");
         }
         for out in outs.iter() {

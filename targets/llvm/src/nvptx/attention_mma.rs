@@ -61,28 +61,39 @@ fn round_up(x: i64, m: i64) -> i64 {
     cdiv(x, m) * m
 }
 
+/// Where [`attention`] writes plan `a` on the tensor cores of `kind` (`smem`: below): the keys,
+/// depth and columns padded to the `mma` shapes and the shared rows' strides (4 mod 32 words),
+/// `[kp, dp, cp, sk, sv]`; `None` where it does not (the SIMT kernel: `RLX_CUDA_ATTN_MMA=0`, f32 on
+/// the SIMT cores, a head too large, fewer than `ATTENTION_MMA_MIN_ROWS` query rows unless
+/// `RLX_CUDA_ATTN_MMA=1`).
+pub fn fits(a: &Attention, kind: Mma, smem: i64) -> Option<[i64; 5]> {
+    let switch = std::env::var("RLX_CUDA_ATTN_MMA").ok();
+    if kind == Mma::F32 || switch.as_deref() == Some("0") {
+        return None;
+    }
+    let any_size = switch.as_deref() == Some("1");
+    let prod = |d: &[(rlx_ir::loops::Var, i64)]| d.iter().map(|x| x.1).product::<i64>();
+    let (heads, rows, cols) = (prod(&a.heads), prod(&a.rows), prod(&a.cols));
+    let ks = if kind.tf32() { 8 } else { 16 };
+    let (kp, dp, cp) = (round_up(a.keys, 16), round_up(a.depth, ks), round_up(cols, 8));
+    let (sk, sv) = (round_up(dp, 32) + 4, round_up(cp, 32) + 4);
+    let bytes = 4 * kp * (sk + sv);
+    let ok = kp <= MAX_KEYS && dp <= MAX_DEPTH && cp <= MAX_DEPTH && bytes <= smem && rows >= 1 && (heads * rows >= ATTENTION_MMA_MIN_ROWS || any_size);
+    ok.then_some([kp, dp, cp, sk, sv])
+}
+
 /// The kernel body for plan `a` on the tensor cores of `kind`, or `None` where it does not apply
 /// (above): its grid, block and dynamic shared bytes. `smem`: the most dynamic shared memory a
 /// block may take on this GPU.
 pub fn attention(w: &mut Writer, a: &Attention, kind: Mma, smem: i64, globals: &mut Vec<String>) -> Result<Option<([u32; 3], u32, u32)>, String> {
-    let switch = std::env::var("RLX_CUDA_ATTN_MMA").ok();
-    if kind == Mma::F32 || switch.as_deref() == Some("0") {
-        return Ok(None);
-    }
-    let any_size = switch.as_deref() == Some("1");
+    let Some([kp, dp, cp, sk, sv]) = fits(a, kind, smem) else { return Ok(None) };
     let prod = |d: &[(rlx_ir::loops::Var, i64)]| d.iter().map(|x| x.1).product::<i64>();
     let (heads, rows, cols) = (prod(&a.heads), prod(&a.rows), prod(&a.cols));
     let (keys, depth) = (a.keys, a.depth);
     let tf32 = kind.tf32();
     // The k of one mma.sync: 8 tf32 values, 16 of the 16-bit kinds.
     let ks = if tf32 { 8 } else { 16 };
-    let (kp, dp, cp) = (round_up(keys, 16), round_up(depth, ks), round_up(cols, 8));
-    // Shared rows of 4 mod 32 words.
-    let (sk, sv) = (round_up(dp, 32) + 4, round_up(cp, 32) + 4);
     let bytes = 4 * kp * (sk + sv);
-    if kp > MAX_KEYS || dp > MAX_DEPTH || cp > MAX_DEPTH || bytes > smem || rows < 1 || (heads * rows < ATTENTION_MMA_MIN_ROWS && !any_size) {
-        return Ok(None);
-    }
     let nw = warps(heads, rows);
     let tiles = cdiv(rows, 16 * nw);
     let blocks = heads * tiles;

@@ -15,11 +15,16 @@
 //! rewritten LIR correctly (`tiled.rs`'s general tiles evaluate the cast), and `vec_tile::direct` takes
 //! the cast load as a 16-bit operand.
 //!
-//! Not taken: a buffer a kernel both reads and writes (through one parameter or two), one bound by a collective or by a kernel other
-//! than a recognized matmul that reads it, a buffer read in an epilogue (a residual), the ports,
-//! the weights and the state, a buffer overlapping another that a kernel touches while it is live
-//! (an alias), a program with control-flow regions. `RLX_CUDA_HALF_ACTIVATIONS=0` at compile time:
-//! nothing rewritten (every activation f32, as before).
+//! A value also read otherwise (a LayerNorm's output, which the residual add after the next matmuls
+//! reads too) keeps its f32 buffer, and its writers store a 16-bit copy beside it — a second store
+//! of the same value, rounded — into a buffer appended to the arena (a slot reused by a later copy
+//! made after the earlier one's last tile read it: MiniLM needs one, its activations' size in bf16),
+//! which the tiles read instead: the QKV projections and FFN up, MiniLM's largest operands.
+//!
+//! Not taken: a value a kernel both reads and writes (through one parameter or two), one a
+//! collective touches, the ports, the weights and the state, a value sharing bytes with a buffer of
+//! another extent while it is live, a program with control-flow regions. `RLX_CUDA_HALF_ACTIVATIONS=0`
+//! at compile time: nothing rewritten (every activation f32, as before).
 
 use super::Mma;
 use rlx_ir::lir::{Base, Lir};
@@ -36,7 +41,9 @@ enum Use {
     Writes,
     /// Loads it only as a whole factor of a matmul's `a · b`.
     Stages,
-    /// Anything else.
+    /// Loads it otherwise, never stores it.
+    Reads,
+    /// Anything else (a collective, a load and a store).
     Other,
 }
 
@@ -67,6 +74,7 @@ pub fn rewrite(lir: &mut Lir, mma: Mma, tiles: bool) -> Vec<u32> {
                 _ if comm => Use::Other,
                 (_, 0, s) if s > 0 => Use::Writes,
                 (Some(Plan::Matmul { acc, a, b: bx, .. }), n, 0) if acc.dtype == DType::F32 && n > 0 && n == is_load(a, p) + is_load(bx, p) => Use::Stages,
+                (_, n, 0) if n > 0 => Use::Reads,
                 _ => Use::Other,
             };
             if loads + stores > 0 || comm {
@@ -84,6 +92,8 @@ pub fn rewrite(lir: &mut Lir, mma: Mma, tiles: bool) -> Vec<u32> {
     extents.dedup();
     let mut done: Vec<u32> = Vec::new();
     let mut rewrites: Vec<(usize, usize, Use)> = Vec::new();
+    // Values also read otherwise: (their writes and tile reads, a buffer of theirs, first use, last tile read).
+    let mut twins: Vec<(Vec<(usize, usize, Use)>, u32, usize, usize)> = Vec::new();
     for (lo, hi) in extents {
         // Every use of a buffer over these bytes, in launch order.
         let mut events: Vec<(usize, usize, Use, u32)> = Vec::new();
@@ -105,9 +115,54 @@ pub fn rewrite(lir: &mut Lir, mma: Mma, tiles: bool) -> Vec<u32> {
             let has = |h: Use| seg.iter().any(|e| e.2 == h);
             let whole = bufs.iter().all(|&b| extent(b) == Some((lo, hi)) && lir.buffers[b as usize].dtype == DType::F32 && uses[&b].len() == seg.iter().filter(|e| e.3 == b).count());
             let both = seg.iter().any(|u| u.2 == Use::Writes && seg.iter().any(|v| v.0 == u.0 && v.2 != Use::Writes));
-            if lo % 16 == 0 && whole && !both && !has(Use::Other) && has(Use::Writes) && has(Use::Stages) && !done.iter().any(|d| bufs.contains(d)) {
+            if !whole || both || has(Use::Other) || !has(Use::Writes) || !has(Use::Stages) || done.iter().any(|d| bufs.contains(d)) {
+                continue;
+            }
+            if !has(Use::Reads) && lo % 16 == 0 {
                 done.extend(&bufs);
                 rewrites.extend(seg.iter().map(|e| (e.0, e.1, e.2)));
+            } else if has(Use::Reads) {
+                // Read otherwise too (a LayerNorm's output, also a residual): the writers store a 16-bit
+                // copy beside it, which the tiles read.
+                let first = seg.iter().map(|e| e.0).min().unwrap_or(0);
+                let last = seg.iter().filter(|e| e.2 == Use::Stages).map(|e| e.0).max().unwrap_or(0);
+                twins.push((seg.iter().filter(|e| e.2 != Use::Reads).map(|e| (e.0, e.1, e.2)).collect(), seg[0].3, first, last));
+            }
+        }
+    }
+    // The copies at the arena's end, each slot reused by a copy made after its last reader.
+    let align = lir.align.max(16);
+    let base = lir.arena_bytes.next_multiple_of(align);
+    let mut slots: Vec<(usize, usize, usize)> = Vec::new();
+    twins.sort_by_key(|t| t.2);
+    for (events, of, first, last) in twins {
+        let src = lir.buffers[of as usize].clone();
+        let bytes = half.bytes_for(src.elems()).unwrap_or(0).next_multiple_of(align);
+        let at = match slots.iter_mut().find(|s| s.2 < first && s.1 >= bytes) {
+            Some(s) => {
+                s.2 = last;
+                s.0
+            }
+            None => {
+                let at = slots.last().map_or(base, |s| s.0 + s.1);
+                slots.push((at, bytes, last));
+                at
+            }
+        };
+        lir.arena_bytes = lir.arena_bytes.max(at + bytes);
+        let copy = lir.buffers.len() as u32;
+        lir.buffers.push(rlx_ir::lir::Buffer { base: Base::Arena, offset: at, dtype: half, shape: src.shape.clone(), label: format!("{} ({half})", src.label) });
+        done.push(copy);
+        for (li, pi, how) in events {
+            let l = &mut lir.launches[li];
+            if how == Use::Writes {
+                let np = l.kernel.params.len() as u32;
+                l.kernel.params.push(rlx_ir::loops::Param { dtype: half, elems: src.elems(), access: rlx_ir::loops::Access::Write });
+                l.bindings.push(copy);
+                stores_twice(&mut l.kernel.body, pi as u32, np, half);
+            } else {
+                l.bindings[pi] = copy;
+                rewrites.push((li, pi, how));
             }
         }
     }
@@ -228,4 +283,23 @@ fn stores_cast(body: &mut [Stmt], p: u32, half: DType) {
             _ => {}
         }
     }
+}
+
+/// After each store to parameter `p`, the same value rounded to `half` stored at the same index of
+/// parameter `copy`.
+fn stores_twice(body: &mut Vec<Stmt>, p: u32, copy: u32, half: DType) {
+    let mut out = Vec::with_capacity(body.len() + 1);
+    for mut s in body.drain(..) {
+        let twin = match &mut s {
+            Stmt::Store { buf, index, value } if *buf == p => Some(Stmt::Store { buf: copy, index: index.clone(), value: Expr::Cast { from: DType::F32, to: half, x: Box::new(value.clone()) } }),
+            Stmt::For { body, .. } | Stmt::If { body, .. } => {
+                stores_twice(body, p, copy, half);
+                None
+            }
+            _ => None,
+        };
+        out.push(s);
+        out.extend(twin);
+    }
+    *body = out;
 }
