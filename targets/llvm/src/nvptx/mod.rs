@@ -170,7 +170,7 @@ pub fn compile(lir: &mut Lir, sm: u32, specific: bool, tiles: bool, mma: Mma) ->
         return Err(format!("tensor-core matmuls ({mma:?}) need the tiled matmul kernels (RLX_CUDA_TILES=0 turns them off)"));
     }
     // bf16 / fp16: activations only tensor-core tiles read stored as such (half_activations.rs).
-    let half_activations = half_activations::rewrite(lir, mma, tiles);
+    let half_activations = half_activations::rewrite(lir, mma, tiles, cp_async::max_shared(sm));
     let mut bases = rlx_ir::schedule::bases_of(lir);
     let (ir, dispatches, names, half_weights, extra) = module_text(lir, &bases, tiles, mma, pdl::prologue(sm), cp_async::max_shared(sm), wgmma::on(sm, specific, mma))?;
     if !extra.is_empty() {
