@@ -15,7 +15,8 @@ K = 128, N = 64, a third over K = 64, N = 192): whole 128×64 tiles (the first t
 context [2, 4, 64, 32] transposed and reshaped to [2, 64, 128], @ W[128, 192] + bias: the matmul reads
 its rows across heads); and gemm_block (BERT's feed-forward block on x: LayerNorm, a Linear of
 N = 128 + GELU, one of N = 96, the norm's output added back) and gemm_attn (self-attention on x: Q, K,
-V Linears, two heads of 32, softmax(Q·Kᵀ / √32)·V, an output Linear).
+V Linears, two heads of 32, softmax(Q·Kᵀ / √32)·V, an output Linear; gemm_attn_split: the scale
+split as 32^-¼ on Q and on K, as PyTorch's exported attention has it).
 """
 from __future__ import annotations
 
@@ -149,26 +150,31 @@ def main() -> int:
         outs = [helper.make_tensor_value_info("y", T.FLOAT, [2, 64, 96])]
         save(os.path.join(a.out, "gemm_block.onnx"), nodes, norm + i1 + i2, ins, outs)
         # gemm_attn: self-attention on x — Q, K, V Linears of 64 (two heads of 32), softmax(Q·Kᵀ / √32)·V,
-        # the heads joined and an output Linear of N = 96: the projections' outputs read by the attention.
-        nodes, inits = [], []
-        heads = numpy_helper.from_array(np.array([2, 64, 2, 32], dtype=np.int64), "heads")
-        joined = numpy_helper.from_array(np.array([2, 64, 64], dtype=np.int64), "joined")
-        scale = numpy_helper.from_array(np.array(1 / np.sqrt(32), dtype=np.float32), "scale")
-        for t in "qkv":
-            n, i = linear("x", t, (r.randn(64, 96) / 10).astype(np.float32), r.randn(64).astype(np.float32), False, f"{t}_")
-            nodes += n + [helper.make_node("Reshape", [t, "heads"], [t + "r"]), helper.make_node("Transpose", [t + "r"], [t + "h"], perm=[0, 2, 1, 3] if t != "k" else [0, 2, 3, 1])]
-            inits += i
-        no, io = linear("c", "y", (r.randn(96, 64) / 10).astype(np.float32), r.randn(96).astype(np.float32), False, "o_")
-        nodes += [
-            helper.make_node("MatMul", ["qh", "kh"], ["s0"]),
-            helper.make_node("Mul", ["s0", "scale"], ["s"]),
-            helper.make_node("Softmax", ["s"], ["p"], axis=-1),
-            helper.make_node("MatMul", ["p", "vh"], ["ch"]),
-            helper.make_node("Transpose", ["ch"], ["ct"], perm=[0, 2, 1, 3]),
-            helper.make_node("Reshape", ["ct", "joined"], ["c"]),
-        ] + no
-        outs = [helper.make_tensor_value_info("y", T.FLOAT, [2, 64, 96])]
-        save(os.path.join(a.out, "gemm_attn.onnx"), nodes, [heads, joined, scale] + inits + io, ins, outs)
+        # the heads joined and an output Linear of N = 96: the projections' outputs read by the attention;
+        # gemm_attn_split: the same with the scale split as PyTorch's exported attention splits it,
+        # 32^-¼ on Q and on K before their product.
+        for name, split in [("gemm_attn", False), ("gemm_attn_split", True)]:
+            nodes, inits = [], []
+            heads = numpy_helper.from_array(np.array([2, 64, 2, 32], dtype=np.int64), "heads")
+            joined = numpy_helper.from_array(np.array([2, 64, 64], dtype=np.int64), "joined")
+            scale = numpy_helper.from_array(np.array(32 ** (-0.25 if split else -0.5), dtype=np.float32), "scale")
+            for t in "qkv":
+                n, i = linear("x", t, (r.randn(64, 96) / 10).astype(np.float32), r.randn(64).astype(np.float32), False, f"{t}_")
+                nodes += n + [helper.make_node("Reshape", [t, "heads"], [t + "r"]), helper.make_node("Transpose", [t + "r"], [t + "h"], perm=[0, 2, 1, 3] if t != "k" else [0, 2, 3, 1])]
+                inits += i
+            if split:
+                nodes += [helper.make_node("Mul", ["qh", "scale"], ["qs"]), helper.make_node("Mul", ["kh", "scale"], ["ks"]), helper.make_node("MatMul", ["qs", "ks"], ["s"])]
+            else:
+                nodes += [helper.make_node("MatMul", ["qh", "kh"], ["s0"]), helper.make_node("Mul", ["s0", "scale"], ["s"])]
+            no, io = linear("c", "y", (r.randn(96, 64) / 10).astype(np.float32), r.randn(96).astype(np.float32), False, "o_")
+            nodes += [
+                helper.make_node("Softmax", ["s"], ["p"], axis=-1),
+                helper.make_node("MatMul", ["p", "vh"], ["ch"]),
+                helper.make_node("Transpose", ["ch"], ["ct"], perm=[0, 2, 1, 3]),
+                helper.make_node("Reshape", ["ct", "joined"], ["c"]),
+            ] + no
+            outs = [helper.make_tensor_value_info("y", T.FLOAT, [2, 64, 96])]
+            save(os.path.join(a.out, name + ".onnx"), nodes, [heads, joined, scale] + inits + io, ins, outs)
     return 0
 
 

