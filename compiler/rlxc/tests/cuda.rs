@@ -869,7 +869,8 @@ fn wide_split_k_summed_by_the_row_kernel_matches_the_interpreter_in_cpu_emulatio
 /// manifest and appended to the weights), and the emulated output is the same bit for bit as with
 /// RLX_CUDA_HALF_WEIGHTS=0 (f32 weights converted as they are staged, the same rounding), at every
 /// tile and at slices of 32 too (64×48 stages f32 weights: a 48-row slice of 8-value vectors does not
-/// divide among 256 threads). The fragments are read by 128-bit shared loads (the paired layout: K
+/// divide among 256 threads; the activations stay f32 here, RLX_CUDA_HALF_ACTIVATIONS=0 — their bf16
+/// form has its own test, below). The fragments are read by 128-bit shared loads (the paired layout: K
 /// permuted alike in both operands, A's rows r and r + 8 interleaved) and, compiled with
 /// RLX_CUDA_VEC_LDS=32 (one 32-bit load per register), 64×64 and 128×96 stay within the same
 /// tolerances (measured: the same relative RMS to three digits, 3.0e-4 / 2.4e-3). And make_gemm.py's gemm_heads (an attention context [2, 4, 64, 32]
@@ -892,7 +893,7 @@ fn vector_staged_tensor_core_tiles_match_the_interpreter_in_cpu_emulation() {
         assert!(!ir.contains("load <4 x float>, ptr") && ir.contains("mma.sync"), "{p}: a vector-staged tile over 4 blocks");
         for tile in ["64x64", "128x64", "64x128", "128x128", "128x96", "64x96", "64x48"] {
             let art = dir.join(format!("art-{p}-{tile}"));
-            ok(rlxc().env("RLX_CUDA_VEC_STAGES", "1").env("RLX_CUDA_VEC_TILE", tile).args(["compile", s(&model), "--target", "cuda", "--sm", "90", "--precision", p, "--emit-ir", "-o", s(&art)]));
+            ok(rlxc().env("RLX_CUDA_HALF_ACTIVATIONS", "0").env("RLX_CUDA_VEC_STAGES", "1").env("RLX_CUDA_VEC_TILE", tile).args(["compile", s(&model), "--target", "cuda", "--sm", "90", "--precision", p, "--emit-ir", "-o", s(&art)]));
             let ir = std::fs::read_to_string(art.join("gemm_small.ll")).unwrap();
             assert!(ir.contains("load <4 x float>, ptr") && ir.contains("mma.sync"), "{p} {tile}: no vector-staged tensor-core tile");
             let emu = dir.join(format!("emu-{p}-{tile}"));
@@ -909,7 +910,7 @@ fn vector_staged_tensor_core_tiles_match_the_interpreter_in_cpu_emulation() {
             assert!(ir.contains(wide), "{p} {tile}: the fragments are not read by 128-bit shared loads");
             if tile == "64x64" || tile == "128x96" {
                 let narrow = dir.join(format!("art-{p}-{tile}-lds32"));
-                ok(rlxc().env("RLX_CUDA_VEC_STAGES", "1").env("RLX_CUDA_VEC_TILE", tile).env("RLX_CUDA_VEC_LDS", "32").args(["compile", s(&model), "--target", "cuda", "--sm", "90", "--precision", p, "--emit-ir", "-o", s(&narrow)]));
+                ok(rlxc().env("RLX_CUDA_HALF_ACTIVATIONS", "0").env("RLX_CUDA_VEC_STAGES", "1").env("RLX_CUDA_VEC_TILE", tile).env("RLX_CUDA_VEC_LDS", "32").args(["compile", s(&model), "--target", "cuda", "--sm", "90", "--precision", p, "--emit-ir", "-o", s(&narrow)]));
                 assert!(!std::fs::read_to_string(narrow.join("gemm_small.ll")).unwrap().contains(wide), "{p} {tile}: RLX_CUDA_VEC_LDS=32 still reads 128-bit fragments");
                 let emu = dir.join(format!("emu-{p}-{tile}-lds32"));
                 assemble_and_emulate(&narrow, "gemm_small", &emu, &[&x]);
@@ -926,7 +927,7 @@ fn vector_staged_tensor_core_tiles_match_the_interpreter_in_cpu_emulation() {
             assert_eq!((ir.contains("load <4 x i32>, ptr %"), !copies.is_empty()), (halved, halved), "{p} {tile}: weights staged from bf16 copies");
             for tk in ["64", "32"] {
                 let twin = dir.join(format!("art-{p}-{tile}-f32w-{tk}"));
-                ok(rlxc().env("RLX_CUDA_VEC_STAGES", "1").env("RLX_CUDA_VEC_TILE", tile).env("RLX_CUDA_VEC_TK", tk).env("RLX_CUDA_HALF_WEIGHTS", "0").args(["compile", s(&model), "--target", "cuda", "--sm", "90", "--precision", p, "--emit-ir", "-o", s(&twin)]));
+                ok(rlxc().env("RLX_CUDA_HALF_ACTIVATIONS", "0").env("RLX_CUDA_VEC_STAGES", "1").env("RLX_CUDA_VEC_TILE", tile).env("RLX_CUDA_VEC_TK", tk).env("RLX_CUDA_HALF_WEIGHTS", "0").args(["compile", s(&model), "--target", "cuda", "--sm", "90", "--precision", p, "--emit-ir", "-o", s(&twin)]));
                 assert!(!std::fs::read_to_string(twin.join("gemm_small.ll")).unwrap().contains("load <4 x i32>, ptr %"), "{tile}: RLX_CUDA_HALF_WEIGHTS=0 still reads bf16 copies");
                 let (w0, w1) = (std::fs::read(twin.join("gemm_small.weights.bin")).unwrap(), std::fs::read(art.join("gemm_small.weights.bin")).unwrap());
                 let end = copies.last().map_or(w0.len() as u64, |c| c["dst"].as_u64().unwrap() + 2 * c["values"].as_u64().unwrap());
@@ -935,7 +936,7 @@ fn vector_staged_tensor_core_tiles_match_the_interpreter_in_cpu_emulation() {
                 let mut runs = vec![(emu.clone(), art.clone())];
                 if tk == "32" {
                     let half32 = dir.join(format!("art-{p}-{tile}-half-32"));
-                    ok(rlxc().env("RLX_CUDA_VEC_STAGES", "1").env("RLX_CUDA_VEC_TILE", tile).env("RLX_CUDA_VEC_TK", tk).args(["compile", s(&model), "--target", "cuda", "--sm", "90", "--precision", p, "--emit-ir", "-o", s(&half32)]));
+                    ok(rlxc().env("RLX_CUDA_HALF_ACTIVATIONS", "0").env("RLX_CUDA_VEC_STAGES", "1").env("RLX_CUDA_VEC_TILE", tile).env("RLX_CUDA_VEC_TK", tk).args(["compile", s(&model), "--target", "cuda", "--sm", "90", "--precision", p, "--emit-ir", "-o", s(&half32)]));
                     runs = vec![(dir.join(format!("emu-{p}-{tile}-half-32")), half32)];
                 }
                 let e0 = dir.join(format!("emu-{p}-{tile}-f32w-{tk}"));
