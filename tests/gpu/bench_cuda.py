@@ -118,6 +118,7 @@ TWINS = {
     "kwr2": "FFN down and attention output in 2 partial sums (RLX_CUDA_SPLIT_K_WIDE=2 RLX_CUDA_SPLIT_K_ROWS=256)",
     "kwr4": "FFN down and attention output in 4 partial sums (RLX_CUDA_SPLIT_K_WIDE=4 RLX_CUDA_SPLIT_K_ROWS=256)",
     "hact0": "activations between kernels f32, not bf16 (RLX_CUDA_HALF_ACTIVATIONS=0)",
+    "wide": "bf16 wgmma tiles 128x192 / 128x256 where they keep 132 blocks (RLX_CUDA_WGMMA_WIDE=132)",
 }
 SAME_BITS = {"f32w", "hact0"}
 # Twins whose weights differ from the default's (carried as f32 blobs of their own after the default's).

@@ -285,7 +285,8 @@ fn gemm_models(dir: &Path) -> ([(&'static str, &'static str); 2], Vec<Vec<f64>>)
 /// matmul split across launches in 4 parts, RLX_CUDA_SPLIT_K_WIDE=4 — the parts the tiles' batch
 /// dimension, as MiniLM batch 8's FFN down — summed by the LayerNorm after it) at f32, tf32 and bf16
 /// (measured: f32 1.9e-6 max abs, tf32 1.6e-4, bf16 1.3e-3 relative RMS, those of the `mma.sync`
-/// tiles' emulation). Each module uses wgmma, assembles for sm_90a, and its output's
+/// tiles' emulation); and `RLX_CUDA_WGMMA_WIDE=1` (bf16 tiles 128 × 192: gemm_small's third matmul,
+/// m64n192k16; tf32 keeps its tiles). Each module uses wgmma, assembles for sm_90a, and its output's
 /// relative RMS error against the interpreter is within the `mma.sync` tiles' tolerances (measured:
 /// f32 1.25e-7, tf32 2.97e-4, bf16 2.36e-3 on gemm_small, those tiles' figures; emulated with the
 /// swizzle left out, 1.0). What this cannot check is the hardware's own reading of the descriptors (the GPU runs:
@@ -321,6 +322,21 @@ fn wgmma_tiles_match_the_interpreter_in_cpu_emulation() {
             eprintln!("{p} tile {tile}, RLX_CUDA_WGMMA={mode}, {name}: emulated cuda (wgmma) vs interp relative rms {r:.2e}");
             assert!(r <= rel && r > 0.0, "{p} {tile} {mode} {name}: relative rms {r}");
         }
+    }
+    // RLX_CUDA_WGMMA_WIDE=1: gemm_small's third matmul (N = 192) as one 128 × 192 tile under bf16
+    // (m64n192k16), the same tolerance; tf32 keeps its tile (its wide tiles spill).
+    for (p, rel, n) in [("bf16", 6e-3, "m64n192k16"), ("tf32", 1e-3, "m64n96k8")] {
+        let art = dir.join(format!("art-wide-{p}"));
+        ok(rlxc().env("RLX_CUDA_VEC_TILE", "128x96").env("RLX_CUDA_WGMMA_WIDE", "1").args(["compile", s(&dir.join("gemm_small.onnx")), "--target", "cuda", "--sm", "90a", "--precision", p, "--emit-ir", "-o", s(&art)]));
+        let ptx_path = art.join("gemm_small.ptx");
+        let ptx = std::fs::read_to_string(&ptx_path).unwrap();
+        assert!(ptx.contains(n) && (p == "bf16") == ptx.contains("m64n192"), "{p}: wide tiles {}", ptx.contains("m64n192"));
+        ok(Command::new(ptxas()).args(["-arch=sm_90a", s(&ptx_path), "-o", s(&art.join("k.cubin"))]));
+        let emu = dir.join(format!("emu-wide-{p}"));
+        ok(Command::new(python()).arg("tests/gpu/emulate_cuda.py").args([s(&art), "gemm_small", s(&emu), s(&dir.join("x.npy"))]).current_dir(repo()));
+        let r = rel_rms(&want[0], &common::npy(&emu.join("y.npy")).to_f64_vec());
+        eprintln!("{p} RLX_CUDA_WGMMA_WIDE=1: emulated cuda (wgmma) vs interp relative rms {r:.2e}");
+        assert!(r <= rel && r > 0.0, "{p} wide: relative rms {r}");
     }
     // The split-K partials' launch on wgmma (its grid's z the part), then the LayerNorm adding them.
     ok(Command::new(python()).args(["tests/gpu/make_tiled.py", "--out", s(&dir)]).current_dir(repo()));

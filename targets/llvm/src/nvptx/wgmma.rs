@@ -90,8 +90,23 @@ fn overlapped() -> bool {
 /// blocks on an H200's 132 SMs (session 23's forced tiles, bf16 N = 1: MiniLM batch 32's FFN up,
 /// 4096 × 1536, 48.9 → 43.7 µs and its merged Q/K/V 42.0 → 38.7 as 768 / 576 blocks of 128×64;
 /// batch 32's N = 384 matmuls, 192 blocks, and batch 8's slower).
-pub fn tile(m: i64, n: i64, nb: i64, (bm, bn): (i64, i64)) -> (i64, i64) {
-    let waves = std::env::var("RLX_CUDA_WGMMA_TILE").ok().and_then(|v| v.parse::<i64>().ok()).unwrap_or(0);
+///
+/// With `RLX_CUDA_WGMMA_WIDE=B` at compile time (B ≥ 1; unset or 0: off), bf16 tiles of 128 rows are
+/// 128 × 192 — else 128 × 256 — wide where N is a multiple and the grid keeps at least B blocks: each
+/// row block of A is then read by half as many blocks (MiniLM batch 32's FFN up, 4096 × 1536: 256
+/// blocks of 128 × 192 instead of 512 of 128 × 96; cuBLAS's Hopper tiles are this wide). Each warp
+/// then holds 16 × 192 or 16 × 256 accumulators (96 / 128 registers; MiniLM's FFN up + GELU 174 in
+/// all): not under tf32, whose staged f32 chunks take twice the registers (MiniLM batch 32 spilled in
+/// 12 kernels), nor f32's 3×TF32, which doubles the accumulators. Checked by ptxas and in CPU
+/// emulation, not yet timed on a GPU.
+pub fn tile(m: i64, n: i64, nb: i64, (bm, bn): (i64, i64), kind: Mma) -> (i64, i64) {
+    let env = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<i64>().ok()).unwrap_or(0);
+    let (waves, wide) = (env("RLX_CUDA_WGMMA_TILE"), env("RLX_CUDA_WGMMA_WIDE"));
+    if wide >= 1 && !kind.tf32() && bm == 128 && m % 128 == 0 {
+        if let Some(w) = [192, 256].into_iter().find(|&w| n % w == 0 && (m / 128) * (n / w) * nb >= wide) {
+            return (128, w);
+        }
+    }
     let blocks = (m / 128) * (n / 64) * nb;
     if waves >= 1 && bm == 128 && bn > 64 && m % 128 == 0 && n % 64 == 0 && blocks >= waves * 132 {
         (128, 64)
