@@ -369,7 +369,8 @@ fn wgmma_tiles_match_the_interpreter_in_cpu_emulation() {
 /// copy beside its f32 output, which the residual add reads, and the first tile reads the copy) and
 /// gemm_attn (Q, K, V projections read by the fused attention on the tensor cores, RLX_CUDA_ATTN_MMA=1:
 /// it rounds each to bf16 as it stages it) and gemm_attn_split (Q and K each scaled by 32^-¼ before
-/// their product: the projections' epilogues apply the scale, the attention no longer does).
+/// their product: the projections' epilogues apply the scale, the attention no longer does); and a
+/// tiny Gemma 3 GGUF's stateful artifact (two calls: the logits and the KV cache the same bits).
 /// Each module stores bf16 where RLX_CUDA_HALF_ACTIVATIONS=0's stores f32 (and the vector-staged
 /// forms load or copy fewer f32 vectors), assembles for its sm, and in CPU emulation gives the same
 /// output bits: the writer rounds each value as the tile staging it
@@ -428,6 +429,32 @@ fn half_activations_change_no_bit_in_cpu_emulation() {
             assert!(bits("1") == bits("0"), "{form} {out}: bf16 activations change the output");
         }
     }
+    // A stateful language model (tests/reference/llm_ref.py's tiny Gemma 3, its KV cache in the state
+    // base): two calls of a 4-token chunk, the logits and the cache the same bits (its RoPE'd queries
+    // and softmax probabilities stored as bf16).
+    let gguf = dir.join("tiny.gguf");
+    ok(Command::new(python()).args(["tests/reference/llm_ref.py", "tiny", "gemma3", "Q8_0", s(&gguf)]).current_dir(repo()));
+    let calls: Vec<[PathBuf; 2]> = (0..2).map(|c| [dir.join(format!("t{c}.npy")), dir.join(format!("p{c}.npy"))]).collect();
+    for (c, [t, p]) in calls.iter().enumerate() {
+        let code = "import sys, numpy as np; c = int(sys.argv[3]); np.save(sys.argv[1], np.arange(1, 5) + 4 * c); np.save(sys.argv[2], np.arange(4) + 4 * c)";
+        ok(Command::new(python()).args(["-c", code, s(t), s(p), &c.to_string()]));
+    }
+    let mut runs = Vec::new();
+    for half in ["1", "0"] {
+        let art = dir.join(format!("art-llm-{half}"));
+        ok(rlxc().env("RLX_CUDA_HALF_ACTIVATIONS", half).args(["compile", s(&gguf), "--target", "cuda", "--precision", "bf16", "--name", "llm", "--dim", "context=32", "--dim", "chunk=4", "--emit-ir", "-o", s(&art)]));
+        let stores = std::fs::read_to_string(art.join("llm.ll")).unwrap().matches("store bfloat").count();
+        assert_eq!(stores > 0, half == "1", "llm: {stores} bf16 stores");
+        let emu = dir.join(format!("emu-llm-{half}"));
+        let mut bits = Vec::new();
+        for [t, p] in &calls {
+            ok(Command::new(python()).arg("tests/gpu/emulate_cuda.py").args([s(&art), "llm", s(&emu), s(t), s(p)]).current_dir(repo()));
+            bits.push(std::fs::read(emu.join("logits.npy")).unwrap());
+        }
+        bits.push(std::fs::read(emu.join("state.bin")).unwrap());
+        runs.push(bits);
+    }
+    assert!(runs[0] == runs[1], "llm: bf16 activations change the logits or the cache");
     for p in ["tf32", "f32"] {
         let art = dir.join(format!("art-{p}"));
         ok(rlxc().args(["compile", s(&dir.join("gemm_small.onnx")), "--target", "cuda", "--precision", p, "--emit-ir", "-o", s(&art)]));
