@@ -9,8 +9,8 @@ ART_DIR is `rlxc compile --target cuda --emit-ir` output (NAME.ll: the LLVM IR h
 back end, NAME.json, NAME.weights.bin). The IR's NVVM intrinsics become functions of a generated C
 driver — thread and block ids are thread-locals; `llvm.nvvm.barrier0` waits on a pthread barrier of the
 block's threads; `shfl.sync.bfly` exchanges through a per-warp array between two warp barriers;
-the inline PTX of `--precision tf32|bf16` (`cvt.rna.tf32.f32`, `cvt.rn.bf16x2.f32`, `mma.sync
-m16n8k8 tf32` / `m16n8k16 bf16`) is emulated per warp from the fragment layouts the PTX ISA documents
+the inline PTX of `--precision tf32|bf16|fp16` (`cvt.rna.tf32.f32`, `cvt.rn.bf16x2.f32` / `f16x2`,
+`mma.sync m16n8k8 tf32` / `m16n8k16 bf16` / `f16`; fp16 through gcc's `_Float16`) is emulated per warp from the fragment layouts the PTX ISA documents
 (lane = 4·g + t) — `--precision f32`'s 3×TF32 tiles are the same instructions (two `cvt.rna` per
 operand register, tf32 `mma.sync`s); each emulated `mma.sync` sums its products in f64 and rounds once,
 where the H200 rounds toward zero, so the emulated f32 error is lower than the GPU's —; `--sm 90`'s `griddepcontrol.wait` (for the kernels before) is dropped, the
@@ -20,8 +20,7 @@ each output as OUT_DIR/<output name>.npy. A stateful artifact (a KV cache: the s
 buffer) reads its state from OUT_DIR/state.bin when that file exists (zeros otherwise) and writes it
 back after the run, so calls made one after another with the same OUT_DIR continue one sequence, as
 the CUDA executor's runs do; the compiled driver is reused while the artifact is the same. What it cannot check: the GPU's own behaviour (memory model,
-the hardware's reading of the PTX) — tests/gpu/run_cuda.sh on the GPU machine does. (fp16 mma is not
-emulated.) Hopper's `wgmma.mma_async` blocks (nvptx/wgmma.rs, `RLX_CUDA_WGMMA`, sm_90a) are emulated per
+the hardware's reading of the PTX) — tests/gpu/run_cuda.sh on the GPU machine does. Hopper's `wgmma.mma_async` blocks (nvptx/wgmma.rs, `RLX_CUDA_WGMMA`, sm_90a) are emulated per
 thread from the descriptors and the 128-byte swizzle the PTX ISA documents, each done at once (below)."""
 import json, os, re, subprocess, sys
 import numpy as np
@@ -34,6 +33,7 @@ ir = open(f"{art}/{name}.ll").read()
 # Tensor cores: the inline PTX becomes calls into the driver's warp-level emulation.
 ir = re.sub(r'call i32 asm "cvt\.rna\.tf32\.f32 \$0, \$1;", "=r,f"', "call i32 @emu_cvt_tf32", ir)
 ir = re.sub(r'call i32 asm "cvt\.rn\.bf16x2\.f32 \$0, \$1, \$2;", "=r,f,f"', "call i32 @emu_cvt_bf16x2", ir)
+ir = re.sub(r'call i32 asm "cvt\.rn\.f16x2\.f32 \$0, \$1, \$2;", "=r,f,f"', "call i32 @emu_cvt_f16x2", ir)
 mma = re.findall(r'asm sideeffect "mma\.sync\.aligned\.m16n8k\d+\.row\.col\.f32\.(\w+)\.\w+\.f32', ir)
 ir = re.sub(r'asm sideeffect "mma\.sync\.aligned\.m16n8k\d+\.row\.col\.f32\.(\w+)\.\w+\.f32 [^"]*", "[^"]*"', r"@emu_mma_\1", ir)
 # Hopper's wgmma (nvptx/wgmma.rs, sm_90a): each inline-PTX block of `wgmma.mma_async`s becomes a call
@@ -79,6 +79,8 @@ if "@emu_cvt_tf32" in ir:
     ir += "\ndeclare i32 @emu_cvt_tf32(float)\n"
 if "@emu_cvt_bf16x2" in ir:
     ir += "\ndeclare i32 @emu_cvt_bf16x2(float, float)\n"
+if "@emu_cvt_f16x2" in ir:
+    ir += "\ndeclare i32 @emu_cvt_f16x2(float, float)\n"
 for ty in sorted(set(mma)):
     ir += f"""
 declare void @emu_mma_c_{ty}(ptr, i32, i32, i32, i32, i32, i32, float, float, float, float)
@@ -181,8 +183,13 @@ static unsigned fb(float f){unsigned u; memcpy(&u,&f,4); return u;} static float
 int emu_cvt_tf32(float x){ unsigned u=fb(x); return (int)((u + 0x1000u) & 0xFFFFE000u); }
 static unsigned bf16(float x){ unsigned u=fb(x); return (u + 0x7FFFu + ((u>>16)&1u)) >> 16; }
 int emu_cvt_bf16x2(float hi, float lo){ return (int)((bf16(hi)<<16) | bf16(lo)); }
+/* fp16: the host's _Float16 conversion, round to nearest even as cvt.rn. */
+static unsigned f16(float x){ _Float16 h=(_Float16)x; unsigned short u; memcpy(&u,&h,2); return u; }
+static float f16f(unsigned u){ unsigned short s=(unsigned short)u; _Float16 h; memcpy(&h,&s,2); return (float)h; }
+int emu_cvt_f16x2(float hi, float lo){ return (int)((f16(hi)<<16) | f16(lo)); }
 static unsigned A_[8][32][4], B_[8][32][2]; static float C_[8][32][4];
-/* m16n8k8 tf32 / m16n8k16 bf16, f32 accumulation, in the PTX ISA's fragment layouts (lane = 4g + t). */
+/* m16n8k8 tf32 / m16n8k16 bf16 (k16 1) or f16 (k16 2), f32 accumulation, in the PTX ISA's fragment
+   layouts (lane = 4g + t). */
 static void mma(int k16, float *d, int a0,int a1,int a2,int a3,int b0,int b1,float c0,float c1,float c2,float c3){
   int w=t_tid/32,l=t_tid%32; unsigned a[4]={a0,a1,a2,a3}; memcpy(A_[w][l],a,16); B_[w][l][0]=b0; B_[w][l][1]=b1;
   pthread_barrier_wait(&wbar[w]);
@@ -191,13 +198,15 @@ static void mma(int k16, float *d, int a0,int a1,int a2,int a3,int b0,int b1,flo
     for(int k=0;k<(k16?16:8);k++){ float av,bv;
       if(!k16){ av=bf(A_[w][(row%8)*4+k%4][(row/8)+2*(k/4)]); bv=bf(B_[w][col*4+k%4][k/4]); }
       else { int kp=k/2,h=k%2; unsigned aw=A_[w][(row%8)*4+kp%4][(row/8)+2*(kp/4)], bw=B_[w][col*4+kp%4][kp/4];
-             av=bf(((aw>>(16*h))&0xFFFFu)<<16); bv=bf(((bw>>(16*h))&0xFFFFu)<<16); }
+             unsigned ah=(aw>>(16*h))&0xFFFFu, bh=(bw>>(16*h))&0xFFFFu;
+             if(k16==1){ av=bf(ah<<16); bv=bf(bh<<16); } else { av=f16f(ah); bv=f16f(bh); } }
       acc += (double)av*(double)bv; }
     d[q]=(float)acc; }
   pthread_barrier_wait(&wbar[w]);
 }
 void emu_mma_c_tf32(float*d,int a0,int a1,int a2,int a3,int b0,int b1,float c0,float c1,float c2,float c3){ mma(0,d,a0,a1,a2,a3,b0,b1,c0,c1,c2,c3); }
 void emu_mma_c_bf16(float*d,int a0,int a1,int a2,int a3,int b0,int b1,float c0,float c1,float c2,float c3){ mma(1,d,a0,a1,a2,a3,b0,b1,c0,c1,c2,c3); }
+void emu_mma_c_f16(float*d,int a0,int a1,int a2,int a3,int b0,int b1,float c0,float c1,float c2,float c3){ mma(2,d,a0,a1,a2,a3,b0,b1,c0,c1,c2,c3); }
 """)
 # Only where the module has wgmma kernels (which define the emu_dsw array it reads).
 if wgmma_blocks:

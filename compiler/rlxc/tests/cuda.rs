@@ -370,7 +370,9 @@ fn wgmma_tiles_match_the_interpreter_in_cpu_emulation() {
 /// gemm_attn (Q, K, V projections read by the fused attention on the tensor cores, RLX_CUDA_ATTN_MMA=1:
 /// it rounds each to bf16 as it stages it) and gemm_attn_split (Q and K each scaled by 32^-¼ before
 /// their product: the projections' epilogues apply the scale, the attention no longer does); and a
-/// tiny Gemma 3 GGUF's stateful artifact (two calls: the logits and the KV cache the same bits).
+/// tiny Gemma 3 GGUF's stateful artifact (two calls: the logits and the KV cache the same bits); and
+/// under fp16 (`half` stores) gemm_small at 64×64, the same bits, within 1e-3 relative RMS of the
+/// interpreter (measured 3.0e-4: fp16's 10-bit mantissa, tf32's figure).
 /// Each module stores bf16 where RLX_CUDA_HALF_ACTIVATIONS=0's stores f32 (and the vector-staged
 /// forms load or copy fewer f32 vectors), assembles for its sm, and in CPU emulation gives the same
 /// output bits: the writer rounds each value as the tile staging it
@@ -455,6 +457,23 @@ fn half_activations_change_no_bit_in_cpu_emulation() {
         runs.push(bits);
     }
     assert!(runs[0] == runs[1], "llm: bf16 activations change the logits or the cache");
+    // fp16 likewise (stored as `half`), within its tolerance of the interpreter (measured 3.0e-4 relative RMS).
+    let it = dir.join("interp-small");
+    ok(rlxc().args(["run", s(&dir.join("gemm_small.onnx")), "--target", "interp", "-o", s(&it), "--input", &format!("x={}", s(&gemm_ins[0]))]));
+    let want = common::npy(&it.join("y.npy")).to_f64_vec();
+    let mut outs = Vec::new();
+    for half in ["1", "0"] {
+        let art = dir.join(format!("art-fp16-{half}"));
+        ok(rlxc().env("RLX_CUDA_HALF_ACTIVATIONS", half).env("RLX_CUDA_VEC_STAGES", "1").env("RLX_CUDA_VEC_TILE", "64x64").args(["compile", s(&dir.join("gemm_small.onnx")), "--target", "cuda", "--sm", "90", "--precision", "fp16", "--emit-ir", "-o", s(&art)]));
+        assert_eq!(std::fs::read_to_string(art.join("gemm_small.ll")).unwrap().contains("store half"), half == "1", "fp16: activations stored as half");
+        let emu = dir.join(format!("emu-fp16-{half}"));
+        assemble_and_emulate(&art, "gemm_small", &emu, &[&gemm_ins[0]]);
+        let r = rel_rms(&want, &common::npy(&emu.join("y.npy")).to_f64_vec());
+        eprintln!("fp16 (RLX_CUDA_HALF_ACTIVATIONS={half}): emulated cuda vs interp relative rms {r:.2e}");
+        assert!(r <= 1e-3 && r > 0.0, "fp16: relative rms {r}");
+        outs.push(std::fs::read(emu.join("y.npy")).unwrap());
+    }
+    assert!(outs[0] == outs[1], "fp16: half activations change the output");
     for p in ["tf32", "f32"] {
         let art = dir.join(format!("art-{p}"));
         ok(rlxc().args(["compile", s(&dir.join("gemm_small.onnx")), "--target", "cuda", "--precision", p, "--emit-ir", "-o", s(&art)]));
@@ -1133,11 +1152,12 @@ fn pipelined_tensor_core_tiles_match_the_interpreter_in_cpu_emulation() {
 /// (tests/gpu/emulate_cuda.py) the outputs match the interpreter. The forms: the tensor-core kernel
 /// (nvptx/attention_mma.rs, RLX_CUDA_ATTN_MMA=1: at any number of query rows — by default it takes
 /// 8,192 or more, and tf32 / bf16 fuse no fewer —; the three patterns up to 128 keys, 600 keys take
-/// the SIMT kernel) under f32 (3×TF32), tf32 and bf16; the SIMT kernel (nvptx/attention.rs, RLX_CUDA_ATTN_MMA=0); the plain
+/// the SIMT kernel) under f32 (3×TF32), tf32, bf16 and fp16; the SIMT kernel (nvptx/attention.rs, RLX_CUDA_ATTN_MMA=0); the plain
 /// loop form (RLX_CUDA_TILES=0: one thread per output, every score recomputed in each of the three
 /// passes). Bounds (max abs; the outputs are convex combinations of N(0,1) values, up to 3.4): f32
 /// forms 1e-5 (f32 sums of up to 600 terms against the interpreter's f64; measured ≤ 1.2e-6), tf32 5e-3
-/// (measured 3.6e-3), bf16 4e-2 (measured 2.6e-2) — the precision's rounding of q, k, p and v.
+/// (measured 3.6e-3), bf16 4e-2 (measured 2.6e-2), fp16 5e-3 (measured 3.6e-3) — the precision's
+/// rounding of q, k, p and v.
 #[test]
 fn fused_attention_matches_the_interpreter_in_cpu_emulation() {
     let dir = tmp("attention");
@@ -1173,6 +1193,7 @@ fn fused_attention_matches_the_interpreter_in_cpu_emulation() {
         ("plain", "0", "1", "f32", 0, 1e-5),
         ("tf32", "1", "1", "tf32", 3, 5e-3),
         ("bf16", "1", "1", "bf16", 3, 4e-2),
+        ("fp16", "1", "1", "fp16", 3, 5e-3),
     ] {
         let art = dir.join(format!("art-{tag}"));
         ok(rlxc().env("RLX_CUDA_TILES", tiles).env("RLX_CUDA_ATTN_MMA", mma).args(["compile", s(&model), "--target", "cuda", "--precision", precision, "--emit-ir", "-o", s(&art)]));
