@@ -225,7 +225,7 @@ def main() -> int:
     refs = set(os.listdir(os.path.join(a.carry, "ref")))
     cases = []
     for c in sorted(os.listdir(os.path.join(work, "art"))):
-        twin = c if c in refs else re.sub(r"(_(untiled|unfused|nosplit|f32w|fill0|heads0|lds32|epichk|sm80|splitk0|splitk16|simt|rows0|rows256|st1|st2|st3|st4|erfexact|qkvsep|bestfill0|wg|wg0|wg2|wgt\d+|attsimt|aw\d+|kw0|kw2|kw4|kw8|kwr2|kwr4|tf32|bf16))+$", "", c)
+        twin = c if c in refs else re.sub(r"(_(untiled|unfused|nosplit|f32w|fill0|heads0|lds32|epichk|sm80|splitk0|splitk16|simt|rows0|rows256|st1|st2|st3|st4|erfexact|qkvsep|bestfill0|wg|wg0|wg2|wgt\d+|attsimt|aw\d+|kw0|kw2|kw4|kw8|kwr2|kwr4|hact0|wide|tf32|bf16))+$", "", c)
         if twin in refs:
             cases.append((c, twin))
     for c, twin in cases:
