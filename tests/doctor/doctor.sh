@@ -29,6 +29,11 @@ int main(void) { printf("rlxc doctor %d\n", 6 * 7); return 0; }
 C
 
 cc_host() { cc -O2 -o "$W/hello" "$W/hello.c" && "$W/hello" | grep -qx 'rlxc doctor 42'; }
+# tests/gpu/emulate_cuda.py's fp16 tensor cores: gcc's _Float16, rounding 1 + 2^-11 to even (0x3c00).
+gcc_f16() {
+    printf '#include <stdio.h>\n#include <string.h>\nint main(void){ _Float16 h = (_Float16)1.00048828125f; unsigned short u; memcpy(&u, &h, 2); printf("%%04x\\n", u); return 0; }\n' >"$W/f16.c" &&
+        gcc -O1 -o "$W/f16" "$W/f16.c" && "$W/f16" | grep -qx '3c00'
+}
 llvm() { llvm-config-19 --version | grep -q '^19\.' && echo 'define i32 @f() { ret i32 42 }' >"$W/f.ll" && llc-19 -mtriple=aarch64-linux-gnu -filetype=obj "$W/f.ll" -o "$W/f.o"; }
 aarch64() {
     aarch64-linux-gnu-gcc -static -O2 -o "$W/hello-a64" "$W/hello.c" && qemu-aarch64 "$W/hello-a64" | grep -qx 'rlxc doctor 42'
@@ -118,6 +123,7 @@ disk_space() {
 }
 
 check "C compiler (host)" "apt-get install gcc" cc_host
+check "gcc's _Float16, rounding to nearest even (fp16 CPU emulation)" "apt-get install gcc" gcc_f16
 check "LLVM 19 (llvm-config-19, llc-19)" "apt-get install llvm-19 llvm-19-dev" llvm
 check "protoc" "apt-get install protobuf-compiler" protoc_check
 check "OpenMPI (mpicc, mpirun -np 2)" "apt-get install openmpi-bin libopenmpi-dev" openmpi
