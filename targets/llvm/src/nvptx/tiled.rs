@@ -216,7 +216,7 @@ pub fn kernel(li: usize, sig: &str, setup: &str, params: Vec<(DType, String)>, o
             let fast = match (tc, direct) {
                 (Some(kind), Some((Some(da), Some(db)))) => vec_tile::tile(m, n, nb, acc.ks[0].1, kind, [da.period, db.period]).map(|(bm, bn, tk)| {
                     // Hopper's wgmma tiles (RLX_CUDA_WGMMA) have a tile rule of their own (RLX_CUDA_WGMMA_TILE).
-                    let (bm, bn) = if wgmma { super::wgmma::tile(m, n, nb, (bm, bn), kind) } else { (bm, bn) };
+                    let (bm, bn) = if wgmma { super::wgmma::tile(m, n, nb, acc.ks[0].1, (bm, bn), kind) } else { (bm, bn) };
                     (kind, da, db, (bm, bn, tk))
                 }),
                 _ => None,

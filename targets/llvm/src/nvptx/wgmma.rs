@@ -85,7 +85,7 @@ fn overlapped() -> bool {
 }
 
 /// The block tile for these kernels from [`vec_tile::tile`]'s pick `(bm, bn)` of an M×N matmul (`nb`
-/// of them): with `RLX_CUDA_WGMMA_TILE=W` at compile time (W ≥ 1 waves; unset or 0: the pick as it
+/// of them, over K): with `RLX_CUDA_WGMMA_TILE=W` at compile time (W ≥ 1 waves; unset or 0: the pick as it
 /// is), 128×64 where the pick has 128 rows and is wider and 128×64 tiles give at least W waves of
 /// blocks on an H200's 132 SMs (session 23's forced tiles, bf16 N = 1: MiniLM batch 32's FFN up,
 /// 4096 × 1536, 48.9 → 43.7 µs and its merged Q/K/V 42.0 → 38.7 as 768 / 576 blocks of 128×64;
@@ -99,10 +99,11 @@ fn overlapped() -> bool {
 /// all): not under tf32, whose staged f32 chunks take twice the registers (MiniLM batch 32 spilled in
 /// 12 kernels), nor f32's 3×TF32, which doubles the accumulators. Checked by ptxas and in CPU
 /// emulation, not yet timed on a GPU.
-pub fn tile(m: i64, n: i64, nb: i64, (bm, bn): (i64, i64), kind: Mma) -> (i64, i64) {
+pub fn tile(m: i64, n: i64, nb: i64, k: i64, (bm, bn): (i64, i64), kind: Mma) -> (i64, i64) {
     let env = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<i64>().ok()).unwrap_or(0);
     let (waves, wide) = (env("RLX_CUDA_WGMMA_TILE"), env("RLX_CUDA_WGMMA_WIDE"));
-    if wide >= 1 && !kind.tf32() && bm == 128 && m % 128 == 0 {
+    // (Whole slices of K, so that `matmul` takes the tile: vec_tile.rs's forms have no wide tiles.)
+    if wide >= 1 && !kind.tf32() && bm == 128 && m % 128 == 0 && k % slice(kind).0 == 0 {
         if let Some(w) = [192, 256].into_iter().find(|&w| n % w == 0 && (m / 128) * (n / w) * nb >= wide) {
             return (128, w);
         }
