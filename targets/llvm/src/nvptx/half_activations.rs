@@ -39,7 +39,7 @@ use rlx_ir::{BinaryOp, DType};
 use std::collections::BTreeMap;
 
 /// How one launch uses one buffer.
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Copy, PartialEq)]
 enum Use {
     /// Stores it, never loads it.
     Writes,
