@@ -934,7 +934,7 @@ fn wide_split_k_summed_by_the_row_kernel_matches_the_interpreter_in_cpu_emulatio
 /// RLX_CUDA_HALF_WEIGHTS=0 (f32 weights converted as they are staged, the same rounding), at every
 /// tile and at slices of 32 too (64×48 stages f32 weights: a 48-row slice of 8-value vectors does not
 /// divide among 256 threads; the activations stay f32 here, RLX_CUDA_HALF_ACTIVATIONS=0 — their bf16
-/// form has its own test, below). The fragments are read by 128-bit shared loads (the paired layout: K
+/// form has its own test, `half_activations_change_no_bit_in_cpu_emulation`). The fragments are read by 128-bit shared loads (the paired layout: K
 /// permuted alike in both operands, A's rows r and r + 8 interleaved) and, compiled with
 /// RLX_CUDA_VEC_LDS=32 (one 32-bit load per register), 64×64 and 128×96 stay within the same
 /// tolerances (measured: the same relative RMS to three digits, 3.0e-4 / 2.4e-3). And make_gemm.py's gemm_heads (an attention context [2, 4, 64, 32]
