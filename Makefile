@@ -10,7 +10,7 @@ APT_PACKAGES := llvm-19 llvm-19-dev libpolly-19-dev libzstd-dev libz3-dev libxml
                 gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm qemu-utils \
                 spirv-tools glslang-tools mesa-vulkan-drivers libvulkan1 vulkan-tools \
                 iverilog verilator yosys \
-                openmpi-bin libopenmpi-dev libclang-dev
+                openmpi-bin libopenmpi-dev libclang-dev gcc libc6-dev
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 VENV := .venv
