@@ -121,6 +121,8 @@ TWINS = {
     "wide": "bf16 wgmma tiles 128x192 / 128x256 where they keep 132 blocks (RLX_CUDA_WGMMA_WIDE=132)",
 }
 SAME_BITS = {"f32w", "hact0"}
+# A variant's folder: its base case's name, then its precision and twin suffixes (its reference is the base's).
+VARIANT_SUFFIXES = r"(_(" + "|".join(["untiled", "wgt\\d+", "aw\\d+", *TWINS, *(p[1:] for p in PRECISIONS.values() if p)]) + r"))+$"
 # Twins whose weights differ from the default's (carried as f32 blobs of their own after the default's).
 # (Suffix of the twin whose f32 blob is carried → the pattern of the folders taking their weights from it.)
 # bf16 keeps Q, K, V apart at batch 8 / 32 (f32 / tf32 merge them from 1,024 rows): the _qkvsep blob's weights.
@@ -225,7 +227,7 @@ def main() -> int:
     refs = set(os.listdir(os.path.join(a.carry, "ref")))
     cases = []
     for c in sorted(os.listdir(os.path.join(work, "art"))):
-        twin = c if c in refs else re.sub(r"(_(untiled|unfused|nosplit|f32w|fill0|heads0|lds32|epichk|sm80|splitk0|splitk16|simt|rows0|rows256|st1|st2|st3|st4|erfexact|qkvsep|bestfill0|wg|wg0|wg2|wgt\d+|attsimt|aw\d+|kw0|kw2|kw4|kw8|kwr2|kwr4|hact0|wide|tf32|bf16))+$", "", c)
+        twin = c if c in refs else re.sub(VARIANT_SUFFIXES, "", c)
         if twin in refs:
             cases.append((c, twin))
     for c, twin in cases:

@@ -81,17 +81,10 @@ pub fn rewrite(lir: &mut Lir, mma: Mma, tiles: bool, smem: i64) -> Vec<u32> {
             let how = match (&plan, loads, stores) {
                 _ if comm => Use::Other,
                 (_, 0, s) if s > 0 => Use::Writes,
-                (Some(Plan::Matmul { acc, a, b: bx, .. }), n, 0) if acc.dtype == DType::F32 && n > 0 => {
-                    let ab: Vec<Option<u64>> = [a, bx].iter().filter_map(|x| scaled(x, p)).collect();
-                    if n == ab.len() && ab.windows(2).all(|w| w[0] == w[1]) { Use::Stages(ab[0]) } else { Use::Reads }
-                }
+                (Some(Plan::Matmul { acc, a, b: bx, .. }), n, 0) if acc.dtype == DType::F32 && n > 0 => staged(&[(a, 1), (bx, 1)], p, n),
                 // The tensor-core attention's queries, keys or values: each pass of the plan reads the
                 // query and the key again (the kernel computes each score once).
-                (Some(Plan::Attention(at)), n, 0) if n > 0 && attention_mma::fits(at, mma, smem).is_some() => {
-                    let qk: Vec<Option<u64>> = [at.a, at.b].iter().filter_map(|x| scaled(x, p)).collect();
-                    let same = qk.windows(2).all(|w| w[0] == w[1]) && (is_load(at.v, p) == 0 || qk.iter().all(|c| c.is_none()));
-                    if same && n == 3 * qk.len() + is_load(at.v, p) { Use::Stages(qk.first().copied().flatten()) } else { Use::Reads }
-                }
+                (Some(Plan::Attention(at)), n, 0) if n > 0 && attention_mma::fits(at, mma, smem).is_some() => staged(&[(at.a, 3), (at.b, 3), (at.v, 1)], p, n),
                 (_, n, 0) if n > 0 => Use::Reads,
                 _ => Use::Other,
             };
@@ -131,13 +124,14 @@ pub fn rewrite(lir: &mut Lir, mma: Mma, tiles: bool, smem: i64) -> Vec<u32> {
         }
         for seg in &segments {
             let bufs: std::collections::BTreeSet<u32> = seg.iter().map(|e| e.3).collect();
-            let has = |h: Use| seg.iter().any(|e| e.2 == h || matches!((e.2, h), (Use::Stages(_), Use::Stages(_))));
+            let has = |h: Use| seg.iter().any(|e| e.2 == h);
+            let tile_read = seg.iter().any(|e| matches!(e.2, Use::Stages(_)));
             // One constant for every tile read (MiniLM's queries and keys: × 0.42 each).
             let scales: std::collections::BTreeSet<Option<u64>> = seg.iter().filter_map(|e| if let Use::Stages(c) = e.2 { Some(c) } else { None }).collect();
             let scale = scales.first().copied().flatten().map(f64::from_bits);
             let whole = bufs.iter().all(|&b| extent(b) == Some((lo, hi)) && lir.buffers[b as usize].dtype == DType::F32 && uses[&b].len() == seg.iter().filter(|e| e.3 == b).count());
             let both = seg.iter().any(|u| u.2 == Use::Writes && seg.iter().any(|v| v.0 == u.0 && v.2 != Use::Writes));
-            if !whole || both || scales.len() > 1 || has(Use::Other) || !has(Use::Writes) || !has(Use::Stages(None)) || done.iter().any(|d| bufs.contains(d)) {
+            if !whole || both || scales.len() > 1 || has(Use::Other) || !has(Use::Writes) || !tile_read {
                 continue;
             }
             if !has(Use::Reads) && lo % 16 == 0 {
@@ -181,7 +175,7 @@ pub fn rewrite(lir: &mut Lir, mma: Mma, tiles: bool, smem: i64) -> Vec<u32> {
                 let np = l.kernel.params.len() as u32;
                 l.kernel.params.push(rlx_ir::loops::Param { dtype: half, elems: src.elems(), access: rlx_ir::loops::Access::Write });
                 l.bindings.push(copy);
-                stores_twice(&mut l.kernel.body, pi as u32, np, half, scale);
+                stores_rounded(&mut l.kernel.body, pi as u32, half, scale, Some(np));
             } else {
                 l.bindings[pi] = copy;
                 rewrites.push((li, pi, how, scale));
@@ -198,7 +192,7 @@ pub fn rewrite(lir: &mut Lir, mma: Mma, tiles: bool, smem: i64) -> Vec<u32> {
         }
         let pi = pi as u32;
         if how == Use::Writes {
-            stores_cast(&mut k.body, pi, half, scale);
+            stores_rounded(&mut k.body, pi, half, scale, None);
         } else {
             for s in k.body.iter_mut() {
                 in_stmt(s, &mut |e| loads_cast(e, pi, half));
@@ -206,6 +200,22 @@ pub fn rewrite(lir: &mut Lir, mma: Mma, tiles: bool, smem: i64) -> Vec<u32> {
         }
     }
     done
+}
+
+/// How a kernel that loads parameter `p` `n` times uses it, given its operands (each read `times`
+/// times in the loop form): [`Use::Stages`] when every load is one of them, whole — maybe times one
+/// constant common to all —, else [`Use::Reads`].
+fn staged(operands: &[(&Expr, usize)], p: u32, n: usize) -> Use {
+    let mut scales = Vec::new();
+    for &(x, times) in operands {
+        if let Some(c) = scaled(x, p) {
+            scales.extend(std::iter::repeat(c).take(times));
+        }
+    }
+    match scales.first() {
+        Some(&c) if scales.len() == n && scales.iter().all(|&d| d == c) => Use::Stages(c),
+        _ => Use::Reads,
+    }
 }
 
 /// `e` as a load of parameter `p` (`Some(None)`) or such a load times an f32 constant (`Some(Some(its
@@ -323,33 +333,20 @@ fn loads_cast(e: &mut Expr, p: u32, half: DType) {
     });
 }
 
-/// Each store to parameter `p` given its value rounded to `half` (times `scale` first).
-fn stores_cast(body: &mut [Stmt], p: u32, half: DType, scale: Option<f64>) {
-    for s in body {
-        match s {
-            Stmt::Store { buf, value, .. } if *buf == p => {
-                let v = std::mem::replace(value, Expr::Int(0));
-                *value = rounded(v, half, scale);
-            }
-            Stmt::For { body, .. } | Stmt::If { body, .. } => stores_cast(body, p, half, scale),
-            _ => {}
-        }
-    }
-}
-
-/// After each store to parameter `p`, the same value (times `scale`) rounded to `half` stored at the
-/// same index of parameter `copy`.
-fn stores_twice(body: &mut Vec<Stmt>, p: u32, copy: u32, half: DType, scale: Option<f64>) {
+/// Each store to parameter `p` given its value (times `scale`) rounded to `half` — in place, or with
+/// `copy`, stored so at the same index of parameter `copy` after it, the store kept as it is.
+fn stores_rounded(body: &mut Vec<Stmt>, p: u32, half: DType, scale: Option<f64>, copy: Option<u32>) {
     let mut out = Vec::with_capacity(body.len() + 1);
     for mut s in body.drain(..) {
-        let twin = match &mut s {
-            Stmt::Store { buf, index, value } if *buf == p => Some(Stmt::Store { buf: copy, index: index.clone(), value: rounded(value.clone(), half, scale) }),
-            Stmt::For { body, .. } | Stmt::If { body, .. } => {
-                stores_twice(body, p, copy, half, scale);
-                None
-            }
-            _ => None,
-        };
+        let mut twin = None;
+        match &mut s {
+            Stmt::Store { buf, index, value } if *buf == p => match copy {
+                Some(c) => twin = Some(Stmt::Store { buf: c, index: index.clone(), value: rounded(value.clone(), half, scale) }),
+                None => *value = rounded(std::mem::replace(value, Expr::Int(0)), half, scale),
+            },
+            Stmt::For { body, .. } | Stmt::If { body, .. } => stores_rounded(body, p, half, scale, copy),
+            _ => {}
+        }
         out.push(s);
         out.extend(twin);
     }

@@ -100,7 +100,7 @@ fn overlapped() -> bool {
 /// 12 kernels), nor f32's 3×TF32, which doubles the accumulators. Checked by ptxas and in CPU
 /// emulation, not yet timed on a GPU.
 pub fn tile(m: i64, n: i64, nb: i64, k: i64, (bm, bn): (i64, i64), kind: Mma) -> (i64, i64) {
-    let env = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<i64>().ok()).unwrap_or(0);
+    let env = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<i64>().ok()).unwrap_or(0);
     let (waves, wide) = (env("RLX_CUDA_WGMMA_TILE"), env("RLX_CUDA_WGMMA_WIDE"));
     // (Whole slices of K, so that `matmul` takes the tile: vec_tile.rs's forms have no wide tiles.)
     if wide >= 1 && !kind.tf32() && bm == 128 && m % 128 == 0 && k % slice(kind).0 == 0 {
