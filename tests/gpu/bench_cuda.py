@@ -119,10 +119,15 @@ TWINS = {
     "kwr4": "FFN down and attention output in 4 partial sums (RLX_CUDA_SPLIT_K_WIDE=4 RLX_CUDA_SPLIT_K_ROWS=256)",
     "hact0": "activations between kernels f32, not bf16 (RLX_CUDA_HALF_ACTIVATIONS=0)",
     "wide": "bf16 wgmma tiles 128x192 / 128x256 where they keep 132 blocks (RLX_CUDA_WGMMA_WIDE=132)",
+    "ring3": "wgmma tiles fed by a 3-stage cp.async ring (RLX_CUDA_WGMMA=3 RLX_CUDA_WGMMA_STAGES=3)",
+    "ring4": "wgmma tiles fed by a 4-stage cp.async ring (RLX_CUDA_WGMMA=3 RLX_CUDA_WGMMA_STAGES=4)",
+    "ring5": "wgmma tiles fed by a 5-stage cp.async ring (RLX_CUDA_WGMMA=3 RLX_CUDA_WGMMA_STAGES=5)",
 }
-SAME_BITS = {"f32w", "hact0"}
+SAME_BITS = {"f32w", "hact0", "ring3", "ring4", "ring5"}
 # A variant's folder: its base case's name, then its precision and twin suffixes (its reference is the base's).
 VARIANT_SUFFIXES = r"(_(" + "|".join(["untiled", "wgt\\d+", "aw\\d+", *TWINS, *(p[1:] for p in PRECISIONS.values() if p)]) + r"))+$"
+# The twin suffixes after a folder's precision.
+TWIN_SUFFIXES = r"(_(" + "|".join(["untiled", "wgt\\d+", "aw\\d+", *TWINS]) + r"))+$"
 # Twins whose weights differ from the default's (carried as f32 blobs of their own after the default's).
 # (Suffix of the twin whose f32 blob is carried → the pattern of the folders taking their weights from it.)
 # bf16 keeps Q, K, V apart at batch 8 / 32 (f32 / tf32 merge them from 1,024 rows): the _qkvsep blob's weights.
@@ -132,7 +137,7 @@ WEIGHT_TWINS = {"qkvsep": r"(_qkvsep$|^minilm_b(8|32)_bf16)"}
 def precision_of(case):
     """The precision a case's artifact was compiled with (its folder suffix)."""
     for p, sfx in PRECISIONS.items():
-        if sfx and re.sub(r"_(untiled|unfused|nosplit|f32w|fill0|heads0|lds32|epichk|sm80|splitk0|splitk16|simt|rows0|rows256|st1|st2|st3|st4|erfexact|qkvsep|bestfill0|wg|wg0|wg2|wgt\d+|attsimt|aw\d+|kw0|kw2|kw4|kw8|kwr2|kwr4)$", "", case).endswith(sfx):
+        if sfx and re.sub(TWIN_SUFFIXES, "", case).endswith(sfx):
             return p
     return "f32"
 

@@ -55,7 +55,7 @@ def _wgmma_wait(mt):
     n = mt.group(1).count("float")
     wgmma_waits.add(n)
     return f"call {mt.group(1)} @emu_wgwait{n}("
-ir = re.sub(r'call (\{[^}]*\}) asm sideeffect "wgmma\.wait_group\.sync\.aligned 0;", "[^"]*"\(', _wgmma_wait, ir)
+ir = re.sub(r'call (\{[^}]*\}) asm sideeffect "wgmma\.wait_group\.sync\.aligned \d+;", "[^"]*"\(', _wgmma_wait, ir)
 ir = ir.replace('  call void asm sideeffect "fence.proxy.async.shared::cta;", "~{memory}"() #1\n', "")
 # The wgmma kernels' dynamic shared array (aligned to 1,024 bytes inside it by the kernel): a global the
 # driver sees, aligned to 2^18 so that a descriptor's 18-bit address field is the offset into it.

@@ -16,7 +16,9 @@ context [2, 4, 64, 32] transposed and reshaped to [2, 64, 128], @ W[128, 192] + 
 its rows across heads); and gemm_block (BERT's feed-forward block on x: LayerNorm, a Linear of
 N = 128 + GELU, one of N = 96, the norm's output added back) and gemm_attn (self-attention on x: Q, K,
 V Linears, two heads of 32, softmax(Q·Kᵀ / √32)·V, an output Linear; gemm_attn_split: the scale
-split as 32^-¼ on Q and on K, as PyTorch's exported attention has it).
+split as 32^-¼ on Q and on K, as PyTorch's exported attention has it); gemm_block_wide (gemm_block
+on x2[2, 64, 128] with Linears of N = 256 + GELU and N = 128: whole wgmma K slices, the operands of
+both matmuls bf16 in memory under --precision bf16).
 """
 from __future__ import annotations
 
@@ -175,6 +177,19 @@ def main() -> int:
             ] + no
             outs = [helper.make_tensor_value_info("y", T.FLOAT, [2, 64, 96])]
             save(os.path.join(a.out, name + ".onnx"), nodes, [heads, joined, scale] + inits + io, ins, outs)
+        # gemm_block_wide: gemm_block at widths the wgmma tiles take (K a multiple of 64) on x2[2, 64,
+        # 128]: LayerNorm, a Linear of N = 256 + GELU, one of N = 128 (K = 256: four 64-wide slices),
+        # the residual — both matmuls' operands stored as bf16 under --precision bf16.
+        r = np.random.RandomState(12)
+        np.save(os.path.join(a.out, "x2.npy"), r.randn(2, 64, 128).astype(np.float32))
+        gamma, beta = (1 + r.randn(128) / 10).astype(np.float32), (r.randn(128) / 10).astype(np.float32)
+        n1, i1 = linear("n", "f", (r.randn(256, 128) / 10).astype(np.float32), r.randn(256).astype(np.float32), True, "b1_")
+        n2, i2 = linear("f", "o", (r.randn(128, 256) / 10).astype(np.float32), r.randn(128).astype(np.float32), False, "b2_")
+        norm = [numpy_helper.from_array(gamma, "gamma"), numpy_helper.from_array(beta, "beta")]
+        nodes = [helper.make_node("LayerNormalization", ["x", "gamma", "beta"], ["n"], axis=-1, epsilon=1e-5)] + n1 + n2 + [helper.make_node("Add", ["o", "n"], ["y"])]
+        ins = [helper.make_tensor_value_info("x", T.FLOAT, [2, 64, 128])]
+        outs = [helper.make_tensor_value_info("y", T.FLOAT, [2, 64, 128])]
+        save(os.path.join(a.out, "gemm_block_wide.onnx"), nodes, norm + i1 + i2, ins, outs)
     return 0
 
 

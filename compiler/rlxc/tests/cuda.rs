@@ -286,7 +286,8 @@ fn gemm_models(dir: &Path) -> ([(&'static str, &'static str); 2], Vec<Vec<f64>>)
 /// dimension, as MiniLM batch 8's FFN down — summed by the LayerNorm after it) at f32, tf32 and bf16
 /// (measured: f32 1.9e-6 max abs, tf32 1.6e-4, bf16 1.3e-3 relative RMS, those of the `mma.sync`
 /// tiles' emulation); and `RLX_CUDA_WGMMA_WIDE=1` (bf16 tiles 128 × 192: gemm_small's third matmul,
-/// m64n192k16; tf32 keeps its tiles). Each module uses wgmma, assembles for sm_90a, and its output's
+/// m64n192k16; tf32 keeps its tiles); and the cp.async ring (`RLX_CUDA_WGMMA=3`: gemm_block_wide, all
+/// operands bf16 in memory, 3 / 4 / 6 stages, the same bits as form 2). Each module uses wgmma, assembles for sm_90a, and its output's
 /// relative RMS error against the interpreter is within the `mma.sync` tiles' tolerances (measured:
 /// f32 1.25e-7, tf32 2.97e-4, bf16 2.36e-3 on gemm_small, those tiles' figures; emulated with the
 /// swizzle left out, 1.0). What this cannot check is the hardware's own reading of the descriptors (the GPU runs:
@@ -354,6 +355,30 @@ fn wgmma_tiles_match_the_interpreter_in_cpu_emulation() {
         let emu = art.join("emu");
         ok(Command::new(python()).arg("tests/gpu/emulate_cuda.py").args([s(&art), "splitk_wide", s(&emu)]).args(ins.iter().map(|p| s(p))).current_dir(repo()));
         check_outputs(&it, &emu, &["ln_kw1024", "ln_kw384"], prec, tol, "wgmma, split K in 4 parts");
+    }
+    // The cp.async ring (RLX_CUDA_WGMMA=3, RLX_CUDA_WGMMA_STAGES=S): gemm_block_wide, whose matmuls'
+    // operands are all bf16 in memory (the weights' copies, the LayerNorm's bf16 copy, the GELU's
+    // bf16 output), at 64- and 128-row tiles and 3, 4 and 6 stages (K = 128 and 256: two and four
+    // slices, fewer than the stages ahead too). The same wgmmas over the same shared bytes as the
+    // register-staged form, so the same output bits; within bf16's tolerance of the interpreter.
+    let it = dir.join("interp-block-wide");
+    ok(rlxc().args(["run", s(&dir.join("gemm_block_wide.onnx")), "--target", "interp", "-o", s(&it), "--input", &format!("x={}", s(&dir.join("x2.npy")))]));
+    for tile in ["64x64", "128x128"] {
+        let mut bits = Vec::new();
+        for (mode, stages) in [("2", "4"), ("3", "3"), ("3", "4"), ("3", "6")] {
+            let art = dir.join(format!("art-ring-{tile}-{mode}-{stages}"));
+            ok(rlxc().env("RLX_CUDA_VEC_TILE", tile).env("RLX_CUDA_WGMMA", mode).env("RLX_CUDA_WGMMA_STAGES", stages).args(["compile", s(&dir.join("gemm_block_wide.onnx")), "--target", "cuda", "--sm", "90a", "--precision", "bf16", "--emit-ir", "-o", s(&art)]));
+            let ptx_path = art.join("gemm_block_wide.ptx");
+            let ptx = std::fs::read_to_string(&ptx_path).unwrap();
+            let ring = ptx.matches("wgmma.wait_group.sync.aligned 1;").count();
+            assert_eq!(ring > 0 && ptx.contains("cp.async.cg.shared.global"), mode == "3", "{tile} RLX_CUDA_WGMMA={mode}: the ring ({ring} kernels)");
+            ok(Command::new(ptxas()).args(["-arch=sm_90a", s(&ptx_path), "-o", s(&art.join("k.cubin"))]));
+            let emu = art.join("emu");
+            ok(Command::new(python()).arg("tests/gpu/emulate_cuda.py").args([s(&art), "gemm_block_wide", s(&emu), s(&dir.join("x2.npy"))]).current_dir(repo()));
+            check_outputs(&it, &emu, &["y"], "bf16", 6e-3, &format!("wgmma {tile}, RLX_CUDA_WGMMA={mode}, {stages} stages"));
+            bits.push(std::fs::read(emu.join("y.npy")).unwrap());
+        }
+        assert!(bits.iter().all(|b| *b == bits[0]), "{tile}: the ring changes the output");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

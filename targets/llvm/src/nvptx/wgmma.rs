@@ -68,11 +68,11 @@ pub fn on(sm: u32, specific: bool, kind: Mma) -> bool {
     sm == 90 && matches!(kind, Mma::Bf16 | Mma::Tf32 | Mma::Tf32x3) && mode(specific).is_some()
 }
 
-/// `RLX_CUDA_WGMMA`: 0 off, 1 or 2 (the next slice's stores overlapping the `wgmma`s); unset: 2 under
-/// `--sm 90a`, off otherwise.
+/// `RLX_CUDA_WGMMA`: 0 off, 1, 2 (the next slice's stores overlapping the `wgmma`s) or 3 (the
+/// cp.async ring, [`ring`], where it applies, else 2); unset: 2 under `--sm 90a`, off otherwise.
 fn mode(specific: bool) -> Option<i64> {
     match std::env::var("RLX_CUDA_WGMMA").ok().and_then(|v| v.parse::<i64>().ok()) {
-        Some(v) if (1..=2).contains(&v) => Some(v),
+        Some(v) if (1..=3).contains(&v) => Some(v),
         Some(_) => None,
         None => specific.then_some(2),
     }
@@ -81,7 +81,22 @@ fn mode(specific: bool) -> Option<i64> {
 /// The next slice's stores overlap this one's `wgmma`s ([`matmul`], which runs only where [`on`]):
 /// the form 2, unless `RLX_CUDA_WGMMA=1`.
 fn overlapped() -> bool {
-    mode(true) == Some(2)
+    mode(true).is_some_and(|m| m >= 2)
+}
+
+/// The stages of the cp.async ring (`RLX_CUDA_WGMMA=3`; `RLX_CUDA_WGMMA_STAGES=S`, 3 … 6, default 4),
+/// or `None`: the register-staged forms. The ring takes tiles whose operands are all 16-bit in
+/// memory (the weights' copies, `half_weights.rs`; activations stored as bf16 / fp16,
+/// `half_activations.rs`), which it copies unchanged — 16 bytes a `cp.async`, straight into the
+/// swizzled stage the descriptors read, no register in between. Iteration s: wait for this thread's
+/// copies of slice s (`cp.async.wait_group S − 3`), `fence.proxy.async` (the copies are generic-proxy
+/// writes that the tensor cores read), one barrier — after which every thread's copies of slice s
+/// have landed and both warpgroups' `wgmma`s of slice s − 2 are done —, the copies of slice s + S − 2
+/// into slice s − 2's stage, one commit group, slice s's `wgmma`s, then `wgmma.wait_group 1`: slice s
+/// − 1's done, s's left running while the next iteration waits and copies. So S − 2 slices are in
+/// flight from memory and two on the tensor cores. Not yet timed on a GPU.
+fn ring() -> Option<i64> {
+    (mode(true) == Some(3)).then(|| std::env::var("RLX_CUDA_WGMMA_STAGES").ok().and_then(|v| v.parse::<i64>().ok()).filter(|s| (3..=6).contains(s)).unwrap_or(4))
 }
 
 /// The block tile for these kernels from [`vec_tile::tile`]'s pick `(bm, bn)` of an M×N matmul (`nb`
@@ -165,6 +180,8 @@ pub fn matmul(
     let x3 = kind == Mma::Tf32x3;
     let small_at = (bm + bn) * ROW;
     let stage = small_at * (1 + x3 as i64);
+    // The ring's stages where it may apply (16-bit operands, known once the chunks are), else two.
+    let ring = ring().filter(|&s| !kind.tf32() && s * stage + 1024 <= smem);
     let bytes = 2 * stage + 1024;
     if kext % tk != 0 || !periods || (bm * 8) % 256 != 0 || (bn * 8) % 256 != 0 || wn % 8 != 0 || wn > 256 || bytes > smem {
         return Ok(None);
@@ -359,16 +376,67 @@ pub fn matmul(
         }
     };
     // Overlapped: the wait on the accumulators, as one block that takes and gives them all.
-    let wait = |w: &mut Writer| {
+    let wait = |w: &mut Writer, pending: i64| {
         let ins: Vec<String> = regs.iter().map(|r| format!("float {}", w.emit_op(format!("load float, ptr {r}")))).collect();
         let cons: Vec<String> = (0..accs).map(|_| "=f".to_string()).chain((0..accs).map(|i| i.to_string())).collect();
-        let res = w.emit_op(format!("call {sty} asm sideeffect \"wgmma.wait_group.sync.aligned 0;\", \"{},~{{memory}}\"({}) #1", cons.join(","), ins.join(", ")));
+        let res = w.emit_op(format!("call {sty} asm sideeffect \"wgmma.wait_group.sync.aligned {pending};\", \"{},~{{memory}}\"({}) #1", cons.join(","), ins.join(", ")));
         for (i, r) in regs.iter().enumerate() {
             let v = w.emit_op(format!("extractvalue {sty} {res}, {i}"));
             w.emit(&format!("store float {v}, ptr {r}"));
         }
     };
     let fence = |w: &mut Writer| w.emit("call void asm sideeffect \"fence.proxy.async.shared::cta;\", \"~{memory}\"() #1");
+    if let Some(stages) = ring.filter(|_| chunks.iter().all(|c| c.half)) {
+        // ([`ring`].) Slice k0's copies into stage `st` (an i64 value).
+        w.declare("declare void @llvm.nvvm.cp.async.cg.shared.global.16(ptr addrspace(3), ptr addrspace(1))");
+        w.declare("declare void @llvm.nvvm.cp.async.commit.group()");
+        w.declare("declare void @llvm.nvvm.cp.async.wait.group(i32)");
+        let copy_slice = |w: &mut Writer, k0: &str, st: &str| {
+            w.emit(&format!("store i64 {k0}, ptr {kslot}"));
+            let offs = [w.value(&a.kpart), w.value(&b.kpart)];
+            let sb = w.emit_op(format!("mul nuw nsw i64 {st}, {stage}"));
+            for c in &chunks {
+                let p = w.emit_op(format!("getelementptr inbounds i16, ptr {}, i64 {}", c.ptr, offs[c.oi]));
+                let src = w.emit_op(format!("addrspacecast ptr {p} to ptr addrspace(1)"));
+                let o = w.emit_op(format!("add nuw nsw i64 {sb}, {}", c.row_dep));
+                let o = w.emit_op(format!("add nuw nsw i64 {o}, {}", c.at));
+                let dst = w.emit_op(format!("getelementptr inbounds i8, ptr addrspace(3) {DSW}, i64 {o}"));
+                w.emit(&format!("call void @llvm.nvvm.cp.async.cg.shared.global.16(ptr addrspace(3) {dst}, ptr addrspace(1) {src})"));
+            }
+        };
+        let commit = |w: &mut Writer| w.emit("call void @llvm.nvvm.cp.async.commit.group()");
+        let ahead = stages - 2;
+        // The prologue: slices 0 .. S − 3 into stages 0 .. S − 3, one group each (empty past K).
+        for s in 0..ahead {
+            if s * tk < kext {
+                copy_slice(w, &(s * tk).to_string(), &s.to_string());
+            }
+            commit(w);
+        }
+        for_loop(w, "%s.k0", "0", &kext.to_string(), tk, &mut |w| {
+            let k0 = w.emit_op("load i64, ptr %s.k0".into());
+            let kt = w.emit_op(format!("udiv i64 {k0}, {tk}"));
+            w.emit(&format!("call void @llvm.nvvm.cp.async.wait.group(i32 {})", ahead - 1));
+            fence(w);
+            barrier(w);
+            let kn = w.emit_op(format!("add nuw nsw i64 {k0}, {}", ahead * tk));
+            let more = w.emit_op(format!("icmp slt i64 {kn}, {kext}"));
+            if_(w, &more, &mut |w| {
+                let t = w.emit_op(format!("add nuw nsw i64 {kt}, {ahead}"));
+                let st = w.emit_op(format!("urem i64 {t}, {stages}"));
+                copy_slice(w, &kn, &st);
+                Ok(())
+            })?;
+            commit(w);
+            let st = w.emit_op(format!("urem i64 {kt}, {stages}"));
+            compute(w, &st);
+            wait(w, 1);
+            Ok(())
+        })?;
+        wait(w, 0);
+        wg.epilogue(w, acc, kind, (&m0, &n0), (m, n), (rows, cols))?;
+        return Ok(Some((grid(m, n, nb, bm, bn)?, (stages * stage + 1024) as u32)));
+    }
     if overlap {
         // Slice s in stage s % 2 before iteration s's barrier; iteration s issues its wgmmas, stores slice
         // s + 1 (in registers since iteration s − 1) into the other stage — whose wgmmas, slice s − 1's,
@@ -398,7 +466,7 @@ pub fn matmul(
                     Ok(())
                 })
             })?;
-            wait(w);
+            wait(w, 0);
             barrier(w);
             Ok(())
         })?;
