@@ -357,28 +357,33 @@ fn wgmma_tiles_match_the_interpreter_in_cpu_emulation() {
         check_outputs(&it, &emu, &["ln_kw1024", "ln_kw384"], prec, tol, "wgmma, split K in 4 parts");
     }
     // The cp.async ring (RLX_CUDA_WGMMA=3, RLX_CUDA_WGMMA_STAGES=S): gemm_block_wide, whose matmuls'
-    // operands are all bf16 in memory (the weights' copies, the LayerNorm's bf16 copy, the GELU's
-    // bf16 output), at 64- and 128-row tiles and 3, 4 and 6 stages (K = 128 and 256: two and four
-    // slices, fewer than the stages ahead too). The same wgmmas over the same shared bytes as the
-    // register-staged form, so the same output bits; within bf16's tolerance of the interpreter.
+    // operands are all bf16 in memory under bf16 (the weights' copies, the LayerNorm's bf16 copy, the
+    // GELU's bf16 output), at 64- and 128-row tiles and 3, 4 and 6 stages (K = 128 and 256: two and
+    // four slices, fewer than the stages ahead too). The same wgmmas over the same shared bytes as the
+    // register-staged form, so the same output bits; under tf32 the f32 operands copied as they are
+    // (the tensor cores truncate them) — other bits than form 2's rounding (measured: 9.8e-4 relative
+    // RMS against form 2's 3.0e-4; bound 2e-3).
     let it = dir.join("interp-block-wide");
     ok(rlxc().args(["run", s(&dir.join("gemm_block_wide.onnx")), "--target", "interp", "-o", s(&it), "--input", &format!("x={}", s(&dir.join("x2.npy")))]));
-    for tile in ["64x64", "128x128"] {
+    for (p, tile, tol) in [("bf16", "64x64", 6e-3), ("bf16", "128x128", 6e-3), ("tf32", "128x64", 2e-3)] {
         let mut bits = Vec::new();
         for (mode, stages) in [("2", "4"), ("3", "3"), ("3", "4"), ("3", "6")] {
-            let art = dir.join(format!("art-ring-{tile}-{mode}-{stages}"));
-            ok(rlxc().env("RLX_CUDA_VEC_TILE", tile).env("RLX_CUDA_WGMMA", mode).env("RLX_CUDA_WGMMA_STAGES", stages).args(["compile", s(&dir.join("gemm_block_wide.onnx")), "--target", "cuda", "--sm", "90a", "--precision", "bf16", "--emit-ir", "-o", s(&art)]));
+            let art = dir.join(format!("art-ring-{p}-{tile}-{mode}-{stages}"));
+            ok(rlxc().env("RLX_CUDA_VEC_TILE", tile).env("RLX_CUDA_WGMMA", mode).env("RLX_CUDA_WGMMA_STAGES", stages).args(["compile", s(&dir.join("gemm_block_wide.onnx")), "--target", "cuda", "--sm", "90a", "--precision", p, "--emit-ir", "-o", s(&art)]));
             let ptx_path = art.join("gemm_block_wide.ptx");
             let ptx = std::fs::read_to_string(&ptx_path).unwrap();
             let ring = ptx.matches("wgmma.wait_group.sync.aligned 1;").count();
-            assert_eq!(ring > 0 && ptx.contains("cp.async.cg.shared.global"), mode == "3", "{tile} RLX_CUDA_WGMMA={mode}: the ring ({ring} kernels)");
+            assert_eq!(ring > 0 && ptx.contains("cp.async.cg.shared.global"), mode == "3", "{p} {tile} RLX_CUDA_WGMMA={mode}: the ring ({ring} kernels)");
             ok(Command::new(ptxas()).args(["-arch=sm_90a", s(&ptx_path), "-o", s(&art.join("k.cubin"))]));
             let emu = art.join("emu");
             ok(Command::new(python()).arg("tests/gpu/emulate_cuda.py").args([s(&art), "gemm_block_wide", s(&emu), s(&dir.join("x2.npy"))]).current_dir(repo()));
-            check_outputs(&it, &emu, &["y"], "bf16", 6e-3, &format!("wgmma {tile}, RLX_CUDA_WGMMA={mode}, {stages} stages"));
+            check_outputs(&it, &emu, &["y"], p, tol, &format!("wgmma {tile}, RLX_CUDA_WGMMA={mode}, {stages} stages"));
             bits.push(std::fs::read(emu.join("y.npy")).unwrap());
         }
-        assert!(bits.iter().all(|b| *b == bits[0]), "{tile}: the ring changes the output");
+        // tf32: the ring's operands truncated (every ring the same bits), form 2's rounded.
+        let same = if p == "tf32" { &bits[1..] } else { &bits[..] };
+        assert!(same.iter().all(|b| *b == same[0]), "{p} {tile}: the ring changes the output");
+        assert_eq!(bits[0] == bits[1], p == "bf16", "{p} {tile}: the ring's operands");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

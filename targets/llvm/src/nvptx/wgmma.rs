@@ -87,8 +87,11 @@ fn overlapped() -> bool {
 /// The stages of the cp.async ring (`RLX_CUDA_WGMMA=3`; `RLX_CUDA_WGMMA_STAGES=S`, 3 … 6, default 4),
 /// or `None`: the register-staged forms. The ring takes tiles whose operands are all 16-bit in
 /// memory (the weights' copies, `half_weights.rs`; activations stored as bf16 / fp16,
-/// `half_activations.rs`), which it copies unchanged — 16 bytes a `cp.async`, straight into the
-/// swizzled stage the descriptors read, no register in between. Iteration s: wait for this thread's
+/// `half_activations.rs`), and `--precision tf32`'s (f32 in memory), which it copies unchanged — 16
+/// bytes a `cp.async`, straight into the swizzled stage the descriptors read, no register in
+/// between. So tf32's operands reach the tensor cores unrounded, which read the top 19 bits of each
+/// word (truncation, as cuBLAS's TMA-fed kernels feed them) where the register-staged form rounds
+/// each to nearest (`cvt.rna`): not the same bits, within tf32's tolerance. Iteration s: wait for this thread's
 /// copies of slice s (`cp.async.wait_group S − 3`), `fence.proxy.async` (the copies are generic-proxy
 /// writes that the tensor cores read), one barrier — after which every thread's copies of slice s
 /// have landed and both warpgroups' `wgmma`s of slice s − 2 are done —, the copies of slice s + S − 2
@@ -181,7 +184,7 @@ pub fn matmul(
     let small_at = (bm + bn) * ROW;
     let stage = small_at * (1 + x3 as i64);
     // The ring's stages where it may apply (16-bit operands, known once the chunks are), else two.
-    let ring = ring().filter(|&s| !kind.tf32() && s * stage + 1024 <= smem);
+    let ring = ring().filter(|&s| kind != Mma::Tf32x3 && s * stage + 1024 <= smem);
     let bytes = 2 * stage + 1024;
     if kext % tk != 0 || !periods || (bm * 8) % 256 != 0 || (bn * 8) % 256 != 0 || wn % 8 != 0 || wn > 256 || bytes > smem {
         return Ok(None);
@@ -386,7 +389,7 @@ pub fn matmul(
         }
     };
     let fence = |w: &mut Writer| w.emit("call void asm sideeffect \"fence.proxy.async.shared::cta;\", \"~{memory}\"() #1");
-    if let Some(stages) = ring.filter(|_| chunks.iter().all(|c| c.half)) {
+    if let Some(stages) = ring.filter(|_| kind == Mma::Tf32 || chunks.iter().all(|c| c.half)) {
         // ([`ring`].) Slice k0's copies into stage `st` (an i64 value).
         w.declare("declare void @llvm.nvvm.cp.async.cg.shared.global.16(ptr addrspace(3), ptr addrspace(1))");
         w.declare("declare void @llvm.nvvm.cp.async.commit.group()");
@@ -396,7 +399,8 @@ pub fn matmul(
             let offs = [w.value(&a.kpart), w.value(&b.kpart)];
             let sb = w.emit_op(format!("mul nuw nsw i64 {st}, {stage}"));
             for c in &chunks {
-                let p = w.emit_op(format!("getelementptr inbounds i16, ptr {}, i64 {}", c.ptr, offs[c.oi]));
+                let ety = if c.half { "i16" } else { "float" };
+                let p = w.emit_op(format!("getelementptr inbounds {ety}, ptr {}, i64 {}", c.ptr, offs[c.oi]));
                 let src = w.emit_op(format!("addrspacecast ptr {p} to ptr addrspace(1)"));
                 let o = w.emit_op(format!("add nuw nsw i64 {sb}, {}", c.row_dep));
                 let o = w.emit_op(format!("add nuw nsw i64 {o}, {}", c.at));
