@@ -1,14 +1,16 @@
 //! Hopper's warpgroup matrix multiply (`wgmma.mma_async`, sm_90a, PTX ISA 8.0) for `vec_tile.rs`'s
 //! whole tiles under `--sm 90` and `--precision bf16`, `tf32` or `f32` (3×TF32), behind
 //! `RLX_CUDA_WGMMA=N` at compile time (off by default: [`on`]): 1 this file's form, 2 the same with the
-//! next slice's stores overlapping the `wgmma`s (below). A module with such a
+//! next slice's stores overlapping the `wgmma`s (below), 3 the slices copied by a `cp.async` ring
+//! straight into the stages where the operands need no conversion ([`ring`]). A module with such a
 //! kernel is written for `.target sm_90a` with PTX 8.0 (`mod.rs`: LLVM 19's NVPTX knows both), which
 //! runs on sm_90 GPUs only (the H100 / H200), where `--sm 90`'s plain sm_90 PTX is also compiled by
 //! the driver for later GPUs: that, and a gain of 3–4% on MiniLM, is why it is a switch, not the
 //! default (measured on the H200, docs/benchmarks.md session 23: bf16 MiniLM batch 8 / 32 670 → 653 /
 //! 1,948 → 1,871 µs with 2; per kernel, tests/gpu/bench_gemm.py, FFN down −9…−16%, the others ±3%;
 //! a cp.async ring of 3 / 4 stages feeding the same `wgmma`s measured 1.3–2.7× slower per kernel and
-//! was not kept: git history f2e6157). The tf32 and f32 forms (session 25) are checked in CPU
+//! was not kept: git history f2e6157 — its f32 activations converted by the copying threads, and a
+//! `wgmma.wait_group 0` each slice; [`ring`] is the form without either, not yet timed). The tf32 and f32 forms (session 25) are checked in CPU
 //! emulation and by ptxas but not yet timed on a GPU (no device was lent that session).
 //!
 //! The block is `vec_tile.rs`'s (256 threads, the same block tile choice, [`vec_tile::tile`], or with
