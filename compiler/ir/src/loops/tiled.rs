@@ -380,6 +380,64 @@ fn attention<'a>(k: &Kernel, dims: &[(Var, i64)], body: &'a [Stmt]) -> Option<At
     Some(Attention { heads, rows, cols, keys, depth, key: [k1, k2, k3], score: [s1, s2, s3], dv: d1, a, b, mx: *mx, l: *l, acc: *acc, w, e, p, v, rest })
 }
 
+impl Attention<'_> {
+    /// The sum's and the probability's terms over the previous pass's value, where the plan's terms
+    /// nest so: `e` reads the score only through `w(s)` and `p` only through `e(s, mx)` (a softmax's
+    /// `exp(w(s) − mx)` and `e / l`). A writer that keeps each pass's value in place of the score —
+    /// `w(s)` after the max pass, `e` after the sum pass — then evaluates `e` as `e'(w)` and `p` as
+    /// `p'(e)`: each exp, mask load and scale once per score instead of up to three times, the same
+    /// operations on the same values (the same bits). `None` where the terms do not nest.
+    pub fn chained(&self) -> Option<(Expr, Expr)> {
+        let e = over(self.e, self.w, (self.score[0], self.key[0]), (self.score[1], self.key[1]))?;
+        let p = over(self.p, self.e, (self.score[1], self.key[1]), (self.score[2], self.key[2]))?;
+        Some((e, p))
+    }
+}
+
+/// `term` with each copy of `inner` (written over `(score, key)` `from`, read over `to`) replaced by
+/// `to`'s score, where that leaves no other reading of the score; `None` otherwise.
+fn over(term: &Expr, inner: &Expr, from: (Var, Var), to: (Var, Var)) -> Option<Expr> {
+    let renamed = map(inner, &|x| match x {
+        Expr::Var(v) if *v == from.0 => Some(Expr::Var(to.0)),
+        Expr::Var(v) if *v == from.1 => Some(Expr::Var(to.1)),
+        _ => None,
+    });
+    let copies = std::cell::Cell::new(0);
+    let out = map(term, &|x| {
+        (*x == renamed).then(|| {
+            copies.set(copies.get() + 1);
+            Expr::Var(to.0)
+        })
+    });
+    let reads = std::cell::Cell::new(0);
+    map(&out, &|x| {
+        if *x == Expr::Var(to.0) {
+            reads.set(reads.get() + 1);
+        }
+        None
+    });
+    (copies.get() > 0 && reads.get() == copies.get()).then_some(out)
+}
+
+/// `e` rebuilt top-down, each node `f` answers replaced by its answer.
+fn map(e: &Expr, f: &dyn Fn(&Expr) -> Option<Expr>) -> Expr {
+    if let Some(x) = f(e) {
+        return x;
+    }
+    let m = |x: &Expr| Box::new(map(x, f));
+    match e {
+        Expr::Int(_) | Expr::Lit(..) | Expr::Var(_) => e.clone(),
+        Expr::Load { buf, index } => Expr::Load { buf: *buf, index: m(index) },
+        Expr::I(op, a, b) => Expr::I(*op, m(a), m(b)),
+        Expr::Un(op, d, x) => Expr::Un(*op, *d, m(x)),
+        Expr::Bin(op, d, a, b) => Expr::Bin(*op, *d, m(a), m(b)),
+        Expr::Select(c, a, b) => Expr::Select(m(c), m(a), m(b)),
+        Expr::Cast { from, to, x } => Expr::Cast { from: *from, to: *to, x: m(x) },
+        Expr::ToIndex { from, x } => Expr::ToIndex { from: *from, x: m(x) },
+        Expr::Dot4(acc, a, b, amax) => Expr::Dot4(m(acc), m(a), m(b), *amax),
+    }
+}
+
 /// Integer value of an index expression with the variables in `env` (others 0); `None` for anything
 /// data-dependent.
 pub fn eval(e: &Expr, env: &[(Var, i64)]) -> Option<i64> {
@@ -427,5 +485,37 @@ pub fn unit_stride(x: &Expr, k: Var, own: &Dims) -> bool {
         (Some(1), _) => true,
         (_, Some(1)) => false,
         _ => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mir::UnaryOp;
+
+    /// A softmax's passes (MiniLM's exported attention: `w = s + mask[key]`, `e = exp(w − mx)`,
+    /// `p = isnan(e / l) ? 0 : e / l`) nest: `e` over `w`'s value, `p` over `e`'s; a term that also
+    /// reads the score outside the inner term does not.
+    #[test]
+    fn softmax_terms_nest_over_the_previous_pass() {
+        let f = DType::F32;
+        let (s, k, mx, l) = ([Var(1), Var(2), Var(3)], [Var(4), Var(5), Var(6)], Var(7), Var(8));
+        let b = |x: Expr| Box::new(x);
+        let w_of = |i: usize| Expr::Bin(BinaryOp::Add, f, b(Expr::Var(s[i])), b(Expr::load(3, Expr::Var(k[i]))));
+        let e_of = |x: Expr| Expr::Un(UnaryOp::Exp, f, b(Expr::Bin(BinaryOp::Sub, f, b(x), b(Expr::Var(mx)))));
+        let p_of = |x: Expr| {
+            let d = Expr::Bin(BinaryOp::Div, f, b(x), b(Expr::Var(l)));
+            Expr::Select(b(Expr::Un(UnaryOp::IsNan, f, b(d.clone()))), b(Expr::Lit(0.0, f)), b(d))
+        };
+        let (w, e, p) = (w_of(0), e_of(w_of(1)), p_of(e_of(w_of(2))));
+        let e2 = over(&e, &w, (s[0], k[0]), (s[1], k[1])).unwrap();
+        assert_eq!(e2, e_of(Expr::Var(s[1])));
+        let p2 = over(&p, &e, (s[1], k[1]), (s[2], k[2])).unwrap();
+        assert_eq!(p2, p_of(Expr::Var(s[2])));
+        // e also adds the raw score: it does not read it only through w.
+        let stray = Expr::Bin(BinaryOp::Add, f, b(e.clone()), b(Expr::Var(s[1])));
+        assert_eq!(over(&stray, &w, (s[0], k[0]), (s[1], k[1])), None);
+        // p over another key's term: no copy of e in it.
+        assert_eq!(over(&p, &e_of(w_of(0)), (s[1], k[1]), (s[2], k[2])), None);
     }
 }

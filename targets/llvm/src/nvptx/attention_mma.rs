@@ -19,7 +19,9 @@
 //!    keys 8j + 2t and 8j + 2t + 1.
 //! 3. Per row: the max of `w(s)` (the plan's scale and mask) over the lane's keys, then over the quad
 //!    (`shfl.sync.bfly` 1, 2: the four lanes sharing the row), the sum of `e(s, mx)` the same way, and
-//!    `p(s, mx, l)` written over the scores. Keys past the last are left out (−∞ / 0).
+//!    `p(s, mx, l)` written over the scores. Keys past the last are left out (−∞ / 0). Where the terms
+//!    nest (`Attention::chained`: a softmax), `w(s)` is kept in place of each score and then `e`, so
+//!    each score's mask, scale and exp run once (the same bits).
 //! 4. Probabilities × values on the tensor cores with the probabilities as the A operand straight from
 //!    the score registers: bf16's m16n8k16 A fragment is two score fragments side by side (keys
 //!    16k + 2t, + 1 and 16k + 8 + 2t, + 1); tf32's m16n8k8 A fragment takes the keys of one score
@@ -281,13 +283,17 @@ pub fn attention(w: &mut Writer, a: &Attention, kind: Mma, smem: i64, globals: &
         padded.then(|| w.emit_op(format!("icmp slt i64 {key}, {keys}")))
     };
     let ninf = llvm_lit(f64::NEG_INFINITY, f);
+    let chained = a.chained();
     // Row half h's fold of `x` over its keys into `slot` (from `init`; a key past the last folds
-    // `init`), then over the quad.
-    let fold_row = |w: &mut Writer, h: i64, x: &rlx_ir::loops::Expr, slot: &str, op: BinaryOp, init: &str| {
+    // `init`), then over the quad; `back`: each key's `x` kept in place of its score.
+    let fold_row = |w: &mut Writer, h: i64, x: &rlx_ir::loops::Expr, slot: &str, op: BinaryOp, init: &str, back: bool| {
         w.emit(&format!("store float {init}, ptr {slot}"));
         for (j, e) in (0..nt).flat_map(|j| (0..2).map(move |e| (j, e))) {
             let ok = bind(w, j, e, 2 * h + e);
             let v = w.value(x);
+            if back {
+                w.emit(&format!("store float {v}, ptr %d{j}.{}", 2 * h + e));
+            }
             let v = match ok { Some(ok) => w.emit_op(format!("select i1 {ok}, float {v}, float {init}")), None => v };
             let cur = w.emit_op(format!("load float, ptr {slot}"));
             let n = w.bin(op, f, &cur, &v);
@@ -298,12 +304,17 @@ pub fn attention(w: &mut Writer, a: &Attention, kind: Mma, smem: i64, globals: &
     for (h, (_, rc)) in row.iter().enumerate() {
         let h = h as i64;
         unflatten(w, rc, &a.rows);
-        fold_row(w, h, a.w, mx, BinaryOp::Max, &ninf);
-        fold_row(w, h, a.e, l, BinaryOp::Add, "0.0");
+        // Each pass's value kept in place of the score where the terms nest (`Attention::chained`).
+        let (e_term, p_term) = match &chained {
+            Some((e, p)) => (e, p),
+            None => (a.e, a.p),
+        };
+        fold_row(w, h, a.w, mx, BinaryOp::Max, &ninf, chained.is_some());
+        fold_row(w, h, e_term, l, BinaryOp::Add, "0.0", chained.is_some());
         let mut probs = Vec::new();
         for (j, e) in (0..nt).flat_map(|j| (0..2).map(move |e| (j, e))) {
             let ok = bind(w, j, e, 2 * h + e);
-            let x = w.value(a.p);
+            let x = w.value(p_term);
             let x = match ok { Some(ok) => w.emit_op(format!("select i1 {ok}, float {x}, float 0.0")), None => x };
             probs.push((j, 2 * h + e, x));
         }
