@@ -122,6 +122,8 @@ TWINS = {
     "ring3": "wgmma tiles fed by a 3-stage cp.async ring (RLX_CUDA_WGMMA=3 RLX_CUDA_WGMMA_STAGES=3; tf32 truncated)",
     "ring4": "wgmma tiles fed by a 4-stage cp.async ring (RLX_CUDA_WGMMA=3 RLX_CUDA_WGMMA_STAGES=4; tf32 truncated)",
     "ring5": "wgmma tiles fed by a 5-stage cp.async ring (RLX_CUDA_WGMMA=3 RLX_CUDA_WGMMA_STAGES=5; tf32 truncated)",
+    "ringwide3": "wide wgmma tiles fed by a 3-stage cp.async ring (RLX_CUDA_WGMMA=3 RLX_CUDA_WGMMA_STAGES=3 RLX_CUDA_WGMMA_WIDE=132)",
+    "ringwide4": "wide wgmma tiles fed by a 4-stage cp.async ring (RLX_CUDA_WGMMA=3 RLX_CUDA_WGMMA_STAGES=4 RLX_CUDA_WGMMA_WIDE=132)",
 }
 # (The ring's tf32 operands reach the tensor cores truncated, not rounded: bf16 alone gives the same bits.)
 SAME_BITS = {"f32w": "bf16", "hact0": "bf16", "ring3": "bf16", "ring4": "bf16", "ring5": "bf16"}

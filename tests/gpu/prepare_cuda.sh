@@ -52,6 +52,7 @@
 # HACT_TWINS=0: without the bf16 _hact0 twins (RLX_CUDA_HALF_ACTIVATIONS=0, batch 1 / 8 / 32);
 # WIDE_TWINS=0: without the bf16 _wide twins (RLX_CUDA_WGMMA_WIDE=132, batch 8 / 32);
 # RING_TWINS="3 4" (the default; "" none): the bf16 and tf32 _ringS twins (RLX_CUDA_WGMMA=3 RLX_CUDA_WGMMA_STAGES=S, batch 8 / 32);
+# RINGWIDE_TWINS="3 4" (the default; "" none): bf16 batch 32's _ringwideS twins (the ring and RLX_CUDA_WGMMA_WIDE=132);
 # SPLITK_TWINS=0: without the _splitkN twins; ROWS_TWINS=0: without the _rowsN twins; SIMT_TWINS=0: without the _simt twins.
 # QKV_TWINS=0: without the _qkvsep twins (MiniLM batch 8 / 32, every precision, RLX_CUDA_MERGE_MATMULS=0: a layer's
 # Q, K and V as three matmuls, as before session 21 — the default merges them along N from 1,024 rows; their weights
@@ -176,6 +177,8 @@ for b in 1 8 32; do
   # bf16 and tf32 batch 8 / 32 with the wgmma tiles fed by a cp.async ring of S stages (_ringS, RLX_CUDA_WGMMA=3
   # RLX_CUDA_WGMMA_STAGES=S: bf16 the same output bits, tf32's operands truncated; RING_TWINS="" leaves them out).
   if [ $b -gt 1 ]; then for s in ${RING_TWINS-3 4}; do for p in bf16 tf32; do WG=3 WGSTAGES=$s EXTRA="--precision $p" case_ minilm_b${b}_${p}_ring$s "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; done; done; fi
+  # bf16 batch 32 with both: the wide tiles fed by the ring (_ringwideS; RINGWIDE_TWINS="" leaves them out).
+  if [ $b = 32 ]; then for s in ${RINGWIDE_TWINS-3 4}; do WIDE=132 WG=3 WGSTAGES=$s EXTRA="--precision bf16" case_ minilm_b${b}_bf16_ringwide$s "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; done; fi
   [ "${SIMT_TWINS:-1}" = 0 ] || F32MMA=0 case_ minilm_b${b}_simt "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"
   for p in f32 tf32 bf16; do
     s=_$p; [ $p = f32 ] && s=

@@ -365,15 +365,17 @@ fn wgmma_tiles_match_the_interpreter_in_cpu_emulation() {
     // RMS against form 2's 3.0e-4; bound 2e-3).
     let it = dir.join("interp-block-wide");
     ok(rlxc().args(["run", s(&dir.join("gemm_block_wide.onnx")), "--target", "interp", "-o", s(&it), "--input", &format!("x={}", s(&dir.join("x2.npy")))]));
-    for (p, tile, tol) in [("bf16", "64x64", 6e-3), ("bf16", "128x128", 6e-3), ("tf32", "128x64", 2e-3)] {
+    // (With RLX_CUDA_WGMMA_WIDE=1 too: the first matmul as one 128 × 256 tile, m64n256k16.)
+    for (p, tile, wide, tol) in [("bf16", "64x64", "0", 6e-3), ("bf16", "128x128", "0", 6e-3), ("bf16", "128x128", "1", 6e-3), ("tf32", "128x64", "0", 2e-3)] {
         let mut bits = Vec::new();
         for (mode, stages) in [("2", "4"), ("3", "3"), ("3", "4"), ("3", "6")] {
-            let art = dir.join(format!("art-ring-{p}-{tile}-{mode}-{stages}"));
-            ok(rlxc().env("RLX_CUDA_VEC_TILE", tile).env("RLX_CUDA_WGMMA", mode).env("RLX_CUDA_WGMMA_STAGES", stages).args(["compile", s(&dir.join("gemm_block_wide.onnx")), "--target", "cuda", "--sm", "90a", "--precision", p, "--emit-ir", "-o", s(&art)]));
+            let art = dir.join(format!("art-ring-{p}-{tile}-{wide}-{mode}-{stages}"));
+            ok(rlxc().env("RLX_CUDA_VEC_TILE", tile).env("RLX_CUDA_WGMMA_WIDE", wide).env("RLX_CUDA_WGMMA", mode).env("RLX_CUDA_WGMMA_STAGES", stages).args(["compile", s(&dir.join("gemm_block_wide.onnx")), "--target", "cuda", "--sm", "90a", "--precision", p, "--emit-ir", "-o", s(&art)]));
             let ptx_path = art.join("gemm_block_wide.ptx");
             let ptx = std::fs::read_to_string(&ptx_path).unwrap();
             let ring = ptx.matches("wgmma.wait_group.sync.aligned 1;").count();
             assert_eq!(ring > 0 && ptx.contains("cp.async.cg.shared.global"), mode == "3", "{p} {tile} RLX_CUDA_WGMMA={mode}: the ring ({ring} kernels)");
+            assert_eq!(ptx.contains("m64n256k16"), wide == "1", "{p} {tile} RLX_CUDA_WGMMA_WIDE={wide}");
             ok(Command::new(ptxas()).args(["-arch=sm_90a", s(&ptx_path), "-o", s(&art.join("k.cubin"))]));
             let emu = art.join("emu");
             ok(Command::new(python()).arg("tests/gpu/emulate_cuda.py").args([s(&art), "gemm_block_wide", s(&emu), s(&dir.join("x2.npy"))]).current_dir(repo()));
