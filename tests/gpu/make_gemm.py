@@ -102,6 +102,22 @@ def save(path: str, nodes, inits, ins, outs) -> None:
     onnx.save(m, path)
 
 
+def ffn_block(path: str, r, d: int, f: int):
+    """BERT's feed-forward block on x[2, 64, d]: LayerNorm, a Linear of N = f + GELU, one of N = d, the
+    norm's output added back (the residual) — its weights drawn from `r` in that order."""
+    from onnx import TensorProto as T
+    from onnx import helper, numpy_helper
+
+    gamma, beta = (1 + r.randn(d) / 10).astype(np.float32), (r.randn(d) / 10).astype(np.float32)
+    n1, i1 = linear("n", "f", (r.randn(f, d) / 10).astype(np.float32), r.randn(f).astype(np.float32), True, "b1_")
+    n2, i2 = linear("f", "o", (r.randn(d, f) / 10).astype(np.float32), r.randn(d).astype(np.float32), False, "b2_")
+    norm = [numpy_helper.from_array(gamma, "gamma"), numpy_helper.from_array(beta, "beta")]
+    nodes = [helper.make_node("LayerNormalization", ["x", "gamma", "beta"], ["n"], axis=-1, epsilon=1e-5)] + n1 + n2 + [helper.make_node("Add", ["o", "n"], ["y"])]
+    ins = [helper.make_tensor_value_info("x", T.FLOAT, [2, 64, d])]
+    outs = [helper.make_tensor_value_info("y", T.FLOAT, [2, 64, d])]
+    save(path, nodes, norm + i1 + i2, ins, outs)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
@@ -143,14 +159,8 @@ def main() -> int:
         np.save(os.path.join(a.out, "ctx.npy"), ctx)
         # gemm_block: BERT's feed-forward block on x — LayerNorm, a Linear + GELU, a Linear, the
         # norm's output added back (the residual): the norm's output read by a matmul and by an add.
-        gamma, beta = (1 + r.randn(96) / 10).astype(np.float32), (r.randn(96) / 10).astype(np.float32)
-        n1, i1 = linear("n", "f", (r.randn(128, 96) / 10).astype(np.float32), r.randn(128).astype(np.float32), True, "b1_")
-        n2, i2 = linear("f", "o", (r.randn(96, 128) / 10).astype(np.float32), r.randn(96).astype(np.float32), False, "b2_")
-        norm = [numpy_helper.from_array(gamma, "gamma"), numpy_helper.from_array(beta, "beta")]
-        nodes = [helper.make_node("LayerNormalization", ["x", "gamma", "beta"], ["n"], axis=-1, epsilon=1e-5)] + n1 + n2 + [helper.make_node("Add", ["o", "n"], ["y"])]
+        ffn_block(os.path.join(a.out, "gemm_block.onnx"), r, 96, 128)
         ins = [helper.make_tensor_value_info("x", T.FLOAT, [2, 64, 96])]
-        outs = [helper.make_tensor_value_info("y", T.FLOAT, [2, 64, 96])]
-        save(os.path.join(a.out, "gemm_block.onnx"), nodes, norm + i1 + i2, ins, outs)
         # gemm_attn: self-attention on x — Q, K, V Linears of 64 (two heads of 32), softmax(Q·Kᵀ / √32)·V,
         # the heads joined and an output Linear of N = 96: the projections' outputs read by the attention;
         # gemm_attn_split: the same with the scale split as PyTorch's exported attention splits it,
@@ -182,14 +192,7 @@ def main() -> int:
         # the residual — both matmuls' operands stored as bf16 under --precision bf16.
         r = np.random.RandomState(12)
         np.save(os.path.join(a.out, "x2.npy"), r.randn(2, 64, 128).astype(np.float32))
-        gamma, beta = (1 + r.randn(128) / 10).astype(np.float32), (r.randn(128) / 10).astype(np.float32)
-        n1, i1 = linear("n", "f", (r.randn(256, 128) / 10).astype(np.float32), r.randn(256).astype(np.float32), True, "b1_")
-        n2, i2 = linear("f", "o", (r.randn(128, 256) / 10).astype(np.float32), r.randn(128).astype(np.float32), False, "b2_")
-        norm = [numpy_helper.from_array(gamma, "gamma"), numpy_helper.from_array(beta, "beta")]
-        nodes = [helper.make_node("LayerNormalization", ["x", "gamma", "beta"], ["n"], axis=-1, epsilon=1e-5)] + n1 + n2 + [helper.make_node("Add", ["o", "n"], ["y"])]
-        ins = [helper.make_tensor_value_info("x", T.FLOAT, [2, 64, 128])]
-        outs = [helper.make_tensor_value_info("y", T.FLOAT, [2, 64, 128])]
-        save(os.path.join(a.out, "gemm_block_wide.onnx"), nodes, norm + i1 + i2, ins, outs)
+        ffn_block(os.path.join(a.out, "gemm_block_wide.onnx"), r, 128, 256)
     return 0
 
 

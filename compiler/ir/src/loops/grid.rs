@@ -120,9 +120,19 @@ pub fn mentions(e: &Expr, v: Var) -> bool {
 
 /// `e` with every variable `v` replaced by `f(v)`.
 pub fn map_vars(e: &Expr, f: &dyn Fn(Var) -> Expr) -> Expr {
-    let r = |x: &Expr| Box::new(map_vars(x, f));
+    map_nodes(e, &|x| match x {
+        Expr::Var(v) => Some(f(*v)),
+        _ => None,
+    })
+}
+
+/// `e` rebuilt top-down, each node for which `f` answers replaced by its answer.
+pub fn map_nodes(e: &Expr, f: &dyn Fn(&Expr) -> Option<Expr>) -> Expr {
+    if let Some(x) = f(e) {
+        return x;
+    }
+    let r = |x: &Expr| Box::new(map_nodes(x, f));
     match e {
-        Expr::Var(v) => f(*v),
         Expr::Load { buf, index } => Expr::Load { buf: *buf, index: r(index) },
         Expr::I(op, a, b) => Expr::I(*op, r(a), r(b)),
         Expr::Un(op, d, a) => Expr::Un(*op, *d, r(a)),
@@ -131,7 +141,7 @@ pub fn map_vars(e: &Expr, f: &dyn Fn(Var) -> Expr) -> Expr {
         Expr::Cast { from, to, x } => Expr::Cast { from: *from, to: *to, x: r(x) },
         Expr::ToIndex { from, x } => Expr::ToIndex { from: *from, x: r(x) },
         Expr::Dot4(c, a, b, m) => Expr::Dot4(r(c), r(a), r(b), *m),
-        Expr::Int(_) | Expr::Lit(..) => e.clone(),
+        Expr::Var(_) | Expr::Int(_) | Expr::Lit(..) => e.clone(),
     }
 }
 

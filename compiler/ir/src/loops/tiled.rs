@@ -34,6 +34,7 @@
 //!
 //! Anything else keeps the one-invocation-per-grid-point mapping.
 
+use super::grid::{map_nodes, map_vars};
 use super::{Expr, IOp, Kernel, Stmt, Var};
 use crate::mir::BinaryOp;
 use crate::DType;
@@ -397,45 +398,22 @@ impl Attention<'_> {
 /// `term` with each copy of `inner` (written over `(score, key)` `from`, read over `to`) replaced by
 /// `to`'s score, where that leaves no other reading of the score; `None` otherwise.
 fn over(term: &Expr, inner: &Expr, from: (Var, Var), to: (Var, Var)) -> Option<Expr> {
-    let renamed = map(inner, &|x| match x {
-        Expr::Var(v) if *v == from.0 => Some(Expr::Var(to.0)),
-        Expr::Var(v) if *v == from.1 => Some(Expr::Var(to.1)),
-        _ => None,
-    });
+    let renamed = map_vars(inner, &|v| Expr::Var(if v == from.0 { to.0 } else if v == from.1 { to.1 } else { v }));
     let copies = std::cell::Cell::new(0);
-    let out = map(term, &|x| {
+    let out = map_nodes(term, &|x| {
         (*x == renamed).then(|| {
             copies.set(copies.get() + 1);
             Expr::Var(to.0)
         })
     });
     let reads = std::cell::Cell::new(0);
-    map(&out, &|x| {
+    map_nodes(&out, &|x| {
         if *x == Expr::Var(to.0) {
             reads.set(reads.get() + 1);
         }
         None
     });
     (copies.get() > 0 && reads.get() == copies.get()).then_some(out)
-}
-
-/// `e` rebuilt top-down, each node `f` answers replaced by its answer.
-fn map(e: &Expr, f: &dyn Fn(&Expr) -> Option<Expr>) -> Expr {
-    if let Some(x) = f(e) {
-        return x;
-    }
-    let m = |x: &Expr| Box::new(map(x, f));
-    match e {
-        Expr::Int(_) | Expr::Lit(..) | Expr::Var(_) => e.clone(),
-        Expr::Load { buf, index } => Expr::Load { buf: *buf, index: m(index) },
-        Expr::I(op, a, b) => Expr::I(*op, m(a), m(b)),
-        Expr::Un(op, d, x) => Expr::Un(*op, *d, m(x)),
-        Expr::Bin(op, d, a, b) => Expr::Bin(*op, *d, m(a), m(b)),
-        Expr::Select(c, a, b) => Expr::Select(m(c), m(a), m(b)),
-        Expr::Cast { from, to, x } => Expr::Cast { from: *from, to: *to, x: m(x) },
-        Expr::ToIndex { from, x } => Expr::ToIndex { from: *from, x: m(x) },
-        Expr::Dot4(acc, a, b, amax) => Expr::Dot4(m(acc), m(a), m(b), *amax),
-    }
 }
 
 /// Integer value of an index expression with the variables in `env` (others 0); `None` for anything
