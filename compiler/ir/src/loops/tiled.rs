@@ -34,7 +34,7 @@
 //!
 //! Anything else keeps the one-invocation-per-grid-point mapping.
 
-use super::grid::{map_nodes, map_vars};
+use super::grid::{map_nodes, map_vars, mentions};
 use super::{Expr, IOp, Kernel, Stmt, Var};
 use crate::mir::BinaryOp;
 use crate::DType;
@@ -393,27 +393,24 @@ impl Attention<'_> {
         let p = over(self.p, self.e, (self.score[1], self.key[1]), (self.score[2], self.key[2]))?;
         Some((e, p))
     }
+
+    /// The sum's and the probability's terms a writer evaluates, and whether each pass's value is
+    /// kept in place of the score ([`Attention::chained`]), else the plan's own.
+    pub fn pass_terms(&self) -> (Expr, Expr, bool) {
+        match self.chained() {
+            Some((e, p)) => (e, p, true),
+            None => (self.e.clone(), self.p.clone(), false),
+        }
+    }
 }
 
 /// `term` with each copy of `inner` (written over `(score, key)` `from`, read over `to`) replaced by
 /// `to`'s score, where that leaves no other reading of the score; `None` otherwise.
 fn over(term: &Expr, inner: &Expr, from: (Var, Var), to: (Var, Var)) -> Option<Expr> {
     let renamed = map_vars(inner, &|v| Expr::Var(if v == from.0 { to.0 } else if v == from.1 { to.1 } else { v }));
-    let copies = std::cell::Cell::new(0);
-    let out = map_nodes(term, &|x| {
-        (*x == renamed).then(|| {
-            copies.set(copies.get() + 1);
-            Expr::Var(to.0)
-        })
-    });
-    let reads = std::cell::Cell::new(0);
-    map_nodes(&out, &|x| {
-        if *x == Expr::Var(to.0) {
-            reads.set(reads.get() + 1);
-        }
-        None
-    });
-    (copies.get() > 0 && reads.get() == copies.get()).then_some(out)
+    let with = |x: Expr| map_nodes(term, &|n| (*n == renamed).then(|| x.clone()));
+    let without = with(Expr::Int(0));
+    (without != *term && !mentions(&without, to.0)).then(|| with(Expr::Var(to.0)))
 }
 
 /// Integer value of an index expression with the variables in `env` (others 0); `None` for anything

@@ -206,19 +206,15 @@ pub fn attention(w: &mut Writer, li: usize, a: &Attention, globals: &mut Vec<Str
         // 2. Scores and their max. Where the terms nest (`Attention::chained`: a softmax), each pass's
         // value is kept in place of the score — `w(s)`, then `e` — so each score's mask, scale and exp
         // run once (the same bits).
-        let chained = a.chained();
-        let (e_term, p_term) = match &chained {
-            Some((e, p)) => (e, p),
-            None => (a.e, a.p),
-        };
+        let (e_term, p_term, kept) = a.pass_terms();
         w.emit(&format!("store float {ninf}, ptr {mx}"));
         lane_loop(w, js, &lane, keys, 32, &mut |w| {
             score(w)?;
             let sv = w.emit_op(format!("load float, ptr {s}"));
             let x = w.value(a.w);
             let p = srow(w);
-            let kept = if chained.is_some() { &x } else { &sv };
-            w.emit(&format!("store float {kept}, ptr addrspace(3) {p}"));
+            let score = if kept { &x } else { &sv };
+            w.emit(&format!("store float {score}, ptr addrspace(3) {p}"));
             let cur = w.emit_op(format!("load float, ptr {mx}"));
             let m = w.bin(BinaryOp::Max, f, &cur, &x);
             w.emit(&format!("store float {m}, ptr {mx}"));
@@ -231,8 +227,8 @@ pub fn attention(w: &mut Writer, li: usize, a: &Attention, globals: &mut Vec<Str
             let p = srow(w);
             let sv = w.emit_op(format!("load float, ptr addrspace(3) {p}"));
             w.emit(&format!("store float {sv}, ptr {s}"));
-            let x = w.value(e_term);
-            if chained.is_some() {
+            let x = w.value(&e_term);
+            if kept {
                 w.emit(&format!("store float {x}, ptr addrspace(3) {p}"));
             }
             let cur = w.emit_op(format!("load float, ptr {l}"));
@@ -245,7 +241,7 @@ pub fn attention(w: &mut Writer, li: usize, a: &Attention, globals: &mut Vec<Str
             let p = srow(w);
             let sv = w.emit_op(format!("load float, ptr addrspace(3) {p}"));
             w.emit(&format!("store float {sv}, ptr {s}"));
-            let x = w.value(p_term);
+            let x = w.value(&p_term);
             w.emit(&format!("store float {x}, ptr addrspace(3) {p}"));
             Ok(())
         })?;

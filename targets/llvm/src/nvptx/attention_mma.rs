@@ -283,7 +283,7 @@ pub fn attention(w: &mut Writer, a: &Attention, kind: Mma, smem: i64, globals: &
         padded.then(|| w.emit_op(format!("icmp slt i64 {key}, {keys}")))
     };
     let ninf = llvm_lit(f64::NEG_INFINITY, f);
-    let chained = a.chained();
+    let (e_term, p_term, kept) = a.pass_terms();
     // Row half h's fold of `x` over its keys into `slot` (from `init`; a key past the last folds
     // `init`), then over the quad; `back`: each key's `x` kept in place of its score.
     let fold_row = |w: &mut Writer, h: i64, x: &rlx_ir::loops::Expr, slot: &str, op: BinaryOp, init: &str, back: bool| {
@@ -305,16 +305,12 @@ pub fn attention(w: &mut Writer, a: &Attention, kind: Mma, smem: i64, globals: &
         let h = h as i64;
         unflatten(w, rc, &a.rows);
         // Each pass's value kept in place of the score where the terms nest (`Attention::chained`).
-        let (e_term, p_term) = match &chained {
-            Some((e, p)) => (e, p),
-            None => (a.e, a.p),
-        };
-        fold_row(w, h, a.w, mx, BinaryOp::Max, &ninf, chained.is_some());
-        fold_row(w, h, e_term, l, BinaryOp::Add, "0.0", chained.is_some());
+        fold_row(w, h, a.w, mx, BinaryOp::Max, &ninf, kept);
+        fold_row(w, h, &e_term, l, BinaryOp::Add, "0.0", kept);
         let mut probs = Vec::new();
         for (j, e) in (0..nt).flat_map(|j| (0..2).map(move |e| (j, e))) {
             let ok = bind(w, j, e, 2 * h + e);
-            let x = w.value(p_term);
+            let x = w.value(&p_term);
             let x = match ok { Some(ok) => w.emit_op(format!("select i1 {ok}, float {x}, float 0.0")), None => x };
             probs.push((j, 2 * h + e, x));
         }

@@ -75,6 +75,29 @@ pub fn max_shared(sm: u32) -> i64 {
     }
 }
 
+/// Declares the `cp.async` intrinsics ([`copy16`], [`commit`], [`wait`]; this file's ring and
+/// `wgmma.rs`'s).
+pub(super) fn declare(w: &mut Writer) {
+    w.declare("declare void @llvm.nvvm.cp.async.cg.shared.global.16(ptr addrspace(3), ptr addrspace(1))");
+    w.declare("declare void @llvm.nvvm.cp.async.commit.group()");
+    w.declare("declare void @llvm.nvvm.cp.async.wait.group(i32)");
+}
+
+/// One 16-byte copy global → shared (`cp.async.cg`).
+pub(super) fn copy16(w: &mut Writer, dst: &str, src: &str) {
+    w.emit(&format!("call void @llvm.nvvm.cp.async.cg.shared.global.16(ptr addrspace(3) {dst}, ptr addrspace(1) {src})"));
+}
+
+/// Closes this thread's copies issued since the last commit as one group.
+pub(super) fn commit(w: &mut Writer) {
+    w.emit("call void @llvm.nvvm.cp.async.commit.group()");
+}
+
+/// Waits until at most `pending` of this thread's committed groups are still in flight.
+pub(super) fn wait(w: &mut Writer, pending: i64) {
+    w.emit(&format!("call void @llvm.nvvm.cp.async.wait.group(i32 {pending})"));
+}
+
 /// The module's dynamic shared array (one declaration, every pipelined kernel's).
 pub(super) const DSM: &str = "@dsm";
 
@@ -125,9 +148,7 @@ pub fn matmul(
         return Ok(None);
     }
     globals.push(format!("{DSM} = external addrspace(3) global [0 x i32], align 16"));
-    w.declare("declare void @llvm.nvvm.cp.async.cg.shared.global.16(ptr addrspace(3), ptr addrspace(1))");
-    w.declare("declare void @llvm.nvvm.cp.async.commit.group()");
-    w.declare("declare void @llvm.nvvm.cp.async.wait.group(i32)");
+    declare(w);
     let (tid, m0, n0, kslot) = block_origin(w, (bm, bn), batch, kv);
     // The copies: chunk e = tid + 256·q of an operand's slice is row e / C, chunk e % C (C chunks a
     // row), its global pointer at K = that chunk's first value computed once (the slice's kpart added
@@ -175,7 +196,7 @@ pub fn matmul(
                 let src = w.emit_op(format!("addrspacecast ptr {src} to ptr addrspace(1)"));
                 let at = w.emit_op(format!("add nuw nsw i64 {sw}, {d}"));
                 let dst = w.emit_op(format!("getelementptr inbounds i32, ptr addrspace(3) {DSM}, i64 {at}"));
-                w.emit(&format!("call void @llvm.nvvm.cp.async.cg.shared.global.16(ptr addrspace(3) {dst}, ptr addrspace(1) {src})"));
+                copy16(w, &dst, &src);
                 Ok(())
             };
             match guard {
@@ -185,7 +206,6 @@ pub fn matmul(
         }
         Ok(())
     };
-    let commit = |w: &mut Writer| w.emit("call void @llvm.nvvm.cp.async.commit.group()");
     let wg = Warps::new(w, acc, &tid, (bm, bn), kind);
     let Warps { ref wr, ref wc, ref gq, ref tq, wm, wn, mf, nf, .. } = wg;
     // Each fragment row's two bases in a stage (words): word mode, for even / odd c (row·pitch + 4t
@@ -284,7 +304,7 @@ pub fn matmul(
     for_loop(w, "%s.k0", "0", &kext.to_string(), tk, &mut |w| {
         let k0 = w.emit_op("load i64, ptr %s.k0".into());
         let kt = w.emit_op(format!("udiv i64 {k0}, {tk}"));
-        w.emit(&format!("call void @llvm.nvvm.cp.async.wait.group(i32 {})", stages - 2));
+        wait(w, stages - 2);
         barrier(w);
         let kn = w.emit_op(format!("add nuw nsw i64 {k0}, {}", (stages - 1) * tk));
         let more = w.emit_op(format!("icmp slt i64 {kn}, {kext}"));

@@ -393,9 +393,7 @@ pub fn matmul(
     let fence = |w: &mut Writer| w.emit("call void asm sideeffect \"fence.proxy.async.shared::cta;\", \"~{memory}\"() #1");
     if let Some(stages) = ring.filter(|_| kind == Mma::Tf32 || chunks.iter().all(|c| c.half)) {
         // ([`ring`].) Slice k0's copies into stage `st` (an i64 value).
-        w.declare("declare void @llvm.nvvm.cp.async.cg.shared.global.16(ptr addrspace(3), ptr addrspace(1))");
-        w.declare("declare void @llvm.nvvm.cp.async.commit.group()");
-        w.declare("declare void @llvm.nvvm.cp.async.wait.group(i32)");
+        super::cp_async::declare(w);
         let copy_slice = |w: &mut Writer, k0: &str, st: &str| {
             w.emit(&format!("store i64 {k0}, ptr {kslot}"));
             let offs = [w.value(&a.kpart), w.value(&b.kpart)];
@@ -407,10 +405,10 @@ pub fn matmul(
                 let o = w.emit_op(format!("add nuw nsw i64 {sb}, {}", c.row_dep));
                 let o = w.emit_op(format!("add nuw nsw i64 {o}, {}", c.at));
                 let dst = w.emit_op(format!("getelementptr inbounds i8, ptr addrspace(3) {DSW}, i64 {o}"));
-                w.emit(&format!("call void @llvm.nvvm.cp.async.cg.shared.global.16(ptr addrspace(3) {dst}, ptr addrspace(1) {src})"));
+                super::cp_async::copy16(w, &dst, &src);
             }
         };
-        let commit = |w: &mut Writer| w.emit("call void @llvm.nvvm.cp.async.commit.group()");
+        use super::cp_async::commit;
         let ahead = stages - 2;
         // The prologue: slices 0 .. S − 3 into stages 0 .. S − 3, one group each (empty past K).
         for s in 0..ahead {
@@ -422,7 +420,7 @@ pub fn matmul(
         for_loop(w, "%s.k0", "0", &kext.to_string(), tk, &mut |w| {
             let k0 = w.emit_op("load i64, ptr %s.k0".into());
             let kt = w.emit_op(format!("udiv i64 {k0}, {tk}"));
-            w.emit(&format!("call void @llvm.nvvm.cp.async.wait.group(i32 {})", ahead - 1));
+            super::cp_async::wait(w, ahead - 1);
             fence(w);
             barrier(w);
             let kn = w.emit_op(format!("add nuw nsw i64 {k0}, {}", ahead * tk));
