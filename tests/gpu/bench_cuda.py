@@ -124,6 +124,8 @@ TWINS = {
     "ring5": "wgmma tiles fed by a 5-stage cp.async ring (RLX_CUDA_WGMMA=3 RLX_CUDA_WGMMA_STAGES=5; tf32 truncated)",
     "ringwide3": "wide wgmma tiles fed by a 3-stage cp.async ring (RLX_CUDA_WGMMA=3 RLX_CUDA_WGMMA_STAGES=3 RLX_CUDA_WGMMA_WIDE=132)",
     "ringwide4": "wide wgmma tiles fed by a 4-stage cp.async ring (RLX_CUDA_WGMMA=3 RLX_CUDA_WGMMA_STAGES=4 RLX_CUDA_WGMMA_WIDE=132)",
+    "attmma": "attention on the tensor cores below the size rule (RLX_CUDA_ATTN_MMA=1)",
+    "attexact": "tensor-core attention's softmax with the accurate exp and a division per key (RLX_CUDA_ATTN_FAST=0)",
 }
 # (The ring's tf32 operands reach the tensor cores truncated, not rounded: bf16 alone gives the same bits.)
 SAME_BITS = {"f32w": "bf16", "hact0": "bf16", "ring3": "bf16", "ring4": "bf16", "ring5": "bf16"}

@@ -86,7 +86,7 @@ cp "$MINILM" "$D/minilm.onnx"
 case_() {
   local c=$1 model=$2 args=$3; shift 3
   local name=${c%%_*}
-  RLX_CUDA_WGMMA=${WG:-} RLX_CUDA_MERGE_MATMULS=${MERGE:-} RLX_CUDA_TILES=${TILES:-1} RLX_CUDA_FUSED_ATTENTION=${FUSED:-1} RLX_CUDA_TC_SPLIT=${TCSPLIT:-1} RLX_CUDA_HALF_WEIGHTS=${HALFW:-1} RLX_CUDA_VEC_FILL=${FILL:-1} RLX_CUDA_VEC_HEADS=${HEADS:-1} RLX_CUDA_VEC_EPI=${EPI:-} RLX_CUDA_VEC_LDS=${LDS:-} RLX_CUDA_PDL=${PDL:-1} RLX_CUDA_F32_MMA=${F32MMA:-1} env ${STAGES:+RLX_CUDA_VEC_STAGES=$STAGES} ${SPLITK:+RLX_CUDA_SPLIT_K=$SPLITK} ${SPLITKROWS:+RLX_CUDA_SPLIT_K_ROWS=$SPLITKROWS} ${KW:+RLX_CUDA_SPLIT_K_WIDE=$KW} ${WGTILE:+RLX_CUDA_WGMMA_TILE=$WGTILE} ${ATTMMA:+RLX_CUDA_ATTN_MMA=$ATTMMA} ${AW:+RLX_CUDA_ATTN_WARPS=$AW} ${ERF:+RLX_CUDA_ERF=$ERF} ${HACT:+RLX_CUDA_HALF_ACTIVATIONS=$HACT} ${WIDE:+RLX_CUDA_WGMMA_WIDE=$WIDE} ${WGSTAGES:+RLX_CUDA_WGMMA_STAGES=$WGSTAGES} $R compile "$model" --target cuda --sm "${SM:-90a}" --name "$name" -o "$D/art/$c" $args ${EXTRA:-} >/dev/null
+  RLX_CUDA_WGMMA=${WG:-} RLX_CUDA_MERGE_MATMULS=${MERGE:-} RLX_CUDA_TILES=${TILES:-1} RLX_CUDA_FUSED_ATTENTION=${FUSED:-1} RLX_CUDA_TC_SPLIT=${TCSPLIT:-1} RLX_CUDA_HALF_WEIGHTS=${HALFW:-1} RLX_CUDA_VEC_FILL=${FILL:-1} RLX_CUDA_VEC_HEADS=${HEADS:-1} RLX_CUDA_VEC_EPI=${EPI:-} RLX_CUDA_VEC_LDS=${LDS:-} RLX_CUDA_PDL=${PDL:-1} RLX_CUDA_F32_MMA=${F32MMA:-1} env ${STAGES:+RLX_CUDA_VEC_STAGES=$STAGES} ${SPLITK:+RLX_CUDA_SPLIT_K=$SPLITK} ${SPLITKROWS:+RLX_CUDA_SPLIT_K_ROWS=$SPLITKROWS} ${KW:+RLX_CUDA_SPLIT_K_WIDE=$KW} ${WGTILE:+RLX_CUDA_WGMMA_TILE=$WGTILE} ${ATTMMA:+RLX_CUDA_ATTN_MMA=$ATTMMA} ${AW:+RLX_CUDA_ATTN_WARPS=$AW} ${ERF:+RLX_CUDA_ERF=$ERF} ${HACT:+RLX_CUDA_HALF_ACTIVATIONS=$HACT} ${ATTFAST:+RLX_CUDA_ATTN_FAST=$ATTFAST} ${WIDE:+RLX_CUDA_WGMMA_WIDE=$WIDE} ${WGSTAGES:+RLX_CUDA_WGMMA_STAGES=$WGSTAGES} $R compile "$model" --target cuda --sm "${SM:-90a}" --name "$name" -o "$D/art/$c" $args ${EXTRA:-} >/dev/null
   [ $# -eq 0 ] && return 0
   mkdir -p "$D/ref/$c"
   local i=0 ins=()
@@ -179,6 +179,13 @@ for b in 1 8 32; do
   if [ $b -gt 1 ]; then for s in ${RING_TWINS-3 4}; do for p in bf16 tf32; do WG=3 WGSTAGES=$s EXTRA="--precision $p" case_ minilm_b${b}_${p}_ring$s "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; done; done; fi
   # bf16 batch 32 with both: the wide tiles fed by the ring (_ringwideS; RINGWIDE_TWINS="" leaves them out).
   if [ $b = 32 ]; then for s in ${RINGWIDE_TWINS-3 4}; do WIDE=132 WG=3 WGSTAGES=$s EXTRA="--precision bf16" case_ minilm_b${b}_bf16_ringwide$s "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; done; fi
+  # Batch 1 with the tensor-core attention below its size rule (_attmma, RLX_CUDA_ATTN_MMA=1; f32 takes the SIMT kernel
+  # there, tf32 / bf16 three launches), every precision (ATTMMA_TWINS=0 leaves them out).
+  if [ $b -eq 1 ] && [ "${ATTMMA_TWINS:-1}" != 0 ]; then for p in f32 tf32 bf16; do sp=_$p; [ $p = f32 ] && sp=
+    ATTMMA=1 EXTRA="--precision $p" case_ minilm_b1${sp}_attmma "$D/minilm.onnx" "--dim batch=1 --dim sequence=128"; done; fi
+  # tf32 and bf16 batch 8 / 32 with the tensor-core attention's softmax exact (_attexact, RLX_CUDA_ATTN_FAST=0: the
+  # accurate exp and a division per key, not ex2.approx and the row's reciprocal; ATTEXACT_TWINS=0 leaves them out).
+  if [ $b -gt 1 ] && [ "${ATTEXACT_TWINS:-1}" != 0 ]; then for p in tf32 bf16; do ATTFAST=0 EXTRA="--precision $p" case_ minilm_b${b}_${p}_attexact "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; done; fi
   [ "${SIMT_TWINS:-1}" = 0 ] || F32MMA=0 case_ minilm_b${b}_simt "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"
   for p in f32 tf32 bf16; do
     s=_$p; [ $p = f32 ] && s=

@@ -1191,7 +1191,8 @@ fn pipelined_tensor_core_tiles_match_the_interpreter_in_cpu_emulation() {
 /// passes). Bounds (max abs; the outputs are convex combinations of N(0,1) values, up to 3.4): f32
 /// forms 1e-5 (f32 sums of up to 600 terms against the interpreter's f64; measured ≤ 1.2e-6), tf32 5e-3
 /// (measured 3.6e-3), bf16 4e-2 (measured 2.6e-2), fp16 5e-3 (measured 3.6e-3) — the precision's
-/// rounding of q, k, p and v.
+/// rounding of q, k, p and v; the same with the tensor-core softmax's ex2.approx and row reciprocal
+/// (tf32 / bf16 / fp16) as with the accurate exp and a division per key (RLX_CUDA_ATTN_FAST=0).
 #[test]
 fn fused_attention_matches_the_interpreter_in_cpu_emulation() {
     let dir = tmp("attention");
@@ -1220,22 +1221,31 @@ fn fused_attention_matches_the_interpreter_in_cpu_emulation() {
     ok(rlxc().args(["compile", s(&model), "--target", "cuda", "-o", s(&small_f32)]));
     let simt_only = !std::fs::read_to_string(small_f32.join("attention.ptx")).unwrap().contains("mma.sync");
     assert!(kernels(&small_tf32) == 12 && kernels(&small_f32) == 4 && simt_only, "the size rule");
-    // (tag, RLX_CUDA_TILES, RLX_CUDA_ATTN_MMA, precision, kernels on the tensor cores, bound)
-    for (tag, tiles, mma, precision, on_tc, bound) in [
-        ("fused", "1", "1", "f32", 3, 1e-5),
-        ("simt", "1", "0", "f32", 0, 1e-5),
-        ("plain", "0", "1", "f32", 0, 1e-5),
-        ("tf32", "1", "1", "tf32", 3, 5e-3),
-        ("bf16", "1", "1", "bf16", 3, 4e-2),
-        ("fp16", "1", "1", "fp16", 3, 5e-3),
+    // (tag, RLX_CUDA_TILES, RLX_CUDA_ATTN_MMA, RLX_CUDA_ATTN_FAST, precision, kernels on the tensor cores, bound)
+    for (tag, tiles, mma, fast, precision, on_tc, bound) in [
+        ("fused", "1", "1", "1", "f32", 3, 1e-5),
+        ("simt", "1", "0", "1", "f32", 0, 1e-5),
+        ("plain", "0", "1", "1", "f32", 0, 1e-5),
+        ("tf32", "1", "1", "1", "tf32", 3, 5e-3),
+        ("bf16", "1", "1", "1", "bf16", 3, 4e-2),
+        ("fp16", "1", "1", "1", "fp16", 3, 5e-3),
+        ("bf16-exact", "1", "1", "0", "bf16", 3, 4e-2),
     ] {
         let art = dir.join(format!("art-{tag}"));
-        ok(rlxc().env("RLX_CUDA_TILES", tiles).env("RLX_CUDA_ATTN_MMA", mma).args(["compile", s(&model), "--target", "cuda", "--precision", precision, "--emit-ir", "-o", s(&art)]));
+        ok(rlxc().env("RLX_CUDA_TILES", tiles).env("RLX_CUDA_ATTN_MMA", mma).env("RLX_CUDA_ATTN_FAST", fast).args(["compile", s(&model), "--target", "cuda", "--precision", precision, "--emit-ir", "-o", s(&art)]));
         assert_eq!(kernels(&art), 4, "{tag}: one kernel per attention");
         let ir = std::fs::read_to_string(art.join("attention.ll")).unwrap();
         assert_eq!(ir.matches("(fused attention over").count(), if tiles == "1" { 4 } else { 0 }, "{tag}: cooperative attention kernels");
         let ptx = std::fs::read_to_string(art.join("attention.ptx")).unwrap();
-        assert_eq!(ptx.split(".entry").skip(1).filter(|k| k.contains("mma.sync")).count(), on_tc, "{tag}: attention kernels on the tensor cores");
+        let tc: Vec<&str> = ptx.split(".entry").skip(1).filter(|k| k.contains("mma.sync")).collect();
+        assert_eq!(tc.len(), on_tc, "{tag}: attention kernels on the tensor cores");
+        // Under tf32 / bf16 / fp16 the tensor-core softmax takes ex2.approx and one division per row
+        // half (none per key); f32's 3×TF32 and RLX_CUDA_ATTN_FAST=0 the accurate exp and a division per key.
+        let approx = precision != "f32" && fast == "1";
+        for k in &tc {
+            assert_eq!(k.contains("ex2.approx"), approx, "{tag}: ex2.approx in the tensor-core softmax");
+            assert!((k.matches("div.rn.f32").count() <= 2) == approx, "{tag}: {} divisions", k.matches("div.rn.f32").count());
+        }
         for sm in ["80", "90"] {
             ok(Command::new(&ptxas).args([&format!("-arch=sm_{sm}"), s(&art.join("attention.ptx")), "-o", s(&dir.join("a.cubin"))]));
         }

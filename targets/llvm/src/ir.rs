@@ -108,6 +108,8 @@ pub struct Writer<'a> {
     /// Slots already in `allocas` (a body written more than once — a tiled GPU kernel's epilogue, once
     /// per output a thread owns — reuses its slots).
     allocated: BTreeSet<String>,
+    /// f32 exp by `ex2.approx` (the GPU writer's tensor-core softmax: [`Writer::set_approx_exp`]).
+    approx_exp: bool,
 }
 
 impl<'a> Writer<'a> {
@@ -342,6 +344,7 @@ impl<'a> Writer<'a> {
             return match u {
                 UnaryOp::Neg => self.op(format!("fneg {t} {v}")),
                 UnaryOp::Abs => self.intr("fabs", d, &[v]),
+                UnaryOp::Exp if d == DType::F32 && self.approx_exp => self.exp_approx(v),
                 UnaryOp::Exp if d == DType::F32 => self.fast_exp(v, 1),
                 UnaryOp::Exp if d == DType::F64 && self.scalar_only => self.exp_f64(v),
                 UnaryOp::Exp => self.intr("exp", d, &[v]),
@@ -675,7 +678,7 @@ pub(crate) fn gpu_body(body: &[Stmt], params: Vec<(DType, String)>, bound: &[(Va
 impl<'a> Writer<'a> {
     /// A writer for a GPU kernel body: `vector(n)` loops are scalar loops.
     pub(crate) fn gpu(params: Vec<(DType, String)>, decls: &'a mut BTreeSet<String>) -> Writer<'a> {
-        Writer { out: String::new(), tmp: 0, label: 0, decls, vars: HashMap::new(), params, allocas: String::new(), split_next: false, vec_var: None, lanes: 1, vvars: HashMap::new(), scalar_only: true, int8: crate::Int8Dot::Plain, allocated: BTreeSet::new() }
+        Writer { out: String::new(), tmp: 0, label: 0, decls, vars: HashMap::new(), params, allocas: String::new(), split_next: false, vec_var: None, lanes: 1, vvars: HashMap::new(), scalar_only: true, int8: crate::Int8Dot::Plain, allocated: BTreeSet::new(), approx_exp: false }
     }
     /// Index variable `v` lives in the `i64` slot `slot` (allocated with [`Writer::slot`]).
     pub(crate) fn bind_index(&mut self, v: Var, slot: &str) {
@@ -704,6 +707,12 @@ impl<'a> Writer<'a> {
     /// Starts basic block `label`.
     pub(crate) fn block(&mut self, label: &str) {
         self.out.push_str(&format!("{label}:\n"));
+    }
+    /// f32 exp by `ex2.approx.ftz.f32` of x·log2 e (on) or the accurate `fast_exp` (off, the
+    /// default) in what follows: the tensor-core attention's softmax under tf32 / bf16 / fp16, whose
+    /// probabilities are rounded to the precision's 10 or 7 bits on their way into the second matmul.
+    pub(crate) fn set_approx_exp(&mut self, on: bool) {
+        self.approx_exp = on;
     }
     /// A declaration the module needs (an intrinsic).
     pub(crate) fn declare(&mut self, d: &str) {
@@ -756,7 +765,7 @@ fn comm_of(k: &Kernel) -> Option<&Stmt> {
 fn kernel_fn(k: &Kernel, fname: &str, decls: &mut BTreeSet<String>, int8: crate::Int8Dot) -> String {
     let params: Vec<(DType, String)> = k.params.iter().enumerate().map(|(i, p)| (p.dtype, format!("%p{i}"))).collect();
     let split = matches!(k.body.as_slice(), [Stmt::For { kind: LoopKind::Parallel, .. }]);
-    let mut w = Writer { out: String::new(), tmp: 0, label: 0, decls, vars: HashMap::new(), params, allocas: String::new(), split_next: split, vec_var: None, lanes: 1, vvars: HashMap::new(), scalar_only: false, int8, allocated: BTreeSet::new() };
+    let mut w = Writer { out: String::new(), tmp: 0, label: 0, decls, vars: HashMap::new(), params, allocas: String::new(), split_next: split, vec_var: None, lanes: 1, vvars: HashMap::new(), scalar_only: false, int8, allocated: BTreeSet::new(), approx_exp: false };
     w.stmts(&k.body);
     let mut loads = String::new();
     for i in 0..k.params.len() {

@@ -402,6 +402,20 @@ impl Attention<'_> {
             None => (self.e.clone(), self.p.clone(), false),
         }
     }
+
+    /// Probability term `p` (the plan's or [`Attention::pass_terms`]') with each f32 `x / l` — the
+    /// division by the row's sum — written `x · l`, for a writer that holds 1 / l in l's place: one
+    /// division per row instead of one per key (the product with the rounded reciprocal is within
+    /// one ulp more of the quotient). `None` where `p` reads `l` otherwise, or divides by none.
+    pub fn by_reciprocal(&self, p: &Expr) -> Option<Expr> {
+        let l = self.l;
+        let div = |n: &Expr| match n {
+            Expr::Bin(BinaryOp::Div, DType::F32, x, y) if **y == Expr::Var(l) && !mentions(x, l) => Some(x.clone()),
+            _ => None,
+        };
+        let without = map_nodes(p, &|n| div(n).map(|_| Expr::Int(0)));
+        (without != *p && !mentions(&without, l)).then(|| map_nodes(p, &|n| div(n).map(|x| Expr::Bin(BinaryOp::Mul, DType::F32, x, Box::new(Expr::Var(l))))))
+    }
 }
 
 /// `term` with each copy of `inner` (written over `(score, key)` `from`, read over `to`) replaced by
@@ -492,5 +506,27 @@ mod tests {
         assert_eq!(over(&stray, &w, (s[0], k[0]), (s[1], k[1])), None);
         // p over another key's term: no copy of e in it.
         assert_eq!(over(&p, &e_of(w_of(0)), (s[1], k[1]), (s[2], k[2])), None);
+    }
+
+    /// The probability's `x / l` becomes `x · l` (the writer holds 1 / l there) only where nothing
+    /// else in the term reads `l`.
+    #[test]
+    fn probability_divides_by_the_sum_through_its_reciprocal() {
+        let f = DType::F32;
+        let (s, l) = (Var(1), Var(8));
+        let b = |x: Expr| Box::new(x);
+        let q = |op: BinaryOp| Expr::Bin(op, f, b(Expr::Var(s)), b(Expr::Var(l)));
+        let guarded = |d: Expr| Expr::Select(b(Expr::Un(UnaryOp::IsNan, f, b(d.clone()))), b(Expr::Lit(0.0, f)), b(d));
+        let (a, m) = (Expr::Int(0), Expr::Int(0));
+        let mut at = Attention {
+            heads: vec![], rows: vec![], cols: vec![], keys: 1, depth: 1, key: [Var(2); 3], score: [s; 3], dv: Var(3), a: &a, b: &m, mx: Var(7), l, acc: Var(9), w: &a, e: &a, p: &a, v: &a, rest: &[],
+        };
+        assert_eq!(at.by_reciprocal(&guarded(q(BinaryOp::Div))), Some(guarded(q(BinaryOp::Mul))));
+        // l read outside the division, or no division by it: left alone.
+        let stray = Expr::Bin(BinaryOp::Add, f, b(q(BinaryOp::Div)), b(Expr::Var(l)));
+        assert_eq!(at.by_reciprocal(&stray), None);
+        assert_eq!(at.by_reciprocal(&q(BinaryOp::Mul)), None);
+        at.l = Var(10);
+        assert_eq!(at.by_reciprocal(&q(BinaryOp::Div)), None);
     }
 }

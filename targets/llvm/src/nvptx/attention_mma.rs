@@ -11,9 +11,10 @@
 //! `RLX_CUDA_ATTN_WARPS` at compile time to force one) takes one head and 16·W of its query rows, 16
 //! per warp:
 //!
-//! 1. The head's keys `[key][d]` and values `[key][c]` are staged in the dynamic shared array through
-//!    the plan's expressions (f32, tf32-rounded under tf32; keys, depth and columns padded with zeros
-//!    to the `mma` shapes; rows of 4 mod 32 words, so a fragment's 32 loads hit 32 banks), barrier.
+//! 1. The head's keys and values are staged in the dynamic shared array through the plan's
+//!    expressions, in the form the fragments read ([`Layout`]: tf32-rounded words, bf16 / fp16 pairs,
+//!    3×TF32's big and small parts; keys, depth and columns padded with zeros to the `mma` shapes; rows
+//!    padded so a fragment's 32 loads hit 32 banks), barrier.
 //! 2. Each warp loads its 16 query rows' A fragments once (the plan's `a`), then computes its
 //!    16 × keys scores as m16n8 fragments (`%d{j}`, j = key / 8): lane 4g + t holds rows g and g + 8,
 //!    keys 8j + 2t and 8j + 2t + 1.
@@ -21,7 +22,8 @@
 //!    (`shfl.sync.bfly` 1, 2: the four lanes sharing the row), the sum of `e(s, mx)` the same way, and
 //!    `p(s, mx, l)` written over the scores. Keys past the last are left out (−∞ / 0). Where the terms
 //!    nest (`Attention::chained`: a softmax), `w(s)` is kept in place of each score and then `e`, so
-//!    each score's mask, scale and exp run once (the same bits).
+//!    each score's mask, scale and exp run once (the same bits). Under tf32 / bf16 / fp16 the exp is
+//!    `ex2.approx` and `p`'s division by the sum a product with its reciprocal (below).
 //! 4. Probabilities × values on the tensor cores with the probabilities as the A operand straight from
 //!    the score registers: bf16's m16n8k16 A fragment is two score fragments side by side (keys
 //!    16k + 2t, + 1 and 16k + 8 + 2t, + 1); tf32's m16n8k8 A fragment takes the keys of one score
@@ -32,7 +34,7 @@
 //! Sums over the depth and over the keys run in the tensor cores' order, the max and sum per quad:
 //! results differ from the interpreter's by the precision's rounding (tests state the bounds).
 
-use super::tiled::{barrier, if_, mma_issue_all, sreg, to_operand, unflatten};
+use super::tiled::{barrier, if_, mma_issue_known, sreg, to_operand, unflatten};
 use super::attention::{head_and_slots, Slots};
 use super::Mma;
 use crate::ir::{llvm_lit, Writer};
@@ -63,12 +65,37 @@ fn round_up(x: i64, m: i64) -> i64 {
     cdiv(x, m) * m
 }
 
-/// Where [`attention`] writes plan `a` on the tensor cores of `kind` (`smem`: below): the keys,
-/// depth and columns padded to the `mma` shapes and the shared rows' strides (4 mod 32 words),
-/// `[kp, dp, cp, sk, sv]`; `None` where it does not (the SIMT kernel: `RLX_CUDA_ATTN_MMA=0`, f32 on
-/// the SIMT cores, a head too large, fewer than `ATTENTION_MMA_MIN_ROWS` query rows unless
-/// `RLX_CUDA_ATTN_MMA=1`).
-pub fn fits(a: &Attention, kind: Mma, smem: i64) -> Option<[i64; 5]> {
+/// 3×TF32's split planes (below) only while they take at most this many bytes, so two blocks or more
+/// share an SM of Hopper's 228 KiB (MiniLM's 32-wide heads: 72 KiB; BERT-base's 64-wide ones would take
+/// 136 KiB, one block an SM): larger heads stage f32 words, split where each fragment loads them.
+const PLANES_MAX: i64 = 80 * 1024;
+
+/// How [`attention`] stages a head's keys and values in the dynamic shared array (32-bit words), in
+/// the form its fragments read them — each word converted once by the block, not by every warp:
+/// - tf32: keys `[key][d]` at word key·sk + d, values `[key][c]` at `v` + key·sv + c, tf32-rounded;
+/// - bf16 / fp16: pairs of adjacent k in one word — keys `[key][d / 2]` (depth d, d + 1), values
+///   `[key / 2][c]` (keys 2i, 2i + 1) — so a fragment register is one load;
+/// - 3×TF32: the keys' and values' tf32 big parts as tf32's, their small parts `planes` words further
+///   on (`planes` 0: f32 words, split at each fragment's load: heads past [`PLANES_MAX`]).
+///
+/// Rows are padded so a fragment's 32 loads hit 32 banks: key rows (lanes 4g + t read row g, word t)
+/// by 4 mod 8 words, value rows of pairs (lanes read row t, word g) by 8 mod 32.
+pub struct Layout {
+    /// Keys, depth and columns padded to the `mma` shapes.
+    kp: i64,
+    dp: i64,
+    cp: i64,
+    sk: i64,
+    sv: i64,
+    v: i64,
+    planes: i64,
+    bytes: i64,
+}
+
+/// Where [`attention`] writes plan `a` on the tensor cores of `kind` (`smem`: below): its [`Layout`];
+/// `None` where it does not (the SIMT kernel: `RLX_CUDA_ATTN_MMA=0`, f32 on the SIMT cores, a head too
+/// large, fewer than `ATTENTION_MMA_MIN_ROWS` query rows unless `RLX_CUDA_ATTN_MMA=1`).
+pub fn fits(a: &Attention, kind: Mma, smem: i64) -> Option<Layout> {
     let switch = std::env::var("RLX_CUDA_ATTN_MMA").ok();
     if kind == Mma::F32 || switch.as_deref() == Some("0") {
         return None;
@@ -78,24 +105,30 @@ pub fn fits(a: &Attention, kind: Mma, smem: i64) -> Option<[i64; 5]> {
     let (heads, rows, cols) = (prod(&a.heads), prod(&a.rows), prod(&a.cols));
     let ks = if kind.tf32() { 8 } else { 16 };
     let (kp, dp, cp) = (round_up(a.keys, 16), round_up(a.depth, ks), round_up(cols, 8));
-    let (sk, sv) = (round_up(dp, 32) + 4, round_up(cp, 32) + 4);
-    let bytes = 4 * kp * (sk + sv);
-    let ok = kp <= MAX_KEYS && dp <= MAX_DEPTH && cp <= MAX_DEPTH && bytes <= smem && rows >= 1 && (heads * rows >= ATTENTION_MMA_MIN_ROWS || any_size);
-    ok.then_some([kp, dp, cp, sk, sv])
+    let layout = if kind.tf32() {
+        let (sk, sv) = (round_up(dp, 32) + 4, round_up(cp, 32) + 4);
+        let words = kp * (sk + sv);
+        let planes = if kind == Mma::Tf32x3 && 8 * words <= PLANES_MAX.min(smem) { words } else { 0 };
+        Layout { kp, dp, cp, sk, sv, v: kp * sk, planes, bytes: 4 * (words + planes) }
+    } else {
+        let (sk, sv) = (round_up(dp / 2, 8) + 4, round_up(cp, 32) + 8);
+        Layout { kp, dp, cp, sk, sv, v: kp * sk, planes: 0, bytes: 4 * (kp * sk + kp / 2 * sv) }
+    };
+    let ok = kp <= MAX_KEYS && dp <= MAX_DEPTH && cp <= MAX_DEPTH && layout.bytes <= smem && rows >= 1 && (heads * rows >= ATTENTION_MMA_MIN_ROWS || any_size);
+    ok.then_some(layout)
 }
 
 /// The kernel body for plan `a` on the tensor cores of `kind`, or `None` where it does not apply
 /// (above): its grid, block and dynamic shared bytes. `smem`: the most dynamic shared memory a
 /// block may take on this GPU.
 pub fn attention(w: &mut Writer, a: &Attention, kind: Mma, smem: i64, globals: &mut Vec<String>) -> Result<Option<([u32; 3], u32, u32)>, String> {
-    let Some([kp, dp, cp, sk, sv]) = fits(a, kind, smem) else { return Ok(None) };
+    let Some(Layout { kp, dp, cp, sk, sv, v: vbase, planes, bytes }) = fits(a, kind, smem) else { return Ok(None) };
     let prod = |d: &[(rlx_ir::loops::Var, i64)]| d.iter().map(|x| x.1).product::<i64>();
     let (heads, rows, cols) = (prod(&a.heads), prod(&a.rows), prod(&a.cols));
     let (keys, depth) = (a.keys, a.depth);
     let tf32 = kind.tf32();
     // The k of one mma.sync: 8 tf32 values, 16 of the 16-bit kinds.
     let ks = if tf32 { 8 } else { 16 };
-    let bytes = 4 * kp * (sk + sv);
     let nw = warps(heads, rows);
     let tiles = cdiv(rows, 16 * nw);
     let blocks = heads * tiles;
@@ -114,18 +147,10 @@ pub fn attention(w: &mut Writer, a: &Attention, kind: Mma, smem: i64, globals: &
     let g = w.emit_op(format!("lshr i64 {lane}, 2"));
     let t = w.emit_op(format!("and i64 {lane}, 3"));
     let (tile, Slots { js, ds, s, mx, l, acc }) = head_and_slots(w, a, tiles);
-    // A staged value: tf32 rounded where the mma takes tf32 as it is; f32 bits otherwise.
-    let staged = |w: &mut Writer, x: &str| -> String {
-        match kind {
-            Mma::Tf32 => to_operand(w, Mma::Tf32, x, None),
-            _ => w.emit_op(format!("bitcast float {x} to i32")),
-        }
-    };
-    // 1. Keys [j][d] at word j·sk + d, values [j][c] at kp·sk + j·sv + c; zeros past the plan's extents.
-    // Thread tid stages elements tid + threads·q, the loads of STAGE_RUN of them issued before their
-    // stores (a rolled loop would wait one memory latency per element); a position past the last is
-    // clamped to it (two threads store the same value to the same word).
-    let stage = |w: &mut Writer, total: i64, elem: &mut dyn FnMut(&mut Writer, &str) -> (String, String)| {
+    // 1. The staged words ([`Layout`]). Thread tid stages words tid + threads·q, the loads of
+    // STAGE_RUN of them issued before their stores (a rolled loop would wait one memory latency per
+    // word); a word past the last is clamped to it (two threads store the same value to the same word).
+    let stage = |w: &mut Writer, total: i64, word: &mut dyn FnMut(&mut Writer, &str) -> Vec<(String, String)>| {
         let per = cdiv(total, threads);
         for q0 in (0..per).step_by(STAGE_RUN as usize) {
             let mut pending = Vec::new();
@@ -137,7 +162,7 @@ pub fn attention(w: &mut Writer, a: &Attention, kind: Mma, smem: i64, globals: &
                 } else {
                     e
                 };
-                pending.push(elem(w, &e));
+                pending.extend(word(w, &e));
             }
             for (r, o) in pending {
                 let p = at(w, &o);
@@ -145,39 +170,78 @@ pub fn attention(w: &mut Writer, a: &Attention, kind: Mma, smem: i64, globals: &
             }
         }
     };
-    // One staged operand: element e is row (key) j = e / inner, inner index i = e % inner, at word
-    // base + j·stride + i; `bind` binds i (clamped inside `extent`) for the plan's expression `x`.
-    let matrix = |w: &mut Writer, (inner, extent): (i64, i64), (base, stride): (i64, i64), x: &rlx_ir::loops::Expr, bind: &dyn Fn(&mut Writer, &str)| {
-        stage(w, kp * inner, &mut |w, e| {
+    // The plan's expression `x` at key j (an i64 value) and inner index i (`bind` binds it, clamped
+    // inside `extent`): 0 past the keys or the extent.
+    let element = |w: &mut Writer, x: &rlx_ir::loops::Expr, j: &str, i: &str, extent: i64, bind: &dyn Fn(&mut Writer, &str)| -> String {
+        let ok1 = w.emit_op(format!("icmp slt i64 {j}, {keys}"));
+        let ok2 = w.emit_op(format!("icmp slt i64 {i}, {extent}"));
+        let ok = w.emit_op(format!("and i1 {ok1}, {ok2}"));
+        let jc = w.emit_op(format!("select i1 {ok1}, i64 {j}, i64 {}", keys - 1));
+        let ic = w.emit_op(format!("select i1 {ok2}, i64 {i}, i64 {}", extent - 1));
+        w.emit(&format!("store i64 {jc}, ptr {js}"));
+        bind(w, &ic);
+        let v = w.value(x);
+        w.emit_op(format!("select i1 {ok}, float {v}, float 0.0"))
+    };
+    // One staged operand of `rows` × `inner` words at `base` + row·`stride` + inner index. Word (j, i)
+    // holds, by kind: tf32 the rounded element (key j, index i); 3×TF32 with planes its big part, and
+    // its small part `planes` words on; without planes its f32 bits; the 16-bit kinds the pair along
+    // the inner index (`along_keys` false: (j, 2i), (j, 2i + 1)) or along the keys ((2j, i), (2j + 1, i)).
+    let matrix = |w: &mut Writer, (rows_w, inner): (i64, i64), (base, stride): (i64, i64), x: &rlx_ir::loops::Expr, extent: i64, along_keys: bool, bind: &dyn Fn(&mut Writer, &str)| {
+        stage(w, rows_w * inner, &mut |w, e| {
             let j = w.emit_op(format!("udiv i64 {e}, {inner}"));
             let i = w.emit_op(format!("urem i64 {e}, {inner}"));
-            let ok1 = w.emit_op(format!("icmp slt i64 {j}, {keys}"));
-            let ok2 = w.emit_op(format!("icmp slt i64 {i}, {extent}"));
-            let ok = w.emit_op(format!("and i1 {ok1}, {ok2}"));
-            let jc = w.emit_op(format!("select i1 {ok1}, i64 {j}, i64 {}", keys - 1));
-            let ic = w.emit_op(format!("select i1 {ok2}, i64 {i}, i64 {}", extent - 1));
-            w.emit(&format!("store i64 {jc}, ptr {js}"));
-            bind(w, &ic);
-            let v = w.value(x);
-            let v = w.emit_op(format!("select i1 {ok}, float {v}, float 0.0"));
-            let r = staged(w, &v);
             let o = w.emit_op(format!("mul nuw nsw i64 {j}, {stride}"));
             let o = if base > 0 { w.emit_op(format!("add nuw nsw i64 {o}, {base}")) } else { o };
-            (r, w.emit_op(format!("add nuw nsw i64 {o}, {i}")))
+            let o = w.emit_op(format!("add nuw nsw i64 {o}, {i}"));
+            if tf32 {
+                let v = element(w, x, &j, &i, extent, bind);
+                let big = to_operand(w, if planes > 0 { Mma::Tf32 } else { kind }, &v, None);
+                if planes == 0 {
+                    return vec![(big, o)];
+                }
+                let bf = w.emit_op(format!("bitcast i32 {big} to float"));
+                let d = w.emit_op(format!("fsub float {v}, {bf}"));
+                let small = to_operand(w, Mma::Tf32, &d, None);
+                let os = w.emit_op(format!("add nuw nsw i64 {o}, {planes}"));
+                return vec![(big, o), (small, os)];
+            }
+            let (j0, i0) = if along_keys { (w.emit_op(format!("shl nuw nsw i64 {j}, 1")), i.clone()) } else { (j.clone(), w.emit_op(format!("shl nuw nsw i64 {i}, 1"))) };
+            let (j1, i1) = if along_keys { (w.emit_op(format!("or i64 {j0}, 1")), i.clone()) } else { (j.clone(), w.emit_op(format!("or i64 {i0}, 1"))) };
+            let lo = element(w, x, &j0, &i0, extent, bind);
+            let hi = element(w, x, &j1, &i1, extent, bind);
+            vec![(to_operand(w, kind, &lo, Some(&hi)), o)]
         })
     };
-    matrix(w, (dp, depth), (0, sk), a.b, &|w, d| w.emit(&format!("store i64 {d}, ptr {ds}")));
-    matrix(w, (cp, cols), (kp * sk, sv), a.v, &|w, c| unflatten(w, c, &a.cols));
+    let bind_d = |w: &mut Writer, d: &str| w.emit(&format!("store i64 {d}, ptr {ds}"));
+    let bind_c = |w: &mut Writer, c: &str| unflatten(w, c, &a.cols);
+    if tf32 {
+        matrix(w, (kp, dp), (0, sk), a.b, depth, false, &bind_d);
+        matrix(w, (kp, cp), (vbase, sv), a.v, cols, false, &bind_c);
+    } else {
+        matrix(w, (kp, dp / 2), (0, sk), a.b, depth, false, &bind_d);
+        matrix(w, (kp / 2, cp), (vbase, sv), a.v, cols, true, &bind_c);
+    }
     barrier(w);
-    // Shared word `base + off` as an mma operand word (i32 bits) or as f32.
+    // Shared word `base + off`: an mma operand register (3×TF32 without planes: f32 bits).
     let word = |w: &mut Writer, base: &str, off: i64| -> String {
         let o = w.emit_op(format!("add nuw nsw i64 {base}, {off}"));
         let p = at(w, &o);
         w.emit_op(format!("load i32, ptr addrspace(3) {p}"))
     };
-    let fword = |w: &mut Writer, base: &str, off: i64| -> String {
-        let r = word(w, base, off);
-        w.emit_op(format!("bitcast i32 {r} to float"))
+    // A B fragment's registers from words `base + off` for each `off`; with 3×TF32's planes each
+    // register is its big part, whose small part (`planes` words on) goes into `known`.
+    let fragment = |w: &mut Writer, base: &str, offs: &[i64], known: &mut Vec<(String, String, String)>| -> Vec<String> {
+        offs.iter()
+            .map(|&off| {
+                let big = word(w, base, off);
+                if planes > 0 {
+                    let small = word(w, base, off + planes);
+                    known.push((big.clone(), big.clone(), small));
+                }
+                big
+            })
+            .collect()
     };
     // 16-bit pairs (lower k first) from two f32 values.
     let pair = |w: &mut Writer, lo: &str, hi: &str| to_operand(w, kind, lo, Some(hi));
@@ -239,27 +303,18 @@ pub fn attention(w: &mut Writer, a: &Attention, kind: Mma, smem: i64, globals: &
             }
         }
     };
-    // Scores: B fragment of key tile j at k step kk: key 8j + g, depth k0 + t (+ 4), or pairs.
+    // Scores: B fragment of key tile j at k step kk: key 8j + g, word t and t + 4 of the step's
+    // (tf32: depth k0 + t, + 4; 16-bit kinds: the pairs at k0 + 2t and k0 + 8 + 2t).
     let g_sk = w.emit_op(format!("mul nuw nsw i64 {g}, {sk}"));
-    let kb = if tf32 { w.emit_op(format!("add nuw nsw i64 {g_sk}, {t}")) } else {
-        let t2 = w.emit_op(format!("shl nuw nsw i64 {t}, 1"));
-        w.emit_op(format!("add nuw nsw i64 {g_sk}, {t2}"))
-    };
+    let kb = w.emit_op(format!("add nuw nsw i64 {g_sk}, {t}"));
+    let step_words = if tf32 { ks } else { ks / 2 };
     for kk in 0..dp / ks {
-        let mut bs = Vec::new();
-        for j in 0..nt {
-            let off = 8 * j * sk + ks * kk;
-            bs.push(if tf32 {
-                vec![word(w, &kb, off), word(w, &kb, off + 4)]
-            } else {
-                let v: Vec<String> = [0, 1, 8, 9].iter().map(|&o| fword(w, &kb, off + o)).collect();
-                vec![pair(w, &v[0], &v[1]), pair(w, &v[2], &v[3])]
-            });
-        }
+        let mut known = Vec::new();
+        let bs: Vec<Vec<String>> = (0..nt).map(|j| fragment(w, &kb, &[8 * j * sk + step_words * kk, 8 * j * sk + step_words * kk + 4], &mut known)).collect();
         let qk = &q[kk as usize];
         let av: Vec<String> = vec![qk[0][0].clone(), qk[1][0].clone(), qk[0][1].clone(), qk[1][1].clone()];
         let issues: Vec<(i64, &[String], &[String])> = (0..nt).map(|j| (j, av.as_slice(), bs[j as usize].as_slice())).collect();
-        mma_issue_all(w, kind, &issues);
+        mma_issue_known(w, kind, &issues, known);
     }
     fold(w, 0..nt);
     // 3. Softmax per row half h (registers 2h, 2h + 1 of each score fragment).
@@ -284,6 +339,15 @@ pub fn attention(w: &mut Writer, a: &Attention, kind: Mma, smem: i64, globals: &
     };
     let ninf = llvm_lit(f64::NEG_INFINITY, f);
     let (e_term, p_term, kept) = a.pass_terms();
+    // Under tf32 / bf16 / fp16 the probabilities are rounded to 10 or 7 bits on their way into the
+    // second matmul: their exp is `ex2.approx` (`Writer::set_approx_exp`) and their division by the
+    // row's sum a product with its reciprocal (`Attention::by_reciprocal`), each within a few f32 ulps.
+    // 3×TF32 keeps f32's accuracy: the accurate exp and the division (as does `RLX_CUDA_ATTN_FAST=0`
+    // at compile time, to time the two).
+    let fast = kind != Mma::Tf32x3 && std::env::var("RLX_CUDA_ATTN_FAST").map_or(true, |v| v != "0");
+    let recip = if fast { a.by_reciprocal(&p_term) } else { None };
+    let p_term = recip.clone().unwrap_or(p_term);
+    w.set_approx_exp(fast);
     // Row half h's fold of `x` over its keys into `slot` (from `init`; a key past the last folds
     // `init`), then over the quad; `back`: each key's `x` kept in place of its score.
     let fold_row = |w: &mut Writer, h: i64, x: &rlx_ir::loops::Expr, slot: &str, op: BinaryOp, init: &str, back: bool| {
@@ -307,6 +371,11 @@ pub fn attention(w: &mut Writer, a: &Attention, kind: Mma, smem: i64, globals: &
         // Each pass's value kept in place of the score where the terms nest (`Attention::chained`).
         fold_row(w, h, a.w, mx, BinaryOp::Max, &ninf, kept);
         fold_row(w, h, &e_term, l, BinaryOp::Add, "0.0", kept);
+        if recip.is_some() {
+            let sum = w.emit_op(format!("load float, ptr {l}"));
+            let r = w.emit_op(format!("fdiv float 1.0, {sum}"));
+            w.emit(&format!("store float {r}, ptr {l}"));
+        }
         let mut probs = Vec::new();
         for (j, e) in (0..nt).flat_map(|j| (0..2).map(move |e| (j, e))) {
             let ok = bind(w, j, e, 2 * h + e);
@@ -318,12 +387,13 @@ pub fn attention(w: &mut Writer, a: &Attention, kind: Mma, smem: i64, globals: &
             w.emit(&format!("store float {x}, ptr %d{j}.{r}"));
         }
     }
+    w.set_approx_exp(false);
     // 4. Probabilities × values: B fragment of column tile n at key step kk — tf32: value rows
     // 8kk + 2t (k = t) and 8kk + 2t + 1 (k = t + 4); 16-bit kinds: pairs of rows 16kk + 2t, + 1 and
     // 16kk + 8 + 2t, + 1; column 8n + g.
-    let t2_sv = w.emit_op(format!("mul nuw nsw i64 {t2}, {sv}"));
-    let vb = w.emit_op(format!("add nuw nsw i64 {t2_sv}, {g}"));
-    let vb = w.emit_op(format!("add nuw nsw i64 {vb}, {}", kp * sk));
+    let row_sv = w.emit_op(format!("mul nuw nsw i64 {}, {sv}", if tf32 { &t2 } else { &t }));
+    let vb = w.emit_op(format!("add nuw nsw i64 {row_sv}, {g}"));
+    let vb = w.emit_op(format!("add nuw nsw i64 {vb}, {vbase}"));
     let p = |w: &mut Writer, j: i64, r: i64| w.emit_op(format!("load float, ptr %d{j}.{r}"));
     for kk in 0..kp / ks {
         let av: Vec<String> = if tf32 {
@@ -340,18 +410,16 @@ pub fn attention(w: &mut Writer, a: &Attention, kind: Mma, smem: i64, globals: &
             }
             v
         };
-        let mut bs = Vec::new();
-        for n in 0..nc {
-            let off = ks * kk * sv + 8 * n;
-            bs.push(if tf32 {
-                vec![word(w, &vb, off), word(w, &vb, off + sv)]
-            } else {
-                let v: Vec<String> = [0, sv, 8 * sv, 9 * sv].iter().map(|&o| fword(w, &vb, off + o)).collect();
-                vec![pair(w, &v[0], &v[1]), pair(w, &v[2], &v[3])]
-            });
-        }
+        // tf32: value rows 8kk + 2t and + 1; 16-bit kinds: pair rows 8kk + t and + 4.
+        let mut known = Vec::new();
+        let bs: Vec<Vec<String>> = (0..nc)
+            .map(|n| {
+                let off = 8 * kk * sv + 8 * n;
+                fragment(w, &vb, &[off, off + if tf32 { sv } else { 4 * sv }], &mut known)
+            })
+            .collect();
         let issues: Vec<(i64, &[String], &[String])> = (0..nc).map(|n| (nt + n, av.as_slice(), bs[n as usize].as_slice())).collect();
-        mma_issue_all(w, kind, &issues);
+        mma_issue_known(w, kind, &issues, known);
     }
     fold(w, nt..nt + nc);
     // 5. The stores: row half h, column 8n + 2t + e.

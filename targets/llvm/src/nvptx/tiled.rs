@@ -793,13 +793,19 @@ pub(super) fn fold_small(w: &mut Writer, kind: Mma, frags: i64) {
 /// not back to back. An infinite operand gives NaN (small = ∞ − ∞), as CUTLASS's 3xTF32 does.
 /// Other kinds: one `mma_issue` per fragment, as before.
 pub(super) fn mma_issue_all(w: &mut Writer, kind: Mma, issues: &[(i64, &[String], &[String])]) {
+    mma_issue_known(w, kind, issues, Vec::new())
+}
+
+/// [`mma_issue_all`] where some registers' 3×TF32 parts are known already, `(register, big, small)`
+/// — operands staged split (`attention_mma.rs`) —: those are not split again.
+pub(super) fn mma_issue_known(w: &mut Writer, kind: Mma, issues: &[(i64, &[String], &[String])], known: Vec<(String, String, String)>) {
     if kind != Mma::Tf32x3 {
         for (s, av, bv) in issues {
             mma_issue(w, kind, *s, av, bv);
         }
         return;
     }
-    let mut parts: Vec<(String, String, String)> = Vec::new();
+    let mut parts = known;
     let mut split = |w: &mut Writer, regs: &[String]| -> (Vec<String>, Vec<String>) {
         regs.iter()
             .map(|x| {

@@ -34,7 +34,20 @@ impl<'a> Writer<'a> {
 
     /// e^(−`sq`) by `ex2.approx.ftz.f32` of −sq·log2 e (f32 scalar, `sq` ≥ 0 or NaN).
     pub(super) fn exp_neg_approx(&mut self, sq: &str) -> String {
-        let a = self.op(format!("fmul float {sq}, {}", Self::fk(1, -std::f64::consts::LOG2_E)));
+        self.exp2_scaled(sq, -std::f64::consts::LOG2_E)
+    }
+
+    /// e^`x` by `ex2.approx.ftz.f32` of x·log2 e (f32 scalar), for the tensor-core softmax
+    /// ([`Writer::set_approx_exp`]): PTX's stated error 2 ulp, plus x·2⁻²⁴ relative from rounding
+    /// the product (a softmax's arguments are ≤ 0 after the max; e^x below 2⁻¹²⁶ flushes to 0);
+    /// −∞ gives 0, NaN stays NaN.
+    pub(in crate::ir) fn exp_approx(&mut self, x: &str) -> String {
+        self.exp2_scaled(x, std::f64::consts::LOG2_E)
+    }
+
+    /// 2^(`x`·`scale`) by `ex2.approx.ftz.f32`.
+    fn exp2_scaled(&mut self, x: &str, scale: f64) -> String {
+        let a = self.op(format!("fmul float {x}, {}", Self::fk(1, scale)));
         self.decls.insert("declare float @llvm.nvvm.ex2.approx.ftz.f(float)".into());
         self.op(format!("call float @llvm.nvvm.ex2.approx.ftz.f(float {a})"))
     }
