@@ -249,10 +249,14 @@ fn wgmma_tiles_assemble_for_sm90a_only_when_asked() {
     };
     let (plain, ruled) = (n64(None), n64(Some("4")));
     assert!(plain.0 == 0 && ruled.0 == 4 * 6 && ruled.1 == plain.1 && plain.1 > 0, "RLX_CUDA_WGMMA_TILE=4: (n64, n96) wgmmas {ruled:?}, without {plain:?}");
-    // `--sm 90a` takes them by default (the overlapped form, RLX_CUDA_WGMMA=2's PTX byte for byte); RLX_CUDA_WGMMA=0 not.
-    let (by_default, _) = compile("sm90a", "", "90a", "bf16");
-    let (asked, _) = compile("sm90-wg2", "2", "90", "bf16");
-    assert!(by_default.contains(".target sm_90a") && by_default == asked, "--sm 90a: wgmma by default");
+    // `--sm 90a` takes them by default — bf16 fed by the cp.async ring (RLX_CUDA_WGMMA=3's PTX byte for byte),
+    // tf32 in the overlapped register-staged form (RLX_CUDA_WGMMA=2's) —; RLX_CUDA_WGMMA=0 not.
+    for (p, form) in [("bf16", "3"), ("tf32", "2")] {
+        let (by_default, _) = compile(&format!("sm90a-{p}"), "", "90a", p);
+        let (asked, _) = compile(&format!("sm90-wg{form}-{p}"), form, "90", p);
+        assert!(by_default.contains(".target sm_90a") && by_default == asked, "--sm 90a {p}: wgmma by default as RLX_CUDA_WGMMA={form}");
+        assert_eq!(by_default.contains("cp.async.cg.shared.global"), p == "bf16", "{p}: the ring's copies");
+    }
     for (tag, wg, sm, p, target) in [("off", "0", "90", "bf16", "sm_90"), ("sm80", "1", "80", "bf16", "sm_80"), ("fp16", "1", "90", "fp16", "sm_90"), ("sm90a-off", "0", "90a", "bf16", "sm_90")] {
         let (ptx, _) = compile(tag, wg, sm, p);
         assert!(!ptx.contains("wgmma") && ptx.contains(&format!(".target {target}\n")) && ptx.contains("mma.sync"), "{tag}: {}", &ptx[..ptx.len().min(300)]);

@@ -1,8 +1,9 @@
 //! Hopper's warpgroup matrix multiply (`wgmma.mma_async`, sm_90a, PTX ISA 8.0) for `vec_tile.rs`'s
 //! whole tiles under `--sm 90` and `--precision bf16`, `tf32` or `f32` (3×TF32), behind
-//! `RLX_CUDA_WGMMA=N` at compile time (off by default: [`on`]): 1 this file's form, 2 the same with the
-//! next slice's stores overlapping the `wgmma`s (below), 3 the slices copied by a `cp.async` ring
-//! straight into the stages where the operands need no conversion ([`ring`]). A module with such a
+//! `RLX_CUDA_WGMMA=N` at compile time, or by default under `--sm 90a` ([`on`]): 1 this file's form, 2 the
+//! same with the next slice's stores overlapping the `wgmma`s (below; `--sm 90a`'s default for tf32 and
+//! f32), 3 the slices copied by a `cp.async` ring straight into the stages where the operands need no
+//! conversion ([`ring`]; `--sm 90a`'s default for bf16). A module with such a
 //! kernel is written for `.target sm_90a` with PTX 8.0 (`mod.rs`: LLVM 19's NVPTX knows both), which
 //! runs on sm_90 GPUs only (the H100 / H200), where `--sm 90`'s plain sm_90 PTX is also compiled by
 //! the driver for later GPUs: that, and a gain of 3–4% on MiniLM, is why it is a switch, not the
@@ -10,8 +11,9 @@
 //! 1,948 → 1,871 µs with 2; per kernel, tests/gpu/bench_gemm.py, FFN down −9…−16%, the others ±3%;
 //! a cp.async ring of 3 / 4 stages feeding the same `wgmma`s measured 1.3–2.7× slower per kernel and
 //! was not kept: git history f2e6157 — its f32 activations converted by the copying threads, and a
-//! `wgmma.wait_group 0` each slice; [`ring`] is the form without either, not yet timed). The tf32 and f32 forms (session 25) are checked in CPU
-//! emulation and by ptxas but not yet timed on a GPU (no device was lent that session).
+//! `wgmma.wait_group 0` each slice; [`ring`] is the form without either: on an H100, session 30, bf16
+//! MiniLM batch 8 / 32 0.94 / 0.91× the time of form 2). Session 27 timed the tf32 and f32 forms
+//! (docs/benchmarks.md); `--sm 90a` has taken them by default since.
 //!
 //! The block is `vec_tile.rs`'s (256 threads, the same block tile choice, [`vec_tile::tile`], or with
 //! `RLX_CUDA_WGMMA_TILE=W` this file's [`tile`]): its 8 warps are two warpgroups, each one m64×nW
@@ -99,9 +101,20 @@ fn overlapped() -> bool {
 /// have landed and both warpgroups' `wgmma`s of slice s − 2 are done —, the copies of slice s + S − 2
 /// into slice s − 2's stage, one commit group, slice s's `wgmma`s, then `wgmma.wait_group 1`: slice s
 /// − 1's done, s's left running while the next iteration waits and copies. So S − 2 slices are in
-/// flight from memory and two on the tensor cores. Not yet timed on a GPU.
-fn ring() -> Option<i64> {
-    (mode(true) == Some(3)).then(|| std::env::var("RLX_CUDA_WGMMA_STAGES").ok().and_then(|v| v.parse::<i64>().ok()).filter(|s| (3..=6).contains(s)).unwrap_or(4))
+/// flight from memory and two on the tensor cores.
+///
+/// By default (`RLX_CUDA_WGMMA` unset, `--sm 90a`) bf16's tiles take the ring — the same output bits
+/// as the register-staged form; on an H100, MiniLM seq 128 bf16 batch 8 / 32 resident 0.94 / 0.91×
+/// the time (docs/benchmarks.md, session 30) — and tf32's keep the register-staged form, which rounds
+/// (the ring's truncation: 4.7× the error against the interpreter at MiniLM batch 8, where it ran
+/// 0.80× the time); `RLX_CUDA_WGMMA=3`: both; 1 / 2: neither.
+fn ring(kind: Mma) -> Option<i64> {
+    let on = match std::env::var("RLX_CUDA_WGMMA").ok().and_then(|v| v.parse::<i64>().ok()) {
+        Some(3) => true,
+        None => kind == Mma::Bf16,
+        _ => false,
+    };
+    on.then(|| std::env::var("RLX_CUDA_WGMMA_STAGES").ok().and_then(|v| v.parse::<i64>().ok()).filter(|s| (3..=6).contains(s)).unwrap_or(4))
 }
 
 /// The block tile for these kernels from [`vec_tile::tile`]'s pick `(bm, bn)` of an M×N matmul (`nb`
@@ -186,7 +199,7 @@ pub fn matmul(
     let small_at = (bm + bn) * ROW;
     let stage = small_at * (1 + x3 as i64);
     // The ring's stages where it may apply (16-bit operands, known once the chunks are), else two.
-    let ring = ring().filter(|&s| kind != Mma::Tf32x3 && s * stage + 1024 <= smem);
+    let ring = ring(kind).filter(|&s| kind != Mma::Tf32x3 && s * stage + 1024 <= smem);
     let bytes = 2 * stage + 1024;
     if kext % tk != 0 || !periods || (bm * 8) % 256 != 0 || (bn * 8) % 256 != 0 || wn % 8 != 0 || wn > 256 || bytes > smem {
         return Ok(None);
