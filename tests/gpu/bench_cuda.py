@@ -128,7 +128,7 @@ TWINS = {
     "attexact": "tensor-core attention's softmax with the accurate exp and a division per key (RLX_CUDA_ATTN_FAST=0)",
 }
 # (The ring's tf32 operands reach the tensor cores truncated, not rounded: bf16 alone gives the same bits.)
-SAME_BITS = {"f32w": "bf16", "hact0": "bf16", "ring3": "bf16 tf32", "ring4": "bf16 tf32", "ring5": "bf16 tf32", "wg2": "bf16 tf32"}
+SAME_BITS = {"f32w": "bf16", "hact0": "bf16", "ring3": "bf16", "ring4": "bf16", "ring5": "bf16", "wg2": "bf16"}
 # A variant's folder: its base case's name, then its precision and twin suffixes (its reference is the base's).
 VARIANT_SUFFIXES = r"(_(" + "|".join(["untiled", "wgt\\d+", "aw\\d+", *TWINS, *(p[1:] for p in PRECISIONS.values() if p)]) + r"))+$"
 # The twin suffixes after a folder's precision.

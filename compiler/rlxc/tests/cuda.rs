@@ -249,13 +249,13 @@ fn wgmma_tiles_assemble_for_sm90a_only_when_asked() {
     };
     let (plain, ruled) = (n64(None), n64(Some("4")));
     assert!(plain.0 == 0 && ruled.0 == 4 * 6 && ruled.1 == plain.1 && plain.1 > 0, "RLX_CUDA_WGMMA_TILE=4: (n64, n96) wgmmas {ruled:?}, without {plain:?}");
-    // `--sm 90a` takes them by default — bf16 and tf32 fed by the cp.async ring (RLX_CUDA_WGMMA=3's PTX byte
-    // for byte), f32's 3×TF32 in the overlapped register-staged form (RLX_CUDA_WGMMA=2's) —; RLX_CUDA_WGMMA=0 not.
-    for (p, form) in [("bf16", "3"), ("tf32", "3"), ("f32", "2")] {
+    // `--sm 90a` takes them by default — bf16 fed by the cp.async ring (RLX_CUDA_WGMMA=3's PTX byte for byte),
+    // tf32 in the overlapped register-staged form (RLX_CUDA_WGMMA=2's) —; RLX_CUDA_WGMMA=0 not.
+    for (p, form) in [("bf16", "3"), ("tf32", "2")] {
         let (by_default, _) = compile(&format!("sm90a-{p}"), "", "90a", p);
         let (asked, _) = compile(&format!("sm90-wg{form}-{p}"), form, "90", p);
         assert!(by_default.contains(".target sm_90a") && by_default == asked, "--sm 90a {p}: wgmma by default as RLX_CUDA_WGMMA={form}");
-        assert_eq!(by_default.contains("wgmma.wait_group.sync.aligned 1;"), p != "f32", "{p}: the ring");
+        assert_eq!(by_default.contains("cp.async.cg.shared.global"), p == "bf16", "{p}: the ring's copies");
     }
     for (tag, wg, sm, p, target) in [("off", "0", "90", "bf16", "sm_90"), ("sm80", "1", "80", "bf16", "sm_80"), ("fp16", "1", "90", "fp16", "sm_90"), ("sm90a-off", "0", "90a", "bf16", "sm_90")] {
         let (ptx, _) = compile(tag, wg, sm, p);
@@ -291,8 +291,7 @@ fn gemm_models(dir: &Path) -> ([(&'static str, &'static str); 2], Vec<Vec<f64>>)
 /// (measured: f32 1.9e-6 max abs, tf32 1.6e-4, bf16 1.3e-3 relative RMS, those of the `mma.sync`
 /// tiles' emulation); and `RLX_CUDA_WGMMA_WIDE=1` (bf16 tiles 128 × 192: gemm_small's third matmul,
 /// m64n192k16; tf32 keeps its tiles); and the cp.async ring (`RLX_CUDA_WGMMA=3`: gemm_block_wide, all
-/// operands bf16 in memory, or f32 under tf32, rounded where they land; 3 / 4 / 6 stages, the same bits
-/// as form 2). Each module uses wgmma, assembles for sm_90a, and its output's
+/// operands bf16 in memory, 3 / 4 / 6 stages, the same bits as form 2). Each module uses wgmma, assembles for sm_90a, and its output's
 /// relative RMS error against the interpreter is within the `mma.sync` tiles' tolerances (measured:
 /// f32 1.25e-7, tf32 2.97e-4, bf16 2.36e-3 on gemm_small, those tiles' figures; emulated with the
 /// swizzle left out, 1.0). What this cannot check is the hardware's own reading of the descriptors (the GPU runs:
@@ -365,8 +364,9 @@ fn wgmma_tiles_match_the_interpreter_in_cpu_emulation() {
     // operands are all bf16 in memory under bf16 (the weights' copies, the LayerNorm's bf16 copy, the
     // GELU's bf16 output), at 64- and 128-row tiles and 3, 4 and 6 stages (K = 128 and 256: two and
     // four slices, fewer than the stages ahead too). The same wgmmas over the same shared bytes as the
-    // register-staged form, so the same output bits; under tf32 the f32 operands copied as they are,
-    // then each thread's landed chunks rounded in place as form 2 rounds them: the same bits too.
+    // register-staged form, so the same output bits; under tf32 the f32 operands copied as they are
+    // (the tensor cores truncate them) — other bits than form 2's rounding (measured: 9.8e-4 relative
+    // RMS against form 2's 3.0e-4; bound 2e-3).
     let it = dir.join("interp-block-wide");
     ok(rlxc().args(["run", s(&dir.join("gemm_block_wide.onnx")), "--target", "interp", "-o", s(&it), "--input", &format!("x={}", s(&dir.join("x2.npy")))]));
     // (With RLX_CUDA_WGMMA_WIDE=1 too: the first matmul as one 128 × 256 tile, m64n256k16.)
@@ -386,7 +386,10 @@ fn wgmma_tiles_match_the_interpreter_in_cpu_emulation() {
             check_outputs(&it, &emu, &["y"], p, tol, &format!("wgmma {tile}, RLX_CUDA_WGMMA={mode}, {stages} stages"));
             bits.push(std::fs::read(emu.join("y.npy")).unwrap());
         }
-        assert!(bits.iter().all(|b| *b == bits[0]), "{p} {tile}: the ring changes the output");
+        // tf32: the ring's operands truncated (every ring the same bits), form 2's rounded.
+        let same = if p == "tf32" { &bits[1..] } else { &bits[..] };
+        assert!(same.iter().all(|b| *b == same[0]), "{p} {tile}: the ring changes the output");
+        assert_eq!(bits[0] == bits[1], p == "bf16", "{p} {tile}: the ring's operands");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

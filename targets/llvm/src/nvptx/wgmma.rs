@@ -107,11 +107,13 @@ fn overlapped() -> bool {
 /// as the register-staged form; on an H100, MiniLM seq 128 bf16 batch 8 / 32 resident 0.94 / 0.91×
 /// the time (docs/benchmarks.md, session 30) — and tf32's keep the register-staged form, which rounds
 /// (the ring's truncation: 4.7× the error against the interpreter at MiniLM batch 8, where it ran
-/// 0.80× the time); `RLX_CUDA_WGMMA=3`: both; 1 / 2: neither.
+/// 0.80× the time; rounding each thread's landed chunks in place between the wait and the barrier
+/// gave form 2's bits and its time too, 0.98 / 1.01× at batch 8 / 32 — on the critical path of every
+/// slice —, so it was not kept); `RLX_CUDA_WGMMA=3`: both; 1 / 2: neither.
 fn ring(kind: Mma) -> Option<i64> {
     let on = match std::env::var("RLX_CUDA_WGMMA").ok().and_then(|v| v.parse::<i64>().ok()) {
         Some(3) => true,
-        None => matches!(kind, Mma::Bf16 | Mma::Tf32),
+        None => kind == Mma::Bf16,
         _ => false,
     };
     on.then(|| std::env::var("RLX_CUDA_WGMMA_STAGES").ok().and_then(|v| v.parse::<i64>().ok()).filter(|s| (3..=6).contains(s)).unwrap_or(4))
@@ -434,25 +436,6 @@ pub fn matmul(
             let k0 = w.emit_op("load i64, ptr %s.k0".into());
             let kt = w.emit_op(format!("udiv i64 {k0}, {tk}"));
             super::cp_async::wait(w, ahead - 1);
-            if kind == Mma::Tf32 {
-                // tf32: this thread's chunks of slice kt, landed, rounded to nearest in place (`cvt.rna`,
-                // as the register-staged form rounds each value it stages: the same bits).
-                let st = w.emit_op(format!("urem i64 {kt}, {stages}"));
-                let sb = w.emit_op(format!("mul nuw nsw i64 {st}, {stage}"));
-                for c in &chunks {
-                    let o = w.emit_op(format!("add nuw nsw i64 {sb}, {}", c.row_dep));
-                    let o = w.emit_op(format!("add nuw nsw i64 {o}, {}", c.at));
-                    let at = w.emit_op(format!("getelementptr inbounds i8, ptr addrspace(3) {DSW}, i64 {o}"));
-                    let v = w.emit_op(format!("load <4 x float>, ptr addrspace(3) {at}, align 16"));
-                    let mut vv = "poison".to_string();
-                    for i in 0..4 {
-                        let x = w.emit_op(format!("extractelement <4 x float> {v}, i64 {i}"));
-                        let word = to_operand(w, Mma::Tf32, &x, None);
-                        vv = w.emit_op(format!("insertelement <4 x i32> {vv}, i32 {word}, i64 {i}"));
-                    }
-                    w.emit(&format!("store <4 x i32> {vv}, ptr addrspace(3) {at}, align 16"));
-                }
-            }
             fence(w);
             barrier(w);
             let kn = w.emit_op(format!("add nuw nsw i64 {k0}, {}", ahead * tk));
