@@ -53,6 +53,8 @@
 # WIDE_TWINS=0: without the bf16 _wide twins (RLX_CUDA_WGMMA_WIDE=132, batch 8 / 32);
 # RING_TWINS="3 4" (the default; "" none): the bf16 and tf32 _ringS twins (RLX_CUDA_WGMMA=3 RLX_CUDA_WGMMA_STAGES=S, batch 8 / 32);
 # RINGWIDE_TWINS="3 4" (the default; "" none): bf16 batch 32's _ringwideS twins (the ring and RLX_CUDA_WGMMA_WIDE=132);
+# ATTMMA_TWINS=0: without batch 1's _attmma twins (RLX_CUDA_ATTN_MMA=1: the tensor-core attention below its size rule, every precision);
+# ATTEXACT_TWINS=0: without the tf32 / bf16 _attexact twins (RLX_CUDA_ATTN_FAST=0: the attention's accurate exp, batch 8 / 32);
 # SPLITK_TWINS=0: without the _splitkN twins; ROWS_TWINS=0: without the _rowsN twins; SIMT_TWINS=0: without the _simt twins.
 # QKV_TWINS=0: without the _qkvsep twins (MiniLM batch 8 / 32, every precision, RLX_CUDA_MERGE_MATMULS=0: a layer's
 # Q, K and V as three matmuls, as before session 21 — the default merges them along N from 1,024 rows; their weights

@@ -78,8 +78,9 @@ const PLANES_MAX: i64 = 80 * 1024;
 /// - 3×TF32: the keys' and values' tf32 big parts as tf32's, their small parts `planes` words further
 ///   on (`planes` 0: f32 words, split at each fragment's load: heads past [`PLANES_MAX`]).
 ///
-/// Rows are padded so a fragment's 32 loads hit 32 banks: key rows (lanes 4g + t read row g, word t)
-/// by 4 mod 8 words, value rows of pairs (lanes read row t, word g) by 8 mod 32.
+/// Rows are padded so a fragment's 32 loads hit 32 banks: tf32's rows by 4 mod 32 words; bf16 / fp16
+/// key rows (lanes 4g + t read row g, word t) by 4 mod 8, value rows of pairs (lanes read row t,
+/// word g) by 8 mod 32.
 pub struct Layout {
     /// Keys, depth and columns padded to the `mma` shapes.
     kp: i64,

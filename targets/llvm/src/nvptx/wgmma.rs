@@ -6,8 +6,8 @@
 //! conversion ([`ring`]; `--sm 90a`'s default for bf16). A module with such a
 //! kernel is written for `.target sm_90a` with PTX 8.0 (`mod.rs`: LLVM 19's NVPTX knows both), which
 //! runs on sm_90 GPUs only (the H100 / H200), where `--sm 90`'s plain sm_90 PTX is also compiled by
-//! the driver for later GPUs: that, and a gain of 3–4% on MiniLM, is why it is a switch, not the
-//! default (measured on the H200, docs/benchmarks.md session 23: bf16 MiniLM batch 8 / 32 670 → 653 /
+//! the driver for later GPUs: that, and a gain of 3–4% on MiniLM, is why `--sm 90` leaves it to the
+//! switch and `--sm 90a` takes it (measured on the H200, docs/benchmarks.md session 23: bf16 MiniLM batch 8 / 32 670 → 653 /
 //! 1,948 → 1,871 µs with 2; per kernel, tests/gpu/bench_gemm.py, FFN down −9…−16%, the others ±3%;
 //! a cp.async ring of 3 / 4 stages feeding the same `wgmma`s measured 1.3–2.7× slower per kernel and
 //! was not kept: git history f2e6157 — its f32 activations converted by the copying threads, and a
