@@ -107,9 +107,10 @@ fn overlapped() -> bool {
 /// as the register-staged form; on an H100, MiniLM seq 128 bf16 batch 8 / 32 resident 0.94 / 0.91×
 /// the time (docs/benchmarks.md, session 30) — and tf32's keep the register-staged form, which rounds
 /// (the ring's truncation: 4.7× the error against the interpreter at MiniLM batch 8, where it ran
-/// 0.80× the time; rounding each thread's landed chunks in place between the wait and the barrier
-/// gave form 2's bits and its time too, 0.98 / 1.01× at batch 8 / 32 — on the critical path of every
-/// slice —, so it was not kept); `RLX_CUDA_WGMMA=3`: both; 1 / 2: neither.
+/// 0.80× the time; rounding each thread's landed chunks in place — between the wait and the barrier,
+/// or slice s + 1's while slice s's `wgmma`s ran — gave form 2's bits and its time too, 0.98–1.02× at
+/// batch 8 / 32, so neither was kept: the speed is in not converting at all); `RLX_CUDA_WGMMA=3`:
+/// both; 1 / 2: neither.
 fn ring(kind: Mma) -> Option<i64> {
     let on = match std::env::var("RLX_CUDA_WGMMA").ok().and_then(|v| v.parse::<i64>().ok()) {
         Some(3) => true,
