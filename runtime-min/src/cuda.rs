@@ -181,7 +181,10 @@ pub struct Executor {
     /// memory is staged by the driver, several times slower: a language model's 1 MB of logits per
     /// token), then copied into the caller's slice.
     staging: Vec<(*mut c_void, usize)>,
-    /// [`COPY_PIECES`] events recorded after the pieces of the outputs' copies ([`Executor::run`]).
+    /// The outputs' bytes in pieces of about a [`COPY_PIECES`]-th of their total (output, start, end,
+    /// whether an event follows the piece's copy: at most [`COPY_PIECES`] do), fixed at setup, and
+    /// those events ([`Executor::run`]).
+    pieces: Vec<(usize, usize, usize, bool)>,
     copied: Vec<sys::CUevent>,
 }
 
@@ -191,6 +194,19 @@ pub struct Executor {
 const COPY_PIECES: usize = 8;
 /// The smallest piece worth an event of its own.
 const COPY_PIECE_MIN: usize = 256 << 10;
+
+/// Outputs of `sizes` bytes in pieces of about a [`COPY_PIECES`]-th of their total, at least
+/// [`COPY_PIECE_MIN`]: (output, start, end, whether an event follows the piece's copy) — every k-th
+/// piece and the last, at most [`COPY_PIECES`] of them.
+fn copy_pieces(sizes: &[usize]) -> Vec<(usize, usize, usize, bool)> {
+    let size = sizes.iter().sum::<usize>().div_ceil(COPY_PIECES).max(COPY_PIECE_MIN);
+    let mut pieces: Vec<_> = sizes.iter().enumerate().flat_map(|(o, &n)| (0..n).step_by(size).map(move |a| (o, a, (a + size).min(n), false))).collect();
+    let (count, every) = (pieces.len(), pieces.len().div_ceil(COPY_PIECES).max(1));
+    for (i, p) in pieces.iter_mut().enumerate() {
+        p.3 = (i + 1) % every == 0 || i + 1 == count;
+    }
+    pieces
+}
 
 impl Executor {
     /// Loads `dir/NAME.ptx`, `dir/NAME.schedule.bin` and `dir/NAME.weights.bin`.
@@ -290,7 +306,7 @@ impl Executor {
         // (or right away when setup fails), and every copy's host slice outlives the call (sync copies).
         let ctx = unsafe { result::primary_ctx::retain(dev) }.map_err(drv("cuDevicePrimaryCtxRetain"))?;
         let state = sched.bases.iter().position(|b| b.0 == BaseKind::State);
-        let mut ex = Executor { dev, ctx, stream: core::ptr::null_mut(), side: Vec::new(), module: core::ptr::null_mut(), bufs: Vec::new(), graph: core::ptr::null_mut(), exec: core::ptr::null_mut(), inputs, outputs, state, name, dispatches: sched.dispatches.len(), launches: Vec::new(), programmatic: 0, collectives: sched.collectives(), staging: Vec::new(), copied: Vec::new(), #[cfg(feature = "nccl")] _nccl: None };
+        let mut ex = Executor { dev, ctx, stream: core::ptr::null_mut(), side: Vec::new(), module: core::ptr::null_mut(), bufs: Vec::new(), graph: core::ptr::null_mut(), exec: core::ptr::null_mut(), inputs, outputs, state, name, dispatches: sched.dispatches.len(), launches: Vec::new(), programmatic: 0, collectives: sched.collectives(), staging: Vec::new(), pieces: Vec::new(), copied: Vec::new(), #[cfg(feature = "nccl")] _nccl: None };
         unsafe { result::ctx::set_current(ctx) }.map_err(drv("cuCtxSetCurrent"))?;
         ex.stream = result::stream::create(result::stream::StreamKind::NonBlocking).map_err(drv("cuStreamCreate"))?;
         ex.module = unsafe { result::module::load_data(ptx_c.as_ptr() as *const c_void) }.map_err(drv("cuModuleLoadData (the PTX does not load on this device)"))?;
@@ -309,7 +325,8 @@ impl Executor {
             let p = if n == 0 { core::ptr::null_mut() } else { unsafe { result::malloc_host(n, 0) }.map_err(drv(&format!("cuMemHostAlloc of {n} bytes")))? };
             ex.staging.push((p, n));
         }
-        for _ in 0..COPY_PIECES {
+        ex.pieces = copy_pieces(&ex.staging.iter().map(|s| s.1).collect::<Vec<_>>());
+        for _ in ex.pieces.iter().filter(|p| p.3) {
             ex.copied.push(result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING).map_err(drv("cuEventCreate"))?);
         }
         let mut funcs = Vec::with_capacity(sched.dispatches.len());
@@ -583,33 +600,26 @@ impl Executor {
                 }
             }
             result::graph::launch(self.exec, self.stream).map_err(drv("cuGraphLaunch"))?;
-            // The outputs' bytes in pieces (output, start, end) of about a COPY_PIECES-th of their
-            // total, each copied to page-locked memory; an event after every `every`-th piece's copy
-            // (at most COPY_PIECES of them); then, event by event, the pieces before it copied into
-            // the caller's slices while the later ones are on their way.
-            let total: usize = self.staging.iter().map(|s| s.1).sum();
-            let size = total.div_ceil(COPY_PIECES).max(COPY_PIECE_MIN);
-            let mut pieces = Vec::new();
-            for (o, &(_, n)) in self.staging.iter().enumerate() {
-                pieces.extend((0..n).step_by(size).map(|a| (o, a, (a + size).min(n))));
-            }
-            let every = pieces.len().div_ceil(COPY_PIECES).max(1);
-            let mut marks = Vec::new();
-            for (i, &(o, a, e)) in pieces.iter().enumerate() {
+            // Each piece copied to page-locked memory, an event after those that have one (`pieces`);
+            // then, event by event, the pieces before it copied into the caller's slices while the
+            // later ones are on their way.
+            let mut events = self.copied.iter();
+            for &(o, a, e, mark) in &self.pieces {
                 let host = core::slice::from_raw_parts_mut((self.staging[o].0 as *mut u8).add(a), e - a);
                 result::memcpy_dtoh_async(host, self.bufs[self.outputs[o]].1 + a as u64, self.stream).map_err(drv("copying an output out"))?;
-                if (i + 1) % every == 0 || i + 1 == pieces.len() {
-                    result::event::record(self.copied[marks.len()], self.stream).map_err(drv("cuEventRecord"))?;
-                    marks.push(i + 1);
+                if let Some(&ev) = if mark { events.next() } else { None } {
+                    result::event::record(ev, self.stream).map_err(drv("cuEventRecord"))?;
                 }
             }
-            let mut done = 0;
-            for (ev, &upto) in self.copied.iter().zip(&marks) {
-                result::event::synchronize(*ev).map_err(drv("running the graph (a kernel failed)"))?;
-                for &(o, a, e) in &pieces[done..upto] {
-                    outputs[o][a..e].copy_from_slice(core::slice::from_raw_parts((self.staging[o].0 as *const u8).add(a), e - a));
+            let (mut events, mut done) = (self.copied.iter(), 0);
+            for (i, &(.., mark)) in self.pieces.iter().enumerate() {
+                if let Some(&ev) = if mark { events.next() } else { None } {
+                    result::event::synchronize(ev).map_err(drv("running the graph (a kernel failed)"))?;
+                    for &(o, a, e, _) in &self.pieces[done..=i] {
+                        outputs[o][a..e].copy_from_slice(core::slice::from_raw_parts((self.staging[o].0 as *const u8).add(a), e - a));
+                    }
+                    done = i + 1;
                 }
-                done = upto;
             }
             result::stream::synchronize(self.stream).map_err(drv("running the graph (a kernel failed)"))?;
         }
@@ -659,6 +669,21 @@ impl Drop for Executor {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::vec;
+
+    /// The pieces cover each output once, in order, with at most COPY_PIECES events, the last piece's
+    /// among them (so every piece is waited for before `run` returns).
+    #[test]
+    fn output_copies_are_cut_into_covering_pieces() {
+        for sizes in [vec![], vec![0], vec![100], vec![6_291_456], vec![6_291_456, 4, 0, 1 << 20], vec![300 << 10; 17]] {
+            let pieces = copy_pieces(&sizes);
+            for (o, &n) in sizes.iter().enumerate() {
+                let mine: Vec<_> = pieces.iter().filter(|p| p.0 == o).collect();
+                assert!(mine.windows(2).all(|w| w[0].2 == w[1].1) && mine.first().map_or(0, |p| p.1) == 0 && mine.last().map_or(0, |p| p.2) == n, "{sizes:?}: output {o}");
+            }
+            assert!(pieces.iter().filter(|p| p.3).count() <= COPY_PIECES && pieces.last().is_none_or(|p| p.3), "{sizes:?}");
+        }
+    }
 
     #[test]
     fn bad_schedules_and_weights_are_errors_before_the_driver() {

@@ -347,7 +347,8 @@ pub fn attention(w: &mut Writer, a: &Attention, kind: Mma, smem: i64, globals: &
     // at compile time, to time the two).
     let fast = kind != Mma::Tf32x3 && std::env::var("RLX_CUDA_ATTN_FAST").map_or(true, |v| v != "0");
     let recip = if fast { a.by_reciprocal(&p_term) } else { None };
-    let p_term = recip.clone().unwrap_or(p_term);
+    let by_recip = recip.is_some();
+    let p_term = recip.unwrap_or(p_term);
     w.set_approx_exp(fast);
     // Row half h's fold of `x` over its keys into `slot` (from `init`; a key past the last folds
     // `init`), then over the quad; `back`: each key's `x` kept in place of its score.
@@ -372,7 +373,7 @@ pub fn attention(w: &mut Writer, a: &Attention, kind: Mma, smem: i64, globals: &
         // Each pass's value kept in place of the score where the terms nest (`Attention::chained`).
         fold_row(w, h, a.w, mx, BinaryOp::Max, &ninf, kept);
         fold_row(w, h, &e_term, l, BinaryOp::Add, "0.0", kept);
-        if recip.is_some() {
+        if by_recip {
             let sum = w.emit_op(format!("load float, ptr {l}"));
             let r = w.emit_op(format!("fdiv float 1.0, {sum}"));
             w.emit(&format!("store float {r}, ptr {l}"));
