@@ -111,6 +111,8 @@ TWINS = {
     "aw2": "tensor-core attention, 2 warps per block (RLX_CUDA_ATTN_WARPS=2)",
     "aw8": "tensor-core attention, 8 warps per block (RLX_CUDA_ATTN_WARPS=8)",
     "wgt4": "wgmma tiles (RLX_CUDA_WGMMA=2), 128x64 where they give 4 waves of blocks (RLX_CUDA_WGMMA_TILE=4)",
+    "wgtr1": "wgmma tiles 128x64 where they give 1 wave of blocks (RLX_CUDA_WGMMA_TILE=1, the ring kept)",
+    "wgtr2": "wgmma tiles 128x64 where they give 2 waves of blocks (RLX_CUDA_WGMMA_TILE=2, the ring kept)",
     "kw0": "FFN down not split (RLX_CUDA_SPLIT_K_WIDE=0)",
     "kw2": "FFN down in 2 partial sums (RLX_CUDA_SPLIT_K_WIDE=2)",
     "kw4": "FFN down in 4 partial sums (RLX_CUDA_SPLIT_K_WIDE=4)",
@@ -119,20 +121,21 @@ TWINS = {
     "kwr4": "FFN down and attention output in 4 partial sums (RLX_CUDA_SPLIT_K_WIDE=4 RLX_CUDA_SPLIT_K_ROWS=256)",
     "hact0": "activations between kernels f32, not bf16 (RLX_CUDA_HALF_ACTIVATIONS=0)",
     "wide": "bf16 wgmma tiles 128x192 / 128x256 where they keep 132 blocks (RLX_CUDA_WGMMA_WIDE=132)",
-    "ring3": "wgmma tiles fed by a 3-stage cp.async ring (RLX_CUDA_WGMMA=3 RLX_CUDA_WGMMA_STAGES=3; tf32 truncated)",
-    "ring4": "wgmma tiles fed by a 4-stage cp.async ring (RLX_CUDA_WGMMA=3 RLX_CUDA_WGMMA_STAGES=4; tf32 truncated)",
-    "ring5": "wgmma tiles fed by a 5-stage cp.async ring (RLX_CUDA_WGMMA=3 RLX_CUDA_WGMMA_STAGES=5; tf32 truncated)",
+    "ring3": "wgmma tiles fed by a 3-stage cp.async ring (RLX_CUDA_WGMMA=3 RLX_CUDA_WGMMA_STAGES=3)",
+    "ring4": "wgmma tiles fed by a 4-stage cp.async ring (RLX_CUDA_WGMMA=3 RLX_CUDA_WGMMA_STAGES=4)",
+    "ring5": "wgmma tiles fed by a 5-stage cp.async ring (RLX_CUDA_WGMMA=3 RLX_CUDA_WGMMA_STAGES=5)",
+    "t32r0": "tf32 operands not stored rounded: tiles round them as they stage them, no cp.async ring (RLX_CUDA_TF32_OPERANDS=0)",
     "ringwide3": "wide wgmma tiles fed by a 3-stage cp.async ring (RLX_CUDA_WGMMA=3 RLX_CUDA_WGMMA_STAGES=3 RLX_CUDA_WGMMA_WIDE=132)",
     "ringwide4": "wide wgmma tiles fed by a 4-stage cp.async ring (RLX_CUDA_WGMMA=3 RLX_CUDA_WGMMA_STAGES=4 RLX_CUDA_WGMMA_WIDE=132)",
     "attmma": "attention on the tensor cores below the size rule (RLX_CUDA_ATTN_MMA=1)",
     "attexact": "tensor-core attention's softmax with the accurate exp and a division per key (RLX_CUDA_ATTN_FAST=0)",
 }
-# (The ring's tf32 operands reach the tensor cores truncated, not rounded: bf16 alone gives the same bits.)
-SAME_BITS = {"f32w": "bf16", "hact0": "bf16", "ring3": "bf16", "ring4": "bf16", "ring5": "bf16", "wg2": "bf16"}
+# (tf32's operands are stored rounded since session 31, so its ring and register-staged forms agree too.)
+SAME_BITS = {"f32w": "bf16", "hact0": "bf16", "ring3": "bf16 tf32", "ring4": "bf16 tf32", "ring5": "bf16 tf32", "wg2": "bf16 tf32", "t32r0": "tf32"}
 # A variant's folder: its base case's name, then its precision and twin suffixes (its reference is the base's).
-VARIANT_SUFFIXES = r"(_(" + "|".join(["untiled", "wgt\\d+", "aw\\d+", *TWINS, *(p[1:] for p in PRECISIONS.values() if p)]) + r"))+$"
+VARIANT_SUFFIXES = r"(_(" + "|".join(["untiled", "wgt\\d+", "wgtr\\d+", "aw\\d+", *TWINS, *(p[1:] for p in PRECISIONS.values() if p)]) + r"))+$"
 # The twin suffixes after a folder's precision.
-TWIN_SUFFIXES = r"(_(" + "|".join(["untiled", "wgt\\d+", "aw\\d+", *TWINS]) + r"))+$"
+TWIN_SUFFIXES = r"(_(" + "|".join(["untiled", "wgt\\d+", "wgtr\\d+", "aw\\d+", *TWINS]) + r"))+$"
 # Twins whose weights differ from the default's (carried as f32 blobs of their own after the default's).
 # (Suffix of the twin whose f32 blob is carried → the pattern of the folders taking their weights from it.)
 # bf16 keeps Q, K, V apart at batch 8 / 32 (f32 / tf32 merge them from 1,024 rows): the _qkvsep blob's weights.

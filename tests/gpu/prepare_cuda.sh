@@ -11,7 +11,8 @@
 #   ref/NAME/           inputs as raw tensors (inI.bin) and the interpreter's outputs (outI.npy, port order)
 #                       for the MLP, the CNN and MiniLM batch 1 and 8
 #   art/minilm_bB_tf32/, art/minilm_bB_bf16/  MiniLM batch 1 / 8 / 32 with --precision tf32 and bf16 (weights:
-#                       their f32 twin's, byte for byte — checked here, copied there)
+#                       their f32 twin's, bf16 with its copies after them, tf32 with some rounded — checked here,
+#                       rebuilt there)
 #   art/tiled/, art/rows/  tests/gpu/make_tiled.py's and make_rows.py's (--cuda) awkward matmul, reduction and
 #                       row shapes, with references
 #   art/minilm_b1_P_nosplit/ MiniLM batch 1, --precision P (tf32, bf16), compiled with RLX_CUDA_TC_SPLIT=0 (the tensor
@@ -43,13 +44,15 @@
 #                       3×TF32), timed beside the default
 #   minilm.onnx.xz      the model PyTorch takes its weights from (xz-compressed; run_cuda.sh unpacks it)
 #   bench_cuda.py, bench_minilm.py, half_weights.py, run_cuda.sh
-# A bf16 artifact's weights are its f32 twin's followed by the bf16 weight copies its manifest lists
-# (checked here; half_weights.py rebuilds them there).
+# A bf16 artifact's weights are its f32 twin's followed by the bf16 weight copies its manifest lists, a tf32
+# one's its f32 twin's with the weights its manifest lists rounded to tf32 (checked here; half_weights.py
+# rebuilds them there).
 # Usage: tests/gpu/prepare_cuda.sh [OUT_DIR]   (run from the repository root; needs .venv and target/release/rlxc)
 # QUICK=1: MiniLM alone (its default artifacts, references at batch 1 / 8, and the _sm80 twins);
 # OLD_TWINS=0: without the twins of earlier sessions' changes (untiled, unfused, nosplit, lds32, epichk);
 # ERF_TWINS=0: without the erf parity case and the _erfexact twins (RLX_CUDA_ERF=exact, batch 1 / 8, every precision);
 # HACT_TWINS=0: without the bf16 _hact0 twins (RLX_CUDA_HALF_ACTIVATIONS=0, batch 1 / 8 / 32);
+# T32R_TWINS=0: without the tf32 _t32r0 twins (RLX_CUDA_TF32_OPERANDS=0, batch 1 / 8 / 32);
 # WIDE_TWINS=0: without the bf16 _wide twins (RLX_CUDA_WGMMA_WIDE=132, batch 8 / 32);
 # RING_TWINS="3 4" (the default; "" none): the bf16 and tf32 _ringS twins (RLX_CUDA_WGMMA=3 RLX_CUDA_WGMMA_STAGES=S, batch 8 / 32);
 # RINGWIDE_TWINS="3 4" (the default; "" none): bf16 batch 32's _ringwideS twins (the ring and RLX_CUDA_WGMMA_WIDE=132);
@@ -64,7 +67,7 @@
 # WG_TWINS="0 1 2": MiniLM batch 1 / 8 / 32 at every precision (WG_PRECISIONS="f32 tf32 bf16", the default) with RLX_CUDA_WGMMA=N (_wg0
 # for 0: no wgmma, the mma.sync tiles; _wg for 1: the plain wgmma form; _wg2 for 2, --sm 90a's default: the next slice stored while the wgmmas run), timed
 # beside the default. WGT_TWINS="4": the same with RLX_CUDA_WGMMA=2 and RLX_CUDA_WGMMA_TILE=W (_wgtW: 128×64 wgmma tiles where
-# they give at least W waves of blocks). SM=80 compiles every case for sm_80 instead. STAGE_TWINS="f32:1 tf32:2 …": MiniLM batch 8 / 32 at precision P with
+# they give at least W waves of blocks); WGTR_TWINS="1 2": the tile rule in --sm 90a's default form (_wgtrW, the ring kept). SM=80 compiles every case for sm_80 instead. STAGE_TWINS="f32:1 tf32:2 …": MiniLM batch 8 / 32 at precision P with
 # RLX_CUDA_VEC_STAGES=N (_stN: the tensor-core tiles' K slices through a cp.async pipeline of N stages, 1 the
 # register-staged form), timed beside the default.
 # KW_TWINS="0 2 4": MiniLM batch 8 / 32 at every precision with RLX_CUDA_SPLIT_K_WIDE=N (_kwN: FFN down split
@@ -88,7 +91,7 @@ cp "$MINILM" "$D/minilm.onnx"
 case_() {
   local c=$1 model=$2 args=$3; shift 3
   local name=${c%%_*}
-  RLX_CUDA_WGMMA=${WG:-} RLX_CUDA_MERGE_MATMULS=${MERGE:-} RLX_CUDA_TILES=${TILES:-1} RLX_CUDA_FUSED_ATTENTION=${FUSED:-1} RLX_CUDA_TC_SPLIT=${TCSPLIT:-1} RLX_CUDA_HALF_WEIGHTS=${HALFW:-1} RLX_CUDA_VEC_FILL=${FILL:-1} RLX_CUDA_VEC_HEADS=${HEADS:-1} RLX_CUDA_VEC_EPI=${EPI:-} RLX_CUDA_VEC_LDS=${LDS:-} RLX_CUDA_PDL=${PDL:-1} RLX_CUDA_F32_MMA=${F32MMA:-1} env ${STAGES:+RLX_CUDA_VEC_STAGES=$STAGES} ${SPLITK:+RLX_CUDA_SPLIT_K=$SPLITK} ${SPLITKROWS:+RLX_CUDA_SPLIT_K_ROWS=$SPLITKROWS} ${KW:+RLX_CUDA_SPLIT_K_WIDE=$KW} ${WGTILE:+RLX_CUDA_WGMMA_TILE=$WGTILE} ${ATTMMA:+RLX_CUDA_ATTN_MMA=$ATTMMA} ${AW:+RLX_CUDA_ATTN_WARPS=$AW} ${ERF:+RLX_CUDA_ERF=$ERF} ${HACT:+RLX_CUDA_HALF_ACTIVATIONS=$HACT} ${ATTFAST:+RLX_CUDA_ATTN_FAST=$ATTFAST} ${WIDE:+RLX_CUDA_WGMMA_WIDE=$WIDE} ${WGSTAGES:+RLX_CUDA_WGMMA_STAGES=$WGSTAGES} $R compile "$model" --target cuda --sm "${SM:-90a}" --name "$name" -o "$D/art/$c" $args ${EXTRA:-} >/dev/null
+  RLX_CUDA_WGMMA=${WG:-} RLX_CUDA_MERGE_MATMULS=${MERGE:-} RLX_CUDA_TILES=${TILES:-1} RLX_CUDA_FUSED_ATTENTION=${FUSED:-1} RLX_CUDA_TC_SPLIT=${TCSPLIT:-1} RLX_CUDA_HALF_WEIGHTS=${HALFW:-1} RLX_CUDA_VEC_FILL=${FILL:-1} RLX_CUDA_VEC_HEADS=${HEADS:-1} RLX_CUDA_VEC_EPI=${EPI:-} RLX_CUDA_VEC_LDS=${LDS:-} RLX_CUDA_PDL=${PDL:-1} RLX_CUDA_F32_MMA=${F32MMA:-1} env ${STAGES:+RLX_CUDA_VEC_STAGES=$STAGES} ${SPLITK:+RLX_CUDA_SPLIT_K=$SPLITK} ${SPLITKROWS:+RLX_CUDA_SPLIT_K_ROWS=$SPLITKROWS} ${KW:+RLX_CUDA_SPLIT_K_WIDE=$KW} ${WGTILE:+RLX_CUDA_WGMMA_TILE=$WGTILE} ${ATTMMA:+RLX_CUDA_ATTN_MMA=$ATTMMA} ${AW:+RLX_CUDA_ATTN_WARPS=$AW} ${ERF:+RLX_CUDA_ERF=$ERF} ${HACT:+RLX_CUDA_HALF_ACTIVATIONS=$HACT} ${TF32OPS:+RLX_CUDA_TF32_OPERANDS=$TF32OPS} ${ATTFAST:+RLX_CUDA_ATTN_FAST=$ATTFAST} ${WIDE:+RLX_CUDA_WGMMA_WIDE=$WIDE} ${WGSTAGES:+RLX_CUDA_WGMMA_STAGES=$WGSTAGES} $R compile "$model" --target cuda --sm "${SM:-90a}" --name "$name" -o "$D/art/$c" $args ${EXTRA:-} >/dev/null
   [ $# -eq 0 ] && return 0
   mkdir -p "$D/ref/$c"
   local i=0 ins=()
@@ -163,6 +166,9 @@ for b in 1 8 32; do
     WG=$n EXTRA="--precision $p" case_ minilm_b${b}$sp$s "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; done; done
   if [ $b -gt 1 ]; then for n in ${WGT_TWINS:-}; do for p in ${WG_PRECISIONS:-f32 tf32 bf16}; do sp=_$p; [ $p = f32 ] && sp=
     WG=2 WGTILE=$n EXTRA="--precision $p" case_ minilm_b${b}${sp}_wgt$n "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; done; done; fi
+  # The same tile rule with --sm 90a's default form (the ring where it applies): WGTR_TWINS="1 2" (_wgtrW).
+  if [ $b -gt 1 ]; then for n in ${WGTR_TWINS:-}; do for p in ${WG_PRECISIONS:-f32 tf32 bf16}; do sp=_$p; [ $p = f32 ] && sp=
+    WGTILE=$n EXTRA="--precision $p" case_ minilm_b${b}${sp}_wgtr$n "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; done; done; fi
   if [ $b -gt 1 ] && [ "${QKV_TWINS:-1}" != 0 ]; then for p in f32 tf32 bf16; do s=_$p; [ $p = f32 ] && s=
     MERGE=0 EXTRA="--precision $p" case_ minilm_b${b}${s}_qkvsep "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"
     if [ $b -eq 8 ]; then RLX_CUDA_VEC_BEST_FILL=0 EXTRA="--precision $p" case_ minilm_b${b}${s}_bestfill0 "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; fi
@@ -173,11 +179,14 @@ for b in 1 8 32; do
   # bf16 with every activation f32 between kernels (_hact0, RLX_CUDA_HALF_ACTIVATIONS=0: the form before session 28;
   # the same output bits; HACT_TWINS=0: left out).
   [ "${HACT_TWINS:-1}" = 0 ] || HACT=0 EXTRA="--precision bf16" case_ minilm_b${b}_bf16_hact0 "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"
+  # tf32 with its operands not stored rounded (_t32r0, RLX_CUDA_TF32_OPERANDS=0: the form before session 31, each
+  # tile rounding what it stages, no cp.async ring; the same output bits; T32R_TWINS=0: left out).
+  [ "${T32R_TWINS:-1}" = 0 ] || TF32OPS=0 EXTRA="--precision tf32" case_ minilm_b${b}_tf32_t32r0 "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"
   # bf16 batch 8 / 32 with wide wgmma tiles (_wide, RLX_CUDA_WGMMA_WIDE=132: 128 × 192 where N allows and 132 blocks
   # remain; WIDE_TWINS=0: left out).
   if [ $b -gt 1 ] && [ "${WIDE_TWINS:-1}" != 0 ]; then WIDE=132 EXTRA="--precision bf16" case_ minilm_b${b}_bf16_wide "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; fi
   # bf16 and tf32 batch 8 / 32 with the wgmma tiles fed by a cp.async ring of S stages (_ringS, RLX_CUDA_WGMMA=3
-  # RLX_CUDA_WGMMA_STAGES=S: bf16 the same output bits, tf32's operands truncated; RING_TWINS="" leaves them out).
+  # RLX_CUDA_WGMMA_STAGES=S: the same output bits; RING_TWINS="" leaves them out).
   if [ $b -gt 1 ]; then for s in ${RING_TWINS-3 4}; do for p in bf16 tf32; do WG=3 WGSTAGES=$s EXTRA="--precision $p" case_ minilm_b${b}_${p}_ring$s "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; done; done; fi
   # bf16 batch 32 with both: the wide tiles fed by the ring (_ringwideS; RINGWIDE_TWINS="" leaves them out).
   if [ $b = 32 ]; then for s in ${RINGWIDE_TWINS-3 4}; do WIDE=132 WG=3 WGSTAGES=$s EXTRA="--precision bf16" case_ minilm_b${b}_bf16_ringwide$s "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; done; fi

@@ -249,13 +249,14 @@ fn wgmma_tiles_assemble_for_sm90a_only_when_asked() {
     };
     let (plain, ruled) = (n64(None), n64(Some("4")));
     assert!(plain.0 == 0 && ruled.0 == 4 * 6 && ruled.1 == plain.1 && plain.1 > 0, "RLX_CUDA_WGMMA_TILE=4: (n64, n96) wgmmas {ruled:?}, without {plain:?}");
-    // `--sm 90a` takes them by default — bf16 fed by the cp.async ring (RLX_CUDA_WGMMA=3's PTX byte for byte),
-    // tf32 in the overlapped register-staged form (RLX_CUDA_WGMMA=2's) —; RLX_CUDA_WGMMA=0 not.
-    for (p, form) in [("bf16", "3"), ("tf32", "2")] {
+    // `--sm 90a` takes them by default — bf16 and tf32 fed by the cp.async ring (RLX_CUDA_WGMMA=3's PTX
+    // byte for byte: every tile's operands are stored as the tensor cores read them), f32 in the
+    // overlapped register-staged form (RLX_CUDA_WGMMA=2's) —; RLX_CUDA_WGMMA=0 not.
+    for (p, form) in [("bf16", "3"), ("tf32", "3"), ("f32", "2")] {
         let (by_default, _) = compile(&format!("sm90a-{p}"), "", "90a", p);
         let (asked, _) = compile(&format!("sm90-wg{form}-{p}"), form, "90", p);
         assert!(by_default.contains(".target sm_90a") && by_default == asked, "--sm 90a {p}: wgmma by default as RLX_CUDA_WGMMA={form}");
-        assert_eq!(by_default.contains("cp.async.cg.shared.global"), p == "bf16", "{p}: the ring's copies");
+        assert_eq!(by_default.contains("cp.async.cg.shared.global"), p != "f32", "{p}: the ring's copies");
     }
     for (tag, wg, sm, p, target) in [("off", "0", "90", "bf16", "sm_90"), ("sm80", "1", "80", "bf16", "sm_80"), ("fp16", "1", "90", "fp16", "sm_90"), ("sm90a-off", "0", "90a", "bf16", "sm_90")] {
         let (ptx, _) = compile(tag, wg, sm, p);
@@ -364,9 +365,11 @@ fn wgmma_tiles_match_the_interpreter_in_cpu_emulation() {
     // operands are all bf16 in memory under bf16 (the weights' copies, the LayerNorm's bf16 copy, the
     // GELU's bf16 output), at 64- and 128-row tiles and 3, 4 and 6 stages (K = 128 and 256: two and
     // four slices, fewer than the stages ahead too). The same wgmmas over the same shared bytes as the
-    // register-staged form, so the same output bits; under tf32 the f32 operands copied as they are
-    // (the tensor cores truncate them) — other bits than form 2's rounding (measured: 9.8e-4 relative
-    // RMS against form 2's 3.0e-4; bound 2e-3).
+    // register-staged form, so the same output bits; under tf32 with RLX_CUDA_TF32_OPERANDS=0 (the
+    // operands not stored rounded: the ring forced) the f32 operands copied as they are (the tensor
+    // cores truncate them) — other bits than form 2's rounding (measured: 9.8e-4 relative RMS against
+    // form 2's 3.0e-4; bound 2e-3). (Stored rounded, tf32's ring is the default and gives form 2's
+    // bits: `tf32_operands_stored_rounded_change_no_bit_in_cpu_emulation`.)
     let it = dir.join("interp-block-wide");
     ok(rlxc().args(["run", s(&dir.join("gemm_block_wide.onnx")), "--target", "interp", "-o", s(&it), "--input", &format!("x={}", s(&dir.join("x2.npy")))]));
     // (With RLX_CUDA_WGMMA_WIDE=1 too: the first matmul as one 128 × 256 tile, m64n256k16.)
@@ -374,7 +377,7 @@ fn wgmma_tiles_match_the_interpreter_in_cpu_emulation() {
         let mut bits = Vec::new();
         for (mode, stages) in [("2", "4"), ("3", "3"), ("3", "4"), ("3", "6")] {
             let art = dir.join(format!("art-ring-{p}-{tile}-{wide}-{mode}-{stages}"));
-            ok(rlxc().env("RLX_CUDA_VEC_TILE", tile).env("RLX_CUDA_WGMMA_WIDE", wide).env("RLX_CUDA_WGMMA", mode).env("RLX_CUDA_WGMMA_STAGES", stages).args(["compile", s(&dir.join("gemm_block_wide.onnx")), "--target", "cuda", "--sm", "90a", "--precision", p, "--emit-ir", "-o", s(&art)]));
+            ok(rlxc().env("RLX_CUDA_VEC_TILE", tile).env("RLX_CUDA_WGMMA_WIDE", wide).env("RLX_CUDA_WGMMA", mode).env("RLX_CUDA_WGMMA_STAGES", stages).env("RLX_CUDA_TF32_OPERANDS", "0").args(["compile", s(&dir.join("gemm_block_wide.onnx")), "--target", "cuda", "--sm", "90a", "--precision", p, "--emit-ir", "-o", s(&art)]));
             let ptx_path = art.join("gemm_block_wide.ptx");
             let ptx = std::fs::read_to_string(&ptx_path).unwrap();
             let ring = ptx.matches("wgmma.wait_group.sync.aligned 1;").count();
@@ -516,6 +519,76 @@ fn half_activations_change_no_bit_in_cpu_emulation() {
         let art = dir.join(format!("art-{p}"));
         ok(rlxc().args(["compile", s(&dir.join("gemm_small.onnx")), "--target", "cuda", "--precision", p, "--emit-ir", "-o", s(&art)]));
         assert!(!std::fs::read_to_string(art.join("gemm_small.ll")).unwrap().contains("store bfloat"), "{p}: activations stored as bf16");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// tf32 operands stored rounded (nvptx/half_activations.rs, the default under `--precision tf32`):
+/// the kernels writing a value only tensor-core tiles read store it rounded to tf32 (`cvt.rna`, as
+/// the tiles round what they stage), a value also read otherwise gets a rounded copy beside it, and
+/// the weights only tiles read are rounded in the weights file — so in every tile form the same
+/// output bits as with RLX_CUDA_TF32_OPERANDS=0 (each tile rounding as it stages), in CPU emulation:
+/// make_gemm.py's gemm_small in the register-staged `mma.sync` tiles (128×96), the cp.async ones
+/// (RLX_CUDA_VEC_STAGES=2), the general form (RLX_CUDA_VEC_TILE=0) and `wgmma` (`--sm 90a`, where
+/// the rounded operands take `wgmma.rs`'s cp.async ring — which without them stays off); gemm_block_wide
+/// (a LayerNorm's output also the residual: its rounded copy) on `wgmma` 128×64 tiles; make_attention.py's
+/// attention as three launches and gemm_attn / gemm_attn_split on the tensor-core attention (the
+/// queries and keys' scale applied by the projections' epilogues). Each lists what it rounded in the
+/// manifest (`tf32_operands`, weights among them), and each output is within tf32's 1e-3 relative RMS
+/// of the interpreter.
+#[test]
+fn tf32_operands_stored_rounded_change_no_bit_in_cpu_emulation() {
+    let dir = tmp("tf32-ops");
+    ok(Command::new(python()).args(["tests/gpu/make_gemm.py", "--out", s(&dir), "--small", "--batch"]).current_dir(repo()));
+    ok(Command::new(python()).args(["tests/gpu/make_attention.py", "--out", s(&dir)]).current_dir(repo()));
+    let names = ["q", "k", "v", "mask", "mask2", "qt", "kt", "vt", "qs", "ks", "vs"];
+    // (input name, its file)
+    let att_ins: Vec<(&str, PathBuf)> = names.iter().map(|&n| (n, dir.join(format!("{n}.npy")))).collect();
+    let gemm_ins = vec![("x", dir.join("x.npy"))];
+    let wide_ins = vec![("x", dir.join("x2.npy"))];
+    let forms: [(&str, &str, &[(&str, &str)], &str, &[(&str, PathBuf)], &[&str]); 8] = [
+        ("128x96", "90", &[("RLX_CUDA_VEC_STAGES", "1"), ("RLX_CUDA_VEC_TILE", "128x96")], "gemm_small", &gemm_ins, &["y"]),
+        ("cp.async", "90", &[("RLX_CUDA_VEC_STAGES", "2"), ("RLX_CUDA_VEC_TILE", "64x64")], "gemm_small", &gemm_ins, &["y"]),
+        ("general", "90", &[("RLX_CUDA_VEC_TILE", "0")], "gemm_small", &gemm_ins, &["y"]),
+        ("wgmma", "90a", &[("RLX_CUDA_VEC_TILE", "64x64")], "gemm_small", &gemm_ins, &["y"]),
+        ("block", "90a", &[("RLX_CUDA_VEC_TILE", "128x64")], "gemm_block_wide", &wide_ins, &["y"]),
+        ("attention", "90", &[("RLX_CUDA_FUSED_ATTENTION", "0")], "attention", &att_ins, &["att_mask", "att_plain", "att_heads", "att_long"]),
+        ("attention-mma", "90", &[("RLX_CUDA_ATTN_MMA", "1")], "gemm_attn", &gemm_ins, &["y"]),
+        ("attention-split", "90", &[("RLX_CUDA_ATTN_MMA", "1")], "gemm_attn_split", &gemm_ins, &["y"]),
+    ];
+    for (form, sm, env, name, ins, outs) in forms {
+        let it = dir.join(format!("interp-{form}"));
+        let inputs: Vec<String> = ins.iter().flat_map(|(n, p)| ["--input".to_string(), format!("{n}={}", s(p))]).collect();
+        ok(rlxc().args(["run", s(&dir.join(format!("{name}.onnx"))), "--target", "interp", "-o", s(&it)]).args(&inputs));
+        for on in ["1", "0"] {
+            let art = dir.join(format!("art-{form}-{on}"));
+            let mut c = rlxc();
+            c.envs(env.iter().copied()).env("RLX_CUDA_TF32_OPERANDS", on);
+            ok(c.args(["compile", s(&dir.join(format!("{name}.onnx"))), "--target", "cuda", "--sm", sm, "--precision", "tf32", "--emit-ir", "-o", s(&art)]));
+            let manifest: serde_json::Value = serde_json::from_slice(&std::fs::read(art.join(format!("{name}.json"))).unwrap()).unwrap();
+            let listed = manifest["tf32_operands"].as_array().cloned().unwrap_or_default();
+            assert_eq!(!listed.is_empty(), on == "1", "{form}: the manifest's tf32_operands ({})", listed.len());
+            let of = |base: &str| listed.iter().filter(|v| v["base"] == base).count();
+            eprintln!("{form} (RLX_CUDA_TF32_OPERANDS={on}): {} arena values and {} weights rounded", of("arena"), of("weights"));
+            if name.starts_with("gemm") && on == "1" {
+                assert!(of("weights") > 0 && of("arena") > 0, "{form}: weights and activations rounded");
+            }
+            let twin = listed.iter().any(|v| v["value"].as_str().is_some_and(|l| l.ends_with("(tf32)")));
+            assert_eq!(twin, name == "gemm_block_wide" && on == "1", "{form}: a rounded copy beside an f32 value");
+            let ptx = art.join(format!("{name}.ptx"));
+            if sm == "90a" {
+                let ring = std::fs::read_to_string(&ptx).unwrap().contains("cp.async.cg.shared.global");
+                assert_eq!(ring, on == "1", "{form}: wgmma's cp.async ring taken");
+            }
+            ok(Command::new(ptxas()).args([&format!("-arch=sm_{sm}"), s(&ptx), "-o", s(&art.join("k.cubin"))]));
+            let emu = dir.join(format!("emu-{form}-{on}"));
+            ok(Command::new(python()).arg("tests/gpu/emulate_cuda.py").args([s(&art), name, s(&emu)]).args(ins.iter().map(|(_, p)| s(p))).current_dir(repo()));
+            check_outputs(&it, &emu, outs, "tf32", 1e-3, &format!("{form}, RLX_CUDA_TF32_OPERANDS={on}"));
+        }
+        for out in outs.iter() {
+            let bits = |on: &str| std::fs::read(dir.join(format!("emu-{form}-{on}")).join(format!("{out}.npy"))).unwrap();
+            assert!(bits("1") == bits("0"), "{form} {out}: tf32 operands stored rounded change the output");
+        }
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -110,6 +110,9 @@ pub struct Writer<'a> {
     allocated: BTreeSet<String>,
     /// f32 exp by `ex2.approx` (the GPU writer's tensor-core softmax: [`Writer::set_approx_exp`]).
     approx_exp: bool,
+    /// The parameters whose every stored f32 is rounded to tf32 first (the GPU writer's tf32 operands
+    /// stored ahead: [`Writer::set_tf32_stores`]).
+    tf32_stores: Vec<u32>,
 }
 
 impl<'a> Writer<'a> {
@@ -596,7 +599,14 @@ impl<'a> Writer<'a> {
                     let (d, p) = self.params[*buf as usize].clone();
                     let mt = memty(d);
                     let ptr = self.op(format!("getelementptr inbounds {mt}, ptr {p}, i64 {i}"));
-                    let sv = if d == DType::Bool { self.op(format!("zext i1 {v} to i8")) } else { v };
+                    let sv = if d == DType::Bool {
+                        self.op(format!("zext i1 {v} to i8"))
+                    } else if d == DType::F32 && self.tf32_stores.contains(buf) {
+                        let t = self.tf32(&v);
+                        self.op(format!("bitcast i32 {t} to float"))
+                    } else {
+                        v
+                    };
                     self.line(&format!("store {mt} {sv}, ptr {ptr}"));
                 }
                 Stmt::Comm { op, send, recv, count, dtype, peer } => {
@@ -661,10 +671,12 @@ const UNROLLED: i64 = 64;
 
 /// Writes `body` as LLVM IR instructions for a GPU kernel (the PTX writer, `nvptx/`): `params` are the
 /// kernel parameters' element pointers (dtype, SSA name), `bound` the index variables whose values are
-/// already stored in the named `i64` allocas (the thread's grid coordinates). `vector(n)` loops are
-/// scalar loops. Returns the allocas the body needs (for the entry block) and its instructions.
-pub(crate) fn gpu_body(body: &[Stmt], params: Vec<(DType, String)>, bound: &[(Var, String)], decls: &mut BTreeSet<String>) -> (String, String) {
+/// already stored in the named `i64` allocas (the thread's grid coordinates), `tf32_stores` the
+/// parameters it stores tf32-rounded ([`Writer::set_tf32_stores`]). `vector(n)` loops are scalar
+/// loops. Returns the allocas the body needs (for the entry block) and its instructions.
+pub(crate) fn gpu_body(body: &[Stmt], params: Vec<(DType, String)>, bound: &[(Var, String)], tf32_stores: Vec<u32>, decls: &mut BTreeSet<String>) -> (String, String) {
     let mut w = Writer::gpu(params, decls);
+    w.set_tf32_stores(tf32_stores);
     for (v, slot) in bound {
         w.bind_index(*v, slot);
     }
@@ -678,7 +690,7 @@ pub(crate) fn gpu_body(body: &[Stmt], params: Vec<(DType, String)>, bound: &[(Va
 impl<'a> Writer<'a> {
     /// A writer for a GPU kernel body: `vector(n)` loops are scalar loops.
     pub(crate) fn gpu(params: Vec<(DType, String)>, decls: &'a mut BTreeSet<String>) -> Writer<'a> {
-        Writer { out: String::new(), tmp: 0, label: 0, decls, vars: HashMap::new(), params, allocas: String::new(), split_next: false, vec_var: None, lanes: 1, vvars: HashMap::new(), scalar_only: true, int8: crate::Int8Dot::Plain, allocated: BTreeSet::new(), approx_exp: false }
+        Writer { out: String::new(), tmp: 0, label: 0, decls, vars: HashMap::new(), params, allocas: String::new(), split_next: false, vec_var: None, lanes: 1, vvars: HashMap::new(), scalar_only: true, int8: crate::Int8Dot::Plain, allocated: BTreeSet::new(), approx_exp: false, tf32_stores: Vec::new() }
     }
     /// Index variable `v` lives in the `i64` slot `slot` (allocated with [`Writer::slot`]).
     pub(crate) fn bind_index(&mut self, v: Var, slot: &str) {
@@ -713,6 +725,17 @@ impl<'a> Writer<'a> {
     /// probabilities are rounded to the precision's 10 or 7 bits on their way into the second matmul.
     pub(crate) fn set_approx_exp(&mut self, on: bool) {
         self.approx_exp = on;
+    }
+    /// Every f32 the body stores to one of parameters `params` rounded to tf32 first ([`Writer::tf32`]):
+    /// the values `--precision tf32`'s tensor-core tiles read as operands, stored as they would round
+    /// them (`nvptx/half_activations.rs`).
+    pub(crate) fn set_tf32_stores(&mut self, params: Vec<u32>) {
+        self.tf32_stores = params;
+    }
+    /// f32 `x` rounded to tf32 (`cvt.rna`: to nearest, ties away from zero), as a b32 whose low 13 bits
+    /// are zero — the tensor cores' tf32 operand and the f32 of the same value.
+    pub(crate) fn tf32(&mut self, x: &str) -> String {
+        self.op(format!("call i32 asm \"cvt.rna.tf32.f32 $0, $1;\", \"=r,f\"(float {x})"))
     }
     /// A declaration the module needs (an intrinsic).
     pub(crate) fn declare(&mut self, d: &str) {
@@ -765,7 +788,7 @@ fn comm_of(k: &Kernel) -> Option<&Stmt> {
 fn kernel_fn(k: &Kernel, fname: &str, decls: &mut BTreeSet<String>, int8: crate::Int8Dot) -> String {
     let params: Vec<(DType, String)> = k.params.iter().enumerate().map(|(i, p)| (p.dtype, format!("%p{i}"))).collect();
     let split = matches!(k.body.as_slice(), [Stmt::For { kind: LoopKind::Parallel, .. }]);
-    let mut w = Writer { out: String::new(), tmp: 0, label: 0, decls, vars: HashMap::new(), params, allocas: String::new(), split_next: split, vec_var: None, lanes: 1, vvars: HashMap::new(), scalar_only: false, int8, allocated: BTreeSet::new(), approx_exp: false };
+    let mut w = Writer { out: String::new(), tmp: 0, label: 0, decls, vars: HashMap::new(), params, allocas: String::new(), split_next: split, vec_var: None, lanes: 1, vvars: HashMap::new(), scalar_only: false, int8, allocated: BTreeSet::new(), approx_exp: false, tf32_stores: Vec::new() };
     w.stmts(&k.body);
     let mut loads = String::new();
     for i in 0..k.params.len() {

@@ -232,6 +232,9 @@ pub struct CudaCompiled {
     /// `--precision bf16|fp16`: the arena buffers stored as 16-bit values between kernels
     /// (nvptx/half_activations.rs), for the manifest (`half_activations`).
     pub half_activations: Vec<u32>,
+    /// `--precision tf32`: the buffers (arena values and weights) holding tf32-rounded f32 values
+    /// (nvptx/half_activations.rs), for the manifest (`tf32_operands`).
+    pub tf32_operands: Vec<u32>,
 }
 
 /// MIR → PTX + schedule (the family's script, typed). Fails listing every unsupported node.
@@ -268,7 +271,7 @@ fn codegen(mut lir: Lir, report: DispatchReport, sm: Sm, precision: Precision, t
     let p = tm.time("codegen (nvptx)", || rlx_target_llvm::nvptx::compile(&mut lir, sm.num, sm.specific, tiles, mma)).map_err(|e| Failure::model(format!("target cuda: {e}")))?;
     let dispatches = p.dispatches.iter().zip(&p.names).map(|(d, n)| (n.clone(), d.groups, d.block, d.shared, d.comm.clone())).collect();
     let half_weights = p.half_weights.iter().map(|h| (h.dtype.to_string(), h.src, h.elems, h.dst)).collect();
-    Ok(CudaCompiled { schedule: p.schedule_bytes(), ptx: p.ptx, lir, report, sm, precision, llvm_ir: Some(p.ir), dispatches, half_weights, half_activations: p.half_activations })
+    Ok(CudaCompiled { schedule: p.schedule_bytes(), ptx: p.ptx, lir, report, sm, precision, llvm_ir: Some(p.ir), dispatches, half_weights, half_activations: p.half_activations, tf32_operands: p.tf32_operands })
 }
 
 #[cfg(not(feature = "llvm"))]
@@ -332,6 +335,12 @@ impl Artifact for CudaCompiled {
             // Intermediate values the kernels store as bf16 / fp16 (only tensor-core tiles read them).
             let acts: Vec<serde_json::Value> = c.half_activations.iter().filter_map(|&b| c.lir.buffers.get(b as usize)).map(|b| serde_json::json!({"value": b.label, "dtype": b.dtype.to_string(), "offset": b.offset, "shape": b.shape})).collect();
             manifest["half_activations"] = serde_json::json!(acts);
+        }
+        if !c.tf32_operands.is_empty() {
+            // Values and weights held rounded to tf32 (only tensor-core tiles read them; the weights
+            // file's bytes are the rounded ones), which the tiles stage unconverted.
+            let ops: Vec<serde_json::Value> = c.tf32_operands.iter().filter_map(|&b| c.lir.buffers.get(b as usize)).map(|b| serde_json::json!({"value": b.label, "base": format!("{:?}", b.base).to_lowercase(), "offset": b.offset, "shape": b.shape})).collect();
+            manifest["tf32_operands"] = serde_json::json!(ops);
         }
         if c.lir.state_bytes > 0 {
             // A stateful model (a KV cache): the schedule's state base, which the executor keeps on

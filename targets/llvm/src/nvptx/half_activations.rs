@@ -1,4 +1,5 @@
-//! 16-bit activations between kernels for the tensor cores (`--precision bf16|fp16`): an arena buffer
+//! 16-bit (and tf32-rounded) activations between kernels for the tensor cores (`--precision
+//! bf16|fp16`; tf32 below): an arena buffer
 //! whose every reader is a tensor-core matmul taking it as a whole operand (`a` or `b` of the tile's
 //! `a · b`, read nowhere else in that kernel) or the tensor-core attention taking it as its queries,
 //! keys or values (`attention_mma.rs`, which rounds them as it stages them; a query or key times a
@@ -24,6 +25,14 @@
 //! of the same value, rounded — into a buffer appended to the arena (a slot reused by a later copy
 //! made after the earlier one's last tile read it: MiniLM needs one, its activations' size in bf16),
 //! which the tiles read instead: the QKV projections and FFN up, MiniLM's largest operands.
+//!
+//! Under `--precision tf32` the same values stay f32 but are stored rounded to tf32 (`cvt.rna`, as a
+//! tile rounds each operand it stages: [`tf32_round`]; the store's rounding is the writer's,
+//! `Writer::set_tf32_stores`), the copies beside a value also read otherwise are rounded f32, and the
+//! weights only such tiles read, whole, are rounded in place in the weights blob ([`tf32_weights`]) —
+//! so `wgmma.rs`'s `cp.async` ring can copy every operand unconverted and the tensor cores read the
+//! same bits the register-staged form's rounding gives (checked in CPU emulation,
+//! `compiler/rlxc/tests/cuda.rs`). `RLX_CUDA_TF32_OPERANDS=0` at compile time: nothing rounded ahead.
 //!
 //! Not taken: a value a kernel both reads and writes (through one parameter or two), one a
 //! collective touches, the ports, the weights and the state, a value sharing bytes with a buffer of
@@ -54,18 +63,23 @@ enum Use {
     Other,
 }
 
-/// Rewrites the LIR's qualifying activations to the 16-bit type of `mma` (none under f32 / tf32, with
-/// `tiles` off, or with `RLX_CUDA_HALF_ACTIVATIONS=0`); returns the buffers now 16-bit (retyped, and
-/// the copies added). `smem`: the dynamic shared memory a block may take (the attention's rule).
+/// Rewrites the LIR's qualifying activations to the 16-bit type of `mma`, or under tf32 to f32 stored
+/// rounded, and rounds tf32's qualifying weights (none under f32, with `tiles` off, or with
+/// `RLX_CUDA_HALF_ACTIVATIONS=0` / `RLX_CUDA_TF32_OPERANDS=0`); returns the buffers now 16-bit or
+/// rounded (the copies added among them). `smem`: the dynamic shared memory a block may take (the
+/// attention's rule).
 pub fn rewrite(lir: &mut Lir, mma: Mma, tiles: bool, smem: i64) -> Vec<u32> {
-    let half = match mma {
-        Mma::Bf16 => DType::BF16,
-        Mma::Fp16 => DType::F16,
-        Mma::F32 | Mma::Tf32 | Mma::Tf32x3 => return Vec::new(),
+    // The operands' type in memory: tf32 keeps f32 (its values rounded, [`tf32_round`]).
+    let (half, switch) = match mma {
+        Mma::Bf16 => (DType::BF16, "RLX_CUDA_HALF_ACTIVATIONS"),
+        Mma::Fp16 => (DType::F16, "RLX_CUDA_HALF_ACTIVATIONS"),
+        Mma::Tf32 => (DType::F32, "RLX_CUDA_TF32_OPERANDS"),
+        Mma::F32 | Mma::Tf32x3 => return Vec::new(),
     };
-    if !tiles || !lir.regions.is_empty() || std::env::var("RLX_CUDA_HALF_ACTIVATIONS").is_ok_and(|v| v == "0") {
+    if !tiles || !lir.regions.is_empty() || std::env::var(switch).is_ok_and(|v| v == "0") {
         return Vec::new();
     }
+    let name = if mma == Mma::Tf32 { "tf32".to_string() } else { half.to_string() };
     // Each buffer's uses: (launch, parameter, how).
     let mut uses: BTreeMap<u32, Vec<(usize, usize, Use)>> = BTreeMap::new();
     for (li, l) in lir.launches.iter().enumerate() {
@@ -167,7 +181,7 @@ pub fn rewrite(lir: &mut Lir, mma: Mma, tiles: bool, smem: i64) -> Vec<u32> {
         };
         lir.arena_bytes = lir.arena_bytes.max(at + bytes);
         let copy = lir.buffers.len() as u32;
-        lir.buffers.push(rlx_ir::lir::Buffer { base: Base::Arena, offset: at, dtype: half, shape: src.shape.clone(), label: format!("{} ({half})", src.label) });
+        lir.buffers.push(rlx_ir::lir::Buffer { base: Base::Arena, offset: at, dtype: half, shape: src.shape.clone(), label: format!("{} ({name})", src.label) });
         done.push(copy);
         for (li, pi, how) in events {
             let l = &mut lir.launches[li];
@@ -184,6 +198,9 @@ pub fn rewrite(lir: &mut Lir, mma: Mma, tiles: bool, smem: i64) -> Vec<u32> {
     }
     for &b in &done {
         lir.buffers[b as usize].dtype = half;
+    }
+    if mma == Mma::Tf32 {
+        done.extend(tf32_weights(lir, &uses));
     }
     for (li, pi, how, scale) in rewrites {
         let k = &mut lir.launches[li].kernel;
@@ -238,7 +255,43 @@ fn rounded(value: Expr, half: DType, scale: Option<f64>) -> Expr {
         Some(c) => Expr::Bin(BinaryOp::Mul, DType::F32, Box::new(value), Box::new(Expr::Lit(c, DType::F32))),
         None => value,
     };
+    // (tf32's rounding is the store's: `Writer::set_tf32_stores`.)
+    if half == DType::F32 {
+        return v;
+    }
     Expr::Cast { from: DType::F32, to: half, x: Box::new(v) }
+}
+
+/// Under tf32, the weights only tensor-core tiles read, each as a whole operand (no constant), rounded
+/// to tf32 in place ([`tf32_round`]) — every buffer over their bytes read so, the same extent —; the
+/// buffers so rounded.
+fn tf32_weights(lir: &mut Lir, uses: &BTreeMap<u32, Vec<(usize, usize, Use)>>) -> Vec<u32> {
+    let extent = |b: u32| lir.buffers.get(b as usize).filter(|x| x.base == Base::Weights).map(|x| (x.offset, x.offset + x.bytes()));
+    let staged = |b: u32| lir.buffers[b as usize].dtype == DType::F32 && uses[&b].iter().all(|u| u.2 == Use::Stages(None));
+    let mut done: Vec<u32> = Vec::new();
+    for (&b, _) in uses {
+        let Some((lo, hi)) = extent(b) else { continue };
+        let clear = uses.keys().all(|&c| extent(c).is_none_or(|(a, z)| z <= lo || hi <= a || ((a, z) == (lo, hi) && staged(c))));
+        if staged(b) && clear && lo % 4 == 0 && hi <= lir.weights.len() {
+            if !done.iter().any(|&d| extent(d) == Some((lo, hi))) {
+                for w in lir.weights[lo..hi].chunks_exact_mut(4) {
+                    let x = f32::from_le_bytes([w[0], w[1], w[2], w[3]]);
+                    w.copy_from_slice(&tf32_round(x).to_le_bytes());
+                }
+            }
+            done.push(b);
+        }
+    }
+    done
+}
+
+/// `x` rounded to tf32 as `cvt.rna.tf32.f32` rounds it — to nearest, ties away from zero, the low 13
+/// bits of the f32 zero — kept as an f32.
+pub fn tf32_round(x: f32) -> f32 {
+    if x.is_nan() {
+        return x;
+    }
+    f32::from_bits((x.to_bits().wrapping_add(0x1000)) & 0xFFFF_E000)
 }
 
 /// 1 when `e` is exactly a load of parameter `p`.
@@ -325,6 +378,9 @@ fn loads_cast(e: &mut Expr, p: u32, half: DType) {
             *x = if is_load(&a, p) == 1 { *a } else { *b };
         }
     });
+    if half == DType::F32 {
+        return;
+    }
     each_expr(e, &mut |x| {
         if is_load(x, p) == 1 {
             let load = std::mem::replace(x, Expr::Int(0));

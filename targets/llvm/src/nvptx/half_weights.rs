@@ -75,13 +75,16 @@ impl<'l> HalfWeights<'l> {
 }
 
 /// One kernel's view: its parameters' LIR buffers (`bindings`), the weights' binding (`wbind`: the
-/// kernel's base pointer `%g{wbind}`) and, per parameter, where it lies when it is itself 16-bit
-/// (`own`: its base's binding and byte offset — an activation `half_activations.rs` stored so).
+/// kernel's base pointer `%g{wbind}`), per parameter where it lies when it is itself 16-bit (`own`:
+/// its base's binding and byte offset — an activation `half_activations.rs` stored so), and the
+/// parameters whose f32 values are already tf32-rounded (`tf32`: `--precision tf32`'s activations
+/// and weights, `half_activations.rs`), which the kernel stores rounded and stages unconverted.
 pub struct Halves<'h, 'l> {
     pub weights: Option<&'h mut HalfWeights<'l>>,
     pub bindings: &'h [u32],
     pub wbind: usize,
     pub own: &'h [Option<(usize, u64)>],
+    pub tf32: &'h [u32],
 }
 
 impl Halves<'_, '_> {

@@ -143,6 +143,9 @@ pub struct PtxProgram {
     pub half_weights: Vec<HalfCopy>,
     /// The LIR buffers stored as bf16 / fp16 between kernels (`half_activations.rs`).
     pub half_activations: Vec<u32>,
+    /// The LIR buffers (activations and weights) holding tf32-rounded f32 values under `--precision
+    /// tf32` (`half_activations.rs`).
+    pub tf32_operands: Vec<u32>,
 }
 
 impl PtxProgram {
@@ -169,10 +172,12 @@ pub fn compile(lir: &mut Lir, sm: u32, specific: bool, tiles: bool, mma: Mma) ->
     if mma != Mma::F32 && !tiles {
         return Err(format!("tensor-core matmuls ({mma:?}) need the tiled matmul kernels (RLX_CUDA_TILES=0 turns them off)"));
     }
-    // bf16 / fp16: activations only tensor-core tiles read stored as such (half_activations.rs).
-    let half_activations = half_activations::rewrite(lir, mma, tiles, cp_async::max_shared(sm));
+    // bf16 / fp16: activations only tensor-core tiles read stored as such; tf32: those activations
+    // and weights stored tf32-rounded (half_activations.rs).
+    let operands = half_activations::rewrite(lir, mma, tiles, cp_async::max_shared(sm));
+    let (half_activations, tf32_operands) = if mma == Mma::Tf32 { (Vec::new(), operands) } else { (operands, Vec::new()) };
     let mut bases = rlx_ir::schedule::bases_of(lir);
-    let (ir, dispatches, names, half_weights, extra) = module_text(lir, &bases, tiles, mma, pdl::prologue(sm), cp_async::max_shared(sm), wgmma::on(sm, specific, mma))?;
+    let (ir, dispatches, names, half_weights, extra) = module_text(lir, &bases, tiles, mma, pdl::prologue(sm), cp_async::max_shared(sm), wgmma::on(sm, specific, mma), &tf32_operands)?;
     if !extra.is_empty() {
         lir.weights.extend_from_slice(&extra);
         for b in bases.iter_mut().filter(|b| b.base == rlx_ir::lir::Base::Weights) {
@@ -204,5 +209,5 @@ pub fn compile(lir: &mut Lir, sm: u32, specific: bool, tiles: bool, mma: Mma) ->
     if !externs.is_empty() {
         return Err(format!("internal error: the PTX calls functions no GPU provides: {}", externs.join("; ")));
     }
-    Ok(PtxProgram { ptx, ir, bases, dispatches, names, sm, half_weights, half_activations })
+    Ok(PtxProgram { ptx, ir, bases, dispatches, names, sm, half_weights, half_activations, tf32_operands })
 }

@@ -31,7 +31,7 @@ fn plan_name(p: &Plan) -> String {
 /// With `--precision bf16|fp16` also the 16-bit weight copies the matmul tiles read (`half_weights.rs`):
 /// their list and the bytes to append to the weights. `pdl`: the instructions every kernel begins
 /// with (`pdl.rs`'s programmatic-dependent-launch prologue, sm_90).
-pub fn module_text(lir: &Lir, bases: &[BaseBuf], tiles: bool, mma: super::Mma, pdl: Option<&str>, smem: i64, wgmma: bool) -> Result<(String, Vec<SchedDispatch>, Vec<String>, Vec<HalfCopy>, Vec<u8>), String> {
+pub fn module_text(lir: &Lir, bases: &[BaseBuf], tiles: bool, mma: super::Mma, pdl: Option<&str>, smem: i64, wgmma: bool, tf32: &[u32]) -> Result<(String, Vec<SchedDispatch>, Vec<String>, Vec<HalfCopy>, Vec<u8>), String> {
     let mut halves = HalfWeights::new(lir, mma);
     let wbind = bases.iter().position(|x| x.base == Base::Weights).unwrap_or(0);
     let mut decls = BTreeSet::new();
@@ -57,6 +57,8 @@ pub fn module_text(lir: &Lir, bases: &[BaseBuf], tiles: bool, mma: super::Mma, p
         let mut ranges = Vec::new();
         let mut setup = String::new();
         let mut own = Vec::new();
+        // The parameters holding tf32-rounded values (`half_activations.rs`): stored rounded, staged as they are.
+        let rounded: Vec<u32> = (0..l.bindings.len() as u32).filter(|&pi| tf32.contains(&l.bindings[pi as usize])).collect();
         for (pi, &b) in l.bindings.iter().enumerate() {
             let buf = lir.buffers.get(b as usize).ok_or_else(|| format!("kernel '{}': binding {pi} names buffer {b}, the program has {}", k.name, lir.buffers.len()))?;
             let bind = bases.iter().position(|x| x.base == buf.base).ok_or_else(|| format!("kernel '{}': buffer '{}' has no base", k.name, buf.label))?;
@@ -87,7 +89,7 @@ pub fn module_text(lir: &Lir, bases: &[BaseBuf], tiles: bool, mma: super::Mma, p
                 let _ = writeln!(casts, "  %g{bind} = addrspacecast ptr addrspace(1) %b{bind} to ptr");
             }
             casts.push_str(&setup);
-            let mut h = Halves { weights: halves.as_mut(), bindings: &l.bindings, wbind, own: &own };
+            let mut h = Halves { weights: halves.as_mut(), bindings: &l.bindings, wbind, own: &own, tf32: &rounded };
             let t = super::tiled::kernel(li, &sig.join(", "), &casts, params, &offsets, &plan, mma, smem, wgmma, &mut h, &mut decls).map_err(|e| format!("kernel '{}': {e}", k.name))?;
             let _ = writeln!(fns, "; launch {li}: {:?} ({})", k.name, plan_name(&plan));
             fns.push_str(&match pdl {
@@ -104,7 +106,7 @@ pub fn module_text(lir: &Lir, bases: &[BaseBuf], tiles: bool, mma: super::Mma, p
             names.push(k.name.clone());
             continue;
         }
-        let (allocas, text) = gpu_body(body, params, &bound, &mut decls);
+        let (allocas, text) = gpu_body(body, params, &bound, rounded, &mut decls);
         let mut f = String::new();
         let _ = writeln!(f, "; launch {li}: {:?}", k.name);
         let _ = writeln!(f, "define ptx_kernel void @k{li}({}) #0 {{\nentry:", sig.join(", "));

@@ -198,6 +198,7 @@ pub fn kernel(li: usize, sig: &str, setup: &str, params: Vec<(DType, String)>, o
     let ptrs: Vec<String> = params.iter().map(|p| p.1.clone()).collect();
     let layout: Vec<(DType, u64)> = params.iter().zip(offsets).map(|(p, &o)| (p.0, o)).collect();
     let mut w = Writer::gpu(params, decls);
+    w.set_tf32_stores(halves.tf32.to_vec());
     let mut globals = Vec::new();
     let (groups, block) = match plan {
         Plan::Matmul { acc, a, b, rows, cols, batch, r } => {
@@ -698,7 +699,7 @@ pub(super) fn epilogue_at(w: &mut Writer, acc: &Acc, from: &str, slot: &str, (mm
 /// (split at the mma: [`mma_issue_all`]).
 pub(super) fn to_operand(w: &mut Writer, kind: Mma, lo: &str, hi: Option<&str>) -> String {
     match (kind, hi) {
-        (Mma::Tf32, _) => w.emit_op(format!("call i32 asm \"cvt.rna.tf32.f32 $0, $1;\", \"=r,f\"(float {lo})")),
+        (Mma::Tf32, _) => w.tf32(lo),
         (Mma::Tf32x3, _) => w.emit_op(format!("bitcast float {lo} to i32")),
         (Mma::Bf16, Some(hi)) => w.emit_op(format!("call i32 asm \"cvt.rn.bf16x2.f32 $0, $1, $2;\", \"=r,f,f\"(float {hi}, float {lo})")),
         (_, Some(hi)) => w.emit_op(format!("call i32 asm \"cvt.rn.f16x2.f32 $0, $1, $2;\", \"=r,f,f\"(float {hi}, float {lo})")),

@@ -1,9 +1,10 @@
 //! Hopper's warpgroup matrix multiply (`wgmma.mma_async`, sm_90a, PTX ISA 8.0) for `vec_tile.rs`'s
 //! whole tiles under `--sm 90` and `--precision bf16`, `tf32` or `f32` (3×TF32), behind
 //! `RLX_CUDA_WGMMA=N` at compile time, or by default under `--sm 90a` ([`on`]): 1 this file's form, 2 the
-//! same with the next slice's stores overlapping the `wgmma`s (below; `--sm 90a`'s default for tf32 and
-//! f32), 3 the slices copied by a `cp.async` ring straight into the stages where the operands need no
-//! conversion ([`ring`]; `--sm 90a`'s default for bf16). A module with such a
+//! same with the next slice's stores overlapping the `wgmma`s (below; `--sm 90a`'s default for f32 and
+//! for tiles with an operand in need of conversion), 3 the slices copied by a `cp.async` ring straight
+//! into the stages where the operands need no conversion ([`ring`]; `--sm 90a`'s default for bf16's
+//! and tf32's tiles whose operands are stored as the tensor cores read them). A module with such a
 //! kernel is written for `.target sm_90a` with PTX 8.0 (`mod.rs`: LLVM 19's NVPTX knows both), which
 //! runs on sm_90 GPUs only (the H100 / H200), where `--sm 90`'s plain sm_90 PTX is also compiled by
 //! the driver for later GPUs: that, and a gain of 3–4% on MiniLM, is why `--sm 90` leaves it to the
@@ -29,7 +30,7 @@
 //! Staging is `vec_tile.rs`'s register-staged form (it measured fastest for bf16 with `mma.sync`): per
 //! slice each thread loads its chunks of the next slice (a weight's 16-bit copy: one 128-bit load per
 //! chunk; f32 activations under bf16: two, packed by `cvt.rn` to bf16 pairs when stored; tf32: one,
-//! each value rounded by `cvt.rna` when stored) while the tensor cores work on this one; the slices
+//! each value rounded by `cvt.rna` when stored, unless it was stored rounded) while the tensor cores work on this one; the slices
 //! alternate between two regions of the dynamic shared array, so one barrier per slice suffices.
 //! Shared memory written by ordinary stores and read by `wgmma` (the async proxy) needs
 //! `fence.proxy.async.shared::cta` in each writing thread before the barrier. Under `--precision f32`
@@ -105,19 +106,23 @@ fn overlapped() -> bool {
 ///
 /// By default (`RLX_CUDA_WGMMA` unset, `--sm 90a`) bf16's tiles take the ring — the same output bits
 /// as the register-staged form; on an H100, MiniLM seq 128 bf16 batch 8 / 32 resident 0.94 / 0.91×
-/// the time (docs/benchmarks.md, session 30) — and tf32's keep the register-staged form, which rounds
-/// (the ring's truncation: 4.7× the error against the interpreter at MiniLM batch 8, where it ran
-/// 0.80× the time; rounding each thread's landed chunks in place — between the wait and the barrier,
-/// or slice s + 1's while slice s's `wgmma`s ran — gave form 2's bits and its time too, 0.98–1.02× at
-/// batch 8 / 32, so neither was kept: the speed is in not converting at all); `RLX_CUDA_WGMMA=3`:
-/// both; 1 / 2: neither.
-fn ring(kind: Mma) -> Option<i64> {
-    let on = match std::env::var("RLX_CUDA_WGMMA").ok().and_then(|v| v.parse::<i64>().ok()) {
+/// the time (docs/benchmarks.md, session 30) — and so do tf32's whose operands are all stored
+/// tf32-rounded (`half_activations.rs`: the activations by the kernels that write them, the weights
+/// in the blob), the same bits as the register-staged form's rounding. A tf32 tile with an operand
+/// not so stored keeps the register-staged form, which rounds it (the ring's truncation: 4.7× the
+/// error against the interpreter at MiniLM batch 8, where it ran 0.80× the time; rounding each
+/// thread's landed chunks in place — between the wait and the barrier, or slice s + 1's while slice
+/// s's `wgmma`s ran — gave form 2's bits and its time too, 0.98–1.02× at batch 8 / 32: the speed is
+/// in not converting at all); `RLX_CUDA_WGMMA=3`: every bf16 / tf32 tile, truncating tf32's unrounded
+/// operands; 1 / 2: none. The flag: whether the ring was forced so.
+fn ring(kind: Mma) -> Option<(i64, bool)> {
+    let forced = match std::env::var("RLX_CUDA_WGMMA").ok().and_then(|v| v.parse::<i64>().ok()) {
         Some(3) => true,
-        None => kind == Mma::Bf16,
-        _ => false,
+        None => false,
+        _ => return None,
     };
-    on.then(|| std::env::var("RLX_CUDA_WGMMA_STAGES").ok().and_then(|v| v.parse::<i64>().ok()).filter(|s| (3..=6).contains(s)).unwrap_or(4))
+    let stages = std::env::var("RLX_CUDA_WGMMA_STAGES").ok().and_then(|v| v.parse::<i64>().ok()).filter(|s| (3..=6).contains(s)).unwrap_or(4);
+    (forced || matches!(kind, Mma::Bf16 | Mma::Tf32)).then_some((stages, forced))
 }
 
 /// The block tile for these kernels from [`vec_tile::tile`]'s pick `(bm, bn)` of an M×N matmul (`nb`
@@ -169,12 +174,15 @@ fn slice(kind: Mma) -> (i64, i64) {
 }
 
 /// One staged 16-byte chunk of an operand's slice: its global pointer at the slice's start, its
-/// register slot(s), its byte offset in a stage, whether it is a 16-bit copy's, and its operand.
+/// register slot(s), its byte offset in a stage, whether it is a 16-bit copy's or tf32-rounded, and its
+/// operand.
 struct Chunk {
     ptr: String,
     regs: [String; 2],
     at: i64,
     half: bool,
+    /// tf32 words already rounded in memory (`Halves::tf32`).
+    ready: bool,
     oi: usize,
     row_dep: String,
 }
@@ -201,8 +209,9 @@ pub fn matmul(
     let x3 = kind == Mma::Tf32x3;
     let small_at = (bm + bn) * ROW;
     let stage = small_at * (1 + x3 as i64);
-    // The ring's stages where it may apply (16-bit operands, known once the chunks are), else two.
-    let ring = ring(kind).filter(|&s| kind != Mma::Tf32x3 && s * stage + 1024 <= smem);
+    // The ring's stages where it may apply (operands stored as the tensor cores read them, known once
+    // the chunks are), else two.
+    let ring = ring(kind).filter(|&(s, _)| kind != Mma::Tf32x3 && s * stage + 1024 <= smem);
     let bytes = 2 * stage + 1024;
     if kext % tk != 0 || !periods || (bm * 8) % 256 != 0 || (bn * 8) % 256 != 0 || wn % 8 != 0 || wn > 256 || bytes > smem {
         return Ok(None);
@@ -228,6 +237,8 @@ pub fn matmul(
     let mut chunks = Vec::new();
     for (oi, (x, own, off, from_rows, dims)) in [(a, bm, 0, &m0, rows), (b, bn, bm * ROW, &n0, cols)].into_iter().enumerate() {
         let copy = if x.by8 && !tf32 { halves.of_param(x.buf) } else { None };
+        // tf32 values stored rounded (`half_activations.rs`): staged as they are.
+        let ready = kind == Mma::Tf32 && halves.tf32.contains(&x.buf);
         super::vec_tile::unstaged_half(x, copy)?;
         let from = match copy {
             Some((bind, o)) => w.emit_op(format!("getelementptr inbounds i8, ptr %g{bind}, i64 {o}")),
@@ -255,7 +266,7 @@ pub fn matmul(
             for r in &regs {
                 w.slot(r, vty);
             }
-            chunks.push(Chunk { ptr, regs, at: off, half: copy.is_some(), oi, row_dep: d });
+            chunks.push(Chunk { ptr, regs, at: off, half: copy.is_some(), ready, oi, row_dep: d });
         }
     }
     // Slice k0's chunks into their registers: each at its pointer moved by its operand's kpart(k0).
@@ -280,6 +291,9 @@ pub fn matmul(
         for c in &chunks {
             let v = if c.half {
                 w.emit_op(format!("load <4 x i32>, ptr {}", c.regs[0]))
+            } else if c.ready {
+                let v = w.emit_op(format!("load <4 x float>, ptr {}", c.regs[0]));
+                w.emit_op(format!("bitcast <4 x float> {v} to <4 x i32>"))
             } else if tf32 {
                 // Four f32 values, each rounded to tf32 (`cvt.rna`, as the mma.sync tiles stage them);
                 // 3×TF32: big = tf32(x) here and small = tf32(x − big) (exact in f32) into the stage's
@@ -407,7 +421,7 @@ pub fn matmul(
         }
     };
     let fence = |w: &mut Writer| w.emit("call void asm sideeffect \"fence.proxy.async.shared::cta;\", \"~{memory}\"() #1");
-    if let Some(stages) = ring.filter(|_| kind == Mma::Tf32 || chunks.iter().all(|c| c.half)) {
+    if let Some((stages, _)) = ring.filter(|&(_, forced)| chunks.iter().all(|c| c.half || c.ready || (forced && kind == Mma::Tf32))) {
         // ([`ring`].) Slice k0's copies into stage `st` (an i64 value).
         super::cp_async::declare(w);
         let copy_slice = |w: &mut Writer, k0: &str, st: &str| {
