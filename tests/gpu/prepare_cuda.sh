@@ -54,7 +54,8 @@
 # HACT_TWINS=0: without the bf16 _hact0 twins (RLX_CUDA_HALF_ACTIVATIONS=0, batch 1 / 8 / 32);
 # T32R_TWINS=0: without the tf32 _t32r0 twins (RLX_CUDA_TF32_OPERANDS=0, batch 1 / 8 / 32);
 # WIDE_TWINS=0: without the bf16 _wide twins (RLX_CUDA_WGMMA_WIDE=132, batch 8 / 32);
-# RING_TWINS="3 4" (the default; "" none): the bf16 and tf32 _ringS twins (RLX_CUDA_WGMMA=3 RLX_CUDA_WGMMA_STAGES=S, batch 8 / 32);
+# RING_TWINS="4 6" (the default; "" none): the bf16 and tf32 _ringS twins (RLX_CUDA_WGMMA=3 RLX_CUDA_WGMMA_STAGES=S, batch 8 / 32;
+# the default is 5 stages);
 # RINGWIDE_TWINS="3 4" (the default; "" none): bf16 batch 32's _ringwideS twins (the ring and RLX_CUDA_WGMMA_WIDE=132);
 # ATTMMA_TWINS=0: without batch 1's _attmma twins (RLX_CUDA_ATTN_MMA=1: the tensor-core attention below its size rule, every precision);
 # ATTEXACT_TWINS=0: without the tf32 / bf16 _attexact twins (RLX_CUDA_ATTN_FAST=0: the attention's accurate exp, batch 8 / 32);
@@ -187,7 +188,7 @@ for b in 1 8 32; do
   if [ $b -gt 1 ] && [ "${WIDE_TWINS:-1}" != 0 ]; then WIDE=132 EXTRA="--precision bf16" case_ minilm_b${b}_bf16_wide "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; fi
   # bf16 and tf32 batch 8 / 32 with the wgmma tiles fed by a cp.async ring of S stages (_ringS, RLX_CUDA_WGMMA=3
   # RLX_CUDA_WGMMA_STAGES=S: the same output bits; RING_TWINS="" leaves them out).
-  if [ $b -gt 1 ]; then for s in ${RING_TWINS-3 4}; do for p in bf16 tf32; do WG=3 WGSTAGES=$s EXTRA="--precision $p" case_ minilm_b${b}_${p}_ring$s "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; done; done; fi
+  if [ $b -gt 1 ]; then for s in ${RING_TWINS-4 6}; do for p in bf16 tf32; do WG=3 WGSTAGES=$s EXTRA="--precision $p" case_ minilm_b${b}_${p}_ring$s "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; done; done; fi
   # bf16 batch 32 with both: the wide tiles fed by the ring (_ringwideS; RINGWIDE_TWINS="" leaves them out).
   if [ $b = 32 ]; then for s in ${RINGWIDE_TWINS-3 4}; do WIDE=132 WG=3 WGSTAGES=$s EXTRA="--precision bf16" case_ minilm_b${b}_bf16_ringwide$s "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; done; fi
   # Batch 1 with the tensor-core attention below its size rule (_attmma, RLX_CUDA_ATTN_MMA=1; f32 takes the SIMT kernel
