@@ -397,6 +397,14 @@ fn wgmma_tiles_match_the_interpreter_in_cpu_emulation() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// make_gemm.py's small models and make_attention.py's attention written into `dir`; the attention's
+/// inputs (name, file), in the model's order.
+fn gemm_and_attention(dir: &Path) -> Vec<(&'static str, PathBuf)> {
+    ok(Command::new(python()).args(["tests/gpu/make_gemm.py", "--out", s(dir), "--small", "--batch"]).current_dir(repo()));
+    ok(Command::new(python()).args(["tests/gpu/make_attention.py", "--out", s(dir)]).current_dir(repo()));
+    ["q", "k", "v", "mask", "mask2", "qt", "kt", "vt", "qs", "ks", "vs"].into_iter().map(|n| (n, dir.join(format!("{n}.npy")))).collect()
+}
+
 /// Activations stored as bf16 between kernels (nvptx/half_activations.rs, the default under
 /// `--precision bf16`): make_gemm.py's gemm_small (matmul + GELU → matmul → matmul: the first two
 /// outputs are read only as the next tile's operand) in every tile form — the register-staged tiles
@@ -420,10 +428,7 @@ fn wgmma_tiles_match_the_interpreter_in_cpu_emulation() {
 #[test]
 fn half_activations_change_no_bit_in_cpu_emulation() {
     let dir = tmp("half-acts");
-    ok(Command::new(python()).args(["tests/gpu/make_gemm.py", "--out", s(&dir), "--small", "--batch"]).current_dir(repo()));
-    ok(Command::new(python()).args(["tests/gpu/make_attention.py", "--out", s(&dir)]).current_dir(repo()));
-    let names = ["q", "k", "v", "mask", "mask2", "qt", "kt", "vt", "qs", "ks", "vs"];
-    let att_ins: Vec<PathBuf> = names.iter().map(|n| dir.join(format!("{n}.npy"))).collect();
+    let att_ins: Vec<PathBuf> = gemm_and_attention(&dir).into_iter().map(|(_, p)| p).collect();
     let gemm_ins = vec![dir.join("x.npy")];
     let forms: [(&str, &str, &[(&str, &str)], &str, &[PathBuf], &[&str]); 12] = [
         ("128x96", "90", &[("RLX_CUDA_VEC_STAGES", "1"), ("RLX_CUDA_VEC_TILE", "128x96")], "gemm_small", &gemm_ins, &["y"]),
@@ -539,11 +544,8 @@ fn half_activations_change_no_bit_in_cpu_emulation() {
 #[test]
 fn tf32_operands_stored_rounded_change_no_bit_in_cpu_emulation() {
     let dir = tmp("tf32-ops");
-    ok(Command::new(python()).args(["tests/gpu/make_gemm.py", "--out", s(&dir), "--small", "--batch"]).current_dir(repo()));
-    ok(Command::new(python()).args(["tests/gpu/make_attention.py", "--out", s(&dir)]).current_dir(repo()));
-    let names = ["q", "k", "v", "mask", "mask2", "qt", "kt", "vt", "qs", "ks", "vs"];
     // (input name, its file)
-    let att_ins: Vec<(&str, PathBuf)> = names.iter().map(|&n| (n, dir.join(format!("{n}.npy")))).collect();
+    let att_ins = gemm_and_attention(&dir);
     let gemm_ins = vec![("x", dir.join("x.npy"))];
     let wide_ins = vec![("x", dir.join("x2.npy"))];
     let forms: [(&str, &str, &[(&str, &str)], &str, &[(&str, PathBuf)], &[&str]); 8] = [
