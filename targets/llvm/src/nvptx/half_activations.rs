@@ -408,3 +408,29 @@ fn stores_rounded(body: &mut Vec<Stmt>, p: u32, half: DType, scale: Option<f64>,
     }
     *body = out;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::tf32_round;
+
+    /// `cvt.rna.tf32.f32`'s rounding (PTX ISA: to nearest, ties away from zero, 10 mantissa bits),
+    /// on values worked out by hand.
+    #[test]
+    fn tf32_round_is_nearest_ties_away() {
+        let ulp = 2f32.powi(-10);
+        // Below half an ulp down, half an ulp (a tie) away from zero, above half up — either sign.
+        assert_eq!(tf32_round(1.0 + ulp * 0.49), 1.0);
+        assert_eq!(tf32_round(1.0 + ulp * 0.5), 1.0 + ulp);
+        assert_eq!(tf32_round(-(1.0 + ulp * 0.5)), -(1.0 + ulp));
+        assert_eq!(tf32_round(1.0 + ulp * 1.5), 1.0 + 2.0 * ulp);
+        assert_eq!(tf32_round(3.0 + 4.0 * ulp * 0.75), 3.0 + 4.0 * ulp);
+        // Exact tf32 values, zeros, infinities stay; the largest f32 rounds up to infinity; NaN stays NaN.
+        for x in [0.0f32, -0.0, 1.0, -2.5, 1.0 + ulp, f32::INFINITY, f32::NEG_INFINITY] {
+            assert_eq!(tf32_round(x).to_bits(), x.to_bits(), "{x}");
+        }
+        assert_eq!(tf32_round(f32::MAX), f32::INFINITY);
+        assert!(tf32_round(f32::NAN).is_nan());
+        // The low 13 bits are zero: the tensor cores read the word as it is.
+        assert_eq!(tf32_round(0.1).to_bits() & 0x1FFF, 0);
+    }
+}

@@ -97,9 +97,10 @@ fn overlapped() -> bool {
 /// memory (the weights' copies, `half_weights.rs`; activations stored as bf16 / fp16,
 /// `half_activations.rs`), and `--precision tf32`'s (f32 in memory), which it copies unchanged — 16
 /// bytes a `cp.async`, straight into the swizzled stage the descriptors read, no register in
-/// between. So tf32's operands reach the tensor cores unrounded, which read the top 19 bits of each
-/// word (truncation, as cuBLAS's TMA-fed kernels feed them) where the register-staged form rounds
-/// each to nearest (`cvt.rna`): not the same bits, within tf32's tolerance. Iteration s: wait for this thread's
+/// between. So tf32's operands reach the tensor cores as they are in memory, and the tensor cores read
+/// the top 19 bits of each word: the register-staged form's rounding (`cvt.rna`) where the values were
+/// stored rounded (`half_activations.rs`, the default), else truncation (as cuBLAS's TMA-fed kernels
+/// feed them; not the same bits, within tf32's tolerance). Iteration s: wait for this thread's
 /// copies of slice s (`cp.async.wait_group S − 3`), `fence.proxy.async` (the copies are generic-proxy
 /// writes that the tensor cores read), one barrier — after which every thread's copies of slice s
 /// have landed and both warpgroups' `wgmma`s of slice s − 2 are done —, the copies of slice s + S − 2
