@@ -35,7 +35,8 @@
 //! `compiler/rlxc/tests/cuda.rs`). `RLX_CUDA_TF32_OPERANDS=0` at compile time: nothing rounded ahead.
 //!
 //! Not taken: a value a kernel both reads and writes (through one parameter or two), one a
-//! collective touches, the ports, the weights and the state, a value sharing bytes with a buffer of
+//! collective touches, the ports, the weights (but tf32's, above: rounded in place) and the state, a
+//! value sharing bytes with a buffer of
 //! another extent while it is live, a program with control-flow regions. `RLX_CUDA_HALF_ACTIVATIONS=0`
 //! at compile time: nothing rewritten (every activation f32, as before).
 
@@ -287,7 +288,7 @@ fn tf32_weights(lir: &mut Lir, uses: &BTreeMap<u32, Vec<(usize, usize, Use)>>) -
 
 /// `x` rounded to tf32 as `cvt.rna.tf32.f32` rounds it — to nearest, ties away from zero, the low 13
 /// bits of the f32 zero — kept as an f32.
-pub fn tf32_round(x: f32) -> f32 {
+fn tf32_round(x: f32) -> f32 {
     if x.is_nan() {
         return x;
     }
