@@ -58,7 +58,10 @@
 # the default is 5 stages);
 # RINGWIDE_TWINS="3 4" (the default; "" none): bf16 batch 32's _ringwideS twins (the ring and RLX_CUDA_WGMMA_WIDE=132);
 # ATTMMA_TWINS=0: without batch 1's _attmma twins (RLX_CUDA_ATTN_MMA=1: the tensor-core attention below its size rule, every precision);
-# ATTEXACT_TWINS=0: without the tf32 / bf16 _attexact twins (RLX_CUDA_ATTN_FAST=0: the attention's accurate exp, batch 8 / 32);
+# ATTEXACT_TWINS=0: without the _attexact twins (RLX_CUDA_ATTN_FAST=0: the attention's accurate exp, batch 8 / 32, at the
+# precisions of ATTEXACT_PRECISIONS, by default "f32 tf32 bf16");
+# ATTSIMT_TWINS="tf32 bf16": batch 1 at those precisions with attention fused on the SIMT kernel (_attsimt, RLX_CUDA_ATTN_MMA=0;
+# by default they keep three launches there); "" (the default) none;
 # SPLITK_TWINS=0: without the _splitkN twins; ROWS_TWINS=0: without the _rowsN twins; SIMT_TWINS=0: without the _simt twins.
 # QKV_TWINS=0: without the _qkvsep twins (MiniLM batch 8 / 32, every precision, RLX_CUDA_MERGE_MATMULS=0: a layer's
 # Q, K and V as three matmuls, as before session 21 — the default merges them along N from 1,024 rows; their weights
@@ -195,9 +198,13 @@ for b in 1 8 32; do
   # there, tf32 / bf16 three launches), every precision (ATTMMA_TWINS=0 leaves them out).
   if [ $b -eq 1 ] && [ "${ATTMMA_TWINS:-1}" != 0 ]; then for p in f32 tf32 bf16; do sp=_$p; [ $p = f32 ] && sp=
     ATTMMA=1 EXTRA="--precision $p" case_ minilm_b1${sp}_attmma "$D/minilm.onnx" "--dim batch=1 --dim sequence=128"; done; fi
-  # tf32 and bf16 batch 8 / 32 with the tensor-core attention's softmax exact (_attexact, RLX_CUDA_ATTN_FAST=0: the
-  # accurate exp and a division per key, not ex2.approx and the row's reciprocal; ATTEXACT_TWINS=0 leaves them out).
-  if [ $b -gt 1 ] && [ "${ATTEXACT_TWINS:-1}" != 0 ]; then for p in tf32 bf16; do ATTFAST=0 EXTRA="--precision $p" case_ minilm_b${b}_${p}_attexact "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; done; fi
+  # Batch 8 / 32 with the tensor-core attention's softmax exact (_attexact, RLX_CUDA_ATTN_FAST=0: the accurate exp and
+  # a division per key, not ex2.approx and the row's reciprocal; ATTEXACT_TWINS=0 leaves them out).
+  if [ $b -gt 1 ] && [ "${ATTEXACT_TWINS:-1}" != 0 ]; then for p in ${ATTEXACT_PRECISIONS-f32 tf32 bf16}; do sp=_$p; [ $p = f32 ] && sp=
+    ATTFAST=0 EXTRA="--precision $p" case_ minilm_b${b}${sp}_attexact "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; done; fi
+  # Batch 1 with attention fused on the SIMT kernel at the precisions of ATTSIMT_TWINS (_attsimt, RLX_CUDA_ATTN_MMA=0).
+  if [ $b -eq 1 ]; then for p in ${ATTSIMT_TWINS:-}; do sp=_$p; [ $p = f32 ] && sp=
+    ATTMMA=0 EXTRA="--precision $p" case_ minilm_b1${sp}_attsimt "$D/minilm.onnx" "--dim batch=1 --dim sequence=128"; done; fi
   [ "${SIMT_TWINS:-1}" = 0 ] || F32MMA=0 case_ minilm_b${b}_simt "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"
   for p in f32 tf32 bf16; do
     s=_$p; [ $p = f32 ] && s=

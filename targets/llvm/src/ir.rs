@@ -721,8 +721,8 @@ impl<'a> Writer<'a> {
         self.out.push_str(&format!("{label}:\n"));
     }
     /// f32 exp by `ex2.approx.ftz.f32` of x·log2 e (on) or the accurate `fast_exp` (off, the
-    /// default) in what follows: the tensor-core attention's softmax under tf32 / bf16 / fp16, whose
-    /// probabilities are rounded to the precision's 10 or 7 bits on their way into the second matmul.
+    /// default) in what follows: the tensor-core attention's softmax (`nvptx/attention_mma.rs`: a few
+    /// f32 ulps of a probability, below every precision's rounding of it into the second matmul).
     pub(crate) fn set_approx_exp(&mut self, on: bool) {
         self.approx_exp = on;
     }

@@ -106,8 +106,9 @@ const MERGE_MIN_ROWS: u64 = 1024;
 pub fn plan_options(precision: Precision) -> rlx_opt::PlanOptions {
     let fused_attention = std::env::var("RLX_CUDA_FUSED_ATTENTION").map_or(true, |v| v != "0");
     // Under tf32 / bf16 / fp16 attention is fused only where the tensor-core kernel takes it
-    // (RLX_CUDA_ATTN_MMA=1 at compile time: at any size, as the writer then takes it).
-    let any_size = std::env::var("RLX_CUDA_ATTN_MMA").is_ok_and(|v| v == "1");
+    // (RLX_CUDA_ATTN_MMA=1 at compile time: at any size, as the writer then takes it; 0: at any size
+    // too, on the SIMT kernel).
+    let any_size = std::env::var("RLX_CUDA_ATTN_MMA").is_ok_and(|v| v == "1" || v == "0");
     let fused_attention_min_rows = if precision == Precision::F32 || any_size { 0 } else { rlx_ir::loops::tiled::ATTENTION_MMA_MIN_ROWS as usize };
     let split_k = std::env::var("RLX_CUDA_SPLIT_K").ok().and_then(|v| v.parse().ok()).unwrap_or(8);
     let split_k_rows = std::env::var("RLX_CUDA_SPLIT_K_ROWS").ok().and_then(|v| v.parse().ok()).unwrap_or(1024);

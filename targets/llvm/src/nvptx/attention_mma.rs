@@ -22,8 +22,8 @@
 //!    (`shfl.sync.bfly` 1, 2: the four lanes sharing the row), the sum of `e(s, mx)` the same way, and
 //!    `p(s, mx, l)` written over the scores. Keys past the last are left out (−∞ / 0). Where the terms
 //!    nest (`Attention::chained`: a softmax), `w(s)` is kept in place of each score and then `e`, so
-//!    each score's mask, scale and exp run once (the same bits). Under tf32 / bf16 / fp16 the exp is
-//!    `ex2.approx` and `p`'s division by the sum a product with its reciprocal (below).
+//!    each score's mask, scale and exp run once (the same bits). The exp is `ex2.approx` and `p`'s
+//!    division by the sum a product with its reciprocal (below; `RLX_CUDA_ATTN_FAST=0`: neither).
 //! 4. Probabilities × values on the tensor cores with the probabilities as the A operand straight from
 //!    the score registers: bf16's m16n8k16 A fragment is two score fragments side by side (keys
 //!    16k + 2t, + 1 and 16k + 8 + 2t, + 1); tf32's m16n8k8 A fragment takes the keys of one score
@@ -340,12 +340,13 @@ pub fn attention(w: &mut Writer, a: &Attention, kind: Mma, smem: i64, globals: &
     };
     let ninf = llvm_lit(f64::NEG_INFINITY, f);
     let (e_term, p_term, kept) = a.pass_terms();
-    // Under tf32 / bf16 / fp16 the probabilities are rounded to 10 or 7 bits on their way into the
-    // second matmul: their exp is `ex2.approx` (`Writer::set_approx_exp`) and their division by the
-    // row's sum a product with its reciprocal (`Attention::by_reciprocal`), each within a few f32 ulps.
-    // 3×TF32 keeps f32's accuracy: the accurate exp and the division (as does `RLX_CUDA_ATTN_FAST=0`
-    // at compile time, to time the two).
-    let fast = kind != Mma::Tf32x3 && std::env::var("RLX_CUDA_ATTN_FAST").map_or(true, |v| v != "0");
+    // The exp is `ex2.approx.ftz` of x·log2 e (`Writer::set_approx_exp`) and the division by the row's
+    // sum a product with its reciprocal (`Attention::by_reciprocal`), each within a few f32 ulps: under
+    // tf32 / bf16 / fp16 the probabilities are then rounded to 10 or 7 bits on their way into the second
+    // matmul, and 3×TF32 splits them to f32's accuracy, which a few ulps of a probability (≤ 1) keep
+    // (PyTorch's f32 attention kernels take `exp2f` of x·log2 e too). `RLX_CUDA_ATTN_FAST=0` at compile
+    // time: the accurate exp and a division per key (to time the two; before session 32 f32's form).
+    let fast = std::env::var("RLX_CUDA_ATTN_FAST").map_or(true, |v| v != "0");
     let recip = if fast { a.by_reciprocal(&p_term) } else { None };
     let by_recip = recip.is_some();
     let p_term = recip.unwrap_or(p_term);
