@@ -60,6 +60,10 @@
 # ATTMMA_TWINS=0: without batch 1's _attmma twins (RLX_CUDA_ATTN_MMA=1: the tensor-core attention below its size rule, every precision);
 # ATTEXACT_TWINS=0: without the _attexact twins (RLX_CUDA_ATTN_FAST=0: the attention's accurate exp, batch 8 / 32, at the
 # precisions of ATTEXACT_PRECISIONS, by default "f32 tf32 bf16");
+# DEFER_TWINS=1: every batch and precision with RLX_CUDA_DEFER_STORES=0 (_defer0: row kernels' and epilogues' stores
+# not held back, as before session 32);
+# ATTMIN_TWINS="tf32 bf16": batch 1 at those precisions with RLX_CUDA_ATTN_MIN_ROWS=8192 (_attmin: attention as three
+# launches there, as before session 32); "" (the default) none;
 # ATTSIMT_TWINS="tf32 bf16": batch 1 at those precisions with attention fused on the SIMT kernel (_attsimt, RLX_CUDA_ATTN_MMA=0;
 # by default they keep three launches there); "" (the default) none;
 # SPLITK_TWINS=0: without the _splitkN twins; ROWS_TWINS=0: without the _rowsN twins; SIMT_TWINS=0: without the _simt twins.
@@ -95,7 +99,7 @@ cp "$MINILM" "$D/minilm.onnx"
 case_() {
   local c=$1 model=$2 args=$3; shift 3
   local name=${c%%_*}
-  RLX_CUDA_WGMMA=${WG:-} RLX_CUDA_MERGE_MATMULS=${MERGE:-} RLX_CUDA_TILES=${TILES:-1} RLX_CUDA_FUSED_ATTENTION=${FUSED:-1} RLX_CUDA_TC_SPLIT=${TCSPLIT:-1} RLX_CUDA_HALF_WEIGHTS=${HALFW:-1} RLX_CUDA_VEC_FILL=${FILL:-1} RLX_CUDA_VEC_HEADS=${HEADS:-1} RLX_CUDA_VEC_EPI=${EPI:-} RLX_CUDA_VEC_LDS=${LDS:-} RLX_CUDA_PDL=${PDL:-1} RLX_CUDA_F32_MMA=${F32MMA:-1} env ${STAGES:+RLX_CUDA_VEC_STAGES=$STAGES} ${SPLITK:+RLX_CUDA_SPLIT_K=$SPLITK} ${SPLITKROWS:+RLX_CUDA_SPLIT_K_ROWS=$SPLITKROWS} ${KW:+RLX_CUDA_SPLIT_K_WIDE=$KW} ${WGTILE:+RLX_CUDA_WGMMA_TILE=$WGTILE} ${ATTMMA:+RLX_CUDA_ATTN_MMA=$ATTMMA} ${AW:+RLX_CUDA_ATTN_WARPS=$AW} ${ERF:+RLX_CUDA_ERF=$ERF} ${HACT:+RLX_CUDA_HALF_ACTIVATIONS=$HACT} ${TF32OPS:+RLX_CUDA_TF32_OPERANDS=$TF32OPS} ${ATTFAST:+RLX_CUDA_ATTN_FAST=$ATTFAST} ${WIDE:+RLX_CUDA_WGMMA_WIDE=$WIDE} ${WGSTAGES:+RLX_CUDA_WGMMA_STAGES=$WGSTAGES} $R compile "$model" --target cuda --sm "${SM:-90a}" --name "$name" -o "$D/art/$c" $args ${EXTRA:-} >/dev/null
+  RLX_CUDA_WGMMA=${WG:-} RLX_CUDA_MERGE_MATMULS=${MERGE:-} RLX_CUDA_TILES=${TILES:-1} RLX_CUDA_FUSED_ATTENTION=${FUSED:-1} RLX_CUDA_TC_SPLIT=${TCSPLIT:-1} RLX_CUDA_HALF_WEIGHTS=${HALFW:-1} RLX_CUDA_VEC_FILL=${FILL:-1} RLX_CUDA_VEC_HEADS=${HEADS:-1} RLX_CUDA_VEC_EPI=${EPI:-} RLX_CUDA_VEC_LDS=${LDS:-} RLX_CUDA_PDL=${PDL:-1} RLX_CUDA_F32_MMA=${F32MMA:-1} env ${STAGES:+RLX_CUDA_VEC_STAGES=$STAGES} ${SPLITK:+RLX_CUDA_SPLIT_K=$SPLITK} ${SPLITKROWS:+RLX_CUDA_SPLIT_K_ROWS=$SPLITKROWS} ${KW:+RLX_CUDA_SPLIT_K_WIDE=$KW} ${WGTILE:+RLX_CUDA_WGMMA_TILE=$WGTILE} ${ATTMMA:+RLX_CUDA_ATTN_MMA=$ATTMMA} ${AW:+RLX_CUDA_ATTN_WARPS=$AW} ${ERF:+RLX_CUDA_ERF=$ERF} ${HACT:+RLX_CUDA_HALF_ACTIVATIONS=$HACT} ${TF32OPS:+RLX_CUDA_TF32_OPERANDS=$TF32OPS} ${ATTFAST:+RLX_CUDA_ATTN_FAST=$ATTFAST} ${DEFER:+RLX_CUDA_DEFER_STORES=$DEFER} ${ATTMIN:+RLX_CUDA_ATTN_MIN_ROWS=$ATTMIN} ${WIDE:+RLX_CUDA_WGMMA_WIDE=$WIDE} ${WGSTAGES:+RLX_CUDA_WGMMA_STAGES=$WGSTAGES} $R compile "$model" --target cuda --sm "${SM:-90a}" --name "$name" -o "$D/art/$c" $args ${EXTRA:-} >/dev/null
   [ $# -eq 0 ] && return 0
   mkdir -p "$D/ref/$c"
   local i=0 ins=()
@@ -202,6 +206,10 @@ for b in 1 8 32; do
   # a division per key, not ex2.approx and the row's reciprocal; ATTEXACT_TWINS=0 leaves them out).
   if [ $b -gt 1 ] && [ "${ATTEXACT_TWINS:-1}" != 0 ]; then for p in ${ATTEXACT_PRECISIONS-f32 tf32 bf16}; do sp=_$p; [ $p = f32 ] && sp=
     ATTFAST=0 EXTRA="--precision $p" case_ minilm_b${b}${sp}_attexact "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; done; fi
+  if [ "${DEFER_TWINS:-0}" = 1 ]; then for p in f32 tf32 bf16; do sp=_$p; [ $p = f32 ] && sp=
+    DEFER=0 EXTRA="--precision $p" case_ minilm_b${b}${sp}_defer0 "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; done; fi
+  if [ $b -eq 1 ]; then for p in ${ATTMIN_TWINS:-}; do sp=_$p; [ $p = f32 ] && sp=
+    ATTMIN=8192 EXTRA="--precision $p" case_ minilm_b1${sp}_attmin "$D/minilm.onnx" "--dim batch=1 --dim sequence=128"; done; fi
   # Batch 1 with attention fused on the SIMT kernel at the precisions of ATTSIMT_TWINS (_attsimt, RLX_CUDA_ATTN_MMA=0).
   if [ $b -eq 1 ]; then for p in ${ATTSIMT_TWINS:-}; do sp=_$p; [ $p = f32 ] && sp=
     ATTMMA=0 EXTRA="--precision $p" case_ minilm_b1${sp}_attsimt "$D/minilm.onnx" "--dim batch=1 --dim sequence=128"; done; fi

@@ -1295,12 +1295,16 @@ fn fused_attention_matches_the_interpreter_in_cpu_emulation() {
     let unfused = dir.join("art-unfused");
     ok(rlxc().env("RLX_CUDA_FUSED_ATTENTION", "0").args(["compile", s(&model), "--target", "cuda", "-o", s(&unfused)]));
     assert_eq!(kernels(&unfused), 12, "unfused: scores, softmax rows, probabilities × values per attention");
-    // By default these few query rows keep tf32's three launches, and f32 fuses on the SIMT kernel.
-    let (small_tf32, small_f32) = (dir.join("art-tf32-default"), dir.join("art-f32-default"));
+    // By default these few query rows take tf32's tensor-core kernel (three launches with
+    // RLX_CUDA_ATTN_MIN_ROWS above them), and f32 fuses on the SIMT kernel (f32's size rule).
+    let (small_tf32, small_f32, rule_tf32) = (dir.join("art-tf32-default"), dir.join("art-f32-default"), dir.join("art-tf32-rule"));
     ok(rlxc().args(["compile", s(&model), "--target", "cuda", "--precision", "tf32", "-o", s(&small_tf32)]));
     ok(rlxc().args(["compile", s(&model), "--target", "cuda", "-o", s(&small_f32)]));
-    let simt_only = !std::fs::read_to_string(small_f32.join("attention.ptx")).unwrap().contains("mma.sync");
-    assert!(kernels(&small_tf32) == 12 && kernels(&small_f32) == 4 && simt_only, "the size rule");
+    ok(rlxc().env("RLX_CUDA_ATTN_MIN_ROWS", "8192").args(["compile", s(&model), "--target", "cuda", "--precision", "tf32", "-o", s(&rule_tf32)]));
+    let tc = |art: &Path| std::fs::read_to_string(art.join("attention.ptx")).unwrap().split(".entry").skip(1).filter(|k| k.contains("mma.sync")).count();
+    assert!(kernels(&small_tf32) == 4 && tc(&small_tf32) == 3, "tf32 at any size");
+    assert!(kernels(&small_f32) == 4 && tc(&small_f32) == 0, "f32's size rule");
+    assert_eq!(kernels(&rule_tf32), 12, "RLX_CUDA_ATTN_MIN_ROWS");
     // (tag, RLX_CUDA_TILES, RLX_CUDA_ATTN_MMA, RLX_CUDA_ATTN_FAST, precision, kernels on the tensor cores, bound)
     for (tag, tiles, mma, fast, precision, on_tc, bound) in [
         ("fused", "1", "1", "1", "f32", 3, 1e-5),

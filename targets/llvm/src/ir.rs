@@ -110,6 +110,8 @@ pub struct Writer<'a> {
     allocated: BTreeSet<String>,
     /// f32 exp by `ex2.approx` (the GPU writer's tensor-core softmax: [`Writer::set_approx_exp`]).
     approx_exp: bool,
+    /// Store instructions held back while [`Writer::defer_stores`] is on.
+    deferred: Option<Vec<String>>,
     /// The parameters whose every stored f32 is rounded to tf32 first (the GPU writer's tf32 operands
     /// stored ahead: [`Writer::set_tf32_stores`]).
     tf32_stores: Vec<u32>,
@@ -607,7 +609,11 @@ impl<'a> Writer<'a> {
                     } else {
                         v
                     };
-                    self.line(&format!("store {mt} {sv}, ptr {ptr}"));
+                    let store = format!("store {mt} {sv}, ptr {ptr}");
+                    match &mut self.deferred {
+                        Some(held) => held.push(store),
+                        None => self.line(&store),
+                    }
                 }
                 Stmt::Comm { op, send, recv, count, dtype, peer } => {
                     // Reached only by a GPU body (module_text calls a CPU kernel's collective itself).
@@ -690,7 +696,7 @@ pub(crate) fn gpu_body(body: &[Stmt], params: Vec<(DType, String)>, bound: &[(Va
 impl<'a> Writer<'a> {
     /// A writer for a GPU kernel body: `vector(n)` loops are scalar loops.
     pub(crate) fn gpu(params: Vec<(DType, String)>, decls: &'a mut BTreeSet<String>) -> Writer<'a> {
-        Writer { out: String::new(), tmp: 0, label: 0, decls, vars: HashMap::new(), params, allocas: String::new(), split_next: false, vec_var: None, lanes: 1, vvars: HashMap::new(), scalar_only: true, int8: crate::Int8Dot::Plain, allocated: BTreeSet::new(), approx_exp: false, tf32_stores: Vec::new() }
+        Writer { out: String::new(), tmp: 0, label: 0, decls, vars: HashMap::new(), params, allocas: String::new(), split_next: false, vec_var: None, lanes: 1, vvars: HashMap::new(), scalar_only: true, int8: crate::Int8Dot::Plain, allocated: BTreeSet::new(), approx_exp: false, tf32_stores: Vec::new(), deferred: None }
     }
     /// Index variable `v` lives in the `i64` slot `slot` (allocated with [`Writer::slot`]).
     pub(crate) fn bind_index(&mut self, v: Var, slot: &str) {
@@ -725,6 +731,19 @@ impl<'a> Writer<'a> {
     /// f32 ulps of a probability, below every precision's rounding of it into the second matmul).
     pub(crate) fn set_approx_exp(&mut self, on: bool) {
         self.approx_exp = on;
+    }
+    /// On: the store instructions of the statements written next are held back (their addresses and
+    /// values computed in place); off: those held are written, in order. For straight-line code only
+    /// (`nvptx/tiled.rs`'s `lane_loop`: a row kernel's unrolled elements, so that every element's loads
+    /// are in flight before the first store, which LLVM may not move them past).
+    pub(crate) fn defer_stores(&mut self, on: bool) {
+        if on {
+            self.deferred.get_or_insert_with(Vec::new);
+        } else if let Some(held) = self.deferred.take() {
+            for s in held {
+                self.line(&s);
+            }
+        }
     }
     /// Every f32 the body stores to one of parameters `params` rounded to tf32 first ([`Writer::tf32`]):
     /// the values `--precision tf32`'s tensor-core tiles read as operands, stored as they would round
@@ -788,7 +807,7 @@ fn comm_of(k: &Kernel) -> Option<&Stmt> {
 fn kernel_fn(k: &Kernel, fname: &str, decls: &mut BTreeSet<String>, int8: crate::Int8Dot) -> String {
     let params: Vec<(DType, String)> = k.params.iter().enumerate().map(|(i, p)| (p.dtype, format!("%p{i}"))).collect();
     let split = matches!(k.body.as_slice(), [Stmt::For { kind: LoopKind::Parallel, .. }]);
-    let mut w = Writer { out: String::new(), tmp: 0, label: 0, decls, vars: HashMap::new(), params, allocas: String::new(), split_next: split, vec_var: None, lanes: 1, vvars: HashMap::new(), scalar_only: false, int8, allocated: BTreeSet::new(), approx_exp: false, tf32_stores: Vec::new() };
+    let mut w = Writer { out: String::new(), tmp: 0, label: 0, decls, vars: HashMap::new(), params, allocas: String::new(), split_next: split, vec_var: None, lanes: 1, vvars: HashMap::new(), scalar_only: false, int8, allocated: BTreeSet::new(), approx_exp: false, tf32_stores: Vec::new(), deferred: None };
     w.stmts(&k.body);
     let mut loads = String::new();
     for i in 0..k.params.len() {

@@ -54,10 +54,11 @@ pub const MAX_GROUPS: i64 = 65535;
 pub const ATTENTION_MAX_KEYS: i64 = 1024;
 /// The longest dot product (head dimension) of a fused attention kernel's scores, likewise.
 pub const ATTENTION_MAX_DEPTH: i64 = 256;
-/// The fewest query rows (every head's together) for which the PTX writer runs a fused attention on
-/// the tensor cores (`nvptx/attention_mma.rs`); the CUDA target fuses no attention under its reduced
-/// precisions below it. On an H200 MiniLM's 1,536 rows at batch 1 ran slower so than as three launches
-/// or the SIMT kernel; its 12,288 at batch 8 faster (docs/benchmarks.md, session 27).
+/// The fewest query rows (every head's together) for which the PTX writer runs f32's fused attention on
+/// the tensor cores (3×TF32, `nvptx/attention_mma.rs`; below it the SIMT kernel). On an H100 MiniLM's
+/// 1,536 rows at batch 1 ran 1.01× the SIMT kernel's time so, its 12,288 at batch 8 faster
+/// (docs/benchmarks.md, sessions 27 and 32). tf32 / bf16 / fp16 take the tensor cores at any size
+/// (session 32: MiniLM batch 1 0.98× the three launches' time, which session 27 had kept).
 pub const ATTENTION_MMA_MIN_ROWS: i64 = 8192;
 
 pub type Dims = Vec<(Var, i64)>;

@@ -164,8 +164,9 @@ pub struct PlanOptions {
     /// values in shared memory. The CUDA target turns it on (unless `RLX_CUDA_FUSED_ATTENTION=0`).
     pub fused_attention: bool,
     /// With `fused_attention`: the fewest query rows (every head's together) an attention needs to be
-    /// fused; 0 any. The CUDA target asks 8,192 under its reduced precisions, where below that the
-    /// three launches on the tensor cores measured faster than either fused kernel.
+    /// fused; 0 any. The CUDA target asks none unless `RLX_CUDA_ATTN_MIN_ROWS=N` at compile time (its
+    /// twins: before session 32 it asked 8,192 under its reduced precisions, whose three launches on
+    /// the tensor cores then measured as fast as either fused kernel at MiniLM batch 1).
     pub fused_attention_min_rows: usize,
     /// Matmuls with few outputs over a long K computed as this many partial sums in a launch of their
     /// own, added in order by the matmul's kernel (`split_k.rs`); 0: none. The CUDA target sets it.

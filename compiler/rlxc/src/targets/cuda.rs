@@ -87,14 +87,14 @@ const MERGE_MIN_ROWS: u64 = 1024;
 /// As for the shader targets: matmuls in their per-element form (no CPU GEMM panels), LayerNorm and
 /// softmax one row kernel each, transposes and scalings inlined into matmul operand loads; attention
 /// (scores, softmax, probabilities × values) one kernel (`rlx_opt`'s `plan/attention.rs`) unless
-/// `RLX_CUDA_FUSED_ATTENTION=0` at compile time, which keeps its three launches (to time both) —
-/// under tf32 / bf16 / fp16 only where it has at least `ATTENTION_MMA_MIN_ROWS` query rows, which the
-/// PTX writer runs on the tensor cores (`nvptx/attention_mma.rs`). Measured on an H200 (MiniLM seq
-/// 128, p50, docs/benchmarks.md session 27): at batch 8 / 32 the tensor-core kernel against the three
-/// launches tf32 0.94 / 0.92×, bf16 0.95 / 0.93×; at batch 1 (1,536 query rows) it took 1.14 / 1.16×
-/// (each warp's chain of staging, scores, softmax and products is long, and 24 blocks do it), the SIMT
-/// fused kernel 1.01 / 1.02×, so there the three launches stay; under f32 the SIMT kernel at batch 1
-/// (0.99×) and the 3×TF32 tensor-core one from batch 8. Matmuls with few outputs over a
+/// `RLX_CUDA_FUSED_ATTENTION=0` at compile time, which keeps its three launches (to time both); the
+/// PTX writer runs it on the tensor cores (`nvptx/attention_mma.rs`) under tf32 / bf16 / fp16, and
+/// under f32 from `ATTENTION_MMA_MIN_ROWS` query rows (the SIMT kernel below). Measured on an H200
+/// (MiniLM seq 128, p50, docs/benchmarks.md session 27): at batch 8 / 32 the tensor-core kernel
+/// against the three launches tf32 0.94 / 0.92×, bf16 0.95 / 0.93×; at batch 1 (1,536 query rows) it
+/// then took 1.14 / 1.16×, so the three launches stayed there until session 32, when on an H100
+/// (with the softmax's `ex2.approx` and row reciprocal since) it took 0.98× their time in tf32 and
+/// bf16 (f32's 3×TF32 kernel 1.01× the SIMT one's). Matmuls with few outputs over a
 /// long K (MiniLM batch 1's FFN down) split K across launches into 8 partial sums (`rlx_opt`'s
 /// `plan/split_k.rs`; `RLX_CUDA_SPLIT_K=N` at compile time: N parts, 0 none). Measured on the H200
 /// (MiniLM batch 1, p50 of three rounds × 100 runs, against the unsplit twin in the same rounds): f32
@@ -105,11 +105,10 @@ const MERGE_MIN_ROWS: u64 = 1024;
 /// output projection too, measured no faster (docs/benchmarks.md, session 18b).
 pub fn plan_options(precision: Precision) -> rlx_opt::PlanOptions {
     let fused_attention = std::env::var("RLX_CUDA_FUSED_ATTENTION").map_or(true, |v| v != "0");
-    // Under tf32 / bf16 / fp16 attention is fused only where the tensor-core kernel takes it
-    // (RLX_CUDA_ATTN_MMA=1 at compile time: at any size, as the writer then takes it; 0: at any size
-    // too, on the SIMT kernel).
-    let any_size = std::env::var("RLX_CUDA_ATTN_MMA").is_ok_and(|v| v == "1" || v == "0");
-    let fused_attention_min_rows = if precision == Precision::F32 || any_size { 0 } else { rlx_ir::loops::tiled::ATTENTION_MMA_MIN_ROWS as usize };
+    // At any number of query rows (RLX_CUDA_ATTN_MIN_ROWS=N at compile time: from N, under tf32 / bf16 /
+    // fp16 — 8,192 was their rule before session 32, three launches below it).
+    let min_rows = std::env::var("RLX_CUDA_ATTN_MIN_ROWS").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+    let fused_attention_min_rows = if precision == Precision::F32 { 0 } else { min_rows };
     let split_k = std::env::var("RLX_CUDA_SPLIT_K").ok().and_then(|v| v.parse().ok()).unwrap_or(8);
     let split_k_rows = std::env::var("RLX_CUDA_SPLIT_K_ROWS").ok().and_then(|v| v.parse().ok()).unwrap_or(1024);
     let split_k_wide = split_k_wide(std::env::var("RLX_CUDA_SPLIT_K_WIDE").ok().as_deref());

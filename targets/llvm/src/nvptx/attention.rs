@@ -194,7 +194,7 @@ pub fn attention(w: &mut Writer, li: usize, a: &Attention, globals: &mut Vec<Str
         let rowc = w.emit_op(format!("select i1 {inside}, i64 {row}, i64 {}", rows - 1));
         unflatten(w, &rowc, &a.rows);
         // 1. The query row.
-        lane_loop(w, ds, &lane, depth, 32, &mut |w| {
+        lane_loop(w, ds, &lane, depth, 32, false, &mut |w| {
             let x = w.value(a.a);
             let d = w.emit_op(format!("load i64, ptr {ds}"));
             let i = w.emit_op(format!("add nuw nsw i64 {qbase}, {d}"));
@@ -208,7 +208,7 @@ pub fn attention(w: &mut Writer, li: usize, a: &Attention, globals: &mut Vec<Str
         // run once (the same bits).
         let (e_term, p_term, kept) = a.pass_terms();
         w.emit(&format!("store float {ninf}, ptr {mx}"));
-        lane_loop(w, js, &lane, keys, 32, &mut |w| {
+        lane_loop(w, js, &lane, keys, 32, false, &mut |w| {
             score(w)?;
             let sv = w.emit_op(format!("load float, ptr {s}"));
             let x = w.value(a.w);
@@ -223,7 +223,7 @@ pub fn attention(w: &mut Writer, li: usize, a: &Attention, globals: &mut Vec<Str
         butterfly(w, mx, BinaryOp::Max);
         // 3. The sum, then the probabilities in place of the scores.
         w.emit(&format!("store float {zero}, ptr {l}"));
-        lane_loop(w, js, &lane, keys, 32, &mut |w| {
+        lane_loop(w, js, &lane, keys, 32, false, &mut |w| {
             let p = srow(w);
             let sv = w.emit_op(format!("load float, ptr addrspace(3) {p}"));
             w.emit(&format!("store float {sv}, ptr {s}"));
@@ -237,7 +237,7 @@ pub fn attention(w: &mut Writer, li: usize, a: &Attention, globals: &mut Vec<Str
             Ok(())
         })?;
         butterfly(w, l, BinaryOp::Add);
-        lane_loop(w, js, &lane, keys, 32, &mut |w| {
+        lane_loop(w, js, &lane, keys, 32, false, &mut |w| {
             let p = srow(w);
             let sv = w.emit_op(format!("load float, ptr addrspace(3) {p}"));
             w.emit(&format!("store float {sv}, ptr {s}"));
@@ -247,7 +247,7 @@ pub fn attention(w: &mut Writer, li: usize, a: &Attention, globals: &mut Vec<Str
         })?;
         barrier(w);
         // 4. Probabilities × values, then the store.
-        lane_loop(w, "%a.c", &lane, cols, 32, &mut |w| {
+        lane_loop(w, "%a.c", &lane, cols, 32, false, &mut |w| {
             let c = w.emit_op("load i64, ptr %a.c".into());
             bind_col(w, &c);
             w.emit(&format!("store float {zero}, ptr {acc}"));

@@ -3,9 +3,9 @@
 //! under `--precision tf32`, m16n8k16 bf16 / fp16 under `bf16` / `fp16`, and 3×TF32 under `f32`
 //! (`tiled::mma_issue_all`: f32 accuracy). Taken where the head's padded keys are at most [`MAX_KEYS`]
 //! (a query row's scores stay in registers), its depth and columns at most [`MAX_DEPTH`], its keys
-//! and values fit the GPU's shared memory, and there are at least `ATTENTION_MMA_MIN_ROWS` query rows
-//! (heads × rows: fewer gave too few blocks, each a long dependent chain; `RLX_CUDA_ATTN_MMA=1` at
-//! compile time: any number); otherwise — and with `RLX_CUDA_ATTN_MMA=0` — `attention.rs`'s kernel runs.
+//! and values fit the GPU's shared memory, and — under f32 — there are at least `ATTENTION_MMA_MIN_ROWS`
+//! query rows (heads × rows: fewer gave too few blocks, each a long dependent chain; `RLX_CUDA_ATTN_MMA=1`
+//! at compile time: any number); otherwise — and with `RLX_CUDA_ATTN_MMA=0` — `attention.rs`'s kernel runs.
 //!
 //! A block of W warps (8 where that gives [`FILL`] blocks, else 4, fewer for few rows;
 //! `RLX_CUDA_ATTN_WARPS` at compile time to force one) takes one head and 16·W of its query rows, 16
@@ -95,7 +95,7 @@ pub struct Layout {
 
 /// Where [`attention`] writes plan `a` on the tensor cores of `kind` (`smem`: below): its [`Layout`];
 /// `None` where it does not (the SIMT kernel: `RLX_CUDA_ATTN_MMA=0`, f32 on the SIMT cores, a head too
-/// large, fewer than `ATTENTION_MMA_MIN_ROWS` query rows unless `RLX_CUDA_ATTN_MMA=1`).
+/// large, f32 with fewer than `ATTENTION_MMA_MIN_ROWS` query rows unless `RLX_CUDA_ATTN_MMA=1`).
 pub fn fits(a: &Attention, kind: Mma, smem: i64) -> Option<Layout> {
     let switch = std::env::var("RLX_CUDA_ATTN_MMA").ok();
     if kind == Mma::F32 || switch.as_deref() == Some("0") {
@@ -115,7 +115,7 @@ pub fn fits(a: &Attention, kind: Mma, smem: i64) -> Option<Layout> {
         let (sk, sv) = (round_up(dp / 2, 8) + 4, round_up(cp, 32) + 8);
         Layout { kp, dp, cp, sk, sv, v: kp * sk, planes: 0, bytes: 4 * (kp * sk + kp / 2 * sv) }
     };
-    let ok = kp <= MAX_KEYS && dp <= MAX_DEPTH && cp <= MAX_DEPTH && layout.bytes <= smem && rows >= 1 && (heads * rows >= ATTENTION_MMA_MIN_ROWS || any_size);
+    let ok = kp <= MAX_KEYS && dp <= MAX_DEPTH && cp <= MAX_DEPTH && layout.bytes <= smem && rows >= 1 && (kind != Mma::Tf32x3 || heads * rows >= ATTENTION_MMA_MIN_ROWS || any_size);
     ok.then_some(layout)
 }
 

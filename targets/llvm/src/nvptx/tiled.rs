@@ -41,7 +41,7 @@ use super::half_weights::Halves;
 use super::{vec_tile, Mma, BLOCK};
 use crate::ir::{llvm_lit, llvm_type, Writer};
 use rlx_ir::loops::tiled::{cdiv, unit_stride, Acc, Phase, Plan, T};
-use rlx_ir::loops::{Expr, Var};
+use rlx_ir::loops::{Expr, Stmt, Var};
 use rlx_ir::{BinaryOp, DType};
 
 /// Blocks a row kernel aims for before it packs more than one row (warp) into a block: two per SM of
@@ -106,8 +106,13 @@ const LANE_CHUNK: i64 = 4;
 
 /// `for slot in lane..n step st { body }` (`st` the threads sharing a row: 32 per warp), unrolled
 /// (above). Each element still runs `body` once, in the same order k = lane, lane + st, …: the results
-/// are those of the rolled loop, bit for bit.
-pub(super) fn lane_loop(w: &mut Writer, slot: &str, lane: &str, n: i64, st: i64, body: Body) -> Result<(), String> {
+/// are those of the rolled loop, bit for bit. With `defer`, the stores the body's statements make
+/// (`Writer::defer_stores`) wait until every element of a straight run — the unrolled elements, a
+/// chunk's — has computed its values: a store may alias the next element's loads as far as LLVM
+/// knows (one arena), so otherwise each element's loads wait for the previous element's store (a
+/// LayerNorm row's output pass: one memory latency per element). For bodies whose elements do not
+/// read what an earlier element of the same thread stored ([`defers`]).
+pub(super) fn lane_loop(w: &mut Writer, slot: &str, lane: &str, n: i64, st: i64, defer: bool, body: Body) -> Result<(), String> {
     w.slot(slot, "i64");
     let whole = n / st;
     let tail = n % st != 0;
@@ -117,9 +122,11 @@ pub(super) fn lane_loop(w: &mut Writer, slot: &str, lane: &str, n: i64, st: i64,
         body(w)
     };
     if whole + tail as i64 <= LANE_UNROLL {
+        w.defer_stores(defer);
         for j in 0..whole {
             at(w, lane, st * j, &mut *body)?;
         }
+        w.defer_stores(false);
         if tail {
             let i = w.emit_op(format!("add nuw nsw i64 {lane}, {}", st * whole));
             let c = w.emit_op(format!("icmp slt i64 {i}, {n}"));
@@ -132,13 +139,28 @@ pub(super) fn lane_loop(w: &mut Writer, slot: &str, lane: &str, n: i64, st: i64,
     for_loop(w, &c, "0", &chunked.to_string(), LANE_CHUNK * st, &mut |w| {
         let cv = w.emit_op(format!("load i64, ptr {c}"));
         let base = w.emit_op(format!("add nuw nsw i64 {cv}, {lane}"));
+        w.defer_stores(defer);
         for u in 0..LANE_CHUNK {
             at(w, &base, st * u, &mut *body)?;
         }
+        w.defer_stores(false);
         Ok(())
     })?;
     let lo = w.emit_op(format!("add nuw nsw i64 {lane}, {chunked}"));
     for_loop(w, slot, &lo, &n.to_string(), st, body)
+}
+
+/// Whether [`lane_loop`] may defer `body`'s stores: straight-line stores and scalars (no loop or
+/// condition: a deferred store's value must dominate the end of the run), and no parameter both
+/// stored and loaded (an element then could read what an earlier one stored). Never with
+/// `RLX_CUDA_DEFER_STORES=0` at compile time (the PTX before session 32, to time the two).
+pub(super) fn defers(body: &[Stmt]) -> bool {
+    if std::env::var("RLX_CUDA_DEFER_STORES").is_ok_and(|v| v == "0") {
+        return false;
+    }
+    let (mut stores, mut loads) = (Vec::new(), std::collections::BTreeSet::new());
+    rlx_ir::loops::grid::collect(body, &mut Default::default(), &mut Default::default(), &mut stores, &mut loads);
+    body.iter().all(|s| matches!(s, Stmt::Store { .. } | Stmt::Decl { .. } | Stmt::Assign { .. })) && stores.iter().all(|(b, _)| !loads.contains(b))
 }
 
 /// `if cond { body }` (`cond` an i1).
@@ -975,7 +997,7 @@ fn rows_kernel(w: &mut Writer, li: usize, phases: &[Phase], reduce: Option<&Acc>
                 w.bind_scalar(acc.acc, d, &slot);
                 let kn: i64 = acc.ks.iter().map(|d| d.1).product();
                 let f = format!("%s.f{pi}");
-                lane_loop(w, &f, &lane, kn, st, &mut |w| {
+                lane_loop(w, &f, &lane, kn, st, false, &mut |w| {
                     let fv = w.emit_op(format!("load i64, ptr {f}"));
                     unflatten(w, &fv, &acc.ks);
                     let x = w.value(acc.x);
@@ -1018,8 +1040,9 @@ fn rows_kernel(w: &mut Writer, li: usize, phases: &[Phase], reduce: Option<&Acc>
             Phase::Scalar(st) => w.body(std::slice::from_ref(*st)),
             Phase::Map { var, extent, body } => {
                 let slot = format!("%s.v{}", var.0);
+                let defer = defers(body);
                 if_(w, &inside, &mut |w| {
-                    lane_loop(w, &slot, &lane, *extent, st, &mut |w| {
+                    lane_loop(w, &slot, &lane, *extent, st, defer, &mut |w| {
                         w.bind_index(*var, &slot);
                         w.body(body);
                         Ok(())

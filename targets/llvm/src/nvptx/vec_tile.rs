@@ -616,6 +616,12 @@ impl Warps {
         // branched around) as before, to time the two.
         let t2 = w.emit_op(format!("shl i64 {tq}, 1"));
         let checked = std::env::var("RLX_CUDA_VEC_EPI").is_ok_and(|v| v == "checked");
+        // Unchecked, the stores of each run of [`EPILOGUE_RUN`] outputs wait until the run's values are
+        // computed (`Writer::defer_stores`; `tiled::defers` says where they may): an epilogue that
+        // loads from the arena (a residual) otherwise waits for each output's load after the previous
+        // output's store, which LLVM may not move it past (one memory latency per output).
+        let defer = !checked && super::tiled::defers(acc.rest);
+        let mut run = 0;
         for i in 0..mf {
             for j in 0..nf {
                 let r0 = w.emit_op(format!("mul nuw nsw i64 {wr}, {wm}"));
@@ -632,14 +638,24 @@ impl Warps {
                     if checked {
                         epilogue(w, acc, &format!("%d{}.{q}", i * nf + j), &slot, (&mm, m, rows), (&nn, n, cols))?;
                     } else {
+                        w.defer_stores(defer);
                         epilogue_at(w, acc, &format!("%d{}.{q}", i * nf + j), &slot, (&mm, rows), (&nn, cols));
+                        run += 1;
+                        if run % EPILOGUE_RUN == 0 {
+                            w.defer_stores(false);
+                        }
                     }
                 }
             }
         }
+        w.defer_stores(false);
         Ok(())
     }
 }
+
+/// Outputs per run of an unchecked epilogue's deferred stores ([`Warps::epilogue`]): the values and
+/// addresses of a run stay live until its stores.
+const EPILOGUE_RUN: usize = 16;
 
 pub(super) fn grid(m: i64, n: i64, nb: i64, bm: i64, bn: i64) -> Result<[u32; 3], String> {
     let groups = [n / bn, m / bm, nb];
