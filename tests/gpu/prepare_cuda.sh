@@ -60,8 +60,8 @@
 # ATTMMA_TWINS=0: without batch 1's _attmma twins (RLX_CUDA_ATTN_MMA=1: the tensor-core attention below its size rule, every precision);
 # ATTEXACT_TWINS=0: without the _attexact twins (RLX_CUDA_ATTN_FAST=0: the attention's accurate exp, batch 8 / 32, at the
 # precisions of ATTEXACT_PRECISIONS, by default "f32 tf32 bf16");
-# DEFER_TWINS=1: every batch and precision with RLX_CUDA_DEFER_STORES=0 (_defer0: row kernels' and epilogues' stores
-# not held back, as before session 32);
+# DEFER_TWINS="0 all": batch 8 / 32 (batch 1 measured the same), every precision, with RLX_CUDA_DEFER_STORES=0 (_defer0: row kernels' and epilogues'
+# stores not held back, as before session 32) and =all (_deferall: held back wherever they may be);
 # ATTMIN_TWINS="tf32 bf16": batch 1 at those precisions with RLX_CUDA_ATTN_MIN_ROWS=8192 (_attmin: attention as three
 # launches there, as before session 32); "" (the default) none;
 # ATTSIMT_TWINS="tf32 bf16": batch 1 at those precisions with attention fused on the SIMT kernel (_attsimt, RLX_CUDA_ATTN_MMA=0;
@@ -206,8 +206,8 @@ for b in 1 8 32; do
   # a division per key, not ex2.approx and the row's reciprocal; ATTEXACT_TWINS=0 leaves them out).
   if [ $b -gt 1 ] && [ "${ATTEXACT_TWINS:-1}" != 0 ]; then for p in ${ATTEXACT_PRECISIONS-f32 tf32 bf16}; do sp=_$p; [ $p = f32 ] && sp=
     ATTFAST=0 EXTRA="--precision $p" case_ minilm_b${b}${sp}_attexact "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; done; fi
-  if [ "${DEFER_TWINS:-0}" = 1 ]; then for p in f32 tf32 bf16; do sp=_$p; [ $p = f32 ] && sp=
-    DEFER=0 EXTRA="--precision $p" case_ minilm_b${b}${sp}_defer0 "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; done; fi
+  [ $b -gt 1 ] && for v in ${DEFER_TWINS:-}; do for p in f32 tf32 bf16; do sp=_$p; [ $p = f32 ] && sp=
+    DEFER=$v EXTRA="--precision $p" case_ minilm_b${b}${sp}_defer$v "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; done; done
   if [ $b -eq 1 ]; then for p in ${ATTMIN_TWINS:-}; do sp=_$p; [ $p = f32 ] && sp=
     ATTMIN=8192 EXTRA="--precision $p" case_ minilm_b1${sp}_attmin "$D/minilm.onnx" "--dim batch=1 --dim sequence=128"; done; fi
   # Batch 1 with attention fused on the SIMT kernel at the precisions of ATTSIMT_TWINS (_attsimt, RLX_CUDA_ATTN_MMA=0).

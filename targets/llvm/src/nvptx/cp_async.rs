@@ -318,6 +318,6 @@ pub fn matmul(
         compute(w, &st);
         Ok(())
     })?;
-    wg.epilogue(w, acc, kind, (&m0, &n0), (m, n), (rows, cols))?;
+    wg.epilogue(w, acc, kind, (&m0, &n0), (m, n), (rows, cols), halves)?;
     Ok(Some((grid(m, n, nb, bm, bn)?, (4 * stages * stage_words) as u32)))
 }

@@ -78,16 +78,27 @@ impl<'l> HalfWeights<'l> {
 /// kernel's base pointer `%g{wbind}`), per parameter where it lies when it is itself 16-bit (`own`:
 /// its base's binding and byte offset — an activation `half_activations.rs` stored so), and the
 /// parameters whose f32 values are already tf32-rounded (`tf32`: `--precision tf32`'s activations
-/// and weights, `half_activations.rs`), which the kernel stores rounded and stages unconverted.
+/// and weights, `half_activations.rs`), which the kernel stores rounded and stages unconverted; and each
+/// parameter's base (`bases`).
 pub struct Halves<'h, 'l> {
     pub weights: Option<&'h mut HalfWeights<'l>>,
     pub bindings: &'h [u32],
     pub wbind: usize,
     pub own: &'h [Option<(usize, u64)>],
     pub tf32: &'h [u32],
+    /// Each parameter's base (its binding: `%g{base}`).
+    pub bases: &'h [usize],
 }
 
 impl Halves<'_, '_> {
+    /// Whether `body` loads a parameter outside the weights (memory a kernel may also write: the
+    /// arena's values, the inputs), whose loads LLVM may not move past a store.
+    pub fn loads_writable(&self, body: &[rlx_ir::loops::Stmt]) -> bool {
+        let mut loads = std::collections::BTreeSet::new();
+        rlx_ir::loops::grid::collect(body, &mut Default::default(), &mut Default::default(), &mut Vec::new(), &mut loads);
+        loads.iter().any(|&p| self.bases.get(p as usize).is_none_or(|&b| b != self.wbind))
+    }
+
     /// Parameter `pi`'s 16-bit values: (the binding, the byte offset there) — the parameter itself
     /// when it is 16-bit, else its weight's copy —, or `None`.
     pub fn of_param(&mut self, pi: u32) -> Option<(usize, u64)> {

@@ -57,6 +57,7 @@ pub fn module_text(lir: &Lir, bases: &[BaseBuf], tiles: bool, mma: super::Mma, p
         let mut ranges = Vec::new();
         let mut setup = String::new();
         let mut own = Vec::new();
+        let mut param_bases = Vec::new();
         // The parameters holding tf32-rounded values (`half_activations.rs`): stored rounded, staged as they are.
         let rounded: Vec<u32> = (0..l.bindings.len() as u32).filter(|&pi| tf32.contains(&l.bindings[pi as usize])).collect();
         for (pi, &b) in l.bindings.iter().enumerate() {
@@ -70,6 +71,7 @@ pub fn module_text(lir: &Lir, bases: &[BaseBuf], tiles: bool, mma: super::Mma, p
             let _ = writeln!(setup, "  %p{pi} = getelementptr inbounds i8, ptr %g{bind}, i64 {}", buf.offset);
             params.push((dtype, format!("%p{pi}")));
             own.push(matches!(dtype, rlx_ir::DType::BF16 | rlx_ir::DType::F16).then_some((bind, buf.offset as u64)));
+            param_bases.push(bind);
             offsets.push(buf.offset as u64);
             let declared = k.params.get(pi).map_or(Access::ReadWrite, |p| p.access);
             ranges.push(param_range(lir, b, bind, declared, loads.contains(&(pi as u32)), stores.contains(&(pi as u32))));
@@ -89,7 +91,7 @@ pub fn module_text(lir: &Lir, bases: &[BaseBuf], tiles: bool, mma: super::Mma, p
                 let _ = writeln!(casts, "  %g{bind} = addrspacecast ptr addrspace(1) %b{bind} to ptr");
             }
             casts.push_str(&setup);
-            let mut h = Halves { weights: halves.as_mut(), bindings: &l.bindings, wbind, own: &own, tf32: &rounded };
+            let mut h = Halves { weights: halves.as_mut(), bindings: &l.bindings, wbind, own: &own, tf32: &rounded, bases: &param_bases };
             let t = super::tiled::kernel(li, &sig.join(", "), &casts, params, &offsets, &plan, mma, smem, wgmma, &mut h, &mut decls).map_err(|e| format!("kernel '{}': {e}", k.name))?;
             let _ = writeln!(fns, "; launch {li}: {:?} ({})", k.name, plan_name(&plan));
             fns.push_str(&match pdl {

@@ -54,6 +54,10 @@ pub fn rows_per_block(total: i64) -> i64 {
     [8, 4, 2].into_iter().find(|&r| total / r >= ROW_FILL).unwrap_or(1)
 }
 
+/// The most warps (rows × warps per row) for which a row kernel's output pass holds its stores back
+/// ([`lane_loop`]'s `defer`).
+const DEFER_ROW_WARPS: i64 = 2048;
+
 /// Warps in flight a row kernel aims for before one row gets more than one warp: 8 per SM of an H200.
 const ROW_WARPS: i64 = 1056;
 
@@ -161,6 +165,12 @@ pub(super) fn defers(body: &[Stmt]) -> bool {
     let (mut stores, mut loads) = (Vec::new(), std::collections::BTreeSet::new());
     rlx_ir::loops::grid::collect(body, &mut Default::default(), &mut Default::default(), &mut stores, &mut loads);
     body.iter().all(|s| matches!(s, Stmt::Store { .. } | Stmt::Decl { .. } | Stmt::Assign { .. })) && stores.iter().all(|(b, _)| !loads.contains(b))
+}
+
+/// `RLX_CUDA_DEFER_STORES=all` at compile time: stores held back wherever [`defers`] allows, not only
+/// where they measured faster (to time the two).
+pub(super) fn defer_all() -> bool {
+    std::env::var("RLX_CUDA_DEFER_STORES").is_ok_and(|v| v == "all")
 }
 
 /// `if cond { body }` (`cond` an i1).
@@ -1040,7 +1050,11 @@ fn rows_kernel(w: &mut Writer, li: usize, phases: &[Phase], reduce: Option<&Acc>
             Phase::Scalar(st) => w.body(std::slice::from_ref(*st)),
             Phase::Map { var, extent, body } => {
                 let slot = format!("%s.v{}", var.0);
-                let defer = defers(body);
+                // Stores held back where few warps share the SMs (a LayerNorm's one memory latency per
+                // element is then the row's time: MiniLM batch 8's 1,024 rows × 2 warps 4% faster on an
+                // H100, session 32); with many (batch 32's 4,096) the other warps hid that latency and the
+                // held values cost more (5–14% slower).
+                let defer = defers(body) && (total * wpr <= DEFER_ROW_WARPS || defer_all());
                 if_(w, &inside, &mut |w| {
                     lane_loop(w, &slot, &lane, *extent, st, defer, &mut |w| {
                         w.bind_index(*var, &slot);

@@ -536,7 +536,7 @@ pub fn matmul(
         barrier(w);
         Ok(())
     })?;
-    wg.epilogue(w, acc, kind, (&m0, &n0), (m, n), (rows, cols))?;
+    wg.epilogue(w, acc, kind, (&m0, &n0), (m, n), (rows, cols), halves)?;
     Ok((grid(m, n, nb, bm, bn)?, 0))
 }
 
@@ -603,7 +603,7 @@ impl Warps {
 
     /// After the K loop: 3×TF32's small sums folded in, then each fragment's outputs through the
     /// matmul's epilogue (tile origin `m0`, `n0`).
-    pub(super) fn epilogue(&self, w: &mut Writer, acc: &Acc, kind: Mma, (m0, n0): (&str, &str), (m, n): (i64, i64), (rows, cols): (&[(Var, i64)], &[(Var, i64)])) -> Result<(), String> {
+    pub(super) fn epilogue(&self, w: &mut Writer, acc: &Acc, kind: Mma, (m0, n0): (&str, &str), (m, n): (i64, i64), (rows, cols): (&[(Var, i64)], &[(Var, i64)]), halves: &Halves) -> Result<(), String> {
         let Warps { wr, wc, gq, tq, wm, wn, mf, nf, slot } = self;
         let (wm, wn, mf, nf) = (*wm, *wn, *mf, *nf);
         fold_small(w, kind, mf * nf);
@@ -616,11 +616,15 @@ impl Warps {
         // branched around) as before, to time the two.
         let t2 = w.emit_op(format!("shl i64 {tq}, 1"));
         let checked = std::env::var("RLX_CUDA_VEC_EPI").is_ok_and(|v| v == "checked");
-        // Unchecked, the stores of each run of [`EPILOGUE_RUN`] outputs wait until the run's values are
-        // computed (`Writer::defer_stores`; `tiled::defers` says where they may): an epilogue that
-        // loads from the arena (a residual) otherwise waits for each output's load after the previous
-        // output's store, which LLVM may not move it past (one memory latency per output).
-        let defer = !checked && super::tiled::defers(acc.rest);
+        // Unchecked, where the epilogue loads memory kernels write (a residual, in the arena), the stores
+        // of each run of [`EPILOGUE_RUN`] outputs wait until the run's values are computed
+        // (`Writer::defer_stores`; `tiled::defers` says where they may): each output's load otherwise
+        // waits for the previous output's store, which LLVM may not move it past (one memory latency
+        // per output). A bias alone (the weights: `ld.global.nc`, not held up) keeps its stores in
+        // place — held back, they measured slower (H100, session 32: MiniLM batch 8 / 32's Q, K, V
+        // and FFN up + GELU up to 5%), as the residual's gained 4–22% (`RLX_CUDA_DEFER_STORES=all`:
+        // every epilogue where they may).
+        let defer = !checked && super::tiled::defers(acc.rest) && (halves.loads_writable(acc.rest) || super::tiled::defer_all());
         let mut run = 0;
         for i in 0..mf {
             for j in 0..nf {

@@ -472,7 +472,7 @@ pub fn matmul(
             Ok(())
         })?;
         wait(w, 0);
-        wg.epilogue(w, acc, kind, (&m0, &n0), (m, n), (rows, cols))?;
+        wg.epilogue(w, acc, kind, (&m0, &n0), (m, n), (rows, cols), halves)?;
         return Ok(Some((grid(m, n, nb, bm, bn)?, (stages * stage + 1024) as u32)));
     }
     if overlap {
@@ -508,7 +508,7 @@ pub fn matmul(
             barrier(w);
             Ok(())
         })?;
-        wg.epilogue(w, acc, kind, (&m0, &n0), (m, n), (rows, cols))?;
+        wg.epilogue(w, acc, kind, (&m0, &n0), (m, n), (rows, cols), halves)?;
         return Ok(Some((grid(m, n, nb, bm, bn)?, bytes as u32)));
     }
     load_slice(w, "0");
@@ -528,6 +528,6 @@ pub fn matmul(
         compute(w, &st);
         Ok(())
     })?;
-    wg.epilogue(w, acc, kind, (&m0, &n0), (m, n), (rows, cols))?;
+    wg.epilogue(w, acc, kind, (&m0, &n0), (m, n), (rows, cols), halves)?;
     Ok(Some((grid(m, n, nb, bm, bn)?, bytes as u32)))
 }
