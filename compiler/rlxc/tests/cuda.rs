@@ -18,6 +18,8 @@
 //!   few outputs over a longer K split across launches (partial sums, then their ordered sum);
 //! - attention is one fused kernel per layer (2 launches fewer than with RLX_CUDA_FUSED_ATTENTION=0),
 //!   and tests/gpu/make_attention.py's attention patterns match the interpreter in CPU emulation;
+//! - row kernels and residual epilogues issue their run's loads before its stores (MiniLM batch 8's
+//!   PTX; RLX_CUDA_DEFER_STORES=0: not);
 //! - `--sm` outside 80/86/89/90, `--sm` or `--precision` with another target, and an unknown
 //!   `--precision` are usage errors (exit 2).
 //!
@@ -187,6 +189,59 @@ fn minilm_uses_tiles_warp_rows_and_tensor_cores() {
         let manifest: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join(p).join("minilm.json")).unwrap()).unwrap();
         assert_eq!(manifest["target"]["precision"], p);
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The stores a kernel holds back behind its loads (`Writer::defer_stores`): MiniLM batch 8 (f32,
+/// `--sm 90a`) — each LayerNorm (1,024 rows × 2 warps: a row kernel of at most 2,048 warps) issues
+/// every global load of its output pass before its first global store, and the attention output
+/// projection, whose epilogue adds the residual (16 outputs a thread: one run), every residual load
+/// before its first store; with RLX_CUDA_DEFER_STORES=0 (the PTX before) both load after storing
+/// (measured: 5 or 15 loads late in 11 of the 13 row kernels, 15 in each output projection). Each
+/// module assembles for sm_90a.
+#[test]
+fn stores_wait_for_the_loads_of_their_run() {
+    let dir = tmp("defer");
+    let ptxas = ptxas();
+    let (_, model, _, _) = models(&dir).pop().unwrap();
+    // (loads after the first store after the last barrier in LayerNorms, in the residual epilogues; kernels of each)
+    let count = |defer: &str| -> (usize, usize, usize, usize) {
+        let out = dir.join(format!("art-{defer}"));
+        ok(rlxc().env("RLX_CUDA_DEFER_STORES", defer).args(["compile", s(&model), "--target", "cuda", "--sm", "90a", "--name", "minilm", "--emit-ir", "-o", s(&out)]).args(["--dim", "batch=8", "--dim", "sequence=128"]));
+        ok(Command::new(&ptxas).args(["-arch=sm_90a", s(&out.join("minilm.ptx")), "-o", s(&dir.join("a.cubin"))]));
+        let ir = std::fs::read_to_string(out.join("minilm.ll")).unwrap();
+        let ptx = std::fs::read_to_string(out.join("minilm.ptx")).unwrap();
+        // Launch index → kernel name, from the IR's "; launch N: NAME (plan)" lines.
+        let names: Vec<(usize, String)> = ir.lines().filter_map(|l| l.strip_prefix("; launch ")?.split_once(": ")).filter_map(|(i, n)| Some((i.parse().ok()?, n.to_string()))).collect();
+        let entry = |i: usize| -> String {
+            let start = ptx.find(&format!(".entry k{i}(")).unwrap();
+            let end = ptx[start + 1..].find(".entry ").map_or(ptx.len(), |e| start + 1 + e);
+            ptx[start..end].to_string()
+        };
+        // Global loads (not `.nc`: the weights') after the first global store after the kernel's last barrier.
+        let late = |text: &str| -> usize {
+            let tail = text.rfind("bar.sync").map_or(text, |b| &text[b..]);
+            let Some(first) = tail.find("st.global") else { return 0 };
+            tail[first..].lines().filter(|l| l.contains("ld.global") && !l.contains("ld.global.nc")).count()
+        };
+        let (mut ln, mut ln_n, mut res, mut res_n) = (0, 0, 0, 0);
+        for (i, n) in &names {
+            if n.contains("(row kernel") {
+                ln += late(&entry(*i));
+                ln_n += 1;
+            } else if n.contains("attention.output.dense/matmul") {
+                res += late(&entry(*i));
+                res_n += 1;
+            }
+        }
+        (ln, ln_n, res, res_n)
+    };
+    let (ln, ln_n, res, res_n) = count("");
+    let (ln0, ln0_n, res0, res0_n) = count("0");
+    eprintln!("held back: LayerNorms {ln} late loads in {ln_n}, residual epilogues {res} in {res_n}; RLX_CUDA_DEFER_STORES=0: {ln0} in {ln0_n}, {res0} in {res0_n}");
+    assert!(ln_n >= 13 && ln_n == ln0_n && res_n == 6 && res0_n == 6, "the kernels: {ln_n} row kernels, {res_n} residual matmuls");
+    assert_eq!((ln, res), (0, 0), "loads after a store of their run");
+    assert!(ln0 >= 5 * 6 && res0 >= 6, "RLX_CUDA_DEFER_STORES=0 still holds stores back");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

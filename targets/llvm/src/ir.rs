@@ -734,8 +734,9 @@ impl<'a> Writer<'a> {
     }
     /// On: the store instructions of the statements written next are held back (their addresses and
     /// values computed in place); off: those held are written, in order. For straight-line code only
-    /// (`nvptx/tiled.rs`'s `lane_loop`: a row kernel's unrolled elements, so that every element's loads
-    /// are in flight before the first store, which LLVM may not move them past).
+    /// (`nvptx/tiled.rs`'s `lane_loop`: a row kernel's unrolled elements; `vec_tile.rs`'s epilogue: a
+    /// run of outputs), so that every element's loads are in flight before the first store, which LLVM
+    /// may not move them past.
     pub(crate) fn defer_stores(&mut self, on: bool) {
         if on {
             self.deferred.get_or_insert_with(Vec::new);

@@ -1053,7 +1053,7 @@ fn rows_kernel(w: &mut Writer, li: usize, phases: &[Phase], reduce: Option<&Acc>
                 // Stores held back where few warps share the SMs (a LayerNorm's one memory latency per
                 // element is then the row's time: MiniLM batch 8's 1,024 rows × 2 warps 4% faster on an
                 // H100, session 32); with many (batch 32's 4,096) the other warps hid that latency and the
-                // held values cost more (5–14% slower).
+                // held values cost more (4–14% slower).
                 let defer = defers(body) && (total * wpr <= DEFER_ROW_WARPS || defer_all());
                 if_(w, &inside, &mut |w| {
                     lane_loop(w, &slot, &lane, *extent, st, defer, &mut |w| {

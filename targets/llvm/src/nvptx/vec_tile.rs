@@ -622,7 +622,7 @@ impl Warps {
         // waits for the previous output's store, which LLVM may not move it past (one memory latency
         // per output). A bias alone (the weights: `ld.global.nc`, not held up) keeps its stores in
         // place — held back, they measured slower (H100, session 32: MiniLM batch 8 / 32's Q, K, V
-        // and FFN up + GELU up to 5%), as the residual's gained 4–22% (`RLX_CUDA_DEFER_STORES=all`:
+        // and FFN up + GELU up to 5%), as the residual's gained 2–21% (`RLX_CUDA_DEFER_STORES=all`:
         // every epilogue where they may).
         let defer = !checked && super::tiled::defers(acc.rest) && (halves.loads_writable(acc.rest) || super::tiled::defer_all());
         let mut run = 0;
