@@ -57,7 +57,8 @@
 # RING_TWINS="4 6" (the default; "" none): the bf16 and tf32 _ringS twins (RLX_CUDA_WGMMA=3 RLX_CUDA_WGMMA_STAGES=S, batch 8 / 32;
 # the default is 5 stages);
 # RINGWIDE_TWINS="3 4" (the default; "" none): bf16 batch 32's _ringwideS twins (the ring and RLX_CUDA_WGMMA_WIDE=132);
-# ATTMMA_TWINS=0: without batch 1's _attmma twins (RLX_CUDA_ATTN_MMA=1: the tensor-core attention below its size rule, every precision);
+# ATTMMA_TWINS=0: without batch 1's _attmma twins (RLX_CUDA_ATTN_MMA=1: the tensor-core attention below f32's size rule, every
+# precision — tf32's and bf16's equal their defaults since session 32);
 # ATTEXACT_TWINS=0: without the _attexact twins (RLX_CUDA_ATTN_FAST=0: the attention's accurate exp, batch 8 / 32, at the
 # precisions of ATTEXACT_PRECISIONS, by default "f32 tf32 bf16");
 # DEFER_TWINS="0 all": batch 8 / 32 (batch 1 measured the same), every precision, with RLX_CUDA_DEFER_STORES=0 (_defer0: row kernels' and epilogues'
@@ -65,7 +66,7 @@
 # ATTMIN_TWINS="tf32 bf16": batch 1 at those precisions with RLX_CUDA_ATTN_MIN_ROWS=8192 (_attmin: attention as three
 # launches there, as before session 32); "" (the default) none;
 # ATTSIMT_TWINS="tf32 bf16": batch 1 at those precisions with attention fused on the SIMT kernel (_attsimt, RLX_CUDA_ATTN_MMA=0;
-# by default they keep three launches there); "" (the default) none;
+# by default the tensor-core kernel since session 32, three launches before); "" (the default) none;
 # SPLITK_TWINS=0: without the _splitkN twins; ROWS_TWINS=0: without the _rowsN twins; SIMT_TWINS=0: without the _simt twins.
 # QKV_TWINS=0: without the _qkvsep twins (MiniLM batch 8 / 32, every precision, RLX_CUDA_MERGE_MATMULS=0: a layer's
 # Q, K and V as three matmuls, as before session 21 — the default merges them along N from 1,024 rows; their weights
@@ -198,8 +199,8 @@ for b in 1 8 32; do
   if [ $b -gt 1 ]; then for s in ${RING_TWINS-4 6}; do for p in bf16 tf32; do WG=3 WGSTAGES=$s EXTRA="--precision $p" case_ minilm_b${b}_${p}_ring$s "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; done; done; fi
   # bf16 batch 32 with both: the wide tiles fed by the ring (_ringwideS; RINGWIDE_TWINS="" leaves them out).
   if [ $b = 32 ]; then for s in ${RINGWIDE_TWINS-3 4}; do WIDE=132 WG=3 WGSTAGES=$s EXTRA="--precision bf16" case_ minilm_b${b}_bf16_ringwide$s "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; done; fi
-  # Batch 1 with the tensor-core attention below its size rule (_attmma, RLX_CUDA_ATTN_MMA=1; f32 takes the SIMT kernel
-  # there, tf32 / bf16 three launches), every precision (ATTMMA_TWINS=0 leaves them out).
+  # Batch 1 with the tensor-core attention below f32's size rule (_attmma, RLX_CUDA_ATTN_MMA=1; by default f32 takes the
+  # SIMT kernel there, tf32 / bf16 the tensor-core one since session 32), every precision (ATTMMA_TWINS=0 leaves them out).
   if [ $b -eq 1 ] && [ "${ATTMMA_TWINS:-1}" != 0 ]; then for p in f32 tf32 bf16; do sp=_$p; [ $p = f32 ] && sp=
     ATTMMA=1 EXTRA="--precision $p" case_ minilm_b1${sp}_attmma "$D/minilm.onnx" "--dim batch=1 --dim sequence=128"; done; fi
   # Batch 8 / 32 with the tensor-core attention's softmax exact (_attexact, RLX_CUDA_ATTN_FAST=0: the accurate exp and
