@@ -9,7 +9,11 @@
 //! out. (An explicit early trigger, `griddepcontrol.launch_dependents` at each kernel's start, was
 //! measured on an H200 and not kept: MiniLM f32 batch 1 / 8 480 → 510 / 1,775 → 2,126 µs against the
 //! wait alone — the dependent kernels' blocks, made resident while the kernels before still run, cost
-//! more than the earlier launch saves.)
+//! more than the earlier launch saves. Nor a late one, session 33: `launch_dependents` where each
+//! cooperative kernel's stores begin — a matmul tile's epilogue, a row kernel's last pass, the tensor-core
+//! attention's stores —, which lets the next kernel launch only one deep; on an H100, MiniLM resident, it
+//! took 1.11–1.16× the time of the implicit trigger at batch 1, 1.05–1.12× at batch 8, 1.00× at batch 32
+//! (every precision; raw tests/gpu/h100-cuda-s33a*) — at batch 1 more than plain edges.)
 //!
 //! The wait is the kernel's first instruction, before any bounds check, so every block of every kernel
 //! waits: a kernel completes only after those it depends on have, which keeps the dependencies
