@@ -81,7 +81,8 @@
 # register-staged form), timed beside the default.
 # KW_TWINS="0 2 4": MiniLM batch 8 / 32 at every precision with RLX_CUDA_SPLIT_K_WIDE=N (_kwN: FFN down split
 # across launches into N partial sums that its LayerNorm adds; 0 unsplit), timed beside the default;
-# KWR_TWINS="2 4" (_kwrN): the same with the attention output projection split too (RLX_CUDA_SPLIT_K_ROWS=256).
+# KWR_TWINS="2 4" (_kwrN): the same with the attention output projection split too (RLX_CUDA_SPLIT_K_ROWS=256);
+# KW_PRECISIONS (default "f32 tf32 bf16") and KW_BATCHES (default "8 32"): the precisions and batches of both.
 set -euo pipefail
 D=${1:-build/gpu-cuda}
 PY=${RLX_PY:-.venv/bin/python}
@@ -158,10 +159,10 @@ for b in 1 8 32; do
     STAGES=$n EXTRA="--precision $p" case_ minilm_b${b}${s}_st$n "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; done; fi
   # Batch 8 / 32's FFN down (K = 1536) split across launches into N partial sums, summed by its LayerNorm
   # (KW_TWINS="0 2 4 8": RLX_CUDA_SPLIT_K_WIDE=N, 0 unsplit), every precision.
-  if [ $b -gt 1 ]; then for n in ${KW_TWINS:-}; do for p in f32 tf32 bf16; do s=_$p; [ $p = f32 ] && s=
+  if [ $b -gt 1 ] && [[ " ${KW_BATCHES-8 32} " == *" $b "* ]]; then for n in ${KW_TWINS:-}; do for p in ${KW_PRECISIONS-f32 tf32 bf16}; do s=_$p; [ $p = f32 ] && s=
     KW=$n EXTRA="--precision $p" case_ minilm_b${b}${s}_kw$n "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; done; done; fi
   # ... and with the attention output projection (K = 384) split alike (KWR_TWINS="2 4": _kwrN, RLX_CUDA_SPLIT_K_ROWS=256 too).
-  if [ $b -gt 1 ]; then for n in ${KWR_TWINS:-}; do for p in f32 tf32 bf16; do s=_$p; [ $p = f32 ] && s=
+  if [ $b -gt 1 ] && [[ " ${KW_BATCHES-8 32} " == *" $b "* ]]; then for n in ${KWR_TWINS:-}; do for p in ${KW_PRECISIONS-f32 tf32 bf16}; do s=_$p; [ $p = f32 ] && s=
     KW=$n SPLITKROWS=256 EXTRA="--precision $p" case_ minilm_b${b}${s}_kwr$n "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; done; done; fi
   # Attention (ATT_TWINS=1): as three launches (_unfused, RLX_CUDA_FUSED_ATTENTION=0) and as the SIMT fused kernel
   # (_attsimt, RLX_CUDA_ATTN_MMA=0) beside the tensor-core kernel, every precision; AW_TWINS="2 8": batch 1 with

@@ -49,7 +49,11 @@
 //! `RLX_CUDA_WGMMA=2` the block ends at `commit_group` and a second block (`wait_group 0`, taking and
 //! giving every accumulator) follows the next slice's conversion and stores into the other stage and
 //! the loads of the slice after: the stores overlap the tensor cores (ptxas keeps the two blocks'
-//! accumulators in place: no serialization warning).
+//! accumulators in place: no serialization warning). Two slices held in registers ahead of the one on
+//! the tensor cores, not one (two register sets, the loop taking two slices a trip: each slice's loads
+//! two iterations to land), were measured in session 33 and not kept: f32's 3×TF32 tiles, MiniLM
+//! resident on an H100, 1.01 / 1.00 / 1.01× the time at batch 1 / 8 / 32 (raw tests/gpu/h100-cuda-s33b*,
+//! the `_ahead2` twins) — these tiles do not wait on their loads' latency.
 //!
 //! Checked without a GPU by ptxas (`compiler/rlxc/tests/cuda.rs`) and in CPU emulation
 //! (`tests/gpu/emulate_cuda.py` computes each `mma_async` per thread from the descriptors and the
