@@ -34,6 +34,10 @@ ir = open(f"{art}/{name}.ll").read()
 ir = re.sub(r'call i32 asm "cvt\.rna\.tf32\.f32 \$0, \$1;", "=r,f"', "call i32 @emu_cvt_tf32", ir)
 ir = re.sub(r'call i32 asm "cvt\.rn\.bf16x2\.f32 \$0, \$1, \$2;", "=r,f,f"', "call i32 @emu_cvt_bf16x2", ir)
 ir = re.sub(r'call i32 asm "cvt\.rn\.f16x2\.f32 \$0, \$1, \$2;", "=r,f,f"', "call i32 @emu_cvt_f16x2", ir)
+# The GPU writer's one-instruction bf16 rounding (ir.rs's cast: a NaN becomes 0x7FFF, as on the GPU) and
+# erf's copysign (ir/math.rs: sign of the first operand, magnitude of the second).
+ir = re.sub(r'call i16 asm "cvt\.rn\.bf16\.f32 \$0, \$1;", "=h,f"', "call i16 @emu_cvt_bf16", ir)
+ir = re.sub(r'call float asm "copysign\.f32 \$0, \$1, \$2;", "=f,f,f"\(float ([^,]+), float ([^)]+)\)', r"call float @llvm.copysign.f32(float \2, float \1)", ir)
 mma = re.findall(r'asm sideeffect "mma\.sync\.aligned\.m16n8k\d+\.row\.col\.f32\.(\w+)\.\w+\.f32', ir)
 ir = re.sub(r'asm sideeffect "mma\.sync\.aligned\.m16n8k\d+\.row\.col\.f32\.(\w+)\.\w+\.f32 [^"]*", "[^"]*"', r"@emu_mma_\1", ir)
 # Hopper's wgmma (nvptx/wgmma.rs, sm_90a): each inline-PTX block of `wgmma.mma_async`s becomes a call
@@ -77,6 +81,10 @@ if "@llvm.exp2.f32(" in ir and "declare float @llvm.exp2.f32(float)" not in ir:
     ir += "\ndeclare float @llvm.exp2.f32(float)\n"
 if "@emu_cvt_tf32" in ir:
     ir += "\ndeclare i32 @emu_cvt_tf32(float)\n"
+if "@emu_cvt_bf16(" in ir:
+    ir += "\ndeclare i16 @emu_cvt_bf16(float)\n"
+if "@llvm.copysign.f32(" in ir and "declare float @llvm.copysign.f32(float, float)" not in ir:
+    ir += "\ndeclare float @llvm.copysign.f32(float, float)\n"
 if "@emu_cvt_bf16x2" in ir:
     ir += "\ndeclare i32 @emu_cvt_bf16x2(float, float)\n"
 if "@emu_cvt_f16x2" in ir:
@@ -182,6 +190,7 @@ static void *B[64]; static int K, GX, GY, GZ;
 static unsigned fb(float f){unsigned u; memcpy(&u,&f,4); return u;} static float bf(unsigned u){float f; memcpy(&f,&u,4); return f;}
 int emu_cvt_tf32(float x){ unsigned u=fb(x); return (int)((u + 0x1000u) & 0xFFFFE000u); }
 static unsigned bf16(float x){ unsigned u=fb(x); return (u + 0x7FFFu + ((u>>16)&1u)) >> 16; }
+unsigned short emu_cvt_bf16(float x){ return x != x ? 0x7FFFu : (unsigned short)bf16(x); }
 int emu_cvt_bf16x2(float hi, float lo){ return (int)((bf16(hi)<<16) | bf16(lo)); }
 /* fp16: the host's _Float16 conversion, round to nearest even as cvt.rn. */
 static unsigned f16(float x){ _Float16 h=(_Float16)x; unsigned short u; memcpy(&u,&h,2); return u; }

@@ -291,7 +291,14 @@ impl<'a> Writer<'a> {
                     DType::F32 => 32,
                     _ => 16,
                 };
-                if to == DType::BF16 {
+                if to == DType::BF16 && self.scalar_only {
+                    // The GPU writer: one `cvt.rn.bf16.f32` (sm_80 and newer; round to nearest even, the
+                    // bits of the form below but a NaN's, canonical 0x7FFF here) where the form below
+                    // takes seven instructions.
+                    let f = self.cast(v, from, DType::F32);
+                    let h = self.op(format!("call i16 asm \"cvt.rn.bf16.f32 $0, $1;\", \"=h,f\"(float {f})"));
+                    self.op(format!("bitcast i16 {h} to bfloat"))
+                } else if to == DType::BF16 {
                     // Round to nearest even by hand (no libcall needed): via f32, as the interpreter.
                     let f = self.cast(v, from, DType::F32);
                     let b = self.op(format!("bitcast float {f} to i32"));

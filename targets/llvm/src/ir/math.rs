@@ -243,7 +243,13 @@ impl<'a> Writer<'a> {
         };
         let pe = self.op(format!("fmul {t} {p}, {e}"));
         let y = self.op(format!("fsub {t} {}, {pe}", k(1.0)));
-        let big = self.fintr("copysign", lanes, &[&y, x]);
+        // (The GPU's: PTX's `copysign.f32` — sign of its first operand, magnitude of its second —, one
+        // instruction where LLVM's NVPTX expands `llvm.copysign` into six.)
+        let big = if gpu_approx && lanes == 1 {
+            self.op(format!("call float asm \"copysign.f32 $0, $1, $2;\", \"=f,f,f\"(float {x}, float {y})"))
+        } else {
+            self.fintr("copysign", lanes, &[&y, x])
+        };
         // |x| < 0.5: the Taylor series x·(2/√π)·Σ (-x²)^k / (k!(2k+1)), k ≤ 6 (truncation < 1e-9), which
         // keeps the relative accuracy near 0 that 1 − t·P·e^{-x²} loses to cancellation.
         let taylor = [1.0 / 9360.0, -1.0 / 1320.0, 1.0 / 216.0, -1.0 / 42.0, 1.0 / 10.0, -1.0 / 3.0, 1.0];

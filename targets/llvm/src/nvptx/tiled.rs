@@ -188,13 +188,25 @@ pub(super) fn if_(w: &mut Writer, cond: &str, body: Body) -> Result<(), String> 
 
 /// Stores `(flat / stride) % extent` into each variable's slot (the last varies fastest) and binds it.
 pub(super) fn unflatten(w: &mut Writer, flat: &str, dims: &[(Var, i64)]) {
+    unflatten_from(w, flat, dims, false);
+}
+
+/// [`unflatten`] of a `flat` known to be below the dims' product (an output inside M × N): the
+/// outermost variable is then `flat / stride` without the remainder — an epilogue's column or row of
+/// one dim is `flat` itself, so its loads of a bias or a residual index it directly (no division by
+/// the extent per output: 4–5 instructions each on the tensor-core tiles' 16–64 outputs a thread).
+pub(super) fn unflatten_inside(w: &mut Writer, flat: &str, dims: &[(Var, i64)]) {
+    unflatten_from(w, flat, dims, true);
+}
+
+fn unflatten_from(w: &mut Writer, flat: &str, dims: &[(Var, i64)], inside: bool) {
     let mut stride: i64 = dims.iter().map(|d| d.1.max(1)).product();
-    for &(v, e) in dims {
+    for (i, &(v, e)) in dims.iter().enumerate() {
         stride /= e.max(1);
         let slot = format!("%s.v{}", v.0);
         w.slot(&slot, "i64");
         let q = w.emit_op(format!("udiv i64 {flat}, {stride}"));
-        let r = w.emit_op(format!("urem i64 {q}, {}", e.max(1)));
+        let r = if inside && i == 0 { q } else { w.emit_op(format!("urem i64 {q}, {}", e.max(1))) };
         w.emit(&format!("store i64 {r}, ptr {slot}"));
         w.bind_index(v, &slot);
     }
@@ -720,8 +732,8 @@ pub(super) fn epilogue(w: &mut Writer, acc: &Acc, from: &str, slot: &str, (mm, m
 /// one basic block and interleave.
 pub(super) fn epilogue_at(w: &mut Writer, acc: &Acc, from: &str, slot: &str, (mm, rows): (&str, &[(Var, i64)]), (nn, cols): (&str, &[(Var, i64)])) {
     let ty = llvm_type(acc.dtype);
-    unflatten(w, mm, rows);
-    unflatten(w, nn, cols);
+    unflatten_inside(w, mm, rows);
+    unflatten_inside(w, nn, cols);
     let v = w.emit_op(format!("load {ty}, ptr {from}"));
     w.emit(&format!("store {ty} {v}, ptr {slot}"));
     w.bind_scalar(acc.acc, acc.dtype, slot);
