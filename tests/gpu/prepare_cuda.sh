@@ -63,6 +63,8 @@
 # precisions of ATTEXACT_PRECISIONS, by default "f32 tf32 bf16");
 # DEFER_TWINS="0 all": batch 8 / 32 (batch 1 measured the same), every precision, with RLX_CUDA_DEFER_STORES=0 (_defer0: row kernels' and epilogues'
 # stores not held back, as before session 32) and =all (_deferall: held back wherever they may be);
+# PREV_RLXC=PATH: an earlier build of rlxc (e.g. the commit before a change); PREV_TWINS="B:P …" (default "8:bf16
+# 32:bf16"): MiniLM batch B at precision P also compiled by it (_prev: the same flags, the earlier writer);
 # ATTMIN_TWINS="tf32 bf16": batch 1 at those precisions with RLX_CUDA_ATTN_MIN_ROWS=8192 (_attmin: attention as three
 # launches there, as before session 32); "" (the default) none;
 # ATTSIMT_TWINS="tf32 bf16": batch 1 at those precisions with attention fused on the SIMT kernel (_attsimt, RLX_CUDA_ATTN_MMA=0;
@@ -101,7 +103,7 @@ cp "$MINILM" "$D/minilm.onnx"
 case_() {
   local c=$1 model=$2 args=$3; shift 3
   local name=${c%%_*}
-  RLX_CUDA_WGMMA=${WG:-} RLX_CUDA_MERGE_MATMULS=${MERGE:-} RLX_CUDA_TILES=${TILES:-1} RLX_CUDA_FUSED_ATTENTION=${FUSED:-1} RLX_CUDA_TC_SPLIT=${TCSPLIT:-1} RLX_CUDA_HALF_WEIGHTS=${HALFW:-1} RLX_CUDA_VEC_FILL=${FILL:-1} RLX_CUDA_VEC_HEADS=${HEADS:-1} RLX_CUDA_VEC_EPI=${EPI:-} RLX_CUDA_VEC_LDS=${LDS:-} RLX_CUDA_PDL=${PDL:-1} RLX_CUDA_F32_MMA=${F32MMA:-1} env ${STAGES:+RLX_CUDA_VEC_STAGES=$STAGES} ${SPLITK:+RLX_CUDA_SPLIT_K=$SPLITK} ${SPLITKROWS:+RLX_CUDA_SPLIT_K_ROWS=$SPLITKROWS} ${KW:+RLX_CUDA_SPLIT_K_WIDE=$KW} ${WGTILE:+RLX_CUDA_WGMMA_TILE=$WGTILE} ${ATTMMA:+RLX_CUDA_ATTN_MMA=$ATTMMA} ${AW:+RLX_CUDA_ATTN_WARPS=$AW} ${ERF:+RLX_CUDA_ERF=$ERF} ${HACT:+RLX_CUDA_HALF_ACTIVATIONS=$HACT} ${TF32OPS:+RLX_CUDA_TF32_OPERANDS=$TF32OPS} ${ATTFAST:+RLX_CUDA_ATTN_FAST=$ATTFAST} ${DEFER:+RLX_CUDA_DEFER_STORES=$DEFER} ${ATTMIN:+RLX_CUDA_ATTN_MIN_ROWS=$ATTMIN} ${WIDE:+RLX_CUDA_WGMMA_WIDE=$WIDE} ${WGSTAGES:+RLX_CUDA_WGMMA_STAGES=$WGSTAGES} $R compile "$model" --target cuda --sm "${SM:-90a}" --name "$name" -o "$D/art/$c" $args ${EXTRA:-} >/dev/null
+  RLX_CUDA_WGMMA=${WG:-} RLX_CUDA_MERGE_MATMULS=${MERGE:-} RLX_CUDA_TILES=${TILES:-1} RLX_CUDA_FUSED_ATTENTION=${FUSED:-1} RLX_CUDA_TC_SPLIT=${TCSPLIT:-1} RLX_CUDA_HALF_WEIGHTS=${HALFW:-1} RLX_CUDA_VEC_FILL=${FILL:-1} RLX_CUDA_VEC_HEADS=${HEADS:-1} RLX_CUDA_VEC_EPI=${EPI:-} RLX_CUDA_VEC_LDS=${LDS:-} RLX_CUDA_PDL=${PDL:-1} RLX_CUDA_F32_MMA=${F32MMA:-1} env ${STAGES:+RLX_CUDA_VEC_STAGES=$STAGES} ${SPLITK:+RLX_CUDA_SPLIT_K=$SPLITK} ${SPLITKROWS:+RLX_CUDA_SPLIT_K_ROWS=$SPLITKROWS} ${KW:+RLX_CUDA_SPLIT_K_WIDE=$KW} ${WGTILE:+RLX_CUDA_WGMMA_TILE=$WGTILE} ${ATTMMA:+RLX_CUDA_ATTN_MMA=$ATTMMA} ${AW:+RLX_CUDA_ATTN_WARPS=$AW} ${ERF:+RLX_CUDA_ERF=$ERF} ${HACT:+RLX_CUDA_HALF_ACTIVATIONS=$HACT} ${TF32OPS:+RLX_CUDA_TF32_OPERANDS=$TF32OPS} ${ATTFAST:+RLX_CUDA_ATTN_FAST=$ATTFAST} ${DEFER:+RLX_CUDA_DEFER_STORES=$DEFER} ${ATTMIN:+RLX_CUDA_ATTN_MIN_ROWS=$ATTMIN} ${WIDE:+RLX_CUDA_WGMMA_WIDE=$WIDE} ${WGSTAGES:+RLX_CUDA_WGMMA_STAGES=$WGSTAGES} ${RC:-$R} compile "$model" --target cuda --sm "${SM:-90a}" --name "$name" -o "$D/art/$c" $args ${EXTRA:-} >/dev/null
   [ $# -eq 0 ] && return 0
   mkdir -p "$D/ref/$c"
   local i=0 ins=()
@@ -210,6 +212,8 @@ for b in 1 8 32; do
     ATTFAST=0 EXTRA="--precision $p" case_ minilm_b${b}${sp}_attexact "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; done; fi
   [ $b -gt 1 ] && for v in ${DEFER_TWINS:-}; do for p in f32 tf32 bf16; do sp=_$p; [ $p = f32 ] && sp=
     DEFER=$v EXTRA="--precision $p" case_ minilm_b${b}${sp}_defer$v "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; done; done
+  if [ -n "${PREV_RLXC:-}" ]; then for bp in ${PREV_TWINS-8:bf16 32:bf16}; do [ "${bp%%:*}" = $b ] || continue; p=${bp#*:} sp=_$p; [ $p = f32 ] && sp=
+    RC=$PREV_RLXC EXTRA="--precision $p" case_ minilm_b${b}${sp}_prev "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; done; fi
   if [ $b -eq 1 ]; then for p in ${ATTMIN_TWINS:-}; do sp=_$p; [ $p = f32 ] && sp=
     ATTMIN=8192 EXTRA="--precision $p" case_ minilm_b1${sp}_attmin "$D/minilm.onnx" "--dim batch=1 --dim sequence=128"; done; fi
   # Batch 1 with attention fused on the SIMT kernel at the precisions of ATTSIMT_TWINS (_attsimt, RLX_CUDA_ATTN_MMA=0).
