@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """On the GPU machine: rlxc's CUDA artifacts against the interpreter, and MiniLM seq 128 latency
-against PyTorch (eager, CUDA-graph replay and torch.compile "reduce-overhead") at the same precision — f32 (TF32 off), tf32
+against PyTorch (eager, CUDA-graph replay and torch.compile "reduce-overhead", or TORCH_COMPILE_MODE's) at the same precision — f32 (TF32 off), tf32
 (`--precision tf32` against allow_tf32) and bf16 (`--precision bf16` against bf16 autocast) — in one run.
 
     bench_cuda.py --carry DIR --out DIR [--runs 100] [--rounds 3]
@@ -82,6 +82,8 @@ PRECISIONS = {"f32": "", "tf32": "_tf32", "bf16": "_bf16"}
 TOL_INTERP = {"f32": 1e-4, "tf32": 3e-2, "bf16": 1.5e-1}
 TOL_TORCH = {"f32": 1e-3, "tf32": 3e-2, "bf16": 1.5e-1}
 # Twins of a MiniLM artifact (folder suffix: what differs), timed beside it in every round; those in
+# torch.compile's mode (TORCH_COMPILE_MODE at run time; TORCH_COMPILE=0 leaves it out).
+COMPILE_MODE = os.environ.get("TORCH_COMPILE_MODE", "reduce-overhead")
 # SAME_BITS must give the default's output bit for bit at the precisions listed (separated by spaces).
 TWINS = {
     "unfused": "attention as three launches per layer (RLX_CUDA_FUSED_ATTENTION=0)",
@@ -240,7 +242,7 @@ def main() -> int:
         base = f"minilm_b{b}" + "".join(f"_{tw}" for tw in WEIGHT_TWINS if re.search(WEIGHT_TWINS[tw], os.path.basename(d)))
         f32 = open(os.path.join(work, "art", base, "minilm.weights.bin"), "rb").read()
         open(os.path.join(d, "minilm.weights.bin"), "wb").write(half_weights.with_copies(f32, json.load(open(os.path.join(d, "minilm.json")))))
-    res = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "runs": a.runs, "rounds": a.rounds, "parity": {}, "minilm": {}}
+    res = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "torch_compile_mode": COMPILE_MODE, "runs": a.runs, "rounds": a.rounds, "parity": {}, "minilm": {}}
     bad = []
     # Parity against the interpreter: every artifact whose model has reference outputs (a variant —
     # untiled, tf32, bf16 — uses its f32 twin's inputs and outputs).
@@ -308,7 +310,8 @@ def main() -> int:
     batches = [1, 8, 32]
     precs = [p for p in PRECISIONS if os.path.isdir(os.path.join(work, "art", "minilm_b1" + PRECISIONS[p]))]
     per = {(b, p): {"rlxc_cuda": [], "rlxc_cuda_resident": [], "rlxc_cuda_chain": [], "rlxc_cuda_nopdl": [], **{"rlxc_cuda_" + tw: [] for tw in TWINS}, **{"rlxc_cuda_" + tw + "_resident": [] for tw in TWINS}, "eager": [], "graph": [], "compiled": [], "eager_copies": []} for b in batches for p in precs}
-    # torch.compile (inductor's fused kernels, mode "reduce-overhead": replayed as CUDA graphs), one
+    # torch.compile (inductor's fused kernels, mode "reduce-overhead": replayed as CUDA graphs; or
+    # TORCH_COMPILE_MODE, e.g. "max-autotune": its GEMMs tuned too, minutes a compile), one
     # compiled callable per batch and precision, compiled in the first round, timed in every round.
     torch._dynamo.config.cache_size_limit = 64
     compiled = {}
@@ -371,7 +374,7 @@ def main() -> int:
                     if os.environ.get("TORCH_COMPILE", "1") == "1":
                         try:
                             if (b, p) not in compiled:
-                                cf = torch.compile(fwd, mode="reduce-overhead", dynamic=False)
+                                cf = torch.compile(fwd, mode=COMPILE_MODE, dynamic=False)
                                 for _ in range(3):
                                     cf(*g)
                                 torch.cuda.synchronize()
