@@ -192,6 +192,37 @@ fn minilm_uses_tiles_warp_rows_and_tensor_cores() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The FFN up + GELU epilogue's instructions (MiniLM batch 8, `--precision bf16`, `--sm 90a`): each
+/// output's GELU takes PTX's `copysign.f32` (LLVM expands `llvm.copysign` into six instructions), its
+/// bf16 store one `cvt.rn.bf16.f32` (`ir.rs`'s cast wrote seven), and its bias index no division by the
+/// column extent (`tiled::unflatten_inside`: no `mul.hi` — a division by a constant — after the K loop,
+/// where session 32's PTX had one per output column pair). The module assembles for sm_90a; the values
+/// are checked in CPU emulation by the tests above and on the GPU by bench_cuda.py.
+#[test]
+fn gelu_epilogue_takes_one_instruction_per_rounding_and_sign() {
+    let dir = tmp("gelu-epi");
+    let ptxas = ptxas();
+    let (_, model, _, _) = models(&dir).pop().unwrap();
+    let out = dir.join("art");
+    ok(rlxc().args(["compile", s(&model), "--target", "cuda", "--sm", "90a", "--precision", "bf16", "--name", "minilm", "--emit-ir", "-o", s(&out)]).args(["--dim", "batch=8", "--dim", "sequence=128"]));
+    ok(Command::new(&ptxas).args(["-arch=sm_90a", s(&out.join("minilm.ptx")), "-o", s(&dir.join("a.cubin"))]));
+    let ir = std::fs::read_to_string(out.join("minilm.ll")).unwrap();
+    let ptx = std::fs::read_to_string(out.join("minilm.ptx")).unwrap();
+    let gelu: Vec<usize> = ir.lines().filter_map(|l| l.strip_prefix("; launch ")?.split_once(": ")).filter(|(_, n)| n.contains("intermediate_act_fn")).filter_map(|(i, _)| i.parse().ok()).collect();
+    assert_eq!(gelu.len(), 6, "one FFN up + GELU kernel a layer");
+    for i in gelu {
+        let start = ptx.find(&format!(".entry k{i}(")).unwrap();
+        let end = start + ptx[start..].find("\n}").unwrap();
+        let k = &ptx[start..end];
+        // The epilogue: after the K loop's last wait for the tensor cores.
+        let epi = &k[k.rfind("wgmma.wait_group.sync.aligned").expect("a wgmma tile")..];
+        let (signs, rounds) = (epi.matches("copysign.f32").count(), epi.matches("cvt.rn.bf16.f32").count());
+        assert!(signs >= 16 && signs == rounds, "k{i}: {signs} copysign.f32, {rounds} cvt.rn.bf16.f32");
+        assert_eq!(epi.matches("mul.hi").count(), 0, "k{i}: a division by a constant in the epilogue");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The stores a kernel holds back behind its loads (`Writer::defer_stores`): MiniLM batch 8 (f32,
 /// `--sm 90a`) — each LayerNorm (1,024 rows × 2 warps: a row kernel of at most 2,048 warps) issues
 /// every global load of its output pass before its first global store, and the attention output
