@@ -192,6 +192,25 @@ fn minilm_uses_tiles_warp_rows_and_tensor_cores() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// MiniLM (`models()`'s last) at batch 8, seq 128, compiled `--sm 90a --emit-ir` into `dir/tag` with
+/// `env` and `extra` flags and assembled by ptxas for sm_90a: its launches (index, name and plan, from
+/// the IR's "; launch N: NAME (plan)" lines) and its PTX.
+fn minilm_b8_sm90a(dir: &Path, model: &Path, tag: &str, env: &[(&str, &str)], extra: &[&str]) -> (Vec<(usize, String)>, String) {
+    let out = dir.join(tag);
+    ok(rlxc().envs(env.iter().copied()).args(["compile", s(model), "--target", "cuda", "--sm", "90a", "--name", "minilm", "--emit-ir", "-o", s(&out), "--dim", "batch=8", "--dim", "sequence=128"]).args(extra));
+    ok(Command::new(ptxas()).args(["-arch=sm_90a", s(&out.join("minilm.ptx")), "-o", s(&dir.join("a.cubin"))]));
+    let ir = std::fs::read_to_string(out.join("minilm.ll")).unwrap();
+    let names = ir.lines().filter_map(|l| l.strip_prefix("; launch ")?.split_once(": ")).filter_map(|(i, n)| Some((i.parse().ok()?, n.to_string()))).collect();
+    (names, std::fs::read_to_string(out.join("minilm.ptx")).unwrap())
+}
+
+/// Kernel `k{i}`'s text in `ptx`: from its `.entry` to the next one (or the end).
+fn entry(ptx: &str, i: usize) -> &str {
+    let start = ptx.find(&format!(".entry k{i}(")).unwrap();
+    let end = ptx[start + 1..].find(".entry ").map_or(ptx.len(), |e| start + 1 + e);
+    &ptx[start..end]
+}
+
 /// The FFN up + GELU epilogue's instructions (MiniLM batch 8, `--precision bf16`, `--sm 90a`): each
 /// output's GELU takes PTX's `copysign.f32` (LLVM expands `llvm.copysign` into six instructions), its
 /// bf16 store one `cvt.rn.bf16.f32` (`ir.rs`'s cast wrote seven), and its bias index no division by the
@@ -201,19 +220,12 @@ fn minilm_uses_tiles_warp_rows_and_tensor_cores() {
 #[test]
 fn gelu_epilogue_takes_one_instruction_per_rounding_and_sign() {
     let dir = tmp("gelu-epi");
-    let ptxas = ptxas();
     let (_, model, _, _) = models(&dir).pop().unwrap();
-    let out = dir.join("art");
-    ok(rlxc().args(["compile", s(&model), "--target", "cuda", "--sm", "90a", "--precision", "bf16", "--name", "minilm", "--emit-ir", "-o", s(&out)]).args(["--dim", "batch=8", "--dim", "sequence=128"]));
-    ok(Command::new(&ptxas).args(["-arch=sm_90a", s(&out.join("minilm.ptx")), "-o", s(&dir.join("a.cubin"))]));
-    let ir = std::fs::read_to_string(out.join("minilm.ll")).unwrap();
-    let ptx = std::fs::read_to_string(out.join("minilm.ptx")).unwrap();
-    let gelu: Vec<usize> = ir.lines().filter_map(|l| l.strip_prefix("; launch ")?.split_once(": ")).filter(|(_, n)| n.contains("intermediate_act_fn")).filter_map(|(i, _)| i.parse().ok()).collect();
+    let (names, ptx) = minilm_b8_sm90a(&dir, &model, "art", &[], &["--precision", "bf16"]);
+    let gelu: Vec<usize> = names.iter().filter(|(_, n)| n.contains("intermediate_act_fn")).map(|(i, _)| *i).collect();
     assert_eq!(gelu.len(), 6, "one FFN up + GELU kernel a layer");
     for i in gelu {
-        let start = ptx.find(&format!(".entry k{i}(")).unwrap();
-        let end = start + ptx[start..].find("\n}").unwrap();
-        let k = &ptx[start..end];
+        let k = entry(&ptx, i);
         // The epilogue: after the K loop's last wait for the tensor cores.
         let epi = &k[k.rfind("wgmma.wait_group.sync.aligned").expect("a wgmma tile")..];
         let (signs, rounds) = (epi.matches("copysign.f32").count(), epi.matches("cvt.rn.bf16.f32").count());
@@ -233,22 +245,10 @@ fn gelu_epilogue_takes_one_instruction_per_rounding_and_sign() {
 #[test]
 fn stores_wait_for_the_loads_of_their_run() {
     let dir = tmp("defer");
-    let ptxas = ptxas();
     let (_, model, _, _) = models(&dir).pop().unwrap();
     // (loads after the first store after the last barrier in LayerNorms, in the residual epilogues; kernels of each)
     let count = |defer: &str| -> (usize, usize, usize, usize) {
-        let out = dir.join(format!("art-{defer}"));
-        ok(rlxc().env("RLX_CUDA_DEFER_STORES", defer).args(["compile", s(&model), "--target", "cuda", "--sm", "90a", "--name", "minilm", "--emit-ir", "-o", s(&out)]).args(["--dim", "batch=8", "--dim", "sequence=128"]));
-        ok(Command::new(&ptxas).args(["-arch=sm_90a", s(&out.join("minilm.ptx")), "-o", s(&dir.join("a.cubin"))]));
-        let ir = std::fs::read_to_string(out.join("minilm.ll")).unwrap();
-        let ptx = std::fs::read_to_string(out.join("minilm.ptx")).unwrap();
-        // Launch index → kernel name, from the IR's "; launch N: NAME (plan)" lines.
-        let names: Vec<(usize, String)> = ir.lines().filter_map(|l| l.strip_prefix("; launch ")?.split_once(": ")).filter_map(|(i, n)| Some((i.parse().ok()?, n.to_string()))).collect();
-        let entry = |i: usize| -> String {
-            let start = ptx.find(&format!(".entry k{i}(")).unwrap();
-            let end = ptx[start + 1..].find(".entry ").map_or(ptx.len(), |e| start + 1 + e);
-            ptx[start..end].to_string()
-        };
+        let (names, ptx) = minilm_b8_sm90a(&dir, &model, &format!("art-{defer}"), &[("RLX_CUDA_DEFER_STORES", defer)], &[]);
         // Global loads (not `.nc`: the weights') after the first global store after the kernel's last barrier.
         let late = |text: &str| -> usize {
             let tail = text.rfind("bar.sync").map_or(text, |b| &text[b..]);
@@ -258,10 +258,10 @@ fn stores_wait_for_the_loads_of_their_run() {
         let (mut ln, mut ln_n, mut res, mut res_n) = (0, 0, 0, 0);
         for (i, n) in &names {
             if n.contains("(row kernel") {
-                ln += late(&entry(*i));
+                ln += late(entry(&ptx, *i));
                 ln_n += 1;
             } else if n.contains("attention.output.dense/matmul") {
-                res += late(&entry(*i));
+                res += late(entry(&ptx, *i));
                 res_n += 1;
             }
         }
