@@ -115,7 +115,8 @@ for (sty, text, cons), i in wgmma_blocks.items():
     opnds = [x for x in c_[outs:] if not x.startswith("~")]
     ty = {"l": "i64", "r": "i32"}
     params = [f"{ty.get(x, 'float')} %i{j}" for j, x in enumerate(opnds)]
-    mm = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k(\d+)\.f32\.(\w+)\.\w+ \{([^}]*)\}, \$(\d+), \$(\d+), p, ([\d, ]+);", text)
+    # (A is a descriptor, or — register-sourced A, nvptx/wgmma.rs's RLX_CUDA_X3_RS — four words `{$i,…}`.)
+    mm = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k(\d+)\.f32\.(\w+)\.\w+ \{([^}]*)\}, (\$\d+|\{[^}]*\}), \$(\d+), p, ([\d, ]+);", text)
     wn, ks, ab = int(mm[0][0]), int(mm[0][1]), mm[0][2]
     assert all((int(x[0]), int(x[1]), x[2]) == (wn, ks, ab) for x in mm) and outs % (wn // 2) == 0, text
     # Each mma_async's accumulators: wn / 2 consecutive outputs (3×TF32's blocks have two such sets).
@@ -129,22 +130,29 @@ for (sty, text, cons), i in wgmma_blocks.items():
     code = {"bf16": 1, "tf32": 0}[ab]
     scale = int(re.search(r"setp\.ne\.b32 p, \$(\d+), 0;", text).group(1)) - outs
     body = [f"  %acc = alloca [{outs} x float]", f"  %desc = alloca [{2 * len(mm)} x i64]"]
-    assert sorted({int(v) for x in mm for v in x[4:6]}) == [outs + j for j, y in enumerate(opnds) if y == "l"] and all(y == "l" for y in opnds[:len(opnds) - outs - 1]), text
+    words = lambda a: [int(v.strip()[1:]) for v in a.strip("{}").split(",")]
+    assert sorted({int(v) for x in mm for v in ([x[4][1:]] if x[4][0] == "$" else []) + [x[5]]}) == [outs + j for j, y in enumerate(opnds) if y == "l"], text
+    assert all(opnds[w - outs] == "r" for x in mm if x[4][0] == "{" for w in words(x[4])) and all(y in "lr" for y in opnds[:len(opnds) - outs - 1]), text
     for j in range(outs):
         body += [f"  %pa{j} = getelementptr float, ptr %acc, i64 {j}", f"  store float %i{opnds.index(str(j))}, ptr %pa{j}"]
     for q, x in enumerate(mm):
         for h in range(2):
-            body += [f"  %pd{q}_{h} = getelementptr i64, ptr %desc, i64 {2 * q + h}", f"  store i64 %i{int(x[4 + h]) - outs}, ptr %pd{q}_{h}"]
+            if h == 1 or x[4][0] == "$":
+                body += [f"  %pd{q}_{h} = getelementptr i64, ptr %desc, i64 {2 * q + h}", f"  store i64 %i{int(x[4 + h].lstrip('$')) - outs}, ptr %pd{q}_{h}"]
     # In the block's order, each on its own accumulators.
-    for q in range(len(mm)):
-        body.append(f"  call void @emu_wgmma(ptr %pa{firsts[q]}, ptr %pd{q}_0, i32 1, i32 {code}, i32 {wn}, i32 %i{scale})")
+    for q, x in enumerate(mm):
+        if x[4][0] == "$":
+            body.append(f"  call void @emu_wgmma(ptr %pa{firsts[q]}, ptr %pd{q}_0, i32 1, i32 {code}, i32 {wn}, i32 %i{scale})")
+        else:
+            a = ", ".join(f"i32 %i{w - outs}" for w in words(x[4]))
+            body.append(f"  call void @emu_wgmma_rs(ptr %pa{firsts[q]}, {a}, ptr %pd{q}_1, i32 {wn}, i32 %i{scale})")
     prev = "poison"
     for j in range(outs):
         body += [f"  %v{j} = load float, ptr %pa{j}", f"  %r{j} = insertvalue {sty} {prev}, float %v{j}, {j}"]
         prev = f"%r{j}"
     ir += f"\ndefine internal {sty} @emu_wg{i}({', '.join(params)}) {{\n" + "\n".join(body) + f"\n  ret {sty} {prev}\n}}\n"
 if wgmma_blocks:
-    ir += "\ndeclare void @emu_wgmma(ptr, ptr, i32, i32, i32, i32)\n"
+    ir += "\ndeclare void @emu_wgmma(ptr, ptr, i32, i32, i32, i32)\ndeclare void @emu_wgmma_rs(ptr, i32, i32, i32, i32, ptr, i32, i32)\n"
 for n in sorted(wgmma_waits):
     sty = "{ " + ", ".join(["float"] * n) + " }"
     body, prev = [], "poison"
@@ -246,6 +254,21 @@ void emu_wgmma(float *acc, const long *desc, int n, int bf16, int wn, int scale)
         float av = wg_val(a0 + (row/8)*1024 + (row%8)*128 + k*eb, bf16), bv = wg_val(b0 + (col/8)*1024 + (col%8)*128 + k*eb, bf16);
         sum += (double)av * (double)bv; }
       acc[4*j+q] = (float)sum; } }
+}
+/* The same with A from registers (tf32, m64nNk8): word q of lane 4g + t holds A's row g + 8(q % 2),
+   k t + 4(q / 2) of the warp's 16 rows (the PTX ISA's register fragment for A), exchanged within the
+   warp as mma.sync's are; B through its descriptor. */
+void emu_wgmma_rs(float *acc, int a0, int a1, int a2, int a3, const long *descb, int wn, int scale){
+  int w = t_tid / 32, l = t_tid % 32, g = l / 4, t = l % 4; unsigned a[4] = {a0, a1, a2, a3}; memcpy(A_[w][l], a, 16);
+  pthread_barrier_wait(&wbar[w]);
+  unsigned long b0 = wg_start(*descb);
+  for(int j = 0; j < wn / 8; j++) for(int q = 0; q < 4; q++){ int row = g + 8*(q/2), col = 8*j + 2*t + q%2;
+    double sum = scale ? acc[4*j+q] : 0.0;
+    for(int k = 0; k < 8; k++){
+      float av = bf(A_[w][4*(row%8) + k%4][row/8 + 2*(k/4)] & 0xFFFFE000u), bv = wg_val(b0 + (col/8)*1024 + (col%8)*128 + k*4, 0);
+      sum += (double)av * (double)bv; }
+    acc[4*j+q] = (float)sum; }
+  pthread_barrier_wait(&wbar[w]);
 }
 """)
 c.append("static void call(int k){ switch(k){")

@@ -93,6 +93,14 @@ fn overlapped() -> bool {
     mode(true).is_some_and(|m| m >= 2)
 }
 
+/// `RLX_CUDA_X3_RS=1` at compile time: 3×TF32 tiles take A from registers ([`matmul`]'s register-
+/// sourced form): A's slice is staged once, as the f32 it is, and each thread reads its own fragment
+/// words from the stage and splits them in registers, so A's small parts never pass through shared
+/// memory and the tensor cores read A's stage not at all (B, big and small, as before).
+fn register_a(kind: Mma) -> bool {
+    kind == Mma::Tf32x3 && std::env::var("RLX_CUDA_X3_RS").is_ok_and(|v| v == "1")
+}
+
 /// The stages of the cp.async ring (`RLX_CUDA_WGMMA=3`; `RLX_CUDA_WGMMA_STAGES=S`, 3 … 6; by default 5
 /// for bf16, 6 for tf32, whose 128-byte rows hold half as many K values, so a stage covers half the
 /// K: on an H100, session 31, MiniLM batch 8 / 32 resident, 5 stages took tf32 0.93 / 0.95×, bf16
@@ -215,6 +223,7 @@ pub fn matmul(
     let wn = bn / wgn;
     // 3×TF32 (`--precision f32`): each operand's big parts, then its small parts, a stage apiece.
     let x3 = kind == Mma::Tf32x3;
+    let rs = register_a(kind);
     let small_at = (bm + bn) * ROW;
     let stage = small_at * (1 + x3 as i64);
     // The ring's stages where it may apply (operands stored as the tensor cores read them, known once
@@ -302,6 +311,10 @@ pub fn matmul(
             } else if c.ready {
                 let v = w.emit_op(format!("load <4 x float>, ptr {}", c.regs[0]));
                 w.emit_op(format!("bitcast <4 x float> {v} to <4 x i32>"))
+            } else if rs && c.oi == 0 {
+                // (Register-sourced A: its f32 bits as they are; each thread splits its own fragment.)
+                let v = w.emit_op(format!("load <4 x float>, ptr {}", c.regs[0]));
+                w.emit_op(format!("bitcast <4 x float> {v} to <4 x i32>"))
             } else if tf32 {
                 // Four f32 values, each rounded to tf32 (`cvt.rna`, as the mma.sync tiles stage them);
                 // 3×TF32: big = tf32(x) here and small = tf32(x − big) (exact in f32) into the stage's
@@ -362,28 +375,52 @@ pub fn matmul(
     };
     // The block's operands: the accumulators (3×TF32: the fragments' own, then the small sums'
     // `%e`, `tiled::small_accumulators`), per k step the descriptors (A, B; 3×TF32: A, B, A small,
-    // B small), the scale-d flag, the accumulators again (tied).
+    // B small; register-sourced A: B, B small), register-sourced A's words (per k step big a0–a3,
+    // then small a0–a3), the scale-d flag, the accumulators again (tied).
     let frags = 4 * (wn / 8);
     let sets = 1 + x3 as i64;
     let accs = frags * sets;
     let regs: Vec<String> = ["d", "e"][..sets as usize].iter().flat_map(|e| (0..wn / 8).flat_map(move |j| (0..4).map(move |q| format!("%{e}{j}.{q}")))).collect();
-    let per_step = 2 * sets;
-    let fmt_list = |from: i64| (from..from + frags).map(|i| format!("${i}")).collect::<Vec<_>>().join(",");
-    let mut text = format!("{{ .reg .pred p; setp.ne.b32 p, ${}, 0; wgmma.fence.sync.aligned; ", accs + 4 * per_step);
-    // 3×TF32 per k step: a_small·b_big and a_big·b_small into the small sums, then a_big·b_big.
-    let mut issue = |set: i64, da: i64, db: i64| text += &format!("wgmma.mma_async.sync.aligned.m64n{wn}k{ks}.f32.{ab}.{ab} {{{}}}, ${}, ${}, p, {tail}; ", fmt_list(set * frags), da, db);
+    let per_step = if rs { 2 } else { 2 * sets };
+    let words = if rs { 32 } else { 0 };
+    let fmt_list = |from: i64, n: i64| (from..from + n).map(|i| format!("${i}")).collect::<Vec<_>>().join(",");
+    let mut text = format!("{{ .reg .pred p; setp.ne.b32 p, ${}, 0; wgmma.fence.sync.aligned; ", accs + 4 * per_step + words);
+    let mut issue = |set: i64, a: String, db: i64| text += &format!("wgmma.mma_async.sync.aligned.m64n{wn}k{ks}.f32.{ab}.{ab} {{{}}}, {a}, ${db}, p, {tail}; ", fmt_list(set * frags, frags));
     for s in 0..4 {
         let d0 = accs + per_step * s;
-        if x3 {
-            issue(1, d0 + 2, d0 + 1);
-            issue(1, d0, d0 + 3);
+        if rs {
+            // A's words: big at a0, small at a0 + 4.
+            let a0 = accs + 4 * per_step + 8 * s;
+            issue(1, format!("{{{}}}", fmt_list(a0 + 4, 4)), d0);
+            issue(1, format!("{{{}}}", fmt_list(a0, 4)), d0 + 1);
+            issue(0, format!("{{{}}}", fmt_list(a0, 4)), d0);
+            continue;
         }
-        issue(0, d0, d0 + 1);
+        // 3×TF32 per k step: a_small·b_big and a_big·b_small into the small sums, then a_big·b_big.
+        if x3 {
+            issue(1, format!("${}", d0 + 2), d0 + 1);
+            issue(1, format!("${d0}"), d0 + 3);
+        }
+        issue(0, format!("${d0}"), d0 + 1);
     }
     let overlap = overlapped();
     text += if overlap { "wgmma.commit_group.sync.aligned; }" } else { "wgmma.commit_group.sync.aligned; wgmma.wait_group.sync.aligned 0; }" };
-    let cons: Vec<String> = (0..accs).map(|_| "=f".to_string()).chain((0..4 * per_step).map(|_| "l".to_string())).chain(["r".to_string()]).chain((0..accs).map(|i| i.to_string())).collect();
+    let cons: Vec<String> = (0..accs).map(|_| "=f".to_string()).chain((0..4 * per_step).map(|_| "l".to_string())).chain((0..words + 1).map(|_| "r".to_string())).chain((0..accs).map(|i| i.to_string())).collect();
     let sty = format!("{{ {} }}", vec!["float"; accs as usize].join(", "));
+    // Register-sourced A: this thread's fragment rows in a stage (row g and g + 8 of its warp's 16 in
+    // the warpgroup's 64; `wgmma`'s m64k8 A layout, as `mma.sync`'s m16n8k8: word q of lane 4g + t at
+    // row g + 8·(q % 2), k t + 4·(q / 2)), as bytes past the aligned start less the swizzle: K chunk c
+    // of row r lies at 16·(c ^ r % 8), and r % 8 = g.
+    let a_at = rs.then(|| {
+        let wq = w.emit_op(format!("and i64 {wp}, 3"));
+        let r = w.emit_op(format!("shl nuw nsw i64 {wq}, 4"));
+        let r = w.emit_op(format!("add nuw nsw i64 {r}, {}", wg.gq));
+        let r = w.emit_op(format!("add nuw nsw i64 {r}, {arow}"));
+        let o = w.emit_op(format!("shl nuw nsw i64 {r}, 7"));
+        let t4 = w.emit_op(format!("shl nuw nsw i64 {}, 2", wg.tq));
+        let o = w.emit_op(format!("add nuw nsw i64 {o}, {t4}"));
+        w.emit_op(format!("add nuw nsw i64 {o}, {pad}"))
+    });
     let compute = |w: &mut Writer, st: &str| {
         let sb = w.emit_op(format!("mul nuw nsw i64 {st}, {stage}"));
         let s0 = w.emit_op(format!("add nuw nsw i64 {al}, {sb}"));
@@ -392,9 +429,9 @@ pub fn matmul(
         let ba = w.emit_op(format!("shl nuw nsw i64 {brow}, 7"));
         let ba = w.emit_op(format!("add nuw nsw i64 {s0}, {ba}"));
         let ba = w.emit_op(format!("add nuw nsw i64 {ba}, {}", bm * ROW));
-        let mut bases = vec![desc(w, &aa), desc(w, &ba)];
+        let mut bases = if rs { vec![desc(w, &ba)] } else { vec![desc(w, &aa), desc(w, &ba)] };
         if x3 {
-            for x in [&aa, &ba] {
+            for x in if rs { vec![&ba] } else { vec![&aa, &ba] } {
                 let sx = w.emit_op(format!("add nuw nsw i64 {x}, {small_at}"));
                 bases.push(desc(w, &sx));
             }
@@ -405,6 +442,29 @@ pub fn matmul(
             for d in &bases {
                 let x = if s == 0 { d.clone() } else { w.emit_op(format!("add nuw nsw i64 {d}, {}", 2 * s)) };
                 args.push(format!("i64 {x}"));
+            }
+        }
+        if let Some(at) = &a_at {
+            // Per k step s: chunks 2s (k t) and 2s + 1 (k t + 4) of rows g and g + 8, each word split
+            // into big = tf32(x) and small = tf32(x − big).
+            let at = w.emit_op(format!("add nuw nsw i64 {at}, {sb}"));
+            for s in 0..4 {
+                let mut big = Vec::new();
+                let mut small = Vec::new();
+                for q in 0..4 {
+                    let c = w.emit_op(format!("xor i64 {}, {}", wg.gq, 2 * s + q / 2));
+                    let c = w.emit_op(format!("shl nuw nsw i64 {c}, 4"));
+                    let o = w.emit_op(format!("add nuw nsw i64 {at}, {c}"));
+                    let o = w.emit_op(format!("add nuw nsw i64 {o}, {}", 1024 * (q % 2)));
+                    let p = w.emit_op(format!("getelementptr inbounds i8, ptr addrspace(3) {DSW}, i64 {o}"));
+                    let x = w.emit_op(format!("load float, ptr addrspace(3) {p}, align 4"));
+                    let b = to_operand(w, Mma::Tf32, &x, None);
+                    let bf = w.emit_op(format!("bitcast i32 {b} to float"));
+                    let d = w.emit_op(format!("fsub float {x}, {bf}"));
+                    small.push(to_operand(w, Mma::Tf32, &d, None));
+                    big.push(b);
+                }
+                args.extend(big.into_iter().chain(small).map(|v| format!("i32 {v}")));
             }
         }
         args.push("i32 1".into());
