@@ -41,6 +41,15 @@
 //! does with `mma.sync` (twice the shared memory and accumulators: MiniLM batch 32's FFN up, n128,
 //! takes 254 registers, no spills).
 //!
+//! With `RLX_CUDA_X3_RS=1` ([`register_a`]) the 3×TF32 tiles take A from registers — `wgmma`'s
+//! register-sourced form, as CUTLASS's mixed-input Hopper GEMMs convert A on its way to the tensor
+//! cores: A's slice is staged once as the f32 it is, each thread reads its own fragment words from the
+//! stage (`mma.sync`'s m16n8k8 layout, warp by warp: rows g and g + 8, k t and t + 4 of each k step;
+//! conflict-free, the swizzle spreading the eight rows over all banks) and splits them in registers.
+//! Per slice of a 128-row tile that removes A's small stores and the tensor cores' three reads of A
+//! (176 → 128 KB of shared-memory traffic at n96); the products, and so the output bits, are the
+//! descriptor form's.
+//!
 //! Each slice's `wgmma`s (four, twelve under f32) are one inline-PTX block — `wgmma.fence`, the
 //! `mma_async`s on the warpgroup's accumulators (`.f32`: per warp 16 rows, lane 4g + t's registers
 //! 4j..4j + 3 at rows g, g + 8 and columns 8j + 2t, + 1 — `mma.sync`'s m16n8 fragments side by side, so
