@@ -127,7 +127,9 @@ TWINS = {
     "ring4": "wgmma tiles fed by a 4-stage cp.async ring (RLX_CUDA_WGMMA=3 RLX_CUDA_WGMMA_STAGES=4)",
     "ring5": "wgmma tiles fed by a 5-stage cp.async ring (RLX_CUDA_WGMMA=3 RLX_CUDA_WGMMA_STAGES=5)",
     "ring6": "wgmma tiles fed by a 6-stage cp.async ring (RLX_CUDA_WGMMA=3 RLX_CUDA_WGMMA_STAGES=6)",
-    "x3rs": "f32's 3×TF32 tiles taking A from registers, split there, not from shared memory (RLX_CUDA_X3_RS=1)",
+    "x3rs0": "f32's 3×TF32 tiles taking A from shared memory, not from registers (RLX_CUDA_X3_RS=0, as before session 34)",
+    "bfcvt": "a value rounded to bf16 by one cvt.rn.bf16.f32 (RLX_CUDA_BF16_CAST=cvt)",
+    "bfpack": "a value rounded to bf16 by the pair conversion cvt.rn.bf16x2.f32's low half (RLX_CUDA_BF16_CAST=pack)",
     "t32r0": "tf32 operands not stored rounded: tiles round them as they stage them, no cp.async ring (RLX_CUDA_TF32_OPERANDS=0)",
     "ringwide3": "wide wgmma tiles fed by a 3-stage cp.async ring (RLX_CUDA_WGMMA=3 RLX_CUDA_WGMMA_STAGES=3 RLX_CUDA_WGMMA_WIDE=132)",
     "ringwide4": "wide wgmma tiles fed by a 4-stage cp.async ring (RLX_CUDA_WGMMA=3 RLX_CUDA_WGMMA_STAGES=4 RLX_CUDA_WGMMA_WIDE=132)",
@@ -141,7 +143,7 @@ TWINS = {
 # (tf32's operands are stored rounded since session 31, so its ring and register-staged forms agree too.)
 # (`prev`: a change meant to keep the output's bits, checked; a twin of one that is not lists the difference
 # among the run's failures.)
-SAME_BITS = {"prev": "f32 tf32 bf16", "defer0": "f32 tf32 bf16", "deferall": "f32 tf32 bf16", "f32w": "bf16", "hact0": "bf16", "ring3": "bf16 tf32", "ring4": "bf16 tf32", "ring5": "bf16 tf32", "ring6": "bf16 tf32", "wg2": "bf16 tf32", "t32r0": "tf32", "x3rs": "f32"}
+SAME_BITS = {"prev": "f32 tf32 bf16", "defer0": "f32 tf32 bf16", "deferall": "f32 tf32 bf16", "f32w": "bf16", "hact0": "bf16", "ring3": "bf16 tf32", "ring4": "bf16 tf32", "ring5": "bf16 tf32", "ring6": "bf16 tf32", "wg2": "bf16 tf32", "t32r0": "tf32", "x3rs0": "f32", "bfcvt": "bf16", "bfpack": "bf16"}
 # A variant's folder: its base case's name, then its precision and twin suffixes (its reference is the base's).
 VARIANT_SUFFIXES = r"(_(" + "|".join(["untiled", "wgt\\d+", "wgtr\\d+", "aw\\d+", *TWINS, *(p[1:] for p in PRECISIONS.values() if p)]) + r"))+$"
 # The twin suffixes after a folder's precision.

@@ -291,12 +291,19 @@ impl<'a> Writer<'a> {
                     DType::F32 => 32,
                     _ => 16,
                 };
-                if to == DType::BF16 && self.scalar_only {
-                    // The GPU writer: one `cvt.rn.bf16.f32` (sm_80 and newer; round to nearest even, the
-                    // bits of the form below but a NaN's, canonical 0x7FFF here) where the form below
-                    // takes seven instructions.
+                let gpu_cast = if to == DType::BF16 && self.scalar_only { std::env::var("RLX_CUDA_BF16_CAST").unwrap_or_default() } else { String::new() };
+                if gpu_cast == "cvt" {
+                    // The GPU writer with RLX_CUDA_BF16_CAST=cvt: one `cvt.rn.bf16.f32` (sm_80 and
+                    // newer; round to nearest even, the bits of the form below but a NaN's, canonical
+                    // 0x7FFF here) where the form below takes seven instructions.
                     let f = self.cast(v, from, DType::F32);
                     let h = self.op(format!("call i16 asm \"cvt.rn.bf16.f32 $0, $1;\", \"=h,f\"(float {f})"));
+                    self.op(format!("bitcast i16 {h} to bfloat"))
+                } else if gpu_cast == "pack" {
+                    // ... =pack: the pair conversion `cvt.rn.bf16x2.f32` of the value twice, its low half.
+                    let f = self.cast(v, from, DType::F32);
+                    let p = self.op(format!("call i32 asm \"cvt.rn.bf16x2.f32 $0, $1, $2;\", \"=r,f,f\"(float {f}, float {f})"));
+                    let h = self.op(format!("trunc i32 {p} to i16"));
                     self.op(format!("bitcast i16 {h} to bfloat"))
                 } else if to == DType::BF16 {
                     // Round to nearest even by hand (no libcall needed): via f32, as the interpreter.

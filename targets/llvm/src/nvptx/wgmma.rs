@@ -102,12 +102,12 @@ fn overlapped() -> bool {
     mode(true).is_some_and(|m| m >= 2)
 }
 
-/// `RLX_CUDA_X3_RS=1` at compile time: 3×TF32 tiles take A from registers ([`matmul`]'s register-
+/// 3×TF32 tiles take A from registers (unless `RLX_CUDA_X3_RS=0` at compile time) ([`matmul`]'s register-
 /// sourced form): A's slice is staged once, as the f32 it is, and each thread reads its own fragment
 /// words from the stage and splits them in registers, so A's small parts never pass through shared
 /// memory and the tensor cores read A's stage not at all (B, big and small, as before).
 fn register_a(kind: Mma) -> bool {
-    kind == Mma::Tf32x3 && std::env::var("RLX_CUDA_X3_RS").is_ok_and(|v| v == "1")
+    kind == Mma::Tf32x3 && std::env::var("RLX_CUDA_X3_RS").map_or(true, |v| v != "0")
 }
 
 /// The stages of the cp.async ring (`RLX_CUDA_WGMMA=3`; `RLX_CUDA_WGMMA_STAGES=S`, 3 … 6; by default 5
