@@ -297,12 +297,12 @@ impl<'a> Writer<'a> {
                     // newer; round to nearest even, the bits of the form below but a NaN's, canonical
                     // 0x7FFF here) where the form below takes seven instructions.
                     let f = self.cast(v, from, DType::F32);
-                    let h = self.op(format!("call i16 asm \"cvt.rn.bf16.f32 $0, $1;\", \"=h,f\"(float {f})"));
+                    let h = self.op(format!("call i16 asm \"cvt.rn.bf16.f32 $0, $1;\", \"=h,f\"(float {f}) #2"));
                     self.op(format!("bitcast i16 {h} to bfloat"))
                 } else if gpu_cast == "pack" {
                     // ... =pack: the pair conversion `cvt.rn.bf16x2.f32` of the value twice, its low half.
                     let f = self.cast(v, from, DType::F32);
-                    let p = self.op(format!("call i32 asm \"cvt.rn.bf16x2.f32 $0, $1, $2;\", \"=r,f,f\"(float {f}, float {f})"));
+                    let p = self.op(format!("call i32 asm \"cvt.rn.bf16x2.f32 $0, $1, $2;\", \"=r,f,f\"(float {f}, float {f}) #2"));
                     let h = self.op(format!("trunc i32 {p} to i16"));
                     self.op(format!("bitcast i16 {h} to bfloat"))
                 } else if to == DType::BF16 {
@@ -769,7 +769,7 @@ impl<'a> Writer<'a> {
     /// f32 `x` rounded to tf32 (`cvt.rna`: to nearest, ties away from zero), as a b32 whose low 13 bits
     /// are zero — the tensor cores' tf32 operand and the f32 of the same value.
     pub(crate) fn tf32(&mut self, x: &str) -> String {
-        self.op(format!("call i32 asm \"cvt.rna.tf32.f32 $0, $1;\", \"=r,f\"(float {x})"))
+        self.op(format!("call i32 asm \"cvt.rna.tf32.f32 $0, $1;\", \"=r,f\"(float {x}) #2"))
     }
     /// A declaration the module needs (an intrinsic).
     pub(crate) fn declare(&mut self, d: &str) {

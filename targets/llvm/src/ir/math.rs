@@ -246,7 +246,7 @@ impl<'a> Writer<'a> {
         // (The GPU's: PTX's `copysign.f32` — sign of its first operand, magnitude of its second —, one
         // instruction where LLVM's NVPTX expands `llvm.copysign` into six.)
         let big = if gpu_approx && lanes == 1 {
-            self.op(format!("call float asm \"copysign.f32 $0, $1, $2;\", \"=f,f,f\"(float {x}, float {y})"))
+            self.op(format!("call float asm \"copysign.f32 $0, $1, $2;\", \"=f,f,f\"(float {x}, float {y}) #2"))
         } else {
             self.fintr("copysign", lanes, &[&y, x])
         };

@@ -160,7 +160,7 @@ pub fn module_text(lir: &Lir, bases: &[BaseBuf], tiles: bool, mma: super::Mma, p
         m.push_str(d);
         m.push('\n');
     }
-    let _ = writeln!(m, "\nattributes #0 = {{ nounwind }}\nattributes #1 = {{ convergent nounwind }}\n");
+    let _ = writeln!(m, "\nattributes #0 = {{ nounwind }}\nattributes #1 = {{ convergent nounwind }}\nattributes #2 = {{ nounwind memory(none) }}\n");
     // Every kernel runs BLOCK threads per block: the register allocator may assume it.
     let ann: Vec<String> = kernels.iter().map(|li| format!("!{li}")).collect();
     if !ann.is_empty() {

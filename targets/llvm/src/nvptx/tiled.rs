@@ -747,8 +747,8 @@ pub(super) fn to_operand(w: &mut Writer, kind: Mma, lo: &str, hi: Option<&str>) 
     match (kind, hi) {
         (Mma::Tf32, _) => w.tf32(lo),
         (Mma::Tf32x3, _) => w.emit_op(format!("bitcast float {lo} to i32")),
-        (Mma::Bf16, Some(hi)) => w.emit_op(format!("call i32 asm \"cvt.rn.bf16x2.f32 $0, $1, $2;\", \"=r,f,f\"(float {hi}, float {lo})")),
-        (_, Some(hi)) => w.emit_op(format!("call i32 asm \"cvt.rn.f16x2.f32 $0, $1, $2;\", \"=r,f,f\"(float {hi}, float {lo})")),
+        (Mma::Bf16, Some(hi)) => w.emit_op(format!("call i32 asm \"cvt.rn.bf16x2.f32 $0, $1, $2;\", \"=r,f,f\"(float {hi}, float {lo}) #2")),
+        (_, Some(hi)) => w.emit_op(format!("call i32 asm \"cvt.rn.f16x2.f32 $0, $1, $2;\", \"=r,f,f\"(float {hi}, float {lo}) #2")),
         (_, None) => unreachable!("16-bit operands come in pairs"),
     }
 }
