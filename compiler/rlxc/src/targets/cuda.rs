@@ -111,7 +111,7 @@ pub fn plan_options(precision: Precision) -> rlx_opt::PlanOptions {
     let fused_attention_min_rows = if precision == Precision::F32 { 0 } else { min_rows };
     let split_k = std::env::var("RLX_CUDA_SPLIT_K").ok().and_then(|v| v.parse().ok()).unwrap_or(8);
     let split_k_rows = std::env::var("RLX_CUDA_SPLIT_K_ROWS").ok().and_then(|v| v.parse().ok()).unwrap_or(1024);
-    let split_k_wide = split_k_wide(std::env::var("RLX_CUDA_SPLIT_K_WIDE").ok().as_deref());
+    let split_k_wide = split_k_wide(std::env::var("RLX_CUDA_SPLIT_K_WIDE").ok().as_deref(), precision);
     rlx_opt::PlanOptions { gemm_nr: 1 << 30, row_fusion: true, row_recompute: true, inline_operands: true, flat_block_dots: true, fused_attention, fused_attention_min_rows, split_k, split_k_rows, split_k_wide, ..Default::default() }
 }
 
@@ -127,10 +127,15 @@ pub fn plan_options(precision: Precision) -> rlx_opt::PlanOptions {
 /// kernel's time launched alone, f32 103 µs, bf16 38, and its LayerNorm 9.3 → 11.9), so the bound leaves
 /// it whole (docs/benchmarks.md, session 24). `RLX_CUDA_SPLIT_K_WIDE=P` at compile time:
 /// P parts at any output count, `P:N` up to N outputs, 0 none (the PTX before session 24, byte for byte).
+/// `--precision f32` takes 4 parts ([`SPLIT_K_WIDE_F32`]): its 3×TF32 tiles do three times a tf32
+/// tile's tensor-core work per block, so more, shorter blocks pay — MiniLM batch 8 on an H100 (session
+/// 34, 3×TF32 `wgmma` tiles): 0.971 and 0.968× the time of 2 parts in two runs, the model resident;
+/// batch 32 split in 4 (beyond the bound) 1.091×.
 const SPLIT_K_WIDE: (usize, usize) = (2, 524_288);
+const SPLIT_K_WIDE_F32: (usize, usize) = (4, 524_288);
 
-fn split_k_wide(v: Option<&str>) -> (usize, usize) {
-    let Some(v) = v else { return SPLIT_K_WIDE };
+fn split_k_wide(v: Option<&str>, precision: Precision) -> (usize, usize) {
+    let Some(v) = v else { return if precision == Precision::F32 { SPLIT_K_WIDE_F32 } else { SPLIT_K_WIDE } };
     let (p, n) = v.split_once(':').unwrap_or((v, ""));
     match (p.trim().parse(), n.trim().parse()) {
         (Ok(p), Ok(n)) => (p, n),
