@@ -218,7 +218,10 @@ fn entry(ptx: &str, i: usize) -> &str {
 /// store rounds by the form `RLX_CUDA_BF16_CAST` names: by default integer instructions (`ir.rs`'s
 /// cast; no conversion instruction: one `cvt.rn.bf16.f32` a value measured 1.25× slower in this kernel
 /// at batch 32 on an H100, session 34), `cvt` one `cvt.rn.bf16.f32` per output, `pack` one
-/// `cvt.rn.bf16x2.f32` per output. Each module assembles for sm_90a; the values are checked in CPU
+/// `cvt.rn.bf16x2.f32` per output. And its global loads (a column's bias and scales) are merged
+/// between an output's rows: fewer loads than outputs, as LLVM may move loads across the pure inline
+/// PTX (`memory(none)`; measured 28 loads for 48 outputs, 144 without — session 33's PTX, 1.25× slower
+/// at batch 32 on an H100). Each module assembles for sm_90a; the values are checked in CPU
 /// emulation by the tests above and on the GPU by bench_cuda.py (the `_bfcvt` / `_bfpack` twins: the
 /// same bits).
 #[test]
@@ -241,6 +244,8 @@ fn gelu_epilogue_signs_by_one_instruction_and_rounds_as_chosen() {
             };
             assert!(signs >= 16 && rounds == if form.is_empty() { 0 } else { signs }, "k{i} ({form:?}): {signs} copysign.f32, {single} cvt.rn.bf16.f32, {pairs} cvt.rn.bf16x2.f32");
             assert_eq!(epi.matches("mul.hi").count(), 0, "k{i}: a division by a constant in the epilogue");
+            let loads = epi.matches("ld.global").count();
+            assert!(loads < signs, "k{i} ({form:?}): {loads} global loads for {signs} outputs: not merged");
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
@@ -1111,7 +1116,7 @@ fn split_k_summed_by_the_row_kernel_matches_the_interpreter_in_cpu_emulation() {
 /// `PlanOptions::split_k_wide`, the CUDA target's `RLX_CUDA_SPLIT_K_WIDE=P[:N]`): tests/gpu/make_tiled.py's
 /// splitk_wide.onnx — LayerNorm(wx[256,1024] @ w12 + b12 + wr), an FFN down of 98,304 outputs, and
 /// LayerNorm(wy[256,384] @ w13 + b13 + wr) — is not split with 0 (two matmuls, two LayerNorms), by
-/// default (2 parts up to 524,288 outputs) and with P = 2 / 4 has FFN down's P-part partials launch in
+/// default (up to 524,288 outputs, f32 in 4 parts, tf32 / bf16 in 2) and with P = 2 / 4 has FFN down's P-part partials launch in
 /// place of its matmul, summed by its LayerNorm, with a bound N below its outputs none, and with
 /// RLX_CUDA_SPLIT_K_ROWS=256 the projection's partials too (4 launches each time); the forms assemble
 /// for sm_90 and in CPU emulation (tests/gpu/emulate_cuda.py) match the interpreter: f32 within 1e-4
@@ -1130,17 +1135,20 @@ fn wide_split_k_summed_by_the_row_kernel_matches_the_interpreter_in_cpu_emulatio
         let ir = std::fs::read_to_string(art.join("splitk_wide.ll")).unwrap();
         (ir.lines().filter(|l| l.starts_with("; launch ")).count(), ir.matches(&format!("(split K: {parts} partial sums)")).count())
     };
-    // (RLX_CUDA_SPLIT_K_WIDE, RLX_CUDA_SPLIT_K_ROWS, parts, (launches, partial-sums launches)); None: unset.
-    let forms: [(Option<&str>, Option<&str>, &str, (usize, usize)); 6] = [
-        (None, None, "2", (4, 1)),
-        (Some("0"), None, "2", (4, 0)),
-        (Some("2"), None, "2", (4, 1)),
-        (Some("4"), None, "4", (4, 1)),
-        (Some("4:98303"), None, "4", (4, 0)),
-        (Some("4"), Some("256"), "4", (4, 2)),
+    // (precision, RLX_CUDA_SPLIT_K_WIDE, RLX_CUDA_SPLIT_K_ROWS, parts, (launches, partial-sums launches));
+    // None: unset. By default f32 takes 4 parts (`SPLIT_K_WIDE_F32`), the others 2.
+    let forms: [(&str, Option<&str>, Option<&str>, &str, (usize, usize)); 8] = [
+        ("f32", None, None, "4", (4, 1)),
+        ("tf32", None, None, "2", (4, 1)),
+        ("bf16", None, None, "2", (4, 1)),
+        ("f32", Some("0"), None, "2", (4, 0)),
+        ("f32", Some("2"), None, "2", (4, 1)),
+        ("f32", Some("4"), None, "4", (4, 1)),
+        ("f32", Some("4:98303"), None, "4", (4, 0)),
+        ("f32", Some("4"), Some("256"), "4", (4, 2)),
     ];
-    for (wide, rows, parts, want) in forms {
-        let art = dir.join(format!("art-{}-{}", wide.unwrap_or("default").replace(':', "_"), rows.unwrap_or("default")));
+    for (prec, wide, rows, parts, want) in forms {
+        let art = dir.join(format!("art-{prec}-{}-{}", wide.unwrap_or("default").replace(':', "_"), rows.unwrap_or("default")));
         let mut c = rlxc();
         if let Some(w) = wide {
             c.env("RLX_CUDA_SPLIT_K_WIDE", w);
@@ -1148,8 +1156,8 @@ fn wide_split_k_summed_by_the_row_kernel_matches_the_interpreter_in_cpu_emulatio
         if let Some(r) = rows {
             c.env("RLX_CUDA_SPLIT_K_ROWS", r);
         }
-        ok(c.args(["compile", s(&model), "--target", "cuda", "--sm", "90", "--emit-ir", "-o", s(&art)]));
-        assert_eq!(launches(&art, parts), want, "RLX_CUDA_SPLIT_K_WIDE={wide:?} rows {rows:?}: (launches, {parts}-part partial-sums launches)");
+        ok(c.args(["compile", s(&model), "--target", "cuda", "--sm", "90", "--precision", prec, "--emit-ir", "-o", s(&art)]));
+        assert_eq!(launches(&art, parts), want, "{prec} RLX_CUDA_SPLIT_K_WIDE={wide:?} rows {rows:?}: (launches, {parts}-part partial-sums launches)");
     }
     for (prec, wide, rows) in [("f32", "2", None), ("tf32", "4", None), ("bf16", "4", None), ("f32", "4", Some("256"))] {
         let art = dir.join(format!("art-{prec}-{wide}-{}", rows.unwrap_or("default")));

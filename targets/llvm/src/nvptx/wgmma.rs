@@ -41,14 +41,17 @@
 //! does with `mma.sync` (twice the shared memory and accumulators: MiniLM batch 32's FFN up, n128,
 //! takes 254 registers, no spills).
 //!
-//! With `RLX_CUDA_X3_RS=1` ([`register_a`]) the 3×TF32 tiles take A from registers — `wgmma`'s
+//! By default ([`register_a`]; `RLX_CUDA_X3_RS=0` at compile time: the form above) the 3×TF32 tiles take A from registers — `wgmma`'s
 //! register-sourced form, as CUTLASS's mixed-input Hopper GEMMs convert A on its way to the tensor
 //! cores: A's slice is staged once as the f32 it is, each thread reads its own fragment words from the
 //! stage (`mma.sync`'s m16n8k8 layout, warp by warp: rows g and g + 8, k t and t + 4 of each k step;
 //! conflict-free, the swizzle spreading the eight rows over all banks) and splits them in registers.
 //! Per slice of a 128-row tile that removes A's small stores and the tensor cores' three reads of A
-//! (176 → 128 KB of shared-memory traffic at n96); the products, and so the output bits, are the
-//! descriptor form's.
+//! (176 → 128 KB of shared-memory traffic at n96; the stage keeps A's unused small half: one block
+//! per SM either way); the products, and so the output bits, are the descriptor form's. On an H100
+//! (session 34, raw tests/gpu/h100-cuda-s34a*): MiniLM resident 0.998 / 0.963 / 0.934× the time at
+//! batch 1 / 8 / 32 — these tiles run one block of 8 warps per SM, latency-bound with shared memory
+//! the busiest unit (Nsight Compute: 56–66%, L2 19–29%).
 //!
 //! Each slice's `wgmma`s (four, twelve under f32) are one inline-PTX block — `wgmma.fence`, the
 //! `mma_async`s on the warpgroup's accumulators (`.f32`: per warp 16 rows, lane 4g + t's registers
@@ -102,8 +105,8 @@ fn overlapped() -> bool {
     mode(true).is_some_and(|m| m >= 2)
 }
 
-/// 3×TF32 tiles take A from registers (unless `RLX_CUDA_X3_RS=0` at compile time) ([`matmul`]'s register-
-/// sourced form): A's slice is staged once, as the f32 it is, and each thread reads its own fragment
+/// Whether 3×TF32 tiles take A from registers ([`matmul`]'s register-sourced form; unless
+/// `RLX_CUDA_X3_RS=0` at compile time): A's slice is staged once, as the f32 it is, and each thread reads its own fragment
 /// words from the stage and splits them in registers, so A's small parts never pass through shared
 /// memory and the tensor cores read A's stage not at all (B, big and small, as before).
 fn register_a(kind: Mma) -> bool {
