@@ -81,9 +81,9 @@ PRECISIONS = {"f32": "", "tf32": "_tf32", "bf16": "_bf16"}
 # matmul operands to 10 mantissa bits, bf16 to 7 (f32 accumulation in both).
 TOL_INTERP = {"f32": 1e-4, "tf32": 3e-2, "bf16": 1.5e-1}
 TOL_TORCH = {"f32": 1e-3, "tf32": 3e-2, "bf16": 1.5e-1}
-# Twins of a MiniLM artifact (folder suffix: what differs), timed beside it in every round; those in
 # torch.compile's mode (TORCH_COMPILE_MODE at run time; TORCH_COMPILE=0 leaves it out).
 COMPILE_MODE = os.environ.get("TORCH_COMPILE_MODE", "reduce-overhead")
+# Twins of a MiniLM artifact (folder suffix: what differs), timed beside it in every round; those in
 # SAME_BITS must give the default's output bit for bit at the precisions listed (separated by spaces).
 TWINS = {
     "unfused": "attention as three launches per layer (RLX_CUDA_FUSED_ATTENTION=0)",

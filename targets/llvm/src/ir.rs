@@ -292,18 +292,18 @@ impl<'a> Writer<'a> {
                     _ => 16,
                 };
                 let gpu_cast = if to == DType::BF16 && self.scalar_only { std::env::var("RLX_CUDA_BF16_CAST").unwrap_or_default() } else { String::new() };
-                if gpu_cast == "cvt" {
+                if gpu_cast == "cvt" || gpu_cast == "pack" {
                     // The GPU writer with RLX_CUDA_BF16_CAST=cvt: one `cvt.rn.bf16.f32` (sm_80 and
                     // newer; round to nearest even, the bits of the form below but a NaN's, canonical
-                    // 0x7FFF here) where the form below takes seven instructions.
+                    // 0x7FFF here) where the form below takes seven instructions; =pack: the pair
+                    // conversion `cvt.rn.bf16x2.f32` of the value twice, its low half.
                     let f = self.cast(v, from, DType::F32);
-                    let h = self.op(format!("call i16 asm \"cvt.rn.bf16.f32 $0, $1;\", \"=h,f\"(float {f}) #2"));
-                    self.op(format!("bitcast i16 {h} to bfloat"))
-                } else if gpu_cast == "pack" {
-                    // ... =pack: the pair conversion `cvt.rn.bf16x2.f32` of the value twice, its low half.
-                    let f = self.cast(v, from, DType::F32);
-                    let p = self.op(format!("call i32 asm \"cvt.rn.bf16x2.f32 $0, $1, $2;\", \"=r,f,f\"(float {f}, float {f}) #2"));
-                    let h = self.op(format!("trunc i32 {p} to i16"));
+                    let h = if gpu_cast == "cvt" {
+                        self.op(format!("call i16 asm \"cvt.rn.bf16.f32 $0, $1;\", \"=h,f\"(float {f}) #2"))
+                    } else {
+                        let p = self.op(format!("call i32 asm \"cvt.rn.bf16x2.f32 $0, $1, $2;\", \"=r,f,f\"(float {f}, float {f}) #2"));
+                        self.op(format!("trunc i32 {p} to i16"))
+                    };
                     self.op(format!("bitcast i16 {h} to bfloat"))
                 } else if to == DType::BF16 {
                     // Round to nearest even by hand (no libcall needed): via f32, as the interpreter.

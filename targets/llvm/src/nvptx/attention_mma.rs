@@ -34,7 +34,7 @@
 //! Sums over the depth and over the keys run in the tensor cores' order, the max and sum per quad:
 //! results differ from the interpreter's by the precision's rounding (tests state the bounds).
 
-use super::tiled::{barrier, if_, mma_issue_known, sreg, to_operand, unflatten};
+use super::tiled::{barrier, if_, mma_issue_known, sreg, tf32_small, to_operand, unflatten};
 use super::attention::{head_and_slots, Slots};
 use super::Mma;
 use crate::ir::{llvm_lit, Writer};
@@ -201,9 +201,7 @@ pub fn attention(w: &mut Writer, a: &Attention, kind: Mma, smem: i64, globals: &
                 if planes == 0 {
                     return vec![(big, o)];
                 }
-                let bf = w.emit_op(format!("bitcast i32 {big} to float"));
-                let d = w.emit_op(format!("fsub float {v}, {bf}"));
-                let small = to_operand(w, Mma::Tf32, &d, None);
+                let small = tf32_small(w, &v, &big);
                 let os = w.emit_op(format!("add nuw nsw i64 {o}, {planes}"));
                 return vec![(big, o), (small, os)];
             }

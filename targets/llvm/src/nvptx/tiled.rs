@@ -753,6 +753,14 @@ pub(super) fn to_operand(w: &mut Writer, kind: Mma, lo: &str, hi: Option<&str>) 
     }
 }
 
+/// 3×TF32's small part of f32 `x` whose big part is the tf32 word `big` (`to_operand`'s): tf32(x − big),
+/// the difference exact in f32.
+pub(super) fn tf32_small(w: &mut Writer, x: &str, big: &str) -> String {
+    let bf = w.emit_op(format!("bitcast i32 {big} to float"));
+    let d = w.emit_op(format!("fsub float {x}, {bf}"));
+    to_operand(w, Mma::Tf32, &d, None)
+}
+
 /// The m16×n8 fragments warp `wp` owns in a bm×bn tile: its fragment rows, its fragment columns, and
 /// per owned fragment s (accumulators `%d{s}.*`): (index into rows, index into columns, whether it
 /// exists — warp-uniform). Four per warp (a 64×64 tile: 32 fragments, 8 warps) form a 2×2 warp tile,
@@ -861,9 +869,7 @@ pub(super) fn mma_issue_known(w: &mut Writer, kind: Mma, issues: &[(i64, &[Strin
                 }
                 let f = w.emit_op(format!("bitcast i32 {x} to float"));
                 let big = to_operand(w, Mma::Tf32, &f, None);
-                let bf = w.emit_op(format!("bitcast i32 {big} to float"));
-                let d = w.emit_op(format!("fsub float {f}, {bf}"));
-                let small = to_operand(w, Mma::Tf32, &d, None);
+                let small = tf32_small(w, &f, &big);
                 parts.push((x.clone(), big.clone(), small.clone()));
                 (big, small)
             })

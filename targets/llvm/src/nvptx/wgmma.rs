@@ -74,7 +74,7 @@
 //! `tests/gpu/bench_gemm.py` and `bench_cuda.py`.
 
 use super::half_weights::Halves;
-use super::tiled::{barrier, for_loop, if_, to_operand, unflatten};
+use super::tiled::{barrier, for_loop, if_, tf32_small, to_operand, unflatten};
 use super::vec_tile::{block_origin, grid, Direct, Warps};
 use super::Mma;
 use crate::ir::Writer;
@@ -338,9 +338,7 @@ pub fn matmul(
                     let word = to_operand(w, Mma::Tf32, &x, None);
                     vv = w.emit_op(format!("insertelement <4 x i32> {vv}, i32 {word}, i64 {i}"));
                     if x3 {
-                        let bf = w.emit_op(format!("bitcast i32 {word} to float"));
-                        let d = w.emit_op(format!("fsub float {x}, {bf}"));
-                        let small = to_operand(w, Mma::Tf32, &d, None);
+                        let small = tf32_small(w, &x, &word);
                         sv = w.emit_op(format!("insertelement <4 x i32> {sv}, i32 {small}, i64 {i}"));
                     }
                 }
@@ -436,14 +434,19 @@ pub fn matmul(
     let compute = |w: &mut Writer, st: &str| {
         let sb = w.emit_op(format!("mul nuw nsw i64 {st}, {stage}"));
         let s0 = w.emit_op(format!("add nuw nsw i64 {al}, {sb}"));
-        let aa = w.emit_op(format!("shl nuw nsw i64 {arow}, 7"));
-        let aa = w.emit_op(format!("add nuw nsw i64 {s0}, {aa}"));
+        // The operands the tensor cores read from the stage (A, B; register-sourced A: B), their
+        // descriptors, then under 3×TF32 their small halves'.
+        let mut staged = Vec::new();
+        if !rs {
+            let aa = w.emit_op(format!("shl nuw nsw i64 {arow}, 7"));
+            staged.push(w.emit_op(format!("add nuw nsw i64 {s0}, {aa}")));
+        }
         let ba = w.emit_op(format!("shl nuw nsw i64 {brow}, 7"));
         let ba = w.emit_op(format!("add nuw nsw i64 {s0}, {ba}"));
-        let ba = w.emit_op(format!("add nuw nsw i64 {ba}, {}", bm * ROW));
-        let mut bases = if rs { vec![desc(w, &ba)] } else { vec![desc(w, &aa), desc(w, &ba)] };
+        staged.push(w.emit_op(format!("add nuw nsw i64 {ba}, {}", bm * ROW)));
+        let mut bases: Vec<String> = staged.iter().map(|x| desc(w, x)).collect();
         if x3 {
-            for x in if rs { vec![&ba] } else { vec![&aa, &ba] } {
+            for x in &staged {
                 let sx = w.emit_op(format!("add nuw nsw i64 {x}, {small_at}"));
                 bases.push(desc(w, &sx));
             }
@@ -471,9 +474,7 @@ pub fn matmul(
                     let p = w.emit_op(format!("getelementptr inbounds i8, ptr addrspace(3) {DSW}, i64 {o}"));
                     let x = w.emit_op(format!("load float, ptr addrspace(3) {p}, align 4"));
                     let b = to_operand(w, Mma::Tf32, &x, None);
-                    let bf = w.emit_op(format!("bitcast i32 {b} to float"));
-                    let d = w.emit_op(format!("fsub float {x}, {bf}"));
-                    small.push(to_operand(w, Mma::Tf32, &d, None));
+                    small.push(tf32_small(w, &x, &b));
                     big.push(b);
                 }
                 args.extend(big.into_iter().chain(small).map(|v| format!("i32 {v}")));
