@@ -128,6 +128,9 @@ TWINS = {
     "ring5": "wgmma tiles fed by a 5-stage cp.async ring (RLX_CUDA_WGMMA=3 RLX_CUDA_WGMMA_STAGES=5)",
     "ring6": "wgmma tiles fed by a 6-stage cp.async ring (RLX_CUDA_WGMMA=3 RLX_CUDA_WGMMA_STAGES=6)",
     "x3rs0": "f32's 3×TF32 tiles taking A from shared memory, not from registers (RLX_CUDA_X3_RS=0, as before session 34)",
+    "ahead1": "small tensor-core tiles loading one K slice ahead, the rolled loop (RLX_CUDA_TILE_AHEAD=1, as before session 35)",
+    "ahead2": "small tensor-core tiles keeping two K slices in flight (RLX_CUDA_TILE_AHEAD=2)",
+    "ahead3": "small tensor-core tiles keeping three K slices in flight (RLX_CUDA_TILE_AHEAD=3)",
     "bfcvt": "a value rounded to bf16 by one cvt.rn.bf16.f32 (RLX_CUDA_BF16_CAST=cvt)",
     "bfpack": "a value rounded to bf16 by the pair conversion cvt.rn.bf16x2.f32's low half (RLX_CUDA_BF16_CAST=pack)",
     "t32r0": "tf32 operands not stored rounded: tiles round them as they stage them, no cp.async ring (RLX_CUDA_TF32_OPERANDS=0)",
@@ -143,7 +146,7 @@ TWINS = {
 # (tf32's operands are stored rounded since session 31, so its ring and register-staged forms agree too.)
 # (`prev`: a change meant to keep the output's bits, checked; a twin of one that is not lists the difference
 # among the run's failures.)
-SAME_BITS = {"prev": "f32 tf32 bf16", "defer0": "f32 tf32 bf16", "deferall": "f32 tf32 bf16", "f32w": "bf16", "hact0": "bf16", "ring3": "bf16 tf32", "ring4": "bf16 tf32", "ring5": "bf16 tf32", "ring6": "bf16 tf32", "wg2": "bf16 tf32", "t32r0": "tf32", "x3rs0": "f32", "bfcvt": "bf16", "bfpack": "bf16"}
+SAME_BITS = {"prev": "f32 tf32 bf16", "defer0": "f32 tf32 bf16", "deferall": "f32 tf32 bf16", "f32w": "bf16", "hact0": "bf16", "ring3": "bf16 tf32", "ring4": "bf16 tf32", "ring5": "bf16 tf32", "ring6": "bf16 tf32", "wg2": "bf16 tf32", "t32r0": "tf32", "x3rs0": "f32", "ahead1": "f32 tf32 bf16", "ahead2": "f32 tf32 bf16", "ahead3": "f32 tf32 bf16", "bfcvt": "bf16", "bfpack": "bf16"}
 # A variant's folder: its base case's name, then its precision and twin suffixes (its reference is the base's).
 VARIANT_SUFFIXES = r"(_(" + "|".join(["untiled", "wgt\\d+", "wgtr\\d+", "aw\\d+", *TWINS, *(p[1:] for p in PRECISIONS.values() if p)]) + r"))+$"
 # The twin suffixes after a folder's precision.

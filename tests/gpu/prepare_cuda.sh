@@ -54,6 +54,8 @@
 # HACT_TWINS=0: without the bf16 _hact0 twins (RLX_CUDA_HALF_ACTIVATIONS=0, batch 1 / 8 / 32);
 # X3RS_TWINS="1 8 32": MiniLM f32 at those batches with RLX_CUDA_X3_RS=0 (_x3rs0: 3×TF32 tiles taking A from shared
 # memory, as before session 34; the same output bits); "" (the default) none;
+# AHEAD_TWINS="1 2": MiniLM batch 1 at every precision with RLX_CUDA_TILE_AHEAD=D (_aheadD: the small tensor-core tiles
+# keeping D staged K slices in flight, 1 the rolled loop before session 35; the same output bits); "" (the default) none;
 # BFCAST_TWINS="8 32": MiniLM bf16 at those batches with RLX_CUDA_BF16_CAST=cvt and =pack (_bfcvt, _bfpack: a value
 # rounded to bf16 by one cvt.rn.bf16.f32, or by the pair conversion's low half); "" (the default) none;
 # T32R_TWINS=0: without the tf32 _t32r0 twins (RLX_CUDA_TF32_OPERANDS=0, batch 1 / 8 / 32);
@@ -107,7 +109,7 @@ cp "$MINILM" "$D/minilm.onnx"
 case_() {
   local c=$1 model=$2 args=$3; shift 3
   local name=${c%%_*}
-  RLX_CUDA_WGMMA=${WG:-} RLX_CUDA_MERGE_MATMULS=${MERGE:-} RLX_CUDA_TILES=${TILES:-1} RLX_CUDA_FUSED_ATTENTION=${FUSED:-1} RLX_CUDA_TC_SPLIT=${TCSPLIT:-1} RLX_CUDA_HALF_WEIGHTS=${HALFW:-1} RLX_CUDA_VEC_FILL=${FILL:-1} RLX_CUDA_VEC_HEADS=${HEADS:-1} RLX_CUDA_VEC_EPI=${EPI:-} RLX_CUDA_VEC_LDS=${LDS:-} RLX_CUDA_PDL=${PDL:-1} RLX_CUDA_F32_MMA=${F32MMA:-1} env ${STAGES:+RLX_CUDA_VEC_STAGES=$STAGES} ${SPLITK:+RLX_CUDA_SPLIT_K=$SPLITK} ${SPLITKROWS:+RLX_CUDA_SPLIT_K_ROWS=$SPLITKROWS} ${KW:+RLX_CUDA_SPLIT_K_WIDE=$KW} ${WGTILE:+RLX_CUDA_WGMMA_TILE=$WGTILE} ${ATTMMA:+RLX_CUDA_ATTN_MMA=$ATTMMA} ${AW:+RLX_CUDA_ATTN_WARPS=$AW} ${ERF:+RLX_CUDA_ERF=$ERF} ${HACT:+RLX_CUDA_HALF_ACTIVATIONS=$HACT} ${TF32OPS:+RLX_CUDA_TF32_OPERANDS=$TF32OPS} ${ATTFAST:+RLX_CUDA_ATTN_FAST=$ATTFAST} ${DEFER:+RLX_CUDA_DEFER_STORES=$DEFER} ${ATTMIN:+RLX_CUDA_ATTN_MIN_ROWS=$ATTMIN} ${WIDE:+RLX_CUDA_WGMMA_WIDE=$WIDE} ${WGSTAGES:+RLX_CUDA_WGMMA_STAGES=$WGSTAGES} ${X3RS:+RLX_CUDA_X3_RS=$X3RS} ${BFCAST:+RLX_CUDA_BF16_CAST=$BFCAST} ${RC:-$R} compile "$model" --target cuda --sm "${SM:-90a}" --name "$name" -o "$D/art/$c" $args ${EXTRA:-} >/dev/null
+  RLX_CUDA_WGMMA=${WG:-} RLX_CUDA_MERGE_MATMULS=${MERGE:-} RLX_CUDA_TILES=${TILES:-1} RLX_CUDA_FUSED_ATTENTION=${FUSED:-1} RLX_CUDA_TC_SPLIT=${TCSPLIT:-1} RLX_CUDA_HALF_WEIGHTS=${HALFW:-1} RLX_CUDA_VEC_FILL=${FILL:-1} RLX_CUDA_VEC_HEADS=${HEADS:-1} RLX_CUDA_VEC_EPI=${EPI:-} RLX_CUDA_VEC_LDS=${LDS:-} RLX_CUDA_PDL=${PDL:-1} RLX_CUDA_F32_MMA=${F32MMA:-1} env ${STAGES:+RLX_CUDA_VEC_STAGES=$STAGES} ${SPLITK:+RLX_CUDA_SPLIT_K=$SPLITK} ${SPLITKROWS:+RLX_CUDA_SPLIT_K_ROWS=$SPLITKROWS} ${KW:+RLX_CUDA_SPLIT_K_WIDE=$KW} ${WGTILE:+RLX_CUDA_WGMMA_TILE=$WGTILE} ${ATTMMA:+RLX_CUDA_ATTN_MMA=$ATTMMA} ${AW:+RLX_CUDA_ATTN_WARPS=$AW} ${ERF:+RLX_CUDA_ERF=$ERF} ${HACT:+RLX_CUDA_HALF_ACTIVATIONS=$HACT} ${TF32OPS:+RLX_CUDA_TF32_OPERANDS=$TF32OPS} ${ATTFAST:+RLX_CUDA_ATTN_FAST=$ATTFAST} ${DEFER:+RLX_CUDA_DEFER_STORES=$DEFER} ${ATTMIN:+RLX_CUDA_ATTN_MIN_ROWS=$ATTMIN} ${WIDE:+RLX_CUDA_WGMMA_WIDE=$WIDE} ${WGSTAGES:+RLX_CUDA_WGMMA_STAGES=$WGSTAGES} ${X3RS:+RLX_CUDA_X3_RS=$X3RS} ${AHEAD:+RLX_CUDA_TILE_AHEAD=$AHEAD} ${BFCAST:+RLX_CUDA_BF16_CAST=$BFCAST} ${RC:-$R} compile "$model" --target cuda --sm "${SM:-90a}" --name "$name" -o "$D/art/$c" $args ${EXTRA:-} >/dev/null
   [ $# -eq 0 ] && return 0
   mkdir -p "$D/ref/$c"
   local i=0 ins=()
@@ -197,6 +199,9 @@ for b in 1 8 32; do
   [ "${HACT_TWINS:-1}" = 0 ] || HACT=0 EXTRA="--precision bf16" case_ minilm_b${b}_bf16_hact0 "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"
   # f32's 3×TF32 tiles with A from shared memory (_x3rs0, RLX_CUDA_X3_RS=0; X3RS_TWINS="1 8 32").
   if [[ " ${X3RS_TWINS:-} " == *" $b "* ]]; then X3RS=0 case_ minilm_b${b}_x3rs0 "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; fi
+  # Batch 1's small tensor-core tiles with D staged K slices in flight (_aheadD, RLX_CUDA_TILE_AHEAD=D; AHEAD_TWINS="1 2").
+  if [ $b -eq 1 ]; then for v in ${AHEAD_TWINS:-}; do for p in f32 tf32 bf16; do sp=_$p; [ $p = f32 ] && sp=
+    AHEAD=$v EXTRA="--precision $p" case_ minilm_b1${sp}_ahead$v "$D/minilm.onnx" "--dim batch=1 --dim sequence=128"; done; done; fi
   # bf16's rounding by one instruction (_bfcvt, _bfpack; BFCAST_TWINS="8 32").
   if [[ " ${BFCAST_TWINS:-} " == *" $b "* ]]; then for f in cvt pack; do BFCAST=$f EXTRA="--precision bf16" case_ minilm_b${b}_bf16_bf$f "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; done; fi
   # tf32 with its operands not stored rounded (_t32r0, RLX_CUDA_TF32_OPERANDS=0: the form before session 31, each

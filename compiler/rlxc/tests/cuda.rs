@@ -929,7 +929,8 @@ fn tiled_kernels_match_the_interpreter_in_cpu_emulation() {
         let mut bars = Vec::new();
         for split in ["1", "0"] {
             let art = dir.join(format!("art-splitk-{p}-{split}"));
-            ok(rlxc().env("RLX_CUDA_TC_SPLIT", split).args(["compile", s(&model), "--target", "cuda", "--precision", p, "--emit-ir", "-o", s(&art)]));
+            // (The rolled K loop, so that the barriers count the split's alone: bf16's tiles unroll it by default.)
+            ok(rlxc().env("RLX_CUDA_TC_SPLIT", split).env("RLX_CUDA_TILE_AHEAD", "1").args(["compile", s(&model), "--target", "cuda", "--precision", p, "--emit-ir", "-o", s(&art)]));
             bars.push(std::fs::read_to_string(art.join("splitk.ll")).unwrap().matches("barrier0").count());
             let emu = dir.join(format!("emu-splitk-{p}-{split}"));
             assemble_and_emulate(&art, "splitk", &emu, &[&g, &h]);
@@ -942,6 +943,47 @@ fn tiled_kernels_match_the_interpreter_in_cpu_emulation() {
             }
         }
         assert_eq!(bars[0], bars[1] + 3, "{p}: the tensor-core tiles do not split K");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Small tensor-core tiles keep several staged K slices in flight (nvptx/tiled.rs's `ahead`: the K loop
+/// unrolled, slices 0 … D − 1 loaded before the first is used, `.minnctapersm 2`; bf16's default, f32's
+/// and tf32's with `RLX_CUDA_TILE_AHEAD=2`): make_tiled.py's tiled.onnx (16 × 16 … 64 × 64 tiles, edges)
+/// and splitk.onnx (K = 300, 1100, 768 split inside the block: 3, 5 and 6 slices, the first two ending in
+/// a partial one) at f32 (3×TF32), tf32 and bf16 give the same output bits as the rolled loop
+/// (`RLX_CUDA_TILE_AHEAD=1`) in CPU emulation — only when the loads are issued changes, not the products
+/// or their order — and are the unrolled form (more barriers, the annotation). Within tolerance of the
+/// interpreter: `tiled_kernels_match_the_interpreter_in_cpu_emulation` (bf16's default form).
+#[test]
+fn tiles_loading_k_slices_ahead_give_the_same_bits_in_cpu_emulation() {
+    let dir = tmp("ahead");
+    let (_, npys, _) = tiled_in_interp(&dir);
+    let splitk = [s(&dir.join("g.npy")).to_string(), s(&dir.join("h.npy")).to_string()];
+    for (name, ins, outs) in [("tiled", &npys[..], 8), ("splitk", &splitk[..], 3)] {
+        for p in ["f32", "tf32", "bf16"] {
+            let mut runs = Vec::new();
+            for ahead in [(p != "bf16").then_some("2"), Some("1")] {
+                let art = dir.join(format!("art-{name}-{p}-{}", ahead.unwrap_or("default")));
+                let mut c = rlxc();
+                if let Some(v) = ahead {
+                    c.env("RLX_CUDA_TILE_AHEAD", v);
+                }
+                ok(c.args(["compile", s(&dir.join(format!("{name}.onnx"))), "--target", "cuda", "--precision", p, "--emit-ir", "-o", s(&art)]));
+                let ir = std::fs::read_to_string(art.join(format!("{name}.ll"))).unwrap();
+                let emu = dir.join(format!("emu-{name}-{p}-{}", ahead.unwrap_or("default")));
+                let inputs: Vec<&Path> = ins.iter().map(Path::new).collect();
+                assemble_and_emulate(&art, name, &emu, &inputs);
+                let mut files: Vec<PathBuf> = std::fs::read_dir(&emu).unwrap().map(|e| e.unwrap().path()).filter(|f| f.extension().is_some_and(|x| x == "npy")).collect();
+                files.sort();
+                assert_eq!(files.len(), outs, "{name} {p}: outputs");
+                runs.push((ir.matches("barrier0").count(), ir.contains("\"minctasm\""), files.iter().map(|f| std::fs::read(f).unwrap()).collect::<Vec<_>>()));
+            }
+            let ((bars, minctasm, got), (bars1, minctasm1, want)) = (&runs[0], &runs[1]);
+            eprintln!("{name} {p}: {bars} barriers unrolled, {bars1} rolled");
+            assert!(bars > bars1 && *minctasm && !minctasm1, "{name} {p}: the default does not load slices ahead ({bars} / {bars1} barriers)");
+            assert!(got == want, "{name} {p}: loading slices ahead changed the output's bits");
+        }
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

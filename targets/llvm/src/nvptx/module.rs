@@ -42,6 +42,7 @@ pub fn module_text(lir: &Lir, bases: &[BaseBuf], tiles: bool, mma: super::Mma, p
     let nb = bases.len();
     let sig: Vec<String> = (0..nb).map(|b| format!("ptr addrspace(1) noalias %b{b}")).collect();
     let mut kernels = Vec::new();
+    let mut min_blocks = Vec::new();
     for (li, l) in lir.launches.iter().enumerate() {
         // A collective: a schedule entry the executor issues through NCCL, no PTX function.
         if let Some(d) = super::comm::dispatch(lir, bases, li, l)? {
@@ -104,6 +105,9 @@ pub fn module_text(lir: &Lir, bases: &[BaseBuf], tiles: bool, mma: super::Mma, p
                     globals.push(g);
                 }
             }
+            if t.min_blocks > 0 {
+                min_blocks.push((li, t.min_blocks));
+            }
             dispatches.push(SchedDispatch { entry: li as u32, groups: t.groups, block: [t.block, 1, 1], shared: t.shared, ranges, comm: None });
             names.push(k.name.clone());
             continue;
@@ -161,12 +165,17 @@ pub fn module_text(lir: &Lir, bases: &[BaseBuf], tiles: bool, mma: super::Mma, p
         m.push('\n');
     }
     let _ = writeln!(m, "\nattributes #0 = {{ nounwind }}\nattributes #1 = {{ convergent nounwind }}\nattributes #2 = {{ nounwind memory(none) }}\n");
-    // Every kernel runs BLOCK threads per block: the register allocator may assume it.
-    let ann: Vec<String> = kernels.iter().map(|li| format!("!{li}")).collect();
+    // Every kernel runs BLOCK threads per block: the register allocator may assume it; and some must
+    // leave room for more than one block per SM (`Tiled::min_blocks`: `.minnctapersm`).
+    let top = lir.launches.len();
+    let ann: Vec<String> = kernels.iter().map(|li| format!("!{li}")).chain((0..min_blocks.len()).map(|i| format!("!{}", top + i))).collect();
     if !ann.is_empty() {
         let _ = writeln!(m, "!nvvm.annotations = !{{{}}}", ann.join(", "));
         for &li in &kernels {
             let _ = writeln!(m, "!{li} = !{{ptr @k{li}, !\"maxntidx\", i32 {BLOCK}}}");
+        }
+        for (i, (li, b)) in min_blocks.iter().enumerate() {
+            let _ = writeln!(m, "!{} = !{{ptr @k{li}, !\"minctasm\", i32 {b}}}", top + i);
         }
     }
     let (copies, bytes) = halves.map_or((Vec::new(), Vec::new()), |h| (h.copies, h.bytes));

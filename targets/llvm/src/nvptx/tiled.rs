@@ -79,6 +79,9 @@ pub struct Tiled {
     /// Dynamic shared memory in bytes (`cp_async.rs`'s pipelined tiles; 0 none).
     pub shared: u32,
     pub globals: Vec<String>,
+    /// Blocks per SM the kernel must allow (`.minnctapersm`: ptxas keeps its registers within them;
+    /// 0 no bound): [`ahead`]'s unrolled tiles, whose staging registers could otherwise cost a block.
+    pub min_blocks: u32,
 }
 
 type Body<'b> = &'b mut dyn FnMut(&mut Writer) -> Result<(), String>;
@@ -274,9 +277,11 @@ pub fn kernel(li: usize, sig: &str, setup: &str, params: Vec<(DType, String)>, o
             if let Some((kind, da, db, t)) = fast {
                 let (g, shared) = vec_tile::matmul(&mut w, li, acc, (&da, &db), &ptrs, (rows, cols, batch), t, kind, smem, wgmma, halves, &mut globals)?;
                 let text = define(li, sig, setup, w);
-                return Ok(Tiled { text, groups: g, block: BLOCK, shared, globals });
+                return Ok(Tiled { text, groups: g, block: BLOCK, shared, globals, min_blocks: 0 });
             }
-            (matmul(&mut w, li, acc, a, b, rows, cols, batch, *r, tc, &mut globals)?, BLOCK)
+            let (g, depth) = matmul(&mut w, li, acc, a, b, rows, cols, batch, *r, tc, &mut globals)?;
+            let text = define(li, sig, setup, w);
+            return Ok(Tiled { text, groups: g, block: BLOCK, shared: 0, globals, min_blocks: if depth > 1 { AHEAD_BLOCKS } else { 0 } });
         }
         Plan::Reduce { acc, grid } => rows_kernel(&mut w, li, &[Phase::Reduce(acc.clone())], Some(acc), grid, &mut globals)?,
         Plan::Rows { phases, grid, .. } => rows_kernel(&mut w, li, phases, None, grid, &mut globals)?,
@@ -284,13 +289,13 @@ pub fn kernel(li: usize, sig: &str, setup: &str, params: Vec<(DType, String)>, o
             // On the tensor cores where the head fits (attention_mma.rs); else the SIMT kernel.
             if let Some((g, block, shared)) = super::attention_mma::attention(&mut w, a, mma, smem, &mut globals)? {
                 let text = define(li, sig, setup, w);
-                return Ok(Tiled { text, groups: g, block, shared, globals });
+                return Ok(Tiled { text, groups: g, block, shared, globals, min_blocks: 0 });
             }
             super::attention::attention(&mut w, li, a, &mut globals)?
         }
     };
     let text = define(li, sig, setup, w);
-    Ok(Tiled { text, groups, block, shared: 0, globals })
+    Ok(Tiled { text, groups, block, shared: 0, globals, min_blocks: 0 })
 }
 
 /// Kernel `k{li}`'s definition: `sig` its parameters, `setup` its entry's pointer casts, then `w`'s body.
@@ -337,10 +342,40 @@ pub fn split_slice(r: i64, k: i64, tc: Option<Mma>) -> Option<i64> {
     Some(if k >= 1024 { 64 } else { 32 })
 }
 
+/// Register sets of staged K slices a tensor-core tile keeps in flight: with more than one, the K loop is
+/// unrolled and slices 0 … D − 1 are all loaded before the first is used (slice j + D once slice j is
+/// in shared memory), where the rolled loop loads only the next slice while this one is computed —
+/// a small tile's slice computes in far less time than its loads take to land (MiniLM batch 1's
+/// 16 × 16 and 32 × 32 tiles over K = 384: 3 and 6 slices). `RLX_CUDA_TILE_AHEAD=D` at compile time: D
+/// sets (1: the rolled loop) for K of at most [`AHEAD_SLICES`] slices; by default as many as fit
+/// [`AHEAD_REGS`] staging registers a thread (two at MiniLM batch 1) under bf16 / fp16 only. Measured
+/// on an H100 (session 35, MiniLM batch 1 resident against the rolled loop, `_ahead1` twins in the same
+/// run; raw tests/gpu/h100-cuda-s35a*): bf16 0.97× the time with two sets (0.98× with three), but
+/// f32 1.05× and tf32 1.02× — each kernel launched alone ran 1–3% faster at every precision, but
+/// f32's and tf32's tiles took more registers (3×TF32's FFN up 76 → 126, tf32's Q / K / V 74 → 80),
+/// fewer of the three concurrent Q / K / V kernels' blocks fit the SMs together; bf16's took fewer.
+/// `per_slice`: the values a thread stages per slice.
+fn ahead(tc: Option<Mma>, slices: i64, per_slice: i64) -> i64 {
+    let Some(kind) = tc else { return 1 };
+    if slices > AHEAD_SLICES {
+        return 1;
+    }
+    let default = if matches!(kind, Mma::Bf16 | Mma::Fp16) { AHEAD_REGS / per_slice.max(1) } else { 1 };
+    std::env::var("RLX_CUDA_TILE_AHEAD").ok().and_then(|v| v.parse::<i64>().ok()).unwrap_or(default).clamp(1, slices)
+}
+
+/// The most K slices [`ahead`] unrolls.
+const AHEAD_SLICES: i64 = 8;
+/// The staging registers a thread may hold for [`ahead`]'s ring by default.
+const AHEAD_REGS: i64 = 32;
+/// Blocks per SM an unrolled tile keeps room for (`Tiled::min_blocks`): two of 256 threads, 128
+/// registers each (ptxas gave MiniLM batch 1's f32 FFN up 144 for sm_80 unbounded).
+const AHEAD_BLOCKS: u32 = 2;
+
 #[allow(clippy::too_many_arguments)]
 fn matmul(
     w: &mut Writer, li: usize, acc: &Acc, a: &Expr, b: &Expr, rows: &[(Var, i64)], cols: &[(Var, i64)], batch: &[(Var, i64)], r: i64, tc: Option<Mma>, globals: &mut Vec<String>,
-) -> Result<[u32; 3], String> {
+) -> Result<([u32; 3], i64), String> {
     let d = acc.dtype;
     let ty = llvm_type(d);
     let (m, n, nb): (i64, i64, i64) = (rows.iter().map(|d| d.1).product(), cols.iter().map(|d| d.1).product(), batch.iter().map(|d| d.1).product());
@@ -450,9 +485,11 @@ fn matmul(
             (w.emit_op(format!("urem i64 {e}, {own}")), w.emit_op(format!("udiv i64 {e}, {own}")))
         }
     };
-    // Loads the K slice at `k0` into the staging registers: every load issued before any is used
-    // (the values reach shared memory only after the next compute), so they are in flight together.
-    let load_slice = |w: &mut Writer, k0: &str| -> Result<(), String> {
+    // Loads the K slice at `k0` into the staging registers of set `set` ([`ahead`]'s ring; set 0 the
+    // rolled loop's): every load issued before any is used (the values reach shared memory only after
+    // the next compute), so they are in flight together.
+    let st = |set: usize, oi: usize, q: i64, h: i64| if set == 0 { format!("%s.st{oi}.{q}.{h}") } else { format!("%s.st{oi}.{q}.{h}.s{set}") };
+    let load_slice = |w: &mut Writer, k0: &str, set: usize| -> Result<(), String> {
         for (oi, &(x, fast, lim, own, dims, _, _, rows_of)) in ops.iter().enumerate() {
             for (q, h) in (0..own * tk / pk / per).flat_map(|q| (0..pk).map(move |h| (q, h))) {
                 let (o, kk) = part(w, fast, own, q);
@@ -461,7 +498,7 @@ fn matmul(
                 let kk = if packed { w.emit_op(format!("add nuw nsw i64 {kk}, {kk}")) } else { kk };
                 let kk = if h > 0 { w.emit_op(format!("add nuw nsw i64 {kk}, {h}")) } else { kk };
                 let kg = w.emit_op(format!("add nuw nsw i64 {k0}, {kk}"));
-                let xs = format!("%s.st{oi}.{q}.{h}");
+                let xs = st(set, oi, q, h);
                 w.slot(&xs, ty);
                 let mut stage = |w: &mut Writer| {
                     unflatten(w, &g, dims);
@@ -487,17 +524,17 @@ fn matmul(
         }
         Ok(())
     };
-    load_slice(w, "0")?;
-    for_loop(w, "%s.k0", "0", &kext.to_string(), tk, &mut |w| {
-        let k0 = w.emit_op("load i64, ptr %s.k0".into());
+    // One K slice: the staged registers of `set` → shared memory, a barrier, `prefetch` (the loads of a
+    // later slice into registers), the slice's products, a barrier.
+    let step = |w: &mut Writer, set: usize, prefetch: Body| -> Result<(), String> {
         // The staged slice → shared memory: a: sa[o·pa + kk]; b: sb[kk·pb + o].
         for (oi, &(_, fast, _, own, _, sh, len, rows_of)) in ops.iter().enumerate() {
             for q in 0..own * tk / pk / per {
                 let (o, kk) = part(w, fast, own, q);
-                let v = w.emit_op(format!("load {ty}, ptr %s.st{oi}.{q}.0"));
+                let v = w.emit_op(format!("load {ty}, ptr {}", st(set, oi, q, 0)));
                 // A packed pair: its two values as one word (the lower half the even K).
                 let v = if packed {
-                    let v1 = w.emit_op(format!("load {ty}, ptr %s.st{oi}.{q}.1"));
+                    let v1 = w.emit_op(format!("load {ty}, ptr {}", st(set, oi, q, 1)));
                     to_operand(w, tc.unwrap_or(Mma::Bf16), &v, Some(&v1))
                 } else {
                     v
@@ -525,10 +562,7 @@ fn matmul(
             }
         }
         barrier(w);
-        // Prefetch the next slice while this one is computed (double buffering through registers).
-        let k1 = w.emit_op(format!("add nuw nsw i64 {k0}, {tk}"));
-        let more = w.emit_op(format!("icmp slt i64 {k1}, {kext}"));
-        if_(w, &more, &mut |w| load_slice(w, &k1))?;
+        prefetch(w)?;
         if let Some(kind) = tc {
             mma_step(w, kind, packed, (&sa, la, pa), (&sb, lb, pb), (&fw, &gq, &tqk), bm, bn, if tsplit { gk } else { tk }, tsplit)?;
             barrier(w);
@@ -608,7 +642,31 @@ fn matmul(
         }
         barrier(w);
         Ok(())
-    })?;
+    };
+    let slices = cdiv(kext, tk);
+    let depth = ahead(tc, slices, ops.iter().map(|o| o.3 * tk / per).sum());
+    if depth > 1 {
+        // [`ahead`]: the slices unrolled, `depth` register sets in a ring — slices 0 … depth − 1 loaded
+        // first, slice j + depth into slice j's set once j is in shared memory.
+        for j in 0..depth {
+            load_slice(w, &(j * tk).to_string(), j as usize)?;
+        }
+        for j in 0..slices {
+            let set = (j % depth) as usize;
+            step(w, set, &mut |w| if j + depth < slices { load_slice(w, &((j + depth) * tk).to_string(), set) } else { Ok(()) })?;
+        }
+    } else {
+        load_slice(w, "0", 0)?;
+        for_loop(w, "%s.k0", "0", &kext.to_string(), tk, &mut |w| {
+            let k0 = w.emit_op("load i64, ptr %s.k0".into());
+            // Prefetch the next slice while this one is computed (double buffering through registers).
+            step(w, 0, &mut |w| {
+                let k1 = w.emit_op(format!("add nuw nsw i64 {k0}, {tk}"));
+                let more = w.emit_op(format!("icmp slt i64 {k1}, {kext}"));
+                if_(w, &more, &mut |w| load_slice(w, &k1, 0))
+            })
+        })?;
+    }
     if let Some(kind) = tc {
         fold_small(w, kind, per_warp);
     }
@@ -712,7 +770,7 @@ fn matmul(
     if groups[0] > i32::MAX as i64 || groups[1] > 65535 || groups[2] > 65535 {
         return Err(format!("a tiled matmul of {m}×{n} (batch {nb}) needs a grid of {groups:?} blocks, past CUDA's limits"));
     }
-    Ok([groups[0] as u32, groups[1] as u32, groups[2] as u32])
+    Ok(([groups[0] as u32, groups[1] as u32, groups[2] as u32], depth))
 }
 
 /// The epilogue of one output at (`mm`, `nn`), inside M × N: the accumulator `from` becomes the
