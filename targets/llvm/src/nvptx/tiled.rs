@@ -350,10 +350,11 @@ pub fn split_slice(r: i64, k: i64, tc: Option<Mma>) -> Option<i64> {
 /// sets (1: the rolled loop) for K of at most [`AHEAD_SLICES`] slices; by default as many as fit
 /// [`AHEAD_REGS`] staging registers a thread (two at MiniLM batch 1) under bf16 / fp16 only. Measured
 /// on an H100 (session 35, MiniLM batch 1 resident against the rolled loop, `_ahead1` twins in the same
-/// run; raw tests/gpu/h100-cuda-s35a*): bf16 0.97× the time with two sets (0.98× with three), but
-/// f32 1.05× and tf32 1.02× — each kernel launched alone ran 1–3% faster at every precision, but
-/// f32's and tf32's tiles took more registers (3×TF32's FFN up 76 → 126, tf32's Q / K / V 74 → 80),
-/// fewer of the three concurrent Q / K / V kernels' blocks fit the SMs together; bf16's took fewer.
+/// runs; raw tests/gpu/h100-cuda-s35{a,b}*): bf16 0.96× the time with two sets (0.97× with three),
+/// but f32 1.05× and tf32 1.02× — each kernel launched alone ran 1–3% faster at every precision, but
+/// f32's and tf32's tiles took more registers (the FFN up 76 → 126 under 3×TF32, 64 → 126 under tf32),
+/// which leaves fewer blocks of the kernels around them resident (with programmatic launch the next
+/// kernel's blocks wait on the SMs); bf16's took fewer.
 /// `per_slice`: the values a thread stages per slice.
 fn ahead(tc: Option<Mma>, slices: i64, per_slice: i64) -> i64 {
     let Some(kind) = tc else { return 1 };
