@@ -249,6 +249,7 @@ pub fn kernel(li: usize, sig: &str, setup: &str, params: Vec<(DType, String)>, o
     let mut w = Writer::gpu(params, decls);
     w.set_tf32_stores(halves.tf32.to_vec());
     let mut globals = Vec::new();
+    let mut min_blocks = 0;
     let (groups, block) = match plan {
         Plan::Matmul { acc, a, b, rows, cols, batch, r } => {
             // Tensor cores for f32 matmuls under --precision tf32|bf16|fp16, and f32's 3×TF32
@@ -280,8 +281,10 @@ pub fn kernel(li: usize, sig: &str, setup: &str, params: Vec<(DType, String)>, o
                 return Ok(Tiled { text, groups: g, block: BLOCK, shared, globals, min_blocks: 0 });
             }
             let (g, depth) = matmul(&mut w, li, acc, a, b, rows, cols, batch, *r, tc, &mut globals)?;
-            let text = define(li, sig, setup, w);
-            return Ok(Tiled { text, groups: g, block: BLOCK, shared: 0, globals, min_blocks: if depth > 1 { AHEAD_BLOCKS } else { 0 } });
+            if depth > 1 {
+                min_blocks = AHEAD_BLOCKS;
+            }
+            (g, BLOCK)
         }
         Plan::Reduce { acc, grid } => rows_kernel(&mut w, li, &[Phase::Reduce(acc.clone())], Some(acc), grid, &mut globals)?,
         Plan::Rows { phases, grid, .. } => rows_kernel(&mut w, li, phases, None, grid, &mut globals)?,
@@ -295,7 +298,7 @@ pub fn kernel(li: usize, sig: &str, setup: &str, params: Vec<(DType, String)>, o
         }
     };
     let text = define(li, sig, setup, w);
-    Ok(Tiled { text, groups, block, shared: 0, globals, min_blocks: 0 })
+    Ok(Tiled { text, groups, block, shared: 0, globals, min_blocks })
 }
 
 /// Kernel `k{li}`'s definition: `sig` its parameters, `setup` its entry's pointer casts, then `w`'s body.
