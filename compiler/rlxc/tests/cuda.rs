@@ -192,12 +192,12 @@ fn minilm_uses_tiles_warp_rows_and_tensor_cores() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// MiniLM (`models()`'s last) at batch 8, seq 128, compiled `--sm 90a --emit-ir` into `dir/tag` with
+/// MiniLM (`models()`'s last) at `batch`, seq 128, compiled `--sm 90a --emit-ir` into `dir/tag` with
 /// `env` and `extra` flags and assembled by ptxas for sm_90a: its launches (index, name and plan, from
 /// the IR's "; launch N: NAME (plan)" lines) and its PTX.
-fn minilm_b8_sm90a(dir: &Path, model: &Path, tag: &str, env: &[(&str, &str)], extra: &[&str]) -> (Vec<(usize, String)>, String) {
+fn minilm_sm90a(dir: &Path, model: &Path, batch: u32, tag: &str, env: &[(&str, &str)], extra: &[&str]) -> (Vec<(usize, String)>, String) {
     let out = dir.join(tag);
-    ok(rlxc().envs(env.iter().copied()).args(["compile", s(model), "--target", "cuda", "--sm", "90a", "--name", "minilm", "--emit-ir", "-o", s(&out), "--dim", "batch=8", "--dim", "sequence=128"]).args(extra));
+    ok(rlxc().envs(env.iter().copied()).args(["compile", s(model), "--target", "cuda", "--sm", "90a", "--name", "minilm", "--emit-ir", "-o", s(&out), "--dim", &format!("batch={batch}"), "--dim", "sequence=128"]).args(extra));
     ok(Command::new(ptxas()).args(["-arch=sm_90a", s(&out.join("minilm.ptx")), "-o", s(&dir.join("a.cubin"))]));
     let ir = std::fs::read_to_string(out.join("minilm.ll")).unwrap();
     let names = ir.lines().filter_map(|l| l.strip_prefix("; launch ")?.split_once(": ")).filter_map(|(i, n)| Some((i.parse().ok()?, n.to_string()))).collect();
@@ -229,7 +229,7 @@ fn gelu_epilogue_signs_by_one_instruction_and_rounds_as_chosen() {
     let dir = tmp("gelu-epi");
     let (_, model, _, _) = models(&dir).pop().unwrap();
     for form in ["", "cvt", "pack"] {
-        let (names, ptx) = minilm_b8_sm90a(&dir, &model, &format!("art{form}"), &[("RLX_CUDA_BF16_CAST", form)], &["--precision", "bf16"]);
+        let (names, ptx) = minilm_sm90a(&dir, &model, 8, &format!("art{form}"), &[("RLX_CUDA_BF16_CAST", form)], &["--precision", "bf16"]);
         let gelu: Vec<usize> = names.iter().filter(|(_, n)| n.contains("intermediate_act_fn")).map(|(i, _)| *i).collect();
         assert_eq!(gelu.len(), 6, "one FFN up + GELU kernel a layer");
         for i in gelu {
@@ -264,7 +264,7 @@ fn stores_wait_for_the_loads_of_their_run() {
     let (_, model, _, _) = models(&dir).pop().unwrap();
     // (loads after the first store after the last barrier in LayerNorms, in the residual epilogues; kernels of each)
     let count = |defer: &str| -> (usize, usize, usize, usize) {
-        let (names, ptx) = minilm_b8_sm90a(&dir, &model, &format!("art-{defer}"), &[("RLX_CUDA_DEFER_STORES", defer)], &[]);
+        let (names, ptx) = minilm_sm90a(&dir, &model, 8, &format!("art-{defer}"), &[("RLX_CUDA_DEFER_STORES", defer)], &[]);
         // Global loads (not `.nc`: the weights') after the first global store after the kernel's last barrier.
         let late = |text: &str| -> usize {
             let tail = text.rfind("bar.sync").map_or(text, |b| &text[b..]);
@@ -289,6 +289,33 @@ fn stores_wait_for_the_loads_of_their_run() {
     assert!(ln_n >= 13 && ln_n == ln0_n && res_n == 6 && res0_n == 6, "the kernels: {ln_n} row kernels, {res_n} residual matmuls");
     assert_eq!((ln, res), (0, 0), "loads after a store of their run");
     assert!(ln0 >= 5 * 6 && res0 >= 6, "RLX_CUDA_DEFER_STORES=0 still holds stores back");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Each kernel's buffers in separate alias scopes (`nvptx/alias.rs`): MiniLM batch 32 (`--precision
+/// bf16`, `--sm 90a`; 4,096 rows, one warp each, too many to hold stores back) — every LayerNorm row
+/// kernel loads each of its lane's 12 values (384 / 32) once, although its output pass stores an f32
+/// value and its bf16 copy between them. Without the scopes LLVM could not tell those stores from the
+/// row's values and reloaded most of them after them (session 35's PTX: 23 loads in every other
+/// LayerNorm, 26 in the embeddings'). The `.nc` loads (the weights: scale and bias) are
+/// not counted. The module assembles for sm_90a; its values are checked in CPU emulation by the tests
+/// above (emulate_cuda.py keeps the scopes) and on the GPU by bench_cuda.py.
+#[test]
+fn layer_norm_rows_load_each_value_once() {
+    let dir = tmp("alias");
+    let (_, model, _, _) = models(&dir).pop().unwrap();
+    let (names, ptx) = minilm_sm90a(&dir, &model, 32, "art", &[], &["--precision", "bf16"]);
+    let mut loads = Vec::new();
+    for (i, n) in &names {
+        if n.contains("LayerNorm") && n.contains("(row kernel") {
+            loads.push(entry(&ptx, *i).lines().filter(|l| l.contains("ld.global") && !l.contains("ld.global.nc")).count());
+        }
+    }
+    eprintln!("global loads of the LayerNorm row kernels: {loads:?}");
+    assert_eq!(loads.len(), 13, "two LayerNorms a layer and the embeddings'");
+    // The embeddings' LayerNorm adds gathered rows of the weights (`.nc` loads), and the last one
+    // writes the model's output, so LLVM reads its input, which nothing in it writes, by `.nc` too.
+    assert!(loads.iter().all(|&l| l <= 12) && loads[1..12].iter().all(|&l| l == 12), "a value loaded twice, or none: {loads:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -115,6 +115,9 @@ pub struct Writer<'a> {
     /// The parameters whose every stored f32 is rounded to tf32 first (the GPU writer's tf32 operands
     /// stored ahead: [`Writer::set_tf32_stores`]).
     tf32_stores: Vec<u32>,
+    /// Each parameter's alias-scope suffix on its loads and stores (the GPU writer: `nvptx/alias.rs`;
+    /// empty: no marks).
+    alias: Vec<String>,
 }
 
 impl<'a> Writer<'a> {
@@ -202,7 +205,7 @@ impl<'a> Writer<'a> {
                 let (d, p) = self.params[*buf as usize].clone();
                 let mt = memty(d);
                 let ptr = self.op(format!("getelementptr inbounds {mt}, ptr {p}, i64 {i}"));
-                let v = self.op(format!("load {mt}, ptr {ptr}"));
+                let v = self.op(format!("load {mt}, ptr {ptr}{}", self.alias_of(*buf)));
                 if d == DType::Bool {
                     self.op(format!("icmp ne i8 {v}, 0"))
                 } else {
@@ -623,7 +626,7 @@ impl<'a> Writer<'a> {
                     } else {
                         v
                     };
-                    let store = format!("store {mt} {sv}, ptr {ptr}");
+                    let store = format!("store {mt} {sv}, ptr {ptr}{}", self.alias_of(*buf));
                     match &mut self.deferred {
                         Some(held) => held.push(store),
                         None => self.line(&store),
@@ -690,13 +693,15 @@ pub use rlx_ir::loops::{split_of, Split, CHUNK_WORK, PARALLEL_MIN_WORK};
 const UNROLLED: i64 = 64;
 
 /// Writes `body` as LLVM IR instructions for a GPU kernel (the PTX writer, `nvptx/`): `params` are the
-/// kernel parameters' element pointers (dtype, SSA name), `bound` the index variables whose values are
+/// kernel parameters' element pointers (dtype, SSA name), `alias` their accesses' alias-scope marks
+/// ([`Writer::set_alias`]), `bound` the index variables whose values are
 /// already stored in the named `i64` allocas (the thread's grid coordinates), `tf32_stores` the
 /// parameters it stores tf32-rounded ([`Writer::set_tf32_stores`]). `vector(n)` loops are scalar
 /// loops. Returns the allocas the body needs (for the entry block) and its instructions.
-pub(crate) fn gpu_body(body: &[Stmt], params: Vec<(DType, String)>, bound: &[(Var, String)], tf32_stores: Vec<u32>, decls: &mut BTreeSet<String>) -> (String, String) {
+pub(crate) fn gpu_body(body: &[Stmt], params: Vec<(DType, String)>, alias: Vec<String>, bound: &[(Var, String)], tf32_stores: Vec<u32>, decls: &mut BTreeSet<String>) -> (String, String) {
     let mut w = Writer::gpu(params, decls);
     w.set_tf32_stores(tf32_stores);
+    w.set_alias(alias);
     for (v, slot) in bound {
         w.bind_index(*v, slot);
     }
@@ -710,7 +715,7 @@ pub(crate) fn gpu_body(body: &[Stmt], params: Vec<(DType, String)>, bound: &[(Va
 impl<'a> Writer<'a> {
     /// A writer for a GPU kernel body: `vector(n)` loops are scalar loops.
     pub(crate) fn gpu(params: Vec<(DType, String)>, decls: &'a mut BTreeSet<String>) -> Writer<'a> {
-        Writer { out: String::new(), tmp: 0, label: 0, decls, vars: HashMap::new(), params, allocas: String::new(), split_next: false, vec_var: None, lanes: 1, vvars: HashMap::new(), scalar_only: true, int8: crate::Int8Dot::Plain, allocated: BTreeSet::new(), approx_exp: false, tf32_stores: Vec::new(), deferred: None }
+        Writer { out: String::new(), tmp: 0, label: 0, decls, vars: HashMap::new(), params, allocas: String::new(), split_next: false, vec_var: None, lanes: 1, vvars: HashMap::new(), scalar_only: true, int8: crate::Int8Dot::Plain, allocated: BTreeSet::new(), approx_exp: false, tf32_stores: Vec::new(), deferred: None, alias: Vec::new() }
     }
     /// Index variable `v` lives in the `i64` slot `slot` (allocated with [`Writer::slot`]).
     pub(crate) fn bind_index(&mut self, v: Var, slot: &str) {
@@ -765,6 +770,13 @@ impl<'a> Writer<'a> {
     /// them (`nvptx/half_activations.rs`).
     pub(crate) fn set_tf32_stores(&mut self, params: Vec<u32>) {
         self.tf32_stores = params;
+    }
+    /// Each parameter's loads and stores marked with its alias scopes (`nvptx/alias.rs`).
+    pub(crate) fn set_alias(&mut self, suffixes: Vec<String>) {
+        self.alias = suffixes;
+    }
+    fn alias_of(&self, buf: u32) -> &str {
+        self.alias.get(buf as usize).map_or("", |s| s.as_str())
     }
     /// f32 `x` rounded to tf32 (`cvt.rna`: to nearest, ties away from zero), as a b32 whose low 13 bits
     /// are zero — the tensor cores' tf32 operand and the f32 of the same value.
@@ -822,7 +834,7 @@ fn comm_of(k: &Kernel) -> Option<&Stmt> {
 fn kernel_fn(k: &Kernel, fname: &str, decls: &mut BTreeSet<String>, int8: crate::Int8Dot) -> String {
     let params: Vec<(DType, String)> = k.params.iter().enumerate().map(|(i, p)| (p.dtype, format!("%p{i}"))).collect();
     let split = matches!(k.body.as_slice(), [Stmt::For { kind: LoopKind::Parallel, .. }]);
-    let mut w = Writer { out: String::new(), tmp: 0, label: 0, decls, vars: HashMap::new(), params, allocas: String::new(), split_next: split, vec_var: None, lanes: 1, vvars: HashMap::new(), scalar_only: false, int8, allocated: BTreeSet::new(), approx_exp: false, tf32_stores: Vec::new(), deferred: None };
+    let mut w = Writer { out: String::new(), tmp: 0, label: 0, decls, vars: HashMap::new(), params, allocas: String::new(), split_next: split, vec_var: None, lanes: 1, vvars: HashMap::new(), scalar_only: false, int8, allocated: BTreeSet::new(), approx_exp: false, tf32_stores: Vec::new(), deferred: None, alias: Vec::new() };
     w.stmts(&k.body);
     let mut loads = String::new();
     for i in 0..k.params.len() {

@@ -12,6 +12,7 @@
 //! (`ir.rs`), f32 `exp`/`erf`/`tanh` as its inline sequences (`ir/math.rs`): the PTX calls no
 //! library function (checked: a module that would is an error naming the kernels).
 
+mod alias;
 mod attention;
 mod attention_mma;
 mod comm;

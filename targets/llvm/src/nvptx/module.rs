@@ -43,6 +43,8 @@ pub fn module_text(lir: &Lir, bases: &[BaseBuf], tiles: bool, mma: super::Mma, p
     let sig: Vec<String> = (0..nb).map(|b| format!("ptr addrspace(1) noalias %b{b}")).collect();
     let mut kernels = Vec::new();
     let mut min_blocks = Vec::new();
+    // The alias scopes' metadata (alias.rs), numbered after the annotations' (at most two per launch).
+    let (mut next_md, mut alias_md) = (2 * lir.launches.len(), String::new());
     for (li, l) in lir.launches.iter().enumerate() {
         // A collective: a schedule entry the executor issues through NCCL, no PTX function.
         if let Some(d) = super::comm::dispatch(lir, bases, li, l)? {
@@ -59,6 +61,7 @@ pub fn module_text(lir: &Lir, bases: &[BaseBuf], tiles: bool, mma: super::Mma, p
         let mut setup = String::new();
         let mut own = Vec::new();
         let mut param_bases = Vec::new();
+        let mut spans = Vec::new();
         // The parameters holding tf32-rounded values (`half_activations.rs`): stored rounded, staged as they are.
         let rounded: Vec<u32> = (0..l.bindings.len() as u32).filter(|&pi| tf32.contains(&l.bindings[pi as usize])).collect();
         for (pi, &b) in l.bindings.iter().enumerate() {
@@ -73,10 +76,12 @@ pub fn module_text(lir: &Lir, bases: &[BaseBuf], tiles: bool, mma: super::Mma, p
             params.push((dtype, format!("%p{pi}")));
             own.push(matches!(dtype, rlx_ir::DType::BF16 | rlx_ir::DType::F16).then_some((bind, buf.offset as u64)));
             param_bases.push(bind);
+            spans.push((bind, buf.offset as u64, end));
             offsets.push(buf.offset as u64);
             let declared = k.params.get(pi).map_or(Access::ReadWrite, |p| p.access);
             ranges.push(param_range(lir, b, bind, declared, loads.contains(&(pi as u32)), stores.contains(&(pi as u32))));
         }
+        let alias = super::alias::scopes(li, &spans, &mut next_md, &mut alias_md);
         let (dims, inner) = grid(k, i32::MAX as i64);
         let total: i64 = if dims.is_empty() { 1 } else { dims.iter().map(|d| d.1).product() };
         let body = if dims.is_empty() { &k.body[..] } else if total == 0 { &[][..] } else { inner };
@@ -93,7 +98,7 @@ pub fn module_text(lir: &Lir, bases: &[BaseBuf], tiles: bool, mma: super::Mma, p
             }
             casts.push_str(&setup);
             let mut h = Halves { weights: halves.as_mut(), bindings: &l.bindings, wbind, own: &own, tf32: &rounded, bases: &param_bases };
-            let t = super::tiled::kernel(li, &sig.join(", "), &casts, params, &offsets, &plan, mma, smem, wgmma, &mut h, &mut decls).map_err(|e| format!("kernel '{}': {e}", k.name))?;
+            let t = super::tiled::kernel(li, &sig.join(", "), &casts, params, alias, &offsets, &plan, mma, smem, wgmma, &mut h, &mut decls).map_err(|e| format!("kernel '{}': {e}", k.name))?;
             let _ = writeln!(fns, "; launch {li}: {:?} ({})", k.name, plan_name(&plan));
             fns.push_str(&match pdl {
                 Some(p) => super::pdl::with_prologue(&t.text, p),
@@ -112,7 +117,7 @@ pub fn module_text(lir: &Lir, bases: &[BaseBuf], tiles: bool, mma: super::Mma, p
             names.push(k.name.clone());
             continue;
         }
-        let (allocas, text) = gpu_body(body, params, &bound, rounded, &mut decls);
+        let (allocas, text) = gpu_body(body, params, alias, &bound, rounded, &mut decls);
         let mut f = String::new();
         let _ = writeln!(f, "; launch {li}: {:?}", k.name);
         let _ = writeln!(f, "define ptx_kernel void @k{li}({}) #0 {{\nentry:", sig.join(", "));
@@ -178,6 +183,7 @@ pub fn module_text(lir: &Lir, bases: &[BaseBuf], tiles: bool, mma: super::Mma, p
             let _ = writeln!(m, "!{} = !{{ptr @k{li}, !\"minctasm\", i32 {b}}}", top + i);
         }
     }
+    m.push_str(&alias_md);
     let (copies, bytes) = halves.map_or((Vec::new(), Vec::new()), |h| (h.copies, h.bytes));
     Ok((m, dispatches, names, copies, bytes))
 }

@@ -242,12 +242,13 @@ pub(super) fn shared_at(w: &mut Writer, base: &str, len: i64, ty: &str, idx: &st
 }
 
 /// The kernel `k{li}` for `plan`: `sig` its parameter list, `setup` the instructions that compute
-/// the parameters' element pointers (`params`).
-pub fn kernel(li: usize, sig: &str, setup: &str, params: Vec<(DType, String)>, offsets: &[u64], plan: &Plan, mma: Mma, smem: i64, wgmma: bool, halves: &mut Halves, decls: &mut std::collections::BTreeSet<String>) -> Result<Tiled, String> {
+/// the parameters' element pointers (`params`), `alias` their accesses' alias-scope marks (`alias.rs`).
+pub fn kernel(li: usize, sig: &str, setup: &str, params: Vec<(DType, String)>, alias: Vec<String>, offsets: &[u64], plan: &Plan, mma: Mma, smem: i64, wgmma: bool, halves: &mut Halves, decls: &mut std::collections::BTreeSet<String>) -> Result<Tiled, String> {
     let ptrs: Vec<String> = params.iter().map(|p| p.1.clone()).collect();
     let layout: Vec<(DType, u64)> = params.iter().zip(offsets).map(|(p, &o)| (p.0, o)).collect();
     let mut w = Writer::gpu(params, decls);
     w.set_tf32_stores(halves.tf32.to_vec());
+    w.set_alias(alias);
     let mut globals = Vec::new();
     let mut min_blocks = 0;
     let (groups, block) = match plan {
