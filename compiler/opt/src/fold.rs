@@ -8,6 +8,7 @@
 
 use crate::conv1d::conv1d_as_2d;
 use crate::conv_affine::{collapse_affine_chains, fold_conv_affine};
+use crate::narrow::narrow_broadcasts;
 use rlx_ir::{ConstData, Def, Dim, Mir, MirOp, ValueId};
 
 /// Evaluates one op on constant inputs.
@@ -55,7 +56,9 @@ pub(crate) fn rebuild(g: &Mir, mut step: impl FnMut(&mut Mir, usize, &[ValueId],
 /// ([`sink_gathers`]), then folding, then per-channel affine ops (BatchNormalization) folded into the
 /// convolutions before them ([`fold_conv_affine`], whose new weights are folded in turn), the chains
 /// left collapsed into one `mul` and one `add` ([`collapse_affine_chains`]), 1-D convolutions as
-/// 2-D ones over a row ([`conv1d_as_2d`]), with dead code removed before and after.
+/// 2-D ones over a row ([`conv1d_as_2d`]), and elementwise ops computed at the size their operands
+/// vary over, broadcast after ([`narrow_broadcasts`]: an attention mask built at the scores' size), with
+/// dead code removed before and after.
 pub fn simplify(g: &Mir, eval: Evaluator) -> Mir {
     let folded = fold(&dce(&sink_gathers(g)), eval);
     let folded = match fold_conv_affine(&folded) {
@@ -66,10 +69,11 @@ pub fn simplify(g: &Mir, eval: Evaluator) -> Mir {
         Some(g) => dce(&fold(&g, eval)),
         None => folded,
     };
-    match conv1d_as_2d(&folded) {
+    let folded = match conv1d_as_2d(&folded) {
         Some(g) => dce(&fold(&g, eval)),
         None => folded,
-    }
+    };
+    dce(&narrow_broadcasts(&folded))
 }
 
 /// Folds constant subgraphs. Nodes the evaluator rejects are kept as they are.

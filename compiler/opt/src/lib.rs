@@ -17,6 +17,7 @@ pub mod conv_affine;
 pub use conv_affine::{collapse_affine_chains, fold_conv_affine};
 pub mod fold;
 pub mod merge_matmuls;
+pub mod narrow;
 pub use merge_matmuls::{merge_matmuls, merge_shared_operand_matmuls, Form as MergeForm};
 pub use fold::{dce, fold, fold_only, simplify, sink_gathers, Evaluator};
 pub mod plan;
