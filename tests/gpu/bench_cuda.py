@@ -141,12 +141,14 @@ TWINS = {
     "defer0": "row kernels' and epilogues' stores not held back (RLX_CUDA_DEFER_STORES=0)",
     "deferall": "row kernels' and epilogues' stores held back wherever they may be (RLX_CUDA_DEFER_STORES=all)",
     "attmin": "attention as three launches below 8,192 query rows (RLX_CUDA_ATTN_MIN_ROWS=8192)",
+    "ig1": "a gather from a constant read broadcast inlined into its reader (RLX_CUDA_INLINE_GATHERS=1, the default since session 36)",
+    "ig0": "a gather from a constant read broadcast by a launch of its own (RLX_CUDA_INLINE_GATHERS=0, as before session 36)",
     "prev": "the same flags compiled by an earlier rlxc (prepare_cuda.sh's PREV_RLXC)",
 }
 # (tf32's operands are stored rounded since session 31, so its ring and register-staged forms agree too.)
 # (`prev`: a change meant to keep the output's bits, checked; a twin of one that is not lists the difference
 # among the run's failures.)
-SAME_BITS = {"prev": "f32 tf32 bf16", "defer0": "f32 tf32 bf16", "deferall": "f32 tf32 bf16", "f32w": "bf16", "hact0": "bf16", "ring3": "bf16 tf32", "ring4": "bf16 tf32", "ring5": "bf16 tf32", "ring6": "bf16 tf32", "wg2": "bf16 tf32", "t32r0": "tf32", "x3rs0": "f32", "ahead1": "f32 tf32 bf16", "ahead2": "f32 tf32 bf16", "ahead3": "f32 tf32 bf16", "bfcvt": "bf16", "bfpack": "bf16"}
+SAME_BITS = {"prev": "f32 tf32 bf16", "defer0": "f32 tf32 bf16", "deferall": "f32 tf32 bf16", "f32w": "bf16", "hact0": "bf16", "ring3": "bf16 tf32", "ring4": "bf16 tf32", "ring5": "bf16 tf32", "ring6": "bf16 tf32", "wg2": "bf16 tf32", "t32r0": "tf32", "x3rs0": "f32", "ahead1": "f32 tf32 bf16", "ahead2": "f32 tf32 bf16", "ahead3": "f32 tf32 bf16", "bfcvt": "bf16", "bfpack": "bf16", "ig1": "f32 tf32 bf16", "ig0": "f32 tf32 bf16"}
 # A variant's folder: its base case's name, then its precision and twin suffixes (its reference is the base's).
 VARIANT_SUFFIXES = r"(_(" + "|".join(["untiled", "wgt\\d+", "wgtr\\d+", "aw\\d+", *TWINS, *(p[1:] for p in PRECISIONS.values() if p)]) + r"))+$"
 # The twin suffixes after a folder's precision.

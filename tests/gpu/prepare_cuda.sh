@@ -54,6 +54,7 @@
 # HACT_TWINS=0: without the bf16 _hact0 twins (RLX_CUDA_HALF_ACTIVATIONS=0, batch 1 / 8 / 32);
 # X3RS_TWINS="1 8 32": MiniLM f32 at those batches with RLX_CUDA_X3_RS=0 (_x3rs0: 3×TF32 tiles taking A from shared
 # memory, as before session 34; the same output bits); "" (the default) none;
+# IG_TWINS="1:tf32 32:bf16": those batches and precisions with RLX_CUDA_INLINE_GATHERS=0 (_ig0: the same output bits).
 # AHEAD_TWINS="1 2": MiniLM batch 1 at every precision with RLX_CUDA_TILE_AHEAD=D (_aheadD: the small tensor-core tiles
 # keeping D staged K slices in flight, 1 the rolled loop before session 35; the same output bits); "" (the default) none;
 # BFCAST_TWINS="8 32": MiniLM bf16 at those batches with RLX_CUDA_BF16_CAST=cvt and =pack (_bfcvt, _bfpack: a value
@@ -109,7 +110,7 @@ cp "$MINILM" "$D/minilm.onnx"
 case_() {
   local c=$1 model=$2 args=$3; shift 3
   local name=${c%%_*}
-  RLX_CUDA_WGMMA=${WG:-} RLX_CUDA_MERGE_MATMULS=${MERGE:-} RLX_CUDA_TILES=${TILES:-1} RLX_CUDA_FUSED_ATTENTION=${FUSED:-1} RLX_CUDA_TC_SPLIT=${TCSPLIT:-1} RLX_CUDA_HALF_WEIGHTS=${HALFW:-1} RLX_CUDA_VEC_FILL=${FILL:-1} RLX_CUDA_VEC_HEADS=${HEADS:-1} RLX_CUDA_VEC_EPI=${EPI:-} RLX_CUDA_VEC_LDS=${LDS:-} RLX_CUDA_PDL=${PDL:-1} RLX_CUDA_F32_MMA=${F32MMA:-1} env ${STAGES:+RLX_CUDA_VEC_STAGES=$STAGES} ${SPLITK:+RLX_CUDA_SPLIT_K=$SPLITK} ${SPLITKROWS:+RLX_CUDA_SPLIT_K_ROWS=$SPLITKROWS} ${KW:+RLX_CUDA_SPLIT_K_WIDE=$KW} ${WGTILE:+RLX_CUDA_WGMMA_TILE=$WGTILE} ${ATTMMA:+RLX_CUDA_ATTN_MMA=$ATTMMA} ${AW:+RLX_CUDA_ATTN_WARPS=$AW} ${ERF:+RLX_CUDA_ERF=$ERF} ${HACT:+RLX_CUDA_HALF_ACTIVATIONS=$HACT} ${TF32OPS:+RLX_CUDA_TF32_OPERANDS=$TF32OPS} ${ATTFAST:+RLX_CUDA_ATTN_FAST=$ATTFAST} ${DEFER:+RLX_CUDA_DEFER_STORES=$DEFER} ${ATTMIN:+RLX_CUDA_ATTN_MIN_ROWS=$ATTMIN} ${WIDE:+RLX_CUDA_WGMMA_WIDE=$WIDE} ${WGSTAGES:+RLX_CUDA_WGMMA_STAGES=$WGSTAGES} ${X3RS:+RLX_CUDA_X3_RS=$X3RS} ${AHEAD:+RLX_CUDA_TILE_AHEAD=$AHEAD} ${BFCAST:+RLX_CUDA_BF16_CAST=$BFCAST} ${RC:-$R} compile "$model" --target cuda --sm "${SM:-90a}" --name "$name" -o "$D/art/$c" $args ${EXTRA:-} >/dev/null
+  RLX_CUDA_WGMMA=${WG:-} RLX_CUDA_MERGE_MATMULS=${MERGE:-} RLX_CUDA_TILES=${TILES:-1} RLX_CUDA_FUSED_ATTENTION=${FUSED:-1} RLX_CUDA_TC_SPLIT=${TCSPLIT:-1} RLX_CUDA_HALF_WEIGHTS=${HALFW:-1} RLX_CUDA_VEC_FILL=${FILL:-1} RLX_CUDA_VEC_HEADS=${HEADS:-1} RLX_CUDA_VEC_EPI=${EPI:-} RLX_CUDA_VEC_LDS=${LDS:-} RLX_CUDA_PDL=${PDL:-1} RLX_CUDA_F32_MMA=${F32MMA:-1} env ${STAGES:+RLX_CUDA_VEC_STAGES=$STAGES} ${SPLITK:+RLX_CUDA_SPLIT_K=$SPLITK} ${SPLITKROWS:+RLX_CUDA_SPLIT_K_ROWS=$SPLITKROWS} ${KW:+RLX_CUDA_SPLIT_K_WIDE=$KW} ${WGTILE:+RLX_CUDA_WGMMA_TILE=$WGTILE} ${ATTMMA:+RLX_CUDA_ATTN_MMA=$ATTMMA} ${AW:+RLX_CUDA_ATTN_WARPS=$AW} ${ERF:+RLX_CUDA_ERF=$ERF} ${HACT:+RLX_CUDA_HALF_ACTIVATIONS=$HACT} ${TF32OPS:+RLX_CUDA_TF32_OPERANDS=$TF32OPS} ${ATTFAST:+RLX_CUDA_ATTN_FAST=$ATTFAST} ${DEFER:+RLX_CUDA_DEFER_STORES=$DEFER} ${ATTMIN:+RLX_CUDA_ATTN_MIN_ROWS=$ATTMIN} ${WIDE:+RLX_CUDA_WGMMA_WIDE=$WIDE} ${WGSTAGES:+RLX_CUDA_WGMMA_STAGES=$WGSTAGES} ${X3RS:+RLX_CUDA_X3_RS=$X3RS} ${AHEAD:+RLX_CUDA_TILE_AHEAD=$AHEAD} ${BFCAST:+RLX_CUDA_BF16_CAST=$BFCAST} ${IG:+RLX_CUDA_INLINE_GATHERS=$IG} ${RC:-$R} compile "$model" --target cuda --sm "${SM:-90a}" --name "$name" -o "$D/art/$c" $args ${EXTRA:-} >/dev/null
   [ $# -eq 0 ] && return 0
   mkdir -p "$D/ref/$c"
   local i=0 ins=()
@@ -225,6 +226,10 @@ for b in 1 8 32; do
     ATTFAST=0 EXTRA="--precision $p" case_ minilm_b${b}${sp}_attexact "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; done; fi
   [ $b -gt 1 ] && for v in ${DEFER_TWINS:-}; do for p in f32 tf32 bf16; do sp=_$p; [ $p = f32 ] && sp=
     DEFER=$v EXTRA="--precision $p" case_ minilm_b${b}${sp}_defer$v "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; done; done
+  # A gather from a constant read broadcast by a launch of its own (_ig0, RLX_CUDA_INLINE_GATHERS=0: as before session 36;
+  # IG_TWINS="B:P …").
+  for bp in ${IG_TWINS:-}; do [ "${bp%%:*}" = $b ] || continue; p=${bp#*:} sp=_$p; [ $p = f32 ] && sp=
+    IG=0 EXTRA="--precision $p" case_ minilm_b${b}${sp}_ig0 "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; done
   if [ -n "${PREV_RLXC:-}" ]; then for bp in ${PREV_TWINS-8:bf16 32:bf16}; do [ "${bp%%:*}" = $b ] || continue; p=${bp#*:} sp=_$p; [ $p = f32 ] && sp=
     RC=$PREV_RLXC EXTRA="--precision $p" case_ minilm_b${b}${sp}_prev "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; done; fi
   if [ $b -eq 1 ]; then for p in ${ATTMIN_TWINS:-}; do sp=_$p; [ $p = f32 ] && sp=

