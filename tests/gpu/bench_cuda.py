@@ -136,6 +136,7 @@ TWINS = {
     "t32r0": "tf32 operands not stored rounded: tiles round them as they stage them, no cp.async ring (RLX_CUDA_TF32_OPERANDS=0)",
     "ringwide3": "wide wgmma tiles fed by a 3-stage cp.async ring (RLX_CUDA_WGMMA=3 RLX_CUDA_WGMMA_STAGES=3 RLX_CUDA_WGMMA_WIDE=132)",
     "ringwide4": "wide wgmma tiles fed by a 4-stage cp.async ring (RLX_CUDA_WGMMA=3 RLX_CUDA_WGMMA_STAGES=4 RLX_CUDA_WGMMA_WIDE=132)",
+    "ringwide5": "wide wgmma tiles fed by a 5-stage cp.async ring (RLX_CUDA_WGMMA=3 RLX_CUDA_WGMMA_STAGES=5 RLX_CUDA_WGMMA_WIDE=132)",
     "attmma": "attention on the tensor cores below the size rule (RLX_CUDA_ATTN_MMA=1)",
     "attexact": "tensor-core attention's softmax with the accurate exp and a division per key (RLX_CUDA_ATTN_FAST=0)",
     "defer0": "row kernels' and epilogues' stores not held back (RLX_CUDA_DEFER_STORES=0)",
