@@ -66,38 +66,22 @@ fn narrowed(c: &ConstData) -> Option<ConstData> {
 }
 
 /// The pass: every elementwise node whose narrow operands give a smaller output, computed so and
-/// expanded to its shape; then each `expand` this made that more than one node reads is one `expand`
-/// per reader, so the planner can write each into its reader's loads (a value read by several nodes
-/// is otherwise stored: MiniLM's mask, read by every layer).
+/// expanded to its shape — where its value is stored anyway (several readers: MiniLM's mask, read by
+/// every layer) or its one reader is narrowed too, and every reader is elementwise (each then takes the
+/// expand into its loads; a narrowed value that one full-size reader would have computed inline, an
+/// output, or a reader that cannot take an expand would cost a launch of its own). Then each `expand`
+/// this made that more than one node reads is one `expand` per reader, so the planner can write each
+/// into its reader's loads.
 pub fn narrow_broadcasts(g: &Mir) -> Mir {
-    let mut made = HashSet::new();
-    let narrow = rebuild(g, |out, ni, ins, _| {
-        let n = &g.nodes[ni];
-        if !matches!(n.op, MirOp::Unary(_) | MirOp::Binary(_) | MirOp::Where | MirOp::Cast { .. }) || n.outputs.len() != 1 {
-            return None;
-        }
-        let full = g.ty(n.outputs[0]).shape.as_fixed().filter(|f| !f.contains(&0))?;
-        let mut narrow = Vec::with_capacity(ins.len());
-        for &i in ins {
-            let v = match out.producer(i).map(|p| out.node(p)) {
-                Some(p) if matches!(p.op, MirOp::Expand { .. }) => p.inputs[0],
-                _ => i,
-            };
-            narrow.push(match out.const_data(v).and_then(narrowed) {
-                Some(c) => out.add_const(None, c),
-                None => v,
-            });
-        }
-        let shapes: Vec<Vec<usize>> = narrow.iter().map(|&v| out.ty(v).shape.as_fixed()).collect::<Option<_>>()?;
-        let small = broadcast(&shapes)?;
-        if small.iter().product::<usize>() >= full.iter().product::<usize>() || broadcast(&[small.clone(), full.clone()]).as_ref() != Some(&full) {
-            return None;
-        }
-        let y = out.add1(&n.name, n.op.clone(), &narrow).ok()?;
-        let e = out.add1(&n.name, MirOp::Expand { shape: full.iter().map(|&d| Dim::Fixed(d as u64)).collect() }, &[y]).ok()?;
-        made.insert(e);
-        (out.ty(e) == g.ty(n.outputs[0])).then(|| vec![e])
-    });
+    // Which nodes narrow (by their operands' shapes), then which of those to keep, last reader first.
+    let (_, _, could) = narrow_where(g, &|_| true);
+    let (consumers, uses) = (g.consumers(), g.use_counts());
+    let mut keep = vec![false; g.nodes.len()];
+    for &ni in could.iter().rev() {
+        let v = g.nodes[ni].outputs[0];
+        keep[ni] = uses[v.index()] > 1 || consumers[v.index()].iter().all(|c| keep[c.index()]);
+    }
+    let (narrow, made, _) = narrow_where(g, &|ni| keep[ni]);
     if made.is_empty() {
         return narrow;
     }
@@ -118,6 +102,48 @@ pub fn narrow_broadcasts(g: &Mir) -> Mir {
         }
         Some(out.push_node(&n.name, n.op.clone(), &own, n.outputs.iter().map(|&o| narrow.ty(o).clone()).collect()))
     })
+}
+
+/// `g` with each elementwise node that `allow` accepts, whose readers are all elementwise and not an
+/// output, computed at its operands' narrow size and expanded after: the graph, the expands made, and
+/// the indices in `g` of the nodes so narrowed (in order).
+fn narrow_where(g: &Mir, allow: &dyn Fn(usize) -> bool) -> (Mir, HashSet<ValueId>, Vec<usize>) {
+    let elementwise = |op: &MirOp| matches!(op, MirOp::Unary(_) | MirOp::Binary(_) | MirOp::Where | MirOp::Cast { .. });
+    let (consumers, outs) = (g.consumers(), g.output_mask());
+    let (mut made, mut nodes) = (HashSet::new(), Vec::new());
+    let narrow = rebuild(g, |out, ni, ins, _| {
+        let n = &g.nodes[ni];
+        let v = *n.outputs.first()?;
+        let readers = &consumers[v.index()];
+        if !allow(ni) || !elementwise(&n.op) || n.outputs.len() != 1 || outs[v.index()] || readers.is_empty() || !readers.iter().all(|&c| elementwise(&g.node(c).op)) {
+            return None;
+        }
+        let full = g.ty(v).shape.as_fixed().filter(|f| !f.contains(&0))?;
+        let mut narrow = Vec::with_capacity(ins.len());
+        for &i in ins {
+            let v = match out.producer(i).map(|p| out.node(p)) {
+                Some(p) if matches!(p.op, MirOp::Expand { .. }) => p.inputs[0],
+                _ => i,
+            };
+            narrow.push(match out.const_data(v).and_then(narrowed) {
+                Some(c) => out.add_const(None, c),
+                None => v,
+            });
+        }
+        let shapes: Vec<Vec<usize>> = narrow.iter().map(|&v| out.ty(v).shape.as_fixed()).collect::<Option<_>>()?;
+        let small = broadcast(&shapes)?;
+        if small.iter().product::<usize>() >= full.iter().product::<usize>() || broadcast(&[small.clone(), full.clone()]).as_ref() != Some(&full) {
+            return None;
+        }
+        let y = out.add1(&n.name, n.op.clone(), &narrow).ok()?;
+        let e = out.add1(&n.name, MirOp::Expand { shape: full.iter().map(|&d| Dim::Fixed(d as u64)).collect() }, &[y]).ok()?;
+        (out.ty(e) == g.ty(v)).then(|| {
+            made.insert(e);
+            nodes.push(ni);
+            vec![e]
+        })
+    });
+    (narrow, made, nodes)
 }
 
 #[cfg(test)]
