@@ -39,7 +39,7 @@ FUZZ_J ?= 2
 
 export RLX_PY := $(CURDIR)/$(PY)
 
-.PHONY: setup apt venv toolchains doctor models llama-ref test-llm build install test conformance-data conformance conformance-check nollvm-check demo demo-llm bench bench-llm bench-zoo bench-ops bench-backends bench-train bench-shard verilog-report clean \
+.PHONY: setup apt venv toolchains doctor models llama-ref test-llm build install test conformance-data conformance conformance-check nollvm-check demo demo-llm rt-cuda cuda-c-example bench bench-llm bench-zoo bench-ops bench-backends bench-train bench-shard verilog-report clean \
         fuzz-setup fuzz-corpus fuzz fuzz-smoke
 
 # make setup: system packages, the venv, the Rust toolchains; then `make doctor` proves every tool works
@@ -185,6 +185,21 @@ demo-llm: build models
 	  gen=$$(build/demo-llm/generate 32 "$$ids"); \
 	  echo "$$gen"; \
 	  printf '%s' "$(DEMO_LLM_PROMPT)"; $(RLXC) detokenize $(GEMMA_GGUF) "$${gen#generated: }"; echo
+
+# librlx_rt.a with the CUDA executor's C API (runtime-min/include/rlx_cuda.h; libcuda opened at run time,
+# no CUDA SDK needed), in its own target dir so it never replaces the CPU runtime's archive; and the C
+# example runtime-min/examples/cuda_run.c linked against it (plus the libraries Rust's std needs: `cargo
+# rustc ... -- --print native-static-libs`). Without a GPU the example builds and exits 3 naming why.
+RT_CUDA_DIR := target/rt-cuda
+RT_CUDA_LIB := $(RT_CUDA_DIR)/release/librlx_rt.a
+RT_NATIVE_LIBS := -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc
+rt-cuda:
+	cargo build --release -p rlx-rt-capi --features cuda --target-dir $(RT_CUDA_DIR)
+
+cuda-c-example: rt-cuda
+	mkdir -p build/cuda-c
+	cc -O2 -std=c11 -Wall -Wextra -I runtime-min/include runtime-min/examples/cuda_run.c $(RT_CUDA_LIB) \
+	  $(RT_NATIVE_LIBS) -o build/cuda-c/cuda_run_c
 
 # LLM speed (never part of make test): rlxc's compiled Gemma 3 270M artifacts (one per context, compile
 # time measured) and llama.cpp on the same file, interleaved, 1 and 2 threads → docs/benchmarks.md.

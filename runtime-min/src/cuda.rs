@@ -511,6 +511,16 @@ impl Executor {
         self.dispatches
     }
 
+    /// Bytes of each input port, in port order (what [`run`](Self::run) takes).
+    pub fn input_sizes(&self) -> Vec<u64> {
+        self.inputs.iter().map(|&b| self.bufs[b].2).collect()
+    }
+
+    /// Bytes of each output port, in port order (what [`run`](Self::run) writes).
+    pub fn output_sizes(&self) -> Vec<u64> {
+        self.outputs.iter().map(|&b| self.bufs[b].2).collect()
+    }
+
     /// Kernels in the graph launched programmatically (0: plain edges only; see the module documentation).
     pub fn programmatic(&self) -> usize {
         self.programmatic

@@ -12,7 +12,7 @@
 //!   persistent thread pool (see `pool.rs`).
 //!
 //! Invariants: `#![no_std]`, no allocation (the `std` pool allocates its workers once, on first
-//! use), no dependencies (feature `vulkan` adds ash and the executor in `vulkan.rs`; feature `cuda` adds cudarc and the executor in `cuda.rs`), no panics on caller input.
+//! use), no dependencies (feature `vulkan` adds ash and the executor in `vulkan.rs`; feature `cuda` adds cudarc, the executor in `cuda.rs` and its C API in `cuda_c.rs`), no panics on caller input.
 
 #![no_std]
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -33,6 +33,10 @@ pub mod schedule;
 /// allocates at setup).
 #[cfg(feature = "cuda")]
 pub mod cuda;
+/// The CUDA executor's C API (feature `cuda`): the opaque `RlxCuda` handle and its `rlx_cuda_*`
+/// functions, declared in `include/rlx_cuda.h`.
+#[cfg(feature = "cuda")]
+pub mod cuda_c;
 #[cfg(feature = "nccl")]
 pub mod nccl;
 

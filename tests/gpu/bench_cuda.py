@@ -47,7 +47,10 @@ batch (interleaved): `cuda_run` p50 of `Executor::run` (copy the inputs in, one 
 copy the output out; after one untimed run) and of `Executor::launch` (`rlxc_cuda_resident`: the graph
 alone, inputs and outputs left on the device — as PyTorch's figures below are taken; the ratio
 `rlxc_resident_over_best_torch` is the like-for-like one), PyTorch eager, CUDA-graph replay and torch.compile p50 (inputs and
-output on the GPU; 20 warm-ups), and eager + copies, for each precision. The figure reported is the
+output on the GPU; 20 warm-ups), and eager + copies, for each precision; and, where DIR holds `rlxc_nollvm`
+(an rlxc built without LLVM) and run_cuda.sh found the GPU's Vulkan driver, rlxc's Vulkan artifact of the
+same MiniLM (f32, `rlxc bench --target vulkan`: copies included) in the same rounds (`rlxc_vulkan`), checked
+against PyTorch f32 as the CUDA artifact is. The figure reported is the
 median over rounds of each round's p50. Everything goes to OUT/h200-cuda-bench.json; exit 1 when a
 difference exceeds its tolerance (TOL_INTERP against the interpreter, TOL_TORCH against PyTorch f32:
 f32 1e-4 / 1e-3, tf32 3e-2, bf16 1.5e-1 max abs on outputs of order 1) or an artifact fails to run.
@@ -147,6 +150,12 @@ TWINS = {
     "prev": "the same flags compiled by an earlier rlxc (prepare_cuda.sh's PREV_RLXC)",
 }
 # (tf32's operands are stored rounded since session 31, so its ring and register-staged forms agree too.)
+# Run-time twins (RUN_TWINS="NAME:VAR=VALUE[,VAR=VALUE…] …"): the default artifact itself, run with those
+# environment variables set (the executor's run-time settings, e.g. RLX_CUDA_CARVEOUT), timed in every round
+# beside it like a twin; the output must be the default's bit for bit (the same kernels).
+RUN_TWINS = {t.split(":", 1)[0]: dict(kv.split("=", 1) for kv in t.split(":", 1)[1].split(",")) for t in os.environ.get("RUN_TWINS", "").split()}
+for _tw, _env in RUN_TWINS.items():
+    TWINS[_tw] = "the same artifact run with " + " ".join(f"{k}={v}" for k, v in _env.items())
 # (`prev`: a change meant to keep the output's bits, checked; a twin of one that is not lists the difference
 # among the run's failures.)
 SAME_BITS = {"prev": "f32 tf32 bf16", "defer0": "f32 tf32 bf16", "deferall": "f32 tf32 bf16", "f32w": "bf16", "hact0": "bf16", "ring3": "bf16 tf32", "ring4": "bf16 tf32", "ring5": "bf16 tf32", "ring6": "bf16 tf32", "wg2": "bf16 tf32", "t32r0": "tf32", "x3rs0": "f32", "ahead1": "f32 tf32 bf16", "ahead2": "f32 tf32 bf16", "ahead3": "f32 tf32 bf16", "bfcvt": "bf16", "bfpack": "bf16", "ig1": "f32 tf32 bf16", "ig0": "f32 tf32 bf16"}
@@ -193,9 +202,9 @@ class torch_precision:
         return False
 
 
-def cuda_run(carry, art, name, inputs, runs, out, kernel_times=False, chain=False, pdl=True):
+def cuda_run(carry, art, name, inputs, runs, out, kernel_times=False, chain=False, pdl=True, extra_env=None):
     args = [os.path.join(carry, "cuda_run"), art, name, str(runs), out] + inputs
-    env = dict(os.environ, RLX_CUDA_KERNEL_TIMES="1" if kernel_times else "0")
+    env = dict(os.environ, RLX_CUDA_KERNEL_TIMES="1" if kernel_times else "0", **(extra_env or {}))
     if chain:
         # The graph as one chain of kernels in schedule order (the executor before session 14).
         env["RLX_CUDA_CONCURRENT"] = "0"
@@ -286,6 +295,31 @@ def main() -> int:
         print(f"{c}: cuda ({p}) vs interp max abs {max(diffs):.3e} (tolerance {TOL_INTERP[p]:.1e}; per output {', '.join(f'{x:.2e}' for x in diffs)}); {text}", flush=True)
         if not max(diffs) <= TOL_INTERP[p]:
             bad.append(c)
+    # The C API (runtime-min/include/rlx_cuda.h) through its C example, `cuda_run_c` (`make cuda-c-example`),
+    # where carried: the MLP and MiniLM batch 1 bf16 against the interpreter, as `cuda_run` is checked above.
+    exe = os.path.join(a.carry, "cuda_run_c")
+    res["c_api"] = {}
+    for c in [x for x in ("mlp", "minilm_b1_bf16") if os.access(exe, os.X_OK) and x in dict(cases)]:
+        ref = os.path.join(a.carry, "ref", dict(cases)[c])
+        port = lambda p: int(re.search(r"(\d+)\.\w+$", p).group(1))
+        ins = sorted(glob.glob(os.path.join(ref, "in*.bin")), key=port)
+        o = os.path.join(work, "out", "c_api_" + c)
+        r = subprocess.run([exe, os.path.join(work, "art", c), c.split("_")[0], "10", o] + ins, capture_output=True, text=True)
+        if r.returncode != 0:
+            print(f"{c}: the C example FAILED ({r.returncode}): {r.stdout}{r.stderr}", flush=True)
+            res["c_api"][c] = {"error": r.stdout + r.stderr}
+            bad.append(c + " c api")
+            continue
+        diffs = []
+        for f in sorted(glob.glob(os.path.join(ref, "out*.npy")), key=port):
+            want = np.load(f)
+            got = np.fromfile(os.path.join(o, os.path.basename(f)[:-4] + ".bin"), dtype=want.dtype).reshape(want.shape)
+            diffs.append(float(np.abs(got.astype(np.float64) - want.astype(np.float64)).max()))
+        p = precision_of(c)
+        res["c_api"][c] = {"max_abs_vs_interp": max(diffs), "tolerance": TOL_INTERP[p], "stdout": r.stdout.strip()}
+        print(f"{c}: the C example (cuda_run_c) vs interp max abs {max(diffs):.3e} (tolerance {TOL_INTERP[p]:.1e}); {' '.join(r.stdout.split())}", flush=True)
+        if not max(diffs) <= TOL_INTERP[p]:
+            bad.append(c + " c api")
     # Where the time goes: each kernel's device time, launched one by one.
     res["kernels"] = {}
     for c in sorted(x for x in os.listdir(os.path.join(work, "art")) if x.startswith("minilm_")):
@@ -318,7 +352,12 @@ def main() -> int:
     fwd = bm.torch_model(bm.onnx_weights(os.path.join(a.carry, "minilm.onnx")), "cuda")
     batches = [1, 8, 32]
     precs = [p for p in PRECISIONS if os.path.isdir(os.path.join(work, "art", "minilm_b1" + PRECISIONS[p]))]
-    per = {(b, p): {"rlxc_cuda": [], "rlxc_cuda_resident": [], "rlxc_cuda_chain": [], "rlxc_cuda_nopdl": [], **{"rlxc_cuda_" + tw: [] for tw in TWINS}, **{"rlxc_cuda_" + tw + "_resident": [] for tw in TWINS}, "eager": [], "graph": [], "compiled": [], "eager_copies": []} for b in batches for p in precs}
+    # rlxc's Vulkan artifact of the same MiniLM (f32; an rlxc built without LLVM compiles it for this
+    # GPU's Vulkan driver and times `Executor::run`, copies included: tests/gpu/bench_minilm.py), in the
+    # same rounds, where prepare_cuda.sh carried that rlxc (rlxc_nollvm) and run_cuda.sh set up the loader.
+    vulkan = os.path.join(a.carry, "rlxc_nollvm")
+    vulkan = vulkan if os.access(vulkan, os.X_OK) else None
+    per = {(b, p): {"rlxc_cuda": [], "rlxc_cuda_resident": [], "rlxc_vulkan": [], "rlxc_cuda_chain": [], "rlxc_cuda_nopdl": [], **{"rlxc_cuda_" + tw: [] for tw in TWINS}, **{"rlxc_cuda_" + tw + "_resident": [] for tw in TWINS}, "eager": [], "graph": [], "compiled": [], "eager_copies": []} for b in batches for p in precs}
     # torch.compile (inductor's fused kernels, mode "reduce-overhead": replayed as CUDA graphs; or
     # TORCH_COMPILE_MODE, e.g. "max-autotune": its GEMMs tuned too, minutes a compile), one
     # compiled callable per batch and precision, compiled in the first round, timed in every round.
@@ -336,6 +375,18 @@ def main() -> int:
             g = [torch.from_numpy(x).to("cuda") for x in (ids, mask, tt)]
             with torch.no_grad(), torch_precision(torch, "f32"):
                 y32 = fwd(*g).float().cpu().numpy()
+            if vulkan and "f32" in precs:
+                for n, x in zip(["input_ids", "attention_mask", "token_type_ids"], [ids, mask, tt]):
+                    np.save(os.path.join(d, n + ".npy"), x)
+                vus, y_vk, info, vkdev = bm.run_rlxc(vulkan, os.path.join(a.carry, "minilm.onnx"), d, b, a.runs)
+                per[(b, "f32")]["rlxc_vulkan"].append(vus)
+                vdiff = float(np.abs(y32 - y_vk).max())
+                e = res["minilm"].setdefault(str(b), {"max_abs_rlxc_vs_torch_f32": 0.0, "max_abs_torch_vs_torch_f32": 0.0})
+                e["max_abs_vulkan_vs_torch_f32"] = max(e.get("max_abs_vulkan_vs_torch_f32", 0.0), vdiff)
+                e["vulkan_device"], e["vulkan_setup"] = vkdev, info
+                if vdiff > TOL_TORCH["f32"]:
+                    bad.append(f"minilm_b{b} vulkan vs torch ({vdiff:.2e} > {TOL_TORCH['f32']:.0e})")
+                print(f"round {r} batch {b}: rlxc vulkan ({vkdev}) {vus:.1f} µs with copies, max abs vs torch f32 {vdiff:.2e} ({info})", flush=True)
             for p in precs:
                 q = per[(b, p)]
                 o = os.path.join(work, "out", f"bench_b{b}{PRECISIONS[p]}")
@@ -357,13 +408,13 @@ def main() -> int:
                     print(f"  {text.splitlines()[0]}\n  plain edges: {ntext.splitlines()[0]}", flush=True)
                 print(f"round {r} batch {b} {p}: rlxc cuda concurrent graph {us:.1f} µs, one chain {cus:.1f} µs, plain edges (RLX_CUDA_PDL=0) {nus:.1f} µs", flush=True)
                 for tw, what in TWINS.items():
-                    d = os.path.join(work, "art", f"minilm_b{b}{PRECISIONS[p]}_{tw}")
+                    d = os.path.join(work, "art", f"minilm_b{b}{PRECISIONS[p]}" + ("" if tw in RUN_TWINS else f"_{tw}"))
                     if os.path.isdir(d):
-                        tus, ttext = cuda_run(a.carry, d, "minilm", ins, a.runs, o + "_" + tw)
+                        tus, ttext = cuda_run(a.carry, d, "minilm", ins, a.runs, o + "_" + tw, extra_env=RUN_TWINS.get(tw))
                         q["rlxc_cuda_" + tw].append(tus)
                         q["rlxc_cuda_" + tw + "_resident"].append(resident(ttext))
                         print(f"round {r} batch {b} {p}: rlxc cuda {us:.1f} µs (resident {q['rlxc_cuda_resident'][-1]:.1f}), {what} {tus:.1f} µs (resident {q['rlxc_cuda_' + tw + '_resident'][-1]:.1f})", flush=True)
-                        if p in SAME_BITS.get(tw, "").split() and not np.array_equal(np.fromfile(os.path.join(o, "out0.bin"), dtype=np.uint8), np.fromfile(os.path.join(o + "_" + tw, "out0.bin"), dtype=np.uint8)):
+                        if (tw in RUN_TWINS or p in SAME_BITS.get(tw, "").split()) and not np.array_equal(np.fromfile(os.path.join(o, "out0.bin"), dtype=np.uint8), np.fromfile(os.path.join(o + "_" + tw, "out0.bin"), dtype=np.uint8)):
                             bad.append(f"minilm_b{b} {p}: the {tw} twin's output differs from the default's")
                 y_rlxc = np.fromfile(os.path.join(o, "out0.bin"), dtype=np.float32).reshape(b, bm.SEQ, bm.H)
                 with torch.no_grad(), torch_precision(torch, p):
@@ -421,6 +472,7 @@ def main() -> int:
             print(f"  {p:5} batch {b:2}: rlxc {e['rlxc_cuda_p50_us']:9.1f} µs  torch graph {e['graph_p50_us']:9.1f} µs  compiled {e['compiled_p50_us']:9.1f} µs  eager {e['eager_p50_us']:9.1f} µs  "
                   f"ratio {e['rlxc_over_best_torch']:.2f}  resident {e['rlxc_cuda_resident_p50_us']:9.1f} µs ratio {e['rlxc_resident_over_best_torch']:.2f}  max abs vs torch f32 {e['max_abs_rlxc_vs_torch_f32']:.2e} (torch {p}: {e['max_abs_torch_vs_torch_f32']:.2e})"
                   + f"  one chain {e['rlxc_cuda_chain_p50_us']:9.1f} µs  plain edges {e['rlxc_cuda_nopdl_p50_us']:9.1f} µs"
+                  + (f"  rlxc vulkan (with copies) {e['rlxc_vulkan_p50_us']:9.1f} µs" if e["rlxc_vulkan_rounds_us"] else "")
                   + "".join(f"  {what} {e['rlxc_cuda_' + tw + '_p50_us']:9.1f} µs (resident {e['rlxc_cuda_' + tw + '_resident_p50_us']:.1f})" for tw, what in TWINS.items() if e["rlxc_cuda_" + tw + "_rounds_us"]), flush=True)
     res["failed"] = bad
     print(json.dumps(res, indent=1))

