@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """On the GPU machine: rlxc's CUDA artifacts against the interpreter, and MiniLM seq 128 latency
 against PyTorch (eager, CUDA-graph replay and torch.compile "reduce-overhead", or TORCH_COMPILE_MODE's) at the same precision — f32 (TF32 off), tf32
-(`--precision tf32` against allow_tf32) and bf16 (`--precision bf16` against bf16 autocast) — in one run.
+(`--precision tf32` against allow_tf32), bf16 (`--precision bf16` against bf16 autocast) and fp16 (`--precision fp16`
+against fp16 autocast) — in one run.
 
     bench_cuda.py --carry DIR --out DIR [--runs 100] [--rounds 3]
 
@@ -53,7 +54,7 @@ same MiniLM (f32, `rlxc bench --target vulkan`: copies included) in the same rou
 against PyTorch f32 as the CUDA artifact is. The figure reported is the
 median over rounds of each round's p50. Everything goes to OUT/h200-cuda-bench.json; exit 1 when a
 difference exceeds its tolerance (TOL_INTERP against the interpreter, TOL_TORCH against PyTorch f32:
-f32 1e-4 / 1e-3, tf32 3e-2, bf16 1.5e-1 max abs on outputs of order 1) or an artifact fails to run.
+f32 1e-4 / 1e-3, tf32 3e-2, bf16 1.5e-1, fp16 3e-2 max abs on outputs of order 1) or an artifact fails to run.
 """
 from __future__ import annotations
 
@@ -78,12 +79,12 @@ import half_weights  # noqa: E402
 
 
 # Artifact folder suffix per precision (prepare_cuda.sh compiles MiniLM with --precision tf32 / bf16).
-PRECISIONS = {"f32": "", "tf32": "_tf32", "bf16": "_bf16"}
+PRECISIONS = {"f32": "", "tf32": "_tf32", "bf16": "_bf16", "fp16": "_fp16"}
 # Max abs difference allowed against the interpreter (parity cases) and against PyTorch f32 (MiniLM's
 # last hidden state, values of order 1): f32 results differ only in summation order; tf32 rounds
 # matmul operands to 10 mantissa bits, bf16 to 7 (f32 accumulation in both).
-TOL_INTERP = {"f32": 1e-4, "tf32": 3e-2, "bf16": 1.5e-1}
-TOL_TORCH = {"f32": 1e-3, "tf32": 3e-2, "bf16": 1.5e-1}
+TOL_INTERP = {"f32": 1e-4, "tf32": 3e-2, "bf16": 1.5e-1, "fp16": 3e-2}
+TOL_TORCH = {"f32": 1e-3, "tf32": 3e-2, "bf16": 1.5e-1, "fp16": 3e-2}
 # torch.compile's mode (TORCH_COMPILE_MODE at run time; TORCH_COMPILE=0 leaves it out).
 COMPILE_MODE = os.environ.get("TORCH_COMPILE_MODE", "reduce-overhead")
 # Twins of a MiniLM artifact (folder suffix: what differs), timed beside it in every round; those in
@@ -165,8 +166,8 @@ VARIANT_SUFFIXES = r"(_(" + "|".join(["untiled", "wgt\\d+", "wgtr\\d+", "aw\\d+"
 TWIN_SUFFIXES = r"(_(" + "|".join(["untiled", "wgt\\d+", "wgtr\\d+", "aw\\d+", *TWINS]) + r"))+$"
 # Twins whose weights differ from the default's (carried as f32 blobs of their own after the default's).
 # (Suffix of the twin whose f32 blob is carried → the pattern of the folders taking their weights from it.)
-# bf16 keeps Q, K, V apart at batch 8 / 32 (f32 / tf32 merge them from 1,024 rows): the _qkvsep blob's weights.
-WEIGHT_TWINS = {"qkvsep": r"(_qkvsep$|^minilm_b(8|32)_bf16)"}
+# bf16 and fp16 keep Q, K, V apart at batch 8 / 32 (f32 / tf32 merge them from 1,024 rows): the _qkvsep blob's weights.
+WEIGHT_TWINS = {"qkvsep": r"(_qkvsep$|^minilm_b(8|32)_(bf16|fp16))"}
 
 
 def precision_of(case):
@@ -179,7 +180,7 @@ def precision_of(case):
 
 class torch_precision:
     """PyTorch at the same precision as an rlxc artifact: f32 (TF32 off), TF32 matmuls
-    (allow_tf32), or bf16 autocast."""
+    (allow_tf32), bf16 or fp16 autocast."""
 
     def __init__(self, torch, p):
         self.torch, self.p, self.ac = torch, p, None
@@ -188,9 +189,9 @@ class torch_precision:
         t = self.torch
         t.backends.cuda.matmul.allow_tf32 = self.p == "tf32"
         t.backends.cudnn.allow_tf32 = self.p == "tf32"
-        if self.p == "bf16":
+        if self.p in ("bf16", "fp16"):
             # (No autocast cache: a captured CUDA graph must not hold casts cached outside it.)
-            self.ac = t.autocast("cuda", dtype=t.bfloat16, cache_enabled=False)
+            self.ac = t.autocast("cuda", dtype=t.bfloat16 if self.p == "bf16" else t.float16, cache_enabled=False)
             self.ac.__enter__()
         return self
 
@@ -347,8 +348,8 @@ def main() -> int:
         print(f"{c}: {len(ks)} kernels, device time sum {total:.1f} µs; slowest:", flush=True)
         for k in sorted(ks, key=lambda k: -k["us"])[:15]:
             print(f"  {k['us']:9.1f} µs  k{k['dispatch']:<3} {k['kernel'][:60]:60} grid {k['grid']} block {k['block']}", flush=True)
-    # MiniLM vs PyTorch, per precision: rlxc's f32 / --precision tf32 / bf16 artifacts against PyTorch
-    # at the same precision (f32 with TF32 off; allow_tf32; bf16 autocast).
+    # MiniLM vs PyTorch, per precision: rlxc's f32 / --precision tf32 / bf16 / fp16 artifacts against PyTorch
+    # at the same precision (f32 with TF32 off; allow_tf32; bf16 / fp16 autocast).
     fwd = bm.torch_model(bm.onnx_weights(os.path.join(a.carry, "minilm.onnx")), "cuda")
     batches = [1, 8, 32]
     precs = [p for p in PRECISIONS if os.path.isdir(os.path.join(work, "art", "minilm_b1" + PRECISIONS[p]))]

@@ -176,7 +176,7 @@ for b in 1 8 32; do
   "$PY" tests/reference/make_inputs.py --seq 128 --batch $b --out "$T/b$b" >/dev/null
   ins=("input_ids=$T/b$b/input_ids.npy" "attention_mask=$T/b$b/attention_mask.npy" "token_type_ids=$T/b$b/token_type_ids.npy")
   if [ $b -le 8 ]; then case_ minilm_b$b "$D/minilm.onnx" "--dim batch=$b --dim sequence=128" "${ins[@]}"; else case_ minilm_b$b "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; fi
-  for p in tf32 bf16; do EXTRA="--precision $p" case_ minilm_b${b}_$p "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; done
+  for p in tf32 bf16 ${FP16-fp16}; do EXTRA="--precision $p" case_ minilm_b${b}_$p "$D/minilm.onnx" "--dim batch=$b --dim sequence=128"; done
   # The tensor-core tiles' K slices through a cp.async pipeline of N stages, or staged through registers (N = 1),
   # at precision P (STAGE_TWINS="f32:1 tf32:2": batch 8 / 32).
   if [ $b -gt 1 ]; then for pn in ${STAGE_TWINS:-}; do p=${pn%%:*} n=${pn#*:} s=_${pn%%:*}; [ $p = f32 ] && s=
@@ -282,7 +282,7 @@ cat "$D"/art/minilm_b{1,8,32}/minilm.weights.bin $QKV_BLOBS | xz -T1 --lzma2=pre
 # (A _qkvsep variant's, and bf16's at batch 8 / 32 — Q, K, V apart: its f32 _qkvsep twin's.)
 for v in "$D"/art/minilm_b*_*/; do
   b=$(basename "$v"); b=${b#minilm_b}; b=${b%%_*}
-  base=minilm_b$b; case $(basename "$v") in *_qkvsep|minilm_b8_bf16*|minilm_b32_bf16*) base=minilm_b${b}_qkvsep ;; esac
+  base=minilm_b$b; case $(basename "$v") in *_qkvsep|minilm_b8_bf16*|minilm_b32_bf16*|minilm_b8_fp16*|minilm_b32_fp16*) base=minilm_b${b}_qkvsep ;; esac
   [ "$(basename "$v")" = "$base" ] && continue
   "$PY" tests/gpu/half_weights.py check "$D/art/$base/minilm.weights.bin" "$v/minilm.json" "$v/minilm.weights.bin" >/dev/null
 done
