@@ -129,7 +129,7 @@ for (sty, text, cons), i in wgmma_blocks.items():
         firsts.append(regs_[0])
     # The immediates after p: scale-a, scale-b (1: not negated), and for 16-bit operands both transposes 0 (K-major).
     assert all(x[6].replace(" ", "") == ("1,1" if ab == "tf32" else "1,1,0,0") for x in mm), text
-    code = {"bf16": 1, "tf32": 0}[ab]
+    code = {"bf16": 1, "tf32": 0, "f16": 2}[ab]
     scale = int(re.search(r"setp\.ne\.b32 p, \$(\d+), 0;", text).group(1)) - outs
     body = [f"  %acc = alloca [{outs} x float]", f"  %desc = alloca [{2 * len(mm)} x i64]"]
     words = lambda a: [int(v.strip()[1:]) for v in a.strip("{}").split(",")]
@@ -231,7 +231,7 @@ void emu_mma_c_f16(float*d,int a0,int a1,int a2,int a3,int b0,int b1,float c0,fl
 # Only where the module has wgmma kernels (which define the emu_dsw array it reads).
 if wgmma_blocks:
     c.append("""
-/* wgmma.mma_async m64nNk16 bf16 / m64nNk8 tf32, f32 accumulation, both operands K-major in shared memory
+/* wgmma.mma_async m64nNk16 bf16 (h16 1) or f16 (h16 2) / m64nNk8 tf32 (h16 0), f32 accumulation, both operands K-major in shared memory
    through descriptors (the PTX ISA's matrix descriptor: start address >> 4 in bits 0-13, leading byte
    offset >> 4 in 16-29, stride byte offset >> 4 in 32-45, base offset in 49-51, swizzle mode in 62-63).
    Only the layout nvptx/wgmma.rs writes is accepted: 128-byte swizzle (mode 1), stride 1,024 (8-row
@@ -242,19 +242,19 @@ if wgmma_blocks:
    and rounds once. `n` mma_asyncs, descriptors (a, b) each, in order. */
 extern unsigned char emu_dsw[];
 static unsigned long swz(unsigned long o){ return o ^ (((o >> 7) & 7) << 4); }
-static float wg_val(unsigned long o, int bf16){ unsigned u; if(bf16){ unsigned short h; memcpy(&h, emu_dsw + swz(o), 2); u = (unsigned)h << 16; }
+static float wg_val(unsigned long o, int h16){ unsigned u; if(h16){ unsigned short h; memcpy(&h, emu_dsw + swz(o), 2); if(h16 == 2) return f16f(h); u = (unsigned)h << 16; }
   else { memcpy(&u, emu_dsw + swz(o), 4); u &= 0xFFFFE000u; } return bf(u); }
 static unsigned long wg_start(long d){
   if(((d >> 62) & 3) != 1 || ((d >> 32) & 0x3FFF) != 64 || ((d >> 49) & 7) != 0 || (d & 0x3FFF) << 4 >= 262144){
     fprintf(stderr, "emu_wgmma: descriptor %lx is not the 128-byte swizzled K-major layout this emulates\\n", (unsigned long)d); exit(1); }
   return (unsigned long)(d & 0x3FFF) << 4; }
-void emu_wgmma(float *acc, const long *desc, int n, int bf16, int wn, int scale){
-  int l = t_tid % 32, wq = (t_tid / 32) % 4, g = l / 4, t = l % 4, ks = bf16 ? 16 : 8, eb = bf16 ? 2 : 4;
+void emu_wgmma(float *acc, const long *desc, int n, int h16, int wn, int scale){
+  int l = t_tid % 32, wq = (t_tid / 32) % 4, g = l / 4, t = l % 4, ks = h16 ? 16 : 8, eb = h16 ? 2 : 4;
   for(int s = 0; s < n; s++){ unsigned long a0 = wg_start(desc[2*s]), b0 = wg_start(desc[2*s+1]);
     for(int j = 0; j < wn / 8; j++) for(int q = 0; q < 4; q++){ int row = 16*wq + g + 8*(q/2), col = 8*j + 2*t + q%2;
       double sum = scale ? acc[4*j+q] : 0.0;
       for(int k = 0; k < ks; k++){
-        float av = wg_val(a0 + (row/8)*1024 + (row%8)*128 + k*eb, bf16), bv = wg_val(b0 + (col/8)*1024 + (col%8)*128 + k*eb, bf16);
+        float av = wg_val(a0 + (row/8)*1024 + (row%8)*128 + k*eb, h16), bv = wg_val(b0 + (col/8)*1024 + (col%8)*128 + k*eb, h16);
         sum += (double)av * (double)bv; }
       acc[4*j+q] = (float)sum; } }
 }

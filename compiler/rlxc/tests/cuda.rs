@@ -328,8 +328,8 @@ fn layer_norm_rows_load_each_value_once() {
 /// shared-memory descriptors, their shared stores fenced for the async proxy, the module written for
 /// sm_90a with PTX 8.0 and assembled by ptxas for sm_90a; each such kernel asks for dynamic shared
 /// memory (two slices of both operands, 128 bytes a row — f32: their big and small parts —, plus
-/// 1,024 for the alignment). The switch changes nothing elsewhere: unset, or under --sm 80, or with
-/// fp16 (not checked on a GPU), no wgmma and the usual `.target`. `RLX_CUDA_WGMMA_TILE=4` takes
+/// 1,024 for the alignment). The switch changes nothing elsewhere: unset, or under --sm 80, no wgmma
+/// and the usual `.target`; fp16 takes bf16's forms (`.f16` operands) since session 37. `RLX_CUDA_WGMMA_TILE=4` takes
 /// batch 32's FFN up to 128×64 tiles and leaves the other matmuls' tiles. The numbers: in CPU emulation by
 /// `wgmma_tiles_match_the_interpreter_in_cpu_emulation`, on the GPU by tests/gpu/bench_gemm.py's `wg`
 /// variants and bench_cuda.py's `_wg` twins.
@@ -380,16 +380,16 @@ fn wgmma_tiles_assemble_for_sm90a_only_when_asked() {
     };
     let (plain, ruled) = (n64(None), n64(Some("4")));
     assert!(plain.0 == 0 && ruled.0 == 4 * 6 && ruled.1 == plain.1 && plain.1 > 0, "RLX_CUDA_WGMMA_TILE=4: (n64, n96) wgmmas {ruled:?}, without {plain:?}");
-    // `--sm 90a` takes them by default — bf16 and tf32 fed by the cp.async ring (RLX_CUDA_WGMMA=3's PTX
+    // `--sm 90a` takes them by default — bf16, fp16 and tf32 fed by the cp.async ring (RLX_CUDA_WGMMA=3's PTX
     // byte for byte: every tile's operands are stored as the tensor cores read them), f32 in the
     // overlapped register-staged form (RLX_CUDA_WGMMA=2's) —; RLX_CUDA_WGMMA=0 not.
-    for (p, form) in [("bf16", "3"), ("tf32", "3"), ("f32", "2")] {
+    for (p, form) in [("bf16", "3"), ("fp16", "3"), ("tf32", "3"), ("f32", "2")] {
         let (by_default, _) = compile(&format!("sm90a-{p}"), "", "90a", p);
         let (asked, _) = compile(&format!("sm90-wg{form}-{p}"), form, "90", p);
         assert!(by_default.contains(".target sm_90a") && by_default == asked, "--sm 90a {p}: wgmma by default as RLX_CUDA_WGMMA={form}");
         assert_eq!(by_default.contains("cp.async.cg.shared.global"), p != "f32", "{p}: the ring's copies");
     }
-    for (tag, wg, sm, p, target) in [("off", "0", "90", "bf16", "sm_90"), ("sm80", "1", "80", "bf16", "sm_80"), ("fp16", "1", "90", "fp16", "sm_90"), ("sm90a-off", "0", "90a", "bf16", "sm_90")] {
+    for (tag, wg, sm, p, target) in [("off", "0", "90", "bf16", "sm_90"), ("sm80", "1", "80", "bf16", "sm_80"), ("sm90a-off", "0", "90a", "bf16", "sm_90")] {
         let (ptx, _) = compile(tag, wg, sm, p);
         assert!(!ptx.contains("wgmma") && ptx.contains(&format!(".target {target}\n")) && ptx.contains("mma.sync"), "{tag}: {}", &ptx[..ptx.len().min(300)]);
     }
@@ -413,7 +413,7 @@ fn gemm_models(dir: &Path) -> ([(&'static str, &'static str); 2], Vec<Vec<f64>>)
 /// Hopper's wgmma tiles (nvptx/wgmma.rs, `RLX_CUDA_WGMMA=1|2` at compile time, `--sm 90`) in CPU
 /// emulation (tests/gpu/emulate_cuda.py: each `wgmma.mma_async` computed per thread from its matrix
 /// descriptors and the 128-byte swizzle the PTX ISA documents, at once): make_gemm.py's gemm_small and
-/// gemm_heads (the context read across heads of 32) at bf16 (m64nNk16, slices of 64), tf32 (m64nNk8,
+/// gemm_heads (the context read across heads of 32) at bf16 and fp16 (m64nNk16, slices of 64), tf32 (m64nNk8,
 /// slices of 32) and f32 (3×TF32: the same tf32 instructions, three per k step over the operands'
 /// big and small parts), forced to 64×64, 128×64, 128×96, 64×96 and 128×128 tiles — warpgroups along N
 /// (64-row tiles) and along M (128-row ones), instruction widths n32 … n128 —, both forms (2: the next
@@ -423,7 +423,7 @@ fn gemm_models(dir: &Path) -> ([(&'static str, &'static str); 2], Vec<Vec<f64>>)
 /// (measured: f32 1.9e-6 max abs, tf32 1.6e-4, bf16 1.3e-3 relative RMS, those of the `mma.sync`
 /// tiles' emulation); and `RLX_CUDA_WGMMA_WIDE=1` (bf16 tiles 128 × 192: gemm_small's third matmul,
 /// m64n192k16; tf32 keeps its tiles); and the cp.async ring (`RLX_CUDA_WGMMA=3`: gemm_block_wide, all
-/// operands bf16 in memory, 3 / 4 / 6 stages, the same bits as form 2). Each module uses wgmma, assembles for sm_90a, and its output's
+/// operands bf16 — or fp16 — in memory, 3 / 4 / 6 stages, the same bits as form 2). Each module uses wgmma, assembles for sm_90a, and its output's
 /// relative RMS error against the interpreter is within the `mma.sync` tiles' tolerances (measured:
 /// f32 1.25e-7, tf32 2.97e-4, bf16 2.36e-3 on gemm_small, those tiles' figures; emulated with the
 /// swizzle left out, 1.0). What this cannot check is the hardware's own reading of the descriptors (the GPU runs:
@@ -432,11 +432,11 @@ fn gemm_models(dir: &Path) -> ([(&'static str, &'static str); 2], Vec<Vec<f64>>)
 fn wgmma_tiles_match_the_interpreter_in_cpu_emulation() {
     let dir = tmp("wgmma-emu");
     let (runs, want) = gemm_models(&dir);
-    let cases = [("f32", "64x64", "2"), ("f32", "128x96", "1"), ("f32", "128x128", "2"), ("tf32", "64x64", "1"), ("tf32", "128x64", "2"), ("tf32", "128x96", "1"), ("tf32", "64x96", "2"), ("tf32", "128x128", "2"), ("bf16", "64x64", "2"), ("bf16", "128x64", "1"), ("bf16", "128x96", "2"), ("bf16", "64x96", "1")];
+    let cases = [("f32", "64x64", "2"), ("f32", "128x96", "1"), ("f32", "128x128", "2"), ("tf32", "64x64", "1"), ("tf32", "128x64", "2"), ("tf32", "128x96", "1"), ("tf32", "64x96", "2"), ("tf32", "128x128", "2"), ("bf16", "64x64", "2"), ("bf16", "128x64", "1"), ("bf16", "128x96", "2"), ("bf16", "64x96", "1"), ("fp16", "64x64", "2"), ("fp16", "128x96", "1")];
     for (ci, &(p, tile, mode)) in cases.iter().enumerate() {
         let rel = match p {
             "f32" => 1e-6,
-            "tf32" => 1e-3,
+            "tf32" | "fp16" => 1e-3,
             _ => 6e-3,
         };
         for (ri, (name, input)) in runs.iter().enumerate() {
@@ -448,7 +448,11 @@ fn wgmma_tiles_match_the_interpreter_in_cpu_emulation() {
             ok(rlxc().env("RLX_CUDA_VEC_TILE", tile).env("RLX_CUDA_WGMMA", mode).args(["compile", s(&dir.join(format!("{name}.onnx"))), "--target", "cuda", "--sm", "90", "--precision", p, "--emit-ir", "-o", s(&art)]));
             let ptx_path = art.join(format!("{name}.ptx"));
             let ptx = std::fs::read_to_string(&ptx_path).unwrap();
-            let ty = if p == "bf16" { "k16.f32.bf16.bf16" } else { "k8.f32.tf32.tf32" };
+            let ty = match p {
+                "bf16" => "k16.f32.bf16.bf16",
+                "fp16" => "k16.f32.f16.f16",
+                _ => "k8.f32.tf32.tf32",
+            };
             assert!(ptx.contains(".target sm_90a") && ptx.contains(ty), "{p} {tile} {mode} {name}: no {ty} wgmma");
             ok(Command::new(ptxas()).args(["-arch=sm_90a", s(&ptx_path), "-o", s(&art.join("k.cubin"))]));
             let emu = dir.join(format!("emu-{ci}-{name}"));
@@ -504,7 +508,7 @@ fn wgmma_tiles_match_the_interpreter_in_cpu_emulation() {
     let it = dir.join("interp-block-wide");
     ok(rlxc().args(["run", s(&dir.join("gemm_block_wide.onnx")), "--target", "interp", "-o", s(&it), "--input", &format!("x={}", s(&dir.join("x2.npy")))]));
     // (With RLX_CUDA_WGMMA_WIDE=1 too: the first matmul as one 128 × 256 tile, m64n256k16.)
-    for (p, tile, wide, tol) in [("bf16", "64x64", "0", 6e-3), ("bf16", "128x128", "0", 6e-3), ("bf16", "128x128", "1", 6e-3), ("tf32", "128x64", "0", 2e-3)] {
+    for (p, tile, wide, tol) in [("bf16", "64x64", "0", 6e-3), ("bf16", "128x128", "0", 6e-3), ("bf16", "128x128", "1", 6e-3), ("fp16", "128x128", "0", 2e-3), ("tf32", "128x64", "0", 2e-3)] {
         let mut bits = Vec::new();
         for (mode, stages) in [("2", "4"), ("3", "3"), ("3", "4"), ("3", "6")] {
             let art = dir.join(format!("art-ring-{p}-{tile}-{wide}-{mode}-{stages}"));
@@ -523,7 +527,7 @@ fn wgmma_tiles_match_the_interpreter_in_cpu_emulation() {
         // tf32: the ring's operands truncated (every ring the same bits), form 2's rounded.
         let same = if p == "tf32" { &bits[1..] } else { &bits[..] };
         assert!(same.iter().all(|b| *b == same[0]), "{p} {tile}: the ring changes the output");
-        assert_eq!(bits[0] == bits[1], p == "bf16", "{p} {tile}: the ring's operands");
+        assert_eq!(bits[0] == bits[1], p != "tf32", "{p} {tile}: the ring's operands");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

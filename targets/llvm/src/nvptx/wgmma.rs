@@ -1,5 +1,5 @@
 //! Hopper's warpgroup matrix multiply (`wgmma.mma_async`, sm_90a, PTX ISA 8.0) for `vec_tile.rs`'s
-//! whole tiles under `--sm 90` and `--precision bf16`, `tf32` or `f32` (3×TF32), behind
+//! whole tiles under `--sm 90` and `--precision bf16`, `fp16`, `tf32` or `f32` (3×TF32), behind
 //! `RLX_CUDA_WGMMA=N` at compile time, or by default under `--sm 90a` ([`on`]): 1 this file's form, 2 the
 //! same with the next slice's stores overlapping the `wgmma`s (below; `--sm 90a`'s default for f32 and
 //! for tiles with an operand in need of conversion), 3 the slices copied by a `cp.async` ring straight
@@ -83,10 +83,11 @@ use rlx_ir::loops::Var;
 
 /// Whether tiles of `kind` on `sm_{sm}` take this form: `--sm 90a` (`specific`: Hopper's
 /// arch-specific PTX) unless `RLX_CUDA_WGMMA=0`, or `RLX_CUDA_WGMMA=1|2` under `--sm 90`, at
-/// `--precision bf16 | tf32 | f32` (fp16's form — `.f16` operands, `cvt.rn.f16x2` — assembles but was
-/// not checked on a GPU, so it is not taken).
+/// `--precision bf16 | fp16 | tf32 | f32` (fp16's form is bf16's with `.f16` operands and
+/// `cvt.rn.f16x2`: taken since session 37, when it was first checked on a GPU — MiniLM against the
+/// interpreter and against its `mma.sync` twin, docs/benchmarks.md).
 pub fn on(sm: u32, specific: bool, kind: Mma) -> bool {
-    sm == 90 && matches!(kind, Mma::Bf16 | Mma::Tf32 | Mma::Tf32x3) && mode(specific).is_some()
+    sm == 90 && matches!(kind, Mma::Bf16 | Mma::Fp16 | Mma::Tf32 | Mma::Tf32x3) && mode(specific).is_some()
 }
 
 /// `RLX_CUDA_WGMMA`: 0 off, 1, 2 (the next slice's stores overlapping the `wgmma`s) or 3 (the
@@ -114,7 +115,7 @@ fn register_a(kind: Mma) -> bool {
 }
 
 /// The stages of the cp.async ring (`RLX_CUDA_WGMMA=3`; `RLX_CUDA_WGMMA_STAGES=S`, 3 … 6; by default 5
-/// for bf16, 6 for tf32, whose 128-byte rows hold half as many K values, so a stage covers half the
+/// for bf16 / fp16, 6 for tf32, whose 128-byte rows hold half as many K values, so a stage covers half the
 /// K: on an H100, session 31, MiniLM batch 8 / 32 resident, 5 stages took tf32 0.93 / 0.95×, bf16
 /// 0.98 / 0.97× 4 stages' time, and 6 tf32 0.98 / 0.99×, bf16 1.00 / 1.00× 5 stages'),
 /// or `None`: the register-staged forms. The ring takes tiles whose operands are all 16-bit in
@@ -132,7 +133,7 @@ fn register_a(kind: Mma) -> bool {
 /// − 1's done, s's left running while the next iteration waits and copies. So S − 2 slices are in
 /// flight from memory and two on the tensor cores.
 ///
-/// By default (`RLX_CUDA_WGMMA` unset, `--sm 90a`) bf16's tiles take the ring — the same output bits
+/// By default (`RLX_CUDA_WGMMA` unset, `--sm 90a`) bf16's and fp16's tiles take the ring — the same output bits
 /// as the register-staged form; on an H100, MiniLM seq 128 bf16 batch 8 / 32 resident 0.94 / 0.91×
 /// the time (docs/benchmarks.md, session 30) — and so do tf32's whose operands are all stored
 /// tf32-rounded (`half_activations.rs`: the activations by the kernels that write them, the weights
@@ -150,7 +151,7 @@ fn ring(kind: Mma) -> Option<(i64, bool)> {
         _ => return None,
     };
     let stages = std::env::var("RLX_CUDA_WGMMA_STAGES").ok().and_then(|v| v.parse::<i64>().ok()).filter(|s| (3..=6).contains(s)).unwrap_or(if kind == Mma::Tf32 { 6 } else { 5 });
-    (forced || matches!(kind, Mma::Bf16 | Mma::Tf32)).then_some((stages, forced))
+    (forced || matches!(kind, Mma::Bf16 | Mma::Fp16 | Mma::Tf32)).then_some((stages, forced))
 }
 
 /// The block tile for these kernels from [`vec_tile::tile`]'s pick `(bm, bn)` of an M×N matmul (`nb`
