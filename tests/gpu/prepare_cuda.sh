@@ -10,9 +10,9 @@
 #                       the device tool carries 64 MiB; each blob's size is its manifest's weights_bytes)
 #   ref/NAME/           inputs as raw tensors (inI.bin) and the interpreter's outputs (outI.npy, port order)
 #                       for the MLP, the CNN and MiniLM batch 1 and 8
-#   art/minilm_bB_tf32/, art/minilm_bB_bf16/  MiniLM batch 1 / 8 / 32 with --precision tf32 and bf16 (weights:
-#                       their f32 twin's, bf16 with its copies after them, tf32 with some rounded — checked here,
-#                       rebuilt there)
+#   art/minilm_bB_tf32/, art/minilm_bB_bf16/, art/minilm_bB_fp16/  MiniLM batch 1 / 8 / 32 with --precision tf32,
+#                       bf16 and fp16 (FP16="": not fp16; weights: their f32 twin's, bf16 / fp16 with its copies after
+#                       them, tf32 with some rounded — checked here, rebuilt there)
 #   art/tiled/, art/rows/  tests/gpu/make_tiled.py's and make_rows.py's (--cuda) awkward matmul, reduction and
 #                       row shapes, with references
 #   art/minilm_b1_P_nosplit/ MiniLM batch 1, --precision P (tf32, bf16), compiled with RLX_CUDA_TC_SPLIT=0 (the tensor
@@ -279,7 +279,7 @@ ls -d "$D"/art/minilm_b{8,32}_qkvsep >/dev/null 2>&1 && QKV_BLOBS=$(echo "$D"/ar
 cat "$D"/art/minilm_b{1,8,32}/minilm.weights.bin $QKV_BLOBS | xz -T1 --lzma2=preset=3,dict=192MiB > "$D/minilm.weights.bin.xz"
 # The variants' weights are their f32 twin's, byte for byte (the same plan; only the writer differs),
 # then in bf16 the weight copies their manifest lists.
-# (A _qkvsep variant's, and bf16's at batch 8 / 32 — Q, K, V apart: its f32 _qkvsep twin's.)
+# (A _qkvsep variant's, and bf16's and fp16's at batch 8 / 32 — Q, K, V apart: its f32 _qkvsep twin's.)
 for v in "$D"/art/minilm_b*_*/; do
   b=$(basename "$v"); b=${b#minilm_b}; b=${b%%_*}
   base=minilm_b$b; case $(basename "$v") in *_qkvsep|minilm_b8_bf16*|minilm_b32_bf16*|minilm_b8_fp16*|minilm_b32_fp16*) base=minilm_b${b}_qkvsep ;; esac

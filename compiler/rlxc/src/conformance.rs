@@ -345,7 +345,7 @@ fn run_case(dir: &Path) -> CaseRun {
 /// in this process).
 pub struct TargetEnv {
     pub target: Column,
-    /// The CPU columns' harness (None: Vulkan or cuda-ptxas).
+    /// The CPU columns' harness (None: Vulkan, cuda-ptxas or cuda).
     harness: Option<(Harness, CliTarget, Backend)>,
     work: PathBuf,
     /// The `cuda-ptxas` column's assembler (then `harness` is None).
