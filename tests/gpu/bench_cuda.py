@@ -203,6 +203,22 @@ class torch_precision:
         return False
 
 
+def ref_files(ref):
+    """A reference folder's inputs (inI.bin) and outputs (outI.npy), each in port order (in10 after in9)."""
+    port = lambda p: int(re.search(r"(\d+)\.\w+$", p).group(1))
+    return sorted(glob.glob(os.path.join(ref, "in*.bin")), key=port), sorted(glob.glob(os.path.join(ref, "out*.npy")), key=port)
+
+
+def max_abs_vs(outs, o):
+    """Per output `outs` (the interpreter's .npy), the max abs difference of the run's outI.bin in folder `o`."""
+    diffs = []
+    for f in outs:
+        want = np.load(f)
+        got = np.fromfile(os.path.join(o, os.path.basename(f)[:-4] + ".bin"), dtype=want.dtype).reshape(want.shape)
+        diffs.append(float(np.abs(got.astype(np.float64) - want.astype(np.float64)).max()))
+    return diffs
+
+
 def cuda_run(carry, art, name, inputs, runs, out, kernel_times=False, chain=False, pdl=True, extra_env=None):
     args = [os.path.join(carry, "cuda_run"), art, name, str(runs), out] + inputs
     env = dict(os.environ, RLX_CUDA_KERNEL_TIMES="1" if kernel_times else "0", **(extra_env or {}))
@@ -274,10 +290,7 @@ def main() -> int:
     for c, twin in cases:
         ref = os.path.join(a.carry, "ref", twin)
         name = c.split("_")[0]
-        # In port order: in10.bin after in9.bin (the attention case has 11 inputs).
-        port = lambda p: int(re.search(r"(\d+)\.\w+$", p).group(1))
-        ins = sorted(glob.glob(os.path.join(ref, "in*.bin")), key=port)
-        outs = sorted(glob.glob(os.path.join(ref, "out*.npy")), key=port)
+        ins, outs = ref_files(ref)
         o = os.path.join(work, "out", c)
         try:
             us, text = cuda_run(a.carry, os.path.join(work, "art", c), name, ins, 10, o)
@@ -286,11 +299,7 @@ def main() -> int:
             res["parity"][c] = {"error": str(e)}
             bad.append(c)
             continue
-        diffs = []
-        for f in outs:
-            want = np.load(f)
-            got = np.fromfile(os.path.join(o, os.path.basename(f)[:-4] + ".bin"), dtype=want.dtype).reshape(want.shape)
-            diffs.append(float(np.abs(got.astype(np.float64) - want.astype(np.float64)).max()))
+        diffs = max_abs_vs(outs, o)
         p = precision_of(c)
         res["parity"][c] = {"max_abs_vs_interp": max(diffs), "per_output": diffs, "precision": p, "tolerance": TOL_INTERP[p], "cuda_run": text}
         print(f"{c}: cuda ({p}) vs interp max abs {max(diffs):.3e} (tolerance {TOL_INTERP[p]:.1e}; per output {', '.join(f'{x:.2e}' for x in diffs)}); {text}", flush=True)
@@ -301,9 +310,7 @@ def main() -> int:
     exe = os.path.join(a.carry, "cuda_run_c")
     res["c_api"] = {}
     for c in [x for x in ("mlp", "minilm_b1_bf16") if os.access(exe, os.X_OK) and x in dict(cases)]:
-        ref = os.path.join(a.carry, "ref", dict(cases)[c])
-        port = lambda p: int(re.search(r"(\d+)\.\w+$", p).group(1))
-        ins = sorted(glob.glob(os.path.join(ref, "in*.bin")), key=port)
+        ins, outs = ref_files(os.path.join(a.carry, "ref", dict(cases)[c]))
         o = os.path.join(work, "out", "c_api_" + c)
         r = subprocess.run([exe, os.path.join(work, "art", c), c.split("_")[0], "10", o] + ins, capture_output=True, text=True)
         if r.returncode != 0:
@@ -311,11 +318,7 @@ def main() -> int:
             res["c_api"][c] = {"error": r.stdout + r.stderr}
             bad.append(c + " c api")
             continue
-        diffs = []
-        for f in sorted(glob.glob(os.path.join(ref, "out*.npy")), key=port):
-            want = np.load(f)
-            got = np.fromfile(os.path.join(o, os.path.basename(f)[:-4] + ".bin"), dtype=want.dtype).reshape(want.shape)
-            diffs.append(float(np.abs(got.astype(np.float64) - want.astype(np.float64)).max()))
+        diffs = max_abs_vs(outs, o)
         p = precision_of(c)
         res["c_api"][c] = {"max_abs_vs_interp": max(diffs), "tolerance": TOL_INTERP[p], "stdout": r.stdout.strip()}
         print(f"{c}: the C example (cuda_run_c) vs interp max abs {max(diffs):.3e} (tolerance {TOL_INTERP[p]:.1e}); {' '.join(r.stdout.split())}", flush=True)

@@ -62,13 +62,7 @@ alternate() {
   python3 tests/gpu/compare.py /tmp/rlx-real || echo "compare.py FAILED"
   fi
   export LD_LIBRARY_PATH="$PWD/build/gpu:${LD_LIBRARY_PATH:-}"
-  if [ ! -f /tmp/rlx_egl_icd.json ]; then
-    EGL=$(ldconfig -p | awk '/libEGL_nvidia.so.0 /{print $NF; exit}')
-    if [ -n "$EGL" ]; then
-      printf '{"file_format_version":"1.0.1","ICD":{"library_path":"%s","api_version":"1.3.0"}}' "$EGL" > /tmp/rlx_egl_icd.json
-    fi
-  fi
-  if [ -f /tmp/rlx_egl_icd.json ]; then export VK_ICD_FILENAMES=/tmp/rlx_egl_icd.json; fi
+  . tests/gpu/nvidia_egl_icd.sh
   if want torch; then
   echo "== MiniLM seq 128: rlxc (Vulkan) vs PyTorch"
   python3 tests/gpu/bench_minilm.py --rlxc target/nollvm/release/rlxc --model build/gpu/minilm.onnx \

@@ -43,7 +43,7 @@
 #                       SIMT cores (the form before session 18; the default puts them on the tensor cores by
 #                       3×TF32), timed beside the default
 #   minilm.onnx.xz      the model PyTorch takes its weights from (xz-compressed; run_cuda.sh unpacks it)
-#   bench_cuda.py, bench_minilm.py, half_weights.py, run_cuda.sh
+#   bench_cuda.py, bench_minilm.py, half_weights.py, run_cuda.sh, nvidia_egl_icd.sh
 #   cuda_run_c          the C example over the executor's C API (`make cuda-c-example`), run on the MLP and MiniLM
 #                       batch 1 bf16 against the interpreter
 #   rlxc_nollvm.xz, libvulkan.so.1  an rlxc built without LLVM (`make nollvm-check`'s, stripped; it needs only
@@ -106,7 +106,7 @@ T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 cargo build --release -p rlx-rt --features cuda --example cuda_run
 cp target/release/examples/cuda_run "$D/"
-cp tests/gpu/bench_cuda.py tests/gpu/bench_minilm.py tests/gpu/half_weights.py tests/gpu/run_cuda.sh "$D/"
+cp tests/gpu/bench_cuda.py tests/gpu/bench_minilm.py tests/gpu/half_weights.py tests/gpu/run_cuda.sh tests/gpu/nvidia_egl_icd.sh "$D/"
 make cuda-c-example
 cp build/cuda-c/cuda_run_c "$D/"
 if [ "${VULKAN:-1}" = 1 ]; then

@@ -10,15 +10,11 @@ export PYTHONUNBUFFERED=1
 # prepare_cuda.sh carries the model PyTorch reads xz-compressed.
 [ -e "$C/minilm.onnx" ] || xz -dk "$C/minilm.onnx.xz"
 # rlxc's Vulkan artifact, where carried: the rlxc built without LLVM, the Debian loader beside it, and
-# the NVIDIA EGL ICD (headless containers fail vkCreateInstance through the GLX one: run_real_gpu.sh).
+# the NVIDIA EGL ICD (headless containers fail vkCreateInstance through the GLX one: nvidia_egl_icd.sh).
 if [ -e "$C/rlxc_nollvm.xz" ]; then
   [ -x "$C/rlxc_nollvm" ] || { xz -dc "$C/rlxc_nollvm.xz" > "$C/rlxc_nollvm" && chmod +x "$C/rlxc_nollvm"; }
   export LD_LIBRARY_PATH="$(cd "$C" && pwd):${LD_LIBRARY_PATH:-}"
-  EGL=$(ldconfig -p | awk '/libEGL_nvidia.so.0 /{print $NF; exit}')
-  if [ -n "$EGL" ]; then
-    printf '{"file_format_version":"1.0.1","ICD":{"library_path":"%s","api_version":"1.3.0"}}' "$EGL" > /tmp/rlx_egl_icd.json
-    export VK_ICD_FILENAMES=/tmp/rlx_egl_icd.json
-  fi
+  . "$C/nvidia_egl_icd.sh"
 fi
 {
   nvidia-smi -L || true

@@ -6,17 +6,13 @@
 # Carried from the development machine: an rlxc built without LLVM (target/nollvm/release/rlxc: it
 # needs only glibc; the Vulkan loader is opened at run time) and build/gpu/ (the models, inputs, and
 # the Debian Vulkan loader libvulkan.so.1, since the GPU machine may have none).
-# On headless NVIDIA containers the GLX ICD fails vkCreateInstance; the EGL ICD works, so we point the
-# loader at it.
+# On headless NVIDIA containers the GLX ICD fails vkCreateInstance; the EGL ICD works, so the loader is
+# pointed at it (tests/gpu/nvidia_egl_icd.sh).
 set -euo pipefail
 R=target/nollvm/release/rlxc
 G=build/gpu
 export LD_LIBRARY_PATH="$PWD/$G:${LD_LIBRARY_PATH:-}"
-EGL=$(ldconfig -p | awk '/libEGL_nvidia.so.0 /{print $NF; exit}')
-if [ -n "$EGL" ]; then
-  printf '{"file_format_version":"1.0.1","ICD":{"library_path":"%s","api_version":"1.3.0"}}' "$EGL" > /tmp/rlx_egl_icd.json
-  export VK_ICD_FILENAMES=/tmp/rlx_egl_icd.json
-fi
+. tests/gpu/nvidia_egl_icd.sh
 nvidia-smi -L || true
 run() {  # name model inputs...
   local n=$1 f=$2; shift 2

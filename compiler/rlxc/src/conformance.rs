@@ -345,14 +345,22 @@ fn run_case(dir: &Path) -> CaseRun {
 /// in this process).
 pub struct TargetEnv {
     pub target: Column,
-    /// The CPU columns' harness (None: Vulkan, cuda-ptxas or cuda).
-    harness: Option<(Harness, CliTarget, Backend)>,
+    runner: Runner,
     work: PathBuf,
-    /// The `cuda-ptxas` column's assembler (then `harness` is None).
-    ptxas: Option<PathBuf>,
-    /// The `cuda` column's architecture, this machine's GPU's (then `harness` and `ptxas` are None).
+}
+
+/// How a column's cases run (what [`TargetEnv::prepare`] found).
+enum Runner {
+    /// The CPU columns: the harness, compiled once, and the target and back end it links for.
+    Harness(Harness, CliTarget, Backend),
+    /// The Vulkan column: runtime-min's executor, in this process.
+    Vulkan,
+    /// The `cuda-ptxas` column: the assembler.
     #[cfg(feature = "llvm")]
-    cuda: Option<targets::cuda::Sm>,
+    Ptxas(PathBuf),
+    /// The `cuda` column: this machine's GPU's architecture; runtime-min's executor, in this process.
+    #[cfg(feature = "llvm")]
+    Cuda(targets::cuda::Sm),
 }
 
 static CASE_DIRS: AtomicU64 = AtomicU64::new(0);
@@ -364,7 +372,7 @@ impl TargetEnv {
             // No harness or linker: each case runs in this process through runtime-min's executor.
             let name = rlx_rt::vulkan::probe().map_err(|e| format!("--target vulkan needs a Vulkan device (make setup installs lavapipe): {e}"))?;
             eprintln!("vulkan column: {name}");
-            return Ok(TargetEnv { target, harness: None, work: work.join("vulkan"), ptxas: None, #[cfg(feature = "llvm")] cuda: None });
+            return Ok(TargetEnv { target, runner: Runner::Vulkan, work: work.join("vulkan") });
         }
         #[cfg(feature = "llvm")]
         if target == Column::CudaPtxas {
@@ -372,14 +380,14 @@ impl TargetEnv {
             eprintln!("cuda-ptxas column: {}", ptxas.display());
             let dir = work.join(target.name());
             std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-            return Ok(TargetEnv { target, harness: None, work: dir, ptxas: Some(ptxas), cuda: None });
+            return Ok(TargetEnv { target, runner: Runner::Ptxas(ptxas), work: dir });
         }
         #[cfg(feature = "llvm")]
         if target == Column::Cuda {
             let (name, cap) = rlx_rt::cuda::probe().map_err(|e| format!("--target cuda needs an NVIDIA GPU and its driver (the cuda-ptxas column needs neither): {e}"))?;
             let sm = targets::cuda::Sm::native(cap);
             eprintln!("cuda column: {name} (compute capability {}.{}), --sm {sm}", cap.0, cap.1);
-            return Ok(TargetEnv { target, harness: None, work: work.join("cuda"), ptxas: None, cuda: Some(sm) });
+            return Ok(TargetEnv { target, runner: Runner::Cuda(sm), work: work.join("cuda") });
         }
         let Some((cli, backend)) = target.compiled() else {
             return Err(format!("--target {} has no compiled conformance column", target.name()));
@@ -388,7 +396,7 @@ impl TargetEnv {
         cpu.backend = backend;
         let dir = work.join(target.name());
         let h = Harness::prepare(&cpu, &dir).map_err(|e| format!("--target {}: {e}", target.name()))?;
-        Ok(TargetEnv { target, harness: Some((h, cli, backend)), work: dir, ptxas: None, #[cfg(feature = "llvm")] cuda: None })
+        Ok(TargetEnv { target, runner: Runner::Harness(h, cli, backend), work: dir })
     }
 
     /// Compiles, links and runs one case that passed on the interpreter.
@@ -402,10 +410,13 @@ impl TargetEnv {
             what.dedup();
             return (TargetOutcome::Unsupported, format!("unsupported: {}", what.join(", ")));
         }
-        let outs = match (&self.harness, &self.ptxas) {
-            (Some((h, cli, backend)), _) => self.run_harness(h, *cli, *backend, l),
-            (None, Some(ptxas)) => return self.run_ptxas(ptxas, l),
-            (None, None) => self.run_in_process(l),
+        let outs = match &self.runner {
+            Runner::Harness(h, cli, backend) => self.run_harness(h, *cli, *backend, l),
+            Runner::Vulkan => self.run_vulkan(l),
+            #[cfg(feature = "llvm")]
+            Runner::Ptxas(ptxas) => return self.run_ptxas(ptxas, l),
+            #[cfg(feature = "llvm")]
+            Runner::Cuda(sm) => self.run_cuda(*sm, l),
         };
         let outs = match outs.and_then(|o| rlx_ir::bounded::exact(&l.mir, &o).map_err(|e| (TargetOutcome::Failed, e))) {
             Ok(o) => o,
@@ -418,15 +429,6 @@ impl TargetEnv {
             Some(e) => (TargetOutcome::Failed, e),
             None => (TargetOutcome::Passed, String::new()),
         }
-    }
-
-    /// The columns whose executor runs in this process: `cuda` where this env has a GPU's sm, else `vulkan`.
-    fn run_in_process(&self, l: &Lowered) -> Result<Vec<ConstData>, (TargetOutcome, String)> {
-        #[cfg(feature = "llvm")]
-        if let Some(sm) = self.cuda {
-            return self.run_cuda(sm, l);
-        }
-        self.run_vulkan(l)
     }
 
     fn run_vulkan(&self, l: &Lowered) -> Result<Vec<ConstData>, (TargetOutcome, String)> {
@@ -453,6 +455,7 @@ impl TargetEnv {
 
     /// The `cuda-ptxas` column: the case compiled for `--target cuda` (sm_80) and its PTX assembled by
     /// ptxas (passed = it assembles; no GPU here, so no values are compared).
+    #[cfg(feature = "llvm")]
     fn run_ptxas(&self, ptxas: &Path, l: &Lowered) -> (TargetOutcome, String) {
         let c = match targets::cuda::compile(CliTarget::Cuda, &l.mir, &Request::named("rlxmodel"), &mut Timings::default()) {
             Ok(c) => c,
